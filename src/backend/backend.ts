@@ -1,0 +1,75 @@
+// The one seam between the model and a device. The model (src/model) composes
+// its forward pass from these ops; a backend owns every byte behind a Tensor.
+//
+// Activations are allocated from a per-step workspace: beginStep() resets it,
+// so the same sequence of op calls on the same shapes yields the same buffers
+// (what lets a CUDA backend capture a decode step as a graph and replay it).
+
+import type { DType, HostTensor } from '../loader/types.js';
+import type { ForwardBatch, KvCacheSpec } from '../model/batch.js';
+
+export interface Tensor {
+  readonly shape: readonly number[];
+}
+
+export interface RopeSpec {
+  headDim: number;
+  /** [headDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). */
+  invFreq: Float32Array;
+}
+
+/** Batch metadata after it has been placed where the ops can read it. */
+export interface StepInputs {
+  readonly batch: ForwardBatch;
+}
+
+export interface MemoryReport {
+  /** Bytes the backend may give to the KV cache right now. */
+  availableKvBytes: number;
+  totalBytes: number;
+  weightBytes: number;
+}
+
+export interface Backend {
+  readonly name: 'cpu' | 'cuda';
+  /** Element type activations and weights are kept in on this backend. */
+  readonly computeDType: DType;
+
+  /** Uploads a weight (any checkpoint dtype) and converts it to computeDType. */
+  upload(t: HostTensor): Tensor;
+  /** Allocates the paged KV cache: K and V per layer, [numBlocks, blockSize, numKvHeads, headDim]. */
+  allocateKvCache(spec: KvCacheSpec): void;
+  memory(): MemoryReport;
+
+  /** Resets the activation workspace and stages the step's metadata. */
+  beginStep(batch: ForwardBatch): StepInputs;
+
+  /** out[t] = table[inputIds[t]]  -> [numTokens, hidden] */
+  embedding(table: Tensor, step: StepInputs): Tensor;
+  /** out = rmsnorm(x) * w */
+  rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor;
+  /** residual += x (in place); returns rmsnorm(residual) * w. */
+  addRmsNorm(x: Tensor, residual: Tensor, w: Tensor, eps: number): Tensor;
+  /** y[T, N] = x[T, K] * w[N, K]^T */
+  matmul(x: Tensor, w: Tensor): Tensor;
+  /**
+   * In place on qkv [T, (numHeads + 2*numKvHeads) * headDim]: optional per-head
+   * RMSNorm of q and k (Qwen3), then rotary embedding (neox, half-split) of q and k.
+   */
+  qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number,
+    numHeads: number, numKvHeads: number, rope: RopeSpec, step: StepInputs): void;
+  /**
+   * Writes this step's k, v (from qkv) into layer `layer` of the cache at the slot
+   * mapping, then returns causal GQA attention output [T, numHeads * headDim].
+   */
+  attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number,
+    scale: number, step: StepInputs): Tensor;
+  /** gateUp [T, 2I] (gate first, then up) -> silu(gate) * up [T, I] */
+  siluMul(gateUp: Tensor): Tensor;
+  /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
+  gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
+  /** Copies a tensor to the host as f32. */
+  toHost(t: Tensor): Float32Array;
+  /** Frees everything. */
+  dispose(): void;
+}

@@ -1,0 +1,54 @@
+// Plain, structured-clonable messages between the API (or offline LLM) and the
+// engine core, which may run in a worker thread.
+
+import type { SamplingParams } from '../sampling/params.js';
+
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
+
+export interface EngineRequest {
+  requestId: string;
+  promptTokenIds: number[];
+  sampling: SamplingParams;
+  /** Lower runs first under the priority policy (vLLM semantics). */
+  priority: number;
+  cacheSalt: string | null;
+  /** ms since epoch. */
+  arrivalTime: number;
+}
+
+export interface TokenLogprob {
+  tokenId: number;
+  logprob: number;
+  /** Top alternatives, most likely first. */
+  top: { tokenId: number; logprob: number }[];
+}
+
+/** One step's news for one request. */
+export interface EngineOutput {
+  requestId: string;
+  newTokenIds: number[];
+  /** Present when the request asked for logprobs: one per new token. */
+  logprobs?: TokenLogprob[];
+  finished: boolean;
+  finishReason?: FinishReason;
+  /** Which stop token id ended it, when finishReason is 'stop' by token. */
+  stopTokenId?: number;
+  /** Prompt tokens served from the prefix cache (set on the first output). */
+  numCachedTokens?: number;
+  error?: string;
+}
+
+export interface EngineStats {
+  numRunning: number;
+  numWaiting: number;
+  /** Fraction of KV pages in use, 0..1. */
+  kvCacheUsage: number;
+  numFreeBlocks: number;
+  numTotalBlocks: number;
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  numPreemptions: number;
+  numPromptTokens: number;
+  numGenerationTokens: number;
+  numSteps: number;
+}

@@ -1,0 +1,63 @@
+// Plain data the loader hands to the layers above it.
+
+export type DType = 'bf16' | 'f16' | 'f32';
+
+export type Architecture = 'qwen3' | 'llama';
+
+export interface Llama3RopeScaling {
+  type: 'llama3';
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositionEmbeddings: number;
+}
+
+/** config.json normalised: every field the forward pass needs, nothing optional. */
+export interface ModelConfig {
+  architecture: Architecture;
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  maxPositionEmbeddings: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  ropeScaling: Llama3RopeScaling | null;
+  tieWordEmbeddings: boolean;
+  /** Qwen3: per-head RMSNorm on q and k before RoPE. */
+  qkNorm: boolean;
+  /** dtype the checkpoint declares (torch_dtype / dtype). */
+  dtype: DType;
+}
+
+/** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */
+export interface HostTensor {
+  name: string;
+  dtype: DType;
+  shape: number[];
+  data: Uint8Array;
+}
+
+/** Where weights come from: a safetensors directory, or memory in tests. */
+export interface WeightSource {
+  names(): string[];
+  has(name: string): boolean;
+  /** Shape and dtype without reading the data. */
+  info(name: string): { dtype: DType; shape: number[] };
+  /** Reads one tensor (positioned read; the file is never loaded whole). */
+  read(name: string): HostTensor;
+}
+
+/** generation_config.json defaults. */
+export interface GenerationDefaults {
+  eosTokenIds: number[];
+  bosTokenId: number | null;
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+}

@@ -1,0 +1,39 @@
+// The flat batch: one forward pass over every scheduled token of every running
+// sequence, prefill chunks and decode tokens together.
+//
+//   tokens:        | seq0 chunk (q0 tokens) | seq1 (1 token) | seq2 chunk ... |
+//   queryStartLoc: 0 ........................ q0 ............ q0+1 ......... numTokens
+//
+// Sequence i attends to kv positions [0, seqLens[i]) read through its block
+// table; its new tokens sit at positions seqLens[i]-q_i .. seqLens[i]-1 and are
+// written to the cache at slotMapping (slot = page * blockSize + offset) before
+// attention runs.
+
+export interface ForwardBatch {
+  numTokens: number;
+  numSeqs: number;
+  /** [numTokens] token ids. */
+  inputIds: Int32Array;
+  /** [numTokens] absolute position of each token in its sequence. */
+  positions: Int32Array;
+  /** [numTokens] KV slot each token's k/v is written to; -1 skips the write. */
+  slotMapping: Int32Array;
+  /** [numSeqs + 1] cumulative query lengths (cu_seqlens_q). */
+  queryStartLoc: Int32Array;
+  /** [numSeqs] kv length of each sequence after this step (cached + new). */
+  seqLens: Int32Array;
+  /** [numSeqs * maxBlocksPerSeq] page ids, row-major; unused entries are 0. */
+  blockTables: Int32Array;
+  maxBlocksPerSeq: number;
+  /** Rows of the flat batch whose logits are wanted (usually each sequence's last token). */
+  logitsIndices: Int32Array;
+}
+
+/** Layout of the paged KV cache, shared by every backend. */
+export interface KvCacheSpec {
+  numBlocks: number;
+  blockSize: number;
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+}

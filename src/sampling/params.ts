@@ -1,0 +1,58 @@
+// Per-request sampling parameters, as the engine sees them (already validated;
+// see validateSamplingParams in ./validate.ts). Names follow vLLM's SamplingParams.
+
+export interface SamplingParams {
+  /** Number of new tokens at most. */
+  maxTokens: number;
+  /** 0 = greedy. */
+  temperature: number;
+  /** (0, 1]; 1 = off. */
+  topP: number;
+  /** -1 or 0 = off. */
+  topK: number;
+  /** [0, 1]; 0 = off. */
+  minP: number;
+  /** > 0; 1 = off. Applied to prompt and generated tokens (vLLM semantics). */
+  repetitionPenalty: number;
+  /** [-2, 2]; applied to generated tokens. */
+  presencePenalty: number;
+  frequencyPenalty: number;
+  /** token id -> bias added to its logit. */
+  logitBias: Record<number, number> | null;
+  /** Seeds this request's own RNG; null = engine RNG. */
+  seed: number | null;
+  /** Token ids that end generation (besides EOS unless ignoreEos). */
+  stopTokenIds: number[];
+  /** Stop strings (matched on the detokenized text, on the API side). */
+  stop: string[];
+  includeStopStrInOutput: boolean;
+  /** EOS and stop tokens are not honoured before this many new tokens. */
+  minTokens: number;
+  ignoreEos: boolean;
+  /** Number of top logprobs to return per token; null = none. */
+  logprobs: number | null;
+  skipSpecialTokens: boolean;
+}
+
+export function defaultSamplingParams(overrides: Partial<SamplingParams> = {}): SamplingParams {
+  return {
+    maxTokens: 16,
+    temperature: 1,
+    topP: 1,
+    topK: -1,
+    minP: 0,
+    repetitionPenalty: 1,
+    presencePenalty: 0,
+    frequencyPenalty: 0,
+    logitBias: null,
+    seed: null,
+    stopTokenIds: [],
+    stop: [],
+    includeStopStrInOutput: false,
+    minTokens: 0,
+    ignoreEos: false,
+    logprobs: null,
+    skipSpecialTokens: true,
+    ...overrides,
+  };
+}
