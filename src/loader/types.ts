@@ -46,7 +46,7 @@ export interface WeightSource {
   names(): string[];
   has(name: string): boolean;
   /** Shape and dtype without reading the data. */
-  info(name: string): { dtype: DType; shape: number[] };
+  info(name: string): { dtype: DType; shape: number[]; file: string };
   /** Reads one tensor (positioned read; the file is never loaded whole). */
   read(name: string): HostTensor;
 }
@@ -60,4 +60,22 @@ export interface GenerationDefaults {
   topK?: number;
   minP?: number;
   repetitionPenalty?: number;
+}
+
+/** What the layers above need of a tokenizer (tokenizer.json + tokenizer_config.json). */
+export interface Tokenizer {
+  readonly vocabSize: number;
+  /** Ids of special / added tokens marked special. */
+  readonly specialTokenIds: ReadonlySet<number>;
+  readonly bosTokenId: number | null;
+  readonly eosTokenIds: number[];
+  encode(text: string, opts?: { addSpecialTokens?: boolean }): number[];
+  decode(ids: readonly number[], opts?: { skipSpecialTokens?: boolean }): string;
+  /** Token id -> its string form in the vocabulary (e.g. "Ġthe"), for logprobs. */
+  idToToken(id: number): string | undefined;
+}
+
+export interface ChatMessage {
+  role: string;
+  content: string;
 }
