@@ -1,0 +1,33 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildForwardBatch } from '../../src/engine/batch-builder.js';
+
+test('flat batch of a prefill chunk and a decode token', () => {
+  const b = buildForwardBatch([
+    { tokenIds: [10, 11, 12], startPosition: 3, blockTable: [7, 2], sample: false },
+    { tokenIds: [99], startPosition: 5, blockTable: [4, 9], sample: true },
+  ], 4);
+  assert.equal(b.numTokens, 4);
+  assert.deepEqual([...b.inputIds], [10, 11, 12, 99]);
+  assert.deepEqual([...b.positions], [3, 4, 5, 5]);
+  // pos 3 -> page 7 slot 3; pos 4,5 -> page 2 slots 0,1; seq1 pos 5 -> page 9 slot 1
+  assert.deepEqual([...b.slotMapping], [7 * 4 + 3, 2 * 4 + 0, 2 * 4 + 1, 9 * 4 + 1]);
+  assert.deepEqual([...b.queryStartLoc], [0, 3, 4]);
+  assert.deepEqual([...b.seqLens], [6, 6]);
+  assert.deepEqual([...b.blockTables], [7, 2, 4, 9]);
+  assert.deepEqual([...b.logitsIndices], [3]);
+});
+
+test('padding rows write no KV and keep a fixed shape', () => {
+  const b = buildForwardBatch([{ tokenIds: [5], startPosition: 0, blockTable: [3], sample: true }], 16, 4);
+  assert.equal(b.numSeqs, 4);
+  assert.equal(b.numTokens, 4);
+  assert.deepEqual([...b.slotMapping], [48, -1, -1, -1]);
+  assert.deepEqual([...b.queryStartLoc], [0, 1, 2, 3, 4]);
+  assert.deepEqual([...b.logitsIndices], [0]);
+});
+
+test('a block table too short for the tokens is an error', () => {
+  assert.throws(() => buildForwardBatch([{ tokenIds: [1, 2, 3], startPosition: 2, blockTable: [0], sample: true }], 4),
+    /need 2 pages/);
+});
