@@ -1,0 +1,61 @@
+// Engine flags shared by every command that runs a model (vLLM's names).
+
+import { Command, Option } from 'commander';
+import { engineOptions, type EngineOptions } from '../engine/options.js';
+import { defaultModelDir } from './default-model.js';
+
+function int(name: string) {
+  return (v: string): number => {
+    const n = Number(v);
+    if (!Number.isInteger(n)) throw new Error(`${name}: expected an integer, got "${v}"`);
+    return n;
+  };
+}
+
+function num(name: string) {
+  return (v: string): number => {
+    const n = Number(v);
+    if (!Number.isFinite(n)) throw new Error(`${name}: expected a number, got "${v}"`);
+    return n;
+  };
+}
+
+export function addEngineFlags(cmd: Command): Command {
+  return cmd
+    .option('--model <dir>', 'Hugging Face model directory (default: the bundled demo model)')
+    .addOption(new Option('--backend <kind>', 'compute backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
+    .option('--block-size <n>', 'KV page size in tokens', int('--block-size'), 16)
+    .option('--max-num-seqs <n>', 'most sequences running at once', int('--max-num-seqs'))
+    .option('--max-num-batched-tokens <n>', 'token budget per step', int('--max-num-batched-tokens'), 2048)
+    .option('--max-model-len <n>', 'context length served (default: the model\'s)', int('--max-model-len'))
+    .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
+    .addOption(new Option('--scheduling-policy <p>', 'request order').choices(['fcfs', 'priority']).default('fcfs'))
+    .addOption(new Option('--step-policy <p>', 'what a step admits').choices(['decode-first', 'prefill-first', 'decode-shape-stable']).default('decode-first'))
+    .option('--gpu-memory-utilization <f>', 'fraction of GPU memory to use', num('--gpu-memory-utilization'), 0.9)
+    .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int('--kv-cache-memory'))
+    .option('--enforce-eager', 'disable CUDA graphs', false)
+    .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
+    .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)
+    .option('--cpu-threads <n>', 'worker threads for CPU matmuls (0 = main thread only)', int('--cpu-threads'), 0);
+}
+
+export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOptions {
+  const o = engineOptions({
+    model: (f.model as string | undefined) ?? defaultModelDir(),
+    backend: f.backend as EngineOptions['backend'],
+    blockSize: f.blockSize as number,
+    maxNumBatchedTokens: f.maxNumBatchedTokens as number,
+    maxModelLen: (f.maxModelLen as number | undefined) ?? null,
+    enablePrefixCaching: f.enablePrefixCaching as boolean,
+    schedulingPolicy: f.schedulingPolicy as EngineOptions['schedulingPolicy'],
+    stepPolicy: f.stepPolicy as EngineOptions['stepPolicy'],
+    gpuMemoryUtilization: f.gpuMemoryUtilization as number,
+    kvCacheBytes: (f.kvCacheMemory as number | undefined) ?? null,
+    enforceEager: f.enforceEager as boolean,
+    seed: f.seed as number,
+    schedulerTrace: f.schedulerTrace as boolean,
+    cpuThreads: f.cpuThreads as number,
+  });
+  if (f.maxNumSeqs !== undefined) o.maxNumSeqs = f.maxNumSeqs as number;
+  return o;
+}
