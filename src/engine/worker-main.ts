@@ -1,0 +1,62 @@
+// Worker-thread entry: owns the EngineCore and runs its step loop. Between
+// steps it yields to the event loop so that new requests and aborts land.
+
+import { parentPort, workerData } from 'node:worker_threads';
+import { createEngineCore } from './engine-core.js';
+import type { FromWorker, ToWorker, WorkerInit } from './worker-protocol.js';
+
+const port = parentPort!;
+const { options } = workerData as WorkerInit;
+const send = (m: FromWorker): void => port.postMessage(m);
+
+try {
+  const core = await createEngineCore(options);
+  let stopping = false;
+  let looping = false;
+
+  const loop = (): void => {
+    if (stopping) return;
+    if (!core.hasWork()) {
+      looping = false;
+      return;
+    }
+    try {
+      const outputs = core.step();
+      if (outputs.length > 0) send({ type: 'outputs', outputs, stats: core.stats() });
+    } catch (e) {
+      send({ type: 'failed', message: `engine step failed: ${(e as Error).stack ?? e}` });
+      stopping = true;
+      return;
+    }
+    setImmediate(loop);
+  };
+  const kick = (): void => {
+    if (!looping && !stopping) {
+      looping = true;
+      setImmediate(loop);
+    }
+  };
+
+  port.on('message', (m: ToWorker) => {
+    switch (m.type) {
+      case 'add':
+        core.addRequest(m.req);
+        kick();
+        break;
+      case 'abort': {
+        const outputs = core.abortRequest(m.requestId);
+        if (outputs.length > 0) send({ type: 'outputs', outputs, stats: core.stats() });
+        break;
+      }
+      case 'shutdown':
+        stopping = true;
+        send({ type: 'closed', traceSummary: core.traceSummary() });
+        core.dispose();
+        port.close();
+        break;
+    }
+  });
+  send({ type: 'ready', info: core.info, stats: core.stats() });
+} catch (e) {
+  send({ type: 'failed', message: (e as Error).message });
+}

@@ -1,0 +1,29 @@
+// Messages across the worker-thread boundary (structured-clonable plain data).
+
+import type { EngineOptions } from './options.js';
+import type { EngineOutput, EngineRequest, EngineStats } from './types.js';
+
+export interface EngineInfo {
+  backend: 'cpu' | 'cuda';
+  device: string;
+  numBlocks: number;
+  blockSize: number;
+  maxModelLen: number;
+  vocabSize: number;
+  loadMs: number;
+}
+
+export type ToWorker =
+  | { type: 'add'; req: EngineRequest }
+  | { type: 'abort'; requestId: string }
+  | { type: 'shutdown' };
+
+export type FromWorker =
+  | { type: 'ready'; info: EngineInfo; stats: EngineStats }
+  | { type: 'outputs'; outputs: EngineOutput[]; stats: EngineStats }
+  | { type: 'failed'; message: string }
+  | { type: 'closed'; traceSummary: string | null };
+
+export interface WorkerInit {
+  options: EngineOptions;
+}
