@@ -1,0 +1,167 @@
+import { readFileSync } from 'node:fs';
+import { ModelLoadError, describeError } from './errors.js';
+import type { Architecture, DType, Llama3RopeScaling, ModelConfig } from './types.js';
+
+const ARCHITECTURES: Record<string, Architecture> = {
+  Qwen3ForCausalLM: 'qwen3',
+  LlamaForCausalLM: 'llama',
+};
+
+const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', llama: 'llama' };
+
+const DTYPES: Record<string, DType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
+
+type Json = Record<string, unknown>;
+
+class FieldReader {
+  constructor(
+    private readonly json: Json,
+    private readonly file: string,
+    private readonly prefix = '',
+  ) {}
+
+  fail(field: string, problem: string): never {
+    throw new ModelLoadError(this.file, `field "${this.prefix}${field}" ${problem}`);
+  }
+
+  has(field: string): boolean {
+    return this.json[field] !== undefined && this.json[field] !== null;
+  }
+
+  positiveInt(field: string, fallback?: number): number {
+    const v = this.json[field];
+    if (v === undefined || v === null) {
+      if (fallback !== undefined) return fallback;
+      this.fail(field, 'is missing');
+    }
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) this.fail(field, `must be a positive integer, got ${JSON.stringify(v)}`);
+    return v;
+  }
+
+  positiveNumber(field: string, fallback?: number): number {
+    const v = this.json[field];
+    if (v === undefined || v === null) {
+      if (fallback !== undefined) return fallback;
+      this.fail(field, 'is missing');
+    }
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) this.fail(field, `must be a positive number, got ${JSON.stringify(v)}`);
+    return v;
+  }
+
+  boolean(field: string, fallback: boolean): boolean {
+    const v = this.json[field];
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== 'boolean') this.fail(field, `must be true or false, got ${JSON.stringify(v)}`);
+    return v;
+  }
+}
+
+function parseArchitecture(json: Json, r: FieldReader): Architecture {
+  const archs = json.architectures;
+  if (archs !== undefined) {
+    if (!Array.isArray(archs) || archs.length === 0 || typeof archs[0] !== 'string') {
+      r.fail('architectures', `must be a list of class names, got ${JSON.stringify(archs)}`);
+    }
+    const arch = ARCHITECTURES[archs[0]];
+    if (arch === undefined) {
+      r.fail('architectures', `names ${archs[0]}, which is not supported (supported: ${Object.keys(ARCHITECTURES).join(', ')})`);
+    }
+    return arch;
+  }
+  const modelType = json.model_type;
+  if (typeof modelType !== 'string') r.fail('architectures', 'is missing (and so is model_type)');
+  const arch = MODEL_TYPES[modelType];
+  if (arch === undefined) r.fail('model_type', `is ${modelType}, which is not supported (supported: ${Object.keys(MODEL_TYPES).join(', ')})`);
+  return arch;
+}
+
+function parseRopeScaling(raw: unknown, file: string): Llama3RopeScaling | null {
+  if (raw === undefined || raw === null) return null;
+  if (typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ModelLoadError(file, `field "rope_scaling" must be an object or null, got ${JSON.stringify(raw)}`);
+  }
+  const json = raw as Json;
+  const ropeType = json.rope_type ?? json.type;
+  if (ropeType === 'default') return null;
+  if (ropeType !== 'llama3') {
+    throw new ModelLoadError(file, `field "rope_scaling.rope_type" is ${JSON.stringify(ropeType)}, which is not supported (supported: llama3, default)`);
+  }
+  const r = new FieldReader(json, file, 'rope_scaling.');
+  const scaling: Llama3RopeScaling = {
+    type: 'llama3',
+    factor: r.positiveNumber('factor'),
+    lowFreqFactor: r.positiveNumber('low_freq_factor'),
+    highFreqFactor: r.positiveNumber('high_freq_factor'),
+    originalMaxPositionEmbeddings: r.positiveInt('original_max_position_embeddings'),
+  };
+  if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
+    r.fail('high_freq_factor', `(${scaling.highFreqFactor}) must be larger than low_freq_factor (${scaling.lowFreqFactor})`);
+  }
+  return scaling;
+}
+
+function parseDType(json: Json, r: FieldReader): DType {
+  const raw = json.torch_dtype ?? json.dtype;
+  if (raw === undefined || raw === null) return 'bf16';
+  const dtype = typeof raw === 'string' ? DTYPES[raw] : undefined;
+  if (dtype === undefined) {
+    r.fail(json.torch_dtype !== undefined ? 'torch_dtype' : 'dtype', `is ${JSON.stringify(raw)}, which is not supported (bfloat16, float16, float32)`);
+  }
+  return dtype;
+}
+
+/** config.json -> ModelConfig; file is only used in error messages. */
+export function parseModelConfig(json: unknown, file: string): ModelConfig {
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    throw new ModelLoadError(file, 'is not a JSON object');
+  }
+  const obj = json as Json;
+  const r = new FieldReader(obj, file);
+  const architecture = parseArchitecture(obj, r);
+  const hiddenSize = r.positiveInt('hidden_size');
+  const numHeads = r.positiveInt('num_attention_heads');
+  const numKvHeads = r.positiveInt('num_key_value_heads', numHeads);
+  if (numHeads % numKvHeads !== 0) {
+    r.fail('num_key_value_heads', `(${numKvHeads}) must divide num_attention_heads (${numHeads})`);
+  }
+  let headDim: number;
+  if (r.has('head_dim')) {
+    headDim = r.positiveInt('head_dim');
+  } else {
+    if (hiddenSize % numHeads !== 0) r.fail('head_dim', `is missing and hidden_size (${hiddenSize}) is not a multiple of num_attention_heads (${numHeads})`);
+    headDim = hiddenSize / numHeads;
+  }
+  if (headDim % 2 !== 0) r.fail('head_dim', `(${headDim}) must be even for RoPE`);
+  for (const field of ['attention_bias', 'mlp_bias']) {
+    if (r.boolean(field, false)) r.fail(field, 'is true; biases are not supported');
+  }
+  const act = obj.hidden_act;
+  if (act !== undefined && act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only silu is supported`);
+  return {
+    architecture,
+    vocabSize: r.positiveInt('vocab_size'),
+    hiddenSize,
+    intermediateSize: r.positiveInt('intermediate_size'),
+    numLayers: r.positiveInt('num_hidden_layers'),
+    numHeads,
+    numKvHeads,
+    headDim,
+    maxPositionEmbeddings: r.positiveInt('max_position_embeddings'),
+    rmsNormEps: r.positiveNumber('rms_norm_eps', 1e-6),
+    ropeTheta: r.positiveNumber('rope_theta', 10000),
+    ropeScaling: parseRopeScaling(obj.rope_scaling, file),
+    tieWordEmbeddings: r.boolean('tie_word_embeddings', false),
+    qkNorm: architecture === 'qwen3',
+    dtype: parseDType(obj, r),
+  };
+}
+
+export function loadModelConfig(file: string): ModelConfig {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ModelLoadError(file, `cannot read: ${describeError(err)}`, { cause: err });
+  }
+  return parseModelConfig(json, file);
+}

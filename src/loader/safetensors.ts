@@ -1,0 +1,200 @@
+import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { BYTES_PER_ELEMENT, dtypeFromSafetensors } from './dtype.js';
+import { ModelLoadError, describeError } from './errors.js';
+import type { DType, HostTensor, WeightSource } from './types.js';
+
+/*
+ * safetensors file:
+ *   [u64 LE headerBytes][header JSON, headerBytes long][data ...]
+ *   header: { name: { dtype, shape, data_offsets: [begin, end) relative to data start }, __metadata__? }
+ */
+
+export interface TensorEntry {
+  name: string;
+  dtype: DType;
+  shape: number[];
+  file: string;
+  /** Absolute byte range in the file. */
+  begin: number;
+  end: number;
+}
+
+const MAX_HEADER_BYTES = 100 * 1024 * 1024;
+const MAX_READ_BYTES = 1 << 30;
+
+function readExactly(fd: number, target: Uint8Array, position: number, file: string): void {
+  let numRead = 0;
+  while (numRead < target.byteLength) {
+    const want = Math.min(target.byteLength - numRead, MAX_READ_BYTES);
+    const got = readSync(fd, target, numRead, want, position + numRead);
+    if (got === 0) {
+      throw new ModelLoadError(file, `unexpected end of file at byte ${position + numRead}: the file is truncated`);
+    }
+    numRead += got;
+  }
+}
+
+function isNonNegativeInt(x: unknown): x is number {
+  return typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
+}
+
+/** Parses one safetensors file's header and checks every entry against the file's size. */
+export function readSafetensorsHeader(file: string): TensorEntry[] {
+  if (!existsSync(file)) throw new ModelLoadError(file, 'file not found');
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (err) {
+    throw new ModelLoadError(file, `cannot open: ${describeError(err)}`, { cause: err });
+  }
+  try {
+    const fileBytes = fstatSync(fd).size;
+    if (fileBytes < 8) throw new ModelLoadError(file, `file is ${fileBytes} bytes, too short for the 8-byte header length`);
+    const lengthBytes = new Uint8Array(8);
+    readExactly(fd, lengthBytes, 0, file);
+    const headerBytesBig = new DataView(lengthBytes.buffer).getBigUint64(0, true);
+    if (headerBytesBig > BigInt(Math.min(MAX_HEADER_BYTES, fileBytes - 8))) {
+      throw new ModelLoadError(
+        file,
+        `header length ${headerBytesBig} is larger than the file (${fileBytes} bytes) allows: not a safetensors file, or truncated`,
+      );
+    }
+    const headerBytes = Number(headerBytesBig);
+    const headerRaw = new Uint8Array(headerBytes);
+    readExactly(fd, headerRaw, 8, file);
+    let header: unknown;
+    try {
+      header = JSON.parse(new TextDecoder().decode(headerRaw));
+    } catch (err) {
+      throw new ModelLoadError(file, `header is not valid JSON: ${describeError(err)}`, { cause: err });
+    }
+    if (typeof header !== 'object' || header === null || Array.isArray(header)) {
+      throw new ModelLoadError(file, 'header is not a JSON object');
+    }
+    const dataStart = 8 + headerBytes;
+    const entries: TensorEntry[] = [];
+    for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
+      if (name === '__metadata__') continue;
+      entries.push(parseEntry(file, name, raw, dataStart, fileBytes));
+    }
+    return entries;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function parseEntry(file: string, name: string, raw: unknown, dataStart: number, fileBytes: number): TensorEntry {
+  const where = `tensor "${name}"`;
+  if (typeof raw !== 'object' || raw === null) throw new ModelLoadError(file, `${where}: header entry is not an object`);
+  const { dtype: dtypeRaw, shape, data_offsets: offsets } = raw as Record<string, unknown>;
+  if (typeof dtypeRaw !== 'string') throw new ModelLoadError(file, `${where}: missing dtype`);
+  const dtype = dtypeFromSafetensors(dtypeRaw);
+  if (dtype === null) {
+    throw new ModelLoadError(file, `${where} has dtype ${dtypeRaw}, which is not supported (BF16, F16, F32)`);
+  }
+  if (!Array.isArray(shape) || !shape.every(isNonNegativeInt)) {
+    throw new ModelLoadError(file, `${where}: shape ${JSON.stringify(shape)} is not a list of non-negative integers`);
+  }
+  if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isNonNegativeInt) || offsets[0] > offsets[1]) {
+    throw new ModelLoadError(file, `${where}: data_offsets ${JSON.stringify(offsets)} is not [begin, end] with begin <= end`);
+  }
+  const [begin, end] = offsets as [number, number];
+  const numElements = (shape as number[]).reduce((a, b) => a * b, 1);
+  const expectedBytes = numElements * BYTES_PER_ELEMENT[dtype];
+  if (end - begin !== expectedBytes) {
+    throw new ModelLoadError(
+      file,
+      `${where} data [${begin}, ${end}) is ${end - begin} bytes, but shape [${shape.join(', ')}] of ${dtypeRaw} needs ${expectedBytes}`,
+    );
+  }
+  if (dataStart + end > fileBytes) {
+    throw new ModelLoadError(
+      file,
+      `${where} data [${begin}, ${end}) lies beyond the end of the file (${fileBytes} bytes): the file is truncated`,
+    );
+  }
+  return { name, dtype, shape: shape as number[], file, begin: dataStart + begin, end: dataStart + end };
+}
+
+/** Tensors of one safetensors file or of a sharded checkpoint, read on demand with positioned reads. */
+export class SafetensorsWeights implements WeightSource {
+  private readonly entries: Map<string, TensorEntry>;
+
+  constructor(entries: Iterable<TensorEntry>) {
+    this.entries = new Map();
+    for (const e of entries) this.entries.set(e.name, e);
+  }
+
+  names(): string[] {
+    return [...this.entries.keys()];
+  }
+
+  has(name: string): boolean {
+    return this.entries.has(name);
+  }
+
+  entry(name: string): TensorEntry {
+    const e = this.entries.get(name);
+    if (e === undefined) {
+      const files = [...new Set([...this.entries.values()].map((x) => basename(x.file)))].join(', ');
+      throw new ModelLoadError(files || 'weights', `tensor "${name}" not found`);
+    }
+    return e;
+  }
+
+  info(name: string): { dtype: DType; shape: number[]; file: string } {
+    const e = this.entry(name);
+    return { dtype: e.dtype, shape: [...e.shape], file: e.file };
+  }
+
+  read(name: string): HostTensor {
+    const e = this.entry(name);
+    const data = new Uint8Array(e.end - e.begin);
+    let fd: number;
+    try {
+      fd = openSync(e.file, 'r');
+    } catch (err) {
+      throw new ModelLoadError(e.file, `cannot open: ${describeError(err)}`, { cause: err });
+    }
+    try {
+      readExactly(fd, data, e.begin, e.file);
+    } finally {
+      closeSync(fd);
+    }
+    return { name, dtype: e.dtype, shape: [...e.shape], data };
+  }
+}
+
+export function openSafetensors(file: string): SafetensorsWeights {
+  return new SafetensorsWeights(readSafetensorsHeader(file));
+}
+
+/** model.safetensors.index.json: { metadata?, weight_map: { tensor: shard file } }. */
+export function openShardedSafetensors(indexFile: string): SafetensorsWeights {
+  let index: unknown;
+  try {
+    index = JSON.parse(readFileSync(indexFile, 'utf8'));
+  } catch (err) {
+    throw new ModelLoadError(indexFile, `cannot read the index: ${describeError(err)}`, { cause: err });
+  }
+  const weightMap = (index as { weight_map?: unknown } | null)?.weight_map;
+  if (typeof weightMap !== 'object' || weightMap === null || Array.isArray(weightMap)) {
+    throw new ModelLoadError(indexFile, 'weight_map is missing or not an object');
+  }
+  const dir = dirname(indexFile);
+  const shardFiles = new Map<string, Map<string, TensorEntry>>();
+  for (const shard of new Set(Object.values(weightMap as Record<string, unknown>))) {
+    if (typeof shard !== 'string') throw new ModelLoadError(indexFile, `weight_map value ${JSON.stringify(shard)} is not a file name`);
+    const path = join(dir, shard);
+    if (!existsSync(path)) throw new ModelLoadError(indexFile, `weight_map references shard "${shard}", which does not exist`);
+    shardFiles.set(shard, new Map(readSafetensorsHeader(path).map((e) => [e.name, e])));
+  }
+  const entries: TensorEntry[] = [];
+  for (const [name, shard] of Object.entries(weightMap as Record<string, string>)) {
+    const e = shardFiles.get(shard)!.get(name);
+    if (e === undefined) throw new ModelLoadError(join(dir, shard), `tensor "${name}" listed in the index is not in this shard`);
+    entries.push(e);
+  }
+  return new SafetensorsWeights(entries);
+}
