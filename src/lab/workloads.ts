@@ -1,0 +1,261 @@
+// Fixed serving workloads (WORKLOADS.md W3, W5) and custom ones. A workload is
+// plain data: levels of requests; nonces are applied when a request is sent, so
+// every round and every target gets fresh ones.
+
+import { readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+
+export type PromptFormat = 'text' | 'ids';
+/** per-request: a fresh nonce on every request; per-level: one nonce shared by a level's run (keeps a shared prefix shared). */
+export type NonceMode = 'per-request' | 'per-level' | 'none';
+
+export interface RequestSpec {
+  prompt: string | number[];
+  maxTokens: number;
+  /** Exact for id prompts; about one token a word for text prompts. */
+  approxPromptTokens: number;
+}
+
+export interface LevelSpec {
+  name: string;
+  /** Most requests in flight at once; null: unbounded (rate-driven). */
+  concurrency: number | null;
+  /** Poisson arrivals at this mean rate; null: send as soon as a slot is free. */
+  requestRatePerS: number | null;
+  nonce: NonceMode;
+  ignoreEos: boolean;
+  requests: RequestSpec[];
+}
+
+export interface Workload {
+  name: string;
+  description: string;
+  promptFormat: PromptFormat;
+  levels: LevelSpec[];
+}
+
+export type Length = number | { min: number; max: number };
+
+/** mulberry32: small, seeded, good enough to pick words and lengths. */
+export function seededRng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const WORDS = (
+  'the of and to in is was for on are with as be at by this had not but from or have an they which one you were her all ' +
+  'she there would their we him been has when who will more no if out so said what up its about into than them can only ' +
+  'other new some could time these two may then do first any my now such like our over man me even most made after also ' +
+  'did many before must through back years where much your way well down should because each just those people how too ' +
+  'little state good very make world still own see men work long get here between both life being under never day same ' +
+  'another know while last might us great old year off come since against go came right used take three house water ' +
+  'small found thought went say part once general high upon school every between place around large again name city'
+).split(' ');
+
+export interface PromptMaker {
+  format: PromptFormat;
+  vocabSize: number;
+  rng: () => number;
+}
+
+function pickLength(len: Length, rng: () => number): number {
+  if (typeof len === 'number') return len;
+  return len.min + Math.floor(rng() * (len.max - len.min + 1));
+}
+
+/** A prompt of about `numTokens` tokens: words for text, ids in [100, vocabSize - 300) for ids. */
+export function makePrompt(maker: PromptMaker, numTokens: number): string | number[] {
+  if (maker.format === 'ids') {
+    const span = Math.max(1, maker.vocabSize - 400);
+    return Array.from({ length: numTokens }, () => 100 + Math.floor(maker.rng() * span));
+  }
+  const words: string[] = [];
+  for (let i = 0; i < numTokens; i++) words.push(WORDS[Math.floor(maker.rng() * WORDS.length)]!);
+  return words.join(' ');
+}
+
+export function concatPrompts(a: string | number[], b: string | number[]): string | number[] {
+  if (typeof a === 'string' && typeof b === 'string') return `${a} ${b}`;
+  if (Array.isArray(a) && Array.isArray(b)) return [...a, ...b];
+  throw new TypeError('cannot join a text prompt with an id prompt');
+}
+
+export interface Nonce {
+  text: string;
+  ids: number[];
+}
+
+export function freshNonce(vocabSize: number): Nonce {
+  const bytes = randomBytes(8);
+  const span = Math.max(1, vocabSize - 400);
+  return { text: bytes.toString('hex'), ids: Array.from({ length: 4 }, (_, i) => 100 + (bytes.readUInt16LE(i * 2) % span)) };
+}
+
+/** Puts the nonce at the very start, so no prefix of the prompt is shared with an earlier request. */
+export function applyNonce(prompt: string | number[], nonce: Nonce): string | number[] {
+  if (typeof prompt === 'string') return `${nonce.text} ${prompt}`;
+  return [...nonce.ids, ...prompt.slice(nonce.ids.length)];
+}
+
+export interface W3Options {
+  concurrencies?: number[];
+  promptTokens?: number;
+  outputTokens?: number;
+  requestsPerConcurrency?: number;
+  minRequests?: number;
+  nonce?: boolean;
+  promptFormat?: PromptFormat;
+  vocabSize?: number;
+  seed?: number;
+}
+
+export function buildW3(opts: W3Options = {}): Workload {
+  const concurrencies = opts.concurrencies ?? [1, 8, 32, 128, 256];
+  const promptTokens = opts.promptTokens ?? 1024;
+  const outputTokens = opts.outputTokens ?? 128;
+  const maker: PromptMaker = { format: opts.promptFormat ?? 'text', vocabSize: opts.vocabSize ?? 32000, rng: seededRng(opts.seed ?? 3) };
+  const levels = concurrencies.map((c): LevelSpec => {
+    const numRequests = Math.max(opts.minRequests ?? 16, (opts.requestsPerConcurrency ?? 4) * c);
+    return {
+      name: `c${c}`,
+      concurrency: c,
+      requestRatePerS: null,
+      nonce: opts.nonce === false ? 'none' : 'per-request',
+      ignoreEos: true,
+      requests: Array.from({ length: numRequests }, () => ({
+        prompt: makePrompt(maker, promptTokens),
+        maxTokens: outputTokens,
+        approxPromptTokens: promptTokens,
+      })),
+    };
+  });
+  return {
+    name: 'W3',
+    description: `serving sweep: prompt ${promptTokens}, output ${outputTokens}, concurrency ${concurrencies.join('/')}`,
+    promptFormat: maker.format,
+    levels,
+  };
+}
+
+export interface W5Options {
+  numRequests?: number;
+  systemPromptTokens?: number;
+  suffixTokens?: number;
+  outputTokens?: number;
+  concurrency?: number;
+  nonce?: boolean;
+  promptFormat?: PromptFormat;
+  vocabSize?: number;
+  seed?: number;
+}
+
+export function buildW5(opts: W5Options = {}): Workload {
+  const numRequests = opts.numRequests ?? 64;
+  const systemPromptTokens = opts.systemPromptTokens ?? 2000;
+  const suffixTokens = opts.suffixTokens ?? 100;
+  const outputTokens = opts.outputTokens ?? 64;
+  const concurrency = opts.concurrency ?? 16;
+  const maker: PromptMaker = { format: opts.promptFormat ?? 'text', vocabSize: opts.vocabSize ?? 32000, rng: seededRng(opts.seed ?? 5) };
+  const system = makePrompt(maker, systemPromptTokens);
+  const requests = Array.from({ length: numRequests }, () => ({
+    prompt: concatPrompts(system, makePrompt(maker, suffixTokens)),
+    maxTokens: outputTokens,
+    approxPromptTokens: systemPromptTokens + suffixTokens,
+  }));
+  return {
+    name: 'W5',
+    description: `shared prefix: ${numRequests} requests, system ${systemPromptTokens} + suffix ${suffixTokens}, output ${outputTokens}, concurrency ${concurrency}`,
+    promptFormat: maker.format,
+    levels: [{ name: `c${concurrency}`, concurrency, requestRatePerS: null, nonce: opts.nonce === false ? 'none' : 'per-level', ignoreEos: true, requests }],
+  };
+}
+
+export interface JsonlPrompt {
+  prompt: string | number[];
+  maxTokens?: number;
+}
+
+/** Reads `{"prompt": ..., "max_tokens": ...}` lines; blank lines are skipped. */
+export function parseJsonlPrompts(text: string, source = 'jsonl'): JsonlPrompt[] {
+  const out: JsonlPrompt[] = [];
+  text.split('\n').forEach((line, i) => {
+    if (line.trim() === '') return;
+    let obj: { prompt?: unknown; max_tokens?: unknown };
+    try {
+      obj = JSON.parse(line) as typeof obj;
+    } catch (e) {
+      throw new Error(`${source}:${i + 1}: not JSON (${(e as Error).message})`);
+    }
+    const p = obj.prompt;
+    if (typeof p !== 'string' && !(Array.isArray(p) && p.every((x) => Number.isInteger(x)))) {
+      throw new Error(`${source}:${i + 1}: "prompt" must be a string or a list of token ids`);
+    }
+    if (obj.max_tokens !== undefined && !(Number.isInteger(obj.max_tokens) && (obj.max_tokens as number) > 0)) {
+      throw new Error(`${source}:${i + 1}: "max_tokens" must be a positive integer`);
+    }
+    out.push({ prompt: p as string | number[], ...(obj.max_tokens === undefined ? {} : { maxTokens: obj.max_tokens as number }) });
+  });
+  return out;
+}
+
+export interface CustomWorkloadOptions {
+  name?: string;
+  numRequests: number;
+  promptTokens?: Length;
+  outputTokens: Length;
+  /** Prompts from a JSONL file instead of generated ones (cycled when fewer than numRequests). */
+  jsonlPath?: string;
+  concurrency?: number;
+  requestRatePerS?: number;
+  ignoreEos?: boolean;
+  nonce?: boolean;
+  promptFormat?: PromptFormat;
+  vocabSize?: number;
+  seed?: number;
+}
+
+export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
+  if (opts.concurrency === undefined && opts.requestRatePerS === undefined) {
+    throw new Error('a custom workload needs a concurrency, a request rate, or both');
+  }
+  const maker: PromptMaker = { format: opts.promptFormat ?? 'text', vocabSize: opts.vocabSize ?? 32000, rng: seededRng(opts.seed ?? 7) };
+  const fromFile = opts.jsonlPath ? parseJsonlPrompts(readFileSync(opts.jsonlPath, 'utf8'), opts.jsonlPath) : null;
+  if (fromFile && fromFile.length === 0) throw new Error(`${opts.jsonlPath}: no prompts`);
+  const requests = Array.from({ length: opts.numRequests }, (_, i): RequestSpec => {
+    const maxTokens = pickLength(opts.outputTokens, maker.rng);
+    if (fromFile) {
+      const p = fromFile[i % fromFile.length]!;
+      const approx = typeof p.prompt === 'string' ? p.prompt.split(/\s+/).length : p.prompt.length;
+      return { prompt: p.prompt, maxTokens: p.maxTokens ?? maxTokens, approxPromptTokens: approx };
+    }
+    const numTokens = pickLength(opts.promptTokens ?? 256, maker.rng);
+    return { prompt: makePrompt(maker, numTokens), maxTokens, approxPromptTokens: numTokens };
+  });
+  const levelName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}` : `c${opts.concurrency}`;
+  return {
+    name: opts.name ?? 'custom',
+    description: `custom: ${opts.numRequests} requests${opts.jsonlPath ? ` from ${opts.jsonlPath}` : ''}`,
+    promptFormat: fromFile && Array.isArray(fromFile[0]!.prompt) ? 'ids' : maker.format,
+    levels: [
+      {
+        name: levelName,
+        concurrency: opts.concurrency ?? null,
+        requestRatePerS: opts.requestRatePerS ?? null,
+        nonce: opts.nonce ? 'per-request' : 'none',
+        ignoreEos: opts.ignoreEos ?? true,
+        requests,
+      },
+    ],
+  };
+}
+
+/** Exponential inter-arrival gaps (ms) of a Poisson process at `ratePerS`. */
+export function poissonGapsMs(numRequests: number, ratePerS: number, rng: () => number): number[] {
+  return Array.from({ length: numRequests }, () => (-Math.log(1 - rng()) / ratePerS) * 1000);
+}
