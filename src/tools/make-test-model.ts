@@ -1,0 +1,164 @@
+// Writes random-weight Hugging Face model directories of the test and benchmark shapes.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Command, InvalidArgumentError } from 'commander';
+import { writeSafetensors, tensorBytes, type TensorSpec } from '../loader/safetensors-write.js';
+import type { DType } from '../loader/types.js';
+import { makeTestTokenizer } from './test-model/bpe.js';
+import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
+import { initFor, randomTensorChunks } from './test-model/weights.js';
+
+export { testModelShapes } from './test-model/shapes.js';
+
+export interface MakeTestModelOptions {
+  shape: string;
+  outDir: string;
+  dtype?: DType;
+  seed?: number;
+  /** 1 writes model.safetensors; more writes model-0000i-of-0000n.safetensors and an index. */
+  numShards?: number;
+  /** Standard deviation of linear and embedding weights (norms sit near 1). */
+  linearStd?: number;
+  onProgress?: (numBytesWritten: number, numBytesTotal: number) => void;
+}
+
+export interface TestModelInfo {
+  dir: string;
+  config: Record<string, unknown>;
+  numTensors: number;
+  numWeightBytes: number;
+  files: string[];
+}
+
+function splitIntoShards(specs: TensorSpec[], numShards: number): TensorSpec[][] {
+  const totalBytes = specs.reduce((a, s) => a + tensorBytes(s), 0);
+  const shards: TensorSpec[][] = [[]];
+  let numBytes = 0;
+  for (const spec of specs) {
+    const boundary = (totalBytes * shards.length) / numShards;
+    if (numBytes >= boundary && shards.length < numShards && shards.at(-1)!.length > 0) shards.push([]);
+    shards.at(-1)!.push(spec);
+    numBytes += tensorBytes(spec);
+  }
+  return shards;
+}
+
+function writeJson(file: string, value: unknown): void {
+  writeFileSync(file, JSON.stringify(value, null, 2) + '\n');
+}
+
+export async function makeTestModel(opts: MakeTestModelOptions): Promise<TestModelInfo> {
+  const dtype = opts.dtype ?? 'bf16';
+  const seed = opts.seed ?? 0;
+  const numShards = opts.numShards ?? 1;
+  const linearStd = opts.linearStd ?? 0.02;
+  if (!Number.isInteger(numShards) || numShards < 1) throw new Error(`numShards must be a positive integer, got ${numShards}`);
+  const dir = resolve(opts.outDir);
+  mkdirSync(dir, { recursive: true });
+
+  const tokenizer = makeTestTokenizer();
+  const ids = tokenizer.specialTokenIds;
+  const config: Record<string, unknown> = {
+    ...configForShape(opts.shape, dtype),
+    bos_token_id: ids['<|endoftext|>'],
+    eos_token_id: ids['<|im_end|>'],
+  };
+  if ((config.vocab_size as number) < tokenizer.numTokens) {
+    throw new Error(`shape ${opts.shape}: vocab_size ${config.vocab_size} is smaller than the test tokenizer (${tokenizer.numTokens})`);
+  }
+  writeJson(join(dir, 'config.json'), config);
+  writeJson(join(dir, 'tokenizer.json'), tokenizer.tokenizerJson);
+  writeJson(join(dir, 'tokenizer_config.json'), tokenizer.tokenizerConfig);
+  writeJson(join(dir, 'generation_config.json'), {
+    bos_token_id: ids['<|endoftext|>'],
+    eos_token_id: [ids['<|im_end|>'], ids['<|endoftext|>']],
+    pad_token_id: ids['<|endoftext|>'],
+    do_sample: true,
+    temperature: 0.6,
+    top_k: 20,
+    top_p: 0.95,
+  });
+
+  const specs = tensorSpecsForConfig(config, dtype);
+  const numWeightBytes = specs.reduce((a, s) => a + tensorBytes(s), 0);
+  const shards = splitIntoShards(specs, numShards);
+  const files =
+    numShards === 1
+      ? ['model.safetensors']
+      : shards.map((_, i) => `model-${String(i + 1).padStart(5, '0')}-of-${String(shards.length).padStart(5, '0')}.safetensors`);
+  let numBytesWritten = 0;
+  for (let i = 0; i < shards.length; i++) {
+    await writeSafetensors(join(dir, files[i]!), {
+      specs: shards[i]!,
+      chunks: function* (spec) {
+        for (const chunk of randomTensorChunks(spec, seed, initFor(spec.name, linearStd))) {
+          numBytesWritten += chunk.byteLength;
+          opts.onProgress?.(numBytesWritten, numWeightBytes);
+          yield chunk;
+        }
+      },
+    });
+  }
+  if (numShards > 1) {
+    const weightMap: Record<string, string> = {};
+    shards.forEach((shard, i) => shard.forEach((spec) => (weightMap[spec.name] = files[i]!)));
+    writeJson(join(dir, 'model.safetensors.index.json'), { metadata: { total_size: numWeightBytes }, weight_map: weightMap });
+  }
+  return { dir, config, numTensors: specs.length, numWeightBytes, files };
+}
+
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('expected a non-negative integer');
+  return n;
+}
+
+async function main(argv: string[]): Promise<void> {
+  const program = new Command('make-test-model')
+    .description('Write a random-weight Hugging Face model directory of a test or benchmark shape.')
+    .option('--shape <name>', 'shape name (--list shows them)', 'tiny-qwen3')
+    .option('--out <dir>', 'output directory')
+    .option('--dtype <dtype>', 'bf16 | f16 | f32', 'bf16')
+    .option('--seed <n>', 'random seed', positiveInt, 0)
+    .option('--shards <n>', 'number of safetensors shards', positiveInt, 1)
+    .option('--list', 'list the shapes and exit')
+    .parse(argv);
+  const o = program.opts<{ shape: string; out?: string; dtype: string; seed: number; shards: number; list?: boolean }>();
+  if (o.list) {
+    for (const name of Object.keys(testModelShapes())) console.log(name);
+    return;
+  }
+  const outDir = o.out;
+  if (outDir === undefined) throw new Error('--out <dir> is required');
+  if (!['bf16', 'f16', 'f32'].includes(o.dtype)) program.error(`--dtype must be bf16, f16 or f32, got ${o.dtype}`);
+  const startMs = Date.now();
+  let lastPercent = -1;
+  const info = await makeTestModel({
+    shape: o.shape,
+    outDir,
+    dtype: o.dtype as DType,
+    seed: o.seed,
+    numShards: o.shards,
+    onProgress: (done, total) => {
+      const percent = Math.floor((100 * done) / total);
+      if (percent >= lastPercent + 5 && process.stderr.isTTY) {
+        lastPercent = percent;
+        process.stderr.write(`\r${percent}% of ${(total / 2 ** 30).toFixed(2)} GiB`);
+      }
+    },
+  });
+  if (lastPercent >= 0) process.stderr.write('\n');
+  const seconds = (Date.now() - startMs) / 1000;
+  console.log(
+    `${info.dir}: ${o.shape}, ${info.numTensors} tensors, ${(info.numWeightBytes / 2 ** 20).toFixed(1)} MiB of ${o.dtype} weights in ` +
+      `${info.files.length} file(s), ${seconds.toFixed(1)} s`,
+  );
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  main(process.argv).catch((err: unknown) => {
+    console.error(err instanceof Error ? err.message : String(err));
+    process.exit(1);
+  });
+}

@@ -1,0 +1,135 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { DType } from '../../loader/types.js';
+import type { TensorSpec } from '../../loader/safetensors-write.js';
+
+export type HfConfig = Record<string, unknown>;
+
+const TINY_SHAPES: Record<string, HfConfig> = {
+  'tiny-qwen3': {
+    architectures: ['Qwen3ForCausalLM'],
+    model_type: 'qwen3',
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 16,
+    vocab_size: 512,
+    max_position_embeddings: 4096,
+    rope_theta: 1000000,
+    rms_norm_eps: 1e-6,
+    tie_word_embeddings: true,
+    hidden_act: 'silu',
+    attention_bias: false,
+  },
+  // head_dim derived (64 / 4 = 16); with original_max_position_embeddings 64 the
+  // llama3 rule keeps the fastest RoPE frequency, smooths two and divides the rest by 8.
+  'tiny-llama': {
+    architectures: ['LlamaForCausalLM'],
+    model_type: 'llama',
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    vocab_size: 512,
+    max_position_embeddings: 512,
+    rope_theta: 10000,
+    rope_scaling: { rope_type: 'llama3', factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 64 },
+    rms_norm_eps: 1e-5,
+    tie_word_embeddings: false,
+    hidden_act: 'silu',
+    attention_bias: false,
+    mlp_bias: false,
+  },
+};
+
+function findBenchShapesFile(): string | null {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const candidate = join(dir, 'bench', 'shapes.json');
+    if (existsSync(join(dir, 'package.json')) && existsSync(candidate)) return candidate;
+    const up = dirname(dir);
+    if (up === dir) return null;
+    dir = up;
+  }
+}
+
+/** Tiny shapes built in, plus every public shape in bench/shapes.json. */
+export function testModelShapes(): Record<string, HfConfig> {
+  const shapes: Record<string, HfConfig> = { ...TINY_SHAPES };
+  const file = findBenchShapesFile();
+  if (file !== null) {
+    for (const [name, config] of Object.entries(JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>)) {
+      if (!name.startsWith('_')) shapes[name] = config as HfConfig;
+    }
+  }
+  return shapes;
+}
+
+const TORCH_DTYPE: Record<DType, string> = { bf16: 'bfloat16', f16: 'float16', f32: 'float32' };
+
+export function configForShape(shape: string, dtype: DType): HfConfig {
+  const base = testModelShapes()[shape];
+  if (base === undefined) {
+    throw new Error(`unknown shape "${shape}" (known: ${Object.keys(testModelShapes()).join(', ')})`);
+  }
+  return { ...base, torch_dtype: TORCH_DTYPE[dtype] };
+}
+
+function num(config: HfConfig, field: string): number {
+  const v = config[field];
+  if (typeof v !== 'number') throw new Error(`shape config lacks numeric "${field}"`);
+  return v;
+}
+
+function isMoeLayer(config: HfConfig, layer: number): boolean {
+  if (config.num_experts === undefined) return false;
+  const mlpOnly = (config.mlp_only_layers ?? []) as number[];
+  const step = (config.decoder_sparse_step ?? 1) as number;
+  return !mlpOnly.includes(layer) && (layer + 1) % step === 0;
+}
+
+/** Every tensor of a checkpoint of this config, with Hugging Face names, in HF's order. */
+export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec[] {
+  const hidden = num(config, 'hidden_size');
+  const numHeads = num(config, 'num_attention_heads');
+  const numKvHeads = (config.num_key_value_heads ?? numHeads) as number;
+  const headDim = (config.head_dim ?? hidden / numHeads) as number;
+  const vocab = num(config, 'vocab_size');
+  const qkNorm = config.model_type === 'qwen3' || config.model_type === 'qwen3_moe';
+  const specs: TensorSpec[] = [];
+  const add = (name: string, shape: number[]): void => void specs.push({ name, dtype, shape });
+  add('model.embed_tokens.weight', [vocab, hidden]);
+  for (let l = 0; l < num(config, 'num_hidden_layers'); l++) {
+    const p = `model.layers.${l}`;
+    add(`${p}.input_layernorm.weight`, [hidden]);
+    if (isMoeLayer(config, l)) {
+      const numExperts = num(config, 'num_experts');
+      const inter = num(config, 'moe_intermediate_size');
+      add(`${p}.mlp.gate.weight`, [numExperts, hidden]);
+      for (let e = 0; e < numExperts; e++) {
+        add(`${p}.mlp.experts.${e}.down_proj.weight`, [hidden, inter]);
+        add(`${p}.mlp.experts.${e}.gate_proj.weight`, [inter, hidden]);
+        add(`${p}.mlp.experts.${e}.up_proj.weight`, [inter, hidden]);
+      }
+    } else {
+      const inter = num(config, 'intermediate_size');
+      add(`${p}.mlp.down_proj.weight`, [hidden, inter]);
+      add(`${p}.mlp.gate_proj.weight`, [inter, hidden]);
+      add(`${p}.mlp.up_proj.weight`, [inter, hidden]);
+    }
+    add(`${p}.post_attention_layernorm.weight`, [hidden]);
+    add(`${p}.self_attn.k_proj.weight`, [numKvHeads * headDim, hidden]);
+    if (qkNorm) add(`${p}.self_attn.k_norm.weight`, [headDim]);
+    add(`${p}.self_attn.o_proj.weight`, [hidden, numHeads * headDim]);
+    add(`${p}.self_attn.q_proj.weight`, [numHeads * headDim, hidden]);
+    if (qkNorm) add(`${p}.self_attn.q_norm.weight`, [headDim]);
+    add(`${p}.self_attn.v_proj.weight`, [numKvHeads * headDim, hidden]);
+  }
+  add('model.norm.weight', [hidden]);
+  if (config.tie_word_embeddings !== true) add('lm_head.weight', [vocab, hidden]);
+  return specs;
+}
