@@ -1,0 +1,347 @@
+// Continuous batching under one token budget per step. Each request has
+// numComputedTokens and numTokens; a step gives it
+// min(numTokens - numComputedTokens, budget left), running requests first,
+// then waiting ones. Chunked prefill falls out of the budget; preemption is by
+// recompute (pages freed, numComputedTokens back to 0, requeued at the front).
+
+import type { KVCacheManager } from '../kv/kv-cache-manager.js';
+import type { FinishedStatus, Request } from './request.js';
+import { AdmissionTrace, formatTraceSummary, type TraceSummary } from './trace.js';
+
+export type SchedulingPolicy = 'fcfs' | 'priority';
+export type StepPolicy = 'decode-first' | 'prefill-first' | 'decode-shape-stable';
+
+export interface SchedulerOptions {
+  maxNumBatchedTokens: number;
+  maxNumSeqs: number;
+  blockSize: number;
+  policy?: SchedulingPolicy;
+  /**
+   * decode-first: running rows (decodes) take the budget first.
+   * prefill-first: while >= minWaitingPrompts prompts await their first token,
+   *   up to maxDeferredRowsPerStep decode rows (latest streams first) sit out.
+   * decode-shape-stable: a step with decode rows has no prompt tokens; prompt
+   *   steps and decode steps alternate while both kinds of work are pending.
+   */
+  stepPolicy?: StepPolicy;
+  /** Caps the tokens one prompt gets per step; 0 = off. */
+  longPrefillTokenThreshold?: number;
+  enableChunkedPrefill?: boolean;
+  minWaitingPrompts?: number;
+  maxDeferredRowsPerStep?: number;
+  trace?: boolean;
+}
+
+export interface ScheduledRequest {
+  requestId: string;
+  /** Tokens fed this step: a prompt chunk, a recompute chunk, or the last sampled token. */
+  tokenIds: number[];
+  numScheduledTokens: number;
+  /** = position of tokenIds[0]. */
+  numComputedTokensBefore: number;
+  startPosition: number;
+  positions: number[];
+  /** slot = blockId * blockSize + offset, one per token. */
+  slotMapping: number[];
+  blockTable: number[];
+  newBlockIds: number[];
+  /** KV length after this step. */
+  seqLen: number;
+  /** Logits of the last token are sampled: the step reaches the end of the sequence. */
+  sample: boolean;
+  /** Feeds prompt (or recompute) tokens without reaching the end: nothing is sampled. */
+  isPrefillChunk: boolean;
+  isDecode: boolean;
+  /** First step since admission (new, or resumed after preemption). */
+  isNewlyAdmitted: boolean;
+  numCachedTokens: number;
+}
+
+export interface SchedulerOutput {
+  stepIndex: number;
+  scheduledRequests: ScheduledRequest[];
+  numScheduledTokensTotal: number;
+  preemptedRequestIds: string[];
+  /** Finished or aborted since the previous step. */
+  finishedRequestIds: string[];
+}
+
+export interface NewTokens {
+  requestId: string;
+  newTokenIds: number[];
+}
+
+interface Row {
+  numNew: number;
+  numComputedBefore: number;
+  newBlockIds: number[];
+  isNewlyAdmitted: boolean;
+}
+
+interface StepState {
+  budget: number;
+  rows: Map<Request, Row>;
+  preempted: string[];
+  numStarted: number;
+}
+
+type Accept = (req: Request) => boolean;
+
+export class Scheduler {
+  readonly waiting: Request[] = [];
+  readonly running: Request[] = [];
+  private readonly requests = new Map<string, Request>();
+  private finishedSinceLastStep: string[] = [];
+  private pending: SchedulerOutput | null = null;
+  private lastStepHadDecode = false;
+  private readonly trace: AdmissionTrace | null;
+  private readonly o: Required<SchedulerOptions>;
+  numPreemptions = 0;
+  numSteps = 0;
+
+  constructor(options: SchedulerOptions, readonly kv: KVCacheManager) {
+    this.o = {
+      policy: 'fcfs', stepPolicy: 'decode-first', longPrefillTokenThreshold: 0,
+      enableChunkedPrefill: true, minWaitingPrompts: 1, maxDeferredRowsPerStep: Number.MAX_SAFE_INTEGER,
+      trace: false, ...options,
+    };
+    if (options.blockSize !== kv.blockSize) {
+      throw new Error(`scheduler blockSize ${options.blockSize} != kv blockSize ${kv.blockSize}`);
+    }
+    if (this.o.maxNumBatchedTokens < 1 || this.o.maxNumSeqs < 1) throw new Error('empty token budget or seq cap');
+    this.trace = this.o.trace ? new AdmissionTrace() : null;
+  }
+
+  get numRunning(): number { return this.running.length; }
+  get numWaiting(): number { return this.waiting.length; }
+  hasUnfinishedRequests(): boolean { return this.requests.size > 0; }
+  getRequest(requestId: string): Request | undefined { return this.requests.get(requestId); }
+
+  addRequest(req: Request): void {
+    if (this.requests.has(req.requestId)) throw new Error(`duplicate request id ${req.requestId}`);
+    const numBlocksAtMost = Math.ceil((req.numPromptTokens + req.maxTokens) / this.o.blockSize);
+    if (numBlocksAtMost > this.kv.pool.numUsableBlocks) {
+      throw new Error(`request ${req.requestId} may need ${numBlocksAtMost} KV pages; the cache has ${this.kv.pool.numUsableBlocks}`);
+    }
+    if (!this.o.enableChunkedPrefill && req.numPromptTokens > this.o.maxNumBatchedTokens) {
+      throw new Error(`request ${req.requestId}: prompt of ${req.numPromptTokens} tokens exceeds ` +
+        `maxNumBatchedTokens ${this.o.maxNumBatchedTokens} with chunked prefill off`);
+    }
+    req.status = 'WAITING';
+    this.requests.set(req.requestId, req);
+    this.waiting.push(req);
+  }
+
+  schedule(): SchedulerOutput {
+    if (this.pending !== null) throw new Error('schedule() called twice without updateFromOutput()');
+    const numWaitingAtStart = this.waiting.length;
+    const s: StepState = { budget: this.o.maxNumBatchedTokens, rows: new Map(), preempted: [], numStarted: 0 };
+    const { primary, admit, fallback } = this.planStep();
+    this.scheduleRunning(s, primary);
+    if (admit && s.preempted.length === 0) this.admitWaiting(s);
+    if (fallback !== null && ![...s.rows.keys()].some((r) => !r.isDecoding)) this.scheduleRunning(s, fallback);
+
+    const out = this.buildOutput(s);
+    this.lastStepHadDecode = out.scheduledRequests.some((r) => r.isDecode);
+    this.pending = out;
+    this.numSteps++;
+    this.trace?.record({
+      numDecodeTokens: out.scheduledRequests.filter((r) => r.isDecode).length,
+      numPromptTokens: out.scheduledRequests.reduce((a, r) => a + (r.isDecode ? 0 : r.numScheduledTokens), 0),
+      numWaitingPrompts: numWaitingAtStart,
+      numStartedPrompts: s.numStarted,
+      numContinuedPrompts: out.scheduledRequests.filter((r) => !r.isDecode && !r.isNewlyAdmitted).length,
+      numPreemptions: s.preempted.length,
+    });
+    return out;
+  }
+
+  /** Advances every scheduled request and appends the sampled tokens of sampling rows. */
+  updateFromOutput(sampled: ReadonlyMap<string, readonly number[]> | Readonly<Record<string, readonly number[]>>):
+    NewTokens[] {
+    const out = this.pending;
+    if (out === null) throw new Error('updateFromOutput() without a scheduled step');
+    this.pending = null;
+    const get = (id: string) => (sampled instanceof Map ? sampled.get(id)
+      : (sampled as Readonly<Record<string, readonly number[]>>)[id]);
+    const news: NewTokens[] = [];
+    for (const row of out.scheduledRequests) {
+      const req = this.requests.get(row.requestId);
+      if (req === undefined || req.status !== 'RUNNING') continue;
+      req.numComputedTokens = row.seqLen;
+      this.kv.cacheFullBlocks(req, req.numComputedTokens);
+      if (!row.sample) continue;
+      const tokens = get(row.requestId);
+      if (tokens === undefined || tokens.length === 0) throw new Error(`request ${row.requestId}: no sampled token`);
+      req.appendOutputTokens(tokens);
+      news.push({ requestId: row.requestId, newTokenIds: [...tokens] });
+    }
+    return news;
+  }
+
+  /** Ends requests at once (stop, length, abort, error): their pages are freed. */
+  finishRequests(requestIds: Iterable<string>, status: FinishedStatus): void {
+    for (const id of requestIds) {
+      const req = this.requests.get(id);
+      if (req === undefined) continue;
+      removeFrom(this.running, req);
+      removeFrom(this.waiting, req);
+      this.kv.free(req);
+      req.status = status;
+      this.requests.delete(id);
+      this.finishedSinceLastStep.push(id);
+    }
+  }
+
+  abortRequest(requestId: string): void {
+    this.finishRequests([requestId], 'FINISHED_ABORTED');
+  }
+
+  traceSummary(): TraceSummary | null {
+    return this.trace?.summary() ?? null;
+  }
+
+  formatTraceSummary(): string {
+    const s = this.traceSummary();
+    return s === null ? 'scheduler trace is off' : formatTraceSummary(s);
+  }
+
+  private planStep(): { primary: Accept; admit: boolean; fallback: Accept | null } {
+    const all: Accept = () => true;
+    if (this.o.stepPolicy === 'decode-shape-stable') {
+      const hasDecode = this.running.some((r) => r.isDecoding);
+      const hasPrompt = this.running.some((r) => !r.isDecoding) ||
+        (this.waiting.length > 0 && this.running.length < this.o.maxNumSeqs);
+      const promptStep = hasPrompt && (!hasDecode || this.lastStepHadDecode);
+      return promptStep
+        ? { primary: (r) => !r.isDecoding, admit: true, fallback: (r) => r.isDecoding }
+        : { primary: (r) => r.isDecoding, admit: false, fallback: null };
+    }
+    if (this.o.stepPolicy === 'prefill-first') {
+      const canAdmit = this.running.length < this.o.maxNumSeqs;
+      const numAwaitingFirstToken = this.running.filter((r) => r.numOutputTokens === 0).length +
+        (canAdmit ? this.waiting.filter((r) => r.numOutputTokens === 0).length : 0);
+      if (numAwaitingFirstToken < this.o.minWaitingPrompts) return { primary: all, admit: true, fallback: null };
+      const decoding = this.running.filter((r) => r.isDecoding);
+      const deferred = new Set(decoding.slice(Math.max(0, decoding.length - this.o.maxDeferredRowsPerStep)));
+      if (deferred.size === 0) return { primary: all, admit: true, fallback: null };
+      return { primary: (r) => !deferred.has(r), admit: true, fallback: (r) => deferred.has(r) };
+    }
+    return { primary: all, admit: true, fallback: null };
+  }
+
+  private scheduleRunning(s: StepState, accept: Accept): void {
+    for (const req of [...this.running]) {
+      if (s.budget <= 0) break;
+      if (req.status !== 'RUNNING' || s.rows.has(req) || !accept(req)) continue;
+      const numNew = this.numTokensFor(req, req.numComputedTokens, s.budget);
+      if (numNew <= 0) continue;
+      let newBlockIds: number[] | null = null;
+      for (;;) {
+        newBlockIds = this.kv.allocateSlots(req, numNew);
+        if (newBlockIds !== null) break;
+        const victim = this.pickVictim();
+        this.preempt(victim, s);
+        if (victim === req) break;
+      }
+      if (newBlockIds === null) continue;
+      s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: false });
+      s.budget -= numNew;
+    }
+  }
+
+  private admitWaiting(s: StepState): void {
+    while (this.waiting.length > 0 && s.budget > 0 && this.running.length < this.o.maxNumSeqs) {
+      const req = this.peekWaiting();
+      const computed = this.kv.getComputedBlocks(req);
+      const numUncached = req.numTokens - computed.numCachedTokens;
+      if (!this.o.enableChunkedPrefill && numUncached > s.budget) break;
+      const numNew = this.numTokensFor(req, computed.numCachedTokens, s.budget);
+      const newBlockIds = this.kv.allocateSlots(req, numNew, computed);
+      if (newBlockIds === null) break;
+      removeFrom(this.waiting, req);
+      this.running.push(req);
+      req.status = 'RUNNING';
+      req.numComputedTokens = computed.numCachedTokens;
+      if (req.numCachedTokens < 0) req.numCachedTokens = computed.numCachedTokens;
+      s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: true });
+      s.budget -= numNew;
+      s.numStarted++;
+    }
+  }
+
+  private numTokensFor(req: Request, numComputed: number, budget: number): number {
+    let n = req.numTokens - numComputed;
+    if (this.o.longPrefillTokenThreshold > 0) n = Math.min(n, this.o.longPrefillTokenThreshold);
+    return Math.min(n, budget);
+  }
+
+  private peekWaiting(): Request {
+    if (this.o.policy === 'fcfs') return this.waiting[0]!;
+    return this.waiting.reduce((best, r) => (before(r, best) ? r : best));
+  }
+
+  /** FCFS: the last running request; priority: the lowest priority, latest arrival. */
+  private pickVictim(): Request {
+    if (this.o.policy === 'fcfs') return this.running[this.running.length - 1]!;
+    return this.running.reduce((worst, r) => (before(worst, r) ? r : worst));
+  }
+
+  private preempt(victim: Request, s: StepState): void {
+    removeFrom(this.running, victim);
+    const row = s.rows.get(victim);
+    if (row !== undefined) {
+      s.budget += row.numNew;
+      s.rows.delete(victim);
+    }
+    this.kv.free(victim);
+    victim.numComputedTokens = 0;
+    victim.status = 'PREEMPTED';
+    victim.numPreemptions++;
+    this.waiting.unshift(victim);
+    this.numPreemptions++;
+    s.preempted.push(victim.requestId);
+  }
+
+  private buildOutput(s: StepState): SchedulerOutput {
+    const bs = this.o.blockSize;
+    const scheduledRequests: ScheduledRequest[] = [];
+    let total = 0;
+    for (const [req, row] of s.rows) {
+      const start = row.numComputedBefore;
+      const seqLen = start + row.numNew;
+      const blockTable = [...this.kv.blockTable(req.requestId)];
+      const positions: number[] = [];
+      const slotMapping: number[] = [];
+      for (let p = start; p < seqLen; p++) {
+        positions.push(p);
+        slotMapping.push(blockTable[Math.floor(p / bs)]! * bs + (p % bs));
+      }
+      const sample = seqLen === req.numTokens;
+      const isDecode = req.isDecoding;
+      scheduledRequests.push({
+        requestId: req.requestId, tokenIds: req.allTokenIds.slice(start, seqLen), numScheduledTokens: row.numNew,
+        numComputedTokensBefore: start, startPosition: start, positions, slotMapping, blockTable,
+        newBlockIds: row.newBlockIds, seqLen, sample, isPrefillChunk: !sample, isDecode,
+        isNewlyAdmitted: row.isNewlyAdmitted, numCachedTokens: Math.max(0, req.numCachedTokens),
+      });
+      total += row.numNew;
+    }
+    const out: SchedulerOutput = {
+      stepIndex: this.numSteps, scheduledRequests, numScheduledTokensTotal: total,
+      preemptedRequestIds: s.preempted, finishedRequestIds: this.finishedSinceLastStep,
+    };
+    this.finishedSinceLastStep = [];
+    return out;
+  }
+}
+
+/** Lower priority value first, then earlier arrival. */
+function before(a: Request, b: Request): boolean {
+  return a.priority < b.priority || (a.priority === b.priority && a.arrivalTime < b.arrivalTime);
+}
+
+function removeFrom(list: Request[], req: Request): void {
+  const i = list.indexOf(req);
+  if (i >= 0) list.splice(i, 1);
+}
