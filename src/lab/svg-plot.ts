@@ -1,0 +1,95 @@
+// A small line chart as inline SVG: one polyline and its points per series,
+// optional log2 x axis (concurrency sweeps), 0-based linear y axis.
+
+export interface Series {
+  name: string;
+  points: { x: number; y: number }[];
+  /** Dashed line (e.g. p99 beside p50). */
+  dashed?: boolean;
+  /** Series with the same key share a color (one color per target across plots). */
+  colorKey?: string;
+}
+
+export interface LineChartOptions {
+  id: string;
+  title: string;
+  xLabel: string;
+  yLabel: string;
+  series: Series[];
+  logX?: boolean;
+  width?: number;
+  height?: number;
+}
+
+const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+
+export function escapeXml(s: string): string {
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+}
+
+/** Round tick step: 1, 2 or 5 times a power of ten, about `count` ticks. */
+export function niceStep(max: number, count = 5): number {
+  if (!(max > 0)) return 1;
+  const raw = max / count;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  const m = raw / pow;
+  return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * pow;
+}
+
+function fmt(v: number): string {
+  if (v === 0) return '0';
+  if (Math.abs(v) >= 1000) return `${Math.round(v / 100) / 10}k`;
+  return String(Math.round(v * 100) / 100);
+}
+
+/** A series' color is picked by its colorKey's place in `colorKeys`, else by its own place. */
+export function lineChart(opts: LineChartOptions, colorKeys: string[] = []): string {
+  const width = opts.width ?? 520;
+  const height = opts.height ?? 320;
+  const pad = { left: 64, right: 16, top: 32, bottom: 72 };
+  const plotW = width - pad.left - pad.right;
+  const plotH = height - pad.top - pad.bottom;
+  const finite = opts.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+  const xs = [...new Set(finite.map((p) => p.x))].sort((a, b) => a - b);
+  const tx = (x: number) => (opts.logX ? Math.log2(Math.max(x, 1e-9)) : x);
+  const xMin = xs.length ? tx(xs[0]!) : 0;
+  const xMax = xs.length ? tx(xs.at(-1)!) : 1;
+  const xSpan = xMax - xMin || 1;
+  const yStep = niceStep(Math.max(0, ...finite.map((p) => p.y)));
+  const yMax = Math.max(yStep, Math.ceil(Math.max(0, ...finite.map((p) => p.y)) / yStep) * yStep);
+  const px = (x: number) => pad.left + (xs.length === 1 ? plotW / 2 : ((tx(x) - xMin) / xSpan) * plotW);
+  const py = (y: number) => pad.top + plotH - (y / yMax) * plotH;
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" class="plot" id="${escapeXml(opts.id)}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="11">`);
+  out.push(`<text x="${width / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">${escapeXml(opts.title)}</text>`);
+  for (let y = 0; y <= yMax + yStep / 2; y += yStep) {
+    out.push(`<line x1="${pad.left}" x2="${pad.left + plotW}" y1="${py(y)}" y2="${py(y)}" stroke="#ddd"/>`);
+    out.push(`<text x="${pad.left - 6}" y="${py(y) + 4}" text-anchor="end">${fmt(y)}</text>`);
+  }
+  for (const x of xs) {
+    out.push(`<line x1="${px(x)}" x2="${px(x)}" y1="${pad.top}" y2="${pad.top + plotH}" stroke="#eee"/>`);
+    out.push(`<text x="${px(x)}" y="${pad.top + plotH + 16}" text-anchor="middle">${fmt(x)}</text>`);
+  }
+  out.push(`<rect x="${pad.left}" y="${pad.top}" width="${plotW}" height="${plotH}" fill="none" stroke="#888"/>`);
+  out.push(`<text x="${pad.left + plotW / 2}" y="${pad.top + plotH + 34}" text-anchor="middle">${escapeXml(opts.xLabel)}</text>`);
+  out.push(`<text transform="translate(14 ${pad.top + plotH / 2}) rotate(-90)" text-anchor="middle">${escapeXml(opts.yLabel)}</text>`);
+  opts.series.forEach((s, i) => {
+    const keyIndex = colorKeys.indexOf(s.colorKey ?? s.name);
+    const color = COLORS[(keyIndex >= 0 ? keyIndex : i) % COLORS.length]!;
+    const pts = s.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y)).sort((a, b) => a.x - b.x);
+    const name = escapeXml(s.name);
+    if (pts.length > 0) {
+      const d = pts.map((p, j) => `${j ? 'L' : 'M'}${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`).join(' ');
+      out.push(`<path class="series" data-series="${name}" d="${d}" fill="none" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5 3"' : ''}/>`);
+    }
+    for (const p of pts) {
+      out.push(`<circle class="point" data-series="${name}" cx="${px(p.x).toFixed(1)}" cy="${py(p.y).toFixed(1)}" r="3" fill="${color}"><title>${name}: ${fmt(p.x)}, ${fmt(p.y)}</title></circle>`);
+    }
+    const lx = pad.left + (i % 3) * (plotW / 3);
+    const ly = height - 18 + Math.floor(i / 3) * 14 - (opts.series.length > 3 ? 10 : 0);
+    out.push(`<line x1="${lx}" x2="${lx + 18}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5 3"' : ''}/>`);
+    out.push(`<text x="${lx + 22}" y="${ly}">${name}</text>`);
+  });
+  out.push('</svg>');
+  return out.join('\n');
+}
