@@ -1,0 +1,234 @@
+// The reference backend: every op in plain TypeScript over f32, batch-invariant
+// (see kernels.ts and attention.ts for why each op's arithmetic never depends on
+// the rest of the batch).
+
+import { availableParallelism } from 'node:os';
+import type { DType, HostTensor } from '../../loader/types.js';
+import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
+import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
+import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import { pagedAttention, writeKv, type KvLayer } from './attention.js';
+import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
+import { MatmulPool, type SharedView } from './matmul-pool.js';
+import { Workspace } from './workspace.js';
+
+export interface CpuBackendOptions {
+  /** Byte budget for the KV cache. */
+  kvCacheBytes: number;
+  /** Threads a matmul is split across (the calling thread included); default: all cores. */
+  numThreads?: number;
+}
+
+export class CpuTensor implements Tensor {
+  constructor(readonly shape: readonly number[], readonly view: SharedView) {}
+
+  get data(): Float32Array {
+    return this.view.data;
+  }
+}
+
+function asCpu(t: Tensor): CpuTensor {
+  if (!(t instanceof CpuTensor)) throw new Error('CpuBackend: tensor from another backend');
+  return t;
+}
+
+function numElementsOf(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+export class CpuBackend implements Backend {
+  readonly name = 'cpu' as const;
+  readonly computeDType: DType = 'f32';
+  private readonly kvCacheBytes: number;
+  private readonly pool: MatmulPool;
+  private readonly workspace: Workspace;
+  private numBufferIds = 0;
+  private weightBytes = 0;
+  private kvLayers: KvLayer[] = [];
+  private kvSpec: KvCacheSpec | null = null;
+  private ropeTables = new Map<Float32Array, { cos: Float32Array; sin: Float32Array }>();
+
+  constructor(opts: CpuBackendOptions) {
+    this.kvCacheBytes = opts.kvCacheBytes;
+    this.pool = new MatmulPool(opts.numThreads ?? availableParallelism());
+    this.workspace = new Workspace(() => this.numBufferIds++, (id, b) => this.pool.register(id, b),
+      (id) => this.pool.release(id));
+  }
+
+  get numThreads(): number {
+    return this.pool.numThreads;
+  }
+
+  upload(t: HostTensor): Tensor {
+    const numElements = numElementsOf(t.shape);
+    if (t.data.byteLength !== numElements * BYTES_PER_ELEMENT[t.dtype]) {
+      throw new Error(`upload ${t.name}: ${t.data.byteLength} bytes for ${t.dtype}[${t.shape.join(', ')}]`);
+    }
+    const buffer = new SharedArrayBuffer(numElements * 4);
+    const data = new Float32Array(buffer);
+    data.set(bytesToF32(t.dtype, t.data));
+    const bufferId = this.numBufferIds++;
+    this.pool.register(bufferId, buffer);
+    this.weightBytes += buffer.byteLength;
+    return new CpuTensor([...t.shape], { bufferId, offset: 0, data });
+  }
+
+  allocateKvCache(spec: KvCacheSpec): void {
+    const numLayerElements = spec.numBlocks * spec.blockSize * spec.numKvHeads * spec.headDim;
+    const numBytes = 2 * spec.numLayers * numLayerElements * 4;
+    if (numBytes > this.kvCacheBytes) {
+      throw new Error(`KV cache of ${numBytes} bytes exceeds the budget of ${this.kvCacheBytes}`);
+    }
+    this.kvLayers = [];
+    for (let l = 0; l < spec.numLayers; l++) {
+      this.kvLayers.push({ k: new Float32Array(numLayerElements), v: new Float32Array(numLayerElements) });
+    }
+    this.kvSpec = { ...spec };
+  }
+
+  memory(): MemoryReport {
+    const s = this.kvSpec;
+    const kvBytes = s ? 2 * s.numLayers * s.numBlocks * s.blockSize * s.numKvHeads * s.headDim * 4 : 0;
+    return {
+      availableKvBytes: this.kvCacheBytes - kvBytes,
+      totalBytes: this.kvCacheBytes + this.weightBytes + this.workspace.numBytes,
+      weightBytes: this.weightBytes,
+    };
+  }
+
+  beginStep(batch: ForwardBatch): StepInputs {
+    this.workspace.reset();
+    this.ropeTables.clear();
+    return { batch };
+  }
+
+  embedding(table: Tensor, step: StepInputs): Tensor {
+    const tab = asCpu(table);
+    const [vocabSize, hidden] = tab.shape as [number, number];
+    const { numTokens, inputIds } = step.batch;
+    const out = this.alloc([numTokens, hidden]);
+    for (let t = 0; t < numTokens; t++) {
+      const id = inputIds[t]!;
+      if (id < 0 || id >= vocabSize) throw new Error(`embedding: token id ${id} outside [0, ${vocabSize})`);
+      out.data.set(tab.data.subarray(id * hidden, (id + 1) * hidden), t * hidden);
+    }
+    return out;
+  }
+
+  rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor {
+    const xs = asCpu(x);
+    const [T, H] = xs.shape as [number, number];
+    const out = this.alloc([T, H]);
+    rmsNormRows(xs.data, asCpu(w).data, out.data, T, H, eps);
+    return out;
+  }
+
+  addRmsNorm(x: Tensor, residual: Tensor, w: Tensor, eps: number): Tensor {
+    const xd = asCpu(x).data;
+    const res = asCpu(residual);
+    const rd = res.data;
+    if (xd.length !== rd.length) throw new Error('addRmsNorm: x and residual differ in shape');
+    for (let i = 0; i < rd.length; i++) rd[i] = rd[i]! + xd[i]!;
+    return this.rmsNorm(res, w, eps);
+  }
+
+  matmul(x: Tensor, w: Tensor): Tensor {
+    const xs = asCpu(x);
+    const ws = asCpu(w);
+    const [T, K] = xs.shape as [number, number];
+    const [N, wK] = ws.shape as [number, number];
+    if (K !== wK) throw new Error(`matmul: x [${T}, ${K}] by w [${N}, ${wK}]^T`);
+    const out = this.alloc([T, N]);
+    this.pool.matmul(xs.view, ws.view, out.view, T, K, N);
+    return out;
+  }
+
+  qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number,
+    numHeads: number, numKvHeads: number, rope: RopeSpec, step: StepInputs): void {
+    const q = asCpu(qkv);
+    const [T, width] = q.shape as [number, number];
+    const D = rope.headDim;
+    if (width !== (numHeads + 2 * numKvHeads) * D) throw new Error(`qkNormRope: row width ${width}`);
+    const half = D / 2;
+    const table = this.ropeTable(rope, step.batch);
+    const qn = qNorm ? asCpu(qNorm).data : null;
+    const kn = kNorm ? asCpu(kNorm).data : null;
+    const data = q.data;
+    for (let t = 0; t < T; t++) {
+      const cos = table.cos.subarray(t * half, (t + 1) * half);
+      const sin = table.sin.subarray(t * half, (t + 1) * half);
+      for (let h = 0; h < numHeads + numKvHeads; h++) {
+        const off = t * width + h * D;
+        const norm = h < numHeads ? qn : kn;
+        if (norm) rmsNormHeadInPlace(data, off, norm, D, eps);
+        rotateHalfInPlace(data, off, cos, sin, half);
+      }
+    }
+  }
+
+  attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
+    step: StepInputs): Tensor {
+    const spec = this.kvSpec;
+    const kv = this.kvLayers[layer];
+    if (!spec || !kv) throw new Error(`attention: no KV cache for layer ${layer}`);
+    const q = asCpu(qkv);
+    const T = q.shape[0]!;
+    const headDim = q.shape[1]! / (numHeads + 2 * numKvHeads);
+    if (headDim !== spec.headDim || numKvHeads !== spec.numKvHeads) {
+      throw new Error(`attention: qkv heads do not match the KV cache spec`);
+    }
+    const shape = { numHeads, numKvHeads, headDim, blockSize: spec.blockSize };
+    writeKv(q.data, kv, step.batch, shape);
+    const out = this.alloc([T, numHeads * headDim]);
+    pagedAttention(q.data, kv, step.batch, shape, scale, out.data);
+    return out;
+  }
+
+  siluMul(gateUp: Tensor): Tensor {
+    const g = asCpu(gateUp);
+    const [T, twoI] = g.shape as [number, number];
+    const out = this.alloc([T, twoI / 2]);
+    siluMulRows(g.data, out.data, T, twoI / 2);
+    return out;
+  }
+
+  gatherLogitRows(x: Tensor, step: StepInputs): Tensor {
+    const xs = asCpu(x);
+    const H = xs.shape[1]!;
+    const rows = step.batch.logitsIndices;
+    const out = this.alloc([rows.length, H]);
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i]!;
+      out.data.set(xs.data.subarray(r * H, (r + 1) * H), i * H);
+    }
+    return out;
+  }
+
+  toHost(t: Tensor): Float32Array {
+    return asCpu(t).data.slice();
+  }
+
+  dispose(): void {
+    this.pool.dispose();
+    this.kvLayers = [];
+    this.kvSpec = null;
+  }
+
+  private alloc(shape: number[]): CpuTensor {
+    return new CpuTensor(shape, this.workspace.alloc(numElementsOf(shape)));
+  }
+
+  private ropeTable(rope: RopeSpec, batch: ForwardBatch): { cos: Float32Array; sin: Float32Array } {
+    let table = this.ropeTables.get(rope.invFreq);
+    if (!table) {
+      const half = rope.headDim / 2;
+      table = { cos: new Float32Array(batch.numTokens * half), sin: new Float32Array(batch.numTokens * half) };
+      for (let t = 0; t < batch.numTokens; t++) {
+        ropeAngles(batch.positions[t]!, rope.invFreq, table.cos.subarray(t * half, (t + 1) * half),
+          table.sin.subarray(t * half, (t + 1) * half));
+      }
+      this.ropeTables.set(rope.invFreq, table);
+    }
+    return table;
+  }
+}

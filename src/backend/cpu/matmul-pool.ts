@@ -1,0 +1,102 @@
+// Splits a matmul's output columns across worker threads that share the operands
+// through SharedArrayBuffers. The caller blocks (Atomics.wait) until every part is
+// done, so the Backend stays synchronous. Each column is computed by the same
+// kernel code whichever thread owns it, so the split never changes a bit.
+
+import { Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort } from 'node:worker_threads';
+import { matmulCols } from './kernels.js';
+import { CONTROL, type PoolMessage } from './pool-protocol.js';
+
+/** A Float32Array view into a registered SharedArrayBuffer. */
+export interface SharedView {
+  bufferId: number;
+  /** Element offset of the view in its buffer. */
+  offset: number;
+  data: Float32Array;
+}
+
+/** Below this many multiply-adds a matmul runs on the calling thread alone. */
+const MIN_PARALLEL_MACS = 1 << 18;
+const COLUMN_ALIGN = 8;
+
+export class MatmulPool {
+  readonly numThreads: number;
+  private readonly control = new Int32Array(new SharedArrayBuffer(CONTROL.length * 4));
+  private readonly workers: Worker[] = [];
+  private readonly ports: MessagePort[] = [];
+  private readonly errors: string[] = [];
+
+  constructor(numThreads: number) {
+    this.numThreads = Math.max(1, Math.floor(numThreads));
+    for (let i = 1; i < this.numThreads; i++) {
+      const { port1, port2 } = new MessageChannel();
+      const worker = new Worker(new URL('./matmul-worker.js', import.meta.url), {
+        workerData: { control: this.control.buffer, port: port2 },
+        transferList: [port2],
+      });
+      worker.on('message', (m: string) => this.errors.push(m));
+      worker.on('error', (e) => this.errors.push(String(e)));
+      worker.unref();
+      this.workers.push(worker);
+      this.ports.push(port1);
+    }
+  }
+
+  register(id: number, buffer: SharedArrayBuffer): void {
+    this.post({ kind: 'buffer', id, buffer });
+  }
+
+  release(id: number): void {
+    this.post({ kind: 'release', id });
+  }
+
+  /** y[T, N] = x[T, K] * w[N, K]^T */
+  matmul(x: SharedView, w: SharedView, y: SharedView, T: number, K: number, N: number): void {
+    const numParts = T * K * N < MIN_PARALLEL_MACS ? 1 : Math.min(this.numThreads,
+      Math.ceil(N / COLUMN_ALIGN));
+    if (numParts <= 1) {
+      matmulCols(x.data, 0, w.data, 0, y.data, 0, T, K, N, 0, N);
+      return;
+    }
+    const colsPerPart = Math.ceil(N / numParts / COLUMN_ALIGN) * COLUMN_ALIGN;
+    Atomics.store(this.control, CONTROL.numDone, 0);
+    let numPosted = 0;
+    for (let p = 1; p < numParts; p++) {
+      const n0 = Math.min(N, p * colsPerPart);
+      const n1 = Math.min(N, n0 + colsPerPart);
+      this.ports[p - 1]!.postMessage({ kind: 'matmul', x: x.bufferId, xOff: x.offset,
+        w: w.bufferId, wOff: w.offset, y: y.bufferId, yOff: y.offset, T, K, N, n0, n1 } satisfies PoolMessage);
+      numPosted++;
+    }
+    Atomics.add(this.control, CONTROL.generation, 1);
+    for (let p = 0; p < numPosted; p++) Atomics.notify(this.control, CONTROL.generation);
+    matmulCols(x.data, 0, w.data, 0, y.data, 0, T, K, N, 0, Math.min(N, colsPerPart));
+    this.waitDone(numPosted);
+  }
+
+  dispose(): void {
+    Atomics.store(this.control, CONTROL.stop, 1);
+    Atomics.add(this.control, CONTROL.generation, 1);
+    Atomics.notify(this.control, CONTROL.generation);
+    for (const port of this.ports) port.close();
+    for (const worker of this.workers) void worker.terminate();
+    this.workers.length = 0;
+    this.ports.length = 0;
+  }
+
+  private post(msg: PoolMessage): void {
+    for (const port of this.ports) port.postMessage(msg);
+  }
+
+  private waitDone(numPosted: number): void {
+    for (;;) {
+      const numDone = Atomics.load(this.control, CONTROL.numDone);
+      if (numDone >= numPosted) break;
+      Atomics.wait(this.control, CONTROL.numDone, numDone, 1000);
+    }
+    if (Atomics.load(this.control, CONTROL.failed) !== 0) {
+      throw new Error(`matmul worker failed: ${this.errors.join('; ') || 'unknown error'}`);
+    }
+  }
+}

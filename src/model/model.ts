@@ -1,0 +1,68 @@
+// The decoder-only transformer (Qwen3, Llama) as a composition of Backend ops:
+//
+//   embed -> per layer: [add]RMSNorm -> qkv -> qkNorm+RoPE -> paged attention -> o
+//                       -> addRMSNorm -> gate_up -> silu*up -> down
+//         -> addRMSNorm(final) -> logit rows -> lm_head
+//
+// The residual stream lives in the embedding output; addRmsNorm adds into it in place.
+
+import type { Backend, RopeSpec, Tensor } from '../backend/backend.js';
+import type { ModelConfig, WeightSource } from '../loader/types.js';
+import type { ForwardBatch, KvCacheSpec } from './batch.js';
+import { ropeInvFreq } from './rope.js';
+import { loadWeights, type ModelWeights } from './weights.js';
+
+export class Model {
+  private readonly rope: RopeSpec;
+  private readonly scale: number;
+
+  private constructor(
+    readonly config: ModelConfig,
+    readonly weights: ModelWeights,
+    readonly backend: Backend,
+  ) {
+    this.rope = { headDim: config.headDim, invFreq: ropeInvFreq(config) };
+    this.scale = 1 / Math.sqrt(config.headDim);
+  }
+
+  static load(config: ModelConfig, weights: WeightSource, backend: Backend): Model {
+    return new Model(config, loadWeights(config, weights, backend), backend);
+  }
+
+  /** The KV cache layout this model needs for `numBlocks` pages of `blockSize` tokens. */
+  kvCacheSpec(numBlocks: number, blockSize: number): KvCacheSpec {
+    const c = this.config;
+    return { numBlocks, blockSize, numLayers: c.numLayers, numKvHeads: c.numKvHeads, headDim: c.headDim };
+  }
+
+  /** Bytes of KV cache one token takes (K and V, every layer, in the backend's dtype). */
+  kvBytesPerToken(): number {
+    const c = this.config;
+    const bytesPerElement = this.backend.computeDType === 'f32' ? 4 : 2;
+    return 2 * c.numLayers * c.numKvHeads * c.headDim * bytesPerElement;
+  }
+
+  /** Logits [logitsIndices.length * vocabSize], row-major. */
+  forward(batch: ForwardBatch): Float32Array {
+    const b = this.backend;
+    const c = this.config;
+    const w = this.weights;
+    const eps = c.rmsNormEps;
+    const step = b.beginStep(batch);
+    const residual = b.embedding(w.embedTokens, step);
+    let mlpOut: Tensor | null = null;
+    for (let l = 0; l < c.numLayers; l++) {
+      const lw = w.layers[l]!;
+      const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);
+      const qkv = b.matmul(x, lw.qkv);
+      b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step);
+      const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
+      const attnOut = b.matmul(attn, lw.o);
+      const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);
+      mlpOut = b.matmul(b.siluMul(b.matmul(h, lw.gateUp)), lw.down);
+    }
+    const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);
+    const rows = b.gatherLogitRows(final, step);
+    return b.toHost(b.matmul(rows, w.lmHead));
+  }
+}
