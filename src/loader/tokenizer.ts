@@ -25,6 +25,8 @@ export function specialTokenContent(raw: unknown): string | null {
   return null;
 }
 
+const SPECIAL_TOKEN_FIELDS = ['bos_token', 'eos_token', 'unk_token', 'pad_token', 'sep_token', 'cls_token', 'mask_token'];
+
 interface AddedTokenJson {
   id: number;
   content: string;
@@ -88,13 +90,17 @@ export function tokenizerFromJson(tokenizerJson: Json, tokenizerConfig: Json, fi
   if (typeof model !== 'object' || model === null || typeof model.vocab !== 'object') {
     throw new ModelLoadError(file, 'has no model.vocab');
   }
+  const config: Json = { ...tokenizerConfig };
+  for (const field of SPECIAL_TOKEN_FIELDS) {
+    if (typeof config[field] === 'object' && config[field] !== null) config[field] = specialTokenContent(config[field]);
+  }
   let inner: LenmlTokenizer;
   try {
-    inner = TokenizerLoader.fromPreTrained({ tokenizerJSON: tokenizerJson, tokenizerConfig } as never);
+    inner = TokenizerLoader.fromPreTrained({ tokenizerJSON: tokenizerJson, tokenizerConfig: config } as never);
   } catch (err) {
     throw new ModelLoadError(file, `cannot build the tokenizer: ${describeError(err)}`, { cause: err });
   }
-  return new HfTokenizer(inner, tokenizerJson, tokenizerConfig, file);
+  return new HfTokenizer(inner, tokenizerJson, config, file);
 }
 
 /** tokenizer.json (required) + tokenizer_config.json (optional) in dir. */

@@ -1,0 +1,99 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseModelConfig } from '../../src/loader/config.js';
+import { ModelLoadError } from '../../src/loader/errors.js';
+import { repoRoot } from './helpers.js';
+
+const shapes = JSON.parse(readFileSync(join(repoRoot(), 'bench', 'shapes.json'), 'utf8')) as Record<string, Record<string, unknown>>;
+
+function configError(json: unknown, ...parts: string[]): void {
+  assert.throws(
+    () => parseModelConfig(json, '/models/x/config.json'),
+    (err: unknown) => {
+      assert.ok(err instanceof ModelLoadError, String(err));
+      assert.ok(err.message.startsWith('config.json: '), err.message);
+      for (const p of parts) assert.ok(err.message.includes(p), `"${err.message}" lacks "${p}"`);
+      return true;
+    },
+  );
+}
+
+test('qwen3: every field normalised, qk norm on, head_dim given', () => {
+  const c = parseModelConfig(shapes['qwen3-8b'], 'config.json');
+  assert.deepEqual(c, {
+    architecture: 'qwen3',
+    vocabSize: 151936,
+    hiddenSize: 4096,
+    intermediateSize: 12288,
+    numLayers: 36,
+    numHeads: 32,
+    numKvHeads: 8,
+    headDim: 128,
+    maxPositionEmbeddings: 40960,
+    rmsNormEps: 1e-6,
+    ropeTheta: 1000000,
+    ropeScaling: null,
+    tieWordEmbeddings: false,
+    qkNorm: true,
+    dtype: 'bf16',
+  });
+  assert.equal(parseModelConfig(shapes['qwen3-0.6b'], 'config.json').tieWordEmbeddings, true);
+});
+
+test('llama: llama3 rope scaling parsed (rope_type or legacy type), qk norm off', () => {
+  const c = parseModelConfig(shapes['llama-3.1-8b'], 'config.json');
+  assert.equal(c.architecture, 'llama');
+  assert.equal(c.qkNorm, false);
+  assert.deepEqual(c.ropeScaling, { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 });
+  const { rope_type: _, ...rest } = shapes['llama-3.2-1b']!.rope_scaling as Record<string, unknown>;
+  const legacy = parseModelConfig({ ...shapes['llama-3.2-1b'], rope_scaling: { ...rest, type: 'llama3' } }, 'config.json');
+  assert.equal(legacy.ropeScaling?.factor, 32);
+  assert.equal(parseModelConfig({ ...shapes['llama-3.2-1b'], rope_scaling: { rope_type: 'default' } }, 'c').ropeScaling, null);
+  assert.equal(parseModelConfig({ ...shapes['llama-3.2-1b'], rope_scaling: null }, 'c').ropeScaling, null);
+});
+
+test('defaults: head_dim derived, kv heads = heads, tie false, dtype bf16, eps and theta', () => {
+  const minimal = {
+    architectures: ['LlamaForCausalLM'],
+    hidden_size: 96,
+    intermediate_size: 256,
+    num_hidden_layers: 2,
+    num_attention_heads: 6,
+    vocab_size: 300,
+    max_position_embeddings: 128,
+  };
+  const c = parseModelConfig(minimal, 'config.json');
+  assert.equal(c.headDim, 16);
+  assert.equal(c.numKvHeads, 6);
+  assert.equal(c.tieWordEmbeddings, false);
+  assert.equal(c.dtype, 'bf16');
+  assert.equal(c.rmsNormEps, 1e-6);
+  assert.equal(c.ropeTheta, 10000);
+  assert.equal(parseModelConfig({ ...minimal, dtype: 'float16' }, 'c').dtype, 'f16');
+  assert.equal(parseModelConfig({ ...minimal, torch_dtype: 'float32', dtype: 'float16' }, 'c').dtype, 'f32');
+  assert.equal(parseModelConfig({ ...minimal, architectures: undefined, model_type: 'qwen3' }, 'c').architecture, 'qwen3');
+});
+
+test('unknown architecture or rope type: error names the file and field', () => {
+  configError({ ...shapes['qwen3-8b'], architectures: ['MistralForCausalLM'] }, '"architectures"', 'MistralForCausalLM', 'not supported');
+  configError(shapes['qwen3-30b-a3b'], 'Qwen3MoeForCausalLM');
+  configError({ ...shapes['qwen3-8b'], architectures: undefined, model_type: undefined }, '"architectures" is missing');
+  configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'yarn', factor: 4 } }, '"rope_scaling.rope_type"', 'yarn');
+  configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'llama3', factor: 8 } }, '"rope_scaling.low_freq_factor" is missing');
+});
+
+test('missing or invalid fields', () => {
+  const base = shapes['qwen3-0.6b']!;
+  configError({ ...base, hidden_size: undefined }, 'field "hidden_size" is missing');
+  configError({ ...base, num_attention_heads: '16' }, 'field "num_attention_heads" must be a positive integer, got "16"');
+  configError({ ...base, num_hidden_layers: 0 }, '"num_hidden_layers"');
+  configError({ ...base, num_key_value_heads: 5 }, '"num_key_value_heads" (5) must divide num_attention_heads (16)');
+  configError({ ...base, head_dim: undefined, hidden_size: 1000 }, '"head_dim" is missing');
+  configError({ ...base, tie_word_embeddings: 'yes' }, '"tie_word_embeddings"');
+  configError({ ...base, torch_dtype: 'int8' }, '"torch_dtype"', 'int8');
+  configError({ ...base, attention_bias: true }, '"attention_bias"');
+  configError({ ...base, hidden_act: 'gelu' }, '"hidden_act"');
+  configError([1], 'not a JSON object');
+});
