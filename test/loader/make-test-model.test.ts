@@ -1,0 +1,116 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { bytesToF32 } from '../../src/loader/dtype.js';
+import { parseModelConfig } from '../../src/loader/config.js';
+import { openSafetensors, openShardedSafetensors } from '../../src/loader/safetensors.js';
+import { tensorBytes } from '../../src/loader/safetensors-write.js';
+import { makeTestModel, testModelShapes } from '../../src/tools/make-test-model.js';
+import { tensorSpecsForConfig } from '../../src/tools/test-model/shapes.js';
+import { randomTensorChunks } from '../../src/tools/test-model/weights.js';
+import { repoRoot, tempDir } from './helpers.js';
+
+function stats(values: Float32Array): { mean: number; std: number } {
+  const mean = values.reduce((a, b) => a + b, 0) / values.length;
+  const variance = values.reduce((a, b) => a + (b - mean) ** 2, 0) / values.length;
+  return { mean, std: Math.sqrt(variance) };
+}
+
+test('weights are deterministic in the seed, differ across seeds and tensors, and scale like an init', async () => {
+  const root = tempDir();
+  const a = await makeTestModel({ shape: 'tiny-qwen3', outDir: join(root, 'a'), seed: 1 });
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: join(root, 'b'), seed: 1 });
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: join(root, 'c'), seed: 2 });
+  const read = (d: string) => readFileSync(join(root, d, 'model.safetensors'));
+  assert.deepEqual(read('a'), read('b'));
+  assert.notDeepEqual(read('a'), read('c'));
+  assert.ok(a.numWeightBytes < 4 * 2 ** 20, 'tiny shapes are a few MB at most');
+  const w = openSafetensors(join(root, 'a', 'model.safetensors'));
+  const q = bytesToF32('bf16', w.read('model.layers.0.self_attn.q_proj.weight').data);
+  const k = bytesToF32('bf16', w.read('model.layers.0.self_attn.k_proj.weight').data);
+  assert.notDeepEqual(q.subarray(0, 64), k.subarray(0, 64));
+  const qs = stats(q);
+  assert.ok(Math.abs(qs.mean) < 0.002 && Math.abs(qs.std - 0.02) < 0.002, JSON.stringify(qs));
+  const norm = stats(bytesToF32('bf16', w.read('model.norm.weight').data));
+  assert.ok(Math.abs(norm.mean - 1) < 0.03 && norm.std > 0.01 && norm.std < 0.1, JSON.stringify(norm));
+  assert.ok(new Set(q).size > 1000, 'values are varied');
+});
+
+test('sharded output holds the same tensors and bytes as a single file', async () => {
+  const root = tempDir();
+  await makeTestModel({ shape: 'tiny-llama', outDir: join(root, 'one'), dtype: 'f16' });
+  const sharded = await makeTestModel({ shape: 'tiny-llama', outDir: join(root, 'four'), dtype: 'f16', numShards: 4 });
+  assert.equal(sharded.files.length, 4);
+  const one = openSafetensors(join(root, 'one', 'model.safetensors'));
+  const four = openShardedSafetensors(join(root, 'four', 'model.safetensors.index.json'));
+  assert.deepEqual(four.names().sort(), one.names().sort());
+  for (const name of one.names()) assert.deepEqual(four.read(name), one.read(name));
+  const index = JSON.parse(readFileSync(join(root, 'four', 'model.safetensors.index.json'), 'utf8'));
+  assert.equal(index.metadata.total_size, sharded.numWeightBytes);
+});
+
+test('every shape has HF tensor names; bench shapes match their public parameter counts', () => {
+  const shapes = testModelShapes();
+  for (const name of ['tiny-qwen3', 'tiny-llama', 'qwen3-0.6b', 'qwen3-8b', 'llama-3.2-1b', 'llama-3.1-8b', 'qwen3-30b-a3b']) {
+    assert.ok(shapes[name], name);
+  }
+  const numParams = (shape: string) => tensorSpecsForConfig(shapes[shape]!, 'bf16').reduce((a, s) => a + tensorBytes(s) / 2, 0);
+  const published: Record<string, number> = {
+    'qwen3-0.6b': 0.596e9,
+    'qwen3-8b': 8.19e9,
+    'llama-3.2-1b': 1.236e9,
+    'llama-3.1-8b': 8.03e9,
+    'qwen3-30b-a3b': 30.5e9,
+  };
+  for (const [shape, count] of Object.entries(published)) {
+    assert.ok(Math.abs(numParams(shape) / count - 1) < 0.01, `${shape}: ${numParams(shape)} vs ${count}`);
+  }
+  const names = tensorSpecsForConfig(shapes['tiny-qwen3']!, 'bf16').map((s) => s.name);
+  for (const n of ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'q_norm', 'k_norm']) assert.ok(names.includes(`model.layers.1.self_attn.${n}.weight`), n);
+  for (const n of ['mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm', 'post_attention_layernorm']) {
+    assert.ok(names.includes(`model.layers.0.${n}.weight`), n);
+  }
+  const llamaNames = tensorSpecsForConfig(shapes['tiny-llama']!, 'bf16').map((s) => s.name);
+  assert.ok(llamaNames.includes('lm_head.weight') && !llamaNames.some((n) => n.includes('q_norm')));
+  const moe = tensorSpecsForConfig(shapes['qwen3-30b-a3b']!, 'bf16').map((s) => s.name);
+  assert.ok(moe.includes('model.layers.47.mlp.experts.127.down_proj.weight') && moe.includes('model.layers.0.mlp.gate.weight'));
+  for (const shape of ['tiny-qwen3', 'tiny-llama', 'qwen3-0.6b', 'llama-3.2-1b']) parseModelConfig(shapes[shape], shape);
+});
+
+test('tiny-llama rope scaling changes some frequencies and keeps others', () => {
+  const c = parseModelConfig(testModelShapes()['tiny-llama'], 'config.json');
+  const s = c.ropeScaling!;
+  const wavelens = Array.from({ length: c.headDim / 2 }, (_, i) => 2 * Math.PI * c.ropeTheta ** ((2 * i) / c.headDim));
+  const highFreqWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
+  const lowFreqWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
+  assert.ok(wavelens.some((w) => w < highFreqWavelen), 'some frequencies unchanged');
+  assert.ok(wavelens.some((w) => w > lowFreqWavelen), 'some frequencies divided by factor');
+  assert.ok(wavelens.some((w) => w >= highFreqWavelen && w <= lowFreqWavelen), 'some smoothed');
+});
+
+test('a 4M-element tensor streams in chunks of bounded size', () => {
+  const spec = { name: 'model.embed_tokens.weight', dtype: 'bf16' as const, shape: [4096, 1100] };
+  let numBytes = 0;
+  let numChunks = 0;
+  for (const chunk of randomTensorChunks(spec, 0, { mean: 0, std: 0.02 })) {
+    numBytes += chunk.byteLength;
+    numChunks++;
+    assert.ok(chunk.byteLength <= 8 * 2 ** 20);
+  }
+  assert.equal(numBytes, tensorBytes(spec));
+  assert.equal(numChunks, 2);
+});
+
+test('CLI writes a loadable directory and rejects bad arguments', () => {
+  const out = join(tempDir(), 'cli');
+  const script = join(repoRoot(), 'dist', 'src', 'tools', 'make-test-model.js');
+  const ok = spawnSync(process.execPath, [script, '--shape', 'tiny-llama', '--out', out, '--seed', '5', '--shards', '2'], { encoding: 'utf8' });
+  assert.equal(ok.status, 0, ok.stderr);
+  assert.match(ok.stdout, /tiny-llama, 21 tensors/);
+  assert.equal(openShardedSafetensors(join(out, 'model.safetensors.index.json')).names().length, 21);
+  const bad = spawnSync(process.execPath, [script, '--shape', 'gpt-9', '--out', out], { encoding: 'utf8' });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /unknown shape "gpt-9"/);
+});
