@@ -1,0 +1,96 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { benchServe, type LevelRun } from '../../src/lab/bench-serve.js';
+import { buildW3 } from '../../src/lab/workloads.js';
+import { writeReport } from '../../src/lab/report.js';
+import { startMockServer } from './mock-openai.js';
+
+test('bench serve: two targets, interleaved rounds, ratios, report', async () => {
+  const slow = await startMockServer({ prefillDelayMs: 12, tokenDelayMs: 6 });
+  const fast = await startMockServer({ prefillDelayMs: 2, tokenDelayMs: 1 });
+  try {
+    const workload = buildW3({ concurrencies: [1, 4], promptTokens: 32, outputTokens: 8, requestsPerConcurrency: 2, minRequests: 4 });
+    const order: string[] = [];
+    const result = await benchServe({
+      targets: [
+        { name: 'slow', url: slow.url, model: 'm' },
+        { name: 'fast', url: fast.url, model: 'm' },
+      ],
+      workload,
+      numRounds: 2,
+      numWarmupRequests: 1,
+      progress: false,
+      onRun: (r: LevelRun) => order.push(`${r.level}/${r.target}/${r.round}`),
+    });
+    assert.deepEqual(order, ['c1/slow/0', 'c1/fast/0', 'c1/slow/1', 'c1/fast/1', 'c4/slow/0', 'c4/fast/0', 'c4/slow/1', 'c4/fast/1']);
+    // 1 warm-up + (4 + 8) requests x 2 rounds per target.
+    assert.equal(slow.numRequests, 25);
+    assert.equal(fast.numRequests, 25);
+    assert.equal(slow.maxInFlight, 4);
+    assert.equal(new Set(slow.prompts).size, slow.prompts.length, 'every request carries a fresh nonce');
+    assert.equal(slow.bodies[1]!['ignore_eos'], true);
+
+    assert.equal(result.summaries.length, 4);
+    for (const s of result.summaries) {
+      assert.equal(s.metrics.numErrors, 0, s.metrics.errors.join('; '));
+      assert.equal(s.metrics.numOutputTokens, s.metrics.numRequests * 8);
+      assert.equal(s.metrics.promptTokensReported, true);
+      assert.equal(s.metrics.numPromptTokens, s.metrics.numRequests * 33, '32 words and a nonce, as the server counted them');
+      assert.ok(s.metrics.ttftMs.p50 <= s.metrics.ttftMs.p99);
+    }
+    const c1 = (t: string) => result.summaries.find((s) => s.level === 'c1' && s.target === t)!.metrics;
+    assert.ok(c1('slow').tpotMs.p50 >= 5, `slow tpot ${c1('slow').tpotMs.p50}`);
+    assert.ok(c1('fast').tpotMs.p50 < c1('slow').tpotMs.p50);
+    assert.ok(c1('slow').ttftMs.p50 >= 11);
+
+    assert.equal(result.ratios.length, 2);
+    for (const r of result.ratios) {
+      assert.equal(r.baseline, 'slow');
+      assert.equal(r.target, 'fast');
+      assert.equal(r.metrics.outputTokensPerS.perRound.length, 2);
+      assert.ok(r.metrics.outputTokensPerS.median > 1.5, `throughput ratio ${r.metrics.outputTokensPerS.median}`);
+      assert.ok(r.metrics.tpotP50Ms.median < 0.7, `tpot ratio ${r.metrics.tpotP50Ms.median}`);
+      assert.ok(r.metrics.outputTokensPerS.min <= r.metrics.outputTokensPerS.median);
+    }
+
+    const dir = mkdtempSync(join(tmpdir(), 'quire-lab-'));
+    const paths = writeReport({ bench: result, title: 'mock A/B' }, dir);
+    const json = JSON.parse(readFileSync(paths.jsonPath, 'utf8')) as { bench: { targets: { name: string }[] } };
+    assert.deepEqual(json.bench.targets.map((t) => t.name), ['slow', 'fast']);
+    const md = readFileSync(paths.markdownPath, 'utf8');
+    assert.match(md, /\| c4 \| fast \/ slow \| \d+\.\d{3}x/);
+    const html = readFileSync(paths.htmlPath, 'utf8');
+    assert.equal((html.match(/<svg /g) ?? []).length, 4);
+    assert.match(html, /data-series="fast p50"/);
+    assert.match(html, /data-series="slow p99"/);
+  } finally {
+    await slow.close();
+    await fast.close();
+  }
+});
+
+test('bench serve: a request rate level and a failing target are reported, not thrown', async () => {
+  const ok = await startMockServer({ prefillDelayMs: 1, tokenDelayMs: 1 });
+  try {
+    const workload = buildW3({ concurrencies: [2], promptTokens: 8, outputTokens: 3, requestsPerConcurrency: 2, minRequests: 4 });
+    workload.levels[0]!.requestRatePerS = 200;
+    const result = await benchServe({
+      targets: [
+        { name: 'ok', url: ok.url, model: 'm' },
+        { name: 'down', url: 'http://127.0.0.1:9/', model: 'm' },
+      ],
+      workload,
+      numRounds: 1,
+      progress: false,
+    });
+    const down = result.summaries.find((s) => s.target === 'down')!.metrics;
+    assert.equal(down.numErrors, 4);
+    assert.ok(down.errors.length > 0);
+    assert.equal(result.summaries.find((s) => s.target === 'ok')!.metrics.numErrors, 0);
+  } finally {
+    await ok.close();
+  }
+});
