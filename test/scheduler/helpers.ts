@@ -1,0 +1,41 @@
+import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
+import { Request } from '../../src/scheduler/request.js';
+import { Scheduler, type SchedulerOptions, type SchedulerOutput } from '../../src/scheduler/scheduler.js';
+
+export interface Setup extends Partial<SchedulerOptions> {
+  numBlocks?: number;
+  enablePrefixCaching?: boolean;
+}
+
+export function makeScheduler(o: Setup = {}): { sched: Scheduler; kv: KVCacheManager } {
+  const blockSize = o.blockSize ?? 4;
+  const kv = new KVCacheManager({ numBlocks: o.numBlocks ?? 64, blockSize,
+    enablePrefixCaching: o.enablePrefixCaching ?? false });
+  const sched = new Scheduler({ maxNumBatchedTokens: 64, maxNumSeqs: 16, ...o, blockSize }, kv);
+  return { sched, kv };
+}
+
+/** A request whose prompt is `numPromptTokens` ids unique to its id (or `tokens` when given). */
+export function makeRequest(requestId: string, numPromptTokens: number, maxTokens: number,
+  extra: { priority?: number; arrivalTime?: number; tokens?: number[]; cacheSalt?: string } = {}): Request {
+  const base = 1000 * (requestId.charCodeAt(0) + requestId.length);
+  const promptTokenIds = extra.tokens ?? Array.from({ length: numPromptTokens }, (_, i) => base + i);
+  return new Request({ requestId, promptTokenIds, maxTokens, priority: extra.priority,
+    arrivalTime: extra.arrivalTime ?? 0, cacheSalt: extra.cacheSalt });
+}
+
+/** One engine step with fake sampling (token = 7 * seqLen); finishes requests at maxTokens. */
+export function step(sched: Scheduler): SchedulerOutput {
+  const out = sched.schedule();
+  const sampled = new Map<string, number[]>();
+  for (const r of out.scheduledRequests) if (r.sample) sampled.set(r.requestId, [7 * r.seqLen]);
+  sched.updateFromOutput(sampled);
+  const done = [...sampled.keys()].filter((id) => {
+    const req = sched.getRequest(id)!;
+    return req.numOutputTokens >= req.maxTokens;
+  });
+  sched.finishRequests(done, 'FINISHED_LENGTH');
+  return out;
+}
+
+export const rows = (out: SchedulerOutput) => out.scheduledRequests.map((r) => [r.requestId, r.numScheduledTokens]);

@@ -1,0 +1,190 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { makeRequest, makeScheduler, rows, step } from './helpers.js';
+
+test('a long prompt is chunked by the token budget; the last chunk samples; then one decode token per step', () => {
+  const { sched } = makeScheduler({ maxNumBatchedTokens: 8 });
+  const a = makeRequest('a', 20, 5);
+  sched.addRequest(a);
+  const s1 = step(sched);
+  const r1 = s1.scheduledRequests[0]!;
+  assert.deepEqual([r1.numScheduledTokens, r1.startPosition, r1.seqLen, r1.sample, r1.isPrefillChunk, r1.isDecode],
+    [8, 0, 8, false, true, false]);
+  assert.deepEqual(r1.tokenIds, a.promptTokenIds.slice(0, 8));
+  assert.deepEqual(r1.positions, [0, 1, 2, 3, 4, 5, 6, 7]);
+  assert.deepEqual(r1.blockTable, [1, 2]);
+  assert.deepEqual(r1.slotMapping, [4, 5, 6, 7, 8, 9, 10, 11]);
+  assert.equal(r1.isNewlyAdmitted, true);
+  const r2 = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([r2.numScheduledTokens, r2.startPosition, r2.sample, r2.isNewlyAdmitted], [8, 8, false, false]);
+  assert.deepEqual(r2.newBlockIds, [3, 4]);
+  const r3 = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([r3.numScheduledTokens, r3.seqLen, r3.sample, r3.isPrefillChunk], [4, 20, true, false]);
+  assert.deepEqual(r3.newBlockIds, [5]);
+  assert.deepEqual(a.outputTokenIds, [7 * 20]);
+  const r4 = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([r4.tokenIds, r4.positions, r4.slotMapping, r4.newBlockIds, r4.isDecode, r4.sample],
+    [[140], [20], [24], [6], true, true]);
+  assert.equal(a.numComputedTokens, 21);
+});
+
+test('decode rows go first, then waiting prompts take what is left of the budget', () => {
+  const { sched } = makeScheduler({ maxNumBatchedTokens: 8 });
+  sched.addRequest(makeRequest('a', 4, 10));
+  step(sched);
+  sched.addRequest(makeRequest('b', 10, 10));
+  sched.addRequest(makeRequest('c', 10, 10));
+  const out = step(sched);
+  assert.deepEqual(rows(out), [['a', 1], ['b', 7]]);
+  assert.equal(out.numScheduledTokensTotal, 8);
+  assert.equal(sched.numWaiting, 1);
+  assert.deepEqual(rows(step(sched)), [['a', 1], ['b', 3], ['c', 4]]);
+});
+
+test('maxNumSeqs caps the running set', () => {
+  const { sched } = makeScheduler({ maxNumSeqs: 2 });
+  for (const id of ['a', 'b', 'c']) sched.addRequest(makeRequest(id, 2, 3));
+  assert.deepEqual(rows(step(sched)), [['a', 2], ['b', 2]]);
+  assert.deepEqual([sched.numRunning, sched.numWaiting], [2, 1]);
+});
+
+test('fcfs admits in arrival order of submission; priority admits lower value first, then earlier arrival', () => {
+  const order = (policy: 'fcfs' | 'priority') => {
+    const { sched } = makeScheduler({ maxNumSeqs: 1, policy });
+    sched.addRequest(makeRequest('p1', 2, 1, { priority: 1, arrivalTime: 0 }));
+    sched.addRequest(makeRequest('late', 2, 1, { priority: 0, arrivalTime: 2 }));
+    sched.addRequest(makeRequest('early', 2, 1, { priority: 0, arrivalTime: 1 }));
+    const admitted: string[] = [];
+    while (sched.hasUnfinishedRequests()) admitted.push(...step(sched).scheduledRequests.map((r) => r.requestId));
+    return admitted;
+  };
+  assert.deepEqual(order('fcfs'), ['p1', 'late', 'early']);
+  assert.deepEqual(order('priority'), ['early', 'late', 'p1']);
+});
+
+test('fcfs preempts the last running request by recompute, requeues it at the front, and admits nothing that step', () => {
+  const { sched, kv } = makeScheduler({ numBlocks: 5 });
+  const a = makeRequest('a', 8, 8);
+  const b = makeRequest('b', 8, 8);
+  sched.addRequest(a);
+  sched.addRequest(b);
+  step(sched);
+  assert.equal(kv.numFreeBlocks, 0);
+  sched.addRequest(makeRequest('c', 2, 1));
+  const out = step(sched);
+  assert.deepEqual(rows(out), [['a', 1]]);
+  assert.deepEqual(out.preemptedRequestIds, ['b']);
+  assert.deepEqual([b.status, b.numComputedTokens, b.numPreemptions], ['PREEMPTED', 0, 1]);
+  assert.deepEqual(sched.waiting.map((r) => r.requestId), ['b', 'c']);
+  assert.deepEqual(kv.blockTable('b'), []);
+  assert.equal(kv.numFreeBlocks, 1);
+  // c would fit in the free page but b heads the queue and needs 3 pages.
+  assert.deepEqual(rows(step(sched)), [['a', 1]]);
+  assert.equal(sched.numPreemptions, 1);
+});
+
+test('a preempted request resumes by recomputing prompt and outputs, then samples its next token', () => {
+  const { sched } = makeScheduler({ numBlocks: 5 });
+  const a = makeRequest('a', 8, 3);
+  const b = makeRequest('b', 8, 3);
+  sched.addRequest(a);
+  sched.addRequest(b);
+  step(sched);
+  step(sched);
+  assert.equal(b.status, 'PREEMPTED');
+  const bOutputs = [...b.outputTokenIds];
+  while (a.status === 'RUNNING') step(sched);
+  const resumed = step(sched).scheduledRequests.find((r) => r.requestId === 'b')!;
+  assert.deepEqual([resumed.startPosition, resumed.numScheduledTokens, resumed.sample, resumed.isDecode],
+    [0, 9, true, false]);
+  assert.deepEqual(resumed.tokenIds, [...b.promptTokenIds, ...bOutputs]);
+  assert.equal(b.numOutputTokens, 2);
+});
+
+test('priority preempts the lowest-priority request, even one already scheduled this step, returning its budget', () => {
+  const { sched, kv } = makeScheduler({ numBlocks: 6, policy: 'priority' });
+  const x = makeRequest('x', 7, 4, { priority: 5, arrivalTime: 0 });
+  const y = makeRequest('y', 8, 4, { priority: 0, arrivalTime: 1 });
+  sched.addRequest(x);
+  step(sched);
+  sched.addRequest(y);
+  assert.deepEqual(rows(step(sched)), [['x', 1], ['y', 8]]);
+  assert.equal(kv.numFreeBlocks, 1);
+  // x (scheduled first) takes the last page; y then needs one and x is the victim.
+  const out = step(sched);
+  assert.deepEqual(rows(out), [['y', 1]]);
+  assert.deepEqual(out.preemptedRequestIds, ['x']);
+  assert.equal(out.numScheduledTokensTotal, 1);
+  assert.deepEqual(out.scheduledRequests[0]!.newBlockIds.length, 1);
+  assert.equal(x.status, 'PREEMPTED');
+  assert.equal(kv.numFreeBlocks, 2);
+});
+
+test('under priority, a request that is itself the lowest priority preempts itself', () => {
+  const { sched } = makeScheduler({ numBlocks: 5, policy: 'priority' });
+  const lo = makeRequest('lo', 7, 4, { priority: 9, arrivalTime: 0 });
+  const hi = makeRequest('hi', 8, 4, { priority: 0, arrivalTime: 1 });
+  sched.addRequest(lo);
+  step(sched);
+  sched.addRequest(hi);
+  step(sched);
+  const out = step(sched);
+  assert.deepEqual(out.preemptedRequestIds, ['lo']);
+  assert.deepEqual(rows(out), [['hi', 1]]);
+});
+
+test('abort and finish free every page at once and are reported in the next output', () => {
+  const { sched, kv } = makeScheduler({ numBlocks: 9, maxNumBatchedTokens: 6 });
+  sched.addRequest(makeRequest('a', 10, 5));
+  sched.addRequest(makeRequest('b', 10, 5));
+  step(sched);
+  step(sched);
+  sched.addRequest(makeRequest('c', 3, 5));
+  assert.ok(kv.numFreeBlocks < 8);
+  sched.abortRequest('a');
+  sched.finishRequests(['b', 'c'], 'FINISHED_STOPPED');
+  assert.equal(kv.numFreeBlocks, 8);
+  assert.deepEqual([sched.numRunning, sched.numWaiting, sched.hasUnfinishedRequests()], [0, 0, false]);
+  const out = sched.schedule();
+  assert.deepEqual(out.finishedRequestIds, ['a', 'b', 'c']);
+  assert.deepEqual(out.scheduledRequests, []);
+  sched.updateFromOutput(new Map());
+  assert.deepEqual(sched.schedule().finishedRequestIds, []);
+});
+
+test('a prefix hit starts the first chunk after the cached tokens', () => {
+  const { sched } = makeScheduler({ enablePrefixCaching: true });
+  const shared = Array.from({ length: 9 }, (_, i) => 500 + i);
+  sched.addRequest(makeRequest('a', 0, 4, { tokens: shared }));
+  step(sched);
+  const b = makeRequest('b', 0, 4, { tokens: [...shared.slice(0, 8), 1, 2, 3] });
+  sched.addRequest(b);
+  const rb = step(sched).scheduledRequests.find((r) => r.requestId === 'b')!;
+  assert.deepEqual([rb.startPosition, rb.numScheduledTokens, rb.numCachedTokens, rb.isNewlyAdmitted], [8, 3, 8, true]);
+  assert.deepEqual(rb.blockTable.slice(0, 2), [1, 2]);
+  assert.equal(b.numCachedTokens, 8);
+});
+
+test('longPrefillTokenThreshold caps each prompt per step; chunked prefill off admits whole prompts only', () => {
+  const capped = makeScheduler({ longPrefillTokenThreshold: 5 }).sched;
+  capped.addRequest(makeRequest('a', 12, 2));
+  capped.addRequest(makeRequest('b', 3, 2));
+  assert.deepEqual(rows(step(capped)), [['a', 5], ['b', 3]]);
+
+  const whole = makeScheduler({ maxNumBatchedTokens: 10, enableChunkedPrefill: false }).sched;
+  whole.addRequest(makeRequest('a', 6, 3));
+  whole.addRequest(makeRequest('b', 6, 3));
+  assert.deepEqual(rows(step(whole)), [['a', 6]]);
+  assert.deepEqual(rows(step(whole)), [['a', 1], ['b', 6]]);
+  assert.throws(() => whole.addRequest(makeRequest('c', 11, 1)), /chunked prefill off/);
+});
+
+test('requests that could never fit, duplicate ids and out-of-order calls are refused', () => {
+  const { sched } = makeScheduler({ numBlocks: 3 });
+  assert.throws(() => sched.addRequest(makeRequest('big', 6, 3)), /may need 3 KV pages; the cache has 2/);
+  sched.addRequest(makeRequest('a', 2, 2));
+  assert.throws(() => sched.addRequest(makeRequest('a', 2, 2)), /duplicate/);
+  sched.schedule();
+  assert.throws(() => sched.schedule(), /twice/);
+  assert.throws(() => sched.updateFromOutput(new Map()), /no sampled token/);
+});
