@@ -25,7 +25,7 @@ export function openWeights(dir: string): WeightSource {
   if (existsSync(index)) return openShardedSafetensors(index);
   const single = join(dir, 'model.safetensors');
   if (existsSync(single)) return openSafetensors(single);
-  throw new ModelLoadError(single, 'file not found (nor model.safetensors.index.json)');
+  throw new ModelLoadError(single, `file not found in ${dir} (nor model.safetensors.index.json)`);
 }
 
 /** chat_template.jinja (newer checkpoints) wins over tokenizer_config's chat_template. */
@@ -37,7 +37,7 @@ function readChatTemplate(dir: string, fromConfig: unknown): string | null {
 /** A Hugging Face model directory: config.json, tokenizer files, safetensors weights, generation_config.json. */
 export function loadModelDir(dirArg: string): ModelDir {
   const dir = resolve(dirArg);
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new ModelLoadError(dir, 'model directory not found');
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new ModelLoadError(dir, `model directory ${dir} not found`);
   for (const required of ['config.json', 'tokenizer.json']) {
     const file = join(dir, required);
     if (!existsSync(file)) throw new ModelLoadError(file, `file not found in ${dir}`);

@@ -108,7 +108,7 @@ export async function makeTestModel(opts: MakeTestModelOptions): Promise<TestMod
   return { dir, config, numTensors: specs.length, numWeightBytes, files };
 }
 
-function positiveInt(value: string): number {
+function nonNegativeInt(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('expected a non-negative integer');
   return n;
@@ -120,8 +120,8 @@ async function main(argv: string[]): Promise<void> {
     .option('--shape <name>', 'shape name (--list shows them)', 'tiny-qwen3')
     .option('--out <dir>', 'output directory')
     .option('--dtype <dtype>', 'bf16 | f16 | f32', 'bf16')
-    .option('--seed <n>', 'random seed', positiveInt, 0)
-    .option('--shards <n>', 'number of safetensors shards', positiveInt, 1)
+    .option('--seed <n>', 'random seed', nonNegativeInt, 0)
+    .option('--shards <n>', 'number of safetensors shards', nonNegativeInt, 1)
     .option('--list', 'list the shapes and exit')
     .parse(argv);
   const o = program.opts<{ shape: string; out?: string; dtype: string; seed: number; shards: number; list?: boolean }>();

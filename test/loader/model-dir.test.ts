@@ -54,17 +54,17 @@ test('a generated sharded tiny-llama directory loads back, chat_template.jinja w
 
 test('missing directory, config.json, tokenizer.json or weights: one error naming the file', async () => {
   const root = tempDir();
-  loadError(join(root, 'nope'), 'nope: model directory not found');
+  loadError(join(root, 'nope'), `nope: model directory ${join(root, 'nope')} not found`);
   const dir = join(root, 'm');
   await makeTestModel({ shape: 'tiny-qwen3', outDir: dir });
   renameSync(join(dir, 'config.json'), join(dir, 'config.bak'));
-  loadError(dir, 'config.json: file not found');
+  loadError(dir, `config.json: file not found in ${dir}`);
   renameSync(join(dir, 'config.bak'), join(dir, 'config.json'));
   renameSync(join(dir, 'tokenizer.json'), join(dir, 'tokenizer.bak'));
-  loadError(dir, 'tokenizer.json: file not found');
+  loadError(dir, `tokenizer.json: file not found in ${dir}`);
   renameSync(join(dir, 'tokenizer.bak'), join(dir, 'tokenizer.json'));
   rmSync(join(dir, 'model.safetensors'));
-  loadError(dir, 'model.safetensors: file not found');
+  loadError(dir, `model.safetensors: file not found in ${dir}`);
   writeFileSync(join(dir, 'config.json'), '{"architectures": ["GPT2LMHeadModel"]}');
   loadError(dir, 'config.json: field "architectures" names GPT2LMHeadModel');
 });
