@@ -1,0 +1,72 @@
+// What the sampler keeps per request between steps: its params, its RNG, and
+// token counts for the penalties, updated as tokens are appended (never
+// recounted from the whole sequence).
+
+import type { SamplingParams } from './params.js';
+import type { Rng } from './rng.js';
+
+export class SequenceSamplingState {
+  readonly params: SamplingParams;
+  readonly rng: Rng;
+  /** Distinct prompt token ids (repetition penalty). */
+  readonly promptTokenIds: ReadonlySet<number>;
+  /** Generated token id -> number of times generated. */
+  readonly outputTokenCounts = new Map<number, number>();
+  private numOutput = 0;
+  /** logitBias as parallel arrays (ids and biases). */
+  readonly biasIds: Int32Array;
+  readonly biasValues: Float32Array;
+
+  constructor(params: SamplingParams, promptTokenIds: readonly number[], rng: Rng) {
+    this.params = params;
+    this.rng = rng;
+    this.promptTokenIds = params.repetitionPenalty !== 1 ? new Set(promptTokenIds) : new Set();
+    const bias = Object.entries(params.logitBias ?? {});
+    this.biasIds = Int32Array.from(bias, ([id]) => Number(id));
+    this.biasValues = Float32Array.from(bias, ([, v]) => v);
+  }
+
+  get numOutputTokens(): number {
+    return this.numOutput;
+  }
+
+  appendOutputTokens(tokenIds: readonly number[]): void {
+    for (const t of tokenIds) this.outputTokenCounts.set(t, (this.outputTokenCounts.get(t) ?? 0) + 1);
+    this.numOutput += tokenIds.length;
+  }
+
+  /** Rolls back the last generated tokens (rejected speculative tokens). */
+  removeOutputTokens(tokenIds: readonly number[]): void {
+    for (const t of tokenIds) {
+      const count = this.outputTokenCounts.get(t);
+      if (count === undefined) throw new Error(`token ${t} was never generated`);
+      if (count === 1) this.outputTokenCounts.delete(t);
+      else this.outputTokenCounts.set(t, count - 1);
+    }
+    this.numOutput -= tokenIds.length;
+  }
+}
+
+/**
+ * In place on row[0 .. vocab): repetition penalty over prompt and output ids
+ * (positive logits divided, others multiplied), then frequency and presence
+ * penalties over output ids (vLLM's apply_penalties).
+ */
+export function applyPenalties(row: Float32Array, vocab: number, state: SequenceSamplingState): void {
+  const { repetitionPenalty, frequencyPenalty, presencePenalty } = state.params;
+  if (repetitionPenalty !== 1) {
+    const penalize = (id: number) => {
+      if (id < 0 || id >= vocab) return;
+      const v = row[id]!;
+      row[id] = v > 0 ? v / repetitionPenalty : v * repetitionPenalty;
+    };
+    for (const id of state.promptTokenIds) penalize(id);
+    for (const id of state.outputTokenCounts.keys()) if (!state.promptTokenIds.has(id)) penalize(id);
+  }
+  if (frequencyPenalty !== 0 || presencePenalty !== 0) {
+    for (const [id, count] of state.outputTokenCounts) {
+      if (id < 0 || id >= vocab) continue;
+      row[id] = row[id]! - frequencyPenalty * count - presencePenalty;
+    }
+  }
+}
