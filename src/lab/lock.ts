@@ -138,7 +138,7 @@ export function parseComputeApps(csv: string): GpuProcess[] {
     .map((line) => {
       const f = line.split(',').map((s) => s.trim());
       const mem = f.at(-1) ?? '';
-      return { pid: Number(f[0]), processName: f.slice(1, -1).join(','), usedMemoryMiB: Number.parseFloat(mem.replace(/\s*MiB$/, '')) };
+      return { pid: Number(f[0]), processName: f.slice(1, -1).join(', '), usedMemoryMiB: Number.parseFloat(mem.replace(/\s*MiB$/, '')) };
     });
 }
 

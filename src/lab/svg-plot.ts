@@ -86,7 +86,7 @@ export function lineChart(opts: LineChartOptions, colorKeys: string[] = []): str
       out.push(`<circle class="point" data-series="${name}" cx="${px(p.x).toFixed(1)}" cy="${py(p.y).toFixed(1)}" r="3" fill="${color}"><title>${name}: ${fmt(p.x)}, ${fmt(p.y)}</title></circle>`);
     }
     const lx = pad.left + (i % 3) * (plotW / 3);
-    const ly = height - 18 + Math.floor(i / 3) * 14 - (opts.series.length > 3 ? 10 : 0);
+    const ly = pad.top + plotH + 52 + Math.floor(i / 3) * 14;
     out.push(`<line x1="${lx}" x2="${lx + 18}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5 3"' : ''}/>`);
     out.push(`<text x="${lx + 22}" y="${ly}">${name}</text>`);
   });

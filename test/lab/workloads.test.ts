@@ -1,0 +1,98 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  applyNonce,
+  buildCustomWorkload,
+  buildW3,
+  buildW5,
+  freshNonce,
+  parseJsonlPrompts,
+  poissonGapsMs,
+  seededRng,
+} from '../../src/lab/workloads.js';
+
+test('W3: five concurrency levels, 4x requests (at least 16), 1024-token prompts, 128 tokens, EOS ignored, fresh nonces', () => {
+  const w = buildW3();
+  assert.deepEqual(w.levels.map((l) => l.concurrency), [1, 8, 32, 128, 256]);
+  assert.deepEqual(w.levels.map((l) => l.requests.length), [16, 32, 128, 512, 1024]);
+  for (const l of w.levels) {
+    assert.equal(l.nonce, 'per-request');
+    assert.equal(l.ignoreEos, true);
+    assert.equal(l.requestRatePerS, null);
+  }
+  const r = w.levels[1]!.requests[0]!;
+  assert.equal(r.maxTokens, 128);
+  assert.equal((r.prompt as string).split(' ').length, 1024);
+  assert.equal(buildW3({ nonce: false }).levels[0]!.nonce, 'none');
+  const ids = buildW3({ promptFormat: 'ids', concurrencies: [2], vocabSize: 1000 });
+  const p = ids.levels[0]!.requests[0]!.prompt as number[];
+  assert.equal(p.length, 1024);
+  assert.ok(p.every((x) => Number.isInteger(x) && x >= 100 && x < 1000));
+  assert.equal(ids.promptFormat, 'ids');
+});
+
+test('W5: 64 requests share a 2000-token system prompt, differ in a 100-token suffix, one nonce per level', () => {
+  const w = buildW5();
+  const l = w.levels[0]!;
+  assert.equal(l.concurrency, 16);
+  assert.equal(l.nonce, 'per-level');
+  assert.equal(l.requests.length, 64);
+  const words = l.requests.map((r) => (r.prompt as string).split(' '));
+  assert.ok(words.every((ws) => ws.length === 2100));
+  const system = words[0]!.slice(0, 2000).join(' ');
+  assert.ok(words.every((ws) => ws.slice(0, 2000).join(' ') === system));
+  assert.equal(new Set(words.map((ws) => ws.slice(2000).join(' '))).size, 64);
+  assert.ok(l.requests.every((r) => r.maxTokens === 64));
+});
+
+test('nonces: text prefix, id prompts keep their length, fresh each time', () => {
+  const a = freshNonce(32000);
+  const b = freshNonce(32000);
+  assert.notEqual(a.text, b.text);
+  assert.equal(applyNonce('hello world', a), `${a.text} hello world`);
+  const ids = [500, 501, 502, 503, 504, 505];
+  const withNonce = applyNonce(ids, a) as number[];
+  assert.equal(withNonce.length, ids.length);
+  assert.deepEqual(withNonce.slice(0, 4), a.ids);
+  assert.deepEqual(withNonce.slice(4), [504, 505]);
+});
+
+test('custom workloads: random lengths in bounds, rate or concurrency required', () => {
+  const w = buildCustomWorkload({ numRequests: 200, promptTokens: { min: 10, max: 20 }, outputTokens: { min: 5, max: 7 }, concurrency: 4, seed: 1 });
+  const lens = w.levels[0]!.requests.map((r) => (r.prompt as string).split(' ').length);
+  assert.equal(Math.min(...lens), 10);
+  assert.equal(Math.max(...lens), 20);
+  const outs = new Set(w.levels[0]!.requests.map((r) => r.maxTokens));
+  assert.deepEqual([...outs].sort(), [5, 6, 7]);
+  assert.equal(w.levels[0]!.name, 'c4');
+  assert.throws(() => buildCustomWorkload({ numRequests: 1, outputTokens: 5 }), /concurrency, a request rate/);
+  const rated = buildCustomWorkload({ numRequests: 3, promptTokens: 4, outputTokens: 2, requestRatePerS: 5 });
+  assert.equal(rated.levels[0]!.requestRatePerS, 5);
+  assert.equal(rated.levels[0]!.concurrency, null);
+});
+
+test('JSONL prompts: text or ids, optional max_tokens, errors name the line', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-wl-'));
+  const path = join(dir, 'p.jsonl');
+  writeFileSync(path, '{"prompt": "a b c", "max_tokens": 9}\n\n{"prompt": [1, 2, 3, 4]}\n');
+  const w = buildCustomWorkload({ numRequests: 3, outputTokens: 16, jsonlPath: path, concurrency: 1 });
+  const rs = w.levels[0]!.requests;
+  assert.deepEqual(rs.map((r) => [r.prompt, r.maxTokens, r.approxPromptTokens]), [
+    ['a b c', 9, 3],
+    [[1, 2, 3, 4], 16, 4],
+    ['a b c', 9, 3],
+  ]);
+  assert.throws(() => parseJsonlPrompts('{"prompt": 3}\n', 'x.jsonl'), /x\.jsonl:1: "prompt" must be/);
+  assert.throws(() => parseJsonlPrompts('{"prompt": "a"}\nnope\n', 'x.jsonl'), /x\.jsonl:2: not JSON/);
+  assert.throws(() => parseJsonlPrompts('{"prompt": "a", "max_tokens": 0}', 'x.jsonl'), /max_tokens/);
+});
+
+test('Poisson gaps have mean 1/rate', () => {
+  const gaps = poissonGapsMs(20000, 50, seededRng(9));
+  const meanMs = gaps.reduce((s, g) => s + g, 0) / gaps.length;
+  assert.ok(Math.abs(meanMs - 20) < 0.6, `mean gap ${meanMs} ms`);
+  assert.ok(gaps.every((g) => g >= 0));
+});
