@@ -1,0 +1,95 @@
+// Prometheus metrics, named as vLLM's with a `quire:` prefix, in a registry of
+// the server's own. Engine gauges and engine counters are read from
+// engine.stats() at scrape time; request counters and latency histograms are
+// observed here as requests are served.
+
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { EngineClient } from '../engine/client.js';
+
+const TTFT_BUCKETS_S = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+const ITL_BUCKETS_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80];
+const E2E_BUCKETS_S = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960];
+const ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
+const MAX_STEPS_OBSERVED_AT_ONCE = 256;
+
+export class ApiMetrics {
+  readonly registry = new Registry();
+  private readonly promptTokens: Counter;
+  private readonly generationTokens: Counter;
+  private readonly requestSuccess: Counter<'finished_reason'>;
+  private readonly ttft: Histogram;
+  private readonly itl: Histogram;
+  private readonly e2e: Histogram;
+  private readonly iterationTokens: Histogram;
+  private lastNumSteps: number;
+  private lastNumStepTokens: number;
+
+  constructor(private readonly engine: EngineClient) {
+    const registers = [this.registry];
+    const stats = () => engine.stats();
+    new Gauge({ name: 'quire:num_requests_running', help: 'Requests in the running batch.', registers, collect() { this.set(stats().numRunning); } });
+    new Gauge({ name: 'quire:num_requests_waiting', help: 'Requests waiting to be scheduled.', registers, collect() { this.set(stats().numWaiting); } });
+    new Gauge({ name: 'quire:kv_cache_usage_perc', help: 'KV cache usage (1 = 100%).', registers, collect() { this.set(stats().kvCacheUsage); } });
+    engineCounter('quire:prefix_cache_queries_total', 'Prefix cache queries, in tokens.', registers, () => stats().prefixCacheQueries);
+    engineCounter('quire:prefix_cache_hits_total', 'Prefix cache hits, in tokens.', registers, () => stats().prefixCacheHits);
+    engineCounter('quire:num_preemptions_total', 'Preemptions.', registers, () => stats().numPreemptions);
+    this.promptTokens = new Counter({ name: 'quire:prompt_tokens_total', help: 'Prompt tokens of served requests.', registers });
+    this.generationTokens = new Counter({ name: 'quire:generation_tokens_total', help: 'Generated tokens of served requests.', registers });
+    this.requestSuccess = new Counter({ name: 'quire:request_success_total', help: 'Finished requests by finish reason.', labelNames: ['finished_reason'], registers });
+    this.ttft = new Histogram({ name: 'quire:time_to_first_token_seconds', help: 'Time to first token.', buckets: TTFT_BUCKETS_S, registers });
+    this.itl = new Histogram({ name: 'quire:inter_token_latency_seconds', help: 'Time between outputs of one request.', buckets: ITL_BUCKETS_S, registers });
+    this.e2e = new Histogram({ name: 'quire:e2e_request_latency_seconds', help: 'Arrival to finish.', buckets: E2E_BUCKETS_S, registers });
+    this.iterationTokens = new Histogram({ name: 'quire:iteration_tokens_total', help: 'Tokens per engine step.', buckets: ITERATION_TOKEN_BUCKETS, registers });
+    const s = engine.stats();
+    this.lastNumSteps = s.numSteps;
+    this.lastNumStepTokens = s.numPromptTokens + s.numGenerationTokens;
+  }
+
+  observeFirstToken(seconds: number): void {
+    this.ttft.observe(seconds);
+  }
+
+  observeInterToken(seconds: number): void {
+    this.itl.observe(seconds);
+  }
+
+  observeFinished(finishReason: string, e2eSeconds: number, numPromptTokens: number, numGenerationTokens: number): void {
+    this.requestSuccess.inc({ finished_reason: finishReason });
+    this.e2e.observe(e2eSeconds);
+    this.promptTokens.inc(numPromptTokens);
+    this.generationTokens.inc(numGenerationTokens);
+  }
+
+  /** Spreads the tokens of the engine steps since the last call evenly over those steps. */
+  observeEngineProgress(): void {
+    const s = this.engine.stats();
+    const numSteps = s.numSteps - this.lastNumSteps;
+    const numTokens = s.numPromptTokens + s.numGenerationTokens - this.lastNumStepTokens;
+    if (numSteps <= 0) return;
+    this.lastNumSteps = s.numSteps;
+    this.lastNumStepTokens += numTokens;
+    const perStep = Math.max(0, numTokens) / numSteps;
+    for (let i = 0; i < Math.min(numSteps, MAX_STEPS_OBSERVED_AT_ONCE); i++) this.iterationTokens.observe(perStep);
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
+
+/** A counter that mirrors a cumulative engine statistic. */
+function engineCounter(name: string, help: string, registers: Registry[], read: () => number): void {
+  let last = 0;
+  new Counter({
+    name, help, registers,
+    collect() {
+      const v = read();
+      if (v > last) this.inc(v - last);
+      last = Math.max(last, v);
+    },
+  });
+}

@@ -1,0 +1,45 @@
+// What createServer needs, and the limits it enforces (each with a default).
+
+import type { EngineClient } from '../engine/client.js';
+import type { Tokenizer } from '../loader/types.js';
+
+export interface ServerLimits {
+  /** Request body, bytes (413 beyond). */
+  bodyLimitBytes: number;
+  /** All request headers together, bytes (431 beyond). */
+  maxHeaderBytes: number;
+  maxN: number;
+  maxStopStrings: number;
+  /** Caps completions `logprobs` and chat `top_logprobs`. */
+  maxLogprobs: number;
+  /** Caps the number of prompts in one completions request. */
+  maxPromptsPerRequest: number;
+}
+
+export interface ServerOptions {
+  engine: EngineClient;
+  tokenizer: Tokenizer;
+  chatTemplate: string | null;
+  modelName: string;
+  /** Other names the model answers to. */
+  servedModelNames?: string[];
+  maxModelLen: number;
+  apiKey?: string;
+  allowRequestChatTemplate?: boolean;
+  limits?: Partial<ServerLimits>;
+  /** Fastify logger on/off. */
+  logger?: boolean;
+}
+
+export const DEFAULT_LIMITS: ServerLimits = {
+  bodyLimitBytes: 8 * 1024 * 1024,
+  maxHeaderBytes: 16 * 1024,
+  maxN: 16,
+  maxStopStrings: 16,
+  maxLogprobs: 20,
+  maxPromptsPerRequest: 256,
+};
+
+export function serverLimits(o: Partial<ServerLimits> = {}): ServerLimits {
+  return { ...DEFAULT_LIMITS, ...o };
+}

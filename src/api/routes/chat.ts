@@ -1,0 +1,108 @@
+// POST /v1/chat/completions
+
+import type { FastifyInstance } from 'fastify';
+import { ChatTemplateError, renderChat } from '../../loader/chat-template.js';
+import { badRequest } from '../errors.js';
+import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
+import { chatLogprobs } from '../logprobs.js';
+import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
+import { samplingFromBody } from '../sampling.js';
+import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
+import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
+import { resolveModel, type RouteDeps } from './deps.js';
+
+/** Renders and tokenizes the conversation (the template brings its own BOS). */
+export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
+  if (r.chatTemplate !== null && !d.allowRequestChatTemplate) {
+    throw badRequest('`chat_template` in the request is not allowed on this server.', 'chat_template');
+  }
+  const template = r.chatTemplate ?? d.chatTemplate;
+  if (template === null) throw badRequest('This model has no chat template; use /v1/completions or send `chat_template`.', 'messages');
+  const tok = d.tokenizer;
+  const tokenString = (id: number | undefined | null) => (id === null || id === undefined ? null : (tok.idToToken(id) ?? null));
+  let text: string;
+  try {
+    text = renderChat(template, r.messages, {
+      ...r.chatTemplateKwargs,
+      addGenerationPrompt: r.addGenerationPrompt,
+      bosToken: tokenString(tok.bosTokenId),
+      eosToken: tokenString(tok.eosTokenIds[0]),
+    });
+  } catch (e) {
+    if (e instanceof ChatTemplateError) throw badRequest(e.message, 'messages');
+    throw e;
+  }
+  const ids = tok.encode(text, { addSpecialTokens: false });
+  if (ids.length === 0) throw badRequest('The rendered conversation is empty.', 'messages');
+  return ids;
+}
+
+export function registerChat(app: FastifyInstance, d: RouteDeps): void {
+  app.post('/v1/chat/completions', async (request, reply) => {
+    const arrivalTime = Date.now();
+    const r = parseChatRequest(request.body, d.limits);
+    const model = resolveModel(d, r.model);
+    const base = samplingFromBody(request.body as Body, { vocabSize: d.tokenizer.vocabSize, stop: r.stop, logprobs: r.logprobs });
+    const ids = chatPromptIds(d, r);
+    const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
+    const id = newResponseId('chatcmpl');
+    const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
+    const fmt = chatFormatter(d, r, ids, { id, model, created: Math.floor(arrivalTime / 1000) });
+    return serveChoices(request, reply, {
+      ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
+      stream: r.stream, includeUsage: r.includeUsage, fmt,
+    });
+  });
+}
+
+interface Header {
+  id: string;
+  model: string;
+  created: number;
+}
+
+function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header): ChoiceFormatter {
+  const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
+  const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs'] }) =>
+    r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
+  return {
+    openingChunks() {
+      return Array.from({ length: r.n }, (_, index) => ({
+        ...chunkHead,
+        choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+        ...(r.returnTokenIds && index === 0 ? { prompt_token_ids: promptIds } : {}),
+      }));
+    },
+    deltaChunk(delta: ChoiceDelta) {
+      if (delta.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
+      return {
+        ...chunkHead,
+        choices: [{
+          index: delta.index, delta: { content: delta.text }, logprobs: logprobsOf(delta), finish_reason: null,
+          ...(r.returnTokenIds ? { token_ids: delta.tokenIds } : {}),
+        }],
+      };
+    },
+    finishChunk(o: ChoiceOutcome) {
+      return { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: o.finishReason, stop_reason: o.stopReason }] };
+    },
+    usageChunk(usage: Usage) {
+      return { ...chunkHead, choices: [], usage };
+    },
+    response(outcomes: ChoiceOutcome[], usage: Usage) {
+      return {
+        id: h.id, object: 'chat.completion', created: h.created, model: h.model,
+        choices: outcomes.map((o) => ({
+          index: o.index,
+          message: { role: 'assistant', content: o.text },
+          logprobs: logprobsOf(o),
+          finish_reason: o.finishReason,
+          stop_reason: o.stopReason,
+          ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),
+        })),
+        usage,
+        ...(r.returnTokenIds ? { prompt_token_ids: promptIds } : {}),
+      };
+    },
+  };
+}

@@ -1,0 +1,103 @@
+// POST /v1/completions
+
+import type { FastifyInstance } from 'fastify';
+import { samplingFromBody } from '../sampling.js';
+import { completionLogprobs } from '../logprobs.js';
+import { checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
+import { parseCompletionRequest, type Body, type CompletionRequest } from '../schemas.js';
+import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
+import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
+import { resolveModel, type RouteDeps } from './deps.js';
+
+interface PreparedPrompt {
+  ids: number[];
+  text: string;
+}
+
+export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
+  app.post('/v1/completions', async (request, reply) => {
+    const arrivalTime = Date.now();
+    const r = parseCompletionRequest(request.body, d.limits);
+    const model = resolveModel(d, r.model);
+    const tok = d.tokenizer;
+    const base = samplingFromBody(request.body as Body, { vocabSize: tok.vocabSize, stop: r.stop, logprobs: r.logprobs });
+    const prompts: PreparedPrompt[] = r.prompts.map((p) => {
+      if (typeof p === 'string') return { ids: tok.encode(p, { addSpecialTokens: true }), text: p };
+      checkTokenIds(p, tok.vocabSize, 'prompt');
+      return { ids: p, text: r.echo ? tok.decode(p, { skipSpecialTokens: false }) : '' };
+    });
+    const id = newResponseId('cmpl');
+    const reqs = prompts.flatMap((p, i) => {
+      const maxTokens = resolveMaxTokens(p.ids.length, r.maxTokens, d.maxModelLen, 'prompt');
+      return choiceRequests(id, i, p.ids, { ...base, maxTokens }, r, arrivalTime);
+    });
+    const fmt = completionFormatter(d, r, prompts, { id, model, created: Math.floor(arrivalTime / 1000) });
+    return serveChoices(request, reply, {
+      ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: prompts.map((p) => p.ids.length), n: r.n,
+      stream: r.stream, includeUsage: r.includeUsage, fmt,
+    });
+  });
+}
+
+interface Header {
+  id: string;
+  model: string;
+  created: number;
+}
+
+function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: PreparedPrompt[], h: Header): ChoiceFormatter {
+  const head = { id: h.id, object: 'text_completion', created: h.created, model: h.model };
+  const promptOf = (index: number) => prompts[Math.floor(index / r.n)]!;
+  const numChoices = prompts.length * r.n;
+  const textOffsets = Array.from({ length: numChoices }, (_, i) => (r.echo ? promptOf(i).text.length : 0));
+  const logprobsOf = (index: number, o: { logprobs: ChoiceDelta['logprobs'] }, offset: number) =>
+    r.logprobs === null ? null : completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset);
+  return {
+    openingChunks() {
+      if (!r.echo && !r.returnTokenIds) return [];
+      return Array.from({ length: numChoices }, (_, index) => ({
+        ...head,
+        choices: [{
+          index, text: r.echo ? promptOf(index).text : '', logprobs: null, finish_reason: null,
+          ...(r.returnTokenIds ? { prompt_token_ids: promptOf(index).ids, token_ids: [] } : {}),
+        }],
+      }));
+    },
+    deltaChunk(delta: ChoiceDelta) {
+      if (delta.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
+      const logprobs = logprobsOf(delta.index, delta, textOffsets[delta.index]!);
+      textOffsets[delta.index]! += delta.text.length;
+      return {
+        ...head,
+        choices: [{
+          index: delta.index, text: delta.text, logprobs, finish_reason: null,
+          ...(r.returnTokenIds ? { token_ids: delta.tokenIds } : {}),
+        }],
+      };
+    },
+    finishChunk(o: ChoiceOutcome) {
+      return { ...head, choices: [{ index: o.index, text: '', logprobs: null, finish_reason: o.finishReason, stop_reason: o.stopReason }] };
+    },
+    usageChunk(usage: Usage) {
+      return { ...head, choices: [], usage };
+    },
+    response(outcomes: ChoiceOutcome[], usage: Usage) {
+      return {
+        ...head,
+        choices: outcomes.map((o) => {
+          const prompt = promptOf(o.index);
+          const prefix = r.echo ? prompt.text : '';
+          return {
+            index: o.index,
+            text: prefix + o.text,
+            logprobs: logprobsOf(o.index, o, prefix.length),
+            finish_reason: o.finishReason,
+            stop_reason: o.stopReason,
+            ...(r.returnTokenIds ? { prompt_token_ids: prompt.ids, token_ids: o.tokenIds } : {}),
+          };
+        }),
+        usage,
+      };
+    },
+  };
+}

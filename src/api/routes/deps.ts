@@ -1,0 +1,25 @@
+import type { Tokenizer } from '../../loader/types.js';
+import { modelNotFound } from '../errors.js';
+import type { ServeContext } from '../generation.js';
+import type { ServerLimits } from '../options.js';
+import type { InflightRequests } from '../serve.js';
+
+/** What every route needs of the server. */
+export interface RouteDeps {
+  ctx: ServeContext;
+  tokenizer: Tokenizer;
+  inflight: InflightRequests;
+  limits: ServerLimits;
+  modelName: string;
+  servedModelNames: string[];
+  maxModelLen: number;
+  chatTemplate: string | null;
+  allowRequestChatTemplate: boolean;
+}
+
+/** 404 when a model is named and it is not one we serve; else the name to answer with. */
+export function resolveModel(d: RouteDeps, model: string | null): string {
+  if (model === null || model === '') return d.modelName;
+  if (!d.servedModelNames.includes(model)) throw modelNotFound(model);
+  return model;
+}

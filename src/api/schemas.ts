@@ -1,0 +1,203 @@
+// Request bodies -> typed requests. Every mistake is a 400 naming its field;
+// unknown fields are ignored.
+
+import { badRequest } from './errors.js';
+import type { ServerLimits } from './options.js';
+
+export type Body = Record<string, unknown>;
+
+export function asObjectBody(body: unknown): Body {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw badRequest('Request body must be a JSON object.', null, 'invalid_json');
+  }
+  return body as Body;
+}
+
+const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v);
+
+export function optNumber(b: Body, name: string): number | null {
+  const v = b[name];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw badRequest(`\`${name}\` must be a number.`, name);
+  return v;
+}
+
+export function optInt(b: Body, name: string, min: number, max = Number.MAX_SAFE_INTEGER): number | null {
+  const v = b[name];
+  if (v === undefined || v === null) return null;
+  if (!isInt(v)) throw badRequest(`\`${name}\` must be an integer.`, name);
+  if (v < min || v > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `between ${min} and ${max}`;
+    throw badRequest(`\`${name}\` must be ${range}, got ${v}.`, name);
+  }
+  return v;
+}
+
+export function optBool(b: Body, name: string): boolean | null {
+  const v = b[name];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'boolean') throw badRequest(`\`${name}\` must be a boolean.`, name);
+  return v;
+}
+
+export function optString(b: Body, name: string): string | null {
+  const v = b[name];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'string') throw badRequest(`\`${name}\` must be a string.`, name);
+  return v;
+}
+
+export function optIntList(b: Body, name: string): number[] | null {
+  const v = b[name];
+  if (v === undefined || v === null) return null;
+  if (!Array.isArray(v) || !v.every(isInt)) throw badRequest(`\`${name}\` must be a list of integers.`, name);
+  return v;
+}
+
+export interface GenerationFields {
+  model: string | null;
+  /** max_completion_tokens or max_tokens; null = up to the context length. */
+  maxTokens: number | null;
+  n: number;
+  stream: boolean;
+  includeUsage: boolean;
+  returnTokenIds: boolean;
+  priority: number;
+  cacheSalt: string | null;
+  stop: string[];
+  user: string | null;
+}
+
+export interface CompletionRequest extends GenerationFields {
+  /** Each prompt as text or as token ids. */
+  prompts: (string | number[])[];
+  echo: boolean;
+  /** Number of top logprobs per token; null = no logprobs. */
+  logprobs: number | null;
+}
+
+export interface ChatContentMessage {
+  role: string;
+  content: string;
+}
+
+export interface ChatRequest extends GenerationFields {
+  messages: ChatContentMessage[];
+  addGenerationPrompt: boolean;
+  chatTemplate: string | null;
+  chatTemplateKwargs: Record<string, unknown>;
+  /** null = no logprobs; else the number of top alternatives (0..). */
+  logprobs: number | null;
+}
+
+function parseStop(b: Body, limits: ServerLimits): string[] {
+  const v = b.stop;
+  if (v === undefined || v === null) return [];
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list) || !list.every((s) => typeof s === 'string')) {
+    throw badRequest('`stop` must be a string or a list of strings.', 'stop');
+  }
+  if (list.length > limits.maxStopStrings) {
+    throw badRequest(`\`stop\` has ${list.length} strings; at most ${limits.maxStopStrings} are allowed.`, 'stop');
+  }
+  if (list.some((s) => s.length === 0)) throw badRequest('`stop` strings must not be empty.', 'stop');
+  return list;
+}
+
+function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields {
+  const stream = optBool(b, 'stream') ?? false;
+  const so = b.stream_options;
+  let includeUsage = false;
+  if (so !== undefined && so !== null) {
+    if (!stream) throw badRequest('`stream_options` is only allowed when `stream` is true.', 'stream_options');
+    if (typeof so !== 'object' || Array.isArray(so)) throw badRequest('`stream_options` must be an object.', 'stream_options');
+    includeUsage = optBool(so as Body, 'include_usage') ?? false;
+  }
+  const cacheSalt = optString(b, 'cache_salt');
+  if (cacheSalt === '') throw badRequest('`cache_salt` must not be empty.', 'cache_salt');
+  return {
+    model: optString(b, 'model'),
+    maxTokens: optInt(b, 'max_completion_tokens', 1) ?? optInt(b, 'max_tokens', 1),
+    n: optInt(b, 'n', 1, limits.maxN) ?? 1,
+    stream,
+    includeUsage,
+    returnTokenIds: optBool(b, 'return_token_ids') ?? false,
+    priority: optInt(b, 'priority', Number.MIN_SAFE_INTEGER) ?? 0,
+    cacheSalt,
+    stop: parseStop(b, limits),
+    user: optString(b, 'user'),
+  };
+}
+
+function parsePrompts(v: unknown, limits: ServerLimits): (string | number[])[] {
+  if (v === undefined || v === null) throw badRequest('`prompt` is required.', 'prompt');
+  let prompts: (string | number[])[];
+  if (typeof v === 'string') prompts = [v];
+  else if (Array.isArray(v) && v.length > 0 && v.every(isInt)) prompts = [v];
+  else if (Array.isArray(v) && v.length > 0 && v.every((p) => typeof p === 'string')) prompts = v;
+  else if (Array.isArray(v) && v.length > 0 && v.every((p) => Array.isArray(p) && p.every(isInt))) prompts = v;
+  else if (Array.isArray(v) && v.length === 0) throw badRequest('`prompt` must not be empty.', 'prompt');
+  else throw badRequest('`prompt` must be a string, a list of strings, a list of token ids, or a list of lists of token ids.', 'prompt');
+  if (prompts.length > limits.maxPromptsPerRequest) {
+    throw badRequest(`\`prompt\` has ${prompts.length} prompts; at most ${limits.maxPromptsPerRequest} are allowed.`, 'prompt');
+  }
+  if (prompts.some((p) => p.length === 0)) throw badRequest('`prompt` must not be empty.', 'prompt');
+  return prompts;
+}
+
+export function parseCompletionRequest(body: unknown, limits: ServerLimits): CompletionRequest {
+  const b = asObjectBody(body);
+  const common = parseGenerationFields(b, limits);
+  const logprobs = optInt(b, 'logprobs', 0, limits.maxLogprobs);
+  const echo = optBool(b, 'echo') ?? false;
+  if (echo && logprobs !== null) throw badRequest('`echo` together with `logprobs` is not supported.', 'echo');
+  return { ...common, prompts: parsePrompts(b.prompt, limits), echo, logprobs };
+}
+
+function messageText(content: unknown, i: number): string {
+  if (typeof content === 'string') return content;
+  if (content === null || content === undefined) return '';
+  if (Array.isArray(content)) {
+    const texts: string[] = [];
+    for (const part of content) {
+      const p = part as Body | null;
+      if (p === null || typeof p !== 'object' || p.type !== 'text' || typeof p.text !== 'string') {
+        throw badRequest(`\`messages[${i}].content\` parts must be {"type": "text", "text": string}.`, `messages[${i}].content`);
+      }
+      texts.push(p.text);
+    }
+    return texts.join('\n');
+  }
+  throw badRequest(`\`messages[${i}].content\` must be a string or a list of content parts.`, `messages[${i}].content`);
+}
+
+function parseMessages(v: unknown): ChatContentMessage[] {
+  if (!Array.isArray(v) || v.length === 0) throw badRequest('`messages` must be a non-empty list.', 'messages');
+  return v.map((m: unknown, i) => {
+    const msg = m as Body | null;
+    if (msg === null || typeof msg !== 'object' || Array.isArray(msg) || typeof msg.role !== 'string') {
+      throw badRequest(`\`messages[${i}]\` must be an object with a string \`role\`.`, `messages[${i}]`);
+    }
+    return { role: msg.role, content: messageText(msg.content, i) };
+  });
+}
+
+export function parseChatRequest(body: unknown, limits: ServerLimits): ChatRequest {
+  const b = asObjectBody(body);
+  const common = parseGenerationFields(b, limits);
+  const wantLogprobs = optBool(b, 'logprobs') ?? false;
+  const top = optInt(b, 'top_logprobs', 0, limits.maxLogprobs);
+  if (top !== null && top > 0 && !wantLogprobs) throw badRequest('`top_logprobs` requires `logprobs: true`.', 'top_logprobs');
+  const kwargs = b.chat_template_kwargs;
+  if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== 'object' || Array.isArray(kwargs))) {
+    throw badRequest('`chat_template_kwargs` must be an object.', 'chat_template_kwargs');
+  }
+  return {
+    ...common,
+    messages: parseMessages(b.messages),
+    addGenerationPrompt: optBool(b, 'add_generation_prompt') ?? true,
+    chatTemplate: optString(b, 'chat_template'),
+    chatTemplateKwargs: (kwargs as Record<string, unknown> | undefined) ?? {},
+    logprobs: wantLogprobs ? (top ?? 0) : null,
+  };
+}

@@ -1,0 +1,130 @@
+// The OpenAI-compatible HTTP server: routes, auth, limits, health, drain.
+
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { ApiError, toApiError, unauthorized, unavailable } from './errors.js';
+import type { ServeContext } from './generation.js';
+import { ApiMetrics } from './metrics.js';
+import { serverLimits, type ServerOptions } from './options.js';
+import { registerChat } from './routes/chat.js';
+import { registerCompletions } from './routes/completions.js';
+import type { RouteDeps } from './routes/deps.js';
+import { registerTokenize } from './routes/tokenize.js';
+import { InflightRequests } from './serve.js';
+
+export interface QuireServer {
+  app: FastifyInstance;
+  metrics: ApiMetrics;
+  /** Model loaded: /health answers 200. */
+  setReady(): void;
+  /** /health and new requests answer 503; running requests get timeoutMs to finish, then are aborted. */
+  drain(timeoutMs: number): Promise<void>;
+  /** Generation requests in flight. */
+  readonly numInflight: number;
+}
+
+export type { ServerOptions } from './options.js';
+
+type State = 'loading' | 'ready' | 'draining';
+
+const GENERATION_PATHS = new Set(['/v1/completions', '/v1/chat/completions']);
+
+function engineErrorOf(engine: object): string | null {
+  const e = (engine as { error?: unknown }).error;
+  return typeof e === 'string' ? e : null;
+}
+
+function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
+  return reply.code(err.statusCode).type('application/json').send(err.toBody());
+}
+
+/** Malformed HTTP (before any route runs): an OpenAI error body, then the socket closes. */
+function writeClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const e =
+    err.code === 'HPE_HEADER_OVERFLOW' ? new ApiError(431, 'Request headers are too large.', 'invalid_request_error', null, 'headers_too_large')
+    : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new ApiError(408, 'Request timed out.', 'invalid_request_error', null, 'timeout')
+    : new ApiError(400, 'Malformed HTTP request.', 'invalid_request_error', null, 'bad_http');
+  const body = JSON.stringify(e.toBody());
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${e.statusCode} ${STATUS_CODES[e.statusCode]}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy();
+}
+
+export function createServer(opts: ServerOptions): QuireServer {
+  const limits = serverLimits(opts.limits);
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: limits.bodyLimitBytes,
+    http: { maxHeaderSize: limits.maxHeaderBytes },
+    return503OnClosing: true,
+    clientErrorHandler: writeClientError,
+  });
+  const metrics = new ApiMetrics(opts.engine);
+  const inflight = new InflightRequests();
+  const ctx: ServeContext = {
+    engine: opts.engine, tokenizer: opts.tokenizer, metrics, engineError: () => engineErrorOf(opts.engine),
+  };
+  const deps: RouteDeps = {
+    ctx, tokenizer: opts.tokenizer, inflight, limits,
+    modelName: opts.modelName,
+    servedModelNames: [opts.modelName, ...(opts.servedModelNames ?? []).filter((n) => n !== opts.modelName)],
+    maxModelLen: opts.maxModelLen,
+    chatTemplate: opts.chatTemplate,
+    allowRequestChatTemplate: opts.allowRequestChatTemplate ?? false,
+  };
+  let state: State = 'loading';
+
+  app.setErrorHandler((err, request, reply) => {
+    const e = toApiError(err);
+    if (e.statusCode >= 500) request.log.error({ err }, 'request failed');
+    return sendError(reply, e);
+  });
+  app.setNotFoundHandler((request, reply) =>
+    sendError(reply, new ApiError(404, `No route for ${request.method} ${request.url}.`, 'not_found_error', null, 'not_found')));
+
+  app.addHook('onRequest', async (request: FastifyRequest) => {
+    const path = request.url.split('?')[0]!;
+    const isV1 = path.startsWith('/v1/');
+    if (opts.apiKey !== undefined && isV1 && request.headers.authorization !== `Bearer ${opts.apiKey}`) throw unauthorized();
+    if (request.method === 'POST' && GENERATION_PATHS.has(path)) {
+      if (state === 'draining') throw unavailable('The server is shutting down.');
+      const failure = engineErrorOf(opts.engine);
+      if (failure !== null) throw unavailable(`The engine failed: ${failure}`);
+      if (state === 'loading') throw unavailable('The model is still loading.');
+    }
+  });
+
+  app.get('/health', async (_request, reply) => {
+    const failure = engineErrorOf(opts.engine);
+    if (state === 'ready' && failure === null) return reply.code(200).send({ status: 'ok' });
+    const status = failure !== null ? 'engine_failed' : state;
+    return reply.code(503).send({ status, ...(failure !== null ? { error: failure } : {}) });
+  });
+  app.get('/metrics', async (_request, reply) => reply.type(metrics.contentType).send(await metrics.text()));
+
+  registerCompletions(app, deps);
+  registerChat(app, deps);
+  registerTokenize(app, deps);
+
+  return {
+    app,
+    metrics,
+    setReady() {
+      if (state === 'loading') state = 'ready';
+    },
+    async drain(timeoutMs: number) {
+      state = 'draining';
+      if (!(await inflight.waitIdle(timeoutMs))) {
+        inflight.abortAll();
+        await inflight.waitIdle(Math.max(1000, timeoutMs));
+      }
+    },
+    get numInflight() {
+      return inflight.size;
+    },
+  };
+}
