@@ -25,7 +25,7 @@ export interface EngineOptions {
   seed: number;
   /** Records the admission trace (printed at shutdown). */
   schedulerTrace: boolean;
-  /** Worker threads for the CPU backend's matmuls (0 = none). */
+  /** Threads the CPU backend splits matmuls across (0 = every core). */
   cpuThreads: number;
 }
 

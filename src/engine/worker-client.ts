@@ -35,7 +35,7 @@ export class WorkerEngineClient implements EngineClient {
           client.onMessage(m);
         }
       });
-      worker.on('error', (e) => (client ? client.fail(e.message) : reject(e)));
+      worker.on('error', (e: Error) => (client ? client.fail(e.message) : reject(e)));
       worker.on('exit', (code) => {
         if (!client) reject(new Error(`engine worker exited with code ${code} before it was ready`));
         else if (!client.closed) client.fail(`engine worker exited with code ${code}`);

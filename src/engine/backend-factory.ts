@@ -1,0 +1,55 @@
+// Picks the backend (cuda when a device is present under 'auto') and sizes the
+// KV page pool from the memory the backend reports.
+
+import type { Backend } from '../backend/backend.js';
+import { CpuBackend } from '../backend/cpu/cpu-backend.js';
+import { bytesPerKvBlock, numBlocksForBytes } from '../kv/kv-cache-manager.js';
+import type { Model } from '../model/model.js';
+import { DEFAULT_CPU_KV_BYTES, type EngineOptions } from './options.js';
+import { cpus } from 'node:os';
+
+export interface CreatedBackend {
+  backend: Backend;
+  device: string;
+}
+
+async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
+  const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
+  const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager });
+  return { backend, device: backend.deviceName };
+}
+
+export async function createBackend(options: EngineOptions): Promise<CreatedBackend> {
+  if (options.backend === 'cuda') return createCuda(options);
+  if (options.backend === 'auto') {
+    try {
+      return await createCuda(options);
+    } catch {
+      // no driver, no device or no CUDA libraries: the CPU backend serves
+    }
+  }
+  const backend = new CpuBackend({
+    kvCacheBytes: options.kvCacheBytes ?? DEFAULT_CPU_KV_BYTES,
+    ...(options.cpuThreads > 0 ? { numThreads: options.cpuThreads } : {}),
+  });
+  return { backend, device: cpus()[0]?.model ?? 'cpu' };
+}
+
+/** Allocates the KV cache on the backend; returns the number of pages (block 0 included, never handed out). */
+export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions, maxModelLen: number): number {
+  const c = model.config;
+  const bytesPerBlock = bytesPerKvBlock(options.blockSize, c.numLayers, c.numKvHeads, c.headDim,
+    backend.computeDType === 'f32' ? 4 : 2);
+  let bytes = backend.memory().availableKvBytes;
+  if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
+  const numBlocks = numBlocksForBytes(bytes, bytesPerBlock);
+  const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
+  if (numBlocks < 2) {
+    throw new Error(`the KV cache budget (${bytes} bytes) holds no page of ${bytesPerBlock} bytes: raise --kv-cache-memory or --gpu-memory-utilization`);
+  }
+  if (numBlocks < minBlocks) {
+    process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context of ${maxModelLen}`);
+  }
+  backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
+  return numBlocks;
+}

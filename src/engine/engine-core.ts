@@ -1,0 +1,190 @@
+// The engine step: schedule -> execute (one forward over the flat batch) ->
+// sample -> update (append tokens, stop checks, free finished) -> outputs.
+
+import type { Backend } from '../backend/backend.js';
+import { KVCacheManager } from '../kv/kv-cache-manager.js';
+import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
+import type { ModelConfig } from '../loader/types.js';
+import { Model } from '../model/model.js';
+import { Sampler } from '../sampling/sampler.js';
+import type { SequenceSamplingState } from '../sampling/sequence-state.js';
+import { checkStop } from '../sampling/stop.js';
+import { Request } from '../scheduler/request.js';
+import { Scheduler } from '../scheduler/scheduler.js';
+import { buildForwardBatch } from './batch-builder.js';
+import { createBackend, sizeKvCache } from './backend-factory.js';
+import type { EngineOptions } from './options.js';
+import type { EngineInfo } from './worker-protocol.js';
+import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './types.js';
+
+type EngineReq = Request<SequenceSamplingState>;
+
+export interface EngineCoreParts {
+  model: Model;
+  backend: Backend;
+  numBlocks: number;
+  eosTokenIds: number[];
+  maxModelLen: number;
+  info: Omit<EngineInfo, 'numBlocks' | 'blockSize' | 'maxModelLen' | 'vocabSize'>;
+}
+
+export class EngineCore {
+  readonly scheduler: Scheduler;
+  readonly kv: KVCacheManager;
+  readonly info: EngineInfo;
+  private readonly pending: EngineOutput[] = [];
+  private readonly model: Model;
+  private readonly config: ModelConfig;
+  private readonly eosTokenIds: readonly number[];
+  private readonly sampler: Sampler;
+  private numPromptTokens = 0;
+  private numGenerationTokens = 0;
+  private numSteps = 0;
+
+  constructor(parts: EngineCoreParts, readonly options: EngineOptions) {
+    this.model = parts.model;
+    this.config = parts.model.config;
+    this.eosTokenIds = [...parts.eosTokenIds];
+    this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
+    this.kv = new KVCacheManager({
+      numBlocks: parts.numBlocks, blockSize: options.blockSize, enablePrefixCaching: options.enablePrefixCaching,
+    });
+    this.scheduler = new Scheduler({
+      maxNumBatchedTokens: options.maxNumBatchedTokens,
+      maxNumSeqs: options.maxNumSeqs,
+      blockSize: options.blockSize,
+      policy: options.schedulingPolicy,
+      stepPolicy: options.stepPolicy,
+      trace: options.schedulerTrace,
+    }, this.kv);
+    this.info = {
+      ...parts.info, numBlocks: parts.numBlocks, blockSize: options.blockSize,
+      maxModelLen: parts.maxModelLen, vocabSize: this.config.vocabSize,
+    };
+  }
+
+  addRequest(r: EngineRequest): void {
+    const total = r.promptTokenIds.length + r.sampling.maxTokens;
+    if (total > this.info.maxModelLen) {
+      this.pending.push(this.errorOutput(r.requestId, `prompt (${r.promptTokenIds.length} tokens) plus max_tokens `
+        + `(${r.sampling.maxTokens}) exceeds the context length ${this.info.maxModelLen}`));
+      return;
+    }
+    const bad = r.promptTokenIds.find((t) => !Number.isInteger(t) || t < 0 || t >= this.config.vocabSize);
+    if (bad !== undefined) {
+      this.pending.push(this.errorOutput(r.requestId, `token id ${bad} is outside the vocabulary [0, ${this.config.vocabSize})`));
+      return;
+    }
+    const sampler = this.sampler.newSequenceState(r.sampling, r.promptTokenIds);
+    this.scheduler.addRequest(new Request<SequenceSamplingState>({
+      requestId: r.requestId, promptTokenIds: r.promptTokenIds, maxTokens: r.sampling.maxTokens,
+      priority: r.priority, arrivalTime: r.arrivalTime, cacheSalt: r.cacheSalt, sampling: sampler,
+    }));
+  }
+
+  /** Frees the request's pages at once; returns its final output. */
+  abortRequest(requestId: string): EngineOutput[] {
+    if (!this.scheduler.getRequest(requestId)) return [];
+    this.scheduler.abortRequest(requestId);
+    return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
+  }
+
+  hasWork(): boolean {
+    return this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
+  }
+
+  step(): EngineOutput[] {
+    const outputs = this.pending.splice(0);
+    if (!this.scheduler.hasUnfinishedRequests()) return outputs;
+    const so = this.scheduler.schedule();
+    if (so.scheduledRequests.length === 0) return outputs;
+    this.numSteps++;
+    const batch = buildForwardBatch(so.scheduledRequests, this.options.blockSize);
+    const logits = this.model.forward(batch);
+
+    const rows: EngineReq[] = [];
+    for (const r of so.scheduledRequests) {
+      if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
+      if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
+    }
+    const { tokenIds, logprobs } = this.sampler.sample(logits, rows.map((r) => r.sampling!));
+    const sampled = new Map<string, number[]>();
+    const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
+    rows.forEach((req, i) => {
+      sampled.set(req.requestId, [tokenIds[i]!]);
+      req.sampling!.appendOutputTokens([tokenIds[i]!]);
+      const lp = logprobs[i];
+      if (lp) logprobsOf.set(req.requestId, [lp]);
+    });
+
+    const news = this.scheduler.updateFromOutput(sampled);
+    const cachedOf = new Map(so.scheduledRequests.filter((r) => r.isNewlyAdmitted).map((r) => [r.requestId, r.numCachedTokens]));
+    const finished = new Map<FinishReason, string[]>([['stop', []], ['length', []]]);
+    for (const n of news) {
+      const req = this.scheduler.getRequest(n.requestId) as EngineReq;
+      this.numGenerationTokens += n.newTokenIds.length;
+      const out: EngineOutput = { requestId: n.requestId, newTokenIds: n.newTokenIds, finished: false };
+      const lp = logprobsOf.get(n.requestId);
+      if (lp) out.logprobs = lp;
+      const cached = cachedOf.get(n.requestId);
+      if (cached !== undefined && req.numOutputTokens === 1) out.numCachedTokens = cached;
+      const stop = checkStop({
+        sampling: req.sampling!.params, numPromptTokens: req.numPromptTokens,
+        numOutputTokens: req.numOutputTokens, maxModelLen: this.info.maxModelLen,
+      }, n.newTokenIds.at(-1)!, this.eosTokenIds);
+      if (stop) {
+        out.finished = true;
+        out.finishReason = stop.reason;
+        if (stop.reason === 'stop' && !stop.eos) out.stopTokenId = stop.stopTokenId;
+        finished.get(stop.reason)!.push(n.requestId);
+      }
+      outputs.push(out);
+    }
+    this.scheduler.finishRequests(finished.get('stop')!, 'FINISHED_STOPPED');
+    this.scheduler.finishRequests(finished.get('length')!, 'FINISHED_LENGTH');
+    return outputs;
+  }
+
+  private errorOutput(requestId: string, error: string): EngineOutput {
+    return { requestId, newTokenIds: [], finished: true, finishReason: 'error', error };
+  }
+
+  stats(): EngineStats {
+    const numTotalBlocks = this.info.numBlocks;
+    return {
+      numRunning: this.scheduler.running.length,
+      numWaiting: this.scheduler.waiting.length,
+      kvCacheUsage: this.kv.usage(),
+      numFreeBlocks: this.kv.numFreeBlocks,
+      numTotalBlocks,
+      prefixCacheQueries: this.kv.prefixCacheQueries,
+      prefixCacheHits: this.kv.prefixCacheHits,
+      numPreemptions: this.scheduler.numPreemptions,
+      numPromptTokens: this.numPromptTokens,
+      numGenerationTokens: this.numGenerationTokens,
+      numSteps: this.numSteps,
+    };
+  }
+
+  traceSummary(): string | null {
+    return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null;
+  }
+
+  dispose(): void {
+    this.model.backend.dispose();
+  }
+}
+
+/** Loads the model directory, picks and sizes the backend, and builds the engine core. */
+export async function createEngineCore(options: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
+  const t0 = performance.now();
+  const dir = loaded ?? loadModelDir(options.model);
+  const { backend, device } = await createBackend(options);
+  const model = Model.load(dir.config, dir.weights, backend);
+  const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
+  const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
+  return new EngineCore({
+    model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
+    info: { backend: backend.name, device, loadMs: Math.round(performance.now() - t0) },
+  }, options);
+}

@@ -1,0 +1,142 @@
+// The offline API: new LLM(modelDir, options).generate(prompts, params), and a
+// streaming form. Requests run concurrently through the same engine step loop
+// the server uses; text comes from the incremental detokenizer (stop strings).
+
+import { renderChat } from '../loader/chat-template.js';
+import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
+import type { ChatMessage } from '../loader/types.js';
+import type { SamplingParams } from '../sampling/params.js';
+import { validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
+import { IncrementalDetokenizer } from './detokenizer.js';
+import { createEngineCore } from './engine-core.js';
+import { InProcessEngineClient } from './inprocess-client.js';
+import { engineOptions, type EngineOptions } from './options.js';
+import type { FinishReason } from './types.js';
+
+export type Prompt = string | readonly number[];
+
+export interface Completion {
+  promptTokenIds: number[];
+  tokenIds: number[];
+  text: string;
+  finishReason: FinishReason;
+  /** The stop string or stop token id that ended it, if one did. */
+  stopReason: string | number | null;
+  numCachedTokens: number;
+}
+
+export interface CompletionDelta {
+  text: string;
+  tokenIds: number[];
+  finished: boolean;
+  finishReason?: FinishReason;
+}
+
+const LIMITS = { maxLogprobs: 20, maxStopStrings: 64 };
+
+export class LLM {
+  private readonly started: Promise<{ dir: ModelDir; client: InProcessEngineClient }>;
+  private numRequests = 0;
+
+  constructor(modelDir: string, options: Partial<Omit<EngineOptions, 'model'>> = {}) {
+    const opts = engineOptions({ ...options, model: modelDir });
+    this.started = (async () => {
+      const dir = loadModelDir(modelDir);
+      const core = await createEngineCore(opts, dir);
+      return { dir, client: new InProcessEngineClient(core) };
+    })();
+  }
+
+  /** Resolves once the model is loaded (rejects with the load error). */
+  async ready(): Promise<ModelDir> {
+    return (await this.started).dir;
+  }
+
+  async generate(prompts: Prompt | readonly Prompt[], params: RawSamplingParams = {}): Promise<Completion[]> {
+    const list: readonly Prompt[] = typeof prompts === 'string' || isTokenIds(prompts) ? [prompts as Prompt] : prompts as readonly Prompt[];
+    return Promise.all(list.map(async (p) => {
+      let last: (Completion & { final: boolean }) | null = null;
+      for await (const c of this.run(p, params)) last = c;
+      const { final: _final, ...completion } = last!;
+      return completion;
+    }));
+  }
+
+  /** Streams one prompt's text as it is produced. */
+  async *stream(prompt: Prompt, params: RawSamplingParams = {}): AsyncIterable<CompletionDelta> {
+    let numTokens = 0;
+    let numChars = 0;
+    for await (const c of this.run(prompt, params)) {
+      const delta: CompletionDelta = { text: c.text.slice(numChars), tokenIds: c.tokenIds.slice(numTokens), finished: false };
+      numChars = c.text.length;
+      numTokens = c.tokenIds.length;
+      if (c.final) {
+        delta.finished = true;
+        delta.finishReason = c.finishReason;
+      }
+      yield delta;
+    }
+  }
+
+  /** Renders messages with the model's chat template (generation prompt added). */
+  async renderChat(messages: ChatMessage[]): Promise<string> {
+    const dir = await this.ready();
+    if (!dir.chatTemplate) throw new Error(`${dir.dir}: the model has no chat template`);
+    return renderChat(dir.chatTemplate, messages, {
+      addGenerationPrompt: true, bosToken: dir.bosToken ?? '', eosToken: dir.eosToken ?? '',
+    });
+  }
+
+  async close(): Promise<void> {
+    const { client } = await this.started;
+    await client.shutdown();
+  }
+
+  /** Yields the completion so far after every engine output; the last one has final: true. */
+  private async *run(prompt: Prompt, raw: RawSamplingParams): AsyncIterable<Completion & { final: boolean }> {
+    const { dir, client } = await this.started;
+    const tokenizer = dir.tokenizer;
+    const params: SamplingParams = validateSamplingParams(raw, { vocabSize: dir.config.vocabSize, ...LIMITS });
+    const promptTokenIds = typeof prompt === 'string' ? tokenizer.encode(prompt) : [...prompt];
+    const requestId = `llm-${this.numRequests++}`;
+    const detok = new IncrementalDetokenizer(tokenizer, promptTokenIds, {
+      skipSpecialTokens: params.skipSpecialTokens, stop: params.stop,
+      includeStopStrInOutput: params.includeStopStrInOutput, minTokens: params.minTokens,
+    });
+    const c: Completion & { final: boolean } = {
+      promptTokenIds, tokenIds: [], text: '', finishReason: 'length', stopReason: null, numCachedTokens: 0, final: false,
+    };
+    for await (const o of client.generate({
+      requestId, promptTokenIds, sampling: params, priority: 0, cacheSalt: null, arrivalTime: Date.now(),
+    })) {
+      if (o.error) throw new Error(o.error);
+      if (o.numCachedTokens !== undefined) c.numCachedTokens = o.numCachedTokens;
+      c.tokenIds.push(...o.newTokenIds);
+      let d = detok.push(o.newTokenIds);
+      if (d.stopped) {
+        client.abort(requestId);
+        c.text += d.deltaText;
+        c.finishReason = 'stop';
+        c.stopReason = d.stopString ?? null;
+        c.final = true;
+        yield c;
+        return;
+      }
+      if (o.finished) {
+        const tail = detok.finish();
+        d = { ...d, deltaText: d.deltaText + tail.deltaText };
+        c.finishReason = o.finishReason ?? 'stop';
+        c.stopReason = tail.stopped ? tail.stopString ?? null : o.stopTokenId ?? null;
+        if (tail.stopped) c.finishReason = 'stop';
+        c.final = true;
+      }
+      c.text += d.deltaText;
+      yield c;
+      if (c.final) return;
+    }
+  }
+}
+
+function isTokenIds(p: unknown): p is readonly number[] {
+  return Array.isArray(p) && p.length > 0 && typeof p[0] === 'number';
+}
