@@ -139,7 +139,8 @@ export class Scheduler {
     const { primary, admit, fallback } = this.planStep();
     this.scheduleRunning(s, primary);
     if (admit && s.preempted.length === 0) this.admitWaiting(s);
-    if (fallback !== null && ![...s.rows.keys()].some((r) => !r.isDecoding)) this.scheduleRunning(s, fallback);
+    const hasPromptWork = [...s.rows].some(([r, row]) => row.isNewlyAdmitted || !r.isDecoding);
+    if (fallback !== null && !hasPromptWork) this.scheduleRunning(s, fallback);
 
     const out = this.buildOutput(s);
     this.lastStepHadDecode = out.scheduledRequests.some((r) => r.isDecode);
@@ -255,7 +256,8 @@ export class Scheduler {
       const req = this.peekWaiting();
       const computed = this.kv.getComputedBlocks(req);
       const numUncached = req.numTokens - computed.numCachedTokens;
-      if (!this.o.enableChunkedPrefill && numUncached > s.budget) break;
+      // Chunking off holds for first prompts; a recompute after preemption may still be chunked.
+      if (!this.o.enableChunkedPrefill && req.numOutputTokens === 0 && numUncached > s.budget) break;
       const numNew = this.numTokensFor(req, computed.numCachedTokens, s.budget);
       const newBlockIds = this.kv.allocateSlots(req, numNew, computed);
       if (newBlockIds === null) break;

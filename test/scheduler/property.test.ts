@@ -1,0 +1,130 @@
+// Random streams of arrivals, steps, aborts and finishes over small page pools.
+// A fake KV store records what each slot was written with (salt + the whole
+// token prefix up to that position), so a page handed to two writers, or a
+// prefix hit on the wrong page, shows up as a wrong label.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
+import { Request } from '../../src/scheduler/request.js';
+import { Scheduler, type SchedulerOptions } from '../../src/scheduler/scheduler.js';
+
+type Op =
+  | { kind: 'arrive'; promptLen: number; maxTokens: number; priority: number; prefix: number; salt: string | null }
+  | { kind: 'step' }
+  | { kind: 'abort' | 'finish'; pick: number };
+
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('arrive' as const), promptLen: fc.integer({ min: 1, max: 14 }),
+    maxTokens: fc.integer({ min: 1, max: 8 }), priority: fc.integer({ min: 0, max: 3 }),
+    prefix: fc.integer({ min: 0, max: 2 }), salt: fc.constantFrom(null, 's') }) },
+  { weight: 6, arbitrary: fc.constant({ kind: 'step' as const }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constantFrom('abort' as const, 'finish' as const), pick: fc.nat() }) },
+);
+
+const configArb = fc.record({
+  blockSize: fc.constantFrom(1, 2, 4),
+  numBlocks: fc.integer({ min: 4, max: 14 }),
+  maxNumBatchedTokens: fc.integer({ min: 1, max: 16 }),
+  maxNumSeqs: fc.integer({ min: 1, max: 5 }),
+  policy: fc.constantFrom('fcfs' as const, 'priority' as const),
+  stepPolicy: fc.constantFrom('decode-first' as const, 'prefill-first' as const, 'decode-shape-stable' as const),
+  longPrefillTokenThreshold: fc.constantFrom(0, 3),
+  enableChunkedPrefill: fc.boolean(),
+  enablePrefixCaching: fc.boolean(),
+});
+
+const PREFIXES = [0, 1, 2].map((k) => Array.from({ length: 14 }, (_, j) => 10 * k + (j % 3)));
+const label = (r: Request, pos: number) => `${r.cacheSalt}|${r.allTokenIds.slice(0, pos + 1).join(',')}`;
+
+function checkPages(kv: KVCacheManager, sched: Scheduler): void {
+  const owners = new Array<number>(kv.numBlocks).fill(0);
+  assert.deepEqual(new Set(kv.requestIds()), new Set(sched.running.map((r) => r.requestId)));
+  for (const id of kv.requestIds()) {
+    const table = kv.blockTable(id);
+    assert.equal(new Set(table).size, table.length, 'a page twice in one table');
+    for (const b of table) owners[b]!++;
+  }
+  assert.equal(owners[0], 0, 'null block handed out');
+  for (let b = 1; b < kv.numBlocks; b++) {
+    const block = kv.pool.block(b);
+    assert.equal(block.refCount, owners[b], `page ${b} refCount`);
+    if (owners[b]! > 1) assert.notEqual(block.blockHash, null, `page ${b} shared but not a cached full page`);
+  }
+  const free = kv.pool.freeBlockIds();
+  assert.equal(free.length, kv.numFreeBlocks);
+  assert.deepEqual(new Set(free), new Set(owners.flatMap((n, b) => (b > 0 && n === 0 ? [b] : []))));
+}
+
+type Config = typeof configArb extends fc.Arbitrary<infer T> ? T : never;
+
+function run(cfg: Config, ops: Op[]): void {
+  const { blockSize, numBlocks, enablePrefixCaching, ...rest } = cfg;
+  const kv = new KVCacheManager({ numBlocks, blockSize, enablePrefixCaching });
+  const options: SchedulerOptions = { ...rest, blockSize };
+  const sched = new Scheduler(options, kv);
+  const store = new Map<number, string>();
+  const live: string[] = [];
+  let numArrived = 0;
+
+  const doStep = () => {
+    const out = sched.schedule();
+    assert.ok(out.numScheduledTokensTotal <= cfg.maxNumBatchedTokens, 'token budget exceeded');
+    assert.equal(out.numScheduledTokensTotal, out.scheduledRequests.reduce((a, r) => a + r.numScheduledTokens, 0));
+    assert.ok(out.scheduledRequests.length <= cfg.maxNumSeqs && sched.numRunning <= cfg.maxNumSeqs, 'maxNumSeqs exceeded');
+    if (out.preemptedRequestIds.length > 0) assert.ok(!out.scheduledRequests.some((r) => r.isNewlyAdmitted));
+    const sampled = new Map<string, number[]>();
+    for (const row of out.scheduledRequests) {
+      const req = sched.getRequest(row.requestId)!;
+      assert.ok(row.numScheduledTokens >= 1);
+      if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
+      row.slotMapping.forEach((slot, j) => {
+        const page = kv.pool.block(Math.floor(slot / blockSize));
+        assert.equal(page.refCount, 1, `page ${page.blockId} written while shared`);
+        assert.equal(page.blockHash, null, `cached page ${page.blockId} written`);
+        store.set(slot, label(req, row.positions[j]!));
+      });
+      if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
+    }
+    sched.updateFromOutput(sampled);
+    const done = [...sampled.keys()].filter((id) => sched.getRequest(id)!.numOutputTokens >= sched.getRequest(id)!.maxTokens);
+    sched.finishRequests(done, 'FINISHED_LENGTH');
+    for (const req of sched.running) {
+      const table = kv.blockTable(req.requestId);
+      for (let p = 0; p < req.numComputedTokens; p++) {
+        const slot = table[Math.floor(p / blockSize)]! * blockSize + (p % blockSize);
+        assert.equal(store.get(slot), label(req, p), `request ${req.requestId} reads a wrong KV at ${p}`);
+      }
+    }
+  };
+
+  for (const op of ops) {
+    if (op.kind === 'arrive') {
+      const fits = Math.ceil((op.promptLen + op.maxTokens) / blockSize) <= numBlocks - 1;
+      if (!fits || (!cfg.enableChunkedPrefill && op.promptLen > cfg.maxNumBatchedTokens)) continue;
+      const id = `r${numArrived}`;
+      sched.addRequest(new Request({ requestId: id, promptTokenIds: PREFIXES[op.prefix]!.slice(0, op.promptLen),
+        maxTokens: op.maxTokens, priority: op.priority, arrivalTime: numArrived++, cacheSalt: op.salt }));
+      live.push(id);
+    } else if (op.kind === 'step') {
+      doStep();
+    } else if (live.length > 0) {
+      const id = live.splice(op.pick % live.length, 1)[0]!;
+      if (op.kind === 'abort') sched.abortRequest(id);
+      else sched.finishRequests([id], 'FINISHED_STOPPED');
+    }
+    checkPages(kv, sched);
+  }
+  for (let n = 0; sched.hasUnfinishedRequests(); n++) {
+    assert.ok(n < 2000, 'requests never finished');
+    doStep();
+    checkPages(kv, sched);
+  }
+  assert.equal(kv.numFreeBlocks, numBlocks - 1, 'leaked pages');
+  for (let b = 1; b < numBlocks; b++) assert.equal(kv.pool.block(b).refCount, 0);
+}
+
+test('random request streams: one writer per page, exact ref counts, budgets held, no leak, all finish', () => {
+  fc.assert(fc.property(configArb, fc.array(opArb, { maxLength: 60 }), run), { numRuns: 300 });
+});
