@@ -20,6 +20,9 @@ export interface ServerOptions {
   engine: EngineClient;
   tokenizer: Tokenizer;
   chatTemplate: string | null;
+  /** Template strings for bos_token / eos_token (default: the tokenizer's tokens). */
+  bosToken?: string | null;
+  eosToken?: string | null;
   modelName: string;
   /** Other names the model answers to. */
   servedModelNames?: string[];

@@ -64,7 +64,6 @@ export interface GenerationFields {
   returnTokenIds: boolean;
   priority: number;
   cacheSalt: string | null;
-  stop: string[];
   user: string | null;
 }
 
@@ -90,20 +89,6 @@ export interface ChatRequest extends GenerationFields {
   logprobs: number | null;
 }
 
-function parseStop(b: Body, limits: ServerLimits): string[] {
-  const v = b.stop;
-  if (v === undefined || v === null) return [];
-  const list = typeof v === 'string' ? [v] : v;
-  if (!Array.isArray(list) || !list.every((s) => typeof s === 'string')) {
-    throw badRequest('`stop` must be a string or a list of strings.', 'stop');
-  }
-  if (list.length > limits.maxStopStrings) {
-    throw badRequest(`\`stop\` has ${list.length} strings; at most ${limits.maxStopStrings} are allowed.`, 'stop');
-  }
-  if (list.some((s) => s.length === 0)) throw badRequest('`stop` strings must not be empty.', 'stop');
-  return list;
-}
-
 function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields {
   const stream = optBool(b, 'stream') ?? false;
   const so = b.stream_options;
@@ -124,7 +109,6 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
     returnTokenIds: optBool(b, 'return_token_ids') ?? false,
     priority: optInt(b, 'priority', Number.MIN_SAFE_INTEGER) ?? 0,
     cacheSalt,
-    stop: parseStop(b, limits),
     user: optString(b, 'user'),
   };
 }

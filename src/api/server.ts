@@ -75,6 +75,8 @@ export function createServer(opts: ServerOptions): QuireServer {
     maxModelLen: opts.maxModelLen,
     chatTemplate: opts.chatTemplate,
     allowRequestChatTemplate: opts.allowRequestChatTemplate ?? false,
+    bosToken: opts.bosToken ?? null,
+    eosToken: opts.eosToken ?? null,
   };
   let state: State = 'loading';
 

@@ -25,8 +25,8 @@ export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
     text = renderChat(template, r.messages, {
       ...r.chatTemplateKwargs,
       addGenerationPrompt: r.addGenerationPrompt,
-      bosToken: tokenString(tok.bosTokenId),
-      eosToken: tokenString(tok.eosTokenIds[0]),
+      bosToken: d.bosToken ?? tokenString(tok.bosTokenId),
+      eosToken: d.eosToken ?? tokenString(tok.eosTokenIds[0]),
     });
   } catch (e) {
     if (e instanceof ChatTemplateError) throw badRequest(e.message, 'messages');
@@ -42,7 +42,9 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const arrivalTime = Date.now();
     const r = parseChatRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
-    const base = samplingFromBody(request.body as Body, { vocabSize: d.tokenizer.vocabSize, stop: r.stop, logprobs: r.logprobs });
+    const base = samplingFromBody(request.body as Body, {
+      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
+    });
     const ids = chatPromptIds(d, r);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');

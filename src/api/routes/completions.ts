@@ -20,7 +20,9 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const r = parseCompletionRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
     const tok = d.tokenizer;
-    const base = samplingFromBody(request.body as Body, { vocabSize: tok.vocabSize, stop: r.stop, logprobs: r.logprobs });
+    const base = samplingFromBody(request.body as Body, {
+      vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
+    });
     const prompts: PreparedPrompt[] = r.prompts.map((p) => {
       if (typeof p === 'string') return { ids: tok.encode(p, { addSpecialTokens: true }), text: p };
       checkTokenIds(p, tok.vocabSize, 'prompt');

@@ -15,6 +15,8 @@ export interface RouteDeps {
   maxModelLen: number;
   chatTemplate: string | null;
   allowRequestChatTemplate: boolean;
+  bosToken: string | null;
+  eosToken: string | null;
 }
 
 /** 404 when a model is named and it is not one we serve; else the name to answer with. */
