@@ -11,7 +11,7 @@ import { IncrementalDetokenizer } from './detokenizer.js';
 import { createEngineCore } from './engine-core.js';
 import { InProcessEngineClient } from './inprocess-client.js';
 import { engineOptions, type EngineOptions } from './options.js';
-import type { FinishReason } from './types.js';
+import type { EngineStats, FinishReason } from './types.js';
 
 export type Prompt = string | readonly number[];
 
@@ -85,6 +85,11 @@ export class LLM {
     return renderChat(dir.chatTemplate, messages, {
       addGenerationPrompt: true, bosToken: dir.bosToken ?? '', eosToken: dir.eosToken ?? '',
     });
+  }
+
+  /** Engine counters (pages, prefix cache, preemptions, tokens). */
+  async stats(): Promise<EngineStats> {
+    return (await this.started).client.stats();
   }
 
   async close(): Promise<void> {
