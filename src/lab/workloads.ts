@@ -55,7 +55,7 @@ const WORDS = (
   'did many before must through back years where much your way well down should because each just those people how too ' +
   'little state good very make world still own see men work long get here between both life being under never day same ' +
   'another know while last might us great old year off come since against go came right used take three house water ' +
-  'small found thought went say part once general high upon school every between place around large again name city'
+  'small found thought went say part once general high upon school every place around large again name city'
 ).split(' ');
 
 export interface PromptMaker {
@@ -258,4 +258,27 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
 /** Exponential inter-arrival gaps (ms) of a Poisson process at `ratePerS`. */
 export function poissonGapsMs(numRequests: number, ratePerS: number, rng: () => number): number[] {
   return Array.from({ length: numRequests }, () => (-Math.log(1 - rng()) / ratePerS) * 1000);
+}
+
+/** W1 (`offline-256.json`): `{requests: [{prompt_token_ids, max_tokens}]}`, all sent at once. */
+export function parseOfflineWorkload(text: string, source = 'offline workload'): Workload {
+  const obj = JSON.parse(text) as { name?: string; description?: string; requests?: { prompt_token_ids?: unknown; max_tokens?: unknown }[] };
+  if (!Array.isArray(obj.requests) || obj.requests.length === 0) throw new Error(`${source}: expected {"requests": [...]}`);
+  const requests = obj.requests.map((r, i): RequestSpec => {
+    const ids = r.prompt_token_ids;
+    if (!Array.isArray(ids) || !ids.every((x) => Number.isInteger(x)) || !Number.isInteger(r.max_tokens)) {
+      throw new Error(`${source}: request ${i} needs prompt_token_ids (ints) and max_tokens (int)`);
+    }
+    return { prompt: ids as number[], maxTokens: r.max_tokens as number, approxPromptTokens: ids.length };
+  });
+  return {
+    name: obj.name ?? 'W1',
+    description: obj.description ?? `${requests.length} requests, all at once`,
+    promptFormat: 'ids',
+    levels: [{ name: `all${requests.length}`, concurrency: null, requestRatePerS: null, nonce: 'none', ignoreEos: true, requests }],
+  };
+}
+
+export function loadOfflineWorkload(path: string): Workload {
+  return parseOfflineWorkload(readFileSync(path, 'utf8'), path);
 }

@@ -63,3 +63,14 @@ test('GPU preflight refuses other compute processes unless forced', () => {
   assert.deepEqual(gpuPreflight({ run: () => null }), { checked: false, others: [], overridden: false });
   assert.equal(gpuPreflight({ run: () => '' }).checked, true);
 });
+
+test('the lock is released when its process exits', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-lock-'));
+  const lockModule = new URL('../../src/lab/lock.js', import.meta.url).href;
+  const script = `import { acquireBenchLock } from ${JSON.stringify(lockModule)}; const l = acquireBenchLock({ dir: ${JSON.stringify(dir)}, owner: 'child' }); console.log(l.path);`;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const path = r.stdout.trim();
+  assert.equal(path, join(dir, 'gpu.lock'));
+  assert.equal(existsSync(path), false);
+});

@@ -9,6 +9,8 @@ import {
   buildW3,
   buildW5,
   freshNonce,
+  loadOfflineWorkload,
+  parseOfflineWorkload,
   parseJsonlPrompts,
   poissonGapsMs,
   seededRng,
@@ -95,4 +97,15 @@ test('Poisson gaps have mean 1/rate', () => {
   const meanMs = gaps.reduce((s, g) => s + g, 0) / gaps.length;
   assert.ok(Math.abs(meanMs - 20) < 0.6, `mean gap ${meanMs} ms`);
   assert.ok(gaps.every((g) => g >= 0));
+});
+
+test('W1 from offline-256.json: 256 id prompts, all at once', () => {
+  const w = loadOfflineWorkload('/work/shared/bench/offline-256.json');
+  const l = w.levels[0]!;
+  assert.equal(l.requests.length, 256);
+  assert.equal(l.concurrency, null);
+  assert.equal(l.nonce, 'none');
+  assert.equal(l.requests.reduce((s, r) => s + (r.prompt as number[]).length, 0), 142827);
+  assert.equal(l.requests.reduce((s, r) => s + r.maxTokens, 0), 133966);
+  assert.throws(() => parseOfflineWorkload('{"requests": [{"prompt_token_ids": "x", "max_tokens": 3}]}', 'w1'), /w1: request 0 needs/);
 });
