@@ -1,0 +1,92 @@
+// The server over the real engine (worker thread, CPU backend) and a tiny random-weight model.
+
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
+import { createServer, type QuireServer } from '../../src/api/server.js';
+import { engineOptions } from '../../src/engine/options.js';
+import { WorkerEngineClient } from '../../src/engine/worker-client.js';
+import { loadModelDir } from '../../src/loader/model-dir.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { metricValue, postJson, scrapeMetrics } from './helpers/start.js';
+
+describe('server over the real engine', () => {
+  let dir = '';
+  let engine: WorkerEngineClient;
+  let server: QuireServer;
+  let url = '';
+  let client: OpenAI;
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'quire-api-'));
+    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 1 });
+    const model = loadModelDir(dir);
+    engine = await WorkerEngineClient.start(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 256, kvCacheBytes: 8 * 1024 * 1024 }));
+    server = createServer({
+      engine, tokenizer: model.tokenizer, chatTemplate: model.chatTemplate, bosToken: model.bosToken, eosToken: model.eosToken,
+      modelName: 'tiny', maxModelLen: 256,
+    });
+    server.setReady();
+    await server.app.listen({ host: '127.0.0.1', port: 0 });
+    url = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}`;
+    client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+
+  after(async () => {
+    await server?.app.close();
+    await engine?.shutdown();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('streams exactly the non-streamed greedy text', async () => {
+    const full = await client.completions.create({ model: 'tiny', prompt: 'hello world', max_tokens: 12, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+    assert.equal(full.usage?.completion_tokens, 12);
+    const tokenized = await postJson(`${url}/tokenize`, { prompt: 'hello world' });
+    assert.equal(full.usage?.prompt_tokens, tokenized.json.count);
+    const stream = await client.completions.create({ model: 'tiny', prompt: 'hello world', max_tokens: 12, temperature: 0, ignore_eos: true, stream: true } as OpenAI.CompletionCreateParamsStreaming);
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices.map((c) => c.text).join('');
+    assert.equal(text, full.choices[0]!.text);
+  });
+
+  it('chats through the model template, with reproducible seeded choices', async () => {
+    const messages = [{ role: 'user' as const, content: 'hi' }];
+    const a = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 8, n: 2, seed: 7, temperature: 1 });
+    const b = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 8, n: 2, seed: 7, temperature: 1 });
+    assert.equal(a.choices.length, 2);
+    assert.deepEqual(a.choices.map((c) => c.message.content), b.choices.map((c) => c.message.content));
+  });
+
+  it('leaves nothing running after streaming clients disconnect', async () => {
+    await Promise.all(Array.from({ length: 8 }, async (_, i) => {
+      const controller = new AbortController();
+      try {
+        const res = await fetch(`${url}/v1/completions`, {
+          method: 'POST', headers: { 'content-type': 'application/json' }, signal: controller.signal,
+          body: JSON.stringify({ model: 'tiny', prompt: `client ${i}`, max_tokens: 200, ignore_eos: true, stream: true }),
+        });
+        const reader = res.body!.getReader();
+        await reader.read();
+        controller.abort();
+        await reader.read();
+      } catch (e) {
+        assert.equal((e as Error).name, 'AbortError');
+      }
+    }));
+    const end = Date.now() + 3000;
+    let m = await scrapeMetrics(url);
+    while (Date.now() < end && metricValue(m, 'quire:num_requests_running') + metricValue(m, 'quire:num_requests_waiting') > 0) {
+      await new Promise((r) => setTimeout(r, 20));
+      m = await scrapeMetrics(url);
+    }
+    assert.equal(metricValue(m, 'quire:num_requests_running'), 0);
+    assert.equal(metricValue(m, 'quire:num_requests_waiting'), 0);
+    assert.equal(metricValue(m, 'quire:kv_cache_usage_perc'), 0);
+    const r = await client.completions.create({ model: 'tiny', prompt: 'after', max_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+    assert.equal(r.usage?.completion_tokens, 3);
+  });
+});
