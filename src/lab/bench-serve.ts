@@ -49,6 +49,8 @@ export interface LevelMetrics {
   numPromptTokens: number;
   /** True when every successful request's prompt count came from the server's usage. */
   promptTokensReported: boolean;
+  /** Prompt tokens the server served from its prefix cache; null unless every request reported it. */
+  numCachedPromptTokens: number | null;
   outputTokensPerS: number;
   promptTokensPerS: number;
   /** 1000 / TPOT p50. */
@@ -113,6 +115,7 @@ export function levelMetrics(runs: TimedResults[]): LevelMetrics {
   let numRequests = 0;
   let numPromptTokens = 0;
   let promptTokensReported = true;
+  let numCachedPromptTokens: number | null = 0;
   let wallS = 0;
   let prefillWindowS = 0;
   for (const run of runs) {
@@ -125,6 +128,7 @@ export function levelMetrics(runs: TimedResults[]): LevelMetrics {
       }
       ok.push(r);
       if (r.promptTokens === null) promptTokensReported = false;
+      numCachedPromptTokens = r.cachedPromptTokens === null || numCachedPromptTokens === null ? null : numCachedPromptTokens + r.cachedPromptTokens;
       numPromptTokens += r.promptTokens ?? run.approxPromptTokens[i]!;
       lastFirstTokenMs = Math.max(lastFirstTokenMs, r.sentAtMs + r.ttftMs);
     });
@@ -150,6 +154,7 @@ export function levelMetrics(runs: TimedResults[]): LevelMetrics {
     numOutputTokens,
     numPromptTokens,
     promptTokensReported,
+    numCachedPromptTokens: ok.length ? numCachedPromptTokens : null,
     outputTokensPerS: numOutputTokens / wallS,
     promptTokensPerS: prefillWindowS > 0 ? numPromptTokens / prefillWindowS : NaN,
     perSeqDecodeTokensPerS: 1000 / tpotP50,

@@ -32,6 +32,8 @@ export interface RequestResult {
   outputTokens: number;
   /** Server-reported prompt tokens (usage); null when the server did not say. */
   promptTokens: number | null;
+  /** Prompt tokens served from the server's prefix cache (usage.prompt_tokens_details.cached_tokens), when reported. */
+  cachedPromptTokens: number | null;
   /** Token ids when the server returned them for every delta, else null. */
   tokenIds: number[] | null;
   text: string;
@@ -43,7 +45,7 @@ export interface CompletionDelta {
   text: string;
   tokenIds: number[] | null;
   finishReason: string | null;
-  usage: { promptTokens: number | null; completionTokens: number | null } | null;
+  usage: { promptTokens: number | null; completionTokens: number | null; cachedPromptTokens: number | null } | null;
   error: string | null;
 }
 
@@ -81,12 +83,17 @@ export function parseCompletionChunk(data: string): CompletionDelta {
   const choice = (Array.isArray(obj['choices']) ? obj['choices'][0] : undefined) as Record<string, unknown> | undefined;
   const rawIds = choice?.['token_ids'];
   const tokenIds = Array.isArray(rawIds) ? (rawIds as number[]) : tokenIdsFromLogprobs(choice?.['logprobs']);
-  const u = obj['usage'] as { prompt_tokens?: number; completion_tokens?: number } | null | undefined;
+  const u = obj['usage'] as
+    | { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null }
+    | null
+    | undefined;
   return {
     text: typeof choice?.['text'] === 'string' ? (choice['text'] as string) : '',
     tokenIds,
     finishReason: typeof choice?.['finish_reason'] === 'string' ? (choice['finish_reason'] as string) : null,
-    usage: u ? { promptTokens: u.prompt_tokens ?? null, completionTokens: u.completion_tokens ?? null } : null,
+    usage: u
+      ? { promptTokens: u.prompt_tokens ?? null, completionTokens: u.completion_tokens ?? null, cachedPromptTokens: u.prompt_tokens_details?.cached_tokens ?? null }
+      : null,
     error: null,
   };
 }
@@ -101,6 +108,7 @@ export class StreamTimer {
   private finishReason: string | null = null;
   private promptTokens: number | null = null;
   private completionTokens: number | null = null;
+  private cachedPromptTokens: number | null = null;
   private error: string | undefined;
   done = false;
 
@@ -124,6 +132,7 @@ export class StreamTimer {
     if (d.usage) {
       this.promptTokens = d.usage.promptTokens ?? this.promptTokens;
       this.completionTokens = d.usage.completionTokens ?? this.completionTokens;
+      this.cachedPromptTokens = d.usage.cachedPromptTokens ?? this.cachedPromptTokens;
     }
     if (d.finishReason) this.finishReason = d.finishReason;
     const numTokens = d.tokenIds ? d.tokenIds.length : d.text.length > 0 ? 1 : 0;
@@ -152,6 +161,7 @@ export class StreamTimer {
       e2eMs: endMs - this.sentAtMs,
       outputTokens: this.completionTokens ?? this.numCountedTokens,
       promptTokens: this.promptTokens,
+      cachedPromptTokens: this.cachedPromptTokens,
       tokenIds: this.idsComplete && this.ids.length > 0 ? this.ids : null,
       text: this.text,
       finishReason: this.finishReason,

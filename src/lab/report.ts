@@ -28,6 +28,7 @@ const LEVEL_COLUMNS: [string, (m: LevelMetrics) => string][] = [
   ['output tok/s', (m) => f(m.outputTokensPerS)],
   ['prompt tok/s', (m) => `${f(m.promptTokensPerS)}${m.promptTokensReported ? '' : ' (approx)'}`],
   ['per-seq tok/s', (m) => f(m.perSeqDecodeTokensPerS)],
+  ['prompt tokens (cached)', (m) => `${m.numPromptTokens}${m.numCachedPromptTokens === null ? '' : ` (${m.numCachedPromptTokens})`}`],
   ['wall s', (m) => f(m.wallS, 2)],
 ];
 

@@ -4,8 +4,8 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { benchServe, type LevelRun } from '../../src/lab/bench-serve.js';
-import { buildW3 } from '../../src/lab/workloads.js';
-import { writeReport } from '../../src/lab/report.js';
+import { buildW3, buildW5 } from '../../src/lab/workloads.js';
+import { reportMarkdown, writeReport } from '../../src/lab/report.js';
 import { startMockServer } from './mock-openai.js';
 
 test('bench serve: two targets, interleaved rounds, ratios, report', async () => {
@@ -38,6 +38,7 @@ test('bench serve: two targets, interleaved rounds, ratios, report', async () =>
       assert.equal(s.metrics.numErrors, 0, s.metrics.errors.join('; '));
       assert.equal(s.metrics.numOutputTokens, s.metrics.numRequests * 8);
       assert.equal(s.metrics.promptTokensReported, true);
+      assert.equal(s.metrics.numCachedPromptTokens, null, 'the server did not report cached tokens');
       assert.equal(s.metrics.numPromptTokens, s.metrics.numRequests * 33, '32 words and a nonce, as the server counted them');
       assert.ok(s.metrics.ttftMs.p50 <= s.metrics.ttftMs.p99);
     }
@@ -92,5 +93,33 @@ test('bench serve: a request rate level and a failing target are reported, not t
     assert.equal(result.summaries.find((s) => s.target === 'ok')!.metrics.numErrors, 0);
   } finally {
     await ok.close();
+  }
+});
+
+test('W5 over a prefix-caching server: the shared prefix is cached within a round, never across rounds', async () => {
+  const seen: string[][] = [];
+  const pageWords = 8;
+  const cachedTokens = (prompt: string | number[]) => {
+    const words = (prompt as string).split(' ');
+    let best = 0;
+    for (const s of seen) {
+      let n = 0;
+      while (n < s.length && n < words.length && s[n] === words[n]) n++;
+      best = Math.max(best, n);
+    }
+    seen.push(words);
+    return Math.floor(best / pageWords) * pageWords;
+  };
+  const server = await startMockServer({ prefillDelayMs: 1, tokenDelayMs: 1, cachedTokens });
+  try {
+    const workload = buildW5({ numRequests: 8, systemPromptTokens: 40, suffixTokens: 5, outputTokens: 2, concurrency: 1 });
+    const result = await benchServe({ targets: [{ name: 'q', url: server.url, model: 'm' }], workload, numRounds: 2, progress: false });
+    // Per round: the first request computes everything; the other 7 reuse nonce + 40 system words, floored to pages of 8.
+    assert.deepEqual(result.runs.map((r) => r.metrics.numCachedPromptTokens), [7 * 40, 7 * 40]);
+    assert.equal(result.summaries[0]!.metrics.numCachedPromptTokens, 2 * 7 * 40);
+    assert.equal(result.summaries[0]!.metrics.numPromptTokens, 2 * 8 * 46);
+    assert.match(reportMarkdown({ bench: result }), /\| 736 \(560\) \|/);
+  } finally {
+    await server.close();
   }
 });

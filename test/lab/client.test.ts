@@ -39,7 +39,9 @@ test('chunk parsing: token ids, vLLM token_id strings, usage, error frames', () 
     [42],
   );
   const u = parseCompletionChunk('{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3}}');
-  assert.deepEqual(u.usage, { promptTokens: 9, completionTokens: 3 });
+  assert.deepEqual(u.usage, { promptTokens: 9, completionTokens: 3, cachedPromptTokens: null });
+  const cached = parseCompletionChunk('{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}}');
+  assert.equal(cached.usage!.cachedPromptTokens, 8);
   assert.equal(parseCompletionChunk('{"error":{"message":"boom"}}').error, 'boom');
   assert.equal(parseCompletionChunk('{"object":"error","message":"bad model"}').error, 'bad model');
   assert.match(parseCompletionChunk('{nope').error!, /unparsable/);

@@ -9,6 +9,8 @@ export interface MockOptions {
   tokenDelayMs: number;
   /** Send usage in the last chunk (include_usage). */
   usage?: boolean;
+  /** Reports usage.prompt_tokens_details.cached_tokens: (prompt) -> cached tokens. */
+  cachedTokens?: (prompt: string | number[]) => number;
   /** Rewrites a generated token: (prompt, index, id) -> id. */
   plant?: (prompt: string | number[], index: number, id: number) => number;
 }
@@ -56,7 +58,7 @@ export async function startMockServer(opts: MockOptions): Promise<MockServer> {
         }
         if (opts.usage !== false) {
           const numPromptTokens = typeof body.prompt === 'string' ? body.prompt.split(' ').length : body.prompt.length;
-          res.write(`data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: numPromptTokens, completion_tokens: body.max_tokens } })}\n\n`);
+          res.write(`data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: numPromptTokens, completion_tokens: body.max_tokens, ...(opts.cachedTokens ? { prompt_tokens_details: { cached_tokens: opts.cachedTokens(body.prompt) } } : {}) } })}\n\n`);
         }
         res.end('data: [DONE]\n\n');
         numInFlight--;
