@@ -218,6 +218,12 @@ function makeProgressBar(enabled: boolean): ProgressBar | null {
   );
 }
 
+function failedResult(e: unknown): RequestResult {
+  const nowMs = performance.now();
+  const error = e instanceof Error ? e.message : String(e);
+  return { ok: false, sentAtMs: nowMs, ttftMs: NaN, itlMs: [], e2eMs: 0, outputTokens: 0, promptTokens: null, cachedPromptTokens: null, tokenIds: null, text: '', finishReason: null, error };
+}
+
 async function runLevel(
   target: BenchTarget,
   level: LevelSpec,
@@ -257,12 +263,14 @@ async function runLevel(
       ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}),
     };
     inFlight.push(
-      send(req).then((r) => {
-        results[i] = r;
-        numInFlight--;
-        waiters.shift()?.();
-        onDone();
-      }),
+      send(req)
+        .catch((e: unknown): RequestResult => failedResult(e))
+        .then((r) => {
+          results[i] = r;
+          numInFlight--;
+          waiters.shift()?.();
+          onDone();
+        }),
     );
   }
   await Promise.all(inFlight);

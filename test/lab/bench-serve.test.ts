@@ -88,6 +88,16 @@ test('bench serve: a request rate level and a failing target are reported, not t
       progress: false,
     });
     const down = result.summaries.find((s) => s.target === 'down')!.metrics;
+    const thrown = await benchServe({
+      targets: [{ name: 'x', url: ok.url, model: 'm' }],
+      workload,
+      numRounds: 1,
+      progress: false,
+      send: async () => {
+        throw new Error('client bug');
+      },
+    });
+    assert.deepEqual(thrown.summaries[0]!.metrics.errors, ['client bug']);
     assert.equal(down.numErrors, 4);
     assert.ok(down.errors.length > 0);
     assert.equal(result.summaries.find((s) => s.target === 'ok')!.metrics.numErrors, 0);
