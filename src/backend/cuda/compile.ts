@@ -1,0 +1,74 @@
+// Kernel sources (.cu files, read at run time) -> CUBIN for the GPU in hand,
+// compiled by NVRTC at first use and cached on disk:
+//   $QUIRE_CACHE_DIR or ~/.cache/quire/kernels / <sha256(source + arch + nvrtc version)>.cubin
+
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const KERNELS_REL = join('src', 'backend', 'cuda', 'kernels');
+
+/**
+ * The kernels folder of the package: next to this file when run from src/, or
+ * src/backend/cuda/kernels of the package root when run from dist/src/backend/cuda/.
+ */
+export function kernelDir(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const beside = join(here, 'kernels');
+  if (existsSync(join(beside, 'common.cuh'))) return beside;
+  for (let dir = here; ; dir = dirname(dir)) {
+    const candidate = join(dir, KERNELS_REL);
+    if (existsSync(join(candidate, 'common.cuh'))) return candidate;
+    if (dirname(dir) === dir) break;
+  }
+  throw new Error(`CUDA kernel sources not found: looked for ${KERNELS_REL} above ${here}`);
+}
+
+export function kernelFiles(dir = kernelDir()): string[] {
+  return readdirSync(dir).filter((f) => f.endsWith('.cu')).sort();
+}
+
+/** The .cu file with its local `#include "x.cuh"` lines replaced by the headers (each once). */
+export function expandSource(file: string, dir = kernelDir(), seen = new Set<string>()): string {
+  const text = readFileSync(resolve(dir, file), 'utf8');
+  return text.split('\n').map((line) => {
+    const m = /^\s*#include\s+"([^"]+)"\s*$/.exec(line);
+    if (!m) return line.replace(/^\s*#pragma once\s*$/, '');
+    const header = m[1]!;
+    if (seen.has(header)) return '';
+    seen.add(header);
+    return expandSource(header, dir, seen);
+  }).join('\n');
+}
+
+export function cubinCacheKey(source: string, arch: number, nvrtcVersion: string): string {
+  return createHash('sha256').update(source).update(`\0sm_${arch}\0nvrtc ${nvrtcVersion}`).digest('hex');
+}
+
+export function kernelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  return env.QUIRE_CACHE_DIR ? resolve(env.QUIRE_CACHE_DIR) : join(homedir(), '.cache', 'quire', 'kernels');
+}
+
+export interface Compiler {
+  version: string;
+  compile(source: string, name: string, arch: number): Uint8Array;
+}
+
+/** CUBIN of one kernel file for sm_<arch>, from the disk cache or compiled (and cached). */
+export function loadCubin(file: string, arch: number, compiler: Compiler, cacheDir = kernelCacheDir()): Uint8Array {
+  const source = expandSource(file);
+  const path = join(cacheDir, `${cubinCacheKey(source, arch, compiler.version)}.cubin`);
+  if (existsSync(path)) return new Uint8Array(readFileSync(path));
+  const cubin = compiler.compile(source, file, arch);
+  try {
+    mkdirSync(cacheDir, { recursive: true });
+    const tmp = `${path}.${process.pid}.tmp`;
+    writeFileSync(tmp, cubin);
+    renameSync(tmp, path);
+  } catch {
+    // a read-only cache only costs a recompile next time
+  }
+  return cubin;
+}

@@ -1,0 +1,500 @@
+// The CUDA backend: bf16 activations and weights, fp32 accumulation; GEMMs on
+// cuBLASLt, every other op one of our kernels (kernels/*.cu); decode steps
+// captured as CUDA graphs per batch-size bucket (see graph()).
+
+import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js';
+import type { DType, HostTensor } from '../../loader/types.js';
+import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
+import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
+import { Gemm } from './ffi/cublaslt.js';
+import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
+import { bf16BytesToF32, HostStaging } from './host-staging.js';
+import { Profiler } from './profiler.js';
+import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
+import { DeviceWorkspace } from './workspace.js';
+
+export interface CudaBackendOptions {
+  deviceOrdinal?: number;
+  /** Fraction of device memory the engine may use (weights + workspace + KV). */
+  gpuMemoryUtilization?: number;
+  /** Kept free for activations when reporting availableKvBytes (minus what the workspace already holds). */
+  activationReserveBytes?: number;
+  /** Disables CUDA graphs: graph() just runs its function. */
+  enforceEager?: boolean;
+  /** Times every op with CUDA events and prints a table after each step (eager only). */
+  profile?: boolean;
+  /** Where the profile table goes; default stderr. */
+  log?: (text: string) => void;
+  initialWorkspaceBytes?: number;
+  cublasWorkspaceBytes?: number;
+}
+
+export class CudaTensor implements Tensor {
+  constructor(readonly shape: readonly number[], readonly ptr: bigint, readonly dtype: 'bf16' | 'f32' = 'bf16') {}
+
+  get numElements(): number {
+    return this.shape.reduce((a, b) => a * b, 1);
+  }
+
+  get numBytes(): number {
+    return this.numElements * BYTES_PER_ELEMENT[this.dtype];
+  }
+}
+
+function asCuda(t: Tensor): CudaTensor {
+  if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
+  return t;
+}
+
+function isDecodeOnly(batch: ForwardBatch): boolean {
+  for (let s = 0; s < batch.numSeqs; s++) {
+    if (batch.queryStartLoc[s + 1]! - batch.queryStartLoc[s]! !== 1) return false;
+  }
+  return true;
+}
+
+const ATTENTION_HEAD_DIMS = [64, 128, 256];
+const MAX_DECODE_SPLITS = 16;
+
+interface Meta {
+  layout: MetaLayout;
+  host: PinnedBuffer;
+  words: Int32Array;
+  device: bigint;
+}
+
+interface KvCache {
+  spec: KvCacheSpec;
+  base: bigint;
+  layerBytes: number;
+}
+
+interface CapturedGraph {
+  exec: Handle;
+  graph: Handle;
+  generation: string;
+  hostRead: { numElements: number; dtype: 'bf16' | 'f32' } | null;
+}
+
+export class CudaBackend implements Backend {
+  readonly name = 'cuda' as const;
+  readonly computeDType: DType = 'bf16';
+  readonly device: Device;
+  private readonly gemm: Gemm;
+  private readonly cublasWorkspace: bigint;
+  private readonly workspace: DeviceWorkspace;
+  private readonly staging: HostStaging;
+  private readonly profiler: Profiler | null;
+  private readonly log: (text: string) => void;
+  private readonly gpuMemoryUtilization: number;
+  private readonly activationReserveBytes: number;
+  private readonly enforceEager: boolean;
+  private readonly weights: bigint[] = [];
+  private weightBytes = 0;
+  private kv: KvCache | null = null;
+  private kvGeneration = 0;
+  private meta: Meta | null = null;
+  private metaGeneration = 0;
+  private readonly metaCopied: Handle;
+  private metaCopyPending = false;
+  private current: { batch: ForwardBatch; packed: PackedStep } | null = null;
+  private readonly invFreqs = new Map<Float32Array, bigint>();
+  private readonly graphs = new Map<number, CapturedGraph>();
+  private capturing = false;
+  private capturedRead: CapturedGraph['hostRead'] = null;
+
+  constructor(opts: CudaBackendOptions = {}) {
+    this.device = new Device(opts.deviceOrdinal ?? 0);
+    this.gpuMemoryUtilization = opts.gpuMemoryUtilization ?? 0.9;
+    this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
+    this.enforceEager = opts.enforceEager ?? false;
+    this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
+    const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
+    this.cublasWorkspace = this.device.alloc(cublasBytes);
+    this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
+    this.workspace = new DeviceWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
+    this.staging = new HostStaging(this.device);
+    this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream) : null;
+    const ev: [Handle | null] = [null];
+    check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
+    this.metaCopied = outPtr(ev, 'cuEventCreate');
+  }
+
+  // ---- weights and memory ----
+
+  upload(t: HostTensor): Tensor {
+    const numElements = t.shape.reduce((a, b) => a * b, 1);
+    if (t.data.byteLength !== numElements * BYTES_PER_ELEMENT[t.dtype]) {
+      throw new Error(`upload ${t.name}: ${t.data.byteLength} bytes for ${t.dtype}[${t.shape.join(', ')}]`);
+    }
+    const bits: ArrayBufferView = t.dtype === 'bf16' ? t.data : f32ToBf16(bytesToF32(t.dtype, t.data));
+    const p = this.device.alloc(bits.byteLength);
+    this.device.upload(p, bits);
+    this.weights.push(p);
+    this.weightBytes += bits.byteLength;
+    return new CudaTensor([...t.shape], p);
+  }
+
+  /** A bf16 device tensor with `values` (tests, and host-built inputs). */
+  fromHost(shape: readonly number[], values: Float32Array): CudaTensor {
+    return asCuda(this.upload({ name: 'host', dtype: 'f32', shape: [...shape],
+      data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) }));
+  }
+
+  allocateKvCache(spec: KvCacheSpec): void {
+    if (!ATTENTION_HEAD_DIMS.includes(spec.headDim)) {
+      throw new Error(`CudaBackend: head dim ${spec.headDim} not supported (${ATTENTION_HEAD_DIMS.join(', ')})`);
+    }
+    if (this.kv) {
+      this.device.synchronize();
+      this.device.free(this.kv.base);
+    }
+    const layerBytes = spec.numBlocks * spec.blockSize * spec.numKvHeads * spec.headDim * 2;
+    const base = this.device.alloc(2 * spec.numLayers * layerBytes);
+    this.device.fillBytesAsync(base, 0, 2 * spec.numLayers * layerBytes);
+    this.kv = { spec: { ...spec }, base, layerBytes };
+    this.kvGeneration++;
+  }
+
+  /** Device pointers of layer `layer`'s K and V pages. */
+  kvLayer(layer: number): { k: bigint; v: bigint; spec: KvCacheSpec } {
+    if (!this.kv) throw new Error('CudaBackend: allocateKvCache() first');
+    const k = this.kv.base + BigInt(2 * layer * this.kv.layerBytes);
+    return { k, v: k + BigInt(this.kv.layerBytes), spec: this.kv.spec };
+  }
+
+  memory(): MemoryReport {
+    const { freeBytes, totalBytes } = this.device.memInfo();
+    const reserve = Math.max(0, this.activationReserveBytes - this.workspace.numBytes);
+    const availableKvBytes = Math.max(0, Math.floor(freeBytes - (1 - this.gpuMemoryUtilization) * totalBytes - reserve));
+    return { availableKvBytes, totalBytes, weightBytes: this.weightBytes };
+  }
+
+  // ---- step ----
+
+  beginStep(batch: ForwardBatch): StepInputs {
+    if (!this.capturing) {
+      if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
+      if (this.profiler?.hasPending) this.log(this.profiler.finishStep());
+      if (this.workspace.needsMerge) this.device.synchronize();
+    }
+    this.workspace.reset();
+    const layout = layoutFor(batch, this.meta?.layout ?? null);
+    if (layout !== this.meta?.layout) this.growMeta(layout);
+    const meta = this.meta!;
+    const packed = packStep(batch, meta.layout, meta.words);
+    this.timed('copies', () => this.device.copyToDeviceAsync(meta.device, meta.host, meta.layout.totalWords * 4));
+    if (!this.capturing) {
+      check(this.device.api.cuEventRecord(this.metaCopied, this.device.stream), 'cuEventRecord');
+      this.metaCopyPending = true;
+    }
+    this.current = { batch, packed };
+    return { batch };
+  }
+
+  private growMeta(layout: MetaLayout): void {
+    if (this.capturing) throw new Error('step metadata outgrown during graph capture');
+    this.device.synchronize();
+    if (this.meta) {
+      this.device.hostFree(this.meta.host);
+      this.device.free(this.meta.device);
+    }
+    const host = this.device.hostAlloc(layout.totalWords * 4);
+    this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
+      device: this.device.alloc(layout.totalWords * 4) };
+    this.metaGeneration++;
+  }
+
+  private stepOf(step: StepInputs): { batch: ForwardBatch; packed: PackedStep; meta: Meta } {
+    if (!this.current || this.current.batch !== step.batch || !this.meta) {
+      throw new Error('CudaBackend: op called with a step other than the current one (beginStep first)');
+    }
+    return { ...this.current, meta: this.meta };
+  }
+
+  private metaPtr(meta: Meta, wordOffset: number): bigint {
+    return meta.device + BigInt(wordOffset * 4);
+  }
+
+  private act(shape: number[], dtype: 'bf16' | 'f32' = 'bf16'): CudaTensor {
+    const bytes = shape.reduce((a, b) => a * b, 1) * BYTES_PER_ELEMENT[dtype];
+    return new CudaTensor(shape, this.workspace.alloc(bytes), dtype);
+  }
+
+  private timed<T>(bucket: string, fn: () => T): T {
+    return this.profiler && !this.capturing ? this.profiler.time(bucket, fn) : fn();
+  }
+
+  // ---- ops ----
+
+  embedding(table: Tensor, step: StepInputs): Tensor {
+    const { batch, meta } = this.stepOf(step);
+    const w = asCuda(table);
+    const hidden = w.shape[1]!;
+    const out = this.act([batch.numTokens, hidden]);
+    this.timed('embedding', () => this.device.launch('embedding.cu', 'embedding_bf16', [batch.numTokens, 1, 1], 256,
+      [ptr(w.ptr), ptr(this.metaPtr(meta, meta.layout.inputIds)), ptr(out.ptr), i32(hidden)]));
+    return out;
+  }
+
+  rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor {
+    const xs = asCuda(x);
+    const [T, hidden] = [xs.shape[0]!, xs.shape[1]!];
+    const out = this.act([T, hidden]);
+    this.timed('norm', () => this.device.launch('norm.cu', 'rms_norm_bf16', [T, 1, 1], 256,
+      [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)]));
+    return out;
+  }
+
+  addRmsNorm(x: Tensor, residual: Tensor, w: Tensor, eps: number): Tensor {
+    const xs = asCuda(x);
+    const [T, hidden] = [xs.shape[0]!, xs.shape[1]!];
+    const out = this.act([T, hidden]);
+    this.timed('norm', () => this.device.launch('norm.cu', 'add_rms_norm_bf16', [T, 1, 1], 256,
+      [ptr(xs.ptr), ptr(asCuda(residual).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)]));
+    return out;
+  }
+
+  /** y[T, N] = x[T, K] * w[N, K]^T; `label` names the projection in profiles. */
+  matmul(x: Tensor, w: Tensor, label?: string): Tensor {
+    const xs = asCuda(x);
+    const ws = asCuda(w);
+    const [T, K] = [xs.shape[0]!, xs.shape[1]!];
+    const N = ws.shape[0]!;
+    if (ws.shape[1] !== K) throw new Error(`matmul: x [${xs.shape.join(', ')}] w [${ws.shape.join(', ')}]`);
+    const out = this.act([T, N]);
+    if (T > 0) {
+      this.timed(`gemm ${label ?? `N=${N} K=${K}`}`,
+        () => this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream));
+    }
+    return out;
+  }
+
+  private invFreqPtr(rope: RopeSpec): bigint {
+    let p = this.invFreqs.get(rope.invFreq);
+    if (p === undefined) {
+      if (this.capturing) throw new Error('rope table first seen during graph capture');
+      p = this.device.alloc(rope.invFreq.byteLength);
+      this.device.upload(p, rope.invFreq);
+      this.invFreqs.set(rope.invFreq, p);
+      this.weights.push(p);
+    }
+    return p;
+  }
+
+  qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
+    numKvHeads: number, rope: RopeSpec, step: StepInputs): void {
+    const { batch, meta } = this.stepOf(step);
+    const q = asCuda(qkv);
+    const D = rope.headDim;
+    if (D % 64 !== 0) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64`);
+    const applyNorm = qNorm !== null && kNorm !== null;
+    const invFreq = this.invFreqPtr(rope);
+    this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16', [batch.numTokens, numHeads + numKvHeads, 1],
+      D / 2, [ptr(q.ptr), ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n),
+        i32(applyNorm ? 1 : 0), ptr(invFreq), ptr(this.metaPtr(meta, meta.layout.positions)), i32(numHeads),
+        i32(numKvHeads), i32(D), f32(eps)]));
+  }
+
+  /** Thread blocks per (token, head) in the decode kernel: enough to fill the GPU, fixed per batch size. */
+  decodeSplits(numTokens: number, numHeads: number): number {
+    const numRows = Math.max(1, numTokens * numHeads);
+    return Math.max(1, Math.min(MAX_DECODE_SPLITS, Math.floor((2 * this.device.numSMs) / numRows)));
+  }
+
+  attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
+    step: StepInputs): Tensor {
+    const { batch, packed, meta } = this.stepOf(step);
+    const q = asCuda(qkv);
+    const { k, v, spec } = this.kvLayer(layer);
+    const D = q.shape[1]! / (numHeads + 2 * numKvHeads);
+    if (D !== spec.headDim) throw new Error(`attention: head dim ${D}, cache has ${spec.headDim}`);
+    const T = batch.numTokens;
+    const L = meta.layout;
+    const out = this.act([T, numHeads * D]);
+    this.timed('attention', () => {
+      this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
+        ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
+      if (packed.decodeOnly) {
+        const numSplits = this.decodeSplits(T, numHeads);
+        const partialOut = numSplits > 1 ? this.act([T, numHeads, numSplits, D], 'f32') : null;
+        const partialMl = numSplits > 1 ? this.act([T, numHeads, numSplits, 2], 'f32') : null;
+        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}`, [T, numHeads, numSplits], 128, [
+          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut?.ptr ?? 0n), ptr(partialMl?.ptr ?? 0n),
+          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
+          ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(spec.blockSize), f32(scale)]);
+        if (partialOut && partialMl) {
+          this.device.launch('attention_decode.cu', 'attention_merge_bf16', [T, numHeads, 1], 128, [
+            ptr(partialOut.ptr), ptr(partialMl.ptr), ptr(out.ptr), i32(numHeads), i32(D), i32(numSplits)]);
+        }
+      } else {
+        this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
+          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)),
+          ptr(this.metaPtr(meta, L.tiles)), ptr(this.metaPtr(meta, L.queryStartLoc)),
+          ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(spec.blockSize), f32(scale)]);
+      }
+    });
+    return out;
+  }
+
+  siluMul(gateUp: Tensor): Tensor {
+    const g = asCuda(gateUp);
+    const [T, twoI] = [g.shape[0]!, g.shape[1]!];
+    const I = twoI / 2;
+    const out = this.act([T, I]);
+    this.timed('activation', () => this.device.launch('activation.cu', 'silu_mul_bf16', [Math.ceil((T * I) / 256), 1, 1],
+      256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)]));
+    return out;
+  }
+
+  gatherLogitRows(x: Tensor, step: StepInputs): Tensor {
+    const { batch, meta } = this.stepOf(step);
+    const xs = asCuda(x);
+    const hidden = xs.shape[1]!;
+    const numRows = batch.logitsIndices.length;
+    const out = this.act([numRows, hidden]);
+    this.timed('sampling', () => this.device.launch('embedding.cu', 'gather_rows_bf16', [numRows, 1, 1], 256,
+      [ptr(xs.ptr), ptr(this.metaPtr(meta, meta.layout.logitsIndices)), ptr(out.ptr), i32(hidden)]));
+    return out;
+  }
+
+  /** Greedy token per row of logits [R, vocab] (lowest id on ties). */
+  argmax(logits: Tensor): Int32Array {
+    const l = asCuda(logits);
+    const [R, vocab] = [l.shape[0]!, l.shape[1]!];
+    const ids = this.workspace.alloc(R * 4);
+    this.timed('sampling', () => this.device.launch('activation.cu', `argmax_${l.dtype}`, [R, 1, 1], 1024,
+      [ptr(l.ptr), i32(vocab), ptr(ids)]));
+    const host = this.readToHost(ids, R * 4);
+    return new Int32Array(host.slice(0, R * 4));
+  }
+
+  private readToHost(src: bigint, bytes: number): ArrayBuffer {
+    const staging = this.staging.ensure(bytes, this.capturing);
+    this.timed('copies', () => this.device.copyToHostAsync(staging, src, bytes));
+    if (this.capturing) return staging.view;
+    this.device.synchronize();
+    if (this.profiler?.hasPending) this.log(this.profiler.finishStep());
+    return staging.view;
+  }
+
+  toHost(t: Tensor): Float32Array {
+    const c = asCuda(t);
+    const view = this.readToHost(c.ptr, c.numBytes);
+    if (this.capturing) {
+      this.capturedRead = { numElements: c.numElements, dtype: c.dtype };
+      return new Float32Array(c.numElements);
+    }
+    return c.dtype === 'bf16' ? bf16BytesToF32(view, c.numElements) : new Float32Array(view.slice(0, c.numBytes));
+  }
+
+  /** The last profiled step's table (profile mode). */
+  get lastProfile(): Profiler['last'] {
+    return this.profiler?.last ?? null;
+  }
+
+  // ---- CUDA graphs ----
+
+  private generation(): string {
+    return `${this.workspace.generation}:${this.metaGeneration}:${this.kvGeneration}:${this.staging.generation}`;
+  }
+
+  /**
+   * Runs a decode step `record` (a forward pass over `batch` that calls beginStep
+   * and ends in one toHost) through a CUDA graph cached under `key` (the padded
+   * batch size). The first call for a key runs eagerly, then captures; later
+   * calls stage the batch's metadata into the pinned buffer the graph copies
+   * from, launch the graph and read its result. Returns what toHost returned.
+   */
+  graph(key: number, batch: ForwardBatch, record: () => Float32Array): Float32Array {
+    if (this.enforceEager || this.profiler || !isDecodeOnly(batch)) return record();
+    const cached = this.graphs.get(key);
+    if (cached && cached.generation === this.generation() && cached.hostRead &&
+      layoutFor(batch, this.meta?.layout ?? null) === this.meta?.layout) {
+      return this.replay(cached, batch);
+    }
+    if (cached) this.destroyGraph(key);
+    const result = record();
+    this.device.synchronize();
+    this.workspace.reset();
+    this.capture(key, record);
+    return result;
+  }
+
+  private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array {
+    const meta = this.meta!;
+    if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
+    this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
+    check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
+    const read = g.hostRead!;
+    const bytes = read.numElements * BYTES_PER_ELEMENT[read.dtype];
+    const view = this.staging.ensure(bytes, true).view;
+    this.device.synchronize();
+    this.metaCopyPending = false;
+    return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
+  }
+
+  private capture(key: number, record: () => Float32Array): void {
+    const api = this.device.api;
+    const generation = this.generation();
+    this.capturedRead = null;
+    check(api.cuStreamBeginCapture_v2(this.device.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 'cuStreamBeginCapture_v2');
+    this.capturing = true;
+    this.workspace.frozen = true;
+    const graphOut: [Handle | null] = [null];
+    let failure: unknown = null;
+    try {
+      record();
+    } catch (err) {
+      failure = err;
+    } finally {
+      this.capturing = false;
+      this.workspace.frozen = false;
+    }
+    const endStatus = api.cuStreamEndCapture(this.device.stream, graphOut);
+    if (failure) {
+      if (endStatus === 0 && graphOut[0]) api.cuGraphDestroy(BigInt(graphOut[0]));
+      throw failure;
+    }
+    check(endStatus, 'cuStreamEndCapture');
+    const graph = outPtr(graphOut, 'cuStreamEndCapture');
+    const execOut: [Handle | null] = [null];
+    check(api.cuGraphInstantiateWithFlags(execOut, graph, 0n), 'cuGraphInstantiateWithFlags');
+    this.graphs.set(key, { exec: outPtr(execOut, 'cuGraphInstantiateWithFlags'), graph, generation,
+      hostRead: this.capturedRead });
+  }
+
+  private destroyGraph(key: number): void {
+    const g = this.graphs.get(key);
+    if (!g) return;
+    this.device.api.cuGraphExecDestroy(g.exec);
+    this.device.api.cuGraphDestroy(g.graph);
+    this.graphs.delete(key);
+  }
+
+  get numGraphs(): number {
+    return this.graphs.size;
+  }
+
+  dispose(): void {
+    this.device.synchronize();
+    for (const key of [...this.graphs.keys()]) this.destroyGraph(key);
+    this.profiler?.dispose();
+    for (const p of this.weights) this.device.free(p);
+    this.weights.length = 0;
+    if (this.kv) this.device.free(this.kv.base);
+    this.kv = null;
+    if (this.meta) {
+      this.device.hostFree(this.meta.host);
+      this.device.free(this.meta.device);
+    }
+    this.meta = null;
+    this.workspace.dispose();
+    this.staging.dispose();
+    this.gemm.dispose();
+    this.device.free(this.cublasWorkspace);
+    this.device.api.cuEventDestroy_v2(this.metaCopied);
+    this.device.dispose();
+  }
+}

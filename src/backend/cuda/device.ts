@@ -1,0 +1,180 @@
+// One CUDA device: primary context, one non-blocking stream, memory, pinned
+// host buffers, and kernel launches with their argument packing.
+
+import koffi from 'koffi';
+import {
+  check, cu, outPtr, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING,
+  type DevicePtr, type DriverApi, type Handle,
+} from './ffi/driver.js';
+import { compileToCubin, nvrtcVersion } from './ffi/nvrtc.js';
+import { loadCubin, type Compiler } from './compile.js';
+
+/** Kernel argument: a device pointer, an int32 or a float32. */
+export type KernelArg = { ptr: bigint } | { i32: number } | { f32: number };
+export const ptr = (p: bigint): KernelArg => ({ ptr: p });
+export const i32 = (v: number): KernelArg => ({ i32: v });
+export const f32 = (v: number): KernelArg => ({ f32: v });
+
+export interface PinnedBuffer {
+  ptr: bigint;
+  bytes: number;
+  view: ArrayBuffer;
+}
+
+const MAX_KERNEL_ARGS = 32;
+const ARG_SLOT_BYTES = 8;
+
+export class Device {
+  readonly api: DriverApi;
+  readonly ordinal: number;
+  readonly name: string;
+  readonly arch: number;
+  readonly numSMs: number;
+  readonly driverVersion: number;
+  readonly stream: Handle;
+  private readonly device: number;
+  private readonly modules = new Map<string, Handle>();
+  private readonly functions = new Map<string, Handle>();
+  private compiler: Compiler | null = null;
+  // kernelParams: [values: MAX_KERNEL_ARGS x 8 bytes][pointers to each value: MAX_KERNEL_ARGS x 8 bytes]
+  private readonly args: PinnedBuffer;
+  private readonly argValues: DataView;
+  private readonly argPointers: BigUint64Array;
+
+  constructor(ordinal = 0) {
+    const api = cu();
+    this.api = api;
+    this.ordinal = ordinal;
+    check(api.cuInit(0), 'cuInit');
+    const version: [number] = [0];
+    check(api.cuDriverGetVersion(version), 'cuDriverGetVersion');
+    this.driverVersion = version[0];
+    const dev: [number] = [0];
+    check(api.cuDeviceGet(dev, ordinal), `cuDeviceGet(${ordinal})`);
+    this.device = dev[0];
+    const nameBytes = new Uint8Array(256);
+    check(api.cuDeviceGetName(nameBytes, nameBytes.length, this.device), 'cuDeviceGetName');
+    this.name = Buffer.from(nameBytes.subarray(0, nameBytes.indexOf(0))).toString('utf8');
+    this.arch = this.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+      this.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    this.numSMs = this.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    const ctx: [Handle | null] = [null];
+    check(api.cuDevicePrimaryCtxRetain(ctx, this.device), 'cuDevicePrimaryCtxRetain');
+    check(api.cuCtxSetCurrent(outPtr(ctx, 'cuDevicePrimaryCtxRetain')), 'cuCtxSetCurrent');
+    const stream: [Handle | null] = [null];
+    check(api.cuStreamCreate(stream, CU_STREAM_NON_BLOCKING), 'cuStreamCreate');
+    this.stream = outPtr(stream, 'cuStreamCreate');
+    this.args = this.hostAlloc(2 * MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
+    this.argValues = new DataView(this.args.view, 0, MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
+    this.argPointers = new BigUint64Array(this.args.view, MAX_KERNEL_ARGS * ARG_SLOT_BYTES, MAX_KERNEL_ARGS);
+    for (let i = 0; i < MAX_KERNEL_ARGS; i++) this.argPointers[i] = this.args.ptr + BigInt(i * ARG_SLOT_BYTES);
+  }
+
+  private attribute(attr: number): number {
+    const v: [number] = [0];
+    check(this.api.cuDeviceGetAttribute(v, attr, this.device), `cuDeviceGetAttribute(${attr})`);
+    return v[0];
+  }
+
+  alloc(bytes: number): DevicePtr {
+    const out: [Handle | null] = [null];
+    check(this.api.cuMemAlloc_v2(out, Math.max(1, bytes)), 'cuMemAlloc_v2', `${bytes} bytes`);
+    return outPtr(out, 'cuMemAlloc_v2') as DevicePtr;
+  }
+
+  free(p: bigint): void {
+    check(this.api.cuMemFree_v2(p), 'cuMemFree_v2');
+  }
+
+  hostAlloc(bytes: number): PinnedBuffer {
+    const out: [Handle | null] = [null];
+    check(this.api.cuMemHostAlloc(out, Math.max(8, bytes), CU_MEMHOSTALLOC_PORTABLE), 'cuMemHostAlloc', `${bytes} bytes`);
+    const p = outPtr(out, 'cuMemHostAlloc');
+    return { ptr: p, bytes, view: koffi.view(p, Math.max(8, bytes)) };
+  }
+
+  hostFree(b: PinnedBuffer): void {
+    check(this.api.cuMemFreeHost(b.ptr), 'cuMemFreeHost');
+  }
+
+  memInfo(): { freeBytes: number; totalBytes: number } {
+    const free: [number] = [0];
+    const total: [number] = [0];
+    check(this.api.cuMemGetInfo_v2(free, total), 'cuMemGetInfo_v2');
+    return { freeBytes: free[0], totalBytes: total[0] };
+  }
+
+  synchronize(): void {
+    check(this.api.cuStreamSynchronize(this.stream), 'cuStreamSynchronize');
+  }
+
+  upload(dst: bigint, src: ArrayBufferView): void {
+    check(this.api.cuMemcpyHtoD_v2(dst, src, src.byteLength), 'cuMemcpyHtoD_v2');
+  }
+
+  copyToHostAsync(dst: PinnedBuffer, src: bigint, bytes: number): void {
+    check(this.api.cuMemcpyDtoHAsync_v2(dst.ptr, src, bytes, this.stream), 'cuMemcpyDtoHAsync_v2');
+  }
+
+  copyToDeviceAsync(dst: bigint, src: PinnedBuffer, bytes: number): void {
+    check(this.api.cuMemcpyHtoDAsync_v2(dst, src.ptr, bytes, this.stream), 'cuMemcpyHtoDAsync_v2');
+  }
+
+  copyDeviceAsync(dst: bigint, src: bigint, bytes: number): void {
+    check(this.api.cuMemcpyDtoDAsync_v2(dst, src, bytes, this.stream), 'cuMemcpyDtoDAsync_v2');
+  }
+
+  fillBytesAsync(dst: bigint, value: number, bytes: number): void {
+    check(this.api.cuMemsetD8Async(dst, value, bytes, this.stream), 'cuMemsetD8Async');
+  }
+
+  /** The kernel `name` from kernels/<file>, compiled (or read from the cache) and loaded at first use. */
+  kernel(file: string, name: string): Handle {
+    const key = `${file}:${name}`;
+    const cached = this.functions.get(key);
+    if (cached !== undefined) return cached;
+    let mod = this.modules.get(file);
+    if (mod === undefined) {
+      this.compiler ??= { version: nvrtcVersion(), compile: (src, n, arch) => compileToCubin(src, n, arch) };
+      const cubin = loadCubin(file, this.arch, this.compiler);
+      const out: [Handle | null] = [null];
+      check(this.api.cuModuleLoadData(out, cubin), 'cuModuleLoadData', file);
+      mod = outPtr(out, 'cuModuleLoadData');
+      this.modules.set(file, mod);
+    }
+    const fn: [Handle | null] = [null];
+    check(this.api.cuModuleGetFunction(fn, mod, name), 'cuModuleGetFunction', name);
+    const handle = outPtr(fn, 'cuModuleGetFunction');
+    this.functions.set(key, handle);
+    return handle;
+  }
+
+  launch(file: string, name: string, grid: [number, number, number], block: number, args: KernelArg[],
+    sharedBytes = 0): void {
+    if (args.length > MAX_KERNEL_ARGS) throw new Error(`${name}: ${args.length} kernel arguments`);
+    const fn = this.kernel(file, name);
+    const v = this.argValues;
+    for (let i = 0; i < args.length; i++) {
+      const a = args[i]!;
+      const at = i * ARG_SLOT_BYTES;
+      if ('ptr' in a) v.setBigUint64(at, a.ptr, true);
+      else if ('i32' in a) v.setInt32(at, a.i32, true);
+      else v.setFloat32(at, a.f32, true);
+    }
+    if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return;
+    check(this.api.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, sharedBytes, this.stream,
+      this.args.ptr + BigInt(MAX_KERNEL_ARGS * ARG_SLOT_BYTES), null), `cuLaunchKernel(${name})`,
+      `grid [${grid.join(', ')}], block ${block}`);
+  }
+
+  dispose(): void {
+    this.synchronize();
+    for (const m of this.modules.values()) this.api.cuModuleUnload(m);
+    this.modules.clear();
+    this.functions.clear();
+    this.hostFree(this.args);
+    this.api.cuStreamDestroy_v2(this.stream);
+    this.api.cuDevicePrimaryCtxRelease_v2(this.device);
+  }
+}

@@ -1,0 +1,167 @@
+// Typed table of cuBLASLt and the one GEMM the model needs:
+//   y[T, N] = x[T, K] * w[N, K]^T, bf16 in and out, fp32 compute.
+//
+// Row-major buffers seen column-major:
+//   x (row-major T x K) = column-major K x T, ld K     -> B, op N
+//   w (row-major N x K) = column-major K x N, ld K     -> A, op T
+//   y (row-major T x N) = column-major N x T, ld N     -> D = A^T B  (m = N, n = T, k = K)
+
+import koffi from 'koffi';
+import { loadLibrary } from './discover.js';
+import type { Handle } from './driver.js';
+
+type Out<T> = [T];
+
+export const CUDA_R_32F = 0;
+export const CUDA_R_16BF = 14;
+export const CUBLAS_COMPUTE_32F = 68;
+export const CUBLAS_OP_N = 0;
+export const CUBLAS_OP_T = 1;
+export const CUBLASLT_MATMUL_DESC_TRANSA = 3;
+export const CUBLASLT_MATMUL_DESC_TRANSB = 4;
+export const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;
+/** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
+export const HEURISTIC_RESULT_BYTES = 96;
+export const ALGO_BYTES = 64;
+
+export interface CublasLtApi {
+  cublasLtCreate(handle: Out<Handle | null>): number;
+  cublasLtDestroy(handle: Handle): number;
+  cublasLtGetStatusName(status: number): string;
+  cublasLtMatmulDescCreate(desc: Out<Handle | null>, computeType: number, scaleType: number): number;
+  cublasLtMatmulDescSetAttribute(desc: Handle, attr: number, buf: ArrayBufferView, size: number): number;
+  cublasLtMatmulDescDestroy(desc: Handle): number;
+  cublasLtMatrixLayoutCreate(layout: Out<Handle | null>, type: number, rows: number, cols: number, ld: number): number;
+  cublasLtMatrixLayoutDestroy(layout: Handle): number;
+  cublasLtMatmulPreferenceCreate(pref: Out<Handle | null>): number;
+  cublasLtMatmulPreferenceSetAttribute(pref: Handle, attr: number, buf: ArrayBufferView, size: number): number;
+  cublasLtMatmulPreferenceDestroy(pref: Handle): number;
+  cublasLtMatmulAlgoGetHeuristic(handle: Handle, desc: Handle, a: Handle, b: Handle, c: Handle, d: Handle,
+    pref: Handle, requested: number, results: Uint8Array, numReturned: Out<number>): number;
+  cublasLtMatmul(handle: Handle, desc: Handle, alpha: Float32Array, a: bigint, aLayout: Handle, b: bigint,
+    bLayout: Handle, beta: Float32Array, c: bigint, cLayout: Handle, d: bigint, dLayout: Handle,
+    algo: Uint8Array, workspace: bigint, workspaceBytes: number, stream: Handle): number;
+}
+
+const PROTOTYPES = [
+  'int cublasLtCreate(_Out_ void **handle)',
+  'int cublasLtDestroy(void *handle)',
+  'const char *cublasLtGetStatusName(int status)',
+  'int cublasLtMatmulDescCreate(_Out_ void **desc, int computeType, int scaleType)',
+  'int cublasLtMatmulDescSetAttribute(void *desc, int attr, const void *buf, size_t size)',
+  'int cublasLtMatmulDescDestroy(void *desc)',
+  'int cublasLtMatrixLayoutCreate(_Out_ void **layout, int type, uint64_t rows, uint64_t cols, int64_t ld)',
+  'int cublasLtMatrixLayoutDestroy(void *layout)',
+  'int cublasLtMatmulPreferenceCreate(_Out_ void **pref)',
+  'int cublasLtMatmulPreferenceSetAttribute(void *pref, int attr, const void *buf, size_t size)',
+  'int cublasLtMatmulPreferenceDestroy(void *pref)',
+  'int cublasLtMatmulAlgoGetHeuristic(void *handle, void *desc, void *a, void *b, void *c, void *d, ' +
+    'void *pref, int requested, _Out_ uint8_t *results, _Out_ int *numReturned)',
+  'int cublasLtMatmul(void *handle, void *desc, const void *alpha, uint64_t a, void *aLayout, ' +
+    'uint64_t b, void *bLayout, const void *beta, uint64_t c, void *cLayout, uint64_t d, void *dLayout, ' +
+    'const void *algo, uint64_t workspace, size_t workspaceBytes, void *stream)',
+];
+
+let cublasLt: CublasLtApi | null = null;
+
+export function cublasLtApi(): CublasLtApi {
+  if (cublasLt) return cublasLt;
+  const lib = loadLibrary('cublasLt', (path) => koffi.load(path));
+  const table: Record<string, unknown> = {};
+  for (const proto of PROTOTYPES) table[/(\w+)\(/.exec(proto)![1]!] = lib.func(proto);
+  cublasLt = table as unknown as CublasLtApi;
+  return cublasLt;
+}
+
+export class CublasError extends Error {
+  constructor(readonly call: string, readonly status: number, statusName: string) {
+    super(`${call} failed: ${statusName} (${status})`);
+    this.name = 'CublasError';
+  }
+}
+
+export function checkCublas(status: number, call: string): void {
+  if (status !== 0) throw new CublasError(call, status, cublasLtApi().cublasLtGetStatusName(status));
+}
+
+function created(fn: (out: Out<Handle | null>) => number, call: string): Handle {
+  const out: Out<Handle | null> = [null];
+  checkCublas(fn(out), call);
+  return BigInt(out[0]!);
+}
+
+interface GemmPlan {
+  a: Handle;
+  b: Handle;
+  d: Handle;
+  algo: Uint8Array;
+}
+
+/** bf16 GEMMs y = x w^T on one stream, with layouts and heuristic algo cached per (T, N, K). */
+export class Gemm {
+  private readonly api = cublasLtApi();
+  private readonly handle: Handle;
+  private readonly desc: Handle;
+  private readonly pref: Handle;
+  private readonly plans = new Map<string, GemmPlan>();
+  private readonly alpha = new Float32Array([1]);
+  private readonly beta = new Float32Array([0]);
+
+  constructor(private readonly workspace: bigint, private readonly workspaceBytes: number) {
+    this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
+    this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      'cublasLtMatmulDescCreate');
+    this.setDesc(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    this.setDesc(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    this.pref = created((o) => this.api.cublasLtMatmulPreferenceCreate(o), 'cublasLtMatmulPreferenceCreate');
+    const ws = new BigUint64Array([BigInt(workspaceBytes)]);
+    checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+      ws, 8), 'cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)');
+  }
+
+  private setDesc(attr: number, value: number): void {
+    checkCublas(this.api.cublasLtMatmulDescSetAttribute(this.desc, attr, new Int32Array([value]), 4),
+      `cublasLtMatmulDescSetAttribute(${attr})`);
+  }
+
+  private layout(rows: number, cols: number, ld: number): Handle {
+    return created((o) => this.api.cublasLtMatrixLayoutCreate(o, CUDA_R_16BF, rows, cols, ld),
+      'cublasLtMatrixLayoutCreate');
+  }
+
+  private plan(T: number, N: number, K: number): GemmPlan {
+    const key = `${T},${N},${K}`;
+    const cached = this.plans.get(key);
+    if (cached) return cached;
+    const a = this.layout(K, N, K);
+    const b = this.layout(K, T, K);
+    const d = this.layout(N, T, N);
+    const results = new Uint8Array(HEURISTIC_RESULT_BYTES);
+    const numReturned: Out<number> = [0];
+    checkCublas(this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, this.desc, a, b, d, d, this.pref, 1,
+      results, numReturned), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
+    if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
+    const plan = { a, b, d, algo: results.slice(0, ALGO_BYTES) };
+    this.plans.set(key, plan);
+    return plan;
+  }
+
+  /** y[T, N] = x[T, K] * w[N, K]^T on `stream`. */
+  run(x: bigint, w: bigint, y: bigint, T: number, N: number, K: number, stream: Handle): void {
+    const p = this.plan(T, N, K);
+    checkCublas(this.api.cublasLtMatmul(this.handle, this.desc, this.alpha, w, p.a, x, p.b, this.beta, y, p.d, y, p.d,
+      p.algo, this.workspace, this.workspaceBytes, stream), `cublasLtMatmul(T=${T}, N=${N}, K=${K})`);
+  }
+
+  dispose(): void {
+    for (const p of this.plans.values()) {
+      this.api.cublasLtMatrixLayoutDestroy(p.a);
+      this.api.cublasLtMatrixLayoutDestroy(p.b);
+      this.api.cublasLtMatrixLayoutDestroy(p.d);
+    }
+    this.plans.clear();
+    this.api.cublasLtMatmulPreferenceDestroy(this.pref);
+    this.api.cublasLtMatmulDescDestroy(this.desc);
+    this.api.cublasLtDestroy(this.handle);
+  }
+}

@@ -1,0 +1,70 @@
+// Shared by every kernel file: the bf16 storage type, float conversions,
+// warp/block reductions, and the layout of the step metadata header.
+//
+// No system or toolkit headers: NVRTC on a machine with only the driver and the
+// NVRTC wheel has none, so bf16 is our own 2-byte storage type converted with
+// one PTX instruction (round to nearest even), and everything else is builtin.
+#pragma once
+
+struct __align__(2) bf16_t {
+  unsigned short bits;
+};
+
+__device__ __forceinline__ float to_float(bf16_t v) { return __uint_as_float(((unsigned)v.bits) << 16); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16_t from_float<bf16_t>(float v) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  return bf16_t{r};
+}
+
+/** Two consecutive elements as floats (p must be 4-byte aligned for bf16). */
+__device__ __forceinline__ void load2(const bf16_t* p, float& a, float& b) {
+  unsigned w = *reinterpret_cast<const unsigned*>(p);
+  a = __uint_as_float(w << 16);
+  b = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void load2(const float* p, float& a, float& b) {
+  a = p[0];
+  b = p[1];
+}
+
+#define NEG_INF (-__int_as_float(0x7f800000))
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+  return v;
+}
+
+/** Sum over the block; blockDim.x must be a multiple of 32 (at most 1024). Every thread gets the result. */
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < (int)(blockDim.x >> 5) ? partial[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+// Step metadata header (int32 words at the start of the device metadata buffer).
+#define META_NUM_TOKENS 0
+#define META_NUM_SEQS 1
+#define META_BLOCK_TABLE_STRIDE 2

@@ -1,0 +1,33 @@
+// Writes this step's k and v rows of the fused qkv buffer into the paged cache.
+//
+//   cache (one layer, K and V separate): [numBlocks, blockSize, numKvHeads, D]
+//   slot = page * blockSize + offset  ->  element (slot, kvHead, d) at (slot * numKvHeads + kvHead) * D + d
+//   slotMapping[t] < 0: token t is not written (padding).
+//
+// Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; slotMapping [numTokens].
+// Launch: grid (numTokens), block 256; threads stride over numKvHeads * D.
+#include "common.cuh"
+
+template <typename T>
+__device__ __forceinline__ void kv_write(const T* qkv, T* kCache, T* vCache, const int* slotMapping, int numHeads,
+                                         int numKvHeads, int headDim) {
+  const int t = blockIdx.x;
+  const long long slot = slotMapping[t];
+  if (slot < 0) return;
+  const int width = numKvHeads * headDim;
+  const T* k = qkv + (long long)t * (numHeads + 2 * numKvHeads) * headDim + (long long)numHeads * headDim;
+  const T* v = k + width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    kCache[slot * width + i] = k[i];
+    vCache[slot * width + i] = v[i];
+  }
+}
+
+#define INSTANTIATE(suffix, T)                                                                            \
+  extern "C" __global__ void kv_write_##suffix(const T* qkv, T* kCache, T* vCache, const int* slotMapping, \
+                                               int numHeads, int numKvHeads, int headDim) {               \
+    kv_write<T>(qkv, kCache, vCache, slotMapping, numHeads, numKvHeads, headDim);                         \
+  }
+
+INSTANTIATE(bf16, bf16_t)
+INSTANTIATE(f32, float)

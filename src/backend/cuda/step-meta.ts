@@ -1,0 +1,115 @@
+// One step's metadata packed into ONE int32 buffer (pinned on the host, copied
+// to the device with one async HtoD). Sections sit at offsets fixed by the
+// capacities, never by the batch, and counts live in the header, so a captured
+// graph replays correctly for any batch that fits:
+//
+//   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices |   <- capTokens each
+//   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | tiles (2 capTiles) | blockTables (capSeqs * stride) |
+
+import type { ForwardBatch } from '../../model/batch.js';
+
+export const HEADER_WORDS = 16;
+export const META_NUM_TOKENS = 0;
+export const META_NUM_SEQS = 1;
+export const META_BLOCK_TABLE_STRIDE = 2;
+export const META_NUM_LOGITS = 3;
+/** Query rows per prefill attention tile (PREFILL_BQ in attention_prefill.cu). */
+export const PREFILL_TILE_ROWS = 16;
+
+export interface MetaLayout {
+  capTokens: number;
+  capSeqs: number;
+  capTiles: number;
+  blockTableStride: number;
+  inputIds: number;
+  positions: number;
+  slotMapping: number;
+  tokenToSeq: number;
+  logitsIndices: number;
+  queryStartLoc: number;
+  seqLens: number;
+  tiles: number;
+  blockTables: number;
+  totalWords: number;
+}
+
+export function metaLayout(capTokens: number, capSeqs: number, blockTableStride: number): MetaLayout {
+  const capTiles = capSeqs + Math.ceil(capTokens / PREFILL_TILE_ROWS);
+  let at = HEADER_WORDS;
+  const take = (n: number): number => {
+    const start = at;
+    at += Math.ceil(n / 4) * 4;
+    return start;
+  };
+  const inputIds = take(capTokens);
+  const positions = take(capTokens);
+  const slotMapping = take(capTokens);
+  const tokenToSeq = take(capTokens);
+  const logitsIndices = take(capTokens);
+  const queryStartLoc = take(capSeqs + 1);
+  const seqLens = take(capSeqs);
+  const tiles = take(2 * capTiles);
+  const blockTables = take(capSeqs * blockTableStride);
+  return {
+    capTokens, capSeqs, capTiles, blockTableStride, inputIds, positions, slotMapping, tokenToSeq, logitsIndices,
+    queryStartLoc, seqLens, tiles, blockTables, totalWords: at,
+  };
+}
+
+function nextPow2(n: number, min: number): number {
+  let v = min;
+  while (v < n) v *= 2;
+  return v;
+}
+
+/** `layout` if the batch fits it, otherwise a layout grown (in powers of two) to fit it. */
+export function layoutFor(batch: ForwardBatch, layout: MetaLayout | null): MetaLayout {
+  const numLogits = batch.logitsIndices.length;
+  const needTokens = Math.max(batch.numTokens, numLogits);
+  if (layout && needTokens <= layout.capTokens && batch.numSeqs <= layout.capSeqs &&
+    batch.maxBlocksPerSeq <= layout.blockTableStride) return layout;
+  return metaLayout(
+    Math.max(layout?.capTokens ?? 0, nextPow2(needTokens, 256)),
+    Math.max(layout?.capSeqs ?? 0, nextPow2(batch.numSeqs, 64)),
+    Math.max(layout?.blockTableStride ?? 0, nextPow2(batch.maxBlocksPerSeq, 64)));
+}
+
+export interface PackedStep {
+  numTiles: number;
+  /** Every sequence has exactly one query token this step. */
+  decodeOnly: boolean;
+}
+
+/** Writes the batch into `words` (layout.totalWords long). */
+export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Array): PackedStep {
+  const { numTokens, numSeqs, maxBlocksPerSeq } = batch;
+  const numLogits = batch.logitsIndices.length;
+  words[META_NUM_TOKENS] = numTokens;
+  words[META_NUM_SEQS] = numSeqs;
+  words[META_BLOCK_TABLE_STRIDE] = layout.blockTableStride;
+  words[META_NUM_LOGITS] = numLogits;
+  words.set(batch.inputIds.subarray(0, numTokens), layout.inputIds);
+  words.set(batch.positions.subarray(0, numTokens), layout.positions);
+  words.set(batch.slotMapping.subarray(0, numTokens), layout.slotMapping);
+  words.set(batch.logitsIndices, layout.logitsIndices);
+  words.set(batch.queryStartLoc.subarray(0, numSeqs + 1), layout.queryStartLoc);
+  words.set(batch.seqLens.subarray(0, numSeqs), layout.seqLens);
+  words.fill(-1, layout.tokenToSeq, layout.tokenToSeq + numTokens);
+  let numTiles = 0;
+  let decodeOnly = true;
+  for (let s = 0; s < numSeqs; s++) {
+    const start = batch.queryStartLoc[s]!;
+    const end = batch.queryStartLoc[s + 1]!;
+    if (end - start !== 1) decodeOnly = false;
+    words.fill(s, layout.tokenToSeq + start, layout.tokenToSeq + end);
+    for (let row = start; row < end; row += PREFILL_TILE_ROWS) {
+      words[layout.tiles + 2 * numTiles] = s;
+      words[layout.tiles + 2 * numTiles + 1] = row;
+      numTiles++;
+    }
+    const rowAt = layout.blockTables + s * layout.blockTableStride;
+    words.set(batch.blockTables.subarray(s * maxBlocksPerSeq, (s + 1) * maxBlocksPerSeq), rowAt);
+    words.fill(0, rowAt + maxBlocksPerSeq, rowAt + layout.blockTableStride);
+  }
+  return { numTiles, decodeOnly };
+}
