@@ -36,7 +36,7 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--enforce-eager', 'disable CUDA graphs', false)
     .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
     .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)
-    .option('--cpu-threads <n>', 'worker threads for CPU matmuls (0 = main thread only)', int('--cpu-threads'), 0);
+    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int('--cpu-threads'), 0);
 }
 
 export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOptions {

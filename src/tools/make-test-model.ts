@@ -114,8 +114,9 @@ function nonNegativeInt(value: string): number {
   return n;
 }
 
-async function main(argv: string[]): Promise<void> {
-  const program = new Command('make-test-model')
+/** The make-test-model command (also `quire make-test-model`). */
+export function makeTestModelCommand(): Command {
+  return new Command('make-test-model')
     .description('Write a random-weight Hugging Face model directory of a test or benchmark shape.')
     .option('--shape <name>', 'shape name (--list shows them)', 'tiny-qwen3')
     .option('--out <dir>', 'output directory')
@@ -123,15 +124,17 @@ async function main(argv: string[]): Promise<void> {
     .option('--seed <n>', 'random seed', nonNegativeInt, 0)
     .option('--shards <n>', 'number of safetensors shards', nonNegativeInt, 1)
     .option('--list', 'list the shapes and exit')
-    .parse(argv);
-  const o = program.opts<{ shape: string; out?: string; dtype: string; seed: number; shards: number; list?: boolean }>();
+    .action(runMakeTestModel);
+}
+
+async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number; list?: boolean }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
   }
   const outDir = o.out;
   if (outDir === undefined) throw new Error('--out <dir> is required');
-  if (!['bf16', 'f16', 'f32'].includes(o.dtype)) program.error(`--dtype must be bf16, f16 or f32, got ${o.dtype}`);
+  if (!['bf16', 'f16', 'f32'].includes(o.dtype)) throw new InvalidArgumentError(`--dtype must be bf16, f16 or f32, got ${o.dtype}`);
   const startMs = Date.now();
   let lastPercent = -1;
   const info = await makeTestModel({
@@ -157,7 +160,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
-  main(process.argv).catch((err: unknown) => {
+  makeTestModelCommand().parseAsync(process.argv).catch((err: unknown) => {
     console.error(err instanceof Error ? err.message : String(err));
     process.exit(1);
   });

@@ -1,0 +1,27 @@
+#!/usr/bin/env node
+// quire: serve, generate, chat, bench, gate, make-test-model.
+
+import { Command } from 'commander';
+import { ModelLoadError } from '../loader/errors.js';
+import { SamplingParamError } from '../sampling/validate.js';
+import { chatCommand, generateCommand } from './generate.js';
+import { makeTestModelCommand } from './make-test-model.js';
+import { serveCommand } from './serve.js';
+
+const program = new Command('quire')
+  .description('LLM inference server on Node.js: paged KV cache, continuous batching, CUDA from TypeScript')
+  .version('0.1.0')
+  .addCommand(serveCommand())
+  .addCommand(generateCommand())
+  .addCommand(chatCommand())
+  .addCommand(makeTestModelCommand());
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  if (e instanceof ModelLoadError || e instanceof SamplingParamError) {
+    console.error(`quire: ${e.message}`);
+    process.exit(2);
+  }
+  throw e;
+}

@@ -1,0 +1,1 @@
+export { makeTestModelCommand } from '../tools/make-test-model.js';

@@ -1,0 +1,69 @@
+// quire serve: the OpenAI-compatible server. The HTTP side listens at once
+// (/health 503 while loading); the engine loads in a worker thread.
+
+import { basename } from 'node:path';
+import { Command } from 'commander';
+import { createServer } from '../api/server.js';
+import { DeferredEngineClient } from '../engine/deferred-client.js';
+import { WorkerEngineClient } from '../engine/worker-client.js';
+import { loadModelDir } from '../loader/model-dir.js';
+import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+
+export function serveCommand(): Command {
+  const cmd = new Command('serve')
+    .description('serve a model with the OpenAI API (/v1/completions, /v1/chat/completions, /metrics, ...)')
+    .option('--host <addr>', 'address to listen on', '127.0.0.1')
+    .option('--port <n>', 'port', '8000')
+    .option('--served-model-name <name...>', 'model name(s) the API answers to (default: the directory name)')
+    .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1 routes (or QUIRE_API_KEY)')
+    .option('--shutdown-timeout <s>', 'on SIGTERM, seconds running requests get to finish', '30')
+    .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false);
+  addEngineFlags(cmd);
+  return cmd.action(async (flags: Record<string, unknown>) => {
+    const options = engineOptionsFromFlags(flags);
+    const dir = loadModelDir(options.model);
+    const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
+    const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
+    const engine = new DeferredEngineClient();
+    const apiKey = (flags.apiKey as string | undefined) ?? process.env.QUIRE_API_KEY;
+    const server = createServer({
+      engine, tokenizer: dir.tokenizer, chatTemplate: dir.chatTemplate, bosToken: dir.bosToken, eosToken: dir.eosToken,
+      modelName: names[0]!, servedModelNames: names.slice(1), maxModelLen,
+      ...(apiKey ? { apiKey } : {}),
+      allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
+    });
+    const address = await server.app.listen({ host: flags.host as string, port: Number(flags.port) });
+    console.log(`quire: loading ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers, vocab ${dir.config.vocabSize})`);
+    let client: WorkerEngineClient;
+    try {
+      client = await WorkerEngineClient.start({ ...options, model: dir.dir });
+    } catch (e) {
+      engine.failed((e as Error).message);
+      console.error(`quire: the model failed to load: ${(e as Error).message}`);
+      await server.app.close();
+      process.exitCode = 1;
+      return;
+    }
+    engine.attach(client);
+    server.setReady();
+    const i = client.info;
+    console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
+      + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, loaded in ${i.loadMs} ms`);
+    console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/completions `
+      + `-H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 32}'`);
+
+    let stopping = false;
+    const stop = async (signal: string): Promise<void> => {
+      if (stopping) return;
+      stopping = true;
+      console.log(`quire: ${signal}: draining (up to ${flags.shutdownTimeout} s)`);
+      await server.drain(Number(flags.shutdownTimeout) * 1000);
+      await server.app.close();
+      const trace = await client.shutdownWithTrace();
+      if (trace) console.log(trace);
+      process.exit(0);
+    };
+    process.on('SIGTERM', () => void stop('SIGTERM'));
+    process.on('SIGINT', () => void stop('SIGINT'));
+  });
+}
