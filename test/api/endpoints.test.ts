@@ -41,6 +41,25 @@ describe('tokenize, detokenize, models, health', () => {
     assert.equal(r.json.model, 'alias');
   });
 
+  it('passes vLLM extras and OpenAI sampling fields to the engine request', async () => {
+    const r = await postJson(`${s.url}/v1/completions`, {
+      prompt: 'x', max_tokens: 4, temperature: 0.5, top_p: 0.9, top_k: 7, min_p: 0.1, repetition_penalty: 1.2,
+      presence_penalty: 0.5, frequency_penalty: -0.5, logit_bias: { '65': -100 }, seed: 3, stop_token_ids: [70],
+      min_tokens: 2, ignore_eos: true, skip_special_tokens: false, include_stop_str_in_output: true, stop: 'zz',
+      priority: -4, cache_salt: 'tenant-a', user: 'u',
+    });
+    assert.equal(r.status, 200);
+    const req = s.engine.submitted.at(-1)!;
+    assert.equal(req.priority, -4);
+    assert.equal(req.cacheSalt, 'tenant-a');
+    assert.deepEqual(req.promptTokenIds, tok.encode('x'));
+    assert.deepEqual(req.sampling, {
+      maxTokens: 4, temperature: 0.5, topP: 0.9, topK: 7, minP: 0.1, repetitionPenalty: 1.2, presencePenalty: 0.5,
+      frequencyPenalty: -0.5, logitBias: { 65: -100 }, seed: 3, stopTokenIds: [70], stop: ['zz'], includeStopStrInOutput: true,
+      minTokens: 2, ignoreEos: true, logprobs: null, skipSpecialTokens: false,
+    });
+  });
+
   it('health answers 200 when ready', async () => {
     assert.equal((await fetch(`${s.url}/health`)).status, 200);
   });

@@ -106,8 +106,12 @@ describe('engine failure', () => {
         method: 'POST', headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], max_tokens: 200, stream: true }),
       });
-      await sleep(30);
+      const plain = postJson(`${s.url}/v1/completions`, { prompt: 'y', max_tokens: 200 });
+      await waitFor(() => s.engine.stats().numRunning === 2, 2000);
       s.engine.fail('device lost');
+      const failed = await plain;
+      assert.equal(failed.status, 503);
+      assert.match(failed.json.error.message, /device lost/);
       const frames = await readSse(await res);
       assert.equal(frames.at(-1), '[DONE]');
       const err = JSON.parse(frames.at(-2)!);
