@@ -1,12 +1,14 @@
 // Splits a matmul's output columns across worker threads that share the operands
-// through SharedArrayBuffers. The caller blocks (Atomics.wait) until every part is
-// done, so the Backend stays synchronous. Each column is computed by the same
-// kernel code whichever thread owns it, so the split never changes a bit.
+// through SharedArrayBuffers: every thread (the caller too) claims chunks of
+// columns from one atomic counter, so a thread slowed by a busy machine takes
+// fewer. The caller blocks (Atomics.wait) until every worker is done, so the
+// Backend stays synchronous. A column's arithmetic is the same whichever thread
+// computes it, so the split never changes a bit.
 
 import { Worker } from 'node:worker_threads';
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import { matmulCols } from './kernels.js';
-import { CONTROL, type PoolMessage } from './pool-protocol.js';
+import { CONTROL, runChunks, type PoolMessage } from './pool-protocol.js';
 
 /** A Float32Array view into a registered SharedArrayBuffer. */
 export interface SharedView {
@@ -19,6 +21,8 @@ export interface SharedView {
 /** Below this many multiply-adds a matmul runs on the calling thread alone. */
 const MIN_PARALLEL_MACS = 1 << 18;
 const COLUMN_ALIGN = 8;
+/** Chunks per thread: small enough that a descheduled thread holds up little. */
+const CHUNKS_PER_THREAD = 8;
 
 export class MatmulPool {
   readonly numThreads: number;
@@ -53,26 +57,23 @@ export class MatmulPool {
 
   /** y[T, N] = x[T, K] * w[N, K]^T */
   matmul(x: SharedView, w: SharedView, y: SharedView, T: number, K: number, N: number): void {
-    const numParts = T * K * N < MIN_PARALLEL_MACS ? 1 : Math.min(this.numThreads,
-      Math.ceil(N / COLUMN_ALIGN));
-    if (numParts <= 1) {
+    const numWorkers = T * K * N < MIN_PARALLEL_MACS ? 0 : Math.min(this.workers.length,
+      Math.ceil(N / COLUMN_ALIGN) - 1);
+    if (numWorkers <= 0) {
       matmulCols(x.data, 0, w.data, 0, y.data, 0, T, K, N, 0, N);
       return;
     }
-    const colsPerPart = Math.ceil(N / numParts / COLUMN_ALIGN) * COLUMN_ALIGN;
+    const colsPerChunk = Math.ceil(N / ((numWorkers + 1) * CHUNKS_PER_THREAD) / COLUMN_ALIGN) * COLUMN_ALIGN;
     Atomics.store(this.control, CONTROL.numDone, 0);
-    let numPosted = 0;
-    for (let p = 1; p < numParts; p++) {
-      const n0 = Math.min(N, p * colsPerPart);
-      const n1 = Math.min(N, n0 + colsPerPart);
-      this.ports[p - 1]!.postMessage({ kind: 'matmul', x: x.bufferId, xOff: x.offset,
-        w: w.bufferId, wOff: w.offset, y: y.bufferId, yOff: y.offset, T, K, N, n0, n1 } satisfies PoolMessage);
-      numPosted++;
+    Atomics.store(this.control, CONTROL.nextChunk, 0);
+    for (let p = 0; p < numWorkers; p++) {
+      this.ports[p]!.postMessage({ kind: 'matmul', x: x.bufferId, xOff: x.offset, w: w.bufferId,
+        wOff: w.offset, y: y.bufferId, yOff: y.offset, T, K, N, colsPerChunk } satisfies PoolMessage);
     }
     Atomics.add(this.control, CONTROL.generation, 1);
-    for (let p = 0; p < numPosted; p++) Atomics.notify(this.control, CONTROL.generation);
-    matmulCols(x.data, 0, w.data, 0, y.data, 0, T, K, N, 0, Math.min(N, colsPerPart));
-    this.waitDone(numPosted);
+    Atomics.notify(this.control, CONTROL.generation);
+    runChunks(this.control, x.data, w.data, y.data, T, K, N, colsPerChunk);
+    this.waitDone(numWorkers);
   }
 
   dispose(): void {

@@ -1,10 +1,9 @@
 // Worker side of MatmulPool: drains its port synchronously (buffer registrations,
-// matmul jobs), sleeping on the control word's generation between jobs; counts
-// itself done after each matmul.
+// matmul jobs), sleeping on the control word's generation between jobs; takes
+// column chunks of each matmul until none is left, then counts itself done.
 
 import { parentPort, receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
-import { matmulCols } from './kernels.js';
-import { CONTROL, type PoolMessage } from './pool-protocol.js';
+import { CONTROL, runChunks, type PoolMessage } from './pool-protocol.js';
 
 const { control: controlBuffer, port } = workerData as { control: SharedArrayBuffer; port: MessagePort };
 const control = new Int32Array(controlBuffer);
@@ -24,8 +23,8 @@ while (Atomics.load(control, CONTROL.stop) === 0) {
     buffers.delete(msg.id);
   } else {
     try {
-      matmulCols(buffers.get(msg.x)!, msg.xOff, buffers.get(msg.w)!, msg.wOff, buffers.get(msg.y)!,
-        msg.yOff, msg.T, msg.K, msg.N, msg.n0, msg.n1);
+      runChunks(control, buffers.get(msg.x)!.subarray(msg.xOff), buffers.get(msg.w)!.subarray(msg.wOff),
+        buffers.get(msg.y)!.subarray(msg.yOff), msg.T, msg.K, msg.N, msg.colsPerChunk);
     } catch (err) {
       Atomics.store(control, CONTROL.failed, 1);
       parentPort?.postMessage(String(err));
