@@ -59,6 +59,11 @@ test('upload converts bf16 and f16 to f32', () => {
     const t = backend.upload({ name: 'w', dtype, shape: [4, 6], data: f32ToBytes(dtype, values) });
     assertClose(data(t), values, dtype === 'bf16' ? 1 / 128 : 1 / 1024, dtype);
   }
+  const bytes = f32ToBytes('bf16', values);
+  const odd = new Uint8Array(bytes.length + 1);
+  odd.set(bytes, 1);
+  const unaligned = backend.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: odd.subarray(1) });
+  assert.deepEqual(data(unaligned), data(backend.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: bytes })));
   assert.throws(() => backend.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: new Uint8Array(10) }), /w/);
 });
 

@@ -32,6 +32,16 @@ function asCpu(t: Tensor): CpuTensor {
   return t;
 }
 
+/** bf16 is the high half of an f32: widen in place of a temporary copy. */
+function bf16BytesInto(src: Uint8Array, out: Uint32Array): void {
+  if (src.byteOffset % 2 === 0) {
+    const halves = new Uint16Array(src.buffer, src.byteOffset, out.length);
+    for (let i = 0; i < out.length; i++) out[i] = halves[i]! << 16;
+  } else {
+    for (let i = 0; i < out.length; i++) out[i] = (src[2 * i]! | (src[2 * i + 1]! << 8)) << 16;
+  }
+}
+
 function numElementsOf(shape: readonly number[]): number {
   return shape.reduce((a, b) => a * b, 1);
 }
@@ -66,7 +76,8 @@ export class CpuBackend implements Backend {
     }
     const buffer = new SharedArrayBuffer(numElements * 4);
     const data = new Float32Array(buffer);
-    data.set(bytesToF32(t.dtype, t.data));
+    if (t.dtype === 'bf16') bf16BytesInto(t.data, new Uint32Array(buffer));
+    else data.set(bytesToF32(t.dtype, t.data));
     const bufferId = this.numBufferIds++;
     this.pool.register(bufferId, buffer);
     this.weightBytes += buffer.byteLength;
