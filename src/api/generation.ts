@@ -66,7 +66,9 @@ export async function runChoice(
         if (lastOutputMs === 0) metrics.observeFirstToken((nowMs - req.arrivalTime) / 1000);
         else metrics.observeInterToken((nowMs - lastOutputMs) / 1000);
         lastOutputMs = nowMs;
-        const pushed = detok.push(o.newTokenIds);
+        // A stop token's own text is left out unless include_stop_str_in_output (vLLM).
+        const endsOnStopToken = o.finished && o.stopTokenId !== undefined && !req.sampling.includeStopStrInOutput;
+        const pushed = detok.push(endsOnStopToken ? o.newTokenIds.slice(0, -1) : o.newTokenIds);
         const lp = o.logprobs ?? [];
         out.tokenIds.push(...o.newTokenIds);
         out.logprobs.push(...lp);
@@ -90,7 +92,8 @@ export async function runChoice(
           onDelta?.({ index, text: tail.deltaText, tokenIds: [], logprobs: [] });
         }
         out.finishReason = o.finishReason ?? 'stop';
-        out.stopReason = o.stopTokenId ?? null;
+        const eos = o.stopTokenId !== undefined && ctx.tokenizer.eosTokenIds.includes(o.stopTokenId) && !req.sampling.stopTokenIds.includes(o.stopTokenId);
+        out.stopReason = o.stopTokenId === undefined || eos ? null : o.stopTokenId;
         break;
       }
     }

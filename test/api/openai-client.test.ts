@@ -174,6 +174,16 @@ describe('EOS and stop token ids', () => {
     assert.equal(r.choices[0]!.finish_reason, 'stop');
     assert.equal(r.choices[0]!.text, greedyText(tok.encode('eos'), 5));
     assert.equal(r.usage?.completion_tokens, 6);
+    assert.equal((r.choices[0] as unknown as { stop_reason: unknown }).stop_reason, null);
+    const stopId = FakeEngine.tokenAt(s.engine.submitted.at(-1)!, 2);
+    const byToken = await client.completions.create({
+      model: MODEL, prompt: 'eos', max_tokens: 50, temperature: 0, stop_token_ids: [stopId],
+    } as unknown as OpenAI.CompletionCreateParamsNonStreaming);
+    const firstStop = [0, 1, 2].find((i) => FakeEngine.tokenAt(s.engine.submitted.at(-1)!, i) === stopId)!;
+    assert.equal(byToken.choices[0]!.finish_reason, 'stop');
+    assert.equal((byToken.choices[0] as unknown as { stop_reason: unknown }).stop_reason, stopId);
+    assert.equal(byToken.choices[0]!.text, greedyText(tok.encode('eos'), firstStop));
+    assert.equal(byToken.usage?.completion_tokens, firstStop + 1);
     const ignored = await client.completions.create({
       model: MODEL, prompt: 'eos', max_tokens: 9, temperature: 0, ignore_eos: true,
     } as unknown as OpenAI.CompletionCreateParamsNonStreaming);
