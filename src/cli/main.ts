@@ -4,6 +4,7 @@
 import { Command } from 'commander';
 import { ModelLoadError } from '../loader/errors.js';
 import { SamplingParamError } from '../sampling/validate.js';
+import { benchCommand } from './bench.js';
 import { chatCommand, generateCommand } from './generate.js';
 import { makeTestModelCommand } from './make-test-model.js';
 import { serveCommand } from './serve.js';
@@ -14,6 +15,7 @@ const program = new Command('quire')
   .addCommand(serveCommand())
   .addCommand(generateCommand())
   .addCommand(chatCommand())
+  .addCommand(benchCommand())
   .addCommand(makeTestModelCommand());
 
 try {

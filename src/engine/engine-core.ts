@@ -40,6 +40,7 @@ export class EngineCore {
   private numPromptTokens = 0;
   private numGenerationTokens = 0;
   private numSteps = 0;
+  private numRunningPeak = 0;
 
   constructor(parts: EngineCoreParts, readonly options: EngineOptions) {
     this.model = parts.model;
@@ -99,6 +100,7 @@ export class EngineCore {
     const so = this.scheduler.schedule();
     if (so.scheduledRequests.length === 0) return outputs;
     this.numSteps++;
+    this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
     const batch = buildForwardBatch(so.scheduledRequests, this.options.blockSize);
     const logits = this.model.forward(batch);
 
@@ -153,6 +155,7 @@ export class EngineCore {
     const numTotalBlocks = this.info.numBlocks;
     return {
       numRunning: this.scheduler.running.length,
+      numRunningPeak: this.numRunningPeak,
       numWaiting: this.scheduler.waiting.length,
       kvCacheUsage: this.kv.usage(),
       numFreeBlocks: this.kv.numFreeBlocks,

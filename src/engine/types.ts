@@ -40,6 +40,8 @@ export interface EngineOutput {
 
 export interface EngineStats {
   numRunning: number;
+  /** Most sequences running at once since the engine started. */
+  numRunningPeak: number;
   numWaiting: number;
   /** Fraction of KV pages in use, 0..1. */
   kvCacheUsage: number;

@@ -1,0 +1,207 @@
+// quire bench serve | offline | decode
+
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Command, Option } from 'commander';
+import { LLM } from '../engine/llm.js';
+import {
+  acquireBenchLock, benchDecode, benchServe, buildCustomWorkload, buildW3, buildW5, collectProvenance, gpuPreflight,
+  writeReport, type BenchTarget, type GateSummary, type Workload,
+} from '../lab/index.js';
+import { buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, runOffline, type OfflineResult } from '../lab/offline.js';
+import { packageRoot } from './default-model.js';
+import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+
+const ints = (v: string) => v.split(',').map((x) => {
+  const n = Number(x);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a comma-separated list of positive integers, got "${v}"`);
+  return n;
+});
+const length = (v: string) => {
+  const [a, b] = v.split(':').map(Number);
+  return b === undefined ? a! : { min: a!, max: b };
+};
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+function keyValue(v: string, what: string): [string, string] {
+  const i = v.indexOf('=');
+  if (i <= 0) throw new Error(`${what}: expected name=value, got "${v}"`);
+  return [v.slice(0, i), v.slice(i + 1)];
+}
+
+function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>): Promise<T> {
+  gpuPreflight({ force: flags.force === true });
+  const lock = acquireBenchLock({ force: flags.force === true, ...(flags.lockDir ? { dir: flags.lockDir as string } : {}) });
+  return run().finally(() => lock.release());
+}
+
+function serveCommand(): Command {
+  return new Command('serve')
+    .description('load-test one or more OpenAI-compatible servers side by side, in interleaved rounds')
+    .requiredOption('--target <name=url>', 'a server to measure (repeat for several)', collect)
+    .option('--model <model>', 'model name to request: one for all, or name=model per target (repeat)', collect)
+    .addOption(new Option('--workload <w>', 'built-in workload').choices(['w3', 'w5', 'custom']).default('w3'))
+    .option('--concurrency <list>', 'concurrency levels (w3, custom)', ints)
+    .option('--num-requests <n>', 'requests (custom, w5)', Number)
+    .option('--prompt-len <n|min:max>', 'prompt tokens (w3: 1024, custom)', length)
+    .option('--output-len <n|min:max>', 'output tokens (w3: 128, custom)', length)
+    .option('--jsonl <file>', 'prompts from a JSONL file ({"prompt": ..., "max_tokens": ...})')
+    .option('--request-rate <r>', 'Poisson arrivals per second (custom)', Number)
+    .option('--no-nonce', 'no fresh random nonce at the start of each prompt')
+    .option('--no-ignore-eos', 'let generation stop at EOS (custom)')
+    .addOption(new Option('--prompt-format <f>', 'send text or token ids').choices(['text', 'ids']).default('text'))
+    .option('--vocab-size <n>', 'vocabulary for token-id prompts', Number, 32000)
+    .option('--rounds <n>', 'interleaved rounds per level', Number, 2)
+    .option('--warmup <n>', 'warm-up requests per target', Number, 4)
+    .option('--gates <file>', 'a gate-summary JSON (from quire gate --summary) to include in the report')
+    .option('--out <dir>', 'report directory', 'bench-results')
+    .option('--title <t>', 'report title')
+    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
+    .option('--lock-dir <dir>', 'where the benchmark lock lives')
+    .action(async (f: Record<string, unknown>) => {
+      const models = (f.model as string[] | undefined) ?? [];
+      const modelFor = new Map(models.filter((m) => m.includes('=')).map((m) => keyValue(m, '--model')));
+      const defaultModel = models.find((m) => !m.includes('='));
+      const targets: BenchTarget[] = (f.target as string[]).map((t) => {
+        const [name, url] = keyValue(t, '--target');
+        const model = modelFor.get(name) ?? defaultModel;
+        if (!model) throw new Error(`--model: no model name for target "${name}"`);
+        return { name, url, model };
+      });
+      const common = { promptFormat: f.promptFormat as 'text' | 'ids', vocabSize: f.vocabSize as number, nonce: f.nonce as boolean };
+      const workload: Workload = f.workload === 'w5'
+        ? buildW5({ ...common, ...(f.numRequests ? { numRequests: f.numRequests as number } : {}) })
+        : f.workload === 'custom'
+          ? buildCustomWorkload({
+            ...common, numRequests: (f.numRequests as number | undefined) ?? 64, outputTokens: (f.outputLen ?? 128) as number,
+            ...(f.promptLen !== undefined ? { promptTokens: f.promptLen as number } : {}),
+            ...(f.jsonl ? { jsonlPath: f.jsonl as string } : {}),
+            ...(f.concurrency ? { concurrency: (f.concurrency as number[])[0]! } : {}),
+            ...(f.requestRate ? { requestRatePerS: f.requestRate as number } : {}),
+            ignoreEos: f.ignoreEos as boolean,
+          })
+          : buildW3({
+            ...common, ...(f.concurrency ? { concurrencies: f.concurrency as number[] } : {}),
+            ...(typeof f.promptLen === 'number' ? { promptTokens: f.promptLen } : {}),
+            ...(typeof f.outputLen === 'number' ? { outputTokens: f.outputLen } : {}),
+          });
+      await withLock(f, async () => {
+        const bench = await benchServe({ targets, workload, numRounds: f.rounds as number, numWarmupRequests: f.warmup as number });
+        const provenance = await collectProvenance({ config: { command: 'bench serve', ...f, targets } });
+        const gates = f.gates ? JSON.parse(readFileSync(f.gates as string, 'utf8')) as GateSummary : null;
+        const written = await writeReport({ bench, provenance, gates, ...(f.title ? { title: f.title as string } : {}) }, f.out as string);
+        console.log(readFileSync(written.markdownPath, 'utf8'));
+        console.log(`report: ${written.htmlPath}`);
+      });
+    });
+}
+
+function printOffline(r: OfflineResult, extra: Record<string, unknown> = {}): void {
+  console.log(JSON.stringify({ ...r, ...extra }, null, 2));
+}
+
+function offlineCommand(): Command {
+  const cmd = new Command('offline')
+    .description('in-process throughput (no HTTP): w1 offline-256, w4 memory pressure, w5 shared prefix (cache on vs off)')
+    .addOption(new Option('--workload <w>', 'workload').choices(['w1', 'w4', 'w5']).default('w1'))
+    .option('--num-requests <n>', 'requests (w1: first n of 256; w4: 512; w5: 64)', Number)
+    .option('--prompt-len <n>', 'w4 prompt tokens (2048)', Number, 2048)
+    .option('--output-len <n>', 'w4: 256, w5: 64 output tokens', Number)
+    .option('--prefix-len <n>', 'w5 shared system prompt tokens', Number, 2000)
+    .option('--suffix-len <n>', 'w5 suffix tokens', Number, 100)
+    .option('--concurrency <n>', 'w5 concurrency', Number, 16)
+    .option('--json <file>', 'also write the result as JSON')
+    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
+    .option('--lock-dir <dir>', 'where the benchmark lock lives');
+  addEngineFlags(cmd);
+  return cmd.action(async (f: Record<string, unknown>) => {
+    const { model, ...options } = engineOptionsFromFlags(f);
+    await withLock(f, async () => {
+      const results: Record<string, unknown>[] = [];
+      const run = async (name: string, opts: typeof options, build: (vocab: number) => Parameters<typeof runOffline>[2],
+        concurrency?: number, warmup = false) => {
+        const llm = new LLM(model, opts);
+        try {
+          const dir = await llm.ready();
+          const reqs = build(dir.config.vocabSize);
+          if (warmup) await runOffline(llm, 'warmup', reqs.slice(0, 4).map((r) => ({ ...r, maxTokens: 4 })));
+          return await runOffline(llm, name, reqs, concurrency === undefined ? {} : { concurrency });
+        } finally {
+          await llm.close();
+        }
+      };
+      if (f.workload === 'w1') {
+        const r = await run('w1', options, (v) => loadW1(join(packageRoot(), 'bench', 'offline-256.json'), v, f.numRequests as number | undefined), undefined, true);
+        printOffline(r);
+        results.push({ ...r });
+      } else if (f.workload === 'w4') {
+        const promptLen = f.promptLen as number;
+        const outputLen = (f.outputLen as number | undefined) ?? 256;
+        const r = await run('w4', options, (v) => buildW4((f.numRequests as number | undefined) ?? 512, promptLen, outputLen, v));
+        const kvTokens = (r.stats.numTotalBlocks - 1) * options.blockSize;
+        const maxModelLen = options.maxModelLen ?? (promptLen + outputLen);
+        const reservedSeqs = Math.floor(kvTokens / maxModelLen);
+        const extra = {
+          kvCacheTokens: kvTokens, maxSeqsRunningAtOnce: r.stats.numRunningPeak, preemptions: r.stats.numPreemptions,
+          reservedFullContextSeqs: reservedSeqs, ratioVsReserved: r.stats.numRunningPeak / Math.max(1, reservedSeqs),
+        };
+        printOffline(r, extra);
+        results.push({ ...r, ...extra });
+      } else {
+        const outputLen = (f.outputLen as number | undefined) ?? 64;
+        const build = (v: number) => buildOfflineW5((f.numRequests as number | undefined) ?? 64, f.prefixLen as number, f.suffixLen as number, outputLen, v);
+        for (const enablePrefixCaching of [true, false]) {
+          const r = await run(`w5 prefix cache ${enablePrefixCaching ? 'on' : 'off'}`, { ...options, enablePrefixCaching }, build, f.concurrency as number);
+          const extra = { promptTokensSent: r.numPromptTokens, promptTokensComputed: r.stats.numPromptTokens, prefixCacheHits: r.stats.prefixCacheHits };
+          printOffline(r, extra);
+          results.push({ ...r, ...extra });
+        }
+      }
+      if (f.json) {
+        const provenance = await collectProvenance({ config: { command: 'bench offline', ...f } });
+        mkdirSync(join(f.json as string, '..'), { recursive: true });
+        writeFileSync(f.json as string, JSON.stringify({ provenance, results }, null, 2));
+      }
+    });
+  });
+}
+
+function decodeCommand(): Command {
+  const cmd = new Command('decode')
+    .description('W2 decode rate by the difference method, in-process, at several batch sizes')
+    .option('--batch-sizes <list>', 'batch sizes', ints, [1])
+    .option('--prompt-len <n>', 'prompt tokens', Number, 128)
+    .option('--g1 <n>', 'short generation', Number, 64)
+    .option('--g2 <n>', 'long generation', Number, 320)
+    .option('--repeats <n>', 'measured repeats', Number, 2)
+    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
+    .option('--lock-dir <dir>', 'where the benchmark lock lives');
+  addEngineFlags(cmd);
+  return cmd.action(async (f: Record<string, unknown>) => {
+    const { model, ...options } = engineOptionsFromFlags(f);
+    await withLock(f, async () => {
+      const llm = new LLM(model, options);
+      try {
+        const dir = await llm.ready();
+        for (const batchSize of f.batchSizes as number[]) {
+          const r = await benchDecode({
+            targets: [{ name: 'quire', run: llmBatchRunner(llm) }], batchSize, promptTokens: f.promptLen as number,
+            g1: f.g1 as number, g2: f.g2 as number, numRepeats: f.repeats as number, vocabSize: dir.config.vocabSize,
+          });
+          const t = r.targets[0]!;
+          console.log(`batch ${batchSize}: ${t.medianTokensPerS.toFixed(1)} tokens/s (${t.perSeqTokensPerS.toFixed(1)} per sequence)`);
+        }
+      } finally {
+        await llm.close();
+      }
+    });
+  });
+}
+
+export function benchCommand(): Command {
+  return new Command('bench')
+    .description('the parity lab\'s benchmarks')
+    .addCommand(serveCommand())
+    .addCommand(offlineCommand())
+    .addCommand(decodeCommand());
+}

@@ -1,0 +1,96 @@
+// In-process benchmarks (no HTTP): W1 offline throughput, W4 memory pressure,
+// W5 shared prefix, and W2-style decode rate by the difference method.
+// Workloads are fixed in code (bench/WORKLOADS.md) and scaled only by flags.
+
+import { readFileSync } from 'node:fs';
+import { LLM, type Prompt } from '../engine/llm.js';
+import type { EngineStats } from '../engine/types.js';
+import type { BatchRunner } from './bench-decode.js';
+import { percentile } from './stats.js';
+
+export interface OfflineRequest {
+  promptTokenIds: number[];
+  maxTokens: number;
+}
+
+export interface OfflineResult {
+  workload: string;
+  numRequests: number;
+  numPromptTokens: number;
+  numOutputTokens: number;
+  wallS: number;
+  outputTokensPerS: number;
+  ttftP50Ms: number;
+  stats: EngineStats;
+}
+
+
+/** W1: offline-256.json (token ids folded into the model's vocabulary), optionally the first n requests. */
+export function loadW1(path: string, vocabSize: number, numRequests?: number): OfflineRequest[] {
+  const file = JSON.parse(readFileSync(path, 'utf8')) as { requests: { prompt_token_ids: number[]; max_tokens: number }[] };
+  return file.requests.slice(0, numRequests ?? file.requests.length)
+    .map((r) => ({ promptTokenIds: r.prompt_token_ids.map((t) => t % vocabSize), maxTokens: r.max_tokens }));
+}
+
+/** Deterministic pseudo-random token ids (no prefix-cache hits between requests unless shared on purpose). */
+export function randomTokens(n: number, vocabSize: number, seed: number): number[] {
+  let x = (seed * 2654435761 + 1) >>> 0;
+  return Array.from({ length: n }, () => {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    return x % vocabSize;
+  });
+}
+
+/** W4: `n` requests of `promptLen` prompt tokens and `outputLen` output tokens, all offered at once. */
+export function buildW4(n: number, promptLen: number, outputLen: number, vocabSize: number): OfflineRequest[] {
+  return Array.from({ length: n }, (_, i) => ({ promptTokenIds: randomTokens(promptLen, vocabSize, 1000 + i), maxTokens: outputLen }));
+}
+
+/** W5: requests sharing a `prefixLen`-token system prompt, each with its own `suffixLen`-token suffix. */
+export function buildW5(n: number, prefixLen: number, suffixLen: number, outputLen: number, vocabSize: number): OfflineRequest[] {
+  const prefix = randomTokens(prefixLen, vocabSize, 7);
+  return Array.from({ length: n }, (_, i) => ({
+    promptTokenIds: [...prefix, ...randomTokens(suffixLen, vocabSize, 5000 + i)], maxTokens: outputLen,
+  }));
+}
+
+/** Runs the requests through the in-process engine at `concurrency` (all at once by default). */
+export async function runOffline(llm: LLM, workload: string, requests: OfflineRequest[],
+  opts: { concurrency?: number; temperature?: number } = {}): Promise<OfflineResult> {
+  const concurrency = opts.concurrency ?? requests.length;
+  const ttfts: number[] = [];
+  let numOutputTokens = 0;
+  let next = 0;
+  const t0 = performance.now();
+  const worker = async (): Promise<void> => {
+    while (next < requests.length) {
+      const r = requests[next++]!;
+      const sent = performance.now();
+      let first = true;
+      for await (const d of llm.stream(r.promptTokenIds as Prompt, { maxTokens: r.maxTokens, ignoreEos: true, temperature: opts.temperature ?? 0 })) {
+        if (first && d.tokenIds.length > 0) {
+          ttfts.push(performance.now() - sent);
+          first = false;
+        }
+        numOutputTokens += d.tokenIds.length;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, requests.length) }, worker));
+  const wallS = (performance.now() - t0) / 1000;
+  return {
+    workload, numRequests: requests.length,
+    numPromptTokens: requests.reduce((a, r) => a + r.promptTokenIds.length, 0),
+    numOutputTokens, wallS, outputTokensPerS: numOutputTokens / wallS,
+    ttftP50Ms: percentile(ttfts, 50), stats: await llm.stats(),
+  };
+}
+
+/** A decode BatchRunner (bench-decode.ts) over the in-process engine: wall ms for the batch. */
+export function llmBatchRunner(llm: LLM): BatchRunner {
+  return async (prompts, maxTokens) => {
+    const t0 = performance.now();
+    await runOffline(llm, 'decode', prompts.map((p) => ({ promptTokenIds: p, maxTokens })));
+    return performance.now() - t0;
+  };
+}
