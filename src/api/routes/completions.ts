@@ -52,7 +52,7 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
   const promptOf = (index: number) => prompts[Math.floor(index / r.n)]!;
   const numChoices = prompts.length * r.n;
   const textOffsets = Array.from({ length: numChoices }, (_, i) => (r.echo ? promptOf(i).text.length : 0));
-  const logprobsOf = (index: number, o: { logprobs: ChoiceDelta['logprobs'] }, offset: number) =>
+  const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs'] }, offset: number) =>
     r.logprobs === null ? null : completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset);
   return {
     openingChunks() {
@@ -67,7 +67,7 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
     },
     deltaChunk(delta: ChoiceDelta) {
       if (delta.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
-      const logprobs = logprobsOf(delta.index, delta, textOffsets[delta.index]!);
+      const logprobs = logprobsOf(delta, textOffsets[delta.index]!);
       textOffsets[delta.index]! += delta.text.length;
       return {
         ...head,
@@ -92,7 +92,7 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
           return {
             index: o.index,
             text: prefix + o.text,
-            logprobs: logprobsOf(o.index, o, prefix.length),
+            logprobs: logprobsOf(o, prefix.length),
             finish_reason: o.finishReason,
             stop_reason: o.stopReason,
             ...(r.returnTokenIds ? { prompt_token_ids: prompt.ids, token_ids: o.tokenIds } : {}),
