@@ -162,6 +162,13 @@ export class BlockPool {
     return true;
   }
 
+  /** Drops the block's hash (its KV will not be what the hash says). */
+  uncacheBlock(block: KVBlock): void {
+    if (block.blockHash === null) return;
+    this.cachedBlocks.delete(block.blockHash);
+    this.clearHash(block);
+  }
+
   get numCachedBlocks(): number {
     return this.cachedBlocks.size;
   }

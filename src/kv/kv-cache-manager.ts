@@ -8,9 +8,12 @@
 //                        h1 = H(h0, t16..31)
 //                                   (partial: never hashed)
 //
-// A block is cached only once its KV has been computed (cacheFullBlocks is
-// called with the number of computed tokens), so a hit never reads a page that
-// is still being written.
+// A full block is registered when its slots are allocated, before the step
+// that computes it (as vLLM): a request admitted later in the same step may hit
+// it, reading KV that an earlier row of the same forward pass writes (every
+// backend writes a layer's slots before that layer's attention). A request
+// freed before its blocks were computed (preempted in the step that allocated
+// them) unregisters them, so no hit ever reads a page that was never written.
 
 import { createHash } from 'node:crypto';
 import { BlockPool, type BlockHash, type KVBlock } from './block-pool.js';
@@ -151,16 +154,16 @@ export class KVCacheManager {
     this.blocksOf.set(id, blocks);
     this.blockIdsOf.set(id, ids);
     if (!this.numCachedBlocksOf.has(id)) this.numCachedBlocksOf.set(id, hitBlocks.length);
+    this.cacheFullBlocks(req, numTokensAfter);
     return newBlocks.map((b) => b.blockId);
   }
 
-  /** Registers the request's full blocks among its first `numComputedTokens` tokens. */
-  cacheFullBlocks(req: KVRequest, numComputedTokens = req.numComputedTokens): void {
+  /** Registers the request's full blocks among its first `numTokens` tokens (computed or being computed). */
+  cacheFullBlocks(req: KVRequest, numTokens = req.numComputedTokens): void {
     if (!this.enablePrefixCaching) return;
     const blocks = this.blocksOf.get(req.requestId);
     if (blocks === undefined) return;
-    const numTokens = Math.min(numComputedTokens, req.allTokenIds.length);
-    const numFull = Math.min(Math.floor(numTokens / this.blockSize), blocks.length);
+    const numFull = Math.min(Math.floor(Math.min(numTokens, req.allTokenIds.length) / this.blockSize), blocks.length);
     const start = this.numCachedBlocksOf.get(req.requestId) ?? 0;
     if (numFull <= start) return;
     this.ensureBlockHashes(req, numFull);
@@ -176,11 +179,19 @@ export class KVCacheManager {
     this.numCachedBlocksOf.set(req.requestId, numFull);
   }
 
-  /** Releases every page of the request, last page first: shared prefix pages are evicted last. */
-  free(req: KVRequest | string): void {
-    const id = typeof req === 'string' ? req : req.requestId;
+  /**
+   * Releases every page of the request, last page first: shared prefix pages are
+   * evicted last. Pages past its computed tokens lose their hash.
+   */
+  free(req: KVRequest): void {
+    const id = req.requestId;
     const blocks = this.blocksOf.get(id);
-    if (blocks !== undefined) this.pool.freeBlocks([...blocks].reverse());
+    if (blocks !== undefined) {
+      for (let i = Math.floor(req.numComputedTokens / this.blockSize); i < blocks.length; i++) {
+        this.pool.uncacheBlock(blocks[i]!);
+      }
+      this.pool.freeBlocks([...blocks].reverse());
+    }
     this.blocksOf.delete(id);
     this.blockIdsOf.delete(id);
     this.numCachedBlocksOf.delete(id);

@@ -170,7 +170,6 @@ export class Scheduler {
       const req = this.requests.get(row.requestId);
       if (req === undefined || req.status !== 'RUNNING') continue;
       req.numComputedTokens = row.seqLen;
-      this.kv.cacheFullBlocks(req, req.numComputedTokens);
       if (!row.sample) continue;
       const tokens = get(row.requestId);
       if (tokens === undefined || tokens.length === 0) throw new Error(`request ${row.requestId}: no sampled token`);

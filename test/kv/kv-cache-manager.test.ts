@@ -75,6 +75,21 @@ test('a hash hit is verified against the stored token ids', () => {
   assert.deepEqual(kv.getComputedBlocks(x), { blockIds: [], numCachedTokens: 0 });
 });
 
+test('a hit is verified against the stored parent hash as well as the tokens', () => {
+  const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });
+  const x = req('x', range(0, 9));
+  runPrompt(kv, x);
+  const y = req('y', [...range(50, 54), ...range(4, 8), 9]);
+  kv.getComputedBlocks(y);
+  const second = kv.pool.block(kv.blockTable('x')[1]!);
+  // y's second hash forged onto x's second page: same tokens, other parent.
+  kv.pool.uncacheBlock(second);
+  kv.pool.cacheBlock(second, { blockHash: y.blockHashes[1]!, parentHash: x.blockHashes[0]!, extraKey: '',
+    tokenIds: range(4, 8) });
+  runPrompt(kv, req('z', [...range(50, 54), 99]));
+  assert.deepEqual(kv.getComputedBlocks(y).numCachedTokens, 4);
+});
+
 test('hashes chain over the parent: same block tokens after a different prefix do not hit', () => {
   const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });
   runPrompt(kv, req('a', [...range(0, 4), ...range(10, 14), 99]));
@@ -147,7 +162,7 @@ test('growing a request allocates only when it crosses a page boundary', () => {
   assert.deepEqual(kv.blockTable('a'), [1, 2]);
 });
 
-test('generated tokens fill blocks that are cached too, once computed', () => {
+test('generated tokens fill blocks that are cached too, once their slots are allocated', () => {
   const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });
   const a = req('a', range(0, 6));
   runPrompt(kv, a);
@@ -158,8 +173,6 @@ test('generated tokens fill blocks that are cached too, once computed', () => {
   kv.cacheFullBlocks(a);
   assert.equal(kv.pool.numCachedBlocks, 1);
   kv.allocateSlots(a, 1);
-  a.numComputedTokens = 8;
-  kv.cacheFullBlocks(a);
   assert.equal(kv.pool.numCachedBlocks, 2);
   assert.deepEqual(kv.getComputedBlocks(req('b', [...range(0, 6), 90, 91, 5])).blockIds, [1, 2]);
 });
@@ -178,4 +191,24 @@ test('sizes from bytes', () => {
   assert.equal(numBlocksForBytes(10 * perBlock + perBlock - 1, perBlock), 10);
   assert.equal(numBlocksForBytes(0, perBlock), 0);
   assert.throws(() => numBlocksForBytes(100, 0), /bytesPerBlock/);
+});
+
+test('a later request in the same step hits pages allocated but not yet computed', () => {
+  const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });
+  const a = req('a', range(0, 10));
+  assert.deepEqual(kv.allocateSlots(a, 10), [1, 2, 3]);
+  assert.deepEqual(kv.getComputedBlocks(req('b', range(0, 10))).blockIds, [1, 2]);
+});
+
+test('pages freed before they were computed lose their hash; computed ones keep it', () => {
+  const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });
+  const a = req('a', range(0, 14));
+  kv.allocateSlots(a, 6);
+  a.numComputedTokens = 6;
+  assert.deepEqual(kv.allocateSlots(a, 8), [3, 4]);
+  assert.equal(kv.pool.numCachedBlocks, 3);
+  kv.free(a);
+  assert.deepEqual(kv.pool.freeBlockIds(), [5, 6, 7, 8, 9, 10, 4, 3, 2, 1]);
+  assert.deepEqual([1, 2, 3].map((b) => kv.pool.block(b).blockHash !== null), [true, false, false]);
+  assert.deepEqual(kv.getComputedBlocks(req('b', range(0, 14))).blockIds, [1]);
 });

@@ -102,22 +102,36 @@ test('a preempted request resumes by recomputing prompt and outputs, then sample
 });
 
 test('priority preempts the lowest-priority request, even one already scheduled this step, returning its budget', () => {
-  const { sched, kv } = makeScheduler({ numBlocks: 6, policy: 'priority' });
+  const { sched, kv } = makeScheduler({ numBlocks: 7, policy: 'priority', maxNumBatchedTokens: 10 });
   const x = makeRequest('x', 7, 4, { priority: 5, arrivalTime: 0 });
-  const y = makeRequest('y', 8, 4, { priority: 0, arrivalTime: 1 });
   sched.addRequest(x);
   step(sched);
-  sched.addRequest(y);
-  assert.deepEqual(rows(step(sched)), [['x', 1], ['y', 8]]);
+  sched.addRequest(makeRequest('y', 8, 4, { priority: 0, arrivalTime: 1 }));
+  sched.addRequest(makeRequest('w', 16, 1, { priority: 1, arrivalTime: 2 }));
+  assert.deepEqual(rows(step(sched)), [['x', 1], ['y', 8], ['w', 1]]);
   assert.equal(kv.numFreeBlocks, 1);
-  // x (scheduled first) takes the last page; y then needs one and x is the victim.
+  // x (first) takes the last page; y then needs one and x is the victim: x's
+  // token goes back to the budget, and w's chunk gets it.
   const out = step(sched);
-  assert.deepEqual(rows(out), [['y', 1]]);
+  assert.deepEqual(rows(out), [['y', 1], ['w', 9]]);
   assert.deepEqual(out.preemptedRequestIds, ['x']);
-  assert.equal(out.numScheduledTokensTotal, 1);
-  assert.deepEqual(out.scheduledRequests[0]!.newBlockIds.length, 1);
+  assert.equal(out.numScheduledTokensTotal, 10);
   assert.equal(x.status, 'PREEMPTED');
-  assert.equal(kv.numFreeBlocks, 2);
+  assert.equal(kv.numFreeBlocks, 0);
+});
+
+test('pages a victim allocated in the step that preempted it are never hit: their KV was not written', () => {
+  const { sched, kv } = makeScheduler({ numBlocks: 8, policy: 'priority', longPrefillTokenThreshold: 8,
+    enablePrefixCaching: true });
+  const x = makeRequest('x', 25, 1, { priority: 5 });
+  sched.addRequest(x);
+  step(sched);
+  sched.addRequest(makeRequest('y', 4, 4, { priority: 0 }));
+  assert.deepEqual(rows(step(sched)), [['x', 8], ['y', 4]]);
+  const out = step(sched);
+  assert.deepEqual([rows(out), out.preemptedRequestIds], [[['y', 1]], ['x']]);
+  const again = makeRequest('x2', 0, 1, { tokens: [...x.promptTokenIds] });
+  assert.equal(kv.getComputedBlocks(again).numCachedTokens, 16);
 });
 
 test('under priority, a request that is itself the lowest priority preempts itself', () => {
