@@ -1,7 +1,9 @@
 // Prefill and decode throughput of the forward pass on the CPU backend.
 //
 //   node dist/src/model/bench-cpu.js --shape tiny|qwen3-0.6b [--threads N]
+//   node dist/src/model/bench-cpu.js --shapes shared/bench/shapes.json --shape llama-3.2-1b
 //   node dist/src/model/bench-cpu.js --model DIR [--prompt-len 64 --decode-steps 4 --batch 1]
+// --shape runs random weights of that shape; --model runs a checkpoint.
 //
 // Prefill: one forward over batch x promptLen tokens. Decode: decodeSteps forwards
 // of one token per sequence. Achieved GFLOP/s counts the matmuls (2 flops per
@@ -11,7 +13,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
-import { loadModelConfig } from '../loader/config.js';
+import { readFileSync } from 'node:fs';
+import { loadModelConfig, parseModelConfig } from '../loader/config.js';
 import { openWeights } from '../loader/model-dir.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch } from './batch.js';
@@ -120,6 +123,7 @@ function main(): void {
     options: {
       model: { type: 'string' },
       shape: { type: 'string', default: 'tiny' },
+      shapes: { type: 'string' },
       threads: { type: 'string' },
       'prompt-len': { type: 'string', default: '64' },
       'decode-steps': { type: 'string', default: '4' },
@@ -136,9 +140,16 @@ function main(): void {
       tiny: () => tinyConfig('qwen3', { hiddenSize: 256, intermediateSize: 768, numLayers: 4, vocabSize: 4096, headDim: 32, numHeads: 8, numKvHeads: 4 }),
       'qwen3-0.6b': () => qwen3_0_6bConfig('bf16'),
     };
-    const make = shapes[values.shape!];
-    if (!make) throw new Error(`--shape must be one of ${Object.keys(shapes).join(', ')}`);
-    config = make();
+    if (values.shapes) {
+      const table = JSON.parse(readFileSync(values.shapes, 'utf8')) as Record<string, unknown>;
+      const entry = table[values.shape!];
+      if (entry === undefined) throw new Error(`${values.shapes} has no shape ${values.shape}`);
+      config = parseModelConfig(entry, values.shapes);
+    } else {
+      const make = shapes[values.shape!];
+      if (!make) throw new Error(`--shape must be one of ${Object.keys(shapes).join(', ')}, or name one in --shapes FILE`);
+      config = make();
+    }
     weights = randomWeightSource(config);
   }
   const result = benchCpu({
