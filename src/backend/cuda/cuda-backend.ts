@@ -102,6 +102,7 @@ export class CudaBackend implements Backend {
   private readonly invFreqs = new Map<Float32Array, bigint>();
   private readonly graphs = new Map<number, CapturedGraph>();
   private capturing = false;
+  numGraphReplays = 0;
   private capturedRead: CapturedGraph['hostRead'] = null;
 
   constructor(opts: CudaBackendOptions = {}) {
@@ -162,6 +163,17 @@ export class CudaBackend implements Backend {
     if (!this.kv) throw new Error('CudaBackend: allocateKvCache() first');
     const k = this.kv.base + BigInt(2 * layer * this.kv.layerBytes);
     return { k, v: k + BigInt(this.kv.layerBytes), spec: this.kv.spec };
+  }
+
+  /** Tests: fills the KV cache with `byte` (0xff: bf16 NaN) so a read of an unwritten slot shows. */
+  fillKvCache(byte: number): void {
+    if (!this.kv) throw new Error('CudaBackend: allocateKvCache() first');
+    this.device.fillBytesAsync(this.kv.base, byte, 2 * this.kv.spec.numLayers * this.kv.layerBytes);
+  }
+
+  /** Tests: fills the activation workspace with `byte` (0xff: NaN) so an unwritten output element shows. */
+  fillWorkspace(byte: number): void {
+    this.workspace.fill((p, bytes) => this.device.fillBytesAsync(p, byte, bytes));
   }
 
   memory(): MemoryReport {
@@ -427,6 +439,7 @@ export class CudaBackend implements Backend {
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
+    this.numGraphReplays++;
     const read = g.hostRead!;
     const bytes = read.numElements * BYTES_PER_ELEMENT[read.dtype];
     const view = this.staging.ensure(bytes, true).view;

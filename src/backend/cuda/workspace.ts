@@ -52,6 +52,10 @@ export class DeviceWorkspace {
     this.numUsedBytes = 0;
   }
 
+  fill(fn: (ptr: bigint, bytes: number) => void): void {
+    for (const c of this.chunks) fn(c.ptr, c.bytes);
+  }
+
   /** The next reset() replaces the arena (the device must be idle by then). */
   get needsMerge(): boolean {
     return this.chunks.length > 1 && !this.frozen;

@@ -1,0 +1,52 @@
+// Shared by the GPU tests: the skip reason on machines without CUDA, inputs
+// both backends see identically (random, bf16-representable), and comparison.
+
+import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
+import { cudaAvailable } from '../../src/backend/cuda/probe.js';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import { CudaBackend, type CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.js';
+import type { Backend, Tensor } from '../../src/backend/backend.js';
+import { hostF32, randomArray } from '../backend/helpers.js';
+
+const probe = cudaAvailable();
+/** false when a CUDA device is usable, otherwise the one-line reason to skip. */
+export const noCuda: string | false = probe.ok ? false : `no CUDA device: ${probe.reason}`;
+
+/** bf16 relative precision is 2^-8; outputs go through a few roundings. */
+export const BF16_RTOL = 1.6e-2;
+
+/** Random values in [lo, hi) rounded to bf16, so the f32 CPU backend sees exactly what the GPU sees. */
+export function randomBf16(n: number, seed: number, lo = -1, hi = 1): Float32Array {
+  return bf16ToF32(f32ToBf16(randomArray(n, seed, lo, hi)));
+}
+
+export function uploadBoth(cpu: Backend, cuda: Backend, name: string, shape: number[], values: Float32Array):
+  [Tensor, Tensor] {
+  return [cpu.upload(hostF32(name, shape, values)), cuda.upload(hostF32(name, shape, values))];
+}
+
+export function newCpu(): CpuBackend {
+  return new CpuBackend({ kvCacheBytes: 64 << 20, numThreads: 1 });
+}
+
+export function newCuda(opts: CudaBackendOptions = {}): CudaBackend {
+  return new CudaBackend({ initialWorkspaceBytes: 16 << 20, ...opts });
+}
+
+/**
+ * Every element finite (the output was poisoned with NaN first, so NaN means
+ * unwritten) and within rtol of the reference, with an absolute floor of
+ * rtol * rms(reference) for elements near zero.
+ */
+export function assertBf16Close(actual: Float32Array, expected: Float32Array, what: string, rtol = BF16_RTOL): void {
+  if (actual.length !== expected.length) throw new Error(`${what}: length ${actual.length} != ${expected.length}`);
+  let sumSq = 0;
+  for (const e of expected) sumSq += e * e;
+  const atol = rtol * Math.sqrt(sumSq / Math.max(1, expected.length));
+  for (let i = 0; i < actual.length; i++) {
+    const a = actual[i]!;
+    const e = expected[i]!;
+    if (!Number.isFinite(a)) throw new Error(`${what}[${i}] = ${a}: never written (or overflow)`);
+    if (!(Math.abs(a - e) <= atol + rtol * Math.abs(e))) throw new Error(`${what}[${i}]: ${a} != ${e} (rtol ${rtol})`);
+  }
+}

@@ -1,0 +1,74 @@
+// CUDA graphs: a decode step replayed from a captured graph gives exactly the
+// eager logits, for new positions, longer block tables and new token ids; and
+// profiling mode reports every bucket of a step.
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Model } from '../../src/model/model.js';
+import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
+import { batchOf } from '../backend/helpers.js';
+import { newCuda, noCuda } from './cuda-helpers.js';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+
+const config = tinyConfig('qwen3', { hiddenSize: 128, intermediateSize: 192, numHeads: 4, numKvHeads: 2,
+  headDim: 64, vocabSize: 300 });
+const blockSize = 16;
+
+function prefillAndDecode(cuda: CudaBackend, onDecode: (model: Model, batch: ReturnType<typeof batchOf>) => void): void {
+  const model = Model.load(config, randomWeightSource(config, { seed: 3 }), cuda);
+  cuda.allocateKvCache(model.kvCacheSpec(32, blockSize));
+  const pages = [[7, 2, 9, 30], [1, 14, 22, 5]];
+  const prompt = [Array.from({ length: 20 }, (_, i) => (i * 13) % 300), Array.from({ length: 33 }, (_, i) => (i * 29) % 300)];
+  model.forward(batchOf([{ ids: prompt[0]!, start: 0, pages: pages[0]! }, { ids: prompt[1]!, start: 0, pages: pages[1]! }],
+    blockSize, [19, 52]));
+  for (let step = 0; step < 5; step++) {
+    const lens = [20 + step, 33 + step];
+    const batch = batchOf(lens.map((len, s) => ({ ids: [(len * 31 + s) % 300], start: len,
+      pages: pages[s]!.slice(0, Math.floor(len / blockSize) + 1) })), blockSize, [0, 1]);
+    onDecode(model, batch);
+  }
+}
+
+describe('CUDA graphs', { skip: noCuda }, () => {
+  const backends: CudaBackend[] = [];
+  after(() => backends.forEach((b) => b.dispose()));
+
+  test('replay equals eager, step after step, with one capture per bucket', () => {
+    const cuda = newCuda();
+    backends.push(cuda);
+    let numSteps = 0;
+    prefillAndDecode(cuda, (model, batch) => {
+      const eager = model.forward(batch);
+      const graphed = cuda.graph(2, batch, () => model.forward(batch));
+      assert.deepEqual(graphed, eager, `decode step ${numSteps}`);
+      numSteps++;
+    });
+    assert.equal(cuda.numGraphs, 1);
+    assert.equal(cuda.numGraphReplays, numSteps - 1);
+  });
+
+  test('enforceEager runs the function and captures nothing', () => {
+    const cuda = newCuda({ enforceEager: true });
+    backends.push(cuda);
+    prefillAndDecode(cuda, (model, batch) => {
+      assert.equal(cuda.graph(2, batch, () => model.forward(batch)).length, 2 * config.vocabSize);
+    });
+    assert.equal(cuda.numGraphs, 0);
+  });
+
+  test('profile mode prints a table of buckets whose shares sum to the step', () => {
+    const logged: string[] = [];
+    const cuda = newCuda({ profile: true, log: (text) => logged.push(text) });
+    backends.push(cuda);
+    prefillAndDecode(cuda, (model, batch) => { model.forward(batch); });
+    const last = cuda.lastProfile!;
+    const buckets = last.rows.map((r) => r.bucket);
+    for (const b of ['attention', 'norm', 'rope', 'activation', 'embedding', 'sampling', 'copies', 'host gaps']) {
+      assert.ok(buckets.includes(b), `${b} in ${buckets.join(', ')}`);
+    }
+    assert.ok(buckets.some((b) => b.startsWith('gemm')));
+    const share = last.rows.reduce((s, r) => s + r.share, 0);
+    assert.ok(share > 0.99 && share < 1.05, `shares sum to ${share}`);
+    assert.ok(logged.length >= 6 && logged[0]!.includes('host gaps'));
+  });
+});

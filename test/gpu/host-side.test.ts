@@ -1,0 +1,125 @@
+// The host-side pieces of the CUDA backend, which need no GPU: step metadata
+// packing, the device workspace's bump allocation, the profile table, and
+// library discovery's error.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { layoutFor, packStep, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
+  PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
+import { DeviceWorkspace } from '../../src/backend/cuda/workspace.js';
+import { profileTable, formatProfile } from '../../src/backend/cuda/profiler.js';
+import { libraryCandidates, loadLibrary, LibraryNotFoundError } from '../../src/backend/cuda/ffi/discover.js';
+import { bf16BytesToF32 } from '../../src/backend/cuda/host-staging.js';
+import { f32ToBf16 } from '../../src/loader/dtype.js';
+import { batchOf } from '../backend/helpers.js';
+
+test('packStep puts every section at its layout offset and the counts in the header', () => {
+  const batch = batchOf([{ ids: [1, 2, 3], start: 30, pages: [4, 9, 2] }, { ids: [7], start: 5, pages: [6] },
+    { ids: Array.from({ length: 20 }, (_, i) => i), start: 0, pages: [3, 8] }], 16, [2, 3, 23]);
+  const layout = layoutFor(batch, null);
+  const words = new Int32Array(layout.totalWords).fill(-7);
+  const packed = packStep(batch, layout, words);
+  assert.equal(words[META_NUM_TOKENS], 24);
+  assert.equal(words[META_NUM_SEQS], 3);
+  assert.equal(words[META_BLOCK_TABLE_STRIDE], layout.blockTableStride);
+  assert.deepEqual([...words.subarray(layout.inputIds, layout.inputIds + 24)], [...batch.inputIds]);
+  assert.deepEqual([...words.subarray(layout.positions, layout.positions + 24)], [...batch.positions]);
+  assert.deepEqual([...words.subarray(layout.slotMapping, layout.slotMapping + 24)], [...batch.slotMapping]);
+  assert.deepEqual([...words.subarray(layout.logitsIndices, layout.logitsIndices + 3)], [2, 3, 23]);
+  assert.deepEqual([...words.subarray(layout.tokenToSeq, layout.tokenToSeq + 24)],
+    [0, 0, 0, 1, ...Array(20).fill(2)]);
+  assert.deepEqual([...words.subarray(layout.queryStartLoc, layout.queryStartLoc + 4)], [0, 3, 4, 24]);
+  const row = (s: number) => [...words.subarray(layout.blockTables + s * layout.blockTableStride,
+    layout.blockTables + s * layout.blockTableStride + 3)];
+  assert.deepEqual([row(0), row(1), row(2)], [[4, 9, 2], [6, 0, 0], [3, 8, 0]]);
+  // seq 2's 20 rows make two tiles of PREFILL_TILE_ROWS
+  assert.equal(PREFILL_TILE_ROWS, 16);
+  assert.equal(packed.numTiles, 4);
+  assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 8)], [0, 0, 1, 3, 2, 4, 2, 20]);
+  assert.equal(packed.decodeOnly, false);
+});
+
+test('layoutFor keeps a layout the batch fits and grows it otherwise', () => {
+  const small = batchOf([{ ids: [1], start: 3, pages: [0] }], 16, [0]);
+  const first = layoutFor(small, null);
+  assert.equal(layoutFor(small, first), first);
+  const longSeq = batchOf([{ ids: [1], start: 16 * 100, pages: Array.from({ length: 101 }, (_, i) => i) }], 16, [0]);
+  const grown = layoutFor(longSeq, first);
+  assert.notEqual(grown, first);
+  assert.ok(grown.blockTableStride >= 101 && grown.capTokens >= first.capTokens);
+  const words = new Int32Array(grown.totalWords);
+  assert.equal(packStep(small, grown, words).decodeOnly, true);
+});
+
+test('DeviceWorkspace hands out aligned, disjoint ranges and repeats them after reset', () => {
+  let next = 1n << 20n;
+  const allocs: number[] = [];
+  const freed: bigint[] = [];
+  const ws = new DeviceWorkspace({ alloc: (b) => { allocs.push(b); const p = next; next += BigInt(b) + 4096n; return p; },
+    free: (p) => { freed.push(p); } }, 4096);
+  const a = ws.alloc(10);
+  const b = ws.alloc(300);
+  assert.equal(b - a, 256n);
+  assert.equal(Number(b % 256n), 0);
+  ws.alloc(4000);
+  assert.ok(ws.needsMerge, 'spilled into a second chunk');
+  ws.reset();
+  assert.equal(freed.length, 2);
+  assert.equal(ws.generation, 1);
+  const a2 = ws.alloc(10);
+  const b2 = ws.alloc(300);
+  ws.alloc(4000);
+  assert.ok(!ws.needsMerge, 'merged arena holds the whole step');
+  ws.reset();
+  assert.deepEqual([ws.alloc(10), ws.alloc(300)], [a2, b2]);
+  ws.frozen = true;
+  assert.throws(() => ws.alloc(1 << 20), /graph capture/);
+});
+
+test('profileTable folds ops into buckets and charges the uncovered time to host gaps', () => {
+  const { rows, stepMs } = profileTable([
+    { bucket: 'gemm qkv', startMs: 0, endMs: 2 }, { bucket: 'attention', startMs: 3, endMs: 4 },
+    { bucket: 'gemm qkv', startMs: 4, endMs: 6 }, { bucket: 'norm', startMs: 9, endMs: 10 }]);
+  assert.equal(stepMs, 10);
+  const by = Object.fromEntries(rows.map((r) => [r.bucket, r]));
+  assert.equal(by['gemm qkv']!.totalMs, 4);
+  assert.equal(by['gemm qkv']!.numCalls, 2);
+  assert.equal(by['host gaps']!.totalMs, 4);
+  assert.equal(rows[0]!.bucket, 'gemm qkv');
+  assert.ok(Math.abs(rows.reduce((s, r) => s + r.share, 0) - 1) < 1e-12);
+  assert.match(formatProfile(rows, stepMs), /gemm qkv\s+2\s+4\.000\s+40\.0%/);
+});
+
+test('library discovery finds python wheels and names the library, the places and the fix when missing', () => {
+  const root = mkdtempSync(join(tmpdir(), 'quire-discover-'));
+  try {
+    const lib = join(root, 'lib', 'python3.12', 'site-packages', 'nvidia', 'cu13', 'lib');
+    mkdirSync(lib, { recursive: true });
+    writeFileSync(join(lib, 'libnvrtc.so.13'), '');
+    const env = { VIRTUAL_ENV: root, LD_LIBRARY_PATH: '' };
+    assert.equal(libraryCandidates('nvrtc', env)[0], join(lib, 'libnvrtc.so.13'));
+    const err = (() => {
+      try {
+        loadLibrary('cublasLt', () => { throw new Error('nope'); }, env);
+      } catch (e) {
+        return e;
+      }
+      return null;
+    })();
+    assert.ok(err instanceof LibraryNotFoundError);
+    assert.match(err.message, /libcublasLt\.so\.13 not found/);
+    assert.match(err.message, /nvidia\/cu13\/lib/);
+    assert.match(err.message, /pip install nvidia-cublas/);
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('bf16 bytes read back as the exact f32 values', () => {
+  const values = new Float32Array([1, -2.5, 3.140625, 0, 65280]);
+  const bits = f32ToBf16(values);
+  assert.deepEqual(bf16BytesToF32(bits.buffer as ArrayBuffer, values.length), values);
+});

@@ -1,0 +1,124 @@
+// Every CUDA op against the CPU reference on the same random inputs, with the
+// CUDA outputs poisoned (NaN) before the op runs.
+
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { defaultInvFreq } from '../../src/model/rope.js';
+import { batchOf } from '../backend/helpers.js';
+import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
+
+describe('CUDA ops vs CPU', { skip: noCuda }, () => {
+  let cpu: CpuBackend;
+  let cuda: CudaBackend;
+  const T = 13;
+  const batch = batchOf([{ ids: [5, 17, 3, 99, 42, 0, 7], start: 0, pages: [0] },
+    { ids: [8, 1, 2, 64, 33, 21], start: 9, pages: [1, 2] }], 16, [6, 12, 3]);
+
+  before(() => {
+    cpu = newCpu();
+    cuda = newCuda();
+  });
+  after(() => {
+    cpu?.dispose();
+    cuda?.dispose();
+  });
+
+  const begin = () => {
+    const steps = [cpu.beginStep(batch), cuda.beginStep(batch)] as const;
+    cuda.fillWorkspace(0xff);
+    return steps;
+  };
+
+  test('embedding gathers rows of the table', () => {
+    const [tc, tg] = uploadBoth(cpu, cuda, 'embed', [128, 96], randomBf16(128 * 96, 1));
+    const [sc, sg] = begin();
+    assertBf16Close(cuda.toHost(cuda.embedding(tg, sg)), cpu.toHost(cpu.embedding(tc, sc)), 'embedding', 0);
+  });
+
+  test('rmsNorm', () => {
+    const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 320], randomBf16(T * 320, 2, -3, 3));
+    const [wc, wg] = uploadBoth(cpu, cuda, 'w', [320], randomBf16(320, 3, 0.5, 1.5));
+    begin();
+    assertBf16Close(cuda.toHost(cuda.rmsNorm(xg, wg, 1e-6)), cpu.toHost(cpu.rmsNorm(xc, wc, 1e-6)), 'rmsNorm');
+  });
+
+  test('addRmsNorm adds into the residual and normalises it', () => {
+    const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 256], randomBf16(T * 256, 4));
+    const [rc, rg] = uploadBoth(cpu, cuda, 'r', [T, 256], randomBf16(T * 256, 5));
+    const [wc, wg] = uploadBoth(cpu, cuda, 'w', [256], randomBf16(256, 6, 0.5, 1.5));
+    begin();
+    const outG = cuda.toHost(cuda.addRmsNorm(xg, rg, wg, 1e-5));
+    const outC = cpu.toHost(cpu.addRmsNorm(xc, rc, wc, 1e-5));
+    assertBf16Close(outG, outC, 'addRmsNorm out');
+    assertBf16Close(cuda.toHost(rg), cpu.toHost(rc), 'addRmsNorm residual');
+  });
+
+  for (const [M, N, K] of [[T, 384, 256], [1, 1000, 512], [64, 96, 1024]] as const) {
+    test(`matmul y[${M}, ${N}] = x[${M}, ${K}] w[${N}, ${K}]^T`, () => {
+      const [xc, xg] = uploadBoth(cpu, cuda, 'x', [M, K], randomBf16(M * K, 7 + K));
+      const [wc, wg] = uploadBoth(cpu, cuda, 'w', [N, K], randomBf16(N * K, 8 + N));
+      begin();
+      assertBf16Close(cuda.toHost(cuda.matmul(xg, wg, 'test')), cpu.toHost(cpu.matmul(xc, wc)), 'matmul');
+    });
+  }
+
+  for (const withNorm of [true, false]) {
+    test(`qkNormRope ${withNorm ? 'with' : 'without'} q/k norm, in place, v untouched`, () => {
+      const [H, KV, D] = [4, 2, 128];
+      const width = (H + 2 * KV) * D;
+      const [qc, qg] = uploadBoth(cpu, cuda, 'qkv', [T, width], randomBf16(T * width, 9, -2, 2));
+      const [nqc, nqg] = uploadBoth(cpu, cuda, 'qn', [D], randomBf16(D, 10, 0.5, 1.5));
+      const [nkc, nkg] = uploadBoth(cpu, cuda, 'kn', [D], randomBf16(D, 11, 0.5, 1.5));
+      const rope = { headDim: D, invFreq: defaultInvFreq(D, 1e6) };
+      const [sc, sg] = begin();
+      const before = cuda.toHost(qg);
+      cuda.qkNormRope(qg, withNorm ? nqg : null, withNorm ? nkg : null, 1e-6, H, KV, rope, sg);
+      cpu.qkNormRope(qc, withNorm ? nqc : null, withNorm ? nkc : null, 1e-6, H, KV, rope, sc);
+      const out = cuda.toHost(qg);
+      assertBf16Close(out, cpu.toHost(qc), 'qkNormRope');
+      for (let t = 0; t < T; t++) {
+        const v = (H + KV) * D;
+        assert.deepEqual(out.subarray(t * width + v, (t + 1) * width), before.subarray(t * width + v, (t + 1) * width));
+      }
+    });
+  }
+
+  test('siluMul', () => {
+    const I = 352;
+    const [gc, gg] = uploadBoth(cpu, cuda, 'gu', [T, 2 * I], randomBf16(T * 2 * I, 12, -4, 4));
+    begin();
+    assertBf16Close(cuda.toHost(cuda.siluMul(gg)), cpu.toHost(cpu.siluMul(gc)), 'siluMul');
+  });
+
+  test('gatherLogitRows picks the logits rows in order', () => {
+    const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 160], randomBf16(T * 160, 13));
+    const [sc, sg] = begin();
+    assertBf16Close(cuda.toHost(cuda.gatherLogitRows(xg, sg)), cpu.toHost(cpu.gatherLogitRows(xc, sc)), 'gather', 0);
+  });
+
+  test('argmax per row, lowest id on ties', () => {
+    const vocab = 5000;
+    const values = randomBf16(3 * vocab, 14);
+    values[vocab + 17] = 5;
+    values[vocab + 4000] = 5;
+    const [, lg] = uploadBoth(cpu, cuda, 'logits', [3, vocab], values);
+    begin();
+    const ids = cuda.argmax(lg);
+    for (let r = 0; r < 3; r++) {
+      const row = values.subarray(r * vocab, (r + 1) * vocab);
+      let best = 0;
+      for (let i = 1; i < vocab; i++) if (row[i]! > row[best]!) best = i;
+      assert.equal(ids[r], best, `row ${r}`);
+    }
+    assert.equal(ids[1], 17);
+  });
+
+  test('memory() leaves (1 - utilization) of the device and the activation reserve free', () => {
+    const m = cuda.memory();
+    const free = cuda.device.memInfo().freeBytes;
+    assert.ok(m.totalBytes > 0 && m.weightBytes > 0);
+    assert.ok(m.availableKvBytes < free - 0.09 * m.totalBytes, `${m.availableKvBytes} of ${free} free`);
+  });
+});
