@@ -103,7 +103,7 @@ export class Scheduler {
     this.o = {
       policy: 'fcfs', stepPolicy: 'decode-first', longPrefillTokenThreshold: 0,
       enableChunkedPrefill: true, minWaitingPrompts: 1, maxDeferredRowsPerStep: Number.MAX_SAFE_INTEGER,
-      trace: false, ...options,
+      trace: false, ...definedOnly(options),
     };
     if (options.blockSize !== kv.blockSize) {
       throw new Error(`scheduler blockSize ${options.blockSize} != kv blockSize ${kv.blockSize}`);
@@ -340,6 +340,10 @@ export class Scheduler {
 /** Lower priority value first, then earlier arrival. */
 function before(a: Request, b: Request): boolean {
   return a.priority < b.priority || (a.priority === b.priority && a.arrivalTime < b.arrivalTime);
+}
+
+function definedOnly<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }
 
 function removeFrom(list: Request[], req: Request): void {

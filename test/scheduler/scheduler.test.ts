@@ -202,3 +202,11 @@ test('requests that could never fit, duplicate ids and out-of-order calls are re
   assert.throws(() => sched.schedule(), /twice/);
   assert.throws(() => sched.updateFromOutput(new Map()), /no sampled token/);
 });
+
+test('options left undefined take their defaults', () => {
+  const { sched } = makeScheduler({ policy: undefined, stepPolicy: undefined, enableChunkedPrefill: undefined,
+    maxNumBatchedTokens: 4 });
+  sched.addRequest(makeRequest('a', 6, 1, { priority: 3 }));
+  sched.addRequest(makeRequest('b', 2, 1, { priority: 0 }));
+  assert.deepEqual(rows(step(sched)), [['a', 4]]);
+});
