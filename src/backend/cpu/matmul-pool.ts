@@ -5,8 +5,7 @@
 // Backend stays synchronous. A column's arithmetic is the same whichever thread
 // computes it, so the split never changes a bit.
 
-import { Worker } from 'node:worker_threads';
-import { MessageChannel, type MessagePort } from 'node:worker_threads';
+import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import { matmulCols } from './kernels.js';
 import { CONTROL, runChunks, type PoolMessage } from './pool-protocol.js';
 
