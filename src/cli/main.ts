@@ -6,6 +6,7 @@ import { ModelLoadError } from '../loader/errors.js';
 import { SamplingParamError } from '../sampling/validate.js';
 import { benchCommand } from './bench.js';
 import { chatCommand, generateCommand } from './generate.js';
+import { gateCommand } from './gate.js';
 import { makeTestModelCommand } from './make-test-model.js';
 import { serveCommand } from './serve.js';
 
@@ -16,6 +17,7 @@ const program = new Command('quire')
   .addCommand(generateCommand())
   .addCommand(chatCommand())
   .addCommand(benchCommand())
+  .addCommand(gateCommand())
   .addCommand(makeTestModelCommand());
 
 try {

@@ -11,7 +11,8 @@ import { IncrementalDetokenizer } from './detokenizer.js';
 import { createEngineCore } from './engine-core.js';
 import { InProcessEngineClient } from './inprocess-client.js';
 import { engineOptions, type EngineOptions } from './options.js';
-import type { EngineStats, FinishReason } from './types.js';
+import type { EngineStats, FinishReason, TokenLogprob } from './types.js';
+import type { EngineInfo } from './worker-protocol.js';
 
 export type Prompt = string | readonly number[];
 
@@ -23,6 +24,8 @@ export interface Completion {
   /** The stop string or stop token id that ended it, if one did. */
   stopReason: string | number | null;
   numCachedTokens: number;
+  /** One per generated token when params.logprobs was set. */
+  logprobs?: TokenLogprob[];
 }
 
 export interface CompletionDelta {
@@ -37,12 +40,14 @@ const LIMITS = { maxLogprobs: 20, maxStopStrings: 64 };
 export class LLM {
   private readonly started: Promise<{ dir: ModelDir; client: InProcessEngineClient }>;
   private numRequests = 0;
+  private info: EngineInfo | null = null;
 
   constructor(modelDir: string, options: Partial<Omit<EngineOptions, 'model'>> = {}) {
     const opts = engineOptions({ ...options, model: modelDir });
     this.started = (async () => {
       const dir = loadModelDir(modelDir);
       const core = await createEngineCore(opts, dir);
+      this.info = core.info;
       return { dir, client: new InProcessEngineClient(core) };
     })();
   }
@@ -87,6 +92,12 @@ export class LLM {
     });
   }
 
+  /** Backend, device and KV pool of the loaded engine (after ready()). */
+  engineInfo(): EngineInfo {
+    if (!this.info) throw new Error('engineInfo() before ready()');
+    return this.info;
+  }
+
   /** Engine counters (pages, prefix cache, preemptions, tokens). */
   async stats(): Promise<EngineStats> {
     return (await this.started).client.stats();
@@ -117,6 +128,7 @@ export class LLM {
       if (o.error) throw new Error(o.error);
       if (o.numCachedTokens !== undefined) c.numCachedTokens = o.numCachedTokens;
       c.tokenIds.push(...o.newTokenIds);
+      if (o.logprobs) (c.logprobs ??= []).push(...o.logprobs);
       let d = detok.push(o.newTokenIds);
       if (d.stopped) {
         client.abort(requestId);

@@ -1,0 +1,99 @@
+// quire gate: the correctness gates (transcript md5 per path, reference KL
+// against transformers, GPU op tests), summarised as a gate-summary table.
+
+import { spawnSync } from 'node:child_process';
+import { basename, join } from 'node:path';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { Command } from 'commander';
+import { LLM } from '../engine/llm.js';
+import {
+  compareToReference, formatGateSummary, formatMismatch, gatesPassed, loadGatePrompts, opsCheck, parseTestRunnerOutput,
+  referenceCheck, runTranscriptGate, transcriptCheck, type GateCheck, type GateSummary, type Generator, type ReferenceDump,
+  type ReferenceThresholds,
+} from '../lab/index.js';
+import { packageRoot } from './default-model.js';
+import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+
+/** Greedy generations through the in-process engine. */
+export function llmGenerator(llm: LLM): Generator {
+  return {
+    async generate(prompts, maxTokens) {
+      const out = await llm.generate(prompts, { maxTokens, temperature: 0, ignoreEos: true, skipSpecialTokens: false });
+      return out.map((c) => ({ tokenIds: c.tokenIds, text: c.text }));
+    },
+  };
+}
+
+interface ToolsReferenceDump {
+  prompts: { prompt: number[]; greedy: number[]; steps: { position: number; logits: number[] }[] }[];
+}
+
+/** Teacher-forced top-20 logprobs at each reference step, through the engine (prefix cache makes it cheap). */
+async function referenceGate(llm: LLM, file: string, pathKey: string, thresholds: Record<string, ReferenceThresholds>): Promise<GateCheck> {
+  const ref = JSON.parse(readFileSync(file, 'utf8')) as ToolsReferenceDump;
+  const reference: ReferenceDump = { prompts: [] };
+  const actual: ReferenceDump = { prompts: [] };
+  for (const [i, p] of ref.prompts.entries()) {
+    const id = `p${i}`;
+    reference.prompts.push({ id, steps: p.steps.map((s) => ({ logits: s.logits })) });
+    const steps = [];
+    for (let k = 0; k < p.steps.length; k++) {
+      const [c] = await llm.generate([[...p.prompt, ...p.greedy.slice(0, k)]], { maxTokens: 1, temperature: 0, logprobs: 20, ignoreEos: true });
+      steps.push({ top: c!.logprobs![0]!.top });
+    }
+    actual.prompts.push({ id, steps });
+  }
+  const r = compareToReference(actual, reference, thresholds, pathKey);
+  for (const f of r.failures) console.error(`reference gate: ${f}`);
+  return referenceCheck(r);
+}
+
+export function gateCommand(): Command {
+  const cmd = new Command('gate')
+    .description('correctness gates: greedy transcript md5 per path, KL against a transformers reference, GPU op tests')
+    .option('--prompts <file>', 'gate prompt set', join(packageRoot(), 'bench', 'gate-prompts.json'))
+    .option('--canonical <file>', 'recorded transcripts (default: bench/gates/<model name>.json)')
+    .option('--path-key <key>', 'path name (default: <backend>-<dtype>[-graphs])')
+    .option('--record', 'record this path\'s transcript instead of checking it', false)
+    .option('--reference <file>', 'a tools/reference dump to compare logprobs against')
+    .option('--thresholds <file>', 'reference thresholds per path', join(packageRoot(), 'bench', 'gates', 'thresholds.json'))
+    .option('--ops', 'run the GPU op tests (npm run test:gpu) and count them', false)
+    .option('--summary <file>', 'write the gate summary as JSON (read by quire bench serve --gates)')
+    .option('--phase <p>', 'record the checks as "pre" or "post" in the summary file (post merges into an existing one)', 'pre');
+  addEngineFlags(cmd);
+  return cmd.action(async (f: Record<string, unknown>) => {
+    const { model, ...options } = engineOptionsFromFlags(f);
+    const llm = new LLM(model, options);
+    const checks: GateCheck[] = [];
+    try {
+      await llm.ready();
+      const info = llm.engineInfo();
+      const pathKey = (f.pathKey as string | undefined)
+        ?? `${info.backend}-${info.backend === 'cpu' ? 'f32' : 'bf16'}${info.backend === 'cuda' && !options.enforceEager ? '-graphs' : ''}`;
+      const canonicalPath = (f.canonical as string | undefined) ?? join(packageRoot(), 'bench', 'gates', `${basename(model)}.json`);
+      const t = await runTranscriptGate({
+        generator: llmGenerator(llm), prompts: loadGatePrompts(f.prompts as string), pathKey, canonicalPath,
+        mode: f.record ? 'record' : 'check',
+      });
+      for (const m of t.mismatches) console.error(formatMismatch(m));
+      checks.push(transcriptCheck(t));
+      if (f.reference) {
+        const thresholds = JSON.parse(readFileSync(f.thresholds as string, 'utf8')) as Record<string, ReferenceThresholds>;
+        checks.push(await referenceGate(llm, f.reference as string, pathKey.replace(/-graphs$/, ''), thresholds));
+      }
+    } finally {
+      await llm.close();
+    }
+    if (f.ops) {
+      const r = spawnSync(process.execPath, [join(packageRoot(), 'scripts', 'run-tests.mjs'), '--gpu'], { cwd: packageRoot(), encoding: 'utf8' });
+      checks.push(opsCheck('ops cuda', parseTestRunnerOutput(`${r.stdout}\n${r.stderr}`)));
+    }
+    const summaryFile = f.summary as string | undefined;
+    const summary: GateSummary = summaryFile && f.phase === 'post' && existsSync(summaryFile)
+      ? { ...(JSON.parse(readFileSync(summaryFile, 'utf8')) as GateSummary), post: checks }
+      : { pre: checks, post: [] };
+    if (summaryFile) writeFileSync(summaryFile, JSON.stringify(summary, null, 2));
+    console.log(formatGateSummary(summary));
+    if (!gatesPassed(summary)) process.exitCode = 1;
+  });
+}

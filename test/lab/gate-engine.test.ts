@@ -1,0 +1,52 @@
+// quire gate's transcript gate on the real engine: passes unchanged, catches a
+// planted change of one logit (a logit bias on one token id).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { llmGenerator } from '../../src/cli/gate.js';
+import { LLM } from '../../src/engine/llm.js';
+import { runTranscriptGate, type Generator } from '../../src/lab/index.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
+
+test('the transcript gate passes an unchanged engine and catches one perturbed logit', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-gate-'));
+  await makeTestModel({ shape: 'tiny-llama', outDir: join(dir, 'model'), dtype: 'f32', seed: 0 });
+  const llm = new LLM(join(dir, 'model'), { backend: 'cpu', cpuThreads: 1 });
+  try {
+    const prompts = { maxTokens: 12, prompts: [{ id: 'a', prompt: 'Once upon a time' }, { id: 'b', prompt: [5, 6, 7, 8, 9] }] };
+    const canonicalPath = join(dir, 'canonical.json');
+    const gen = llmGenerator(llm);
+    const recorded = await runTranscriptGate({ generator: gen, prompts, pathKey: 'cpu-f32', canonicalPath, mode: 'record' });
+    const again = await runTranscriptGate({ generator: gen, prompts, pathKey: 'cpu-f32', canonicalPath, mode: 'check' });
+    assert.equal(again.passed, true);
+    assert.equal(again.md5, recorded.md5);
+
+    // Plant: raise the runner-up's logit at step 3 of prompt b just past the winner's.
+    const [b] = await llm.generate([[5, 6, 7, 8, 9]], { maxTokens: 12, temperature: 0, ignoreEos: true, logprobs: 5 });
+    const step = 3;
+    const runnerUp = b!.logprobs![step]!.top.find((t) => t.tokenId !== b!.tokenIds[step])!;
+    const margin = b!.logprobs![step]!.logprob - runnerUp.logprob;
+    const planted: Generator = {
+      async generate(ps, maxTokens) {
+        const out = [];
+        for (const p of ps) {
+          const isB = Array.isArray(p);
+          const [c] = await llm.generate([p], { maxTokens, temperature: 0, ignoreEos: true,
+            ...(isB ? { logitBias: { [runnerUp.tokenId]: margin + 1e-3 } } : {}) });
+          out.push({ tokenIds: c!.tokenIds, text: c!.text });
+        }
+        return out;
+      },
+    };
+    const caught = await runTranscriptGate({ generator: planted, prompts, pathKey: 'cpu-f32', canonicalPath, mode: 'check' });
+    assert.equal(caught.passed, false);
+    assert.deepEqual(caught.mismatches.map((m) => m.promptId), ['b']);
+    assert.ok(caught.mismatches[0]!.index <= step, `first difference at ${caught.mismatches[0]!.index}`);
+  } finally {
+    await llm.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
