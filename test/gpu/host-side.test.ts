@@ -100,7 +100,7 @@ test('library discovery finds python wheels and names the library, the places an
     mkdirSync(lib, { recursive: true });
     writeFileSync(join(lib, 'libnvrtc.so.13'), '');
     const env = { VIRTUAL_ENV: root, LD_LIBRARY_PATH: '' };
-    assert.equal(libraryCandidates('nvrtc', env)[0], join(lib, 'libnvrtc.so.13'));
+    assert.ok(libraryCandidates('nvrtc', env).includes(join(lib, 'libnvrtc.so.13')));
     const err = (() => {
       try {
         loadLibrary('cublasLt', () => { throw new Error('nope'); }, env);
