@@ -163,7 +163,7 @@ function main(argv: string[]): void {
     config = qwen3_0_6bConfig();
     weights = randomWeightSource(config, { seed: 1 });
   } else {
-    program.error('give --model <dir> or --random qwen3-0.6b');
+    return program.error('give --model <dir> or --random qwen3-0.6b');
   }
   const r = runW2(config, weights, { enforceEager: o.enforceEager, profile: o.profile });
   console.log(`${r.device}: ${r.decodeTokensPerSec.toFixed(1)} tok/s decode (t64 ${r.t64Ms.toFixed(1)} ms, ` +
