@@ -1,17 +1,20 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { CpuBackend, CpuTensor } from '../../src/backend/cpu/cpu-backend.js';
+import { WasmHeap } from '../../src/backend/cpu/heap.js';
 import { f32ToBytes } from '../../src/loader/dtype.js';
 import { rotateHalf } from '../../src/model/rope.js';
 import { assertClose, batchOf, hostF32, randomArray } from './helpers.js';
 
 const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
-const threaded = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 2 });
-after(() => {
-  backend.dispose();
-  threaded.dispose();
-});
+const kernels = ['js', 'wasm'] as const;
+const single = { js: new CpuBackend({ kvCacheBytes: 0, numThreads: 1, kernel: 'js' }),
+  wasm: new CpuBackend({ kvCacheBytes: 0, numThreads: 1, kernel: 'wasm' }) };
+const threaded = { js: new CpuBackend({ kvCacheBytes: 0, numThreads: 2, kernel: 'js' }),
+  wasm: new CpuBackend({ kvCacheBytes: 0, numThreads: 2, kernel: 'wasm' }) };
+after(() => [backend, ...Object.values(single), ...Object.values(threaded)].forEach((b) => b.dispose()));
 
+/** 'js' kernel order: one double accumulator, k = 0..K-1. */
 function naiveMatmul(x: Float32Array, w: Float32Array, T: number, K: number, N: number): Float32Array {
   const y = new Float32Array(T * N);
   for (let t = 0; t < T; t++) {
@@ -24,34 +27,58 @@ function naiveMatmul(x: Float32Array, w: Float32Array, T: number, K: number, N: 
   return y;
 }
 
+/** 'wasm' kernel order: f32 lanes k mod 4 over K & ~3, (l0 + l1) + (l2 + l3), then the tail in order. */
+function laneMatmul(x: Float32Array, w: Float32Array, T: number, K: number, N: number): Float32Array {
+  const fr = Math.fround;
+  const y = new Float32Array(T * N);
+  const k4 = K & ~3;
+  for (let t = 0; t < T; t++) {
+    for (let n = 0; n < N; n++) {
+      const lane = [0, 0, 0, 0];
+      for (let k = 0; k < k4; k++) lane[k & 3] = fr(lane[k & 3]! + fr(x[t * K + k]! * w[n * K + k]!));
+      let s = fr(fr(lane[0]! + lane[1]!) + fr(lane[2]! + lane[3]!));
+      for (let k = k4; k < K; k++) s = fr(s + fr(x[t * K + k]! * w[n * K + k]!));
+      y[t * N + n] = s;
+    }
+  }
+  return y;
+}
+
+const reference = { js: naiveMatmul, wasm: laneMatmul };
+
 function data(t: unknown): Float32Array {
   return (t as CpuTensor).data;
 }
 
-test('matmul equals the naive in-order dot product bit for bit, for every tile remainder', () => {
-  for (const T of [1, 3, 4, 5, 9]) {
-    for (const N of [1, 7, 8, 13, 33]) {
-      for (const K of [1, 5, 64]) {
-        const x = randomArray(T * K, T * 1000 + N * 10 + K);
-        const w = randomArray(N * K, T + N * 77 + K * 5);
-        backend.beginStep(batchOf([{ ids: [0], start: 0, pages: [0] }], 4));
-        const y = backend.matmul(backend.upload(hostF32('x', [T, K], x)), backend.upload(hostF32('w', [N, K], w)));
-        assert.deepEqual(y.shape, [T, N]);
-        assert.deepEqual(data(y), naiveMatmul(x, w, T, K, N), `T=${T} N=${N} K=${K}`);
+for (const kernel of kernels) {
+  test(`${kernel} matmul equals its reference summation order bit for bit, for every tile remainder`, () => {
+    const b = single[kernel];
+    assert.equal(b.kernel, kernel);
+    for (const T of [1, 3, 4, 5, 9]) {
+      for (const N of [1, 7, 8, 13, 33]) {
+        for (const K of [1, 5, 8, 64, 67]) {
+          const x = randomArray(T * K, T * 1000 + N * 10 + K);
+          const w = randomArray(N * K, T + N * 77 + K * 5);
+          b.beginStep(batchOf([{ ids: [0], start: 0, pages: [0] }], 4));
+          const y = b.matmul(b.upload(hostF32('x', [T, K], x)), b.upload(hostF32('w', [N, K], w)));
+          assert.deepEqual(y.shape, [T, N]);
+          assert.deepEqual(data(y), reference[kernel](x, w, T, K, N), `T=${T} N=${N} K=${K}`);
+        }
       }
     }
-  }
-});
+  });
 
-test('matmul split across two threads equals the single-thread result bit for bit', () => {
-  const [T, K, N] = [5, 256, 300];
-  const x = randomArray(T * K, 1);
-  const w = randomArray(N * K, 2);
-  threaded.beginStep(batchOf([{ ids: [0], start: 0, pages: [0] }], 4));
-  const y = threaded.matmul(threaded.upload(hostF32('x', [T, K], x)), threaded.upload(hostF32('w', [N, K], w)));
-  assert.equal(threaded.numThreads, 2);
-  assert.deepEqual(threaded.toHost(y), naiveMatmul(x, w, T, K, N));
-});
+  test(`${kernel} matmul split across two threads equals the reference bit for bit`, () => {
+    const [T, K, N] = [5, 256, 300];
+    const x = randomArray(T * K, 1);
+    const w = randomArray(N * K, 2);
+    const b = threaded[kernel];
+    b.beginStep(batchOf([{ ids: [0], start: 0, pages: [0] }], 4));
+    const y = b.matmul(b.upload(hostF32('x', [T, K], x)), b.upload(hostF32('w', [N, K], w)));
+    assert.equal(b.numThreads, 2);
+    assert.deepEqual(b.toHost(y), reference[kernel](x, w, T, K, N));
+  });
+}
 
 test('upload converts bf16 and f16 to f32', () => {
   const values = randomArray(24, 3);
@@ -142,6 +169,18 @@ test('qkNormRope: per-head RMSNorm of q and k, then HF rotate_half at each token
     });
     assertClose(data(t), expected, 1e-6, `withNorm=${withNorm}`);
   }
+});
+
+test('the wasm heap grows, reuses a released top allocation, and refuses more than 4 GiB with a message naming the way out', () => {
+  const heap = new WasmHeap();
+  const first = heap.alloc(1000);
+  const second = heap.alloc(300_000);
+  assert.equal(second.offset * 4, first.offset * 4 + 4032);
+  second.data.fill(1.5);
+  assert.equal(second.data[299_999], 1.5);
+  heap.release(second);
+  assert.equal(heap.alloc(10).offset, second.offset);
+  assert.throws(() => heap.alloc(2 ** 30), /exceed the 4 GiB .* 'js' matmul kernel/);
 });
 
 test('memory reports the KV budget; a cache over budget is refused', () => {

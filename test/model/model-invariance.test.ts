@@ -9,8 +9,8 @@ import { chunked, runSteps } from './helpers.js';
 const backends: CpuBackend[] = [];
 after(() => backends.forEach((b) => b.dispose()));
 
-function load(config: ModelConfig, numThreads: number): Model {
-  const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads });
+function load(config: ModelConfig, numThreads: number, kernel: 'js' | 'wasm'): Model {
+  const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads, kernel });
   backends.push(backend);
   return Model.load(config, randomWeightSource(config, { seed: 7 }), backend);
 }
@@ -27,9 +27,9 @@ const configs: [string, ModelConfig][] = [
   ['llama tied, f16', tinyConfig('llama', { tieWordEmbeddings: true, ropeScaling: null, dtype: 'f16' })],
 ];
 
-for (const [label, config] of configs) {
-  test(`${label}: a sequence's logits are bit-identical alone, in a mixed batch, chunked 1/7/64, on 2 threads`, () => {
-    const model = load(config, 1);
+for (const [[label, config], kernel] of configs.flatMap((c) => (['wasm', 'js'] as const).map((k) => [c, k] as const))) {
+  test(`${label}, ${kernel} kernel: a sequence's logits are bit-identical alone, in a mixed batch, chunked 1/7/64, on 2 threads`, () => {
+    const model = load(config, 1, kernel);
     const prompts = { a: randomIds(70, config.vocabSize, 1), b: randomIds(30, config.vocabSize, 2),
       c: randomIds(45, config.vocabSize, 3) };
     const alone = runSteps(model, prompts, chunked('a', 70, 70), 1).get('a')!;
@@ -48,7 +48,7 @@ for (const [label, config] of configs) {
     for (const size of [1, 64]) {
       assert.deepEqual(runSteps(model, prompts, chunked('a', 70, size), 4 + size).get('a')!, alone, `chunks of ${size}`);
     }
-    const threaded = load(config, 2);
+    const threaded = load(config, 2, kernel);
     assert.deepEqual(runSteps(threaded, prompts, chunked('a', 70, 70), 5).get('a')!, alone, '2 threads');
   });
 }

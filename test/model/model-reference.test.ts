@@ -8,8 +8,9 @@ import { ropeInvFreq, rotateHalf } from '../../src/model/rope.js';
 import { assertClose } from '../backend/helpers.js';
 import { runSteps } from './helpers.js';
 
-const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
-after(() => backend.dispose());
+const backends = { js: new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1, kernel: 'js' }),
+  wasm: new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1, kernel: 'wasm' }) };
+after(() => Object.values(backends).forEach((b) => b.dispose()));
 
 /** y[n] = sum_k x[k] w[n, k] */
 const linear = (x: number[], w: Float32Array): number[] => {
@@ -62,8 +63,9 @@ function referenceLogits(c: ModelConfig, src: WeightSource, ids: number[]): numb
   return x.map((r) => linear(rms(r, W('model.norm.weight'), c.rmsNormEps), head));
 }
 
-for (const config of [tinyConfig('qwen3'), tinyConfig('llama')]) {
-  test(`${config.architecture}: forward matches a dense double-precision reference`, () => {
+for (const [config, kernel] of [tinyConfig('qwen3'), tinyConfig('llama')].flatMap((c) => (['js', 'wasm'] as const).map((k) => [c, k] as const))) {
+  test(`${config.architecture}, ${kernel} kernel: forward matches a dense double-precision reference`, () => {
+    const backend = backends[kernel];
     const src = randomWeightSource(config, { seed: 3 });
     const model = Model.load(config, src, backend);
     const rand = seededRandom(11);

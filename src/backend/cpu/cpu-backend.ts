@@ -9,7 +9,10 @@ import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
-import { MatmulPool, type SharedView } from './matmul-pool.js';
+import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
+import { MatmulPool } from './matmul-pool.js';
+import type { KernelSetup } from './pool-protocol.js';
+import { wasmMatmulModule } from './wasm-matmul.js';
 import { Workspace } from './workspace.js';
 
 export interface CpuBackendOptions {
@@ -17,6 +20,13 @@ export interface CpuBackendOptions {
   kvCacheBytes: number;
   /** Threads a matmul is split across (the calling thread included); default: all cores. */
   numThreads?: number;
+  /**
+   * 'wasm' (default where WebAssembly SIMD exists): SIMD matmul, weights and
+   * activations in one wasm memory of at most 4 GiB. 'js': plain TypeScript
+   * matmul, no size limit. Each is batch-invariant; they differ from each other
+   * in summation order, so a transcript belongs to one kernel.
+   */
+  kernel?: 'wasm' | 'js';
 }
 
 export class CpuTensor implements Tensor {
@@ -50,9 +60,10 @@ export class CpuBackend implements Backend {
   readonly name = 'cpu' as const;
   readonly computeDType: DType = 'f32';
   private readonly kvCacheBytes: number;
+  readonly kernel: 'wasm' | 'js';
   private readonly pool: MatmulPool;
+  private readonly heap: Heap;
   private readonly workspace: Workspace;
-  private numBufferIds = 0;
   private weightBytes = 0;
   private kvLayers: KvLayer[] = [];
   private kvSpec: KvCacheSpec | null = null;
@@ -60,9 +71,22 @@ export class CpuBackend implements Backend {
 
   constructor(opts: CpuBackendOptions) {
     this.kvCacheBytes = opts.kvCacheBytes;
-    this.pool = new MatmulPool(opts.numThreads ?? availableParallelism());
-    this.workspace = new Workspace(() => this.numBufferIds++, (id, b) => this.pool.register(id, b),
-      (id) => this.pool.release(id));
+    const numThreads = opts.numThreads ?? availableParallelism();
+    const module = opts.kernel === 'js' ? null : wasmMatmulModule();
+    if (opts.kernel === 'wasm' && !module) throw new Error('CPU backend: this runtime has no WebAssembly SIMD');
+    let setup: KernelSetup;
+    if (module) {
+      const heap = new WasmHeap();
+      setup = { kind: 'wasm', memory: heap.memory, module };
+      this.heap = heap;
+      this.pool = new MatmulPool(numThreads, setup);
+    } else {
+      setup = { kind: 'js' };
+      this.pool = new MatmulPool(numThreads, setup);
+      this.heap = new SabHeap((id, b) => this.pool.register(id, b), (id) => this.pool.release(id));
+    }
+    this.kernel = setup.kind;
+    this.workspace = new Workspace(this.heap);
   }
 
   get numThreads(): number {
@@ -74,14 +98,11 @@ export class CpuBackend implements Backend {
     if (t.data.byteLength !== numElements * BYTES_PER_ELEMENT[t.dtype]) {
       throw new Error(`upload ${t.name}: ${t.data.byteLength} bytes for ${t.dtype}[${t.shape.join(', ')}]`);
     }
-    const buffer = new SharedArrayBuffer(numElements * 4);
-    const data = new Float32Array(buffer);
-    if (t.dtype === 'bf16') bf16BytesInto(t.data, new Uint32Array(buffer));
-    else data.set(bytesToF32(t.dtype, t.data));
-    const bufferId = this.numBufferIds++;
-    this.pool.register(bufferId, buffer);
-    this.weightBytes += buffer.byteLength;
-    return new CpuTensor([...t.shape], { bufferId, offset: 0, data });
+    const view = this.heap.alloc(numElements);
+    if (t.dtype === 'bf16') bf16BytesInto(t.data, new Uint32Array(view.data.buffer, view.data.byteOffset, numElements));
+    else view.data.set(bytesToF32(t.dtype, t.data));
+    this.weightBytes += numElements * 4;
+    return new CpuTensor([...t.shape], view);
   }
 
   allocateKvCache(spec: KvCacheSpec): void {
@@ -102,7 +123,7 @@ export class CpuBackend implements Backend {
     const kvBytes = s ? 2 * s.numLayers * s.numBlocks * s.blockSize * s.numKvHeads * s.headDim * 4 : 0;
     return {
       availableKvBytes: this.kvCacheBytes - kvBytes,
-      totalBytes: this.kvCacheBytes + this.weightBytes + this.workspace.numBytes,
+      totalBytes: this.kvCacheBytes + this.heap.numBytes,
       weightBytes: this.weightBytes,
     };
   }

@@ -6,16 +6,9 @@
 // computes it, so the split never changes a bit.
 
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
-import { matmulCols } from './kernels.js';
-import { CONTROL, runChunks, type PoolMessage } from './pool-protocol.js';
-
-/** A Float32Array view into a registered SharedArrayBuffer. */
-export interface SharedView {
-  bufferId: number;
-  /** Element offset of the view in its buffer. */
-  offset: number;
-  data: Float32Array;
-}
+import type { SharedView } from './heap.js';
+import { CONTROL, jobOf, makeKernel, runChunks, type KernelSetup, type MatmulKernel,
+  type PoolMessage } from './pool-protocol.js';
 
 /** Below this many multiply-adds a matmul runs on the calling thread alone. */
 const MIN_PARALLEL_MACS = 1 << 18;
@@ -29,13 +22,16 @@ export class MatmulPool {
   private readonly workers: Worker[] = [];
   private readonly ports: MessagePort[] = [];
   private readonly errors: string[] = [];
+  private readonly buffers = new Map<number, Float32Array>();
+  private readonly kernel: MatmulKernel;
 
-  constructor(numThreads: number) {
+  constructor(numThreads: number, setup: KernelSetup) {
     this.numThreads = Math.max(1, Math.floor(numThreads));
+    this.kernel = makeKernel(setup, this.buffers);
     for (let i = 1; i < this.numThreads; i++) {
       const { port1, port2 } = new MessageChannel();
       const worker = new Worker(new URL('./matmul-worker.js', import.meta.url), {
-        workerData: { control: this.control.buffer, port: port2 },
+        workerData: { control: this.control.buffer, port: port2, setup },
         transferList: [port2],
       });
       worker.on('message', (m: string) => this.errors.push(m));
@@ -47,10 +43,12 @@ export class MatmulPool {
   }
 
   register(id: number, buffer: SharedArrayBuffer): void {
+    this.buffers.set(id, new Float32Array(buffer));
     this.post({ kind: 'buffer', id, buffer });
   }
 
   release(id: number): void {
+    this.buffers.delete(id);
     this.post({ kind: 'release', id });
   }
 
@@ -59,19 +57,17 @@ export class MatmulPool {
     const numWorkers = T * K * N < MIN_PARALLEL_MACS ? 0 : Math.min(this.workers.length,
       Math.ceil(N / COLUMN_ALIGN) - 1);
     if (numWorkers <= 0) {
-      matmulCols(x.data, 0, w.data, 0, y.data, 0, T, K, N, 0, N);
+      this.kernel(jobOf(x, w, y, T, K, N, N), 0, N);
       return;
     }
     const colsPerChunk = Math.ceil(N / ((numWorkers + 1) * CHUNKS_PER_THREAD) / COLUMN_ALIGN) * COLUMN_ALIGN;
+    const job = jobOf(x, w, y, T, K, N, colsPerChunk);
     Atomics.store(this.control, CONTROL.numDone, 0);
     Atomics.store(this.control, CONTROL.nextChunk, 0);
-    for (let p = 0; p < numWorkers; p++) {
-      this.ports[p]!.postMessage({ kind: 'matmul', x: x.bufferId, xOff: x.offset, w: w.bufferId,
-        wOff: w.offset, y: y.bufferId, yOff: y.offset, T, K, N, colsPerChunk } satisfies PoolMessage);
-    }
+    for (let p = 0; p < numWorkers; p++) this.ports[p]!.postMessage({ kind: 'matmul', ...job } satisfies PoolMessage);
     Atomics.add(this.control, CONTROL.generation, 1);
     Atomics.notify(this.control, CONTROL.generation);
-    runChunks(this.control, x.data, w.data, y.data, T, K, N, colsPerChunk);
+    runChunks(this.control, this.kernel, job);
     this.waitDone(numWorkers);
   }
 

@@ -3,11 +3,14 @@
 // column chunks of each matmul until none is left, then counts itself done.
 
 import { parentPort, receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
-import { CONTROL, runChunks, type PoolMessage } from './pool-protocol.js';
+import { CONTROL, makeKernel, runChunks, type KernelSetup, type PoolMessage } from './pool-protocol.js';
 
-const { control: controlBuffer, port } = workerData as { control: SharedArrayBuffer; port: MessagePort };
+const { control: controlBuffer, port, setup } = workerData as {
+  control: SharedArrayBuffer; port: MessagePort; setup: KernelSetup;
+};
 const control = new Int32Array(controlBuffer);
 const buffers = new Map<number, Float32Array>();
+const kernel = makeKernel(setup, buffers);
 
 while (Atomics.load(control, CONTROL.stop) === 0) {
   const generation = Atomics.load(control, CONTROL.generation);
@@ -23,8 +26,7 @@ while (Atomics.load(control, CONTROL.stop) === 0) {
     buffers.delete(msg.id);
   } else {
     try {
-      runChunks(control, buffers.get(msg.x)!.subarray(msg.xOff), buffers.get(msg.w)!.subarray(msg.wOff),
-        buffers.get(msg.y)!.subarray(msg.yOff), msg.T, msg.K, msg.N, msg.colsPerChunk);
+      runChunks(control, kernel, msg);
     } catch (err) {
       Atomics.store(control, CONTROL.failed, 1);
       parentPort?.postMessage(String(err));

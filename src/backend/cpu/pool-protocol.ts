@@ -1,24 +1,50 @@
-// Messages and control-word layout shared by MatmulPool and its workers.
+// Messages, control-word layout and kernel choice shared by MatmulPool and its workers.
 
+import type { SharedView } from './heap.js';
 import { matmulCols } from './kernels.js';
+import { instantiateWasmMatmul, type WasmMemory, type WasmModule } from './wasm-matmul.js';
 
 /** Int32 slots of the control SharedArrayBuffer. */
 export const CONTROL = { generation: 0, numDone: 1, stop: 2, failed: 3, nextChunk: 4, length: 5 } as const;
 
+/** Which matmul code runs, and over what memory (structured-clonable, sent to every worker). */
+export type KernelSetup = { kind: 'js' } | { kind: 'wasm'; memory: WasmMemory; module: WasmModule };
+
+/** y = x w^T with operands named by (bufferId, element offset), split into column chunks. */
+export interface MatmulJob {
+  x: number; xOff: number; w: number; wOff: number; y: number; yOff: number;
+  T: number; K: number; N: number; colsPerChunk: number;
+}
+
 export type PoolMessage =
   | { kind: 'buffer'; id: number; buffer: SharedArrayBuffer }
   | { kind: 'release'; id: number }
-  | {
-    kind: 'matmul'; x: number; xOff: number; w: number; wOff: number; y: number; yOff: number;
-    T: number; K: number; N: number; colsPerChunk: number;
-  };
+  | ({ kind: 'matmul' } & MatmulJob);
+
+/** Columns [n0, n1) of a job. */
+export type MatmulKernel = (job: MatmulJob, n0: number, n1: number) => void;
+
+/** `buffers` maps bufferIds to arrays for the 'js' kernel; the wasm kernel addresses its one memory. */
+export function makeKernel(setup: KernelSetup, buffers: Map<number, Float32Array>): MatmulKernel {
+  if (setup.kind === 'wasm') {
+    const matmul = instantiateWasmMatmul(setup.module, setup.memory);
+    return (j, n0, n1) => matmul(j.xOff * 4, j.wOff * 4, j.yOff * 4, j.T, j.K, j.N, n0, n1);
+  }
+  return (j, n0, n1) => matmulCols(buffers.get(j.x)!, j.xOff, buffers.get(j.w)!, j.wOff, buffers.get(j.y)!,
+    j.yOff, j.T, j.K, j.N, n0, n1);
+}
+
+export function jobOf(x: SharedView, w: SharedView, y: SharedView, T: number, K: number, N: number,
+  colsPerChunk: number): MatmulJob {
+  return { x: x.bufferId, xOff: x.offset, w: w.bufferId, wOff: w.offset, y: y.bufferId, yOff: y.offset,
+    T, K, N, colsPerChunk };
+}
 
 /** Claims column chunks from the shared counter until none is left (callers race; each chunk runs once). */
-export function runChunks(control: Int32Array, x: Float32Array, w: Float32Array, y: Float32Array,
-  T: number, K: number, N: number, colsPerChunk: number): void {
+export function runChunks(control: Int32Array, kernel: MatmulKernel, job: MatmulJob): void {
   for (;;) {
-    const n0 = Atomics.add(control, CONTROL.nextChunk, 1) * colsPerChunk;
-    if (n0 >= N) return;
-    matmulCols(x, 0, w, 0, y, 0, T, K, N, n0, Math.min(N, n0 + colsPerChunk));
+    const n0 = Atomics.add(control, CONTROL.nextChunk, 1) * job.colsPerChunk;
+    if (n0 >= job.N) return;
+    kernel(job, n0, Math.min(job.N, n0 + job.colsPerChunk));
   }
 }

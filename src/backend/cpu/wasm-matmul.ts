@@ -1,0 +1,180 @@
+// y[T, N] = x[T, K] * w[N, K]^T in WebAssembly SIMD over one shared wasm memory.
+//
+// The module is assembled here, byte by byte: one function per R x C output
+// tile, tile_RxC(xPtr, xStrideBytes, wPtr, wStrideBytes, yPtr, yStrideBytes, K).
+// Every output element, whatever tile computes it, is
+//
+//   lane[j] = sum over k = j, j+4, j+8, ... < K4 of x[k] * w[k]   (f32, in k order)
+//   y = ((lane0 + lane1) + (lane2 + lane3)) + x[K4] w[K4] + ... + x[K-1] w[K-1]
+//
+// with K4 = K & ~3, f32 arithmetic and no fused multiply-add, so the result does
+// not depend on the tile, on T, or on which thread ran it (batch invariance).
+
+/** The slice of the WebAssembly API used here (tsconfig's libs do not declare it). */
+export interface WasmMemory {
+  readonly buffer: SharedArrayBuffer;
+  grow(numPages: number): number;
+}
+/** A compiled module: opaque, structured-clonable to workers. */
+export type WasmModule = object;
+interface WasmApi {
+  validate(bytes: Uint8Array): boolean;
+  Module: new (bytes: Uint8Array) => WasmModule;
+  Instance: new (module: WasmModule, imports: object) => { exports: Record<string, unknown> };
+  Memory: new (desc: { initial: number; maximum: number; shared: boolean }) => WasmMemory;
+}
+const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
+
+export function createSharedMemory(initialPages: number): WasmMemory {
+  return new wasm.Memory({ initial: initialPages, maximum: WASM_MAX_PAGES, shared: true });
+}
+
+const I32 = 0x7f;
+const F32 = 0x7d;
+const V128 = 0x7b;
+
+function uleb(n: number): number[] {
+  const out: number[] = [];
+  do {
+    let b = n & 0x7f;
+    n >>>= 7;
+    if (n !== 0) b |= 0x80;
+    out.push(b);
+  } while (n !== 0);
+  return out;
+}
+
+function sleb(n: number): number[] {
+  const out: number[] = [];
+  for (;;) {
+    const b = n & 0x7f;
+    n >>= 7;
+    if ((n === 0 && (b & 0x40) === 0) || (n === -1 && (b & 0x40) !== 0)) return [...out, b];
+    out.push(b | 0x80);
+  }
+}
+
+const vec = (items: number[][]): number[] => [...uleb(items.length), ...items.flat()];
+const section = (id: number, bytes: number[]): number[] => [id, ...uleb(bytes.length), ...bytes];
+const name = (s: string): number[] => [...uleb(s.length), ...Buffer.from(s, 'utf8')];
+const get = (i: number): number[] => [0x20, ...uleb(i)];
+const set = (i: number): number[] => [0x21, ...uleb(i)];
+const i32 = (v: number): number[] => [0x41, ...sleb(v)];
+const simd = (op: number): number[] => [0xfd, ...uleb(op)];
+const OP = {
+  i32Add: 0x6a, i32Mul: 0x6c, i32And: 0x71, i32Shl: 0x74, i32GeU: 0x4f, f32Add: 0x92, f32Mul: 0x94,
+  f32Load: 0x2a, f32Store: 0x38, block: 0x02, loop: 0x03, br: 0x0c, brIf: 0x0d, end: 0x0b, void: 0x40,
+  v128Load: 0, f32x4ExtractLane: 0x1f, f32x4Add: 228, f32x4Mul: 230,
+} as const;
+
+/** `for (kb = from; kb < to; kb += step) body` on byte offsets. */
+function loop(kb: number, to: number, step: number, body: number[]): number[] {
+  return [OP.block, OP.void, OP.loop, OP.void, ...get(kb), ...get(to), OP.i32GeU, OP.brIf, 1,
+    ...body, ...get(kb), ...i32(step), OP.i32Add, ...set(kb), OP.br, 0, OP.end, OP.end];
+}
+
+function tileBody(R: number, C: number): number[] {
+  const [xPtr, xStride, wPtr, wStride, yPtr, yStride, K] = [0, 1, 2, 3, 4, 5, 6];
+  const [kb, k4b, kEnd] = [7, 8, 9];
+  const sum = 10;
+  let next = 11;
+  const xp = Array.from({ length: R }, () => next++);
+  const wp = Array.from({ length: C }, () => next++);
+  const acc = Array.from({ length: R * C }, () => next++);
+  const xv = Array.from({ length: R }, () => next++);
+  const wv = Array.from({ length: C }, () => next++);
+  const locals = [[...uleb(3), I32], [...uleb(1), F32], [...uleb(R + C), I32], [...uleb(R * C + R + C), V128]];
+  const b: number[] = [];
+  xp.forEach((l, r) => b.push(...get(xPtr), ...get(xStride), ...i32(r), OP.i32Mul, OP.i32Add, ...set(l)));
+  wp.forEach((l, c) => b.push(...get(wPtr), ...get(wStride), ...i32(c), OP.i32Mul, OP.i32Add, ...set(l)));
+  b.push(...get(K), ...i32(-4), OP.i32And, ...i32(2), OP.i32Shl, ...set(k4b));
+  b.push(...get(K), ...i32(2), OP.i32Shl, ...set(kEnd));
+  const body: number[] = [];
+  xp.forEach((p, r) => body.push(...get(p), ...get(kb), OP.i32Add, ...simd(OP.v128Load), 2, 0, ...set(xv[r]!)));
+  wp.forEach((p, c) => body.push(...get(p), ...get(kb), OP.i32Add, ...simd(OP.v128Load), 2, 0, ...set(wv[c]!)));
+  for (let r = 0; r < R; r++) {
+    for (let c = 0; c < C; c++) {
+      const a = acc[r * C + c]!;
+      body.push(...get(a), ...get(xv[r]!), ...get(wv[c]!), ...simd(OP.f32x4Mul), ...simd(OP.f32x4Add), ...set(a));
+    }
+  }
+  b.push(...loop(kb, k4b, 16, body));
+  for (let r = 0; r < R; r++) {
+    for (let c = 0; c < C; c++) {
+      const a = acc[r * C + c]!;
+      const lane = (j: number): number[] => [...get(a), ...simd(OP.f32x4ExtractLane), j];
+      b.push(...lane(0), ...lane(1), OP.f32Add, ...lane(2), ...lane(3), OP.f32Add, OP.f32Add, ...set(sum));
+      b.push(...get(k4b), ...set(kb));
+      b.push(...loop(kb, kEnd, 4, [...get(sum), ...get(xp[r]!), ...get(kb), OP.i32Add, OP.f32Load, 2, 0,
+        ...get(wp[c]!), ...get(kb), OP.i32Add, OP.f32Load, 2, 0, OP.f32Mul, OP.f32Add, ...set(sum)]));
+      b.push(...get(yPtr), ...get(yStride), ...i32(r), OP.i32Mul, OP.i32Add, ...i32(4 * c), OP.i32Add,
+        ...get(sum), OP.f32Store, 2, 0);
+    }
+  }
+  b.push(OP.end);
+  const code = [...vec(locals), ...b];
+  return [...uleb(code.length), ...code];
+}
+
+/** Tiles the driver uses: 4 x 2 for runs of 4 rows, 1 x 8 for single rows, and their column remainders. */
+const TILES: [number, number][] = [[4, 2], [4, 1], [1, 8], [1, 1]];
+
+export function wasmMatmulBytes(): Uint8Array {
+  const params = [I32, I32, I32, I32, I32, I32, I32].map((t) => [t]);
+  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    ...section(1, vec([[0x60, ...vec(params), 0x00]])),
+    ...section(2, vec([[...name('env'), ...name('memory'), 0x02, 0x03, ...uleb(1), ...uleb(WASM_MAX_PAGES)]])),
+    ...section(3, vec(TILES.map(() => [0]))),
+    ...section(7, vec(TILES.map(([R, C], i) => [...name(`tile_${R}x${C}`), 0x00, ...uleb(i)]))),
+    ...section(10, vec(TILES.map(([R, C]) => tileBody(R, C)))),
+  ]);
+}
+
+/** 4 GiB: all a wasm32 memory can address. */
+export const WASM_MAX_PAGES = 65536;
+export const WASM_PAGE_BYTES = 65536;
+
+let compiled: WasmModule | null | undefined;
+
+/** The compiled module, or null where this runtime lacks WebAssembly SIMD. */
+export function wasmMatmulModule(): WasmModule | null {
+  if (compiled === undefined) {
+    const bytes = wasmMatmulBytes();
+    compiled = wasm.validate(bytes) ? new wasm.Module(bytes) : null;
+  }
+  return compiled;
+}
+
+type Tile = (xPtr: number, xStride: number, wPtr: number, wStride: number, yPtr: number,
+  yStride: number, K: number) => void;
+
+/** Columns [n0, n1) of y = x w^T; pointers are byte addresses in the module's memory. */
+export type WasmMatmul = (xPtr: number, wPtr: number, yPtr: number, T: number, K: number, N: number,
+  n0: number, n1: number) => void;
+
+export function instantiateWasmMatmul(module: WasmModule, memory: WasmMemory): WasmMatmul {
+  const exports = new wasm.Instance(module, { env: { memory } }).exports as Record<string, Tile>;
+  const t4x2 = exports.tile_4x2!;
+  const t4x1 = exports.tile_4x1!;
+  const t1x8 = exports.tile_1x8!;
+  const t1x1 = exports.tile_1x1!;
+  return (xPtr, wPtr, yPtr, T, K, N, n0, n1) => {
+    const rowBytes = K * 4;
+    const yRowBytes = N * 4;
+    let t = 0;
+    for (; t + 4 <= T; t += 4) {
+      const x = xPtr + t * rowBytes;
+      const y = yPtr + t * yRowBytes;
+      let n = n0;
+      for (; n + 2 <= n1; n += 2) t4x2(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
+      for (; n < n1; n++) t4x1(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
+    }
+    for (; t < T; t++) {
+      const x = xPtr + t * rowBytes;
+      const y = yPtr + t * yRowBytes;
+      let n = n0;
+      for (; n + 8 <= n1; n += 8) t1x8(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
+      for (; n < n1; n++) t1x1(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
+    }
+  };
+}
