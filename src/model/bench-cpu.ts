@@ -1,6 +1,6 @@
 // Prefill and decode throughput of the forward pass on the CPU backend.
 //
-//   node dist/src/model/bench-cpu.js --shape tiny|qwen3-0.6b [--threads N]
+//   node dist/src/model/bench-cpu.js --shape tiny|qwen3-0.6b [--threads N] [--kernel wasm|js]
 //   node dist/src/model/bench-cpu.js --shapes shared/bench/shapes.json --shape llama-3.2-1b
 //   node dist/src/model/bench-cpu.js --model DIR [--prompt-len 64 --decode-steps 4 --batch 1]
 // --shape runs random weights of that shape; --model runs a checkpoint.
@@ -25,6 +25,7 @@ export interface CpuBenchOptions {
   config: ModelConfig;
   weights: WeightSource;
   numThreads?: number;
+  kernel?: 'wasm' | 'js';
   promptLen?: number;
   numDecodeSteps?: number;
   batchSize?: number;
@@ -33,6 +34,7 @@ export interface CpuBenchOptions {
 
 export interface CpuBenchResult {
   numThreads: number;
+  kernel: 'wasm' | 'js';
   loadMs: number;
   prefillMs: number;
   prefillTokensPerS: number;
@@ -83,7 +85,7 @@ export function benchCpu(opts: CpuBenchOptions): CpuBenchResult {
   const pagesPerSeq = Math.ceil((promptLen + numDecodeSteps) / blockSize);
   const numBlocks = batchSize * pagesPerSeq;
   const kvBytes = 2 * config.numLayers * numBlocks * blockSize * config.numKvHeads * config.headDim * 4;
-  const backend = new CpuBackend({ kvCacheBytes: kvBytes, numThreads: opts.numThreads });
+  const backend = new CpuBackend({ kvCacheBytes: kvBytes, numThreads: opts.numThreads, kernel: opts.kernel });
   try {
     const t0 = performance.now();
     const model = Model.load(config, opts.weights, backend);
@@ -105,6 +107,7 @@ export function benchCpu(opts: CpuBenchOptions): CpuBenchResult {
     const decodeMs = t3 - t2;
     return {
       numThreads: backend.numThreads,
+      kernel: backend.kernel,
       loadMs: t1 - t0,
       prefillMs: t2 - tWarm,
       prefillTokensPerS: (batchSize * promptLen) / ((t2 - tWarm) / 1000),
@@ -125,6 +128,7 @@ function main(): void {
       shape: { type: 'string', default: 'tiny' },
       shapes: { type: 'string' },
       threads: { type: 'string' },
+      kernel: { type: 'string' },
       'prompt-len': { type: 'string', default: '64' },
       'decode-steps': { type: 'string', default: '4' },
       batch: { type: 'string', default: '1' },
@@ -154,10 +158,11 @@ function main(): void {
   }
   const result = benchCpu({
     config, weights, numThreads: values.threads ? Number(values.threads) : undefined,
+    kernel: values.kernel as 'wasm' | 'js' | undefined,
     promptLen: Number(values['prompt-len']), numDecodeSteps: Number(values['decode-steps']), batchSize: Number(values.batch),
   });
   const f = (x: number): string => x.toFixed(1);
-  console.log(`${values.model ?? values.shape}: threads=${result.numThreads} load ${f(result.loadMs)} ms`);
+  console.log(`${values.model ?? values.shape}: kernel=${result.kernel} threads=${result.numThreads} load ${f(result.loadMs)} ms`);
   console.log(`  prefill ${f(result.prefillTokensPerS)} tok/s (${f(result.prefillMs)} ms, ${f(result.prefillGflopsPerS)} GFLOP/s)`);
   console.log(`  decode  ${f(result.decodeTokensPerS)} tok/s (${f(result.decodeMsPerStep)} ms/step, ${f(result.decodeGflopsPerS)} GFLOP/s)`);
 }
