@@ -2,7 +2,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { CpuBackend, CpuTensor } from '../../src/backend/cpu/cpu-backend.js';
 import { WasmHeap } from '../../src/backend/cpu/heap.js';
-import { f32ToBytes } from '../../src/loader/dtype.js';
+import { bf16ToF32, f32ToBf16, f32ToBytes } from '../../src/loader/dtype.js';
 import { rotateHalf } from '../../src/model/rope.js';
 import { assertClose, batchOf, hostF32, randomArray } from './helpers.js';
 
@@ -80,18 +80,38 @@ for (const kernel of kernels) {
   });
 }
 
-test('upload converts bf16 and f16 to f32', () => {
+test('upload converts bf16 and f16 to f32 (bf16 2-D weights stay bf16 under wasm; toHost widens them)', () => {
   const values = randomArray(24, 3);
-  for (const dtype of ['bf16', 'f16'] as const) {
-    const t = backend.upload({ name: 'w', dtype, shape: [4, 6], data: f32ToBytes(dtype, values) });
-    assertClose(data(t), values, dtype === 'bf16' ? 1 / 128 : 1 / 1024, dtype);
+  const bf16Values = bf16ToF32(f32ToBf16(values));
+  for (const kernel of kernels) {
+    const b = single[kernel];
+    const t = b.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: f32ToBytes('bf16', values) });
+    assert.equal((t as CpuTensor).dtype, kernel === 'wasm' ? 'bf16' : 'f32');
+    assert.deepEqual(b.toHost(t), bf16Values);
+    const flat = b.upload({ name: 'n', dtype: 'bf16', shape: [24], data: f32ToBytes('bf16', values) });
+    assert.deepEqual(data(flat), bf16Values);
+    const half = b.upload({ name: 'w', dtype: 'f16', shape: [4, 6], data: f32ToBytes('f16', values) });
+    assertClose(data(half), values, 1 / 1024, 'f16');
+    const bytes = f32ToBytes('bf16', values);
+    const odd = new Uint8Array(bytes.length + 1);
+    odd.set(bytes, 1);
+    assert.deepEqual(data(b.upload({ name: 'n', dtype: 'bf16', shape: [24], data: odd.subarray(1) })), bf16Values);
+    assert.throws(() => b.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: new Uint8Array(10) }), /w/);
   }
-  const bytes = f32ToBytes('bf16', values);
-  const odd = new Uint8Array(bytes.length + 1);
-  odd.set(bytes, 1);
-  const unaligned = backend.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: odd.subarray(1) });
-  assert.deepEqual(data(unaligned), data(backend.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: bytes })));
-  assert.throws(() => backend.upload({ name: 'w', dtype: 'bf16', shape: [4, 6], data: new Uint8Array(10) }), /w/);
+});
+
+test('wasm matmul with bf16 weights equals the f32 kernel on the widened weights, bit for bit, on 1 and 2 threads', () => {
+  for (const [T, K, N] of [[1, 67, 13], [9, 64, 33], [5, 256, 300]] as const) {
+    const x = randomArray(T * K, T + K);
+    const w = bf16ToF32(f32ToBf16(randomArray(N * K, N + K)));
+    const expected = laneMatmul(x, w, T, K, N);
+    for (const b of [single.wasm, threaded.wasm]) {
+      b.beginStep(batchOf([{ ids: [0], start: 0, pages: [0] }], 4));
+      const wt = b.upload({ name: 'w', dtype: 'bf16', shape: [N, K], data: f32ToBytes('bf16', w) });
+      assert.equal((wt as CpuTensor).dtype, 'bf16');
+      assert.deepEqual(b.toHost(b.matmul(b.upload(hostF32('x', [T, K], x)), wt)), expected, `T=${T} K=${K} N=${N}`);
+    }
+  }
 });
 
 function naiveRmsNorm(x: Float32Array, w: Float32Array, T: number, H: number, eps: number): number[] {

@@ -13,7 +13,10 @@ import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
 import { MatmulPool } from './matmul-pool.js';
 import type { KernelSetup } from './pool-protocol.js';
 import { wasmMatmulModule } from './wasm-matmul.js';
+import { asCpu, bf16BytesInto, CpuTensor } from './tensor.js';
 import { Workspace } from './workspace.js';
+
+export { CpuTensor } from './tensor.js';
 
 export interface CpuBackendOptions {
   /** Byte budget for the KV cache. */
@@ -21,35 +24,12 @@ export interface CpuBackendOptions {
   /** Threads a matmul is split across (the calling thread included); default: all cores. */
   numThreads?: number;
   /**
-   * 'wasm' (default where WebAssembly SIMD exists): SIMD matmul, weights and
-   * activations in one wasm memory of at most 4 GiB. 'js': plain TypeScript
+   * 'wasm' (default where WebAssembly SIMD exists): SIMD matmul, weights (2-D bf16
+   * ones kept bf16) and activations in one wasm memory of at most 4 GiB. 'js': plain TypeScript
    * matmul, no size limit. Each is batch-invariant; they differ from each other
    * in summation order, so a transcript belongs to one kernel.
    */
   kernel?: 'wasm' | 'js';
-}
-
-export class CpuTensor implements Tensor {
-  constructor(readonly shape: readonly number[], readonly view: SharedView) {}
-
-  get data(): Float32Array {
-    return this.view.data;
-  }
-}
-
-function asCpu(t: Tensor): CpuTensor {
-  if (!(t instanceof CpuTensor)) throw new Error('CpuBackend: tensor from another backend');
-  return t;
-}
-
-/** bf16 is the high half of an f32: widen in place of a temporary copy. */
-function bf16BytesInto(src: Uint8Array, out: Uint32Array): void {
-  if (src.byteOffset % 2 === 0) {
-    const halves = new Uint16Array(src.buffer, src.byteOffset, out.length);
-    for (let i = 0; i < out.length; i++) out[i] = halves[i]! << 16;
-  } else {
-    for (let i = 0; i < out.length; i++) out[i] = (src[2 * i]! | (src[2 * i + 1]! << 8)) << 16;
-  }
 }
 
 function numElementsOf(shape: readonly number[]): number {
@@ -98,6 +78,12 @@ export class CpuBackend implements Backend {
     if (t.data.byteLength !== numElements * BYTES_PER_ELEMENT[t.dtype]) {
       throw new Error(`upload ${t.name}: ${t.data.byteLength} bytes for ${t.dtype}[${t.shape.join(', ')}]`);
     }
+    if (t.dtype === 'bf16' && this.kernel === 'wasm' && t.shape.length === 2) {
+      const view = this.heap.alloc(Math.ceil(numElements / 2));
+      new Uint8Array(view.data.buffer, view.data.byteOffset, t.data.byteLength).set(t.data);
+      this.weightBytes += t.data.byteLength;
+      return new CpuTensor([...t.shape], view, 'bf16');
+    }
     const view = this.heap.alloc(numElements);
     if (t.dtype === 'bf16') bf16BytesInto(t.data, new Uint32Array(view.data.buffer, view.data.byteOffset, numElements));
     else view.data.set(bytesToF32(t.dtype, t.data));
@@ -142,7 +128,7 @@ export class CpuBackend implements Backend {
     for (let t = 0; t < numTokens; t++) {
       const id = inputIds[t]!;
       if (id < 0 || id >= vocabSize) throw new Error(`embedding: token id ${id} outside [0, ${vocabSize})`);
-      out.data.set(tab.data.subarray(id * hidden, (id + 1) * hidden), t * hidden);
+      tab.copyF32(id * hidden, (id + 1) * hidden, out.data, t * hidden);
     }
     return out;
   }
@@ -171,7 +157,7 @@ export class CpuBackend implements Backend {
     const [N, wK] = ws.shape as [number, number];
     if (K !== wK) throw new Error(`matmul: x [${T}, ${K}] by w [${N}, ${wK}]^T`);
     const out = this.alloc([T, N]);
-    this.pool.matmul(xs.view, ws.view, out.view, T, K, N);
+    this.pool.matmul(xs.view, ws.view, out.view, T, K, N, ws.dtype === 'bf16');
     return out;
   }
 
@@ -237,7 +223,10 @@ export class CpuBackend implements Backend {
   }
 
   toHost(t: Tensor): Float32Array {
-    return asCpu(t).data.slice();
+    const c = asCpu(t);
+    const out = new Float32Array(c.numElements);
+    c.copyF32(0, c.numElements, out, 0);
+    return out;
   }
 
   dispose(): void {

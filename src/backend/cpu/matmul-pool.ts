@@ -53,15 +53,15 @@ export class MatmulPool {
   }
 
   /** y[T, N] = x[T, K] * w[N, K]^T */
-  matmul(x: SharedView, w: SharedView, y: SharedView, T: number, K: number, N: number): void {
+  matmul(x: SharedView, w: SharedView, y: SharedView, T: number, K: number, N: number, wBf16 = false): void {
     const numWorkers = T * K * N < MIN_PARALLEL_MACS ? 0 : Math.min(this.workers.length,
       Math.ceil(N / COLUMN_ALIGN) - 1);
     if (numWorkers <= 0) {
-      this.kernel(jobOf(x, w, y, T, K, N, N), 0, N);
+      this.kernel(jobOf(x, w, y, T, K, N, N, wBf16), 0, N);
       return;
     }
     const colsPerChunk = Math.ceil(N / ((numWorkers + 1) * CHUNKS_PER_THREAD) / COLUMN_ALIGN) * COLUMN_ALIGN;
-    const job = jobOf(x, w, y, T, K, N, colsPerChunk);
+    const job = jobOf(x, w, y, T, K, N, colsPerChunk, wBf16);
     Atomics.store(this.control, CONTROL.numDone, 0);
     Atomics.store(this.control, CONTROL.nextChunk, 0);
     for (let p = 0; p < numWorkers; p++) this.ports[p]!.postMessage({ kind: 'matmul', ...job } satisfies PoolMessage);

@@ -14,6 +14,8 @@ export type KernelSetup = { kind: 'js' } | { kind: 'wasm'; memory: WasmMemory; m
 export interface MatmulJob {
   x: number; xOff: number; w: number; wOff: number; y: number; yOff: number;
   T: number; K: number; N: number; colsPerChunk: number;
+  /** w holds bf16 (wasm kernel only). */
+  wBf16: boolean;
 }
 
 export type PoolMessage =
@@ -28,16 +30,19 @@ export type MatmulKernel = (job: MatmulJob, n0: number, n1: number) => void;
 export function makeKernel(setup: KernelSetup, buffers: Map<number, Float32Array>): MatmulKernel {
   if (setup.kind === 'wasm') {
     const matmul = instantiateWasmMatmul(setup.module, setup.memory);
-    return (j, n0, n1) => matmul(j.xOff * 4, j.wOff * 4, j.yOff * 4, j.T, j.K, j.N, n0, n1);
+    return (j, n0, n1) => matmul(j.xOff * 4, j.wOff * 4, j.yOff * 4, j.T, j.K, j.N, n0, n1, j.wBf16);
   }
-  return (j, n0, n1) => matmulCols(buffers.get(j.x)!, j.xOff, buffers.get(j.w)!, j.wOff, buffers.get(j.y)!,
-    j.yOff, j.T, j.K, j.N, n0, n1);
+  return (j, n0, n1) => {
+    if (j.wBf16) throw new Error('the js matmul kernel takes f32 weights only');
+    matmulCols(buffers.get(j.x)!, j.xOff, buffers.get(j.w)!, j.wOff, buffers.get(j.y)!,
+      j.yOff, j.T, j.K, j.N, n0, n1);
+  };
 }
 
 export function jobOf(x: SharedView, w: SharedView, y: SharedView, T: number, K: number, N: number,
-  colsPerChunk: number): MatmulJob {
+  colsPerChunk: number, wBf16: boolean): MatmulJob {
   return { x: x.bufferId, xOff: x.offset, w: w.bufferId, wOff: w.offset, y: y.bufferId, yOff: y.offset,
-    T, K, N, colsPerChunk };
+    T, K, N, colsPerChunk, wBf16 };
 }
 
 /** Claims column chunks from the shared counter until none is left (callers race; each chunk runs once). */

@@ -65,6 +65,7 @@ const OP = {
   i32Add: 0x6a, i32Mul: 0x6c, i32And: 0x71, i32Shl: 0x74, i32GeU: 0x4f, f32Add: 0x92, f32Mul: 0x94,
   f32Load: 0x2a, f32Store: 0x38, block: 0x02, loop: 0x03, br: 0x0c, brIf: 0x0d, end: 0x0b, void: 0x40,
   v128Load: 0, f32x4ExtractLane: 0x1f, f32x4Add: 228, f32x4Mul: 230,
+  v128Load16x4U: 4, i32x4Shl: 171, i32Load16U: 0x2f, i32ShrU: 0x76, f32ReinterpretI32: 0xbe,
 } as const;
 
 /** `for (kb = from; kb < to; kb += step) body` on byte offsets. */
@@ -73,7 +74,7 @@ function loop(kb: number, to: number, step: number, body: number[]): number[] {
     ...body, ...get(kb), ...i32(step), OP.i32Add, ...set(kb), OP.br, 0, OP.end, OP.end];
 }
 
-function tileBody(R: number, C: number): number[] {
+function tileBody(R: number, C: number, wBf16: boolean): number[] {
   const [xPtr, xStride, wPtr, wStride, yPtr, yStride, K] = [0, 1, 2, 3, 4, 5, 6];
   const [kb, k4b, kEnd] = [7, 8, 9];
   const sum = 10;
@@ -91,7 +92,16 @@ function tileBody(R: number, C: number): number[] {
   b.push(...get(K), ...i32(2), OP.i32Shl, ...set(kEnd));
   const body: number[] = [];
   xp.forEach((p, r) => body.push(...get(p), ...get(kb), OP.i32Add, ...simd(OP.v128Load), 2, 0, ...set(xv[r]!)));
-  wp.forEach((p, c) => body.push(...get(p), ...get(kb), OP.i32Add, ...simd(OP.v128Load), 2, 0, ...set(wv[c]!)));
+  // bf16 w: 4 halves widened to i32 lanes, shifted into the high half = the exact f32.
+  const wAddr = (p: number): number[] => wBf16 ? [...get(p), ...get(kb), ...i32(1), OP.i32ShrU, OP.i32Add]
+    : [...get(p), ...get(kb), OP.i32Add];
+  const wLoad4 = (p: number): number[] => wBf16
+    ? [...wAddr(p), ...simd(OP.v128Load16x4U), 1, 0, ...i32(16), ...simd(OP.i32x4Shl)]
+    : [...wAddr(p), ...simd(OP.v128Load), 2, 0];
+  const wLoad1 = (p: number): number[] => wBf16
+    ? [...wAddr(p), OP.i32Load16U, 1, 0, ...i32(16), OP.i32Shl, OP.f32ReinterpretI32]
+    : [...wAddr(p), OP.f32Load, 2, 0];
+  wp.forEach((p, c) => body.push(...wLoad4(p), ...set(wv[c]!)));
   for (let r = 0; r < R; r++) {
     for (let c = 0; c < C; c++) {
       const a = acc[r * C + c]!;
@@ -106,7 +116,7 @@ function tileBody(R: number, C: number): number[] {
       b.push(...lane(0), ...lane(1), OP.f32Add, ...lane(2), ...lane(3), OP.f32Add, OP.f32Add, ...set(sum));
       b.push(...get(k4b), ...set(kb));
       b.push(...loop(kb, kEnd, 4, [...get(sum), ...get(xp[r]!), ...get(kb), OP.i32Add, OP.f32Load, 2, 0,
-        ...get(wp[c]!), ...get(kb), OP.i32Add, OP.f32Load, 2, 0, OP.f32Mul, OP.f32Add, ...set(sum)]));
+        ...wLoad1(wp[c]!), OP.f32Mul, OP.f32Add, ...set(sum)]));
       b.push(...get(yPtr), ...get(yStride), ...i32(r), OP.i32Mul, OP.i32Add, ...i32(4 * c), OP.i32Add,
         ...get(sum), OP.f32Store, 2, 0);
     }
@@ -118,15 +128,18 @@ function tileBody(R: number, C: number): number[] {
 
 /** Tiles the driver uses: 4 x 2 for runs of 4 rows, 1 x 8 for single rows, and their column remainders. */
 const TILES: [number, number][] = [[4, 2], [4, 1], [1, 8], [1, 1]];
+/** Each tile twice: w in f32, and w in bf16 (widened exactly in registers). */
+const FUNCS: [number, number, boolean][] = TILES.flatMap(([R, C]) => [[R, C, false], [R, C, true]] as [number, number, boolean][]);
+const tileName = (R: number, C: number, wBf16: boolean): string => `tile_${R}x${C}${wBf16 ? '_bf16' : ''}`;
 
 export function wasmMatmulBytes(): Uint8Array {
   const params = [I32, I32, I32, I32, I32, I32, I32].map((t) => [t]);
   return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
     ...section(1, vec([[0x60, ...vec(params), 0x00]])),
     ...section(2, vec([[...name('env'), ...name('memory'), 0x02, 0x03, ...uleb(1), ...uleb(WASM_MAX_PAGES)]])),
-    ...section(3, vec(TILES.map(() => [0]))),
-    ...section(7, vec(TILES.map(([R, C], i) => [...name(`tile_${R}x${C}`), 0x00, ...uleb(i)]))),
-    ...section(10, vec(TILES.map(([R, C]) => tileBody(R, C)))),
+    ...section(3, vec(FUNCS.map(() => [0]))),
+    ...section(7, vec(FUNCS.map(([R, C, bf16], i) => [...name(tileName(R, C, bf16)), 0x00, ...uleb(i)]))),
+    ...section(10, vec(FUNCS.map(([R, C, bf16]) => tileBody(R, C, bf16)))),
   ]);
 }
 
@@ -148,33 +161,33 @@ export function wasmMatmulModule(): WasmModule | null {
 type Tile = (xPtr: number, xStride: number, wPtr: number, wStride: number, yPtr: number,
   yStride: number, K: number) => void;
 
-/** Columns [n0, n1) of y = x w^T; pointers are byte addresses in the module's memory. */
+/** Columns [n0, n1) of y = x w^T; pointers are byte addresses in the module's memory; w is f32 or bf16. */
 export type WasmMatmul = (xPtr: number, wPtr: number, yPtr: number, T: number, K: number, N: number,
-  n0: number, n1: number) => void;
+  n0: number, n1: number, wBf16: boolean) => void;
 
 export function instantiateWasmMatmul(module: WasmModule, memory: WasmMemory): WasmMatmul {
   const exports = new wasm.Instance(module, { env: { memory } }).exports as Record<string, Tile>;
-  const t4x2 = exports.tile_4x2!;
-  const t4x1 = exports.tile_4x1!;
-  const t1x8 = exports.tile_1x8!;
-  const t1x1 = exports.tile_1x1!;
-  return (xPtr, wPtr, yPtr, T, K, N, n0, n1) => {
+  const tiles = (bf16: boolean): Tile[] => TILES.map(([R, C]) => exports[tileName(R, C, bf16)]!);
+  const byDType = [tiles(false), tiles(true)];
+  return (xPtr, wPtr, yPtr, T, K, N, n0, n1, wBf16) => {
+    const [t4x2, t4x1, t1x8, t1x1] = byDType[wBf16 ? 1 : 0] as [Tile, Tile, Tile, Tile];
     const rowBytes = K * 4;
+    const wRowBytes = K * (wBf16 ? 2 : 4);
     const yRowBytes = N * 4;
     let t = 0;
     for (; t + 4 <= T; t += 4) {
       const x = xPtr + t * rowBytes;
       const y = yPtr + t * yRowBytes;
       let n = n0;
-      for (; n + 2 <= n1; n += 2) t4x2(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
-      for (; n < n1; n++) t4x1(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
+      for (; n + 2 <= n1; n += 2) t4x2(x, rowBytes, wPtr + n * wRowBytes, wRowBytes, y + n * 4, yRowBytes, K);
+      for (; n < n1; n++) t4x1(x, rowBytes, wPtr + n * wRowBytes, wRowBytes, y + n * 4, yRowBytes, K);
     }
     for (; t < T; t++) {
       const x = xPtr + t * rowBytes;
       const y = yPtr + t * yRowBytes;
       let n = n0;
-      for (; n + 8 <= n1; n += 8) t1x8(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
-      for (; n < n1; n++) t1x1(x, rowBytes, wPtr + n * rowBytes, rowBytes, y + n * 4, yRowBytes, K);
+      for (; n + 8 <= n1; n += 8) t1x8(x, rowBytes, wPtr + n * wRowBytes, wRowBytes, y + n * 4, yRowBytes, K);
+      for (; n < n1; n++) t1x1(x, rowBytes, wPtr + n * wRowBytes, wRowBytes, y + n * 4, yRowBytes, K);
     }
   };
 }
