@@ -65,7 +65,7 @@ const OP = {
   i32Add: 0x6a, i32Mul: 0x6c, i32And: 0x71, i32Shl: 0x74, i32GeU: 0x4f, f32Add: 0x92, f32Mul: 0x94,
   f32Load: 0x2a, f32Store: 0x38, block: 0x02, loop: 0x03, br: 0x0c, brIf: 0x0d, end: 0x0b, void: 0x40,
   v128Load: 0, f32x4ExtractLane: 0x1f, f32x4Add: 228, f32x4Mul: 230,
-  v128Load16x4U: 4, i32x4Shl: 171, i32Load16U: 0x2f, i32ShrU: 0x76, f32ReinterpretI32: 0xbe,
+  v128Load16x4U: 4, i32x4Shl: 171, i32x4ExtendLowI16x8U: 169, i32x4ExtendHighI16x8U: 170, i32Load16U: 0x2f, i32ShrU: 0x76, f32ReinterpretI32: 0xbe,
 } as const;
 
 /** `for (kb = from; kb < to; kb += step) body` on byte offsets. */
@@ -84,7 +84,10 @@ function tileBody(R: number, C: number, wBf16: boolean): number[] {
   const acc = Array.from({ length: R * C }, () => next++);
   const xv = Array.from({ length: R }, () => next++);
   const wv = Array.from({ length: C }, () => next++);
-  const locals = [[...uleb(3), I32], [...uleb(1), F32], [...uleb(R + C), I32], [...uleb(R * C + R + C), V128]];
+  const k8b = next++;
+  const raw = Array.from({ length: C }, () => next++);
+  const locals = [[...uleb(3), I32], [...uleb(1), F32], [...uleb(R + C), I32], [...uleb(R * C + R + C), V128],
+    [...uleb(1), I32], [...uleb(C), V128]];
   const b: number[] = [];
   xp.forEach((l, r) => b.push(...get(xPtr), ...get(xStride), ...i32(r), OP.i32Mul, OP.i32Add, ...set(l)));
   wp.forEach((l, c) => b.push(...get(wPtr), ...get(wStride), ...i32(c), OP.i32Mul, OP.i32Add, ...set(l)));
@@ -102,11 +105,28 @@ function tileBody(R: number, C: number, wBf16: boolean): number[] {
     ? [...wAddr(p), OP.i32Load16U, 1, 0, ...i32(16), OP.i32Shl, OP.f32ReinterpretI32]
     : [...wAddr(p), OP.f32Load, 2, 0];
   wp.forEach((p, c) => body.push(...wLoad4(p), ...set(wv[c]!)));
+  const multiplyAdd: number[] = [];
   for (let r = 0; r < R; r++) {
     for (let c = 0; c < C; c++) {
       const a = acc[r * C + c]!;
-      body.push(...get(a), ...get(xv[r]!), ...get(wv[c]!), ...simd(OP.f32x4Mul), ...simd(OP.f32x4Add), ...set(a));
+      multiplyAdd.push(...get(a), ...get(xv[r]!), ...get(wv[c]!), ...simd(OP.f32x4Mul), ...simd(OP.f32x4Add), ...set(a));
     }
+  }
+  body.push(...multiplyAdd);
+  if (wBf16) {
+    // 8 bf16 per load: the low 4 then the high 4 go through the same lanes in the
+    // same k order as two 4-steps would, so the sum is unchanged.
+    const xLoad = (offset: number): number[] => xp.flatMap((p, r) =>
+      [...get(p), ...get(kb), OP.i32Add, ...simd(OP.v128Load), 2, offset, ...set(xv[r]!)]);
+    const widen = (op: number): number[] => raw.flatMap((rw, c) =>
+      [...get(rw), ...simd(op), ...i32(16), ...simd(OP.i32x4Shl), ...set(wv[c]!)]);
+    const body8 = [
+      ...wp.flatMap((p, c) => [...wAddr(p), ...simd(OP.v128Load), 1, 0, ...set(raw[c]!)]),
+      ...xLoad(0), ...widen(OP.i32x4ExtendLowI16x8U), ...multiplyAdd,
+      ...xLoad(16), ...widen(OP.i32x4ExtendHighI16x8U), ...multiplyAdd,
+    ];
+    b.push(...get(K), ...i32(-8), OP.i32And, ...i32(2), OP.i32Shl, ...set(k8b));
+    b.push(...loop(kb, k8b, 32, body8));
   }
   b.push(...loop(kb, k4b, 16, body));
   for (let r = 0; r < R; r++) {
