@@ -10,7 +10,6 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import { loadModelConfig } from '../../loader/config.js';
-import { openWeights } from '../../loader/model-dir.js';
 import type { ModelConfig, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch } from '../../model/batch.js';
 import { Model } from '../../model/model.js';
@@ -145,7 +144,7 @@ export function runW2(config: ModelConfig, weights: WeightSource, opts: { enforc
   }
 }
 
-function main(argv: string[]): void {
+async function main(argv: string[]): Promise<void> {
   const program = new Command('quire-bench-w2')
     .description('W2: single-stream greedy decode rate on CUDA (difference method) and share of the bandwidth roofline')
     .option('--model <dir>', 'Hugging Face model directory (config.json + safetensors)')
@@ -158,6 +157,7 @@ function main(argv: string[]): void {
   let weights: WeightSource;
   if (o.model) {
     config = loadModelConfig(join(o.model, 'config.json'));
+    const { openWeights } = await import('../../loader/model-dir.js');
     weights = openWeights(o.model);
   } else if (o.random === 'qwen3-0.6b') {
     config = qwen3_0_6bConfig();
@@ -173,4 +173,4 @@ function main(argv: string[]): void {
   console.log(JSON.stringify(r));
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) main(process.argv);
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main(process.argv);
