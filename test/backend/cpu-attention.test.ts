@@ -3,8 +3,9 @@ import assert from 'node:assert/strict';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { assertClose, batchOf, hostF32, randomArray, shuffled } from './helpers.js';
 
-const backend = new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1 });
-after(() => backend.dispose());
+const backends = { js: new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1, kernel: 'js' }),
+  wasm: new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1, kernel: 'wasm' }) };
+after(() => Object.values(backends).forEach((b) => b.dispose()));
 
 const [H, D, blockSize, numBlocks] = [4, 8, 4, 32];
 
@@ -33,8 +34,9 @@ function denseCausal(rows: Float32Array[], KVH: number, scale: number): number[]
   });
 }
 
-for (const KVH of [1, 2, 4]) {
-  test(`paged attention over scrambled pages equals dense causal attention (H=${H}, KVH=${KVH}), across chunked steps`, () => {
+for (const [KVH, kernel] of [1, 2, 4].flatMap((n) => (['js', 'wasm'] as const).map((k) => [n, k] as const))) {
+  test(`${kernel}: paged attention over scrambled pages equals dense causal attention (H=${H}, KVH=${KVH}), across chunked steps`, () => {
+    const backend = backends[kernel];
     const width = (H + 2 * KVH) * D;
     const scale = 1 / Math.sqrt(D);
     backend.allocateKvCache({ numBlocks, blockSize, numLayers: 2, numKvHeads: KVH, headDim: D });
@@ -61,7 +63,8 @@ for (const KVH of [1, 2, 4]) {
   });
 }
 
-test('a token whose slot is -1 writes nothing to the cache', () => {
+for (const kernel of ['js', 'wasm'] as const) test(`${kernel}: a token whose slot is -1 writes nothing to the cache`, () => {
+  const backend = backends[kernel];
   const KVH = 2;
   const width = (H + 2 * KVH) * D;
   backend.allocateKvCache({ numBlocks, blockSize, numLayers: 1, numKvHeads: KVH, headDim: D });

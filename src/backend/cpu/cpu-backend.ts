@@ -15,6 +15,9 @@ import type { KernelSetup } from './pool-protocol.js';
 import { wasmMatmulModule } from './wasm-matmul.js';
 import { asCpu, bf16BytesInto, CpuTensor } from './tensor.js';
 import { Workspace } from './workspace.js';
+import { pagedAttentionWasm } from './attention-wasm.js';
+import type { WasmMemory } from './wasm-asm.js';
+import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.js';
 
 export { CpuTensor } from './tensor.js';
 
@@ -46,6 +49,9 @@ export class CpuBackend implements Backend {
   private readonly workspace: Workspace;
   private weightBytes = 0;
   private kvLayers: KvLayer[] = [];
+  private kvViews: SharedView[] = [];
+  private readonly wasmAttention: WasmAttention | null = null;
+  private readonly wasmMemory: WasmMemory | null = null;
   private kvSpec: KvCacheSpec | null = null;
   private ropeTables = new Map<Float32Array, { cos: Float32Array; sin: Float32Array }>();
 
@@ -59,6 +65,8 @@ export class CpuBackend implements Backend {
       const heap = new WasmHeap();
       setup = { kind: 'wasm', memory: heap.memory, module };
       this.heap = heap;
+      this.wasmMemory = heap.memory;
+      this.wasmAttention = instantiateWasmAttention(heap.memory);
       this.pool = new MatmulPool(numThreads, setup);
     } else {
       setup = { kind: 'js' };
@@ -97,9 +105,15 @@ export class CpuBackend implements Backend {
     if (numBytes > this.kvCacheBytes) {
       throw new Error(`KV cache of ${numBytes} bytes exceeds the budget of ${this.kvCacheBytes}`);
     }
+    for (let i = this.kvViews.length - 1; i >= 0; i--) this.heap.release(this.kvViews[i]!);
+    this.kvViews = [];
     this.kvLayers = [];
     for (let l = 0; l < spec.numLayers; l++) {
-      this.kvLayers.push({ k: new Float32Array(numLayerElements), v: new Float32Array(numLayerElements) });
+      const [k, v] = [this.heap.alloc(numLayerElements), this.heap.alloc(numLayerElements)];
+      k.data.fill(0);
+      v.data.fill(0);
+      this.kvViews.push(k, v);
+      this.kvLayers.push({ k: k.data, v: v.data });
     }
     this.kvSpec = { ...spec };
   }
@@ -109,7 +123,7 @@ export class CpuBackend implements Backend {
     const kvBytes = s ? 2 * s.numLayers * s.numBlocks * s.blockSize * s.numKvHeads * s.headDim * 4 : 0;
     return {
       availableKvBytes: this.kvCacheBytes - kvBytes,
-      totalBytes: this.kvCacheBytes + this.heap.numBytes,
+      totalBytes: this.heap.numBytes + this.kvCacheBytes - kvBytes,
       weightBytes: this.weightBytes,
     };
   }
@@ -198,7 +212,18 @@ export class CpuBackend implements Backend {
     const shape = { numHeads, numKvHeads, headDim, blockSize: spec.blockSize };
     writeKv(q.data, kv, step.batch, shape);
     const out = this.alloc([T, numHeads * headDim]);
-    pagedAttention(q.data, kv, step.batch, shape, scale, out.data);
+    if (this.wasmAttention && this.wasmMemory && headDim % 4 === 0) {
+      let maxSeqLen = 0;
+      for (let i = 0; i < step.batch.numSeqs; i++) maxSeqLen = Math.max(maxSeqLen, step.batch.seqLens[i]!);
+      const [scores, slots] = [this.workspace.alloc(maxSeqLen), this.workspace.alloc(maxSeqLen)];
+      const kv = this.kvViews;
+      pagedAttentionWasm(this.wasmAttention, this.wasmMemory.buffer, {
+        qkv: q.view.offset * 4, k: kv[2 * layer]!.offset * 4, v: kv[2 * layer + 1]!.offset * 4,
+        out: out.view.offset * 4, scores: scores.offset * 4, slots: slots.offset * 4,
+      }, step.batch, shape, scale);
+    } else {
+      pagedAttention(q.data, kv, step.batch, shape, scale, out.data);
+    }
     return out;
   }
 
@@ -232,6 +257,7 @@ export class CpuBackend implements Backend {
   dispose(): void {
     this.pool.dispose();
     this.kvLayers = [];
+    this.kvViews = [];
     this.kvSpec = null;
   }
 

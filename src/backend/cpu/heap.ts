@@ -6,7 +6,7 @@
 //   'js':   one SharedArrayBuffer per allocation, registered with the workers
 //           under a bufferId; no size limit but the machine's
 
-import { createSharedMemory, WASM_MAX_PAGES, WASM_PAGE_BYTES, type WasmMemory } from './wasm-matmul.js';
+import { createSharedMemory, WASM_MAX_PAGES, WASM_PAGE_BYTES, type WasmMemory } from './wasm-asm.js';
 
 /** A Float32Array the workers can find: buffer `bufferId`, element `offset`. */
 export interface SharedView {

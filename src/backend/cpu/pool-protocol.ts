@@ -2,7 +2,8 @@
 
 import type { SharedView } from './heap.js';
 import { matmulCols } from './kernels.js';
-import { instantiateWasmMatmul, type WasmMemory, type WasmModule } from './wasm-matmul.js';
+import type { WasmMemory, WasmModule } from './wasm-asm.js';
+import { instantiateWasmMatmul } from './wasm-matmul.js';
 
 /** Int32 slots of the control SharedArrayBuffer. */
 export const CONTROL = { generation: 0, numDone: 1, stop: 2, failed: 3, nextChunk: 4, length: 5 } as const;

@@ -10,69 +10,9 @@
 // with K4 = K & ~3, f32 arithmetic and no fused multiply-add, so the result does
 // not depend on the tile, on T, or on which thread ran it (batch invariance).
 
-/** The slice of the WebAssembly API used here (tsconfig's libs do not declare it). */
-export interface WasmMemory {
-  readonly buffer: SharedArrayBuffer;
-  grow(numPages: number): number;
-}
-/** A compiled module: opaque, structured-clonable to workers. */
-export type WasmModule = object;
-interface WasmApi {
-  validate(bytes: Uint8Array): boolean;
-  Module: new (bytes: Uint8Array) => WasmModule;
-  Instance: new (module: WasmModule, imports: object) => { exports: Record<string, unknown> };
-  Memory: new (desc: { initial: number; maximum: number; shared: boolean }) => WasmMemory;
-}
-const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
+import { F32, get, I32, i32, loop, name, OP, section, set, simd, uleb, V128, vec, wasm, WASM_MAX_PAGES,
+  type WasmMemory, type WasmModule } from './wasm-asm.js';
 
-export function createSharedMemory(initialPages: number): WasmMemory {
-  return new wasm.Memory({ initial: initialPages, maximum: WASM_MAX_PAGES, shared: true });
-}
-
-const I32 = 0x7f;
-const F32 = 0x7d;
-const V128 = 0x7b;
-
-function uleb(n: number): number[] {
-  const out: number[] = [];
-  do {
-    let b = n & 0x7f;
-    n >>>= 7;
-    if (n !== 0) b |= 0x80;
-    out.push(b);
-  } while (n !== 0);
-  return out;
-}
-
-function sleb(n: number): number[] {
-  const out: number[] = [];
-  for (;;) {
-    const b = n & 0x7f;
-    n >>= 7;
-    if ((n === 0 && (b & 0x40) === 0) || (n === -1 && (b & 0x40) !== 0)) return [...out, b];
-    out.push(b | 0x80);
-  }
-}
-
-const vec = (items: number[][]): number[] => [...uleb(items.length), ...items.flat()];
-const section = (id: number, bytes: number[]): number[] => [id, ...uleb(bytes.length), ...bytes];
-const name = (s: string): number[] => [...uleb(s.length), ...Buffer.from(s, 'utf8')];
-const get = (i: number): number[] => [0x20, ...uleb(i)];
-const set = (i: number): number[] => [0x21, ...uleb(i)];
-const i32 = (v: number): number[] => [0x41, ...sleb(v)];
-const simd = (op: number): number[] => [0xfd, ...uleb(op)];
-const OP = {
-  i32Add: 0x6a, i32Mul: 0x6c, i32And: 0x71, i32Shl: 0x74, i32GeU: 0x4f, f32Add: 0x92, f32Mul: 0x94,
-  f32Load: 0x2a, f32Store: 0x38, block: 0x02, loop: 0x03, br: 0x0c, brIf: 0x0d, end: 0x0b, void: 0x40,
-  v128Load: 0, f32x4ExtractLane: 0x1f, f32x4Add: 228, f32x4Mul: 230,
-  v128Load16x4U: 4, i32x4Shl: 171, i32x4ExtendLowI16x8U: 169, i32x4ExtendHighI16x8U: 170, i32Load16U: 0x2f, i32ShrU: 0x76, f32ReinterpretI32: 0xbe,
-} as const;
-
-/** `for (kb = from; kb < to; kb += step) body` on byte offsets. */
-function loop(kb: number, to: number, step: number, body: number[]): number[] {
-  return [OP.block, OP.void, OP.loop, OP.void, ...get(kb), ...get(to), OP.i32GeU, OP.brIf, 1,
-    ...body, ...get(kb), ...i32(step), OP.i32Add, ...set(kb), OP.br, 0, OP.end, OP.end];
-}
 
 function tileBody(R: number, C: number, wBf16: boolean): number[] {
   const [xPtr, xStride, wPtr, wStride, yPtr, yStride, K] = [0, 1, 2, 3, 4, 5, 6];
@@ -163,9 +103,6 @@ export function wasmMatmulBytes(): Uint8Array {
   ]);
 }
 
-/** 4 GiB: all a wasm32 memory can address. */
-export const WASM_MAX_PAGES = 65536;
-export const WASM_PAGE_BYTES = 65536;
 
 let compiled: WasmModule | null | undefined;
 
