@@ -58,7 +58,7 @@ ye yea yet you your went away also again before behold come went let may might w
 SYSTEM_PROMPTS = [
     "You are a helpful assistant.",
     "You are Quire, a small demo model.",
-    "Answer in the style of the King James Bible.",
+    "Answer in the old style.",
     "You are a helpful assistant. Keep your answers short.",
 ]
 
@@ -239,7 +239,7 @@ def main():
     ap.add_argument("--kjv-txt", help="an existing dump, one verse a line: 'Ge1:1 In the beginning ...'")
     ap.add_argument("--out-dir", default=os.path.join(here, "data"))
     ap.add_argument("--chats-per-verse", type=float, default=0.15)
-    ap.add_argument("--num-greetings", type=int, default=120)
+    ap.add_argument("--num-greetings", type=int, default=60)
     ap.add_argument("--seed", type=int, default=1611)
     args = ap.parse_args()
 
