@@ -9,13 +9,15 @@
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, Z, D] f32; partialMl [numTokens, numHeads, Z, 2].
-// Launch: attention_decode grid (numTokens, numHeads, Z), block 128 (4 warps; warp w takes kv positions
-//   w, w + 4, ... of its split; lane owns D/32 consecutive dims). Z == 1 writes out directly; otherwise
-//   attention_merge grid (numTokens, numHeads), block 128 combines the splits.
+// Launch: attention_decode grid (numTokens, numHeads, Z), block 128 (4 warps; in each round of 16 kv
+//   positions of its split, warp w takes positions 4w .. 4w+3; lane owns D/32 consecutive dims).
+//   Z == 1 writes out directly; otherwise attention_merge grid (numTokens, numHeads), block 128
+//   combines the splits.
 #include "common.cuh"
 
 #define DECODE_WARPS 4
 #define MIN_SPLIT_TOKENS 32
+#define DECODE_UNROLL 4
 
 template <typename T, int D>
 __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, const T* vCache, T* out,
@@ -46,19 +48,45 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   float m = NEG_INF, l = 0.f, acc[EPL];
 #pragma unroll
   for (int e = 0; e < EPL; e++) acc[e] = 0.f;
-  for (int j = begin + warp; j < end; j += DECODE_WARPS) {
-    const long long page = table[j / blockSize];
-    const long long base = ((page * blockSize + j % blockSize) * numKvHeads + kvh) * D + lane * EPL;
-    float s = 0.f;
+  // DECODE_UNROLL positions per warp per round: their K and V loads are all in flight together.
+  for (int j0 = begin + warp * DECODE_UNROLL; j0 < end; j0 += DECODE_WARPS * DECODE_UNROLL) {
+    float kf[DECODE_UNROLL][EPL], vf[DECODE_UNROLL][EPL], s[DECODE_UNROLL];
 #pragma unroll
-    for (int e = 0; e < EPL; e++) s += qf[e] * to_float(kCache[base + e]);
-    s = warp_sum(s);
-    const float mNew = fmaxf(m, s);
+    for (int u = 0; u < DECODE_UNROLL; u++) {
+      const int j = min(j0 + u, end - 1);
+      const long long page = table[j / blockSize];
+      const long long base = ((page * blockSize + j % blockSize) * numKvHeads + kvh) * D + lane * EPL;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) {
+        kf[u][e] = to_float(kCache[base + e]);
+        vf[u][e] = to_float(vCache[base + e]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < DECODE_UNROLL; u++) {
+      s[u] = 0.f;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) s[u] += qf[e] * kf[u][e];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int u = 0; u < DECODE_UNROLL; u++) s[u] += __shfl_xor_sync(FULL_MASK, s[u], o);
+    }
+    float mNew = m;
+#pragma unroll
+    for (int u = 0; u < DECODE_UNROLL; u++) if (j0 + u < end) mNew = fmaxf(mNew, s[u]);
     const float corr = __expf(m - mNew);
-    const float p = __expf(s - mNew);
-    l = l * corr + p;
+    l *= corr;
 #pragma unroll
-    for (int e = 0; e < EPL; e++) acc[e] = acc[e] * corr + p * to_float(vCache[base + e]);
+    for (int e = 0; e < EPL; e++) acc[e] *= corr;
+#pragma unroll
+    for (int u = 0; u < DECODE_UNROLL; u++) {
+      const float p = j0 + u < end ? __expf(s[u] - mNew) : 0.f;
+      l += p;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) acc[e] += p * vf[u][e];
+    }
     m = mNew;
   }
   if (lane == 0) { warpM[warp] = m; warpL[warp] = l; }
