@@ -212,4 +212,8 @@ test('memory reports the KV budget; a cache over budget is refused', () => {
   assert.equal(b.memory().availableKvBytes, 4096 - 2 * 2 * 2 * 4 * 2 * 8 * 4);
   assert.throws(() => b.allocateKvCache({ numBlocks: 5, blockSize: 4, numLayers: 2, numKvHeads: 2, headDim: 8 }), /budget/);
   b.dispose();
+  const wasmBackend = new CpuBackend({ kvCacheBytes: 2 ** 40, numThreads: 1, kernel: 'wasm' });
+  const available = wasmBackend.memory().availableKvBytes;
+  assert.ok(available < 2 ** 32 && available > 2 ** 31, `wasm KV space ${available} is capped by the 4 GiB heap`);
+  wasmBackend.dispose();
 });

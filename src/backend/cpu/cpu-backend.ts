@@ -1,6 +1,7 @@
-// The reference backend: every op in plain TypeScript over f32, batch-invariant
-// (see kernels.ts and attention.ts for why each op's arithmetic never depends on
-// the rest of the batch).
+// The reference backend: f32 ops in TypeScript, with matmul and attention's inner
+// loops in WebAssembly SIMD assembled in TypeScript (wasm-*.ts), matmul columns
+// split over worker threads. Batch-invariant: kernels.ts, attention.ts and
+// wasm-matmul.ts say why no op's arithmetic depends on the rest of the batch.
 
 import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
@@ -9,15 +10,15 @@ import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
+import { pagedAttentionWasm } from './attention-wasm.js';
 import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
 import { MatmulPool } from './matmul-pool.js';
 import type { KernelSetup } from './pool-protocol.js';
-import { wasmMatmulModule } from './wasm-matmul.js';
 import { asCpu, bf16BytesInto, CpuTensor } from './tensor.js';
-import { Workspace } from './workspace.js';
-import { pagedAttentionWasm } from './attention-wasm.js';
 import type { WasmMemory } from './wasm-asm.js';
 import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.js';
+import { wasmMatmulModule } from './wasm-matmul.js';
+import { Workspace } from './workspace.js';
 
 export { CpuTensor } from './tensor.js';
 
@@ -27,13 +28,17 @@ export interface CpuBackendOptions {
   /** Threads a matmul is split across (the calling thread included); default: all cores. */
   numThreads?: number;
   /**
-   * 'wasm' (default where WebAssembly SIMD exists): SIMD matmul, weights (2-D bf16
-   * ones kept bf16) and activations in one wasm memory of at most 4 GiB. 'js': plain TypeScript
-   * matmul, no size limit. Each is batch-invariant; they differ from each other
-   * in summation order, so a transcript belongs to one kernel.
+   * 'wasm' (default where WebAssembly SIMD exists): SIMD matmul and attention;
+   * weights (2-D bf16 ones kept bf16), KV cache and activations in one wasm memory
+   * of at most 4 GiB. 'js': plain TypeScript, no size limit. Each is
+   * batch-invariant; they differ from each other in summation order, so a
+   * transcript belongs to one kernel.
    */
   kernel?: 'wasm' | 'js';
 }
+
+/** Room the wasm heap keeps for step activations when it reports KV space. */
+const WASM_ACTIVATION_RESERVE_BYTES = 512 * 2 ** 20;
 
 function numElementsOf(shape: readonly number[]): number {
   return shape.reduce((a, b) => a * b, 1);
@@ -121,8 +126,12 @@ export class CpuBackend implements Backend {
   memory(): MemoryReport {
     const s = this.kvSpec;
     const kvBytes = s ? 2 * s.numLayers * s.numBlocks * s.blockSize * s.numKvHeads * s.headDim * 4 : 0;
+    let availableKvBytes = this.kvCacheBytes - kvBytes;
+    if (this.heap instanceof WasmHeap) {
+      availableKvBytes = Math.max(0, Math.min(availableKvBytes, this.heap.numFreeBytes - WASM_ACTIVATION_RESERVE_BYTES));
+    }
     return {
-      availableKvBytes: this.kvCacheBytes - kvBytes,
+      availableKvBytes,
       totalBytes: this.heap.numBytes + this.kvCacheBytes - kvBytes,
       weightBytes: this.weightBytes,
     };

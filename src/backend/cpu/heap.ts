@@ -58,6 +58,11 @@ export class WasmHeap implements Heap {
     return this.top;
   }
 
+  /** Bytes still addressable above the last allocation. */
+  get numFreeBytes(): number {
+    return WASM_MAX_PAGES * WASM_PAGE_BYTES - this.top;
+  }
+
   alloc(numElements: number): SharedView {
     const start = this.top;
     const end = start + Math.ceil((Math.max(1, numElements) * 4) / ALIGN_BYTES) * ALIGN_BYTES;
