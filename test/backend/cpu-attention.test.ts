@@ -4,7 +4,8 @@ import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { assertClose, batchOf, hostF32, randomArray, shuffled } from './helpers.js';
 
 const backends = { js: new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1, kernel: 'js' }),
-  wasm: new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1, kernel: 'wasm' }) };
+  wasm: new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1, kernel: 'wasm' }),
+  'wasm, 2 threads': new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 2, kernel: 'wasm' }) };
 after(() => Object.values(backends).forEach((b) => b.dispose()));
 
 const [H, D, blockSize, numBlocks] = [4, 8, 4, 32];
@@ -34,7 +35,7 @@ function denseCausal(rows: Float32Array[], KVH: number, scale: number): number[]
   });
 }
 
-for (const [KVH, kernel] of [1, 2, 4].flatMap((n) => (['js', 'wasm'] as const).map((k) => [n, k] as const))) {
+for (const [KVH, kernel] of [1, 2, 4].flatMap((n) => (['js', 'wasm', 'wasm, 2 threads'] as const).map((k) => [n, k] as const))) {
   test(`${kernel}: paged attention over scrambled pages equals dense causal attention (H=${H}, KVH=${KVH}), across chunked steps`, () => {
     const backend = backends[kernel];
     const width = (H + 2 * KVH) * D;
@@ -79,4 +80,22 @@ for (const kernel of ['js', 'wasm'] as const) test(`${kernel}: a token whose slo
   const vOff = (H + KVH) * D;
   const expected = Array.from({ length: H }, (_, h) => [...first.subarray(vOff + Math.floor(h / 2) * D, vOff + Math.floor(h / 2) * D + D)]).flat();
   assertClose(out, expected, 1e-6, 'cached v');
+});
+
+test('wasm attention split across two threads equals the single-thread result bit for bit', () => {
+  const [KVH, D2] = [2, 32];
+  const width = (H + 2 * KVH) * D2;
+  const run = (backend: CpuBackend): Float32Array => {
+    backend.allocateKvCache({ numBlocks: 128, blockSize, numLayers: 1, numKvHeads: KVH, headDim: D2 });
+    const pageIds = shuffled(128, 3);
+    const step = backend.beginStep(batchOf([
+      { ids: new Array(200).fill(0), start: 0, pages: pageIds.slice(0, 50) },
+      { ids: new Array(150).fill(0), start: 0, pages: pageIds.slice(50, 88) },
+    ], blockSize));
+    const qkv = backend.upload(hostF32('qkv', [350, width], randomArray(350 * width, 17, -2, 2)));
+    return backend.toHost(backend.attention(qkv, 0, H, KVH, 0.2, step));
+  };
+  const single = run(backends.wasm);
+  assert.deepEqual(run(backends['wasm, 2 threads']), single);
+  assert.ok(single.every((v) => Number.isFinite(v)) && single.some((v) => v !== 0));
 });

@@ -10,7 +10,7 @@ import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
-import { pagedAttentionWasm } from './attention-wasm.js';
+import { attentionMetaLength, scratchBytesPerThread, writeAttentionMeta, type AttentionJob } from './attention-wasm.js';
 import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
 import { MatmulPool } from './matmul-pool.js';
 import type { KernelSetup } from './pool-protocol.js';
@@ -37,6 +37,8 @@ export interface CpuBackendOptions {
   kernel?: 'wasm' | 'js';
 }
 
+/** Below this many query-key-dim products attention runs on the calling thread alone. */
+const MIN_PARALLEL_ATTENTION_MACS = 1 << 16;
 /** Room the wasm heap keeps for step activations when it reports KV space. */
 const WASM_ACTIVATION_RESERVE_BYTES = 512 * 2 ** 20;
 
@@ -222,14 +224,22 @@ export class CpuBackend implements Backend {
     writeKv(q.data, kv, step.batch, shape);
     const out = this.alloc([T, numHeads * headDim]);
     if (this.wasmAttention && this.wasmMemory && headDim % 4 === 0) {
+      const batch = step.batch;
       let maxSeqLen = 0;
-      for (let i = 0; i < step.batch.numSeqs; i++) maxSeqLen = Math.max(maxSeqLen, step.batch.seqLens[i]!);
-      const [scores, slots] = [this.workspace.alloc(maxSeqLen), this.workspace.alloc(maxSeqLen)];
-      const kv = this.kvViews;
-      pagedAttentionWasm(this.wasmAttention, this.wasmMemory.buffer, {
-        qkv: q.view.offset * 4, k: kv[2 * layer]!.offset * 4, v: kv[2 * layer + 1]!.offset * 4,
-        out: out.view.offset * 4, scores: scores.offset * 4, slots: slots.offset * 4,
-      }, step.batch, shape, scale);
+      for (let i = 0; i < batch.numSeqs; i++) maxSeqLen = Math.max(maxSeqLen, batch.seqLens[i]!);
+      const meta = this.workspace.alloc(attentionMetaLength(batch));
+      writeAttentionMeta(batch, new Int32Array(meta.data.buffer, meta.data.byteOffset, meta.data.length));
+      const scratch = this.workspace.alloc(this.pool.numThreads * scratchBytesPerThread(maxSeqLen) / 4);
+      const kvViews = this.kvViews;
+      const job: AttentionJob = {
+        qkv: q.view.offset * 4, k: kvViews[2 * layer]!.offset * 4, v: kvViews[2 * layer + 1]!.offset * 4,
+        out: out.view.offset * 4, meta: meta.offset * 4, numSeqs: batch.numSeqs,
+        maxBlocksPerSeq: batch.maxBlocksPerSeq, numHeads, numKvHeads, headDim, blockSize: spec.blockSize,
+        scale, maxSeqLen, scratch: scratch.offset * 4,
+      };
+      const numMacs = T * maxSeqLen * numHeads * headDim;
+      this.pool.attention(this.wasmAttention, this.wasmMemory, job, batch.numSeqs * numHeads,
+        numMacs >= MIN_PARALLEL_ATTENTION_MACS);
     } else {
       pagedAttention(q.data, kv, step.batch, shape, scale, out.data);
     }

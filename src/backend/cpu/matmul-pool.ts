@@ -7,8 +7,11 @@
 
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type { SharedView } from './heap.js';
-import { CONTROL, jobOf, makeKernel, runChunks, type KernelSetup, type MatmulKernel,
+import type { AttentionJob } from './attention-wasm.js';
+import { CONTROL, jobOf, makeKernel, runAttentionUnits, runChunks, type KernelSetup, type MatmulKernel,
   type PoolMessage } from './pool-protocol.js';
+import type { WasmMemory } from './wasm-asm.js';
+import type { WasmAttention } from './wasm-attention.js';
 
 /** Below this many multiply-adds a matmul runs on the calling thread alone. */
 const MIN_PARALLEL_MACS = 1 << 18;
@@ -31,7 +34,7 @@ export class MatmulPool {
     for (let i = 1; i < this.numThreads; i++) {
       const { port1, port2 } = new MessageChannel();
       const worker = new Worker(new URL('./matmul-worker.js', import.meta.url), {
-        workerData: { control: this.control.buffer, port: port2, setup },
+        workerData: { control: this.control.buffer, port: port2, setup, threadIndex: i },
         transferList: [port2],
       });
       worker.on('message', (m: string) => this.errors.push(m));
@@ -69,6 +72,22 @@ export class MatmulPool {
     Atomics.notify(this.control, CONTROL.generation);
     runChunks(this.control, this.kernel, job);
     this.waitDone(numWorkers);
+  }
+
+  /** Runs numUnits attention units over the calling thread (index 0) and the workers. */
+  attention(kernels: WasmAttention, memory: WasmMemory, job: AttentionJob, numUnits: number, parallel: boolean): void {
+    const numWorkers = parallel ? Math.min(this.workers.length, numUnits - 1) : 0;
+    Atomics.store(this.control, CONTROL.numDone, 0);
+    Atomics.store(this.control, CONTROL.nextChunk, 0);
+    if (numWorkers > 0) {
+      for (let p = 0; p < numWorkers; p++) {
+        this.ports[p]!.postMessage({ kind: 'attention', numUnits, ...job } satisfies PoolMessage);
+      }
+      Atomics.add(this.control, CONTROL.generation, 1);
+      Atomics.notify(this.control, CONTROL.generation);
+    }
+    runAttentionUnits(this.control, kernels, memory, job, numUnits, 0);
+    if (numWorkers > 0) this.waitDone(numWorkers);
   }
 
   dispose(): void {

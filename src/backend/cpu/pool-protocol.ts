@@ -1,8 +1,10 @@
 // Messages, control-word layout and kernel choice shared by MatmulPool and its workers.
 
+import { runAttentionUnit, type AttentionJob } from './attention-wasm.js';
 import type { SharedView } from './heap.js';
 import { matmulCols } from './kernels.js';
 import type { WasmMemory, WasmModule } from './wasm-asm.js';
+import type { WasmAttention } from './wasm-attention.js';
 import { instantiateWasmMatmul } from './wasm-matmul.js';
 
 /** Int32 slots of the control SharedArrayBuffer. */
@@ -22,7 +24,8 @@ export interface MatmulJob {
 export type PoolMessage =
   | { kind: 'buffer'; id: number; buffer: SharedArrayBuffer }
   | { kind: 'release'; id: number }
-  | ({ kind: 'matmul' } & MatmulJob);
+  | ({ kind: 'matmul' } & MatmulJob)
+  | ({ kind: 'attention'; numUnits: number } & AttentionJob);
 
 /** Columns [n0, n1) of a job. */
 export type MatmulKernel = (job: MatmulJob, n0: number, n1: number) => void;
@@ -52,5 +55,15 @@ export function runChunks(control: Int32Array, kernel: MatmulKernel, job: Matmul
     const n0 = Atomics.add(control, CONTROL.nextChunk, 1) * job.colsPerChunk;
     if (n0 >= job.N) return;
     kernel(job, n0, Math.min(job.N, n0 + job.colsPerChunk));
+  }
+}
+
+/** Claims attention units from the shared counter until none is left. */
+export function runAttentionUnits(control: Int32Array, kernels: WasmAttention, memory: WasmMemory,
+  job: AttentionJob, numUnits: number, threadIndex: number): void {
+  for (;;) {
+    const unit = Atomics.add(control, CONTROL.nextChunk, 1);
+    if (unit >= numUnits) return;
+    runAttentionUnit(kernels, memory.buffer, job, unit, threadIndex);
   }
 }
