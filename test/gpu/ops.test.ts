@@ -55,7 +55,7 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
     assertBf16Close(cuda.toHost(rg), cpu.toHost(rc), 'addRmsNorm residual');
   });
 
-  for (const [M, N, K] of [[T, 384, 256], [1, 1000, 512], [64, 96, 1024]] as const) {
+  for (const [M, N, K] of [[T, 384, 256], [1, 1000, 512], [5, 2050, 1032], [8, 96, 3072], [64, 96, 1024]] as const) {
     test(`matmul y[${M}, ${N}] = x[${M}, ${K}] w[${N}, ${K}]^T`, () => {
       const [xc, xg] = uploadBoth(cpu, cuda, 'x', [M, K], randomBf16(M * K, 7 + K));
       const [wc, wg] = uploadBoth(cpu, cuda, 'w', [N, K], randomBf16(N * K, 8 + N));
