@@ -10,11 +10,10 @@
 // with K4 = K & ~3, f32 arithmetic and no fused multiply-add, so the result does
 // not depend on the tile, on T, or on which thread ran it (batch invariance).
 
-import { F32, get, I32, i32, loop, name, OP, section, set, simd, uleb, V128, vec, wasm, WASM_MAX_PAGES,
-  type WasmMemory, type WasmModule } from './wasm-asm.js';
+import { assembleModule, F32, get, I32, i32, loop, OP, set, simd, V128, wasm, type WasmFunc, type WasmMemory,
+  type WasmModule } from './wasm-asm.js';
 
-
-function tileBody(R: number, C: number, wBf16: boolean): number[] {
+function tileFunc(R: number, C: number, wBf16: boolean): WasmFunc {
   const [xPtr, xStride, wPtr, wStride, yPtr, yStride, K] = [0, 1, 2, 3, 4, 5, 6];
   const [kb, k4b, kEnd] = [7, 8, 9];
   const sum = 10;
@@ -26,8 +25,7 @@ function tileBody(R: number, C: number, wBf16: boolean): number[] {
   const wv = Array.from({ length: C }, () => next++);
   const k8b = next++;
   const raw = Array.from({ length: C }, () => next++);
-  const locals = [[...uleb(3), I32], [...uleb(1), F32], [...uleb(R + C), I32], [...uleb(R * C + R + C), V128],
-    [...uleb(1), I32], [...uleb(C), V128]];
+  const locals: [number, number][] = [[3, I32], [1, F32], [R + C, I32], [R * C + R + C, V128], [1, I32], [C, V128]];
   const b: number[] = [];
   xp.forEach((l, r) => b.push(...get(xPtr), ...get(xStride), ...i32(r), OP.i32Mul, OP.i32Add, ...set(l)));
   wp.forEach((l, c) => b.push(...get(wPtr), ...get(wStride), ...i32(c), OP.i32Mul, OP.i32Add, ...set(l)));
@@ -81,9 +79,7 @@ function tileBody(R: number, C: number, wBf16: boolean): number[] {
         ...get(sum), OP.f32Store, 2, 0);
     }
   }
-  b.push(OP.end);
-  const code = [...vec(locals), ...b];
-  return [...uleb(code.length), ...code];
+  return { name: tileName(R, C, wBf16), params: [I32, I32, I32, I32, I32, I32, I32], results: [], locals, body: b };
 }
 
 /** Tiles the driver uses: 4 x 2 for runs of 4 rows, 1 x 8 for single rows, and their column remainders. */
@@ -93,14 +89,7 @@ const FUNCS: [number, number, boolean][] = TILES.flatMap(([R, C]) => [[R, C, fal
 const tileName = (R: number, C: number, wBf16: boolean): string => `tile_${R}x${C}${wBf16 ? '_bf16' : ''}`;
 
 export function wasmMatmulBytes(): Uint8Array {
-  const params = [I32, I32, I32, I32, I32, I32, I32].map((t) => [t]);
-  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-    ...section(1, vec([[0x60, ...vec(params), 0x00]])),
-    ...section(2, vec([[...name('env'), ...name('memory'), 0x02, 0x03, ...uleb(1), ...uleb(WASM_MAX_PAGES)]])),
-    ...section(3, vec(FUNCS.map(() => [0]))),
-    ...section(7, vec(FUNCS.map(([R, C, bf16], i) => [...name(tileName(R, C, bf16)), 0x00, ...uleb(i)]))),
-    ...section(10, vec(FUNCS.map(([R, C, bf16]) => tileBody(R, C, bf16)))),
-  ]);
+  return assembleModule(FUNCS.map(([R, C, bf16]) => tileFunc(R, C, bf16)));
 }
 
 
