@@ -16,7 +16,7 @@ export interface CreatedBackend {
 async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
   const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager });
-  return { backend, device: backend.deviceName };
+  return { backend, device: backend.device.name };
 }
 
 export async function createBackend(options: EngineOptions): Promise<CreatedBackend> {
