@@ -14,8 +14,9 @@ export interface ScheduledSeq {
   sample: boolean;
 }
 
+/** Pads to `padToNumSeqs` one-token rows; with `samplePadding` they yield logits too (fixed-shape graphs). */
 export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: number,
-  padToNumSeqs = seqs.length): ForwardBatch {
+  padToNumSeqs = seqs.length, samplePadding = false): ForwardBatch {
   let numTokens = 0;
   let maxBlocksPerSeq = 1;
   let numLogits = 0;
@@ -26,6 +27,7 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
   }
   const numPad = padToNumSeqs - seqs.length;
   numTokens += numPad;
+  if (samplePadding) numLogits += numPad;
   const numSeqs = padToNumSeqs;
   const inputIds = new Int32Array(numTokens);
   const positions = new Int32Array(numTokens);
@@ -57,6 +59,7 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
   for (let i = seqs.length; i < numSeqs; i++, t++) {
     queryStartLoc[i] = t;
     seqLens[i] = 1;
+    if (samplePadding) logitsIndices[l++] = t;
   }
   queryStartLoc[numSeqs] = t;
   return { numTokens, numSeqs, inputIds, positions, slotMapping, queryStartLoc, seqLens,

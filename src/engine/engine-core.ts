@@ -11,13 +11,22 @@ import type { SequenceSamplingState } from '../sampling/sequence-state.js';
 import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler } from '../scheduler/scheduler.js';
-import { buildForwardBatch } from './batch-builder.js';
+import { buildForwardBatch, type ScheduledSeq } from './batch-builder.js';
+import type { ForwardBatch } from '../model/batch.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
 import type { EngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './types.js';
 
 type EngineReq = Request<SequenceSamplingState>;
+type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array) => Float32Array;
+
+/** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
+export function graphBucket(numSeqs: number, maxNumSeqs: number): number | null {
+  if (numSeqs > maxNumSeqs) return null;
+  const bucket = numSeqs <= 8 ? 2 ** Math.ceil(Math.log2(Math.max(1, numSeqs))) : Math.ceil(numSeqs / 8) * 8;
+  return Math.min(bucket, Math.max(maxNumSeqs, numSeqs));
+}
 
 export interface EngineCoreParts {
   model: Model;
@@ -101,8 +110,7 @@ export class EngineCore {
     if (so.scheduledRequests.length === 0) return outputs;
     this.numSteps++;
     this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
-    const batch = buildForwardBatch(so.scheduledRequests, this.options.blockSize);
-    const logits = this.model.forward(batch);
+    const logits = this.execute(so.scheduledRequests);
 
     const rows: EngineReq[] = [];
     for (const r of so.scheduledRequests) {
@@ -145,6 +153,17 @@ export class EngineCore {
     this.scheduler.finishRequests(finished.get('stop')!, 'FINISHED_STOPPED');
     this.scheduler.finishRequests(finished.get('length')!, 'FINISHED_LENGTH');
     return outputs;
+  }
+
+  /** One forward; decode-only steps replay a CUDA graph captured per batch-size bucket. */
+  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[]): Float32Array {
+    const backend = this.model.backend as Backend & { graph?: GraphRunner };
+    const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
+    if (backend.graph && !this.options.enforceEager && bucket !== null) {
+      const batch = buildForwardBatch(rows, this.options.blockSize, bucket, true);
+      return backend.graph(bucket, batch, () => this.model.forward(batch));
+    }
+    return this.model.forward(buildForwardBatch(rows, this.options.blockSize));
   }
 
   private errorOutput(requestId: string, error: string): EngineOutput {

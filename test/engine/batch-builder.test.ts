@@ -31,3 +31,15 @@ test('a block table too short for the tokens is an error', () => {
   assert.throws(() => buildForwardBatch([{ tokenIds: [1, 2, 3], startPosition: 2, blockTable: [0], sample: true }], 4),
     /need 2 pages/);
 });
+
+test('sampled padding rows keep the logits shape fixed at the bucket size', () => {
+  const b = buildForwardBatch([{ tokenIds: [5], startPosition: 3, blockTable: [2], sample: true }], 16, 4, true);
+  assert.deepEqual([...b.logitsIndices], [0, 1, 2, 3]);
+});
+
+test('graph buckets: powers of two to 8, then steps of 8, none above maxNumSeqs', async () => {
+  const { graphBucket } = await import('../../src/engine/engine-core.js');
+  assert.deepEqual([1, 2, 3, 5, 8, 9, 17, 24, 25].map((n) => graphBucket(n, 256)), [1, 2, 4, 8, 8, 16, 24, 24, 32]);
+  assert.equal(graphBucket(300, 256), null);
+  assert.equal(graphBucket(6, 6), 6);
+});
