@@ -29,6 +29,13 @@ function keyValue(v: string, what: string): [string, string] {
   return [v.slice(0, i), v.slice(i + 1)];
 }
 
+/** Every benchmark takes the GPU lock and runs the preflight; these flags override. */
+function addLockFlags(cmd: Command): Command {
+  return cmd
+    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
+    .option('--lock-dir <dir>', 'where the benchmark lock lives');
+}
+
 function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>): Promise<T> {
   gpuPreflight({ force: flags.force === true });
   const lock = acquireBenchLock({ force: flags.force === true, ...(flags.lockDir ? { dir: flags.lockDir as string } : {}) });
@@ -36,7 +43,7 @@ function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>): Pro
 }
 
 function serveCommand(): Command {
-  return new Command('serve')
+  return addLockFlags(new Command('serve'))
     .description('load-test one or more OpenAI-compatible servers side by side, in interleaved rounds')
     .requiredOption('--target <name=url>', 'a server to measure (repeat for several)', collect)
     .option('--model <model>', 'model name to request: one for all, or name=model per target (repeat)', collect)
@@ -56,8 +63,6 @@ function serveCommand(): Command {
     .option('--gates <file>', 'a gate-summary JSON (from quire gate --summary) to include in the report')
     .option('--out <dir>', 'report directory', 'bench-results')
     .option('--title <t>', 'report title')
-    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
-    .option('--lock-dir <dir>', 'where the benchmark lock lives')
     .action(async (f: Record<string, unknown>) => {
       const models = (f.model as string[] | undefined) ?? [];
       const modelFor = new Map(models.filter((m) => m.includes('=')).map((m) => keyValue(m, '--model')));
@@ -110,10 +115,8 @@ function offlineCommand(): Command {
     .option('--prefix-len <n>', 'w5 shared system prompt tokens', Number, 2000)
     .option('--suffix-len <n>', 'w5 suffix tokens', Number, 100)
     .option('--concurrency <n>', 'w5 concurrency', Number, 16)
-    .option('--json <file>', 'also write the result as JSON')
-    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
-    .option('--lock-dir <dir>', 'where the benchmark lock lives');
-  addEngineFlags(cmd);
+    .option('--json <file>', 'also write the result as JSON');
+  addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
     await withLock(f, async () => {
@@ -173,10 +176,8 @@ function decodeCommand(): Command {
     .option('--prompt-len <n>', 'prompt tokens', Number, 128)
     .option('--g1 <n>', 'short generation', Number, 64)
     .option('--g2 <n>', 'long generation', Number, 320)
-    .option('--repeats <n>', 'measured repeats', Number, 2)
-    .option('--force', 'run even when other processes use the GPU or the lock is held', false)
-    .option('--lock-dir <dir>', 'where the benchmark lock lives');
-  addEngineFlags(cmd);
+    .option('--repeats <n>', 'measured repeats', Number, 2);
+  addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
     await withLock(f, async () => {

@@ -36,17 +36,10 @@ export interface Workload {
 
 export type Length = number | { min: number; max: number };
 
-/** mulberry32: small, seeded, good enough to pick words and lengths. */
-export function seededRng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32 (shared with the random-weight models): seeded, good enough to pick words and lengths. */
+import { seededRandom as seededRng } from '../model/random-weights.js';
+
+export { seededRng };
 
 const WORDS = (
   'the of and to in is was for on are with as be at by this had not but from or have an they which one you were her all ' +
