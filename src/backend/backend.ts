@@ -68,6 +68,11 @@ export interface Backend {
   siluMul(gateUp: Tensor): Tensor;
   /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
+  /**
+   * One token per row of logits [numLogits, vocab] as the step's batch.sampling
+   * says (greedy where absent); only the token ids reach the host.
+   */
+  sampleTokens(logits: Tensor, step: StepInputs): Int32Array;
   /** Copies a tensor to the host as f32. */
   toHost(t: Tensor): Float32Array;
   /** Frees everything. */

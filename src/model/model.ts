@@ -6,7 +6,7 @@
 //
 // The residual stream lives in the embedding output; addRmsNorm adds into it in place.
 
-import type { Backend, RopeSpec, Tensor } from '../backend/backend.js';
+import type { Backend, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import { ropeInvFreq } from './rope.js';
@@ -44,6 +44,16 @@ export class Model {
 
   /** Logits [logitsIndices.length * vocabSize], row-major. */
   forward(batch: ForwardBatch): Float32Array {
+    return this.backend.toHost(this.logits(batch).logits);
+  }
+
+  /** One token per logits row, picked by the backend as batch.sampling says (the logits stay on the device). */
+  forwardTokens(batch: ForwardBatch): Int32Array {
+    const { logits, step } = this.logits(batch);
+    return this.backend.sampleTokens(logits, step);
+  }
+
+  private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
     const b = this.backend;
     const c = this.config;
     const w = this.weights;
@@ -63,6 +73,6 @@ export class Model {
     }
     const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);
     const rows = b.gatherLogitRows(final, step);
-    return b.toHost(b.matmul(rows, w.lmHead));
+    return { logits: b.matmul(rows, w.lmHead), step };
   }
 }

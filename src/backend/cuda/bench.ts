@@ -53,12 +53,6 @@ function prefillBatch(ids: number[], pages: Int32Array, blockSize: number): Forw
   };
 }
 
-function argmax(logits: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[best]!) best = i;
-  return best;
-}
-
 /** Wall time of prefill + `numGenerated` greedy decode steps. */
 export function timeGeneration(model: Model, backend: CudaBackend, numGenerated: number): number {
   const { promptLen, blockSize } = W2;
@@ -66,10 +60,10 @@ export function timeGeneration(model: Model, backend: CudaBackend, numGenerated:
   const pages = Int32Array.from({ length: numPages }, (_, i) => i);
   const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % model.config.vocabSize);
   const start = performance.now();
-  let token = argmax(model.forward(prefillBatch(prompt, pages, blockSize)));
+  let token = model.forwardTokens(prefillBatch(prompt, pages, blockSize))[0]!;
   for (let i = 1; i < numGenerated; i++) {
     const batch = decodeBatch(token, promptLen + i - 1, pages, blockSize);
-    token = argmax(backend.graph(1, batch, () => model.forward(batch)));
+    token = backend.graph(1, batch, () => model.forwardTokens(batch))[0]!;
   }
   return performance.now() - start;
 }

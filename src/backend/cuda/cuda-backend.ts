@@ -74,7 +74,7 @@ interface CapturedGraph {
   exec: Handle;
   graph: Handle;
   generation: string;
-  hostRead: { numElements: number; dtype: 'bf16' | 'f32' } | null;
+  hostRead: { numElements: number; dtype: 'bf16' | 'f32' | 'i32' } | null;
 }
 
 export class CudaBackend implements Backend {
@@ -382,6 +382,24 @@ export class CudaBackend implements Backend {
     return new Int32Array(host.slice(0, R * 4));
   }
 
+  /** Tokens per logits row on the GPU (kernels/sample.cu); only R int32 reach the host. */
+  sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
+    const { meta } = this.stepOf(step);
+    const l = asCuda(logits);
+    const [R, vocab] = [l.shape[0]!, l.shape[1]!];
+    const ids = this.workspace.alloc(Math.max(4, R * 4));
+    if (R > 0) {
+      this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
+        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)]));
+    }
+    const view = this.readToHost(ids, R * 4);
+    if (this.capturing) {
+      this.capturedRead = { numElements: R, dtype: 'i32' };
+      return new Int32Array(R);
+    }
+    return new Int32Array(view.slice(0, R * 4));
+  }
+
   private readToHost(src: bigint, bytes: number): ArrayBuffer {
     const staging = this.staging.ensure(bytes, this.capturing);
     this.timed('copies', () => this.device.copyToHostAsync(staging, src, bytes));
@@ -414,17 +432,17 @@ export class CudaBackend implements Backend {
 
   /**
    * Runs a decode step `record` (a forward pass over `batch` that calls beginStep
-   * and ends in one toHost) through a CUDA graph cached under `key` (the padded
-   * batch size). The first call for a key runs eagerly, then captures; later
+   * and ends in one toHost or sampleTokens) through a CUDA graph cached under
+   * `key` (the padded batch size, and what the step returns). The first call for a key runs eagerly, then captures; later
    * calls stage the batch's metadata into the pinned buffer the graph copies
    * from, launch the graph and read its result. Returns what toHost returned.
    */
-  graph(key: number, batch: ForwardBatch, record: () => Float32Array): Float32Array {
+  graph<R extends Float32Array | Int32Array>(key: number, batch: ForwardBatch, record: () => R): R {
     if (this.enforceEager || this.profiler || !isDecodeOnly(batch)) return record();
     const cached = this.graphs.get(key);
     if (cached && cached.generation === this.generation() && cached.hostRead &&
       layoutFor(batch, this.meta?.layout ?? null) === this.meta?.layout) {
-      return this.replay(cached, batch);
+      return this.replay(cached, batch) as R;
     }
     if (cached) this.destroyGraph(key);
     const result = record();
@@ -434,21 +452,22 @@ export class CudaBackend implements Backend {
     return result;
   }
 
-  private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array {
+  private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array | Int32Array {
     const meta = this.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
     this.numGraphReplays++;
     const read = g.hostRead!;
-    const bytes = read.numElements * BYTES_PER_ELEMENT[read.dtype];
+    const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
     const view = this.staging.ensure(bytes, true).view;
     this.device.synchronize();
     this.metaCopyPending = false;
+    if (read.dtype === 'i32') return new Int32Array(view.slice(0, bytes));
     return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
   }
 
-  private capture(key: number, record: () => Float32Array): void {
+  private capture(key: number, record: () => Float32Array | Int32Array): void {
     const api = this.device.api;
     const generation = this.generation();
     this.capturedRead = null;
