@@ -44,6 +44,13 @@ export interface Backend {
   /** Resets the activation workspace and stages the step's metadata. */
   beginStep(batch: ForwardBatch): StepInputs;
 
+  /**
+   * Activations made after beginLayer(l) may be reused once layer l + 2 begins
+   * (only the residual and the previous layer's outputs live across layers);
+   * endLayers() returns to step-lifetime activations.
+   */
+  beginLayer(layer: number): void;
+  endLayers(): void;
   /** out[t] = table[inputIds[t]]  -> [numTokens, hidden] */
   embedding(table: Tensor, step: StepInputs): Tensor;
   /** out = rmsnorm(x) * w */

@@ -51,6 +51,8 @@ export class EngineCore {
   private numGenerationTokens = 0;
   private numSteps = 0;
   private numRunningPeak = 0;
+  private executeMs = 0;
+  private stepMs = 0;
 
   constructor(parts: EngineCoreParts, readonly options: EngineOptions) {
     this.model = parts.model;
@@ -107,6 +109,15 @@ export class EngineCore {
   step(): EngineOutput[] {
     const outputs = this.pending.splice(0);
     if (!this.scheduler.hasUnfinishedRequests()) return outputs;
+    const t0 = performance.now();
+    try {
+      return this.stepScheduled(outputs);
+    } finally {
+      this.stepMs += performance.now() - t0;
+    }
+  }
+
+  private stepScheduled(outputs: EngineOutput[]): EngineOutput[] {
     const so = this.scheduler.schedule();
     if (so.scheduledRequests.length === 0) return outputs;
     this.numSteps++;
@@ -117,9 +128,11 @@ export class EngineCore {
       if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
     }
     const states = rows.map((r) => r.sampling!);
+    const t0 = performance.now();
     const { tokenIds, logprobs } = states.every((st) => isDeviceSamplable(st, this.eosTokenIds))
       ? { tokenIds: this.execute(so.scheduledRequests, states), logprobs: [] }
       : this.sampler.sample(this.execute(so.scheduledRequests, null), states);
+    this.executeMs += performance.now() - t0;
     const sampled = new Map<string, number[]>();
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
     rows.forEach((req, i) => {
@@ -197,11 +210,19 @@ export class EngineCore {
       numPromptTokens: this.numPromptTokens,
       numGenerationTokens: this.numGenerationTokens,
       numSteps: this.numSteps,
+      executeMs: this.executeMs,
+      hostMs: this.stepMs - this.executeMs,
     };
   }
 
   traceSummary(): string | null {
     return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null;
+  }
+
+  /** Device-to-device copy bandwidth in bytes/s (the roofline's denominator); null on the CPU backend. */
+  copyBandwidth(): number | null {
+    const backend = this.model.backend as Backend & { copyBandwidth?: () => number };
+    return backend.copyBandwidth ? backend.copyBandwidth() : null;
   }
 
   dispose(): void {
@@ -219,6 +240,7 @@ export async function createEngineCore(options: EngineOptions, loaded?: ModelDir
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   return new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    info: { backend: backend.name, device, loadMs: Math.round(performance.now() - t0) },
+    info: { backend: backend.name, device, loadMs: Math.round(performance.now() - t0),
+      weightBytesPerStep: model.weightBytesPerStep() },
   }, options);
 }

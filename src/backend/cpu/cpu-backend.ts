@@ -269,6 +269,10 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  beginLayer(): void {}
+
+  endLayers(): void {}
+
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
     const l = asCpu(logits);
     const [numRows, vocab] = [l.shape[0]!, l.shape[1]!];

@@ -12,7 +12,8 @@ import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, ou
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler } from './profiler.js';
 import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
-import { DeviceWorkspace } from './workspace.js';
+import { StepWorkspace } from './workspace.js';
+import { copyBandwidth as measureCopyBandwidth } from './bandwidth.js';
 
 export interface CudaBackendOptions {
   deviceOrdinal?: number;
@@ -83,7 +84,7 @@ export class CudaBackend implements Backend {
   readonly device: Device;
   private readonly gemm: Gemm;
   private readonly cublasWorkspace: bigint;
-  private readonly workspace: DeviceWorkspace;
+  private readonly workspace: StepWorkspace;
   private readonly staging: HostStaging;
   private readonly profiler: Profiler | null;
   private readonly log: (text: string) => void;
@@ -114,7 +115,7 @@ export class CudaBackend implements Backend {
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = this.device.alloc(cublasBytes);
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
-    this.workspace = new DeviceWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
+    this.workspace = new StepWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
     this.staging = new HostStaging(this.device);
     this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream) : null;
     const ev: [Handle | null] = [null];
@@ -236,6 +237,14 @@ export class CudaBackend implements Backend {
 
   private timed<T>(bucket: string, fn: () => T): T {
     return this.profiler && !this.capturing ? this.profiler.time(bucket, fn) : fn();
+  }
+
+  beginLayer(layer: number): void {
+    this.workspace.beginLayer(layer);
+  }
+
+  endLayers(): void {
+    this.workspace.endLayers();
   }
 
   // ---- ops ----
@@ -417,6 +426,11 @@ export class CudaBackend implements Backend {
       return new Float32Array(c.numElements);
     }
     return c.dtype === 'bf16' ? bf16BytesToF32(view, c.numElements) : new Float32Array(view.slice(0, c.numBytes));
+  }
+
+  /** Device-to-device copy bandwidth, bytes read + written per second. */
+  copyBandwidth(): number {
+    return measureCopyBandwidth(this.device);
   }
 
   /** The last profiled step's table (profile mode). */
