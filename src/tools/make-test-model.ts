@@ -21,6 +21,8 @@ export interface MakeTestModelOptions {
   /** Standard deviation of linear and embedding weights (norms sit near 1). */
   linearStd?: number;
   onProgress?: (numBytesWritten: number, numBytesTotal: number) => void;
+  /** Each tensor repeats its first chunk of random values (benchmark weights at disk speed). */
+  repeatChunks?: boolean;
 }
 
 export interface TestModelInfo {
@@ -92,7 +94,7 @@ export async function makeTestModel(opts: MakeTestModelOptions): Promise<TestMod
     await writeSafetensors(join(dir, files[i]!), {
       specs: shards[i]!,
       chunks: function* (spec) {
-        for (const chunk of randomTensorChunks(spec, seed, initFor(spec.name, linearStd))) {
+        for (const chunk of randomTensorChunks(spec, seed, initFor(spec.name, linearStd), opts.repeatChunks ?? false)) {
           numBytesWritten += chunk.byteLength;
           opts.onProgress?.(numBytesWritten, numWeightBytes);
           yield chunk;
@@ -123,11 +125,13 @@ export function makeTestModelCommand(): Command {
     .option('--dtype <dtype>', 'bf16 | f16 | f32', 'bf16')
     .option('--seed <n>', 'random seed', nonNegativeInt, 0)
     .option('--shards <n>', 'number of safetensors shards', nonNegativeInt, 1)
+    .option('--fast', 'repeat each tensor\'s first 4 Mi random values (big benchmark models at disk speed)')
     .option('--list', 'list the shapes and exit')
     .action(runMakeTestModel);
 }
 
-async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number; list?: boolean }): Promise<void> {
+async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number;
+  list?: boolean; fast?: boolean }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
@@ -143,6 +147,7 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
     dtype: o.dtype as DType,
     seed: o.seed,
     numShards: o.shards,
+    repeatChunks: o.fast ?? false,
     onProgress: (done, total) => {
       const percent = Math.floor((100 * done) / total);
       if (percent >= lastPercent + 5 && process.stderr.isTTY) {

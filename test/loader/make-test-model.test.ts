@@ -103,6 +103,17 @@ test('a 4M-element tensor streams in chunks of bounded size', () => {
   assert.equal(numChunks, 2);
 });
 
+test('repeatChunks (--fast) repeats the first chunk of the normal stream', () => {
+  const spec = { name: 'model.layers.0.mlp.up_proj.weight', dtype: 'bf16' as const, shape: [4096, 2100] };
+  const normal = [...randomTensorChunks(spec, 0, { mean: 0, std: 0.02 })];
+  const fast = [...randomTensorChunks(spec, 0, { mean: 0, std: 0.02 }, true)];
+  assert.equal(fast.length, 3);
+  assert.deepEqual(fast[0], normal[0]);
+  assert.deepEqual(fast[1], normal[0]);
+  assert.deepEqual(fast[2], normal[0]!.subarray(0, normal[2]!.byteLength));
+  assert.notDeepEqual(normal[1], normal[0]);
+});
+
 test('CLI writes a loadable directory and rejects bad arguments', () => {
   const out = join(tempDir(), 'cli');
   const script = join(repoRoot(), 'dist', 'src', 'tools', 'make-test-model.js');

@@ -22,11 +22,20 @@ export function initFor(name: string, linearStd: number): WeightInit {
  * indexed by the PRNG, two 16-bit indices per 32-bit draw: a 16 GB model is
  * written in minutes instead of the hour that per-element Box-Muller takes.
  */
-export function* randomTensorChunks(spec: TensorSpec, seed: number, init: WeightInit): Generator<Uint8Array> {
+export function* randomTensorChunks(spec: TensorSpec, seed: number, init: WeightInit,
+  repeatChunks = false): Generator<Uint8Array> {
   const prng = new Prng(streamSeed(seed, spec.name));
   const table = new Float32Array(TABLE_SIZE);
   for (let i = 0; i < TABLE_SIZE; i++) table[i] = init.mean + init.std * prng.nextNormal();
   const numElements = spec.shape.reduce((a, b) => a * b, 1);
+  if (repeatChunks) {
+    const first = randomTensorChunks({ ...spec, shape: [Math.min(numElements, CHUNK_ELEMENTS)] }, seed, init).next().value!;
+    const bytesPerElement = first.byteLength / Math.min(numElements, CHUNK_ELEMENTS);
+    for (let start = 0; start < numElements; start += CHUNK_ELEMENTS) {
+      yield first.subarray(0, Math.min(CHUNK_ELEMENTS, numElements - start) * bytesPerElement);
+    }
+    return;
+  }
   if (spec.dtype === 'f32') {
     for (let start = 0; start < numElements; start += CHUNK_ELEMENTS) {
       const n = Math.min(CHUNK_ELEMENTS, numElements - start);
