@@ -6,6 +6,7 @@ import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js'
 import type { DType, HostTensor } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
@@ -55,7 +56,6 @@ function isDecodeOnly(batch: ForwardBatch): boolean {
 }
 
 const ATTENTION_HEAD_DIMS = [64, 128, 256];
-const MAX_DECODE_SPLITS = 16;
 
 interface Meta {
   layout: MetaLayout;
@@ -104,6 +104,7 @@ export class CudaBackend implements Backend {
   private capturing = false;
   numGraphReplays = 0;
   private capturedRead: CapturedGraph['hostRead'] = null;
+  private decodeScratchOf: { step: object | null; numRows: number; D: number; partialOut: bigint; partialMl: bigint } | null = null;
 
   constructor(opts: CudaBackendOptions = {}) {
     this.device = new Device(opts.deviceOrdinal ?? 0);
@@ -309,10 +310,23 @@ export class CudaBackend implements Backend {
         i32(numKvHeads), i32(D), f32(eps)]));
   }
 
-  /** Thread blocks per (token, head) in the decode kernel: enough to fill the GPU, fixed per batch size. */
-  decodeSplits(numTokens: number, numHeads: number): number {
-    const numRows = Math.max(1, numTokens * numHeads);
-    return Math.max(1, Math.min(MAX_DECODE_SPLITS, Math.floor((2 * this.device.numSMs) / numRows)));
+  /**
+   * Grid z of the decode kernel for `numRows` (token, head) rows. Every
+   * row's splits follow its own kv length (decode-splits.ts), so this changes
+   * how blocks share the work, never a result.
+   */
+  decodeSplits(numRows: number, maxRowSplits: number): number {
+    return decodeGridZ(numRows, this.device.numSMs, maxRowSplits);
+  }
+
+  /** The decode kernel's partial buffers, one pair per step shared by every layer. */
+  private decodeScratch(numRows: number, D: number): { partialOut: bigint; partialMl: bigint } {
+    const s = this.decodeScratchOf;
+    if (s && s.step === this.current && s.numRows >= numRows && s.D >= D) return s;
+    const partialOut = this.act([numRows, MAX_SPLITS, D], 'f32').ptr;
+    const partialMl = this.act([numRows, MAX_SPLITS, 2], 'f32').ptr;
+    this.decodeScratchOf = { step: this.current, numRows, D, partialOut, partialMl };
+    return this.decodeScratchOf;
   }
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
@@ -329,16 +343,19 @@ export class CudaBackend implements Backend {
       this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
         ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       if (packed.decodeOnly) {
-        const numSplits = this.decodeSplits(T, numHeads);
-        const partialOut = numSplits > 1 ? this.act([T, numHeads, numSplits, D], 'f32') : null;
-        const partialMl = numSplits > 1 ? this.act([T, numHeads, numSplits, 2], 'f32') : null;
-        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}`, [T, numHeads, numSplits], 128, [
-          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut?.ptr ?? 0n), ptr(partialMl?.ptr ?? 0n),
-          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
-          ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(spec.blockSize), f32(scale)]);
-        if (partialOut && partialMl) {
+        // A graph replays with longer kv lengths than it was captured with: it always merges.
+        const { partialOut, partialMl } = this.decodeScratch(T * numHeads, D);
+        const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
+        const gridZ = this.decodeSplits(T * numHeads, maxRowSplits);
+        const rowArgs = [ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions))];
+        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}`, [T, numHeads, gridZ], 128, [
+          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl),
+          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ...rowArgs, i32(numHeads), i32(numKvHeads),
+          i32(spec.blockSize), f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS)]);
+        if (maxRowSplits > 1) {
           this.device.launch('attention_decode.cu', 'attention_merge_bf16', [T, numHeads, 1], 128, [
-            ptr(partialOut.ptr), ptr(partialMl.ptr), ptr(out.ptr), i32(numHeads), i32(D), i32(numSplits)]);
+            ptr(partialOut), ptr(partialMl), ptr(out.ptr), ...rowArgs, i32(numHeads), i32(D), i32(SPLIT_TOKENS),
+            i32(MAX_SPLITS)]);
         }
       } else {
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
