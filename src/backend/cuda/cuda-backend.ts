@@ -11,7 +11,7 @@ import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
-import { Profiler } from './profiler.js';
+import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
 import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { DeviceWorkspace } from './workspace.js';
 
@@ -23,8 +23,10 @@ export interface CudaBackendOptions {
   activationReserveBytes?: number;
   /** Disables CUDA graphs: graph() just runs its function. */
   enforceEager?: boolean;
-  /** Times every op with CUDA events and prints a table after each step (eager only). */
+  /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
+  /** Which profiled steps print their table (default 'every-step'). */
+  profileLog?: ProfileLogMode;
   /** Where the profile table goes; default stderr. */
   log?: (text: string) => void;
   initialWorkspaceBytes?: number;
@@ -46,6 +48,13 @@ export class CudaTensor implements Tensor {
 function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
   return t;
+}
+
+/** A profile's name for an eager step: its kind and token count (rounded up to a power of two). */
+function eagerShape(batch: ForwardBatch): string {
+  let numTokens = 1;
+  while (numTokens < batch.numTokens) numTokens *= 2;
+  return `${isDecodeOnly(batch) ? 'decode' : 'prefill/mixed'} <=${numTokens} tokens`;
 }
 
 function isDecodeOnly(batch: ForwardBatch): boolean {
@@ -71,6 +80,8 @@ interface KvCache {
 }
 
 interface CapturedGraph {
+  /** Profile mode: the events the graph records between its ops. */
+  timings: GraphTimings | null;
   exec: Handle;
   graph: Handle;
   generation: string;
@@ -117,7 +128,7 @@ export class CudaBackend implements Backend {
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
     this.workspace = new DeviceWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
     this.staging = new HostStaging(this.device);
-    this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream) : null;
+    this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
     const ev: [Handle | null] = [null];
     check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
     this.metaCopied = outPtr(ev, 'cuEventCreate');
@@ -189,7 +200,8 @@ export class CudaBackend implements Backend {
   beginStep(batch: ForwardBatch): StepInputs {
     if (!this.capturing) {
       if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
-      if (this.profiler?.hasPending) this.log(this.profiler.finishStep());
+      this.profiler?.finishStep();
+      this.profiler?.startStep(eagerShape(batch));
       if (this.workspace.needsMerge) this.device.synchronize();
     }
     this.workspace.reset();
@@ -236,7 +248,7 @@ export class CudaBackend implements Backend {
   }
 
   private timed<T>(bucket: string, fn: () => T): T {
-    return this.profiler && !this.capturing ? this.profiler.time(bucket, fn) : fn();
+    return this.profiler ? this.profiler.time(bucket, fn) : fn();
   }
 
   // ---- ops ----
@@ -404,7 +416,7 @@ export class CudaBackend implements Backend {
     this.timed('copies', () => this.device.copyToHostAsync(staging, src, bytes));
     if (this.capturing) return staging.view;
     this.device.synchronize();
-    if (this.profiler?.hasPending) this.log(this.profiler.finishStep());
+    this.profiler?.finishStep();
     return staging.view;
   }
 
@@ -437,7 +449,7 @@ export class CudaBackend implements Backend {
    * from, launch the graph and read its result. Returns what toHost returned.
    */
   graph(key: number, batch: ForwardBatch, record: () => Float32Array): Float32Array {
-    if (this.enforceEager || this.profiler || !isDecodeOnly(batch)) return record();
+    if (this.enforceEager || !isDecodeOnly(batch)) return record();
     const cached = this.graphs.get(key);
     if (cached && cached.generation === this.generation() && cached.hostRead &&
       layoutFor(batch, this.meta?.layout ?? null) === this.meta?.layout) {
@@ -454,6 +466,7 @@ export class CudaBackend implements Backend {
   private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array {
     const meta = this.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
+    const startMs = performance.now();
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
     this.numGraphReplays++;
@@ -461,6 +474,7 @@ export class CudaBackend implements Backend {
     const bytes = read.numElements * BYTES_PER_ELEMENT[read.dtype];
     const view = this.staging.ensure(bytes, true).view;
     this.device.synchronize();
+    if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
     this.metaCopyPending = false;
     return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
   }
@@ -470,6 +484,7 @@ export class CudaBackend implements Backend {
     const generation = this.generation();
     this.capturedRead = null;
     check(api.cuStreamBeginCapture_v2(this.device.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 'cuStreamBeginCapture_v2');
+    this.profiler?.beginCapture();
     this.capturing = true;
     this.workspace.frozen = true;
     const graphOut: [Handle | null] = [null];
@@ -482,16 +497,18 @@ export class CudaBackend implements Backend {
       this.capturing = false;
       this.workspace.frozen = false;
     }
+    const timings = this.profiler?.endCapture(`graph ${key}`) ?? null;
     const endStatus = api.cuStreamEndCapture(this.device.stream, graphOut);
     if (failure) {
       if (endStatus === 0 && graphOut[0]) api.cuGraphDestroy(BigInt(graphOut[0]));
+      if (timings) this.profiler?.release(timings);
       throw failure;
     }
     check(endStatus, 'cuStreamEndCapture');
     const graph = outPtr(graphOut, 'cuStreamEndCapture');
     const execOut: [Handle | null] = [null];
     check(api.cuGraphInstantiateWithFlags(execOut, graph, 0n), 'cuGraphInstantiateWithFlags');
-    this.graphs.set(key, { exec: outPtr(execOut, 'cuGraphInstantiateWithFlags'), graph, generation,
+    this.graphs.set(key, { timings, exec: outPtr(execOut, 'cuGraphInstantiateWithFlags'), graph, generation,
       hostRead: this.capturedRead });
   }
 
@@ -500,6 +517,7 @@ export class CudaBackend implements Backend {
     if (!g) return;
     this.device.api.cuGraphExecDestroy(g.exec);
     this.device.api.cuGraphDestroy(g.graph);
+    if (g.timings) this.profiler?.release(g.timings);
     this.graphs.delete(key);
   }
 
