@@ -18,5 +18,9 @@ const files = [];
 const chosen = files
   .filter((f) => (gpu ? f.startsWith(join(root, 'gpu')) : !f.startsWith(join(root, 'gpu'))))
   .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)));
+if (chosen.length === 0) {
+  console.error(`no test file under ${root} matches ${filters.join(' ')}`);
+  process.exit(1);
+}
 const r = spawnSync(process.execPath, ['--test', '--test-concurrency=2', ...chosen], { stdio: 'inherit' });
 process.exit(r.status ?? 1);

@@ -44,6 +44,13 @@ export interface Backend {
   /** Resets the activation workspace and stages the step's metadata. */
   beginStep(batch: ForwardBatch): StepInputs;
 
+  /**
+   * Activations made after beginLayer(l) may be reused once layer l + 2 begins
+   * (only the residual and the previous layer's outputs live across layers);
+   * endLayers() returns to step-lifetime activations.
+   */
+  beginLayer(layer: number): void;
+  endLayers(): void;
   /** out[t] = table[inputIds[t]]  -> [numTokens, hidden] */
   embedding(table: Tensor, step: StepInputs): Tensor;
   /** out = rmsnorm(x) * w */
@@ -68,6 +75,11 @@ export interface Backend {
   siluMul(gateUp: Tensor): Tensor;
   /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
+  /**
+   * One token per row of logits [numLogits, vocab] as the step's batch.sampling
+   * says (greedy where absent); only the token ids reach the host.
+   */
+  sampleTokens(logits: Tensor, step: StepInputs): Int32Array;
   /** Copies a tensor to the host as f32. */
   toHost(t: Tensor): Float32Array;
   /** Frees everything. */

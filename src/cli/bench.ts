@@ -184,13 +184,26 @@ function decodeCommand(): Command {
       const llm = new LLM(model, options);
       try {
         const dir = await llm.ready();
+        const bandwidth = await llm.copyBandwidth();
+        const rooflineTokensPerS = bandwidth === null ? null : bandwidth / llm.engineInfo().weightBytesPerStep;
+        if (bandwidth !== null && rooflineTokensPerS !== null) {
+          console.log(`copy bandwidth ${(bandwidth / 1e12).toFixed(2)} TB/s, ${(llm.engineInfo().weightBytesPerStep / 2 ** 30)
+            .toFixed(2)} GiB of weights per step: roofline ${rooflineTokensPerS.toFixed(0)} steps/s`);
+        }
         for (const batchSize of f.batchSizes as number[]) {
+          const before = await llm.stats();
           const r = await benchDecode({
             targets: [{ name: 'quire', run: llmBatchRunner(llm) }], batchSize, promptTokens: f.promptLen as number,
             g1: f.g1 as number, g2: f.g2 as number, numRepeats: f.repeats as number, vocabSize: dir.config.vocabSize,
           });
           const t = r.targets[0]!;
-          console.log(`batch ${batchSize}: ${t.medianTokensPerS.toFixed(1)} tokens/s (${t.perSeqTokensPerS.toFixed(1)} per sequence)`);
+          const after = await llm.stats();
+          const hostMs = after.hostMs - before.hostMs;
+          const hostShare = hostMs / (hostMs + after.executeMs - before.executeMs);
+          const roofline = rooflineTokensPerS === null ? ''
+            : `, ${(100 * t.perSeqTokensPerS / rooflineTokensPerS).toFixed(1)}% of the per-sequence roofline`;
+          console.log(`batch ${batchSize}: ${t.medianTokensPerS.toFixed(1)} tokens/s (${t.perSeqTokensPerS.toFixed(1)} per sequence${roofline}; `
+            + `engine host time ${(100 * hostShare).toFixed(1)}% of step time)`);
         }
       } finally {
         await llm.close();

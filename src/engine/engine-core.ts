@@ -6,6 +6,7 @@ import { KVCacheManager } from '../kv/kv-cache-manager.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import { Model } from '../model/model.js';
+import { buildRowSampling, isDeviceSamplable } from '../sampling/device-sampling.js';
 import { Sampler } from '../sampling/sampler.js';
 import type { SequenceSamplingState } from '../sampling/sequence-state.js';
 import { checkStop } from '../sampling/stop.js';
@@ -19,7 +20,7 @@ import type { EngineInfo } from './worker-protocol.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './types.js';
 
 type EngineReq = Request<SequenceSamplingState>;
-type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array) => Float32Array;
+type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array | Int32Array) => Float32Array | Int32Array;
 
 /** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
 export function graphBucket(numSeqs: number, maxNumSeqs: number): number | null {
@@ -50,6 +51,8 @@ export class EngineCore {
   private numGenerationTokens = 0;
   private numSteps = 0;
   private numRunningPeak = 0;
+  private executeMs = 0;
+  private stepMs = 0;
 
   constructor(parts: EngineCoreParts, readonly options: EngineOptions) {
     this.model = parts.model;
@@ -106,18 +109,30 @@ export class EngineCore {
   step(): EngineOutput[] {
     const outputs = this.pending.splice(0);
     if (!this.scheduler.hasUnfinishedRequests()) return outputs;
+    const t0 = performance.now();
+    try {
+      return this.stepScheduled(outputs);
+    } finally {
+      this.stepMs += performance.now() - t0;
+    }
+  }
+
+  private stepScheduled(outputs: EngineOutput[]): EngineOutput[] {
     const so = this.scheduler.schedule();
     if (so.scheduledRequests.length === 0) return outputs;
     this.numSteps++;
     this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
-    const logits = this.execute(so.scheduledRequests);
-
     const rows: EngineReq[] = [];
     for (const r of so.scheduledRequests) {
       if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
       if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
     }
-    const { tokenIds, logprobs } = this.sampler.sample(logits, rows.map((r) => r.sampling!));
+    const states = rows.map((r) => r.sampling!);
+    const t0 = performance.now();
+    const { tokenIds, logprobs } = states.every((st) => isDeviceSamplable(st, this.eosTokenIds))
+      ? { tokenIds: this.execute(so.scheduledRequests, states), logprobs: [] }
+      : this.sampler.sample(this.execute(so.scheduledRequests, null), states);
+    this.executeMs += performance.now() - t0;
     const sampled = new Map<string, number[]>();
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
     rows.forEach((req, i) => {
@@ -155,15 +170,25 @@ export class EngineCore {
     return outputs;
   }
 
-  /** One forward; decode-only steps replay a CUDA graph captured per batch-size bucket. */
-  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[]): Float32Array {
+  /**
+   * One forward. With `deviceSampling` (the sampled rows' states) the backend
+   * picks the tokens and only they reach the host; with null the full logits do.
+   * Decode-only steps replay a CUDA graph captured per batch-size bucket and mode.
+   */
+  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[], deviceSampling: null): Float32Array;
+  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
+    deviceSampling: readonly SequenceSamplingState[]): Int32Array;
+  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
+    deviceSampling: readonly SequenceSamplingState[] | null): Float32Array | Int32Array {
     const backend = this.model.backend as Backend & { graph?: GraphRunner };
     const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
-    if (backend.graph && !this.options.enforceEager && bucket !== null) {
-      const batch = buildForwardBatch(rows, this.options.blockSize, bucket, true);
-      return backend.graph(bucket, batch, () => this.model.forward(batch));
-    }
-    return this.model.forward(buildForwardBatch(rows, this.options.blockSize));
+    const useGraph = backend.graph && !this.options.enforceEager && bucket !== null;
+    const batch = useGraph ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
+      : buildForwardBatch(rows, this.options.blockSize);
+    if (deviceSampling) batch.sampling = buildRowSampling(deviceSampling, batch.logitsIndices.length);
+    const run = (deviceSampling ? () => this.model.forwardTokens(batch) : () => this.model.forward(batch)) as
+      () => Float32Array | Int32Array;
+    return useGraph ? backend.graph!(deviceSampling ? bucket : -bucket, batch, run) : run();
   }
 
   private errorOutput(requestId: string, error: string): EngineOutput {
@@ -185,11 +210,19 @@ export class EngineCore {
       numPromptTokens: this.numPromptTokens,
       numGenerationTokens: this.numGenerationTokens,
       numSteps: this.numSteps,
+      executeMs: this.executeMs,
+      hostMs: this.stepMs - this.executeMs,
     };
   }
 
   traceSummary(): string | null {
     return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null;
+  }
+
+  /** Device-to-device copy bandwidth in bytes/s (the roofline's denominator); null on the CPU backend. */
+  copyBandwidth(): number | null {
+    const backend = this.model.backend as Backend & { copyBandwidth?: () => number };
+    return backend.copyBandwidth ? backend.copyBandwidth() : null;
   }
 
   dispose(): void {
@@ -207,6 +240,7 @@ export async function createEngineCore(options: EngineOptions, loaded?: ModelDir
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   return new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    info: { backend: backend.name, device, loadMs: Math.round(performance.now() - t0) },
+    info: { backend: backend.name, device, loadMs: Math.round(performance.now() - t0),
+      weightBytesPerStep: model.weightBytesPerStep() },
   }, options);
 }

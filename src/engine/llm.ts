@@ -98,6 +98,11 @@ export class LLM {
     return this.info;
   }
 
+  /** Device copy bandwidth in bytes/s (CUDA), for the roofline; null on the CPU. */
+  async copyBandwidth(): Promise<number | null> {
+    return (await this.started).client.core.copyBandwidth();
+  }
+
   /** Engine counters (pages, prefix cache, preemptions, tokens). */
   async stats(): Promise<EngineStats> {
     return (await this.started).client.stats();

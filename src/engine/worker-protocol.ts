@@ -11,6 +11,8 @@ export interface EngineInfo {
   maxModelLen: number;
   vocabSize: number;
   loadMs: number;
+  /** Bytes of weights one decode step reads (the bandwidth roofline's numerator). */
+  weightBytesPerStep: number;
 }
 
 export type ToWorker =

@@ -27,6 +27,22 @@ export interface ForwardBatch {
   maxBlocksPerSeq: number;
   /** Rows of the flat batch whose logits are wanted (usually each sequence's last token). */
   logitsIndices: Int32Array;
+  /** How Backend.sampleTokens picks each logits row's token; absent: every row greedy. */
+  sampling?: RowSampling;
+}
+
+/** Per logits row (see src/sampling/device-sampling.ts and kernels/sample.cu). */
+export interface RowSampling {
+  /** <= 0: greedy (argmax, ties to the lowest id). */
+  temperature: Float32Array;
+  /** <= 0 or >= vocab: off. */
+  topK: Int32Array;
+  /** 1: off. */
+  topP: Float32Array;
+  /** 0: off. */
+  minP: Float32Array;
+  /** In [0, 1), from the request's RNG; unused by greedy rows. */
+  uniform: Float32Array;
 }
 
 /** Layout of the paged KV cache, shared by every backend. */

@@ -6,7 +6,7 @@
 //
 // The residual stream lives in the embedding output; addRmsNorm adds into it in place.
 
-import type { Backend, RopeSpec, Tensor } from '../backend/backend.js';
+import type { Backend, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import { ropeInvFreq } from './rope.js';
@@ -42,8 +42,31 @@ export class Model {
     return 2 * c.numLayers * c.numKvHeads * c.headDim * bytesPerElement;
   }
 
+  /** Bytes of weights a decode step reads: every layer, the final norm and the lm head (not the embedding table). */
+  weightBytesPerStep(): number {
+    const w = this.weights;
+    const bytesPerElement = this.backend.computeDType === 'f32' ? 4 : 2;
+    const bytes = (t: Tensor | null) => (t ? t.shape.reduce((a, b) => a * b, 1) * bytesPerElement : 0);
+    let total = bytes(w.finalNorm) + bytes(w.lmHead);
+    for (const l of w.layers) {
+      total += bytes(l.inputNorm) + bytes(l.qkv) + bytes(l.qNorm) + bytes(l.kNorm) + bytes(l.o) +
+        bytes(l.postAttentionNorm) + bytes(l.gateUp) + bytes(l.down);
+    }
+    return total;
+  }
+
   /** Logits [logitsIndices.length * vocabSize], row-major. */
   forward(batch: ForwardBatch): Float32Array {
+    return this.backend.toHost(this.logits(batch).logits);
+  }
+
+  /** One token per logits row, picked by the backend as batch.sampling says (the logits stay on the device). */
+  forwardTokens(batch: ForwardBatch): Int32Array {
+    const { logits, step } = this.logits(batch);
+    return this.backend.sampleTokens(logits, step);
+  }
+
+  private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
     const b = this.backend;
     const c = this.config;
     const w = this.weights;
@@ -53,6 +76,7 @@ export class Model {
     let mlpOut: Tensor | null = null;
     for (let l = 0; l < c.numLayers; l++) {
       const lw = w.layers[l]!;
+      b.beginLayer(l);
       const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);
       const qkv = b.matmul(x, lw.qkv, 'qkv');
       b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step);
@@ -61,8 +85,9 @@ export class Model {
       const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);
       mlpOut = b.matmul(b.siluMul(b.matmul(h, lw.gateUp, 'gate_up')), lw.down, 'down');
     }
+    b.endLayers();
     const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);
     const rows = b.gatherLogitRows(final, step);
-    return b.toHost(b.matmul(rows, w.lmHead));
+    return { logits: b.matmul(rows, w.lmHead, 'lm_head'), step };
   }
 }

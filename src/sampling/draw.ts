@@ -9,6 +9,8 @@
 // only the boundary bin's ids (value desc, id asc, as a full sort would).
 
 import type { SamplingParams } from './params.js';
+
+export type TruncationParams = Pick<SamplingParams, 'temperature' | 'minP' | 'topK' | 'topP'>;
 import type { Rng } from './rng.js';
 import { topIds } from './select.js';
 
@@ -27,10 +29,15 @@ export class TokenDrawer {
   }
 
   /** row: processed logits (bias, masks, penalties) of width vocabSize; greedy: its argmax. */
-  draw(row: Float32Array, greedy: number, params: SamplingParams, rng: Rng): number {
+  draw(row: Float32Array, greedy: number, params: TruncationParams, rng: Rng): number {
+    return this.drawWithUniform(row, greedy, params, rng.nextFloat());
+  }
+
+  /** draw() with the uniform in [0, 1) given (the reference of the GPU sampler, which gets it from the host). */
+  drawWithUniform(row: Float32Array, greedy: number, params: TruncationParams, uniform: number): number {
     const z = this.truncate(row, greedy, params);
     const w = this.weights;
-    const target = rng.nextFloat() * z;
+    const target = uniform * z;
     let cumulative = 0;
     let last = greedy;
     for (let i = 0; i < this.vocabSize; i++) {
@@ -44,13 +51,13 @@ export class TokenDrawer {
   }
 
   /** The distribution draw() samples from, normalised (a copy). */
-  distribution(row: Float32Array, greedy: number, params: SamplingParams): Float64Array {
+  distribution(row: Float32Array, greedy: number, params: TruncationParams): Float64Array {
     const z = this.truncate(row, greedy, params);
     return this.weights.map((wi) => wi / z);
   }
 
   /** Fills weights (0 = dropped) and returns their sum. */
-  private truncate(row: Float32Array, greedy: number, params: SamplingParams): number {
+  private truncate(row: Float32Array, greedy: number, params: TruncationParams): number {
     const vocab = this.vocabSize;
     const w = this.weights;
     const max = row[greedy]!;

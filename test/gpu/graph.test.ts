@@ -50,6 +50,26 @@ describe('CUDA graphs', { skip: noCuda }, () => {
     assert.equal(cuda.numGraphReplays, numSteps - 1);
   });
 
+  test('a step that samples on the GPU replays to the eager tokens (greedy and seeded rows)', () => {
+    const cuda = newCuda();
+    backends.push(cuda);
+    let numSteps = 0;
+    prefillAndDecode(cuda, (model, batch) => {
+      batch.sampling = { temperature: Float32Array.of(0, 0.8), topK: Int32Array.of(0, 50), topP: Float32Array.of(1, 0.9),
+        minP: Float32Array.of(0, 0.02), uniform: Float32Array.of(0, (numSteps * 0.37 + 0.1) % 1) };
+      const eager = model.forwardTokens(batch);
+      const graphed = cuda.graph(3, batch, () => model.forwardTokens(batch));
+      assert.ok(graphed instanceof Int32Array);
+      assert.deepEqual([...graphed], [...eager], `decode step ${numSteps}`);
+      const logits = model.forward(batch);
+      let best = 0;
+      for (let i = 1; i < config.vocabSize; i++) if (logits[i]! > logits[best]!) best = i;
+      assert.equal(graphed[0], best, 'greedy row is the argmax');
+      numSteps++;
+    });
+    assert.equal(cuda.numGraphReplays, numSteps - 1);
+  });
+
   test('enforceEager runs the function and captures nothing', () => {
     const cuda = newCuda({ enforceEager: true });
     backends.push(cuda);

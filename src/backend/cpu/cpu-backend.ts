@@ -19,6 +19,8 @@ import type { WasmMemory } from './wasm-asm.js';
 import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.js';
 import { wasmMatmulModule } from './wasm-matmul.js';
 import { Workspace } from './workspace.js';
+import { TokenDrawer } from '../../sampling/draw.js';
+import { sampleRowsReference } from '../../sampling/device-sampling.js';
 
 export { CpuTensor } from './tensor.js';
 
@@ -51,6 +53,7 @@ export class CpuBackend implements Backend {
   readonly computeDType: DType = 'f32';
   private readonly kvCacheBytes: number;
   readonly kernel: 'wasm' | 'js';
+  private drawer: TokenDrawer | null = null;
   private readonly pool: MatmulPool;
   private readonly heap: Heap;
   private readonly workspace: Workspace;
@@ -264,6 +267,17 @@ export class CpuBackend implements Backend {
       out.data.set(xs.data.subarray(r * H, (r + 1) * H), i * H);
     }
     return out;
+  }
+
+  beginLayer(): void {}
+
+  endLayers(): void {}
+
+  sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
+    const l = asCpu(logits);
+    const [numRows, vocab] = [l.shape[0]!, l.shape[1]!];
+    if (this.drawer?.vocabSize !== vocab) this.drawer = new TokenDrawer(vocab);
+    return sampleRowsReference(this.toHost(l), vocab, numRows, step.batch.sampling, this.drawer);
   }
 
   toHost(t: Tensor): Float32Array {

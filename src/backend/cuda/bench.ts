@@ -15,7 +15,6 @@ import type { ForwardBatch } from '../../model/batch.js';
 import { Model } from '../../model/model.js';
 import { qwen3_0_6bConfig, randomWeightSource } from '../../model/random-weights.js';
 import { CudaBackend, CudaTensor } from './cuda-backend.js';
-import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';
 
 export const W2 = { promptLen: 128, shortGen: 64, longGen: 320, blockSize: 16 } as const;
 
@@ -53,12 +52,6 @@ function prefillBatch(ids: number[], pages: Int32Array, blockSize: number): Forw
   };
 }
 
-function argmax(logits: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < logits.length; i++) if (logits[i]! > logits[best]!) best = i;
-  return best;
-}
-
 /** Wall time of prefill + `numGenerated` greedy decode steps. */
 export function timeGeneration(model: Model, backend: CudaBackend, numGenerated: number): number {
   const { promptLen, blockSize } = W2;
@@ -66,39 +59,17 @@ export function timeGeneration(model: Model, backend: CudaBackend, numGenerated:
   const pages = Int32Array.from({ length: numPages }, (_, i) => i);
   const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % model.config.vocabSize);
   const start = performance.now();
-  let token = argmax(model.forward(prefillBatch(prompt, pages, blockSize)));
+  let token = model.forwardTokens(prefillBatch(prompt, pages, blockSize))[0]!;
   for (let i = 1; i < numGenerated; i++) {
     const batch = decodeBatch(token, promptLen + i - 1, pages, blockSize);
-    token = argmax(backend.graph(1, batch, () => model.forward(batch)));
+    token = backend.graph(1, batch, () => model.forwardTokens(batch))[0]!;
   }
   return performance.now() - start;
 }
 
 /** Device-to-device copy bandwidth, bytes read + written per second. */
-export function copyBandwidth(backend: CudaBackend, bytes = 1 << 30, numReps = 10): number {
-  const d = backend.device;
-  const src = d.alloc(bytes);
-  const dst = d.alloc(bytes);
-  const events: Handle[] = [];
-  for (let i = 0; i < 2; i++) {
-    const out: [Handle | null] = [null];
-    check(d.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
-    events.push(outPtr(out, 'cuEventCreate'));
-  }
-  try {
-    d.copyDeviceAsync(dst, src, bytes);
-    check(d.api.cuEventRecord(events[0]!, d.stream), 'cuEventRecord');
-    for (let i = 0; i < numReps; i++) d.copyDeviceAsync(dst, src, bytes);
-    check(d.api.cuEventRecord(events[1]!, d.stream), 'cuEventRecord');
-    check(d.api.cuEventSynchronize(events[1]!), 'cuEventSynchronize');
-    const ms: [number] = [0];
-    check(d.api.cuEventElapsedTime_v2(ms, events[0]!, events[1]!), 'cuEventElapsedTime');
-    return (2 * bytes * numReps) / (ms[0] / 1000);
-  } finally {
-    for (const e of events) d.api.cuEventDestroy_v2(e);
-    d.free(src);
-    d.free(dst);
-  }
+export function copyBandwidth(backend: CudaBackend): number {
+  return backend.copyBandwidth();
 }
 
 /** Bytes of weights one decode step reads: every layer, the final norm and the lm head (one embedding row aside). */

@@ -13,7 +13,8 @@ import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, ou
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
 import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
-import { DeviceWorkspace } from './workspace.js';
+import { StepWorkspace } from './workspace.js';
+import { copyBandwidth as measureCopyBandwidth } from './bandwidth.js';
 
 export interface CudaBackendOptions {
   deviceOrdinal?: number;
@@ -85,7 +86,7 @@ interface CapturedGraph {
   exec: Handle;
   graph: Handle;
   generation: string;
-  hostRead: { numElements: number; dtype: 'bf16' | 'f32' } | null;
+  hostRead: { numElements: number; dtype: 'bf16' | 'f32' | 'i32' } | null;
 }
 
 export class CudaBackend implements Backend {
@@ -94,7 +95,7 @@ export class CudaBackend implements Backend {
   readonly device: Device;
   private readonly gemm: Gemm;
   private readonly cublasWorkspace: bigint;
-  private readonly workspace: DeviceWorkspace;
+  private readonly workspace: StepWorkspace;
   private readonly staging: HostStaging;
   private readonly profiler: Profiler | null;
   private readonly log: (text: string) => void;
@@ -115,7 +116,6 @@ export class CudaBackend implements Backend {
   private capturing = false;
   numGraphReplays = 0;
   private capturedRead: CapturedGraph['hostRead'] = null;
-  private decodeScratchOf: { step: object | null; numRows: number; D: number; partialOut: bigint; partialMl: bigint } | null = null;
 
   constructor(opts: CudaBackendOptions = {}) {
     this.device = new Device(opts.deviceOrdinal ?? 0);
@@ -126,7 +126,7 @@ export class CudaBackend implements Backend {
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = this.device.alloc(cublasBytes);
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
-    this.workspace = new DeviceWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
+    this.workspace = new StepWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
     this.staging = new HostStaging(this.device);
     this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
     const ev: [Handle | null] = [null];
@@ -251,6 +251,14 @@ export class CudaBackend implements Backend {
     return this.profiler ? this.profiler.time(bucket, fn) : fn();
   }
 
+  beginLayer(layer: number): void {
+    this.workspace.beginLayer(layer);
+  }
+
+  endLayers(): void {
+    this.workspace.endLayers();
+  }
+
   // ---- ops ----
 
   embedding(table: Tensor, step: StepInputs): Tensor {
@@ -331,16 +339,6 @@ export class CudaBackend implements Backend {
     return decodeGridZ(numRows, this.device.numSMs, maxRowSplits);
   }
 
-  /** The decode kernel's partial buffers, one pair per step shared by every layer. */
-  private decodeScratch(numRows: number, D: number): { partialOut: bigint; partialMl: bigint } {
-    const s = this.decodeScratchOf;
-    if (s && s.step === this.current && s.numRows >= numRows && s.D >= D) return s;
-    const partialOut = this.act([numRows, MAX_SPLITS, D], 'f32').ptr;
-    const partialMl = this.act([numRows, MAX_SPLITS, 2], 'f32').ptr;
-    this.decodeScratchOf = { step: this.current, numRows, D, partialOut, partialMl };
-    return this.decodeScratchOf;
-  }
-
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
     step: StepInputs): Tensor {
     const { batch, packed, meta } = this.stepOf(step);
@@ -355,8 +353,10 @@ export class CudaBackend implements Backend {
       this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
         ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       if (packed.decodeOnly) {
+        // Allocated whether or not a row splits, so eager and captured steps allocate alike.
+        const partialOut = this.act([T, numHeads, MAX_SPLITS, D], 'f32').ptr;
+        const partialMl = this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr;
         // A graph replays with longer kv lengths than it was captured with: it always merges.
-        const { partialOut, partialMl } = this.decodeScratch(T * numHeads, D);
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
         const gridZ = this.decodeSplits(T * numHeads, maxRowSplits);
         const rowArgs = [ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions))];
@@ -411,6 +411,24 @@ export class CudaBackend implements Backend {
     return new Int32Array(host.slice(0, R * 4));
   }
 
+  /** Tokens per logits row on the GPU (kernels/sample.cu); only R int32 reach the host. */
+  sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
+    const { meta } = this.stepOf(step);
+    const l = asCuda(logits);
+    const [R, vocab] = [l.shape[0]!, l.shape[1]!];
+    const ids = this.workspace.alloc(Math.max(4, R * 4));
+    if (R > 0) {
+      this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
+        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)]));
+    }
+    const view = this.readToHost(ids, R * 4);
+    if (this.capturing) {
+      this.capturedRead = { numElements: R, dtype: 'i32' };
+      return new Int32Array(R);
+    }
+    return new Int32Array(view.slice(0, R * 4));
+  }
+
   private readToHost(src: bigint, bytes: number): ArrayBuffer {
     const staging = this.staging.ensure(bytes, this.capturing);
     this.timed('copies', () => this.device.copyToHostAsync(staging, src, bytes));
@@ -430,6 +448,11 @@ export class CudaBackend implements Backend {
     return c.dtype === 'bf16' ? bf16BytesToF32(view, c.numElements) : new Float32Array(view.slice(0, c.numBytes));
   }
 
+  /** Device-to-device copy bandwidth, bytes read + written per second. */
+  copyBandwidth(): number {
+    return measureCopyBandwidth(this.device);
+  }
+
   /** The last profiled step's table (profile mode). */
   get lastProfile(): Profiler['last'] {
     return this.profiler?.last ?? null;
@@ -443,17 +466,17 @@ export class CudaBackend implements Backend {
 
   /**
    * Runs a decode step `record` (a forward pass over `batch` that calls beginStep
-   * and ends in one toHost) through a CUDA graph cached under `key` (the padded
-   * batch size). The first call for a key runs eagerly, then captures; later
+   * and ends in one toHost or sampleTokens) through a CUDA graph cached under
+   * `key` (the padded batch size, and what the step returns). The first call for a key runs eagerly, then captures; later
    * calls stage the batch's metadata into the pinned buffer the graph copies
    * from, launch the graph and read its result. Returns what toHost returned.
    */
-  graph(key: number, batch: ForwardBatch, record: () => Float32Array): Float32Array {
+  graph<R extends Float32Array | Int32Array>(key: number, batch: ForwardBatch, record: () => R): R {
     if (this.enforceEager || !isDecodeOnly(batch)) return record();
     const cached = this.graphs.get(key);
     if (cached && cached.generation === this.generation() && cached.hostRead &&
       layoutFor(batch, this.meta?.layout ?? null) === this.meta?.layout) {
-      return this.replay(cached, batch);
+      return this.replay(cached, batch) as R;
     }
     if (cached) this.destroyGraph(key);
     const result = record();
@@ -463,7 +486,7 @@ export class CudaBackend implements Backend {
     return result;
   }
 
-  private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array {
+  private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array | Int32Array {
     const meta = this.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
     const startMs = performance.now();
@@ -471,15 +494,16 @@ export class CudaBackend implements Backend {
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
     this.numGraphReplays++;
     const read = g.hostRead!;
-    const bytes = read.numElements * BYTES_PER_ELEMENT[read.dtype];
+    const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
     const view = this.staging.ensure(bytes, true).view;
     this.device.synchronize();
     if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
     this.metaCopyPending = false;
+    if (read.dtype === 'i32') return new Int32Array(view.slice(0, bytes));
     return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
   }
 
-  private capture(key: number, record: () => Float32Array): void {
+  private capture(key: number, record: () => Float32Array | Int32Array): void {
     const api = this.device.api;
     const generation = this.generation();
     this.capturedRead = null;

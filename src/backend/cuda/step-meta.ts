@@ -5,6 +5,7 @@
 //
 //   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices |   <- capTokens each
 //   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | tiles (2 capTiles) | blockTables (capSeqs * stride) |
+//   | sampling: temperature, topK, topP, minP, uniform (capTokens each; floats as f32 bits) |
 
 import type { ForwardBatch } from '../../model/batch.js';
 
@@ -30,8 +31,12 @@ export interface MetaLayout {
   seqLens: number;
   tiles: number;
   blockTables: number;
+  /** RowSampling, SAMPLING_FIELDS sections of capTokens words (kernels/sample.cu). */
+  sampling: number;
   totalWords: number;
 }
+
+export const SAMPLING_FIELDS = 5;
 
 export function metaLayout(capTokens: number, capSeqs: number, blockTableStride: number): MetaLayout {
   const capTiles = capSeqs + Math.ceil(capTokens / PREFILL_TILE_ROWS);
@@ -50,9 +55,10 @@ export function metaLayout(capTokens: number, capSeqs: number, blockTableStride:
   const seqLens = take(capSeqs);
   const tiles = take(2 * capTiles);
   const blockTables = take(capSeqs * blockTableStride);
+  const sampling = take(SAMPLING_FIELDS * capTokens);
   return {
     capTokens, capSeqs, capTiles, blockTableStride, inputIds, positions, slotMapping, tokenToSeq, logitsIndices,
-    queryStartLoc, seqLens, tiles, blockTables, totalWords: at,
+    queryStartLoc, seqLens, tiles, blockTables, sampling, totalWords: at,
   };
 }
 
@@ -111,5 +117,23 @@ export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Ar
     words.set(batch.blockTables.subarray(s * maxBlocksPerSeq, (s + 1) * maxBlocksPerSeq), rowAt);
     words.fill(0, rowAt + maxBlocksPerSeq, rowAt + layout.blockTableStride);
   }
+  packSampling(batch, layout, words);
   return { numTiles, decodeOnly };
+}
+
+function packSampling(batch: ForwardBatch, layout: MetaLayout, words: Int32Array): void {
+  const n = batch.logitsIndices.length;
+  const at = layout.sampling;
+  const cap = layout.capTokens;
+  const s = batch.sampling;
+  if (!s) {
+    words.fill(0, at, at + n);
+    return;
+  }
+  const floats = new Float32Array(words.buffer, words.byteOffset, words.length);
+  floats.set(s.temperature.subarray(0, n), at);
+  words.set(s.topK.subarray(0, n), at + cap);
+  floats.set(s.topP.subarray(0, n), at + 2 * cap);
+  floats.set(s.minP.subarray(0, n), at + 3 * cap);
+  floats.set(s.uniform.subarray(0, n), at + 4 * cap);
 }

@@ -2,6 +2,11 @@
 // it; a step that outgrew the arena spills into extra chunks and gets one arena
 // big enough for the whole step at the next reset, so a steady loop (and every
 // captured graph) sees the same addresses step after step, with no cuMemAlloc.
+//
+// StepWorkspace adds two layer arenas used in turn (layer l allocates from
+// arena l % 2, rewound as the layer begins): what layer l-1 produced stays
+// intact while layer l runs, and a step's activations take two layers' worth
+// of memory instead of numLayers' worth.
 
 const ALIGN_BYTES = 256;
 
@@ -17,6 +22,7 @@ interface Chunk {
 
 export class DeviceWorkspace {
   private chunks: Chunk[];
+  private chunkIndex = 0;
   private numUsedBytes = 0;
   /** Bumped whenever the arena is replaced: addresses handed out before are gone. */
   generation = 0;
@@ -29,17 +35,29 @@ export class DeviceWorkspace {
 
   alloc(bytes: number): bigint {
     const size = Math.ceil(Math.max(1, bytes) / ALIGN_BYTES) * ALIGN_BYTES;
-    let chunk = this.chunks[this.chunks.length - 1]!;
+    let chunk = this.chunks[this.chunkIndex]!;
     if (this.numUsedBytes + size > chunk.bytes) {
-      if (this.frozen) throw new Error(`activation workspace outgrown during graph capture (${size} bytes more)`);
-      const newBytes = Math.max(size, chunk.bytes * 2);
-      chunk = { ptr: this.memory.alloc(newBytes), bytes: newBytes };
-      this.chunks.push(chunk);
+      const next = this.chunks[this.chunkIndex + 1];
+      if (next && size <= next.bytes) {
+        chunk = next;
+      } else {
+        if (this.frozen) throw new Error(`activation workspace outgrown during graph capture (${size} bytes more)`);
+        const newBytes = Math.max(size, this.chunks[this.chunks.length - 1]!.bytes * 2);
+        chunk = { ptr: this.memory.alloc(newBytes), bytes: newBytes };
+        this.chunks.splice(this.chunkIndex + 1, 0, chunk);
+      }
+      this.chunkIndex++;
       this.numUsedBytes = 0;
     }
     const p = chunk.ptr + BigInt(this.numUsedBytes);
     this.numUsedBytes += size;
     return p;
+  }
+
+  /** Hands out the same addresses again, in the same order (what was there is dead). */
+  rewind(): void {
+    this.chunkIndex = 0;
+    this.numUsedBytes = 0;
   }
 
   reset(): void {
@@ -49,7 +67,7 @@ export class DeviceWorkspace {
       this.chunks = [{ ptr: this.memory.alloc(total), bytes: total }];
       this.generation++;
     }
-    this.numUsedBytes = 0;
+    this.rewind();
   }
 
   fill(fn: (ptr: bigint, bytes: number) => void): void {
@@ -68,5 +86,69 @@ export class DeviceWorkspace {
   dispose(): void {
     for (const c of this.chunks) this.memory.free(c.ptr);
     this.chunks = [];
+  }
+}
+
+/** The step arena plus two layer arenas (see the top of this file); same interface as DeviceWorkspace. */
+export class StepWorkspace {
+  private readonly step: DeviceWorkspace;
+  private readonly layers: [DeviceWorkspace, DeviceWorkspace];
+  private active: DeviceWorkspace;
+
+  constructor(memory: DeviceMemory, initialBytes: number) {
+    this.step = new DeviceWorkspace(memory, initialBytes);
+    this.layers = [new DeviceWorkspace(memory, initialBytes), new DeviceWorkspace(memory, initialBytes)];
+    this.active = this.step;
+  }
+
+  private get all(): DeviceWorkspace[] {
+    return [this.step, ...this.layers];
+  }
+
+  alloc(bytes: number): bigint {
+    return this.active.alloc(bytes);
+  }
+
+  beginLayer(layer: number): void {
+    this.active = this.layers[layer % 2]!;
+    this.active.rewind();
+  }
+
+  endLayers(): void {
+    this.active = this.step;
+  }
+
+  /** Between steps only (merging frees chunks: the device must be idle when needsMerge). */
+  reset(): void {
+    for (const w of this.all) w.reset();
+    this.active = this.step;
+  }
+
+  get generation(): string {
+    return this.all.map((w) => w.generation).join('.');
+  }
+
+  get frozen(): boolean {
+    return this.step.frozen;
+  }
+
+  set frozen(value: boolean) {
+    for (const w of this.all) w.frozen = value;
+  }
+
+  get needsMerge(): boolean {
+    return this.all.some((w) => w.needsMerge);
+  }
+
+  get numBytes(): number {
+    return this.all.reduce((sum, w) => sum + w.numBytes, 0);
+  }
+
+  fill(fn: (ptr: bigint, bytes: number) => void): void {
+    for (const w of this.all) w.fill(fn);
+  }
+
+  dispose(): void {
+    for (const w of this.all) w.dispose();
   }
 }

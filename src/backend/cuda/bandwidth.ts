@@ -1,0 +1,30 @@
+// Measured device-to-device copy bandwidth: the denominator of every bandwidth roofline.
+
+import type { Device } from './device.js';
+import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';
+
+/** Device-to-device copy bandwidth, bytes read + written per second. */
+export function copyBandwidth(d: Device, bytes = 1 << 30, numReps = 10): number {
+  const src = d.alloc(bytes);
+  const dst = d.alloc(bytes);
+  const events: Handle[] = [];
+  for (let i = 0; i < 2; i++) {
+    const out: [Handle | null] = [null];
+    check(d.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
+    events.push(outPtr(out, 'cuEventCreate'));
+  }
+  try {
+    d.copyDeviceAsync(dst, src, bytes);
+    check(d.api.cuEventRecord(events[0]!, d.stream), 'cuEventRecord');
+    for (let i = 0; i < numReps; i++) d.copyDeviceAsync(dst, src, bytes);
+    check(d.api.cuEventRecord(events[1]!, d.stream), 'cuEventRecord');
+    check(d.api.cuEventSynchronize(events[1]!), 'cuEventSynchronize');
+    const ms: [number] = [0];
+    check(d.api.cuEventElapsedTime_v2(ms, events[0]!, events[1]!), 'cuEventElapsedTime');
+    return (2 * bytes * numReps) / (ms[0] / 1000);
+  } finally {
+    for (const e of events) d.api.cuEventDestroy_v2(e);
+    d.free(src);
+    d.free(dst);
+  }
+}

@@ -1,0 +1,254 @@
+// Token sampling on the GPU: one thread block per logits row, no copy of the
+// logits to the host. Mirrors src/sampling/draw.ts (the reference, run by the
+// CPU backend's sampleTokens) given the row's uniform u, drawn on the host from
+// the request's RNG:
+//
+//   temperature <= 0:  argmax (ties to the lowest id)
+//   s_i = (x_i - max) / T          (double)
+//   floor = max(-60, ln minP, s of the k-th largest logit)    w_i = e^s_i if s_i >= floor else 0
+//   top-p: ids in (value desc, id asc) order are kept while the mass before them is < p * sum(w)
+//   token: first id (ascending) whose cumulative kept weight exceeds u * sum(kept)
+//
+// Thresholds (k-th largest logit, top-p cut value) are found by bisection over
+// order-preserving integer keys of the logits; every sum is a fixed-order block
+// reduction, so a row's token depends on that row alone (deterministic, batch
+// invariant).
+//
+// Row parameters: params[0*stride + r] temperature (f32 bits), [1] topK (int),
+// [2] topP (f32), [3] minP (f32), [4] uniform (f32); stride = the metadata's row capacity.
+#include "common.cuh"
+
+#define SAMPLE_THREADS 1024
+#define NEGLIGIBLE_LOG_WEIGHT (-60.0)
+
+__device__ __forceinline__ unsigned order_key(bf16_t v) {
+  const unsigned b = v.bits;
+  return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+}
+__device__ __forceinline__ unsigned order_key(float v) {
+  const unsigned b = __float_as_uint(v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+template <typename T> struct KeyTraits;
+template <> struct KeyTraits<bf16_t> { static constexpr unsigned kMax = 0xffffu; };
+template <> struct KeyTraits<float> { static constexpr unsigned kMax = 0xffffffffu; };
+
+template <typename T> __device__ __forceinline__ float key_value(unsigned key);
+template <> __device__ __forceinline__ float key_value<bf16_t>(unsigned key) {
+  const unsigned b = (key & 0x8000u) ? (key & 0x7fffu) : (~key & 0xffffu);
+  return __uint_as_float(b << 16);
+}
+template <> __device__ __forceinline__ float key_value<float>(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+/** Fixed-order sum over the block; every thread gets the same total. */
+template <typename V>
+__device__ __forceinline__ V block_total(V v, V* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  V total = 0;
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += scratch[w];
+  return total;
+}
+
+/** Fixed-order exclusive prefix sum over threads in index order. */
+template <typename V>
+__device__ __forceinline__ V block_exclusive(V v, V* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  V x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const V y = __shfl_up_sync(FULL_MASK, x, o);
+    if (lane >= o) x += y;
+  }
+  V excl = __shfl_up_sync(FULL_MASK, x, 1);
+  if (lane == 0) excl = 0;
+  __syncthreads();
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  V offset = 0;
+  for (int w = 0; w < warp; w++) offset += scratch[w];
+  return offset + excl;
+}
+
+__device__ __forceinline__ bool better(float v, int i, float bestV, int bestI) {
+  return v > bestV || (v == bestV && i < bestI);
+}
+
+struct RowDist {
+  double max, invT, floor;
+};
+
+__device__ __forceinline__ double weight_of(float x, const RowDist& d) {
+  const double s = ((double)x - d.max) * d.invT;
+  return s >= d.floor ? exp(s) : 0.0;
+}
+
+template <typename T>
+__device__ void sample_row(const T* logits, int vocab, const int* params, int stride, int* out) {
+  __shared__ double dScratch[32];
+  __shared__ int iScratch[32];
+  __shared__ float sVal[32];
+  __shared__ int sIdx[32];
+  const int r = blockIdx.x;
+  const T* row = logits + (long long)r * vocab;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  // argmax, ties to the lowest id; NaN never wins
+  float bestV = NEG_INF;
+  int bestI = 0x7fffffff;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = to_float(row[i]);
+    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
+    const int i = __shfl_xor_sync(FULL_MASK, bestI, o);
+    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  }
+  if (lane == 0) { sVal[warp] = bestV; sIdx[warp] = bestI; }
+  __syncthreads();
+  bestV = NEG_INF;
+  bestI = 0x7fffffff;
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+    if (better(sVal[w], sIdx[w], bestV, bestI)) { bestV = sVal[w]; bestI = sIdx[w]; }
+  }
+  const int greedy = (bestI == 0x7fffffff || !(bestV > NEG_INF)) ? 0 : bestI;
+
+  const float temperature = __int_as_float(params[r]);
+  if (!(temperature > 0.f) || !(bestV > NEG_INF)) {
+    if (threadIdx.x == 0) out[r] = greedy;
+    return;
+  }
+  const int topK = params[stride + r];
+  const float topP = __int_as_float(params[2 * stride + r]);
+  const float minP = __int_as_float(params[3 * stride + r]);
+  const float uniform = __int_as_float(params[4 * stride + r]);
+
+  RowDist d;
+  d.max = (double)bestV;
+  d.invT = 1.0 / (double)temperature;
+  d.floor = NEGLIGIBLE_LOG_WEIGHT;
+  if (minP > 0.f) d.floor = fmax(d.floor, log((double)minP));
+
+  if (topK > 0 && topK < vocab) {
+    // the k-th largest finite logit: the largest key K with count(key >= K) >= k
+    int numValid = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float x = to_float(row[i]);
+      numValid += (x > NEG_INF && x == x) ? 1 : 0;
+    }
+    if (block_total(numValid, iScratch) >= topK) {
+      unsigned lo = 0, hi = KeyTraits<T>::kMax;
+      while (lo < hi) {
+        const unsigned mid = lo + (hi - lo + 1) / 2;
+        int n = 0;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+          const float x = to_float(row[i]);
+          n += (x > NEG_INF && x == x && order_key(row[i]) >= mid) ? 1 : 0;
+        }
+        if (block_total(n, iScratch) >= topK) lo = mid; else hi = mid - 1;
+      }
+      d.floor = fmax(d.floor, ((double)key_value<T>(lo) - d.max) * d.invT);
+    }
+  }
+
+  double z = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) z += weight_of(to_float(row[i]), d);
+  z = block_total(z, dScratch);
+
+  // top-p: cutKey = the largest key K with mass(key >= K) >= p * z; ids above it stay,
+  // the first numTiesKept ids (ascending) with key == cutKey stay, the rest go.
+  bool cut = false;
+  unsigned cutKey = 0;
+  int numTiesKept = 0;
+  double zKept = z;
+  if (topP < 1.f) {
+    const double limit = (double)topP * z;
+    unsigned lo = 0, hi = KeyTraits<T>::kMax;
+    while (lo < hi) {
+      const unsigned mid = lo + (hi - lo + 1) / 2;
+      double m = 0.0;
+      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        if (order_key(row[i]) >= mid) m += weight_of(to_float(row[i]), d);
+      }
+      if (block_total(m, dScratch) >= limit) lo = mid; else hi = mid - 1;
+    }
+    cutKey = lo;
+    double above = 0.0;
+    int numTies = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const unsigned key = order_key(row[i]);
+      const double w = weight_of(to_float(row[i]), d);
+      if (key > cutKey) above += w;
+      else if (key == cutKey && w > 0.0) numTies++;
+    }
+    above = block_total(above, dScratch);
+    numTies = block_total(numTies, iScratch);
+    const double tieWeight = weight_of(key_value<T>(cutKey), d);
+    double massBefore = above;
+    while (numTiesKept < numTies && massBefore < limit) {
+      massBefore += tieWeight;
+      numTiesKept++;
+    }
+    cut = true;
+    zKept = massBefore;
+  }
+
+  // inverse CDF in id order over contiguous chunks, one per thread
+  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int begin = min(vocab, (int)threadIdx.x * chunk), end = min(vocab, begin + chunk);
+  int chunkTies = 0;
+  if (cut) {
+    for (int i = begin; i < end; i++) {
+      if (order_key(row[i]) == cutKey && weight_of(to_float(row[i]), d) > 0.0) chunkTies++;
+    }
+  }
+  int tieRank = block_exclusive(chunkTies, iScratch);
+  double chunkKept = 0.0;
+  {
+    int rank = tieRank;
+    for (int i = begin; i < end; i++) {
+      const unsigned key = order_key(row[i]);
+      const double w = weight_of(to_float(row[i]), d);
+      if (cut && key == cutKey && w > 0.0) { if (rank++ < numTiesKept) chunkKept += w; }
+      else if (!cut || key > cutKey) chunkKept += w;
+    }
+  }
+  double cumulative = block_exclusive(chunkKept, dScratch);
+  const double target = (double)uniform * zKept;
+  int found = 0x7fffffff, lastKept = -1;
+  for (int i = begin; i < end; i++) {
+    const unsigned key = order_key(row[i]);
+    const double w = weight_of(to_float(row[i]), d);
+    bool kept = w > 0.0;
+    if (kept && cut) kept = key > cutKey || (key == cutKey && tieRank++ < numTiesKept);
+    if (!kept) continue;
+    cumulative += w;
+    lastKept = i;
+    if (cumulative > target) { found = i; break; }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    found = min(found, __shfl_xor_sync(FULL_MASK, found, o));
+    lastKept = max(lastKept, __shfl_xor_sync(FULL_MASK, lastKept, o));
+  }
+  __syncthreads();
+  if (lane == 0) { sIdx[warp] = found; iScratch[warp] = lastKept; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int f = 0x7fffffff, last = -1;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) { f = min(f, sIdx[w]); last = max(last, iScratch[w]); }
+    out[r] = f != 0x7fffffff ? f : (last >= 0 ? last : greedy);
+  }
+}
+
+#define INSTANTIATE(suffix, T)                                                                              \
+  extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)                                              \
+      sample_tokens_##suffix(const T* logits, int vocab, const int* params, int stride, int* out) {         \
+    sample_row<T>(logits, vocab, params, stride, out);                                                      \
+  }
+
+INSTANTIATE(bf16, bf16_t)
+INSTANTIATE(f32, float)

@@ -1,0 +1,62 @@
+// The engine lets the backend pick tokens (Backend.sampleTokens, logits stay on
+// the device) whenever no sampled row needs its logits on the host.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createEngineCore, type EngineCore } from '../../src/engine/engine-core.js';
+import { engineOptions } from '../../src/engine/options.js';
+import type { EngineOutput } from '../../src/engine/types.js';
+import { defaultSamplingParams, type SamplingParams } from '../../src/sampling/params.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
+
+let dir = '';
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'quire-devsample-'));
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 0 });
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+async function run(requests: Partial<SamplingParams>[]): Promise<{ tokens: number[][]; numDeviceSteps: number;
+  numLogitSteps: number; outputs: EngineOutput[] }> {
+  const core: EngineCore = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, seed: 3 }));
+  const backend = core['model'].backend;
+  let numDeviceSteps = 0;
+  let numLogitSteps = 0;
+  const sampleTokens = backend.sampleTokens.bind(backend);
+  backend.sampleTokens = (l, s) => { numDeviceSteps++; return sampleTokens(l, s); };
+  const model = core['model'];
+  const forward = model.forward.bind(model);
+  model.forward = (b) => { numLogitSteps++; return forward(b); };
+  try {
+    requests.forEach((p, i) => core.addRequest({ requestId: `r${i}`, promptTokenIds: [5, 9, 11 + i, 40],
+      sampling: defaultSamplingParams({ maxTokens: 6, ignoreEos: true, ...p }), arrivalTime: 0, priority: 0,
+      cacheSalt: null }));
+    const outputs: EngineOutput[] = [];
+    while (core.hasWork()) outputs.push(...core.step());
+    const tokens = requests.map((_, i) => outputs.filter((o) => o.requestId === `r${i}`).flatMap((o) => o.newTokenIds));
+    return { tokens, numDeviceSteps, numLogitSteps, outputs };
+  } finally {
+    core.dispose();
+  }
+}
+
+test('plain greedy and seeded requests are sampled by the backend, never through host logits', async () => {
+  const r = await run([{ temperature: 0 }, { temperature: 0.5, topK: 20, topP: 0.75, seed: 7 }]);
+  assert.equal(r.numLogitSteps, 0);
+  assert.ok(r.numDeviceSteps >= 6, `${r.numDeviceSteps} steps`);
+  assert.ok(r.tokens.every((t) => t.length === 6));
+  const again = await run([{ temperature: 0 }, { temperature: 0.5, topK: 20, topP: 0.75, seed: 7 }]);
+  assert.deepEqual(again.tokens, r.tokens, 'seeded sampling reproduces');
+});
+
+test('a row asking for logprobs sends the whole step through the host sampler, with the same tokens', async () => {
+  const device = await run([{ temperature: 0 }, { temperature: 0.5, seed: 7 }]);
+  const host = await run([{ temperature: 0, logprobs: 2 }, { temperature: 0.5, seed: 7 }]);
+  assert.equal(host.numDeviceSteps, 0);
+  assert.ok(host.numLogitSteps >= 6);
+  assert.deepEqual(host.tokens, device.tokens);
+  assert.ok(host.outputs.some((o) => o.logprobs?.[0]?.top.length === 2));
+});
