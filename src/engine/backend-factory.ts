@@ -15,7 +15,8 @@ export interface CreatedBackend {
 
 async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
-  const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager });
+  const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager,
+    profile: options.profile, profileLog: 'once-per-shape' });
   return { backend, device: backend.device.name };
 }
 

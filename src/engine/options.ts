@@ -21,6 +21,8 @@ export interface EngineOptions {
   kvCacheBytes: number | null;
   /** Disables CUDA graphs. */
   enforceEager: boolean;
+  /** CUDA: per-op profile tables (one per graph bucket and per eager step shape) on stderr. */
+  profile: boolean;
   /** Engine-level RNG seed for requests that bring none. */
   seed: number;
   /** Records the admission trace (printed at shutdown). */
@@ -44,6 +46,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     gpuMemoryUtilization: 0.9,
     kvCacheBytes: null,
     enforceEager: false,
+    profile: false,
     seed: 0,
     schedulerTrace: false,
     cpuThreads: 0,

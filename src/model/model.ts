@@ -78,16 +78,16 @@ export class Model {
       const lw = w.layers[l]!;
       b.beginLayer(l);
       const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);
-      const qkv = b.matmul(x, lw.qkv);
+      const qkv = b.matmul(x, lw.qkv, 'qkv');
       b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step);
       const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
-      const attnOut = b.matmul(attn, lw.o);
+      const attnOut = b.matmul(attn, lw.o, 'o');
       const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);
-      mlpOut = b.matmul(b.siluMul(b.matmul(h, lw.gateUp)), lw.down);
+      mlpOut = b.matmul(b.siluMul(b.matmul(h, lw.gateUp, 'gate_up')), lw.down, 'down');
     }
     b.endLayers();
     const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);
     const rows = b.gatherLogitRows(final, step);
-    return { logits: b.matmul(rows, w.lmHead), step };
+    return { logits: b.matmul(rows, w.lmHead, 'lm_head'), step };
   }
 }

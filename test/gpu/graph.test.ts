@@ -1,6 +1,7 @@
 // CUDA graphs: a decode step replayed from a captured graph gives exactly the
 // eager logits, for new positions, longer block tables and new token ids; and
-// profiling mode reports every bucket of a step.
+// profiling mode reports every bucket of a step, for a graph replay from the
+// event-record nodes captured into the graph.
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,6 +10,8 @@ import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.j
 import { batchOf } from '../backend/helpers.js';
 import { newCuda, noCuda } from './cuda-helpers.js';
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { createBackend } from '../../src/engine/backend-factory.js';
+import { engineOptions } from '../../src/engine/options.js';
 
 const config = tinyConfig('qwen3', { hiddenSize: 128, intermediateSize: 192, numHeads: 4, numKvHeads: 2,
   headDim: 64, vocabSize: 300 });
@@ -87,8 +90,66 @@ describe('CUDA graphs', { skip: noCuda }, () => {
       assert.ok(buckets.includes(b), `${b} in ${buckets.join(', ')}`);
     }
     assert.ok(buckets.some((b) => b.startsWith('gemm')));
+    assert.equal(last.kind, 'eager');
     const share = last.rows.reduce((s, r) => s + r.share, 0);
     assert.ok(share > 0.99 && share < 1.05, `shares sum to ${share}`);
     assert.ok(logged.length >= 6 && logged[0]!.includes('host gaps'));
+  });
+
+  test('profile mode replays the graph and times its nodes through event-record nodes', () => {
+    const logged: string[] = [];
+    const cuda = newCuda({ profile: true, log: (text) => logged.push(text) });
+    backends.push(cuda);
+    const graphProfiles: NonNullable<CudaBackend['lastProfile']>[] = [];
+    prefillAndDecode(cuda, (model, batch) => {
+      const eager = model.forward(batch);
+      const numReplays = cuda.numGraphReplays;
+      const graphed = cuda.graph(2, batch, () => model.forward(batch));
+      assert.deepEqual(graphed, eager, 'profiling changes no logit');
+      if (cuda.numGraphReplays === numReplays + 1) graphProfiles.push(cuda.lastProfile!);
+    });
+    assert.equal(cuda.numGraphs, 1);
+    assert.equal(cuda.numGraphReplays, 4);
+    assert.equal(graphProfiles.length, 4);
+    assert.equal(new Set(graphProfiles).size, 4, 'a fresh table per replay');
+    for (const p of graphProfiles) {
+      assert.equal(p.kind, 'graph');
+      assert.equal(p.shape, 'graph 2');
+      const by = new Map(p.rows.map((r) => [r.bucket, r]));
+      for (const b of ['attention', 'norm', 'rope', 'activation', 'embedding', 'sampling', 'copies', 'host gaps',
+        'gemm qkv', 'gemm o', 'gemm gate_up', 'gemm down']) {
+        assert.ok(by.has(b), `${b} in ${[...by.keys()].join(', ')}`);
+      }
+      assert.ok(by.has('gemm lm_head'), 'model.ts labels the lm_head GEMM');
+      for (const b of ['attention', 'gemm qkv', 'gemm o', 'gemm gate_up', 'gemm down']) {
+        assert.equal(by.get(b)!.numCalls, config.numLayers, b);
+      }
+      assert.ok(p.gpuMs > 0 && p.gpuMs <= p.stepMs, `GPU ${p.gpuMs} ms of a ${p.stepMs} ms step`);
+      assert.ok(p.rows.every((r) => r.totalMs >= 0 && Number.isFinite(r.totalMs)));
+      const share = p.rows.reduce((s, r) => s + r.share, 0);
+      assert.ok(share > 0.99 && share < 1.01, `shares sum to ${share}`);
+    }
+    assert.ok(logged.some((text) => text.includes('graph 2 (graph replay')), 'a replay printed its table');
+  });
+
+  test("profileLog 'once-per-shape' prints one table per eager shape and one per graph, from its second replay", () => {
+    const logged: string[] = [];
+    const cuda = newCuda({ profile: true, profileLog: 'once-per-shape', log: (text) => logged.push(text) });
+    backends.push(cuda);
+    prefillAndDecode(cuda, (model, batch) => { cuda.graph(2, batch, () => model.forward(batch)); });
+    assert.equal(cuda.numGraphReplays, 4);
+    assert.equal(logged.length, 3, logged.map((t) => t.split('\n')[0]).join(' | '));
+    assert.match(logged[0]!, /^prefill\/mixed <=64 tokens \(eager\)/);
+    assert.match(logged[1]!, /^decode <=2 tokens \(eager\)/);
+    assert.match(logged[2]!, /^graph 2 \(graph replay/);
+  });
+
+  test('the engine with --profile profiles graph replays', async () => {
+    const { backend } = await createBackend(engineOptions({ model: 'unused', backend: 'cuda', profile: true }));
+    const cuda = backend as CudaBackend;
+    backends.push(cuda);
+    prefillAndDecode(cuda, (model, batch) => { cuda.graph(2, batch, () => model.forward(batch)); });
+    assert.equal(cuda.numGraphReplays, 4);
+    assert.equal(cuda.lastProfile?.kind, 'graph');
   });
 });

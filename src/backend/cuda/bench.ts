@@ -109,7 +109,7 @@ export function runW2(config: ModelConfig, weights: WeightSource, opts: { enforc
     if (opts.profile) log(`last decode step profile:\n${lastProfile}`);
     return { device: backend.device.name, decodeTokensPerSec, t64Ms, t320Ms, weightBytesPerStep: weightBytes,
       copyBandwidthBytesPerSec: bandwidth, rooflineTokensPerSec, rooflineShare: decodeTokensPerSec / rooflineTokensPerSec,
-      graphs: !opts.enforceEager && !opts.profile };
+      graphs: !opts.enforceEager };
   } finally {
     backend.dispose();
   }
@@ -121,7 +121,7 @@ async function main(argv: string[]): Promise<void> {
     .option('--model <dir>', 'Hugging Face model directory (config.json + safetensors)')
     .option('--random <shape>', 'random weights of a known shape instead of a checkpoint (qwen3-0.6b)')
     .option('--enforce-eager', 'no CUDA graphs', false)
-    .option('--profile', 'eager, with a per-op profile of the last decode step', false)
+    .option('--profile', 'per-op profile of the last decode step (a graph replay unless --enforce-eager)', false)
     .parse(argv);
   const o = program.opts<{ model?: string; random?: string; enforceEager: boolean; profile: boolean }>();
   let config: ModelConfig;

@@ -6,11 +6,12 @@ import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js'
 import type { DType, HostTensor } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
-import { Profiler } from './profiler.js';
+import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
 import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { copyBandwidth as measureCopyBandwidth } from './bandwidth.js';
@@ -23,8 +24,10 @@ export interface CudaBackendOptions {
   activationReserveBytes?: number;
   /** Disables CUDA graphs: graph() just runs its function. */
   enforceEager?: boolean;
-  /** Times every op with CUDA events and prints a table after each step (eager only). */
+  /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
+  /** Which profiled steps print their table (default 'every-step'). */
+  profileLog?: ProfileLogMode;
   /** Where the profile table goes; default stderr. */
   log?: (text: string) => void;
   initialWorkspaceBytes?: number;
@@ -48,6 +51,13 @@ function asCuda(t: Tensor): CudaTensor {
   return t;
 }
 
+/** A profile's name for an eager step: its kind and token count (rounded up to a power of two). */
+function eagerShape(batch: ForwardBatch): string {
+  let numTokens = 1;
+  while (numTokens < batch.numTokens) numTokens *= 2;
+  return `${isDecodeOnly(batch) ? 'decode' : 'prefill/mixed'} <=${numTokens} tokens`;
+}
+
 function isDecodeOnly(batch: ForwardBatch): boolean {
   for (let s = 0; s < batch.numSeqs; s++) {
     if (batch.queryStartLoc[s + 1]! - batch.queryStartLoc[s]! !== 1) return false;
@@ -56,7 +66,6 @@ function isDecodeOnly(batch: ForwardBatch): boolean {
 }
 
 const ATTENTION_HEAD_DIMS = [64, 128, 256];
-const MAX_DECODE_SPLITS = 16;
 
 interface Meta {
   layout: MetaLayout;
@@ -72,6 +81,8 @@ interface KvCache {
 }
 
 interface CapturedGraph {
+  /** Profile mode: the events the graph records between its ops. */
+  timings: GraphTimings | null;
   exec: Handle;
   graph: Handle;
   generation: string;
@@ -117,7 +128,7 @@ export class CudaBackend implements Backend {
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
     this.workspace = new StepWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
     this.staging = new HostStaging(this.device);
-    this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream) : null;
+    this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
     const ev: [Handle | null] = [null];
     check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
     this.metaCopied = outPtr(ev, 'cuEventCreate');
@@ -189,7 +200,8 @@ export class CudaBackend implements Backend {
   beginStep(batch: ForwardBatch): StepInputs {
     if (!this.capturing) {
       if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
-      if (this.profiler?.hasPending) this.log(this.profiler.finishStep());
+      this.profiler?.finishStep();
+      this.profiler?.startStep(eagerShape(batch));
       if (this.workspace.needsMerge) this.device.synchronize();
     }
     this.workspace.reset();
@@ -236,7 +248,7 @@ export class CudaBackend implements Backend {
   }
 
   private timed<T>(bucket: string, fn: () => T): T {
-    return this.profiler && !this.capturing ? this.profiler.time(bucket, fn) : fn();
+    return this.profiler ? this.profiler.time(bucket, fn) : fn();
   }
 
   beginLayer(layer: number): void {
@@ -318,10 +330,13 @@ export class CudaBackend implements Backend {
         i32(numKvHeads), i32(D), f32(eps)]));
   }
 
-  /** Thread blocks per (token, head) in the decode kernel: enough to fill the GPU, fixed per batch size. */
-  decodeSplits(numTokens: number, numHeads: number): number {
-    const numRows = Math.max(1, numTokens * numHeads);
-    return Math.max(1, Math.min(MAX_DECODE_SPLITS, Math.floor((2 * this.device.numSMs) / numRows)));
+  /**
+   * Grid z of the decode kernel for `numRows` (token, head) rows. Every
+   * row's splits follow its own kv length (decode-splits.ts), so this changes
+   * how blocks share the work, never a result.
+   */
+  decodeSplits(numRows: number, maxRowSplits: number): number {
+    return decodeGridZ(numRows, this.device.numSMs, maxRowSplits);
   }
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
@@ -338,16 +353,21 @@ export class CudaBackend implements Backend {
       this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
         ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       if (packed.decodeOnly) {
-        const numSplits = this.decodeSplits(T, numHeads);
-        const partialOut = numSplits > 1 ? this.act([T, numHeads, numSplits, D], 'f32') : null;
-        const partialMl = numSplits > 1 ? this.act([T, numHeads, numSplits, 2], 'f32') : null;
-        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}`, [T, numHeads, numSplits], 128, [
-          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut?.ptr ?? 0n), ptr(partialMl?.ptr ?? 0n),
-          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
-          ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(spec.blockSize), f32(scale)]);
-        if (partialOut && partialMl) {
+        // Allocated whether or not a row splits, so eager and captured steps allocate alike.
+        const partialOut = this.act([T, numHeads, MAX_SPLITS, D], 'f32').ptr;
+        const partialMl = this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr;
+        // A graph replays with longer kv lengths than it was captured with: it always merges.
+        const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
+        const gridZ = this.decodeSplits(T * numHeads, maxRowSplits);
+        const rowArgs = [ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions))];
+        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}`, [T, numHeads, gridZ], 128, [
+          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl),
+          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ...rowArgs, i32(numHeads), i32(numKvHeads),
+          i32(spec.blockSize), f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS)]);
+        if (maxRowSplits > 1) {
           this.device.launch('attention_decode.cu', 'attention_merge_bf16', [T, numHeads, 1], 128, [
-            ptr(partialOut.ptr), ptr(partialMl.ptr), ptr(out.ptr), i32(numHeads), i32(D), i32(numSplits)]);
+            ptr(partialOut), ptr(partialMl), ptr(out.ptr), ...rowArgs, i32(numHeads), i32(D), i32(SPLIT_TOKENS),
+            i32(MAX_SPLITS)]);
         }
       } else {
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
@@ -414,7 +434,7 @@ export class CudaBackend implements Backend {
     this.timed('copies', () => this.device.copyToHostAsync(staging, src, bytes));
     if (this.capturing) return staging.view;
     this.device.synchronize();
-    if (this.profiler?.hasPending) this.log(this.profiler.finishStep());
+    this.profiler?.finishStep();
     return staging.view;
   }
 
@@ -452,7 +472,7 @@ export class CudaBackend implements Backend {
    * from, launch the graph and read its result. Returns what toHost returned.
    */
   graph<R extends Float32Array | Int32Array>(key: number, batch: ForwardBatch, record: () => R): R {
-    if (this.enforceEager || this.profiler || !isDecodeOnly(batch)) return record();
+    if (this.enforceEager || !isDecodeOnly(batch)) return record();
     const cached = this.graphs.get(key);
     if (cached && cached.generation === this.generation() && cached.hostRead &&
       layoutFor(batch, this.meta?.layout ?? null) === this.meta?.layout) {
@@ -469,6 +489,7 @@ export class CudaBackend implements Backend {
   private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array | Int32Array {
     const meta = this.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
+    const startMs = performance.now();
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
     this.numGraphReplays++;
@@ -476,6 +497,7 @@ export class CudaBackend implements Backend {
     const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
     const view = this.staging.ensure(bytes, true).view;
     this.device.synchronize();
+    if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
     this.metaCopyPending = false;
     if (read.dtype === 'i32') return new Int32Array(view.slice(0, bytes));
     return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
@@ -486,6 +508,7 @@ export class CudaBackend implements Backend {
     const generation = this.generation();
     this.capturedRead = null;
     check(api.cuStreamBeginCapture_v2(this.device.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 'cuStreamBeginCapture_v2');
+    this.profiler?.beginCapture();
     this.capturing = true;
     this.workspace.frozen = true;
     const graphOut: [Handle | null] = [null];
@@ -498,16 +521,18 @@ export class CudaBackend implements Backend {
       this.capturing = false;
       this.workspace.frozen = false;
     }
+    const timings = this.profiler?.endCapture(`graph ${key}`) ?? null;
     const endStatus = api.cuStreamEndCapture(this.device.stream, graphOut);
     if (failure) {
       if (endStatus === 0 && graphOut[0]) api.cuGraphDestroy(BigInt(graphOut[0]));
+      if (timings) this.profiler?.release(timings);
       throw failure;
     }
     check(endStatus, 'cuStreamEndCapture');
     const graph = outPtr(graphOut, 'cuStreamEndCapture');
     const execOut: [Handle | null] = [null];
     check(api.cuGraphInstantiateWithFlags(execOut, graph, 0n), 'cuGraphInstantiateWithFlags');
-    this.graphs.set(key, { exec: outPtr(execOut, 'cuGraphInstantiateWithFlags'), graph, generation,
+    this.graphs.set(key, { timings, exec: outPtr(execOut, 'cuGraphInstantiateWithFlags'), graph, generation,
       hostRead: this.capturedRead });
   }
 
@@ -516,6 +541,7 @@ export class CudaBackend implements Backend {
     if (!g) return;
     this.device.api.cuGraphExecDestroy(g.exec);
     this.device.api.cuGraphDestroy(g.graph);
+    if (g.timings) this.profiler?.release(g.timings);
     this.graphs.delete(key);
   }
 

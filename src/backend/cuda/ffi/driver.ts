@@ -20,6 +20,8 @@ export class CudaError extends Error {
 export const CU_STREAM_NON_BLOCKING = 1;
 export const CU_EVENT_DEFAULT = 0;
 export const CU_EVENT_DISABLE_TIMING = 2;
+/** cuEventRecordWithFlags during stream capture: an event-record node in the graph (timing events allowed). */
+export const CU_EVENT_RECORD_EXTERNAL = 1;
 export const CU_MEMHOSTALLOC_PORTABLE = 1;
 export const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 export const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
@@ -58,6 +60,7 @@ export interface DriverApi {
   cuEventCreate(event: Out<Handle | null>, flags: number): number;
   cuEventDestroy_v2(event: Handle): number;
   cuEventRecord(event: Handle, stream: Handle): number;
+  cuEventRecordWithFlags(event: Handle, stream: Handle, flags: number): number;
   cuEventSynchronize(event: Handle): number;
   cuEventElapsedTime_v2(ms: Out<number>, start: Handle, end: Handle): number;
   cuModuleLoadData(module: Out<Handle | null>, image: Uint8Array): number;
@@ -107,6 +110,7 @@ const PROTOTYPES: string[] = [
   'int cuEventCreate(_Out_ void **event, unsigned int flags)',
   'int cuEventDestroy_v2(void *event)',
   'int cuEventRecord(void *event, void *stream)',
+  'int cuEventRecordWithFlags(void *event, void *stream, unsigned int flags)',
   'int cuEventSynchronize(void *event)',
   'int cuEventElapsedTime_v2(_Out_ float *ms, void *start, void *end)',
   'int cuModuleLoadData(_Out_ void **module, const void *image)',

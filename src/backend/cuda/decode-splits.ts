@@ -1,0 +1,44 @@
+// How the decode attention kernel (kernels/attention_decode.cu) splits one
+// row's kv range. The split plan is a pure function of the row's kv length, so
+// a row's output bits do not depend on the batch it runs in, on the grid, or on
+// eager vs graph; the grid's z extent (decodeGridZ) only decides how many
+// blocks share a row's splits. split_plan in the kernel mirrors splitPlan here.
+
+/** Target kv positions per split. */
+export const SPLIT_TOKENS = 128;
+/** Most splits of one row; also the split stride of the partial buffers. */
+export const MAX_SPLITS = 16;
+/** kv positions a block processes per round (DECODE_ROUND in the kernel). */
+const ROUND = 16;
+/** Blocks per SM the grid aims for when rows alone do not fill the GPU. */
+const TARGET_BLOCKS_PER_SM = 4;
+
+export interface SplitPlan {
+  numSplits: number;
+  /** kv positions per split (a multiple of ROUND); split z covers [z chunk, min((z + 1) chunk, kvLen)). */
+  chunk: number;
+}
+
+export function splitPlan(kvLen: number): SplitPlan {
+  if (kvLen <= 0) return { numSplits: 1, chunk: ROUND };
+  const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / SPLIT_TOKENS)));
+  const chunk = Math.ceil(Math.ceil(kvLen / wanted) / ROUND) * ROUND;
+  return { numSplits: Math.ceil(kvLen / chunk), chunk };
+}
+
+/**
+ * Grid z of the decode kernel: enough blocks to fill `numSMs`, never more than
+ * the most splits any row needs (`maxRowSplits`: MAX_SPLITS in a graph, whose kv
+ * lengths grow between replays).
+ */
+export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: number): number {
+  const fill = Math.ceil((TARGET_BLOCKS_PER_SM * numSMs) / Math.max(1, numRows));
+  return Math.max(1, Math.min(MAX_SPLITS, maxRowSplits, fill));
+}
+
+/** The most splits any token of a decode batch needs (kv length = position + 1). */
+export function maxSplitsOf(positions: Int32Array, numTokens: number): number {
+  let most = 1;
+  for (let t = 0; t < numTokens; t++) most = Math.max(most, splitPlan(positions[t]! + 1).numSplits);
+  return most;
+}

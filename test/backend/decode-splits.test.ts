@@ -1,0 +1,37 @@
+// The decode attention split plan (what makes a decode row's output independent
+// of its batch): every split non-empty, the splits tile [0, kvLen), and the
+// grid's z extent follows the batch without ever exceeding what a row needs.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
+
+test('splitPlan tiles [0, kvLen) with at most MAX_SPLITS non-empty splits of whole 16-position rounds', () => {
+  for (let kvLen = 1; kvLen <= 40_000; kvLen += kvLen < 3000 ? 1 : 97) {
+    const { numSplits, chunk } = splitPlan(kvLen);
+    assert.ok(numSplits >= 1 && numSplits <= MAX_SPLITS, `kvLen ${kvLen}: ${numSplits} splits`);
+    assert.equal(chunk % 16, 0, `kvLen ${kvLen}: chunk ${chunk}`);
+    assert.ok((numSplits - 1) * chunk < kvLen, `kvLen ${kvLen}: last split empty`);
+    assert.ok(numSplits * chunk >= kvLen, `kvLen ${kvLen}: splits stop short`);
+    assert.ok(numSplits <= Math.ceil(kvLen / SPLIT_TOKENS), `kvLen ${kvLen}: more splits than ceil(kvLen / SPLIT_TOKENS)`);
+  }
+  assert.equal(splitPlan(SPLIT_TOKENS).numSplits, 1);
+  assert.equal(splitPlan(SPLIT_TOKENS + 1).numSplits, 2);
+  assert.equal(splitPlan(100_000).numSplits, MAX_SPLITS);
+  assert.equal(splitPlan(0).numSplits, 1);
+});
+
+test('decodeGridZ spreads batch 1 over the SMs and gives big batches one block per row', () => {
+  const h100SMs = 132;
+  assert.equal(decodeGridZ(32, h100SMs, splitPlan(4096).numSplits), MAX_SPLITS);
+  assert.equal(decodeGridZ(32, h100SMs, splitPlan(1024).numSplits), splitPlan(1024).numSplits);
+  assert.ok(32 * decodeGridZ(32, h100SMs, splitPlan(1024).numSplits) >= h100SMs);
+  assert.equal(decodeGridZ(256 * 32, h100SMs, MAX_SPLITS), 1);
+  assert.equal(decodeGridZ(32, h100SMs, 1), 1);
+});
+
+test('maxSplitsOf takes the longest row of the batch', () => {
+  const positions = Int32Array.of(0, 4999, 30, 199);
+  assert.equal(maxSplitsOf(positions, 4), splitPlan(5000).numSplits);
+  assert.equal(maxSplitsOf(positions, 1), 1);
+});

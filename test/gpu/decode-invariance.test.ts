@@ -1,0 +1,127 @@
+// Decode attention is batch-invariant: one row's output bits are the same
+// alone, at any index of a batch of 16 or 64 rows of other (different-length)
+// rows, eager or replayed from a CUDA graph captured at another kv length; and
+// they match the CPU backend within bf16 tolerance for kv lengths 1 to 5000.
+// The CUDA cache starts as NaN and the workspace is poisoned before every run.
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { availableParallelism } from 'node:os';
+import { f32ToBf16 } from '../../src/loader/dtype.js';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import type { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
+import type { ForwardBatch } from '../../src/model/batch.js';
+import { batchOf, hostF32, shuffled } from '../backend/helpers.js';
+import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+
+const [H, KV, D, blockSize] = [4, 2, 128, 16];
+const width = (H + 2 * KV) * D;
+const scale = 1 / Math.sqrt(D);
+const kvLens = [1, 31, 200, 1500, 5000];
+const numTargetPages = 320;
+const otherLens = Array.from({ length: 63 }, (_, i) => 1 + ((i * 7919 + 11) % 2600));
+
+interface Row {
+  len: number;
+  pages: number[];
+}
+
+function decodeBatch(rows: Row[]): ForwardBatch {
+  return batchOf(rows.map((r, i) => ({ ids: [i % 50], start: r.len - 1,
+    pages: r.pages.slice(0, Math.floor((r.len - 1) / blockSize) + 1) })), blockSize);
+}
+
+function rowBits(out: Float32Array, row: number): Uint32Array {
+  return new Uint32Array(out.slice(row * H * D, (row + 1) * H * D).buffer);
+}
+
+function assertAllFinite(out: Float32Array, what: string): void {
+  const i = out.findIndex((x) => !Number.isFinite(x));
+  assert.equal(i, -1, `${what}: element ${i} never written`);
+}
+
+describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
+  const cpu = noCuda ? null : new CpuBackend({ kvCacheBytes: 64 << 20, numThreads: Math.min(8, availableParallelism()) });
+  const cuda = noCuda ? null : newCuda();
+  after(() => {
+    cpu?.dispose();
+    cuda?.dispose();
+  });
+
+  test('a row is bit-identical alone, in batches of 16 and 64, eager and graphed; close to the CPU', () => {
+    const perm = shuffled(numTargetPages, 11);
+    const target: Row = { len: 0, pages: perm.slice(0, Math.ceil(Math.max(...kvLens) / blockSize)) };
+    let nextPage = numTargetPages;
+    const others: Row[] = otherLens.map((len) => {
+      const pages = Array.from({ length: Math.ceil(len / blockSize) }, (_, i) => nextPage + i);
+      nextPage += pages.length;
+      return { len, pages };
+    });
+    cpu!.allocateKvCache({ numBlocks: numTargetPages, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+    cuda!.allocateKvCache({ numBlocks: nextPage, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+    cuda!.fillKvCache(0xff);
+    cuda!.device.synchronize();
+    const pageElements = blockSize * KV * D;
+    const otherElements = (nextPage - numTargetPages) * pageElements;
+    const { k, v } = cuda!.kvLayer(0);
+    const firstOther = BigInt(numTargetPages * pageElements * 2);
+    cuda!.device.upload(k + firstOther, f32ToBf16(randomBf16(otherElements, 21, -2, 2)));
+    cuda!.device.upload(v + firstOther, f32ToBf16(randomBf16(otherElements, 22, -2, 2)));
+
+    // The target's history, positions [0, 4999), through each backend's own prefill path.
+    const numHistory = Math.max(...kvLens) - 1;
+    const history = batchOf([{ ids: Array.from({ length: numHistory }, (_, i) => i % 50), start: 0, pages: target.pages }],
+      blockSize);
+    const historyQkv = randomBf16(numHistory * width, 23, -2, 2);
+    cpu!.attention(cpu!.upload(hostF32('qkv', [numHistory, width], historyQkv)), 0, H, KV, scale, cpu!.beginStep(history));
+    const historyStep = cuda!.beginStep(history);
+    cuda!.attention(cuda!.fromHost([numHistory, width], historyQkv), 0, H, KV, scale, historyStep);
+
+    // Fixed qkv buffers per batch size, rewritten before each run, so a replayed graph reads the new rows.
+    const qkvOf = new Map<number, CudaTensor>();
+    const qkvFor = (numRows: number, values: Float32Array): CudaTensor => {
+      let t = qkvOf.get(numRows);
+      if (!t) qkvOf.set(numRows, t = cuda!.fromHost([numRows, width], values));
+      else cuda!.device.upload(t.ptr, f32ToBf16(values));
+      return t;
+    };
+    const eager = (batch: ForwardBatch, qkv: CudaTensor): Float32Array => {
+      const step = cuda!.beginStep(batch);
+      cuda!.fillWorkspace(0xff);
+      return cuda!.toHost(cuda!.attention(qkv, 0, H, KV, scale, step));
+    };
+
+    kvLens.forEach((len, li) => {
+      target.len = len;
+      const targetQkv = randomBf16(width, 100 + li, -2, 2);
+      const alone = decodeBatch([target]);
+      const cpuOut = cpu!.toHost(cpu!.attention(cpu!.upload(hostF32('qkv', [1, width], targetQkv)), 0, H, KV, scale, cpu!.beginStep(alone)));
+      const aloneOut = eager(alone, qkvFor(1, targetQkv));
+      assertBf16Close(aloneOut, cpuOut, `kv length ${len} vs CPU`);
+      const want = rowBits(aloneOut, 0);
+
+      for (const [numRows, at] of [[16, 5], [64, 37]] as const) {
+        const rows = [...others.slice(0, numRows - 1)];
+        rows.splice(at, 0, target);
+        const batch = decodeBatch(rows);
+        const qkv = randomBf16(numRows * width, 1000 * numRows + li, -2, 2);
+        qkv.set(targetQkv, at * width);
+        const batchOut = eager(batch, qkvFor(numRows, qkv));
+        assertAllFinite(batchOut, `batch ${numRows}, kv length ${len}`);
+        assert.deepEqual(rowBits(batchOut, at), want, `kv length ${len}: row ${at} of a batch of ${numRows} differs from alone`);
+
+        const numReplays = cuda!.numGraphReplays;
+        const buffer = qkvFor(numRows, qkv);
+        const graphed = cuda!.graph(numRows, batch, () => {
+          const step = cuda!.beginStep(batch);
+          cuda!.fillWorkspace(0xff);
+          return cuda!.toHost(cuda!.attention(buffer, 0, H, KV, scale, step));
+        });
+        if (li > 0) assert.equal(cuda!.numGraphReplays, numReplays + 1, `batch ${numRows}: replayed, not recaptured`);
+        assertAllFinite(graphed, `graph of ${numRows}, kv length ${len}`);
+        assert.deepEqual(rowBits(graphed, at), want, `kv length ${len}: graph of ${numRows} differs from alone`);
+      }
+    });
+    assert.equal(cuda!.numGraphs, 2);
+  });
+});
