@@ -1,127 +1,215 @@
-// Paged attention for query chunks (prefill, chunked prefill, mixed batches):
-// each block takes BQ consecutive query rows of one sequence and one q head,
-// walks the sequence's kv positions [0, last row's position] in tiles of BK
-// read through the block table (cached prefix and this chunk alike: the chunk's
-// k/v were written to the cache first), causal per row, online softmax.
+// Paged attention for query chunks (prefill, chunked prefill, mixed batches) on
+// tensor cores, flash-attention-2 style: each block takes BQ = 64 consecutive
+// query rows of one sequence and one q head, walks the sequence's kv positions
+// [0, its last row's position] in tiles of BK read through the block table
+// (cached prefix and this chunk alike: the chunk's k/v were written to the cache
+// first), S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 in, fp32 out),
+// causal per row, online softmax in fp32 registers, O / l at the end.
 //
 //   tiles[2i] = sequence, tiles[2i+1] = first flat row of the tile; rows past queryStartLoc[seq+1] idle.
-//   shared: sQ [BQ][D], sK [BK][D+2] (padded: lane j's row starts on bank j*(D/2+1)), sV [BK][D]
-//   warp w owns rows w*RPW .. w*RPW+RPW-1; for a row, lane j scores key j of the tile and owns
-//   output dims [lane*D/32, (lane+1)*D/32).
+//   warp w owns tile rows 16w .. 16w+15: its Q as A fragments in registers (loaded once), its S
+//   [16, BK] and O [16, D] as C fragments; thread (g, t) holds rows g and g+8 (mma.cuh pictures them).
+//   shared: sK, sV [BK][D + 8] bf16, the padding puts the 8 rows of an ldmatrix on distinct banks;
+//   keys past the tile's kvEnd are zeros (P is 0 there, and 0 * NaN would not be).
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D].
-// Launch: grid (numTiles, numHeads), block 128 (4 warps).
+// Launch: grid (numTiles, numHeads), block 128 (4 warps); tiles packed PREFILL_TILE_ROWS = 64 rows.
+// Blocks take tiles last to first, so the long tiles at the end of each sequence start first.
+//
+// The CUDA-core kernel (attention_prefill_simt.cuh) serves f32 and the benchmark's A/B.
 #include "common.cuh"
+#include "mma.cuh"
+#include "attention_prefill_simt.cuh"
 
-#define PREFILL_BQ 16
-#define PREFILL_BK 32
-#define PREFILL_WARPS 4
+#define PREFILL_BQ 64
 
-template <typename T, int D>
-__device__ __forceinline__ void attention_prefill(const T* qkv, const T* kCache, const T* vCache, T* out,
-                                                  const int* meta, const int* blockTables, const int* tiles,
-                                                  const int* queryStartLoc, const int* positions, int numHeads,
-                                                  int numKvHeads, int blockSize, float scale) {
-  constexpr int EPL = D / 32;
-  constexpr int RPW = PREFILL_BQ / PREFILL_WARPS;
-  constexpr int KP = D + 2;
-  __shared__ __align__(16) T sQ[PREFILL_BQ][D];
-  __shared__ __align__(16) T sK[PREFILL_BK][KP];
-  __shared__ __align__(16) T sV[PREFILL_BK][D];
-  const int seq = tiles[2 * blockIdx.x];
-  const int row0 = tiles[2 * blockIdx.x + 1];
+template <int D>
+struct PrefillShape {
+  static constexpr int BK = D <= 128 ? 64 : 32;  // keeps sK + sV under the 48 KB of static shared memory
+  static constexpr int ROW = D + 8;
+};
+
+template <int D>
+__device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache,
+                                                      bf16_t* out, const int* meta, const int* blockTables,
+                                                      const int* tiles, const int* queryStartLoc, const int* positions,
+                                                      int numHeads, int numKvHeads, int blockSize, float scale) {
+  constexpr int BK = PrefillShape<D>::BK;
+  constexpr int ROW = PrefillShape<D>::ROW;
+  constexpr int KSTEPS = D / 16;  // k steps of Q K^T
+  constexpr int NKEY = BK / 8;    // n tiles of S
+  constexpr int NDIM = D / 8;     // n tiles of O
+  constexpr int VECS_PER_ROW = D / 8;
+  __shared__ __align__(16) bf16_t sK[BK * ROW];
+  __shared__ __align__(16) bf16_t sV[BK * ROW];
+
+  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int seq = tiles[2 * tile];
+  const int row0 = tiles[2 * tile + 1];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
   const int rowEnd = min(row0 + PREFILL_BQ, queryStartLoc[seq + 1]);
   const int kvh = h / (numHeads / numKvHeads);
   const int qkvStride = (numHeads + 2 * numKvHeads) * D;
   const int* table = blockTables + (long long)seq * meta[META_BLOCK_TABLE_STRIDE];
   const int kvEnd = positions[rowEnd - 1] + 1;
 
-  for (int i = threadIdx.x; i < PREFILL_BQ * D; i += blockDim.x) {
-    const int r = i / D, d = i % D;
-    sQ[r][d] = row0 + r < rowEnd ? qkv[(long long)(row0 + r) * qkvStride + h * D + d] : from_float<T>(0.f);
-  }
-  int rowPos[RPW];
-  float m[RPW], l[RPW], acc[RPW][EPL];
-#pragma unroll
-  for (int r = 0; r < RPW; r++) {
-    const int row = row0 + warp * RPW + r;
-    rowPos[r] = row < rowEnd ? positions[row] : -1;
-    m[r] = NEG_INF;
-    l[r] = 0.f;
-#pragma unroll
-    for (int e = 0; e < EPL; e++) acc[r][e] = 0.f;
-  }
+  const int warpRow0 = row0 + warp * 16;
+  const int warpFirstPos = warpRow0 < rowEnd ? positions[warpRow0] : -1;
+  const int warpLastPos = warpRow0 < rowEnd ? positions[min(warpRow0 + 15, rowEnd - 1)] : -1;
+  const int rowA = warpRow0 + g, rowB = rowA + 8;
+  const int posA = rowA < rowEnd ? positions[rowA] : -1;
+  const int posB = rowB < rowEnd ? positions[rowB] : -1;
 
-  for (int kt = 0; kt < kvEnd; kt += PREFILL_BK) {
+  unsigned qa[KSTEPS][4];
+  {
+    const bf16_t* qA = qkv + (long long)rowA * qkvStride + h * D + 2 * t;
+    const bf16_t* qB = qkv + (long long)rowB * qkvStride + h * D + 2 * t;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++) {
+      qa[ks][0] = posA >= 0 ? *reinterpret_cast<const unsigned*>(qA + ks * 16) : 0u;
+      qa[ks][1] = posB >= 0 ? *reinterpret_cast<const unsigned*>(qB + ks * 16) : 0u;
+      qa[ks][2] = posA >= 0 ? *reinterpret_cast<const unsigned*>(qA + ks * 16 + 8) : 0u;
+      qa[ks][3] = posB >= 0 ? *reinterpret_cast<const unsigned*>(qB + ks * 16 + 8) : 0u;
+    }
+  }
+  float o[NDIM][4];
+#pragma unroll
+  for (int n = 0; n < NDIM; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;  // l: this thread's columns only until the end
+  const float scaleLog2 = scale * 1.4426950408889634f;
+
+  for (int kt = 0; kt < kvEnd; kt += BK) {
     __syncthreads();
-    for (int i = threadIdx.x; i < PREFILL_BK * D; i += blockDim.x) {
-      const int j = i / D, d = i % D;
+    for (int i = threadIdx.x; i < BK * VECS_PER_ROW; i += blockDim.x) {
+      const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
       const int key = kt + j;
+      u32x4 kVec = {0u, 0u, 0u, 0u}, vVec = {0u, 0u, 0u, 0u};
       if (key < kvEnd) {
         const long long page = table[key / blockSize];
-        const long long at = ((page * blockSize + key % blockSize) * numKvHeads + kvh) * D + d;
-        sK[j][d] = kCache[at];
-        sV[j][d] = vCache[at];
-      } else {
-        sK[j][d] = from_float<T>(0.f);
-        sV[j][d] = from_float<T>(0.f);
+        const long long at = ((page * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+        kVec = *reinterpret_cast<const u32x4*>(kCache + at);
+        vVec = *reinterpret_cast<const u32x4*>(vCache + at);
       }
+      *reinterpret_cast<u32x4*>(sK + j * ROW + c) = kVec;
+      *reinterpret_cast<u32x4*>(sV + j * ROW + c) = vVec;
     }
     __syncthreads();
+    if (kt > warpLastPos) continue;  // warp-uniform: every key of the tile is in all its rows' future
+
+    float s[NKEY][4];
 #pragma unroll
-    for (int r = 0; r < RPW; r++) {
-      const int pos = rowPos[r];
-      if (pos < kt) continue;  // warp-uniform: idle row, or every key of the tile is in its future
-      const int key = kt + lane;
-      const T* qRow = sQ[warp * RPW + r];
-      float s = NEG_INF;
-      if (key <= pos) {
-        float dot = 0.f;
-#pragma unroll 8
-        for (int d = 0; d < D; d += 2) {
-          float q0, q1, k0, k1;
-          load2(qRow + d, q0, q1);
-          load2(&sK[lane][d], k0, k1);
-          dot += q0 * k0 + q1 * k1;
-        }
-        s = dot * scale;
+    for (int n = 0; n < NKEY; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks += 2) {
+#pragma unroll
+      for (int n = 0; n < NKEY; n++) {
+        unsigned b[4];  // matrix i: keys 8n .. 8n+7, dims 16 ks + 8i .. +7
+        ldmatrix_x4(b, sK + (n * 8 + (lane & 7)) * ROW + ks * 16 + (lane >> 3) * 8);
+        mma_bf16_16816(s[n], qa[ks], b[0], b[1]);
+        mma_bf16_16816(s[n], qa[ks + 1], b[2], b[3]);
       }
-      const float mNew = fmaxf(m[r], warp_max(s));
-      const float corr = __expf(m[r] - mNew);
-      const float p = key <= pos ? __expf(s - mNew) : 0.f;
-      l[r] = l[r] * corr + warp_sum(p);
+    }
+
+    const bool needMask = kt + BK - 1 > warpFirstPos;
+    float maxA = mA, maxB = mB;
 #pragma unroll
-      for (int e = 0; e < EPL; e++) acc[r][e] *= corr;
-      for (int j = 0; j < PREFILL_BK; j++) {
-        const float pj = __shfl_sync(FULL_MASK, p, j);
+    for (int n = 0; n < NKEY; n++) {
 #pragma unroll
-        for (int e = 0; e < EPL; e++) acc[r][e] += pj * to_float(sV[j][lane * EPL + e]);
+      for (int e = 0; e < 4; e++) {
+        const int key = kt + n * 8 + 2 * t + (e & 1);
+        const int pos = e < 2 ? posA : posB;
+        s[n][e] = needMask && key > pos ? NEG_INF : s[n][e] * scaleLog2;
       }
-      m[r] = mNew;
+      maxA = fmaxf(maxA, fmaxf(s[n][0], s[n][1]));
+      maxB = fmaxf(maxB, fmaxf(s[n][2], s[n][3]));
+    }
+    maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 1));
+    maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 2));
+    maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 1));
+    maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 2));
+    // a row that has seen no key yet (an idle row) keeps max -inf: subtract 0 instead, so exp gives 0, not NaN
+    const float baseA = maxA == NEG_INF ? 0.f : maxA;
+    const float baseB = maxB == NEG_INF ? 0.f : maxB;
+    const float corrA = fast_exp2(mA - baseA), corrB = fast_exp2(mB - baseB);
+    mA = maxA;
+    mB = maxB;
+    lA *= corrA;
+    lB *= corrB;
+#pragma unroll
+    for (int n = 0; n < NDIM; n++) {
+      o[n][0] *= corrA;
+      o[n][1] *= corrA;
+      o[n][2] *= corrB;
+      o[n][3] *= corrB;
+    }
+#pragma unroll
+    for (int n = 0; n < NKEY; n++) {
+      s[n][0] = fast_exp2(s[n][0] - baseA);
+      s[n][1] = fast_exp2(s[n][1] - baseA);
+      s[n][2] = fast_exp2(s[n][2] - baseB);
+      s[n][3] = fast_exp2(s[n][3] - baseB);
+      lA += s[n][0] + s[n][1];
+      lB += s[n][2] + s[n][3];
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+      // S's C fragments of key tiles 2kk, 2kk+1 are P's A fragment for k step kk
+      const unsigned pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < NDIM; n += 2) {
+        unsigned b[4];  // matrix i (transposed): keys 16 kk + 8 (i & 1) .. +7, dims 8 (n + i / 2) .. +7
+        ldmatrix_x4_trans(b, sV + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW + (n + (lane >> 4)) * 8);
+        mma_bf16_16816(o[n], pa, b[0], b[1]);
+        mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+      }
     }
   }
+
+  lA += __shfl_xor_sync(FULL_MASK, lA, 1);
+  lA += __shfl_xor_sync(FULL_MASK, lA, 2);
+  lB += __shfl_xor_sync(FULL_MASK, lB, 1);
+  lB += __shfl_xor_sync(FULL_MASK, lB, 2);
+  const float invA = posA >= 0 ? 1.f / lA : 0.f, invB = posB >= 0 ? 1.f / lB : 0.f;
+  bf16_t* outA = out + (long long)rowA * numHeads * D + h * D + 2 * t;
+  bf16_t* outB = out + (long long)rowB * numHeads * D + h * D + 2 * t;
 #pragma unroll
-  for (int r = 0; r < RPW; r++) {
-    if (rowPos[r] < 0) continue;
-    const long long row = row0 + warp * RPW + r;
-    T* o = out + row * numHeads * D + (long long)h * D + lane * EPL;
-#pragma unroll
-    for (int e = 0; e < EPL; e++) o[e] = from_float<T>(acc[r][e] / l[r]);
+  for (int n = 0; n < NDIM; n++) {
+    if (posA >= 0) *reinterpret_cast<unsigned*>(outA + n * 8) = pack_bf16x2(o[n][0] * invA, o[n][1] * invA);
+    if (posB >= 0) *reinterpret_cast<unsigned*>(outB + n * 8) = pack_bf16x2(o[n][2] * invB, o[n][3] * invB);
   }
 }
 
-#define INSTANTIATE_D(suffix, T, D)                                                                             \
-  extern "C" __global__ void __launch_bounds__(128) attention_prefill_##suffix##_d##D(                          \
-      const T* qkv, const T* kCache, const T* vCache, T* out, const int* meta, const int* blockTables,           \
-      const int* tiles, const int* queryStartLoc, const int* positions, int numHeads, int numKvHeads,           \
-      int blockSize, float scale) {                                                                             \
-    attention_prefill<T, D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,       \
-                            numHeads, numKvHeads, blockSize, scale);                                            \
+#define INSTANTIATE_MMA(D)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(128) attention_prefill_bf16_d##D(                                \
+      const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
+      const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
+      int numKvHeads, int blockSize, float scale) {                                                             \
+    attention_prefill_mma<D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,      \
+                             numHeads, numKvHeads, blockSize, scale);                                           \
   }
 
-INSTANTIATE_D(bf16, bf16_t, 64)
-INSTANTIATE_D(bf16, bf16_t, 128)
-INSTANTIATE_D(bf16, bf16_t, 256)
+// Same arguments as the tensor-core kernel, plus the rows per tile of the tile list it is given.
+#define INSTANTIATE_SIMT(suffix, T, D)                                                                          \
+  extern "C" __global__ void __launch_bounds__(128) attention_prefill_simt_##suffix##_d##D(                     \
+      const T* qkv, const T* kCache, const T* vCache, T* out, const int* meta, const int* blockTables,           \
+      const int* tiles, const int* queryStartLoc, const int* positions, int numHeads, int numKvHeads,           \
+      int blockSize, float scale, int tileRows) {                                                               \
+    attention_prefill_simt<T, D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,  \
+                                 numHeads, numKvHeads, blockSize, scale, tileRows);                             \
+  }
+
+INSTANTIATE_MMA(64)
+INSTANTIATE_MMA(128)
+INSTANTIATE_MMA(256)
+INSTANTIATE_SIMT(bf16, bf16_t, 64)
+INSTANTIATE_SIMT(bf16, bf16_t, 128)
+INSTANTIATE_SIMT(bf16, bf16_t, 256)
+// f32 sQ + sK + sV of D = 256 would pass the 48 KB of static shared memory
+INSTANTIATE_SIMT(f32, float, 64)
+INSTANTIATE_SIMT(f32, float, 128)
