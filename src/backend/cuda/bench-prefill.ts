@@ -4,7 +4,7 @@
 // replaced (on its own 16-row tiles) with CUDA events, interleaved, and reports
 // achieved TFLOP/s (causal: 4 * sum over rows of visible keys * D * numHeads).
 //
-//   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5]
+//   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--variants _x,_y]
 
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
@@ -56,7 +56,7 @@ function timeKernel(device: Device, events: Handle[], numReps: number, launch: (
   return ms[0] / numReps;
 }
 
-export function runPrefillBench(numSeqs: number, numTokens: number, numReps: number,
+export function runPrefillBench(numSeqs: number, numTokens: number, numReps: number, mmaSuffixes: string[] = [],
   log: (line: string) => void = console.log): PrefillBenchResult[] {
   const { numHeads, numKvHeads, headDim, blockSize } = PREFILL_BENCH;
   const device = new Device(0);
@@ -77,7 +77,8 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
     const scale = 1 / Math.sqrt(headDim);
     const flops = prefillFlops(batch, numHeads, headDim);
     const kernels: [string, PrefillKernel][] = [['tensor-core (mma.sync, 64-row tiles)', { kind: 'mma' }],
-      ['cuda-core (16-row tiles)', { kind: 'simt', tileRows: 16 }]];
+      ['cuda-core (16-row tiles)', { kind: 'simt', tileRows: 16 }],
+      ...mmaSuffixes.map((suffix): [string, PrefillKernel] => [`tensor-core variant ${suffix}`, { kind: 'mma', suffix }])];
     const results: PrefillBenchResult[] = kernels.map(([kernel]) => ({ device: device.name, kernel, ms: Infinity,
       tflops: 0 }));
     for (let round = 0; round < 2; round++) {
@@ -112,9 +113,11 @@ async function main(argv: string[]): Promise<void> {
     .option('--prompts <n>', 'prompts in the batch', '32')
     .option('--tokens <n>', 'tokens per prompt', '2048')
     .option('--reps <n>', 'timed launches per kernel and round', '5')
+    .option('--variants <suffixes>', 'also time these instantiations attention_prefill_bf16_d128<suffix> (comma-separated)', '')
     .parse(argv);
-  const o = program.opts<{ prompts: string; tokens: string; reps: string }>();
-  const results = runPrefillBench(Number(o.prompts), Number(o.tokens), Number(o.reps));
+  const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string }>();
+  const results = runPrefillBench(Number(o.prompts), Number(o.tokens), Number(o.reps),
+    o.variants.split(',').filter((v) => v.length > 0));
   console.log(JSON.stringify(results));
 }
 

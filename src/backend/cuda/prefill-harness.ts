@@ -16,8 +16,11 @@ export interface PrefillShape {
   numBlocks: number;
 }
 
-/** The tensor-core kernel (what the engine runs), or the CUDA-core one on tiles of `tileRows` rows. */
-export type PrefillKernel = { kind: 'mma' } | { kind: 'simt'; tileRows: number };
+/**
+ * The tensor-core kernel (what the engine runs; `suffix` picks another instantiation of it by
+ * name, for experiments), or the CUDA-core one on tiles of `tileRows` rows.
+ */
+export type PrefillKernel = { kind: 'mma'; suffix?: string } | { kind: 'simt'; tileRows: number };
 
 /** Causal attention FLOPs of a batch: 2 matmuls of 2 flops per multiply-add over each row's visible keys. */
 export function prefillFlops(batch: ForwardBatch, numHeads: number, headDim: number): number {
@@ -104,7 +107,7 @@ export class PrefillHarness {
     const L = this.layout;
     const tiles = kernel.kind === 'mma' ? { ptr: this.metaPtr(L.tiles), numTiles: this.numTiles }
       : this.tileList(kernel.tileRows);
-    const name = kernel.kind === 'mma' ? `attention_prefill_${this.dtype}_d${headDim}`
+    const name = kernel.kind === 'mma' ? `attention_prefill_${this.dtype}_d${headDim}${kernel.suffix ?? ''}`
       : `attention_prefill_simt_${this.dtype}_d${headDim}`;
     if (kernel.kind === 'mma' && this.dtype !== 'bf16') throw new Error('the tensor-core prefill kernel is bf16 only');
     const args = [ptr(this.qkv), ptr(this.kCache), ptr(this.vCache), ptr(this.out), ptr(this.meta),

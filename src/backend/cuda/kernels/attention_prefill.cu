@@ -4,12 +4,13 @@
 // [0, its last row's position] in tiles of BK read through the block table
 // (cached prefix and this chunk alike: the chunk's k/v were written to the cache
 // first), S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 in, fp32 out),
-// causal per row, online softmax in fp32 registers, O / l at the end.
+// causal per row, online softmax in fp32 registers, O / l at the end. K/V tiles
+// arrive by cp.async, double-buffered: tile i+1 loads while tile i computes.
 //
 //   tiles[2i] = sequence, tiles[2i+1] = first flat row of the tile; rows past queryStartLoc[seq+1] idle.
 //   warp w owns tile rows 16w .. 16w+15: its Q as A fragments in registers (loaded once), its S
 //   [16, BK] and O [16, D] as C fragments; thread (g, t) holds rows g and g+8 (mma.cuh pictures them).
-//   shared: sK, sV [BK][D + 8] bf16, the padding puts the 8 rows of an ldmatrix on distinct banks;
+//   shared: sK, sV [STAGES][BK][D + 8] bf16, the padding puts the 8 rows of an ldmatrix on distinct banks;
 //   keys past the tile's kvEnd are zeros (P is 0 there, and 0 * NaN would not be).
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
@@ -24,25 +25,26 @@
 
 #define PREFILL_BQ 64
 
-template <int D>
-struct PrefillShape {
-  static constexpr int BK = D <= 128 ? 64 : 32;  // keeps sK + sV under the 48 KB of static shared memory
-  static constexpr int ROW = D + 8;
-};
-
-template <int D>
+/**
+ * K/V tiles of BK keys, STAGES of them in flight (cp.async: tile i+1 loads while tile i computes).
+ * sK + sV = 2 * STAGES * BK * (D + 8) * 2 bytes stays under the 48 KB of static shared memory.
+ */
+template <int D, int BK, int STAGES>
 __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache,
                                                       bf16_t* out, const int* meta, const int* blockTables,
                                                       const int* tiles, const int* queryStartLoc, const int* positions,
                                                       int numHeads, int numKvHeads, int blockSize, float scale) {
-  constexpr int BK = PrefillShape<D>::BK;
-  constexpr int ROW = PrefillShape<D>::ROW;
+  constexpr int ROW = D + 8;
   constexpr int KSTEPS = D / 16;  // k steps of Q K^T
   constexpr int NKEY = BK / 8;    // n tiles of S
   constexpr int NDIM = D / 8;     // n tiles of O
   constexpr int VECS_PER_ROW = D / 8;
-  __shared__ __align__(16) bf16_t sK[BK * ROW];
-  __shared__ __align__(16) bf16_t sV[BK * ROW];
+  constexpr int VECS_PER_THREAD = BK * VECS_PER_ROW / 128;
+  static_assert(VECS_PER_THREAD * 128 == BK * VECS_PER_ROW, "a K/V tile is a whole number of 16-byte vectors per thread");
+  static_assert(BK % 16 == 0 && KSTEPS % 2 == 0 && NDIM % 2 == 0, "fragment pairs");
+  static_assert(STAGES == 1 || STAGES == 2, "one or two K/V buffers");
+  __shared__ __align__(16) bf16_t sK[STAGES][BK * ROW];
+  __shared__ __align__(16) bf16_t sV[STAGES][BK * ROW];
 
   const int tile = gridDim.x - 1 - blockIdx.x;
   const int seq = tiles[2 * tile];
@@ -55,6 +57,23 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   const int qkvStride = (numHeads + 2 * numKvHeads) * D;
   const int* table = blockTables + (long long)seq * meta[META_BLOCK_TABLE_STRIDE];
   const int kvEnd = positions[rowEnd - 1] + 1;
+
+  // keys [kt, kt + BK) into buffer `stage`; keys past kvEnd are zeros
+  auto loadTile = [&](int stage, int kt) {
+#pragma unroll
+    for (int v = 0; v < VECS_PER_THREAD; v++) {
+      const int i = threadIdx.x + v * 128;
+      const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
+      const int key = kt + j;
+      const bool valid = key < kvEnd;
+      long long at = 0;
+      if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+      cp_async_16(&sK[stage][j * ROW + c], kCache + at, valid);
+      cp_async_16(&sV[stage][j * ROW + c], vCache + at, valid);
+    }
+    cp_async_commit();
+  };
+  loadTile(0, 0);
 
   const int warpRow0 = row0 + warp * 16;
   const int warpFirstPos = warpRow0 < rowEnd ? positions[warpRow0] : -1;
@@ -81,94 +100,93 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;  // l: this thread's columns only until the end
   const float scaleLog2 = scale * 1.4426950408889634f;
 
-  for (int kt = 0; kt < kvEnd; kt += BK) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < BK * VECS_PER_ROW; i += blockDim.x) {
-      const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
-      const int key = kt + j;
-      u32x4 kVec = {0u, 0u, 0u, 0u}, vVec = {0u, 0u, 0u, 0u};
-      if (key < kvEnd) {
-        const long long page = table[key / blockSize];
-        const long long at = ((page * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
-        kVec = *reinterpret_cast<const u32x4*>(kCache + at);
-        vVec = *reinterpret_cast<const u32x4*>(vCache + at);
-      }
-      *reinterpret_cast<u32x4*>(sK + j * ROW + c) = kVec;
-      *reinterpret_cast<u32x4*>(sV + j * ROW + c) = vVec;
+  for (int kt = 0, it = 0; kt < kvEnd; kt += BK, it++) {
+    const int stage = STAGES == 1 ? 0 : it & 1;
+    if (STAGES == 2) {
+      if (kt + BK < kvEnd) loadTile(stage ^ 1, kt + BK);  // its buffer was released by the last iteration's barrier
+      else cp_async_commit();                            // an empty group keeps the wait count uniform
+      cp_async_wait<STAGES - 1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    if (kt > warpLastPos) continue;  // warp-uniform: every key of the tile is in all its rows' future
+    const bf16_t* tK = sK[stage];
+    const bf16_t* tV = sV[stage];
 
-    float s[NKEY][4];
+    if (kt <= warpLastPos) {  // warp-uniform: otherwise every key of the tile is in all its rows' future
+      float s[NKEY][4];
 #pragma unroll
-    for (int n = 0; n < NKEY; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int n = 0; n < NKEY; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-    for (int ks = 0; ks < KSTEPS; ks += 2) {
+      for (int ks = 0; ks < KSTEPS; ks += 2) {
+#pragma unroll
+        for (int n = 0; n < NKEY; n++) {
+          unsigned b[4];  // matrix i: keys 8n .. 8n+7, dims 16 ks + 8i .. +7
+          ldmatrix_x4(b, tK + (n * 8 + (lane & 7)) * ROW + ks * 16 + (lane >> 3) * 8);
+          mma_bf16_16816(s[n], qa[ks], b[0], b[1]);
+          mma_bf16_16816(s[n], qa[ks + 1], b[2], b[3]);
+        }
+      }
+
+      const bool needMask = kt + BK - 1 > warpFirstPos;
+      float maxA = mA, maxB = mB;
 #pragma unroll
       for (int n = 0; n < NKEY; n++) {
-        unsigned b[4];  // matrix i: keys 8n .. 8n+7, dims 16 ks + 8i .. +7
-        ldmatrix_x4(b, sK + (n * 8 + (lane & 7)) * ROW + ks * 16 + (lane >> 3) * 8);
-        mma_bf16_16816(s[n], qa[ks], b[0], b[1]);
-        mma_bf16_16816(s[n], qa[ks + 1], b[2], b[3]);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = kt + n * 8 + 2 * t + (e & 1);
+          const int pos = e < 2 ? posA : posB;
+          s[n][e] = needMask && key > pos ? NEG_INF : s[n][e] * scaleLog2;
+        }
+        maxA = fmaxf(maxA, fmaxf(s[n][0], s[n][1]));
+        maxB = fmaxf(maxB, fmaxf(s[n][2], s[n][3]));
       }
-    }
-
-    const bool needMask = kt + BK - 1 > warpFirstPos;
-    float maxA = mA, maxB = mB;
+      maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 1));
+      maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 2));
+      maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 1));
+      maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 2));
+      // a row that has seen no key yet (an idle row) keeps max -inf: subtract 0 instead, so exp gives 0, not NaN
+      const float baseA = maxA == NEG_INF ? 0.f : maxA;
+      const float baseB = maxB == NEG_INF ? 0.f : maxB;
+      const float corrA = fast_exp2(mA - baseA), corrB = fast_exp2(mB - baseB);
+      mA = maxA;
+      mB = maxB;
+      lA *= corrA;
+      lB *= corrB;
 #pragma unroll
-    for (int n = 0; n < NKEY; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int key = kt + n * 8 + 2 * t + (e & 1);
-        const int pos = e < 2 ? posA : posB;
-        s[n][e] = needMask && key > pos ? NEG_INF : s[n][e] * scaleLog2;
+      for (int n = 0; n < NDIM; n++) {
+        o[n][0] *= corrA;
+        o[n][1] *= corrA;
+        o[n][2] *= corrB;
+        o[n][3] *= corrB;
       }
-      maxA = fmaxf(maxA, fmaxf(s[n][0], s[n][1]));
-      maxB = fmaxf(maxB, fmaxf(s[n][2], s[n][3]));
-    }
-    maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 1));
-    maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 2));
-    maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 1));
-    maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 2));
-    // a row that has seen no key yet (an idle row) keeps max -inf: subtract 0 instead, so exp gives 0, not NaN
-    const float baseA = maxA == NEG_INF ? 0.f : maxA;
-    const float baseB = maxB == NEG_INF ? 0.f : maxB;
-    const float corrA = fast_exp2(mA - baseA), corrB = fast_exp2(mB - baseB);
-    mA = maxA;
-    mB = maxB;
-    lA *= corrA;
-    lB *= corrB;
 #pragma unroll
-    for (int n = 0; n < NDIM; n++) {
-      o[n][0] *= corrA;
-      o[n][1] *= corrA;
-      o[n][2] *= corrB;
-      o[n][3] *= corrB;
-    }
-#pragma unroll
-    for (int n = 0; n < NKEY; n++) {
-      s[n][0] = fast_exp2(s[n][0] - baseA);
-      s[n][1] = fast_exp2(s[n][1] - baseA);
-      s[n][2] = fast_exp2(s[n][2] - baseB);
-      s[n][3] = fast_exp2(s[n][3] - baseB);
-      lA += s[n][0] + s[n][1];
-      lB += s[n][2] + s[n][3];
-    }
+      for (int n = 0; n < NKEY; n++) {
+        s[n][0] = fast_exp2(s[n][0] - baseA);
+        s[n][1] = fast_exp2(s[n][1] - baseA);
+        s[n][2] = fast_exp2(s[n][2] - baseB);
+        s[n][3] = fast_exp2(s[n][3] - baseB);
+        lA += s[n][0] + s[n][1];
+        lB += s[n][2] + s[n][3];
+      }
 
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++) {
-      // S's C fragments of key tiles 2kk, 2kk+1 are P's A fragment for k step kk
-      const unsigned pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      for (int kk = 0; kk < BK / 16; kk++) {
+        // S's C fragments of key tiles 2kk, 2kk+1 are P's A fragment for k step kk
+        const unsigned pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-      for (int n = 0; n < NDIM; n += 2) {
-        unsigned b[4];  // matrix i (transposed): keys 16 kk + 8 (i & 1) .. +7, dims 8 (n + i / 2) .. +7
-        ldmatrix_x4_trans(b, sV + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW + (n + (lane >> 4)) * 8);
-        mma_bf16_16816(o[n], pa, b[0], b[1]);
-        mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+        for (int n = 0; n < NDIM; n += 2) {
+          unsigned b[4];  // matrix i (transposed): keys 16 kk + 8 (i & 1) .. +7, dims 8 (n + i / 2) .. +7
+          ldmatrix_x4_trans(b, tV + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW + (n + (lane >> 4)) * 8);
+          mma_bf16_16816(o[n], pa, b[0], b[1]);
+          mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+        }
       }
     }
+    __syncthreads();  // every warp is done with this buffer before a load overwrites it
+    if (STAGES == 1 && kt + BK < kvEnd) loadTile(0, kt + BK);
   }
 
   lA += __shfl_xor_sync(FULL_MASK, lA, 1);
@@ -185,12 +203,12 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   }
 }
 
-#define INSTANTIATE_MMA(D)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(128) attention_prefill_bf16_d##D(                                \
+#define INSTANTIATE_MMA(name, D, BK, STAGES)                                                                    \
+  extern "C" __global__ void __launch_bounds__(128) name(                                                       \
       const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
       const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
       int numKvHeads, int blockSize, float scale) {                                                             \
-    attention_prefill_mma<D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,      \
+    attention_prefill_mma<D, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,      \
                              numHeads, numKvHeads, blockSize, scale);                                           \
   }
 
@@ -204,9 +222,10 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
                                  numHeads, numKvHeads, blockSize, scale, tileRows);                             \
   }
 
-INSTANTIATE_MMA(64)
-INSTANTIATE_MMA(128)
-INSTANTIATE_MMA(256)
+// H100, bench-prefill.ts (32 x 2048, D 128): BK 32 in 2 stages 151 TFLOP/s; BK 64 in 1 stage 143; BK 32 in 1 stage 124
+INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 2)
+INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 32, 2)
+INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 16, 2)
 INSTANTIATE_SIMT(bf16, bf16_t, 64)
 INSTANTIATE_SIMT(bf16, bf16_t, 128)
 INSTANTIATE_SIMT(bf16, bf16_t, 256)
