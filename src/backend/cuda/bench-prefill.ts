@@ -78,7 +78,10 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
     const flops = prefillFlops(batch, numHeads, headDim);
     const kernels: [string, PrefillKernel][] = [['tensor-core (mma.sync, 64-row tiles)', { kind: 'mma' }],
       ['cuda-core (16-row tiles)', { kind: 'simt', tileRows: 16 }],
-      ...mmaSuffixes.map((suffix): [string, PrefillKernel] => [`tensor-core variant ${suffix}`, { kind: 'mma', suffix }])];
+      ...mmaSuffixes.map((variant): [string, PrefillKernel] => {
+        const [suffix, rows] = variant.split('@');
+        return [`tensor-core variant ${variant}`, { kind: 'mma', suffix, tileRows: rows ? Number(rows) : undefined }];
+      })];
     const results: PrefillBenchResult[] = kernels.map(([kernel]) => ({ device: device.name, kernel, ms: Infinity,
       tflops: 0 }));
     for (let round = 0; round < 2; round++) {
@@ -113,7 +116,8 @@ async function main(argv: string[]): Promise<void> {
     .option('--prompts <n>', 'prompts in the batch', '32')
     .option('--tokens <n>', 'tokens per prompt', '2048')
     .option('--reps <n>', 'timed launches per kernel and round', '5')
-    .option('--variants <suffixes>', 'also time these instantiations attention_prefill_bf16_d128<suffix> (comma-separated)', '')
+    .option('--variants <list>', 'also time the instantiations attention_prefill_bf16_d128<suffix>, ' +
+      'comma-separated suffix[@tile rows]', '')
     .parse(argv);
   const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string }>();
   const results = runPrefillBench(Number(o.prompts), Number(o.tokens), Number(o.reps),

@@ -341,6 +341,7 @@ export class CudaBackend implements Backend {
             ptr(partialOut.ptr), ptr(partialMl.ptr), ptr(out.ptr), i32(numHeads), i32(D), i32(numSplits)]);
         }
       } else {
+        // block: a warp per 16 rows of a tile, PREFILL_TILE_ROWS * 2 = 128 threads
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)),
           ptr(this.metaPtr(meta, L.tiles)), ptr(this.metaPtr(meta, L.queryStartLoc)),

@@ -23,13 +23,12 @@
 #include "mma.cuh"
 #include "attention_prefill_simt.cuh"
 
-#define PREFILL_BQ 64
-
 /**
- * K/V tiles of BK keys, STAGES of them in flight (cp.async: tile i+1 loads while tile i computes).
+ * BQ query rows per block, one warp per 16 (the launch gives BQ * 2 threads); K/V tiles of BK keys,
+ * STAGES of them in flight (cp.async: tiles i+1 .. i+STAGES-1 load while tile i computes).
  * sK + sV = 2 * STAGES * BK * (D + 8) * 2 bytes stays under the 48 KB of static shared memory.
  */
-template <int D, int BK, int STAGES>
+template <int D, int BQ, int BK, int STAGES>
 __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache,
                                                       bf16_t* out, const int* meta, const int* blockTables,
                                                       const int* tiles, const int* queryStartLoc, const int* positions,
@@ -39,10 +38,11 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   constexpr int NKEY = BK / 8;    // n tiles of S
   constexpr int NDIM = D / 8;     // n tiles of O
   constexpr int VECS_PER_ROW = D / 8;
-  constexpr int VECS_PER_THREAD = BK * VECS_PER_ROW / 128;
-  static_assert(VECS_PER_THREAD * 128 == BK * VECS_PER_ROW, "a K/V tile is a whole number of 16-byte vectors per thread");
+  constexpr int NUM_THREADS = BQ * 2;
+  constexpr int VECS_PER_THREAD = BK * VECS_PER_ROW / NUM_THREADS;
+  static_assert(VECS_PER_THREAD * NUM_THREADS == BK * VECS_PER_ROW, "a K/V tile is a whole number of 16-byte vectors per thread");
   static_assert(BK % 16 == 0 && KSTEPS % 2 == 0 && NDIM % 2 == 0, "fragment pairs");
-  static_assert(STAGES == 1 || STAGES == 2, "one or two K/V buffers");
+  static_assert(STAGES >= 2, "tiles ahead of the one computing");
   __shared__ __align__(16) bf16_t sK[STAGES][BK * ROW];
   __shared__ __align__(16) bf16_t sV[STAGES][BK * ROW];
 
@@ -52,7 +52,7 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int rowEnd = min(row0 + PREFILL_BQ, queryStartLoc[seq + 1]);
+  const int rowEnd = min(row0 + BQ, queryStartLoc[seq + 1]);
   const int kvh = h / (numHeads / numKvHeads);
   const int qkvStride = (numHeads + 2 * numKvHeads) * D;
   const int* table = blockTables + (long long)seq * meta[META_BLOCK_TABLE_STRIDE];
@@ -62,7 +62,7 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   auto loadTile = [&](int stage, int kt) {
 #pragma unroll
     for (int v = 0; v < VECS_PER_THREAD; v++) {
-      const int i = threadIdx.x + v * 128;
+      const int i = threadIdx.x + v * NUM_THREADS;
       const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
       const int key = kt + j;
       const bool valid = key < kvEnd;
@@ -73,7 +73,11 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
     }
     cp_async_commit();
   };
-  loadTile(0, 0);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; st++) {
+    if (st * BK < kvEnd) loadTile(st, st * BK);
+    else cp_async_commit();  // empty groups keep the count of groups in flight uniform
+  }
 
   const int warpRow0 = row0 + warp * 16;
   const int warpFirstPos = warpRow0 < rowEnd ? positions[warpRow0] : -1;
@@ -101,15 +105,12 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   const float scaleLog2 = scale * 1.4426950408889634f;
 
   for (int kt = 0, it = 0; kt < kvEnd; kt += BK, it++) {
-    const int stage = STAGES == 1 ? 0 : it & 1;
-    if (STAGES == 2) {
-      if (kt + BK < kvEnd) loadTile(stage ^ 1, kt + BK);  // its buffer was released by the last iteration's barrier
-      else cp_async_commit();                            // an empty group keeps the wait count uniform
-      cp_async_wait<STAGES - 1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int stage = it % STAGES;
+    // the buffer STAGES - 1 tiles ahead was released by the last iteration's closing barrier
+    if (kt + (STAGES - 1) * BK < kvEnd) loadTile((it + STAGES - 1) % STAGES, kt + (STAGES - 1) * BK);
+    else cp_async_commit();
+    cp_async_wait<STAGES - 1>();  // this thread's copies of tile `it` landed
+    __syncthreads();              // everyone's did
     const bf16_t* tK = sK[stage];
     const bf16_t* tV = sV[stage];
 
@@ -186,7 +187,6 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
       }
     }
     __syncthreads();  // every warp is done with this buffer before a load overwrites it
-    if (STAGES == 1 && kt + BK < kvEnd) loadTile(0, kt + BK);
   }
 
   lA += __shfl_xor_sync(FULL_MASK, lA, 1);
@@ -203,12 +203,12 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   }
 }
 
-#define INSTANTIATE_MMA(name, D, BK, STAGES)                                                                    \
-  extern "C" __global__ void __launch_bounds__(128) name(                                                       \
+#define INSTANTIATE_MMA(name, D, BQ, BK, STAGES, MIN_BLOCKS)                                                    \
+  extern "C" __global__ void __launch_bounds__(BQ * 2, MIN_BLOCKS) name(                                        \
       const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
       const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
       int numKvHeads, int blockSize, float scale) {                                                             \
-    attention_prefill_mma<D, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,      \
+    attention_prefill_mma<D, BQ, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,      \
                              numHeads, numKvHeads, blockSize, scale);                                           \
   }
 
@@ -222,10 +222,11 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
                                  numHeads, numKvHeads, blockSize, scale, tileRows);                             \
   }
 
-// H100, bench-prefill.ts (32 x 2048, D 128): BK 32 in 2 stages 151 TFLOP/s; BK 64 in 1 stage 143; BK 32 in 1 stage 124
-INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 2)
-INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 32, 2)
-INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 16, 2)
+// H100, bench-prefill.ts (32 x 2048 tokens, 32/8 heads, D 128), TFLOP/s: BQ 64, BK 32, 2 stages (below) 153;
+// BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
+INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 64, 2, 3)
+INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 64, 32, 2, 3)
+INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 64, 16, 2, 1)
 INSTANTIATE_SIMT(bf16, bf16_t, 64)
 INSTANTIATE_SIMT(bf16, bf16_t, 128)
 INSTANTIATE_SIMT(bf16, bf16_t, 256)
