@@ -40,12 +40,13 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   constexpr int VECS_PER_ROW = D / 8;
   constexpr int NUM_THREADS = BQ * 2;
   constexpr int VECS_PER_THREAD = BK * VECS_PER_ROW / NUM_THREADS;
-  static_assert(VECS_PER_THREAD * NUM_THREADS == BK * VECS_PER_ROW, "a K/V tile is a whole number of 16-byte vectors per thread");
+  static_assert(VECS_PER_THREAD * NUM_THREADS == BK * VECS_PER_ROW, "whole 16-byte vectors of a K/V tile per thread");
   static_assert(BK % 16 == 0 && KSTEPS % 2 == 0 && NDIM % 2 == 0, "fragment pairs");
   static_assert(STAGES >= 2, "tiles ahead of the one computing");
   __shared__ __align__(16) bf16_t sK[STAGES][BK * ROW];
   __shared__ __align__(16) bf16_t sV[STAGES][BK * ROW];
 
+  if (blockDim.x != NUM_THREADS) __trap();  // a launch of the wrong width would leave tiles half loaded
   const int tile = gridDim.x - 1 - blockIdx.x;
   const int seq = tiles[2 * tile];
   const int row0 = tiles[2 * tile + 1];
@@ -208,8 +209,8 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
       const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
       const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
       int numKvHeads, int blockSize, float scale) {                                                             \
-    attention_prefill_mma<D, BQ, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,      \
-                             numHeads, numKvHeads, blockSize, scale);                                           \
+    attention_prefill_mma<D, BQ, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc,  \
+                                             positions, numHeads, numKvHeads, blockSize, scale);                \
   }
 
 // Same arguments as the tensor-core kernel, plus the rows per tile of the tile list it is given.
