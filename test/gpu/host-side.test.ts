@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { layoutFor, packStep, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
-  PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
+  packTiles, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 import { DeviceWorkspace } from '../../src/backend/cuda/workspace.js';
 import { profileTable, formatProfile } from '../../src/backend/cuda/profiler.js';
 import { libraryCandidates, loadLibrary, LibraryNotFoundError } from '../../src/backend/cuda/ffi/discover.js';
@@ -35,11 +35,24 @@ test('packStep puts every section at its layout offset and the counts in the hea
   const row = (s: number) => [...words.subarray(layout.blockTables + s * layout.blockTableStride,
     layout.blockTables + s * layout.blockTableStride + 3)];
   assert.deepEqual([row(0), row(1), row(2)], [[4, 9, 2], [6, 0, 0], [3, 8, 0]]);
-  // seq 2's 20 rows make two tiles of PREFILL_TILE_ROWS
-  assert.equal(PREFILL_TILE_ROWS, 16);
-  assert.equal(packed.numTiles, 4);
-  assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 8)], [0, 0, 1, 3, 2, 4, 2, 20]);
+  // one tile per sequence: none has more than PREFILL_TILE_ROWS rows
+  assert.equal(PREFILL_TILE_ROWS, 64);
+  assert.equal(packed.numTiles, 3);
+  assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 6)], [0, 0, 1, 3, 2, 4]);
   assert.equal(packed.decodeOnly, false);
+});
+
+test('packTiles cuts each sequence into tiles of tileRows rows, the last one short', () => {
+  const queryStartLoc = Int32Array.of(0, 150, 151, 151, 215);
+  const words = new Int32Array(20).fill(-7);
+  assert.equal(packTiles(queryStartLoc, 4, 64, words, 2), 5);
+  assert.deepEqual([...words.subarray(0, 14)], [-7, -7, 0, 0, 0, 64, 0, 128, 1, 150, 3, 151, -7, -7]);
+  assert.equal(packTiles(queryStartLoc, 4, 16, new Int32Array(40), 0), 10 + 1 + 4);
+  const batch = batchOf([{ ids: Array.from({ length: 130 }, (_, i) => i), start: 300, pages: [...Array(30).keys()] }], 16);
+  const layout = layoutFor(batch, null);
+  const packed = packStep(batch, layout, new Int32Array(layout.totalWords));
+  assert.equal(packed.numTiles, Math.ceil(130 / PREFILL_TILE_ROWS));
+  assert.ok(layout.capTiles >= packed.numTiles);
 });
 
 test('layoutFor keeps a layout the batch fits and grows it otherwise', () => {

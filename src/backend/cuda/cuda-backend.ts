@@ -370,6 +370,7 @@ export class CudaBackend implements Backend {
             i32(MAX_SPLITS)]);
         }
       } else {
+        // block: a warp per 16 rows of a tile, PREFILL_TILE_ROWS * 2 = 128 threads
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)),
           ptr(this.metaPtr(meta, L.tiles)), ptr(this.metaPtr(meta, L.queryStartLoc)),

@@ -14,8 +14,8 @@ export const META_NUM_TOKENS = 0;
 export const META_NUM_SEQS = 1;
 export const META_BLOCK_TABLE_STRIDE = 2;
 export const META_NUM_LOGITS = 3;
-/** Query rows per prefill attention tile (PREFILL_BQ in attention_prefill.cu). */
-export const PREFILL_TILE_ROWS = 16;
+/** Query rows per prefill attention tile (PREFILL_BQ in attention_prefill.cu: 4 warps of 16 rows). */
+export const PREFILL_TILE_ROWS = 64;
 
 export interface MetaLayout {
   capTokens: number;
@@ -101,24 +101,36 @@ export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Ar
   words.set(batch.queryStartLoc.subarray(0, numSeqs + 1), layout.queryStartLoc);
   words.set(batch.seqLens.subarray(0, numSeqs), layout.seqLens);
   words.fill(-1, layout.tokenToSeq, layout.tokenToSeq + numTokens);
-  let numTiles = 0;
   let decodeOnly = true;
   for (let s = 0; s < numSeqs; s++) {
     const start = batch.queryStartLoc[s]!;
     const end = batch.queryStartLoc[s + 1]!;
     if (end - start !== 1) decodeOnly = false;
     words.fill(s, layout.tokenToSeq + start, layout.tokenToSeq + end);
-    for (let row = start; row < end; row += PREFILL_TILE_ROWS) {
-      words[layout.tiles + 2 * numTiles] = s;
-      words[layout.tiles + 2 * numTiles + 1] = row;
-      numTiles++;
-    }
     const rowAt = layout.blockTables + s * layout.blockTableStride;
     words.set(batch.blockTables.subarray(s * maxBlocksPerSeq, (s + 1) * maxBlocksPerSeq), rowAt);
     words.fill(0, rowAt + maxBlocksPerSeq, rowAt + layout.blockTableStride);
   }
+  const numTiles = packTiles(batch.queryStartLoc, numSeqs, PREFILL_TILE_ROWS, words, layout.tiles);
   packSampling(batch, layout, words);
   return { numTiles, decodeOnly };
+}
+
+/**
+ * The (sequence, first row) pairs of every tile of `tileRows` query rows, a
+ * sequence's tiles in row order, written at `words[at..]`. Returns the count.
+ */
+export function packTiles(queryStartLoc: Int32Array, numSeqs: number, tileRows: number, words: Int32Array,
+  at: number): number {
+  let numTiles = 0;
+  for (let s = 0; s < numSeqs; s++) {
+    for (let row = queryStartLoc[s]!; row < queryStartLoc[s + 1]!; row += tileRows) {
+      words[at + 2 * numTiles] = s;
+      words[at + 2 * numTiles + 1] = row;
+      numTiles++;
+    }
+  }
+  return numTiles;
 }
 
 function packSampling(batch: ForwardBatch, layout: MetaLayout, words: Int32Array): void {

@@ -1,127 +1,236 @@
-// Paged attention for query chunks (prefill, chunked prefill, mixed batches):
-// each block takes BQ consecutive query rows of one sequence and one q head,
-// walks the sequence's kv positions [0, last row's position] in tiles of BK
-// read through the block table (cached prefix and this chunk alike: the chunk's
-// k/v were written to the cache first), causal per row, online softmax.
+// Paged attention for query chunks (prefill, chunked prefill, mixed batches) on
+// tensor cores, flash-attention-2 style: each block takes BQ = 64 consecutive
+// query rows of one sequence and one q head, walks the sequence's kv positions
+// [0, its last row's position] in tiles of BK read through the block table
+// (cached prefix and this chunk alike: the chunk's k/v were written to the cache
+// first), S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 in, fp32 out),
+// causal per row, online softmax in fp32 registers, O / l at the end. K/V tiles
+// arrive by cp.async, double-buffered: tile i+1 loads while tile i computes.
 //
 //   tiles[2i] = sequence, tiles[2i+1] = first flat row of the tile; rows past queryStartLoc[seq+1] idle.
-//   shared: sQ [BQ][D], sK [BK][D+2] (padded: lane j's row starts on bank j*(D/2+1)), sV [BK][D]
-//   warp w owns rows w*RPW .. w*RPW+RPW-1; for a row, lane j scores key j of the tile and owns
-//   output dims [lane*D/32, (lane+1)*D/32).
+//   warp w owns tile rows 16w .. 16w+15: its Q as A fragments in registers (loaded once), its S
+//   [16, BK] and O [16, D] as C fragments; thread (g, t) holds rows g and g+8 (mma.cuh pictures them).
+//   shared: sK, sV [STAGES][BK][D + 8] bf16, the padding puts the 8 rows of an ldmatrix on distinct banks;
+//   keys past the tile's kvEnd are zeros (P is 0 there, and 0 * NaN would not be).
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D].
-// Launch: grid (numTiles, numHeads), block 128 (4 warps).
+// Launch: grid (numTiles, numHeads), block 128 (4 warps); tiles packed PREFILL_TILE_ROWS = 64 rows.
+// Blocks take tiles last to first, so the long tiles at the end of each sequence start first.
+//
+// The CUDA-core kernel (attention_prefill_simt.cuh) serves f32 and the benchmark's A/B.
 #include "common.cuh"
+#include "mma.cuh"
+#include "attention_prefill_simt.cuh"
 
-#define PREFILL_BQ 16
-#define PREFILL_BK 32
-#define PREFILL_WARPS 4
+/**
+ * BQ query rows per block, one warp per 16 (the launch gives BQ * 2 threads); K/V tiles of BK keys,
+ * STAGES of them in flight (cp.async: tiles i+1 .. i+STAGES-1 load while tile i computes).
+ * sK + sV = 2 * STAGES * BK * (D + 8) * 2 bytes stays under the 48 KB of static shared memory.
+ */
+template <int D, int BQ, int BK, int STAGES>
+__device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache,
+                                                      bf16_t* out, const int* meta, const int* blockTables,
+                                                      const int* tiles, const int* queryStartLoc, const int* positions,
+                                                      int numHeads, int numKvHeads, int blockSize, float scale) {
+  constexpr int ROW = D + 8;
+  constexpr int KSTEPS = D / 16;  // k steps of Q K^T
+  constexpr int NKEY = BK / 8;    // n tiles of S
+  constexpr int NDIM = D / 8;     // n tiles of O
+  constexpr int VECS_PER_ROW = D / 8;
+  constexpr int NUM_THREADS = BQ * 2;
+  constexpr int VECS_PER_THREAD = BK * VECS_PER_ROW / NUM_THREADS;
+  static_assert(VECS_PER_THREAD * NUM_THREADS == BK * VECS_PER_ROW, "whole 16-byte vectors of a K/V tile per thread");
+  static_assert(BK % 16 == 0 && KSTEPS % 2 == 0 && NDIM % 2 == 0, "fragment pairs");
+  static_assert(STAGES >= 2, "tiles ahead of the one computing");
+  __shared__ __align__(16) bf16_t sK[STAGES][BK * ROW];
+  __shared__ __align__(16) bf16_t sV[STAGES][BK * ROW];
 
-template <typename T, int D>
-__device__ __forceinline__ void attention_prefill(const T* qkv, const T* kCache, const T* vCache, T* out,
-                                                  const int* meta, const int* blockTables, const int* tiles,
-                                                  const int* queryStartLoc, const int* positions, int numHeads,
-                                                  int numKvHeads, int blockSize, float scale) {
-  constexpr int EPL = D / 32;
-  constexpr int RPW = PREFILL_BQ / PREFILL_WARPS;
-  constexpr int KP = D + 2;
-  __shared__ __align__(16) T sQ[PREFILL_BQ][D];
-  __shared__ __align__(16) T sK[PREFILL_BK][KP];
-  __shared__ __align__(16) T sV[PREFILL_BK][D];
-  const int seq = tiles[2 * blockIdx.x];
-  const int row0 = tiles[2 * blockIdx.x + 1];
+  if (blockDim.x != NUM_THREADS) __trap();  // a launch of the wrong width would leave tiles half loaded
+  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int seq = tiles[2 * tile];
+  const int row0 = tiles[2 * tile + 1];
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rowEnd = min(row0 + PREFILL_BQ, queryStartLoc[seq + 1]);
+  const int g = lane >> 2, t = lane & 3;
+  const int rowEnd = min(row0 + BQ, queryStartLoc[seq + 1]);
   const int kvh = h / (numHeads / numKvHeads);
   const int qkvStride = (numHeads + 2 * numKvHeads) * D;
   const int* table = blockTables + (long long)seq * meta[META_BLOCK_TABLE_STRIDE];
   const int kvEnd = positions[rowEnd - 1] + 1;
 
-  for (int i = threadIdx.x; i < PREFILL_BQ * D; i += blockDim.x) {
-    const int r = i / D, d = i % D;
-    sQ[r][d] = row0 + r < rowEnd ? qkv[(long long)(row0 + r) * qkvStride + h * D + d] : from_float<T>(0.f);
-  }
-  int rowPos[RPW];
-  float m[RPW], l[RPW], acc[RPW][EPL];
+  // keys [kt, kt + BK) into buffer `stage`; keys past kvEnd are zeros
+  auto loadTile = [&](int stage, int kt) {
 #pragma unroll
-  for (int r = 0; r < RPW; r++) {
-    const int row = row0 + warp * RPW + r;
-    rowPos[r] = row < rowEnd ? positions[row] : -1;
-    m[r] = NEG_INF;
-    l[r] = 0.f;
+    for (int v = 0; v < VECS_PER_THREAD; v++) {
+      const int i = threadIdx.x + v * NUM_THREADS;
+      const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
+      const int key = kt + j;
+      const bool valid = key < kvEnd;
+      long long at = 0;
+      if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+      cp_async_16(&sK[stage][j * ROW + c], kCache + at, valid);
+      cp_async_16(&sV[stage][j * ROW + c], vCache + at, valid);
+    }
+    cp_async_commit();
+  };
 #pragma unroll
-    for (int e = 0; e < EPL; e++) acc[r][e] = 0.f;
+  for (int st = 0; st < STAGES - 1; st++) {
+    if (st * BK < kvEnd) loadTile(st, st * BK);
+    else cp_async_commit();  // empty groups keep the count of groups in flight uniform
   }
 
-  for (int kt = 0; kt < kvEnd; kt += PREFILL_BK) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < PREFILL_BK * D; i += blockDim.x) {
-      const int j = i / D, d = i % D;
-      const int key = kt + j;
-      if (key < kvEnd) {
-        const long long page = table[key / blockSize];
-        const long long at = ((page * blockSize + key % blockSize) * numKvHeads + kvh) * D + d;
-        sK[j][d] = kCache[at];
-        sV[j][d] = vCache[at];
-      } else {
-        sK[j][d] = from_float<T>(0.f);
-        sV[j][d] = from_float<T>(0.f);
-      }
-    }
-    __syncthreads();
+  const int warpRow0 = row0 + warp * 16;
+  const int warpFirstPos = warpRow0 < rowEnd ? positions[warpRow0] : -1;
+  const int warpLastPos = warpRow0 < rowEnd ? positions[min(warpRow0 + 15, rowEnd - 1)] : -1;
+  const int rowA = warpRow0 + g, rowB = rowA + 8;
+  const int posA = rowA < rowEnd ? positions[rowA] : -1;
+  const int posB = rowB < rowEnd ? positions[rowB] : -1;
+
+  unsigned qa[KSTEPS][4];
+  {
+    const bf16_t* qA = qkv + (long long)rowA * qkvStride + h * D + 2 * t;
+    const bf16_t* qB = qkv + (long long)rowB * qkvStride + h * D + 2 * t;
 #pragma unroll
-    for (int r = 0; r < RPW; r++) {
-      const int pos = rowPos[r];
-      if (pos < kt) continue;  // warp-uniform: idle row, or every key of the tile is in its future
-      const int key = kt + lane;
-      const T* qRow = sQ[warp * RPW + r];
-      float s = NEG_INF;
-      if (key <= pos) {
-        float dot = 0.f;
-#pragma unroll 8
-        for (int d = 0; d < D; d += 2) {
-          float q0, q1, k0, k1;
-          load2(qRow + d, q0, q1);
-          load2(&sK[lane][d], k0, k1);
-          dot += q0 * k0 + q1 * k1;
-        }
-        s = dot * scale;
-      }
-      const float mNew = fmaxf(m[r], warp_max(s));
-      const float corr = __expf(m[r] - mNew);
-      const float p = key <= pos ? __expf(s - mNew) : 0.f;
-      l[r] = l[r] * corr + warp_sum(p);
-#pragma unroll
-      for (int e = 0; e < EPL; e++) acc[r][e] *= corr;
-      for (int j = 0; j < PREFILL_BK; j++) {
-        const float pj = __shfl_sync(FULL_MASK, p, j);
-#pragma unroll
-        for (int e = 0; e < EPL; e++) acc[r][e] += pj * to_float(sV[j][lane * EPL + e]);
-      }
-      m[r] = mNew;
+    for (int ks = 0; ks < KSTEPS; ks++) {
+      qa[ks][0] = posA >= 0 ? *reinterpret_cast<const unsigned*>(qA + ks * 16) : 0u;
+      qa[ks][1] = posB >= 0 ? *reinterpret_cast<const unsigned*>(qB + ks * 16) : 0u;
+      qa[ks][2] = posA >= 0 ? *reinterpret_cast<const unsigned*>(qA + ks * 16 + 8) : 0u;
+      qa[ks][3] = posB >= 0 ? *reinterpret_cast<const unsigned*>(qB + ks * 16 + 8) : 0u;
     }
   }
+  float o[NDIM][4];
 #pragma unroll
-  for (int r = 0; r < RPW; r++) {
-    if (rowPos[r] < 0) continue;
-    const long long row = row0 + warp * RPW + r;
-    T* o = out + row * numHeads * D + (long long)h * D + lane * EPL;
+  for (int n = 0; n < NDIM; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;  // l: this thread's columns only until the end
+  const float scaleLog2 = scale * 1.4426950408889634f;
+
+  for (int kt = 0, it = 0; kt < kvEnd; kt += BK, it++) {
+    const int stage = it % STAGES;
+    // the buffer STAGES - 1 tiles ahead was released by the last iteration's closing barrier
+    if (kt + (STAGES - 1) * BK < kvEnd) loadTile((it + STAGES - 1) % STAGES, kt + (STAGES - 1) * BK);
+    else cp_async_commit();
+    cp_async_wait<STAGES - 1>();  // this thread's copies of tile `it` landed
+    __syncthreads();              // everyone's did
+    const bf16_t* tK = sK[stage];
+    const bf16_t* tV = sV[stage];
+
+    if (kt <= warpLastPos) {  // warp-uniform: otherwise every key of the tile is in all its rows' future
+      float s[NKEY][4];
 #pragma unroll
-    for (int e = 0; e < EPL; e++) o[e] = from_float<T>(acc[r][e] / l[r]);
+      for (int n = 0; n < NKEY; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ks += 2) {
+#pragma unroll
+        for (int n = 0; n < NKEY; n++) {
+          unsigned b[4];  // matrix i: keys 8n .. 8n+7, dims 16 ks + 8i .. +7
+          ldmatrix_x4(b, tK + (n * 8 + (lane & 7)) * ROW + ks * 16 + (lane >> 3) * 8);
+          mma_bf16_16816(s[n], qa[ks], b[0], b[1]);
+          mma_bf16_16816(s[n], qa[ks + 1], b[2], b[3]);
+        }
+      }
+
+      const bool needMask = kt + BK - 1 > warpFirstPos;
+      float maxA = mA, maxB = mB;
+#pragma unroll
+      for (int n = 0; n < NKEY; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = kt + n * 8 + 2 * t + (e & 1);
+          const int pos = e < 2 ? posA : posB;
+          s[n][e] = needMask && key > pos ? NEG_INF : s[n][e] * scaleLog2;
+        }
+        maxA = fmaxf(maxA, fmaxf(s[n][0], s[n][1]));
+        maxB = fmaxf(maxB, fmaxf(s[n][2], s[n][3]));
+      }
+      maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 1));
+      maxA = fmaxf(maxA, __shfl_xor_sync(FULL_MASK, maxA, 2));
+      maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 1));
+      maxB = fmaxf(maxB, __shfl_xor_sync(FULL_MASK, maxB, 2));
+      // a row that has seen no key yet (an idle row) keeps max -inf: subtract 0 instead, so exp gives 0, not NaN
+      const float baseA = maxA == NEG_INF ? 0.f : maxA;
+      const float baseB = maxB == NEG_INF ? 0.f : maxB;
+      const float corrA = fast_exp2(mA - baseA), corrB = fast_exp2(mB - baseB);
+      mA = maxA;
+      mB = maxB;
+      lA *= corrA;
+      lB *= corrB;
+#pragma unroll
+      for (int n = 0; n < NDIM; n++) {
+        o[n][0] *= corrA;
+        o[n][1] *= corrA;
+        o[n][2] *= corrB;
+        o[n][3] *= corrB;
+      }
+#pragma unroll
+      for (int n = 0; n < NKEY; n++) {
+        s[n][0] = fast_exp2(s[n][0] - baseA);
+        s[n][1] = fast_exp2(s[n][1] - baseA);
+        s[n][2] = fast_exp2(s[n][2] - baseB);
+        s[n][3] = fast_exp2(s[n][3] - baseB);
+        lA += s[n][0] + s[n][1];
+        lB += s[n][2] + s[n][3];
+      }
+
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++) {
+        // S's C fragments of key tiles 2kk, 2kk+1 are P's A fragment for k step kk
+        const unsigned pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < NDIM; n += 2) {
+          unsigned b[4];  // matrix i (transposed): keys 16 kk + 8 (i & 1) .. +7, dims 8 (n + i / 2) .. +7
+          ldmatrix_x4_trans(b, tV + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ROW + (n + (lane >> 4)) * 8);
+          mma_bf16_16816(o[n], pa, b[0], b[1]);
+          mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before a load overwrites it
+  }
+
+  lA += __shfl_xor_sync(FULL_MASK, lA, 1);
+  lA += __shfl_xor_sync(FULL_MASK, lA, 2);
+  lB += __shfl_xor_sync(FULL_MASK, lB, 1);
+  lB += __shfl_xor_sync(FULL_MASK, lB, 2);
+  const float invA = posA >= 0 ? 1.f / lA : 0.f, invB = posB >= 0 ? 1.f / lB : 0.f;
+  bf16_t* outA = out + (long long)rowA * numHeads * D + h * D + 2 * t;
+  bf16_t* outB = out + (long long)rowB * numHeads * D + h * D + 2 * t;
+#pragma unroll
+  for (int n = 0; n < NDIM; n++) {
+    if (posA >= 0) *reinterpret_cast<unsigned*>(outA + n * 8) = pack_bf16x2(o[n][0] * invA, o[n][1] * invA);
+    if (posB >= 0) *reinterpret_cast<unsigned*>(outB + n * 8) = pack_bf16x2(o[n][2] * invB, o[n][3] * invB);
   }
 }
 
-#define INSTANTIATE_D(suffix, T, D)                                                                             \
-  extern "C" __global__ void __launch_bounds__(128) attention_prefill_##suffix##_d##D(                          \
-      const T* qkv, const T* kCache, const T* vCache, T* out, const int* meta, const int* blockTables,           \
-      const int* tiles, const int* queryStartLoc, const int* positions, int numHeads, int numKvHeads,           \
-      int blockSize, float scale) {                                                                             \
-    attention_prefill<T, D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,       \
-                            numHeads, numKvHeads, blockSize, scale);                                            \
+#define INSTANTIATE_MMA(name, D, BQ, BK, STAGES, MIN_BLOCKS)                                                    \
+  extern "C" __global__ void __launch_bounds__(BQ * 2, MIN_BLOCKS) name(                                        \
+      const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
+      const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
+      int numKvHeads, int blockSize, float scale) {                                                             \
+    attention_prefill_mma<D, BQ, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc,  \
+                                             positions, numHeads, numKvHeads, blockSize, scale);                \
   }
 
-INSTANTIATE_D(bf16, bf16_t, 64)
-INSTANTIATE_D(bf16, bf16_t, 128)
-INSTANTIATE_D(bf16, bf16_t, 256)
+// Same arguments as the tensor-core kernel, plus the rows per tile of the tile list it is given.
+#define INSTANTIATE_SIMT(suffix, T, D)                                                                          \
+  extern "C" __global__ void __launch_bounds__(128) attention_prefill_simt_##suffix##_d##D(                     \
+      const T* qkv, const T* kCache, const T* vCache, T* out, const int* meta, const int* blockTables,           \
+      const int* tiles, const int* queryStartLoc, const int* positions, int numHeads, int numKvHeads,           \
+      int blockSize, float scale, int tileRows) {                                                               \
+    attention_prefill_simt<T, D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,  \
+                                 numHeads, numKvHeads, blockSize, scale, tileRows);                             \
+  }
+
+// H100, bench-prefill.ts (32 x 2048 tokens, 32/8 heads, D 128), TFLOP/s: BQ 64, BK 32, 2 stages (below) 153;
+// BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
+INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 64, 2, 3)
+INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 64, 32, 2, 3)
+INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 64, 16, 2, 1)
+INSTANTIATE_SIMT(bf16, bf16_t, 64)
+INSTANTIATE_SIMT(bf16, bf16_t, 128)
+INSTANTIATE_SIMT(bf16, bf16_t, 256)
+// f32 sQ + sK + sV of D = 256 would pass the 48 KB of static shared memory
+INSTANTIATE_SIMT(f32, float, 64)
+INSTANTIATE_SIMT(f32, float, 128)

@@ -1,0 +1,128 @@
+// Prefill attention kernel A/B: 32 prompts x 2048 tokens in one batch, the
+// attention shape of Qwen3-8B (32 q heads, 8 kv heads, head dim 128), pages of
+// 16. Times the tensor-core kernel the engine runs and the CUDA-core kernel it
+// replaced (on its own 16-row tiles) with CUDA events, interleaved, and reports
+// achieved TFLOP/s (causal: 4 * sum over rows of visible keys * D * numHeads).
+//
+//   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--variants _x,_y]
+
+import { pathToFileURL } from 'node:url';
+import { Command } from 'commander';
+import type { ForwardBatch } from '../../model/batch.js';
+import { seededRandom } from '../../model/random-weights.js';
+import { Device } from './device.js';
+import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';
+import { PrefillHarness, prefillFlops, type PrefillKernel } from './prefill-harness.js';
+
+export const PREFILL_BENCH = { numHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16 } as const;
+
+/** `numSeqs` prompts of `numTokens` tokens from position 0, each on its own run of pages. */
+export function prefillBatch(numSeqs: number, numTokens: number, blockSize: number): ForwardBatch {
+  const pagesPerSeq = Math.ceil(numTokens / blockSize);
+  const total = numSeqs * numTokens;
+  const b: ForwardBatch = {
+    numTokens: total, numSeqs, inputIds: new Int32Array(total), positions: new Int32Array(total),
+    slotMapping: new Int32Array(total), queryStartLoc: new Int32Array(numSeqs + 1), seqLens: new Int32Array(numSeqs),
+    blockTables: new Int32Array(numSeqs * pagesPerSeq), maxBlocksPerSeq: pagesPerSeq, logitsIndices: new Int32Array(0),
+  };
+  for (let s = 0; s < numSeqs; s++) {
+    b.queryStartLoc[s + 1] = (s + 1) * numTokens;
+    b.seqLens[s] = numTokens;
+    for (let p = 0; p < pagesPerSeq; p++) b.blockTables[s * pagesPerSeq + p] = s * pagesPerSeq + p;
+    for (let i = 0; i < numTokens; i++) {
+      const t = s * numTokens + i;
+      b.positions[t] = i;
+      b.slotMapping[t] = s * pagesPerSeq * blockSize + i;
+    }
+  }
+  return b;
+}
+
+export interface PrefillBenchResult {
+  device: string;
+  kernel: string;
+  ms: number;
+  tflops: number;
+}
+
+function timeKernel(device: Device, events: Handle[], numReps: number, launch: () => void): number {
+  launch();
+  check(device.api.cuEventRecord(events[0]!, device.stream), 'cuEventRecord');
+  for (let i = 0; i < numReps; i++) launch();
+  check(device.api.cuEventRecord(events[1]!, device.stream), 'cuEventRecord');
+  check(device.api.cuEventSynchronize(events[1]!), 'cuEventSynchronize');
+  const ms: [number] = [0];
+  check(device.api.cuEventElapsedTime_v2(ms, events[0]!, events[1]!), 'cuEventElapsedTime');
+  return ms[0] / numReps;
+}
+
+export function runPrefillBench(numSeqs: number, numTokens: number, numReps: number, mmaSuffixes: string[] = [],
+  log: (line: string) => void = console.log): PrefillBenchResult[] {
+  const { numHeads, numKvHeads, headDim, blockSize } = PREFILL_BENCH;
+  const device = new Device(0);
+  const events: Handle[] = [];
+  const batch = prefillBatch(numSeqs, numTokens, blockSize);
+  const harness = new PrefillHarness(device, batch, { numHeads, numKvHeads, headDim, blockSize,
+    numBlocks: batch.numSeqs * batch.maxBlocksPerSeq });
+  try {
+    for (let i = 0; i < 2; i++) {
+      const out: [Handle | null] = [null];
+      check(device.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
+      events.push(outPtr(out, 'cuEventCreate'));
+    }
+    const rand = seededRandom(7);
+    const prompt = Float32Array.from({ length: numTokens * harness.qkvWidth }, () => 4 * rand() - 2);
+    for (let s = 0; s < numSeqs; s++) harness.uploadQkvRows(s * numTokens, prompt);
+    harness.writeKv();
+    const scale = 1 / Math.sqrt(headDim);
+    const flops = prefillFlops(batch, numHeads, headDim);
+    const kernels: [string, PrefillKernel][] = [['tensor-core (mma.sync, 64-row tiles)', { kind: 'mma' }],
+      ['cuda-core (16-row tiles)', { kind: 'simt', tileRows: 16 }],
+      ...mmaSuffixes.map((variant): [string, PrefillKernel] => {
+        const [suffix, rows] = variant.split('@');
+        return [`tensor-core variant ${variant}`, { kind: 'mma', suffix, tileRows: rows ? Number(rows) : undefined }];
+      })];
+    const results: PrefillBenchResult[] = kernels.map(([kernel]) => ({ device: device.name, kernel, ms: Infinity,
+      tflops: 0 }));
+    for (let round = 0; round < 2; round++) {
+      kernels.forEach(([, k], i) => {
+        const ms = timeKernel(device, events, numReps, () => harness.run(k, scale));
+        if (ms < results[i]!.ms) results[i] = { ...results[i]!, ms, tflops: flops / (ms / 1000) / 1e12 };
+      });
+    }
+    const lastRows = (numSeqs - 1) * numTokens;
+    harness.run({ kind: 'mma' }, scale);
+    const mma = harness.readOut(lastRows, numTokens);
+    harness.run({ kind: 'simt', tileRows: 16 }, scale);
+    const simt = harness.readOut(lastRows, numTokens);
+    let maxDiff = 0;
+    for (let i = 0; i < mma.length; i++) maxDiff = Math.max(maxDiff, Math.abs(mma[i]! - simt[i]!));
+    log(`${device.name}: ${numSeqs} x ${numTokens} tokens, ${numHeads} q heads, ${numKvHeads} kv heads, D ${headDim}, ` +
+      `${(flops / 1e12).toFixed(2)} TFLOP causal`);
+    for (const r of results) log(`  ${r.kernel}: ${r.ms.toFixed(2)} ms, ${r.tflops.toFixed(1)} TFLOP/s`);
+    log(`  speed-up ${(results[1]!.ms / results[0]!.ms).toFixed(2)}x; last prompt max |tensor-core - cuda-core| ` +
+      `${maxDiff.toExponential(2)}`);
+    return results;
+  } finally {
+    for (const e of events) device.api.cuEventDestroy_v2(e);
+    harness.dispose();
+    device.dispose();
+  }
+}
+
+async function main(argv: string[]): Promise<void> {
+  const program = new Command('quire-bench-prefill')
+    .description('prefill attention kernel A/B (tensor cores vs CUDA cores) in TFLOP/s')
+    .option('--prompts <n>', 'prompts in the batch', '32')
+    .option('--tokens <n>', 'tokens per prompt', '2048')
+    .option('--reps <n>', 'timed launches per kernel and round', '5')
+    .option('--variants <list>', 'also time the instantiations attention_prefill_bf16_d128<suffix>, ' +
+      'comma-separated suffix[@tile rows]', '')
+    .parse(argv);
+  const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string }>();
+  const results = runPrefillBench(Number(o.prompts), Number(o.tokens), Number(o.reps),
+    o.variants.split(',').filter((v) => v.length > 0));
+  console.log(JSON.stringify(results));
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main(process.argv);

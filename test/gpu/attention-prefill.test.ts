@@ -1,0 +1,117 @@
+// Prefill attention against the CPU reference: head dims 64/128/256, GQA
+// ratios 1/2/4/8, six sequences of mixed lengths in one batch (tiles of one
+// row, partial tiles, several tiles), a second chunk starting at position 300
+// over context already in the cache, pages of 16 and 32 scattered over the
+// pool. The KV cache and the output start as NaN, so a read of an unwritten
+// slot or an unwritten output element shows. The CUDA-core kernel (f32 path and
+// benchmark baseline) is checked the same way through the harness.
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ForwardBatch } from '../../src/model/batch.js';
+import { PrefillHarness, prefillFlops } from '../../src/backend/cuda/prefill-harness.js';
+import { batchOf, hostF32, shuffled } from '../backend/helpers.js';
+import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
+
+interface Seq {
+  ids: number[];
+  start: number;
+  pages: number[];
+}
+
+const ids = (n: number): number[] => Array.from({ length: n }, (_, i) => (i * 7) % 50);
+const MIXED_LENGTHS = [1, 15, 64, 65, 200, 700];
+const CHUNK_START = 300;
+
+/** Step 1: the mixed prompts and the first CHUNK_START tokens of one more; step 2: that one's next chunk. */
+function chunkedSteps(numBlocks: number, blockSize: number, seed: number): Seq[][] {
+  const perm = shuffled(numBlocks, seed);
+  let next = 0;
+  const take = (numTokens: number) => perm.slice(next, (next += Math.ceil(numTokens / blockSize)));
+  const mixed = MIXED_LENGTHS.map((n) => ({ ids: ids(n), start: 0, pages: take(n) }));
+  const chunkedPages = take(CHUNK_START + 200);
+  const decodePages = take(40);
+  return [
+    [...mixed, { ids: ids(CHUNK_START), start: 0, pages: chunkedPages }, { ids: ids(39), start: 0, pages: decodePages }],
+    [{ ids: ids(1), start: 39, pages: decodePages }, { ids: ids(200), start: CHUNK_START, pages: chunkedPages }],
+  ];
+}
+
+function numPagesNeeded(blockSize: number): number {
+  return [...MIXED_LENGTHS, CHUNK_START + 200, 40].reduce((n, len) => n + Math.ceil(len / blockSize), 0);
+}
+
+describe('CUDA prefill attention (tensor cores) vs CPU', { skip: noCuda }, () => {
+  const cpu = noCuda ? null : newCpu();
+  const cuda = noCuda ? null : newCuda();
+  after(() => {
+    cpu?.dispose();
+    cuda?.dispose();
+  });
+
+  for (const D of [64, 128, 256]) {
+    test(`head dim ${D}: GQA 1/2/4/8, mixed lengths, chunked prefill at ${CHUNK_START}, pages of 16 and 32`, () => {
+      for (const [ratio, blockSize] of [[1, 16], [2, 32], [4, 16], [8, 32]] as const) {
+        const H = 8;
+        const KV = H / ratio;
+        const numBlocks = numPagesNeeded(blockSize) + 7;
+        const spec = { numBlocks, blockSize, numLayers: 1, numKvHeads: KV, headDim: D };
+        cpu!.allocateKvCache(spec);
+        cuda!.allocateKvCache(spec);
+        cuda!.fillKvCache(0xff);
+        chunkedSteps(numBlocks, blockSize, D + ratio).forEach((seqs, i) => {
+          const batch: ForwardBatch = batchOf(seqs, blockSize);
+          const width = (H + 2 * KV) * D;
+          const T = batch.numTokens;
+          const [qc, qg] = uploadBoth(cpu!, cuda!, 'qkv', [T, width], randomBf16(T * width, 1000 * D + 10 * ratio + i, -2, 2));
+          const sc = cpu!.beginStep(batch);
+          const sg = cuda!.beginStep(batch);
+          cuda!.fillWorkspace(0xff);
+          const scale = 1 / Math.sqrt(D);
+          const outG = cuda!.toHost(cuda!.attention(qg, 0, H, KV, scale, sg));
+          const outC = cpu!.toHost(cpu!.attention(qc, 0, H, KV, scale, sc));
+          assertBf16Close(outG, outC, `step ${i + 1} (D=${D}, GQA ${ratio}, pages of ${blockSize})`);
+        });
+      }
+    });
+  }
+});
+
+describe('CUDA-core prefill kernel (f32 path, benchmark baseline) vs CPU', { skip: noCuda }, () => {
+  const cpu = noCuda ? null : newCpu();
+  const cuda = noCuda ? null : newCuda();
+  after(() => {
+    cpu?.dispose();
+    cuda?.dispose();
+  });
+
+  for (const [dtype, D, tileRows] of [['bf16', 128, 16], ['bf16', 256, 64], ['f32', 64, 64], ['f32', 128, 16]] as const) {
+    test(`${dtype}, head dim ${D}, tiles of ${tileRows} rows`, () => {
+      const [H, KV, blockSize] = [8, 2, 16];
+      const numBlocks = numPagesNeeded(blockSize) + 3;
+      cpu!.allocateKvCache({ numBlocks, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+      const batch = batchOf(chunkedSteps(numBlocks, blockSize, D + tileRows)[0]!, blockSize);
+      const h = new PrefillHarness(cuda!.device, batch, { numHeads: H, numKvHeads: KV, headDim: D, blockSize, numBlocks },
+        dtype);
+      try {
+        const scale = 1 / Math.sqrt(D);
+        const width = (H + 2 * KV) * D;
+        const qkv = randomBf16(batch.numTokens * width, 7 * D + tileRows, -2, 2);
+        h.uploadQkvRows(0, qkv);
+        h.writeKv();
+        h.poisonOut();
+        h.run({ kind: 'simt', tileRows }, scale);
+        const qc = cpu!.upload(hostF32('qkv', [batch.numTokens, width], qkv));
+        const outC = cpu!.toHost(cpu!.attention(qc, 0, H, KV, scale, cpu!.beginStep(batch)));
+        assertBf16Close(h.readOut(), outC, `${dtype} D=${D} tiles of ${tileRows}`);
+      } finally {
+        h.dispose();
+      }
+    });
+  }
+});
+
+test('prefillFlops counts each row\'s visible keys', () => {
+  const batch = batchOf([{ ids: ids(3), start: 0, pages: [0] }, { ids: ids(2), start: 10, pages: [1] }], 16);
+  assert.equal(prefillFlops(batch, 2, 4), 4 * (1 + 2 + 3 + 11 + 12) * 2 * 4);
+});
