@@ -48,7 +48,7 @@ def parse_args(argv):
     ap.add_argument("--workload", default="w1", help="workload name in the result")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    ap.add_argument("--attn-implementation", default="sdpa_paged")
+    ap.add_argument("--attn-implementation", default="paged|sdpa", help="transformers 5.17 names: paged|sdpa, paged|flash_attention_2, ...")
     ap.add_argument("--api", choices=["manager", "generate-batch"], default="manager")
     ap.add_argument("--vocab-size", type=int, help="--self-check: vocabulary to fold raw prompt ids into")
     ap.add_argument("--json", help="also write {provenance, results: [result]} here, as quire bench offline --json does")
@@ -237,10 +237,9 @@ def self_check(args):
 
 
 def _supported(fn, kwargs):
+    """The kwargs fn names (not those its **kwargs would swallow): older releases lack some."""
     params = inspect.signature(fn).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
+    return {k: v for k, v in kwargs.items() if k in params and params[k].kind != params[k].VAR_KEYWORD}
 
 
 def run_peer(args):

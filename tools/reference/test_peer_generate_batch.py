@@ -20,8 +20,15 @@ class ArgsTest(unittest.TestCase):
     def test_defaults_are_the_w1_run(self):
         a = peer.parse_args(["--model", "m"])
         self.assertEqual((a.device, a.dtype, a.api, a.workload), ("cuda", "bf16", "manager", "w1"))
+        self.assertEqual(a.attn_implementation, "paged|sdpa")
         self.assertEqual(a.prompts, peer.DEFAULT_PROMPTS)
         self.assertTrue(os.path.exists(a.prompts))
+
+    def test_only_kwargs_the_installed_api_names_are_passed(self):
+        def add_request(input_ids, request_id=None, max_new_tokens=None, **logit_processor_kwargs):
+            return input_ids
+        got = peer._supported(add_request, {"max_new_tokens": 3, "record_timestamps": True})
+        self.assertEqual(got, {"max_new_tokens": 3})
 
     def test_model_is_required_outside_self_check(self):
         with self.assertRaises(SystemExit):
