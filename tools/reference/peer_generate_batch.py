@@ -300,9 +300,10 @@ def _collect(manager, ids):
 def _submit(manager, prefix, requests):
     ids = []
     for i, (prompt, n) in enumerate(requests):
-        kwargs = _supported(manager.add_request, {"request_id": f"{prefix}{i}", "max_new_tokens": n,
-                                                  "record_timestamps": True, "eos_token_id": -1})
-        ids.append(manager.add_request(prompt, **kwargs))
+        request_id = f"{prefix}{i}"
+        kwargs = _supported(manager.add_request, {"max_new_tokens": n, "record_timestamps": True, "eos_token_id": -1})
+        manager.add_request(prompt, request_id=request_id, **kwargs)
+        ids.append(request_id)
     return ids
 
 
