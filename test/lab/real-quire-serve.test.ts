@@ -2,6 +2,7 @@
 // in-process engine on the CPU backend over a tiny random-weight model, one
 // server running one sequence at a time, the other eight. Then the HTML report
 // in headless chromium: both targets' plots rendered; a screenshot in out/lab.
+// Named to sort away from bench-serve.test: the two must not share the 2 cores (that one times mock servers).
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,7 +22,7 @@ import { loadModelDir } from '../../src/loader/model-dir.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 
 const CHROMIUM = '/usr/bin/chromium';
-const OUT_DIR = resolve('out', 'lab', 'bench-serve-e2e');
+const OUT_DIR = resolve('out', 'lab', 'real-quire-serve');
 const OUTPUT_TOKENS = 6;
 
 interface RunningServer {
@@ -55,7 +56,7 @@ describe('bench serve against two real Quire servers', () => {
   let htmlPath = '';
 
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'quire-bench-e2e-'));
+    dir = mkdtempSync(join(tmpdir(), 'quire-real-serve-'));
     await makeTestModel({ shape: 'tiny-qwen3', outDir: join(dir, 'model'), dtype: 'f32', seed: 3 });
     servers.push(await startQuire(join(dir, 'model'), 1), await startQuire(join(dir, 'model'), 8));
     rmSync(OUT_DIR, { recursive: true, force: true });
