@@ -8,7 +8,11 @@ import {
   acquireBenchLock, benchDecode, benchServe, buildCustomWorkload, buildW3, buildW5, collectProvenance, gpuPreflight,
   writeReport, type BenchTarget, type GateSummary, type Workload,
 } from '../lab/index.js';
-import { buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, runOffline, type OfflineResult } from '../lab/offline.js';
+import { loadModelConfig } from '../loader/config.js';
+import {
+  buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, runOffline, type OfflineResult,
+} from '../lab/offline.js';
+import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 
@@ -101,8 +105,13 @@ function serveCommand(): Command {
     });
 }
 
+/** Prints a result in the shape bench/offline-result.schema.json fixes (the peer script prints the same). */
 function printOffline(r: OfflineResult, extra: Record<string, unknown> = {}): void {
-  console.log(JSON.stringify({ ...r, ...extra }, null, 2));
+  const text = JSON.stringify({ ...r, ...extra }, null, 2);
+  console.log(text);
+  const schema = JSON.parse(readFileSync(join(packageRoot(), OFFLINE_RESULT_SCHEMA_PATH), 'utf8')) as JsonSchema;
+  const errors = schemaErrors(JSON.parse(text), schema);
+  if (errors.length > 0) throw new Error(`the result does not match ${OFFLINE_RESULT_SCHEMA_PATH}: ${errors.join('; ')}`);
 }
 
 function offlineCommand(): Command {
@@ -111,14 +120,25 @@ function offlineCommand(): Command {
     .addOption(new Option('--workload <w>', 'workload').choices(['w1', 'w4', 'w5']).default('w1'))
     .option('--num-requests <n>', 'requests (w1: first n of 256; w4: 512; w5: 64)', Number)
     .option('--prompt-len <n>', 'w4 prompt tokens (2048)', Number, 2048)
-    .option('--output-len <n>', 'w4: 256, w5: 64 output tokens', Number)
+    .option('--output-len <n>', 'output tokens (w1: per request from the file, w4: 256, w5: 64)', Number)
     .option('--prefix-len <n>', 'w5 shared system prompt tokens', Number, 2000)
     .option('--suffix-len <n>', 'w5 suffix tokens', Number, 100)
     .option('--concurrency <n>', 'w5 concurrency', Number, 16)
-    .option('--json <file>', 'also write the result as JSON');
+    .option('--json <file>', 'also write the result as JSON')
+    .option('--dump-prompts <file>', 'w1: write the prompt token ids this run would use (for tools/reference/peer_generate_batch.py) and exit');
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
+    const w1 = (vocabSize: number) => loadW1(join(packageRoot(), 'bench', 'offline-256.json'), vocabSize,
+      f.numRequests as number | undefined, f.outputLen as number | undefined);
+    if (f.dumpPrompts) {
+      if (f.workload !== 'w1') throw new Error('--dump-prompts: only for --workload w1');
+      const { vocabSize } = loadModelConfig(join(model, 'config.json'));
+      mkdirSync(join(f.dumpPrompts as string, '..'), { recursive: true });
+      writeFileSync(f.dumpPrompts as string, JSON.stringify(offlinePromptsFile('w1', vocabSize, w1(vocabSize))) + '\n');
+      console.log(`wrote ${f.dumpPrompts as string}`);
+      return;
+    }
     await withLock(f, async () => {
       const results: Record<string, unknown>[] = [];
       const run = async (name: string, opts: typeof options, build: (vocab: number) => Parameters<typeof runOffline>[2],
@@ -134,7 +154,7 @@ function offlineCommand(): Command {
         }
       };
       if (f.workload === 'w1') {
-        const r = await run('w1', options, (v) => loadW1(join(packageRoot(), 'bench', 'offline-256.json'), v, f.numRequests as number | undefined), undefined, true);
+        const r = await run('w1', options, w1, undefined, true);
         printOffline(r);
         results.push({ ...r });
       } else if (f.workload === 'w4') {

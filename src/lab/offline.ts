@@ -14,22 +14,43 @@ export interface OfflineRequest {
 }
 
 export interface OfflineResult {
+  /** Which engine ran it: quire here, the peer's name in tools/reference/peer_generate_batch.py. */
+  engine: string;
   workload: string;
   numRequests: number;
   numPromptTokens: number;
   numOutputTokens: number;
   wallS: number;
   outputTokensPerS: number;
-  ttftP50Ms: number;
+  /** null when no request produced a token. */
+  ttftP50Ms: number | null;
   stats: EngineStats;
 }
 
+/** The prompts a run used, as token ids (the shape of offline-256.json), for a peer engine to replay. */
+export interface OfflinePromptsFile {
+  name: string;
+  description: string;
+  /** The vocabulary the ids were folded into. */
+  vocabSize: number;
+  requests: { prompt_token_ids: number[]; max_tokens: number }[];
+}
 
-/** W1: offline-256.json (token ids folded into the model's vocabulary), optionally the first n requests. */
-export function loadW1(path: string, vocabSize: number, numRequests?: number): OfflineRequest[] {
+
+/** W1: offline-256.json (token ids folded into the model's vocabulary), optionally the first n requests and one output length for all. */
+export function loadW1(path: string, vocabSize: number, numRequests?: number, outputLen?: number): OfflineRequest[] {
   const file = JSON.parse(readFileSync(path, 'utf8')) as { requests: { prompt_token_ids: number[]; max_tokens: number }[] };
   return file.requests.slice(0, numRequests ?? file.requests.length)
-    .map((r) => ({ promptTokenIds: r.prompt_token_ids.map((t) => t % vocabSize), maxTokens: r.max_tokens }));
+    .map((r) => ({ promptTokenIds: r.prompt_token_ids.map((t) => t % vocabSize), maxTokens: outputLen ?? r.max_tokens }));
+}
+
+export function offlinePromptsFile(name: string, vocabSize: number, requests: readonly OfflineRequest[]): OfflinePromptsFile {
+  return {
+    name,
+    description: `${name}: ${requests.length} requests as quire bench offline runs them, ids folded into a vocabulary of ${vocabSize}`,
+    vocabSize,
+    requests: requests.map((r) => ({ prompt_token_ids: [...r.promptTokenIds], max_tokens: r.maxTokens })),
+  };
 }
 
 /** Deterministic pseudo-random token ids (no prefix-cache hits between requests unless shared on purpose). */
@@ -79,10 +100,10 @@ export async function runOffline(llm: LLM, workload: string, requests: OfflineRe
   await Promise.all(Array.from({ length: Math.min(concurrency, requests.length) }, worker));
   const wallS = (performance.now() - t0) / 1000;
   return {
-    workload, numRequests: requests.length,
+    engine: 'quire', workload, numRequests: requests.length,
     numPromptTokens: requests.reduce((a, r) => a + r.promptTokenIds.length, 0),
     numOutputTokens, wallS, outputTokensPerS: numOutputTokens / wallS,
-    ttftP50Ms: percentile(ttfts, 50), stats: await llm.stats(),
+    ttftP50Ms: ttfts.length > 0 ? percentile(ttfts, 50) : null, stats: await llm.stats(),
   };
 }
 
