@@ -94,6 +94,12 @@ export class IncrementalDetokenizer {
     if (this.readOffset >= this.ids.length) return '';
     const prefixText = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
     const fullText = this.decode(this.ids.slice(this.prefixOffset));
+    if (fullText === prefixText) {
+      // The new tokens add no text here (skipped specials, ids the tokenizer lacks): drop them so the
+      // window does not grow with every such token (each push would decode a longer window).
+      this.ids.splice(this.readOffset);
+      return '';
+    }
     if (fullText.length <= prefixText.length || (!flush && fullText.endsWith('\uFFFD'))) return '';
     this.prefixOffset = this.readOffset;
     this.readOffset = this.ids.length;

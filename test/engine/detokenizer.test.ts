@@ -33,7 +33,7 @@ class ByteTokenizer implements Tokenizer {
   decode(ids: readonly number[], opts?: { skipSpecialTokens?: boolean }): string {
     this.numDecodedTokens += ids.length;
     const kept = ids.filter((id) => !(opts?.skipSpecialTokens && this.specialTokenIds.has(id)));
-    const parts = kept.map((id) => this.bytes[id]!);
+    const parts = kept.map((id) => this.bytes[id] ?? new Uint8Array(0)); // ids past the vocabulary decode to nothing
     const all = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
     let at = 0;
     for (const p of parts) {
@@ -182,6 +182,19 @@ test('decoding works on a short window, not the whole output', () => {
   let text = '';
   for (let i = 0; i < numTokens; i++) text += d.push(ids(i % 2 ? 'a' : 'b')).deltaText;
   assert.equal(text, 'ba'.repeat(numTokens / 2));
+  assert.ok(tok.numDecodedTokens - before < numTokens * 12, `decoded ${tok.numDecodedTokens - before} tokens`);
+});
+
+test('tokens that add no text (skipped specials, ids the tokenizer lacks) do not grow the window', () => {
+  const d = detok();
+  const before = tok.numDecodedTokens;
+  const numTokens = 400;
+  let text = '';
+  for (let i = 0; i < numTokens; i++) {
+    text += d.push(i % 50 === 0 ? ids('a') : i % 2 ? ids('<sep>') : [vocab.length + i]).deltaText;
+  }
+  text += d.finish().deltaText;
+  assert.equal(text, 'a'.repeat(numTokens / 50));
   assert.ok(tok.numDecodedTokens - before < numTokens * 12, `decoded ${tok.numDecodedTokens - before} tokens`);
 });
 
