@@ -9,8 +9,10 @@ import {
   writeReport, type BenchTarget, type GateSummary, type Workload,
 } from '../lab/index.js';
 import { loadModelConfig } from '../loader/config.js';
+import type { ModelDir } from '../loader/model-dir.js';
 import {
-  buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, runOffline, type OfflineResult,
+  buildPrefill, buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, prefillFlops, randomTokens, runOffline,
+  type OfflineResult,
 } from '../lab/offline.js';
 import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
@@ -117,7 +119,8 @@ function printOffline(r: OfflineResult, extra: Record<string, unknown> = {}): vo
 function offlineCommand(): Command {
   const cmd = new Command('offline')
     .description('in-process throughput (no HTTP): w1 offline-256, w4 memory pressure, w5 shared prefix (cache on vs off)')
-    .addOption(new Option('--workload <w>', 'workload').choices(['w1', 'w4', 'w5']).default('w1'))
+    .addOption(new Option('--workload <w>', 'workload (prefill: --num-requests prompts of --prompt-len tokens, 1 output token)')
+      .choices(['w1', 'w4', 'w5', 'prefill']).default('w1'))
     .option('--num-requests <n>', 'requests (w1: first n of 256; w4: 512; w5: 64)', Number)
     .option('--prompt-len <n>', 'w4 prompt tokens (2048)', Number, 2048)
     .option('--output-len <n>', 'output tokens (w1: per request from the file, w4: 256, w5: 64)', Number)
@@ -142,12 +145,17 @@ function offlineCommand(): Command {
     await withLock(f, async () => {
       const results: Record<string, unknown>[] = [];
       const run = async (name: string, opts: typeof options, build: (vocab: number) => Parameters<typeof runOffline>[2],
-        concurrency?: number, warmup = false) => {
+        concurrency?: number, warmup = false, before?: (llm: LLM, dir: ModelDir) => Promise<void>) => {
         const llm = new LLM(model, opts);
         try {
           const dir = await llm.ready();
           const reqs = build(dir.config.vocabSize);
-          if (warmup) await runOffline(llm, 'warmup', reqs.slice(0, 4).map((r) => ({ ...r, maxTokens: 4 })));
+          // warm-up prompts of the same lengths but other tokens: the timed run gets no prefix-cache hit from them
+          if (warmup) {
+            await runOffline(llm, 'warmup', reqs.slice(0, 4).map((r, i) => ({
+              promptTokenIds: randomTokens(r.promptTokenIds.length, dir.config.vocabSize, 424242 + i), maxTokens: 4 })));
+          }
+          await before?.(llm, dir);
           return await runOffline(llm, name, reqs, concurrency === undefined ? {} : { concurrency });
         } finally {
           await llm.close();
@@ -157,6 +165,22 @@ function offlineCommand(): Command {
         const r = await run('w1', options, w1, undefined, true);
         printOffline(r);
         results.push({ ...r });
+      } else if (f.workload === 'prefill') {
+        const n = (f.numRequests as number | undefined) ?? 32;
+        const promptLen = f.promptLen as number;
+        let flops = 0;
+        let peak: number | null = null;
+        const r = await run('prefill', options, (v) => buildPrefill(n, promptLen, v), undefined, true, async (llm, dir) => {
+          flops = prefillFlops(dir.config, Array(n).fill(promptLen));
+          peak = await llm.gemmPeak();
+        });
+        const extra: Record<string, unknown> = { promptTokensPerS: r.numPromptTokens / r.wallS, modelTflopPerS: flops / r.wallS / 1e12 };
+        if (peak !== null) {
+          extra.gemmPeakTflopPerS = peak / 1e12;
+          extra.shareOfGemmPeak = flops / r.wallS / peak;
+        }
+        printOffline(r, extra);
+        results.push({ ...r, ...extra });
       } else if (f.workload === 'w4') {
         const promptLen = f.promptLen as number;
         const outputLen = (f.outputLen as number | undefined) ?? 256;

@@ -225,6 +225,12 @@ export class EngineCore {
     return backend.copyBandwidth ? backend.copyBandwidth() : null;
   }
 
+  /** bf16 GEMM FLOP/s on 8192^3 (the prefill roofline's denominator); null on the CPU backend. */
+  gemmPeak(): number | null {
+    const backend = this.model.backend as Backend & { gemmPeak?: () => number };
+    return backend.gemmPeak ? backend.gemmPeak() : null;
+  }
+
   dispose(): void {
     this.model.backend.dispose();
   }

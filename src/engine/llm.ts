@@ -103,6 +103,11 @@ export class LLM {
     return (await this.started).client.core.copyBandwidth();
   }
 
+  /** bf16 GEMM FLOP/s on 8192^3 (CUDA), for the prefill roofline; null on the CPU. */
+  async gemmPeak(): Promise<number | null> {
+    return (await this.started).client.core.gemmPeak();
+  }
+
   /** Engine counters (pages, prefix cache, preemptions, tokens). */
   async stats(): Promise<EngineStats> {
     return (await this.started).client.stats();

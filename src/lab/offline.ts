@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { LLM, type Prompt } from '../engine/llm.js';
 import type { EngineStats } from '../engine/types.js';
+import type { ModelConfig } from '../loader/types.js';
 import type { BatchRunner } from './bench-decode.js';
 import { percentile } from './stats.js';
 
@@ -60,6 +61,28 @@ export function randomTokens(n: number, vocabSize: number, seed: number): number
     x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
     return x % vocabSize;
   });
+}
+
+/** Prefill: `n` prompts of `promptLen` random tokens, one output token each. */
+export function buildPrefill(n: number, promptLen: number, vocabSize: number): OfflineRequest[] {
+  return Array.from({ length: n }, (_, i) => ({ promptTokenIds: randomTokens(promptLen, vocabSize, 9000 + i), maxTokens: 1 }));
+}
+
+/**
+ * Model FLOPs of prefilling `promptLens` (no cache hits): 2 per weight per token for the
+ * projections, the lm head once per prompt, and causal attention (QK^T and PV over
+ * L(L+1)/2 query-key pairs per head and layer).
+ */
+export function prefillFlops(c: ModelConfig, promptLens: readonly number[]): number {
+  const qkvN = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
+  const linear = c.numLayers * (c.hiddenSize * qkvN + c.numHeads * c.headDim * c.hiddenSize +
+    3 * c.hiddenSize * c.intermediateSize);
+  let flops = 0;
+  for (const L of promptLens) {
+    flops += 2 * L * linear + 2 * c.hiddenSize * c.vocabSize;
+    flops += c.numLayers * c.numHeads * 4 * c.headDim * (L * (L + 1)) / 2;
+  }
+  return flops;
 }
 
 /** W4: `n` requests of `promptLen` prompt tokens and `outputLen` output tokens, all offered at once. */

@@ -14,7 +14,7 @@ import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
 import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
-import { copyBandwidth as measureCopyBandwidth } from './bandwidth.js';
+import { copyBandwidth as measureCopyBandwidth, gemmFlops } from './bandwidth.js';
 
 export interface CudaBackendOptions {
   deviceOrdinal?: number;
@@ -452,6 +452,11 @@ export class CudaBackend implements Backend {
   /** Device-to-device copy bandwidth, bytes read + written per second. */
   copyBandwidth(): number {
     return measureCopyBandwidth(this.device);
+  }
+
+  /** bf16 GEMM rate of the backend's GEMM path on 8192^3, FLOP/s. */
+  gemmPeak(): number {
+    return gemmFlops(this.device, (x, w, y, n) => this.gemm.run(x, w, y, n, n, n, this.device.stream));
   }
 
   /** The last profiled step's table (profile mode). */
