@@ -5,7 +5,7 @@
 // so the same sequence of op calls on the same shapes yields the same buffers
 // (what lets a CUDA backend capture a decode step as a graph and replay it).
 
-import type { DType, HostTensor } from '../loader/types.js';
+import type { DType, HostTensor, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../model/batch.js';
 
 export interface Tensor {
@@ -37,6 +37,11 @@ export interface Backend {
 
   /** Uploads a weight (any checkpoint dtype) and converts it to computeDType. */
   upload(t: HostTensor): Tensor;
+  /**
+   * Optional fast path for loading: uploads the row-concatenation of `names` (checkpoint
+   * tensors of the compute dtype) read from `source` by readInto, with no host copy of the whole.
+   */
+  uploadConcat?(name: string, source: WeightSource, names: readonly string[]): Tensor;
   /** Allocates the paged KV cache: K and V per layer, [numBlocks, blockSize, numKvHeads, headDim]. */
   allocateKvCache(spec: KvCacheSpec): void;
   memory(): MemoryReport;

@@ -148,6 +148,28 @@ export class SafetensorsWeights implements WeightSource {
     return { dtype: e.dtype, shape: [...e.shape], file: e.file };
   }
 
+  readInto(name: string, offset: number, dest: Uint8Array): void {
+    const e = this.entry(name);
+    if (offset < 0 || offset + dest.byteLength > e.end - e.begin) {
+      throw new RangeError(`readInto ${name}: bytes [${offset}, ${offset + dest.byteLength}) of ${e.end - e.begin}`);
+    }
+    this.readRange(e, e.begin + offset, dest);
+  }
+
+  private readRange(e: TensorEntry, position: number, data: Uint8Array): void {
+    let fd: number;
+    try {
+      fd = openSync(e.file, 'r');
+    } catch (err) {
+      throw new ModelLoadError(e.file, `cannot open: ${describeError(err)}`, { cause: err });
+    }
+    try {
+      readExactly(fd, data, position, e.file);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
   read(name: string): HostTensor {
     const e = this.entry(name);
     const data = new Uint8Array(e.end - e.begin);

@@ -49,6 +49,8 @@ export interface WeightSource {
   info(name: string): { dtype: DType; shape: number[]; file: string };
   /** Reads one tensor (positioned read; the file is never loaded whole). */
   read(name: string): HostTensor;
+  /** Reads dest.length bytes of tensor `name`, from its byte `offset`, straight into dest (e.g. pinned memory). */
+  readInto?(name: string, offset: number, dest: Uint8Array): void;
 }
 
 /** generation_config.json defaults. */

@@ -108,16 +108,18 @@ function concatRows(name: string, parts: HostTensor[]): HostTensor {
 
 export function loadWeights(config: ModelConfig, source: WeightSource, backend: Backend): ModelWeights {
   validateWeights(config, source);
-  const up = (name: string): Tensor => backend.upload(source.read(name));
+  const streamed = backend.uploadConcat !== undefined && source.readInto !== undefined &&
+    config.dtype === backend.computeDType;
+  const upConcat = (name: string, names: string[]): Tensor => streamed ? backend.uploadConcat!(name, source, names)
+    : backend.upload(names.length === 1 ? source.read(names[0]!) : concatRows(name, names.map((n) => source.read(n))));
+  const up = (name: string): Tensor => upConcat(name, [name]);
   const embedTokens = up('model.embed_tokens.weight');
   const layers: LayerWeights[] = [];
   for (let l = 0; l < config.numLayers; l++) {
     const p = layerPrefix(l);
     const attn = `${p}self_attn.`;
-    const qkv = backend.upload(concatRows(`${attn}qkv_proj.weight`,
-      ['q_proj', 'k_proj', 'v_proj'].map((n) => source.read(`${attn}${n}.weight`))));
-    const gateUp = backend.upload(concatRows(`${p}mlp.gate_up_proj.weight`,
-      ['gate_proj', 'up_proj'].map((n) => source.read(`${p}mlp.${n}.weight`))));
+    const qkv = upConcat(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.weight`));
+    const gateUp = upConcat(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => `${p}mlp.${n}.weight`));
     layers.push({
       inputNorm: up(`${p}input_layernorm.weight`),
       qkv,

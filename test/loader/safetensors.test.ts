@@ -40,6 +40,21 @@ test('write then read back: names, shapes, dtypes and bytes', async () => {
   assert.equal(weights.has('nope'), false);
 });
 
+test('readInto reads any byte range of a tensor straight into the given buffer', async () => {
+  const file = join(tempDir(), 'model.safetensors');
+  await writeSafetensors(file, tensors);
+  const weights = openSafetensors(file);
+  const t = tensors[2]!;
+  for (const [offset, len] of [[0, 30], [7, 11], [29, 1], [0, 0]] as const) {
+    const dest = new Uint8Array(len + 4).fill(0xee).subarray(2, 2 + len);
+    weights.readInto(t.name, offset, dest);
+    assert.deepEqual(dest, t.data.subarray(offset, offset + len));
+    assert.equal(dest.buffer.byteLength, len + 4);
+    assert.deepEqual([...new Uint8Array(dest.buffer, 0, 2)], [0xee, 0xee], 'nothing written before dest');
+  }
+  assert.throws(() => weights.readInto(t.name, 25, new Uint8Array(6)), /bytes \[25, 31\) of 30/);
+});
+
 test('the written header is standard: u64 LE length, JSON, 8-byte aligned data, contiguous offsets', async () => {
   const file = join(tempDir(), 'model.safetensors');
   await writeSafetensors(file, tensors);

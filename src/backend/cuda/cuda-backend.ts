@@ -3,7 +3,7 @@
 // captured as CUDA graphs per batch-size bucket (see graph()).
 
 import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js';
-import type { DType, HostTensor } from '../../loader/types.js';
+import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
@@ -14,6 +14,7 @@ import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
 import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
+import { WeightUploader } from './weight-upload.js';
 import { copyBandwidth as measureCopyBandwidth, gemmFlops } from './bandwidth.js';
 
 export interface CudaBackendOptions {
@@ -31,6 +32,8 @@ export interface CudaBackendOptions {
   /** Where the profile table goes; default stderr. */
   log?: (text: string) => void;
   initialWorkspaceBytes?: number;
+  /** Pinned staging chunk for weight uploads (tests use small ones). */
+  uploadChunkBytes?: number;
   cublasWorkspaceBytes?: number;
 }
 
@@ -105,6 +108,8 @@ export class CudaBackend implements Backend {
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
+  private uploader: WeightUploader | null = null;
+  private readonly uploadChunkBytes: number | undefined;
   private kvGeneration = 0;
   private meta: Meta | null = null;
   private metaGeneration = 0;
@@ -122,6 +127,7 @@ export class CudaBackend implements Backend {
     this.gpuMemoryUtilization = opts.gpuMemoryUtilization ?? 0.9;
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
+    this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = this.device.alloc(cublasBytes);
@@ -149,6 +155,22 @@ export class CudaBackend implements Backend {
     return new CudaTensor([...t.shape], p);
   }
 
+  uploadConcat(name: string, source: WeightSource, names: readonly string[]): Tensor {
+    const infos = names.map((n) => source.info(n));
+    if (infos.some((i) => i.dtype !== 'bf16' || i.shape.length !== infos[0]!.shape.length)) {
+      throw new Error(`uploadConcat ${name}: parts must be bf16 of one rank`);
+    }
+    const numRows = infos.reduce((n, i) => n + i.shape[0]!, 0);
+    const shape = [numRows, ...infos[0]!.shape.slice(1)];
+    const numBytes = shape.reduce((a, b) => a * b, 1) * 2;
+    const p = this.device.alloc(numBytes);
+    this.weights.push(p);
+    this.uploader ??= new WeightUploader(this.device, this.uploadChunkBytes);
+    if (this.uploader.upload(p, source, names) !== numBytes) throw new Error(`uploadConcat ${name}: size mismatch`);
+    this.weightBytes += numBytes;
+    return new CudaTensor(shape, p);
+  }
+
   /** A bf16 device tensor with `values` (tests, and host-built inputs). */
   fromHost(shape: readonly number[], values: Float32Array): CudaTensor {
     return asCuda(this.upload({ name: 'host', dtype: 'f32', shape: [...shape],
@@ -156,6 +178,8 @@ export class CudaBackend implements Backend {
   }
 
   allocateKvCache(spec: KvCacheSpec): void {
+    this.uploader?.dispose();
+    this.uploader = null;
     if (!ATTENTION_HEAD_DIMS.includes(spec.headDim)) {
       throw new Error(`CudaBackend: head dim ${spec.headDim} not supported (${ATTENTION_HEAD_DIMS.join(', ')})`);
     }
@@ -198,6 +222,10 @@ export class CudaBackend implements Backend {
   // ---- step ----
 
   beginStep(batch: ForwardBatch): StepInputs {
+    if (this.uploader && !this.capturing) {
+      this.uploader.dispose();
+      this.uploader = null;
+    }
     if (!this.capturing) {
       if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
       this.profiler?.finishStep();
@@ -557,6 +585,8 @@ export class CudaBackend implements Backend {
 
   dispose(): void {
     this.device.synchronize();
+    this.uploader?.dispose();
+    this.uploader = null;
     for (const key of [...this.graphs.keys()]) this.destroyGraph(key);
     this.profiler?.dispose();
     for (const p of this.weights) this.device.free(p);
