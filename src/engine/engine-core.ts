@@ -212,6 +212,8 @@ export class EngineCore {
       numSteps: this.numSteps,
       executeMs: this.executeMs,
       hostMs: this.stepMs - this.executeMs,
+      numGraphCaptures: (this.model.backend as { numGraphCaptures?: number }).numGraphCaptures ?? 0,
+      graphCaptureMs: (this.model.backend as { graphCaptureMs?: number }).graphCaptureMs ?? 0,
     };
   }
 

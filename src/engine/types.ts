@@ -57,4 +57,7 @@ export interface EngineStats {
   executeMs: number;
   /** ...and everything else (scheduling, batch building, updates, stop checks). */
   hostMs: number;
+  /** CUDA graphs captured, and the wall time of the steps that captured them (part of executeMs). */
+  numGraphCaptures: number;
+  graphCaptureMs: number;
 }

@@ -48,6 +48,8 @@ describe('CUDA graphs', { skip: noCuda }, () => {
     });
     assert.equal(cuda.numGraphs, 1);
     assert.equal(cuda.numGraphReplays, numSteps - 1);
+    assert.equal(cuda.numGraphCaptures, 1);
+    assert.ok(cuda.graphCaptureMs > 0);
   });
 
   test('a step that samples on the GPU replays to the eager tokens (greedy and seeded rows)', () => {

@@ -120,6 +120,9 @@ export class CudaBackend implements Backend {
   private readonly graphs = new Map<number, CapturedGraph>();
   private capturing = false;
   numGraphReplays = 0;
+  numGraphCaptures = 0;
+  /** Wall time of the steps that captured a graph (their eager run, the capture and the instantiation). */
+  graphCaptureMs = 0;
   private capturedRead: CapturedGraph['hostRead'] = null;
 
   constructor(opts: CudaBackendOptions = {}) {
@@ -513,10 +516,13 @@ export class CudaBackend implements Backend {
       return this.replay(cached, batch) as R;
     }
     if (cached) this.destroyGraph(key);
+    const t0 = performance.now();
     const result = record();
     this.device.synchronize();
     this.workspace.reset();
     this.capture(key, record);
+    this.numGraphCaptures++;
+    this.graphCaptureMs += performance.now() - t0;
     return result;
   }
 
