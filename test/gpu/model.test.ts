@@ -1,0 +1,78 @@
+// The whole model on CUDA: logits against the CPU backend for both families,
+// and greedy transcripts that do not depend on batch size, sequence cap or
+// CUDA graphs (md5 per path logged; the CPU path's is recorded in bench/gates).
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { LLM } from '../../src/engine/llm.js';
+import { Model } from '../../src/model/model.js';
+import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
+import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
+import { packageRoot } from '../../src/cli/default-model.js';
+import { batchOf } from '../backend/helpers.js';
+import { assertBf16Close, newCpu, newCuda, noCuda } from './cuda-helpers.js';
+import type { Backend } from '../../src/backend/backend.js';
+
+describe('whole model on CUDA', { skip: noCuda }, () => {
+  const backends: Backend[] = [];
+  after(() => backends.forEach((b) => b.dispose()));
+
+  for (const family of ['qwen3', 'llama'] as const) {
+    test(`${family}: prefill and decode logits match the CPU backend`, () => {
+      const config = tinyConfig(family, { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
+        numKvHeads: 2, headDim: 64, vocabSize: 500 });
+      const run = (backend: Backend) => {
+        backends.push(backend);
+        const model = Model.load(config, randomWeightSource(config, { seed: 21 }), backend);
+        backend.allocateKvCache(model.kvCacheSpec(16, 16));
+        const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
+        const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
+          Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
+        const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
+        for (let step = 0; step < 3; step++) {
+          out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
+            pages: pages[s]! })), 16, [0, 1])));
+        }
+        return out;
+      };
+      const expected = run(newCpu());
+      const actual = run(newCuda());
+      actual.forEach((logits, i) => assertBf16Close(logits, expected[i]!, `${family} step ${i}`, 0.05));
+    });
+  }
+
+  test('demo model: greedy transcripts identical alone, in batches of 8/16/64, eager and graphed', async () => {
+    const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
+      { maxTokens: number; prompts: { prompt: string }[] };
+    const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
+    const model = join(packageRoot(), 'models', 'quire-demo');
+    const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; numPrompts: number }> = {
+      'graphs, batch 64': { maxNumSeqs: 64, enforceEager: false, numPrompts: 64 },
+      'graphs, batch 16': { maxNumSeqs: 16, enforceEager: false, numPrompts: 64 },
+      'graphs, gate prompts (batch 8)': { maxNumSeqs: 64, enforceEager: false, numPrompts: 8 },
+      'eager, batch 64': { maxNumSeqs: 64, enforceEager: true, numPrompts: 64 },
+      'graphs, one at a time': { maxNumSeqs: 1, enforceEager: false, numPrompts: 64 },
+    };
+    const transcripts = new Map<string, number[][]>();
+    for (const [name, p] of Object.entries(paths)) {
+      const llm = new LLM(model, { backend: 'cuda', maxNumSeqs: p.maxNumSeqs, enforceEager: p.enforceEager, maxModelLen: 512 });
+      try {
+        const out = await llm.generate(prompts.slice(0, p.numPrompts), { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
+        transcripts.set(name, out.map((c) => c.tokenIds));
+      } finally {
+        await llm.close();
+      }
+    }
+    const reference = transcripts.get('graphs, batch 64')!;
+    for (const [name, t] of transcripts) {
+      console.log(`# transcript md5 ${transcriptMd5(t)}  cuda-bf16 ${name}`);
+      assert.deepEqual(t, reference.slice(0, t.length), name);
+    }
+    const canonical = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gates', 'quire-demo.json'), 'utf8')) as
+      { paths: Record<string, { md5: string }> };
+    console.log(`# gate prompts md5 on CUDA ${transcriptMd5(transcripts.get('graphs, gate prompts (batch 8)')!)}, `
+      + `recorded cpu-f32 ${canonical.paths['cpu-f32']!.md5}`);
+  });
+});
