@@ -221,6 +221,33 @@ export class EngineCore {
     return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null;
   }
 
+  /**
+   * CUDA: sizes the step metadata and the activation arenas for the largest steps
+   * (a full token budget of prefill, the largest decode bucket), then captures the
+   * decode graph of every batch-size bucket (sampling on the device) over padding
+   * rows, largest first, as vLLM does at start-up: no step of a run pays for a
+   * capture, and no later step grows memory under a captured graph.
+   */
+  captureGraphs(maxModelLen: number): void {
+    const backend = this.model.backend as Backend & { graph?: GraphRunner;
+      reserveStepCapacity?: (numTokens: number, numSeqs: number, maxBlocksPerSeq: number) => void };
+    if (!backend.graph || !backend.reserveStepCapacity || this.options.enforceEager) return;
+    const { maxNumBatchedTokens, maxNumSeqs, blockSize } = this.options;
+    backend.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
+    // prefill of the whole token budget into the null page (block 0), in sequences of at most maxModelLen
+    const prefill: ScheduledSeq[] = [];
+    for (let left = maxNumBatchedTokens; left > 0 && prefill.length < maxNumSeqs; left -= maxModelLen) {
+      const n = Math.min(left, maxModelLen);
+      prefill.push({ tokenIds: new Array<number>(n).fill(0), startPosition: 0,
+        blockTable: new Array<number>(Math.ceil(n / blockSize)).fill(0), sample: true });
+    }
+    this.model.forwardTokens(buildForwardBatch(prefill, blockSize));
+    for (const bucket of graphBuckets(maxNumSeqs).reverse()) {
+      const batch = buildForwardBatch([], blockSize, bucket, true);
+      backend.graph(bucket, batch, () => this.model.forwardTokens(batch));
+    }
+  }
+
   /** Device-to-device copy bandwidth in bytes/s (the roofline's denominator); null on the CPU backend. */
   copyBandwidth(): number | null {
     const backend = this.model.backend as Backend & { copyBandwidth?: () => number };
@@ -238,6 +265,13 @@ export class EngineCore {
   }
 }
 
+/** Every decode graph bucket up to maxNumSeqs, ascending. */
+export function graphBuckets(maxNumSeqs: number): number[] {
+  const out = new Set<number>();
+  for (let n = 1; n <= maxNumSeqs; n++) out.add(graphBucket(n, maxNumSeqs)!);
+  return [...out];
+}
+
 /** Loads the model directory, picks and sizes the backend, and builds the engine core. */
 export async function createEngineCore(options: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
   const t0 = performance.now();
@@ -246,9 +280,11 @@ export async function createEngineCore(options: EngineOptions, loaded?: ModelDir
   const model = Model.load(dir.config, dir.weights, backend);
   const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
-  return new EngineCore({
+  const core = new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    info: { backend: backend.name, device, loadMs: Math.round(performance.now() - t0),
-      weightBytesPerStep: model.weightBytesPerStep() },
+    info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep() },
   }, options);
+  core.captureGraphs(maxModelLen);
+  core.info.loadMs = Math.round(performance.now() - t0);
+  return core;
 }

@@ -42,4 +42,8 @@ test('graph buckets: powers of two to 8, then steps of 8, none above maxNumSeqs'
   assert.deepEqual([1, 2, 3, 5, 8, 9, 17, 24, 25].map((n) => graphBucket(n, 256)), [1, 2, 4, 8, 8, 16, 24, 24, 32]);
   assert.equal(graphBucket(300, 256), null);
   assert.equal(graphBucket(6, 6), 6);
+  const { graphBuckets } = await import('../../src/engine/engine-core.js');
+  assert.deepEqual(graphBuckets(40), [1, 2, 4, 8, 16, 24, 32, 40]);
+  assert.deepEqual(graphBuckets(6), [1, 2, 4, 6]);
+  assert.equal(graphBuckets(256).length, 35);
 });

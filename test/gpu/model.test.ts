@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
+import { graphBuckets } from '../../src/engine/engine-core.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
@@ -56,16 +57,20 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       'graphs, one at a time': { maxNumSeqs: 1, enforceEager: false, numPrompts: 64 },
     };
     const transcripts = new Map<string, number[][]>();
+    const numCaptures = new Map<string, number>();
     for (const [name, p] of Object.entries(paths)) {
       const llm = new LLM(model, { backend: 'cuda', maxNumSeqs: p.maxNumSeqs, enforceEager: p.enforceEager, maxModelLen: 512 });
       try {
         const out = await llm.generate(prompts.slice(0, p.numPrompts), { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
         transcripts.set(name, out.map((c) => c.tokenIds));
+        numCaptures.set(name, (await llm.stats()).numGraphCaptures);
       } finally {
         await llm.close();
       }
     }
     const reference = transcripts.get('graphs, batch 64')!;
+    assert.equal(numCaptures.get('graphs, batch 64'), graphBuckets(64).length, 'every bucket captured at start-up, none later');
+    assert.equal(numCaptures.get('eager, batch 64'), 0);
     for (const [name, t] of transcripts) {
       console.log(`# transcript md5 ${transcriptMd5(t)}  cuda-bf16 ${name}`);
       assert.deepEqual(t, reference.slice(0, t.length), name);

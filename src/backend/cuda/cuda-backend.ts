@@ -12,7 +12,7 @@ import { Gemm } from './ffi/cublaslt.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
-import { layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
+import { layoutAtLeast, layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
 import { copyBandwidth as measureCopyBandwidth, gemmFlops } from './bandwidth.js';
@@ -247,6 +247,15 @@ export class CudaBackend implements Backend {
     }
     this.current = { batch, packed };
     return { batch };
+  }
+
+  /**
+   * Sizes the step metadata for the largest step the engine will run, so it never
+   * grows later (growing it invalidates every captured graph).
+   */
+  reserveStepCapacity(numTokens: number, numSeqs: number, maxBlocksPerSeq: number): void {
+    const layout = layoutAtLeast(this.meta?.layout ?? null, numTokens, numSeqs, maxBlocksPerSeq);
+    if (layout !== this.meta?.layout) this.growMeta(layout);
   }
 
   private growMeta(layout: MetaLayout): void {

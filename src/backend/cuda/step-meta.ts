@@ -70,14 +70,19 @@ function nextPow2(n: number, min: number): number {
 
 /** `layout` if the batch fits it, otherwise a layout grown (in powers of two) to fit it. */
 export function layoutFor(batch: ForwardBatch, layout: MetaLayout | null): MetaLayout {
-  const numLogits = batch.logitsIndices.length;
-  const needTokens = Math.max(batch.numTokens, numLogits);
-  if (layout && needTokens <= layout.capTokens && batch.numSeqs <= layout.capSeqs &&
-    batch.maxBlocksPerSeq <= layout.blockTableStride) return layout;
+  return layoutAtLeast(layout, Math.max(batch.numTokens, batch.logitsIndices.length), batch.numSeqs,
+    batch.maxBlocksPerSeq);
+}
+
+/** `layout` if it holds these capacities, otherwise one grown (in powers of two) to hold them. */
+export function layoutAtLeast(layout: MetaLayout | null, numTokens: number, numSeqs: number,
+  maxBlocksPerSeq: number): MetaLayout {
+  if (layout && numTokens <= layout.capTokens && numSeqs <= layout.capSeqs &&
+    maxBlocksPerSeq <= layout.blockTableStride) return layout;
   return metaLayout(
-    Math.max(layout?.capTokens ?? 0, nextPow2(needTokens, 256)),
-    Math.max(layout?.capSeqs ?? 0, nextPow2(batch.numSeqs, 64)),
-    Math.max(layout?.blockTableStride ?? 0, nextPow2(batch.maxBlocksPerSeq, 64)));
+    Math.max(layout?.capTokens ?? 0, nextPow2(numTokens, 256)),
+    Math.max(layout?.capSeqs ?? 0, nextPow2(numSeqs, 64)),
+    Math.max(layout?.blockTableStride ?? 0, nextPow2(maxBlocksPerSeq, 64)));
 }
 
 export interface PackedStep {
