@@ -162,9 +162,19 @@ function offlineCommand(): Command {
         }
       };
       if (f.workload === 'w1') {
-        const r = await run('w1', options, w1, undefined, true);
-        printOffline(r);
-        results.push({ ...r });
+        let bandwidth: number | null = null;
+        let bytesBefore = 0;
+        const r = await run('w1', options, w1, undefined, true, async (llm) => {
+          bandwidth = await llm.copyBandwidth();
+          bytesBefore = (await llm.stats()).minBytesRead;
+        });
+        const extra: Record<string, unknown> = {};
+        if (bandwidth !== null) {
+          extra.bandwidthFloorS = (r.stats.minBytesRead - bytesBefore) / bandwidth;
+          extra.shareOfBandwidthFloor = (extra.bandwidthFloorS as number) / r.wallS;
+        }
+        printOffline(r, extra);
+        results.push({ ...r, ...extra });
       } else if (f.workload === 'prefill') {
         const n = (f.numRequests as number | undefined) ?? 32;
         const promptLen = f.promptLen as number;

@@ -52,6 +52,7 @@ export class EngineCore {
   private numSteps = 0;
   private numRunningPeak = 0;
   private executeMs = 0;
+  private minBytesRead = 0;
   private stepMs = 0;
 
   constructor(parts: EngineCoreParts, readonly options: EngineOptions) {
@@ -123,10 +124,13 @@ export class EngineCore {
     this.numSteps++;
     this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
     const rows: EngineReq[] = [];
+    let numKvTokensRead = 0;
     for (const r of so.scheduledRequests) {
+      numKvTokensRead += r.seqLen;
       if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
       if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
     }
+    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
     const states = rows.map((r) => r.sampling!);
     const t0 = performance.now();
     const { tokenIds, logprobs } = states.every((st) => isDeviceSamplable(st, this.eosTokenIds))
@@ -212,6 +216,7 @@ export class EngineCore {
       numSteps: this.numSteps,
       executeMs: this.executeMs,
       hostMs: this.stepMs - this.executeMs,
+      minBytesRead: this.minBytesRead,
       numGraphCaptures: (this.model.backend as { numGraphCaptures?: number }).numGraphCaptures ?? 0,
       graphCaptureMs: (this.model.backend as { graphCaptureMs?: number }).graphCaptureMs ?? 0,
     };

@@ -60,4 +60,9 @@ export interface EngineStats {
   /** CUDA graphs captured, and the wall time of the steps that captured them (part of executeMs). */
   numGraphCaptures: number;
   graphCaptureMs: number;
+  /**
+   * Bytes the steps so far had to read at the least: the weights once per step and
+   * every scheduled sequence's KV cache once (the bandwidth floor's numerator).
+   */
+  minBytesRead: number;
 }

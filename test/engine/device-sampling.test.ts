@@ -60,3 +60,24 @@ test('a row asking for logprobs sends the whole step through the host sampler, w
   assert.deepEqual(host.tokens, device.tokens);
   assert.ok(host.outputs.some((o) => o.logprobs?.[0]?.top.length === 2));
 });
+
+test('stats count the bytes a step must read at the least: weights once, each sequence\'s KV once', async () => {
+  const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1 }));
+  try {
+    const P = 9;
+    const G = 5;
+    core.addRequest({ requestId: 'a', promptTokenIds: Array.from({ length: P }, (_, i) => i + 3),
+      sampling: defaultSamplingParams({ maxTokens: G, ignoreEos: true, temperature: 0 }), arrivalTime: 0, priority: 0,
+      cacheSalt: null });
+    while (core.hasWork()) core.step();
+    const s = core.stats();
+    const model = core['model'];
+    let kvTokens = P;
+    for (let i = 1; i < G; i++) kvTokens += P + i;
+    assert.equal(s.numSteps, G);
+    assert.equal(s.minBytesRead, G * model.weightBytesPerStep() + kvTokens * model.kvBytesPerToken());
+    assert.ok(s.executeMs > 0 && s.hostMs > 0);
+  } finally {
+    core.dispose();
+  }
+});
