@@ -239,14 +239,7 @@ export class EngineCore {
     if (!backend.graph || !backend.reserveStepCapacity || this.options.enforceEager) return;
     const { maxNumBatchedTokens, maxNumSeqs, blockSize } = this.options;
     backend.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
-    // prefill of the whole token budget into the null page (block 0), in sequences of at most maxModelLen
-    const prefill: ScheduledSeq[] = [];
-    for (let left = maxNumBatchedTokens; left > 0 && prefill.length < maxNumSeqs; left -= maxModelLen) {
-      const n = Math.min(left, maxModelLen);
-      prefill.push({ tokenIds: new Array<number>(n).fill(0), startPosition: 0,
-        blockTable: new Array<number>(Math.ceil(n / blockSize)).fill(0), sample: true });
-    }
-    this.model.forwardTokens(buildForwardBatch(prefill, blockSize));
+    this.model.forwardTokens(buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize));
     for (const bucket of graphBuckets(maxNumSeqs).reverse()) {
       const batch = buildForwardBatch([], blockSize, bucket, true);
       backend.graph(bucket, batch, () => this.model.forwardTokens(batch));
@@ -268,6 +261,29 @@ export class EngineCore {
   dispose(): void {
     this.model.backend.dispose();
   }
+}
+
+/**
+ * The step that needs the most activation memory: the whole token budget in
+ * maxNumSeqs sequences (one-token rows plus prompts of at most maxModelLen), each
+ * sampled, written to the null page (block 0). Run once before graphs are captured.
+ */
+export function largestStep(maxNumBatchedTokens: number, maxNumSeqs: number, maxModelLen: number,
+  blockSize: number): ScheduledSeq[] {
+  const seq = (n: number): ScheduledSeq => ({ tokenIds: new Array<number>(n).fill(0), startPosition: 0,
+    blockTable: new Array<number>(Math.ceil(n / blockSize)).fill(0), sample: true });
+  const numSeqs = Math.min(maxNumSeqs, maxNumBatchedTokens);
+  let numLong = 1;
+  while (numLong < numSeqs && maxNumBatchedTokens - (numSeqs - numLong) > numLong * maxModelLen) numLong++;
+  const out: ScheduledSeq[] = [];
+  let left = Math.min(maxNumBatchedTokens - (numSeqs - numLong), numLong * maxModelLen);
+  for (let i = 0; i < numLong; i++) {
+    const n = Math.min(maxModelLen, Math.ceil(left / (numLong - i)));
+    out.push(seq(n));
+    left -= n;
+  }
+  while (out.length < numSeqs) out.push(seq(1));
+  return out;
 }
 
 /** Every decode graph bucket up to maxNumSeqs, ascending. */

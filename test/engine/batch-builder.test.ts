@@ -47,3 +47,16 @@ test('graph buckets: powers of two to 8, then steps of 8, none above maxNumSeqs'
   assert.deepEqual(graphBuckets(6), [1, 2, 4, 6]);
   assert.equal(graphBuckets(256).length, 35);
 });
+
+test('largestStep fills the token budget with maxNumSeqs sampled sequences no longer than maxModelLen', async () => {
+  const { largestStep } = await import('../../src/engine/engine-core.js');
+  for (const [budget, maxSeqs, maxLen] of [[8192, 256, 4096], [2048, 256, 40960], [8192, 4, 1000], [100, 256, 4096],
+    [16384, 256, 512]] as const) {
+    const seqs = largestStep(budget, maxSeqs, maxLen, 16);
+    const lens = seqs.map((s) => s.tokenIds.length);
+    assert.equal(seqs.length, Math.min(maxSeqs, budget), `${budget}/${maxSeqs}/${maxLen}`);
+    assert.ok(lens.every((n) => n >= 1 && n <= maxLen));
+    assert.equal(lens.reduce((a, b) => a + b, 0), Math.min(budget, seqs.length * maxLen));
+    assert.ok(seqs.every((s) => s.sample && s.blockTable.length === Math.ceil(s.tokenIds.length / 16)));
+  }
+});
