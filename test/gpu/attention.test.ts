@@ -22,9 +22,9 @@ describe('CUDA paged attention vs CPU', { skip: noCuda }, () => {
     cuda?.dispose();
   });
 
-  for (const D of [64, 128]) {
-    test(`head dim ${D}: prefill, chunked prefill + decode, decode-only with long context`, () => {
-      const [H, KV, blockSize, numBlocks, layer] = [4, 2, 16, 48, 1];
+  for (const [D, H, KV] of [[64, 4, 2], [128, 4, 2], [128, 8, 8], [128, 16, 4], [128, 16, 2], [64, 12, 2], [256, 8, 1]]) {
+    test(`head dim ${D}, ${H} q heads / ${KV} kv heads: prefill, chunked prefill + decode, decode-only with long context`, () => {
+      const [blockSize, numBlocks, layer] = [16, 48, 1];
       const spec = { numBlocks, blockSize, numLayers: 2, numKvHeads: KV, headDim: D };
       cpu!.allocateKvCache(spec);
       cuda!.allocateKvCache(spec);

@@ -398,12 +398,14 @@ export class CudaBackend implements Backend {
         const partialMl = this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr;
         // A graph replays with longer kv lengths than it was captured with: it always merges.
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
-        const gridZ = this.decodeSplits(T * numHeads, maxRowSplits);
+        const qHeadsPerKv = numHeads / numKvHeads;
+        const G = [8, 4, 2, 1].find((g) => qHeadsPerKv % g === 0)!;
+        const gridZ = this.decodeSplits(T * (numHeads / G), maxRowSplits);
         const rowArgs = [ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions))];
-        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}`, [T, numHeads, gridZ], 128, [
+        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [T, numHeads / G, gridZ], 128, [
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl),
           ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ...rowArgs, i32(numHeads), i32(numKvHeads),
-          i32(spec.blockSize), f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS)]);
+          i32(spec.blockSize), f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);
         if (maxRowSplits > 1) {
           this.device.launch('attention_decode.cu', 'attention_merge_bf16', [T, numHeads, 1], 128, [
             ptr(partialOut), ptr(partialMl), ptr(out.ptr), ...rowArgs, i32(numHeads), i32(D), i32(SPLIT_TOKENS),

@@ -9,7 +9,10 @@
 // batch, the grid or eager vs graph:
 //   wanted = min(maxSplits, ceil(kvLen / splitTokens)); chunk = ceil(kvLen / wanted) rounded up to 16;
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
-// Block (t, h, z) computes splits z, z + gridDim.z, ... of row (t, h), so the grid's z extent only decides
+// GQA: block (t, y, z) serves the G query heads h0 = y G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
+// (G, a template argument, is the largest of 8, 4, 2, 1 dividing qHeadsPerKv), reading each K and V once
+// for all of them; per head the arithmetic is that of G = 1, so the choice of G changes no bit.
+// Block (t, y, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
 // how many blocks share the work: blocks with z >= numSplits exit at once. A row of one split writes out
 // directly; otherwise every split writes partialOut/partialMl and attention_merge combines them in split
 // order, skipping rows of one split. The host passes splitTokens = 128 and maxSplits = 16
@@ -21,7 +24,7 @@
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, maxSplits, D] f32;
 //   partialMl [numTokens, numHeads, maxSplits, 2] f32 (running max, sum of exp).
-// Launch: attention_decode grid (numTokens, numHeads, Z), block 128 (4 warps; in each round of 16 kv
+// Launch: attention_decode_<dtype>_d<D>_g<G> grid (numTokens, numHeads / G, Z), block 128 (4 warps; in each round of 16 kv
 //   positions of a split, warp w takes positions 4w .. 4w+3; lane owns D/32 consecutive dims).
 //   attention_merge grid (numTokens, numHeads), block 128.
 #include "common.cuh"
@@ -47,96 +50,130 @@ __device__ __forceinline__ int row_kv_len(const int* tokenToSeq, const int* posi
   return tokenToSeq[t] < 0 ? 0 : positions[t] + 1;
 }
 
-template <typename T, int D>
+/** N consecutive elements as floats; for bf16, p is aligned to 2N bytes (8-byte loads, then a 4-byte one). */
+template <int N>
+__device__ __forceinline__ void load_n(const bf16_t* p, float* out) {
+#pragma unroll
+  for (int i = 0; i < N / 4; i++) {
+    const uint2 w = reinterpret_cast<const uint2*>(p)[i];
+    out[4 * i] = __uint_as_float(w.x << 16);
+    out[4 * i + 1] = __uint_as_float(w.x & 0xffff0000u);
+    out[4 * i + 2] = __uint_as_float(w.y << 16);
+    out[4 * i + 3] = __uint_as_float(w.y & 0xffff0000u);
+  }
+#pragma unroll
+  for (int i = N / 4 * 4; i + 1 < N; i += 2) load2(p + i, out[i], out[i + 1]);
+}
+template <int N>
+__device__ __forceinline__ void load_n(const float* p, float* out) {
+#pragma unroll
+  for (int i = 0; i < N; i++) out[i] = p[i];
+}
+
+template <typename T, int D, int G>
 __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, const T* vCache, T* out,
                                                  float* partialOut, float* partialMl, const int* meta,
                                                  const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockSize,
-                                                 float scale, int splitTokens, int maxSplits) {
+                                                 float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {
   constexpr int EPL = D / 32;
-  __shared__ float warpM[DECODE_WARPS], warpL[DECODE_WARPS];
-  __shared__ float warpAcc[DECODE_WARPS][D];
-  const int t = blockIdx.x, h = blockIdx.y;
+  __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
+  __shared__ float warpAcc[DECODE_WARPS][G][D];
+  const int t = blockIdx.x, h0 = blockIdx.y * G, kvh = h0 / qHeadsPerKv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
   const SplitPlan plan = split_plan(kvLen, splitTokens, maxSplits);
   if ((int)blockIdx.z >= plan.numSplits) return;
-  const int kvh = h / (numHeads / numKvHeads);
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
-  const long long row = (long long)t * numHeads + h;
 
-  const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)h * D + lane * EPL;
-  float qf[EPL];
+  // the G query heads h0 .. h0 + G - 1 share kv head kvh: K and V are read once for all of them
+  float qf[G][EPL];
 #pragma unroll
-  for (int e = 0; e < EPL; e++) qf[e] = to_float(q[e]) * scale;
+  for (int g = 0; g < G; g++) {
+    const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + lane * EPL;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) qf[g][e] = to_float(q[e]) * scale;
+  }
 
   for (int split = blockIdx.z; split < plan.numSplits; split += gridDim.z) {
     const int begin = split * plan.chunk;
     const int end = min(kvLen, begin + plan.chunk);
-    float m = NEG_INF, l = 0.f, acc[EPL];
+    float m[G], l[G], acc[G][EPL];
 #pragma unroll
-    for (int e = 0; e < EPL; e++) acc[e] = 0.f;
+    for (int g = 0; g < G; g++) {
+      m[g] = NEG_INF;
+      l[g] = 0.f;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
+    }
     // DECODE_UNROLL positions per warp per round: their K and V loads are all in flight together.
     for (int j0 = begin + warp * DECODE_UNROLL; j0 < end; j0 += DECODE_ROUND) {
-      float kf[DECODE_UNROLL][EPL], vf[DECODE_UNROLL][EPL], s[DECODE_UNROLL];
+      float kf[DECODE_UNROLL][EPL], vf[DECODE_UNROLL][EPL];
 #pragma unroll
       for (int u = 0; u < DECODE_UNROLL; u++) {
         const int j = min(j0 + u, end - 1);
         const long long page = table[j / blockSize];
         const long long base = ((page * blockSize + j % blockSize) * numKvHeads + kvh) * D + lane * EPL;
+        load_n<EPL>(kCache + base, kf[u]);
+        load_n<EPL>(vCache + base, vf[u]);
+      }
 #pragma unroll
-        for (int e = 0; e < EPL; e++) {
-          kf[u][e] = to_float(kCache[base + e]);
-          vf[u][e] = to_float(vCache[base + e]);
+      for (int g = 0; g < G; g++) {
+        float s[DECODE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < DECODE_UNROLL; u++) {
+          s[u] = 0.f;
+#pragma unroll
+          for (int e = 0; e < EPL; e++) s[u] += qf[g][e] * kf[u][e];
         }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+          for (int u = 0; u < DECODE_UNROLL; u++) s[u] += __shfl_xor_sync(FULL_MASK, s[u], o);
+        }
+        float mNew = m[g];
+#pragma unroll
+        for (int u = 0; u < DECODE_UNROLL; u++) if (j0 + u < end) mNew = fmaxf(mNew, s[u]);
+        const float corr = __expf(m[g] - mNew);
+        l[g] *= corr;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[g][e] *= corr;
+#pragma unroll
+        for (int u = 0; u < DECODE_UNROLL; u++) {
+          const float p = j0 + u < end ? __expf(s[u] - mNew) : 0.f;
+          l[g] += p;
+#pragma unroll
+          for (int e = 0; e < EPL; e++) acc[g][e] += p * vf[u][e];
+        }
+        m[g] = mNew;
       }
-#pragma unroll
-      for (int u = 0; u < DECODE_UNROLL; u++) {
-        s[u] = 0.f;
-#pragma unroll
-        for (int e = 0; e < EPL; e++) s[u] += qf[e] * kf[u][e];
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-        for (int u = 0; u < DECODE_UNROLL; u++) s[u] += __shfl_xor_sync(FULL_MASK, s[u], o);
-      }
-      float mNew = m;
-#pragma unroll
-      for (int u = 0; u < DECODE_UNROLL; u++) if (j0 + u < end) mNew = fmaxf(mNew, s[u]);
-      const float corr = __expf(m - mNew);
-      l *= corr;
-#pragma unroll
-      for (int e = 0; e < EPL; e++) acc[e] *= corr;
-#pragma unroll
-      for (int u = 0; u < DECODE_UNROLL; u++) {
-        const float p = j0 + u < end ? __expf(s[u] - mNew) : 0.f;
-        l += p;
-#pragma unroll
-        for (int e = 0; e < EPL; e++) acc[e] += p * vf[u][e];
-      }
-      m = mNew;
     }
-    if (lane == 0) { warpM[warp] = m; warpL[warp] = l; }
 #pragma unroll
-    for (int e = 0; e < EPL; e++) warpAcc[warp][lane * EPL + e] = acc[e];
+    for (int g = 0; g < G; g++) {
+      if (lane == 0) { warpM[warp][g] = m[g]; warpL[warp][g] = l[g]; }
+#pragma unroll
+      for (int e = 0; e < EPL; e++) warpAcc[warp][g][lane * EPL + e] = acc[g][e];
+    }
     __syncthreads();
 
-    float M = NEG_INF;
-    for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w] > 0.f) M = fmaxf(M, warpM[w]);
-    float L = 0.f;
-    for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w] > 0.f) L += warpL[w] * __expf(warpM[w] - M);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      float o = 0.f;
-      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w] > 0.f) o += warpAcc[w][d] * __expf(warpM[w] - M);
-      if (plan.numSplits == 1) out[row * D + d] = from_float<T>(L > 0.f ? o / L : 0.f);
-      else partialOut[(row * maxSplits + split) * D + d] = L > 0.f ? o / L : 0.f;
-    }
-    if (plan.numSplits > 1 && threadIdx.x == 0) {
-      partialMl[(row * maxSplits + split) * 2] = M;
-      partialMl[(row * maxSplits + split) * 2 + 1] = L;
+    for (int g = 0; g < G; g++) {
+      const long long row = (long long)t * numHeads + h0 + g;
+      float M = NEG_INF;
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) M = fmaxf(M, warpM[w][g]);
+      float L = 0.f;
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) L += warpL[w][g] * __expf(warpM[w][g] - M);
+      for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.f;
+        for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) o += warpAcc[w][g][d] * __expf(warpM[w][g] - M);
+        if (plan.numSplits == 1) out[row * D + d] = from_float<T>(L > 0.f ? o / L : 0.f);
+        else partialOut[(row * maxSplits + split) * D + d] = L > 0.f ? o / L : 0.f;
+      }
+      if (plan.numSplits > 1 && threadIdx.x == 0) {
+        partialMl[(row * maxSplits + split) * 2] = M;
+        partialMl[(row * maxSplits + split) * 2 + 1] = L;
+      }
     }
     __syncthreads();  // warpM/warpL/warpAcc are rewritten by the block's next split
   }
@@ -164,14 +201,21 @@ __device__ __forceinline__ void merge_splits(const float* partialOut, const floa
   }
 }
 
-#define INSTANTIATE_D(suffix, T, D)                                                                           \
-  extern "C" __global__ void __launch_bounds__(128) attention_decode_##suffix##_d##D(                         \
+#define INSTANTIATE_DG(suffix, T, D, G)                                                                      \
+  extern "C" __global__ void __launch_bounds__(128) attention_decode_##suffix##_d##D##_g##G(                  \
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,            \
       const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions, int numHeads,     \
-      int numKvHeads, int blockSize, float scale, int splitTokens, int maxSplits) {                           \
-    attention_decode<T, D>(qkv, kCache, vCache, out, partialOut, partialMl, meta, blockTables, tokenToSeq,    \
-                           positions, numHeads, numKvHeads, blockSize, scale, splitTokens, maxSplits);        \
+      int numKvHeads, int blockSize, float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {          \
+    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, meta, blockTables, tokenToSeq, \
+                              positions, numHeads, numKvHeads, blockSize, scale, splitTokens, maxSplits,      \
+                              qHeadsPerKv);                                                                   \
   }
+
+#define INSTANTIATE_D(suffix, T, D) \
+  INSTANTIATE_DG(suffix, T, D, 1)   \
+  INSTANTIATE_DG(suffix, T, D, 2)   \
+  INSTANTIATE_DG(suffix, T, D, 4)   \
+  INSTANTIATE_DG(suffix, T, D, 8)
 
 #define INSTANTIATE(suffix, T)                                                                                 \
   INSTANTIATE_D(suffix, T, 64)                                                                                 \
