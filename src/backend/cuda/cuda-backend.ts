@@ -32,8 +32,6 @@ export interface CudaBackendOptions {
   /** Where the profile table goes; default stderr. */
   log?: (text: string) => void;
   initialWorkspaceBytes?: number;
-  /** Matmuls of at most this many rows use kernels/gemv.cu instead of cuBLASLt (0: never; default 8, or QUIRE_GEMV_MAX_ROWS). */
-  gemvMaxRows?: number;
   /** Pinned staging chunk for weight uploads (tests use small ones). */
   uploadChunkBytes?: number;
   cublasWorkspaceBytes?: number;
@@ -71,10 +69,6 @@ function isDecodeOnly(batch: ForwardBatch): boolean {
 }
 
 const ATTENTION_HEAD_DIMS = [64, 128, 256];
-/** Output columns per block of kernels/gemv.cu. */
-const GEMV_WARPS = 8;
-/** Most rows (batch size) the GEMV kernel serves; more go to cuBLASLt. */
-const GEMV_MAX_ROWS = 8;
 
 interface Meta {
   layout: MetaLayout;
@@ -116,7 +110,6 @@ export class CudaBackend implements Backend {
   private kv: KvCache | null = null;
   private uploader: WeightUploader | null = null;
   private readonly uploadChunkBytes: number | undefined;
-  private readonly gemvMaxRows: number;
   private kvGeneration = 0;
   private meta: Meta | null = null;
   private metaGeneration = 0;
@@ -138,8 +131,6 @@ export class CudaBackend implements Backend {
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
     this.uploadChunkBytes = opts.uploadChunkBytes;
-    const envRows = process.env.QUIRE_GEMV_MAX_ROWS;
-    this.gemvMaxRows = Math.min(GEMV_MAX_ROWS, opts.gemvMaxRows ?? (envRows !== undefined ? Number(envRows) : GEMV_MAX_ROWS));
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = this.device.alloc(cublasBytes);
@@ -346,10 +337,7 @@ export class CudaBackend implements Backend {
     const N = ws.shape[0]!;
     if (ws.shape[1] !== K) throw new Error(`matmul: x [${xs.shape.join(', ')}] w [${ws.shape.join(', ')}]`);
     const out = this.act([T, N]);
-    if (T > 0 && T <= this.gemvMaxRows && K % 8 === 0) {
-      this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => this.device.launch('gemv.cu', `gemv_bf16_m${T}`,
-        [Math.ceil(N / GEMV_WARPS), 1, 1], 32 * GEMV_WARPS, [ptr(xs.ptr), ptr(ws.ptr), ptr(out.ptr), i32(N), i32(K)]));
-    } else if (T > 0) {
+    if (T > 0) {
       this.timed(`gemm ${label ?? `N=${N} K=${K}`}`,
         () => this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream));
     }
