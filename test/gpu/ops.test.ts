@@ -37,23 +37,26 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
     assertBf16Close(cuda.toHost(cuda.embedding(tg, sg)), cpu.toHost(cpu.embedding(tc, sc)), 'embedding', 0);
   });
 
-  test('rmsNorm', () => {
-    const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 320], randomBf16(T * 320, 2, -3, 3));
-    const [wc, wg] = uploadBoth(cpu, cuda, 'w', [320], randomBf16(320, 3, 0.5, 1.5));
-    begin();
-    assertBf16Close(cuda.toHost(cuda.rmsNorm(xg, wg, 1e-6)), cpu.toHost(cpu.rmsNorm(xc, wc, 1e-6)), 'rmsNorm');
-  });
+  // 320, 4096, 8192: rows held in registers (16-byte chunks); 100 (not a multiple of 8), 12288 (too long): strided
+  for (const H of [320, 4096, 8192, 100, 12288]) {
+    test(`rmsNorm, hidden ${H}`, () => {
+      const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, H], randomBf16(T * H, 2 + H, -3, 3));
+      const [wc, wg] = uploadBoth(cpu, cuda, 'w', [H], randomBf16(H, 3, 0.5, 1.5));
+      begin();
+      assertBf16Close(cuda.toHost(cuda.rmsNorm(xg, wg, 1e-6)), cpu.toHost(cpu.rmsNorm(xc, wc, 1e-6)), 'rmsNorm');
+    });
 
-  test('addRmsNorm adds into the residual and normalises it', () => {
-    const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 256], randomBf16(T * 256, 4));
-    const [rc, rg] = uploadBoth(cpu, cuda, 'r', [T, 256], randomBf16(T * 256, 5));
-    const [wc, wg] = uploadBoth(cpu, cuda, 'w', [256], randomBf16(256, 6, 0.5, 1.5));
-    begin();
-    const outG = cuda.toHost(cuda.addRmsNorm(xg, rg, wg, 1e-5));
-    const outC = cpu.toHost(cpu.addRmsNorm(xc, rc, wc, 1e-5));
-    assertBf16Close(outG, outC, 'addRmsNorm out');
-    assertBf16Close(cuda.toHost(rg), cpu.toHost(rc), 'addRmsNorm residual');
-  });
+    test(`addRmsNorm adds into the residual and normalises it, hidden ${H}`, () => {
+      const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, H], randomBf16(T * H, 4 + H));
+      const [rc, rg] = uploadBoth(cpu, cuda, 'r', [T, H], randomBf16(T * H, 5 + H));
+      const [wc, wg] = uploadBoth(cpu, cuda, 'w', [H], randomBf16(H, 6, 0.5, 1.5));
+      begin();
+      const outG = cuda.toHost(cuda.addRmsNorm(xg, rg, wg, 1e-5));
+      const outC = cpu.toHost(cpu.addRmsNorm(xc, rc, wc, 1e-5));
+      assertBf16Close(outG, outC, 'addRmsNorm out');
+      assertBf16Close(cuda.toHost(rg), cpu.toHost(rc), 'addRmsNorm residual', 0);
+    });
+  }
 
   for (const [M, N, K] of [[T, 384, 256], [1, 1000, 512], [5, 2050, 1032], [8, 96, 3072], [64, 96, 1024]] as const) {
     test(`matmul y[${M}, ${N}] = x[${M}, ${K}] w[${N}, ${K}]^T`, () => {

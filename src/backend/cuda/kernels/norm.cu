@@ -2,13 +2,92 @@
 //   rms_norm:     out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
 //   add_rms_norm: residual[t] += x[t] (in place, rounded to T); out[t] = rms_norm(residual[t]) * w
 // Shapes: x, residual, out [numTokens, hidden]; w [hidden].
-// Launch: grid (numTokens), block 256 (a multiple of 32); threads stride over hidden.
+// Launch: grid (numTokens), block 256 (a multiple of 32). bf16 rows of hidden % 8 == 0 and hidden <= 8192 are
+// held in registers (16-byte chunks, every load in flight at once); others stride over hidden.
 #include "common.cuh"
+
+/** Chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path: hidden <= 8 * blockDim * NORM_VEC. */
+#define NORM_VEC 4
+
+__device__ __forceinline__ void load8(const bf16_t* p, float* f) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void store8(bf16_t* p, const float* f) {
+  unsigned w[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    w[i] = (unsigned)from_float<bf16_t>(f[2 * i]).bits | ((unsigned)from_float<bf16_t>(f[2 * i + 1]).bits << 16);
+  }
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/** Whether a row fits the register fast path (16-byte chunks, all loads issued before any store). */
+__device__ __forceinline__ bool norm_fast(int hidden) {
+  return hidden % 8 == 0 && hidden <= 8 * (int)blockDim.x * NORM_VEC;
+}
+
+// out = x * rsqrt(mean(x^2) + eps) * w over one row held in registers (add: x = residual + add, rounded to
+// bf16 and stored back to the residual first). Loads are issued together, so the row costs one memory latency,
+// not one per element.
+__device__ __forceinline__ void norm_row_fast(const bf16_t* add, bf16_t* res, const bf16_t* x, const bf16_t* w,
+                                              bf16_t* dst, int hidden, float eps) {
+  const int numChunks = hidden / 8;
+  float v[NORM_VEC][8], a[NORM_VEC][8];
+  float sumsq = 0.f;
+#pragma unroll
+  for (int c = 0; c < NORM_VEC; c++) {  // every load first
+    const int at = (threadIdx.x + c * blockDim.x) * 8;
+    if (at >= numChunks * 8) continue;
+    load8(add ? res + at : x + at, v[c]);
+    if (add) load8(add + at, a[c]);
+  }
+#pragma unroll
+  for (int c = 0; c < NORM_VEC; c++) {
+    const int at = (threadIdx.x + c * blockDim.x) * 8;
+    if (at >= numChunks * 8) continue;
+    if (add) {
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[c][e] = to_float(from_float<bf16_t>(v[c][e] + a[c][e]));
+      store8(res + at, v[c]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) sumsq += v[c][e] * v[c][e];
+  }
+  const float inv = rsqrtf(block_sum(sumsq) / hidden + eps);
+#pragma unroll
+  for (int c = 0; c < NORM_VEC; c++) {
+    const int at = (threadIdx.x + c * blockDim.x) * 8;
+    if (at >= numChunks * 8) continue;
+    float wf[8];
+    load8(w + at, wf);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[c][e] = v[c][e] * inv * wf[e];
+    store8(dst + at, v[c]);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ bool try_fast(const T*, T*, const T*, const T*, T*, int, float) { return false; }
+template <>
+__device__ __forceinline__ bool try_fast<bf16_t>(const bf16_t* add, bf16_t* res, const bf16_t* x, const bf16_t* w,
+                                                 bf16_t* dst, int hidden, float eps) {
+  if (!norm_fast(hidden)) return false;
+  norm_row_fast(add, res, x, w, dst, hidden, eps);
+  return true;
+}
 
 template <typename T>
 __device__ __forceinline__ void rms_norm(const T* x, const T* w, T* out, int hidden, float eps) {
   const T* row = x + (long long)blockIdx.x * hidden;
   T* dst = out + (long long)blockIdx.x * hidden;
+  if (try_fast<T>(nullptr, nullptr, row, w, dst, hidden, eps)) return;
   float sumsq = 0.f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
     const float v = to_float(row[i]);
@@ -23,6 +102,7 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
   const T* add = x + (long long)blockIdx.x * hidden;
   T* res = residual + (long long)blockIdx.x * hidden;
   T* dst = out + (long long)blockIdx.x * hidden;
+  if (try_fast<T>(add, res, nullptr, w, dst, hidden, eps)) return;
   float sumsq = 0.f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
     const T sum = from_float<T>(to_float(res[i]) + to_float(add[i]));
