@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { benchServe, type LevelRun } from '../../src/lab/bench-serve.js';
@@ -8,7 +8,7 @@ import { buildW3, buildW5 } from '../../src/lab/workloads.js';
 import { reportMarkdown, writeReport } from '../../src/lab/report.js';
 import { startMockServer } from './mock-openai.js';
 
-test('bench serve: two targets, interleaved rounds, ratios, report', async () => {
+test('bench serve: two targets, interleaved rounds, ratios, report', async (t) => {
   const slow = await startMockServer({ prefillDelayMs: 12, tokenDelayMs: 6 });
   const fast = await startMockServer({ prefillDelayMs: 2, tokenDelayMs: 1 });
   try {
@@ -58,6 +58,7 @@ test('bench serve: two targets, interleaved rounds, ratios, report', async () =>
     }
 
     const dir = mkdtempSync(join(tmpdir(), 'quire-lab-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
     const paths = writeReport({ bench: result, title: 'mock A/B' }, dir);
     const json = JSON.parse(readFileSync(paths.jsonPath, 'utf8')) as { bench: { targets: { name: string }[] } };
     assert.deepEqual(json.bench.targets.map((t) => t.name), ['slow', 'fast']);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -39,8 +39,10 @@ test('the shipped gate prompt set is varied and short', () => {
   assert.ok(prompts.maxTokens > 0 && prompts.maxTokens <= 64);
 });
 
-test('transcript gate passes an unchanged transcript and catches a one-token change', async () => {
-  const canonicalPath = join(mkdtempSync(join(tmpdir(), 'quire-gate-')), 'canonical.json');
+test('transcript gate passes an unchanged transcript and catches a one-token change', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-gate-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const canonicalPath = join(dir, 'canonical.json');
   const base = { prompts, pathKey: 'cpu-f32', canonicalPath };
   const missing = await runTranscriptGate({ ...base, generator: fakeGenerator(), mode: 'check' });
   assert.equal(missing.passed, false);

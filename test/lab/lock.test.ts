@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BenchLockHeldError, acquireBenchLock, gpuPreflight, isLockStale, parseComputeApps } from '../../src/lab/lock.js';
@@ -11,8 +11,9 @@ function deadPid(): number {
   return Number(r.stdout);
 }
 
-test('the lock is refused while held and free again once released', () => {
+test('the lock is refused while held and free again once released', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'quire-lock-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const lock = acquireBenchLock({ dir, owner: 'first' });
   const info = JSON.parse(readFileSync(lock.path, 'utf8')) as { pid: number; host: string; owner: string; startedAt: string };
   assert.deepEqual(info, { pid: process.pid, host: os.hostname(), owner: 'first', startedAt: lock.info.startedAt });
@@ -27,8 +28,9 @@ test('the lock is refused while held and free again once released', () => {
   again.release();
 });
 
-test('a lock whose pid is dead on this host, or that is too old, is stale and taken over', () => {
+test('a lock whose pid is dead on this host, or that is too old, is stale and taken over', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'quire-lock-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const path = join(dir, 'gpu.lock');
   const pid = deadPid();
   writeFileSync(path, JSON.stringify({ pid, host: os.hostname(), owner: 'gone', startedAt: new Date().toISOString() }));
@@ -64,8 +66,9 @@ test('GPU preflight refuses other compute processes unless forced', () => {
   assert.equal(gpuPreflight({ run: () => '' }).checked, true);
 });
 
-test('the lock is released when its process exits', () => {
+test('the lock is released when its process exits', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'quire-lock-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const lockModule = new URL('../../src/lab/lock.js', import.meta.url).href;
   const script = `import { acquireBenchLock } from ${JSON.stringify(lockModule)}; const l = acquireBenchLock({ dir: ${JSON.stringify(dir)}, owner: 'child' }); console.log(l.path);`;
   const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -76,8 +76,9 @@ test('custom workloads: random lengths in bounds, rate or concurrency required',
   assert.equal(rated.levels[0]!.concurrency, null);
 });
 
-test('JSONL prompts: text or ids, optional max_tokens, errors name the line', () => {
+test('JSONL prompts: text or ids, optional max_tokens, errors name the line', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'quire-wl-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const path = join(dir, 'p.jsonl');
   writeFileSync(path, '{"prompt": "a b c", "max_tokens": 9}\n\n{"prompt": [1, 2, 3, 4]}\n');
   const w = buildCustomWorkload({ numRequests: 3, outputTokens: 16, jsonlPath: path, concurrency: 1 });

@@ -9,8 +9,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_generate_batch as peer  # noqa: E402
 
 
-def write_json(obj):
+def write_json(test, obj):
     f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    test.addCleanup(os.unlink, f.name)
     json.dump(obj, f)
     f.close()
     return f.name
@@ -42,19 +43,19 @@ class ArgsTest(unittest.TestCase):
 
 class PromptsTest(unittest.TestCase):
     def test_raw_file_is_folded_into_the_vocabulary(self):
-        path = write_json({"requests": [{"prompt_token_ids": [5, 1003, 2999], "max_tokens": 7},
+        path = write_json(self, {"requests": [{"prompt_token_ids": [5, 1003, 2999], "max_tokens": 7},
                                         {"prompt_token_ids": [1000], "max_tokens": 9}]})
         self.assertEqual(peer.load_prompts(path, 1000), [([5, 3, 999], 7), ([0], 9)])
         self.assertEqual(peer.load_prompts(path, 1000, num_requests=1, output_len=4), [([5, 3, 999], 4)])
 
     def test_a_quire_dump_is_used_as_is_and_must_match_the_model(self):
-        path = write_json({"vocabSize": 500, "requests": [{"prompt_token_ids": [499, 7], "max_tokens": 3}]})
+        path = write_json(self, {"vocabSize": 500, "requests": [{"prompt_token_ids": [499, 7], "max_tokens": 3}]})
         self.assertEqual(peer.load_prompts(path, 500), [([499, 7], 3)])
         with self.assertRaisesRegex(ValueError, "vocabulary of 500, the model has 600"):
             peer.load_prompts(path, 600)
 
     def test_ids_outside_the_vocabulary_are_refused(self):
-        path = write_json({"vocabSize": 500, "requests": [{"prompt_token_ids": [500], "max_tokens": 3}]})
+        path = write_json(self, {"vocabSize": 500, "requests": [{"prompt_token_ids": [500], "max_tokens": 3}]})
         with self.assertRaisesRegex(ValueError, "outside"):
             peer.load_prompts(path, None)
 
@@ -62,7 +63,7 @@ class PromptsTest(unittest.TestCase):
         for bad in ({"requests": []}, {"requests": [{"prompt_token_ids": [1, "2"], "max_tokens": 3}]},
                     {"requests": [{"prompt_token_ids": [1], "max_tokens": True}]}, [1, 2]):
             with self.assertRaises(ValueError):
-                peer.load_prompts(write_json(bad), 100)
+                peer.load_prompts(write_json(self, bad), 100)
 
     def test_w1_file_matches_its_documented_totals(self):
         reqs = peer.load_prompts(peer.DEFAULT_PROMPTS, 32000)
