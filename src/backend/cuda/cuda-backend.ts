@@ -402,8 +402,7 @@ export class CudaBackend implements Backend {
         const G = [8, 4, 2, 1].find((g) => qHeadsPerKv % g === 0)!;
         const gridZ = this.decodeSplits(T * (numHeads / G), maxRowSplits);
         const rowArgs = [ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions))];
-        const decodeThreads = G * D <= 512 ? 256 : 128; // DECODE_WARPS_FOR in the kernel
-        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [T, numHeads / G, gridZ], decodeThreads, [
+        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [T, numHeads / G, gridZ], 128, [
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl),
           ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ...rowArgs, i32(numHeads), i32(numKvHeads),
           i32(spec.blockSize), f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);

@@ -24,17 +24,14 @@
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, maxSplits, D] f32;
 //   partialMl [numTokens, numHeads, maxSplits, 2] f32 (running max, sum of exp).
-// Launch: attention_decode_<dtype>_d<D>_g<G> grid (numTokens, numHeads / G, Z), block 32 W with W =
-//   DECODE_WARPS_FOR(G, D) warps (in each round of 4 W kv positions of a split, warp w takes positions
-//   4w .. 4w+3; lane owns D/32 consecutive dims).
+// Launch: attention_decode_<dtype>_d<D>_g<G> grid (numTokens, numHeads / G, Z), block 128 (4 warps; in each round of 16 kv
+//   positions of a split, warp w takes positions 4w .. 4w+3; lane owns D/32 consecutive dims).
 //   attention_merge grid (numTokens, numHeads), block 128.
 #include "common.cuh"
 
+#define DECODE_WARPS 4
 #define DECODE_UNROLL 4
-/** Split chunks are multiples of this many positions (the split plan; independent of the block shape). */
-#define DECODE_ROUND 16
-/** Warps per block: 8 (32 positions in flight per round) while the per-warp partials fit 48 KB of shared memory. */
-#define DECODE_WARPS_FOR(G, D) ((G) * (D) <= 512 ? 8 : 4)
+#define DECODE_ROUND (DECODE_WARPS * DECODE_UNROLL)
 
 struct SplitPlan {
   int numSplits;
@@ -73,15 +70,15 @@ __device__ __forceinline__ void load_n(const float* p, float* out) {
   for (int i = 0; i < N; i++) out[i] = p[i];
 }
 
-template <typename T, int D, int G, int WARPS>
+template <typename T, int D, int G>
 __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, const T* vCache, T* out,
                                                  float* partialOut, float* partialMl, const int* meta,
                                                  const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockSize,
                                                  float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {
   constexpr int EPL = D / 32;
-  __shared__ float warpM[WARPS][G], warpL[WARPS][G];
-  __shared__ float warpAcc[WARPS][G][D];
+  __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
+  __shared__ float warpAcc[DECODE_WARPS][G][D];
   const int t = blockIdx.x, h0 = blockIdx.y * G, kvh = h0 / qHeadsPerKv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int seq = tokenToSeq[t];
@@ -112,7 +109,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
     }
     // DECODE_UNROLL positions per warp per round: their K and V loads are all in flight together.
-    for (int j0 = begin + warp * DECODE_UNROLL; j0 < end; j0 += WARPS * DECODE_UNROLL) {
+    for (int j0 = begin + warp * DECODE_UNROLL; j0 < end; j0 += DECODE_ROUND) {
       float kf[DECODE_UNROLL][EPL], vf[DECODE_UNROLL][EPL];
 #pragma unroll
       for (int u = 0; u < DECODE_UNROLL; u++) {
@@ -164,12 +161,12 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     for (int g = 0; g < G; g++) {
       const long long row = (long long)t * numHeads + h0 + g;
       float M = NEG_INF;
-      for (int w = 0; w < WARPS; w++) if (warpL[w][g] > 0.f) M = fmaxf(M, warpM[w][g]);
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) M = fmaxf(M, warpM[w][g]);
       float L = 0.f;
-      for (int w = 0; w < WARPS; w++) if (warpL[w][g] > 0.f) L += warpL[w][g] * __expf(warpM[w][g] - M);
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) L += warpL[w][g] * __expf(warpM[w][g] - M);
       for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float o = 0.f;
-        for (int w = 0; w < WARPS; w++) if (warpL[w][g] > 0.f) o += warpAcc[w][g][d] * __expf(warpM[w][g] - M);
+        for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) o += warpAcc[w][g][d] * __expf(warpM[w][g] - M);
         if (plan.numSplits == 1) out[row * D + d] = from_float<T>(L > 0.f ? o / L : 0.f);
         else partialOut[(row * maxSplits + split) * D + d] = L > 0.f ? o / L : 0.f;
       }
@@ -205,12 +202,11 @@ __device__ __forceinline__ void merge_splits(const float* partialOut, const floa
 }
 
 #define INSTANTIATE_DG(suffix, T, D, G)                                                                      \
-  extern "C" __global__ void __launch_bounds__(32 * DECODE_WARPS_FOR(G, D))                                   \
-      attention_decode_##suffix##_d##D##_g##G(                                                                \
+  extern "C" __global__ void __launch_bounds__(128) attention_decode_##suffix##_d##D##_g##G(                  \
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,            \
       const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions, int numHeads,     \
       int numKvHeads, int blockSize, float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {          \
-    attention_decode<T, D, G, DECODE_WARPS_FOR(G, D)>(qkv, kCache, vCache, out, partialOut, partialMl, meta, blockTables, tokenToSeq, \
+    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, meta, blockTables, tokenToSeq, \
                               positions, numHeads, numKvHeads, blockSize, scale, splitTokens, maxSplits,      \
                               qHeadsPerKv);                                                                   \
   }
