@@ -7,11 +7,11 @@ import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import { Model } from '../model/model.js';
 import { buildRowSampling, isDeviceSamplable } from '../sampling/device-sampling.js';
-import { Sampler } from '../sampling/sampler.js';
+import { Sampler, type SampleOutput } from '../sampling/sampler.js';
 import type { SequenceSamplingState } from '../sampling/sequence-state.js';
 import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
-import { Scheduler } from '../scheduler/scheduler.js';
+import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { buildForwardBatch, type ScheduledSeq } from './batch-builder.js';
 import type { ForwardBatch } from '../model/batch.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
@@ -21,6 +21,14 @@ import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './t
 
 type EngineReq = Request<SequenceSamplingState>;
 type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array | Int32Array) => Float32Array | Int32Array;
+type GraphLauncher = (key: number, batch: ForwardBatch) => (() => Float32Array | Int32Array) | null;
+
+/** A step launched by beginStep(), for completeStep(). */
+export interface PendingStep {
+  /** Outputs already known (errors of rejected requests). */
+  outputs: EngineOutput[];
+  work: { so: SchedulerOutput; rows: EngineReq[]; wait: () => SampleOutput } | null;
+}
 
 /** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
 export function graphBucket(numSeqs: number, maxNumSeqs: number): number | null {
@@ -108,34 +116,48 @@ export class EngineCore {
   }
 
   step(): EngineOutput[] {
+    return this.completeStep(this.beginStep());
+  }
+
+  /**
+   * Schedules a step and launches it on the device; completeStep() waits for it
+   * and turns it into outputs. Between the two the caller may do host work
+   * (deliver the previous step's outputs) while the device runs, but must not
+   * add or abort requests.
+   */
+  beginStep(): PendingStep {
     const outputs = this.pending.splice(0);
-    if (!this.scheduler.hasUnfinishedRequests()) return outputs;
+    if (!this.scheduler.hasUnfinishedRequests()) return { outputs, work: null };
     const t0 = performance.now();
     try {
-      return this.stepScheduled(outputs);
+      const so = this.scheduler.schedule();
+      if (so.scheduledRequests.length === 0) return { outputs, work: null };
+      this.numSteps++;
+      this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
+      const rows: EngineReq[] = [];
+      let numKvTokensRead = 0;
+      for (const r of so.scheduledRequests) {
+        numKvTokensRead += r.seqLen;
+        if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
+        if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
+      }
+      this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
+      const states = rows.map((r) => r.sampling!);
+      const te = performance.now();
+      const wait = this.launch(so.scheduledRequests, states);
+      this.executeMs += performance.now() - te;
+      return { outputs, work: { so, rows, wait } };
     } finally {
       this.stepMs += performance.now() - t0;
     }
   }
 
-  private stepScheduled(outputs: EngineOutput[]): EngineOutput[] {
-    const so = this.scheduler.schedule();
-    if (so.scheduledRequests.length === 0) return outputs;
-    this.numSteps++;
-    this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
-    const rows: EngineReq[] = [];
-    let numKvTokensRead = 0;
-    for (const r of so.scheduledRequests) {
-      numKvTokensRead += r.seqLen;
-      if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
-      if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
-    }
-    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
-    const states = rows.map((r) => r.sampling!);
+  completeStep(step: PendingStep): EngineOutput[] {
+    const { outputs, work } = step;
+    if (!work) return outputs;
     const t0 = performance.now();
-    const { tokenIds, logprobs } = states.every((st) => isDeviceSamplable(st, this.eosTokenIds))
-      ? { tokenIds: this.execute(so.scheduledRequests, states), logprobs: [] }
-      : this.sampler.sample(this.execute(so.scheduledRequests, null), states);
+    const { so, rows } = work;
+    const { tokenIds, logprobs } = work.wait();
     this.executeMs += performance.now() - t0;
     const sampled = new Map<string, number[]>();
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
@@ -171,28 +193,37 @@ export class EngineCore {
     }
     this.scheduler.finishRequests(finished.get('stop')!, 'FINISHED_STOPPED');
     this.scheduler.finishRequests(finished.get('length')!, 'FINISHED_LENGTH');
+    this.stepMs += performance.now() - t0;
     return outputs;
   }
 
   /**
-   * One forward. With `deviceSampling` (the sampled rows' states) the backend
-   * picks the tokens and only they reach the host; with null the full logits do.
-   * Decode-only steps replay a CUDA graph captured per batch-size bucket and mode.
+   * Launches one forward and returns what waits for its tokens. Rows the backend
+   * can sample (states all device-samplable) get only token ids back; otherwise
+   * the full logits come to the host and the Sampler picks (at once). Decode-only
+   * steps replay a CUDA graph captured per batch-size bucket and mode, without
+   * waiting for it when one is ready.
    */
-  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[], deviceSampling: null): Float32Array;
-  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
-    deviceSampling: readonly SequenceSamplingState[]): Int32Array;
-  private execute(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
-    deviceSampling: readonly SequenceSamplingState[] | null): Float32Array | Int32Array {
-    const backend = this.model.backend as Backend & { graph?: GraphRunner };
+  private launch(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
+    states: readonly SequenceSamplingState[]): () => SampleOutput {
+    const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds));
+    const backend = this.model.backend as Backend & { graph?: GraphRunner; graphLaunch?: GraphLauncher };
     const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
-    const useGraph = backend.graph && !this.options.enforceEager && bucket !== null;
+    const useGraph = backend.graph !== undefined && !this.options.enforceEager && bucket !== null;
     const batch = useGraph ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
-    if (deviceSampling) batch.sampling = buildRowSampling(deviceSampling, batch.logitsIndices.length);
-    const run = (deviceSampling ? () => this.model.forwardTokens(batch) : () => this.model.forward(batch)) as
-      () => Float32Array | Int32Array;
-    return useGraph ? backend.graph!(deviceSampling ? bucket : -bucket, batch, run) : run();
+    if (!onDevice) {
+      const logits = useGraph ? backend.graph!(-bucket!, batch, () => this.model.forward(batch)) as Float32Array
+        : this.model.forward(batch);
+      const result = this.sampler.sample(logits, states);
+      return () => result;
+    }
+    batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
+    const waitTokens = useGraph ? backend.graphLaunch?.(bucket!, batch) : null;
+    if (waitTokens) return () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] });
+    const tokenIds = useGraph ? backend.graph!(bucket!, batch, () => this.model.forwardTokens(batch)) as Int32Array
+      : this.model.forwardTokens(batch);
+    return () => ({ tokenIds, logprobs: [] });
   }
 
   private errorOutput(requestId: string, error: string): EngineOutput {

@@ -521,12 +521,9 @@ export class CudaBackend implements Backend {
    */
   graph<R extends Float32Array | Int32Array>(key: number, batch: ForwardBatch, record: () => R): R {
     if (this.enforceEager || !isDecodeOnly(batch)) return record();
-    const cached = this.graphs.get(key);
-    if (cached && cached.generation === this.generation() && cached.hostRead &&
-      layoutFor(batch, this.meta?.layout ?? null) === this.meta?.layout) {
-      return this.replay(cached, batch) as R;
-    }
-    if (cached) this.destroyGraph(key);
+    const launched = this.graphLaunch(key, batch);
+    if (launched) return launched() as R;
+    if (this.graphs.has(key)) this.destroyGraph(key);
     const t0 = performance.now();
     const result = record();
     this.device.synchronize();
@@ -537,21 +534,32 @@ export class CudaBackend implements Backend {
     return result;
   }
 
-  private replay(g: CapturedGraph, batch: ForwardBatch): Float32Array | Int32Array {
+  /**
+   * Launches the graph captured under `key` for `batch` without waiting for it;
+   * returns the function that waits and reads its result (call it before the
+   * next step), or null when no valid graph is cached (use graph()).
+   */
+  graphLaunch(key: number, batch: ForwardBatch): (() => Float32Array | Int32Array) | null {
+    if (this.enforceEager || !isDecodeOnly(batch)) return null;
+    const g = this.graphs.get(key);
+    if (!g || g.generation !== this.generation() || !g.hostRead ||
+      layoutFor(batch, this.meta?.layout ?? null) !== this.meta?.layout) return null;
     const meta = this.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
     const startMs = performance.now();
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
     this.numGraphReplays++;
-    const read = g.hostRead!;
-    const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
-    const view = this.staging.ensure(bytes, true).view;
-    this.device.synchronize();
-    if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
-    this.metaCopyPending = false;
-    if (read.dtype === 'i32') return new Int32Array(view.slice(0, bytes));
-    return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
+    const read = g.hostRead;
+    return () => {
+      const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
+      const view = this.staging.ensure(bytes, true).view;
+      this.device.synchronize();
+      if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
+      this.metaCopyPending = false;
+      if (read.dtype === 'i32') return new Int32Array(view.slice(0, bytes));
+      return read.dtype === 'bf16' ? bf16BytesToF32(view, read.numElements) : new Float32Array(view.slice(0, bytes));
+    };
   }
 
   private capture(key: number, record: () => Float32Array | Int32Array): void {
