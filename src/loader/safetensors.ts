@@ -173,17 +173,7 @@ export class SafetensorsWeights implements WeightSource {
   read(name: string): HostTensor {
     const e = this.entry(name);
     const data = new Uint8Array(e.end - e.begin);
-    let fd: number;
-    try {
-      fd = openSync(e.file, 'r');
-    } catch (err) {
-      throw new ModelLoadError(e.file, `cannot open: ${describeError(err)}`, { cause: err });
-    }
-    try {
-      readExactly(fd, data, e.begin, e.file);
-    } finally {
-      closeSync(fd);
-    }
+    this.readRange(e, e.begin, data);
     return { name, dtype: e.dtype, shape: [...e.shape], data };
   }
 }

@@ -7,7 +7,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -20,8 +20,8 @@ import { engineOptions } from '../../src/engine/options.js';
 import type { BenchServeResult } from '../../src/lab/bench-serve.js';
 import { loadModelDir } from '../../src/loader/model-dir.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { launchChromium, noChromium } from './chromium.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 const OUT_DIR = resolve('out', 'lab', 'real-quire-serve');
 const OUTPUT_TOKENS = 6;
 
@@ -110,12 +110,8 @@ describe('bench serve against two real Quire servers', () => {
     assert.ok(c4.metrics.ttftP50Ms.median < 1, `at concurrency 4 one sequence at a time queues the others: ttft ratio ${JSON.stringify(c4.metrics.ttftP50Ms)}`);
   });
 
-  it('renders both targets\' plots in chromium', { skip: existsSync(CHROMIUM) ? false : `no ${CHROMIUM}` }, async () => {
-    const { chromium } = await import('playwright-core');
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
-    });
+  it('renders both targets\' plots in chromium', { skip: noChromium }, async () => {
+    const browser = await launchChromium();
     try {
       const page = await browser.newPage({ viewport: { width: 1200, height: 1000 } });
       await page.goto(pathToFileURL(htmlPath).href);

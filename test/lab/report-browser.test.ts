@@ -6,10 +6,10 @@ import { benchServe } from '../../src/lab/bench-serve.js';
 import { buildW3 } from '../../src/lab/workloads.js';
 import { writeReport } from '../../src/lab/report.js';
 import { startMockServer } from './mock-openai.js';
+import { launchChromium, noChromium } from './chromium.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 
-test('the HTML report opens offline in chromium with a line and points per target', { skip: existsSync(CHROMIUM) ? false : `no ${CHROMIUM}` }, async () => {
+test('the HTML report opens offline in chromium with a line and points per target', { skip: noChromium }, async () => {
   const a = await startMockServer({ prefillDelayMs: 4, tokenDelayMs: 2 });
   const b = await startMockServer({ prefillDelayMs: 1, tokenDelayMs: 1 });
   let result;
@@ -33,11 +33,7 @@ test('the HTML report opens offline in chromium with a line and points per targe
     'out/lab',
     'report-browser',
   );
-  const { chromium } = await import('playwright-core');
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
-  });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1200, height: 1000 } });
     const requested: string[] = [];

@@ -443,17 +443,6 @@ export class CudaBackend implements Backend {
     return out;
   }
 
-  /** Greedy token per row of logits [R, vocab] (lowest id on ties). */
-  argmax(logits: Tensor): Int32Array {
-    const l = asCuda(logits);
-    const [R, vocab] = [l.shape[0]!, l.shape[1]!];
-    const ids = this.workspace.alloc(R * 4);
-    this.timed('sampling', () => this.device.launch('activation.cu', `argmax_${l.dtype}`, [R, 1, 1], 1024,
-      [ptr(l.ptr), i32(vocab), ptr(ids)]));
-    const host = this.readToHost(ids, R * 4);
-    return new Int32Array(host.slice(0, R * 4));
-  }
-
   /** Tokens per logits row on the GPU (kernels/sample.cu); only R int32 reach the host. */
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
     const { meta } = this.stepOf(step);
