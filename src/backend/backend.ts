@@ -67,9 +67,11 @@ export interface Backend {
   /**
    * In place on qkv [T, (numHeads + 2*numKvHeads) * headDim]: optional per-head
    * RMSNorm of q and k (Qwen3), then rotary embedding (neox, half-split) of q and k.
+   * With `kvLayer`, a backend may also write this step's k and v into that layer of the
+   * cache here (one pass fewer); attention() on that layer then skips its own write.
    */
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number,
-    numHeads: number, numKvHeads: number, rope: RopeSpec, step: StepInputs): void;
+    numHeads: number, numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void;
   /**
    * Writes this step's k, v (from qkv) into layer `layer` of the cache at the slot
    * mapping, then returns causal GQA attention output [T, numHeads * headDim].

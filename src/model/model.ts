@@ -79,7 +79,7 @@ export class Model {
       b.beginLayer(l);
       const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);
       const qkv = b.matmul(x, lw.qkv, 'qkv');
-      b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step);
+      b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step, l);
       const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
       const attnOut = b.matmul(attn, lw.o, 'o');
       const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);

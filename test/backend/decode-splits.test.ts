@@ -23,9 +23,11 @@ test('splitPlan tiles [0, kvLen) with at most MAX_SPLITS non-empty splits of who
 
 test('decodeGridZ spreads batch 1 over the SMs and gives big batches one block per row', () => {
   const h100SMs = 132;
-  assert.equal(decodeGridZ(32, h100SMs, splitPlan(4096).numSplits), MAX_SPLITS);
-  assert.equal(decodeGridZ(32, h100SMs, splitPlan(1024).numSplits), splitPlan(1024).numSplits);
-  assert.ok(32 * decodeGridZ(32, h100SMs, splitPlan(1024).numSplits) >= h100SMs);
+  const long = 16 * SPLIT_TOKENS;
+  const mid = 4 * SPLIT_TOKENS;
+  assert.equal(decodeGridZ(32, h100SMs, splitPlan(long).numSplits), MAX_SPLITS);
+  assert.equal(decodeGridZ(32, h100SMs, splitPlan(mid).numSplits), splitPlan(mid).numSplits);
+  assert.ok(32 * decodeGridZ(32, h100SMs, MAX_SPLITS) >= h100SMs);
   assert.equal(decodeGridZ(256 * 32, h100SMs, MAX_SPLITS), 1);
   assert.equal(decodeGridZ(32, h100SMs, 1), 1);
 });

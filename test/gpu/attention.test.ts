@@ -4,7 +4,9 @@
 // KV cache starts as NaN, so reading any slot that was never written shows.
 
 import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/model/batch.js';
+import { defaultInvFreq } from '../../src/model/rope.js';
 import { batchOf, shuffled } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
@@ -55,6 +57,40 @@ describe('CUDA paged attention vs CPU', { skip: noCuda }, () => {
         const outG = cuda!.toHost(cuda!.attention(qg, layer, H, KV, scale, sg));
         const outC = cpu!.toHost(cpu!.attention(qc, layer, H, KV, scale, sc));
         assertBf16Close(outG, outC, `${name} (D=${D})`);
+      });
+    });
+  }
+
+  for (const [D, H, KV] of [[128, 16, 8], [64, 12, 2]]) {
+    test(`head dim ${D}: qkNormRope given the layer writes k and v to the cache, bit for bit as kv_write does`, () => {
+      const [blockSize, numBlocks] = [16, 40];
+      const spec = { numBlocks, blockSize, numLayers: 2, numKvHeads: KV, headDim: D };
+      cuda!.allocateKvCache(spec);
+      cuda!.fillKvCache(0xff);
+      const perm = shuffled(numBlocks, D + 1);
+      const rope = { headDim: D, invFreq: defaultInvFreq(D, 1e6) };
+      const ids = (n: number) => Array.from({ length: n }, (_, i) => (i * 5) % 50);
+      const steps: Seq[][] = [
+        [{ ids: ids(37), start: 0, pages: perm.slice(0, 3) }, { ids: ids(200), start: 0, pages: perm.slice(3, 17) }],
+        [{ ids: ids(1), start: 37, pages: perm.slice(0, 3) }, { ids: ids(1), start: 200, pages: perm.slice(3, 17) }],
+      ];
+      const scale = 1 / Math.sqrt(D);
+      steps.forEach((seqs, i) => {
+        const batch = batchOf(seqs, blockSize);
+        const width = (H + 2 * KV) * D;
+        const T = batch.numTokens;
+        const data = randomBf16(T * width, 7 * D + i, -2, 2);
+        const norm = cuda!.fromHost([D], randomBf16(D, 3 * D + i, 0.5, 1.5));
+        const step = cuda!.beginStep(batch);
+        // layer 0: the fused write; layer 1: rope, then attention's own kv_write
+        const fused = cuda!.fromHost([T, width], data);
+        cuda!.qkNormRope(fused, norm, norm, 1e-6, H, KV, rope, step, 0);
+        const outFused = cuda!.toHost(cuda!.attention(fused, 0, H, KV, scale, step));
+        const plain = cuda!.fromHost([T, width], data);
+        cuda!.qkNormRope(plain, norm, norm, 1e-6, H, KV, rope, step);
+        const outPlain = cuda!.toHost(cuda!.attention(plain, 1, H, KV, scale, step));
+        assert.ok(outFused.every(Number.isFinite), `step ${i}: an output read a slot that was never written`);
+        assert.deepEqual(new Uint32Array(outFused.buffer), new Uint32Array(outPlain.buffer), `step ${i} (D=${D})`);
       });
     });
   }

@@ -190,7 +190,7 @@ export class CpuBackend implements Backend {
   }
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number,
-    numHeads: number, numKvHeads: number, rope: RopeSpec, step: StepInputs): void {
+    numHeads: number, numKvHeads: number, rope: RopeSpec, step: StepInputs, _kvLayer?: number): void {
     const q = asCpu(qkv);
     const [T, width] = q.shape as [number, number];
     const D = rope.headDim;

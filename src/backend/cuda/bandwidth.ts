@@ -37,6 +37,24 @@ export function copyBandwidth(d: Device, bytes = 1 << 30, numReps = 10): number 
   }
 }
 
+/** Buffer sizes to measure copy bandwidth with, largest first: all far beyond L2 (50 MB on an H100). */
+export const COPY_BANDWIDTH_BYTES = [1 << 30, 1 << 28, 1 << 27];
+
+/**
+ * `measure` at the first size whose buffers fit on the device: after the KV cache has
+ * taken its share, 1 GiB buffers may not. Errors other than out-of-memory pass through.
+ */
+export function firstThatFits(sizes: readonly number[], measure: (bytes: number) => number): number {
+  for (const [i, bytes] of sizes.entries()) {
+    try {
+      return measure(bytes);
+    } catch (err) {
+      if (i === sizes.length - 1 || !String(err).includes('OUT_OF_MEMORY')) throw err;
+    }
+  }
+  throw new Error('firstThatFits: no sizes');
+}
+
 /** bf16 GEMM rate (FLOP/s) of `gemm` on an n x n x n problem. */
 export function gemmFlops(d: Device, gemm: (x: bigint, w: bigint, y: bigint, n: number) => void, n = 8192,
   numReps = 10): number {

@@ -15,7 +15,7 @@ import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js'
 import { layoutAtLeast, layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
-import { copyBandwidth as measureCopyBandwidth, gemmFlops } from './bandwidth.js';
+import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 
 export interface CudaBackendOptions {
   deviceOrdinal?: number;
@@ -75,7 +75,12 @@ interface Meta {
   host: PinnedBuffer;
   words: Int32Array;
   device: bigint;
+  /** Decode attention's per-row split counters, [capTokens, MAX_DECODE_ROWS_PER_TOKEN] int32, zero between launches. */
+  rowCounters: bigint;
 }
+
+/** Most decode attention rows (query-head groups) per token: numHeads / G. */
+const MAX_DECODE_ROWS_PER_TOKEN = 128;
 
 interface KvCache {
   spec: KvCacheSpec;
@@ -124,6 +129,8 @@ export class CudaBackend implements Backend {
   /** Wall time of the steps that captured a graph (their eager run, the capture and the instantiation). */
   graphCaptureMs = 0;
   private capturedRead: CapturedGraph['hostRead'] = null;
+  /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
+  private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
 
   constructor(opts: CudaBackendOptions = {}) {
     this.device = new Device(opts.deviceOrdinal ?? 0);
@@ -186,6 +193,9 @@ export class CudaBackend implements Backend {
     if (!ATTENTION_HEAD_DIMS.includes(spec.headDim)) {
       throw new Error(`CudaBackend: head dim ${spec.headDim} not supported (${ATTENTION_HEAD_DIMS.join(', ')})`);
     }
+    if (!Number.isInteger(Math.log2(spec.blockSize))) {
+      throw new Error(`CudaBackend: block size ${spec.blockSize} is not a power of two (--block-size 16 or 32)`);
+    }
     if (this.kv) {
       this.device.synchronize();
       this.device.free(this.kv.base);
@@ -236,6 +246,7 @@ export class CudaBackend implements Backend {
       if (this.workspace.needsMerge) this.device.synchronize();
     }
     this.workspace.reset();
+    this.kvWrittenFor = null;
     const layout = layoutFor(batch, this.meta?.layout ?? null);
     if (layout !== this.meta?.layout) this.growMeta(layout);
     const meta = this.meta!;
@@ -261,14 +272,21 @@ export class CudaBackend implements Backend {
   private growMeta(layout: MetaLayout): void {
     if (this.capturing) throw new Error('step metadata outgrown during graph capture');
     this.device.synchronize();
-    if (this.meta) {
-      this.device.hostFree(this.meta.host);
-      this.device.free(this.meta.device);
-    }
+    if (this.meta) this.freeMeta(this.meta);
     const host = this.device.hostAlloc(layout.totalWords * 4);
+    const counterBytes = layout.capTokens * MAX_DECODE_ROWS_PER_TOKEN * 4;
+    const rowCounters = this.device.alloc(counterBytes);
+    this.device.fillBytesAsync(rowCounters, 0, counterBytes);
+    this.device.synchronize();
     this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
-      device: this.device.alloc(layout.totalWords * 4) };
+      device: this.device.alloc(layout.totalWords * 4), rowCounters };
     this.metaGeneration++;
+  }
+
+  private freeMeta(meta: Meta): void {
+    this.device.hostFree(meta.host);
+    this.device.free(meta.device);
+    this.device.free(meta.rowCounters);
   }
 
   private stepOf(step: StepInputs): { batch: ForwardBatch; packed: PackedStep; meta: Meta } {
@@ -357,17 +375,20 @@ export class CudaBackend implements Backend {
   }
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
-    numKvHeads: number, rope: RopeSpec, step: StepInputs): void {
+    numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
     const { batch, meta } = this.stepOf(step);
     const q = asCuda(qkv);
     const D = rope.headDim;
     if (D % 64 !== 0) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64`);
     const applyNorm = qNorm !== null && kNorm !== null;
     const invFreq = this.invFreqPtr(rope);
+    const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kvLayer(kvLayer);
     this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16', [batch.numTokens, numHeads + numKvHeads, 1],
       D / 2, [ptr(q.ptr), ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n),
-        i32(applyNorm ? 1 : 0), ptr(invFreq), ptr(this.metaPtr(meta, meta.layout.positions)), i32(numHeads),
-        i32(numKvHeads), i32(D), f32(eps)]));
+        i32(applyNorm ? 1 : 0), ptr(invFreq), ptr(this.metaPtr(meta, meta.layout.positions)), ptr(cache.k),
+        ptr(cache.v), ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D),
+        f32(eps)]));
+    this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
   }
 
   /**
@@ -389,28 +410,28 @@ export class CudaBackend implements Backend {
     const T = batch.numTokens;
     const L = meta.layout;
     const out = this.act([T, numHeads * D]);
+    const kvWritten = this.kvWrittenFor?.qkv === q.ptr && this.kvWrittenFor.layer === layer;
+    this.kvWrittenFor = null;
     this.timed('attention', () => {
-      this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
-        ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
+      if (!kvWritten) {
+        this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
+          ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
+      }
       if (packed.decodeOnly) {
         // Allocated whether or not a row splits, so eager and captured steps allocate alike.
         const partialOut = this.act([T, numHeads, MAX_SPLITS, D], 'f32').ptr;
         const partialMl = this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr;
-        // A graph replays with longer kv lengths than it was captured with: it always merges.
+        // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
         const qHeadsPerKv = numHeads / numKvHeads;
         const G = [8, 4, 2, 1].find((g) => qHeadsPerKv % g === 0)!;
+        if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         const gridZ = this.decodeSplits(T * (numHeads / G), maxRowSplits);
-        const rowArgs = [ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions))];
-        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [T, numHeads / G, gridZ], 128, [
-          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl),
-          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ...rowArgs, i32(numHeads), i32(numKvHeads),
-          i32(spec.blockSize), f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);
-        if (maxRowSplits > 1) {
-          this.device.launch('attention_decode.cu', 'attention_merge_bf16', [T, numHeads, 1], 128, [
-            ptr(partialOut), ptr(partialMl), ptr(out.ptr), ...rowArgs, i32(numHeads), i32(D), i32(SPLIT_TOKENS),
-            i32(MAX_SPLITS)]);
-        }
+        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [numHeads / G, T, gridZ], 128, [
+          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl), ptr(meta.rowCounters),
+          ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
+          ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(Math.log2(spec.blockSize)),
+          f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);
       } else {
         // block: a warp per 16 rows of a tile, PREFILL_TILE_ROWS * 2 = 128 threads
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
@@ -482,7 +503,7 @@ export class CudaBackend implements Backend {
 
   /** Device-to-device copy bandwidth, bytes read + written per second. */
   copyBandwidth(): number {
-    return measureCopyBandwidth(this.device);
+    return firstThatFits(COPY_BANDWIDTH_BYTES, (bytes) => measureCopyBandwidth(this.device, bytes));
   }
 
   /** bf16 GEMM rate of the backend's GEMM path on 8192^3, FLOP/s. */
@@ -607,10 +628,7 @@ export class CudaBackend implements Backend {
     this.weights.length = 0;
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
-    if (this.meta) {
-      this.device.hostFree(this.meta.host);
-      this.device.free(this.meta.device);
-    }
+    if (this.meta) this.freeMeta(this.meta);
     this.meta = null;
     this.workspace.dispose();
     this.staging.dispose();

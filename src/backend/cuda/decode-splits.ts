@@ -4,8 +4,8 @@
 // eager vs graph; the grid's z extent (decodeGridZ) only decides how many
 // blocks share a row's splits. split_plan in the kernel mirrors splitPlan here.
 
-/** Target kv positions per split. */
-export const SPLIT_TOKENS = 128;
+/** Target kv positions per split (QUIRE_DECODE_SPLIT_TOKENS overrides it, for A/B runs). */
+export const SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SPLIT_TOKENS ?? 0) || 1024;
 /** Most splits of one row; also the split stride of the partial buffers. */
 export const MAX_SPLITS = 16;
 /** kv positions a block processes per round (DECODE_ROUND in the kernel). */

@@ -1,37 +1,38 @@
-// Paged attention, one query token per row (decode, or any varlen batch), with
-// the kv range split across thread blocks (flash-decoding) and merged after.
+// Paged attention, one query token per row (decode), the kv range split across
+// thread blocks (flash-decoding); the last block to finish a row's splits merges them.
 //
 //   query token t of sequence s = tokenToSeq[t] attends to kv positions [0, kvLen), kvLen = positions[t] + 1
-//   (causal), read through blockTables[s * stride + j / blockSize] (stride in the metadata header).
+//   (causal), read through blockTables[s * stride + (j >> blockShift)] (stride in the metadata header).
 //   q head h reads kv head h / (numHeads / numKvHeads) (GQA).
 //
 // Batch invariance: a row's splits are a pure function of its own kvLen (split_plan), never of the
 // batch, the grid or eager vs graph:
 //   wanted = min(maxSplits, ceil(kvLen / splitTokens)); chunk = ceil(kvLen / wanted) rounded up to 16;
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
-// GQA: block (t, y, z) serves the G query heads h0 = y G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
+// GQA: block (x, t, z) serves the G query heads h0 = x G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
 // (G, a template argument, is the largest of 8, 4, 2, 1 dividing qHeadsPerKv), reading each K and V once
 // for all of them; per head the arithmetic is that of G = 1, so the choice of G changes no bit.
-// Block (t, y, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
+// Block (x, t, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
 // how many blocks share the work: blocks with z >= numSplits exit at once. A row of one split writes out
-// directly; otherwise every split writes partialOut/partialMl and attention_merge combines them in split
-// order, skipping rows of one split. The host passes splitTokens = 128 and maxSplits = 16
-// (decode-splits.ts): batch 1 of 32 heads spreads a 1k context over 256 blocks and 2k-4k over 512 (2-4
-// per SM of an H100's 132), while the host sizes grid z from the batch (about 4 blocks per SM), so batch
-// 256 with ~600-token contexts launches one block per (token, head) that walks its 5 splits, with no
-// empty blocks.
+// directly; otherwise every split writes partialOut/partialMl, counts itself in rowCounters[t, x], and
+// the block that completes the count merges the splits in split order (and puts the counter back to 0
+// for the next launch), so which block merges changes no bit either.
+//
+// Lanes: a kv position is read by LPP lanes, each holding EPL consecutive dims (16-byte loads; bf16 D 128:
+// 16 lanes x 8 dims, so a warp reads PPW = 2 positions per load); per round warp w, slot u, lane group p
+// takes position j0 + (u * WARPS + w) * PPW + p, SLOTS slots in flight per warp. Each lane group keeps its
+// own running max / sum / output; groups combine within the warp, then warps in shared memory.
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, maxSplits, D] f32;
-//   partialMl [numTokens, numHeads, maxSplits, 2] f32 (running max, sum of exp).
-// Launch: attention_decode_<dtype>_d<D>_g<G> grid (numTokens, numHeads / G, Z), block 128 (4 warps; in each round of 16 kv
-//   positions of a split, warp w takes positions 4w .. 4w+3; lane owns D/32 consecutive dims).
-//   attention_merge grid (numTokens, numHeads), block 128.
+//   partialMl [numTokens, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numTokens, numHeads / G].
+// Launch: attention_decode_<dtype>_d<D>_g<G> grid (numHeads / G, numTokens, Z), block 128 (4 warps): the kv heads
+// of one token are neighbours in launch order, so blocks running together read neighbouring bytes of its pages.
 #include "common.cuh"
 
 #define DECODE_WARPS 4
-#define DECODE_UNROLL 4
-#define DECODE_ROUND (DECODE_WARPS * DECODE_UNROLL)
+#define DECODE_SLOTS 4
+#define DECODE_CHUNK_ROUND 16
 
 struct SplitPlan {
   int numSplits;
@@ -39,10 +40,10 @@ struct SplitPlan {
 };
 
 __device__ __forceinline__ SplitPlan split_plan(int kvLen, int splitTokens, int maxSplits) {
-  if (kvLen <= 0) return SplitPlan{1, DECODE_ROUND};
+  if (kvLen <= 0) return SplitPlan{1, DECODE_CHUNK_ROUND};
   const int wanted = max(1, min(maxSplits, (kvLen + splitTokens - 1) / splitTokens));
   const int per = (kvLen + wanted - 1) / wanted;
-  const int chunk = (per + DECODE_ROUND - 1) / DECODE_ROUND * DECODE_ROUND;
+  const int chunk = (per + DECODE_CHUNK_ROUND - 1) / DECODE_CHUNK_ROUND * DECODE_CHUNK_ROUND;
   return SplitPlan{(kvLen + chunk - 1) / chunk, chunk};
 }
 
@@ -50,49 +51,82 @@ __device__ __forceinline__ int row_kv_len(const int* tokenToSeq, const int* posi
   return tokenToSeq[t] < 0 ? 0 : positions[t] + 1;
 }
 
-/** N consecutive elements as floats; for bf16, p is aligned to 2N bytes (8-byte loads, then a 4-byte one). */
-template <int N>
-__device__ __forceinline__ void load_n(const bf16_t* p, float* out) {
+template <typename T, int D>
+struct DecodeLanes {
+  static constexpr int VEC = 16 / (int)sizeof(T);
+  static constexpr int LPP = D / VEC < 32 ? D / VEC : 32;
+  static constexpr int EPL = D / LPP;
+  static constexpr int PPW = 32 / LPP;
+  static constexpr int WORDS = EPL * (int)sizeof(T) / 16;
+};
+
+/** EPL elements as raw 16-byte words (loads stay in flight until converted). */
+template <int WORDS>
+struct Raw {
+  uint4 w[WORDS];
+};
+
+template <int WORDS, typename T>
+__device__ __forceinline__ void load_raw(const T* p, Raw<WORDS>& r) {
 #pragma unroll
-  for (int i = 0; i < N / 4; i++) {
-    const uint2 w = reinterpret_cast<const uint2*>(p)[i];
-    out[4 * i] = __uint_as_float(w.x << 16);
-    out[4 * i + 1] = __uint_as_float(w.x & 0xffff0000u);
-    out[4 * i + 2] = __uint_as_float(w.y << 16);
-    out[4 * i + 3] = __uint_as_float(w.y & 0xffff0000u);
+  for (int i = 0; i < WORDS; i++) r.w[i] = reinterpret_cast<const uint4*>(p)[i];
+}
+
+template <int EPL, int WORDS>
+__device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, bf16_t) {
+#pragma unroll
+  for (int i = 0; i < WORDS; i++) {
+    const unsigned u[4] = {r.w[i].x, r.w[i].y, r.w[i].z, r.w[i].w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      out[8 * i + 2 * k] = __uint_as_float(u[k] << 16);
+      out[8 * i + 2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+    }
   }
-#pragma unroll
-  for (int i = N / 4 * 4; i + 1 < N; i += 2) load2(p + i, out[i], out[i + 1]);
 }
-template <int N>
-__device__ __forceinline__ void load_n(const float* p, float* out) {
+
+template <int EPL, int WORDS>
+__device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float) {
 #pragma unroll
-  for (int i = 0; i < N; i++) out[i] = p[i];
+  for (int i = 0; i < WORDS; i++) {
+    out[4 * i] = __uint_as_float(r.w[i].x);
+    out[4 * i + 1] = __uint_as_float(r.w[i].y);
+    out[4 * i + 2] = __uint_as_float(r.w[i].z);
+    out[4 * i + 3] = __uint_as_float(r.w[i].w);
+  }
 }
+
+/** Combines two (max, sum, output) states; an empty state (sum 0) contributes nothing. */
+__device__ __forceinline__ float scale_of(float l, float m, float M) { return l > 0.f ? __expf(m - M) : 0.f; }
 
 template <typename T, int D, int G>
 __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, const T* vCache, T* out,
-                                                 float* partialOut, float* partialMl, const int* meta,
-                                                 const int* blockTables, const int* tokenToSeq,
-                                                 const int* positions, int numHeads, int numKvHeads, int blockSize,
+                                                 float* partialOut, float* partialMl, int* rowCounters,
+                                                 const int* meta, const int* blockTables, const int* tokenToSeq,
+                                                 const int* positions, int numHeads, int numKvHeads, int blockShift,
                                                  float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {
-  constexpr int EPL = D / 32;
+  using Lanes = DecodeLanes<T, D>;
+  constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
+  constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
   __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
   __shared__ float warpAcc[DECODE_WARPS][G][D];
-  const int t = blockIdx.x, h0 = blockIdx.y * G, kvh = h0 / qHeadsPerKv;
+  __shared__ int mergeHere;
+  const int t = blockIdx.y, h0 = blockIdx.x * G, kvh = h0 / qHeadsPerKv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = lane / LPP, dim0 = (lane % LPP) * EPL;
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
   const SplitPlan plan = split_plan(kvLen, splitTokens, maxSplits);
   if ((int)blockIdx.z >= plan.numSplits) return;
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
+  const int pageMask = (1 << blockShift) - 1;
+  const long long slotStride = (long long)numKvHeads * D;
 
-  // the G query heads h0 .. h0 + G - 1 share kv head kvh: K and V are read once for all of them
   float qf[G][EPL];
 #pragma unroll
   for (int g = 0; g < G; g++) {
-    const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + lane * EPL;
+    const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
 #pragma unroll
     for (int e = 0; e < EPL; e++) qf[g][e] = to_float(q[e]) * scale;
   }
@@ -108,53 +142,86 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 #pragma unroll
       for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
     }
-    // DECODE_UNROLL positions per warp per round: their K and V loads are all in flight together.
-    for (int j0 = begin + warp * DECODE_UNROLL; j0 < end; j0 += DECODE_ROUND) {
-      float kf[DECODE_UNROLL][EPL], vf[DECODE_UNROLL][EPL];
+    for (int j0 = begin; j0 < end; j0 += ROUND) {
+      Raw<WORDS> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
+      bool valid[DECODE_SLOTS];
 #pragma unroll
-      for (int u = 0; u < DECODE_UNROLL; u++) {
-        const int j = min(j0 + u, end - 1);
-        const long long page = table[j / blockSize];
-        const long long base = ((page * blockSize + j % blockSize) * numKvHeads + kvh) * D + lane * EPL;
-        load_n<EPL>(kCache + base, kf[u]);
-        load_n<EPL>(vCache + base, vf[u]);
+      for (int u = 0; u < DECODE_SLOTS; u++) {
+        const int j = j0 + (u * DECODE_WARPS + warp) * PPW + group;
+        valid[u] = j < end;
+        const int jc = min(j, end - 1);
+        const long long page = table[jc >> blockShift];
+        const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
+        load_raw<WORDS>(kCache + base, kr[u]);
+        load_raw<WORDS>(vCache + base, vr[u]);
+      }
+      float s[DECODE_SLOTS][G];
+#pragma unroll
+      for (int u = 0; u < DECODE_SLOTS; u++) {
+        float kf[EPL];
+        to_floats<EPL, WORDS>(kr[u], kf, T());
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < EPL; e++) dot += qf[g][e] * kf[e];
+          s[u][g] = dot;
+        }
+      }
+#pragma unroll
+      for (int o = LPP / 2; o > 0; o >>= 1) {
+#pragma unroll
+        for (int u = 0; u < DECODE_SLOTS; u++) {
+#pragma unroll
+          for (int g = 0; g < G; g++) s[u][g] += __shfl_xor_sync(FULL_MASK, s[u][g], o);
+        }
       }
 #pragma unroll
       for (int g = 0; g < G; g++) {
-        float s[DECODE_UNROLL];
-#pragma unroll
-        for (int u = 0; u < DECODE_UNROLL; u++) {
-          s[u] = 0.f;
-#pragma unroll
-          for (int e = 0; e < EPL; e++) s[u] += qf[g][e] * kf[u][e];
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-          for (int u = 0; u < DECODE_UNROLL; u++) s[u] += __shfl_xor_sync(FULL_MASK, s[u], o);
-        }
         float mNew = m[g];
 #pragma unroll
-        for (int u = 0; u < DECODE_UNROLL; u++) if (j0 + u < end) mNew = fmaxf(mNew, s[u]);
-        const float corr = __expf(m[g] - mNew);
+        for (int u = 0; u < DECODE_SLOTS; u++) if (valid[u]) mNew = fmaxf(mNew, s[u][g]);
+        const float corr = mNew == NEG_INF ? 1.f : __expf(m[g] - mNew);
         l[g] *= corr;
 #pragma unroll
         for (int e = 0; e < EPL; e++) acc[g][e] *= corr;
-#pragma unroll
-        for (int u = 0; u < DECODE_UNROLL; u++) {
-          const float p = j0 + u < end ? __expf(s[u] - mNew) : 0.f;
-          l[g] += p;
-#pragma unroll
-          for (int e = 0; e < EPL; e++) acc[g][e] += p * vf[u][e];
-        }
         m[g] = mNew;
       }
+#pragma unroll
+      for (int u = 0; u < DECODE_SLOTS; u++) {
+        float vf[EPL];
+        to_floats<EPL, WORDS>(vr[u], vf, T());
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+          const float p = valid[u] ? __expf(s[u][g] - m[g]) : 0.f;
+          l[g] += p;
+#pragma unroll
+          for (int e = 0; e < EPL; e++) acc[g][e] += p * vf[e];
+        }
+      }
     }
+    // lane groups of the warp -> one state per warp (butterfly: every group ends with the total)
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-      if (lane == 0) { warpM[warp][g] = m[g]; warpL[warp][g] = l[g]; }
+    for (int o = LPP; o < 32; o <<= 1) {
 #pragma unroll
-      for (int e = 0; e < EPL; e++) warpAcc[warp][g][lane * EPL + e] = acc[g][e];
+      for (int g = 0; g < G; g++) {
+        const float mo = __shfl_xor_sync(FULL_MASK, m[g], o);
+        const float lo = __shfl_xor_sync(FULL_MASK, l[g], o);
+        const float M = fmaxf(m[g], mo);
+        const float a = scale_of(l[g], m[g], M), b = scale_of(lo, mo, M);
+        l[g] = l[g] * a + lo * b;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[g][e] = acc[g][e] * a + __shfl_xor_sync(FULL_MASK, acc[g][e], o) * b;
+        m[g] = M;
+      }
+    }
+    if (group == 0) {
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        if (lane == 0) { warpM[warp][g] = m[g]; warpL[warp][g] = l[g]; }
+#pragma unroll
+        for (int e = 0; e < EPL; e++) warpAcc[warp][g][dim0 + e] = acc[g][e];
+      }
     }
     __syncthreads();
 
@@ -175,40 +242,51 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
         partialMl[(row * maxSplits + split) * 2 + 1] = L;
       }
     }
-    __syncthreads();  // warpM/warpL/warpAcc are rewritten by the block's next split
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void merge_splits(const float* partialOut, const float* partialMl, T* out,
-                                             const int* tokenToSeq, const int* positions, int numHeads,
-                                             int headDim, int splitTokens, int maxSplits) {
-  const int t = blockIdx.x;
-  const int numSplits = split_plan(row_kv_len(tokenToSeq, positions, t), splitTokens, maxSplits).numSplits;
-  if (numSplits == 1) return;
-  const long long row = (long long)t * numHeads + blockIdx.y;
-  const float* ml = partialMl + row * maxSplits * 2;
-  float M = NEG_INF;
-  for (int z = 0; z < numSplits; z++) if (ml[2 * z + 1] > 0.f) M = fmaxf(M, ml[2 * z]);
-  float L = 0.f;
-  for (int z = 0; z < numSplits; z++) if (ml[2 * z + 1] > 0.f) L += ml[2 * z + 1] * __expf(ml[2 * z] - M);
-  for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
-    float o = 0.f;
-    for (int z = 0; z < numSplits; z++) {
-      if (ml[2 * z + 1] > 0.f) o += partialOut[(row * maxSplits + z) * headDim + d] * ml[2 * z + 1] * __expf(ml[2 * z] - M);
+    if (plan.numSplits > 1) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int* counter = rowCounters + (long long)t * gridDim.x + blockIdx.x;
+        mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
+        if (mergeHere) *counter = 0;
+      }
+      __syncthreads();
+      if (mergeHere) {
+        __threadfence();
+        for (int g = 0; g < G; g++) {
+          const long long row = (long long)t * numHeads + h0 + g;
+          const float* ml = partialMl + row * maxSplits * 2;
+          float M = NEG_INF;
+          for (int z = 0; z < plan.numSplits; z++) if (__ldcg(ml + 2 * z + 1) > 0.f) M = fmaxf(M, __ldcg(ml + 2 * z));
+          float L = 0.f;
+          for (int z = 0; z < plan.numSplits; z++) {
+            const float lz = __ldcg(ml + 2 * z + 1);
+            if (lz > 0.f) L += lz * __expf(__ldcg(ml + 2 * z) - M);
+          }
+          for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            float o = 0.f;
+            for (int z = 0; z < plan.numSplits; z++) {
+              const float lz = __ldcg(ml + 2 * z + 1);
+              if (lz > 0.f) o += __ldcg(partialOut + (row * maxSplits + z) * D + d) * lz * __expf(__ldcg(ml + 2 * z) - M);
+            }
+            out[row * D + d] = from_float<T>(L > 0.f ? o / L : 0.f);
+          }
+        }
+      }
     }
-    out[row * headDim + d] = from_float<T>(L > 0.f ? o / L : 0.f);
+    __syncthreads();  // warpM/warpL/warpAcc and mergeHere are rewritten by the block's next split
   }
 }
 
-#define INSTANTIATE_DG(suffix, T, D, G)                                                                      \
-  extern "C" __global__ void __launch_bounds__(128) attention_decode_##suffix##_d##D##_g##G(                  \
-      const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,            \
-      const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions, int numHeads,     \
-      int numKvHeads, int blockSize, float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {          \
-    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, meta, blockTables, tokenToSeq, \
-                              positions, numHeads, numKvHeads, blockSize, scale, splitTokens, maxSplits,      \
-                              qHeadsPerKv);                                                                   \
+#define INSTANTIATE_DG(suffix, T, D, G)                                                                       \
+  extern "C" __global__ void __launch_bounds__(128, G <= 4 ? 4 : 2) attention_decode_##suffix##_d##D##_g##G(                   \
+      const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,             \
+      int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,  \
+      int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int maxSplits,               \
+      int qHeadsPerKv) {                                                                                       \
+    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, \
+                              tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,     \
+                              maxSplits, qHeadsPerKv);                                                         \
   }
 
 #define INSTANTIATE_D(suffix, T, D) \
@@ -217,15 +295,10 @@ __device__ __forceinline__ void merge_splits(const float* partialOut, const floa
   INSTANTIATE_DG(suffix, T, D, 4)   \
   INSTANTIATE_DG(suffix, T, D, 8)
 
-#define INSTANTIATE(suffix, T)                                                                                 \
-  INSTANTIATE_D(suffix, T, 64)                                                                                 \
-  INSTANTIATE_D(suffix, T, 128)                                                                                \
-  INSTANTIATE_D(suffix, T, 256)                                                                                \
-  extern "C" __global__ void attention_merge_##suffix(const float* partialOut, const float* partialMl, T* out, \
-      const int* tokenToSeq, const int* positions, int numHeads, int headDim, int splitTokens, int maxSplits) {  \
-    merge_splits<T>(partialOut, partialMl, out, tokenToSeq, positions, numHeads, headDim, splitTokens,         \
-                    maxSplits);                                                                                \
-  }
+#define INSTANTIATE(suffix, T) \
+  INSTANTIATE_D(suffix, T, 64) \
+  INSTANTIATE_D(suffix, T, 128) \
+  INSTANTIATE_D(suffix, T, 256)
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
