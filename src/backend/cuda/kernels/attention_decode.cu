@@ -14,9 +14,10 @@
 // for all of them; per head the arithmetic is that of G = 1, so the choice of G changes no bit.
 // Block (x, t, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
 // how many blocks share the work: blocks with z >= numSplits exit at once. A row of one split writes out
-// directly; otherwise every split writes partialOut/partialMl, counts itself in rowCounters[t, x], and
-// the block that completes the count merges the splits in split order (and puts the counter back to 0
-// for the next launch), so which block merges changes no bit either.
+// directly; otherwise every split writes partialOut/partialMl and the splits are merged in split order by
+// one block: with gridDim.z == 1 the block that walked them all, after its last; otherwise each split
+// counts itself in rowCounters[t, x] and the block that completes the count merges (and puts the counter
+// back to 0 for the next launch). Which block merges changes no bit.
 //
 // Lanes: a kv position is read by LPP lanes, each holding EPL consecutive dims (16-byte loads; bf16 D 128:
 // 16 lanes x 8 dims, so a warp reads PPW = 2 positions per load); per round warp w, slot u, lane group p
@@ -243,16 +244,23 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       }
     }
     if (plan.numSplits > 1) {
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        int* counter = rowCounters + (long long)t * gridDim.x + blockIdx.x;
-        mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
-        if (mergeHere) *counter = 0;
-      }
-      __syncthreads();
-      if (mergeHere) {
+      bool merge;
+      if (gridDim.z > 1) {  // other blocks hold some of the row's splits: the one that completes the count merges
         __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          int* counter = rowCounters + (long long)t * gridDim.x + blockIdx.x;
+          mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
+          if (mergeHere) *counter = 0;
+        }
+        __syncthreads();
+        merge = mergeHere;
+        if (merge) __threadfence();
+      } else {  // this block walks every split of the row: merge after the last, no fence or counter
+        __syncthreads();
+        merge = split == plan.numSplits - 1;
+      }
+      if (merge) {
         for (int g = 0; g < G; g++) {
           const long long row = (long long)t * numHeads + h0 + g;
           const float* ml = partialMl + row * maxSplits * 2;
