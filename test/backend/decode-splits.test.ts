@@ -4,7 +4,10 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
+
+const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
 
 test('splitPlan tiles [0, kvLen) with at most MAX_SPLITS non-empty splits of whole 16-position rounds', () => {
   for (let kvLen = 1; kvLen <= 40_000; kvLen += kvLen < 3000 ? 1 : 97) {
@@ -36,4 +39,12 @@ test('maxSplitsOf takes the longest row of the batch', () => {
   const positions = Int32Array.of(0, 4999, 30, 199);
   assert.equal(maxSplitsOf(positions, 4), splitPlan(5000).numSplits);
   assert.equal(maxSplitsOf(positions, 1), 1);
+});
+
+test('QUIRE_DECODE_SPLIT_TOKENS sets the split size; unset, it is 1024', () => {
+  const read = (env: Record<string, string>) => execFileSync(process.execPath, ['--input-type=module', '-e',
+    `import { SPLIT_TOKENS } from ${JSON.stringify(moduleUrl)}; console.log(SPLIT_TOKENS);`],
+  { env: { ...process.env, QUIRE_DECODE_SPLIT_TOKENS: '', ...env } }).toString().trim();
+  assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256');
+  assert.equal(read({}), '1024');
 });

@@ -8,7 +8,7 @@
 export const SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SPLIT_TOKENS ?? 0) || 1024;
 /** Most splits of one row; also the split stride of the partial buffers. */
 export const MAX_SPLITS = 16;
-/** kv positions a block processes per round (DECODE_ROUND in the kernel). */
+/** Split chunks are whole multiples of this many kv positions (DECODE_CHUNK_ROUND in the kernel). */
 const ROUND = 16;
 /** Blocks per SM the grid aims for when rows alone do not fill the GPU. */
 const TARGET_BLOCKS_PER_SM = 4;

@@ -73,7 +73,7 @@ __device__ __forceinline__ void load_raw(const T* p, Raw<WORDS>& r) {
   for (int i = 0; i < WORDS; i++) r.w[i] = reinterpret_cast<const uint4*>(p)[i];
 }
 
-template <int EPL, int WORDS>
+template <int WORDS>
 __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, bf16_t) {
 #pragma unroll
   for (int i = 0; i < WORDS; i++) {
@@ -86,7 +86,7 @@ __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, bf16_
   }
 }
 
-template <int EPL, int WORDS>
+template <int WORDS>
 __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float) {
 #pragma unroll
   for (int i = 0; i < WORDS; i++) {
@@ -97,7 +97,7 @@ __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float
   }
 }
 
-/** Combines two (max, sum, output) states; an empty state (sum 0) contributes nothing. */
+/** The factor a state of running max m and sum l takes under a new max M; an empty state (l = 0) counts 0. */
 __device__ __forceinline__ float scale_of(float l, float m, float M) { return l > 0.f ? __expf(m - M) : 0.f; }
 
 template <typename T, int D, int G>
@@ -160,7 +160,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 #pragma unroll
       for (int u = 0; u < DECODE_SLOTS; u++) {
         float kf[EPL];
-        to_floats<EPL, WORDS>(kr[u], kf, T());
+        to_floats<WORDS>(kr[u], kf, T());
 #pragma unroll
         for (int g = 0; g < G; g++) {
           float dot = 0.f;
@@ -191,7 +191,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 #pragma unroll
       for (int u = 0; u < DECODE_SLOTS; u++) {
         float vf[EPL];
-        to_floats<EPL, WORDS>(vr[u], vf, T());
+        to_floats<WORDS>(vr[u], vf, T());
 #pragma unroll
         for (int g = 0; g < G; g++) {
           const float p = valid[u] ? __expf(s[u][g] - m[g]) : 0.f;
