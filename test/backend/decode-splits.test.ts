@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
+import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
 
@@ -16,10 +16,15 @@ test('splitPlan tiles [0, kvLen) with at most MAX_SPLITS non-empty splits of who
     assert.equal(chunk % 16, 0, `kvLen ${kvLen}: chunk ${chunk}`);
     assert.ok((numSplits - 1) * chunk < kvLen, `kvLen ${kvLen}: last split empty`);
     assert.ok(numSplits * chunk >= kvLen, `kvLen ${kvLen}: splits stop short`);
-    assert.ok(numSplits <= Math.ceil(kvLen / SPLIT_TOKENS), `kvLen ${kvLen}: more splits than ceil(kvLen / SPLIT_TOKENS)`);
+    const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS : SPLIT_TOKENS;
+    assert.ok(numSplits <= Math.ceil(kvLen / target), `kvLen ${kvLen}: more splits than ceil(kvLen / ${target})`);
   }
   assert.equal(splitPlan(SPLIT_TOKENS).numSplits, 1);
   assert.equal(splitPlan(SPLIT_TOKENS + 1).numSplits, 2);
+  // rows longer than two large splits are cut in small ones, so a single long stream fills more blocks
+  assert.equal(splitPlan(2 * SPLIT_TOKENS).numSplits, 2);
+  assert.equal(splitPlan(2 * SPLIT_TOKENS + 1).numSplits, Math.ceil((2 * SPLIT_TOKENS + 1) / LONG_SPLIT_TOKENS));
+  assert.equal(splitPlan(3000).numSplits, 12);
   assert.equal(splitPlan(100_000).numSplits, MAX_SPLITS);
   assert.equal(splitPlan(0).numSplits, 1);
 });
@@ -33,6 +38,9 @@ test('decodeGridZ spreads batch 1 over the SMs and gives big batches one block p
   assert.ok(32 * decodeGridZ(32, h100SMs, MAX_SPLITS) >= h100SMs);
   assert.equal(decodeGridZ(256 * 32, h100SMs, MAX_SPLITS), 1);
   assert.equal(decodeGridZ(32, h100SMs, 1), 1);
+  // rows that nearly fill the resident blocks (4 per SM) are walked by one block each, not split in two
+  assert.equal(decodeGridZ(512, h100SMs, MAX_SPLITS), 1);
+  assert.equal(decodeGridZ(264, h100SMs, MAX_SPLITS), 2);
 });
 
 test('maxSplitsOf takes the longest row of the batch', () => {
@@ -41,10 +49,11 @@ test('maxSplitsOf takes the longest row of the batch', () => {
   assert.equal(maxSplitsOf(positions, 1), 1);
 });
 
-test('QUIRE_DECODE_SPLIT_TOKENS sets the split size; unset, it is 1024', () => {
+test('QUIRE_DECODE_SPLIT_TOKENS and QUIRE_DECODE_LONG_SPLIT_TOKENS set the split sizes; unset, 1024 and 256', () => {
   const read = (env: Record<string, string>) => execFileSync(process.execPath, ['--input-type=module', '-e',
-    `import { SPLIT_TOKENS } from ${JSON.stringify(moduleUrl)}; console.log(SPLIT_TOKENS);`],
-  { env: { ...process.env, QUIRE_DECODE_SPLIT_TOKENS: '', ...env } }).toString().trim();
-  assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256');
-  assert.equal(read({}), '1024');
+    `import { SPLIT_TOKENS, LONG_SPLIT_TOKENS } from ${JSON.stringify(moduleUrl)}; console.log(SPLIT_TOKENS, LONG_SPLIT_TOKENS);`],
+  { env: { ...process.env, QUIRE_DECODE_SPLIT_TOKENS: '', QUIRE_DECODE_LONG_SPLIT_TOKENS: '', ...env } }).toString().trim();
+  assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256 256');
+  assert.equal(read({ QUIRE_DECODE_LONG_SPLIT_TOKENS: '128' }), '1024 128');
+  assert.equal(read({}), '1024 256');
 });

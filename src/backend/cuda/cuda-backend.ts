@@ -6,7 +6,7 @@ import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js'
 import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
-import { decodeGridZ, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
+import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
@@ -418,20 +418,22 @@ export class CudaBackend implements Backend {
           ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       }
       if (packed.decodeOnly) {
-        // Allocated whether or not a row splits, so eager and captured steps allocate alike.
-        const partialOut = this.act([T, numHeads, MAX_SPLITS, D], 'f32').ptr;
-        const partialMl = this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr;
-        // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
-        const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
         const qHeadsPerKv = numHeads / numKvHeads;
         const G = [8, 4, 2, 1].find((g) => qHeadsPerKv % g === 0)!;
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
+        // Blocks publish split states only when the grid may give a row several blocks; the test is a function
+        // of T alone, so eager and captured steps of one size allocate alike.
+        const mayShare = this.decodeSplits(T * (numHeads / G), MAX_SPLITS) > 1;
+        const partialOut = mayShare ? this.act([T, numHeads, MAX_SPLITS, D], 'f32').ptr : 0n;
+        const partialMl = mayShare ? this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr : 0n;
+        // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
+        const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
         const gridZ = this.decodeSplits(T * (numHeads / G), maxRowSplits);
         this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [numHeads / G, T, gridZ], 128, [
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl), ptr(meta.rowCounters),
           ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
           ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(Math.log2(spec.blockSize)),
-          f32(scale), i32(SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);
+          f32(scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);
       } else {
         // block: a warp per 16 rows of a tile, PREFILL_TILE_ROWS * 2 = 128 threads
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [

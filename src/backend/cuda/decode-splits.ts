@@ -4,8 +4,16 @@
 // eager vs graph; the grid's z extent (decodeGridZ) only decides how many
 // blocks share a row's splits. split_plan in the kernel mirrors splitPlan here.
 
-/** Target kv positions per split (QUIRE_DECODE_SPLIT_TOKENS overrides it, for A/B runs). */
+/**
+ * Target kv positions per split (QUIRE_DECODE_SPLIT_TOKENS overrides it, for A/B runs): large, because at
+ * large batches, where every block walks its whole row, each split costs the block a barrier and a merge.
+ */
 export const SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SPLIT_TOKENS ?? 0) || 1024;
+/**
+ * Target kv positions per split of rows longer than 2 * SPLIT_TOKENS (QUIRE_DECODE_LONG_SPLIT_TOKENS
+ * overrides it): small, so that a single long stream spreads over many blocks.
+ */
+export const LONG_SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_LONG_SPLIT_TOKENS ?? 0) || 256;
 /** Most splits of one row; also the split stride of the partial buffers. */
 export const MAX_SPLITS = 16;
 /** Split chunks are whole multiples of this many kv positions (DECODE_CHUNK_ROUND in the kernel). */
@@ -21,18 +29,21 @@ export interface SplitPlan {
 
 export function splitPlan(kvLen: number): SplitPlan {
   if (kvLen <= 0) return { numSplits: 1, chunk: ROUND };
-  const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / SPLIT_TOKENS)));
+  const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS : SPLIT_TOKENS;
+  const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / target)));
   const chunk = Math.ceil(Math.ceil(kvLen / wanted) / ROUND) * ROUND;
   return { numSplits: Math.ceil(kvLen / chunk), chunk };
 }
 
 /**
- * Grid z of the decode kernel: enough blocks to fill `numSMs`, never more than
- * the most splits any row needs (`maxRowSplits`: MAX_SPLITS in a graph, whose kv
- * lengths grow between replays).
+ * Grid z of the decode kernel: as many blocks per row as fit the target number
+ * of resident blocks, rounded down (a row walked by one block folds its splits
+ * as it goes, cheaper than publishing them), never more than the most splits
+ * any row needs (`maxRowSplits`: MAX_SPLITS in a graph, whose kv lengths grow
+ * between replays).
  */
 export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: number): number {
-  const fill = Math.ceil((TARGET_BLOCKS_PER_SM * numSMs) / Math.max(1, numRows));
+  const fill = Math.floor((TARGET_BLOCKS_PER_SM * numSMs) / Math.max(1, numRows));
   return Math.max(1, Math.min(MAX_SPLITS, maxRowSplits, fill));
 }
 

@@ -1,5 +1,5 @@
 // Paged attention, one query token per row (decode), the kv range split across
-// thread blocks (flash-decoding); the last block to finish a row's splits merges them.
+// thread blocks (flash-decoding); a row's splits are folded in split order (fold_split).
 //
 //   query token t of sequence s = tokenToSeq[t] attends to kv positions [0, kvLen), kvLen = positions[t] + 1
 //   (causal), read through blockTables[s * stride + (j >> blockShift)] (stride in the metadata header).
@@ -7,17 +7,22 @@
 //
 // Batch invariance: a row's splits are a pure function of its own kvLen (split_plan), never of the
 // batch, the grid or eager vs graph:
-//   wanted = min(maxSplits, ceil(kvLen / splitTokens)); chunk = ceil(kvLen / wanted) rounded up to 16;
+//   target = kvLen > 2 splitTokens ? longSplitTokens : splitTokens (few splits for rows of W1-like lengths, where
+//   large batches make each split cost; many for long rows, where a single stream needs the blocks);
+//   wanted = min(maxSplits, ceil(kvLen / target)); chunk = ceil(kvLen / wanted) rounded up to 16;
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
 // GQA: block (x, t, z) serves the G query heads h0 = x G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
 // (G, a template argument, is the largest of 8, 4, 2, 1 dividing qHeadsPerKv), reading each K and V once
 // for all of them; per head the arithmetic is that of G = 1, so the choice of G changes no bit.
 // Block (x, t, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
-// how many blocks share the work: blocks with z >= numSplits exit at once. A row of one split writes out
-// directly; otherwise every split writes partialOut/partialMl and the splits are merged in split order by
-// one block: with gridDim.z == 1 the block that walked them all, after its last; otherwise each split
-// counts itself in rowCounters[t, x] and the block that completes the count merges (and puts the counter
-// back to 0 for the next launch). Which block merges changes no bit.
+// how many blocks share the work: blocks with z >= numSplits exit at once. Each split ends as a state
+// (max, sum of exp, unnormalized output), and a row's states are folded in split order by fold_split,
+// one way or the other: a block that walks every split of its row (gridDim.z == 1, or a row of one
+// split) folds them as it goes, with no global traffic; otherwise every split publishes its state in
+// partialOut/partialMl, counts itself in rowCounters[t, x], and the block that completes the count folds
+// them all (and puts the counter back to 0 for the next launch). The same fold of the same states in the
+// same order: which way, and which block, changes no bit, so splits can be small (parallel single
+// streams) at a small cost per split at large batches.
 //
 // Lanes: a kv position is read by LPP lanes, each holding EPL consecutive dims (16-byte loads; bf16 D 128:
 // 16 lanes x 8 dims, so a warp reads PPW = 2 positions per load); per round warp w, slot u, lane group p
@@ -25,7 +30,7 @@
 // own running max / sum / output; groups combine within the warp, then warps in shared memory.
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
-//   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, maxSplits, D] f32;
+//   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, maxSplits, D] f32 (unnormalized);
 //   partialMl [numTokens, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numTokens, numHeads / G].
 // Launch: attention_decode_<dtype>_d<D>_g<G> grid (numHeads / G, numTokens, Z), block 128 (4 warps): the kv heads
 // of one token are neighbours in launch order, so blocks running together read neighbouring bytes of its pages.
@@ -33,6 +38,7 @@
 
 #define DECODE_WARPS 4
 #define DECODE_SLOTS 4
+#define DECODE_THREADS (DECODE_WARPS * 32)
 #define DECODE_CHUNK_ROUND 16
 
 struct SplitPlan {
@@ -40,9 +46,10 @@ struct SplitPlan {
   int chunk;
 };
 
-__device__ __forceinline__ SplitPlan split_plan(int kvLen, int splitTokens, int maxSplits) {
+__device__ __forceinline__ SplitPlan split_plan(int kvLen, int splitTokens, int longSplitTokens, int maxSplits) {
   if (kvLen <= 0) return SplitPlan{1, DECODE_CHUNK_ROUND};
-  const int wanted = max(1, min(maxSplits, (kvLen + splitTokens - 1) / splitTokens));
+  const int target = kvLen > 2 * splitTokens ? longSplitTokens : splitTokens;
+  const int wanted = max(1, min(maxSplits, (kvLen + target - 1) / target));
   const int per = (kvLen + wanted - 1) / wanted;
   const int chunk = (per + DECODE_CHUNK_ROUND - 1) / DECODE_CHUNK_ROUND * DECODE_CHUNK_ROUND;
   return SplitPlan{(kvLen + chunk - 1) / chunk, chunk};
@@ -100,15 +107,51 @@ __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float
 /** The factor a state of running max m and sum l takes under a new max M; an empty state (l = 0) counts 0. */
 __device__ __forceinline__ float scale_of(float l, float m, float M) { return l > 0.f ? __expf(m - M) : 0.f; }
 
+/**
+ * Folds one split's state (mz, lz, oz: max, sum of exp, unnormalized output) into a running state, in
+ * split order. Both ways a row's splits come together (a block that walks them all, or the block that
+ * merges what other blocks published) call this with the same values in the same order, and every
+ * rounding is spelled out, so the two give the same bits.
+ */
+template <int DPT>
+__device__ __forceinline__ void fold_split(float& m, float& l, float* o, float mz, float lz, const float* oz) {
+  if (!(lz > 0.f)) return;
+  if (!(l > 0.f)) {
+    m = mz;
+    l = lz;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) o[i] = oz[i];
+    return;
+  }
+  const float M = fmaxf(m, mz);
+  const float a = __expf(__fsub_rn(m, M)), b = __expf(__fsub_rn(mz, M));
+  l = __fmaf_rn(l, a, __fmul_rn(lz, b));
+#pragma unroll
+  for (int i = 0; i < DPT; i++) o[i] = __fmaf_rn(o[i], a, __fmul_rn(oz[i], b));
+  m = M;
+}
+
+/** out[d] = o / l at this thread's dims (0 for an empty state). */
+template <typename T, int D, int DPT>
+__device__ __forceinline__ void write_out(T* out, float l, const float* o) {
+#pragma unroll
+  for (int i = 0; i < DPT; i++) {
+    const int d = threadIdx.x + i * DECODE_THREADS;
+    if (d < D) out[d] = from_float<T>(l > 0.f ? __fdiv_rn(o[i], l) : 0.f);
+  }
+}
+
 template <typename T, int D, int G>
 __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, const T* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockShift,
-                                                 float scale, int splitTokens, int maxSplits, int qHeadsPerKv) {
+                                                 float scale, int splitTokens, int longSplitTokens, int maxSplits,
+                                                 int qHeadsPerKv) {
   using Lanes = DecodeLanes<T, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
+  constexpr int DPT = (D + DECODE_THREADS - 1) / DECODE_THREADS;  // output dims per thread
   __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
   __shared__ float warpAcc[DECODE_WARPS][G][D];
   __shared__ int mergeHere;
@@ -117,7 +160,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   const int group = lane / LPP, dim0 = (lane % LPP) * EPL;
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
-  const SplitPlan plan = split_plan(kvLen, splitTokens, maxSplits);
+  const SplitPlan plan = split_plan(kvLen, splitTokens, longSplitTokens, maxSplits);
   if ((int)blockIdx.z >= plan.numSplits) return;
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
@@ -130,6 +173,18 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
 #pragma unroll
     for (int e = 0; e < EPL; e++) qf[g][e] = to_float(q[e]) * scale;
+  }
+
+  // A block walks every split of its row when the grid gives the row one block (or the row has one split):
+  // it folds each split's state into a running one as it goes (max and sum in registers, the output in
+  // shared memory, each thread its own dims), with no global traffic.
+  const bool walk = gridDim.z == 1 || plan.numSplits == 1;
+  __shared__ float runO[G][DPT][DECODE_THREADS];
+  float runM[G], runL[G];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    runM[g] = NEG_INF;
+    runL[g] = 0.f;
   }
 
   for (int split = blockIdx.z; split < plan.numSplits; split += gridDim.z) {
@@ -226,59 +281,78 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     }
     __syncthreads();
 
+    // warps -> this split's state (max, sum, unnormalized output at this thread's dims)
+    float pM[G], pL[G], pO[G][DPT];
+#pragma unroll
     for (int g = 0; g < G; g++) {
-      const long long row = (long long)t * numHeads + h0 + g;
       float M = NEG_INF;
       for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) M = fmaxf(M, warpM[w][g]);
       float L = 0.f;
       for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) L += warpL[w][g] * __expf(warpM[w][g] - M);
-      for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      pM[g] = M;
+      pL[g] = L;
+#pragma unroll
+      for (int i = 0; i < DPT; i++) {
+        const int d = threadIdx.x + i * DECODE_THREADS;
         float o = 0.f;
-        for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) o += warpAcc[w][g][d] * __expf(warpM[w][g] - M);
-        if (plan.numSplits == 1) out[row * D + d] = from_float<T>(L > 0.f ? o / L : 0.f);
-        else partialOut[(row * maxSplits + split) * D + d] = L > 0.f ? o / L : 0.f;
-      }
-      if (plan.numSplits > 1 && threadIdx.x == 0) {
-        partialMl[(row * maxSplits + split) * 2] = M;
-        partialMl[(row * maxSplits + split) * 2 + 1] = L;
+        if (d < D) {
+          for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) o += warpAcc[w][g][d] * __expf(warpM[w][g] - M);
+        }
+        pO[g][i] = o;
       }
     }
-    if (plan.numSplits > 1) {
-      bool merge;
-      if (gridDim.z > 1) {  // other blocks hold some of the row's splits: the one that completes the count merges
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          int* counter = rowCounters + (long long)t * gridDim.x + blockIdx.x;
-          mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
-          if (mergeHere) *counter = 0;
-        }
-        __syncthreads();
-        merge = mergeHere;
-        if (merge) __threadfence();
-      } else {  // this block walks every split of the row: merge after the last, no fence or counter
-        __syncthreads();
-        merge = split == plan.numSplits - 1;
+    if (walk) {  // this block holds every split of the row: fold as it goes, write after the last
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        float o[DPT];
+#pragma unroll
+        for (int i = 0; i < DPT; i++) o[i] = runO[g][i][threadIdx.x];
+        fold_split<DPT>(runM[g], runL[g], o, pM[g], pL[g], pO[g]);
+        if (split == plan.numSplits - 1) write_out<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, runL[g], o);
+#pragma unroll
+        for (int i = 0; i < DPT; i++) runO[g][i][threadIdx.x] = o[i];
       }
-      if (merge) {
+    } else {  // splits spread over blocks: publish this one; the block that completes the row's count folds them
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        const long long row = (long long)t * numHeads + h0 + g;
+#pragma unroll
+        for (int i = 0; i < DPT; i++) {
+          const int d = threadIdx.x + i * DECODE_THREADS;
+          if (d < D) partialOut[(row * maxSplits + split) * D + d] = pO[g][i];
+        }
+        if (threadIdx.x == 0) {
+          partialMl[(row * maxSplits + split) * 2] = pM[g];
+          partialMl[(row * maxSplits + split) * 2 + 1] = pL[g];
+        }
+      }
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int* counter = rowCounters + (long long)t * gridDim.x + blockIdx.x;
+        mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
+        if (mergeHere) *counter = 0;
+      }
+      __syncthreads();
+      if (mergeHere) {
+        __threadfence();
+#pragma unroll
         for (int g = 0; g < G; g++) {
           const long long row = (long long)t * numHeads + h0 + g;
-          const float* ml = partialMl + row * maxSplits * 2;
-          float M = NEG_INF;
-          for (int z = 0; z < plan.numSplits; z++) if (__ldcg(ml + 2 * z + 1) > 0.f) M = fmaxf(M, __ldcg(ml + 2 * z));
-          float L = 0.f;
+          float M = NEG_INF, L = 0.f, O[DPT];
+#pragma unroll
+          for (int i = 0; i < DPT; i++) O[i] = 0.f;
           for (int z = 0; z < plan.numSplits; z++) {
-            const float lz = __ldcg(ml + 2 * z + 1);
-            if (lz > 0.f) L += lz * __expf(__ldcg(ml + 2 * z) - M);
-          }
-          for (int d = threadIdx.x; d < D; d += blockDim.x) {
-            float o = 0.f;
-            for (int z = 0; z < plan.numSplits; z++) {
-              const float lz = __ldcg(ml + 2 * z + 1);
-              if (lz > 0.f) o += __ldcg(partialOut + (row * maxSplits + z) * D + d) * lz * __expf(__ldcg(ml + 2 * z) - M);
+            float oz[DPT];
+#pragma unroll
+            for (int i = 0; i < DPT; i++) {
+              const int d = threadIdx.x + i * DECODE_THREADS;
+              oz[i] = d < D ? __ldcg(partialOut + (row * maxSplits + z) * D + d) : 0.f;
             }
-            out[row * D + d] = from_float<T>(L > 0.f ? o / L : 0.f);
+            fold_split<DPT>(M, L, O, __ldcg(partialMl + (row * maxSplits + z) * 2),
+                            __ldcg(partialMl + (row * maxSplits + z) * 2 + 1), oz);
           }
+          write_out<T, D, DPT>(out + row * D, L, O);
         }
       }
     }
@@ -286,15 +360,15 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   }
 }
 
-#define INSTANTIATE_DG(suffix, T, D, G)                                                                       \
-  extern "C" __global__ void __launch_bounds__(128, G <= 4 ? 4 : 2) attention_decode_##suffix##_d##D##_g##G(                   \
-      const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,             \
-      int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,  \
-      int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int maxSplits,               \
-      int qHeadsPerKv) {                                                                                       \
-    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, \
-                              tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,     \
-                              maxSplits, qHeadsPerKv);                                                         \
+#define INSTANTIATE_DG(suffix, T, D, G)                                                                          \
+  extern "C" __global__ void __launch_bounds__(128, G <= 4 ? 4 : 2) attention_decode_##suffix##_d##D##_g##G(        \
+      const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
+      int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
+      int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
+      int maxSplits, int qHeadsPerKv) {                                                                           \
+    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
+                              tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
+                              longSplitTokens, maxSplits, qHeadsPerKv);                                           \
   }
 
 #define INSTANTIATE_D(suffix, T, D) \
