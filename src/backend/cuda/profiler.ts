@@ -103,6 +103,8 @@ export class Profiler {
   private stepStartMs: number | null = null;
   private stepShape = '';
   private readonly loggedShapes = new Set<string>();
+  /** once-per-shape: eager shapes seen once so far, with that step's profile. */
+  private readonly onlyStep = new Map<string, StepProfile>();
   last: StepProfile | null = null;
 
   constructor(private readonly api: DriverApi, private readonly stream: Handle,
@@ -176,7 +178,19 @@ export class Profiler {
     this.pending = [];
     this.numUsed = 0;
     this.stepStartMs = null;
-    if (this.logMode === 'every-step' || !this.loggedShapes.has(profile.shape)) this.emit(profile);
+    if (this.logMode === 'every-step') {
+      this.emit(profile);
+    } else if (!this.loggedShapes.has(profile.shape)) {
+      // A shape's first step carries one-time costs (module loads, GEMM plans): its second one is printed,
+      // and a shape seen only once is printed at dispose(), marked as such.
+      const seen = this.onlyStep.has(profile.shape);
+      if (seen) {
+        this.onlyStep.delete(profile.shape);
+        this.emit(profile);
+      } else {
+        this.onlyStep.set(profile.shape, profile);
+      }
+    }
     return profile;
   }
 
@@ -204,13 +218,15 @@ export class Profiler {
     return this.last;
   }
 
-  private emit(p: StepProfile): void {
+  private emit(p: StepProfile, note = ''): void {
     this.loggedShapes.add(p.shape);
-    const title = p.kind === 'graph' ? `${p.shape} (graph replay, event-record nodes): step` : `${p.shape} (eager): step`;
+    const title = p.kind === 'graph' ? `${p.shape} (graph replay, event-record nodes): step` : `${p.shape} (eager${note}): step`;
     this.log(`${formatProfile(p.rows, p.stepMs, title)}\n(GPU ${p.gpuMs.toFixed(3)} ms)`);
   }
 
   dispose(): void {
+    for (const p of this.onlyStep.values()) this.emit(p, ', its only step');
+    this.onlyStep.clear();
     for (const e of this.pool) this.api.cuEventDestroy_v2(e);
     this.pool.length = 0;
   }
