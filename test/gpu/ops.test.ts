@@ -37,8 +37,9 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
     assertBf16Close(cuda.toHost(cuda.embedding(tg, sg)), cpu.toHost(cpu.embedding(tc, sc)), 'embedding', 0);
   });
 
-  // 320, 4096, 8192: rows held in registers (16-byte chunks); 100 (not a multiple of 8), 12288 (too long): strided
-  for (const H of [320, 4096, 8192, 100, 12288]) {
+  // 320, 1024 (a block of 40 / 128 threads), 4096, 8192: rows held in registers (16-byte chunks);
+  // 100 (not a multiple of 8), 12288 (too long): strided
+  for (const H of [320, 1024, 4096, 8192, 100, 12288]) {
     test(`rmsNorm, hidden ${H}`, () => {
       const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, H], randomBf16(T * H, 2 + H, -3, 3));
       const [wc, wg] = uploadBoth(cpu, cuda, 'w', [H], randomBf16(H, 3, 0.5, 1.5));
@@ -67,9 +68,10 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
     });
   }
 
-  for (const withNorm of [true, false]) {
-    test(`qkNormRope ${withNorm ? 'with' : 'without'} q/k norm, in place, v untouched`, () => {
-      const [H, KV, D] = [4, 2, 128];
+  // head dims 64 / 128 / 256: one, two and four pairs per lane (kernels/rope.cu); 6 heads on 4 warps
+  for (const [withNorm, D] of [[true, 128], [false, 128], [true, 64], [true, 256]] as const) {
+    test(`qkNormRope ${withNorm ? 'with' : 'without'} q/k norm, head dim ${D}, in place, v untouched`, () => {
+      const [H, KV] = [4, 2];
       const width = (H + 2 * KV) * D;
       const [qc, qg] = uploadBoth(cpu, cuda, 'qkv', [T, width], randomBf16(T * width, 9, -2, 2));
       const [nqc, nqg] = uploadBoth(cpu, cuda, 'qn', [D], randomBf16(D, 10, 0.5, 1.5));
@@ -88,12 +90,14 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
     });
   }
 
-  test('siluMul', () => {
-    const I = 352;
-    const [gc, gg] = uploadBoth(cpu, cuda, 'gu', [T, 2 * I], randomBf16(T * 2 * I, 12, -4, 4));
-    begin();
-    assertBf16Close(cuda.toHost(cuda.siluMul(gg)), cpu.toHost(cpu.siluMul(gc)), 'siluMul');
-  });
+  // 352 columns: 16-byte chunks per thread; 350: one column per thread
+  for (const I of [352, 350]) {
+    test(`siluMul, ${I} columns`, () => {
+      const [gc, gg] = uploadBoth(cpu, cuda, 'gu', [T, 2 * I], randomBf16(T * 2 * I, 12, -4, 4));
+      begin();
+      assertBf16Close(cuda.toHost(cuda.siluMul(gg)), cpu.toHost(cpu.siluMul(gc)), 'siluMul');
+    });
+  }
 
   test('gatherLogitRows picks the logits rows in order', () => {
     const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 160], randomBf16(T * 160, 13));

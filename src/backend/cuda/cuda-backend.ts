@@ -54,6 +54,18 @@ function asCuda(t: Tensor): CudaTensor {
   return t;
 }
 
+/**
+ * Threads of a norm block (kernels/norm.cu): one per 16-byte chunk of a row under 2048 wide, else 256. Rows on the
+ * register path sum their squares alike either way (the extra threads held nothing), so only occupancy changes:
+ * narrow rows get more rows in flight per SM.
+ */
+export function normThreads(hidden: number): number {
+  return hidden % 8 === 0 && hidden < 2048 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : 256;
+}
+
+/** Warps of a qk_norm_rope block, a head each (ROPE_WARPS in kernels/rope.cu). */
+const ROPE_WARPS = 4;
+
 /** A profile's name for an eager step: its kind and token count (rounded up to a power of two). */
 function eagerShape(batch: ForwardBatch): string {
   let numTokens = 1;
@@ -333,7 +345,7 @@ export class CudaBackend implements Backend {
     const xs = asCuda(x);
     const [T, hidden] = [xs.shape[0]!, xs.shape[1]!];
     const out = this.act([T, hidden]);
-    this.timed('norm', () => this.device.launch('norm.cu', 'rms_norm_bf16', [T, 1, 1], 256,
+    this.timed('norm', () => this.device.launch('norm.cu', 'rms_norm_bf16', [T, 1, 1], normThreads(hidden),
       [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)]));
     return out;
   }
@@ -342,7 +354,7 @@ export class CudaBackend implements Backend {
     const xs = asCuda(x);
     const [T, hidden] = [xs.shape[0]!, xs.shape[1]!];
     const out = this.act([T, hidden]);
-    this.timed('norm', () => this.device.launch('norm.cu', 'add_rms_norm_bf16', [T, 1, 1], 256,
+    this.timed('norm', () => this.device.launch('norm.cu', 'add_rms_norm_bf16', [T, 1, 1], normThreads(hidden),
       [ptr(xs.ptr), ptr(asCuda(residual).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)]));
     return out;
   }
@@ -379,12 +391,12 @@ export class CudaBackend implements Backend {
     const { batch, meta } = this.stepOf(step);
     const q = asCuda(qkv);
     const D = rope.headDim;
-    if (D % 64 !== 0) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64`);
+    if (D % 64 !== 0 || D > 256) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64 up to 256`);
     const applyNorm = qNorm !== null && kNorm !== null;
     const invFreq = this.invFreqPtr(rope);
     const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kvLayer(kvLayer);
-    this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16', [batch.numTokens, numHeads + numKvHeads, 1],
-      D / 2, [ptr(q.ptr), ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n),
+    this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16',
+      [batch.numTokens, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1], ROPE_WARPS * 32, [ptr(q.ptr), ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n),
         i32(applyNorm ? 1 : 0), ptr(invFreq), ptr(this.metaPtr(meta, meta.layout.positions)), ptr(cache.k),
         ptr(cache.v), ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D),
         f32(eps)]));
@@ -450,8 +462,9 @@ export class CudaBackend implements Backend {
     const [T, twoI] = [g.shape[0]!, g.shape[1]!];
     const I = twoI / 2;
     const out = this.act([T, I]);
-    this.timed('activation', () => this.device.launch('activation.cu', 'silu_mul_bf16', [Math.ceil((T * I) / 256), 1, 1],
-      256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)]));
+    const perThread = I % 8 === 0 ? 8 : 1;  // bf16 columns per thread: 16-byte loads (kernels/activation.cu)
+    this.timed('activation', () => this.device.launch('activation.cu', 'silu_mul_bf16',
+      [Math.ceil((T * I) / (256 * perThread)), 1, 1], 256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)]));
     return out;
   }
 

@@ -2,8 +2,10 @@
 //   rms_norm:     out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
 //   add_rms_norm: residual[t] += x[t] (in place, rounded to T); out[t] = rms_norm(residual[t]) * w
 // Shapes: x, residual, out [numTokens, hidden]; w [hidden].
-// Launch: grid (numTokens), block 256 (a multiple of 32). bf16 rows of hidden % 8 == 0 and hidden <= 8192 are
-// held in registers (16-byte chunks, every load in flight at once); others stride over hidden.
+// Launch: grid (numTokens), block a multiple of 32 up to 256 (the host gives bf16 rows under 2048 wide one thread
+// per 16-byte chunk: threads beyond the row's chunks add zeros to block_sum, so the width changes no bit).
+// bf16 rows of hidden % 8 == 0 and hidden <= 8 * blockDim * NORM_VEC are held in registers (16-byte chunks,
+// every load in flight at once); others stride over hidden.
 #include "common.cuh"
 
 /** Chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path: hidden <= 8 * blockDim * NORM_VEC. */

@@ -5,46 +5,89 @@
 //   each head: | x1 = [0, D/2) | x2 = [D/2, D) |
 //   angle_i = positions[t] * invFreq[i];  x1' = x1 cos - x2 sin;  x2' = x2 cos + x1 sin
 //
-// With kCache non-null, the k head blocks also write the roped k and the v head into the paged cache at
+// With kCache non-null, the k heads also write the roped k and the v head into the paged cache at
 // slotMapping[t] (as kv_write.cu does: [numBlocks, blockSize, numKvHeads, D], slot < 0 not written).
 //
+// Block (t, y) serves heads y ROPE_WARPS .. y ROPE_WARPS + ROPE_WARPS - 1 of token t, a warp each: the
+// token's angles are computed once per block (in double, as the CPU backend does) into shared memory, and
+// lane l holds the pairs i = l + 32 k. The head's sum of squares is one 32-lane butterfly per k, those
+// summed as the butterfly of a block of D/2 threads sums its warps, and every rounding is spelled out:
+// the bits are those of one thread per pair.
+//
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2].
-// Launch: grid (numTokens, numHeads + numKvHeads), block D/2 (D/2 a multiple of 32).
+// Launch: grid (numTokens, ceil((numHeads + numKvHeads) / ROPE_WARPS)), block ROPE_WARPS * 32;
+//   D/2 a multiple of 32, D <= 256.
 #include "common.cuh"
+
+#define ROPE_WARPS 4
+#define ROPE_MAX_PAIRS 4
 
 template <typename T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,
                                              const float* invFreq, const int* positions, T* kCache, T* vCache,
                                              const int* slotMapping, int numHeads, int numKvHeads, int headDim,
                                              float eps) {
+  __shared__ float cosOf[ROPE_MAX_PAIRS * 32], sinOf[ROPE_MAX_PAIRS * 32];
   const int t = blockIdx.x;
-  const int head = blockIdx.y;
   const int half = headDim >> 1;
-  const int i = threadIdx.x;
-  T* x = qkv + (long long)t * (numHeads + 2 * numKvHeads) * headDim + (long long)head * headDim;
-  float x1 = to_float(x[i]);
-  float x2 = to_float(x[i + half]);
-  if (applyNorm) {
-    const T* w = head < numHeads ? qNorm : kNorm;
-    const float inv = rsqrtf(block_sum(x1 * x1 + x2 * x2) / headDim + eps);
-    x1 = x1 * inv * to_float(w[i]);
-    x2 = x2 * inv * to_float(w[i + half]);
+  const int pairs = half >> 5;  // per lane
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos((double)positions[t] * (double)invFreq[i], &s, &c);
+    sinOf[i] = (float)s;
+    cosOf[i] = (float)c;
   }
-  double s, c;
-  sincos((double)positions[t] * (double)invFreq[i], &s, &c);
-  const float sf = (float)s, cf = (float)c;
-  const T y1 = from_float<T>(x1 * cf - x2 * sf), y2 = from_float<T>(x2 * cf + x1 * sf);
-  x[i] = y1;
-  x[i + half] = y2;
-  if (kCache != nullptr && head >= numHeads) {
-    const long long slot = slotMapping[t];
-    if (slot < 0) return;
-    const long long at = (slot * numKvHeads + (head - numHeads)) * headDim;
-    const T* v = x + (long long)numKvHeads * headDim;
-    kCache[at + i] = y1;
-    kCache[at + i + half] = y2;
-    vCache[at + i] = v[i];
-    vCache[at + i + half] = v[i + half];
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int head = blockIdx.y * ROPE_WARPS + (threadIdx.x >> 5);
+  if (head >= numHeads + numKvHeads) return;
+  T* x = qkv + (long long)t * (numHeads + 2 * numKvHeads) * headDim + (long long)head * headDim;
+  float x1[ROPE_MAX_PAIRS], x2[ROPE_MAX_PAIRS];
+#pragma unroll
+  for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
+    x1[k] = k < pairs ? to_float(x[lane + 32 * k]) : 0.f;
+    x2[k] = k < pairs ? to_float(x[lane + 32 * k + half]) : 0.f;
+  }
+  if (applyNorm) {
+    float p[ROPE_MAX_PAIRS];
+#pragma unroll
+    for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
+      p[k] = k < pairs ? warp_sum(__fmaf_rn(x1[k], x1[k], __fmul_rn(x2[k], x2[k]))) : 0.f;
+    }
+    // block_sum's second butterfly over the warps' partials [p0 .. p_{pairs-1}, 0 ..]: p[j] + p[j + o]
+#pragma unroll
+    for (int o = ROPE_MAX_PAIRS / 2; o >= 1; o >>= 1) {
+#pragma unroll
+      for (int j = 0; j < o; j++) if (o < pairs) p[j] = __fadd_rn(p[j], p[j + o]);
+    }
+    const float inv = rsqrtf(__fadd_rn(__fdiv_rn(p[0], (float)headDim), eps));
+    const T* w = head < numHeads ? qNorm : kNorm;
+#pragma unroll
+    for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
+      if (k < pairs) {
+        x1[k] = __fmul_rn(__fmul_rn(x1[k], inv), to_float(w[lane + 32 * k]));
+        x2[k] = __fmul_rn(__fmul_rn(x2[k], inv), to_float(w[lane + 32 * k + half]));
+      }
+    }
+  }
+  const long long slot = kCache != nullptr && head >= numHeads ? (long long)slotMapping[t] : -1;
+  const long long at = (slot * numKvHeads + (head - numHeads)) * headDim;
+#pragma unroll
+  for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
+    if (k >= pairs) continue;
+    const int i = lane + 32 * k;
+    const float sf = sinOf[i], cf = cosOf[i];
+    const T y1 = from_float<T>(__fsub_rn(__fmul_rn(x1[k], cf), __fmul_rn(x2[k], sf)));
+    const T y2 = from_float<T>(__fmaf_rn(x1[k], sf, __fmul_rn(x2[k], cf)));
+    x[i] = y1;
+    x[i + half] = y2;
+    if (slot >= 0) {
+      const T* v = x + (long long)numKvHeads * headDim;
+      kCache[at + i] = y1;
+      kCache[at + i + half] = y2;
+      vCache[at + i] = v[i];
+      vCache[at + i + half] = v[i + half];
+    }
   }
 }
 
