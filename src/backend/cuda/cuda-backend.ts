@@ -59,7 +59,7 @@ function asCuda(t: Tensor): CudaTensor {
  * register path sum their squares alike either way (the extra threads held nothing), so only occupancy changes:
  * narrow rows get more rows in flight per SM.
  */
-export function normThreads(hidden: number): number {
+function normThreads(hidden: number): number {
   return hidden % 8 === 0 && hidden < 2048 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : 256;
 }
 
@@ -395,11 +395,11 @@ export class CudaBackend implements Backend {
     const applyNorm = qNorm !== null && kNorm !== null;
     const invFreq = this.invFreqPtr(rope);
     const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kvLayer(kvLayer);
-    this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16',
-      [batch.numTokens, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1], ROPE_WARPS * 32, [ptr(q.ptr), ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n),
-        i32(applyNorm ? 1 : 0), ptr(invFreq), ptr(this.metaPtr(meta, meta.layout.positions)), ptr(cache.k),
-        ptr(cache.v), ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D),
-        f32(eps)]));
+    const grid: [number, number, number] = [batch.numTokens, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
+    this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
+      ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
+      ptr(this.metaPtr(meta, meta.layout.positions)), ptr(cache.k), ptr(cache.v),
+      ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D), f32(eps)]));
     this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
   }
 
@@ -435,12 +435,13 @@ export class CudaBackend implements Backend {
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of T alone, so eager and captured steps of one size allocate alike.
-        const mayShare = this.decodeSplits(T * (numHeads / G), MAX_SPLITS) > 1;
+        const numRows = T * (numHeads / G);
+        const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
         const partialOut = mayShare ? this.act([T, numHeads, MAX_SPLITS, D], 'f32').ptr : 0n;
         const partialMl = mayShare ? this.act([T, numHeads, MAX_SPLITS, 2], 'f32').ptr : 0n;
         // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
-        const gridZ = this.decodeSplits(T * (numHeads / G), maxRowSplits);
+        const gridZ = this.decodeSplits(numRows, maxRowSplits);
         this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [numHeads / G, T, gridZ], 128, [
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl), ptr(meta.rowCounters),
           ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
