@@ -15,6 +15,12 @@ import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 
 /** Greedy generations through the in-process engine. */
+/** The recorded transcript a run is gated against: backend, dtype, and what changes the bits on CUDA. */
+export function gatePathKey(backend: string, options: { enforceEager: boolean; batchInvariant: boolean }): string {
+  if (backend !== 'cuda') return `${backend}-f32`;
+  return `cuda-bf16${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
+}
+
 export function llmGenerator(llm: LLM): Generator {
   return {
     async generate(prompts, maxTokens) {
@@ -68,8 +74,7 @@ export function gateCommand(): Command {
     try {
       await llm.ready();
       const info = llm.engineInfo();
-      const pathKey = (f.pathKey as string | undefined)
-        ?? `${info.backend}-${info.backend === 'cpu' ? 'f32' : 'bf16'}${info.backend === 'cuda' && !options.enforceEager ? '-graphs' : ''}`;
+      const pathKey = (f.pathKey as string | undefined) ?? gatePathKey(info.backend, options);
       const canonicalPath = (f.canonical as string | undefined) ?? join(packageRoot(), 'bench', 'gates', `${basename(model)}.json`);
       const t = await runTranscriptGate({
         generator: llmGenerator(llm), prompts: loadGatePrompts(f.prompts as string), pathKey, canonicalPath,

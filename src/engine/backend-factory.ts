@@ -16,7 +16,7 @@ export interface CreatedBackend {
 async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
   const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager,
-    profile: options.profile, profileLog: 'once-per-shape' });
+    batchInvariant: options.batchInvariant, profile: options.profile, profileLog: 'once-per-shape' });
   return { backend, device: backend.device.name };
 }
 

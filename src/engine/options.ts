@@ -21,6 +21,8 @@ export interface EngineOptions {
   kvCacheBytes: number | null;
   /** Disables CUDA graphs. */
   enforceEager: boolean;
+  /** CUDA: GEMMs whose sums do not depend on the batch (kernels/gemm_rows.cu), every row's attention on the decode kernel. */
+  batchInvariant: boolean;
   /** CUDA: per-op profile tables (one per graph bucket and per eager step shape) on stderr. */
   profile: boolean;
   /** Engine-level RNG seed for requests that bring none. */
@@ -46,6 +48,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     gpuMemoryUtilization: 0.9,
     kvCacheBytes: null,
     enforceEager: false,
+    batchInvariant: false,
     profile: false,
     seed: 0,
     schedulerTrace: false,

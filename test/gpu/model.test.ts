@@ -80,4 +80,31 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     console.log(`# gate prompts md5 on CUDA ${transcriptMd5(transcripts.get('graphs, gate prompts (batch 8)')!)}, `
       + `recorded cpu-f32 ${canonical.paths['cpu-f32']!.md5}`);
   });
+
+  test('batch-invariant mode: greedy transcripts identical alone, in batches of 16/64, chunked, eager and graphed', async () => {
+    const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
+      { maxTokens: number; prompts: { prompt: string }[] };
+    const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt} ${i}`);
+    const model = join(packageRoot(), 'models', 'quire-demo');
+    // the 24-token budget cuts prompts into chunks that share steps with other prompts and with decode rows
+    const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number }> = {
+      'graphs, batch 64': { maxNumSeqs: 64, enforceEager: false, maxNumBatchedTokens: 2048 },
+      'graphs, batch 16, 24-token steps': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 24 },
+      'eager, batch 64': { maxNumSeqs: 64, enforceEager: true, maxNumBatchedTokens: 2048 },
+      'graphs, one at a time': { maxNumSeqs: 1, enforceEager: false, maxNumBatchedTokens: 2048 },
+    };
+    let reference: number[][] | null = null;
+    for (const [name, p] of Object.entries(paths)) {
+      const llm = new LLM(model, { backend: 'cuda', batchInvariant: true, maxModelLen: 512, ...p });
+      try {
+        const out = await llm.generate(prompts, { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
+        const t = out.map((c) => c.tokenIds);
+        console.log(`# transcript md5 ${transcriptMd5(t)}  cuda-bf16 batch-invariant ${name}`);
+        reference ??= t;
+        assert.deepEqual(t, reference, name);
+      } finally {
+        await llm.close();
+      }
+    }
+  });
 });

@@ -1,5 +1,6 @@
 // The CUDA backend: bf16 activations and weights, fp32 accumulation; GEMMs on
-// cuBLASLt, every other op one of our kernels (kernels/*.cu); decode steps
+// cuBLASLt (or, in the batch-invariant mode, kernels/gemm_rows.cu), every
+// other op one of our kernels (kernels/*.cu); decode steps
 // captured as CUDA graphs per batch-size bucket (see graph()).
 
 import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js';
@@ -9,6 +10,7 @@ import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../bac
 import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
+import { planGemmRows } from './gemm-rows.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
@@ -25,6 +27,12 @@ export interface CudaBackendOptions {
   activationReserveBytes?: number;
   /** Disables CUDA graphs: graph() just runs its function. */
   enforceEager?: boolean;
+  /**
+   * Every GEMM on kernels/gemm_rows.cu, whose sums follow K alone, instead of cuBLASLt, and prompt rows'
+   * attention on the decode kernel: a row's output bits no longer depend on how many rows share its step or
+   * how its prompt was chunked (slower beyond ~16 rows and for long prompts; docs/perf-log.md).
+   */
+  batchInvariant?: boolean;
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -122,6 +130,7 @@ export class CudaBackend implements Backend {
   private readonly gpuMemoryUtilization: number;
   private readonly activationReserveBytes: number;
   private readonly enforceEager: boolean;
+  readonly batchInvariant: boolean;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
@@ -149,6 +158,7 @@ export class CudaBackend implements Backend {
     this.gpuMemoryUtilization = opts.gpuMemoryUtilization ?? 0.9;
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
+    this.batchInvariant = opts.batchInvariant ?? false;
     this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
@@ -368,8 +378,15 @@ export class CudaBackend implements Backend {
     if (ws.shape[1] !== K) throw new Error(`matmul: x [${xs.shape.join(', ')}] w [${ws.shape.join(', ')}]`);
     const out = this.act([T, N]);
     if (T > 0) {
-      this.timed(`gemm ${label ?? `N=${N} K=${K}`}`,
-        () => this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream));
+      this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => {
+        if (!this.batchInvariant) {
+          this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream);
+          return;
+        }
+        const plan = planGemmRows(T, N, K);
+        this.device.launch('gemm_rows.cu', plan.kernel, plan.grid, plan.block,
+          [ptr(xs.ptr), ptr(ws.ptr), ptr(out.ptr), i32(T), i32(N), i32(K), i32(plan.sliceChunks)], plan.sharedBytes);
+      });
     }
     return out;
   }
@@ -429,7 +446,9 @@ export class CudaBackend implements Backend {
         this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
           ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       }
-      if (packed.decodeOnly) {
+      // The batch-invariant mode runs every row, prompt or decode, through the decode kernel: a row's result
+      // then follows its own kv length alone, whatever chunk or step it came in.
+      if (packed.decodeOnly || this.batchInvariant) {
         const qHeadsPerKv = numHeads / numKvHeads;
         const G = [8, 4, 2, 1].find((g) => qHeadsPerKv % g === 0)!;
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
