@@ -20,7 +20,7 @@ test('every variant covers every row and output column, split partials within 48
   fc.assert(fc.property(fc.integer({ min: 1, max: 600 }), fc.integer({ min: 1, max: 160000 }),
     fc.integer({ min: 1, max: 2048 }), fc.integer({ min: 0, max: GEMM_ROWS_VARIANTS.length }), (T, N, k8, v) => {
       const K = 8 * k8;
-      const variant = GEMM_ROWS_VARIANTS[v] ?? defaultVariant(T);
+      const variant = GEMM_ROWS_VARIANTS[v] ?? defaultVariant(T, N, K);
       const plan = planGemmRows(T, N, K, variant);
       const { rows, tokens } = blockTile(variant);
       assert.ok(plan.grid[0] * rows >= N && (plan.grid[0] - 1) * rows < N);

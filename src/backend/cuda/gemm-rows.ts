@@ -36,7 +36,7 @@ const tiled = (wm: number, wn: number, mt: number, nt: number, stages: number): 
 
 /** Every instantiation in gemm_rows.cu. */
 export const GEMM_ROWS_VARIANTS: readonly GemmRowsVariant[] = [split(1, 1), split(1, 2), split(1, 4),
-  tiled(2, 2, 2, 4, 4), tiled(2, 2, 2, 2, 4)];
+  tiled(2, 2, 2, 4, 4), tiled(2, 2, 2, 2, 4), tiled(4, 2, 2, 4, 4)];
 
 /** Weight rows and tokens of a block's tile. */
 export function blockTile(v: GemmRowsVariant): { rows: number; tokens: number } {
@@ -53,14 +53,18 @@ export interface GemmRowsLaunch {
 }
 
 /**
- * The fastest variant for T rows in the in-graph sweep on the H100 (docs/perf-log.md, session 5): the split
- * variants up to 64 rows (one, two, four token tiles), the 64 x 64 tiled one beyond.
+ * The fastest variant in the in-graph sweep on the H100 (docs/perf-log.md, session 5): the split variants up to
+ * 64 rows (one, two, four token tiles); beyond, 64 x 32 tiles for narrow outputs up to 256 rows, 128 x 64 tiles
+ * of eight warps for narrow outputs of long rows or many rows, 64 x 64 tiles otherwise.
  */
-export function defaultVariant(T: number): GemmRowsVariant {
-  return GEMM_ROWS_VARIANTS[T <= 8 ? 0 : T <= 16 ? 1 : T <= 64 ? 2 : 3]!;
+export function defaultVariant(T: number, N = 0, K = 0): GemmRowsVariant {
+  if (T <= 64) return GEMM_ROWS_VARIANTS[T <= 8 ? 0 : T <= 16 ? 1 : 2]!;
+  if (N <= 2048 && T <= 256) return GEMM_ROWS_VARIANTS[4]!;
+  if (N <= 2048 || (N <= 4096 && K >= 4096)) return GEMM_ROWS_VARIANTS[5]!;
+  return GEMM_ROWS_VARIANTS[3]!;
 }
 
-export function planGemmRows(T: number, N: number, K: number, variant = defaultVariant(T)): GemmRowsLaunch {
+export function planGemmRows(T: number, N: number, K: number, variant = defaultVariant(T, N, K)): GemmRowsLaunch {
   if (K % 8 !== 0) throw new Error(`gemm_rows: K ${K} is not a multiple of 8`);
   const { kind, mt, nt } = variant;
   const chunks = sliceChunks(K);

@@ -234,13 +234,13 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
 #define GEMM_ROWS_ARGS \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K, int sliceChunks
 #define INSTANTIATE_SPLIT(MT, NT, PF)                                                   \
-  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) { \
+  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) { pdl_begin(); \
     gemm_rows_split<MT, NT, PF>(x, w, y, T, N, K, sliceChunks);                          \
   }
 
 #define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES)                                                          \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
-      GEMM_ROWS_ARGS) {                                                                                      \
+      GEMM_ROWS_ARGS) { pdl_begin();                                                                                      \
     gemm_rows_tiled<WM, WN, MT, NT, STAGES>(x, w, y, T, N, K, sliceChunks);                                    \
   }
 
@@ -249,3 +249,4 @@ INSTANTIATE_SPLIT(1, 2, 4)
 INSTANTIATE_SPLIT(1, 4, 2)
 INSTANTIATE_TILED(2, 2, 2, 4, 4)
 INSTANTIATE_TILED(2, 2, 2, 2, 4)
+INSTANTIATE_TILED(4, 2, 2, 4, 4)
