@@ -26,7 +26,7 @@ export interface GemmRowsVariant {
   /** split: most warps sharing a tile's slices; tiled: warps per block, wm along the weight rows. */
   warps: number;
   wm: number;
-  /** tiled: chunks staged in shared memory (STAGES of the instantiation). */
+  /** tiled: stages of two chunks in shared memory (STAGES of the instantiation). */
   stages: number;
 }
 
@@ -36,7 +36,7 @@ const tiled = (wm: number, wn: number, mt: number, nt: number, stages: number): 
 
 /** Every instantiation in gemm_rows.cu. */
 export const GEMM_ROWS_VARIANTS: readonly GemmRowsVariant[] = [split(1, 1), split(1, 2), split(1, 4),
-  tiled(2, 2, 2, 4, 4), tiled(2, 2, 2, 2, 4), tiled(4, 2, 2, 4, 4)];
+  tiled(2, 2, 2, 4, 3), tiled(2, 2, 2, 2, 3)];
 
 /** Weight rows and tokens of a block's tile. */
 export function blockTile(v: GemmRowsVariant): { rows: number; tokens: number } {
@@ -54,17 +54,15 @@ export interface GemmRowsLaunch {
 
 /**
  * The fastest variant in the in-graph sweep on the H100 (docs/perf-log.md, session 5): the split variants up to
- * 64 rows (one, two, four token tiles); beyond, 64 x 32 tiles for narrow outputs up to 256 rows, 128 x 64 tiles
- * of eight warps for narrow outputs of long rows or many rows, 64 x 64 tiles otherwise.
+ * 64 rows (one, two, four token tiles); beyond, 64 x 32 tiles for outputs up to 2048 wide and 256 rows, 64 x 64
+ * tiles otherwise.
  */
-export function defaultVariant(T: number, N = 0, K = 0): GemmRowsVariant {
+export function defaultVariant(T: number, N = 0): GemmRowsVariant {
   if (T <= 64) return GEMM_ROWS_VARIANTS[T <= 8 ? 0 : T <= 16 ? 1 : 2]!;
-  if (N <= 2048 && T <= 256) return GEMM_ROWS_VARIANTS[4]!;
-  if (N <= 2048 || (N <= 4096 && K >= 4096)) return GEMM_ROWS_VARIANTS[5]!;
-  return GEMM_ROWS_VARIANTS[3]!;
+  return GEMM_ROWS_VARIANTS[N <= 2048 && T <= 256 ? 4 : 3]!;
 }
 
-export function planGemmRows(T: number, N: number, K: number, variant = defaultVariant(T, N, K)): GemmRowsLaunch {
+export function planGemmRows(T: number, N: number, K: number, variant = defaultVariant(T, N)): GemmRowsLaunch {
   if (K % 8 !== 0) throw new Error(`gemm_rows: K ${K} is not a multiple of 8`);
   const { kind, mt, nt } = variant;
   const chunks = sliceChunks(K);
@@ -76,5 +74,5 @@ export function planGemmRows(T: number, N: number, K: number, variant = defaultV
       sharedBytes: slices * mt * nt * 4 * 32 * 4, sliceChunks: chunks };
   }
   return { kernel: `gemm_rows_tiled_w${variant.wm}x${variant.warps / variant.wm}_m${mt}_n${nt}`, grid,
-    block: 32 * variant.warps, sharedBytes: variant.stages * (tile.rows + tile.tokens) * 64, sliceChunks: chunks };
+    block: 32 * variant.warps, sharedBytes: variant.stages * (tile.rows + tile.tokens) * 128, sliceChunks: chunks };
 }

@@ -146,15 +146,18 @@ __device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
   return r;
 }
 
-// grid (ceil(N / BM), ceil(T / BN)), block WM x WN warps, dynamic shared memory STAGES * (BM + BN) * 64 bytes.
-// A stage holds chunk c's 32 k (64 bytes) of BM weight rows, then of BN tokens; lane (g, c) reads its 16 bytes
-// at k 8c of a row, the same fragment the other variants load from global memory.
+// grid (ceil(N / BM), ceil(T / BN)), block WM x WN warps, dynamic shared memory STAGES * (BM + BN) * 128 bytes.
+// A stage holds two chunks (64 k, 128 bytes) of BM weight rows, then of BN tokens, as eight 16-byte pieces per
+// row, piece q of row r at q ^ 4(r & 1) (rows g and g + 1 of a quarter warp then read different banks). Lane
+// (g, c) reads piece c (chunk 0) and 4 + c (chunk 1) of a row: the fragments the split variant loads from global
+// memory.
 template <int WM, int WN, int MT, int NT, int STAGES>
 __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
                                 int T, int N, int K, int sliceChunks) {
   constexpr int BM = WM * MT * 16;
   constexpr int BN = WN * NT * 8;
   constexpr int ROWS = BM + BN;
+  constexpr int ROW_BYTES = 2 * CHUNK_K * 2;
   extern __shared__ __align__(16) unsigned char tiles[];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -164,18 +167,33 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   const int row0 = blockIdx.x * BM;
   const int tok0 = blockIdx.y * BN;
   const int numChunks = (K + CHUNK_K - 1) / CHUNK_K;
+  const int numStages = (numChunks + 1) / 2;
 
-  auto load = [&](int chunk, int stage) {
-    for (int p = threadIdx.x; p < ROWS * 4; p += WM * WN * 32) {
-      const int r = p >> 2;
-      const int k = chunk * CHUNK_K + 8 * (p & 3);
-      const bf16_t* src = r < BM ? w + (size_t)min(row0 + r, N - 1) * K : x + (size_t)min(tok0 + r - BM, T - 1) * K;
-      cp_async_16(tiles + (stage * ROWS + r) * 64 + 16 * (p & 3), src + (k < K ? k : 0), k < K);
+  // each thread copies the same LOADS pieces (row, piece) of every stage: their sources and places once
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int LOADS = (ROWS * 8 + THREADS - 1) / THREADS;
+  const bf16_t* src[LOADS];
+  int dst[LOADS], kq[LOADS];
+#pragma unroll
+  for (int i = 0; i < LOADS; i++) {
+    const int p = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1);
+    const int r = p >> 3, q = p & 7;
+    src[i] = (r < BM ? w + (size_t)min(row0 + r, N - 1) * K : x + (size_t)min(tok0 + r - BM, T - 1) * K) + 8 * q;
+    dst[i] = r * ROW_BYTES + 16 * (q ^ ((r & 1) << 2));
+    kq[i] = 8 * q;
+  }
+  auto load = [&](int st, int buf) {
+    const int k0 = st * 2 * CHUNK_K;
+#pragma unroll
+    for (int i = 0; i < LOADS; i++) {
+      const bool valid = k0 + kq[i] < K;
+      cp_async_16(tiles + buf * ROWS * ROW_BYTES + dst[i], src[i] + (valid ? k0 : 0), valid);
     }
   };
+  auto piece = [&](const unsigned char* stage, int r, int q) { return lds16(stage + r * ROW_BYTES + 16 * (q ^ ((r & 1) << 2))); };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
-    if (s < numChunks) load(s, s);
+    if (s < numStages) load(s, s);
     cp_async_commit();
   }
   float sum[MT][NT][4];
@@ -186,36 +204,47 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int r = 0; r < 4; r++) acc[mt][nt][r] = 0.f;
-  for (int c = 0; c < numChunks; c++) {
+  for (int st = 0; st < numStages; st++) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (c + STAGES - 1 < numChunks) load(c + STAGES - 1, (c + STAGES - 1) % STAGES);
+    if (st + STAGES - 1 < numStages) load(st + STAGES - 1, (st + STAGES - 1) % STAGES);
     cp_async_commit();
-    if (c > 0 && c % sliceChunks == 0) {
+    const unsigned char* stage = tiles + (st % STAGES) * ROWS * ROW_BYTES;
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++)
+    for (int half = 0; half < 2; half++) {
+      const int c = 2 * st + half;
+      if (c >= numChunks) break;
+      if (c > 0 && c % sliceChunks == 0) {
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-          for (int r = 0; r < 4; r++) {
-            sum[mt][nt][r] = c == sliceChunks ? acc[mt][nt][r] : __fadd_rn(sum[mt][nt][r], acc[mt][nt][r]);
-            acc[mt][nt][r] = 0.f;
-          }
-    }
-    const unsigned char* stage = tiles + (c % STAGES) * ROWS * 64 + 16 * (lane & 3);
-    u32x4 b[NT];
+          for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) b[nt] = lds16(stage + (BM + wn * NT * 8 + nt * 8 + g) * 64);
+            for (int r = 0; r < 4; r++) {
+              sum[mt][nt][r] = c == sliceChunks ? acc[mt][nt][r] : __fadd_rn(sum[mt][nt][r], acc[mt][nt][r]);
+              acc[mt][nt][r] = 0.f;
+            }
+      }
+      // every fragment of the chunk first: the shared loads are ordered asm, so an mma placed between them
+      // would wait for each in turn
+      const int q = 4 * half + (lane & 3);
+      u32x4 b[NT], a[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-      const u32x4 a0 = lds16(stage + (wm * MT * 16 + mt * 16 + g) * 64);
-      const u32x4 a1 = lds16(stage + (wm * MT * 16 + mt * 16 + g + 8) * 64);
-      const unsigned lo[4] = {a0.x, a1.x, a0.y, a1.y};
-      const unsigned hi[4] = {a0.z, a1.z, a0.w, a1.w};
+      for (int nt = 0; nt < NT; nt++) b[nt] = piece(stage, BM + wn * NT * 8 + nt * 8 + g, q);
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        mma_bf16_16816(acc[mt][nt], lo, b[nt].x, b[nt].y);
-        mma_bf16_16816(acc[mt][nt], hi, b[nt].z, b[nt].w);
+      for (int mt = 0; mt < MT; mt++) {
+        a[mt][0] = piece(stage, wm * MT * 16 + mt * 16 + g, q);
+        a[mt][1] = piece(stage, wm * MT * 16 + mt * 16 + g + 8, q);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        const unsigned lo[4] = {a[mt][0].x, a[mt][1].x, a[mt][0].y, a[mt][1].y};
+        const unsigned hi[4] = {a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+          mma_bf16_16816(acc[mt][nt], lo, b[nt].x, b[nt].y);
+          mma_bf16_16816(acc[mt][nt], hi, b[nt].z, b[nt].w);
+        }
       }
     }
   }
@@ -239,7 +268,7 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   }
 
 #define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES)                                                          \
-  extern "C" __global__ void __launch_bounds__(WM * WN * 32) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
+  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
       GEMM_ROWS_ARGS) { pdl_begin();                                                                                      \
     gemm_rows_tiled<WM, WN, MT, NT, STAGES>(x, w, y, T, N, K, sliceChunks);                                    \
   }
@@ -247,6 +276,5 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
 INSTANTIATE_SPLIT(1, 1, 4)
 INSTANTIATE_SPLIT(1, 2, 4)
 INSTANTIATE_SPLIT(1, 4, 2)
-INSTANTIATE_TILED(2, 2, 2, 4, 4)
-INSTANTIATE_TILED(2, 2, 2, 2, 4)
-INSTANTIATE_TILED(4, 2, 2, 4, 4)
+INSTANTIATE_TILED(2, 2, 2, 4, 3)
+INSTANTIATE_TILED(2, 2, 2, 2, 3)
