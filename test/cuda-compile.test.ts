@@ -9,7 +9,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { cubinCacheKey, expandSource, kernelDir, kernelFiles, loadCubin } from '../src/backend/cuda/compile.js';
-import { pdlEnabled } from '../src/backend/cuda/device.js';
 
 const run = promisify(execFile);
 const nvccFound = spawnSync('nvcc', ['--version']).status === 0;
@@ -23,20 +22,6 @@ test('kernel sources are found from the compiled test and expand without local i
     assert.match(src, /struct __align__\(2\) bf16_t/, `${f} carries common.cuh`);
     assert.equal(src.match(/struct __align__\(2\) bf16_t/g)!.length, 1, `${f} inlines common.cuh once`);
   }
-});
-
-test('every kernel waits for the kernel before it first thing (programmatic dependent launch)', () => {
-  for (const f of kernelFiles()) {
-    const src = expandSource(f);
-    const kernels = [...src.matchAll(/extern "C" __global__[^{]*\{\s*(?:\\\n)?([^\n]*)/g)];
-    assert.ok(kernels.length > 0, `${f}: no kernels`);
-    for (const k of kernels) {
-      assert.match(k[1]!, /^\s*pdl_begin\(\);/, `${f}: ${k[0].slice(0, 80)}`);
-    }
-  }
-  assert.equal(pdlEnabled(90, undefined), true);
-  assert.equal(pdlEnabled(90, '0'), false);
-  assert.equal(pdlEnabled(80, undefined), false);
 });
 
 test('cubin cache key depends on source, arch and NVRTC version', () => {

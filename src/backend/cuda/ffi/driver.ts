@@ -25,11 +25,6 @@ export const CU_EVENT_RECORD_EXTERNAL = 1;
 export const CU_MEMHOSTALLOC_PORTABLE = 1;
 export const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 export const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
-/** CUlaunchAttributeID: the kernel may start before the previous one in the stream finishes (sm_90+). */
-export const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
-/** sizeof(CUlaunchConfig) on 64-bit hosts, and of one CUlaunchAttribute (id, padding, a 64-byte value union). */
-export const LAUNCH_CONFIG_BYTES = 56;
-export const LAUNCH_ATTRIBUTE_BYTES = 72;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 
@@ -73,7 +68,6 @@ export interface DriverApi {
   cuModuleGetFunction(fn: Out<Handle | null>, module: Handle, name: string): number;
   cuLaunchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number,
     blockZ: number, sharedMemBytes: number, stream: Handle, kernelParams: bigint, extra: null): number;
-  cuLaunchKernelEx(config: bigint, fn: Handle, kernelParams: bigint, extra: null): number;
   cuStreamBeginCapture_v2(stream: Handle, mode: number): number;
   cuStreamEndCapture(stream: Handle, graph: Out<Handle | null>): number;
   cuGraphInstantiateWithFlags(exec: Out<Handle | null>, graph: Handle, flags: bigint): number;
@@ -125,7 +119,6 @@ const PROTOTYPES: string[] = [
   'int cuLaunchKernel(void *fn, unsigned int gridX, unsigned int gridY, unsigned int gridZ, ' +
     'unsigned int blockX, unsigned int blockY, unsigned int blockZ, unsigned int sharedMemBytes, ' +
     'void *stream, uint64_t kernelParams, void *extra)',
-  'int cuLaunchKernelEx(uint64_t config, void *fn, uint64_t kernelParams, void *extra)',
   'int cuStreamBeginCapture_v2(void *stream, int mode)',
   'int cuStreamEndCapture(void *stream, _Out_ void **graph)',
   'int cuGraphInstantiateWithFlags(_Out_ void **exec, void *graph, uint64_t flags)',

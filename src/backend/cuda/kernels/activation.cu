@@ -35,7 +35,7 @@ __device__ __forceinline__ void silu_mul(const T* gateUp, T* out, int numTokens,
 }
 
 #define INSTANTIATE(suffix, T)                                                                          \
-  extern "C" __global__ void silu_mul_##suffix(const T* gateUp, T* out, int numTokens, int inter) { pdl_begin();     \
+  extern "C" __global__ void silu_mul_##suffix(const T* gateUp, T* out, int numTokens, int inter) {     \
     silu_mul<T>(gateUp, out, numTokens, inter);                                                         \
   }
 

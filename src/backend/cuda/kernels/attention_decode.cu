@@ -365,7 +365,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
-      int maxSplits, int qHeadsPerKv) { pdl_begin();                                                                           \
+      int maxSplits, int qHeadsPerKv) {                                                                           \
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
                               longSplitTokens, maxSplits, qHeadsPerKv);                                           \

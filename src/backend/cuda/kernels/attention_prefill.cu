@@ -208,7 +208,7 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   extern "C" __global__ void __launch_bounds__(BQ * 2, MIN_BLOCKS) name(                                        \
       const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
       const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
-      int numKvHeads, int blockSize, float scale) { pdl_begin();                                                             \
+      int numKvHeads, int blockSize, float scale) {                                                             \
     attention_prefill_mma<D, BQ, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc,  \
                                              positions, numHeads, numKvHeads, blockSize, scale);                \
   }
@@ -218,7 +218,7 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   extern "C" __global__ void __launch_bounds__(128) attention_prefill_simt_##suffix##_d##D(                     \
       const T* qkv, const T* kCache, const T* vCache, T* out, const int* meta, const int* blockTables,           \
       const int* tiles, const int* queryStartLoc, const int* positions, int numHeads, int numKvHeads,           \
-      int blockSize, float scale, int tileRows) { pdl_begin();                                                               \
+      int blockSize, float scale, int tileRows) {                                                               \
     attention_prefill_simt<T, D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,  \
                                  numHeads, numKvHeads, blockSize, scale, tileRows);                             \
   }

@@ -32,19 +32,6 @@ __device__ __forceinline__ void load2(const float* p, float& a, float& b) {
   b = p[1];
 }
 
-/**
- * First statement of every kernel: programmatic dependent launch (sm_90+). Launched with programmatic stream
- * serialization (device.ts), a kernel may start while the previous one still runs; it waits here until that one
- * has finished and its writes are visible, then lets the next kernel start launching, so launches overlap the
- * tail of the kernel before. Without the launch attribute both are no-ops.
- */
-__device__ __forceinline__ void pdl_begin() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define FULL_MASK 0xffffffffu
 

@@ -13,10 +13,10 @@ __device__ __forceinline__ void gather_rows(const T* src, const int* indices, T*
 }
 
 #define INSTANTIATE(suffix, T)                                                                          \
-  extern "C" __global__ void embedding_##suffix(const T* table, const int* ids, T* out, int hidden) { pdl_begin();  \
+  extern "C" __global__ void embedding_##suffix(const T* table, const int* ids, T* out, int hidden) {  \
     gather_rows<T>(table, ids, out, hidden);                                                            \
   }                                                                                                     \
-  extern "C" __global__ void gather_rows_##suffix(const T* x, const int* indices, T* out, int hidden) { pdl_begin(); \
+  extern "C" __global__ void gather_rows_##suffix(const T* x, const int* indices, T* out, int hidden) { \
     gather_rows<T>(x, indices, out, hidden);                                                            \
   }
 

@@ -263,13 +263,13 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
 #define GEMM_ROWS_ARGS \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K, int sliceChunks
 #define INSTANTIATE_SPLIT(MT, NT, PF)                                                   \
-  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) { pdl_begin(); \
+  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) { \
     gemm_rows_split<MT, NT, PF>(x, w, y, T, N, K, sliceChunks);                          \
   }
 
 #define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES)                                                          \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
-      GEMM_ROWS_ARGS) { pdl_begin();                                                                                      \
+      GEMM_ROWS_ARGS) {                                                                                      \
     gemm_rows_tiled<WM, WN, MT, NT, STAGES>(x, w, y, T, N, K, sliceChunks);                                    \
   }
 

@@ -25,7 +25,7 @@ __device__ __forceinline__ void kv_write(const T* qkv, T* kCache, T* vCache, con
 
 #define INSTANTIATE(suffix, T)                                                                            \
   extern "C" __global__ void kv_write_##suffix(const T* qkv, T* kCache, T* vCache, const int* slotMapping, \
-                                               int numHeads, int numKvHeads, int headDim) { pdl_begin();               \
+                                               int numHeads, int numKvHeads, int headDim) {               \
     kv_write<T>(qkv, kCache, vCache, slotMapping, numHeads, numKvHeads, headDim);                         \
   }
 

@@ -117,11 +117,11 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
 }
 
 #define INSTANTIATE(suffix, T)                                                                               \
-  extern "C" __global__ void rms_norm_##suffix(const T* x, const T* w, T* out, int hidden, float eps) { pdl_begin();     \
+  extern "C" __global__ void rms_norm_##suffix(const T* x, const T* w, T* out, int hidden, float eps) {     \
     rms_norm<T>(x, w, out, hidden, eps);                                                                     \
   }                                                                                                          \
   extern "C" __global__ void add_rms_norm_##suffix(const T* x, T* residual, const T* w, T* out, int hidden, \
-                                                  float eps) { pdl_begin();                                               \
+                                                  float eps) {                                               \
     add_rms_norm<T>(x, residual, w, out, hidden, eps);                                                       \
   }
 

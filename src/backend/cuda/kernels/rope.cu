@@ -95,7 +95,7 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   extern "C" __global__ void qk_norm_rope_##suffix(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,      \
                                                    const float* invFreq, const int* positions, T* kCache,      \
                                                    T* vCache, const int* slotMapping, int numHeads,            \
-                                                   int numKvHeads, int headDim, float eps) { pdl_begin();                   \
+                                                   int numKvHeads, int headDim, float eps) {                   \
     qk_norm_rope<T>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads,   \
                     numKvHeads, headDim, eps);                                                                 \
   }
