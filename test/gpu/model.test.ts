@@ -77,15 +77,18 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     }
     const canonical = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gates', 'quire-demo.json'), 'utf8')) as
       { paths: Record<string, { md5: string }> };
-    console.log(`# gate prompts md5 on CUDA ${transcriptMd5(transcripts.get('graphs, gate prompts (batch 8)')!)}, `
-      + `recorded cpu-f32 ${canonical.paths['cpu-f32']!.md5}`);
+    const gateMd5 = transcriptMd5(transcripts.get('graphs, gate prompts (batch 8)')!);
+    console.log(`# gate prompts md5 on CUDA ${gateMd5}, recorded cpu-f32 ${canonical.paths['cpu-f32']!.md5}`);
+    assert.equal(gateMd5, canonical.paths['cuda-bf16-graphs']?.md5, 'gate prompts vs the recorded cuda-bf16-graphs path');
   });
 
   test('batch-invariant mode: greedy transcripts identical alone, in batches of 16/64, chunked, eager and graphed', async () => {
     const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
       { maxTokens: number; prompts: { prompt: string }[] };
-    const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt} ${i}`);
+    const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
     const model = join(packageRoot(), 'models', 'quire-demo');
+    const canonical = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gates', 'quire-demo.json'), 'utf8')) as
+      { paths: Record<string, { md5: string }> };
     // the 24-token budget cuts prompts into chunks that share steps with other prompts and with decode rows
     const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number }> = {
       'graphs, batch 64': { maxNumSeqs: 64, enforceEager: false, maxNumBatchedTokens: 2048 },
@@ -102,6 +105,9 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
         console.log(`# transcript md5 ${transcriptMd5(t)}  cuda-bf16 batch-invariant ${name}`);
         reference ??= t;
         assert.deepEqual(t, reference, name);
+        // the first 8 are the gate prompts: invariance makes them the recorded single-path transcript
+        assert.equal(transcriptMd5(t.slice(0, gate.prompts.length)),
+          canonical.paths[`cuda-bf16${p.enforceEager ? '' : '-graphs'}-batch-invariant`]?.md5, `${name}: gate prompts`);
       } finally {
         await llm.close();
       }
