@@ -4,7 +4,7 @@
 import koffi from 'koffi';
 import {
   check, cu, outPtr, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING,
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_MEMHOSTALLOC_PORTABLE, CU_STREAM_NON_BLOCKING,
   type DevicePtr, type DriverApi, type Handle,
 } from './ffi/driver.js';
 import { compileToCubin, nvrtcVersion } from './ffi/nvrtc.js';
@@ -36,6 +36,8 @@ export class Device {
   private readonly device: number;
   private readonly modules = new Map<string, Handle>();
   private readonly functions = new Map<string, Handle>();
+  /** Dynamic shared memory each kernel was allowed beyond the default 48 KiB. */
+  private readonly sharedAllowed = new Map<Handle, number>();
   private compiler: Compiler | null = null;
   // kernelParams: [values: MAX_KERNEL_ARGS x 8 bytes][pointers to each value: MAX_KERNEL_ARGS x 8 bytes]
   private readonly args: PinnedBuffer;
@@ -163,6 +165,11 @@ export class Device {
       else v.setFloat32(at, a.f32, true);
     }
     if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return;
+    if (sharedBytes > 48 * 1024 && (this.sharedAllowed.get(fn) ?? 0) < sharedBytes) {
+      check(this.api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedBytes),
+        'cuFuncSetAttribute', `${name}: ${sharedBytes} bytes of shared memory`);
+      this.sharedAllowed.set(fn, sharedBytes);
+    }
     check(this.api.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, sharedBytes, this.stream,
       this.args.ptr + BigInt(MAX_KERNEL_ARGS * ARG_SLOT_BYTES), null), `cuLaunchKernel(${name})`,
       `grid [${grid.join(', ')}], block ${block}`);

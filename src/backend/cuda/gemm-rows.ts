@@ -28,15 +28,18 @@ export interface GemmRowsVariant {
   wm: number;
   /** tiled: stages of two chunks in shared memory (STAGES of the instantiation). */
   stages: number;
+  /** tiled: the running slice sum in shared memory (SMEM_SUM), freeing registers for wide warp tiles. */
+  smemSum: boolean;
 }
 
-const split = (mt: number, nt: number): GemmRowsVariant => ({ kind: 'split', mt, nt, warps: 16, wm: 1, stages: 0 });
-const tiled = (wm: number, wn: number, mt: number, nt: number, stages: number): GemmRowsVariant =>
-  ({ kind: 'tiled', mt, nt, warps: wm * wn, wm, stages });
+const split = (mt: number, nt: number): GemmRowsVariant =>
+  ({ kind: 'split', mt, nt, warps: 16, wm: 1, stages: 0, smemSum: false });
+const tiled = (wm: number, wn: number, mt: number, nt: number, stages: number, smemSum = false): GemmRowsVariant =>
+  ({ kind: 'tiled', mt, nt, warps: wm * wn, wm, stages, smemSum });
 
 /** Every instantiation in gemm_rows.cu. */
 export const GEMM_ROWS_VARIANTS: readonly GemmRowsVariant[] = [split(1, 1), split(1, 2), split(1, 4),
-  tiled(2, 2, 2, 4, 3), tiled(2, 2, 2, 2, 3)];
+  tiled(2, 2, 2, 2, 3), tiled(1, 4, 4, 4, 3, true)];
 
 /** Weight rows and tokens of a block's tile. */
 export function blockTile(v: GemmRowsVariant): { rows: number; tokens: number } {
@@ -54,12 +57,12 @@ export interface GemmRowsLaunch {
 
 /**
  * The fastest variant in the in-graph sweep on the H100 (docs/perf-log.md, session 5): the split variants up to
- * 64 rows (one, two, four token tiles); beyond, 64 x 32 tiles for outputs up to 2048 wide and 256 rows, 64 x 64
- * tiles otherwise.
+ * 64 rows (one, two, four token tiles); beyond, 64 x 32 tiles for outputs up to 2048 wide and 256 rows, else
+ * 64 x 128 tiles of 64 x 32 per warp with the slice sums in shared memory.
  */
 export function defaultVariant(T: number, N = 0): GemmRowsVariant {
   if (T <= 64) return GEMM_ROWS_VARIANTS[T <= 8 ? 0 : T <= 16 ? 1 : 2]!;
-  return GEMM_ROWS_VARIANTS[N <= 2048 && T <= 256 ? 4 : 3]!;
+  return GEMM_ROWS_VARIANTS[N <= 2048 && T <= 256 ? 3 : 4]!;
 }
 
 export function planGemmRows(T: number, N: number, K: number, variant = defaultVariant(T, N)): GemmRowsLaunch {
@@ -74,5 +77,6 @@ export function planGemmRows(T: number, N: number, K: number, variant = defaultV
       sharedBytes: slices * mt * nt * 4 * 32 * 4, sliceChunks: chunks };
   }
   return { kernel: `gemm_rows_tiled_w${variant.wm}x${variant.warps / variant.wm}_m${mt}_n${nt}`, grid,
-    block: 32 * variant.warps, sharedBytes: variant.stages * (tile.rows + tile.tokens) * 128, sliceChunks: chunks };
+    block: 32 * variant.warps, sliceChunks: chunks, sharedBytes: variant.stages * (tile.rows + tile.tokens) * 128
+      + (variant.smemSum ? mt * nt * 4 * 32 * variant.warps * 4 : 0) };
 }

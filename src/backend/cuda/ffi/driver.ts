@@ -25,6 +25,8 @@ export const CU_EVENT_RECORD_EXTERNAL = 1;
 export const CU_MEMHOSTALLOC_PORTABLE = 1;
 export const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 export const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+/** CUfunction_attribute: dynamic shared memory a launch may ask for beyond the default 48 KiB. */
+export const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 
@@ -68,6 +70,7 @@ export interface DriverApi {
   cuModuleGetFunction(fn: Out<Handle | null>, module: Handle, name: string): number;
   cuLaunchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number,
     blockZ: number, sharedMemBytes: number, stream: Handle, kernelParams: bigint, extra: null): number;
+  cuFuncSetAttribute(fn: Handle, attrib: number, value: number): number;
   cuStreamBeginCapture_v2(stream: Handle, mode: number): number;
   cuStreamEndCapture(stream: Handle, graph: Out<Handle | null>): number;
   cuGraphInstantiateWithFlags(exec: Out<Handle | null>, graph: Handle, flags: bigint): number;
@@ -119,6 +122,7 @@ const PROTOTYPES: string[] = [
   'int cuLaunchKernel(void *fn, unsigned int gridX, unsigned int gridY, unsigned int gridZ, ' +
     'unsigned int blockX, unsigned int blockY, unsigned int blockZ, unsigned int sharedMemBytes, ' +
     'void *stream, uint64_t kernelParams, void *extra)',
+  'int cuFuncSetAttribute(void *fn, int attrib, int value)',
   'int cuStreamBeginCapture_v2(void *stream, int mode)',
   'int cuStreamEndCapture(void *stream, _Out_ void **graph)',
   'int cuGraphInstantiateWithFlags(_Out_ void **exec, void *graph, uint64_t flags)',

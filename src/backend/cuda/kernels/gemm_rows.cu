@@ -151,7 +151,7 @@ __device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
 // row, piece q of row r at q ^ 4(r & 1) (rows g and g + 1 of a quarter warp then read different banks). Lane
 // (g, c) reads piece c (chunk 0) and 4 + c (chunk 1) of a row: the fragments the split variant loads from global
 // memory.
-template <int WM, int WN, int MT, int NT, int STAGES>
+template <int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM>
 __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
                                 int T, int N, int K, int sliceChunks) {
   constexpr int BM = WM * MT * 16;
@@ -172,22 +172,21 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   // each thread copies the same LOADS pieces (row, piece) of every stage: their sources and places once
   constexpr int THREADS = WM * WN * 32;
   constexpr int LOADS = (ROWS * 8 + THREADS - 1) / THREADS;
+  // (THREADS is a multiple of 8, so a thread's piece q is the same in every row it copies)
+  const int q8 = threadIdx.x & 7;
   const bf16_t* src[LOADS];
-  int dst[LOADS], kq[LOADS];
 #pragma unroll
   for (int i = 0; i < LOADS; i++) {
-    const int p = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1);
-    const int r = p >> 3, q = p & 7;
-    src[i] = (r < BM ? w + (size_t)min(row0 + r, N - 1) * K : x + (size_t)min(tok0 + r - BM, T - 1) * K) + 8 * q;
-    dst[i] = r * ROW_BYTES + 16 * (q ^ ((r & 1) << 2));
-    kq[i] = 8 * q;
+    const int r = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3;
+    src[i] = (r < BM ? w + (size_t)min(row0 + r, N - 1) * K : x + (size_t)min(tok0 + r - BM, T - 1) * K) + 8 * q8;
   }
   auto load = [&](int st, int buf) {
     const int k0 = st * 2 * CHUNK_K;
+    const bool valid = k0 + 8 * q8 < K;
 #pragma unroll
     for (int i = 0; i < LOADS; i++) {
-      const bool valid = k0 + kq[i] < K;
-      cp_async_16(tiles + buf * ROWS * ROW_BYTES + dst[i], src[i] + (valid ? k0 : 0), valid);
+      const int r = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3;
+      cp_async_16(tiles + (buf * ROWS + r) * ROW_BYTES + 16 * (q8 ^ ((r & 1) << 2)), src[i] + (valid ? k0 : 0), valid);
     }
   };
   auto piece = [&](const unsigned char* stage, int r, int q) { return lds16(stage + r * ROW_BYTES + 16 * (q ^ ((r & 1) << 2))); };
@@ -196,7 +195,13 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     if (s < numStages) load(s, s);
     cp_async_commit();
   }
-  float sum[MT][NT][4];
+  // the running slice sum: registers, or (SMEM_SUM, for wide warp tiles) this thread's slots after the tiles
+  float sumReg[SMEM_SUM ? 1 : MT][SMEM_SUM ? 1 : NT][4];
+  float* sumSmem = reinterpret_cast<float*>(tiles + STAGES * ROWS * ROW_BYTES) + threadIdx.x;
+  auto sumAt = [&](int mt, int nt, int r) -> float& {
+    if constexpr (SMEM_SUM) return sumSmem[((mt * NT + nt) * 4 + r) * THREADS];
+    else return sumReg[SMEM_SUM ? 0 : mt][SMEM_SUM ? 0 : nt][r];
+  };
   float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
@@ -221,7 +226,7 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
           for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-              sum[mt][nt][r] = c == sliceChunks ? acc[mt][nt][r] : __fadd_rn(sum[mt][nt][r], acc[mt][nt][r]);
+              sumAt(mt, nt, r) = c == sliceChunks ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
               acc[mt][nt][r] = 0.f;
             }
       }
@@ -255,7 +260,7 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int r = 0; r < 4; r++) {
-        const float v = numChunks <= sliceChunks ? acc[mt][nt][r] : __fadd_rn(sum[mt][nt][r], acc[mt][nt][r]);
+        const float v = numChunks <= sliceChunks ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
         store_out(y, v, row0 + wm * MT * 16, tok0 + wn * NT * 8, mt, nt, r, lane, T, N);
       }
 }
@@ -267,14 +272,14 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     gemm_rows_split<MT, NT, PF>(x, w, y, T, N, K, sliceChunks);                          \
   }
 
-#define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES)                                                          \
+#define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES, SMEM_SUM)                                                \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
       GEMM_ROWS_ARGS) {                                                                                      \
-    gemm_rows_tiled<WM, WN, MT, NT, STAGES>(x, w, y, T, N, K, sliceChunks);                                    \
+    gemm_rows_tiled<WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, T, N, K, sliceChunks);                          \
   }
 
 INSTANTIATE_SPLIT(1, 1, 4)
 INSTANTIATE_SPLIT(1, 2, 4)
 INSTANTIATE_SPLIT(1, 4, 2)
-INSTANTIATE_TILED(2, 2, 2, 4, 3)
-INSTANTIATE_TILED(2, 2, 2, 2, 3)
+INSTANTIATE_TILED(2, 2, 2, 2, 3, false)
+INSTANTIATE_TILED(1, 4, 4, 4, 3, true)
