@@ -1,6 +1,6 @@
 // y[T, N] = x[T, K] * w[N, K]^T (bf16 in and out, fp32 accumulation on tensor cores), batch-invariant by
 // construction: what an output element adds, and in what order, depends on K alone. The GEMM of the
-// batch-invariant mode (--batch-invariant); the default path runs cuBLASLt, faster beyond ~16 rows.
+// batch-invariant mode (--batch-invariant); the default path runs cuBLASLt, 3-5x faster at 256 rows.
 //
 // The order (the contract every variant below keeps):
 //   - k is cut into chunks of 32 and the chunks into slices of `sliceChunks` (the host picks it from K);
@@ -16,9 +16,10 @@
 //   split: a block's warps share one tile and take its slices in turn, loading fragments straight from global
 //          memory; each p_s goes to shared memory and the block adds them in slice order. Many warps per weight
 //          tile: for small T, where the weights' bytes in flight decide the time.
-//   tiled: a warp walks its tile's slices in order, keeping the running sum in registers; the block's weight and
-//          token tiles are staged chunk by chunk in shared memory (cp.async, STAGES deep) and shared by its
-//          WM x WN warps: for large T, where the arithmetic decides.
+//   tiled: a warp walks its tile's slices in order, keeping the running sum in registers (or, SMEM_SUM, in its
+//          own shared-memory slots, so wide warp tiles fit the registers); the block's weight and token tiles
+//          are staged two chunks at a time in shared memory (cp.async, STAGES deep) and shared by its WM x WN
+//          warps: for large T, where the arithmetic decides.
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -146,7 +147,8 @@ __device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
   return r;
 }
 
-// grid (ceil(N / BM), ceil(T / BN)), block WM x WN warps, dynamic shared memory STAGES * (BM + BN) * 128 bytes.
+// grid (ceil(N / BM), ceil(T / BN)), block WM x WN warps, dynamic shared memory STAGES * (BM + BN) * 128 bytes
+// (+ MT * NT * 4 floats per thread with SMEM_SUM).
 // A stage holds two chunks (64 k, 128 bytes) of BM weight rows, then of BN tokens, as eight 16-byte pieces per
 // row, piece q of row r at q ^ 4(r & 1) (rows g and g + 1 of a quarter warp then read different banks). Lane
 // (g, c) reads piece c (chunk 0) and 4 + c (chunk 1) of a row: the fragments the split variant loads from global
@@ -169,7 +171,7 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   const int numChunks = (K + CHUNK_K - 1) / CHUNK_K;
   const int numStages = (numChunks + 1) / 2;
 
-  // each thread copies the same LOADS pieces (row, piece) of every stage: their sources and places once
+  // each thread copies the same LOADS pieces (row, piece) of every stage: their sources computed once
   constexpr int THREADS = WM * WN * 32;
   constexpr int LOADS = (ROWS * 8 + THREADS - 1) / THREADS;
   // (THREADS is a multiple of 8, so a thread's piece q is the same in every row it copies)
