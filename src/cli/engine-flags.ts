@@ -34,7 +34,7 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--gpu-memory-utilization <f>', 'fraction of GPU memory to use', num('--gpu-memory-utilization'), 0.9)
     .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int('--kv-cache-memory'))
     .option('--enforce-eager', 'disable CUDA graphs', false)
-    .option('--batch-invariant', 'CUDA: GEMMs whose sums do not depend on the batch, so a greedy transcript does not change with batch size, other requests or chunking (slower at large batches)', false)
+    .option('--batch-invariant', 'CUDA: kernels whose sums do not depend on the batch, so a greedy transcript does not change with batch size, other requests, chunking, preemption or prefix-cache hits (slower at large batches)', false)
     .option('--profile', 'CUDA: time every op (graph replays through event-record nodes); print one table per step shape to stderr', false)
     .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
     .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)

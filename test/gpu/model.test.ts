@@ -82,27 +82,40 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     assert.equal(gateMd5, canonical.paths['cuda-bf16-graphs']?.md5, 'gate prompts vs the recorded cuda-bf16-graphs path');
   });
 
-  test('batch-invariant mode: greedy transcripts identical alone, in batches of 16/64, chunked, eager and graphed', async () => {
+  test('batch-invariant mode: transcripts identical alone, in batches, chunked, preempted, from the prefix cache, eager and graphed', async () => {
     const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
       { maxTokens: number; prompts: { prompt: string }[] };
     const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
     const model = join(packageRoot(), 'models', 'quire-demo');
     const canonical = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gates', 'quire-demo.json'), 'utf8')) as
       { paths: Record<string, { md5: string }> };
-    // the 24-token budget cuts prompts into chunks that share steps with other prompts and with decode rows
-    const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number }> = {
+    // the 24-token budget cuts prompts into chunks that share steps with other prompts and with decode rows; the
+    // 1.5 MB pool (~37 pages of 40 KiB) holds a fraction of 64 sequences, so some are preempted and recomputed;
+    // the second run of a prompt set on one engine reads its prompts' pages from the prefix cache
+    const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number;
+      kvCacheBytes?: number; runs?: number }> = {
       'graphs, batch 64': { maxNumSeqs: 64, enforceEager: false, maxNumBatchedTokens: 2048 },
       'graphs, batch 16, 24-token steps': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 24 },
       'eager, batch 64': { maxNumSeqs: 64, enforceEager: true, maxNumBatchedTokens: 2048 },
       'graphs, one at a time': { maxNumSeqs: 1, enforceEager: false, maxNumBatchedTokens: 2048 },
+      'graphs, batch 64, 1.5 MB KV pool': { maxNumSeqs: 64, enforceEager: false, maxNumBatchedTokens: 2048,
+        kvCacheBytes: 1.5e6 },
+      'graphs, batch 64, second run (prefix cache)': { maxNumSeqs: 64, enforceEager: false, maxNumBatchedTokens: 2048,
+        runs: 2 },
     };
     let reference: number[][] | null = null;
-    for (const [name, p] of Object.entries(paths)) {
+    for (const [name, { runs, ...p }] of Object.entries(paths)) {
       const llm = new LLM(model, { backend: 'cuda', batchInvariant: true, maxModelLen: 512, ...p });
       try {
-        const out = await llm.generate(prompts, { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
-        const t = out.map((c) => c.tokenIds);
+        let t: number[][] = [];
+        for (let run = 0; run < (runs ?? 1); run++) {
+          const out = await llm.generate(prompts, { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
+          t = out.map((c) => c.tokenIds);
+        }
+        const stats = await llm.stats();
         console.log(`# transcript md5 ${transcriptMd5(t)}  cuda-bf16 batch-invariant ${name}`);
+        if (p.kvCacheBytes) assert.ok(stats.numPreemptions > 0, `${name}: no preemption`);
+        if (runs) assert.ok(stats.prefixCacheHits > 0, `${name}: no prefix-cache hit`);
         reference ??= t;
         assert.deepEqual(t, reference, name);
         // the first 8 are the gate prompts: invariance makes them the recorded single-path transcript
