@@ -130,7 +130,7 @@ export class CudaBackend implements Backend {
   private readonly gpuMemoryUtilization: number;
   private readonly activationReserveBytes: number;
   private readonly enforceEager: boolean;
-  readonly batchInvariant: boolean;
+  private readonly batchInvariant: boolean;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;

@@ -5,7 +5,7 @@
 // The order (the contract every variant below keeps):
 //   - k is cut into chunks of 32 and the chunks into slices of `sliceChunks` (the host picks it from K);
 //   - a slice's partial p_s is an mma.sync m16n8k16 chain from zero over its chunks in order, a chunk being
-//     two mma over its 32 k permuted as in load_chunk (lane (g, c) holds k 8c..8c+7: the first mma takes
+//     two mma over its 32 k permuted as in chunk_mma (lane (g, c) holds k 8c..8c+7: the first mma takes
 //     8c..8c+3, the second 8c+4..8c+7, in the A and B fragments alike);
 //   - y = (((p_0 + p_1) + p_2) + ...) in fp32, rounded to bf16 once.
 // The tile a warp computes (MT x 16 weight rows by NT x 8 tokens), how many warps share a tile's slices, and the
@@ -39,6 +39,24 @@ __device__ __forceinline__ u32x4 load_chunk(const bf16_t* row, int chunk, int K)
 }
 
 /**
+ * One chunk of the contract: acc[mt][nt] += the chunk's 32 k as two mma, k 8c..8c+3 then 8c+4..8c+7 of lane (g, c)'s
+ * 16 bytes. a[mt][h]: weight row g + 8h of m tile mt; b[nt]: token g of n tile nt. Every variant calls this.
+ */
+template <int MT, int NT>
+__device__ __forceinline__ void chunk_mma(float acc[MT][NT][4], const u32x4 a[MT][2], const u32x4 b[NT]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const unsigned lo[4] = {a[mt][0].x, a[mt][1].x, a[mt][0].y, a[mt][1].y};
+    const unsigned hi[4] = {a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      mma_bf16_16816(acc[mt][nt], lo, b[nt].x, b[nt].y);
+      mma_bf16_16816(acc[mt][nt], hi, b[nt].z, b[nt].w);
+    }
+  }
+}
+
+/**
  * acc = this warp's p over chunks [c0, c1): MT x NT tiles, PF chunks loaded before their mma are issued.
  * wRow[mt][h]: weight row g + 8h of m tile mt; xRow[nt]: token g of n tile nt (clamped rows; their outputs
  * are never stored).
@@ -67,18 +85,7 @@ __device__ __forceinline__ void slice_partial(float acc[MT][NT][4], const bf16_t
     }
 #pragma unroll
     for (int j = 0; j < PF; j++) {
-      if (cb + j < c1) {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          const unsigned lo[4] = {a[j][mt][0].x, a[j][mt][1].x, a[j][mt][0].y, a[j][mt][1].y};
-          const unsigned hi[4] = {a[j][mt][0].z, a[j][mt][1].z, a[j][mt][0].w, a[j][mt][1].w};
-#pragma unroll
-          for (int nt = 0; nt < NT; nt++) {
-            mma_bf16_16816(acc[mt][nt], lo, b[j][nt].x, b[j][nt].y);
-            mma_bf16_16816(acc[mt][nt], hi, b[j][nt].z, b[j][nt].w);
-          }
-        }
-      }
+      if (cb + j < c1) chunk_mma<MT, NT>(acc, a[j], b[j]);
     }
   }
 }
@@ -243,16 +250,7 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
         a[mt][0] = piece(stage, wm * MT * 16 + mt * 16 + g, q);
         a[mt][1] = piece(stage, wm * MT * 16 + mt * 16 + g + 8, q);
       }
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        const unsigned lo[4] = {a[mt][0].x, a[mt][1].x, a[mt][0].y, a[mt][1].y};
-        const unsigned hi[4] = {a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w};
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-          mma_bf16_16816(acc[mt][nt], lo, b[nt].x, b[nt].y);
-          mma_bf16_16816(acc[mt][nt], hi, b[nt].z, b[nt].w);
-        }
-      }
+      chunk_mma<MT, NT>(acc, a, b);
     }
   }
   cp_async_wait<0>();
