@@ -7,6 +7,7 @@
 
 import type { DType, HostTensor, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../model/batch.js';
+import type { LayerWeights } from '../model/weights.js';
 
 export interface Tensor {
   readonly shape: readonly number[];
@@ -16,6 +17,17 @@ export interface RopeSpec {
   headDim: number;
   /** [headDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). */
   invFreq: Float32Array;
+}
+
+/** What fusedLayers needs of the model besides its weights. */
+export interface LayerSpec {
+  hidden: number;
+  inter: number;
+  numHeads: number;
+  numKvHeads: number;
+  eps: number;
+  scale: number;
+  rope: RopeSpec;
 }
 
 /** Batch metadata after it has been placed where the ops can read it. */
@@ -89,6 +101,13 @@ export interface Backend {
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array;
   /** Copies a tensor to the host as f32. */
   toHost(t: Tensor): Float32Array;
+  /**
+   * Optional: every layer of the step at once, where the backend has such a path for it (else null), with the
+   * bits of the layer-by-layer ops. Returns the residual stream and the last layer's mlp output, which the
+   * model's final addRmsNorm adds.
+   */
+  fusedLayers?(residual: Tensor, layers: readonly LayerWeights[], spec: LayerSpec,
+    step: StepInputs): { residual: Tensor; mlpOut: Tensor } | null;
   /** Frees everything. */
   dispose(): void;
 }

@@ -4,9 +4,10 @@
 //                       -> addRMSNorm -> gate_up -> silu*up -> down
 //         -> addRMSNorm(final) -> logit rows -> lm_head
 //
-// The residual stream lives in the embedding output; addRmsNorm adds into it in place.
+// The residual stream lives in the embedding output; addRmsNorm adds into it in place. A backend may run
+// every layer of a step at once (Backend.fusedLayers) with the same bits.
 
-import type { Backend, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
+import type { Backend, LayerSpec, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import { ropeInvFreq } from './rope.js';
@@ -15,6 +16,7 @@ import { loadWeights, type ModelWeights } from './weights.js';
 export class Model {
   private readonly rope: RopeSpec;
   private readonly scale: number;
+  private readonly layerSpec: LayerSpec;
 
   private constructor(
     readonly config: ModelConfig,
@@ -23,6 +25,8 @@ export class Model {
   ) {
     this.rope = { headDim: config.headDim, invFreq: ropeInvFreq(config) };
     this.scale = 1 / Math.sqrt(config.headDim);
+    this.layerSpec = { hidden: config.hiddenSize, inter: config.intermediateSize, numHeads: config.numHeads,
+      numKvHeads: config.numKvHeads, eps: config.rmsNormEps, scale: this.scale, rope: this.rope };
   }
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend): Model {
@@ -72,9 +76,11 @@ export class Model {
     const w = this.weights;
     const eps = c.rmsNormEps;
     const step = b.beginStep(batch);
-    const residual = b.embedding(w.embedTokens, step);
+    let residual = b.embedding(w.embedTokens, step);
     let mlpOut: Tensor | null = null;
-    for (let l = 0; l < c.numLayers; l++) {
+    const fused = b.fusedLayers?.(residual, w.layers, this.layerSpec, step) ?? null;
+    if (fused) ({ residual, mlpOut } = fused);
+    for (let l = 0; l < (fused ? 0 : c.numLayers); l++) {
       const lw = w.layers[l]!;
       b.beginLayer(l);
       const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);

@@ -6,11 +6,13 @@
 import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js';
 import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
-import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { LayerWeights } from '../../model/weights.js';
 import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
+import { FUSED_THREADS, fusedUnsupported, LAYER_PTRS, planFusedDecode } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
@@ -33,6 +35,13 @@ export interface CudaBackendOptions {
    * how its prompt was chunked (slower beyond ~16 rows and for long prompts; docs/perf-log.md).
    */
   batchInvariant?: boolean;
+  /**
+   * Experimental, off by default (QUIRE_FUSED_DECODE=1 sets it): the batch-invariant mode's one-token decode steps
+   * run every layer in one persistent kernel (kernels/decode_layers.cu) with the same bits; slower than layer by
+   * layer so far (docs/perf-log.md, session 6).
+   */
+  fusedDecode?: boolean;
+
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -63,12 +72,13 @@ function asCuda(t: Tensor): CudaTensor {
 }
 
 /**
- * Threads of a norm block (kernels/norm.cu): one per 16-byte chunk of a row under 2048 wide, else 256. Rows on the
- * register path sum their squares alike either way (the extra threads held nothing), so only occupancy changes:
- * narrow rows get more rows in flight per SM.
+ * Threads of a norm block (kernels/norm.cu): one per 16-byte chunk of a row up to 1024 wide, 128 up to 4096 wide
+ * (FUSED_THREADS: the fused decode kernel's norms must sum alike), else 256. Rows of one chunk per thread sum
+ * their squares alike at any width (the extra threads hold nothing), so there only occupancy changes.
  */
 function normThreads(hidden: number): number {
-  return hidden % 8 === 0 && hidden < 2048 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : 256;
+  if (hidden % 8 !== 0 || hidden > 4096) return 256;
+  return hidden <= 1024 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : FUSED_THREADS;
 }
 
 /** Warps of a qk_norm_rope block, a head each (ROPE_WARPS in kernels/rope.cu). */
@@ -131,6 +141,11 @@ export class CudaBackend implements Backend {
   private readonly activationReserveBytes: number;
   private readonly enforceEager: boolean;
   private readonly batchInvariant: boolean;
+  private readonly fusedDecode: boolean;
+  /** The fused kernel's per-layer pointer table, for the weights and KV cache it was built from. */
+  private layerTable: { ptr: bigint; layers: readonly LayerWeights[]; kvGeneration: number } | null = null;
+  /** Blocks of each fused kernel that fit one SM (its grid is at most that many per SM). */
+  private readonly fusedFits = new Map<string, number>();
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
@@ -146,6 +161,8 @@ export class CudaBackend implements Backend {
   private readonly graphs = new Map<number, CapturedGraph>();
   private capturing = false;
   numGraphReplays = 0;
+  /** Steps whose layers ran fused (fusedLayers). */
+  numFusedSteps = 0;
   numGraphCaptures = 0;
   /** Wall time of the steps that captured a graph (their eager run, the capture and the instantiation). */
   graphCaptureMs = 0;
@@ -159,6 +176,7 @@ export class CudaBackend implements Backend {
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
     this.batchInvariant = opts.batchInvariant ?? false;
+    this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
     this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
@@ -477,6 +495,72 @@ export class CudaBackend implements Backend {
     return out;
   }
 
+  /**
+   * The batch-invariant mode's one-token decode step: every layer in one persistent kernel
+   * (kernels/decode_layers.cu), whose stages are the op path's device functions, so the bits are the
+   * layer-by-layer ops'. Null for any other step.
+   */
+  fusedLayers(residual: Tensor, layers: readonly LayerWeights[], spec: LayerSpec,
+    step: StepInputs): { residual: Tensor; mlpOut: Tensor } | null {
+    if (!this.batchInvariant || !this.fusedDecode) return null;
+    const { batch, packed, meta } = this.stepOf(step);
+    if (batch.numTokens !== 1 || !packed.decodeOnly) return null;
+    const D = spec.rope.headDim;
+    const shape = { hidden: spec.hidden, inter: spec.inter, numHeads: spec.numHeads, numKvHeads: spec.numKvHeads, headDim: D };
+    const first = layers[0];
+    if (fusedUnsupported(shape) || !first || (first.qNorm === null) !== (first.kNorm === null)) return null;
+    const { kernel, sharedBytes } = planFusedDecode(shape, this.device.numSMs);
+    // a barrier waits for every block: launch no more than fit the SMs at once
+    const fits = this.fusedFits.get(kernel) ?? this.device.blocksPerSM('decode_layers.cu', kernel, FUSED_THREADS, sharedBytes);
+    this.fusedFits.set(kernel, fits);
+    if (fits < 1) return null;
+    const plan = planFusedDecode(shape, this.device.numSMs, fits);
+    const table = this.layerTableFor(layers);
+    const { spec: kvSpec } = this.kvLayer(0);
+    const L = meta.layout;
+    const res1 = this.act([1, spec.hidden]);
+    const scratch = this.act([plan.scratchElements]);
+    const partialOut = this.act([1, spec.numHeads, MAX_SPLITS, D], 'f32');
+    const partialMl = this.act([1, spec.numHeads, MAX_SPLITS, 2], 'f32');
+    const gemmPartials = this.workspace.alloc(plan.partialBytes);
+    const counters = this.workspace.alloc(plan.counterBytes);
+    const invFreq = this.invFreqPtr(spec.rope);
+    this.numFusedSteps++;
+    this.timed('layers (fused)', () => {
+      this.device.fillBytesAsync(counters, 0, plan.counterBytes);
+      this.device.launch('decode_layers.cu', plan.kernel, [plan.grid, 1, 1], FUSED_THREADS, [ptr(table),
+        i32(layers.length), i32(spec.hidden), i32(spec.inter), i32(spec.numHeads), i32(spec.numKvHeads), f32(spec.eps),
+        f32(spec.scale), i32(first.qNorm ? 1 : 0), ptr(invFreq), ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)),
+        ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions)), ptr(this.metaPtr(meta, L.slotMapping)),
+        i32(Math.log2(kvSpec.blockSize)), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(plan.attnZ),
+        ptr(asCuda(residual).ptr), ptr(res1.ptr), ptr(scratch.ptr), ptr(partialOut.ptr), ptr(partialMl.ptr),
+        ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters)], plan.sharedBytes);
+    });
+    return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
+  }
+
+  /** Device table of every layer's weight and KV cache pointers (LAYER_PTRS each), rebuilt when either changes. */
+  private layerTableFor(layers: readonly LayerWeights[]): bigint {
+    const t = this.layerTable;
+    if (t && t.layers === layers && t.kvGeneration === this.kvGeneration) return t.ptr;
+    if (this.capturing) throw new Error('fused decode: layer table first built during graph capture');
+    const words = new BigUint64Array(layers.length * LAYER_PTRS);
+    layers.forEach((l, i) => {
+      const { k, v } = this.kvLayer(i);
+      const at = (w: Tensor | null) => (w ? asCuda(w).ptr : 0n);
+      words.set([at(l.inputNorm), at(l.qkv), at(l.qNorm), at(l.kNorm), at(l.o), at(l.postAttentionNorm), at(l.gateUp),
+        at(l.down), k, v], i * LAYER_PTRS);
+    });
+    if (t) {
+      this.device.synchronize();
+      this.device.free(t.ptr);
+    }
+    const p = this.device.alloc(words.byteLength);
+    this.device.upload(p, words);
+    this.layerTable = { ptr: p, layers, kvGeneration: this.kvGeneration };
+    return p;
+  }
+
   siluMul(gateUp: Tensor): Tensor {
     const g = asCuda(gateUp);
     const [T, twoI] = [g.shape[0]!, g.shape[1]!];
@@ -661,6 +745,8 @@ export class CudaBackend implements Backend {
     this.profiler?.dispose();
     for (const p of this.weights) this.device.free(p);
     this.weights.length = 0;
+    if (this.layerTable) this.device.free(this.layerTable.ptr);
+    this.layerTable = null;
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
     if (this.meta) this.freeMeta(this.meta);

@@ -153,6 +153,25 @@ export class Device {
     return handle;
   }
 
+  /** Blocks of `block` threads and `sharedBytes` of dynamic shared memory that fit one SM at once. */
+  blocksPerSM(file: string, name: string, block: number, sharedBytes: number): number {
+    const fn = this.kernel(file, name);
+    this.allowShared(fn, name, sharedBytes);
+    const n: [number] = [0];
+    check(this.api.cuOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, block, sharedBytes),
+      'cuOccupancyMaxActiveBlocksPerMultiprocessor', name);
+    return n[0];
+  }
+
+  /** Lets `fn` take `sharedBytes` of dynamic shared memory (an opt-in beyond 48 KiB). */
+  private allowShared(fn: Handle, name: string, sharedBytes: number): void {
+    if (sharedBytes > 48 * 1024 && (this.sharedAllowed.get(fn) ?? 0) < sharedBytes) {
+      check(this.api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedBytes),
+        'cuFuncSetAttribute', `${name}: ${sharedBytes} bytes of shared memory`);
+      this.sharedAllowed.set(fn, sharedBytes);
+    }
+  }
+
   launch(file: string, name: string, grid: [number, number, number], block: number, args: KernelArg[],
     sharedBytes = 0): void {
     if (args.length > MAX_KERNEL_ARGS) throw new Error(`${name}: ${args.length} kernel arguments`);
@@ -166,11 +185,7 @@ export class Device {
       else v.setFloat32(at, a.f32, true);
     }
     if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return;
-    if (sharedBytes > 48 * 1024 && (this.sharedAllowed.get(fn) ?? 0) < sharedBytes) {
-      check(this.api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedBytes),
-        'cuFuncSetAttribute', `${name}: ${sharedBytes} bytes of shared memory`);
-      this.sharedAllowed.set(fn, sharedBytes);
-    }
+    this.allowShared(fn, name, sharedBytes);
     check(this.api.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, sharedBytes, this.stream,
       this.args.ptr + BigInt(MAX_KERNEL_ARGS * ARG_SLOT_BYTES), null), `cuLaunchKernel(${name})`,
       `grid [${grid.join(', ')}], block ${block}`);

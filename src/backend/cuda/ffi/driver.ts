@@ -71,6 +71,8 @@ export interface DriverApi {
   cuLaunchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number,
     blockZ: number, sharedMemBytes: number, stream: Handle, kernelParams: bigint, extra: null): number;
   cuFuncSetAttribute(fn: Handle, attrib: number, value: number): number;
+  cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks: Out<number>, fn: Handle, blockSize: number,
+    dynamicSMemSize: number): number;
   cuStreamBeginCapture_v2(stream: Handle, mode: number): number;
   cuStreamEndCapture(stream: Handle, graph: Out<Handle | null>): number;
   cuGraphInstantiateWithFlags(exec: Out<Handle | null>, graph: Handle, flags: bigint): number;
@@ -123,6 +125,7 @@ const PROTOTYPES: string[] = [
     'unsigned int blockX, unsigned int blockY, unsigned int blockZ, unsigned int sharedMemBytes, ' +
     'void *stream, uint64_t kernelParams, void *extra)',
   'int cuFuncSetAttribute(void *fn, int attrib, int value)',
+  'int cuOccupancyMaxActiveBlocksPerMultiprocessor(_Out_ int *numBlocks, void *fn, int blockSize, size_t dynamicSMemSize)',
   'int cuStreamBeginCapture_v2(void *stream, int mode)',
   'int cuStreamEndCapture(void *stream, _Out_ void **graph)',
   'int cuGraphInstantiateWithFlags(_Out_ void **exec, void *graph, uint64_t flags)',

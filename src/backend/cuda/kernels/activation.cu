@@ -34,6 +34,7 @@ __device__ __forceinline__ void silu_mul(const T* gateUp, T* out, int numTokens,
   out[i] = from_float<T>(silu_mul_of(gateUp[row * 2 * inter + col], gateUp[row * 2 * inter + inter + col]));
 }
 
+#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define INSTANTIATE(suffix, T)                                                                          \
   extern "C" __global__ void silu_mul_##suffix(const T* gateUp, T* out, int numTokens, int inter) {     \
     silu_mul<T>(gateUp, out, numTokens, inter);                                                         \
@@ -41,3 +42,5 @@ __device__ __forceinline__ void silu_mul(const T* gateUp, T* out, int numTokens,
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
+#undef INSTANTIATE
+#endif

@@ -24,6 +24,9 @@
 // same order: which way, and which block, changes no bit, so splits can be small (parallel single
 // streams) at a small cost per split at large batches.
 //
+// Every rounding is spelled out (__fmaf_rn, __fmul_rn, __fadd_rn), so no caller's inlining context can contract
+// the arithmetic differently: kernels/decode_layers.cu runs this function too and must get the same bits.
+//
 // Lanes: a kv position is read by LPP lanes, each holding EPL consecutive dims (16-byte loads; bf16 D 128:
 // 16 lanes x 8 dims, so a warp reads PPW = 2 positions per load); per round warp w, slot u, lane group p
 // takes position j0 + (u * WARPS + w) * PPW + p, SLOTS slots in flight per warp. Each lane group keeps its
@@ -147,7 +150,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockShift,
                                                  float scale, int splitTokens, int longSplitTokens, int maxSplits,
-                                                 int qHeadsPerKv) {
+                                                 int qHeadsPerKv, int bx, int t, int bz, int gx, int gz) {
   using Lanes = DecodeLanes<T, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
@@ -155,13 +158,13 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
   __shared__ float warpAcc[DECODE_WARPS][G][D];
   __shared__ int mergeHere;
-  const int t = blockIdx.y, h0 = blockIdx.x * G, kvh = h0 / qHeadsPerKv;
+  const int h0 = bx * G, kvh = h0 / qHeadsPerKv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane / LPP, dim0 = (lane % LPP) * EPL;
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
   const SplitPlan plan = split_plan(kvLen, splitTokens, longSplitTokens, maxSplits);
-  if ((int)blockIdx.z >= plan.numSplits) return;
+  if (bz >= plan.numSplits) return;
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
   const int pageMask = (1 << blockShift) - 1;
@@ -172,13 +175,13 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   for (int g = 0; g < G; g++) {
     const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
 #pragma unroll
-    for (int e = 0; e < EPL; e++) qf[g][e] = to_float(q[e]) * scale;
+    for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(q[e]), scale);
   }
 
   // A block walks every split of its row when the grid gives the row one block (or the row has one split):
   // it folds each split's state into a running one as it goes (max and sum in registers, the output in
   // shared memory, each thread its own dims), with no global traffic.
-  const bool walk = gridDim.z == 1 || plan.numSplits == 1;
+  const bool walk = gz == 1 || plan.numSplits == 1;
   __shared__ float runO[G][DPT][DECODE_THREADS];
   float runM[G], runL[G];
 #pragma unroll
@@ -187,7 +190,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     runL[g] = 0.f;
   }
 
-  for (int split = blockIdx.z; split < plan.numSplits; split += gridDim.z) {
+  for (int split = bz; split < plan.numSplits; split += gz) {
     const int begin = split * plan.chunk;
     const int end = min(kvLen, begin + plan.chunk);
     float m[G], l[G], acc[G][EPL];
@@ -220,7 +223,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
         for (int g = 0; g < G; g++) {
           float dot = 0.f;
 #pragma unroll
-          for (int e = 0; e < EPL; e++) dot += qf[g][e] * kf[e];
+          for (int e = 0; e < EPL; e++) dot = __fmaf_rn(qf[g][e], kf[e], dot);
           s[u][g] = dot;
         }
       }
@@ -238,9 +241,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 #pragma unroll
         for (int u = 0; u < DECODE_SLOTS; u++) if (valid[u]) mNew = fmaxf(mNew, s[u][g]);
         const float corr = mNew == NEG_INF ? 1.f : __expf(m[g] - mNew);
-        l[g] *= corr;
+        l[g] = __fmul_rn(l[g], corr);
 #pragma unroll
-        for (int e = 0; e < EPL; e++) acc[g][e] *= corr;
+        for (int e = 0; e < EPL; e++) acc[g][e] = __fmul_rn(acc[g][e], corr);
         m[g] = mNew;
       }
 #pragma unroll
@@ -250,9 +253,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 #pragma unroll
         for (int g = 0; g < G; g++) {
           const float p = valid[u] ? __expf(s[u][g] - m[g]) : 0.f;
-          l[g] += p;
+          l[g] = __fadd_rn(l[g], p);
 #pragma unroll
-          for (int e = 0; e < EPL; e++) acc[g][e] += p * vf[e];
+          for (int e = 0; e < EPL; e++) acc[g][e] = __fmaf_rn(p, vf[e], acc[g][e]);
         }
       }
     }
@@ -265,9 +268,11 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
         const float lo = __shfl_xor_sync(FULL_MASK, l[g], o);
         const float M = fmaxf(m[g], mo);
         const float a = scale_of(l[g], m[g], M), b = scale_of(lo, mo, M);
-        l[g] = l[g] * a + lo * b;
+        l[g] = __fmaf_rn(l[g], a, __fmul_rn(lo, b));
 #pragma unroll
-        for (int e = 0; e < EPL; e++) acc[g][e] = acc[g][e] * a + __shfl_xor_sync(FULL_MASK, acc[g][e], o) * b;
+        for (int e = 0; e < EPL; e++) {
+          acc[g][e] = __fmaf_rn(acc[g][e], a, __fmul_rn(__shfl_xor_sync(FULL_MASK, acc[g][e], o), b));
+        }
         m[g] = M;
       }
     }
@@ -288,7 +293,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       float M = NEG_INF;
       for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) M = fmaxf(M, warpM[w][g]);
       float L = 0.f;
-      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) L += warpL[w][g] * __expf(warpM[w][g] - M);
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) L = __fmaf_rn(warpL[w][g], __expf(warpM[w][g] - M), L);
       pM[g] = M;
       pL[g] = L;
 #pragma unroll
@@ -296,7 +301,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
         const int d = threadIdx.x + i * DECODE_THREADS;
         float o = 0.f;
         if (d < D) {
-          for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) o += warpAcc[w][g][d] * __expf(warpM[w][g] - M);
+          for (int w = 0; w < DECODE_WARPS; w++) {
+            if (warpL[w][g] > 0.f) o = __fmaf_rn(warpAcc[w][g][d], __expf(warpM[w][g] - M), o);
+          }
         }
         pO[g][i] = o;
       }
@@ -329,7 +336,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) {
-        int* counter = rowCounters + (long long)t * gridDim.x + blockIdx.x;
+        int* counter = rowCounters + (long long)t * gx + bx;
         mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
         if (mergeHere) *counter = 0;
       }
@@ -360,6 +367,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   }
 }
 
+#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
 #define INSTANTIATE_DG(suffix, T, D, G)                                                                          \
   extern "C" __global__ void __launch_bounds__(128, G <= 4 ? 4 : 2) attention_decode_##suffix##_d##D##_g##G(        \
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
@@ -368,7 +376,8 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       int maxSplits, int qHeadsPerKv) {                                                                           \
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
-                              longSplitTokens, maxSplits, qHeadsPerKv);                                           \
+                              longSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x, blockIdx.y, blockIdx.z,        \
+                              gridDim.x, gridDim.z);                                                              \
   }
 
 #define INSTANTIATE_D(suffix, T, D) \
@@ -384,3 +393,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
+#undef INSTANTIATE
+#undef INSTANTIATE_D
+#undef INSTANTIATE_DG
+#endif

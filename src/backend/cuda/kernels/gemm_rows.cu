@@ -265,6 +265,7 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
       }
 }
 
+#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define GEMM_ROWS_ARGS \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K, int sliceChunks
 #define INSTANTIATE_SPLIT(MT, NT, PF)                                                   \
@@ -283,3 +284,7 @@ INSTANTIATE_SPLIT(1, 2, 4)
 INSTANTIATE_SPLIT(1, 4, 2)
 INSTANTIATE_TILED(2, 2, 2, 2, 3, false)
 INSTANTIATE_TILED(1, 4, 4, 4, 3, true)
+#undef GEMM_ROWS_ARGS
+#undef INSTANTIATE_SPLIT
+#undef INSTANTIATE_TILED
+#endif

@@ -2,6 +2,8 @@
 //   rms_norm:     out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
 //   add_rms_norm: residual[t] += x[t] (in place, rounded to T); out[t] = rms_norm(residual[t]) * w
 // Shapes: x, residual, out [numTokens, hidden]; w [hidden].
+// Sums of squares are spelled out as fma (kernels/decode_layers.cu inlines the row function elsewhere and must
+// get the same bits).
 // Launch: grid (numTokens), block a multiple of 32 up to 256 (the host gives bf16 rows under 2048 wide one thread
 // per 16-byte chunk: threads beyond the row's chunks add zeros to block_sum, so the width changes no bit).
 // bf16 rows of hidden % 8 == 0 and hidden <= 8 * blockDim * NORM_VEC are held in registers (16-byte chunks,
@@ -36,10 +38,10 @@ __device__ __forceinline__ bool norm_fast(int hidden) {
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w over one row held in registers (add: x = residual + add, rounded to
-// bf16 and stored back to the residual first). Loads are issued together, so the row costs one memory latency,
-// not one per element.
-__device__ __forceinline__ void norm_row_fast(const bf16_t* add, bf16_t* res, const bf16_t* x, const bf16_t* w,
-                                              bf16_t* dst, int hidden, float eps) {
+// bf16 and stored to resOut first, unless null: the kernels pass the residual itself). Loads are issued
+// together, so the row costs one memory latency, not one per element.
+__device__ __forceinline__ void norm_row_fast(const bf16_t* add, const bf16_t* res, bf16_t* resOut, const bf16_t* x,
+                                              const bf16_t* w, bf16_t* dst, int hidden, float eps) {
   const int numChunks = hidden / 8;
   float v[NORM_VEC][8], a[NORM_VEC][8];
   float sumsq = 0.f;
@@ -57,10 +59,10 @@ __device__ __forceinline__ void norm_row_fast(const bf16_t* add, bf16_t* res, co
     if (add) {
 #pragma unroll
       for (int e = 0; e < 8; e++) v[c][e] = to_float(from_float<bf16_t>(v[c][e] + a[c][e]));
-      store8(res + at, v[c]);
+      if (resOut) store8(resOut + at, v[c]);
     }
 #pragma unroll
-    for (int e = 0; e < 8; e++) sumsq += v[c][e] * v[c][e];
+    for (int e = 0; e < 8; e++) sumsq = __fmaf_rn(v[c][e], v[c][e], sumsq);
   }
   const float inv = rsqrtf(block_sum(sumsq) / hidden + eps);
 #pragma unroll
@@ -81,7 +83,7 @@ template <>
 __device__ __forceinline__ bool try_fast<bf16_t>(const bf16_t* add, bf16_t* res, const bf16_t* x, const bf16_t* w,
                                                  bf16_t* dst, int hidden, float eps) {
   if (!norm_fast(hidden)) return false;
-  norm_row_fast(add, res, x, w, dst, hidden, eps);
+  norm_row_fast(add, res, res, x, w, dst, hidden, eps);
   return true;
 }
 
@@ -93,7 +95,7 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* w, T* out, int hid
   float sumsq = 0.f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
     const float v = to_float(row[i]);
-    sumsq += v * v;
+    sumsq = __fmaf_rn(v, v, sumsq);
   }
   const float inv = rsqrtf(block_sum(sumsq) / hidden + eps);
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = from_float<T>(to_float(row[i]) * inv * to_float(w[i]));
@@ -110,12 +112,13 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
     const T sum = from_float<T>(to_float(res[i]) + to_float(add[i]));
     res[i] = sum;
     const float v = to_float(sum);
-    sumsq += v * v;
+    sumsq = __fmaf_rn(v, v, sumsq);
   }
   const float inv = rsqrtf(block_sum(sumsq) / hidden + eps);
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = from_float<T>(to_float(res[i]) * inv * to_float(w[i]));
 }
 
+#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define INSTANTIATE(suffix, T)                                                                               \
   extern "C" __global__ void rms_norm_##suffix(const T* x, const T* w, T* out, int hidden, float eps) {     \
     rms_norm<T>(x, w, out, hidden, eps);                                                                     \
@@ -127,3 +130,5 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
+#undef INSTANTIATE
+#endif

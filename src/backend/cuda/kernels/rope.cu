@@ -26,9 +26,8 @@ template <typename T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,
                                              const float* invFreq, const int* positions, T* kCache, T* vCache,
                                              const int* slotMapping, int numHeads, int numKvHeads, int headDim,
-                                             float eps) {
+                                             float eps, int t, int headBlock) {
   __shared__ float cosOf[ROPE_MAX_PAIRS * 32], sinOf[ROPE_MAX_PAIRS * 32];
-  const int t = blockIdx.x;
   const int half = headDim >> 1;
   const int pairs = half >> 5;  // per lane
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -39,7 +38,7 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   }
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  const int head = blockIdx.y * ROPE_WARPS + (threadIdx.x >> 5);
+  const int head = headBlock * ROPE_WARPS + (threadIdx.x >> 5);
   if (head >= numHeads + numKvHeads) return;
   T* x = qkv + (long long)t * (numHeads + 2 * numKvHeads) * headDim + (long long)head * headDim;
   float x1[ROPE_MAX_PAIRS], x2[ROPE_MAX_PAIRS];
@@ -91,14 +90,17 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   }
 }
 
+#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
 #define INSTANTIATE(suffix, T)                                                                                  \
   extern "C" __global__ void qk_norm_rope_##suffix(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,      \
                                                    const float* invFreq, const int* positions, T* kCache,      \
                                                    T* vCache, const int* slotMapping, int numHeads,            \
                                                    int numKvHeads, int headDim, float eps) {                   \
     qk_norm_rope<T>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads,   \
-                    numKvHeads, headDim, eps);                                                                 \
+                    numKvHeads, headDim, eps, blockIdx.x, blockIdx.y);                                         \
   }
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
+#undef INSTANTIATE
+#endif

@@ -1,0 +1,78 @@
+// Launch plan of kernels/decode_layers.cu: every layer of a one-token decode step in one persistent kernel,
+// the batch-invariant mode's single stream. Its stages run the op path's own device functions, so it gives the
+// op-by-op path's bits; this file decides when it applies and lays out its buffers.
+
+import { MAX_SPLITS } from './decode-splits.js';
+import { numSlices } from './gemm-rows.js';
+
+/** Threads of the fused kernel's blocks: those of the attention and rope blocks, and of norm rows up to 4096. */
+export const FUSED_THREADS = 128;
+/** Blocks per SM (FUSED_BLOCKS_PER_SM): the grid must be co-resident, and more warps keep more bytes in flight. */
+export const FUSED_BLOCKS_PER_SM = 2;
+/** Shared memory per warp for its GEMM stream (GEMV_RING_BYTES). */
+const GEMV_RING_BYTES = 16 * 1024;
+/** Device pointers per layer in the kernel's table (LAYER_PTRS). */
+export const LAYER_PTRS = 10;
+/** Tile counters start at this int32 in the counter buffer; the barrier counter sits alone before them. */
+const TILE_COUNTERS = 32;
+const HEAD_DIMS = [64, 128];
+
+export interface FusedShape {
+  hidden: number;
+  inter: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+}
+
+export interface FusedPlan {
+  kernel: string;
+  grid: number;
+  sharedBytes: number;
+  /** Grid z of the attention stage's virtual grid (which blocks share a row's splits; changes no bit). */
+  attnZ: number;
+  /** bf16 elements of the scratch buffer: qkv | attn | o | silu(gate) * up | mlp. */
+  scratchElements: number;
+  /** Where the last layer's mlp output starts in the scratch buffer (elements). */
+  mlpOffset: number;
+  partialBytes: number;
+  counterBytes: number;
+}
+
+/** Query heads a decode attention block serves (G in attention_decode.cu): the largest of 8, 4, 2, 1 dividing H / KVH. */
+export function groupOf(numHeads: number, numKvHeads: number): number {
+  return [8, 4, 2, 1].find((g) => (numHeads / numKvHeads) % g === 0)!;
+}
+
+/** Why the fused kernel cannot run this shape, or null. */
+export function fusedUnsupported(s: FusedShape): string | null {
+  if (!HEAD_DIMS.includes(s.headDim)) return `head dim ${s.headDim} (fused: ${HEAD_DIMS.join(', ')})`;
+  if (s.hidden % 8 !== 0 || s.hidden > 8 * FUSED_THREADS * 4) return `hidden ${s.hidden} (fused: a multiple of 8 up to 4096)`;
+  if (s.inter % 16 !== 0) return `intermediate ${s.inter} (fused: a multiple of 16)`;
+  if (s.numHeads % s.numKvHeads !== 0) return `${s.numHeads} heads over ${s.numKvHeads} kv heads`;
+  return null;
+}
+
+/** The plan for `blocksPerSM` co-resident blocks per SM (at most FUSED_BLOCKS_PER_SM: what the kernel is built for). */
+export function planFusedDecode(s: FusedShape, numSMs: number, blocksPerSM = FUSED_BLOCKS_PER_SM): FusedPlan {
+  const why = fusedUnsupported(s);
+  if (why) throw new Error(`fused decode: ${why}`);
+  const grid = Math.min(blocksPerSM, FUSED_BLOCKS_PER_SM) * numSMs;
+  if (grid < 1) throw new Error('fused decode: no block fits an SM');
+  const qkvWidth = (s.numHeads + 2 * s.numKvHeads) * s.headDim;
+  const attnRows = s.numHeads / groupOf(s.numHeads, s.numKvHeads);
+  const gemms: [number, number][] = [[qkvWidth, s.hidden], [s.hidden, s.numHeads * s.headDim], [2 * s.inter, s.hidden],
+    [s.hidden, s.inter]];
+  const maxTiles = Math.max(...gemms.map(([n]) => Math.ceil(n / 16)));
+  const maxItems = Math.max(...gemms.map(([n, k]) => Math.ceil(n / 16) * numSlices(k)));
+  return {
+    kernel: `decode_layers_d${s.headDim}_g${groupOf(s.numHeads, s.numKvHeads)}`,
+    grid,
+    sharedBytes: Math.ceil((s.hidden * 2) / 16) * 16 + (FUSED_THREADS / 32) * GEMV_RING_BYTES,
+    attnZ: Math.max(1, Math.min(MAX_SPLITS, Math.floor(grid / attnRows))),
+    scratchElements: qkvWidth + s.numHeads * s.headDim + 2 * s.hidden + s.inter,
+    mlpOffset: qkvWidth + s.numHeads * s.headDim + s.hidden + s.inter,
+    partialBytes: maxItems * 16 * 4,
+    counterBytes: (TILE_COUNTERS + maxTiles) * 4,
+  };
+}
