@@ -38,8 +38,8 @@ describe('fused one-token decode (batch-invariant mode)', { skip: noCuda }, () =
   const backends: CudaBackend[] = [];
   after(() => backends.forEach((b) => b.dispose()));
 
-  /** Logits of a prefill then `steps` one-token decode steps, as raw bits. */
-  function run(c: Case, fusedDecode: boolean, steps: number): { bits: Uint32Array[]; backend: CudaBackend } {
+  /** Logits of a prefill then `steps` one-token decode steps (in a CUDA graph with `graphed`), as raw bits. */
+  function run(c: Case, fusedDecode: boolean, steps: number, graphed = false): { bits: Uint32Array[]; backend: CudaBackend } {
     const config = tinyConfig(c.family, c.config);
     const backend = newCuda({ batchInvariant: true, fusedDecode });
     backends.push(backend);
@@ -52,10 +52,25 @@ describe('fused one-token decode (batch-invariant mode)', { skip: noCuda }, () =
     const keep = (logits: Float32Array) => bits.push(new Uint32Array(logits.buffer.slice(0)));
     keep(model.forward(batchOf([{ ids, start: 0, pages }], BLOCK, [c.promptLen - 1])));
     for (let s = 0; s < steps; s++) {
-      keep(model.forward(batchOf([{ ids: [(s * 13 + 7) % config.vocabSize], start: c.promptLen + s, pages }], BLOCK, [0])));
+      const batch = batchOf([{ ids: [(s * 13 + 7) % config.vocabSize], start: c.promptLen + s, pages }], BLOCK, [0]);
+      keep(graphed ? backend.graph(1, batch, () => model.forward(batch)) as Float32Array : model.forward(batch));
     }
     return { bits, backend };
   }
+
+  test('captured in a CUDA graph and replayed: the same bits', () => {
+    const c = { ...CASES[1]!, promptLen: 300 };
+    const steps = 4;
+    const ref = run(c, false, steps);
+    const fused = run(c, true, steps, true);
+    assert.equal(fused.backend.numGraphCaptures, 1);
+    assert.equal(fused.backend.numGraphReplays, steps - 1);
+    assert.ok(fused.backend.numFusedSteps >= 1, 'the captured step fused');
+    fused.bits.forEach((b, i) => {
+      const at = b.findIndex((v, j) => v !== ref.bits[i]![j]);
+      assert.equal(at, -1, `step ${i}: logit ${at} differs`);
+    });
+  });
 
   for (const c of CASES) {
     test(`${c.name}: the layer-by-layer bits`, () => {

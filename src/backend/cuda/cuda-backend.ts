@@ -12,7 +12,7 @@ import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS }
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { FUSED_THREADS, fusedUnsupported, LAYER_PTRS, planFusedDecode } from './fused-decode.js';
+import { FUSED_THREADS, FusedDecodeState, fusedUnsupported } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
@@ -142,10 +142,7 @@ export class CudaBackend implements Backend {
   private readonly enforceEager: boolean;
   private readonly batchInvariant: boolean;
   private readonly fusedDecode: boolean;
-  /** The fused kernel's per-layer pointer table, for the weights and KV cache it was built from. */
-  private layerTable: { ptr: bigint; layers: readonly LayerWeights[]; kvGeneration: number } | null = null;
-  /** Blocks of each fused kernel that fit one SM (its grid is at most that many per SM). */
-  private readonly fusedFits = new Map<string, number>();
+  private readonly fused: FusedDecodeState;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
@@ -184,6 +181,7 @@ export class CudaBackend implements Backend {
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
     this.workspace = new StepWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
     this.staging = new HostStaging(this.device);
+    this.fused = new FusedDecodeState(this.device);
     this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
     const ev: [Handle | null] = [null];
     check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
@@ -509,13 +507,12 @@ export class CudaBackend implements Backend {
     const shape = { hidden: spec.hidden, inter: spec.inter, numHeads: spec.numHeads, numKvHeads: spec.numKvHeads, headDim: D };
     const first = layers[0];
     if (fusedUnsupported(shape) || !first || (first.qNorm === null) !== (first.kNorm === null)) return null;
-    const { kernel, sharedBytes } = planFusedDecode(shape, this.device.numSMs);
-    // a barrier waits for every block: launch no more than fit the SMs at once
-    const fits = this.fusedFits.get(kernel) ?? this.device.blocksPerSM('decode_layers.cu', kernel, FUSED_THREADS, sharedBytes);
-    this.fusedFits.set(kernel, fits);
-    if (fits < 1) return null;
-    const plan = planFusedDecode(shape, this.device.numSMs, fits);
-    const table = this.layerTableFor(layers);
+    const plan = this.fused.plan(shape);
+    if (!plan) return null;
+    if (this.capturing && !this.fused.holds(layers, this.kvGeneration)) {
+      throw new Error('fused decode: layer table first built during graph capture');
+    }
+    const table = this.fused.layerTable(layers, this.kvGeneration, (w) => (w ? asCuda(w).ptr : 0n), (l) => this.kvLayer(l));
     const { spec: kvSpec } = this.kvLayer(0);
     const L = meta.layout;
     const res1 = this.act([1, spec.hidden]);
@@ -537,28 +534,6 @@ export class CudaBackend implements Backend {
         ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters)], plan.sharedBytes);
     });
     return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
-  }
-
-  /** Device table of every layer's weight and KV cache pointers (LAYER_PTRS each), rebuilt when either changes. */
-  private layerTableFor(layers: readonly LayerWeights[]): bigint {
-    const t = this.layerTable;
-    if (t && t.layers === layers && t.kvGeneration === this.kvGeneration) return t.ptr;
-    if (this.capturing) throw new Error('fused decode: layer table first built during graph capture');
-    const words = new BigUint64Array(layers.length * LAYER_PTRS);
-    layers.forEach((l, i) => {
-      const { k, v } = this.kvLayer(i);
-      const at = (w: Tensor | null) => (w ? asCuda(w).ptr : 0n);
-      words.set([at(l.inputNorm), at(l.qkv), at(l.qNorm), at(l.kNorm), at(l.o), at(l.postAttentionNorm), at(l.gateUp),
-        at(l.down), k, v], i * LAYER_PTRS);
-    });
-    if (t) {
-      this.device.synchronize();
-      this.device.free(t.ptr);
-    }
-    const p = this.device.alloc(words.byteLength);
-    this.device.upload(p, words);
-    this.layerTable = { ptr: p, layers, kvGeneration: this.kvGeneration };
-    return p;
   }
 
   siluMul(gateUp: Tensor): Tensor {
@@ -745,8 +720,7 @@ export class CudaBackend implements Backend {
     this.profiler?.dispose();
     for (const p of this.weights) this.device.free(p);
     this.weights.length = 0;
-    if (this.layerTable) this.device.free(this.layerTable.ptr);
-    this.layerTable = null;
+    this.fused.dispose();
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
     if (this.meta) this.freeMeta(this.meta);

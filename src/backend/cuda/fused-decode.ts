@@ -2,7 +2,9 @@
 // the batch-invariant mode's single stream. Its stages run the op path's own device functions, so it gives the
 // op-by-op path's bits; this file decides when it applies and lays out its buffers.
 
+import type { LayerWeights } from '../../model/weights.js';
 import { MAX_SPLITS } from './decode-splits.js';
+import type { Device } from './device.js';
 import { numSlices } from './gemm-rows.js';
 
 /** Threads of the fused kernel's blocks: those of the attention and rope blocks, and of norm rows up to 4096. */
@@ -75,4 +77,56 @@ export function planFusedDecode(s: FusedShape, numSMs: number, blocksPerSM = FUS
     partialBytes: maxItems * 16 * 4,
     counterBytes: (TILE_COUNTERS + maxTiles) * 4,
   };
+}
+
+/**
+ * The fused kernel's device state: the per-layer pointer table (rebuilt when the weights or the KV cache change)
+ * and, per kernel, how many blocks fit an SM at once (a barrier waits for every block, so the grid never exceeds it).
+ */
+export class FusedDecodeState {
+  private table: { ptr: bigint; layers: readonly LayerWeights[]; kvGeneration: number } | null = null;
+  private readonly fits = new Map<string, number>();
+
+  constructor(private readonly device: Device) {}
+
+  /** The plan for this shape, or null when no block of its kernel fits an SM. */
+  plan(shape: FusedShape): FusedPlan | null {
+    const { kernel, sharedBytes } = planFusedDecode(shape, this.device.numSMs);
+    const fits = this.fits.get(kernel) ?? this.device.blocksPerSM('decode_layers.cu', kernel, FUSED_THREADS, sharedBytes);
+    this.fits.set(kernel, fits);
+    return fits < 1 ? null : planFusedDecode(shape, this.device.numSMs, fits);
+  }
+
+  /**
+   * Device table of every layer's weight and KV cache pointers (LAYER_PTRS each, in the kernel's LP_* order);
+   * `ptrOf` gives a weight's device pointer (0 for none), `kvOf` a layer's K and V pages.
+   */
+  layerTable(layers: readonly LayerWeights[], kvGeneration: number, ptrOf: (w: LayerWeights[keyof LayerWeights]) => bigint,
+    kvOf: (layer: number) => { k: bigint; v: bigint }): bigint {
+    const t = this.table;
+    if (t && t.layers === layers && t.kvGeneration === kvGeneration) return t.ptr;
+    const words = new BigUint64Array(layers.length * LAYER_PTRS);
+    layers.forEach((l, i) => {
+      const { k, v } = kvOf(i);
+      words.set([ptrOf(l.inputNorm), ptrOf(l.qkv), ptrOf(l.qNorm), ptrOf(l.kNorm), ptrOf(l.o), ptrOf(l.postAttentionNorm),
+        ptrOf(l.gateUp), ptrOf(l.down), k, v], i * LAYER_PTRS);
+    });
+    this.dispose();
+    const p = this.device.alloc(words.byteLength);
+    this.device.upload(p, words);
+    this.table = { ptr: p, layers, kvGeneration };
+    return p;
+  }
+
+  /** Whether layerTable() would return the table it holds (no upload). */
+  holds(layers: readonly LayerWeights[], kvGeneration: number): boolean {
+    return this.table?.layers === layers && this.table.kvGeneration === kvGeneration;
+  }
+
+  dispose(): void {
+    if (!this.table) return;
+    this.device.synchronize();
+    this.device.free(this.table.ptr);
+    this.table = null;
+  }
 }
