@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fusedUnsupported, groupOf, planFusedDecode } from '../../src/backend/cuda/fused-decode.js';
+import { FUSED_STAGES, fusedUnsupported, groupOf, planFusedDecode, stageTimes } from '../../src/backend/cuda/fused-decode.js';
 
 const QWEN3_06B = { hidden: 1024, inter: 3072, numHeads: 16, numKvHeads: 8, headDim: 128 };
 const QWEN3_8B = { hidden: 4096, inter: 12288, numHeads: 32, numKvHeads: 8, headDim: 128 };
@@ -40,4 +40,21 @@ test('plan: kernel per (D, G), attention blocks spread over the SMs, scratch end
   // gate_up: 384 tiles of 4 slices (K 1024: 32 chunks, 8 per slice) is the most items; its tiles the most counters
   assert.equal(p.partialBytes, 384 * 4 * 16 * 4);
   assert.equal(p.counterBytes, (32 + 384) * 4);
+});
+
+test('timeline: per stage, from the last release before to the last release (span) and the last arrival (work)', () => {
+  // 2 blocks, 2 layers: 12 barriers; barrier b: block 0 arrives at 100 b, block 1 at 100 b + 30 + b, both leave at
+  // 100 b + 50 + b
+  const numBlocks = 2;
+  const stamps = new BigUint64Array(2 * FUSED_STAGES.length * numBlocks * 2);
+  for (let b = 0; b < 2 * FUSED_STAGES.length; b++) {
+    stamps.set([BigInt(100 * b), BigInt(100 * b + 50 + b), BigInt(100 * b + 30 + b), BigInt(100 * b + 50 + b)],
+      b * numBlocks * 2);
+  }
+  const times = stageTimes(stamps, numBlocks, 2);
+  assert.deepEqual(times.map((t) => t.stage), [...FUSED_STAGES]);
+  // barrier b >= 1: span = (100 b + 50 + b) - (100 (b - 1) + 50 + b - 1) = 101, work = (100 b + 30 + b) - (same) = 81
+  assert.deepEqual([times[0]!.spanNs, times[0]!.workNs], [101, 81], 'qkv: layer 1 only (no barrier before layer 0\'s)');
+  assert.deepEqual([times[1]!.spanNs, times[1]!.workNs], [202, 162], 'rope: both layers');
+  assert.deepEqual([times[5]!.spanNs, times[5]!.workNs], [202, 162], 'down: both layers');
 });

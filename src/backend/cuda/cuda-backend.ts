@@ -41,6 +41,8 @@ export interface CudaBackendOptions {
    * layer so far (docs/perf-log.md, session 6).
    */
   fusedDecode?: boolean;
+  /** The fused kernel stamps its stages; eager fused steps read them back and log a table (QUIRE_FUSED_TIMELINE=1). */
+  fusedTimeline?: boolean;
 
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
@@ -143,6 +145,7 @@ export class CudaBackend implements Backend {
   private readonly batchInvariant: boolean;
   private readonly fusedDecode: boolean;
   private readonly fused: FusedDecodeState;
+  private readonly fusedTimeline: boolean;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
@@ -174,6 +177,7 @@ export class CudaBackend implements Backend {
     this.enforceEager = opts.enforceEager ?? false;
     this.batchInvariant = opts.batchInvariant ?? false;
     this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
+    this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
@@ -522,6 +526,9 @@ export class CudaBackend implements Backend {
     const gemmPartials = this.workspace.alloc(plan.partialBytes);
     const counters = this.workspace.alloc(plan.counterBytes);
     const invFreq = this.invFreqPtr(spec.rope);
+    // a captured step's stamps would be read by nobody: eager steps only (--enforce-eager)
+    const timeline = this.fusedTimeline && !this.capturing
+      ? this.workspace.alloc(FusedDecodeState.timelineBytes(plan, layers.length)) : 0n;
     this.numFusedSteps++;
     this.timed('layers (fused)', () => {
       this.device.fillBytesAsync(counters, 0, plan.counterBytes);
@@ -531,8 +538,9 @@ export class CudaBackend implements Backend {
         ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions)), ptr(this.metaPtr(meta, L.slotMapping)),
         i32(Math.log2(kvSpec.blockSize)), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(plan.attnZ),
         ptr(asCuda(residual).ptr), ptr(res1.ptr), ptr(scratch.ptr), ptr(partialOut.ptr), ptr(partialMl.ptr),
-        ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters)], plan.sharedBytes);
+        ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters), ptr(timeline)], plan.sharedBytes);
     });
+    if (timeline) this.fused.readTimeline(timeline, plan, layers.length, this.log);
     return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
   }
 

@@ -4,7 +4,7 @@
 
 import type { LayerWeights } from '../../model/weights.js';
 import { MAX_SPLITS } from './decode-splits.js';
-import type { Device } from './device.js';
+import type { Device, PinnedBuffer } from './device.js';
 import { numSlices } from './gemm-rows.js';
 
 /** Threads of the fused kernel's blocks: those of the attention and rope blocks, and of norm rows up to 4096. */
@@ -39,6 +39,40 @@ export interface FusedPlan {
   mlpOffset: number;
   partialBytes: number;
   counterBytes: number;
+}
+
+/** The stages of a layer, in order, each ending at a grid barrier. */
+export const FUSED_STAGES = ['qkv', 'rope', 'attention', 'o', 'gate_up', 'down'] as const;
+
+export interface StageTime {
+  stage: (typeof FUSED_STAGES)[number];
+  /** Summed over the layers: from the previous barrier's last release to this one's. */
+  spanNs: number;
+  /** Of that, until the last block arrived (its work); the rest is the barrier. */
+  workNs: number;
+}
+
+/**
+ * The kernel's timeline (QUIRE_FUSED_TIMELINE=1): stamps [barrier][block][arrival, release] in ns, one barrier per
+ * stage and layer. Per stage, summed over the layers after the first (the first stage has no barrier before it).
+ */
+export function stageTimes(stamps: BigUint64Array, numBlocks: number, numLayers: number): StageTime[] {
+  const times = FUSED_STAGES.map((stage) => ({ stage, spanNs: 0, workNs: 0 }));
+  const last = (b: number, which: 0 | 1) => {
+    let most = 0n;
+    for (let k = 0; k < numBlocks; k++) {
+      const t = stamps[(b * numBlocks + k) * 2 + which]!;
+      if (t > most) most = t;
+    }
+    return most;
+  };
+  for (let b = 1; b < numLayers * FUSED_STAGES.length; b++) {
+    const from = last(b - 1, 1);
+    const t = times[b % FUSED_STAGES.length]!;
+    t.spanNs += Number(last(b, 1) - from);
+    t.workNs += Number(last(b, 0) - from);
+  }
+  return times;
 }
 
 /** Query heads a decode attention block serves (G in attention_decode.cu): the largest of 8, 4, 2, 1 dividing H / KVH. */
@@ -123,7 +157,45 @@ export class FusedDecodeState {
     return this.table?.layers === layers && this.table.kvGeneration === kvGeneration;
   }
 
+  /** Timeline stamps read back from the device, and the stage times summed over the steps read so far. */
+  private stamps: { buffer: PinnedBuffer; bytes: number } | null = null;
+  private readonly totals = FUSED_STAGES.map(() => ({ spanNs: 0, workNs: 0 }));
+  private numTimedLayers = 0;
+  private numTimedSteps = 0;
+
+  /** Bytes of the timeline a launch of `plan` over `numLayers` layers writes. */
+  static timelineBytes(plan: FusedPlan, numLayers: number): number {
+    return FUSED_STAGES.length * numLayers * plan.grid * 16;
+  }
+
+  /**
+   * Reads the timeline the launch just written at `src` (waits for it) and adds it to the totals; every
+   * `every` steps logs the stages' mean time per layer.
+   */
+  readTimeline(src: bigint, plan: FusedPlan, numLayers: number, log: (text: string) => void, every = 32): void {
+    const bytes = FusedDecodeState.timelineBytes(plan, numLayers);
+    if (!this.stamps || this.stamps.bytes < bytes) {
+      if (this.stamps) this.device.hostFree(this.stamps.buffer);
+      this.stamps = { buffer: this.device.hostAlloc(bytes), bytes };
+    }
+    this.device.copyToHostAsync(this.stamps.buffer, src, bytes);
+    this.device.synchronize();
+    const words = new BigUint64Array(this.stamps.buffer.view, 0, bytes / 8);
+    stageTimes(words, plan.grid, numLayers).forEach((t, i) => {
+      this.totals[i]!.spanNs += t.spanNs;
+      this.totals[i]!.workNs += t.workNs;
+    });
+    this.numTimedLayers += numLayers - 1;
+    if (++this.numTimedSteps % every !== 0) return;
+    const us = (ns: number) => (ns / this.numTimedLayers / 1000).toFixed(2).padStart(8);
+    log([`fused decode, ${this.numTimedSteps} steps: us per layer (span = last block's work + barrier)`,
+      ...FUSED_STAGES.map((stage, i) => `${stage.padEnd(10)} span ${us(this.totals[i]!.spanNs)}  work ${us(this.totals[i]!.workNs)}`)]
+      .join('\n'));
+  }
+
   dispose(): void {
+    if (this.stamps) this.device.hostFree(this.stamps.buffer);
+    this.stamps = null;
     if (!this.table) return;
     this.device.synchronize();
     this.device.free(this.table.ptr);

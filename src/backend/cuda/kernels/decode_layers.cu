@@ -25,7 +25,8 @@
 // Shapes: res0 = the embedding rows [hidden] (the residual in); res1 [hidden] (the residual out, after an odd
 //   number of updates); scratch: qkv [(H + 2 KVH) D] | attn [H D] | o [hidden] | silu(gate) * up [I] | mlp [hidden];
 //   layers [numLayers][LAYER_PTRS] device pointers; gemmPartials [most items][16 (x2 for gate_up)] f32;
-//   counters [32 + most tiles] int32 zeroed; partialOut, partialMl, rowCounters as attention_decode's.
+//   counters [32 + most tiles] int32 zeroed; partialOut, partialMl, rowCounters as attention_decode's;
+//   timeline null, or [6 numLayers barriers][gridDim.x][arrival, release] u64 (QUIRE_FUSED_TIMELINE=1).
 // Launch: decode_layers_d<D>_g<G> grid (up to FUSED_BLOCKS_PER_SM x SMs), block 128, dynamic shared hidden * 2
 //   bytes (rounded up to 16) + MK_WARPS * GEMV_RING_BYTES; I a multiple of 16 (gate and up tiles pair up).
 #define QUIRE_DEVICE_ONLY
@@ -70,16 +71,29 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
-/** Every block of the grid gets here before any goes on; what they wrote before is then visible to all. */
-__device__ __forceinline__ void grid_sync(unsigned* counter, unsigned& target) {
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+/**
+ * Every block of the grid gets here before any goes on; what they wrote before is then visible to all. With a
+ * timeline, thread 0 stamps its arrival and its release (globaltimer ns) at [barrier][block][2].
+ */
+__device__ __forceinline__ void grid_sync(unsigned* counter, unsigned& target, unsigned long long* timeline) {
   target += gridDim.x;
   __syncthreads();
   if (threadIdx.x == 0) {
+    unsigned long long* at =
+        timeline ? timeline + 2 * ((size_t)(target / gridDim.x - 1) * gridDim.x + blockIdx.x) : nullptr;
+    if (at) at[0] = global_ns();
     __threadfence();
     atomicAdd(counter, 1u);
     while (ld_acquire(counter) < target) {
     }
     __threadfence();
+    if (at) at[1] = global_ns();
   }
   __syncthreads();
 }
@@ -273,7 +287,7 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
                               const int* slotMapping, int blockShift, int splitTokens, int longSplitTokens,
                               int maxSplits, int attnZ, bf16_t* res0, bf16_t* res1, bf16_t* scratch,
                               float* partialOut, float* partialMl, int* rowCounters, float* gemmPartials,
-                              int* counters) {
+                              int* counters, unsigned long long* timeline) {
   extern __shared__ __align__(16) unsigned char mkShared[];
   bf16_t* xs = reinterpret_cast<bf16_t*>(mkShared);
   u32x4* ring = reinterpret_cast<u32x4*>(mkShared + (hidden * 2 + 15) / 16 * 16) +
@@ -302,21 +316,21 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
       res = next;
     }
     gemv<1, false>(lp[LP_QKV], qkvWidth, hidden, xs, qkv, gemmPartials, tileCounters, ring);
-    grid_sync(barrier, target);
+    grid_sync(barrier, target, timeline);
 
     // qk norm + rope, k and v into the cache
     rope_stage(qkv, lp[LP_Q_NORM], lp[LP_K_NORM], applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads,
                numKvHeads, D, eps);
-    grid_sync(barrier, target);
+    grid_sync(barrier, target, timeline);
 
     attention_stage<D, G>(qkv, kCache, vCache, attn, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq,
                           positions, numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, maxSplits,
                           attnZ);
-    grid_sync(barrier, target);
+    grid_sync(barrier, target, timeline);
 
     // o (its input read through L2)
     gemv<1, true>(lp[LP_O], hidden, numHeads * D, attn, oOut, gemmPartials, tileCounters, ring);
-    grid_sync(barrier, target);
+    grid_sync(barrier, target, timeline);
 
     // post-attention norm -> gate_up, whose pairs of tiles store silu(gate) * up
     {
@@ -325,11 +339,11 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
       res = next;
     }
     gemv<2, false>(lp[LP_GATE_UP], inter, hidden, xs, act, gemmPartials, tileCounters, ring);
-    grid_sync(barrier, target);
+    grid_sync(barrier, target, timeline);
 
     // down (its input read through L2)
     gemv<1, true>(lp[LP_DOWN], hidden, inter, act, mlpOut, gemmPartials, tileCounters, ring);
-    grid_sync(barrier, target);
+    grid_sync(barrier, target, timeline);
   }
 }
 
@@ -339,11 +353,12 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
       float eps, float scale, int applyNorm, const float* invFreq, const int* meta, const int* blockTables,       \
       const int* tokenToSeq, const int* positions, const int* slotMapping, int blockShift, int splitTokens,       \
       int longSplitTokens, int maxSplits, int attnZ, bf16_t* res0, bf16_t* res1, bf16_t* scratch,                 \
-      float* partialOut, float* partialMl, int* rowCounters, float* gemmPartials, int* counters) {                 \
+      float* partialOut, float* partialMl, int* rowCounters, float* gemmPartials, int* counters,                   \
+      unsigned long long* timeline) {                                                                             \
     decode_layers<D, G>(layers, numLayers, hidden, inter, numHeads, numKvHeads, eps, scale, applyNorm, invFreq,   \
                         meta, blockTables, tokenToSeq, positions, slotMapping, blockShift, splitTokens,           \
                         longSplitTokens, maxSplits, attnZ, res0, res1, scratch, partialOut, partialMl,            \
-                        rowCounters, gemmPartials, counters);                                                     \
+                        rowCounters, gemmPartials, counters, timeline);                                           \
   }
 
 INSTANTIATE_DG(64, 1)
