@@ -9,7 +9,8 @@ import { reportMarkdown, writeReport } from '../../src/lab/report.js';
 import { startMockServer } from './mock-openai.js';
 
 test('bench serve: two targets, interleaved rounds, ratios, report', async (t) => {
-  const slow = await startMockServer({ prefillDelayMs: 12, tokenDelayMs: 6 });
+  // slow enough that the ratios stay far from their bounds on a loaded 2-core runner (1.42 was seen at 12 / 6 ms)
+  const slow = await startMockServer({ prefillDelayMs: 30, tokenDelayMs: 15 });
   const fast = await startMockServer({ prefillDelayMs: 2, tokenDelayMs: 1 });
   try {
     const workload = buildW3({ concurrencies: [1, 4], promptTokens: 32, outputTokens: 8, requestsPerConcurrency: 2, minRequests: 4 });
