@@ -14,13 +14,13 @@ import {
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 
-/** Greedy generations through the in-process engine. */
 /** The recorded transcript a run is gated against: backend, dtype, and what changes the bits on CUDA. */
 export function gatePathKey(backend: string, options: { enforceEager: boolean; batchInvariant: boolean }): string {
   if (backend !== 'cuda') return `${backend}-f32`;
   return `cuda-bf16${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
 }
 
+/** Greedy generations through the in-process engine. */
 export function llmGenerator(llm: LLM): Generator {
   return {
     async generate(prompts, maxTokens) {

@@ -12,7 +12,7 @@ import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS }
 import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { FUSED_THREADS, FusedDecodeState, fusedUnsupported } from './fused-decode.js';
+import { FUSED_THREADS, FusedDecodeState, groupOf } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
@@ -43,7 +43,6 @@ export interface CudaBackendOptions {
   fusedDecode?: boolean;
   /** The fused kernel stamps its stages; eager fused steps read them back and log a table (QUIRE_FUSED_TIMELINE=1). */
   fusedTimeline?: boolean;
-
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -470,7 +469,7 @@ export class CudaBackend implements Backend {
       // then follows its own kv length alone, whatever chunk or step it came in.
       if (packed.decodeOnly || this.batchInvariant) {
         const qHeadsPerKv = numHeads / numKvHeads;
-        const G = [8, 4, 2, 1].find((g) => qHeadsPerKv % g === 0)!;
+        const G = groupOf(numHeads, numKvHeads);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of T alone, so eager and captured steps of one size allocate alike.
@@ -510,7 +509,7 @@ export class CudaBackend implements Backend {
     const D = spec.rope.headDim;
     const shape = { hidden: spec.hidden, inter: spec.inter, numHeads: spec.numHeads, numKvHeads: spec.numKvHeads, headDim: D };
     const first = layers[0];
-    if (fusedUnsupported(shape) || !first || (first.qNorm === null) !== (first.kNorm === null)) return null;
+    if (!first || (first.qNorm === null) !== (first.kNorm === null)) return null;
     const plan = this.fused.plan(shape);
     if (!plan) return null;
     if (this.capturing && !this.fused.holds(layers, this.kvGeneration)) {

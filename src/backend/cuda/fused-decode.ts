@@ -115,20 +115,29 @@ export function planFusedDecode(s: FusedShape, numSMs: number, blocksPerSM = FUS
 
 /**
  * The fused kernel's device state: the per-layer pointer table (rebuilt when the weights or the KV cache change)
- * and, per kernel, how many blocks fit an SM at once (a barrier waits for every block, so the grid never exceeds it).
+ * and the plan per shape.
  */
 export class FusedDecodeState {
   private table: { ptr: bigint; layers: readonly LayerWeights[]; kvGeneration: number } | null = null;
-  private readonly fits = new Map<string, number>();
+  /** Per shape: its plan, or null where the kernel has no instantiation for it or no block fits an SM. */
+  private readonly plans = new Map<string, FusedPlan | null>();
 
   constructor(private readonly device: Device) {}
 
-  /** The plan for this shape, or null when no block of its kernel fits an SM. */
+  /** The plan for this shape (a barrier waits for every block: never more blocks than fit the SMs at once). */
   plan(shape: FusedShape): FusedPlan | null {
-    const { kernel, sharedBytes } = planFusedDecode(shape, this.device.numSMs);
-    const fits = this.fits.get(kernel) ?? this.device.blocksPerSM('decode_layers.cu', kernel, FUSED_THREADS, sharedBytes);
-    this.fits.set(kernel, fits);
-    return fits < 1 ? null : planFusedDecode(shape, this.device.numSMs, fits);
+    const key = `${shape.hidden} ${shape.inter} ${shape.numHeads} ${shape.numKvHeads} ${shape.headDim}`;
+    let plan = this.plans.get(key);
+    if (plan === undefined) {
+      plan = null;
+      if (!fusedUnsupported(shape)) {
+        const { kernel, sharedBytes } = planFusedDecode(shape, this.device.numSMs);
+        const fits = this.device.blocksPerSM('decode_layers.cu', kernel, FUSED_THREADS, sharedBytes);
+        if (fits >= 1) plan = planFusedDecode(shape, this.device.numSMs, fits);
+      }
+      this.plans.set(key, plan);
+    }
+    return plan;
   }
 
   /**
@@ -137,8 +146,7 @@ export class FusedDecodeState {
    */
   layerTable(layers: readonly LayerWeights[], kvGeneration: number, ptrOf: (w: LayerWeights[keyof LayerWeights]) => bigint,
     kvOf: (layer: number) => { k: bigint; v: bigint }): bigint {
-    const t = this.table;
-    if (t && t.layers === layers && t.kvGeneration === kvGeneration) return t.ptr;
+    if (this.holds(layers, kvGeneration)) return this.table!.ptr;
     const words = new BigUint64Array(layers.length * LAYER_PTRS);
     layers.forEach((l, i) => {
       const { k, v } = kvOf(i);

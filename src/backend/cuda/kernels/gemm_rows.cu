@@ -154,6 +154,17 @@ __device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
   return r;
 }
 
+/** fn(mt, nt, r) over a warp tile's MT x NT x 4 accumulators. */
+template <int MT, int NT, typename Fn>
+__device__ __forceinline__ void each_acc(Fn fn) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) fn(mt, nt, r);
+}
+
 // grid (ceil(N / BM), ceil(T / BN)), block WM x WN warps, dynamic shared memory STAGES * (BM + BN) * 128 bytes
 // (+ MT * NT * 4 floats per thread with SMEM_SUM).
 // A stage holds two chunks (64 k, 128 bytes) of BM weight rows, then of BN tokens, as eight 16-byte pieces per
@@ -212,12 +223,11 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     else return sumReg[SMEM_SUM ? 0 : mt][SMEM_SUM ? 0 : nt][r];
   };
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) acc[mt][nt][r] = 0.f;
+  each_acc<MT, NT>([&](int mt, int nt, int r) { acc[mt][nt][r] = 0.f; });
+  // the running sum with the slice just finished added (the contract's order): the slice itself when it is the first
+  auto folded = [&](int mt, int nt, int r, bool first) {
+    return first ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
+  };
   for (int st = 0; st < numStages; st++) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -229,15 +239,10 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
       const int c = 2 * st + half;
       if (c >= numChunks) break;
       if (c > 0 && c % sliceChunks == 0) {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-          for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-              sumAt(mt, nt, r) = c == sliceChunks ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
-              acc[mt][nt][r] = 0.f;
-            }
+        each_acc<MT, NT>([&](int mt, int nt, int r) {
+          sumAt(mt, nt, r) = folded(mt, nt, r, c == sliceChunks);
+          acc[mt][nt][r] = 0.f;
+        });
       }
       // every fragment of the chunk first: the shared loads are ordered asm, so an mma placed between them
       // would wait for each in turn
@@ -254,15 +259,10 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     }
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const float v = numChunks <= sliceChunks ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
-        store_out(y, v, row0 + wm * MT * 16, tok0 + wn * NT * 8, mt, nt, r, lane, T, N);
-      }
+  each_acc<MT, NT>([&](int mt, int nt, int r) {
+    store_out(y, folded(mt, nt, r, numChunks <= sliceChunks), row0 + wm * MT * 16, tok0 + wn * NT * 8, mt, nt, r, lane,
+              T, N);
+  });
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
