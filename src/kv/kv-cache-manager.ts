@@ -15,7 +15,7 @@
 // freed before its blocks were computed (preempted in the step that allocated
 // them) unregisters them, so no hit ever reads a page that was never written.
 
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { BlockPool, type BlockHash, type KVBlock } from './block-pool.js';
 
 /** What the manager reads of a request. */
@@ -46,15 +46,19 @@ export interface ComputedBlocks {
 
 export const NO_COMPUTED_BLOCKS: ComputedBlocks = Object.freeze({ blockIds: [], numCachedTokens: 0 });
 
+/** Node >= 20.12 hashes a buffer in one call, without a Hash object (several times faster on block-sized input). */
+const oneShotHash = (crypto as { hash?: (algorithm: string, data: Uint8Array, encoding: 'hex') => string }).hash;
+
+/** sha256 over `parent ?? 'root'`, NUL, the extra key, NUL, the token ids as little-endian int32 (hex). */
 export function hashBlockTokens(parentHash: BlockHash | null, tokenIds: readonly number[],
   extraKey: string): BlockHash {
-  const h = createHash('sha256');
-  h.update(parentHash ?? 'root');
-  h.update('\0');
-  h.update(extraKey);
-  h.update('\0');
-  h.update(new Uint8Array(Int32Array.from(tokenIds).buffer));
-  return h.digest('hex') as BlockHash;
+  const head = `${parentHash ?? 'root'}\0${extraKey}\0`;
+  const headBytes = Buffer.byteLength(head);
+  const data = Buffer.allocUnsafe(headBytes + 4 * tokenIds.length);
+  data.write(head, 0, 'utf8');
+  for (let i = 0; i < tokenIds.length; i++) data.writeInt32LE(tokenIds[i]!, headBytes + 4 * i);
+  const hex = oneShotHash ? oneShotHash('sha256', data, 'hex') : crypto.createHash('sha256').update(data).digest('hex');
+  return hex as BlockHash;
 }
 
 export function numBlocksForBytes(bytes: number, bytesPerBlock: number): number {

@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { KVCacheManager, bytesPerKvBlock, hashBlockTokens, numBlocksForBytes, type KVRequest }
   from '../../src/kv/kv-cache-manager.js';
 
@@ -96,6 +97,16 @@ test('hashes chain over the parent: same block tokens after a different prefix d
   assert.deepEqual(kv.getComputedBlocks(req('b', [...range(20, 24), ...range(10, 14), 99])).blockIds, []);
   assert.notEqual(hashBlockTokens(null, [1, 2], ''), hashBlockTokens(null, [1, 2], 'salt=s'));
   assert.equal(hashBlockTokens(null, [1, 2], '').length, 64);
+});
+
+test('a block hash is sha256 of parent (or "root"), NUL, extra key, NUL, the token ids as little-endian int32', () => {
+  const ids = [0, 7, 151935, 2 ** 31 - 1];
+  const bytes = new Uint8Array(new Int32Array(ids).buffer);
+  const parent = hashBlockTokens(null, [5], '');
+  for (const [p, key] of [[null, ''], [parent, 'salt=é;x=1']] as const) {
+    const want = createHash('sha256').update(`${p ?? 'root'}\0${key}\0`).update(bytes).digest('hex');
+    assert.equal(hashBlockTokens(p, ids, key), want);
+  }
 });
 
 test('free releases pages tail-first: shared prefix pages end at the tail and are evicted last', () => {
