@@ -68,7 +68,7 @@ export interface Backend {
    */
   beginLayer(layer: number): void;
   endLayers(): void;
-  /** out[t] = table[inputIds[t]]  -> [numTokens, hidden] */
+  /** out[t] = table[inputIds[t]]  -> [numTokens, hidden]; a negative id -(r + 1) is the last sampleTokens' row r. */
   embedding(table: Tensor, step: StepInputs): Tensor;
   /** out = rmsnorm(x) * w */
   rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor;

@@ -34,6 +34,7 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--gpu-memory-utilization <f>', 'fraction of GPU memory to use', num('--gpu-memory-utilization'), 0.9)
     .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int('--kv-cache-memory'))
     .option('--enforce-eager', 'disable CUDA graphs', false)
+    .option('--no-async-scheduling', 'complete each step before scheduling the next (by default a step is scheduled and launched while the previous one runs)')
     .option('--batch-invariant', 'CUDA: kernels whose sums do not depend on the batch, so a greedy transcript does not change with batch size, other requests, chunking, preemption or prefix-cache hits (slower at large batches)', false)
     .option('--profile', 'CUDA: time every op (graph replays through event-record nodes); print one table per step shape to stderr', false)
     .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
@@ -54,6 +55,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     gpuMemoryUtilization: f.gpuMemoryUtilization as number,
     kvCacheBytes: (f.kvCacheMemory as number | undefined) ?? null,
     enforceEager: f.enforceEager as boolean,
+    asyncScheduling: f.asyncScheduling as boolean,
     batchInvariant: f.batchInvariant as boolean,
     profile: f.profile as boolean,
     seed: f.seed as number,

@@ -27,7 +27,8 @@ type GraphLauncher = (key: number, batch: ForwardBatch) => (() => Float32Array |
 export interface PendingStep {
   /** Outputs already known (errors of rejected requests). */
   outputs: EngineOutput[];
-  work: { so: SchedulerOutput; rows: EngineReq[]; wait: () => SampleOutput } | null;
+  /** sampledOnDevice: its tokens stay where the next step's input ids can name them (async scheduling). */
+  work: { so: SchedulerOutput; rows: EngineReq[]; wait: () => SampleOutput; sampledOnDevice: boolean } | null;
 }
 
 /** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
@@ -51,6 +52,8 @@ export class EngineCore {
   readonly kv: KVCacheManager;
   readonly info: EngineInfo;
   private readonly pending: EngineOutput[] = [];
+  /** The step advance() launched last and has not completed. */
+  private inFlight: PendingStep | null = null;
   private readonly model: Model;
   private readonly config: ModelConfig;
   private readonly eosTokenIds: readonly number[];
@@ -58,6 +61,7 @@ export class EngineCore {
   private numPromptTokens = 0;
   private numGenerationTokens = 0;
   private numSteps = 0;
+  private numStepsScheduledAhead = 0;
   private numRunningPeak = 0;
   private executeMs = 0;
   private minBytesRead = 0;
@@ -112,11 +116,58 @@ export class EngineCore {
   }
 
   hasWork(): boolean {
-    return this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
+    return this.inFlight !== null || this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
   }
 
+  /** One step, launched and completed (after any step advance() left in flight). */
   step(): EngineOutput[] {
-    return this.completeStep(this.beginStep());
+    const done = this.drain();
+    return done.concat(this.completeStep(this.beginStep()));
+  }
+
+  /** Completes the step advance() left in flight, if any. */
+  drain(): EngineOutput[] {
+    const prev = this.inFlight;
+    this.inFlight = null;
+    return prev ? this.completeStep(prev) : [];
+  }
+
+  /**
+   * One turn of the step loop: launches the next step and completes the one launched by the previous turn,
+   * returning its outputs while the new one runs on the device. With async scheduling (as vLLM's
+   * --async-scheduling) the next step is scheduled and launched before the previous one's tokens reach the
+   * host: its rows feed them from the device (negative input ids), and a row whose request that step ends
+   * (a stop token) is computed once more and dropped; so the device never waits on the host's scheduling.
+   * Otherwise the previous step completes first. The transcripts are the same either way.
+   */
+  advance(): EngineOutput[] {
+    const prev = this.inFlight;
+    this.inFlight = null;
+    let outputs: EngineOutput[] = [];
+    const ahead = prev !== null && this.canScheduleAhead(prev);
+    if (prev && !ahead) outputs = this.completeStep(prev);
+    const next = this.pending.length > 0 || this.scheduler.hasUnfinishedRequests() ? this.beginStep() : null;
+    if (prev && ahead) {
+      if (next?.work) this.numStepsScheduledAhead++;
+      outputs = this.completeStep(prev);
+    }
+    if (next?.work) this.inFlight = next;
+    else if (next) outputs = outputs.concat(next.outputs);
+    return outputs;
+  }
+
+  /**
+   * Whether the step after `prev` may be scheduled before prev's tokens are known: prev sampled on the
+   * device, and no running request's sampling depends on its tokens being counted (host-sampled rows: logprobs,
+   * penalties, bias, a min_tokens stop mask not yet met). Not in profile mode (a graph's timing events are
+   * read once per replay).
+   */
+  private canScheduleAhead(prev: PendingStep): boolean {
+    if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
+    return this.scheduler.running.every((r) => {
+      const st = (r as EngineReq).sampling!;
+      return isDeviceSamplable(st, this.eosTokenIds) && st.numOutputTokens >= st.params.minTokens;
+    });
   }
 
   /**
@@ -144,9 +195,9 @@ export class EngineCore {
       this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
       const states = rows.map((r) => r.sampling!);
       const te = performance.now();
-      const wait = this.launch(so.scheduledRequests, states);
+      const { wait, sampledOnDevice } = this.launch(so.scheduledRequests, states);
       this.executeMs += performance.now() - te;
-      return { outputs, work: { so, rows, wait } };
+      return { outputs, work: { so, rows, wait, sampledOnDevice } };
     } finally {
       this.stepMs += performance.now() - t0;
     }
@@ -178,10 +229,10 @@ export class EngineCore {
       const lp = logprobsOf.get(n.requestId);
       if (lp) out.logprobs = lp;
       const cached = cachedOf.get(n.requestId);
-      if (cached !== undefined && req.numOutputTokens === 1) out.numCachedTokens = cached;
+      if (cached !== undefined && req.numSampledOutputTokens === 1) out.numCachedTokens = cached;
       const stop = checkStop({
         sampling: req.sampling!.params, numPromptTokens: req.numPromptTokens,
-        numOutputTokens: req.numOutputTokens, maxModelLen: this.info.maxModelLen,
+        numOutputTokens: req.numSampledOutputTokens, maxModelLen: this.info.maxModelLen,
       }, n.newTokenIds.at(-1)!, this.eosTokenIds);
       if (stop) {
         out.finished = true;
@@ -205,7 +256,7 @@ export class EngineCore {
    * waiting for it when one is ready.
    */
   private launch(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
-    states: readonly SequenceSamplingState[]): () => SampleOutput {
+    states: readonly SequenceSamplingState[]): { wait: () => SampleOutput; sampledOnDevice: boolean } {
     const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds));
     const backend = this.model.backend as Backend & { graph?: GraphRunner; graphLaunch?: GraphLauncher };
     const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
@@ -216,14 +267,14 @@ export class EngineCore {
       const logits = useGraph ? backend.graph!(-bucket!, batch, () => this.model.forward(batch)) as Float32Array
         : this.model.forward(batch);
       const result = this.sampler.sample(logits, states);
-      return () => result;
+      return { wait: () => result, sampledOnDevice: false };
     }
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
     const waitTokens = useGraph ? backend.graphLaunch?.(bucket!, batch) : null;
-    if (waitTokens) return () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] });
+    if (waitTokens) return { wait: () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] }), sampledOnDevice: true };
     const tokenIds = useGraph ? backend.graph!(bucket!, batch, () => this.model.forwardTokens(batch)) as Int32Array
       : this.model.forwardTokens(batch);
-    return () => ({ tokenIds, logprobs: [] });
+    return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
   }
 
   private errorOutput(requestId: string, error: string): EngineOutput {
@@ -245,6 +296,7 @@ export class EngineCore {
       numPromptTokens: this.numPromptTokens,
       numGenerationTokens: this.numGenerationTokens,
       numSteps: this.numSteps,
+      numStepsScheduledAhead: this.numStepsScheduledAhead,
       executeMs: this.executeMs,
       hostMs: this.stepMs - this.executeMs,
       minBytesRead: this.minBytesRead,
@@ -290,6 +342,7 @@ export class EngineCore {
   }
 
   dispose(): void {
+    this.inFlight = null;
     this.model.backend.dispose();
   }
 }

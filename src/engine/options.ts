@@ -21,6 +21,11 @@ export interface EngineOptions {
   kvCacheBytes: number | null;
   /** Disables CUDA graphs. */
   enforceEager: boolean;
+  /**
+   * Schedules and launches each step before the previous one's tokens reach the host (vLLM's
+   * --async-scheduling), so the device never waits on scheduling; the same transcripts.
+   */
+  asyncScheduling: boolean;
   /** CUDA: GEMMs whose sums do not depend on the batch (kernels/gemm_rows.cu), every row's attention on the decode kernel. */
   batchInvariant: boolean;
   /** CUDA: per-op profile tables (one per graph bucket and per eager step shape) on stderr. */
@@ -48,6 +53,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     gpuMemoryUtilization: 0.9,
     kvCacheBytes: null,
     enforceEager: false,
+    asyncScheduling: true,
     batchInvariant: false,
     profile: false,
     seed: 0,

@@ -53,6 +53,8 @@ export interface EngineStats {
   numPromptTokens: number;
   numGenerationTokens: number;
   numSteps: number;
+  /** Steps scheduled and launched before the previous step's tokens reached the host (async scheduling). */
+  numStepsScheduledAhead: number;
   /** Wall time inside step(): the forward pass and its sampling (until the tokens are on the host)... */
   executeMs: number;
   /** ...and everything else (scheduling, batch building, updates, stop checks). */

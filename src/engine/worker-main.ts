@@ -21,7 +21,7 @@ try {
       return;
     }
     try {
-      const outputs = core.step();
+      const outputs = core.advance();
       if (outputs.length > 0) send({ type: 'outputs', outputs, stats: core.stats() });
     } catch (e) {
       send({ type: 'failed', message: `engine step failed: ${(e as Error).stack ?? e}` });

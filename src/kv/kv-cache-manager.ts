@@ -28,6 +28,8 @@ export interface KVRequest {
   numComputedTokens: number;
   /** Hashes of the request's full blocks, filled lazily by the manager. */
   blockHashes: BlockHash[];
+  /** Scheduled tokens not sampled yet, at the tail of allTokenIds (never hashed). */
+  readonly numPlaceholders?: number;
 }
 
 export interface KVCacheManagerOptions {
@@ -167,7 +169,8 @@ export class KVCacheManager {
     if (!this.enablePrefixCaching) return;
     const blocks = this.blocksOf.get(req.requestId);
     if (blocks === undefined) return;
-    const numFull = Math.min(Math.floor(Math.min(numTokens, req.allTokenIds.length) / this.blockSize), blocks.length);
+    const numKnown = req.allTokenIds.length - (req.numPlaceholders ?? 0);
+    const numFull = Math.min(Math.floor(Math.min(numTokens, numKnown) / this.blockSize), blocks.length);
     const start = this.numCachedBlocksOf.get(req.requestId) ?? 0;
     if (numFull <= start) return;
     this.ensureBlockHashes(req, numFull);

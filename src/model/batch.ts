@@ -12,7 +12,11 @@
 export interface ForwardBatch {
   numTokens: number;
   numSeqs: number;
-  /** [numTokens] token ids. */
+  /**
+   * [numTokens] token ids. -(r + 1) stands for the token the previous step sampled for its logits row r
+   * (async scheduling: a step is scheduled before the host has the tokens of the step before it); the
+   * backend reads it where sampleTokens left it, on the device.
+   */
   inputIds: Int32Array;
   /** [numTokens] absolute position of each token in its sequence. */
   positions: Int32Array;

@@ -39,6 +39,11 @@ export class Request<S = unknown> implements KVRequest {
   numCachedTokens = -1;
   numPreemptions = 0;
   blockHashes: BlockHash[] = [];
+  /**
+   * Output tokens scheduled but not yet sampled (async scheduling): the tail of allTokenIds holds them as
+   * -(r + 1), r the logits row of the step that samples them, until updateFromOutput puts the token there.
+   */
+  numPlaceholders = 0;
 
   constructor(init: RequestInit<S>) {
     if (init.promptTokenIds.length === 0) throw new Error(`request ${init.requestId}: empty prompt`);
@@ -60,8 +65,14 @@ export class Request<S = unknown> implements KVRequest {
     return this.promptTokenIds.length;
   }
 
+  /** Output tokens, the scheduled ones not yet sampled included. */
   get numOutputTokens(): number {
     return this.outputTokenIds.length;
+  }
+
+  /** Output tokens sampled so far. */
+  get numSampledOutputTokens(): number {
+    return this.outputTokenIds.length - this.numPlaceholders;
   }
 
   /** Feeding exactly its last sampled token (as opposed to a prompt chunk or a recompute). */
@@ -71,6 +82,23 @@ export class Request<S = unknown> implements KVRequest {
 
   get isFinished(): boolean {
     return this.status.startsWith('FINISHED');
+  }
+
+  /** A token the step being scheduled samples for its logits row `row`; returns its index in allTokenIds. */
+  appendPlaceholder(row: number): number {
+    this.outputTokenIds.push(-(row + 1));
+    this.allTokenIds.push(-(row + 1));
+    this.numPlaceholders++;
+    return this.allTokenIds.length - 1;
+  }
+
+  /** The sampled token in the place appendPlaceholder returned (placeholders are filled in order). */
+  fillPlaceholder(at: number, tokenId: number): void {
+    const first = this.allTokenIds.length - this.numPlaceholders;
+    if (at !== first) throw new Error(`request ${this.requestId}: token ${at} filled before token ${first}`);
+    this.allTokenIds[at] = tokenId;
+    this.outputTokenIds[at - this.promptTokenIds.length] = tokenId;
+    this.numPlaceholders--;
   }
 
   appendOutputTokens(tokenIds: readonly number[]): void {

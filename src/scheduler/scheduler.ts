@@ -49,6 +49,8 @@ export interface ScheduledRequest {
   seqLen: number;
   /** Logits of the last token are sampled: the step reaches the end of the sequence. */
   sample: boolean;
+  /** With sample: where in the request's allTokenIds the sampled token goes (a placeholder until then). */
+  placeholderAt: number;
   /** Feeds prompt (or recompute) tokens without reaching the end: nothing is sampled. */
   isPrefillChunk: boolean;
   isDecode: boolean;
@@ -92,7 +94,8 @@ export class Scheduler {
   readonly running: Request[] = [];
   private readonly requests = new Map<string, Request>();
   private finishedSinceLastStep: string[] = [];
-  private pending: SchedulerOutput | null = null;
+  /** Scheduled steps whose tokens updateFromOutput has not had yet, oldest first (async scheduling: up to two). */
+  private readonly outstanding: SchedulerOutput[] = [];
   private lastStepHadDecode = false;
   private readonly trace: AdmissionTrace | null;
   private readonly o: Required<SchedulerOptions>;
@@ -132,8 +135,13 @@ export class Scheduler {
     this.waiting.push(req);
   }
 
+  /**
+   * The next step. One step may still be outstanding (scheduled, its tokens not yet given to
+   * updateFromOutput): async scheduling plans a step while the previous one runs. An empty step is never
+   * outstanding.
+   */
   schedule(): SchedulerOutput {
-    if (this.pending !== null) throw new Error('schedule() called twice without updateFromOutput()');
+    if (this.outstanding.length >= 2) throw new Error('schedule() with two steps outstanding: updateFromOutput() first');
     const numWaitingAtStart = this.waiting.length;
     const s: StepState = { budget: this.o.maxNumBatchedTokens, rows: new Map(), preempted: [], numStarted: 0 };
     const { primary, admit, fallback } = this.planStep();
@@ -144,7 +152,7 @@ export class Scheduler {
 
     const out = this.buildOutput(s);
     this.lastStepHadDecode = out.scheduledRequests.some((r) => r.isDecode);
-    this.pending = out;
+    if (out.scheduledRequests.length > 0) this.outstanding.push(out);  // an empty step gets no updateFromOutput
     this.numSteps++;
     this.trace?.record({
       numDecodeTokens: out.scheduledRequests.filter((r) => r.isDecode).length,
@@ -157,24 +165,32 @@ export class Scheduler {
     return out;
   }
 
-  /** Advances every scheduled request and appends the sampled tokens of sampling rows. */
+  /** Scheduled steps whose tokens have not come back (updateFromOutput) yet. */
+  get numOutstandingSteps(): number {
+    return this.outstanding.length;
+  }
+
+  /**
+   * The sampled tokens of the oldest outstanding step, one per sampling row, in place of its placeholders.
+   * Requests finished or aborted since it was scheduled are skipped; a request preempted since keeps its
+   * token (its row ran before its pages were given away).
+   */
   updateFromOutput(sampled: ReadonlyMap<string, readonly number[]> | Readonly<Record<string, readonly number[]>>):
     NewTokens[] {
-    const out = this.pending;
-    if (out === null) throw new Error('updateFromOutput() without a scheduled step');
-    this.pending = null;
+    const out = this.outstanding.shift();
+    if (out === undefined) throw new Error('updateFromOutput() without a scheduled step');
     const get = (id: string) => (sampled instanceof Map ? sampled.get(id)
       : (sampled as Readonly<Record<string, readonly number[]>>)[id]);
     const news: NewTokens[] = [];
     for (const row of out.scheduledRequests) {
       const req = this.requests.get(row.requestId);
-      if (req === undefined || req.status !== 'RUNNING') continue;
-      req.numComputedTokens = row.seqLen;
-      if (!row.sample) continue;
+      if (req === undefined || !row.sample) continue;
       const tokens = get(row.requestId);
-      if (tokens === undefined || tokens.length === 0) throw new Error(`request ${row.requestId}: no sampled token`);
-      req.appendOutputTokens(tokens);
-      news.push({ requestId: row.requestId, newTokenIds: [...tokens] });
+      if (tokens === undefined || tokens.length !== 1) {
+        throw new Error(`request ${row.requestId}: ${tokens?.length ?? 0} sampled tokens, expected 1`);
+      }
+      req.fillPlaceholder(row.placeholderAt, tokens[0]!);
+      news.push({ requestId: row.requestId, newTokenIds: [tokens[0]!] });
     }
     return news;
   }
@@ -234,6 +250,7 @@ export class Scheduler {
     for (const req of [...this.running]) {
       if (s.budget <= 0) break;
       if (req.status !== 'RUNNING' || s.rows.has(req) || !accept(req)) continue;
+      if (req.numOutputTokens >= req.maxTokens) continue;  // its last token is scheduled: it ends when that comes
       const numNew = this.numTokensFor(req, req.numComputedTokens, s.budget);
       if (numNew <= 0) continue;
       let newBlockIds: number[] | null = null;
@@ -253,6 +270,7 @@ export class Scheduler {
   private admitWaiting(s: StepState): void {
     while (this.waiting.length > 0 && s.budget > 0 && this.running.length < this.o.maxNumSeqs) {
       const req = this.peekWaiting();
+      if (req.numPlaceholders > 0) break;  // preempted with a token still to come: resumes once it has it
       const computed = this.kv.getComputedBlocks(req);
       const numUncached = req.numTokens - computed.numCachedTokens;
       // Chunking off holds for first prompts; a recompute after preemption may still be chunked.
@@ -308,6 +326,7 @@ export class Scheduler {
     const bs = this.o.blockSize;
     const scheduledRequests: ScheduledRequest[] = [];
     let total = 0;
+    let numSampled = 0;
     for (const [req, row] of s.rows) {
       const start = row.numComputedBefore;
       const seqLen = start + row.numNew;
@@ -320,11 +339,15 @@ export class Scheduler {
       }
       const sample = seqLen === req.numTokens;
       const isDecode = req.isDecoding;
+      const tokenIds = req.allTokenIds.slice(start, seqLen);
+      // the step computes these tokens: the next schedule() may run before its tokens come back
+      req.numComputedTokens = seqLen;
       scheduledRequests.push({
-        requestId: req.requestId, tokenIds: req.allTokenIds.slice(start, seqLen), numScheduledTokens: row.numNew,
+        requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
         numComputedTokensBefore: start, startPosition: start, positions, slotMapping, blockTable,
-        newBlockIds: row.newBlockIds, seqLen, sample, isPrefillChunk: !sample, isDecode,
-        isNewlyAdmitted: row.isNewlyAdmitted, numCachedTokens: Math.max(0, req.numCachedTokens),
+        newBlockIds: row.newBlockIds, seqLen, sample, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
+        isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
+        numCachedTokens: Math.max(0, req.numCachedTokens),
       });
       total += row.numNew;
     }

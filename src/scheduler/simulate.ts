@@ -67,7 +67,7 @@ export function runSimulation(setup: SimSetup, requests: readonly SimRequest[], 
       else r.numPromptTokensComputed += row.numScheduledTokens;
       if (row.sample) sampled.set(row.requestId, [fakeTokenId(row.requestId, row.seqLen)]);
     }
-    sched.updateFromOutput(sampled);
+    if (out.scheduledRequests.length > 0) sched.updateFromOutput(sampled);
     const done: string[] = [];
     for (const id of sampled.keys()) {
       const req = sched.getRequest(id)!;

@@ -1,36 +1,35 @@
-// The in-process client delivers a step's outputs while the next step runs on the
-// device, and applies requests added meanwhile only once that step completes.
+// The in-process client runs EngineCore.advance() turn after turn: a turn returns the outputs of the step the
+// previous turn launched (the next one now runs on the device), and they reach their consumers before the next
+// turn; requests added meanwhile go to the core at once, for the next turn to schedule.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { InProcessEngineClient } from '../../src/engine/inprocess-client.js';
-import type { EngineCore, PendingStep } from '../../src/engine/engine-core.js';
+import type { EngineCore } from '../../src/engine/engine-core.js';
 import type { EngineOutput, EngineRequest } from '../../src/engine/types.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
 
-/** Each request gets `numTokens` steps of one token; records the order of events. */
+/** Turn n launches step n and returns step n - 1's outputs: one token per request, `numTokens` each. */
 function fakeCore(numTokens: number, log: string[]) {
   const left = new Map<string, number>();
-  let step = 0;
+  let turn = 0;
+  let launched: string[] = [];
   const core = {
     addRequest(r: EngineRequest) { log.push(`add ${r.requestId}`); left.set(r.requestId, numTokens); },
     abortRequest: () => [],
     hasWork: () => left.size > 0,
-    beginStep(): PendingStep {
-      const n = ++step;
-      log.push(`begin ${n}`);
-      return { outputs: [], work: { n } as unknown as PendingStep['work'] };
-    },
-    completeStep(p: PendingStep): EngineOutput[] {
-      const n = (p.work as unknown as { n: number }).n;
-      log.push(`complete ${n}`);
+    advance(): EngineOutput[] {
+      const n = ++turn;
+      log.push(`advance ${n}`);
       const outputs: EngineOutput[] = [];
-      for (const [id, k] of left) {
+      for (const id of launched) {
+        const k = left.get(id)!;
         const finished = k === 1;
-        outputs.push({ requestId: id, newTokenIds: [n], finished, ...(finished ? { finishReason: 'length' as const } : {}) });
+        outputs.push({ requestId: id, newTokenIds: [n - 1], finished, ...(finished ? { finishReason: 'length' as const } : {}) });
         if (finished) left.delete(id);
         else left.set(id, k - 1);
       }
+      launched = [...left.keys()];
       return outputs;
     },
     stats: () => ({}),
@@ -42,7 +41,7 @@ function fakeCore(numTokens: number, log: string[]) {
 const request = (id: string): EngineRequest => ({ requestId: id, promptTokenIds: [1], priority: 0, arrivalTime: 0,
   cacheSalt: null, sampling: defaultSamplingParams({ maxTokens: 3 }) });
 
-test('step n outputs reach consumers after step n+1 is launched and before it completes', async () => {
+test('a turn\'s outputs reach their consumers before the next turn', async () => {
   const log: string[] = [];
   const client = new InProcessEngineClient(fakeCore(3, log));
   const seen: number[] = [];
@@ -51,11 +50,11 @@ test('step n outputs reach consumers after step n+1 is launched and before it co
     seen.push(o.newTokenIds[0]!);
   }
   assert.deepEqual(seen, [1, 2, 3]);
-  assert.deepEqual(log, ['add a', 'begin 1', 'complete 1', 'begin 2', 'deliver 1', 'complete 2', 'begin 3', 'deliver 2',
-    'complete 3', 'deliver 3']);
+  assert.deepEqual(log, ['add a', 'advance 1', 'advance 2', 'deliver 1', 'advance 3', 'deliver 2', 'advance 4',
+    'deliver 3']);
 });
 
-test('a request added while a step is in flight is added once that step completes', async () => {
+test('a request added by a consumer reaches the core before the next turn', async () => {
   const log: string[] = [];
   const client = new InProcessEngineClient(fakeCore(2, log));
   let second: Promise<unknown> | null = null;
@@ -68,6 +67,6 @@ test('a request added while a step is in flight is added once that step complete
   }
   await second;
   const at = (e: string) => log.indexOf(e);
-  assert.ok(at('generate b') > at('begin 2') && at('generate b') < at('complete 2'), log.join(', '));
-  assert.ok(at('add b') > at('complete 2'), log.join(', '));
+  assert.equal(at('add b'), at('generate b') + 1, log.join(', '));
+  assert.ok(at('add b') < at('advance 3'), log.join(', '));
 });

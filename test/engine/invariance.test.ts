@@ -63,6 +63,7 @@ test('greedy transcripts are identical on every scheduling path', async (t) => {
     'chunk 4096': { maxNumBatchedTokens: 4096 },
     'maxNumSeqs 1': { maxNumSeqs: 1 },
     'maxNumSeqs 64': { maxNumSeqs: 64 },
+    'each step completed before the next is scheduled': { asyncScheduling: false },
     // 12 pages of 16 tokens: the running set cannot all fit, so requests are preempted and recomputed
     'tiny pool (preemption)': { kvCacheBytes: 12 * 2 * 16 * 2 * 2 * 16 * 4, maxModelLen: 160 },
   };

@@ -29,7 +29,7 @@ export function step(sched: Scheduler): SchedulerOutput {
   const out = sched.schedule();
   const sampled = new Map<string, number[]>();
   for (const r of out.scheduledRequests) if (r.sample) sampled.set(r.requestId, [7 * r.seqLen]);
-  sched.updateFromOutput(sampled);
+  if (out.scheduledRequests.length > 0) sched.updateFromOutput(sampled);
   const done = [...sampled.keys()].filter((id) => {
     const req = sched.getRequest(id)!;
     return req.numOutputTokens >= req.maxTokens;

@@ -95,7 +95,7 @@ function run(cfg: Config, ops: Op[]): void {
       });
       if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
     }
-    sched.updateFromOutput(sampled);
+    if (out.scheduledRequests.length > 0) sched.updateFromOutput(sampled);
     const done = [...sampled.keys()].filter((id) => sched.getRequest(id)!.numOutputTokens >= sched.getRequest(id)!.maxTokens);
     sched.finishRequests(done, 'FINISHED_LENGTH');
     for (const req of sched.running) {

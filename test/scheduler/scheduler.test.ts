@@ -162,7 +162,7 @@ test('abort and finish free every page at once and are reported in the next outp
   const out = sched.schedule();
   assert.deepEqual(out.finishedRequestIds, ['a', 'b', 'c']);
   assert.deepEqual(out.scheduledRequests, []);
-  sched.updateFromOutput(new Map());
+  assert.throws(() => sched.updateFromOutput(new Map()), /without a scheduled step/);  // an empty step is not outstanding
   assert.deepEqual(sched.schedule().finishedRequestIds, []);
 });
 
@@ -199,8 +199,9 @@ test('requests that could never fit, duplicate ids and out-of-order calls are re
   sched.addRequest(makeRequest('a', 2, 2));
   assert.throws(() => sched.addRequest(makeRequest('a', 2, 2)), /duplicate/);
   sched.schedule();
-  assert.throws(() => sched.schedule(), /twice/);
-  assert.throws(() => sched.updateFromOutput(new Map()), /no sampled token/);
+  sched.schedule();  // one step ahead of the outstanding one (async scheduling)
+  assert.throws(() => sched.schedule(), /two steps outstanding/);
+  assert.throws(() => sched.updateFromOutput(new Map()), /0 sampled tokens, expected 1/);
 });
 
 test('options left undefined take their defaults', () => {

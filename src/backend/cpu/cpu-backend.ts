@@ -54,6 +54,8 @@ export class CpuBackend implements Backend {
   private readonly kvCacheBytes: number;
   readonly kernel: 'wasm' | 'js';
   private drawer: TokenDrawer | null = null;
+  /** The last sampleTokens result: what negative input ids refer to (async scheduling). */
+  private lastSampled = new Int32Array(0);
   private readonly pool: MatmulPool;
   private readonly heap: Heap;
   private readonly workspace: Workspace;
@@ -154,8 +156,11 @@ export class CpuBackend implements Backend {
     const { numTokens, inputIds } = step.batch;
     const out = this.alloc([numTokens, hidden]);
     for (let t = 0; t < numTokens; t++) {
-      const id = inputIds[t]!;
-      if (id < 0 || id >= vocabSize) throw new Error(`embedding: token id ${id} outside [0, ${vocabSize})`);
+      const raw = inputIds[t]!;
+      const id = raw >= 0 ? raw : this.lastSampled[-raw - 1] ?? -1;
+      if (id < 0 || id >= vocabSize) {
+        throw new Error(`embedding: token id ${raw < 0 ? `${id} (sampled row ${-raw - 1})` : id} outside [0, ${vocabSize})`);
+      }
       tab.copyF32(id * hidden, (id + 1) * hidden, out.data, t * hidden);
     }
     return out;
@@ -277,7 +282,9 @@ export class CpuBackend implements Backend {
     const l = asCpu(logits);
     const [numRows, vocab] = [l.shape[0]!, l.shape[1]!];
     if (this.drawer?.vocabSize !== vocab) this.drawer = new TokenDrawer(vocab);
-    return sampleRowsReference(this.toHost(l), vocab, numRows, step.batch.sampling, this.drawer);
+    const ids = sampleRowsReference(this.toHost(l), vocab, numRows, step.batch.sampling, this.drawer);
+    this.lastSampled = ids.slice();
+    return ids;
   }
 
   toHost(t: Tensor): Float32Array {

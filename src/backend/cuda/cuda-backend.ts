@@ -13,7 +13,9 @@ import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
 import { FUSED_THREADS, FusedDecodeState, groupOf } from './fused-decode.js';
-import { check, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from './ffi/driver.js';
+import {
+  check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle,
+} from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
 import { layoutAtLeast, layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
@@ -108,6 +110,10 @@ interface Meta {
   device: bigint;
   /** Decode attention's per-row split counters, [capTokens, MAX_DECODE_ROWS_PER_TOKEN] int32, zero between launches. */
   rowCounters: bigint;
+  /** [capTokens] int32: the last step's sampled tokens, which the next step's negative input ids name. */
+  sampledIds: bigint;
+  /** Two pinned [capTokens] int32 slots the sampled tokens of graph launches come back in, by turns. */
+  tokenSlots: PinnedBuffer;
 }
 
 /** Most decode attention rows (query-head groups) per token: numHeads / G. */
@@ -125,7 +131,8 @@ interface CapturedGraph {
   exec: Handle;
   graph: Handle;
   generation: string;
-  hostRead: { numElements: number; dtype: 'bf16' | 'f32' | 'i32' } | null;
+  /** With src: sampled tokens, copied to the host after the graph (graphLaunch), not inside it. */
+  hostRead: { numElements: number; dtype: 'bf16' | 'f32' | 'i32'; src?: bigint } | null;
 }
 
 export class CudaBackend implements Backend {
@@ -155,6 +162,10 @@ export class CudaBackend implements Backend {
   private metaGeneration = 0;
   private readonly metaCopied: Handle;
   private metaCopyPending = false;
+  /** Recorded after each graph launch's token copy, by turns (slot 0 / 1 of meta.tokenSlots). */
+  private readonly tokensCopied: [Handle, Handle];
+  private tokenSlot = 0;
+  private readonly retiredTokenSlots: PinnedBuffer[] = [];
   private current: { batch: ForwardBatch; packed: PackedStep } | null = null;
   private readonly invFreqs = new Map<Float32Array, bigint>();
   private readonly graphs = new Map<number, CapturedGraph>();
@@ -189,6 +200,11 @@ export class CudaBackend implements Backend {
     const ev: [Handle | null] = [null];
     check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
     this.metaCopied = outPtr(ev, 'cuEventCreate');
+    const events = [0, 1].map(() => {
+      check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
+      return outPtr(ev, 'cuEventCreate');
+    });
+    this.tokensCopied = [events[0]!, events[1]!];
   }
 
   // ---- weights and memory ----
@@ -296,6 +312,11 @@ export class CudaBackend implements Backend {
     if (!this.capturing) {
       check(this.device.api.cuEventRecord(this.metaCopied, this.device.stream), 'cuEventRecord');
       this.metaCopyPending = true;
+    } else {
+      // a node of the graph: each replay records it once its copy is done, so the host may pack the next step
+      // while the rest of this one runs (graphLaunch)
+      check(this.device.api.cuEventRecordWithFlags(this.metaCopied, this.device.stream, CU_EVENT_RECORD_EXTERNAL),
+        'cuEventRecordWithFlags');
     }
     this.current = { batch, packed };
     return { batch };
@@ -320,14 +341,19 @@ export class CudaBackend implements Backend {
     this.device.fillBytesAsync(rowCounters, 0, counterBytes);
     this.device.synchronize();
     this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
-      device: this.device.alloc(layout.totalWords * 4), rowCounters };
+      device: this.device.alloc(layout.totalWords * 4), rowCounters, sampledIds: this.device.alloc(layout.capTokens * 4),
+      tokenSlots: this.device.hostAlloc(2 * layout.capTokens * 4) };
     this.metaGeneration++;
   }
 
-  private freeMeta(meta: Meta): void {
+  private freeMeta(meta: Meta, disposing = false): void {
     this.device.hostFree(meta.host);
     this.device.free(meta.device);
     this.device.free(meta.rowCounters);
+    this.device.free(meta.sampledIds);
+    // a launched step's wait may still read its slot: outgrown slots live until dispose
+    if (disposing) this.device.hostFree(meta.tokenSlots);
+    else this.retiredTokenSlots.push(meta.tokenSlots);
   }
 
   private stepOf(step: StepInputs): { batch: ForwardBatch; packed: PackedStep; meta: Meta } {
@@ -366,7 +392,7 @@ export class CudaBackend implements Backend {
     const hidden = w.shape[1]!;
     const out = this.act([batch.numTokens, hidden]);
     this.timed('embedding', () => this.device.launch('embedding.cu', 'embedding_bf16', [batch.numTokens, 1, 1], 256,
-      [ptr(w.ptr), ptr(this.metaPtr(meta, meta.layout.inputIds)), ptr(out.ptr), i32(hidden)]));
+      [ptr(w.ptr), ptr(this.metaPtr(meta, meta.layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)]));
     return out;
   }
 
@@ -570,16 +596,18 @@ export class CudaBackend implements Backend {
     const { meta } = this.stepOf(step);
     const l = asCuda(logits);
     const [R, vocab] = [l.shape[0]!, l.shape[1]!];
-    const ids = this.workspace.alloc(Math.max(4, R * 4));
+    const ids = meta.sampledIds;  // where the next step's negative input ids read them
     if (R > 0) {
       this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
         [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)]));
     }
-    const view = this.readToHost(ids, R * 4);
     if (this.capturing) {
-      this.capturedRead = { numElements: R, dtype: 'i32' };
+      // copied to the host by graphLaunch after the graph, into one of two slots, so a step launched before
+      // this one's tokens are read cannot overwrite them
+      this.capturedRead = { numElements: R, dtype: 'i32', src: ids };
       return new Int32Array(R);
     }
+    const view = this.readToHost(ids, R * 4);
     return new Int32Array(view.slice(0, R * 4));
   }
 
@@ -660,8 +688,24 @@ export class CudaBackend implements Backend {
     const startMs = performance.now();
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
+    this.metaCopyPending = true;  // the graph records metaCopied after its copy of the packed step
     this.numGraphReplays++;
     const read = g.hostRead;
+    if (read.src !== undefined) {
+      // tokens: one of two slots and its own event, so this step's wait does not wait for a step launched after it
+      const slot = this.tokenSlot;
+      this.tokenSlot ^= 1;
+      const bytes = read.numElements * 4;
+      const at = slot * meta.layout.capTokens * 4;
+      check(this.device.api.cuMemcpyDtoHAsync_v2(meta.tokenSlots.ptr + BigInt(at), read.src, bytes, this.device.stream),
+        'cuMemcpyDtoHAsync_v2');
+      check(this.device.api.cuEventRecord(this.tokensCopied[slot]!, this.device.stream), 'cuEventRecord');
+      return () => {
+        check(this.device.api.cuEventSynchronize(this.tokensCopied[slot]!), 'cuEventSynchronize');
+        if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
+        return new Int32Array(meta.tokenSlots.view.slice(at, at + bytes));
+      };
+    }
     return () => {
       const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
       const view = this.staging.ensure(bytes, true).view;
@@ -730,13 +774,15 @@ export class CudaBackend implements Backend {
     this.fused.dispose();
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
-    if (this.meta) this.freeMeta(this.meta);
+    if (this.meta) this.freeMeta(this.meta, true);
     this.meta = null;
+    for (const slots of this.retiredTokenSlots.splice(0)) this.device.hostFree(slots);
     this.workspace.dispose();
     this.staging.dispose();
     this.gemm.dispose();
     this.device.free(this.cublasWorkspace);
     this.device.api.cuEventDestroy_v2(this.metaCopied);
+    for (const e of this.tokensCopied) this.device.api.cuEventDestroy_v2(e);
     this.device.dispose();
   }
 }

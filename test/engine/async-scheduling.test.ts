@@ -1,0 +1,79 @@
+// Async scheduling (EngineOptions.asyncScheduling, on by default) schedules and launches a step before the
+// previous step's tokens reach the host: its rows feed them from the backend (negative input ids) and a request
+// that the previous step ends is computed once more and dropped. The transcripts must be those of completing
+// each step before scheduling the next, for every kind of request at once: greedy and seeded sampling, stop
+// tokens that end a request while its next step is already launched, max_tokens, rows that need the host's
+// sampler (logprobs, min_tokens) in the same batch, chunked prompts, prefix-cache hits and preemption.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LLM } from '../../src/engine/llm.js';
+import type { EngineOptions } from '../../src/engine/options.js';
+import type { EngineStats } from '../../src/engine/types.js';
+import type { RawSamplingParams } from '../../src/sampling/validate.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
+
+let dir = '';
+const prompts: number[][] = [];
+let stopIds: number[] = [];
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'quire-async-'));
+  await makeTestModel({ shape: 'tiny-llama', outDir: dir, dtype: 'f32', seed: 0 });
+  let x = 777;
+  const next = () => (x = (x * 1103515245 + 12345) % 2147483648);
+  const shared = Array.from({ length: 40 }, () => next() % 400);
+  for (let i = 0; i < 16; i++) {
+    const own = Array.from({ length: 1 + (next() % 60) }, () => next() % 400);
+    prompts.push(i % 4 === 0 ? [...shared, ...own] : own);
+  }
+  // stop tokens taken from each request's own greedy transcript, a few tokens in
+  const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1, asyncScheduling: false });
+  const out = await llm.generate(prompts, { maxTokens: 12, temperature: 0, ignoreEos: true });
+  await llm.close();
+  stopIds = out.map((c, i) => c.tokenIds[2 + (i % 7)]!);
+});
+
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+function paramsOf(i: number): RawSamplingParams {
+  switch (i % 4) {
+    case 0: return { maxTokens: 3 + i, temperature: 0, ignoreEos: true };
+    case 1: return { maxTokens: 14, temperature: 0.9, topP: 0.9, seed: 100 + i, ignoreEos: true };
+    case 2: return { maxTokens: 14, temperature: 0, stopTokenIds: [stopIds[i]!], ...(i === 6 ? { minTokens: 6 } : {}) };
+    default: return { maxTokens: 10, temperature: 0, ignoreEos: true, ...(i === 3 ? { logprobs: 2 } : {}) };
+  }
+}
+
+async function run(opts: Partial<EngineOptions>): Promise<{ out: string[]; stats: EngineStats }> {
+  const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1, ...opts });
+  try {
+    const done = await Promise.all(prompts.map((p, i) => llm.generate([p], paramsOf(i))));
+    const out = done.map(([c]) => `${c!.finishReason}: ${c!.tokenIds.join(',')}`);
+    return { out, stats: await llm.stats() };
+  } finally {
+    await llm.close();
+  }
+}
+
+const PATHS: Record<string, Partial<EngineOptions>> = {
+  'one batch': {},
+  'chunks of 16 tokens': { maxNumBatchedTokens: 16 },
+  // 12 pages of 16 tokens: requests are preempted and recomputed
+  'tiny pool (preemption)': { kvCacheBytes: 12 * 2 * 16 * 2 * 2 * 16 * 4, maxModelLen: 160, maxNumBatchedTokens: 32 },
+};
+
+for (const [name, opts] of Object.entries(PATHS)) {
+  test(`${name}: the transcripts of step-by-step scheduling`, async () => {
+    const sync = await run({ ...opts, asyncScheduling: false });
+    const ahead = await run(opts);
+    assert.deepEqual(ahead.out, sync.out);
+    assert.equal(sync.stats.numStepsScheduledAhead, 0);
+    assert.ok(ahead.stats.numStepsScheduledAhead > 0, 'no step was scheduled ahead');
+    assert.ok(sync.out.filter((o) => o.startsWith('stop')).length >= 3, `too few stops: ${sync.out.join(' | ')}`);
+    if (name.includes('preemption')) assert.ok(ahead.stats.numPreemptions > 0, 'nothing was preempted');
+  });
+}
