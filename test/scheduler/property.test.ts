@@ -1,4 +1,5 @@
-// Random streams of arrivals, steps, aborts and finishes over small page pools.
+// Random streams of arrivals, steps (alone, or two at once as async scheduling runs them), aborts and
+// finishes over small page pools.
 // A fake KV store records what each slot was written with (salt + the whole
 // token prefix up to that position), written in batch order as the forward
 // pass does, so a page handed to two writers, or a prefix hit on the wrong (or
@@ -14,13 +15,15 @@ import { Scheduler, type SchedulerOptions } from '../../src/scheduler/scheduler.
 type Op =
   | { kind: 'arrive'; promptLen: number; maxTokens: number; priority: number; prefix: number; salt: string | null }
   | { kind: 'step' }
+  | { kind: 'ahead' }
   | { kind: 'abort' | 'finish'; pick: number };
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('arrive' as const), promptLen: fc.integer({ min: 1, max: 14 }),
     maxTokens: fc.integer({ min: 1, max: 8 }), priority: fc.integer({ min: 0, max: 3 }),
     prefix: fc.integer({ min: 0, max: 2 }), salt: fc.constantFrom(null, 's') }) },
-  { weight: 6, arbitrary: fc.constant({ kind: 'step' as const }) },
+  { weight: 4, arbitrary: fc.constant({ kind: 'step' as const }) },
+  { weight: 3, arbitrary: fc.constant({ kind: 'ahead' as const }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constantFrom('abort' as const, 'finish' as const), pick: fc.nat() }) },
 );
 
@@ -69,7 +72,8 @@ function run(cfg: Config, ops: Op[]): void {
   const live: string[] = [];
   let numArrived = 0;
 
-  const doStep = () => {
+  // schedule a step: check its rows, and return its KV writes (run as the device would) and its tokens
+  const schedule = () => {
     const hashedBefore = new Set<number>();
     for (let b = 1; b < numBlocks; b++) if (kv.pool.block(b).blockHash !== null) hashedBefore.add(b);
     const out = sched.schedule();
@@ -86,18 +90,31 @@ function run(cfg: Config, ops: Op[]): void {
       const req = sched.getRequest(row.requestId)!;
       assert.ok(row.numScheduledTokens >= 1);
       if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
-      row.slotMapping.forEach((slot, j) => {
+      row.slotMapping.forEach((slot) => {
         const page = Math.floor(slot / blockSize);
         assert.equal(writerOf.get(page) ?? row.requestId, row.requestId, `page ${page} has two writers`);
         writerOf.set(page, row.requestId);
         assert.ok(!hashedBefore.has(page) || allocatedNow.has(page), `cached page ${page} written again`);
-        store.set(slot, label(req, row.positions[j]!));
       });
       if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
     }
+    // labels from the tokens as they are when the step runs (a token scheduled ahead is known by then)
+    const write = () => {
+      for (const row of out.scheduledRequests) {
+        const req = sched.getRequest(row.requestId);
+        if (req) row.slotMapping.forEach((slot, j) => store.set(slot, label(req, row.positions[j]!)));
+      }
+    };
+    return { out, sampled, write };
+  };
+  const complete = ({ out, sampled }: ReturnType<typeof schedule>, checkReads: boolean) => {
     if (out.scheduledRequests.length > 0) sched.updateFromOutput(sampled);
-    const done = [...sampled.keys()].filter((id) => sched.getRequest(id)!.numOutputTokens >= sched.getRequest(id)!.maxTokens);
+    const done = [...sampled.keys()].filter((id) => {
+      const req = sched.getRequest(id);
+      return req !== undefined && req.numSampledOutputTokens >= req.maxTokens;
+    });
     sched.finishRequests(done, 'FINISHED_LENGTH');
+    if (!checkReads) return;
     for (const req of sched.running) {
       const table = kv.blockTable(req.requestId);
       for (let p = 0; p < req.numComputedTokens; p++) {
@@ -105,6 +122,20 @@ function run(cfg: Config, ops: Op[]): void {
         assert.equal(store.get(slot), label(req, p), `request ${req.requestId} reads a wrong KV at ${p}`);
       }
     }
+  };
+  const doStep = () => {
+    const s = schedule();
+    s.write();
+    complete(s, true);
+  };
+  // async scheduling: the next step is scheduled before this one's tokens come back
+  const doStepAhead = () => {
+    const a = schedule();
+    a.write();
+    const b = schedule();
+    complete(a, false);
+    b.write();
+    complete(b, true);
   };
 
   for (const op of ops) {
@@ -117,6 +148,8 @@ function run(cfg: Config, ops: Op[]): void {
       live.push(id);
     } else if (op.kind === 'step') {
       doStep();
+    } else if (op.kind === 'ahead') {
+      doStepAhead();
     } else if (live.length > 0) {
       const id = live.splice(op.pick % live.length, 1)[0]!;
       if (op.kind === 'abort') sched.abortRequest(id);

@@ -211,3 +211,30 @@ test('options left undefined take their defaults', () => {
   sched.addRequest(makeRequest('b', 2, 1, { priority: 0 }));
   assert.deepEqual(rows(step(sched)), [['a', 4]]);
 });
+
+test('scheduled ahead: placeholders feed the next step, are filled in order, and are never hashed', () => {
+  const { sched, kv } = makeScheduler({ enablePrefixCaching: true });
+  const a = makeRequest('a', 3, 3);
+  sched.addRequest(a);
+  const first = sched.schedule();  // the prompt; its token is a placeholder for logits row 0
+  assert.deepEqual([first.scheduledRequests[0]!.placeholderAt, a.allTokenIds[3], a.numPlaceholders], [3, -1, 1]);
+  const second = sched.schedule();  // ahead: it feeds that placeholder, and completes page 0 with it
+  assert.deepEqual(second.scheduledRequests[0]!.tokenIds, [-1]);
+  assert.equal(a.numComputedTokens, 4);
+  assert.equal(kv.getComputedBlocks(makeRequest('b', 0, 1, { tokens: [...a.promptTokenIds, -1, 9] })).numCachedTokens, 0,
+    'a page holding a placeholder was registered in the prefix cache');
+  sched.updateFromOutput(new Map([['a', [42]]]));
+  sched.updateFromOutput(new Map([['a', [43]]]));
+  assert.deepEqual([a.outputTokenIds, a.numPlaceholders], [[42, 43], 0]);
+  step(sched);  // the next allocation registers page 0 under its real tokens
+  const b = makeRequest('b', 0, 1, { tokens: [...a.promptTokenIds, 42, 9] });
+  assert.equal(kv.getComputedBlocks(b).numCachedTokens, 4);
+});
+
+test('scheduled ahead: a request whose last token is already scheduled gets no further row', () => {
+  const { sched } = makeScheduler();
+  sched.addRequest(makeRequest('a', 3, 1));
+  sched.addRequest(makeRequest('b', 3, 2));
+  assert.deepEqual(rows(sched.schedule()), [['a', 3], ['b', 3]]);
+  assert.deepEqual(rows(sched.schedule()), [['b', 1]]);
+});
