@@ -62,6 +62,8 @@ async function run(opts: Partial<EngineOptions>): Promise<{ out: string[]; stats
 const PATHS: Record<string, Partial<EngineOptions>> = {
   'one batch': {},
   'chunks of 16 tokens': { maxNumBatchedTokens: 16 },
+  // decode rows sit out while prompts wait: a row skipped for a step feeds its token the step after
+  'prefill-first, chunks of 8 tokens, 3 at once': { stepPolicy: 'prefill-first', maxNumBatchedTokens: 8, maxNumSeqs: 3 },
   // 12 pages of 16 tokens: requests are preempted and recomputed
   'tiny pool (preemption)': { kvCacheBytes: 12 * 2 * 16 * 2 * 2 * 16 * 4, maxModelLen: 160, maxNumBatchedTokens: 32 },
 };
