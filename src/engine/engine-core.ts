@@ -1,5 +1,7 @@
 // The engine step: schedule -> execute (one forward over the flat batch) ->
 // sample -> update (append tokens, stop checks, free finished) -> outputs.
+// The step loop (advance) overlaps them: with async scheduling, step n+1 is
+// scheduled and launched before step n's tokens reach the host.
 
 import type { Backend } from '../backend/backend.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
