@@ -49,8 +49,10 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       { maxTokens: number; prompts: { prompt: string }[] };
     const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
     const model = join(packageRoot(), 'models', 'quire-demo');
-    const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; numPrompts: number }> = {
+    const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; numPrompts: number; asyncScheduling?: boolean }> = {
       'graphs, batch 64': { maxNumSeqs: 64, enforceEager: false, numPrompts: 64 },
+      'graphs, batch 64, each step completed before the next': { maxNumSeqs: 64, enforceEager: false, numPrompts: 64,
+        asyncScheduling: false },
       'graphs, batch 16': { maxNumSeqs: 16, enforceEager: false, numPrompts: 64 },
       'graphs, gate prompts (batch 8)': { maxNumSeqs: 64, enforceEager: false, numPrompts: 8 },
       'eager, batch 64': { maxNumSeqs: 64, enforceEager: true, numPrompts: 64 },
@@ -58,12 +60,16 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     };
     const transcripts = new Map<string, number[][]>();
     const numCaptures = new Map<string, number>();
+    const numAhead = new Map<string, number>();
     for (const [name, p] of Object.entries(paths)) {
-      const llm = new LLM(model, { backend: 'cuda', maxNumSeqs: p.maxNumSeqs, enforceEager: p.enforceEager, maxModelLen: 512 });
+      const llm = new LLM(model, { backend: 'cuda', maxNumSeqs: p.maxNumSeqs, enforceEager: p.enforceEager, maxModelLen: 512,
+        asyncScheduling: p.asyncScheduling ?? true });
       try {
         const out = await llm.generate(prompts.slice(0, p.numPrompts), { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
         transcripts.set(name, out.map((c) => c.tokenIds));
-        numCaptures.set(name, (await llm.stats()).numGraphCaptures);
+        const stats = await llm.stats();
+        numCaptures.set(name, stats.numGraphCaptures);
+        numAhead.set(name, stats.numStepsScheduledAhead);
       } finally {
         await llm.close();
       }
@@ -71,6 +77,9 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     const reference = transcripts.get('graphs, batch 64')!;
     assert.equal(numCaptures.get('graphs, batch 64'), graphBuckets(64).length, 'every bucket captured at start-up, none later');
     assert.equal(numCaptures.get('eager, batch 64'), 0);
+    // graph steps were launched before the previous step's tokens were read (async scheduling), or not
+    assert.ok(numAhead.get('graphs, batch 64')! > gate.maxTokens / 2, `${numAhead.get('graphs, batch 64')} steps ahead`);
+    assert.equal(numAhead.get('graphs, batch 64, each step completed before the next'), 0);
     for (const [name, t] of transcripts) {
       console.log(`# transcript md5 ${transcriptMd5(t)}  cuda-bf16 ${name}`);
       assert.deepEqual(t, reference.slice(0, t.length), name);
