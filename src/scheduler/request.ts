@@ -100,11 +100,4 @@ export class Request<S = unknown> implements KVRequest {
     this.outputTokenIds[at - this.promptTokenIds.length] = tokenId;
     this.numPlaceholders--;
   }
-
-  appendOutputTokens(tokenIds: readonly number[]): void {
-    for (const t of tokenIds) {
-      this.outputTokenIds.push(t);
-      this.allTokenIds.push(t);
-    }
-  }
 }

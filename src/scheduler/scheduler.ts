@@ -165,11 +165,6 @@ export class Scheduler {
     return out;
   }
 
-  /** Scheduled steps whose tokens have not come back (updateFromOutput) yet. */
-  get numOutstandingSteps(): number {
-    return this.outstanding.length;
-  }
-
   /**
    * The sampled tokens of the oldest outstanding step, one per sampling row, in place of its placeholders.
    * Requests finished or aborted since it was scheduled are skipped; a request preempted since keeps its

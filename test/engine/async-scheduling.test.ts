@@ -15,6 +15,7 @@ import type { EngineOptions } from '../../src/engine/options.js';
 import type { EngineStats } from '../../src/engine/types.js';
 import type { RawSamplingParams } from '../../src/sampling/validate.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { sharedPrefixPrompts } from './helpers.js';
 
 let dir = '';
 const prompts: number[][] = [];
@@ -23,13 +24,7 @@ let stopIds: number[] = [];
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'quire-async-'));
   await makeTestModel({ shape: 'tiny-llama', outDir: dir, dtype: 'f32', seed: 0 });
-  let x = 777;
-  const next = () => (x = (x * 1103515245 + 12345) % 2147483648);
-  const shared = Array.from({ length: 40 }, () => next() % 400);
-  for (let i = 0; i < 16; i++) {
-    const own = Array.from({ length: 1 + (next() % 60) }, () => next() % 400);
-    prompts.push(i % 4 === 0 ? [...shared, ...own] : own);
-  }
+  prompts.push(...sharedPrefixPrompts(777, 16, 60, 4));
   // stop tokens taken from each request's own greedy transcript, a few tokens in
   const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1, asyncScheduling: false });
   const out = await llm.generate(prompts, { maxTokens: 12, temperature: 0, ignoreEos: true });

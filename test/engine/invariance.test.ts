@@ -12,6 +12,7 @@ import { LLM } from '../../src/engine/llm.js';
 import type { EngineOptions } from '../../src/engine/options.js';
 import type { EngineStats } from '../../src/engine/types.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { sharedPrefixPrompts } from './helpers.js';
 
 // Recorded from the CPU backend (f32) on tiny-llama, seed 0: the gate for this path.
 const CPU_F32_MD5 = 'f0567808f552766dda2334f3c634572f';
@@ -23,14 +24,7 @@ const MAX_TOKENS = 12;
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'quire-inv-'));
   await makeTestModel({ shape: 'tiny-llama', outDir: dir, dtype: 'f32', seed: 0 });
-  let x = 12345;
-  const next = () => (x = (x * 1103515245 + 12345) % 2147483648);
-  const shared = Array.from({ length: 40 }, () => next() % 400);
-  for (let i = 0; i < 17; i++) {
-    const len = 1 + (next() % 90);
-    const own = Array.from({ length: len }, () => next() % 400);
-    prompts.push(i % 3 === 0 ? [...shared, ...own] : own);
-  }
+  prompts.push(...sharedPrefixPrompts(12345, 17, 90, 3));
 });
 
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -197,14 +197,13 @@ export class CudaBackend implements Backend {
     this.staging = new HostStaging(this.device);
     this.fused = new FusedDecodeState(this.device);
     this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
-    const ev: [Handle | null] = [null];
-    check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
-    this.metaCopied = outPtr(ev, 'cuEventCreate');
-    const events = [0, 1].map(() => {
+    const event = (): Handle => {
+      const ev: [Handle | null] = [null];
       check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
       return outPtr(ev, 'cuEventCreate');
-    });
-    this.tokensCopied = [events[0]!, events[1]!];
+    };
+    this.metaCopied = event();
+    this.tokensCopied = [event(), event()];
   }
 
   // ---- weights and memory ----

@@ -6,25 +6,22 @@
 // Launch: grid (numRows), block 256; threads stride over the hidden dimension.
 #include "common.cuh"
 
+/** out row = src row `row` (a block per row, threads striding over hidden). */
 template <typename T>
-__device__ __forceinline__ void gather_rows(const T* src, const int* indices, T* out, int hidden) {
-  const long long row = indices[blockIdx.x];
+__device__ __forceinline__ void copy_row(const T* src, long long row, T* out, int hidden) {
   const T* from = src + row * hidden;
   T* to = out + (long long)blockIdx.x * hidden;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) to[i] = from[i];
 }
 
-#define INSTANTIATE(suffix, T)                                                                          \
+#define INSTANTIATE(suffix, T)                                                                           \
   extern "C" __global__ void embedding_##suffix(const T* table, const int* ids, const int* prevIds, T* out,  \
-                                                int hidden) {                                           \
-    const int raw = ids[blockIdx.x];                                                                    \
-    const long long id = raw >= 0 ? raw : prevIds[-raw - 1];                                            \
-    const T* from = table + id * hidden;                                                                \
-    T* to = out + (long long)blockIdx.x * hidden;                                                       \
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) to[i] = from[i];                             \
-  }                                                                                                     \
-  extern "C" __global__ void gather_rows_##suffix(const T* x, const int* indices, T* out, int hidden) { \
-    gather_rows<T>(x, indices, out, hidden);                                                            \
+                                                int hidden) {                                            \
+    const int raw = ids[blockIdx.x];                                                                     \
+    copy_row<T>(table, raw >= 0 ? raw : prevIds[-raw - 1], out, hidden);                                 \
+  }                                                                                                      \
+  extern "C" __global__ void gather_rows_##suffix(const T* x, const int* indices, T* out, int hidden) {  \
+    copy_row<T>(x, indices[blockIdx.x], out, hidden);                                                    \
   }
 
 INSTANTIATE(bf16, bf16_t)
