@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { layoutFor, packStep, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
-  packTiles, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
+  packRowOrder, packTiles, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 import { DeviceWorkspace } from '../../src/backend/cuda/workspace.js';
 import { profileTable, formatProfile } from '../../src/backend/cuda/profiler.js';
 import { libraryCandidates, loadLibrary, LibraryNotFoundError } from '../../src/backend/cuda/ffi/discover.js';
@@ -40,6 +40,36 @@ test('packStep puts every section at its layout offset and the counts in the hea
   assert.equal(packed.numTiles, 3);
   assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 6)], [0, 0, 1, 3, 2, 4]);
   assert.equal(packed.decodeOnly, false);
+  // not a decode step: the decode kernel (batch-invariant mode) takes its rows in token order
+  assert.deepEqual([...words.subarray(layout.rowOrder, layout.rowOrder + 24)], [...Array(24).keys()]);
+});
+
+test('packStep orders a decode step\'s rows by kv length, longest first, ties in token order', () => {
+  const batch = batchOf([{ ids: [1], start: 30, pages: [4, 9] }, { ids: [7], start: 5, pages: [6] },
+    { ids: [2], start: 700, pages: Array.from({ length: 44 }, (_, i) => i) }, { ids: [3], start: 30, pages: [1, 2] },
+    { ids: [4], start: 0, pages: [5] }], 16, [0, 1, 2, 3, 4]);
+  const layout = layoutFor(batch, null);
+  const words = new Int32Array(layout.totalWords).fill(-7);
+  assert.equal(packStep(batch, layout, words).decodeOnly, true);
+  assert.deepEqual([...words.subarray(layout.rowOrder, layout.rowOrder + 5)], [2, 0, 3, 1, 4]);
+  assert.equal(words[layout.rowOrder + 5], -7);
+});
+
+test('packRowOrder is a permutation, longest first, for any positions', () => {
+  let seed = 7;
+  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  for (const n of [1, 2, 3, 17, 256, 1000]) {
+    const positions = Int32Array.from({ length: n }, () => Math.floor(rnd() * (n < 20 ? 4 : 5000)));
+    const words = new Int32Array(n + 2).fill(-1);
+    packRowOrder(positions, n, true, words, 1);
+    const order = [...words.subarray(1, n + 1)];
+    assert.deepEqual([...order].sort((a, b) => a - b), [...Array(n).keys()], `n ${n}: not a permutation`);
+    for (let i = 1; i < n; i++) {
+      const [a, b] = [order[i - 1]!, order[i]!];
+      assert.ok(positions[a]! > positions[b]! || (positions[a] === positions[b] && a < b), `n ${n}: rows ${a}, ${b} out of order`);
+    }
+    assert.deepEqual([words[0], words[n + 1]], [-1, -1]);
+  }
 });
 
 test('packTiles cuts each sequence into tiles of tileRows rows, the last one short', () => {

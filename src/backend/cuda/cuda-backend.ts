@@ -509,7 +509,8 @@ export class CudaBackend implements Backend {
           ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl), ptr(meta.rowCounters),
           ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
           ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(Math.log2(spec.blockSize)),
-          f32(scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv)]);
+          f32(scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv),
+          ptr(this.metaPtr(meta, L.rowOrder))]);
       } else {
         // block: a warp per 16 rows of a tile, PREFILL_TILE_ROWS * 2 = 128 threads
         this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [

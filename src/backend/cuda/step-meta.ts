@@ -3,7 +3,7 @@
 // capacities, never by the batch, and counts live in the header, so a captured
 // graph replays correctly for any batch that fits:
 //
-//   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices |   <- capTokens each
+//   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices | rowOrder |   <- capTokens each
 //   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | tiles (2 capTiles) | blockTables (capSeqs * stride) |
 //   | sampling: temperature, topK, topP, minP, uniform (capTokens each; floats as f32 bits) |
 
@@ -27,6 +27,12 @@ export interface MetaLayout {
   slotMapping: number;
   tokenToSeq: number;
   logitsIndices: number;
+  /**
+   * The order the decode attention kernel takes its rows in (grid y -> token): a decode-only step's rows by kv
+   * length, longest first, so the longest rows start first and no SM is left with one long row at the end
+   * (a longest-processing-time-first schedule); otherwise the identity. Which block runs a row changes no bit.
+   */
+  rowOrder: number;
   queryStartLoc: number;
   seqLens: number;
   tiles: number;
@@ -51,6 +57,7 @@ export function metaLayout(capTokens: number, capSeqs: number, blockTableStride:
   const slotMapping = take(capTokens);
   const tokenToSeq = take(capTokens);
   const logitsIndices = take(capTokens);
+  const rowOrder = take(capTokens);
   const queryStartLoc = take(capSeqs + 1);
   const seqLens = take(capSeqs);
   const tiles = take(2 * capTiles);
@@ -58,7 +65,7 @@ export function metaLayout(capTokens: number, capSeqs: number, blockTableStride:
   const sampling = take(SAMPLING_FIELDS * capTokens);
   return {
     capTokens, capSeqs, capTiles, blockTableStride, inputIds, positions, slotMapping, tokenToSeq, logitsIndices,
-    queryStartLoc, seqLens, tiles, blockTables, sampling, totalWords: at,
+    rowOrder, queryStartLoc, seqLens, tiles, blockTables, sampling, totalWords: at,
   };
 }
 
@@ -117,6 +124,7 @@ export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Ar
     words.fill(0, rowAt + maxBlocksPerSeq, rowAt + layout.blockTableStride);
   }
   const numTiles = packTiles(batch.queryStartLoc, numSeqs, PREFILL_TILE_ROWS, words, layout.tiles);
+  packRowOrder(batch.positions, numTokens, decodeOnly, words, layout.rowOrder);
   packSampling(batch, layout, words);
   return { numTiles, decodeOnly };
 }
@@ -136,6 +144,26 @@ export function packTiles(queryStartLoc: Int32Array, numSeqs: number, tileRows: 
     }
   }
   return numTiles;
+}
+
+/** Row keys hold the token index in their low ORDER_BITS bits (capTokens stays far below 2^21). */
+const ORDER_BITS = 2 ** 21;
+
+/**
+ * Writes rowOrder at `words[at..]`: with `byLength`, tokens by kv length (position + 1) longest first, ties
+ * in token order; otherwise 0 .. numTokens - 1.
+ */
+export function packRowOrder(positions: Int32Array, numTokens: number, byLength: boolean, words: Int32Array,
+  at: number): void {
+  if (!byLength || numTokens < 2 || numTokens >= ORDER_BITS) {
+    for (let t = 0; t < numTokens; t++) words[at + t] = t;
+    return;
+  }
+  // one numeric sort of exact keys (position * 2^21 + reversed index < 2^53), read from the top
+  const keys = new Float64Array(numTokens);
+  for (let t = 0; t < numTokens; t++) keys[t] = positions[t]! * ORDER_BITS + (ORDER_BITS - 1 - t);
+  keys.sort();
+  for (let i = 0; i < numTokens; i++) words[at + i] = ORDER_BITS - 1 - (keys[numTokens - 1 - i]! % ORDER_BITS);
 }
 
 function packSampling(batch: ForwardBatch, layout: MetaLayout, words: Int32Array): void {

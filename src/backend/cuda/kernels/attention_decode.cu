@@ -37,6 +37,8 @@
 //   partialMl [numTokens, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numTokens, numHeads / G].
 // Launch: attention_decode_<dtype>_d<D>_g<G> grid (numHeads / G, numTokens, Z), block 128 (4 warps): the kv heads
 // of one token are neighbours in launch order, so blocks running together read neighbouring bytes of its pages.
+// Grid row y serves token rowOrder[y] (step-meta.ts: a decode step's rows longest first, so the long rows do not
+// run alone at the grid's end); the order decides only which block computes a row, never its bits.
 #include "common.cuh"
 
 #define DECODE_WARPS 4
@@ -373,11 +375,11 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
-      int maxSplits, int qHeadsPerKv) {                                                                           \
+      int maxSplits, int qHeadsPerKv, const int* rowOrder) {                                                      \
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
-                              longSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x, blockIdx.y, blockIdx.z,        \
-                              gridDim.x, gridDim.z);                                                              \
+                              longSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y],          \
+                              blockIdx.z, gridDim.x, gridDim.z);                                                  \
   }
 
 #define INSTANTIATE_D(suffix, T, D) \
