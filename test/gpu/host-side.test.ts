@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { layoutFor, packStep, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
   packRowOrder, packTiles, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
-import { DeviceWorkspace } from '../../src/backend/cuda/workspace.js';
+import { DeviceWorkspace, StepWorkspace } from '../../src/backend/cuda/workspace.js';
 import { profileTable, formatProfile } from '../../src/backend/cuda/profiler.js';
 import { libraryCandidates, loadLibrary, LibraryNotFoundError } from '../../src/backend/cuda/ffi/discover.js';
 import { bf16BytesToF32 } from '../../src/backend/cuda/host-staging.js';
@@ -95,6 +95,27 @@ test('layoutFor keeps a layout the batch fits and grows it otherwise', () => {
   assert.ok(grown.blockTableStride >= 101 && grown.capTokens >= first.capTokens);
   const words = new Int32Array(grown.totalWords);
   assert.equal(packStep(small, grown, words).decodeOnly, true);
+});
+
+test('StepWorkspace: layer arenas rewind two layers on; allocForStep ranges outlive every layer of the step', () => {
+  let next = 1n << 20n;
+  const ws = new StepWorkspace({ alloc: (b) => { const p = next; next += BigInt(b) + 4096n; return p; }, free: () => {} }, 1 << 16);
+  const inStep = ws.alloc(512);
+  ws.beginLayer(0);
+  const layer0 = ws.alloc(1024);
+  const table = ws.allocForStep(1024);
+  assert.ok(table >= inStep + 512n, 'allocForStep takes the step arena after what the step took before the layers');
+  ws.beginLayer(1);
+  const layer1 = ws.alloc(1024);
+  ws.beginLayer(2);
+  assert.equal(ws.alloc(1024), layer0, 'layer 2 reuses layer 0\'s arena');
+  ws.beginLayer(3);
+  assert.equal(ws.alloc(1024), layer1);
+  ws.endLayers();
+  const after = ws.alloc(256);
+  assert.ok(after >= table + 1024n, 'the step arena goes on after the table');
+  ws.reset();
+  assert.equal(ws.alloc(512), inStep);
 });
 
 test('DeviceWorkspace hands out aligned, disjoint ranges and repeats them after reset', () => {

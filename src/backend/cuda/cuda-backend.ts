@@ -9,7 +9,7 @@ import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
 import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
-import { Device, f32, i32, ptr, type PinnedBuffer } from './device.js';
+import { Device, f32, i32, ptr, type KernelArg, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
 import { FUSED_THREADS, FusedDecodeState, groupOf } from './fused-decode.js';
@@ -166,7 +166,7 @@ export class CudaBackend implements Backend {
   private readonly tokensCopied: [Handle, Handle];
   private tokenSlot = 0;
   private readonly retiredTokenSlots: PinnedBuffer[] = [];
-  private current: { batch: ForwardBatch; packed: PackedStep } | null = null;
+  private current: { batch: ForwardBatch; packed: PackedStep; ropeTable?: { invFreq: bigint; ptr: bigint } } | null = null;
   private readonly invFreqs = new Map<Float32Array, bigint>();
   private readonly graphs = new Map<number, CapturedGraph>();
   private capturing = false;
@@ -447,6 +447,20 @@ export class CudaBackend implements Backend {
     return p;
   }
 
+  /**
+   * The step's rope angles (kernels/rope.cu rope_table): computed by the step's first qkNormRope, read by
+   * every layer's.
+   */
+  private ropeTable(invFreq: bigint, numTokens: number, half: number, positions: KernelArg): bigint {
+    const cur = this.current!;
+    if (cur.ropeTable?.invFreq === invFreq) return cur.ropeTable.ptr;
+    const table = this.workspace.allocForStep(numTokens * 2 * half * 4);
+    this.device.launch('rope.cu', 'rope_table', [Math.ceil((numTokens * half) / 256), 1, 1], 256,
+      [ptr(invFreq), positions, ptr(table), i32(numTokens), i32(half)]);
+    cur.ropeTable = { invFreq, ptr: table };
+    return table;
+  }
+
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
     numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
     const { batch, meta } = this.stepOf(step);
@@ -456,11 +470,16 @@ export class CudaBackend implements Backend {
     const applyNorm = qNorm !== null && kNorm !== null;
     const invFreq = this.invFreqPtr(rope);
     const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kvLayer(kvLayer);
-    const grid: [number, number, number] = [batch.numTokens, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
-    this.timed('rope', () => this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
-      ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
-      ptr(this.metaPtr(meta, meta.layout.positions)), ptr(cache.k), ptr(cache.v),
-      ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D), f32(eps)]));
+    const T = batch.numTokens;
+    const grid: [number, number, number] = [T, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
+    const positions = ptr(this.metaPtr(meta, meta.layout.positions));
+    this.timed('rope', () => {
+      const table = this.ropeTable(invFreq, T, D / 2, positions);
+      this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
+        ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
+        positions, ptr(cache.k), ptr(cache.v), ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
+        i32(numKvHeads), i32(D), f32(eps), ptr(table)]);
+    });
     this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
   }
 

@@ -6,7 +6,8 @@
 // StepWorkspace adds two layer arenas used in turn (layer l allocates from
 // arena l % 2, rewound as the layer begins): what layer l-1 produced stays
 // intact while layer l runs, and a step's activations take two layers' worth
-// of memory instead of numLayers' worth.
+// of memory instead of numLayers' worth. What every layer of a step reads (the
+// rope angles) comes from the step arena (allocForStep), never rewound mid-step.
 
 const ALIGN_BYTES = 256;
 
@@ -107,6 +108,11 @@ export class StepWorkspace {
 
   alloc(bytes: number): bigint {
     return this.active.alloc(bytes);
+  }
+
+  /** From the step arena even inside a layer: for what every layer of the step reads. */
+  allocForStep(bytes: number): bigint {
+    return this.step.alloc(bytes);
   }
 
   beginLayer(layer: number): void {

@@ -8,35 +8,45 @@
 // With kCache non-null, the k heads also write the roped k and the v head into the paged cache at
 // slotMapping[t] (as kv_write.cu does: [numBlocks, blockSize, numKvHeads, D], slot < 0 not written).
 //
-// Block (t, y) serves heads y ROPE_WARPS .. y ROPE_WARPS + ROPE_WARPS - 1 of token t, a warp each: the
-// token's angles are computed once per block (in double, as the CPU backend does) into shared memory, and
-// lane l holds the pairs i = l + 32 k. The head's sum of squares is one 32-lane butterfly per k, those
+// Block (t, y) serves heads y ROPE_WARPS .. y ROPE_WARPS + ROPE_WARPS - 1 of token t, a warp each, and
+// lane l holds the pairs i = l + 32 k. The angles' cos and sin (in double, as the CPU backend does, rounded
+// to float) come from the step's table (rope_table: once per step, not once per block and layer, whose
+// double sincos was most of a block's time), or, without one, are computed by the block into shared memory. The head's sum of squares is one 32-lane butterfly per k, those
 // summed as the butterfly of a block of D/2 threads sums its warps, and every rounding is spelled out:
 // the bits are those of one thread per pair.
 //
-// Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2].
+// Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2];
+//   ropeTable [numTokens, 2, D/2] f32 (cos, then sin) or null.
 // Launch: grid (numTokens, ceil((numHeads + numKvHeads) / ROPE_WARPS)), block ROPE_WARPS * 32;
-//   D/2 a multiple of 32, D <= 256.
+//   D/2 a multiple of 32, D <= 256. rope_table: grid ceil(numTokens D/2 / 256), block 256.
 #include "common.cuh"
 
 #define ROPE_WARPS 4
 #define ROPE_MAX_PAIRS 4
 
+/** cos and sin of position * invFreq, in double, rounded to float. */
+__device__ __forceinline__ void rope_angle(int position, float invFreq, float& c, float& s) {
+  double sd, cd;
+  sincos((double)position * (double)invFreq, &sd, &cd);
+  c = (float)cd;
+  s = (float)sd;
+}
+
 template <typename T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,
                                              const float* invFreq, const int* positions, T* kCache, T* vCache,
                                              const int* slotMapping, int numHeads, int numKvHeads, int headDim,
-                                             float eps, int t, int headBlock) {
+                                             float eps, int t, int headBlock, const float* ropeTable = nullptr) {
   __shared__ float cosOf[ROPE_MAX_PAIRS * 32], sinOf[ROPE_MAX_PAIRS * 32];
   const int half = headDim >> 1;
   const int pairs = half >> 5;  // per lane
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double s, c;
-    sincos((double)positions[t] * (double)invFreq[i], &s, &c);
-    sinOf[i] = (float)s;
-    cosOf[i] = (float)c;
+  const float* cosRow = ropeTable + (long long)t * headDim;
+  if (ropeTable == nullptr) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rope_angle(positions[t], invFreq[i], cosOf[i], sinOf[i]);
+    __syncthreads();
+    cosRow = cosOf;
   }
-  __syncthreads();
+  const float* sinRow = ropeTable == nullptr ? sinOf : cosRow + half;
   const int lane = threadIdx.x & 31;
   const int head = headBlock * ROPE_WARPS + (threadIdx.x >> 5);
   if (head >= numHeads + numKvHeads) return;
@@ -75,7 +85,7 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
     if (k >= pairs) continue;
     const int i = lane + 32 * k;
-    const float sf = sinOf[i], cf = cosOf[i];
+    const float sf = sinRow[i], cf = cosRow[i];
     const T y1 = from_float<T>(__fsub_rn(__fmul_rn(x1[k], cf), __fmul_rn(x2[k], sf)));
     const T y2 = from_float<T>(__fmaf_rn(x1[k], sf, __fmul_rn(x2[k], cf)));
     x[i] = y1;
@@ -95,12 +105,22 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   extern "C" __global__ void qk_norm_rope_##suffix(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,      \
                                                    const float* invFreq, const int* positions, T* kCache,      \
                                                    T* vCache, const int* slotMapping, int numHeads,            \
-                                                   int numKvHeads, int headDim, float eps) {                   \
+                                                   int numKvHeads, int headDim, float eps,                     \
+                                                   const float* ropeTable) {                                   \
     qk_norm_rope<T>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads,   \
-                    numKvHeads, headDim, eps, blockIdx.x, blockIdx.y);                                         \
+                    numKvHeads, headDim, eps, blockIdx.x, blockIdx.y, ropeTable);                              \
   }
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
 #undef INSTANTIATE
+
+/** table[t] = cos, then sin, of positions[t] * invFreq[i] for i < half (see rope_angle). */
+extern "C" __global__ void rope_table(const float* invFreq, const int* positions, float* table, int numTokens,
+                                      int half) {
+  const long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (at >= (long long)numTokens * half) return;
+  const int t = (int)(at / half), i = (int)(at % half);
+  rope_angle(positions[t], invFreq[i], table[(long long)t * 2 * half + i], table[(long long)t * 2 * half + half + i]);
+}
 #endif
