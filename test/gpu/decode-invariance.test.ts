@@ -1,6 +1,7 @@
 // Decode attention is batch-invariant: one row's output bits are the same
 // alone, at any index of a batch of 16, 64 or 300 rows of other (different-length)
-// rows, eager or replayed from a CUDA graph captured at another kv length; and
+// rows, eager or replayed from a CUDA graph captured at another kv length, and
+// beside a prompt chunk in a mixed step; and
 // they match the CPU backend within bf16 tolerance for kv lengths 1 to 5000.
 // The CUDA cache starts as NaN and the workspace is poisoned before every run.
 
@@ -58,7 +59,8 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
       return { len, pages };
     });
     cpu!.allocateKvCache({ numBlocks: numTargetPages, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
-    cuda!.allocateKvCache({ numBlocks: nextPage, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+    const promptPages = Array.from({ length: 7 }, (_, i) => nextPage + i);  // a 100-token prompt chunk's
+    cuda!.allocateKvCache({ numBlocks: nextPage + promptPages.length, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
     cuda!.fillKvCache(0xff);
     cuda!.device.synchronize();
     const pageElements = blockSize * KV * D;
@@ -123,6 +125,17 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
         assertAllFinite(graphed, `graph of ${numRows}, kv length ${len}`);
         assert.deepEqual(rowBits(graphed, at), want, `kv length ${len}: graph of ${numRows} differs from alone`);
       }
+
+      // a mixed step: a 100-token prompt chunk, then the target and another decode row (the decode kernel's)
+      const other = others[3]!;
+      const mixed = batchOf([{ ids: Array.from({ length: 100 }, (_, i) => i % 50), start: 0, pages: promptPages },
+        { ids: [1], start: len - 1, pages: target.pages.slice(0, Math.floor((len - 1) / blockSize) + 1) },
+        { ids: [2], start: other.len - 1, pages: other.pages }], blockSize);
+      const mixedQkv = randomBf16(102 * width, 7000 + li, -2, 2);
+      mixedQkv.set(targetQkv, 100 * width);
+      const mixedOut = eager(mixed, cuda!.fromHost([102, width], mixedQkv));
+      assertAllFinite(mixedOut, `mixed step, kv length ${len}`);
+      assert.deepEqual(rowBits(mixedOut, 100), want, `kv length ${len}: the row in a mixed step differs from alone`);
     });
     assert.equal(cuda!.numGraphs, 3);
   });

@@ -35,13 +35,27 @@ test('packStep puts every section at its layout offset and the counts in the hea
   const row = (s: number) => [...words.subarray(layout.blockTables + s * layout.blockTableStride,
     layout.blockTables + s * layout.blockTableStride + 3)];
   assert.deepEqual([row(0), row(1), row(2)], [[4, 9, 2], [6, 0, 0], [3, 8, 0]]);
-  // one tile per sequence: none has more than PREFILL_TILE_ROWS rows
+  // one tile per sequence of several rows (none has more than PREFILL_TILE_ROWS); the one-token sequence has none
   assert.equal(PREFILL_TILE_ROWS, 64);
-  assert.equal(packed.numTiles, 3);
-  assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 6)], [0, 0, 1, 3, 2, 4]);
+  assert.equal(packed.numTiles, 2);
+  assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 4)], [0, 0, 2, 4]);
   assert.equal(packed.decodeOnly, false);
-  // not a decode step: the decode kernel (batch-invariant mode) takes its rows in token order
-  assert.deepEqual([...words.subarray(layout.rowOrder, layout.rowOrder + 24)], [...Array(24).keys()]);
+  // the one-token row (sequence 1, token 3) heads rowOrder, for the decode kernel; the rest follow in token order
+  assert.equal(packed.numDecodeRows, 1);
+  assert.deepEqual([...words.subarray(layout.rowOrder, layout.rowOrder + 24)], [3, 0, 1, 2, ...Array.from({ length: 20 }, (_, i) => 4 + i)]);
+});
+
+test('packStep leaves a mixed step\'s one-token rows out of the prefill tiles and orders them longest first', () => {
+  const batch = batchOf([{ ids: [1], start: 30, pages: [4, 9] }, { ids: Array.from({ length: 70 }, (_, i) => i), start: 0, pages: [0, 1, 2, 3, 5] },
+    { ids: [2], start: 700, pages: Array.from({ length: 44 }, (_, i) => 10 + i) }, { ids: [7, 8], start: 3, pages: [6] }], 16);
+  const layout = layoutFor(batch, null);
+  const words = new Int32Array(layout.totalWords).fill(-7);
+  const packed = packStep(batch, layout, words);
+  assert.deepEqual([packed.decodeOnly, packed.numDecodeRows, packed.numTiles], [false, 2, 3]);
+  // tiles of sequence 1 (rows 1 .. 70, two tiles) and sequence 3 (rows 72, 73)
+  assert.deepEqual([...words.subarray(layout.tiles, layout.tiles + 6)], [1, 1, 1, 65, 3, 72]);
+  assert.deepEqual([...words.subarray(layout.rowOrder, layout.rowOrder + 4)], [71, 0, 1, 2]);
+  assert.equal(words[layout.rowOrder + 73], 73);
 });
 
 test('packStep orders a decode step\'s rows by kv length, longest first, ties in token order', () => {
@@ -55,19 +69,27 @@ test('packStep orders a decode step\'s rows by kv length, longest first, ties in
   assert.equal(words[layout.rowOrder + 5], -7);
 });
 
-test('packRowOrder is a permutation, longest first, for any positions', () => {
+test('packRowOrder is a permutation: one-token rows longest first, then the rest in token order', () => {
   let seed = 7;
   const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
-  for (const n of [1, 2, 3, 17, 256, 1000]) {
-    const positions = Int32Array.from({ length: n }, () => Math.floor(rnd() * (n < 20 ? 4 : 5000)));
+  for (const numSeqs of [1, 2, 3, 17, 256, 1000]) {
+    const lens = Array.from({ length: numSeqs }, () => (rnd() < 0.7 ? 1 : 1 + Math.floor(rnd() * 5)));
+    const queryStartLoc = Int32Array.from([0, ...lens.map((_, s) => lens.slice(0, s + 1).reduce((a, b) => a + b, 0))]);
+    const n = queryStartLoc[numSeqs]!;
+    const positions = Int32Array.from({ length: n }, () => Math.floor(rnd() * (numSeqs < 20 ? 4 : 5000)));
     const words = new Int32Array(n + 2).fill(-1);
-    packRowOrder(positions, n, true, words, 1);
+    const numOne = packRowOrder(queryStartLoc, numSeqs, positions, words, 1);
     const order = [...words.subarray(1, n + 1)];
-    assert.deepEqual([...order].sort((a, b) => a - b), [...Array(n).keys()], `n ${n}: not a permutation`);
-    for (let i = 1; i < n; i++) {
+    assert.deepEqual([...order].sort((a, b) => a - b), [...Array(n).keys()], `${numSeqs} seqs: not a permutation`);
+    const single = new Set(lens.flatMap((len, s) => (len === 1 ? [queryStartLoc[s]!] : [])));
+    assert.equal(numOne, single.size);
+    assert.ok(order.slice(0, numOne).every((t) => single.has(t)), `${numSeqs} seqs: a prompt row among the decode rows`);
+    for (let i = 1; i < numOne; i++) {
       const [a, b] = [order[i - 1]!, order[i]!];
-      assert.ok(positions[a]! > positions[b]! || (positions[a] === positions[b] && a < b), `n ${n}: rows ${a}, ${b} out of order`);
+      assert.ok(positions[a]! > positions[b]! || (positions[a] === positions[b] && a < b), `${numSeqs} seqs: rows ${a}, ${b} out of order`);
     }
+    const rest = order.slice(numOne);
+    assert.deepEqual(rest, [...rest].sort((a, b) => a - b), `${numSeqs} seqs: prompt rows out of token order`);
     assert.deepEqual([words[0], words[n + 1]], [-1, -1]);
   }
 });

@@ -28,9 +28,11 @@ export interface MetaLayout {
   tokenToSeq: number;
   logitsIndices: number;
   /**
-   * The order the decode attention kernel takes its rows in (grid y -> token): a decode-only step's rows by kv
-   * length, longest first, so the longest rows start first and no SM is left with one long row at the end
-   * (a longest-processing-time-first schedule); otherwise the identity. Which block runs a row changes no bit.
+   * The order the decode attention kernel takes its rows in (grid y -> token): first the step's one-token rows
+   * (decode rows; in a mixed step the decode kernel serves them and the prefill kernel the rest) by kv length,
+   * longest first, so the longest rows start first and no SM is left with one long row at the end (a
+   * longest-processing-time-first schedule); then every other row in token order (the batch-invariant mode runs
+   * them all through the decode kernel). Which block runs a row changes no bit.
    */
   rowOrder: number;
   queryStartLoc: number;
@@ -93,7 +95,10 @@ export function layoutAtLeast(layout: MetaLayout | null, numTokens: number, numS
 }
 
 export interface PackedStep {
+  /** Prefill attention tiles: of the sequences with more than one query token. */
   numTiles: number;
+  /** Sequences with exactly one query token (decode rows), the head of rowOrder. */
+  numDecodeRows: number;
   /** Every sequence has exactly one query token this step. */
   decodeOnly: boolean;
 }
@@ -113,30 +118,30 @@ export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Ar
   words.set(batch.queryStartLoc.subarray(0, numSeqs + 1), layout.queryStartLoc);
   words.set(batch.seqLens.subarray(0, numSeqs), layout.seqLens);
   words.fill(-1, layout.tokenToSeq, layout.tokenToSeq + numTokens);
-  let decodeOnly = true;
   for (let s = 0; s < numSeqs; s++) {
     const start = batch.queryStartLoc[s]!;
     const end = batch.queryStartLoc[s + 1]!;
-    if (end - start !== 1) decodeOnly = false;
     words.fill(s, layout.tokenToSeq + start, layout.tokenToSeq + end);
     const rowAt = layout.blockTables + s * layout.blockTableStride;
     words.set(batch.blockTables.subarray(s * maxBlocksPerSeq, (s + 1) * maxBlocksPerSeq), rowAt);
     words.fill(0, rowAt + maxBlocksPerSeq, rowAt + layout.blockTableStride);
   }
-  const numTiles = packTiles(batch.queryStartLoc, numSeqs, PREFILL_TILE_ROWS, words, layout.tiles);
-  packRowOrder(batch.positions, numTokens, decodeOnly, words, layout.rowOrder);
+  const numTiles = packTiles(batch.queryStartLoc, numSeqs, PREFILL_TILE_ROWS, words, layout.tiles, 2);
+  const numDecodeRows = packRowOrder(batch.queryStartLoc, numSeqs, batch.positions, words, layout.rowOrder);
   packSampling(batch, layout, words);
-  return { numTiles, decodeOnly };
+  return { numTiles, numDecodeRows, decodeOnly: numDecodeRows === numSeqs };
 }
 
 /**
  * The (sequence, first row) pairs of every tile of `tileRows` query rows, a
- * sequence's tiles in row order, written at `words[at..]`. Returns the count.
+ * sequence's tiles in row order, written at `words[at..]`, for the sequences of
+ * at least `minRows` rows. Returns the count.
  */
 export function packTiles(queryStartLoc: Int32Array, numSeqs: number, tileRows: number, words: Int32Array,
-  at: number): number {
+  at: number, minRows = 1): number {
   let numTiles = 0;
   for (let s = 0; s < numSeqs; s++) {
+    if (queryStartLoc[s + 1]! - queryStartLoc[s]! < minRows) continue;
     for (let row = queryStartLoc[s]!; row < queryStartLoc[s + 1]!; row += tileRows) {
       words[at + 2 * numTiles] = s;
       words[at + 2 * numTiles + 1] = row;
@@ -146,24 +151,32 @@ export function packTiles(queryStartLoc: Int32Array, numSeqs: number, tileRows: 
   return numTiles;
 }
 
-/** Row keys hold the token index in their low ORDER_BITS bits (capTokens stays far below 2^21). */
+/** Row keys hold the token index in their low ORDER_BITS bits (tokens per step stay far below 2^21). */
 const ORDER_BITS = 2 ** 21;
 
 /**
- * Writes rowOrder at `words[at..]`: with `byLength`, tokens by kv length (position + 1) longest first, ties
- * in token order; otherwise 0 .. numTokens - 1.
+ * Writes rowOrder at `words[at..]` (see MetaLayout.rowOrder): the one-token sequences' rows by kv length
+ * (position + 1), longest first, ties in token order; then every other row in token order. Returns the count
+ * of one-token rows.
  */
-export function packRowOrder(positions: Int32Array, numTokens: number, byLength: boolean, words: Int32Array,
-  at: number): void {
-  if (!byLength || numTokens < 2 || numTokens >= ORDER_BITS) {
-    for (let t = 0; t < numTokens; t++) words[at + t] = t;
-    return;
-  }
+export function packRowOrder(queryStartLoc: Int32Array, numSeqs: number, positions: Int32Array, words: Int32Array,
+  at: number): number {
+  if (queryStartLoc[numSeqs]! >= ORDER_BITS) throw new Error(`packRowOrder: ${queryStartLoc[numSeqs]} tokens in one step`);
   // one numeric sort of exact keys (position * 2^21 + reversed index < 2^53), read from the top
-  const keys = new Float64Array(numTokens);
-  for (let t = 0; t < numTokens; t++) keys[t] = positions[t]! * ORDER_BITS + (ORDER_BITS - 1 - t);
-  keys.sort();
-  for (let i = 0; i < numTokens; i++) words[at + i] = ORDER_BITS - 1 - (keys[numTokens - 1 - i]! % ORDER_BITS);
+  const keys = new Float64Array(numSeqs);
+  let n = 0;
+  for (let s = 0; s < numSeqs; s++) {
+    const t = queryStartLoc[s]!;
+    if (queryStartLoc[s + 1]! - t === 1) keys[n++] = positions[t]! * ORDER_BITS + (ORDER_BITS - 1 - t);
+  }
+  const sorted = keys.subarray(0, n).sort();
+  for (let i = 0; i < n; i++) words[at + i] = ORDER_BITS - 1 - (sorted[n - 1 - i]! % ORDER_BITS);
+  let k = n;
+  for (let s = 0; s < numSeqs; s++) {
+    const [start, end] = [queryStartLoc[s]!, queryStartLoc[s + 1]!];
+    if (end - start !== 1) for (let t = start; t < end; t++) words[at + k++] = t;
+  }
+  return n;
 }
 
 function packSampling(batch: ForwardBatch, layout: MetaLayout, words: Int32Array): void {

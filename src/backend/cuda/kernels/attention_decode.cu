@@ -33,8 +33,9 @@
 // own running max / sum / output; groups combine within the warp, then warps in shared memory.
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
-//   out [numTokens, numHeads D]; partialOut [numTokens, numHeads, maxSplits, D] f32 (unnormalized);
-//   partialMl [numTokens, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numTokens, numHeads / G].
+//   out [numTokens, numHeads D]; partialOut [numRows, numHeads, maxSplits, D] f32 (unnormalized);
+//   partialMl [numRows, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numRows, numHeads / G]: indexed
+//   by the grid row (slot), not the token, so a mixed step's few decode rows need partials for them alone.
 // Launch: attention_decode_<dtype>_d<D>_g<G> grid (numHeads / G, numTokens, Z), block 128 (4 warps): the kv heads
 // of one token are neighbours in launch order, so blocks running together read neighbouring bytes of its pages.
 // Grid row y serves token rowOrder[y] (step-meta.ts: a decode step's rows longest first, so the long rows do not
@@ -152,7 +153,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockShift,
                                                  float scale, int splitTokens, int longSplitTokens, int maxSplits,
-                                                 int qHeadsPerKv, int bx, int t, int bz, int gx, int gz) {
+                                                 int qHeadsPerKv, int bx, int t, int slot, int bz, int gx, int gz) {
   using Lanes = DecodeLanes<T, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
@@ -324,7 +325,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     } else {  // splits spread over blocks: publish this one; the block that completes the row's count folds them
 #pragma unroll
       for (int g = 0; g < G; g++) {
-        const long long row = (long long)t * numHeads + h0 + g;
+        const long long row = (long long)slot * numHeads + h0 + g;
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
           const int d = threadIdx.x + i * DECODE_THREADS;
@@ -338,7 +339,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) {
-        int* counter = rowCounters + (long long)t * gx + bx;
+        int* counter = rowCounters + (long long)slot * gx + bx;
         mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
         if (mergeHere) *counter = 0;
       }
@@ -347,7 +348,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
         __threadfence();
 #pragma unroll
         for (int g = 0; g < G; g++) {
-          const long long row = (long long)t * numHeads + h0 + g;
+          const long long row = (long long)slot * numHeads + h0 + g;
           float M = NEG_INF, L = 0.f, O[DPT];
 #pragma unroll
           for (int i = 0; i < DPT; i++) O[i] = 0.f;
@@ -361,7 +362,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
             fold_split<DPT>(M, L, O, __ldcg(partialMl + (row * maxSplits + z) * 2),
                             __ldcg(partialMl + (row * maxSplits + z) * 2 + 1), oz);
           }
-          write_out<T, D, DPT>(out + row * D, L, O);
+          write_out<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, L, O);
         }
       }
     }
@@ -379,7 +380,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
                               longSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y],          \
-                              blockIdx.z, gridDim.x, gridDim.z);                                                  \
+                              blockIdx.y, blockIdx.z, gridDim.x, gridDim.z);                                      \
   }
 
 #define INSTANTIATE_D(suffix, T, D) \

@@ -274,7 +274,7 @@ __device__ __noinline__ void attention_stage(const bf16_t* qkv, const bf16_t* kC
   for (int vb = blockIdx.x; vb < attnRows * attnZ; vb += gridDim.x) {
     attention_decode<bf16_t, D, G>(qkv, kCache, vCache, attn, partialOut, partialMl, rowCounters, meta, blockTables,
                                    tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,
-                                   longSplitTokens, maxSplits, numHeads / numKvHeads, vb % attnRows, 0,
+                                   longSplitTokens, maxSplits, numHeads / numKvHeads, vb % attnRows, 0, 0,
                                    vb / attnRows, attnRows, attnZ);
     __syncthreads();
   }
