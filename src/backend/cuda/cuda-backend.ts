@@ -8,6 +8,7 @@ import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
+import { launchDecodeAttention, launchPrefillAttention } from './attention-launch.js';
 import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type KernelArg, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
@@ -513,34 +514,23 @@ export class CudaBackend implements Backend {
       // bits do not depend on whether prompt chunks share its step; the prefill kernel takes the other rows' tiles.
       // The batch-invariant mode runs every row through the decode kernel: a row's result then follows its own kv
       // length alone, whatever chunk or step it came in.
+      const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
+        blockSize: spec.blockSize, scale };
       const decodeRows = packed.decodeOnly || this.batchInvariant ? T : packed.numDecodeRows;
-      if (decodeRows < T && packed.numTiles > 0) {
-        // block: a warp per 16 rows of a tile, PREFILL_TILE_ROWS * 2 = 128 threads
-        this.device.launch('attention_prefill.cu', `attention_prefill_bf16_d${D}`, [packed.numTiles, numHeads, 1], 128, [
-          ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)),
-          ptr(this.metaPtr(meta, L.tiles)), ptr(this.metaPtr(meta, L.queryStartLoc)),
-          ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(spec.blockSize), f32(scale)]);
-      }
+      if (decodeRows < T && packed.numTiles > 0) launchPrefillAttention(this.device, launch, packed.numTiles);
       if (decodeRows > 0) {
-        const qHeadsPerKv = numHeads / numKvHeads;
         const G = groupOf(numHeads, numKvHeads);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
-        // of the row count alone, so eager and captured steps of one size allocate alike. Partials and counters
-        // are indexed by grid row.
+        // of the row count alone, so eager and captured steps of one size allocate alike.
         const numRows = decodeRows * (numHeads / G);
         const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
-        const partialOut = mayShare ? this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr : 0n;
-        const partialMl = mayShare ? this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr : 0n;
         // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
-        const gridZ = this.decodeSplits(numRows, maxRowSplits);
-        this.device.launch('attention_decode.cu', `attention_decode_bf16_d${D}_g${G}`, [numHeads / G, decodeRows, gridZ],
-          128, [ptr(q.ptr), ptr(k), ptr(v), ptr(out.ptr), ptr(partialOut), ptr(partialMl), ptr(meta.rowCounters),
-            ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)), ptr(this.metaPtr(meta, L.tokenToSeq)),
-            ptr(this.metaPtr(meta, L.positions)), i32(numHeads), i32(numKvHeads), i32(Math.log2(spec.blockSize)),
-            f32(scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(qHeadsPerKv),
-            ptr(this.metaPtr(meta, L.rowOrder))]);
+        launchDecodeAttention(this.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
+          partialOut: mayShare ? this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr : 0n,
+          partialMl: mayShare ? this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr : 0n,
+          rowCounters: meta.rowCounters });
       }
     });
     return out;
