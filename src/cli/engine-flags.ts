@@ -31,7 +31,7 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
     .addOption(new Option('--scheduling-policy <p>', 'request order').choices(['fcfs', 'priority']).default('fcfs'))
     .addOption(new Option('--step-policy <p>', 'what a step admits').choices(['decode-first', 'prefill-first', 'decode-shape-stable']).default('decode-first'))
-    .option('--gpu-memory-utilization <f>', 'fraction of GPU memory to use', num('--gpu-memory-utilization'), 0.9)
+    .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold (as vLLM: other processes do not count)', num('--gpu-memory-utilization'), 0.9)
     .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int('--kv-cache-memory'))
     .option('--enforce-eager', 'disable CUDA graphs', false)
     .option('--no-async-scheduling', 'complete each step before scheduling the next (by default a step is scheduled and launched while the previous one runs)')

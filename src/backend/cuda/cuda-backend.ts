@@ -19,6 +19,7 @@ import {
 } from './ffi/driver.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
+import { kvCacheBudget } from './memory-budget.js';
 import { layoutAtLeast, layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
@@ -26,7 +27,7 @@ import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatF
 
 export interface CudaBackendOptions {
   deviceOrdinal?: number;
-  /** Fraction of device memory the engine may use (weights + workspace + KV). */
+  /** Fraction of the device's memory this engine may hold (weights + workspace + KV), as vLLM's flag. */
   gpuMemoryUtilization?: number;
   /** Kept free for activations when reporting availableKvBytes (minus what the workspace already holds). */
   activationReserveBytes?: number;
@@ -147,6 +148,8 @@ export class CudaBackend implements Backend {
   private readonly profiler: Profiler | null;
   private readonly log: (text: string) => void;
   private readonly gpuMemoryUtilization: number;
+  /** Free device memory before this backend allocated anything (memory-budget.ts). */
+  private readonly freeAtStartBytes: number;
   private readonly activationReserveBytes: number;
   private readonly enforceEager: boolean;
   private readonly batchInvariant: boolean;
@@ -183,6 +186,7 @@ export class CudaBackend implements Backend {
 
   constructor(opts: CudaBackendOptions = {}) {
     this.device = new Device(opts.deviceOrdinal ?? 0);
+    this.freeAtStartBytes = this.device.memInfo().freeBytes;
     this.gpuMemoryUtilization = opts.gpuMemoryUtilization ?? 0.9;
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
@@ -285,7 +289,8 @@ export class CudaBackend implements Backend {
   memory(): MemoryReport {
     const { freeBytes, totalBytes } = this.device.memInfo();
     const reserve = Math.max(0, this.activationReserveBytes - this.workspace.numBytes);
-    const availableKvBytes = Math.max(0, Math.floor(freeBytes - (1 - this.gpuMemoryUtilization) * totalBytes - reserve));
+    const availableKvBytes = kvCacheBudget({ totalBytes, freeAtStartBytes: this.freeAtStartBytes, freeBytes,
+      gpuMemoryUtilization: this.gpuMemoryUtilization, reserveBytes: reserve });
     return { availableKvBytes, totalBytes, weightBytes: this.weightBytes };
   }
 

@@ -1,0 +1,22 @@
+// How much device memory the KV cache may take, with vLLM's meaning of
+// --gpu-memory-utilization: this engine may hold that fraction of the device's
+// total memory. What it holds already (weights, workspace, buffers) is what the
+// device's free memory lost since the engine started; memory other processes
+// hold does not count against the fraction (two engines at 0.4 share a GPU),
+// and only the memory actually free caps the result.
+
+export interface MemoryState {
+  totalBytes: number;
+  /** Free device memory when the engine started (its CUDA context already made). */
+  freeAtStartBytes: number;
+  freeBytes: number;
+  gpuMemoryUtilization: number;
+  /** Kept back for activations the workspace has not allocated yet. */
+  reserveBytes: number;
+}
+
+export function kvCacheBudget(m: MemoryState): number {
+  const held = Math.max(0, m.freeAtStartBytes - m.freeBytes);
+  const budget = Math.min(m.gpuMemoryUtilization * m.totalBytes - held, m.freeBytes);
+  return Math.max(0, Math.floor(budget - m.reserveBytes));
+}
