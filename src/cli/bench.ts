@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { LLM } from '../engine/llm.js';
 import {
-  acquireBenchLock, benchDecode, benchServe, buildCustomWorkload, buildW3, buildW5, collectProvenance, gpuPreflight,
+  acquireBenchLock, benchDecode, benchServe, buildCustomWorkload, buildW3, buildW5, collectProvenance, describeGpuProcesses, gpuPreflight,
   writeReport, type BenchTarget, type GateSummary, type Workload,
 } from '../lab/index.js';
 import { loadModelConfig } from '../loader/config.js';
@@ -42,8 +42,12 @@ function addLockFlags(cmd: Command): Command {
     .option('--lock-dir <dir>', 'where the benchmark lock lives');
 }
 
-function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>): Promise<T> {
-  gpuPreflight({ force: flags.force === true });
+/** `serversOnGpu`: bench serve, whose targets are usually servers on this GPU: their processes are listed, not refused. */
+function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>, serversOnGpu = false): Promise<T> {
+  const pre = gpuPreflight({ force: flags.force === true, expectOthers: serversOnGpu });
+  if (serversOnGpu && pre.others.length > 0) {
+    console.error(`GPU processes (the servers under test, or else load that skews the figures): ${describeGpuProcesses(pre.others)}`);
+  }
   const lock = acquireBenchLock({ force: flags.force === true, ...(flags.lockDir ? { dir: flags.lockDir as string } : {}) });
   return run().finally(() => lock.release());
 }
@@ -97,13 +101,14 @@ function serveCommand(): Command {
             ...(typeof f.outputLen === 'number' ? { outputTokens: f.outputLen } : {}),
           });
       await withLock(f, async () => {
-        const bench = await benchServe({ targets, workload, numRounds: f.rounds as number, numWarmupRequests: f.warmup as number });
+        const bench = await benchServe({ targets, workload, numRounds: f.rounds as number, numWarmupRequests: f.warmup as number,
+          vocabSize: f.vocabSize as number });
         const provenance = await collectProvenance({ config: { command: 'bench serve', ...f, targets } });
         const gates = f.gates ? JSON.parse(readFileSync(f.gates as string, 'utf8')) as GateSummary : null;
         const written = await writeReport({ bench, provenance, gates, ...(f.title ? { title: f.title as string } : {}) }, f.out as string);
         console.log(readFileSync(written.markdownPath, 'utf8'));
         console.log(`report: ${written.htmlPath}`);
-      });
+      }, true);
     });
 }
 

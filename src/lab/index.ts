@@ -9,7 +9,7 @@ export type { CompletionRequest, RequestResult } from './client.js';
 export * from './gate.js';
 export { collectProvenance, provenanceRows } from './hardware.js';
 export type { Provenance, ProvenanceOptions } from './hardware.js';
-export { acquireBenchLock, gpuPreflight, BenchLockHeldError } from './lock.js';
+export { acquireBenchLock, describeGpuProcesses, gpuPreflight, BenchLockHeldError } from './lock.js';
 export type { BenchLock, BenchLockOptions, PreflightOptions, PreflightResult } from './lock.js';
 export { reportHtml, reportJson, reportMarkdown, writeReport } from './report.js';
 export type { BenchReport, WrittenReport } from './report.js';

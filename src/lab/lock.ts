@@ -147,6 +147,8 @@ export interface PreflightOptions {
   run?: CommandRunner;
   /** Pids that are ours (the server under test); default: this process. */
   ownPids?: number[];
+  /** Other GPU processes are expected (bench serve: the servers under test run there): listed, not refused. */
+  expectOthers?: boolean;
 }
 
 export interface PreflightResult {
@@ -157,14 +159,17 @@ export interface PreflightResult {
 }
 
 /** Throws when other processes use the GPU, unless forced. */
+export function describeGpuProcesses(procs: readonly GpuProcess[]): string {
+  return procs.map((p) => `pid ${p.pid} ${p.processName} (${p.usedMemoryMiB} MiB)`).join('; ');
+}
+
 export function gpuPreflight(opts: PreflightOptions = {}): PreflightResult {
   const out = (opts.run ?? runCommand)('nvidia-smi', NVIDIA_SMI_APPS_QUERY);
   if (out === null) return { checked: false, others: [], overridden: false };
   const own = new Set(opts.ownPids ?? [process.pid]);
   const others = parseComputeApps(out).filter((p) => !own.has(p.pid));
-  if (others.length > 0 && !opts.force) {
-    const list = others.map((p) => `pid ${p.pid} ${p.processName} (${p.usedMemoryMiB} MiB)`).join('; ');
-    throw new Error(`the GPU is in use by other processes: ${list}. Wait for them, or force to run anyway.`);
+  if (others.length > 0 && !opts.force && !opts.expectOthers) {
+    throw new Error(`the GPU is in use by other processes: ${describeGpuProcesses(others)}. Wait for them, or pass --force to run anyway.`);
   }
   return { checked: true, others, overridden: others.length > 0 };
 }

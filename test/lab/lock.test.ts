@@ -60,7 +60,10 @@ test('GPU preflight refuses other compute processes unless forced', () => {
   ]);
   const run = (cmd: string, args: string[]) => (cmd === 'nvidia-smi' && args[0]!.startsWith('--query-compute-apps') ? csv : null);
   assert.throws(() => gpuPreflight({ run }), /in use by other processes: pid 4242 \/usr\/bin\/python3 \(20480 MiB\); pid 777/);
+  assert.throws(() => gpuPreflight({ run }), /pass --force to run anyway/);
   assert.deepEqual(gpuPreflight({ run, force: true }).overridden, true);
+  // bench serve: the servers under test are on the GPU, listed but not refused
+  assert.deepEqual(gpuPreflight({ run, expectOthers: true }).others.map((p) => p.pid), [4242, 777]);
   assert.equal(gpuPreflight({ run, ownPids: [4242, 777] }).others.length, 0);
   assert.deepEqual(gpuPreflight({ run: () => null }), { checked: false, others: [], overridden: false });
   assert.equal(gpuPreflight({ run: () => '' }).checked, true);

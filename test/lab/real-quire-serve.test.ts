@@ -96,6 +96,20 @@ describe('bench serve against two real Quire servers', () => {
     }
   });
 
+  it('sends token-id prompts, their nonces too, inside --vocab-size (the tiny model has 512 ids)', async () => {
+    const out = join(dir, 'ids');
+    await promisify(execFile)(process.execPath, [
+      resolve('dist', 'src', 'cli', 'main.js'), 'bench', 'serve', '--target', `seqs8=${servers[1]!.url}`, '--model', 'tiny',
+      '--workload', 'custom', '--num-requests', '4', '--concurrency', '2', '--prompt-format', 'ids', '--vocab-size', '512',
+      '--prompt-len', '8', '--output-len', '2', '--rounds', '1', '--warmup', '1', '--out', out,
+      '--force', '--lock-dir', join(dir, 'lock'),
+    ], { encoding: 'utf8', timeout: 60_000 });
+    const ids = (JSON.parse(readFileSync(join(out, 'bench.json'), 'utf8')) as { bench: BenchServeResult }).bench;
+    const m = ids.summaries[0]!.metrics;
+    assert.equal(m.numErrors, 0, m.errors.join('; '));
+    assert.equal(m.numOutputTokens, 4 * 2);
+  });
+
   it('gives the second target as a ratio to the first, per round, with its spread', () => {
     assert.deepEqual(bench.ratios.map((r) => [r.level, r.baseline, r.target]), [['c1', 'seqs1', 'seqs8'], ['c4', 'seqs1', 'seqs8']]);
     for (const r of bench.ratios) {
