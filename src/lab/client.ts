@@ -43,6 +43,8 @@ export interface RequestResult {
 
 export interface CompletionDelta {
   text: string;
+  /** A choice's delta that is not its finish chunk: a token arrived, even if its text is held back (empty). */
+  isTokenDelta: boolean;
   tokenIds: number[] | null;
   finishReason: string | null;
   usage: { promptTokens: number | null; completionTokens: number | null; cachedPromptTokens: number | null } | null;
@@ -73,12 +75,12 @@ export function parseCompletionChunk(data: string): CompletionDelta {
   try {
     obj = JSON.parse(data) as Record<string, unknown>;
   } catch {
-    return { text: '', tokenIds: null, finishReason: null, usage: null, error: `unparsable frame: ${data.slice(0, 200)}` };
+    return { text: '', isTokenDelta: false, tokenIds: null, finishReason: null, usage: null, error: `unparsable frame: ${data.slice(0, 200)}` };
   }
   const err = obj['error'] ?? (obj['object'] === 'error' ? obj : undefined);
   if (err !== undefined) {
     const message = typeof err === 'string' ? err : String((err as { message?: unknown }).message ?? JSON.stringify(err));
-    return { text: '', tokenIds: null, finishReason: null, usage: null, error: message };
+    return { text: '', isTokenDelta: false, tokenIds: null, finishReason: null, usage: null, error: message };
   }
   const choice = (Array.isArray(obj['choices']) ? obj['choices'][0] : undefined) as Record<string, unknown> | undefined;
   const rawIds = choice?.['token_ids'];
@@ -87,10 +89,12 @@ export function parseCompletionChunk(data: string): CompletionDelta {
     | { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null }
     | null
     | undefined;
+  const finishReason = typeof choice?.['finish_reason'] === 'string' ? (choice['finish_reason'] as string) : null;
   return {
     text: typeof choice?.['text'] === 'string' ? (choice['text'] as string) : '',
+    isTokenDelta: choice !== undefined && finishReason === null,
     tokenIds,
-    finishReason: typeof choice?.['finish_reason'] === 'string' ? (choice['finish_reason'] as string) : null,
+    finishReason,
     usage: u
       ? { promptTokens: u.prompt_tokens ?? null, completionTokens: u.completion_tokens ?? null, cachedPromptTokens: u.prompt_tokens_details?.cached_tokens ?? null }
       : null,
@@ -135,7 +139,8 @@ export class StreamTimer {
       this.cachedPromptTokens = d.usage.cachedPromptTokens ?? this.cachedPromptTokens;
     }
     if (d.finishReason) this.finishReason = d.finishReason;
-    const numTokens = d.tokenIds ? d.tokenIds.length : d.text.length > 0 ? 1 : 0;
+    // a chunk counts as one token's arrival (as vLLM's benchmark client), even with its text held back
+    const numTokens = d.tokenIds ? d.tokenIds.length : d.text.length > 0 || d.isTokenDelta ? 1 : 0;
     if (numTokens === 0) return;
     if (d.tokenIds) this.ids.push(...d.tokenIds);
     else this.idsComplete = false;

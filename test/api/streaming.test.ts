@@ -58,5 +58,9 @@ describe('SSE streams', () => {
     assert.equal(text, full.slice(0, full.indexOf(stop)));
     assert.equal(chunks.at(-1).choices[0].finish_reason, 'stop');
     assert.equal(chunks.at(-1).choices[0].stop_reason, stop);
+    // as vLLM: every generated token still sends a chunk, its text empty while held back (clients time each token)
+    const deltas = chunks.filter((c) => c.choices[0]?.finish_reason === null);
+    assert.equal(deltas.length, full.indexOf(stop) + stop.length);
+    assert.ok(deltas.some((c) => c.choices[0].text === ''), 'a held-back token sends an empty-text chunk');
   });
 });

@@ -67,6 +67,19 @@ test('stream timer: TTFT, ITL per delta, usage overrides counted tokens', () => 
   assert.equal(r.finishReason, 'length');
 });
 
+test('stream timer counts a delta whose text is held back (empty) as a token, not the finish or usage chunks', () => {
+  const t = new StreamTimer(0);
+  t.onData('{"choices":[{"text":"","finish_reason":null}]}', 10);
+  t.onData('{"choices":[{"text":"ab","finish_reason":null}]}', 25);
+  t.onData('{"choices":[{"text":"","finish_reason":"length"}]}', 26);
+  t.onData('{"choices":[]}', 27);
+  const r = t.finish(30);
+  assert.equal(r.ok, true);
+  assert.equal(r.ttftMs, 10);
+  assert.deepEqual(r.itlMs, [15]);
+  assert.equal(r.outputTokens, 2);
+});
+
 test('stream timer without ids or usage counts text deltas; an error frame fails the request', () => {
   const t = new StreamTimer(0);
   t.onData('{"choices":[{"text":"a"}]}', 10);

@@ -66,7 +66,9 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
       }));
     },
     deltaChunk(delta: ChoiceDelta) {
-      if (delta.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
+      // as vLLM: a chunk per step that made tokens, its text empty while the detokenizer holds back an incomplete
+      // character, so clients see every token arrive (TTFT, inter-token latency)
+      if (delta.text === '' && delta.tokenIds.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
       const logprobs = logprobsOf(delta, textOffsets[delta.index]!);
       textOffsets[delta.index]! += delta.text.length;
       return {
