@@ -96,12 +96,27 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
   const T* row = logits + (long long)r * vocab;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  // argmax, ties to the lowest id; NaN never wins
+  // argmax, ties to the lowest id; NaN never wins (the same result in any order: bf16 rows take 16-byte loads)
   float bestV = NEG_INF;
   int bestI = 0x7fffffff;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = to_float(row[i]);
-    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  if (sizeof(T) == 2 && vocab % 8 == 0) {
+    const uint4* row8 = reinterpret_cast<const uint4*>(row);
+#pragma unroll 4
+    for (int c = threadIdx.x; c < vocab / 8; c += blockDim.x) {
+      const uint4 w = row8[c];
+      const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float lo = __uint_as_float(u[k] << 16), hi = __uint_as_float(u[k] & 0xffff0000u);
+        if (better(lo, 8 * c + 2 * k, bestV, bestI)) { bestV = lo; bestI = 8 * c + 2 * k; }
+        if (better(hi, 8 * c + 2 * k + 1, bestV, bestI)) { bestV = hi; bestI = 8 * c + 2 * k + 1; }
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = to_float(row[i]);
+      if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+    }
   }
   for (int o = 16; o > 0; o >>= 1) {
     const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
