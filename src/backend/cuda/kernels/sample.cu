@@ -12,7 +12,7 @@
 // Thresholds (k-th largest logit, top-p cut value) are found by bisection over
 // order-preserving integer keys of the logits; every sum is a fixed-order block
 // reduction, so a row's token depends on that row alone (deterministic, batch
-// invariant).
+// invariant). Passes over a bf16 row read it in 16-byte loads (for_row).
 //
 // Row parameters: params[0*stride + r] temperature (f32 bits), [1] topK (int),
 // [2] topP (f32), [3] minP (f32), [4] uniform (f32); stride = the metadata's row capacity.
@@ -29,6 +29,9 @@ __device__ __forceinline__ unsigned order_key(float v) {
   const unsigned b = __float_as_uint(v);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
+template <typename T> __device__ __forceinline__ T bits_as(unsigned b);
+template <> __device__ __forceinline__ bf16_t bits_as<bf16_t>(unsigned b) { return bf16_t{(unsigned short)b}; }
+template <> __device__ __forceinline__ float bits_as<float>(unsigned b) { return __uint_as_float(b); }
 template <typename T> struct KeyTraits;
 template <> struct KeyTraits<bf16_t> { static constexpr unsigned kMax = 0xffffu; };
 template <> struct KeyTraits<float> { static constexpr unsigned kMax = 0xffffffffu; };
@@ -77,6 +80,30 @@ __device__ __forceinline__ bool better(float v, int i, float bestV, int bestI) {
   return v > bestV || (v == bestV && i < bestI);
 }
 
+/**
+ * Calls f(value, id) for the ids of the row this thread takes in a pass: bf16 rows of vocab % 8 == 0 in 16-byte
+ * loads of 8 consecutive ids (thread t takes loads t, t + blockDim.x, ...), others one id at a time. A pass's
+ * per-thread sums follow this order, then a fixed-order block reduction: deterministic, the row's alone.
+ */
+template <typename T, typename F>
+__device__ __forceinline__ void for_row(const T* row, int vocab, F f) {
+  if (sizeof(T) == 2 && vocab % 8 == 0) {
+    const uint4* row8 = reinterpret_cast<const uint4*>(row);
+#pragma unroll 2
+    for (int c = threadIdx.x; c < vocab / 8; c += blockDim.x) {
+      const uint4 w = row8[c];
+      const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        f(bits_as<T>(u[k] & 0xffffu), 8 * c + 2 * k);
+        f(bits_as<T>(u[k] >> 16), 8 * c + 2 * k + 1);
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) f(row[i], i);
+  }
+}
+
 struct RowDist {
   double max, invT, floor;
 };
@@ -96,28 +123,13 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
   const T* row = logits + (long long)r * vocab;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  // argmax, ties to the lowest id; NaN never wins (the same result in any order: bf16 rows take 16-byte loads)
+  // argmax, ties to the lowest id; NaN never wins (the same result in any order)
   float bestV = NEG_INF;
   int bestI = 0x7fffffff;
-  if (sizeof(T) == 2 && vocab % 8 == 0) {
-    const uint4* row8 = reinterpret_cast<const uint4*>(row);
-#pragma unroll 4
-    for (int c = threadIdx.x; c < vocab / 8; c += blockDim.x) {
-      const uint4 w = row8[c];
-      const unsigned u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        const float lo = __uint_as_float(u[k] << 16), hi = __uint_as_float(u[k] & 0xffff0000u);
-        if (better(lo, 8 * c + 2 * k, bestV, bestI)) { bestV = lo; bestI = 8 * c + 2 * k; }
-        if (better(hi, 8 * c + 2 * k + 1, bestV, bestI)) { bestV = hi; bestI = 8 * c + 2 * k + 1; }
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = to_float(row[i]);
-      if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
-    }
-  }
+  for_row(row, vocab, [&](T x, int i) {
+    const float v = to_float(x);
+    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  });
   for (int o = 16; o > 0; o >>= 1) {
     const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
     const int i = __shfl_xor_sync(FULL_MASK, bestI, o);
@@ -151,19 +163,19 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
   if (topK > 0 && topK < vocab) {
     // the k-th largest finite logit: the largest key K with count(key >= K) >= k
     int numValid = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float x = to_float(row[i]);
+    for_row(row, vocab, [&](T v, int) {
+      const float x = to_float(v);
       numValid += (x > NEG_INF && x == x) ? 1 : 0;
-    }
+    });
     if (block_total(numValid, iScratch) >= topK) {
       unsigned lo = 0, hi = KeyTraits<T>::kMax;
       while (lo < hi) {
         const unsigned mid = lo + (hi - lo + 1) / 2;
         int n = 0;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-          const float x = to_float(row[i]);
-          n += (x > NEG_INF && x == x && order_key(row[i]) >= mid) ? 1 : 0;
-        }
+        for_row(row, vocab, [&](T v, int) {
+          const float x = to_float(v);
+          n += (x > NEG_INF && x == x && order_key(v) >= mid) ? 1 : 0;
+        });
         if (block_total(n, iScratch) >= topK) lo = mid; else hi = mid - 1;
       }
       d.floor = fmax(d.floor, ((double)key_value<T>(lo) - d.max) * d.invT);
@@ -171,7 +183,7 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
   }
 
   double z = 0.0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) z += weight_of(to_float(row[i]), d);
+  for_row(row, vocab, [&](T v, int) { z += weight_of(to_float(v), d); });
   z = block_total(z, dScratch);
 
   // top-p: cutKey = the largest key K with mass(key >= K) >= p * z; ids above it stay,
@@ -186,20 +198,20 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
     while (lo < hi) {
       const unsigned mid = lo + (hi - lo + 1) / 2;
       double m = 0.0;
-      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        if (order_key(row[i]) >= mid) m += weight_of(to_float(row[i]), d);
-      }
+      for_row(row, vocab, [&](T v, int) {
+        if (order_key(v) >= mid) m += weight_of(to_float(v), d);
+      });
       if (block_total(m, dScratch) >= limit) lo = mid; else hi = mid - 1;
     }
     cutKey = lo;
     double above = 0.0;
     int numTies = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const unsigned key = order_key(row[i]);
-      const double w = weight_of(to_float(row[i]), d);
+    for_row(row, vocab, [&](T v, int) {
+      const unsigned key = order_key(v);
+      const double w = weight_of(to_float(v), d);
       if (key > cutKey) above += w;
       else if (key == cutKey && w > 0.0) numTies++;
-    }
+    });
     above = block_total(above, dScratch);
     numTies = block_total(numTies, iScratch);
     const double tieWeight = weight_of(key_value<T>(cutKey), d);
