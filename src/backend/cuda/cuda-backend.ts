@@ -521,8 +521,8 @@ export class CudaBackend implements Backend {
       // length alone, whatever chunk or step it came in.
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
         blockSize: spec.blockSize, scale };
-      const decodeRows = packed.decodeOnly || this.batchInvariant ? T : packed.numDecodeRows;
-      if (decodeRows < T && packed.numTiles > 0) launchPrefillAttention(this.device, launch, packed.numTiles);
+      const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
+      if (decodeRows < T) launchPrefillAttention(this.device, launch, packed.numTiles);
       if (decodeRows > 0) {
         const G = groupOf(numHeads, numKvHeads);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);

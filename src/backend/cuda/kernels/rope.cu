@@ -11,9 +11,10 @@
 // Block (t, y) serves heads y ROPE_WARPS .. y ROPE_WARPS + ROPE_WARPS - 1 of token t, a warp each, and
 // lane l holds the pairs i = l + 32 k. The angles' cos and sin (in double, as the CPU backend does, rounded
 // to float) come from the step's table (rope_table: once per step, not once per block and layer, whose
-// double sincos was most of a block's time), or, without one, are computed by the block into shared memory. The head's sum of squares is one 32-lane butterfly per k, those
-// summed as the butterfly of a block of D/2 threads sums its warps, and every rounding is spelled out:
-// the bits are those of one thread per pair.
+// double sincos was most of a block's time), or, without one (decode_layers.cu), are computed by the block
+// into shared memory. The head's sum of squares is one 32-lane butterfly per k, those summed as the
+// butterfly of a block of D/2 threads sums its warps, and every rounding is spelled out: the bits are those
+// of one thread per pair.
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2];
 //   ropeTable [numTokens, 2, D/2] f32 (cos, then sin) or null.
