@@ -99,6 +99,11 @@ export interface Backend {
    * says (greedy where absent); only the token ids reach the host.
    */
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array;
+  /**
+   * Optional: sampleTokens without waiting for the device; the returned function waits and gives the ids. It must
+   * be called before the step after next begins.
+   */
+  sampleTokensAsync?(logits: Tensor, step: StepInputs): () => Int32Array;
   /** Copies a tensor to the host as f32. */
   toHost(t: Tensor): Float32Array;
   /**

@@ -274,8 +274,11 @@ export class EngineCore {
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
     const waitTokens = useGraph ? backend.graphLaunch?.(bucket!, batch) : null;
     if (waitTokens) return { wait: () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] }), sampledOnDevice: true };
-    const tokenIds = useGraph ? backend.graph!(bucket!, batch, () => this.model.forwardTokens(batch)) as Int32Array
-      : this.model.forwardTokens(batch);
+    if (!useGraph) {
+      const waitIds = this.model.forwardTokensAsync(batch);
+      return { wait: () => ({ tokenIds: waitIds(), logprobs: [] }), sampledOnDevice: true };
+    }
+    const tokenIds = backend.graph!(bucket!, batch, () => this.model.forwardTokens(batch)) as Int32Array;
     return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
   }
 

@@ -70,6 +70,17 @@ export class Model {
     return this.backend.sampleTokens(logits, step);
   }
 
+  /**
+   * forwardTokens without waiting for the device where the backend can (sampleTokensAsync): returns what waits
+   * for the ids, so the host may prepare the next step meanwhile.
+   */
+  forwardTokensAsync(batch: ForwardBatch): () => Int32Array {
+    const { logits, step } = this.logits(batch);
+    if (this.backend.sampleTokensAsync) return this.backend.sampleTokensAsync(logits, step);
+    const ids = this.backend.sampleTokens(logits, step);
+    return () => ids;
+  }
+
   private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
     const b = this.backend;
     const c = this.config;

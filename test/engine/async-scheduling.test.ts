@@ -11,6 +11,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
+import { createEngineCore } from '../../src/engine/engine-core.js';
+import { engineOptions } from '../../src/engine/options.js';
+import type { Model } from '../../src/model/model.js';
+import { defaultSamplingParams } from '../../src/sampling/params.js';
 import type { EngineOptions } from '../../src/engine/options.js';
 import type { EngineStats } from '../../src/engine/types.js';
 import type { RawSamplingParams } from '../../src/sampling/validate.js';
@@ -74,3 +78,36 @@ for (const [name, opts] of Object.entries(PATHS)) {
     if (name.includes('preemption')) assert.ok(ahead.stats.numPreemptions > 0, 'nothing was preempted');
   });
 }
+
+test('eager device-sampled steps: the next step launches before the previous step is waited for', async () => {
+  const transcripts: string[][] = [];
+  for (const asyncScheduling of [false, true]) {
+    const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, asyncScheduling,
+      maxNumBatchedTokens: 16 }));
+    const backend = (core as unknown as { model: Model }).model.backend;
+    const log: string[] = [];
+    let steps = 0;
+    const beginStep = backend.beginStep.bind(backend);
+    backend.beginStep = (batch) => { log.push(`begin ${++steps}`); return beginStep(batch); };
+    // a device that has not finished: the ids are read when waited for
+    backend.sampleTokensAsync = (logits, step) => {
+      const n = steps;
+      const ids = backend.sampleTokens(logits, step);
+      return () => { log.push(`wait ${n}`); return ids; };
+    };
+    const out = new Map<string, number[]>();
+    prompts.slice(0, 4).forEach((p, i) => core.addRequest({ requestId: `r${i}`, promptTokenIds: p, priority: 0,
+      sampling: defaultSamplingParams({ maxTokens: 5, temperature: 0, ignoreEos: true }), cacheSalt: null,
+      arrivalTime: Date.now() }));
+    while (core.hasWork()) {
+      for (const o of core.advance()) out.set(o.requestId, [...(out.get(o.requestId) ?? []), ...o.newTokenIds]);
+    }
+    core.dispose();
+    transcripts.push([...out.entries()].sort().map(([id, t]) => `${id}: ${t.join(',')}`));
+    const waited = log.filter((l) => l.startsWith('wait')).length;
+    assert.equal(waited, steps, `every step waited for once: ${log.join(' ')}`);
+    const overlapped = log.some((l, i) => l.startsWith('wait') && Number(l.split(' ')[1]) < Number(log[i - 1]?.split(' ')[1]));
+    assert.equal(overlapped, asyncScheduling, log.join(' '));
+  }
+  assert.deepEqual(transcripts[1], transcripts[0]);
+});

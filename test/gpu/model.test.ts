@@ -91,6 +91,27 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     assert.equal(gateMd5, canonical.paths['cuda-bf16-graphs']?.md5, 'gate prompts vs the recorded cuda-bf16-graphs path');
   });
 
+  test('eager: a row crossing 64 pages (the step metadata grows) still reads its fed token from the device', async () => {
+    // without graphs the metadata is sized per step; the step after it grows reads its rows' previous tokens
+    // (negative input ids, async scheduling) from the sampled-ids buffer, which must move along
+    const model = join(packageRoot(), 'models', 'quire-demo');
+    const prompt = Array.from({ length: 1000 }, (_, i) => (i * 37 + 5) % 300);
+    const out = new Map<string, number[]>();
+    for (const [name, enforceEager, asyncScheduling] of [['graphs', false, true], ['eager, each step completed', true, false],
+      ['eager, async', true, true]] as const) {
+      const llm = new LLM(model, { backend: 'cuda', enforceEager, asyncScheduling, maxModelLen: 1200, maxNumSeqs: 4 });
+      try {
+        const [c] = await llm.generate([prompt], { maxTokens: 64, temperature: 0, ignoreEos: true });
+        out.set(name, c!.tokenIds);
+        if (asyncScheduling) assert.ok((await llm.stats()).numStepsScheduledAhead > 32, name);
+      } finally {
+        await llm.close();
+      }
+    }
+    assert.deepEqual(out.get('eager, each step completed'), out.get('graphs'));
+    assert.deepEqual(out.get('eager, async'), out.get('graphs'));
+  });
+
   test('batch-invariant mode: transcripts identical alone, in batches, chunked, preempted, from the prefix cache, eager and graphed', async () => {
     const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
       { maxTokens: number; prompts: { prompt: string }[] };

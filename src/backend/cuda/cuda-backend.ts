@@ -339,14 +339,20 @@ export class CudaBackend implements Backend {
   private growMeta(layout: MetaLayout): void {
     if (this.capturing) throw new Error('step metadata outgrown during graph capture');
     this.device.synchronize();
-    if (this.meta) this.freeMeta(this.meta);
+    // the last step's sampled tokens move along: the next step's negative input ids read them
+    const sampledIds = this.device.alloc(layout.capTokens * 4);
+    if (this.meta) {
+      this.device.copyDeviceAsync(sampledIds, this.meta.sampledIds, this.meta.layout.capTokens * 4);
+      this.device.synchronize();
+      this.freeMeta(this.meta);
+    }
     const host = this.device.hostAlloc(layout.totalWords * 4);
     const counterBytes = layout.capTokens * MAX_DECODE_ROWS_PER_TOKEN * 4;
     const rowCounters = this.device.alloc(counterBytes);
     this.device.fillBytesAsync(rowCounters, 0, counterBytes);
     this.device.synchronize();
     this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
-      device: this.device.alloc(layout.totalWords * 4), rowCounters, sampledIds: this.device.alloc(layout.capTokens * 4),
+      device: this.device.alloc(layout.totalWords * 4), rowCounters, sampledIds,
       tokenSlots: this.device.hostAlloc(2 * layout.capTokens * 4) };
     this.metaGeneration++;
   }
@@ -612,14 +618,7 @@ export class CudaBackend implements Backend {
 
   /** Tokens per logits row on the GPU (kernels/sample.cu); only R int32 reach the host. */
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
-    const { meta } = this.stepOf(step);
-    const l = asCuda(logits);
-    const [R, vocab] = [l.shape[0]!, l.shape[1]!];
-    const ids = meta.sampledIds;  // where the next step's negative input ids read them
-    if (R > 0) {
-      this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
-        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)]));
-    }
+    const { R, ids } = this.launchSampling(logits, step);
     if (this.capturing) {
       // copied to the host by graphLaunch after the graph, into one of two slots, so a step launched before
       // this one's tokens are read cannot overwrite them
@@ -628,6 +627,48 @@ export class CudaBackend implements Backend {
     }
     const view = this.readToHost(ids, R * 4);
     return new Int32Array(view.slice(0, R * 4));
+  }
+
+  /**
+   * sampleTokens without waiting for the step: its tokens go to one of the two pinned slots graph steps use, with
+   * that slot's event, so the host schedules and launches the next step while this one runs. Call the returned
+   * function before the step after next is launched.
+   */
+  sampleTokensAsync(logits: Tensor, step: StepInputs): () => Int32Array {
+    if (this.capturing) throw new Error('CudaBackend: sampleTokensAsync during graph capture');
+    const { R, ids } = this.launchSampling(logits, step);
+    return this.readTokensLater(ids, R);
+  }
+
+  private launchSampling(logits: Tensor, step: StepInputs): { R: number; ids: bigint } {
+    const { meta } = this.stepOf(step);
+    const l = asCuda(logits);
+    const [R, vocab] = [l.shape[0]!, l.shape[1]!];
+    const ids = meta.sampledIds;  // where the next step's negative input ids read them
+    if (R > 0) {
+      this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
+        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)]));
+    }
+    return { R, ids };
+  }
+
+  /** Copies `n` token ids from `src` into the next of two pinned slots and returns what waits for them. */
+  private readTokensLater(src: bigint, n: number, done?: () => void): () => Int32Array {
+    const meta = this.meta!;
+    const slot = this.tokenSlot;
+    this.tokenSlot ^= 1;
+    const bytes = n * 4;
+    const at = slot * meta.layout.capTokens * 4;
+    check(this.device.api.cuMemcpyDtoHAsync_v2(meta.tokenSlots.ptr + BigInt(at), src, bytes, this.device.stream),
+      'cuMemcpyDtoHAsync_v2');
+    check(this.device.api.cuEventRecord(this.tokensCopied[slot]!, this.device.stream), 'cuEventRecord');
+    const slots = meta.tokenSlots;  // outgrown slots live until dispose (freeMeta)
+    return () => {
+      check(this.device.api.cuEventSynchronize(this.tokensCopied[slot]!), 'cuEventSynchronize');
+      if (done) done();
+      else this.profiler?.finishStep();
+      return new Int32Array(slots.view.slice(at, at + bytes));
+    };
   }
 
   private readToHost(src: bigint, bytes: number): ArrayBuffer {
@@ -712,18 +753,9 @@ export class CudaBackend implements Backend {
     const read = g.hostRead;
     if (read.src !== undefined) {
       // tokens: one of two slots and its own event, so this step's wait does not wait for a step launched after it
-      const slot = this.tokenSlot;
-      this.tokenSlot ^= 1;
-      const bytes = read.numElements * 4;
-      const at = slot * meta.layout.capTokens * 4;
-      check(this.device.api.cuMemcpyDtoHAsync_v2(meta.tokenSlots.ptr + BigInt(at), read.src, bytes, this.device.stream),
-        'cuMemcpyDtoHAsync_v2');
-      check(this.device.api.cuEventRecord(this.tokensCopied[slot]!, this.device.stream), 'cuEventRecord');
-      return () => {
-        check(this.device.api.cuEventSynchronize(this.tokensCopied[slot]!), 'cuEventSynchronize');
+      return this.readTokensLater(read.src, read.numElements, () => {
         if (g.timings) this.profiler?.finishReplay(g.timings, startMs);
-        return new Int32Array(meta.tokenSlots.view.slice(at, at + bytes));
-      };
+      });
     }
     return () => {
       const bytes = read.numElements * (read.dtype === 'i32' ? 4 : BYTES_PER_ELEMENT[read.dtype]);
