@@ -26,7 +26,7 @@ export function addEngineFlags(cmd: Command): Command {
     .addOption(new Option('--backend <kind>', 'compute backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
     .option('--block-size <n>', 'KV page size in tokens', int('--block-size'), 16)
     .option('--max-num-seqs <n>', 'most sequences running at once', int('--max-num-seqs'))
-    .option('--max-num-batched-tokens <n>', 'token budget per step', int('--max-num-batched-tokens'), 2048)
+    .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: on GPUs of 70 GiB and more, A100 aside, 16384 offline and 8192 for serve; 8192 / 2048 on smaller GPUs; 2048 on the CPU backend)', int('--max-num-batched-tokens'))
     .option('--max-model-len <n>', 'context length served (default: the model\'s)', int('--max-model-len'))
     .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
     .addOption(new Option('--scheduling-policy <p>', 'request order').choices(['fcfs', 'priority']).default('fcfs'))
@@ -47,7 +47,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     model: (f.model as string | undefined) ?? defaultModelDir(),
     backend: f.backend as EngineOptions['backend'],
     blockSize: f.blockSize as number,
-    maxNumBatchedTokens: f.maxNumBatchedTokens as number,
+    maxNumBatchedTokens: (f.maxNumBatchedTokens as number | undefined) ?? null,
     maxModelLen: (f.maxModelLen as number | undefined) ?? null,
     enablePrefixCaching: f.enablePrefixCaching as boolean,
     schedulingPolicy: f.schedulingPolicy as EngineOptions['schedulingPolicy'],

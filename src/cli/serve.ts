@@ -8,6 +8,7 @@ import { DeferredEngineClient } from '../engine/deferred-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
 import { loadModelDir } from '../loader/model-dir.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+import type { EngineOptions } from '../engine/options.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -20,7 +21,7 @@ export function serveCommand(): Command {
     .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false);
   addEngineFlags(cmd);
   return cmd.action(async (flags: Record<string, unknown>) => {
-    const options = engineOptionsFromFlags(flags);
+    const options = serveEngineOptions(flags);
     const dir = loadModelDir(options.model);
     const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
     const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
@@ -48,7 +49,8 @@ export function serveCommand(): Command {
     server.setReady();
     const i = client.info;
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
-      + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, loaded in ${i.loadMs} ms`);
+      + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, max num batched tokens `
+      + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`);
     console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/completions `
       + `-H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 32}'`);
 
@@ -66,4 +68,9 @@ export function serveCommand(): Command {
     process.on('SIGTERM', () => void stop('SIGTERM'));
     process.on('SIGINT', () => void stop('SIGINT'));
   });
+}
+
+/** The engine options of `quire serve`: the flags, run as vLLM's API server (its default token budget). */
+export function serveEngineOptions(flags: Record<string, unknown>): EngineOptions {
+  return { ...engineOptionsFromFlags(flags), usageContext: 'api-server' };
 }

@@ -17,7 +17,7 @@ import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { buildForwardBatch, type ScheduledSeq } from './batch-builder.js';
 import type { ForwardBatch } from '../model/batch.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
-import type { EngineOptions } from './options.js';
+import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './types.js';
 
@@ -46,7 +46,7 @@ export interface EngineCoreParts {
   numBlocks: number;
   eosTokenIds: number[];
   maxModelLen: number;
-  info: Omit<EngineInfo, 'numBlocks' | 'blockSize' | 'maxModelLen' | 'vocabSize'>;
+  info: Omit<EngineInfo, 'numBlocks' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
 }
 
 export class EngineCore {
@@ -69,7 +69,7 @@ export class EngineCore {
   private minBytesRead = 0;
   private stepMs = 0;
 
-  constructor(parts: EngineCoreParts, readonly options: EngineOptions) {
+  constructor(parts: EngineCoreParts, readonly options: ResolvedEngineOptions) {
     this.model = parts.model;
     this.config = parts.model.config;
     this.eosTokenIds = [...parts.eosTokenIds];
@@ -88,6 +88,7 @@ export class EngineCore {
     this.info = {
       ...parts.info, numBlocks: parts.numBlocks, blockSize: options.blockSize,
       maxModelLen: parts.maxModelLen, vocabSize: this.config.vocabSize,
+      maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs,
     };
   }
 
@@ -383,10 +384,11 @@ export function graphBuckets(maxNumSeqs: number): number[] {
 }
 
 /** Loads the model directory, picks and sizes the backend, and builds the engine core. */
-export async function createEngineCore(options: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
+export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
   const t0 = performance.now();
-  const dir = loaded ?? loadModelDir(options.model);
-  const { backend, device } = await createBackend(options);
+  const dir = loaded ?? loadModelDir(given.model);
+  const { backend, device } = await createBackend(given);
+  const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);
   const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);

@@ -2,6 +2,8 @@
 
 export type BackendKind = 'auto' | 'cpu' | 'cuda';
 export type StepPolicy = 'decode-first' | 'prefill-first' | 'decode-shape-stable';
+/** Who runs the engine, as vLLM's UsageContext: the offline LLM class (and the bench, generate and gate CLIs) or the API server. */
+export type UsageContext = 'llm-class' | 'api-server';
 
 export interface EngineOptions {
   model: string;
@@ -9,7 +11,9 @@ export interface EngineOptions {
   /** KV page size in tokens. */
   blockSize: number;
   maxNumSeqs: number;
-  maxNumBatchedTokens: number;
+  /** Token budget per step; null: vLLM's default for the device and the usage context (defaultMaxNumBatchedTokens). */
+  maxNumBatchedTokens: number | null;
+  usageContext: UsageContext;
   /** Context length served; defaults to the model's max_position_embeddings. */
   maxModelLen: number | null;
   enablePrefixCaching: boolean;
@@ -45,7 +49,8 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     backend: 'auto',
     blockSize: 16,
     maxNumSeqs: 256,
-    maxNumBatchedTokens: 2048,
+    maxNumBatchedTokens: null,
+    usageContext: 'llm-class',
     maxModelLen: null,
     enablePrefixCaching: true,
     schedulingPolicy: 'fcfs',
@@ -61,4 +66,33 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     cpuThreads: 0,
     ...o,
   };
+}
+
+/** EngineOptions with the per-device defaults filled in (createEngineCore). */
+export type ResolvedEngineOptions = EngineOptions & { maxNumBatchedTokens: number };
+
+/** What picks the per-device defaults. */
+export interface DeviceFacts {
+  backend: 'cpu' | 'cuda';
+  /** The device's name, as the backend reports it. */
+  name: string;
+  totalBytes: number;
+}
+
+const GIB = 2 ** 30;
+
+/**
+ * The token budget per step when none is given, as vLLM sets it: on GPUs of 70 GiB and more other than the A100
+ * (H100, H200, MI300x) 16,384 for the LLM class and 8,192 for the API server, on smaller GPUs 8,192 and 2,048.
+ * The CPU backend keeps 2,048 for both (it is the reference, not a serving target).
+ */
+export function defaultMaxNumBatchedTokens(usage: UsageContext, device: DeviceFacts): number {
+  if (device.backend !== 'cuda') return 2048;
+  const large = device.totalBytes >= 70 * GIB && !/a100/i.test(device.name);
+  if (usage === 'llm-class') return large ? 16384 : 8192;
+  return large ? 8192 : 2048;
+}
+
+export function resolveEngineOptions(o: EngineOptions, device: DeviceFacts): ResolvedEngineOptions {
+  return { ...o, maxNumBatchedTokens: o.maxNumBatchedTokens ?? defaultMaxNumBatchedTokens(o.usageContext, device) };
 }

@@ -13,6 +13,9 @@ export interface EngineInfo {
   loadMs: number;
   /** Bytes of weights one decode step reads (the bandwidth roofline's numerator). */
   weightBytesPerStep: number;
+  /** The token budget per step in effect (the flag's value, or the default for this device). */
+  maxNumBatchedTokens: number;
+  maxNumSeqs: number;
 }
 
 export type ToWorker =

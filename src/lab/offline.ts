@@ -26,6 +26,9 @@ export interface OfflineResult {
   /** null when no request produced a token. */
   ttftP50Ms: number | null;
   stats: EngineStats;
+  /** The token budget per step and the sequence cap in effect. */
+  maxNumBatchedTokens?: number;
+  maxNumSeqs?: number;
 }
 
 /** The prompts a run used, as token ids (the shape of offline-256.json), for a peer engine to replay. */
@@ -127,6 +130,7 @@ export async function runOffline(llm: LLM, workload: string, requests: OfflineRe
     numPromptTokens: requests.reduce((a, r) => a + r.promptTokenIds.length, 0),
     numOutputTokens, wallS, outputTokensPerS: numOutputTokens / wallS,
     ttftP50Ms: ttfts.length > 0 ? percentile(ttfts, 50) : null, stats: await llm.stats(),
+    maxNumBatchedTokens: llm.engineInfo().maxNumBatchedTokens, maxNumSeqs: llm.engineInfo().maxNumSeqs,
   };
 }
 

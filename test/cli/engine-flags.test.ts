@@ -28,3 +28,11 @@ test('--batch-invariant sets EngineOptions.batchInvariant and names its own gate
   assert.equal(gatePathKey('cuda', off), 'cuda-bf16-graphs');
   assert.equal(gatePathKey('cpu', on), 'cpu-f32');
 });
+
+test('--max-num-batched-tokens: unset leaves the per-device default (null); serve runs as the API server', async () => {
+  const { serveEngineOptions } = await import('../../src/cli/serve.js');
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).maxNumBatchedTokens, null);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--max-num-batched-tokens', '4096'])).maxNumBatchedTokens, 4096);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).usageContext, 'llm-class');
+  assert.equal(serveEngineOptions(parse(['--model', '/m'])).usageContext, 'api-server');
+});
