@@ -316,21 +316,16 @@ export class EngineCore {
   }
 
   /**
-   * CUDA: sizes the step metadata and the activation arenas for the largest steps
-   * (a full token budget of prefill, the largest decode bucket), then captures the
-   * decode graph of every batch-size bucket (sampling on the device) over padding
-   * rows, largest first, as vLLM does at start-up: no step of a run pays for a
-   * capture, and no later step grows memory under a captured graph.
+   * CUDA: captures the decode graph of every batch-size bucket (sampling on the device) over padding rows,
+   * largest first, as vLLM does at start-up, after profileActivations sized the step metadata and the activation
+   * arenas for the largest step: no step of a run pays for a capture, and no later step grows memory under a
+   * captured graph.
    */
-  captureGraphs(maxModelLen: number): void {
-    const backend = this.model.backend as Backend & { graph?: GraphRunner;
-      reserveStepCapacity?: (numTokens: number, numSeqs: number, maxBlocksPerSeq: number) => void };
-    if (!backend.graph || !backend.reserveStepCapacity || this.options.enforceEager) return;
-    const { maxNumBatchedTokens, maxNumSeqs, blockSize } = this.options;
-    backend.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
-    this.model.forwardTokens(buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize));
-    for (const bucket of graphBuckets(maxNumSeqs).reverse()) {
-      const batch = buildForwardBatch([], blockSize, bucket, true);
+  captureGraphs(): void {
+    const backend = this.model.backend as Backend & { graph?: GraphRunner };
+    if (!backend.graph || this.options.enforceEager) return;
+    for (const bucket of graphBuckets(this.options.maxNumSeqs).reverse()) {
+      const batch = buildForwardBatch([], this.options.blockSize, bucket, true);
       backend.graph(bucket, batch, () => this.model.forwardTokens(batch));
     }
   }
@@ -376,6 +371,24 @@ export function largestStep(maxNumBatchedTokens: number, maxNumSeqs: number, max
   return out;
 }
 
+/**
+ * CUDA, as vLLM's profile run: the largest step once, on a KV cache of one page (the null page its rows write),
+ * before the KV cache is sized, so the cache gets what the activations leave (a 16,384-token step of an 8b model
+ * takes several GiB). With graphs the step metadata is reserved for that step too, so it never grows later.
+ */
+export function profileActivations(model: Model, options: ResolvedEngineOptions, maxModelLen: number): void {
+  const backend = model.backend as Backend & { settleWorkspace?: () => void;
+    reserveStepCapacity?: (numTokens: number, numSeqs: number, maxBlocksPerSeq: number) => void };
+  if (!backend.reserveStepCapacity || !backend.settleWorkspace) return;
+  const { maxNumBatchedTokens, maxNumSeqs, blockSize } = options;
+  backend.allocateKvCache(model.kvCacheSpec(1, blockSize));
+  if (!options.enforceEager) {
+    backend.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
+  }
+  model.forwardTokens(buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize));
+  backend.settleWorkspace();
+}
+
 /** Every decode graph bucket up to maxNumSeqs, ascending. */
 export function graphBuckets(maxNumSeqs: number): number[] {
   const out = new Set<number>();
@@ -391,12 +404,13 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);
   const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
+  profileActivations(model, options, maxModelLen);
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   const core = new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep() },
   }, options);
-  core.captureGraphs(maxModelLen);
+  core.captureGraphs();
   core.info.loadMs = Math.round(performance.now() - t0);
   return core;
 }

@@ -55,3 +55,19 @@ test('a frozen workspace (graph capture) refuses to grow in a layer arena', () =
   ws.beginLayer(3);
   assert.throws(() => ws.alloc(1 << 20), /graph capture/);
 });
+
+test('an arena that spilled is replaced by one of the largest step\'s bytes, not the sum of its spill chunks', async () => {
+  const { DeviceWorkspace } = await import('../../src/backend/cuda/workspace.js');
+  const mem = fakeMemory();
+  const ws = new DeviceWorkspace(mem, 1024);
+  // one step of 1024 + 3 x 1280 bytes: chunks of 1024, 2048 (doubled), 2048 ... spill far beyond the 4864 it needs
+  for (const bytes of [1024, 1280, 1280, 1280]) ws.alloc(bytes);
+  assert.ok(ws.needsMerge);
+  const spilled = ws.numBytes;
+  ws.reset();
+  assert.equal(ws.numBytes, 1024 + 3 * 1280, `merged arena (spill chunks held ${spilled})`);
+  assert.ok(spilled > ws.numBytes);
+  for (const bytes of [1024, 1280, 1280, 1280]) ws.alloc(bytes);
+  assert.ok(!ws.needsMerge, 'the same step fits the merged arena');
+  assert.equal([...mem.live.values()].reduce((a, b) => a + b, 0), 1024 + 3 * 1280);
+});

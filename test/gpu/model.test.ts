@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
-import { graphBuckets } from '../../src/engine/engine-core.js';
+import { createEngineCore, graphBuckets } from '../../src/engine/engine-core.js';
+import { engineOptions } from '../../src/engine/options.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
@@ -99,7 +100,9 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     const out = new Map<string, number[]>();
     for (const [name, enforceEager, asyncScheduling] of [['graphs', false, true], ['eager, each step completed', true, false],
       ['eager, async', true, true]] as const) {
-      const llm = new LLM(model, { backend: 'cuda', enforceEager, asyncScheduling, maxModelLen: 1200, maxNumSeqs: 4 });
+      // a 512-token budget: the profile run's rows span 32 pages, so the metadata grows mid-run past 64
+      const llm = new LLM(model, { backend: 'cuda', enforceEager, asyncScheduling, maxModelLen: 1200, maxNumSeqs: 4,
+        maxNumBatchedTokens: 512 });
       try {
         const [c] = await llm.generate([prompt], { maxTokens: 64, temperature: 0, ignoreEos: true });
         out.set(name, c!.tokenIds);
@@ -110,6 +113,22 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     }
     assert.deepEqual(out.get('eager, each step completed'), out.get('graphs'));
     assert.deepEqual(out.get('eager, async'), out.get('graphs'));
+  });
+
+  test('the KV cache is sized after the largest step ran (profile run): cache, activations and weights fit the budget', async () => {
+    // 131,072 tokens of the demo model take ~2.6 GB of activations, more than the 1 GiB kept back for them
+    const core = await createEngineCore(engineOptions({ model: join(packageRoot(), 'models', 'quire-demo'), backend: 'cuda',
+      maxNumBatchedTokens: 131072, maxModelLen: 2048, gpuMemoryUtilization: 0.5 }));
+    try {
+      const backend = (core as unknown as { model: Model }).model.backend as unknown as
+        { device: { memInfo(): { freeBytes: number; totalBytes: number } }; freeAtStartBytes: number };
+      const { freeBytes, totalBytes } = backend.device.memInfo();
+      const held = backend.freeAtStartBytes - freeBytes;
+      assert.ok(held <= 0.5 * totalBytes + 256 * 2 ** 20, `held ${(held / 2 ** 30).toFixed(2)} GiB of a ${(0.5 * totalBytes / 2 ** 30).toFixed(2)} GiB budget`);
+      assert.ok(held >= 0.5 * totalBytes - 2 ** 30, `the cache took what was left: held ${(held / 2 ** 30).toFixed(2)} GiB`);
+    } finally {
+      core.dispose();
+    }
   });
 
   test('batch-invariant mode: transcripts identical alone, in batches, chunked, preempted, from the prefix cache, eager and graphed', async () => {

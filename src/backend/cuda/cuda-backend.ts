@@ -281,6 +281,12 @@ export class CudaBackend implements Backend {
     this.device.fillBytesAsync(this.kv.base, byte, 2 * this.kv.spec.numLayers * this.kv.layerBytes);
   }
 
+  /** Waits for the device and merges the activation arenas that spilled into one each (after a profile run). */
+  settleWorkspace(): void {
+    this.device.synchronize();
+    this.workspace.reset();
+  }
+
   /** Tests: fills the activation workspace with `byte` (0xff: NaN) so an unwritten output element shows. */
   fillWorkspace(byte: number): void {
     this.workspace.fill((p, bytes) => this.device.fillBytesAsync(p, byte, bytes));

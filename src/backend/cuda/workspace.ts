@@ -25,6 +25,10 @@ export class DeviceWorkspace {
   private chunks: Chunk[];
   private chunkIndex = 0;
   private numUsedBytes = 0;
+  /** Bytes handed out in the chunks before the current one since the last rewind. */
+  private numUsedBeforeBytes = 0;
+  /** The most bytes handed out between two rewinds since the arena was last replaced: what one arena needs. */
+  private peakBytes = 0;
   /** Bumped whenever the arena is replaced: addresses handed out before are gone. */
   generation = 0;
   /** Set while a graph is being captured: growing then would put cuMemAlloc into the capture. */
@@ -48,10 +52,12 @@ export class DeviceWorkspace {
         this.chunks.splice(this.chunkIndex + 1, 0, chunk);
       }
       this.chunkIndex++;
+      this.numUsedBeforeBytes += this.numUsedBytes;
       this.numUsedBytes = 0;
     }
     const p = chunk.ptr + BigInt(this.numUsedBytes);
     this.numUsedBytes += size;
+    this.peakBytes = Math.max(this.peakBytes, this.numUsedBeforeBytes + this.numUsedBytes);
     return p;
   }
 
@@ -59,11 +65,13 @@ export class DeviceWorkspace {
   rewind(): void {
     this.chunkIndex = 0;
     this.numUsedBytes = 0;
+    this.numUsedBeforeBytes = 0;
   }
 
+  /** Rewinds; an arena that spilled is replaced by one of the most bytes any step took (not the spills' sum). */
   reset(): void {
     if (this.chunks.length > 1 && !this.frozen) {
-      const total = this.chunks.reduce((sum, c) => sum + c.bytes, 0);
+      const total = Math.max(this.peakBytes, this.chunks[0]!.bytes);
       for (const c of this.chunks) this.memory.free(c.ptr);
       this.chunks = [{ ptr: this.memory.alloc(total), bytes: total }];
       this.generation++;
