@@ -71,3 +71,13 @@ test('an arena that spilled is replaced by one of the largest step\'s bytes, not
   assert.ok(!ws.needsMerge, 'the same step fits the merged arena');
   assert.equal([...mem.live.values()].reduce((a, b) => a + b, 0), 1024 + 3 * 1280);
 });
+
+test('a large arena that falls a little short spills a chunk of at most 64 MiB beyond the need, not its own size again', async () => {
+  const { DeviceWorkspace } = await import('../../src/backend/cuda/workspace.js');
+  const mem = fakeMemory();
+  const ws = new DeviceWorkspace(mem, 2 ** 31);
+  ws.alloc(2 ** 31 - 1024);
+  ws.alloc(4 * 2 ** 20);
+  const chunks = [...mem.live.values()];
+  assert.deepEqual(chunks, [2 ** 31, 64 * 2 ** 20]);
+});

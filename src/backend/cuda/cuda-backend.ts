@@ -116,6 +116,13 @@ interface Meta {
   sampledIds: bigint;
   /** Two pinned [capTokens] int32 slots the sampled tokens of graph launches come back in, by turns. */
   tokenSlots: PinnedBuffer;
+  /**
+   * Decode attention's split states, [capSeqs, numHeads, MAX_SPLITS, D + 2] f32 (outputs, then max and sum), made
+   * at the first step with decode rows and shared by every layer: their size follows the capacities, not the
+   * step, so a step with few decode rows (whose rows share blocks) needs no activation memory the profile run's
+   * largest step did not.
+   */
+  partials: { ptr: bigint; bytes: number } | null;
 }
 
 /** Most decode attention rows (query-head groups) per token: numHeads / G. */
@@ -358,7 +365,7 @@ export class CudaBackend implements Backend {
     this.device.fillBytesAsync(rowCounters, 0, counterBytes);
     this.device.synchronize();
     this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
-      device: this.device.alloc(layout.totalWords * 4), rowCounters, sampledIds,
+      device: this.device.alloc(layout.totalWords * 4), rowCounters, sampledIds, partials: null,
       tokenSlots: this.device.hostAlloc(2 * layout.capTokens * 4) };
     this.metaGeneration++;
   }
@@ -368,6 +375,7 @@ export class CudaBackend implements Backend {
     this.device.free(meta.device);
     this.device.free(meta.rowCounters);
     this.device.free(meta.sampledIds);
+    if (meta.partials) this.device.free(meta.partials.ptr);
     // a launched step's wait may still read its slot: outgrown slots live until dispose
     if (disposing) this.device.hostFree(meta.tokenSlots);
     else this.retiredTokenSlots.push(meta.tokenSlots);
@@ -544,13 +552,30 @@ export class CudaBackend implements Backend {
         const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
         // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
+        // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
+        const partials = !this.batchInvariant ? this.partialsFor(meta, numHeads, D) : !mayShare ? { out: 0n, ml: 0n }
+          : { out: this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr, ml: this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };
         launchDecodeAttention(this.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
-          partialOut: mayShare ? this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr : 0n,
-          partialMl: mayShare ? this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr : 0n,
-          rowCounters: meta.rowCounters });
+          partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters });
       }
     });
     return out;
+  }
+
+  /** The decode attention's split-state buffers of `meta` (see Meta.partials), made or grown outside a capture. */
+  private partialsFor(meta: Meta, numHeads: number, D: number): { out: bigint; ml: bigint } {
+    const outBytes = meta.layout.capSeqs * numHeads * MAX_SPLITS * D * 4;
+    const bytes = outBytes + meta.layout.capSeqs * numHeads * MAX_SPLITS * 2 * 4;
+    if (!meta.partials || meta.partials.bytes < bytes) {
+      if (this.capturing) throw new Error('decode attention partials outgrown during graph capture');
+      if (meta.partials) {
+        this.device.synchronize();
+        this.device.free(meta.partials.ptr);
+        this.metaGeneration++;  // captured graphs named the old buffer
+      }
+      meta.partials = { ptr: this.device.alloc(bytes), bytes };
+    }
+    return { out: meta.partials.ptr, ml: meta.partials.ptr + BigInt(outBytes) };
   }
 
   /**

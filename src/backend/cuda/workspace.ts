@@ -10,6 +10,8 @@
 // rope angles) comes from the step arena (allocForStep), never rewound mid-step.
 
 const ALIGN_BYTES = 256;
+/** Largest spill chunk beyond what the allocation itself needs. */
+const SPILL_CAP_BYTES = 64 * 2 ** 20;
 
 export interface DeviceMemory {
   alloc(bytes: number): bigint;
@@ -47,7 +49,9 @@ export class DeviceWorkspace {
         chunk = next;
       } else {
         if (this.frozen) throw new Error(`activation workspace outgrown during graph capture (${size} bytes more)`);
-        const newBytes = Math.max(size, this.chunks[this.chunks.length - 1]!.bytes * 2);
+        // doubling converges fast from a small start, but never more than SPILL_CAP_BYTES beyond the need: a
+        // large arena that falls a little short must not ask for its own size again
+        const newBytes = Math.max(size, Math.min(this.chunks[this.chunks.length - 1]!.bytes * 2, SPILL_CAP_BYTES));
         chunk = { ptr: this.memory.alloc(newBytes), bytes: newBytes };
         this.chunks.splice(this.chunkIndex + 1, 0, chunk);
       }
