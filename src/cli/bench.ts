@@ -235,7 +235,10 @@ function decodeCommand(): Command {
     .option('--prompt-len <n>', 'prompt tokens', Number, 128)
     .option('--g1 <n>', 'short generation', Number, 64)
     .option('--g2 <n>', 'long generation', Number, 320)
-    .option('--repeats <n>', 'measured repeats', Number, 2);
+    .option('--repeats <n>', 'measured repeats', Number, 2)
+    .option('--temperature <t>', 'sampling temperature (0: greedy)', Number, 0)
+    .option('--top-p <p>', 'nucleus sampling mass', Number)
+    .option('--top-k <k>', 'sample among the k most likely tokens', Number);
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
@@ -252,7 +255,9 @@ function decodeCommand(): Command {
         for (const batchSize of f.batchSizes as number[]) {
           const before = await llm.stats();
           const r = await benchDecode({
-            targets: [{ name: 'quire', run: llmBatchRunner(llm) }], batchSize, promptTokens: f.promptLen as number,
+            targets: [{ name: 'quire', run: llmBatchRunner(llm, { temperature: f.temperature as number,
+              ...(f.topP !== undefined ? { topP: f.topP as number } : {}), ...(f.topK !== undefined ? { topK: f.topK as number } : {}) }) }],
+            batchSize, promptTokens: f.promptLen as number,
             g1: f.g1 as number, g2: f.g2 as number, numRepeats: f.repeats as number, vocabSize: dir.config.vocabSize,
           });
           const t = r.targets[0]!;

@@ -103,7 +103,7 @@ export function buildW5(n: number, prefixLen: number, suffixLen: number, outputL
 
 /** Runs the requests through the in-process engine at `concurrency` (all at once by default). */
 export async function runOffline(llm: LLM, workload: string, requests: OfflineRequest[],
-  opts: { concurrency?: number; temperature?: number } = {}): Promise<OfflineResult> {
+  opts: { concurrency?: number } & OfflineSampling = {}): Promise<OfflineResult> {
   const concurrency = opts.concurrency ?? requests.length;
   const ttfts: number[] = [];
   let numOutputTokens = 0;
@@ -114,7 +114,9 @@ export async function runOffline(llm: LLM, workload: string, requests: OfflineRe
       const r = requests[next++]!;
       const sent = performance.now();
       let first = true;
-      for await (const d of llm.stream(r.promptTokenIds as Prompt, { maxTokens: r.maxTokens, ignoreEos: true, temperature: opts.temperature ?? 0 })) {
+      for await (const d of llm.stream(r.promptTokenIds as Prompt, { maxTokens: r.maxTokens, ignoreEos: true,
+        temperature: opts.temperature ?? 0, ...(opts.topP !== undefined ? { topP: opts.topP } : {}),
+        ...(opts.topK !== undefined ? { topK: opts.topK } : {}) })) {
         if (first && d.tokenIds.length > 0) {
           ttfts.push(performance.now() - sent);
           first = false;
@@ -134,11 +136,18 @@ export async function runOffline(llm: LLM, workload: string, requests: OfflineRe
   };
 }
 
+/** How offline requests sample (greedy by default). */
+export interface OfflineSampling {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+}
+
 /** A decode BatchRunner (bench-decode.ts) over the in-process engine: wall ms for the batch. */
-export function llmBatchRunner(llm: LLM): BatchRunner {
+export function llmBatchRunner(llm: LLM, sampling: OfflineSampling = {}): BatchRunner {
   return async (prompts, maxTokens) => {
     const t0 = performance.now();
-    await runOffline(llm, 'decode', prompts.map((p) => ({ promptTokenIds: p, maxTokens })));
+    await runOffline(llm, 'decode', prompts.map((p) => ({ promptTokenIds: p, maxTokens })), sampling);
     return performance.now() - t0;
   };
 }

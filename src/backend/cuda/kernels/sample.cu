@@ -104,6 +104,73 @@ __device__ __forceinline__ void for_row(const T* row, int vocab, F f) {
   }
 }
 
+/**
+ * The largest key K in [lo, hi] with total(K) >= limit, total(K) = the block's sum of contrib(v) over the row's
+ * values of order_key >= K (non-increasing in K; total(lo) >= limit is given). Each pass weighs every value once
+ * against the candidate keys lo + j 2^sh, j = 1 .. nc <= 31 (2^sh the least power of two with 32 2^sh > hi - lo):
+ * a 16-bit key in 4 passes, not the 16 of a bisection. Per-thread sums per bucket of candidates reached, in
+ * for_row's order, then fixed-order block sums and suffix sums: deterministic, the row's alone.
+ */
+template <typename T, typename V, typename W>
+__device__ unsigned search_key(const T* row, int vocab, unsigned lo, unsigned hi, V limit, W contrib) {
+  // Integer counts go to per-warp shared counters by atomics (any order, the same counts); sums of doubles stay per
+  // thread (in for_row's order), then warp butterflies, so their rounding is the same every run.
+  constexpr bool kCount = sizeof(V) == sizeof(int);
+  __shared__ V sPart[32][32];  // [warp][bucket]
+  __shared__ V sTotal[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, numWarps = blockDim.x >> 5;
+  while (lo < hi) {
+    const unsigned span = hi - lo;
+    int sh = 0;
+    while ((span >> sh) >= 32u) sh++;
+    const int nc = (int)(span >> sh);  // candidates lo + j 2^sh <= hi, 1 <= nc <= 31
+    V acc[kCount ? 1 : 32];
+#pragma unroll
+    for (int b = 0; b < (kCount ? 1 : 32); b++) acc[b] = 0;
+    if (kCount) {
+      sPart[warp][lane] = 0;
+      __syncwarp();
+    }
+    for_row(row, vocab, [&](T v, int) {
+      const unsigned key = order_key(v);
+      if (key <= lo) return;
+      // bucket b: lo + b 2^sh <= key < lo + (b + 1) 2^sh, every key from the last candidate up in bucket nc
+      const int b = min(nc, (int)((key - lo) >> sh));
+      if (kCount) atomicAdd(reinterpret_cast<int*>(&sPart[warp][b]), (int)contrib(v));
+      else acc[b] += contrib(v);
+    });
+    if (!kCount) {
+#pragma unroll
+      for (int b = 0; b < 32; b++) {
+        V x = acc[kCount ? 0 : b];
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
+        if (lane == 0) sPart[warp][b] = x;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      V t = 0;
+      for (int w = 0; w < numWarps; w++) t += sPart[w][threadIdx.x];
+      sTotal[threadIdx.x] = t;
+    }
+    __syncthreads();
+    V suffix = 0;
+    unsigned newLo = lo, newHi = lo + (1u << sh) - 1;
+    for (int j = nc; j >= 1; j--) {
+      suffix += sTotal[j];
+      if (suffix >= limit) {
+        newLo = lo + ((unsigned)j << sh);
+        newHi = j == nc ? hi : newLo + (1u << sh) - 1;
+        break;
+      }
+    }
+    __syncthreads();  // sTotal and sPart are read before the next pass writes them
+    lo = newLo;
+    hi = newHi;
+  }
+  return lo;
+}
+
 struct RowDist {
   double max, invT, floor;
 };
@@ -168,16 +235,10 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
       numValid += (x > NEG_INF && x == x) ? 1 : 0;
     });
     if (block_total(numValid, iScratch) >= topK) {
-      unsigned lo = 0, hi = KeyTraits<T>::kMax;
-      while (lo < hi) {
-        const unsigned mid = lo + (hi - lo + 1) / 2;
-        int n = 0;
-        for_row(row, vocab, [&](T v, int) {
-          const float x = to_float(v);
-          n += (x > NEG_INF && x == x && order_key(v) >= mid) ? 1 : 0;
-        });
-        if (block_total(n, iScratch) >= topK) lo = mid; else hi = mid - 1;
-      }
+      const unsigned lo = search_key<T, int>(row, vocab, 0u, KeyTraits<T>::kMax, topK, [&](T v) {
+        const float x = to_float(v);
+        return (x > NEG_INF && x == x) ? 1 : 0;
+      });
       d.floor = fmax(d.floor, ((double)key_value<T>(lo) - d.max) * d.invT);
     }
   }
@@ -194,16 +255,8 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
   double zKept = z;
   if (topP < 1.f) {
     const double limit = (double)topP * z;
-    unsigned lo = 0, hi = KeyTraits<T>::kMax;
-    while (lo < hi) {
-      const unsigned mid = lo + (hi - lo + 1) / 2;
-      double m = 0.0;
-      for_row(row, vocab, [&](T v, int) {
-        if (order_key(v) >= mid) m += weight_of(to_float(v), d);
-      });
-      if (block_total(m, dScratch) >= limit) lo = mid; else hi = mid - 1;
-    }
-    cutKey = lo;
+    cutKey = search_key<T, double>(row, vocab, 0u, KeyTraits<T>::kMax, limit,
+                                   [&](T v) { return weight_of(to_float(v), d); });
     double above = 0.0;
     int numTies = 0;
     for_row(row, vocab, [&](T v, int) {
