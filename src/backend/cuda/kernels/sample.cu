@@ -9,10 +9,11 @@
 //   top-p: ids in (value desc, id asc) order are kept while the mass before them is < p * sum(w)
 //   token: first id (ascending) whose cumulative kept weight exceeds u * sum(kept)
 //
-// Thresholds (k-th largest logit, top-p cut value) are found by bisection over
-// order-preserving integer keys of the logits; every sum is a fixed-order block
-// reduction, so a row's token depends on that row alone (deterministic, batch
-// invariant). Passes over a bf16 row read it in 16-byte loads (for_row).
+// Thresholds (k-th largest logit, top-p cut value) are found by a 32-way search
+// (search_key) over order-preserving integer keys of the logits; every sum is a
+// fixed-order reduction, so a row's token depends on that row alone
+// (deterministic, batch invariant). Passes over a bf16 row read it in 16-byte
+// loads (for_row).
 //
 // Row parameters: params[0*stride + r] temperature (f32 bits), [1] topK (int),
 // [2] topP (f32), [3] minP (f32), [4] uniform (f32); stride = the metadata's row capacity.
