@@ -303,7 +303,7 @@ export class CudaBackend implements Backend {
     const { freeBytes, totalBytes } = this.device.memInfo();
     const reserve = Math.max(0, this.activationReserveBytes - this.workspace.numBytes);
     const availableKvBytes = kvCacheBudget({ totalBytes, freeAtStartBytes: this.freeAtStartBytes, freeBytes,
-      gpuMemoryUtilization: this.gpuMemoryUtilization, reserveBytes: reserve });
+      allocatedBytes: this.device.allocatedBytes, gpuMemoryUtilization: this.gpuMemoryUtilization, reserveBytes: reserve });
     return { availableKvBytes, totalBytes, weightBytes: this.weightBytes };
   }
 

@@ -1,7 +1,8 @@
 // How much device memory the KV cache may take, with vLLM's meaning of
 // --gpu-memory-utilization: this engine may hold that fraction of the device's
 // total memory. What it holds already (weights, workspace, buffers) is what the
-// device's free memory lost since the engine started; memory other processes
+// device's free memory lost since the engine started, and never less than its own
+// allocations (another process may free memory meanwhile); memory other processes
 // hold does not count against the fraction (two engines at 0.4 share a GPU),
 // and only the memory actually free caps the result.
 
@@ -10,13 +11,17 @@ export interface MemoryState {
   /** Free device memory when the engine started (its CUDA context already made). */
   freeAtStartBytes: number;
   freeBytes: number;
+  /** Device memory the engine's own allocations hold now (weights, workspace, buffers). */
+  allocatedBytes: number;
   gpuMemoryUtilization: number;
   /** Kept back for activations the workspace has not allocated yet. */
   reserveBytes: number;
 }
 
 export function kvCacheBudget(m: MemoryState): number {
-  const held = Math.max(0, m.freeAtStartBytes - m.freeBytes);
+  // what the free memory lost since the start, unless another process freed memory meanwhile: never less than
+  // the engine's own allocations
+  const held = Math.max(m.allocatedBytes, m.freeAtStartBytes - m.freeBytes);
   const budget = Math.min(m.gpuMemoryUtilization * m.totalBytes - held, m.freeBytes);
   return Math.max(0, Math.floor(budget - m.reserveBytes));
 }
