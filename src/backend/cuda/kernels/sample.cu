@@ -244,9 +244,12 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
     }
   }
 
+  // the total weight: a pass of its own only for top-p's limit; otherwise the sum of the chunks' kept weights below
   double z = 0.0;
-  for_row(row, vocab, [&](T v, int) { z += weight_of(to_float(v), d); });
-  z = block_total(z, dScratch);
+  if (topP < 1.f) {
+    for_row(row, vocab, [&](T v, int) { z += weight_of(to_float(v), d); });
+    z = block_total(z, dScratch);
+  }
 
   // top-p: cutKey = the largest key K with mass(key >= K) >= p * z; ids above it stay,
   // the first numTiesKept ids (ascending) with key == cutKey stay, the rest go.
@@ -298,6 +301,7 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
       else if (!cut || key > cutKey) chunkKept += w;
     }
   }
+  if (!cut) zKept = block_total(chunkKept, dScratch);
   double cumulative = block_exclusive(chunkKept, dScratch);
   const double target = (double)uniform * zKept;
   int found = 0x7fffffff, lastKept = -1;
