@@ -107,13 +107,15 @@ __device__ __forceinline__ void for_row(const T* row, int vocab, F f) {
 
 /**
  * The largest key K in [lo, hi] with total(K) >= limit, total(K) = the block's sum of contrib(v) over the row's
- * values of order_key >= K (non-increasing in K; total(lo) >= limit is given). Each pass weighs every value once
+ * values of order_key >= K (non-increasing in K; total(lo) >= limit is given). With limitShare > 0 (and lo = 0),
+ * limit is set to limitShare x the row's total, summed in the first pass. Each pass weighs every value once
  * against the candidate keys lo + j 2^sh, j = 1 .. nc <= 31 (2^sh the least power of two with 32 2^sh > hi - lo):
  * a 16-bit key in 4 passes, not the 16 of a bisection. Per-thread sums per bucket of candidates reached, in
  * for_row's order, then fixed-order block sums and suffix sums: deterministic, the row's alone.
  */
 template <typename T, typename V, typename W>
-__device__ unsigned search_key(const T* row, int vocab, unsigned lo, unsigned hi, V limit, W contrib) {
+__device__ unsigned search_key(const T* row, int vocab, unsigned lo, unsigned hi, V& limit, W contrib,
+                               double limitShare = 0.0) {
   // Integer counts go to per-warp shared counters by atomics (any order, the same counts); sums of doubles stay per
   // thread (in for_row's order), then warp butterflies, so their rounding is the same every run.
   constexpr bool kCount = sizeof(V) == sizeof(int);
@@ -155,6 +157,13 @@ __device__ unsigned search_key(const T* row, int vocab, unsigned lo, unsigned hi
       sTotal[threadIdx.x] = t;
     }
     __syncthreads();
+    if (limitShare > 0.0) {
+      // limit = limitShare x the total of contrib over the row (lo = 0: only keys of NaN, which weigh 0, sit below)
+      V total = 0;
+      for (int b = 0; b <= nc; b++) total += sTotal[b];
+      limit = (V)(limitShare * (double)total);
+      limitShare = 0.0;
+    }
     V suffix = 0;
     unsigned newLo = lo, newHi = lo + (1u << sh) - 1;
     for (int j = nc; j >= 1; j--) {
@@ -236,7 +245,8 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
       numValid += (x > NEG_INF && x == x) ? 1 : 0;
     });
     if (block_total(numValid, iScratch) >= topK) {
-      const unsigned lo = search_key<T, int>(row, vocab, 0u, KeyTraits<T>::kMax, topK, [&](T v) {
+      int kLimit = topK;
+      const unsigned lo = search_key<T, int>(row, vocab, 0u, KeyTraits<T>::kMax, kLimit, [&](T v) {
         const float x = to_float(v);
         return (x > NEG_INF && x == x) ? 1 : 0;
       });
@@ -244,23 +254,19 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
     }
   }
 
-  // the total weight: a pass of its own only for top-p's limit; otherwise the sum of the chunks' kept weights below
-  double z = 0.0;
-  if (topP < 1.f) {
-    for_row(row, vocab, [&](T v, int) { z += weight_of(to_float(v), d); });
-    z = block_total(z, dScratch);
-  }
+  // the total weight is not a pass of its own: top-p's search sums it in its first pass, and the kept weight is
+  // otherwise the sum of the chunks' kept weights below
 
   // top-p: cutKey = the largest key K with mass(key >= K) >= p * z; ids above it stay,
   // the first numTiesKept ids (ascending) with key == cutKey stay, the rest go.
   bool cut = false;
   unsigned cutKey = 0;
   int numTiesKept = 0;
-  double zKept = z;
+  double zKept = 0.0;
   if (topP < 1.f) {
-    const double limit = (double)topP * z;
+    double limit = 0.0;  // p x the total weight, which the search sums in its first pass
     cutKey = search_key<T, double>(row, vocab, 0u, KeyTraits<T>::kMax, limit,
-                                   [&](T v) { return weight_of(to_float(v), d); });
+                                   [&](T v) { return weight_of(to_float(v), d); }, (double)topP);
     double above = 0.0;
     int numTies = 0;
     for_row(row, vocab, [&](T v, int) {
