@@ -37,8 +37,7 @@ export class Device {
   private readonly device: number;
   private readonly modules = new Map<string, Handle>();
   private readonly functions = new Map<string, Handle>();
-  /** Bytes of device memory alloc() handed out and free() has not taken back. */
-  allocatedBytes = 0;
+  private numAllocatedBytes = 0;
   private readonly live = new Map<bigint, number>();
   /** Dynamic shared memory each kernel was allowed beyond the default 48 KiB. */
   private readonly sharedAllowed = new Map<Handle, number>();
@@ -88,14 +87,19 @@ export class Device {
     check(this.api.cuMemAlloc_v2(out, Math.max(1, bytes)), 'cuMemAlloc_v2', `${bytes} bytes`);
     const p = outPtr(out, 'cuMemAlloc_v2') as DevicePtr;
     this.live.set(p, Math.max(1, bytes));
-    this.allocatedBytes += Math.max(1, bytes);
+    this.numAllocatedBytes += Math.max(1, bytes);
     return p;
   }
 
   free(p: bigint): void {
     check(this.api.cuMemFree_v2(p), 'cuMemFree_v2');
-    this.allocatedBytes -= this.live.get(p) ?? 0;
+    this.numAllocatedBytes -= this.live.get(p) ?? 0;
     this.live.delete(p);
+  }
+
+  /** Bytes of device memory alloc() handed out and free() has not taken back. */
+  get allocatedBytes(): number {
+    return this.numAllocatedBytes;
   }
 
   hostAlloc(bytes: number): PinnedBuffer {

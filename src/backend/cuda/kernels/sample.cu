@@ -254,11 +254,9 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
     }
   }
 
-  // the total weight is not a pass of its own: top-p's search sums it in its first pass, and the kept weight is
-  // otherwise the sum of the chunks' kept weights below
-
-  // top-p: cutKey = the largest key K with mass(key >= K) >= p * z; ids above it stay,
-  // the first numTiesKept ids (ascending) with key == cutKey stay, the rest go.
+  // top-p: cutKey = the largest key K with mass(key >= K) >= p * z (z, the total weight, summed in the search's
+  // first pass); ids above it stay, the first numTiesKept ids (ascending) with key == cutKey stay, the rest go.
+  // Without top-p the kept weight is the sum of the chunks' kept weights below: no pass of its own.
   bool cut = false;
   unsigned cutKey = 0;
   int numTiesKept = 0;
