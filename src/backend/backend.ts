@@ -92,6 +92,8 @@ export interface Backend {
     scale: number, step: StepInputs): Tensor;
   /** gateUp [T, 2I] (gate first, then up) -> silu(gate) * up [T, I] */
   siluMul(gateUp: Tensor): Tensor;
+  /** siluMul(matmul(x, gateUp)), bit for bit; a backend may run it as one kernel. */
+  matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor;
   /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
   /**

@@ -100,7 +100,7 @@ export class Model {
       const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
       const attnOut = b.matmul(attn, lw.o, 'o');
       const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);
-      mlpOut = b.matmul(b.siluMul(b.matmul(h, lw.gateUp, 'gate_up')), lw.down, 'down');
+      mlpOut = b.matmul(b.matmulSiluMul(h, lw.gateUp), lw.down, 'down');
     }
     b.endLayers();
     const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);

@@ -262,6 +262,10 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
+    return this.siluMul(this.matmul(x, gateUp));
+  }
+
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {
     const xs = asCpu(x);
     const H = xs.shape[1]!;

@@ -13,6 +13,7 @@ import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS }
 import { Device, f32, i32, ptr, type KernelArg, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
+import { type ChainGemmLaunch, planChainGemm } from './gemm-chain.js';
 import { FUSED_THREADS, FusedDecodeState, groupOf } from './fused-decode.js';
 import {
   check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle,
@@ -47,6 +48,11 @@ export interface CudaBackendOptions {
   fusedDecode?: boolean;
   /** The fused kernel stamps its stages; eager fused steps read them back and log a table (QUIRE_FUSED_TIMELINE=1). */
   fusedTimeline?: boolean;
+  /**
+   * GEMMs of up to 8 tokens on kernels/gemm_chain.cu (cuBLASLt's sums, streamed faster; gate_up with silu_mul in one
+   * kernel) where there are weight rows enough; default on, QUIRE_CHAIN_GEMM=0 turns it off (for A/B runs).
+   */
+  chainGemms?: boolean;
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -163,6 +169,7 @@ export class CudaBackend implements Backend {
   private readonly fusedDecode: boolean;
   private readonly fused: FusedDecodeState;
   private readonly fusedTimeline: boolean;
+  private readonly chainGemms: boolean;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
@@ -184,6 +191,8 @@ export class CudaBackend implements Backend {
   numGraphReplays = 0;
   /** Steps whose layers ran fused (fusedLayers). */
   numFusedSteps = 0;
+  /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
+  numChainGemms = 0;
   numGraphCaptures = 0;
   /** Wall time of the steps that captured a graph (their eager run, the capture and the instantiation). */
   graphCaptureMs = 0;
@@ -200,6 +209,7 @@ export class CudaBackend implements Backend {
     this.batchInvariant = opts.batchInvariant ?? false;
     this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
     this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
+    this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
     this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
@@ -417,7 +427,7 @@ export class CudaBackend implements Backend {
     const hidden = w.shape[1]!;
     const out = this.act([batch.numTokens, hidden]);
     this.timed('embedding', () => this.device.launch('embedding.cu', 'embedding_bf16', [batch.numTokens, 1, 1], 256,
-      [ptr(w.ptr), ptr(this.metaPtr(meta, meta.layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)]));
+      [ptr(w.ptr), ptr(this.metaPtr(meta, meta.layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)], 0, true));
     return out;
   }
 
@@ -426,7 +436,7 @@ export class CudaBackend implements Backend {
     const [T, hidden] = [xs.shape[0]!, xs.shape[1]!];
     const out = this.act([T, hidden]);
     this.timed('norm', () => this.device.launch('norm.cu', 'rms_norm_bf16', [T, 1, 1], normThreads(hidden),
-      [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)]));
+      [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)], 0, true));
     return out;
   }
 
@@ -435,7 +445,7 @@ export class CudaBackend implements Backend {
     const [T, hidden] = [xs.shape[0]!, xs.shape[1]!];
     const out = this.act([T, hidden]);
     this.timed('norm', () => this.device.launch('norm.cu', 'add_rms_norm_bf16', [T, 1, 1], normThreads(hidden),
-      [ptr(xs.ptr), ptr(asCuda(residual).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)]));
+      [ptr(xs.ptr), ptr(asCuda(residual).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(hidden), f32(eps)], 0, true));
     return out;
   }
 
@@ -450,7 +460,9 @@ export class CudaBackend implements Backend {
     if (T > 0) {
       this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => {
         if (!this.batchInvariant) {
-          this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream);
+          const chain = this.chainGemms ? planChainGemm(T, N, K, this.device.numSMs) : null;
+          if (chain) this.launchChain(chain, xs, ws, out, T, N, K);
+          else this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream);
           return;
         }
         const plan = planGemmRows(T, N, K);
@@ -482,7 +494,7 @@ export class CudaBackend implements Backend {
     if (cur.ropeTable?.invFreq === invFreq) return cur.ropeTable.ptr;
     const table = this.workspace.allocForStep(numTokens * 2 * half * 4);
     this.device.launch('rope.cu', 'rope_table', [Math.ceil((numTokens * half) / 256), 1, 1], 256,
-      [ptr(invFreq), positions, ptr(table), i32(numTokens), i32(half)]);
+      [ptr(invFreq), positions, ptr(table), i32(numTokens), i32(half)], 0, true);
     cur.ropeTable = { invFreq, ptr: table };
     return table;
   }
@@ -504,7 +516,7 @@ export class CudaBackend implements Backend {
       this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
         ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
         positions, ptr(cache.k), ptr(cache.v), ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
-        i32(numKvHeads), i32(D), f32(eps), ptr(table)]);
+        i32(numKvHeads), i32(D), f32(eps), ptr(table)], 0, true);
     });
     this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
   }
@@ -625,6 +637,26 @@ export class CudaBackend implements Backend {
     return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
   }
 
+  private launchChain(plan: ChainGemmLaunch, x: CudaTensor, w: CudaTensor, out: CudaTensor, T: number, N: number,
+    K: number): void {
+    this.numChainGemms++;
+    this.device.launch('gemm_chain.cu', plan.kernel, plan.grid, plan.block,
+      [ptr(x.ptr), ptr(w.ptr), ptr(out.ptr), i32(T), i32(N), i32(K)], plan.sharedBytes, true);
+  }
+
+  /** silu(x gate^T) * (x up^T) for gateUp [2I, K] (gate rows first): one chain kernel for a few tokens. */
+  matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
+    const xs = asCuda(x);
+    const ws = asCuda(gateUp);
+    const [T, K] = [xs.shape[0]!, xs.shape[1]!];
+    const N = ws.shape[0]!;
+    const chain = this.chainGemms && !this.batchInvariant ? planChainGemm(T, N, K, this.device.numSMs, true) : null;
+    if (!chain || ws.shape[1] !== K) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
+    const out = this.act([T, N / 2]);
+    this.timed('gemm gate_up + silu', () => this.launchChain(chain, xs, ws, out, T, N, K));
+    return out;
+  }
+
   siluMul(gateUp: Tensor): Tensor {
     const g = asCuda(gateUp);
     const [T, twoI] = [g.shape[0]!, g.shape[1]!];
@@ -632,7 +664,7 @@ export class CudaBackend implements Backend {
     const out = this.act([T, I]);
     const perThread = I % 8 === 0 ? 8 : 1;  // bf16 columns per thread: 16-byte loads (kernels/activation.cu)
     this.timed('activation', () => this.device.launch('activation.cu', 'silu_mul_bf16',
-      [Math.ceil((T * I) / (256 * perThread)), 1, 1], 256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)]));
+      [Math.ceil((T * I) / (256 * perThread)), 1, 1], 256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)], 0, true));
     return out;
   }
 
@@ -643,7 +675,7 @@ export class CudaBackend implements Backend {
     const numRows = batch.logitsIndices.length;
     const out = this.act([numRows, hidden]);
     this.timed('sampling', () => this.device.launch('embedding.cu', 'gather_rows_bf16', [numRows, 1, 1], 256,
-      [ptr(xs.ptr), ptr(this.metaPtr(meta, meta.layout.logitsIndices)), ptr(out.ptr), i32(hidden)]));
+      [ptr(xs.ptr), ptr(this.metaPtr(meta, meta.layout.logitsIndices)), ptr(out.ptr), i32(hidden)], 0, true));
     return out;
   }
 
@@ -678,7 +710,7 @@ export class CudaBackend implements Backend {
     const ids = meta.sampledIds;  // where the next step's negative input ids read them
     if (R > 0) {
       this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
-        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)]));
+        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)], 0, true));
     }
     return { R, ids };
   }

@@ -5,6 +5,7 @@ import koffi from 'koffi';
 import {
   check, cu, outPtr, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_MEMHOSTALLOC_PORTABLE,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, LAUNCH_ATTRIBUTE_BYTES, LAUNCH_CONFIG_BYTES,
   CU_STREAM_NON_BLOCKING,
   type DevicePtr, type DriverApi, type Handle,
 } from './ffi/driver.js';
@@ -25,6 +26,16 @@ export interface PinnedBuffer {
 
 const MAX_KERNEL_ARGS = 32;
 const ARG_SLOT_BYTES = 8;
+const ARG_BYTES = 2 * MAX_KERNEL_ARGS * ARG_SLOT_BYTES;
+
+/**
+ * Programmatic dependent launch on sm_90+ (QUIRE_PDL=0 turns it off): a launch that asks for it may start while the
+ * kernel before it in the stream finishes; the kernel itself must wait (pdl_wait, kernels/common.cuh) before it reads
+ * what that kernel wrote or writes anything.
+ */
+export function pdlEnabled(arch: number, env: string | undefined = process.env.QUIRE_PDL): boolean {
+  return arch >= 90 && env !== '0';
+}
 
 export class Device {
   readonly api: DriverApi;
@@ -34,6 +45,8 @@ export class Device {
   readonly numSMs: number;
   readonly driverVersion: number;
   readonly stream: Handle;
+  /** Launches that ask for it use programmatic dependent launch (pdlEnabled). */
+  readonly pdl: boolean;
   private readonly device: number;
   private readonly modules = new Map<string, Handle>();
   private readonly functions = new Map<string, Handle>();
@@ -42,8 +55,10 @@ export class Device {
   /** Dynamic shared memory each kernel was allowed beyond the default 48 KiB. */
   private readonly sharedAllowed = new Map<Handle, number>();
   private compiler: Compiler | null = null;
-  // kernelParams: [values: MAX_KERNEL_ARGS x 8 bytes][pointers to each value: MAX_KERNEL_ARGS x 8 bytes]
+  // kernelParams: [values: MAX_KERNEL_ARGS x 8 bytes][pointers to each value: MAX_KERNEL_ARGS x 8 bytes],
+  // then a CUlaunchConfig and its one CUlaunchAttribute (programmatic dependent launches)
   private readonly args: PinnedBuffer;
+  private readonly launchConfig: DataView;
   private readonly argValues: DataView;
   private readonly argPointers: BigUint64Array;
 
@@ -70,7 +85,15 @@ export class Device {
     const stream: [Handle | null] = [null];
     check(api.cuStreamCreate(stream, CU_STREAM_NON_BLOCKING), 'cuStreamCreate');
     this.stream = outPtr(stream, 'cuStreamCreate');
-    this.args = this.hostAlloc(2 * MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
+    this.pdl = pdlEnabled(this.arch);
+    this.args = this.hostAlloc(ARG_BYTES + LAUNCH_CONFIG_BYTES + 8 + LAUNCH_ATTRIBUTE_BYTES);
+    this.launchConfig = new DataView(this.args.view, ARG_BYTES, LAUNCH_CONFIG_BYTES);
+    const attribute = new DataView(this.args.view, ARG_BYTES + LAUNCH_CONFIG_BYTES + 8, LAUNCH_ATTRIBUTE_BYTES);
+    attribute.setUint32(0, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, true);
+    attribute.setInt32(8, 1, true);  // value.programmaticStreamSerializationAllowed
+    this.launchConfig.setBigUint64(32, this.stream, true);
+    this.launchConfig.setBigUint64(40, this.args.ptr + BigInt(ARG_BYTES + LAUNCH_CONFIG_BYTES + 8), true);
+    this.launchConfig.setUint32(48, 1, true);  // numAttrs
     this.argValues = new DataView(this.args.view, 0, MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
     this.argPointers = new BigUint64Array(this.args.view, MAX_KERNEL_ARGS * ARG_SLOT_BYTES, MAX_KERNEL_ARGS);
     for (let i = 0; i < MAX_KERNEL_ARGS; i++) this.argPointers[i] = this.args.ptr + BigInt(i * ARG_SLOT_BYTES);
@@ -184,8 +207,9 @@ export class Device {
     }
   }
 
+  /** `dependent`: a programmatic dependent launch where this.pdl (the kernel waits in pdl_wait). */
   launch(file: string, name: string, grid: [number, number, number], block: number, args: KernelArg[],
-    sharedBytes = 0): void {
+    sharedBytes = 0, dependent = false): void {
     if (args.length > MAX_KERNEL_ARGS) throw new Error(`${name}: ${args.length} kernel arguments`);
     const fn = this.kernel(file, name);
     const v = this.argValues;
@@ -198,9 +222,16 @@ export class Device {
     }
     if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return;
     this.allowShared(fn, name, sharedBytes);
-    check(this.api.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, sharedBytes, this.stream,
-      this.args.ptr + BigInt(MAX_KERNEL_ARGS * ARG_SLOT_BYTES), null), `cuLaunchKernel(${name})`,
-      `grid [${grid.join(', ')}], block ${block}`);
+    const params = this.args.ptr + BigInt(MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
+    if (dependent && this.pdl) {
+      const c = this.launchConfig;
+      [grid[0], grid[1], grid[2], block, 1, 1, sharedBytes].forEach((v, i) => c.setUint32(4 * i, v, true));
+      check(this.api.cuLaunchKernelEx(this.args.ptr + BigInt(ARG_BYTES), fn, params, null), `cuLaunchKernelEx(${name})`,
+        `grid [${grid.join(', ')}], block ${block}`);
+      return;
+    }
+    check(this.api.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block, 1, 1, sharedBytes, this.stream, params, null),
+      `cuLaunchKernel(${name})`, `grid [${grid.join(', ')}], block ${block}`);
   }
 
   dispose(): void {

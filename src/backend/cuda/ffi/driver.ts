@@ -25,6 +25,11 @@ export const CU_EVENT_RECORD_EXTERNAL = 1;
 export const CU_MEMHOSTALLOC_PORTABLE = 1;
 export const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 export const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+/** CUlaunchAttributeID: the kernel may start before the previous one in the stream finishes (sm_90+). */
+export const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+/** sizeof(CUlaunchConfig) on 64-bit hosts, and of one CUlaunchAttribute (id, padding, a 64-byte value union). */
+export const LAUNCH_CONFIG_BYTES = 56;
+export const LAUNCH_ATTRIBUTE_BYTES = 72;
 /** CUfunction_attribute: dynamic shared memory a launch may ask for beyond the default 48 KiB. */
 export const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -70,6 +75,7 @@ export interface DriverApi {
   cuModuleGetFunction(fn: Out<Handle | null>, module: Handle, name: string): number;
   cuLaunchKernel(fn: Handle, gridX: number, gridY: number, gridZ: number, blockX: number, blockY: number,
     blockZ: number, sharedMemBytes: number, stream: Handle, kernelParams: bigint, extra: null): number;
+  cuLaunchKernelEx(config: bigint, fn: Handle, kernelParams: bigint, extra: null): number;
   cuFuncSetAttribute(fn: Handle, attrib: number, value: number): number;
   cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks: Out<number>, fn: Handle, blockSize: number,
     dynamicSMemSize: number): number;
@@ -124,6 +130,7 @@ const PROTOTYPES: string[] = [
   'int cuLaunchKernel(void *fn, unsigned int gridX, unsigned int gridY, unsigned int gridZ, ' +
     'unsigned int blockX, unsigned int blockY, unsigned int blockZ, unsigned int sharedMemBytes, ' +
     'void *stream, uint64_t kernelParams, void *extra)',
+  'int cuLaunchKernelEx(uint64_t config, void *fn, uint64_t kernelParams, void *extra)',
   'int cuFuncSetAttribute(void *fn, int attrib, int value)',
   'int cuOccupancyMaxActiveBlocksPerMultiprocessor(_Out_ int *numBlocks, void *fn, int blockSize, size_t dynamicSMemSize)',
   'int cuStreamBeginCapture_v2(void *stream, int mode)',

@@ -37,6 +37,7 @@ __device__ __forceinline__ void silu_mul(const T* gateUp, T* out, int numTokens,
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define INSTANTIATE(suffix, T)                                                                          \
   extern "C" __global__ void silu_mul_##suffix(const T* gateUp, T* out, int numTokens, int inter) {     \
+    pdl_begin();                                                                                        \
     silu_mul<T>(gateUp, out, numTokens, inter);                                                         \
   }
 

@@ -377,6 +377,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int maxSplits, int qHeadsPerKv, const int* rowOrder) {                                                      \
+    pdl_begin();                                                                                                  \
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
                               longSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y],          \

@@ -32,6 +32,27 @@ __device__ __forceinline__ void load2(const float* p, float& a, float& b) {
   b = p[1];
 }
 
+// Programmatic dependent launch (sm_90+; no-ops below). A kernel launched as a dependent (device.ts) may start while
+// the kernel before it finishes: it may read what never changes (weights) at once, but must pdl_wait() before it reads
+// what that kernel wrote or writes anything (pdl_wait returns once the kernel before has finished and its writes are
+// visible). pdl_launch_dependents() lets a dependent launched after this kernel start early; without it the
+// dependent starts when this kernel ends. Neither changes what a kernel computes.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/** First statement of a kernel launched as a dependent that reads nothing early: wait, then let the next one launch. */
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define FULL_MASK 0xffffffffu
 

@@ -17,10 +17,12 @@ __device__ __forceinline__ void copy_row(const T* src, long long row, T* out, in
 #define INSTANTIATE(suffix, T)                                                                           \
   extern "C" __global__ void embedding_##suffix(const T* table, const int* ids, const int* prevIds, T* out,  \
                                                 int hidden) {                                            \
+    pdl_begin();                                                                                         \
     const int raw = ids[blockIdx.x];                                                                     \
     copy_row<T>(table, raw >= 0 ? raw : prevIds[-raw - 1], out, hidden);                                 \
   }                                                                                                      \
   extern "C" __global__ void gather_rows_##suffix(const T* x, const int* indices, T* out, int hidden) {  \
+    pdl_begin();                                                                                         \
     copy_row<T>(x, indices[blockIdx.x], out, hidden);                                                    \
   }
 

@@ -121,10 +121,12 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define INSTANTIATE(suffix, T)                                                                               \
   extern "C" __global__ void rms_norm_##suffix(const T* x, const T* w, T* out, int hidden, float eps) {     \
+    pdl_begin();                                                                                             \
     rms_norm<T>(x, w, out, hidden, eps);                                                                     \
   }                                                                                                          \
   extern "C" __global__ void add_rms_norm_##suffix(const T* x, T* residual, const T* w, T* out, int hidden, \
                                                   float eps) {                                               \
+    pdl_begin();                                                                                             \
     add_rms_norm<T>(x, residual, w, out, hidden, eps);                                                       \
   }
 

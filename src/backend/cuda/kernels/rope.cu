@@ -108,6 +108,7 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
                                                    T* vCache, const int* slotMapping, int numHeads,            \
                                                    int numKvHeads, int headDim, float eps,                     \
                                                    const float* ropeTable) {                                   \
+    pdl_begin();                                                                                               \
     qk_norm_rope<T>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads,   \
                     numKvHeads, headDim, eps, blockIdx.x, blockIdx.y, ropeTable);                              \
   }
@@ -119,6 +120,7 @@ INSTANTIATE(f32, float)
 /** table[t] = cos, then sin, of positions[t] * invFreq[i] for i < half (see rope_angle). */
 extern "C" __global__ void rope_table(const float* invFreq, const int* positions, float* table, int numTokens,
                                       int half) {
+  pdl_begin();
   const long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (at >= (long long)numTokens * half) return;
   const int t = (int)(at / half), i = (int)(at % half);

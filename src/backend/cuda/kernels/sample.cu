@@ -336,6 +336,7 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
 #define INSTANTIATE(suffix, T)                                                                              \
   extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)                                              \
       sample_tokens_##suffix(const T* logits, int vocab, const int* params, int stride, int* out) {         \
+    pdl_begin();                                                                                            \
     sample_row<T>(logits, vocab, params, stride, out);                                                      \
   }
 

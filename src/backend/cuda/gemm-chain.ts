@@ -1,0 +1,29 @@
+// Launch plans for kernels/gemm_chain.cu: decode GEMMs of up to 8 tokens summed in cuBLASLt's order (the same bits),
+// streamed by one warp per 16 weight rows. Taken where there are tiles enough to keep every SM streaming; below that
+// cuBLASLt's split kernels are faster (docs/perf-log.md, session 10: qwen3-0.6b's o and down, 1,024 rows, lose 30-60%).
+
+/** Most tokens a chain GEMM takes (one n8 tile). */
+export const CHAIN_MAX_TOKENS = 8;
+/** Stages of 64 k in a warp's ring (CHAIN_STAGES in the kernel). */
+const STAGES = 16;
+/** Tiles of 16 weight rows per SM below which cuBLASLt is faster (in the sweep: 1.0 loses, 1.9 wins). */
+const MIN_TILES_PER_SM = 1.5;
+
+export interface ChainGemmLaunch {
+  kernel: 'gemm_chain' | 'gemm_chain_silu_mul';
+  grid: [number, number, number];
+  block: number;
+  sharedBytes: number;
+}
+
+/**
+ * The chain kernel for y[T, N] = x[T, K] w[N, K]^T (or, siluMul, silu(gate) * up of w's two halves), or null where
+ * it does not apply or would be slower than cuBLASLt.
+ */
+export function planChainGemm(T: number, N: number, K: number, numSMs: number, siluMul = false): ChainGemmLaunch | null {
+  if (T < 1 || T > CHAIN_MAX_TOKENS || K % 64 !== 0 || N % (siluMul ? 32 : 16) !== 0) return null;
+  if (N / 16 < MIN_TILES_PER_SM * numSMs) return null;
+  const tileParts = siluMul ? 2 : 1;
+  return { kernel: siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain', grid: [N / 16 / tileParts, 1, 1], block: 32,
+    sharedBytes: STAGES * (tileParts * 128 + 64) * 16 };
+}

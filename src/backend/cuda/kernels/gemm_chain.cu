@@ -1,0 +1,170 @@
+// Decode GEMMs of a few tokens, y[T, N] = x[T, K] * w[N, K]^T for T <= 8, summed in cuBLASLt's order: each output is
+// one m16n8k16 chain over k16 groups in natural order, from zero, in fp32, rounded to bf16 once. On the H100 that is
+// bit for bit what cuBLASLt's heuristic kernels give at 256 and 2,048 rows on every decode shape of qwen3-0.6b and
+// -8b, and at every row count on most (docs/perf-log.md, session 10); the tensor cores sum a k16 group the same in
+// any order of its k, so a lane may hold any of the group's k as long as A and B agree.
+//
+// One warp per 16 weight rows (the mma's M side: a token is an n column, so one token wastes 7/8 of an n8 tile, not
+// 15/16 of an m16 one). The warp streams its rows and the tokens' slice of k through a private cp.async ring of S
+// stages of 64 k (16-byte pieces, XOR-swizzled by row), and takes fragments by ldmatrix. One warp a block: the
+// chain's length is K / 16 mma whatever the grid, so the grid is the N / 16 tiles spread over every SM.
+//
+//   gemm_chain:          y[T, N]
+//   gemm_chain_silu_mul: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
+//                        gate_up GEMM and silu_mul of kernels/activation.cu in one: a warp runs the gate tile's and
+//                        the up tile's chains side by side)
+// A dependent launch (kernels/common.cuh, pdl_wait): the weights of the first stages are read before the kernel
+// before has finished.
+// launch: grid (N / 16 tiles [of the gate half for silu_mul]), block 32, shared CHAIN_STAGES * (MT * 128 + 64) * 16
+// bytes (MT = 1, or 2 for silu_mul)
+#include "common.cuh"
+#include "mma.cuh"
+#define QUIRE_DEVICE_ONLY
+#include "activation.cu"
+#undef QUIRE_DEVICE_ONLY
+
+/** MT weight tiles of 16 rows (rows row0 + 16 j... for j = 0, rows row0 + rowsB for the second) against <= 8 tokens. */
+template <int MT, int S, int P>
+__device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int T, int N,
+                                            int K, int row0, int rowsB, float c[MT][4]) {
+  constexpr int WP = 128, SP = MT * WP + 64;  // 16-byte pieces of a stage: 16 rows x 64 k per tile, 8 tokens x 64 k
+  extern __shared__ u32x4 ring[];
+  const int lane = threadIdx.x & 31;
+  const int steps = K / 64;
+  const bf16_t* wsrc[MT][4];
+  int wdst[4];
+  bool wok[MT][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int p = lane + 32 * i, r = p >> 3, col = p & 7;
+    wdst[i] = r * 8 + (col ^ (r & 7));
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+      const int row = row0 + m * rowsB + r;
+      wok[m][i] = row < N;
+      wsrc[m][i] = w + (size_t)min(row, N - 1) * K + col * 8;
+    }
+  }
+  const bf16_t* xsrc[2];
+  int xdst[2];
+  bool xok[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int p = lane + 32 * i, r = p >> 3, col = p & 7;
+    xok[i] = r < T;
+    xsrc[i] = x + (size_t)min(r, T - 1) * K + col * 8;
+    xdst[i] = MT * WP + r * 8 + (col ^ (r & 7));
+  }
+  auto issue_w = [&](int s) {
+    u32x4* slot = ring + (s % S) * SP;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) cp_async_16(slot + m * WP + wdst[i], wsrc[m][i] + s * 64, wok[m][i]);
+  };
+  auto issue_x = [&](int s) {
+    u32x4* slot = ring + (s % S) * SP;
+#pragma unroll
+    for (int i = 0; i < 2; i++) cp_async_16(slot + xdst[i], xsrc[i] + s * 64, xok[i]);
+  };
+  auto issue = [&](int s) {
+    if (s < steps) {
+      issue_w(s);
+      issue_x(s);
+    }
+    cp_async_commit();
+  };
+  // The first P stages' weights go before waiting for the kernel before (a dependent launch: they stream while it
+  // finishes), their tokens in one group after it, then stages P..S-2 whole; from there the ring runs S - 1 stages
+  // ahead. Groups complete in order: stages below P need the first P + 1 groups, a later stage s the first s + 2.
+  static_assert(P < S, "the early weights are a part of the ring");
+#pragma unroll
+  for (int s = 0; s < P; s++) {
+    if (s < steps) issue_w(s);
+    cp_async_commit();
+  }
+  pdl_begin();
+#pragma unroll
+  for (int s = 0; s < P; s++)
+    if (s < steps) issue_x(s);
+  cp_async_commit();
+#pragma unroll
+  for (int s = P; s < S - 1; s++) issue(s);
+  cp_async_wait<S - 1 - P>();  // of the S groups, the first P + 1: stages 0..P-1 whole
+  // A (x4): lanes 0-7 rows 0-7, 8-15 rows 8-15 at a k16's first 8 k; lanes 16-31 the same rows at its last 8.
+  const int ar = (lane & 7) + (lane & 8), ah = lane >> 4;
+  // B (x4, two k16 at once): lanes 8j..8j+7 the token rows at piece j of the pair's four.
+  const int br = lane & 7, bq = lane >> 3;
+#pragma unroll
+  for (int m = 0; m < MT; m++) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
+  for (int s = 0; s < steps; s++) {
+    if (s >= P) cp_async_wait<S - 2>();
+    __syncwarp();
+    issue(s + S - 1);
+    const u32x4* slot = ring + (s % S) * SP;
+#pragma unroll
+    for (int pair = 0; pair < 2; pair++) {
+      unsigned b[4];
+      ldmatrix_x4(b, slot + MT * WP + br * 8 + ((4 * pair + bq) ^ br));
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int kk = 2 * pair + h;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+          unsigned a[4];
+          ldmatrix_x4(a, slot + m * WP + ar * 8 + ((2 * kk + ah) ^ (ar & 7)));
+          mma_bf16_16816(c[m], a, b[2 * h], b[2 * h + 1]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+/** Row and token of accumulator register r of lane's C fragment. */
+__device__ __forceinline__ int frag_row(int lane, int r) { return (lane >> 2) + ((r & 2) ? 8 : 0); }
+__device__ __forceinline__ int frag_tok(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+
+template <int S, int P>
+__device__ __forceinline__ void gemm_chain(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
+                                           bf16_t* __restrict__ y, int T, int N, int K) {
+  float c[1][4];
+  const int row0 = blockIdx.x * 16;
+  chain_tiles<1, S, P>(x, w, T, N, K, row0, 0, c);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
+    if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(c[0][r]);
+  }
+}
+
+template <int S, int P>
+__device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
+                                                    bf16_t* __restrict__ y, int T, int N, int K) {
+  float c[2][4];
+  const int inter = N / 2, row0 = blockIdx.x * 16;
+  chain_tiles<2, S, P>(x, w, T, N, K, row0, inter, c);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
+    if (row < inter && tok < T)
+      y[(size_t)tok * inter + row] =
+          from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(c[0][r]), from_float<bf16_t>(c[1][r])));
+  }
+}
+
+// 16 stages: 30 KiB (60 for silu_mul) of weights in flight per warp; shallower rings were slower on every decode
+// shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished: 2 and 8 were no better on
+// both models, 15 (the whole ring) slower (docs/perf-log.md, session 10).
+#define CHAIN_STAGES 16
+#define CHAIN_ARGS const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K
+#define CHAIN_EARLY 4
+extern "C" __global__ void __launch_bounds__(32) gemm_chain(CHAIN_ARGS) {
+  gemm_chain<CHAIN_STAGES, CHAIN_EARLY>(x, w, y, T, N, K);
+}
+extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul(CHAIN_ARGS) {
+  gemm_chain_silu_mul<CHAIN_STAGES, CHAIN_EARLY>(x, w, y, T, N, K);
+}
+#undef CHAIN_ARGS

@@ -1,0 +1,36 @@
+// Which GEMMs the chain kernel takes: up to 8 tokens, K a multiple of its 64-k stage, and weight rows enough for
+// 1.5 tiles of 16 rows per SM (fewer leave SMs idle, and cuBLASLt's split kernels win).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CHAIN_MAX_TOKENS, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
+
+const SMS = 132;
+
+test('the chain kernel takes 1 to 8 tokens of wide weights, one warp per 16 rows', () => {
+  for (const T of [1, 5, CHAIN_MAX_TOKENS]) {
+    const plan = planChainGemm(T, 4096, 1024, SMS);
+    assert.deepEqual(plan?.grid, [256, 1, 1]);
+    assert.equal(plan?.block, 32);
+    assert.equal(plan?.kernel, 'gemm_chain');
+    assert.equal(plan?.sharedBytes, 16 * (128 + 64) * 16, '16 stages of 16 weight rows and 8 tokens by 64 k');
+  }
+  assert.equal(planChainGemm(0, 4096, 1024, SMS), null);
+  assert.equal(planChainGemm(CHAIN_MAX_TOKENS + 1, 4096, 1024, SMS), null);
+});
+
+test('K off the 64-k stage, ragged rows, or too few tiles per SM go to cuBLASLt', () => {
+  assert.equal(planChainGemm(1, 4096, 1000, SMS), null, 'K % 64');
+  assert.equal(planChainGemm(1, 4104, 1024, SMS), null, 'N % 16');
+  assert.equal(planChainGemm(1, 1024, 3072, SMS), null, 'qwen3-0.6b down: 64 tiles on 132 SMs');
+  assert.equal(planChainGemm(1, 3168, 1024, SMS)?.kernel, 'gemm_chain', '198 tiles: 1.5 per SM');
+  assert.equal(planChainGemm(1, 3152, 1024, SMS), null, '197 tiles');
+});
+
+test('silu_mul pairs each gate tile with its up tile: half the grid, twice the ring width', () => {
+  const plan = planChainGemm(1, 6144, 1024, SMS, true);
+  assert.equal(plan?.kernel, 'gemm_chain_silu_mul');
+  assert.deepEqual(plan?.grid, [192, 1, 1]);
+  assert.equal(plan?.sharedBytes, 16 * (2 * 128 + 64) * 16);
+  assert.equal(planChainGemm(1, 6160, 1024, SMS, true), null, 'the halves are not whole tiles');
+});

@@ -1,0 +1,74 @@
+// The chain GEMM (kernels/gemm_chain.cu) takes steps of up to 8 tokens on wide enough weights and sums in cuBLASLt's
+// order: each of its rows is bit-identical to the same row of cuBLASLt's GEMM at 256 rows, and its gate_up + silu_mul
+// kernel to cuBLASLt's gate_up followed by silu_mul. Outputs start as NaN (the workspace is poisoned).
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import type { Tensor } from '../../src/backend/backend.js';
+import { planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
+import { batchOf } from '../backend/helpers.js';
+import { newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+
+const ROWS = 256;
+
+function bitsOf(c: CudaBackend, t: Tensor): Uint32Array {
+  const out = c.toHost(t);
+  assert.equal(out.findIndex((v) => !Number.isFinite(v)), -1, 'an output never written');
+  return new Uint32Array(out.buffer);
+}
+
+function assertSameBits(actual: Uint32Array, expected: Uint32Array, what: string): void {
+  let count = 0;
+  for (let i = 0; i < actual.length; i++) if (actual[i] !== expected[i]) count++;
+  assert.equal(actual.length, expected.length, `${what}: length`);
+  assert.equal(count, 0, `${what}: ${count} of ${actual.length} outputs differ`);
+}
+
+describe('CUDA chain GEMM', { skip: noCuda }, () => {
+  const cuda = noCuda ? null : newCuda();
+  after(() => cuda?.dispose());
+  const begin = (c: CudaBackend) => {
+    c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
+    c.fillWorkspace(0xff);
+  };
+  const rowsOf = (x: CudaTensor, start: number, rows: number) =>
+    new CudaTensor([rows, x.shape[1]!], x.ptr + BigInt(start * x.shape[1]! * 2));
+
+  // 0.6b's gate_up and qkv shapes; 8b's down (K 12,288: 192 stages of the ring)
+  for (const [N, K] of [[6144, 1024], [4096, 2048], [4096, 12288]] as const) {
+    test(`rows of 1 to 8 tokens give cuBLASLt's bits at 256 rows, N ${N} K ${K}`, () => {
+      const c = cuda!;
+      assert.notEqual(planChainGemm(8, N, K, c.device.numSMs), null, 'the plan takes this shape on this GPU');
+      const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 3 + K, -2, 2));
+      const w = c.fromHost([N, K], randomBf16(N * K, 4 + N, -0.05, 0.05));
+      begin(c);
+      const before = c.numChainGemms;
+      const whole = bitsOf(c, c.matmul(x, w, 'test'));
+      assert.equal(c.numChainGemms, before, '256 rows go to cuBLASLt');
+      for (const [start, rows] of [[0, 1], [77, 1], [255, 1], [3, 5], [100, 8]] as const) {
+        begin(c);
+        assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')), whole.slice(start * N, (start + rows) * N),
+          `${rows} rows from ${start}`);
+      }
+      assert.equal(c.numChainGemms, before + 5, 'every small step ran the chain kernel');
+    });
+  }
+
+  test('gate_up with silu_mul in one kernel gives the bits of cuBLASLt then silu_mul', () => {
+    const c = cuda!;
+    const [N, K] = [6144, 1024];
+    assert.notEqual(planChainGemm(8, N, K, c.device.numSMs, true), null, 'the plan takes this shape on this GPU');
+    const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 21, -2, 2));
+    const w = c.fromHost([N, K], randomBf16(N * K, 22, -0.1, 0.1));
+    begin(c);
+    const whole = bitsOf(c, c.siluMul(c.matmul(x, w, 'test')));
+    const before = c.numChainGemms;
+    for (const [start, rows] of [[0, 1], [200, 1], [9, 8], [31, 3]] as const) {
+      begin(c);
+      assertSameBits(bitsOf(c, c.matmulSiluMul(rowsOf(x, start, rows), w)), whole.slice(start * N / 2, (start + rows) * N / 2),
+        `${rows} rows from ${start}`);
+    }
+    assert.equal(c.numChainGemms, before + 4, 'every small step ran the fused kernel');
+  });
+});
