@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
+import { decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
 
@@ -58,4 +58,15 @@ test('QUIRE_DECODE_SPLIT_TOKENS and QUIRE_DECODE_LONG_SPLIT_TOKENS set the split
   assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256 256');
   assert.equal(read({ QUIRE_DECODE_LONG_SPLIT_TOKENS: '128' }), '1024 128');
   assert.equal(read({}), '1024 256');
+});
+
+test('query heads per block: the whole kv group, or one when the rows leave SMs idle', () => {
+  // qwen3-8b: 32 query heads on 8 kv heads (groups of 4); qwen3-0.6b: 16 on 8 (groups of 2)
+  assert.equal(decodeGroup(1, 32, 8, 132), 1, 'one row: 32 blocks instead of 8');
+  assert.equal(decodeGroup(16, 32, 8, 132), 1, '16 rows x 8 groups = 128 blocks < 132 SMs');
+  assert.equal(decodeGroup(17, 32, 8, 132), 4, '136 blocks fill the GPU');
+  assert.equal(decodeGroup(256, 16, 8, 132), 2);
+  assert.equal(decodeGroup(1, 16, 16, 132), 1, 'no GQA');
+  assert.equal(decodeGroup(1, 64, 8, 132), 1);
+  assert.equal(decodeGroup(100, 64, 8, 132), 8);
 });

@@ -3,7 +3,8 @@
 // rows, eager or replayed from a CUDA graph captured at another kv length, and
 // beside a prompt chunk in a mixed step; and
 // they match the CPU backend within bf16 tolerance for kv lengths 1 to 5000.
-// The CUDA cache starts as NaN and the workspace is poisoned before every run.
+// The CUDA cache starts as NaN and the workspace is poisoned before every run. (Alone and in small batches the
+// kernel serves one query head a block, at 300 rows the kv head's whole group: the bits must not see it.)
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -9,12 +9,12 @@ import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
 import { launchDecodeAttention, launchPrefillAttention } from './attention-launch.js';
-import { decodeGridZ, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
+import { decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
 import { Device, f32, i32, ptr, type KernelArg, type PinnedBuffer } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
 import { type ChainGemmLaunch, planChainGemm } from './gemm-chain.js';
-import { FUSED_THREADS, FusedDecodeState, groupOf } from './fused-decode.js';
+import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
 import {
   check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle,
 } from './ffi/driver.js';
@@ -556,7 +556,7 @@ export class CudaBackend implements Backend {
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.device, launch, packed.numTiles);
       if (decodeRows > 0) {
-        const G = groupOf(numHeads, numKvHeads);
+        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.device.numSMs);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of the row count alone, so eager and captured steps of one size allocate alike.
