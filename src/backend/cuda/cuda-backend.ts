@@ -460,7 +460,7 @@ export class CudaBackend implements Backend {
     if (T > 0) {
       this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => {
         if (!this.batchInvariant) {
-          const chain = this.chainGemms ? planChainGemm(T, N, K, this.device.numSMs) : null;
+          const chain = this.chainPlan(T, N, K, false);
           if (chain) this.launchChain(chain, xs, ws, out, T, N, K);
           else this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream);
           return;
@@ -637,6 +637,11 @@ export class CudaBackend implements Backend {
     return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
   }
 
+  /** The chain kernel's plan (kernels/gemm_chain.cu) where it is on and applies, else null (cuBLASLt, gemm_rows). */
+  private chainPlan(T: number, N: number, K: number, siluMul: boolean): ChainGemmLaunch | null {
+    return this.chainGemms && !this.batchInvariant ? planChainGemm(T, N, K, this.device.numSMs, siluMul) : null;
+  }
+
   private launchChain(plan: ChainGemmLaunch, x: CudaTensor, w: CudaTensor, out: CudaTensor, T: number, N: number,
     K: number): void {
     this.numChainGemms++;
@@ -650,8 +655,8 @@ export class CudaBackend implements Backend {
     const ws = asCuda(gateUp);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
-    const chain = this.chainGemms && !this.batchInvariant ? planChainGemm(T, N, K, this.device.numSMs, true) : null;
-    if (!chain || ws.shape[1] !== K) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
+    const chain = ws.shape[1] === K ? this.chainPlan(T, N, K, true) : null;
+    if (!chain) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
     const out = this.act([T, N / 2]);
     this.timed('gemm gate_up + silu', () => this.launchChain(chain, xs, ws, out, T, N, K));
     return out;
