@@ -72,6 +72,29 @@ describe('CUDA graphs', { skip: noCuda }, () => {
     assert.equal(cuda.numGraphReplays, numSteps - 1);
   });
 
+  test('a step that throws while being captured leaves no graph, and the next step captures and replays', () => {
+    const cuda = newCuda();
+    backends.push(cuda);
+    let numSteps = 0;
+    prefillAndDecode(cuda, (model, batch) => {
+      const eager = model.forward(batch);
+      if (numSteps === 0) {
+        let calls = 0;
+        // graph() runs the step eagerly, then again under capture: the second run fails midway
+        assert.throws(() => cuda.graph(2, batch, () => {
+          if (++calls === 2) throw new Error('failed in capture');
+          return model.forward(batch);
+        }), /failed in capture/);
+        assert.equal(cuda.numGraphs, 0);
+      } else {
+        assert.deepEqual(cuda.graph(2, batch, () => model.forward(batch)), eager, `decode step ${numSteps}`);
+      }
+      numSteps++;
+    });
+    assert.equal(cuda.numGraphs, 1);
+    assert.equal(cuda.numGraphReplays, numSteps - 2);
+  });
+
   test('enforceEager runs the function and captures nothing', () => {
     const cuda = newCuda({ enforceEager: true });
     backends.push(cuda);

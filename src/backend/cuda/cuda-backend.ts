@@ -10,18 +10,18 @@ import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } f
 import type { LayerWeights } from '../../model/weights.js';
 import { launchDecodeAttention, launchPrefillAttention } from './attention-launch.js';
 import { decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
-import { Device, f32, i32, ptr, type KernelArg, type PinnedBuffer } from './device.js';
+import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
 import { type ChainGemmLaunch, planChainGemm } from './gemm-chain.js';
 import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
-import {
-  check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle,
-} from './ffi/driver.js';
+import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
+import { GraphCache, type HostRead } from './graph-cache.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
-import { Profiler, type GraphTimings, type ProfileLogMode } from './profiler.js';
+import { Profiler, type ProfileLogMode } from './profiler.js';
 import { kvCacheBudget } from './memory-budget.js';
-import { layoutAtLeast, layoutFor, packStep, type MetaLayout, type PackedStep } from './step-meta.js';
+import { MAX_DECODE_ROWS_PER_TOKEN, type Meta, metaPtr, StepBuffers } from './step-buffers.js';
+import { layoutAtLeast, layoutFor, packStep, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
@@ -111,43 +111,10 @@ function isDecodeOnly(batch: ForwardBatch): boolean {
 
 const ATTENTION_HEAD_DIMS = [64, 128, 256];
 
-interface Meta {
-  layout: MetaLayout;
-  host: PinnedBuffer;
-  words: Int32Array;
-  device: bigint;
-  /** Decode attention's per-row split counters, [capTokens, MAX_DECODE_ROWS_PER_TOKEN] int32, zero between launches. */
-  rowCounters: bigint;
-  /** [capTokens] int32: the last step's sampled tokens, which the next step's negative input ids name. */
-  sampledIds: bigint;
-  /** Two pinned [capTokens] int32 slots the sampled tokens of graph launches come back in, by turns. */
-  tokenSlots: PinnedBuffer;
-  /**
-   * Decode attention's split states, [capSeqs, numHeads, MAX_SPLITS, D + 2] f32 (outputs, then max and sum), made
-   * at the first step with decode rows and shared by every layer: their size follows the capacities, not the
-   * step, so a step with few decode rows (whose rows share blocks) needs no activation memory the profile run's
-   * largest step did not.
-   */
-  partials: { ptr: bigint; bytes: number } | null;
-}
-
-/** Most decode attention rows (query-head groups) per token: numHeads / G. */
-const MAX_DECODE_ROWS_PER_TOKEN = 128;
-
 interface KvCache {
   spec: KvCacheSpec;
   base: bigint;
   layerBytes: number;
-}
-
-interface CapturedGraph {
-  /** Profile mode: the events the graph records between its ops. */
-  timings: GraphTimings | null;
-  exec: Handle;
-  graph: Handle;
-  generation: string;
-  /** With src: sampled tokens, copied to the host after the graph (graphLaunch), not inside it. */
-  hostRead: { numElements: number; dtype: 'bf16' | 'f32' | 'i32'; src?: bigint } | null;
 }
 
 export class CudaBackend implements Backend {
@@ -176,17 +143,15 @@ export class CudaBackend implements Backend {
   private uploader: WeightUploader | null = null;
   private readonly uploadChunkBytes: number | undefined;
   private kvGeneration = 0;
-  private meta: Meta | null = null;
-  private metaGeneration = 0;
+  private readonly steps: StepBuffers;
   private readonly metaCopied: Handle;
   private metaCopyPending = false;
   /** Recorded after each graph launch's token copy, by turns (slot 0 / 1 of meta.tokenSlots). */
   private readonly tokensCopied: [Handle, Handle];
   private tokenSlot = 0;
-  private readonly retiredTokenSlots: PinnedBuffer[] = [];
   private current: { batch: ForwardBatch; packed: PackedStep; ropeTable?: { invFreq: bigint; ptr: bigint } } | null = null;
   private readonly invFreqs = new Map<Float32Array, bigint>();
-  private readonly graphs = new Map<number, CapturedGraph>();
+  private readonly graphs: GraphCache;
   private capturing = false;
   numGraphReplays = 0;
   /** Steps whose layers ran fused (fusedLayers). */
@@ -196,7 +161,7 @@ export class CudaBackend implements Backend {
   numGraphCaptures = 0;
   /** Wall time of the steps that captured a graph (their eager run, the capture and the instantiation). */
   graphCaptureMs = 0;
-  private capturedRead: CapturedGraph['hostRead'] = null;
+  private capturedRead: HostRead = null;
   /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
   private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
 
@@ -219,6 +184,8 @@ export class CudaBackend implements Backend {
     this.staging = new HostStaging(this.device);
     this.fused = new FusedDecodeState(this.device);
     this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
+    this.steps = new StepBuffers(this.device);
+    this.graphs = new GraphCache(this.device.api, this.device.stream, this.profiler);
     const event = (): Handle => {
       const ev: [Handle | null] = [null];
       check(this.device.api.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), 'cuEventCreate');
@@ -332,9 +299,9 @@ export class CudaBackend implements Backend {
     }
     this.workspace.reset();
     this.kvWrittenFor = null;
-    const layout = layoutFor(batch, this.meta?.layout ?? null);
-    if (layout !== this.meta?.layout) this.growMeta(layout);
-    const meta = this.meta!;
+    const layout = layoutFor(batch, this.steps.meta?.layout ?? null);
+    if (layout !== this.steps.meta?.layout) this.steps.grow(layout, this.capturing);
+    const meta = this.steps.meta!;
     const packed = packStep(batch, meta.layout, meta.words);
     this.timed('copies', () => this.device.copyToDeviceAsync(meta.device, meta.host, meta.layout.totalWords * 4));
     if (!this.capturing) {
@@ -355,51 +322,16 @@ export class CudaBackend implements Backend {
    * grows later (growing it invalidates every captured graph).
    */
   reserveStepCapacity(numTokens: number, numSeqs: number, maxBlocksPerSeq: number): void {
-    const layout = layoutAtLeast(this.meta?.layout ?? null, numTokens, numSeqs, maxBlocksPerSeq);
-    if (layout !== this.meta?.layout) this.growMeta(layout);
-  }
-
-  private growMeta(layout: MetaLayout): void {
-    if (this.capturing) throw new Error('step metadata outgrown during graph capture');
-    this.device.synchronize();
-    // the last step's sampled tokens move along: the next step's negative input ids read them
-    const sampledIds = this.device.alloc(layout.capTokens * 4);
-    if (this.meta) {
-      this.device.copyDeviceAsync(sampledIds, this.meta.sampledIds, this.meta.layout.capTokens * 4);
-      this.device.synchronize();
-      this.freeMeta(this.meta);
-    }
-    const host = this.device.hostAlloc(layout.totalWords * 4);
-    const counterBytes = layout.capTokens * MAX_DECODE_ROWS_PER_TOKEN * 4;
-    const rowCounters = this.device.alloc(counterBytes);
-    this.device.fillBytesAsync(rowCounters, 0, counterBytes);
-    this.device.synchronize();
-    this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
-      device: this.device.alloc(layout.totalWords * 4), rowCounters, sampledIds, partials: null,
-      tokenSlots: this.device.hostAlloc(2 * layout.capTokens * 4) };
-    this.metaGeneration++;
-  }
-
-  private freeMeta(meta: Meta, disposing = false): void {
-    this.device.hostFree(meta.host);
-    this.device.free(meta.device);
-    this.device.free(meta.rowCounters);
-    this.device.free(meta.sampledIds);
-    if (meta.partials) this.device.free(meta.partials.ptr);
-    // a launched step's wait may still read its slot: outgrown slots live until dispose
-    if (disposing) this.device.hostFree(meta.tokenSlots);
-    else this.retiredTokenSlots.push(meta.tokenSlots);
+    const layout = layoutAtLeast(this.steps.meta?.layout ?? null, numTokens, numSeqs, maxBlocksPerSeq);
+    if (layout !== this.steps.meta?.layout) this.steps.grow(layout, this.capturing);
   }
 
   private stepOf(step: StepInputs): { batch: ForwardBatch; packed: PackedStep; meta: Meta } {
-    if (!this.current || this.current.batch !== step.batch || !this.meta) {
+    const meta = this.steps.meta;
+    if (!this.current || this.current.batch !== step.batch || !meta) {
       throw new Error('CudaBackend: op called with a step other than the current one (beginStep first)');
     }
-    return { ...this.current, meta: this.meta };
-  }
-
-  private metaPtr(meta: Meta, wordOffset: number): bigint {
-    return meta.device + BigInt(wordOffset * 4);
+    return { ...this.current, meta };
   }
 
   private act(shape: number[], dtype: 'bf16' | 'f32' = 'bf16'): CudaTensor {
@@ -427,7 +359,7 @@ export class CudaBackend implements Backend {
     const hidden = w.shape[1]!;
     const out = this.act([batch.numTokens, hidden]);
     this.timed('embedding', () => this.device.launch('embedding.cu', 'embedding_bf16', [batch.numTokens, 1, 1], 256,
-      [ptr(w.ptr), ptr(this.metaPtr(meta, meta.layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)], 0, true));
+      [ptr(w.ptr), ptr(metaPtr(meta, meta.layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)], 0, true));
     return out;
   }
 
@@ -510,12 +442,12 @@ export class CudaBackend implements Backend {
     const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kvLayer(kvLayer);
     const T = batch.numTokens;
     const grid: [number, number, number] = [T, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
-    const positions = ptr(this.metaPtr(meta, meta.layout.positions));
+    const positions = ptr(metaPtr(meta, meta.layout.positions));
     this.timed('rope', () => {
       const table = this.ropeTable(invFreq, T, D / 2, positions);
       this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
         ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
-        positions, ptr(cache.k), ptr(cache.v), ptr(this.metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
+        positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
         i32(numKvHeads), i32(D), f32(eps), ptr(table)], 0, true);
     });
     this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
@@ -545,7 +477,7 @@ export class CudaBackend implements Backend {
     this.timed('attention', () => {
       if (!kvWritten) {
         this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
-          ptr(this.metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
+          ptr(metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       }
       // One-token rows (decode rows, also those of a mixed step) go through the decode kernel, so a decode row's
       // bits do not depend on whether prompt chunks share its step; the prefill kernel takes the other rows' tiles.
@@ -565,29 +497,13 @@ export class CudaBackend implements Backend {
         // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
         const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
-        const partials = !this.batchInvariant ? this.partialsFor(meta, numHeads, D) : !mayShare ? { out: 0n, ml: 0n }
+        const partials = !this.batchInvariant ? this.steps.partials(meta, numHeads, D, this.capturing) : !mayShare ? { out: 0n, ml: 0n }
           : { out: this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr, ml: this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };
         launchDecodeAttention(this.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
           partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters });
       }
     });
     return out;
-  }
-
-  /** The decode attention's split-state buffers of `meta` (see Meta.partials), made or grown outside a capture. */
-  private partialsFor(meta: Meta, numHeads: number, D: number): { out: bigint; ml: bigint } {
-    const outBytes = meta.layout.capSeqs * numHeads * MAX_SPLITS * D * 4;
-    const bytes = outBytes + meta.layout.capSeqs * numHeads * MAX_SPLITS * 2 * 4;
-    if (!meta.partials || meta.partials.bytes < bytes) {
-      if (this.capturing) throw new Error('decode attention partials outgrown during graph capture');
-      if (meta.partials) {
-        this.device.synchronize();
-        this.device.free(meta.partials.ptr);
-        this.metaGeneration++;  // captured graphs named the old buffer
-      }
-      meta.partials = { ptr: this.device.alloc(bytes), bytes };
-    }
-    return { out: meta.partials.ptr, ml: meta.partials.ptr + BigInt(outBytes) };
   }
 
   /**
@@ -627,8 +543,8 @@ export class CudaBackend implements Backend {
       this.device.fillBytesAsync(counters, 0, plan.counterBytes);
       this.device.launch('decode_layers.cu', plan.kernel, [plan.grid, 1, 1], FUSED_THREADS, [ptr(table),
         i32(layers.length), i32(spec.hidden), i32(spec.inter), i32(spec.numHeads), i32(spec.numKvHeads), f32(spec.eps),
-        f32(spec.scale), i32(first.qNorm ? 1 : 0), ptr(invFreq), ptr(meta.device), ptr(this.metaPtr(meta, L.blockTables)),
-        ptr(this.metaPtr(meta, L.tokenToSeq)), ptr(this.metaPtr(meta, L.positions)), ptr(this.metaPtr(meta, L.slotMapping)),
+        f32(spec.scale), i32(first.qNorm ? 1 : 0), ptr(invFreq), ptr(meta.device), ptr(metaPtr(meta, L.blockTables)),
+        ptr(metaPtr(meta, L.tokenToSeq)), ptr(metaPtr(meta, L.positions)), ptr(metaPtr(meta, L.slotMapping)),
         i32(Math.log2(kvSpec.blockSize)), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(plan.attnZ),
         ptr(asCuda(residual).ptr), ptr(res1.ptr), ptr(scratch.ptr), ptr(partialOut.ptr), ptr(partialMl.ptr),
         ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters), ptr(timeline)], plan.sharedBytes);
@@ -680,7 +596,7 @@ export class CudaBackend implements Backend {
     const numRows = batch.logitsIndices.length;
     const out = this.act([numRows, hidden]);
     this.timed('sampling', () => this.device.launch('embedding.cu', 'gather_rows_bf16', [numRows, 1, 1], 256,
-      [ptr(xs.ptr), ptr(this.metaPtr(meta, meta.layout.logitsIndices)), ptr(out.ptr), i32(hidden)], 0, true));
+      [ptr(xs.ptr), ptr(metaPtr(meta, meta.layout.logitsIndices)), ptr(out.ptr), i32(hidden)], 0, true));
     return out;
   }
 
@@ -715,14 +631,14 @@ export class CudaBackend implements Backend {
     const ids = meta.sampledIds;  // where the next step's negative input ids read them
     if (R > 0) {
       this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
-        [ptr(l.ptr), i32(vocab), ptr(this.metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)], 0, true));
+        [ptr(l.ptr), i32(vocab), ptr(metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)], 0, true));
     }
     return { R, ids };
   }
 
   /** Copies `n` token ids from `src` into the next of two pinned slots and returns what waits for them. */
   private readTokensLater(src: bigint, n: number, done?: () => void): () => Int32Array {
-    const meta = this.meta!;
+    const meta = this.steps.meta!;
     const slot = this.tokenSlot;
     this.tokenSlot ^= 1;
     const bytes = n * 4;
@@ -730,7 +646,7 @@ export class CudaBackend implements Backend {
     check(this.device.api.cuMemcpyDtoHAsync_v2(meta.tokenSlots.ptr + BigInt(at), src, bytes, this.device.stream),
       'cuMemcpyDtoHAsync_v2');
     check(this.device.api.cuEventRecord(this.tokensCopied[slot]!, this.device.stream), 'cuEventRecord');
-    const slots = meta.tokenSlots;  // outgrown slots live until dispose (freeMeta)
+    const slots = meta.tokenSlots;  // outgrown slots live until dispose (StepBuffers)
     return () => {
       check(this.device.api.cuEventSynchronize(this.tokensCopied[slot]!), 'cuEventSynchronize');
       if (done) done();
@@ -776,7 +692,7 @@ export class CudaBackend implements Backend {
   // ---- CUDA graphs ----
 
   private generation(): string {
-    return `${this.workspace.generation}:${this.metaGeneration}:${this.kvGeneration}:${this.staging.generation}`;
+    return `${this.workspace.generation}:${this.steps.generation}:${this.kvGeneration}:${this.staging.generation}`;
   }
 
   /**
@@ -790,7 +706,7 @@ export class CudaBackend implements Backend {
     if (this.enforceEager || !isDecodeOnly(batch)) return record();
     const launched = this.graphLaunch(key, batch);
     if (launched) return launched() as R;
-    if (this.graphs.has(key)) this.destroyGraph(key);
+    this.graphs.destroy(key);
     const t0 = performance.now();
     const result = record();
     this.device.synchronize();
@@ -810,8 +726,8 @@ export class CudaBackend implements Backend {
     if (this.enforceEager || !isDecodeOnly(batch)) return null;
     const g = this.graphs.get(key);
     if (!g || g.generation !== this.generation() || !g.hostRead ||
-      layoutFor(batch, this.meta?.layout ?? null) !== this.meta?.layout) return null;
-    const meta = this.meta!;
+      layoutFor(batch, this.steps.meta?.layout ?? null) !== this.steps.meta?.layout) return null;
+    const meta = this.steps.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
     const startMs = performance.now();
     this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
@@ -837,45 +753,18 @@ export class CudaBackend implements Backend {
   }
 
   private capture(key: number, record: () => Float32Array | Int32Array): void {
-    const api = this.device.api;
-    const generation = this.generation();
-    this.capturedRead = null;
-    check(api.cuStreamBeginCapture_v2(this.device.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 'cuStreamBeginCapture_v2');
-    this.profiler?.beginCapture();
-    this.capturing = true;
-    this.workspace.frozen = true;
-    const graphOut: [Handle | null] = [null];
-    let failure: unknown = null;
-    try {
-      record();
-    } catch (err) {
-      failure = err;
-    } finally {
-      this.capturing = false;
-      this.workspace.frozen = false;
-    }
-    const timings = this.profiler?.endCapture(`graph ${key}`) ?? null;
-    const endStatus = api.cuStreamEndCapture(this.device.stream, graphOut);
-    if (failure) {
-      if (endStatus === 0 && graphOut[0]) api.cuGraphDestroy(BigInt(graphOut[0]));
-      if (timings) this.profiler?.release(timings);
-      throw failure;
-    }
-    check(endStatus, 'cuStreamEndCapture');
-    const graph = outPtr(graphOut, 'cuStreamEndCapture');
-    const execOut: [Handle | null] = [null];
-    check(api.cuGraphInstantiateWithFlags(execOut, graph, 0n), 'cuGraphInstantiateWithFlags');
-    this.graphs.set(key, { timings, exec: outPtr(execOut, 'cuGraphInstantiateWithFlags'), graph, generation,
-      hostRead: this.capturedRead });
-  }
-
-  private destroyGraph(key: number): void {
-    const g = this.graphs.get(key);
-    if (!g) return;
-    this.device.api.cuGraphExecDestroy(g.exec);
-    this.device.api.cuGraphDestroy(g.graph);
-    if (g.timings) this.profiler?.release(g.timings);
-    this.graphs.delete(key);
+    this.graphs.capture(key, this.generation(), () => {
+      this.capturedRead = null;
+      this.capturing = true;
+      this.workspace.frozen = true;
+      try {
+        record();
+      } finally {
+        this.capturing = false;
+        this.workspace.frozen = false;
+      }
+      return this.capturedRead;
+    });
   }
 
   get numGraphs(): number {
@@ -886,16 +775,14 @@ export class CudaBackend implements Backend {
     this.device.synchronize();
     this.uploader?.dispose();
     this.uploader = null;
-    for (const key of [...this.graphs.keys()]) this.destroyGraph(key);
+    this.graphs.dispose();
     this.profiler?.dispose();
     for (const p of this.weights) this.device.free(p);
     this.weights.length = 0;
     this.fused.dispose();
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
-    if (this.meta) this.freeMeta(this.meta, true);
-    this.meta = null;
-    for (const slots of this.retiredTokenSlots.splice(0)) this.device.hostFree(slots);
+    this.steps.dispose();
     this.workspace.dispose();
     this.staging.dispose();
     this.gemm.dispose();
