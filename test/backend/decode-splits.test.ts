@@ -5,7 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS, splitPlan } from '../../src/backend/cuda/decode-splits.js';
+import {
+  decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS, splitPlan,
+} from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
 
@@ -16,9 +18,16 @@ test('splitPlan tiles [0, kvLen) with at most MAX_SPLITS non-empty splits of who
     assert.equal(chunk % 16, 0, `kvLen ${kvLen}: chunk ${chunk}`);
     assert.ok((numSplits - 1) * chunk < kvLen, `kvLen ${kvLen}: last split empty`);
     assert.ok(numSplits * chunk >= kvLen, `kvLen ${kvLen}: splits stop short`);
-    const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS : SPLIT_TOKENS;
+    const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS
+      : kvLen <= 4 * SHORT_SPLIT_TOKENS ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
     assert.ok(numSplits <= Math.ceil(kvLen / target), `kvLen ${kvLen}: more splits than ceil(kvLen / ${target})`);
   }
+  // short rows are cut in up to 4 splits (a single short stream gets blocks enough), the next length in one
+  assert.equal(splitPlan(SHORT_SPLIT_TOKENS).numSplits, 1);
+  assert.equal(splitPlan(SHORT_SPLIT_TOKENS + 1).numSplits, 2);
+  assert.equal(splitPlan(300).numSplits, 3);
+  assert.equal(splitPlan(4 * SHORT_SPLIT_TOKENS).numSplits, 4);
+  assert.equal(splitPlan(4 * SHORT_SPLIT_TOKENS + 1).numSplits, 1);
   assert.equal(splitPlan(SPLIT_TOKENS).numSplits, 1);
   assert.equal(splitPlan(SPLIT_TOKENS + 1).numSplits, 2);
   // rows longer than two large splits are cut in small ones, so a single long stream fills more blocks
@@ -38,11 +47,11 @@ test('decodeGridZ spreads batch 1 over the SMs and gives big batches one block p
   assert.ok(32 * decodeGridZ(32, h100SMs, MAX_SPLITS) >= h100SMs);
   assert.equal(decodeGridZ(256 * 32, h100SMs, MAX_SPLITS), 1);
   assert.equal(decodeGridZ(32, h100SMs, 1), 1);
-  // rows that fill 8 blocks per SM are walked by one block each (128 tokens x 8 kv heads), half that is split in two
+  // rows that fill 4 blocks per SM are walked by one block each (64 tokens x 8 kv heads), half that is split in two
   assert.equal(decodeGridZ(1024, h100SMs, MAX_SPLITS), 1);
-  assert.equal(decodeGridZ(768, h100SMs, MAX_SPLITS), 1);
-  assert.equal(decodeGridZ(512, h100SMs, MAX_SPLITS), 2);
-  assert.equal(decodeGridZ(264, h100SMs, MAX_SPLITS), 4);
+  assert.equal(decodeGridZ(512, h100SMs, MAX_SPLITS), 1);
+  assert.equal(decodeGridZ(264, h100SMs, MAX_SPLITS), 2);
+  assert.equal(decodeGridZ(132, h100SMs, MAX_SPLITS), 4);
 });
 
 test('maxSplitsOf takes the longest row of the batch', () => {
@@ -51,13 +60,17 @@ test('maxSplitsOf takes the longest row of the batch', () => {
   assert.equal(maxSplitsOf(positions, 1), 1);
 });
 
-test('QUIRE_DECODE_SPLIT_TOKENS and QUIRE_DECODE_LONG_SPLIT_TOKENS set the split sizes; unset, 1024 and 256', () => {
+test('QUIRE_DECODE_(LONG_|SHORT_)SPLIT_TOKENS set the split sizes; unset, 1024, 256 and 128; short 0 is none', () => {
   const read = (env: Record<string, string>) => execFileSync(process.execPath, ['--input-type=module', '-e',
-    `import { SPLIT_TOKENS, LONG_SPLIT_TOKENS } from ${JSON.stringify(moduleUrl)}; console.log(SPLIT_TOKENS, LONG_SPLIT_TOKENS);`],
-  { env: { ...process.env, QUIRE_DECODE_SPLIT_TOKENS: '', QUIRE_DECODE_LONG_SPLIT_TOKENS: '', ...env } }).toString().trim();
-  assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256 256');
-  assert.equal(read({ QUIRE_DECODE_LONG_SPLIT_TOKENS: '128' }), '1024 128');
-  assert.equal(read({}), '1024 256');
+    `import { SPLIT_TOKENS, LONG_SPLIT_TOKENS, SHORT_SPLIT_TOKENS, splitPlan } from ${JSON.stringify(moduleUrl)}; ` +
+    'console.log(SPLIT_TOKENS, LONG_SPLIT_TOKENS, SHORT_SPLIT_TOKENS, splitPlan(300).numSplits);'],
+  { env: { ...process.env, QUIRE_DECODE_SPLIT_TOKENS: '', QUIRE_DECODE_LONG_SPLIT_TOKENS: '',
+    QUIRE_DECODE_SHORT_SPLIT_TOKENS: '', ...env } }).toString().trim();
+  assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256 256 128 3');
+  assert.equal(read({ QUIRE_DECODE_LONG_SPLIT_TOKENS: '128' }), '1024 128 128 3');
+  assert.equal(read({ QUIRE_DECODE_SHORT_SPLIT_TOKENS: '64' }), '1024 256 64 1');
+  assert.equal(read({ QUIRE_DECODE_SHORT_SPLIT_TOKENS: '0' }), '1024 256 0 1');
+  assert.equal(read({}), '1024 256 128 3');
 });
 
 test('query heads per block: the whole kv group, or one when the rows leave SMs idle', () => {

@@ -2,7 +2,7 @@
 // argument lists in one place; which rows go to which kernel, and the grids, are the
 // backend's choice (cuda-backend.ts attention()).
 
-import { LONG_SPLIT_TOKENS, MAX_SPLITS, SPLIT_TOKENS } from './decode-splits.js';
+import { LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import type { MetaLayout } from './step-meta.js';
 
@@ -54,5 +54,5 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
-      i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder)], 0, true);
+      i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder)], 0, true);
 }

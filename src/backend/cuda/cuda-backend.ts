@@ -9,7 +9,9 @@ import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
 import { launchDecodeAttention, launchPrefillAttention } from './attention-launch.js';
-import { decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SPLIT_TOKENS } from './decode-splits.js';
+import {
+  decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
+} from './decode-splits.js';
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
@@ -545,7 +547,8 @@ export class CudaBackend implements Backend {
         i32(layers.length), i32(spec.hidden), i32(spec.inter), i32(spec.numHeads), i32(spec.numKvHeads), f32(spec.eps),
         f32(spec.scale), i32(first.qNorm ? 1 : 0), ptr(invFreq), ptr(meta.device), ptr(metaPtr(meta, L.blockTables)),
         ptr(metaPtr(meta, L.tokenToSeq)), ptr(metaPtr(meta, L.positions)), ptr(metaPtr(meta, L.slotMapping)),
-        i32(Math.log2(kvSpec.blockSize)), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(MAX_SPLITS), i32(plan.attnZ),
+        i32(Math.log2(kvSpec.blockSize)), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(SHORT_SPLIT_TOKENS),
+        i32(MAX_SPLITS), i32(plan.attnZ),
         ptr(asCuda(residual).ptr), ptr(res1.ptr), ptr(scratch.ptr), ptr(partialOut.ptr), ptr(partialMl.ptr),
         ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters), ptr(timeline)], plan.sharedBytes);
     });

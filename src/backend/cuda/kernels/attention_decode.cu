@@ -7,8 +7,9 @@
 //
 // Batch invariance: a row's splits are a pure function of its own kvLen (split_plan), never of the
 // batch, the grid or eager vs graph:
-//   target = kvLen > 2 splitTokens ? longSplitTokens : splitTokens (few splits for rows of W1-like lengths, where
-//   large batches make each split cost; many for long rows, where a single stream needs the blocks);
+//   target = kvLen > 2 splitTokens ? longSplitTokens : kvLen <= 4 shortSplitTokens ? shortSplitTokens : splitTokens
+//   (few splits for rows of W1-like lengths, where large batches make each split cost; many for long rows, and up
+//   to 4 for short ones, where a single stream needs the blocks; shortSplitTokens 0: none);
 //   wanted = min(maxSplits, ceil(kvLen / target)); chunk = ceil(kvLen / wanted) rounded up to 16;
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
 // GQA: block (x, t, z) serves the G query heads h0 = x G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
@@ -53,9 +54,12 @@ struct SplitPlan {
   int chunk;
 };
 
-__device__ __forceinline__ SplitPlan split_plan(int kvLen, int splitTokens, int longSplitTokens, int maxSplits) {
+__device__ __forceinline__ SplitPlan split_plan(int kvLen, int splitTokens, int longSplitTokens, int shortSplitTokens,
+                                                int maxSplits) {
   if (kvLen <= 0) return SplitPlan{1, DECODE_CHUNK_ROUND};
-  const int target = kvLen > 2 * splitTokens ? longSplitTokens : splitTokens;
+  const int target = kvLen > 2 * splitTokens                                 ? longSplitTokens
+                     : shortSplitTokens > 0 && kvLen <= 4 * shortSplitTokens ? shortSplitTokens
+                                                                             : splitTokens;
   const int wanted = max(1, min(maxSplits, (kvLen + target - 1) / target));
   const int per = (kvLen + wanted - 1) / wanted;
   const int chunk = (per + DECODE_CHUNK_ROUND - 1) / DECODE_CHUNK_ROUND * DECODE_CHUNK_ROUND;
@@ -153,7 +157,8 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockShift,
-                                                 float scale, int splitTokens, int longSplitTokens, int maxSplits,
+                                                 float scale, int splitTokens, int longSplitTokens,
+                                                 int shortSplitTokens, int maxSplits,
                                                  int qHeadsPerKv, int bx, int t, int slot, int bz, int gx, int gz) {
   using Lanes = DecodeLanes<T, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
@@ -167,7 +172,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   const int group = lane / LPP, dim0 = (lane % LPP) * EPL;
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
-  const SplitPlan plan = split_plan(kvLen, splitTokens, longSplitTokens, maxSplits);
+  const SplitPlan plan = split_plan(kvLen, splitTokens, longSplitTokens, shortSplitTokens, maxSplits);
   if (bz >= plan.numSplits) return;
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
@@ -377,11 +382,12 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
-      int maxSplits, int qHeadsPerKv, const int* rowOrder) {                                                      \
+      int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder) {                                \
     pdl_begin();                                                                                                  \
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
-                              longSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y],          \
+                              longSplitTokens, shortSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x,              \
+                              rowOrder[blockIdx.y],                                                               \
                               blockIdx.y, blockIdx.z, gridDim.x, gridDim.z);                                      \
   }
 

@@ -268,14 +268,14 @@ __device__ __noinline__ void attention_stage(const bf16_t* qkv, const bf16_t* kC
                                              bf16_t* attn, float* partialOut, float* partialMl, int* rowCounters,
                                              const int* meta, const int* blockTables, const int* tokenToSeq,
                                              const int* positions, int numHeads, int numKvHeads, int blockShift,
-                                             float scale, int splitTokens, int longSplitTokens, int maxSplits,
-                                             int attnZ) {
+                                             float scale, int splitTokens, int longSplitTokens,
+                                             int shortSplitTokens, int maxSplits, int attnZ) {
   const int attnRows = numHeads / G;
   for (int vb = blockIdx.x; vb < attnRows * attnZ; vb += gridDim.x) {
     attention_decode<bf16_t, D, G>(qkv, kCache, vCache, attn, partialOut, partialMl, rowCounters, meta, blockTables,
                                    tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,
-                                   longSplitTokens, maxSplits, numHeads / numKvHeads, vb % attnRows, 0, 0,
-                                   vb / attnRows, attnRows, attnZ);
+                                   longSplitTokens, shortSplitTokens, maxSplits, numHeads / numKvHeads, vb % attnRows,
+                                   0, 0, vb / attnRows, attnRows, attnZ);
     __syncthreads();
   }
 }
@@ -285,7 +285,8 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
                               int numKvHeads, float eps, float scale, int applyNorm, const float* invFreq,
                               const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,
                               const int* slotMapping, int blockShift, int splitTokens, int longSplitTokens,
-                              int maxSplits, int attnZ, bf16_t* res0, bf16_t* res1, bf16_t* scratch,
+                              int shortSplitTokens, int maxSplits, int attnZ, bf16_t* res0, bf16_t* res1,
+                              bf16_t* scratch,
                               float* partialOut, float* partialMl, int* rowCounters, float* gemmPartials,
                               int* counters, unsigned long long* timeline) {
   extern __shared__ __align__(16) unsigned char mkShared[];
@@ -324,8 +325,8 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
     grid_sync(barrier, target, timeline);
 
     attention_stage<D, G>(qkv, kCache, vCache, attn, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq,
-                          positions, numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, maxSplits,
-                          attnZ);
+                          positions, numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens,
+                          shortSplitTokens, maxSplits, attnZ);
     grid_sync(barrier, target, timeline);
 
     // o (its input read through L2)
@@ -352,12 +353,14 @@ __device__ void decode_layers(const unsigned long long* layers, int numLayers, i
       const unsigned long long* layers, int numLayers, int hidden, int inter, int numHeads, int numKvHeads,      \
       float eps, float scale, int applyNorm, const float* invFreq, const int* meta, const int* blockTables,       \
       const int* tokenToSeq, const int* positions, const int* slotMapping, int blockShift, int splitTokens,       \
-      int longSplitTokens, int maxSplits, int attnZ, bf16_t* res0, bf16_t* res1, bf16_t* scratch,                 \
+      int longSplitTokens, int shortSplitTokens, int maxSplits, int attnZ, bf16_t* res0, bf16_t* res1,             \
+      bf16_t* scratch,                                                                                            \
       float* partialOut, float* partialMl, int* rowCounters, float* gemmPartials, int* counters,                   \
       unsigned long long* timeline) {                                                                             \
     decode_layers<D, G>(layers, numLayers, hidden, inter, numHeads, numKvHeads, eps, scale, applyNorm, invFreq,   \
                         meta, blockTables, tokenToSeq, positions, slotMapping, blockShift, splitTokens,           \
-                        longSplitTokens, maxSplits, attnZ, res0, res1, scratch, partialOut, partialMl,            \
+                        longSplitTokens, shortSplitTokens, maxSplits, attnZ, res0, res1, scratch, partialOut,     \
+                        partialMl,                                                                                \
                         rowCounters, gemmPartials, counters, timeline);                                           \
   }
 
