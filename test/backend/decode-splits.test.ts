@@ -47,11 +47,11 @@ test('decodeGridZ spreads batch 1 over the SMs and gives big batches one block p
   assert.ok(32 * decodeGridZ(32, h100SMs, MAX_SPLITS) >= h100SMs);
   assert.equal(decodeGridZ(256 * 32, h100SMs, MAX_SPLITS), 1);
   assert.equal(decodeGridZ(32, h100SMs, 1), 1);
-  // rows that fill 4 blocks per SM are walked by one block each (64 tokens x 8 kv heads), half that is split in two
+  // rows that fill 8 blocks per SM are walked by one block each (128 tokens x 8 kv heads), half that is split in two
   assert.equal(decodeGridZ(1024, h100SMs, MAX_SPLITS), 1);
-  assert.equal(decodeGridZ(512, h100SMs, MAX_SPLITS), 1);
-  assert.equal(decodeGridZ(264, h100SMs, MAX_SPLITS), 2);
-  assert.equal(decodeGridZ(132, h100SMs, MAX_SPLITS), 4);
+  assert.equal(decodeGridZ(768, h100SMs, MAX_SPLITS), 1);
+  assert.equal(decodeGridZ(512, h100SMs, MAX_SPLITS), 2);
+  assert.equal(decodeGridZ(264, h100SMs, MAX_SPLITS), 4);
 });
 
 test('maxSplitsOf takes the longest row of the batch', () => {

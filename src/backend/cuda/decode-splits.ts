@@ -17,8 +17,9 @@ export const LONG_SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_LONG_SPLIT_TOKE
 /**
  * Target kv positions per split of rows of at most 4 * SHORT_SPLIT_TOKENS (QUIRE_DECODE_SHORT_SPLIT_TOKENS overrides
  * it, 0 none): a short row's one large split is a long walk for its block when the rows are few. At 128 (rows up
- * to 512 in up to 4 splits), same call against none: W2 qwen3-0.6b batch 1 +8%, batch 8 +12%, qwen3-8b batch 1
- * +3.7%; 0.6b batch 32 -4.5%, 64 -1%, 128 -4%, 8b batch 16 -1%, W1 within its noise (docs/perf-log.md, session 11).
+ * to 512 in up to 4 splits), same call against none: W2 qwen3-0.6b batch 1 +10%, batch 8 +12%, qwen3-8b batch 1
+ * +3%; short rows at 0.6b batch 32 -3%, 64 -2%, 128 -6%, 8b batch 16 -2%; W1 within its noise (docs/perf-log.md,
+ * session 11).
  */
 export const SHORT_SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SHORT_SPLIT_TOKENS || 128);
 /** Most splits of one row; also the split stride of the partial buffers. */
@@ -26,12 +27,12 @@ export const MAX_SPLITS = 16;
 /** Split chunks are whole multiples of this many kv positions (DECODE_CHUNK_ROUND in the kernel). */
 const ROUND = 16;
 /**
- * Blocks per SM the grid aims for when rows alone do not fill the GPU (the decode kernel's registers let 4 of its
- * blocks share an SM). 8 gave 0.6b-shaped rows of kv 200-2000 at 64 rows x 8 kv heads (512 blocks) z 2, 2.69 TB/s
- * against 2.59 at z 1; but with short rows cut in several splits, z 2 at 64 rows makes every such row publish its
- * splits for a merge: W2 0.6b batch 64 lost 11% where z 1 (aiming at 4) lost 1% (docs/perf-log.md, session 11).
+ * Blocks per SM the grid aims for when rows alone do not fill the GPU. With rows taken longest first
+ * (step-meta.ts rowOrder), 0.6b-shaped rows of kv 200-2000 at 64 rows x 8 kv heads (512 blocks) ran at 2.69 TB/s
+ * with z 2 against 2.59 with z 1, and at 128 rows (1,024 blocks) 2.90 with z 1 against 2.77 with z 2. (A short row
+ * of more splits than z is walked by one block: kernels/attention_decode.cu.)
  */
-const TARGET_BLOCKS_PER_SM = 4;
+const TARGET_BLOCKS_PER_SM = 8;
 
 export interface SplitPlan {
   numSplits: number;

@@ -19,8 +19,8 @@
 // Block (x, t, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
 // how many blocks share the work: blocks with z >= numSplits exit at once. Each split ends as a state
 // (max, sum of exp, unnormalized output), and a row's states are folded in split order by fold_split,
-// one way or the other: a block that walks every split of its row (gridDim.z == 1, or a row of one
-// split) folds them as it goes, with no global traffic; otherwise every split publishes its state in
+// one way or the other: a block that walks every split of its row (gridDim.z == 1, a row of one split, or a
+// short row of more splits than gridDim.z) folds them as it goes, with no global traffic; otherwise every split publishes its state in
 // partialOut/partialMl, counts itself in rowCounters[t, x], and the block that completes the count folds
 // them all (and puts the counter back to 0 for the next launch). The same fold of the same states in the
 // same order: which way, and which block, changes no bit, so splits can be small (parallel single
@@ -173,7 +173,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
   const SplitPlan plan = split_plan(kvLen, splitTokens, longSplitTokens, shortSplitTokens, maxSplits);
-  if (bz >= plan.numSplits) return;
+  // A short row whose splits outnumber the grid's blocks for it (a full batch) is walked by one block: spread over
+  // a few blocks its small splits would each be published for a merge. The same fold either way.
+  const int rowZ = kvLen <= 4 * shortSplitTokens && plan.numSplits > gz ? 1 : gz;
+  if (bz >= min(plan.numSplits, rowZ)) return;
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
   const int pageMask = (1 << blockShift) - 1;
@@ -190,7 +193,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   // A block walks every split of its row when the grid gives the row one block (or the row has one split):
   // it folds each split's state into a running one as it goes (max and sum in registers, the output in
   // shared memory, each thread its own dims), with no global traffic.
-  const bool walk = gz == 1 || plan.numSplits == 1;
+  const bool walk = rowZ == 1 || plan.numSplits == 1;
   __shared__ float runO[G][DPT][DECODE_THREADS];
   float runM[G], runL[G];
 #pragma unroll
@@ -199,7 +202,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     runL[g] = 0.f;
   }
 
-  for (int split = bz; split < plan.numSplits; split += gz) {
+  for (int split = bz; split < plan.numSplits; split += rowZ) {
     const int begin = split * plan.chunk;
     const int end = min(kvLen, begin + plan.chunk);
     float m[G], l[G], acc[G][EPL];
