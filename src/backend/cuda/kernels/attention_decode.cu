@@ -20,11 +20,11 @@
 // how many blocks share the work: blocks with z >= numSplits exit at once. Each split ends as a state
 // (max, sum of exp, unnormalized output), and a row's states are folded in split order by fold_split,
 // one way or the other: a block that walks every split of its row (gridDim.z == 1, a row of one split, or a
-// short row of more splits than gridDim.z) folds them as it goes, with no global traffic; otherwise every split publishes its state in
-// partialOut/partialMl, counts itself in rowCounters[t, x], and the block that completes the count folds
-// them all (and puts the counter back to 0 for the next launch). The same fold of the same states in the
-// same order: which way, and which block, changes no bit, so splits can be small (parallel single
-// streams) at a small cost per split at large batches.
+// short row of more splits than gridDim.z) folds them as it goes, with no global traffic; otherwise every
+// split publishes its state in partialOut/partialMl, counts itself in rowCounters[t, x], and the block that
+// completes the count folds them all (and puts the counter back to 0 for the next launch). The same fold of the
+// same states in the same order: which way, and which block, changes no bit, so splits can be small (parallel
+// single streams) at a small cost per split at large batches.
 //
 // Every rounding is spelled out (__fmaf_rn, __fmul_rn, __fadd_rn), so no caller's inlining context can contract
 // the arithmetic differently: kernels/decode_layers.cu runs this function too and must get the same bits.
