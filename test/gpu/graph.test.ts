@@ -80,7 +80,7 @@ describe('CUDA graphs', { skip: noCuda }, () => {
       const eager = model.forward(batch);
       if (numSteps === 0) {
         let calls = 0;
-        // graph() runs the step eagerly, then again under capture: the second run fails midway
+        // graph() runs the step eagerly, then again under capture: that second run throws
         assert.throws(() => cuda.graph(2, batch, () => {
           if (++calls === 2) throw new Error('failed in capture');
           return model.forward(batch);
