@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import {
-  decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS, splitPlan,
+  decodeGridZ, decodeGroup, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
+  splitPlan, WIDE_MIN_ROWS,
 } from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
@@ -82,4 +83,19 @@ test('query heads per block: the whole kv group, or one when the rows leave SMs 
   assert.equal(decodeGroup(1, 16, 16, 132), 1, 'no GQA');
   assert.equal(decodeGroup(1, 64, 8, 132), 1);
   assert.equal(decodeGroup(100, 64, 8, 132), 8);
+});
+
+test('steps of 128 rows and more at groups of 1 or 2 take the 6-blocks-per-SM kernels; QUIRE_DECODE_WIDE_ROWS moves it', () => {
+  assert.equal(WIDE_MIN_ROWS, 128);
+  assert.equal(decodeWide(127, 2), false);
+  assert.equal(decodeWide(128, 2), true);
+  assert.equal(decodeWide(256, 1), true);
+  assert.equal(decodeWide(256, 4), false, 'G 4 needs 128 registers: 4 blocks per SM');
+  assert.equal(decodeWide(300, decodeGroup(300, 4, 2, 132)), true, 'the GPU decode-invariance test batch of 300');
+  const read = (value: string) => execFileSync(process.execPath, ['--input-type=module', '-e',
+    `import { decodeWide } from ${JSON.stringify(moduleUrl)}; console.log(decodeWide(1, 2), decodeWide(4096, 2));`],
+  { env: { ...process.env, QUIRE_DECODE_WIDE_ROWS: value } }).toString().trim();
+  assert.equal(read('0'), 'true true');
+  assert.equal(read('100000'), 'false false');
+  assert.equal(read(''), 'false true');
 });

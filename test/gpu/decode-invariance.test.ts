@@ -1,10 +1,12 @@
 // Decode attention is batch-invariant: one row's output bits are the same
-// alone, at any index of a batch of 16, 64 or 300 rows of other (different-length)
+// alone, at any index of a batch of 16, 64, 200 or 300 rows of other (different-length)
 // rows, eager or replayed from a CUDA graph captured at another kv length, and
 // beside a prompt chunk in a mixed step; and
 // they match the CPU backend within bf16 tolerance for kv lengths 1 to 5000.
 // The CUDA cache starts as NaN and the workspace is poisoned before every run. (Alone and in small batches the
-// kernel serves one query head a block, at 300 rows the kv head's whole group: the bits must not see it.)
+// kernel serves one query head a block, at 200 and 300 rows the kv head's whole group, and from 128 rows it is the
+// kernel's build for 6 blocks per SM: the bits must not see it. At 200 rows the grid's z is 2, so the short row of 4
+// splits is walked by one block; at 16 and 64 its splits are published and merged.)
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,7 +21,7 @@ import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js'
 const [H, KV, D, blockSize] = [4, 2, 128, 16];
 const width = (H + 2 * KV) * D;
 const scale = 1 / Math.sqrt(D);
-const kvLens = [1, 31, 200, 1500, 5000];
+const kvLens = [1, 31, 200, 400, 1500, 5000];
 const numTargetPages = 320;
 const otherLens = Array.from({ length: 63 }, (_, i) => 1 + ((i * 7919 + 11) % 2600));
 
@@ -50,7 +52,7 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
     cuda?.dispose();
   });
 
-  test('a row is bit-identical alone, in batches of 16, 64 and 300, eager and graphed; close to the CPU', () => {
+  test('a row is bit-identical alone, in batches of 16, 64, 200 and 300, eager and graphed; close to the CPU', () => {
     const perm = shuffled(numTargetPages, 11);
     const target: Row = { len: 0, pages: perm.slice(0, Math.ceil(Math.max(...kvLens) / blockSize)) };
     let nextPage = numTargetPages;
@@ -104,7 +106,7 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
       assertBf16Close(aloneOut, cpuOut, `kv length ${len} vs CPU`);
       const want = rowBits(aloneOut, 0);
 
-      for (const [numRows, at] of [[16, 5], [64, 37], [300, 151]] as const) {
+      for (const [numRows, at] of [[16, 5], [64, 37], [200, 99], [300, 151]] as const) {
         // 300 rows fill the GPU with one block per row (grid z 1): a block merges its own splits
         const rows = Array.from({ length: numRows - 1 }, (_, i) => others[i % others.length]!);
         rows.splice(at, 0, target);
@@ -138,6 +140,6 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
       assertAllFinite(mixedOut, `mixed step, kv length ${len}`);
       assert.deepEqual(rowBits(mixedOut, 100), want, `kv length ${len}: the row in a mixed step differs from alone`);
     });
-    assert.equal(cuda!.numGraphs, 3);
+    assert.equal(cuda!.numGraphs, 4);
   });
 });

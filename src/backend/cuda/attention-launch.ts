@@ -2,7 +2,7 @@
 // argument lists in one place; which rows go to which kernel, and the grids, are the
 // backend's choice (cuda-backend.ts attention()).
 
-import { LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
+import { decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import type { MetaLayout } from './step-meta.js';
 
@@ -50,7 +50,8 @@ export interface DecodeGrid {
 /** The split-KV kernel over rowOrder's first `rows` tokens (kernels/attention_decode.cu). */
 export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid): void {
   const L = a.layout;
-  d.launch('attention_decode.cu', `attention_decode_bf16_d${a.headDim}_g${g.G}`, [a.numHeads / g.G, g.rows, g.gridZ],
+  const name = `attention_decode_bf16_d${a.headDim}_g${g.G}${decodeWide(g.rows, g.G) ? '_w' : ''}`;
+  d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),

@@ -71,6 +71,20 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
   return numRows * (numHeads / full) < numSMs ? 1 : full;
 }
 
+/**
+ * Decode rows from which steps of G <= 2 take the kernel's _w build (QUIRE_DECODE_WIDE_ROWS overrides it): the same
+ * code and bits compiled for 6 blocks per SM (80 registers) instead of 4 (108). Same call, 4 / 6 blocks per SM from
+ * 128 rows: W1 qwen3-0.6b 19,649 / 19,635 -> 19,961 / 19,958 (+1.6%); W2 0.6b batch 256 +2.9%, but batch 128 of
+ * short rows (kv 129-448) -4%; from 0 rows W1 gained no more and batch 64 of short rows lost 2%; from 192 rows W1
+ * gained 0.7% (docs/perf-log.md, session 12).
+ */
+export const WIDE_MIN_ROWS = process.env.QUIRE_DECODE_WIDE_ROWS ? Number(process.env.QUIRE_DECODE_WIDE_ROWS) : 128;
+
+/** Whether a decode step of `rows` rows at group G takes the _w kernels. */
+export function decodeWide(rows: number, G: number): boolean {
+  return G <= 2 && rows >= WIDE_MIN_ROWS;
+}
+
 /** The most splits any token of a decode batch needs (kv length = position + 1). */
 export function maxSplitsOf(positions: Int32Array, numTokens: number): number {
   let most = 1;

@@ -380,8 +380,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
-#define INSTANTIATE_DG(suffix, T, D, G)                                                                          \
-  extern "C" __global__ void __launch_bounds__(128, G <= 4 ? 4 : 2) attention_decode_##suffix##_d##D##_g##G(        \
+// MINB: the blocks per SM the registers must allow (launch bounds). _w ("wide") kernels: 6 for G <= 2 (80 registers
+// instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them.
+#define INSTANTIATE_DGM(suffix, T, D, G, MINB, tail)                                                             \
+  extern "C" __global__ void __launch_bounds__(128, MINB) attention_decode_##suffix##_d##D##_g##G##tail(          \
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
@@ -393,6 +395,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
                               rowOrder[blockIdx.y],                                                               \
                               blockIdx.y, blockIdx.z, gridDim.x, gridDim.z);                                      \
   }
+#define INSTANTIATE_DG(suffix, T, D, G) INSTANTIATE_DGM(suffix, T, D, G, G <= 4 ? 4 : 2, )
 
 #define INSTANTIATE_D(suffix, T, D) \
   INSTANTIATE_DG(suffix, T, D, 1)   \
@@ -407,7 +410,14 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
+INSTANTIATE_DGM(bf16, bf16_t, 64, 1, 6, _w)
+INSTANTIATE_DGM(bf16, bf16_t, 64, 2, 6, _w)
+INSTANTIATE_DGM(bf16, bf16_t, 128, 1, 6, _w)
+INSTANTIATE_DGM(bf16, bf16_t, 128, 2, 6, _w)
+INSTANTIATE_DGM(bf16, bf16_t, 256, 1, 6, _w)
+INSTANTIATE_DGM(bf16, bf16_t, 256, 2, 6, _w)
 #undef INSTANTIATE
 #undef INSTANTIATE_D
 #undef INSTANTIATE_DG
+#undef INSTANTIATE_DGM
 #endif
