@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import {
   decodeGridZ, decodeGroup, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
-  splitPlan, WIDE_MIN_ROWS,
+  splitPlan, WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
@@ -85,16 +85,21 @@ test('query heads per block: the whole kv group, or one when the rows leave SMs 
   assert.equal(decodeGroup(100, 64, 8, 132), 8);
 });
 
-test('steps of 128 rows and more at groups of 1 or 2 take the 6-blocks-per-SM kernels; QUIRE_DECODE_WIDE_ROWS moves it', () => {
-  assert.equal(WIDE_MIN_ROWS, 128);
-  assert.equal(decodeWide(127, 2), false);
-  assert.equal(decodeWide(128, 2), true);
-  assert.equal(decodeWide(256, 1), true);
-  assert.equal(decodeWide(256, 4), false, 'G 4 needs 128 registers: 4 blocks per SM');
-  assert.equal(decodeWide(300, decodeGroup(300, 4, 2, 132)), true, 'the GPU decode-invariance test batch of 300');
+test('grids over 8 blocks per SM at G <= 2 take the _w (6 a SM) kernels; QUIRE_DECODE_WIDE_BLOCKS moves it', () => {
+  const h100SMs = 132;
+  assert.equal(WIDE_BLOCKS_PER_SM, 8);
+  // qwen3-0.6b (16 query heads, G 2: 8 blocks a row): 128 rows fill two waves at 4 a SM, 136 need a third
+  assert.equal(decodeWide(128 * 8, 2, h100SMs), false);
+  assert.equal(decodeWide(136 * 8, 2, h100SMs), true);
+  assert.equal(decodeWide(256 * 16, 1, h100SMs), true);
+  assert.equal(decodeWide(256 * 8, 4, h100SMs), false, 'G 4 needs 128 registers: 4 blocks per SM');
+  // the GPU decode-invariance test's batches (4 query heads, 2 kv heads)
+  assert.equal(decodeWide(600 * 2, decodeGroup(600, 4, 2, h100SMs), h100SMs), true, '600 rows');
+  assert.equal(decodeWide(300 * 2, decodeGroup(300, 4, 2, h100SMs), h100SMs), false, '300 rows');
   const read = (value: string) => execFileSync(process.execPath, ['--input-type=module', '-e',
-    `import { decodeWide } from ${JSON.stringify(moduleUrl)}; console.log(decodeWide(1, 2), decodeWide(4096, 2));`],
-  { env: { ...process.env, QUIRE_DECODE_WIDE_ROWS: value } }).toString().trim();
+    `import { decodeWide } from ${JSON.stringify(moduleUrl)}; ` +
+    'console.log(decodeWide(8, 2, 132), decodeWide(4096, 2, 132));'],
+  { env: { ...process.env, QUIRE_DECODE_WIDE_BLOCKS: value } }).toString().trim();
   assert.equal(read('0'), 'true true');
   assert.equal(read('100000'), 'false false');
   assert.equal(read(''), 'false true');

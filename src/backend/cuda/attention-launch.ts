@@ -50,7 +50,8 @@ export interface DecodeGrid {
 /** The split-KV kernel over rowOrder's first `rows` tokens (kernels/attention_decode.cu). */
 export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid): void {
   const L = a.layout;
-  const name = `attention_decode_bf16_d${a.headDim}_g${g.G}${decodeWide(g.rows, g.G) ? '_w' : ''}`;
+  const wide = decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
+  const name = `attention_decode_bf16_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),

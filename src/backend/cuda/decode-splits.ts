@@ -72,17 +72,20 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
 }
 
 /**
- * Decode rows from which steps of G <= 2 take the kernel's _w build (QUIRE_DECODE_WIDE_ROWS overrides it): the same
- * code and bits compiled for 6 blocks per SM (80 registers) instead of 4 (108). Same call, 4 / 6 blocks per SM from
- * 128 rows: W1 qwen3-0.6b 19,649 / 19,635 -> 19,961 / 19,958 (+1.6%); W2 0.6b batch 256 +2.9%, but batch 128 of
- * short rows (kv 129-448) -4%; from 0 rows W1 gained no more and batch 64 of short rows lost 2%; from 192 rows W1
- * gained 0.7% (docs/perf-log.md, session 12).
+ * Grid blocks per SM (token rows x query-head blocks, at grid z 1) beyond which steps of G <= 2 take the kernel's _w
+ * build (QUIRE_DECODE_WIDE_BLOCKS overrides it; 0 always, a large number never): the same code and bits compiled for
+ * 6 blocks per SM (80 registers) instead of 4 (108). Up to 8 a block per SM, 4 at a time run the grid in two full
+ * waves, where 6 at a time leave a thin second one: qwen3-0.6b (8 blocks a row) at 128 rows, W3 at concurrency 128
+ * TPOT p50 9.08 -> 9.50 ms and W2 batch 128 -4.8% with _w; beyond it, W2 batch 136 +9%, 144 +7%, 160 +5%, 192 +4%,
+ * 256 +3%, and W1 (steps of up to 256 rows) 19,649 / 19,635 -> 19,961 / 19,958 from 128 rows (docs/perf-log.md,
+ * session 12).
  */
-export const WIDE_MIN_ROWS = process.env.QUIRE_DECODE_WIDE_ROWS ? Number(process.env.QUIRE_DECODE_WIDE_ROWS) : 128;
+const wideEnv = process.env.QUIRE_DECODE_WIDE_BLOCKS;
+export const WIDE_BLOCKS_PER_SM = wideEnv ? Number(wideEnv) : 8;
 
-/** Whether a decode step of `rows` rows at group G takes the _w kernels. */
-export function decodeWide(rows: number, G: number): boolean {
-  return G <= 2 && rows >= WIDE_MIN_ROWS;
+/** Whether a decode grid of `numRows` (token, G-head block) rows at group G takes the _w kernels. */
+export function decodeWide(numRows: number, G: number, numSMs: number): boolean {
+  return G <= 2 && numRows > WIDE_BLOCKS_PER_SM * numSMs;
 }
 
 /** The most splits any token of a decode batch needs (kv length = position + 1). */

@@ -381,7 +381,8 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
 // MINB: the blocks per SM the registers must allow (launch bounds). _w ("wide") kernels: 6 for G <= 2 (80 registers
-// instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them.
+// instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them (grids of more than
+// 8 blocks per SM).
 #define INSTANTIATE_DGM(suffix, T, D, G, MINB, tail)                                                             \
   extern "C" __global__ void __launch_bounds__(128, MINB) attention_decode_##suffix##_d##D##_g##G##tail(          \
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
