@@ -74,7 +74,7 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
 /**
  * Grid blocks per SM (token rows x query-head blocks, at grid z 1) beyond which steps of G <= 2 take the kernel's _w
  * build (QUIRE_DECODE_WIDE_BLOCKS overrides it; 0 always, a large number never): the same code and bits compiled for
- * 6 blocks per SM (80 registers) instead of 4 (108). Up to 8 a block per SM, 4 at a time run the grid in two full
+ * 6 blocks per SM (80 registers) instead of 4 (108). Up to 8 blocks per SM, 4 at a time run the grid in two full
  * waves, where 6 at a time leave a thin second one: qwen3-0.6b (8 blocks a row) at 128 rows, W3 at concurrency 128
  * TPOT p50 9.08 -> 9.50 ms and W2 batch 128 -4.8% with _w; beyond it, W2 batch 136 +9%, 144 +7%, 160 +5%, 192 +4%,
  * 256 +3%, and W1 (steps of up to 256 rows) 19,649 / 19,635 -> 19,961 / 19,958 from 128 rows (docs/perf-log.md,
