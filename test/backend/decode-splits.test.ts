@@ -59,6 +59,9 @@ test('maxSplitsOf takes the longest row of the batch', () => {
   const positions = Int32Array.of(0, 4999, 30, 199);
   assert.equal(maxSplitsOf(positions, 4), splitPlan(5000).numSplits);
   assert.equal(maxSplitsOf(positions, 1), 1);
+  // the rows a step's decode kernel runs (rowOrder's head), not every token
+  assert.equal(maxSplitsOf(positions, 2, Int32Array.of(3, 2)), splitPlan(200).numSplits);
+  assert.equal(maxSplitsOf(positions, 1, Int32Array.of(1)), splitPlan(5000).numSplits);
 });
 
 test('QUIRE_DECODE_(LONG_|SHORT_)SPLIT_TOKENS set the split sizes; unset, 1024, 256 and 128; short 0 is none', () => {

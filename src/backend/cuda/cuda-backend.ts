@@ -151,7 +151,13 @@ export class CudaBackend implements Backend {
   /** Recorded after each graph launch's token copy, by turns (slot 0 / 1 of meta.tokenSlots). */
   private readonly tokensCopied: [Handle, Handle];
   private tokenSlot = 0;
-  private current: { batch: ForwardBatch; packed: PackedStep; ropeTable?: { invFreq: bigint; ptr: bigint } } | null = null;
+  private current: {
+    batch: ForwardBatch;
+    packed: PackedStep;
+    ropeTable?: { invFreq: bigint; ptr: bigint };
+    /** The most splits a row of the step's decode kernel needs (every layer asks; a mixed step has 16k tokens). */
+    decodeMaxSplits?: number;
+  } | null = null;
   private readonly invFreqs = new Map<Float32Array, bigint>();
   private readonly graphs: GraphCache;
   private capturing = false;
@@ -497,7 +503,8 @@ export class CudaBackend implements Backend {
         const numRows = decodeRows * (numHeads / G);
         const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
         // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
-        const maxRowSplits = this.capturing ? MAX_SPLITS : maxSplitsOf(batch.positions, T);
+        const maxRowSplits = this.capturing ? MAX_SPLITS : this.current!.decodeMaxSplits ??= maxSplitsOf(batch.positions,
+          decodeRows, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
         const partials = !this.batchInvariant ? this.steps.partials(meta, numHeads, D, this.capturing) : !mayShare ? { out: 0n, ml: 0n }
           : { out: this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr, ml: this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };

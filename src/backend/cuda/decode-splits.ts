@@ -88,9 +88,12 @@ export function decodeWide(numRows: number, G: number, numSMs: number): boolean 
   return G <= 2 && numRows > WIDE_BLOCKS_PER_SM * numSMs;
 }
 
-/** The most splits any token of a decode batch needs (kv length = position + 1). */
-export function maxSplitsOf(positions: Int32Array, numTokens: number): number {
+/**
+ * The most splits any of a decode batch's rows needs (kv length = position + 1): tokens 0 .. numRows - 1, or the
+ * tokens `rows` names.
+ */
+export function maxSplitsOf(positions: Int32Array, numRows: number, rows?: Int32Array): number {
   let most = 1;
-  for (let t = 0; t < numTokens; t++) most = Math.max(most, splitPlan(positions[t]! + 1).numSplits);
+  for (let i = 0; i < numRows; i++) most = Math.max(most, splitPlan(positions[rows ? rows[i]! : i]! + 1).numSplits);
   return most;
 }
