@@ -55,13 +55,12 @@ test('decodeGridZ spreads batch 1 over the SMs and gives big batches one block p
   assert.equal(decodeGridZ(264, h100SMs, MAX_SPLITS), 4);
 });
 
-test('maxSplitsOf takes the longest row of the batch', () => {
+test('maxSplitsOf takes the longest of the rows it is given (the decode kernel\'s, not every token)', () => {
   const positions = Int32Array.of(0, 4999, 30, 199);
-  assert.equal(maxSplitsOf(positions, 4), splitPlan(5000).numSplits);
-  assert.equal(maxSplitsOf(positions, 1), 1);
-  // the rows a step's decode kernel runs (rowOrder's head), not every token
-  assert.equal(maxSplitsOf(positions, 2, Int32Array.of(3, 2)), splitPlan(200).numSplits);
-  assert.equal(maxSplitsOf(positions, 1, Int32Array.of(1)), splitPlan(5000).numSplits);
+  assert.equal(maxSplitsOf(positions, Int32Array.of(0, 1, 2, 3)), splitPlan(5000).numSplits);
+  assert.equal(maxSplitsOf(positions, Int32Array.of(0)), 1);
+  assert.equal(maxSplitsOf(positions, Int32Array.of(3, 2)), splitPlan(200).numSplits);
+  assert.equal(maxSplitsOf(positions, Int32Array.of(1)), splitPlan(5000).numSplits);
 });
 
 test('QUIRE_DECODE_(LONG_|SHORT_)SPLIT_TOKENS set the split sizes; unset, 1024, 256 and 128; short 0 is none', () => {

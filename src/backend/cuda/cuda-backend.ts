@@ -503,8 +503,8 @@ export class CudaBackend implements Backend {
         const numRows = decodeRows * (numHeads / G);
         const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
         // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
-        const maxRowSplits = this.capturing ? MAX_SPLITS : this.current!.decodeMaxSplits ??= maxSplitsOf(batch.positions,
-          decodeRows, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
+        const maxRowSplits = this.capturing ? MAX_SPLITS : this.current!.decodeMaxSplits ??=
+          maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
         const partials = !this.batchInvariant ? this.steps.partials(meta, numHeads, D, this.capturing) : !mayShare ? { out: 0n, ml: 0n }
           : { out: this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr, ml: this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };

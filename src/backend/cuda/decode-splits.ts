@@ -76,7 +76,7 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
  * build (QUIRE_DECODE_WIDE_BLOCKS overrides it; 0 always, a large number never): the same code and bits compiled for
  * 6 blocks per SM (80 registers) instead of 4 (108). Up to 8 blocks per SM, 4 at a time run the grid in two full
  * waves, where 6 at a time leave a thin second one: qwen3-0.6b (8 blocks a row) at 128 rows, W3 at concurrency 128
- * TPOT p50 9.08 -> 9.50 ms and W2 batch 128 -4.8% with _w; beyond it, W2 batch 136 +9%, 144 +7%, 160 +5%, 192 +4%,
+ * TPOT p50 9.08 -> 9.50 ms with _w; beyond it, W2 batch 136 +9%, 144 +7%, 160 +5%, 192 +4%,
  * 256 +3%, and W1 (steps of up to 256 rows) 19,649 / 19,635 -> 19,961 / 19,958 from 128 rows (docs/perf-log.md,
  * session 12).
  */
@@ -88,12 +88,9 @@ export function decodeWide(numRows: number, G: number, numSMs: number): boolean 
   return G <= 2 && numRows > WIDE_BLOCKS_PER_SM * numSMs;
 }
 
-/**
- * The most splits any of a decode batch's rows needs (kv length = position + 1): tokens 0 .. numRows - 1, or the
- * tokens `rows` names.
- */
-export function maxSplitsOf(positions: Int32Array, numRows: number, rows?: Int32Array): number {
+/** The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1). */
+export function maxSplitsOf(positions: Int32Array, rows: Int32Array): number {
   let most = 1;
-  for (let i = 0; i < numRows; i++) most = Math.max(most, splitPlan(positions[rows ? rows[i]! : i]! + 1).numSplits);
+  for (const t of rows) most = Math.max(most, splitPlan(positions[t]! + 1).numSplits);
   return most;
 }
