@@ -111,6 +111,46 @@ describe('CUDA-core prefill kernel (f32 path, benchmark baseline) vs CPU', { ski
   }
 });
 
+describe('tensor-core prefill: heads a block change no bit', { skip: noCuda }, () => {
+  const cuda = noCuda ? null : newCuda();
+  after(() => cuda?.dispose());
+
+  // two or four heads of a kv head a block, Q in shared memory, against a head a block: each row's arithmetic is the same
+  for (const [ratio, suffix] of [[2, ''], [4, ''], [4, '_h4'], [8, '_h4']] as const) {
+    test(`head dim 128, GQA ${ratio}: attention_prefill_bf16_d128${suffix} equals ..._h1 bit for bit`, () => {
+      const [H, D, blockSize] = [8, 128, 16];
+      const KV = H / ratio;
+      const numBlocks = numPagesNeeded(blockSize) + 5;
+      const batch = batchOf(chunkedSteps(numBlocks, blockSize, 31 + ratio)[0]!, blockSize);
+      const h = new PrefillHarness(cuda!.device, batch, { numHeads: H, numKvHeads: KV, headDim: D, blockSize, numBlocks },
+        'bf16');
+      try {
+        const scale = 1 / Math.sqrt(D);
+        h.uploadQkvRows(0, randomBf16(batch.numTokens * (H + 2 * KV) * D, 50 + ratio, -3, 3));
+        h.writeKv();
+        h.poisonOut();
+        h.run({ kind: 'mma', suffix: '_h1' }, scale);
+        const one = h.readOut();
+        h.poisonOut();
+        h.run({ kind: 'mma', suffix }, scale);
+        const shared = h.readOut();
+        let differ = 0;
+        for (let i = 0; i < one.length; i++) if (!Object.is(one[i], shared[i])) differ++;
+        assert.equal(differ, 0, `${differ} of ${one.length} outputs differ`);
+        // rows of prompts (one-token rows are the decode kernel's) all written
+        const width = H * D;
+        for (let q = 0; q < batch.numSeqs; q++) {
+          const [from, to] = [batch.queryStartLoc[q]!, batch.queryStartLoc[q + 1]!];
+          if (to - from < 2) continue;
+          assert.ok(one.subarray(from * width, to * width).every((x) => Number.isFinite(x)), `sequence ${q} written`);
+        }
+      } finally {
+        h.dispose();
+      }
+    });
+  }
+});
+
 test('prefillFlops counts each row\'s visible keys', () => {
   const batch = batchOf([{ ids: ids(3), start: 0, pages: [0] }, { ids: ids(2), start: 10, pages: [1] }], 16);
   assert.equal(prefillFlops(batch, 2, 4), 4 * (1 + 2 + 3 + 11 + 12) * 2 * 4);

@@ -4,7 +4,7 @@
 
 import { decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
-import type { MetaLayout } from './step-meta.js';
+import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
 export interface AttentionLaunch {
   /** [numTokens, (numHeads + 2 numKvHeads) headDim] bf16; the step's k and v already in the cache. */
@@ -25,13 +25,61 @@ export interface AttentionLaunch {
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
 
-/** The tensor-core kernel over the step's prefill tiles (kernels/attention_prefill.cu): a warp per 16 tile rows. */
+/**
+ * An instantiation of the tensor-core prefill kernel (kernels/attention_prefill.cu's INSTANTIATE_MMA list, by
+ * head dim and name suffix): keys a K/V tile, tiles in flight, query heads a block, Q in shared memory.
+ * Tiles are PREFILL_TILE_ROWS rows, a warp per 16 of a head.
+ */
+interface PrefillConfig {
+  bk: number;
+  stages: number;
+  hp: number;
+  qs: boolean;
+}
+
+const PREFILL_CONFIGS: Record<number, Record<string, PrefillConfig>> = {
+  64: { '': { bk: 64, stages: 2, hp: 1, qs: false } },
+  128: {
+    _h1: { bk: 32, stages: 2, hp: 1, qs: false },
+    '': { bk: 32, stages: 2, hp: 2, qs: true },
+    _h4: { bk: 32, stages: 2, hp: 4, qs: true },
+  },
+  256: { '': { bk: 16, stages: 2, hp: 1, qs: false } },
+};
+
+export interface PrefillKernelShape {
+  name: string;
+  threads: number;
+  /** Query heads a block serves (grid y = numHeads / headsPerBlock). */
+  headsPerBlock: number;
+  sharedBytes: number;
+}
+
+/**
+ * The prefill kernel for a head dim and GQA group: at D 128, four heads of one kv head a block (they share
+ * its K/V tiles) where the group is a multiple of 4, two where it is even, one otherwise; `suffix` names
+ * another instantiation (the benchmark's A/B, the tests).
+ */
+export function prefillKernelShape(headDim: number, groupSize: number, suffix?: string): PrefillKernelShape {
+  const configs = PREFILL_CONFIGS[headDim];
+  if (!configs) throw new Error(`prefill attention: no tensor-core kernel for head dim ${headDim}`);
+  const chosen = suffix ?? (headDim !== 128 ? '' : groupSize % 4 === 0 ? '_h4' : groupSize % 2 === 0 ? '' : '_h1');
+  const c = configs[chosen];
+  if (!c) throw new Error(`prefill attention: no instantiation attention_prefill_bf16_d${headDim}${chosen}`);
+  if (groupSize % c.hp !== 0) throw new Error(`prefill attention: ${c.hp} heads a block need a GQA group of a multiple of ${c.hp}, got ${groupSize}`);
+  const rows = 2 * c.stages * c.bk + (c.qs ? c.hp * PREFILL_TILE_ROWS : 0);  // K and V stages, then Q
+  return { name: `attention_prefill_bf16_d${headDim}${chosen}`, threads: PREFILL_TILE_ROWS * 2 * c.hp,
+    headsPerBlock: c.hp, sharedBytes: rows * (headDim + 8) * 2 };
+}
+
+/** The tensor-core kernel over the step's prefill tiles (kernels/attention_prefill.cu). */
 export function launchPrefillAttention(d: Device, a: AttentionLaunch, numTiles: number): void {
   const L = a.layout;
-  d.launch('attention_prefill.cu', `attention_prefill_bf16_d${a.headDim}`, [numTiles, a.numHeads, 1], 128, [
+  const k = prefillKernelShape(a.headDim, a.numHeads / a.numKvHeads);
+  d.launch('attention_prefill.cu', k.name, [numTiles, a.numHeads / k.headsPerBlock, 1], k.threads, [
     ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(a.meta), word(a, L.blockTables), word(a, L.tiles),
     word(a, L.queryStartLoc), word(a, L.positions), i32(a.numHeads), i32(a.numKvHeads), i32(a.blockSize),
-    f32(a.scale)]);
+    f32(a.scale)], k.sharedBytes);
 }
 
 export interface DecodeGrid {

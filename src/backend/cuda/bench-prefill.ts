@@ -4,7 +4,8 @@
 // replaced (on its own 16-row tiles) with CUDA events, interleaved, and reports
 // achieved TFLOP/s (causal: 4 * sum over rows of visible keys * D * numHeads).
 //
-//   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--variants _x,_y]
+//   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--heads 32/8]
+//     [--variants _x,_y]
 
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
@@ -57,8 +58,10 @@ function timeKernel(device: Device, events: Handle[], numReps: number, launch: (
 }
 
 export function runPrefillBench(numSeqs: number, numTokens: number, numReps: number, mmaSuffixes: string[] = [],
-  log: (line: string) => void = console.log): PrefillBenchResult[] {
-  const { numHeads, numKvHeads, headDim, blockSize } = PREFILL_BENCH;
+  log: (line: string) => void = console.log, heads: { numHeads: number; numKvHeads: number } = PREFILL_BENCH):
+  PrefillBenchResult[] {
+  const { headDim, blockSize } = PREFILL_BENCH;
+  const { numHeads, numKvHeads } = heads;
   const device = new Device(0);
   const events: Handle[] = [];
   const batch = prefillBatch(numSeqs, numTokens, blockSize);
@@ -78,10 +81,7 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
     const flops = prefillFlops(batch, numHeads, headDim);
     const kernels: [string, PrefillKernel][] = [['tensor-core (mma.sync, 64-row tiles)', { kind: 'mma' }],
       ['cuda-core (16-row tiles)', { kind: 'simt', tileRows: 16 }],
-      ...mmaSuffixes.map((variant): [string, PrefillKernel] => {
-        const [suffix, rows] = variant.split('@');
-        return [`tensor-core variant ${variant}`, { kind: 'mma', suffix, tileRows: rows ? Number(rows) : undefined }];
-      })];
+      ...mmaSuffixes.map((suffix): [string, PrefillKernel] => [`tensor-core variant ${suffix}`, { kind: 'mma', suffix }])];
     const results: PrefillBenchResult[] = kernels.map(([kernel]) => ({ device: device.name, kernel, ms: Infinity,
       tflops: 0 }));
     for (let round = 0; round < 2; round++) {
@@ -93,6 +93,15 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
     const lastRows = (numSeqs - 1) * numTokens;
     harness.run({ kind: 'mma' }, scale);
     const mma = harness.readOut(lastRows, numTokens);
+    const all = harness.readOut();
+    for (const suffix of mmaSuffixes) {  // the same arithmetic in every instantiation: the same bits
+      harness.poisonOut();
+      harness.run({ kind: 'mma', suffix }, scale);
+      const v = harness.readOut();
+      let differ = 0;
+      for (let i = 0; i < v.length; i++) if (!Object.is(v[i], all[i])) differ++;
+      log(`  variant ${suffix}: ${differ} of ${v.length} outputs differ from the default's`);
+    }
     harness.run({ kind: 'simt', tileRows: 16 }, scale);
     const simt = harness.readOut(lastRows, numTokens);
     let maxDiff = 0;
@@ -116,12 +125,14 @@ async function main(argv: string[]): Promise<void> {
     .option('--prompts <n>', 'prompts in the batch', '32')
     .option('--tokens <n>', 'tokens per prompt', '2048')
     .option('--reps <n>', 'timed launches per kernel and round', '5')
+    .option('--heads <q/kv>', 'query and kv heads', `${PREFILL_BENCH.numHeads}/${PREFILL_BENCH.numKvHeads}`)
     .option('--variants <list>', 'also time the instantiations attention_prefill_bf16_d128<suffix>, ' +
-      'comma-separated suffix[@tile rows]', '')
+      'comma-separated suffixes (attention-launch.ts lists them)', '')
     .parse(argv);
-  const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string }>();
+  const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string; heads: string }>();
+  const [numHeads, numKvHeads] = o.heads.split('/').map(Number) as [number, number];
   const results = runPrefillBench(Number(o.prompts), Number(o.tokens), Number(o.reps),
-    o.variants.split(',').filter((v) => v.length > 0));
+    o.variants.split(',').filter((v) => v.length > 0), console.log, { numHeads, numKvHeads });
   console.log(JSON.stringify(results));
 }
 

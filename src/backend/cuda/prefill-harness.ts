@@ -5,6 +5,7 @@
 
 import { BYTES_PER_ELEMENT, bf16ToF32, f32ToBf16 } from '../../loader/dtype.js';
 import type { ForwardBatch } from '../../model/batch.js';
+import { prefillKernelShape } from './attention-launch.js';
 import { Device, f32, i32, ptr } from './device.js';
 import { layoutFor, packStep, packTiles, PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
@@ -20,7 +21,7 @@ export interface PrefillShape {
  * The tensor-core kernel (what the engine runs; `suffix` picks another instantiation of it by
  * name, for experiments), or the CUDA-core one on tiles of `tileRows` rows.
  */
-export type PrefillKernel = { kind: 'mma'; suffix?: string; tileRows?: number } | { kind: 'simt'; tileRows: number };
+export type PrefillKernel = { kind: 'mma'; suffix?: string } | { kind: 'simt'; tileRows: number };
 
 /** Causal attention FLOPs of a batch: 2 matmuls of 2 flops per multiply-add over each row's visible keys. */
 export function prefillFlops(batch: ForwardBatch, numHeads: number, headDim: number): number {
@@ -105,18 +106,22 @@ export class PrefillHarness {
   run(kernel: PrefillKernel, scale: number): void {
     const { numHeads, numKvHeads, headDim, blockSize } = this.shape;
     const L = this.layout;
-    const tiles = kernel.kind === 'mma' && kernel.tileRows === undefined
-      ? { ptr: this.metaPtr(L.tiles), numTiles: this.numTiles } : this.tileList(kernel.tileRows!);
-    // the tensor-core kernel runs a warp per 16 rows of its tile; the CUDA-core one always 4 warps
-    const blockThreads = kernel.kind === 'mma' ? (kernel.tileRows ?? PREFILL_TILE_ROWS) * 2 : 128;
-    const name = kernel.kind === 'mma' ? `attention_prefill_${this.dtype}_d${headDim}${kernel.suffix ?? ''}`
-      : `attention_prefill_simt_${this.dtype}_d${headDim}`;
+    const tiles = kernel.kind === 'mma' ? { ptr: this.metaPtr(L.tiles), numTiles: this.numTiles }
+      : this.tileList(kernel.tileRows);
     if (kernel.kind === 'mma' && this.dtype !== 'bf16') throw new Error('the tensor-core prefill kernel is bf16 only');
     const args = [ptr(this.qkv), ptr(this.kCache), ptr(this.vCache), ptr(this.out), ptr(this.meta),
       ptr(this.metaPtr(L.blockTables)), ptr(tiles.ptr), ptr(this.metaPtr(L.queryStartLoc)),
       ptr(this.metaPtr(L.positions)), i32(numHeads), i32(numKvHeads), i32(blockSize), f32(scale)];
-    if (kernel.kind === 'simt') args.push(i32(kernel.tileRows));
-    this.device.launch('attention_prefill.cu', name, [tiles.numTiles, numHeads, 1], blockThreads, args);
+    if (kernel.kind === 'simt') {
+      // the CUDA-core kernel: always 4 warps, a head a block
+      args.push(i32(kernel.tileRows));
+      this.device.launch('attention_prefill.cu', `attention_prefill_simt_${this.dtype}_d${headDim}`,
+        [tiles.numTiles, numHeads, 1], 128, args);
+      return;
+    }
+    const k = prefillKernelShape(headDim, numHeads / numKvHeads, kernel.suffix);
+    this.device.launch('attention_prefill.cu', k.name, [tiles.numTiles, numHeads / k.headsPerBlock, 1], k.threads,
+      args, k.sharedBytes);
   }
 
   /** Fills the output with `byte` (0xff: NaN), so an element a kernel never wrote shows. */

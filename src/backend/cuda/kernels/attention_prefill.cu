@@ -1,21 +1,25 @@
 // Paged attention for query chunks (prefill, chunked prefill, mixed batches) on
 // tensor cores, flash-attention-2 style: each block takes BQ = 64 consecutive
-// query rows of one sequence and one q head, walks the sequence's kv positions
-// [0, its last row's position] in tiles of BK read through the block table
-// (cached prefix and this chunk alike: the chunk's k/v were written to the cache
-// first), S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 in, fp32 out),
+// query rows of one sequence and HP q heads of one kv head, walks the sequence's
+// kv positions [0, its last row's position] in tiles of BK read through the block
+// table (cached prefix and this chunk alike: the chunk's k/v were written to the
+// cache first), S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 in, fp32 out),
 // causal per row, online softmax in fp32 registers, O / l at the end. K/V tiles
-// arrive by cp.async, double-buffered: tile i+1 loads while tile i computes.
+// arrive by cp.async, double-buffered: tile i+1 loads while tile i computes; the
+// HP heads' warps share them (GQA: HP times fewer tile loads a head).
 //
 //   tiles[2i] = sequence, tiles[2i+1] = first flat row of the tile; rows past queryStartLoc[seq+1] idle.
-//   warp w owns tile rows 16w .. 16w+15: its Q as A fragments in registers (loaded once), its S
-//   [16, BK] and O [16, D] as C fragments; thread (g, t) holds rows g and g+8 (mma.cuh pictures them).
-//   shared: sK, sV [STAGES][BK][D + 8] bf16, the padding puts the 8 rows of an ldmatrix on distinct banks;
-//   keys past the tile's kvEnd are zeros (P is 0 there, and 0 * NaN would not be).
+//   warp w owns rows 16 (w % 4) .. +15 of head blockIdx.y HP + w / 4: its Q as A fragments (in registers,
+//   loaded once, or with QS read from shared memory k step by k step), its S [16, BK] and O [16, D] as C
+//   fragments; thread (g, t) holds rows g and g+8 (mma.cuh pictures them).
+//   shared (dynamic): sK, sV [STAGES][BK][D + 8] bf16, then with QS sQ [HP][BQ][D + 8]; the padding puts
+//   the 8 rows of an ldmatrix on distinct banks; keys past the tile's kvEnd are zeros (P is 0 there, and
+//   0 * NaN would not be).
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D].
-// Launch: grid (numTiles, numHeads), block 128 (4 warps); tiles packed PREFILL_TILE_ROWS = 64 rows.
+// Launch (attention-launch.ts prefillKernelShape): grid (numTiles, numHeads / HP), block 128 HP, the
+//   shared bytes above; tiles packed PREFILL_TILE_ROWS = 64 rows.
 // Blocks take tiles last to first, so the long tiles at the end of each sequence start first.
 //
 // The CUDA-core kernel (attention_prefill_simt.cuh) serves f32 and the benchmark's A/B.
@@ -24,11 +28,15 @@
 #include "attention_prefill_simt.cuh"
 
 /**
- * BQ query rows per block, one warp per 16 (the launch gives BQ * 2 threads); K/V tiles of BK keys,
- * STAGES of them in flight (cp.async: tiles i+1 .. i+STAGES-1 load while tile i computes).
- * sK + sV = 2 * STAGES * BK * (D + 8) * 2 bytes stays under the 48 KB of static shared memory.
+ * BQ query rows of HP query heads per block, one warp per 16 rows of a head (the launch gives BQ * 2 * HP
+ * threads); the HP heads share one kv head, whose K/V tiles in shared memory serve them all. K/V tiles of
+ * BK keys, STAGES of them in flight (cp.async: tiles i+1 .. i+STAGES-1 load while tile i computes). QS: the
+ * warps' Q rows in shared memory, read as A fragments k step by k step, instead of registers.
+ * Every row sees the same arithmetic in the same order whatever HP and QS are (tile by tile of BK keys:
+ * S, max, rescale, P, O += P V, each mma chain in k order), so the bits do not depend on them.
+ * Dynamic shared memory: (2 STAGES BK + QS HP BQ) (D + 8) bf16 (attention-launch.ts computes the same).
  */
-template <int D, int BQ, int BK, int STAGES>
+template <int D, int BQ, int BK, int STAGES, int HP, bool QS>
 __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache,
                                                       bf16_t* out, const int* meta, const int* blockTables,
                                                       const int* tiles, const int* queryStartLoc, const int* positions,
@@ -38,20 +46,22 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   constexpr int NKEY = BK / 8;    // n tiles of S
   constexpr int NDIM = D / 8;     // n tiles of O
   constexpr int VECS_PER_ROW = D / 8;
-  constexpr int NUM_THREADS = BQ * 2;
+  constexpr int NUM_THREADS = BQ * 2 * HP;
   constexpr int VECS_PER_THREAD = BK * VECS_PER_ROW / NUM_THREADS;
   static_assert(VECS_PER_THREAD * NUM_THREADS == BK * VECS_PER_ROW, "whole 16-byte vectors of a K/V tile per thread");
   static_assert(BK % 16 == 0 && KSTEPS % 2 == 0 && NDIM % 2 == 0, "fragment pairs");
   static_assert(STAGES >= 2, "tiles ahead of the one computing");
-  __shared__ __align__(16) bf16_t sK[STAGES][BK * ROW];
-  __shared__ __align__(16) bf16_t sV[STAGES][BK * ROW];
+  extern __shared__ __align__(16) unsigned char prefillShared[];
+  bf16_t* sK = reinterpret_cast<bf16_t*>(prefillShared);  // [STAGES][BK][ROW]
+  bf16_t* sV = sK + STAGES * BK * ROW;                     // [STAGES][BK][ROW]
+  bf16_t* sQ = sV + STAGES * BK * ROW;                     // QS: [HP][BQ][ROW]
 
   if (blockDim.x != NUM_THREADS) __trap();  // a launch of the wrong width would leave tiles half loaded
   const int tile = gridDim.x - 1 - blockIdx.x;
   const int seq = tiles[2 * tile];
   const int row0 = tiles[2 * tile + 1];
-  const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = blockIdx.y * HP + warp / (BQ / 16);
   const int g = lane >> 2, t = lane & 3;
   const int rowEnd = min(row0 + BQ, queryStartLoc[seq + 1]);
   const int kvh = h / (numHeads / numKvHeads);
@@ -69,8 +79,8 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
       const bool valid = key < kvEnd;
       long long at = 0;
       if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
-      cp_async_16(&sK[stage][j * ROW + c], kCache + at, valid);
-      cp_async_16(&sV[stage][j * ROW + c], vCache + at, valid);
+      cp_async_16(sK + (stage * BK + j) * ROW + c, kCache + at, valid);
+      cp_async_16(sV + (stage * BK + j) * ROW + c, vCache + at, valid);
     }
     cp_async_commit();
   };
@@ -80,15 +90,23 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
     else cp_async_commit();  // empty groups keep the count of groups in flight uniform
   }
 
-  const int warpRow0 = row0 + warp * 16;
+  const int warpRow0 = row0 + warp % (BQ / 16) * 16;
   const int warpFirstPos = warpRow0 < rowEnd ? positions[warpRow0] : -1;
   const int warpLastPos = warpRow0 < rowEnd ? positions[min(warpRow0 + 15, rowEnd - 1)] : -1;
   const int rowA = warpRow0 + g, rowB = rowA + 8;
   const int posA = rowA < rowEnd ? positions[rowA] : -1;
   const int posB = rowB < rowEnd ? positions[rowB] : -1;
 
-  unsigned qa[KSTEPS][4];
-  {
+  unsigned qa[QS ? 1 : KSTEPS][4];
+  if constexpr (QS) {  // the block's rows of its HP heads, zeros past rowEnd (stored before the loop's first barrier)
+    for (int i = threadIdx.x; i < HP * BQ * VECS_PER_ROW; i += NUM_THREADS) {
+      const int r = i / VECS_PER_ROW % BQ, hh = i / (VECS_PER_ROW * BQ), c = i % VECS_PER_ROW * 8;
+      u32x4 v = {0u, 0u, 0u, 0u};
+      if (row0 + r < rowEnd)
+        v = *reinterpret_cast<const u32x4*>(qkv + (long long)(row0 + r) * qkvStride + (blockIdx.y * HP + hh) * D + c);
+      *reinterpret_cast<u32x4*>(sQ + (hh * BQ + r) * ROW + c) = v;
+    }
+  } else {
     const bf16_t* qA = qkv + (long long)rowA * qkvStride + h * D + 2 * t;
     const bf16_t* qB = qkv + (long long)rowB * qkvStride + h * D + 2 * t;
 #pragma unroll
@@ -112,8 +130,8 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
     else cp_async_commit();
     cp_async_wait<STAGES - 1>();  // this thread's copies of tile `it` landed
     __syncthreads();              // everyone's did
-    const bf16_t* tK = sK[stage];
-    const bf16_t* tV = sV[stage];
+    const bf16_t* tK = sK + stage * BK * ROW;
+    const bf16_t* tV = sV + stage * BK * ROW;
 
     if (kt <= warpLastPos) {  // warp-uniform: otherwise every key of the tile is in all its rows' future
       float s[NKEY][4];
@@ -121,12 +139,19 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
       for (int n = 0; n < NKEY; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ks += 2) {
+        unsigned q2[2][4];  // QS: k steps ks, ks + 1 (matrix i: rows 8 (i & 1) .., k 8 (i / 2) ..)
+        if constexpr (QS) {
+          const bf16_t* q = sQ + (warp / (BQ / 16) * BQ + warp % (BQ / 16) * 16 + (lane & 7) + (lane >> 3 & 1) * 8) * ROW +
+                            ks * 16 + (lane >> 4) * 8;
+          ldmatrix_x4(q2[0], q);
+          ldmatrix_x4(q2[1], q + 16);
+        }
 #pragma unroll
         for (int n = 0; n < NKEY; n++) {
           unsigned b[4];  // matrix i: keys 8n .. 8n+7, dims 16 ks + 8i .. +7
           ldmatrix_x4(b, tK + (n * 8 + (lane & 7)) * ROW + ks * 16 + (lane >> 3) * 8);
-          mma_bf16_16816(s[n], qa[ks], b[0], b[1]);
-          mma_bf16_16816(s[n], qa[ks + 1], b[2], b[3]);
+          mma_bf16_16816(s[n], QS ? q2[0] : qa[QS ? 0 : ks], b[0], b[1]);
+          mma_bf16_16816(s[n], QS ? q2[1] : qa[QS ? 0 : ks + 1], b[2], b[3]);
         }
       }
 
@@ -204,13 +229,14 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   }
 }
 
-#define INSTANTIATE_MMA(name, D, BQ, BK, STAGES, MIN_BLOCKS)                                                    \
-  extern "C" __global__ void __launch_bounds__(BQ * 2, MIN_BLOCKS) name(                                        \
+#define INSTANTIATE_MMA(name, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                                           \
+  extern "C" __global__ void __launch_bounds__(BQ * 2 * HP, MIN_BLOCKS) name(                                   \
       const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
       const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
       int numKvHeads, int blockSize, float scale) {                                                             \
-    attention_prefill_mma<D, BQ, BK, STAGES>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc,  \
-                                             positions, numHeads, numKvHeads, blockSize, scale);                \
+    attention_prefill_mma<D, BQ, BK, STAGES, HP, QS>(qkv, kCache, vCache, out, meta, blockTables, tiles,         \
+                                                          queryStartLoc, positions, numHeads, numKvHeads,       \
+                                                          blockSize, scale);                                    \
   }
 
 // Same arguments as the tensor-core kernel, plus the rows per tile of the tile list it is given.
@@ -223,11 +249,15 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
                                  numHeads, numKvHeads, blockSize, scale, tileRows);                             \
   }
 
-// H100, bench-prefill.ts (32 x 2048 tokens, 32/8 heads, D 128), TFLOP/s: BQ 64, BK 32, 2 stages (below) 153;
+// H100, bench-prefill.ts (32 x 2048 tokens, 32/8 heads, D 128), TFLOP/s, a head a block: BQ 64, BK 32, 2 stages 153;
 // BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
-INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 64, 2, 3)
-INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 64, 32, 2, 3)
-INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 64, 16, 2, 1)
+// Heads of one kv head a block (perf-log, session 13): 2 heads 167, with Q in shared memory 177, 4 heads 182.
+// D 128: _h1 (a head a block) for odd GQA groups; two heads, or four where the group allows (attention-launch.ts).
+INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 64, 2, 1, false, 3)
+INSTANTIATE_MMA(attention_prefill_bf16_d128_h1, 128, 64, 32, 2, 1, false, 3)
+INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 64, 32, 2, 2, true, 2)
+INSTANTIATE_MMA(attention_prefill_bf16_d128_h4, 128, 64, 32, 2, 4, true, 1)
+INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 64, 16, 2, 1, false, 1)
 INSTANTIATE_SIMT(bf16, bf16_t, 64)
 INSTANTIATE_SIMT(bf16, bf16_t, 128)
 INSTANTIATE_SIMT(bf16, bf16_t, 256)
