@@ -9,6 +9,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/model/batch.js';
+import { prefillDigests } from '../../src/backend/cuda/bench-prefill.js';
 import { PrefillHarness, prefillFlops } from '../../src/backend/cuda/prefill-harness.js';
 import { batchOf, hostF32, shuffled } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
@@ -148,6 +149,25 @@ describe('tensor-core prefill: heads a block change no bit', { skip: noCuda }, (
         h.dispose();
       }
     });
+  }
+});
+
+// Written on the H100 (sm_90) by session 13's device runs for cb370c5's kernel and 6c24f46's alike (the same
+// computation as `node dist/src/backend/cuda/bench-prefill.js --digest`). A change to the kernel that alters any
+// output bit fails here, where the demo transcripts' md5 would only notice a flipped token; a deliberate one
+// records the new digests with its perf-log entry.
+const SM90_DIGESTS = ['1db3497a9a4e26f1', '6d26f9b35e37992a', '56a8282b269b67f7', 'fb6ba83764e6ceea'];
+
+test('the prefill kernel\'s bits on the digest batches are the recorded ones (sm_90)', { skip: noCuda }, (t) => {
+  const cuda = newCuda();
+  try {
+    if (cuda.device.arch !== 90) {
+      t.skip(`digests recorded on sm_90, this is sm_${cuda.device.arch}`);
+      return;
+    }
+    assert.deepEqual(prefillDigests(cuda.device), SM90_DIGESTS);
+  } finally {
+    cuda.dispose();
   }
 });
 

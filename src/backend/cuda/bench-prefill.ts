@@ -6,7 +6,9 @@
 //
 //   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--heads 32/8]
 //     [--variants _x,_y]
+//   node dist/src/backend/cuda/bench-prefill.js --digest    (the kernel's bits on fixed batches, as sha256)
 
+import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { ForwardBatch } from '../../model/batch.js';
@@ -37,6 +39,37 @@ export function prefillBatch(numSeqs: number, numTokens: number, blockSize: numb
     }
   }
   return b;
+}
+
+/** Batches whose prefill outputs pin the kernel's bits: [prompts, tokens each, q heads, kv heads] (D 128, pages of 16). */
+export const DIGEST_CASES: readonly (readonly [number, number, number, number])[] =
+  [[8, 777, 32, 8], [8, 777, 16, 8], [4, 300, 8, 8], [6, 1500, 32, 4]];
+
+/**
+ * sha256 (16 hex digits) of the engine's tensor-core prefill output on each DIGEST_CASES batch, every
+ * prompt the same seeded bf16 rows in [-3, 3): a kernel change that alters any bit alters a digest (the
+ * transcripts' md5 only show bits that flip a token).
+ */
+export function prefillDigests(device: Device): string[] {
+  const { headDim, blockSize } = PREFILL_BENCH;
+  return DIGEST_CASES.map(([numSeqs, numTokens, numHeads, numKvHeads]) => {
+    const batch = prefillBatch(numSeqs, numTokens, blockSize);
+    const h = new PrefillHarness(device, batch, { numHeads, numKvHeads, headDim, blockSize,
+      numBlocks: batch.numSeqs * batch.maxBlocksPerSeq });
+    try {
+      const rand = seededRandom(11);
+      const rows = Float32Array.from({ length: numTokens * h.qkvWidth }, () => 6 * rand() - 3);
+      for (let s = 0; s < numSeqs; s++) h.uploadQkvRows(s * numTokens, rows);
+      h.writeKv();
+      h.poisonOut();
+      h.run({ kind: 'mma' }, 1 / Math.sqrt(headDim));
+      const out = h.readOut();
+      return createHash('sha256').update(new Uint8Array(out.buffer, out.byteOffset, out.byteLength)).digest('hex')
+        .slice(0, 16);
+    } finally {
+      h.dispose();
+    }
+  });
 }
 
 export interface PrefillBenchResult {
@@ -126,10 +159,24 @@ async function main(argv: string[]): Promise<void> {
     .option('--tokens <n>', 'tokens per prompt', '2048')
     .option('--reps <n>', 'timed launches per kernel and round', '5')
     .option('--heads <q/kv>', 'query and kv heads', `${PREFILL_BENCH.numHeads}/${PREFILL_BENCH.numKvHeads}`)
+    .option('--digest', 'print the sha256 of the engine kernel\'s output on the fixed digest batches, and exit')
     .option('--variants <list>', 'also time the instantiations attention_prefill_bf16_d128<suffix>, ' +
       'comma-separated suffixes (attention-launch.ts lists them)', '')
     .parse(argv);
-  const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string; heads: string }>();
+  const o = program.opts<{ prompts: string; tokens: string; reps: string; variants: string; heads: string;
+    digest?: boolean }>();
+  if (o.digest) {
+    const device = new Device(0);
+    try {
+      prefillDigests(device).forEach((sha, i) => {
+        const [seqs, tokens, q, kv] = DIGEST_CASES[i]!;
+        console.log(`${device.name} sm_${device.arch}: ${seqs} x ${tokens} tokens, ${q}/${kv} heads: ${sha}`);
+      });
+    } finally {
+      device.dispose();
+    }
+    return;
+  }
   const [numHeads, numKvHeads] = o.heads.split('/').map(Number) as [number, number];
   const results = runPrefillBench(Number(o.prompts), Number(o.tokens), Number(o.reps),
     o.variants.split(',').filter((v) => v.length > 0), console.log, { numHeads, numKvHeads });
