@@ -51,14 +51,28 @@ export const NO_COMPUTED_BLOCKS: ComputedBlocks = Object.freeze({ blockIds: [], 
 /** Node >= 20.12 hashes a buffer in one call, without a Hash object (several times faster on block-sized input). */
 const oneShotHash = (crypto as { hash?: (algorithm: string, data: Uint8Array, encoding: 'hex') => string }).hash;
 
-/** sha256 over `parent ?? 'root'`, NUL, the extra key, NUL, the token ids as little-endian int32 (hex). */
-export function hashBlockTokens(parentHash: BlockHash | null, tokenIds: readonly number[],
-  extraKey: string): BlockHash {
-  const head = `${parentHash ?? 'root'}\0${extraKey}\0`;
-  const headBytes = Buffer.byteLength(head);
-  const data = Buffer.allocUnsafe(headBytes + 4 * tokenIds.length);
-  data.write(head, 0, 'utf8');
-  for (let i = 0; i < tokenIds.length; i++) data.writeInt32LE(tokenIds[i]!, headBytes + 4 * i);
+/** Bytes a block's hash input is written into (grown on demand; hashing is synchronous, so one serves all). */
+let scratch = Buffer.allocUnsafe(256);
+let scratchView = new DataView(scratch.buffer, scratch.byteOffset, scratch.byteLength);
+
+/**
+ * sha256 over `parent ?? 'root'`, NUL, the extra key, NUL (UTF-8), then tokenIds[start, start + count) as
+ * little-endian int32 (hex).
+ */
+export function hashBlockTokens(parentHash: BlockHash | null, tokenIds: readonly number[], extraKey: string,
+  start = 0, count = tokenIds.length - start): BlockHash {
+  const parent = parentHash ?? 'root';
+  const bound = 3 * (parent.length + extraKey.length) + 2 + 4 * count;  // UTF-8 takes at most 3 bytes a UTF-16 unit
+  if (scratch.length < bound) {
+    scratch = Buffer.allocUnsafe(2 * bound);
+    scratchView = new DataView(scratch.buffer, scratch.byteOffset, scratch.byteLength);
+  }
+  let at = scratch.write(parent, 0, 'utf8');
+  scratch[at++] = 0;
+  if (extraKey.length > 0) at += scratch.write(extraKey, at, 'utf8');
+  scratch[at++] = 0;
+  for (let i = 0; i < count; i++, at += 4) scratchView.setInt32(at, tokenIds[start + i]!, true);
+  const data = scratch.subarray(0, at);
   const hex = oneShotHash ? oneShotHash('sha256', data, 'hex') : crypto.createHash('sha256').update(data).digest('hex');
   return hex as BlockHash;
 }
@@ -229,6 +243,7 @@ export class KVCacheManager {
   }
 
   private extraKey(req: KVRequest, blockIndex: number): string {
+    if (blockIndex > 0 && this.extraHashKeys === undefined) return '';  // the salt keys the first block alone
     const parts: string[] = [];
     if (blockIndex === 0 && req.cacheSalt !== null) parts.push(`salt=${req.cacheSalt}`);
     const extra = this.extraHashKeys?.(req, blockIndex) ?? null;
@@ -240,8 +255,8 @@ export class KVCacheManager {
     const hashes = req.blockHashes;
     for (let i = hashes.length; i < numFullBlocks; i++) {
       const start = i * this.blockSize;
-      hashes.push(hashBlockTokens(i === 0 ? null : hashes[i - 1]!,
-        req.allTokenIds.slice(start, start + this.blockSize), this.extraKey(req, i)));
+      hashes.push(hashBlockTokens(i === 0 ? null : hashes[i - 1]!, req.allTokenIds, this.extraKey(req, i), start,
+        this.blockSize));
     }
   }
 }

@@ -109,6 +109,19 @@ test('a block hash is sha256 of parent (or "root"), NUL, extra key, NUL, the tok
   }
 });
 
+test('a block hash reads tokenIds[start, start + count) in place, and any key length', () => {
+  const ids = Array.from({ length: 80 }, (_, i) => (i * 7919) % 151936);
+  const parent = hashBlockTokens(null, [5], '');
+  for (let start = 0; start < 80; start += 16) {
+    assert.equal(hashBlockTokens(parent, ids, '', start, 16), hashBlockTokens(parent, ids.slice(start, start + 16), ''));
+  }
+  const longKey = `salt=${'é'.repeat(700)}`;  // beyond the first scratch buffer, two UTF-8 bytes a character
+  const bytes = new Uint8Array(new Int32Array(ids.slice(16, 32)).buffer);
+  const want = createHash('sha256').update(`root\0${longKey}\0`).update(bytes).digest('hex');
+  assert.equal(hashBlockTokens(null, ids, longKey, 16, 16), want);
+  assert.equal(hashBlockTokens(null, ids.slice(16, 32), longKey), want);
+});
+
 test('free releases pages tail-first: shared prefix pages end at the tail and are evicted last', () => {
   const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });
   const a = req('a', range(0, 10));
