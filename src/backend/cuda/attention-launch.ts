@@ -66,7 +66,10 @@ export function prefillKernelShape(headDim: number, groupSize: number, suffix?: 
   const chosen = suffix ?? (headDim !== 128 ? '' : groupSize % 4 === 0 ? '_h4' : groupSize % 2 === 0 ? '' : '_h1');
   const c = configs[chosen];
   if (!c) throw new Error(`prefill attention: no instantiation attention_prefill_bf16_d${headDim}${chosen}`);
-  if (groupSize % c.hp !== 0) throw new Error(`prefill attention: ${c.hp} heads a block need a GQA group of a multiple of ${c.hp}, got ${groupSize}`);
+  if (groupSize % c.hp !== 0) {
+    throw new Error(`prefill attention: ${c.hp} heads a block need a GQA group of a multiple of ${c.hp}, ` +
+      `got ${groupSize}`);
+  }
   const rows = 2 * c.stages * c.bk + (c.qs ? c.hp * PREFILL_TILE_ROWS : 0);  // K and V stages, then Q
   return { name: `attention_prefill_bf16_d${headDim}${chosen}`, threads: PREFILL_TILE_ROWS * 2 * c.hp,
     headsPerBlock: c.hp, sharedBytes: rows * (headDim + 8) * 2 };

@@ -7,7 +7,7 @@ import { BYTES_PER_ELEMENT, bf16ToF32, f32ToBf16 } from '../../loader/dtype.js';
 import type { ForwardBatch } from '../../model/batch.js';
 import { prefillKernelShape } from './attention-launch.js';
 import { Device, f32, i32, ptr } from './device.js';
-import { layoutFor, packStep, packTiles, PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
+import { layoutFor, packStep, packTiles, type MetaLayout } from './step-meta.js';
 
 export interface PrefillShape {
   numHeads: number;
