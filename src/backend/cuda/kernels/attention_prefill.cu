@@ -33,7 +33,9 @@
  * BK keys, STAGES of them in flight (cp.async: tiles i+1 .. i+STAGES-1 load while tile i computes). QS: the
  * warps' Q rows in shared memory, read as A fragments k step by k step, instead of registers.
  * Every row sees the same arithmetic in the same order whatever HP and QS are (tile by tile of BK keys:
- * S, max, rescale, P, O += P V, each mma chain in k order), so the bits do not depend on them.
+ * S, max, rescale, P, O += P V, each mma chain in k order), so the bits do not depend on them (the GPU
+ * tests compare the instantiations bit for bit and pin the engine's digests: the compiler's fused multiply-adds
+ * follow the code's shape, and a reshaped kernel once changed 512 of 268M outputs; docs/perf-log.md, session 13).
  * Dynamic shared memory: (2 STAGES BK + QS HP BQ) (D + 8) bf16 (attention-launch.ts computes the same).
  */
 template <int D, int BQ, int BK, int STAGES, int HP, bool QS>
