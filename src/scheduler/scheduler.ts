@@ -39,10 +39,8 @@ export interface ScheduledRequest {
   numScheduledTokens: number;
   /** = position of tokenIds[0]. */
   numComputedTokensBefore: number;
+  /** Positions startPosition .. seqLen - 1; their slots are blockTable[p / blockSize] * blockSize + p % blockSize. */
   startPosition: number;
-  positions: number[];
-  /** slot = blockId * blockSize + offset, one per token. */
-  slotMapping: number[];
   blockTable: number[];
   newBlockIds: number[];
   /** KV length after this step. */
@@ -318,20 +316,13 @@ export class Scheduler {
   }
 
   private buildOutput(s: StepState): SchedulerOutput {
-    const bs = this.o.blockSize;
     const scheduledRequests: ScheduledRequest[] = [];
     let total = 0;
     let numSampled = 0;
     for (const [req, row] of s.rows) {
       const start = row.numComputedBefore;
       const seqLen = start + row.numNew;
-      const blockTable = [...this.kv.blockTable(req.requestId)];
-      const positions: number[] = [];
-      const slotMapping: number[] = [];
-      for (let p = start; p < seqLen; p++) {
-        positions.push(p);
-        slotMapping.push(blockTable[Math.floor(p / bs)]! * bs + (p % bs));
-      }
+      const blockTable = this.kv.blockTable(req.requestId).slice();
       const sample = seqLen === req.numTokens;
       const isDecode = req.isDecoding;
       const tokenIds = req.allTokenIds.slice(start, seqLen);
@@ -339,7 +330,7 @@ export class Scheduler {
       req.numComputedTokens = seqLen;
       scheduledRequests.push({
         requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
-        numComputedTokensBefore: start, startPosition: start, positions, slotMapping, blockTable,
+        numComputedTokensBefore: start, startPosition: start, blockTable,
         newBlockIds: row.newBlockIds, seqLen, sample, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
         isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
         numCachedTokens: Math.max(0, req.numCachedTokens),

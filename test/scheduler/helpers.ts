@@ -1,6 +1,6 @@
 import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
 import { Request } from '../../src/scheduler/request.js';
-import { Scheduler, type SchedulerOptions, type SchedulerOutput } from '../../src/scheduler/scheduler.js';
+import { Scheduler, type ScheduledRequest, type SchedulerOptions, type SchedulerOutput } from '../../src/scheduler/scheduler.js';
 
 export interface Setup extends Partial<SchedulerOptions> {
   numBlocks?: number;
@@ -39,3 +39,9 @@ export function step(sched: Scheduler): SchedulerOutput {
 }
 
 export const rows = (out: SchedulerOutput) => out.scheduledRequests.map((r) => [r.requestId, r.numScheduledTokens]);
+
+/** A scheduled row's positions and the KV slots it writes (blockId * blockSize + offset), as the batch builder derives them. */
+export function rowSlots(row: ScheduledRequest, blockSize: number): { positions: number[]; slots: number[] } {
+  const positions = Array.from({ length: row.numScheduledTokens }, (_, j) => row.startPosition + j);
+  return { positions, slots: positions.map((p) => row.blockTable[Math.floor(p / blockSize)]! * blockSize + (p % blockSize)) };
+}

@@ -11,6 +11,7 @@ import fc from 'fast-check';
 import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
 import { Request } from '../../src/scheduler/request.js';
 import { Scheduler, type SchedulerOptions } from '../../src/scheduler/scheduler.js';
+import { rowSlots } from './helpers.js';
 
 type Op =
   | { kind: 'arrive'; promptLen: number; maxTokens: number; priority: number; prefix: number; salt: string | null }
@@ -90,7 +91,7 @@ function run(cfg: Config, ops: Op[]): void {
       const req = sched.getRequest(row.requestId)!;
       assert.ok(row.numScheduledTokens >= 1);
       if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
-      row.slotMapping.forEach((slot) => {
+      rowSlots(row, blockSize).slots.forEach((slot) => {
         const page = Math.floor(slot / blockSize);
         assert.equal(writerOf.get(page) ?? row.requestId, row.requestId, `page ${page} has two writers`);
         writerOf.set(page, row.requestId);
@@ -102,7 +103,8 @@ function run(cfg: Config, ops: Op[]): void {
     const write = () => {
       for (const row of out.scheduledRequests) {
         const req = sched.getRequest(row.requestId);
-        if (req) row.slotMapping.forEach((slot, j) => store.set(slot, label(req, row.positions[j]!)));
+        const { positions, slots } = rowSlots(row, blockSize);
+        if (req) slots.forEach((slot, j) => store.set(slot, label(req, positions[j]!)));
       }
     };
     return { out, sampled, write };

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { makeRequest, makeScheduler, rows, step } from './helpers.js';
+import { makeRequest, makeScheduler, rows, rowSlots, step } from './helpers.js';
 
 test('a long prompt is chunked by the token budget; the last chunk samples; then one decode token per step', () => {
   const { sched } = makeScheduler({ maxNumBatchedTokens: 8 });
@@ -11,9 +11,8 @@ test('a long prompt is chunked by the token budget; the last chunk samples; then
   assert.deepEqual([r1.numScheduledTokens, r1.startPosition, r1.seqLen, r1.sample, r1.isPrefillChunk, r1.isDecode],
     [8, 0, 8, false, true, false]);
   assert.deepEqual(r1.tokenIds, a.promptTokenIds.slice(0, 8));
-  assert.deepEqual(r1.positions, [0, 1, 2, 3, 4, 5, 6, 7]);
   assert.deepEqual(r1.blockTable, [1, 2]);
-  assert.deepEqual(r1.slotMapping, [4, 5, 6, 7, 8, 9, 10, 11]);
+  assert.deepEqual(rowSlots(r1, 4), { positions: [0, 1, 2, 3, 4, 5, 6, 7], slots: [4, 5, 6, 7, 8, 9, 10, 11] });
   assert.equal(r1.isNewlyAdmitted, true);
   const r2 = step(sched).scheduledRequests[0]!;
   assert.deepEqual([r2.numScheduledTokens, r2.startPosition, r2.sample, r2.isNewlyAdmitted], [8, 8, false, false]);
@@ -23,7 +22,8 @@ test('a long prompt is chunked by the token budget; the last chunk samples; then
   assert.deepEqual(r3.newBlockIds, [5]);
   assert.deepEqual(a.outputTokenIds, [7 * 20]);
   const r4 = step(sched).scheduledRequests[0]!;
-  assert.deepEqual([r4.tokenIds, r4.positions, r4.slotMapping, r4.newBlockIds, r4.isDecode, r4.sample],
+  const { positions, slots } = rowSlots(r4, 4);
+  assert.deepEqual([r4.tokenIds, positions, slots, r4.newBlockIds, r4.isDecode, r4.sample],
     [[140], [20], [24], [6], true, true]);
   assert.equal(a.numComputedTokens, 21);
 });
