@@ -1,3 +1,4 @@
+import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
 import { Request } from '../../src/scheduler/request.js';
 import { Scheduler, type ScheduledRequest, type SchedulerOptions, type SchedulerOutput } from '../../src/scheduler/scheduler.js';
@@ -40,8 +41,8 @@ export function step(sched: Scheduler): SchedulerOutput {
 
 export const rows = (out: SchedulerOutput) => out.scheduledRequests.map((r) => [r.requestId, r.numScheduledTokens]);
 
-/** A scheduled row's positions and the KV slots it writes (blockId * blockSize + offset), as the batch builder derives them. */
+/** A scheduled row's positions and the KV slots it writes, through the engine's batch builder. */
 export function rowSlots(row: ScheduledRequest, blockSize: number): { positions: number[]; slots: number[] } {
-  const positions = Array.from({ length: row.numScheduledTokens }, (_, j) => row.startPosition + j);
-  return { positions, slots: positions.map((p) => row.blockTable[Math.floor(p / blockSize)]! * blockSize + (p % blockSize)) };
+  const b = buildForwardBatch([row], blockSize);
+  return { positions: [...b.positions], slots: [...b.slotMapping] };
 }
