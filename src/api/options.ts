@@ -2,6 +2,7 @@
 
 import type { EngineClient } from '../engine/client.js';
 import type { Tokenizer } from '../loader/types.js';
+import type { ToolCallParserName } from './tools.js';
 
 export interface ServerLimits {
   /** Request body, bytes (413 beyond). */
@@ -29,6 +30,10 @@ export interface ServerOptions {
   maxModelLen: number;
   apiKey?: string;
   allowRequestChatTemplate?: boolean;
+  /** vLLM's --enable-auto-tool-choice: `tool_choice: "auto"` parses tool calls out of the output. */
+  enableAutoToolChoice?: boolean;
+  /** vLLM's --tool-call-parser: the output format of tool calls. */
+  toolCallParser?: ToolCallParserName | null;
   limits?: Partial<ServerLimits>;
   /** Fastify logger on/off. */
   logger?: boolean;

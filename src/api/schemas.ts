@@ -1,8 +1,10 @@
 // Request bodies -> typed requests. Every mistake is a 400 naming its field;
 // unknown fields are ignored.
 
+import type { ChatMessage } from '../loader/types.js';
 import { badRequest } from './errors.js';
 import type { ServerLimits } from './options.js';
+import { parseMessageToolCalls, parseToolChoice, parseTools, type ToolChoice, type ToolDefinition } from './tools.js';
 
 export type Body = Record<string, unknown>;
 
@@ -75,13 +77,11 @@ export interface CompletionRequest extends GenerationFields {
   logprobs: number | null;
 }
 
-export interface ChatContentMessage {
-  role: string;
-  content: string;
-}
-
 export interface ChatRequest extends GenerationFields {
-  messages: ChatContentMessage[];
+  messages: ChatMessage[];
+  /** Passed to the chat template; null when not sent. */
+  tools: ToolDefinition[] | null;
+  toolChoice: ToolChoice;
   addGenerationPrompt: boolean;
   chatTemplate: string | null;
   chatTemplateKwargs: Record<string, unknown>;
@@ -155,14 +155,24 @@ function messageText(content: unknown, i: number): string {
   throw badRequest(`\`messages[${i}].content\` must be a string or a list of content parts.`, `messages[${i}].content`);
 }
 
-function parseMessages(v: unknown): ChatContentMessage[] {
+function parseMessages(v: unknown): ChatMessage[] {
   if (!Array.isArray(v) || v.length === 0) throw badRequest('`messages` must be a non-empty list.', 'messages');
   return v.map((m: unknown, i) => {
     const msg = m as Body | null;
     if (msg === null || typeof msg !== 'object' || Array.isArray(msg) || typeof msg.role !== 'string') {
       throw badRequest(`\`messages[${i}]\` must be an object with a string \`role\`.`, `messages[${i}]`);
     }
-    return { role: msg.role, content: messageText(msg.content, i) };
+    const out: ChatMessage = { role: msg.role, content: messageText(msg.content, i) };
+    if (msg.tool_calls !== undefined && msg.tool_calls !== null) {
+      out.tool_calls = parseMessageToolCalls(msg.tool_calls, `messages[${i}].tool_calls`);
+    }
+    for (const key of ['tool_call_id', 'name'] as const) {
+      const value = msg[key];
+      if (value === undefined || value === null) continue;
+      if (typeof value !== 'string') throw badRequest(`\`messages[${i}].${key}\` must be a string.`, `messages[${i}].${key}`);
+      out[key] = value;
+    }
+    return out;
   });
 }
 
@@ -176,9 +186,12 @@ export function parseChatRequest(body: unknown, limits: ServerLimits): ChatReque
   if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== 'object' || Array.isArray(kwargs))) {
     throw badRequest('`chat_template_kwargs` must be an object.', 'chat_template_kwargs');
   }
+  const tools = parseTools(b);
   return {
     ...common,
     messages: parseMessages(b.messages),
+    tools,
+    toolChoice: parseToolChoice(b, tools),
     addGenerationPrompt: optBool(b, 'add_generation_prompt') ?? true,
     chatTemplate: optString(b, 'chat_template'),
     chatTemplateKwargs: (kwargs as Record<string, unknown> | undefined) ?? {},

@@ -21,7 +21,8 @@ export interface ChoiceFormatter {
   openingChunks(): unknown[];
   /** A chunk for one delta, or null to send nothing. */
   deltaChunk(d: ChoiceDelta): unknown | null;
-  finishChunk(o: ChoiceOutcome): unknown;
+  /** The chunks that end one choice (the last one carries its finish_reason). */
+  finishChunks(o: ChoiceOutcome): unknown[];
   usageChunk(usage: Usage): unknown;
   response(outcomes: ChoiceOutcome[], usage: Usage): unknown;
 }
@@ -142,7 +143,9 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
           const c = a.fmt.deltaChunk(d);
           if (c !== null) sse.send(c);
         },
-        (o) => sse.send(a.fmt.finishChunk(o)),
+        (o) => {
+          for (const c of a.fmt.finishChunks(o)) sse.send(c);
+        },
       );
       if (a.includeUsage) sse.send(a.fmt.usageChunk(usageOf(a.promptLengths, outcomes, a.n)));
     } catch (e) {

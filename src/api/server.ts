@@ -56,6 +56,9 @@ function writeClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
 
 export function createServer(opts: ServerOptions): QuireServer {
   const limits = serverLimits(opts.limits);
+  if (opts.enableAutoToolChoice && !opts.toolCallParser) {
+    throw new Error('--enable-auto-tool-choice requires --tool-call-parser');
+  }
   const app = Fastify({
     logger: opts.logger ?? false,
     bodyLimit: limits.bodyLimitBytes,
@@ -75,6 +78,7 @@ export function createServer(opts: ServerOptions): QuireServer {
     maxModelLen: opts.maxModelLen,
     chatTemplate: opts.chatTemplate,
     allowRequestChatTemplate: opts.allowRequestChatTemplate ?? false,
+    autoToolParser: opts.enableAutoToolChoice ? opts.toolCallParser ?? null : null,
     bosToken: opts.bosToken ?? null,
     eosToken: opts.eosToken ?? null,
   };

@@ -2,8 +2,9 @@
 // (/health 503 while loading); the engine loads in a worker thread.
 
 import { basename } from 'node:path';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { createServer } from '../api/server.js';
+import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
 import { loadModelDir } from '../loader/model-dir.js';
@@ -18,9 +19,16 @@ export function serveCommand(): Command {
     .option('--served-model-name <name...>', 'model name(s) the API answers to (default: the directory name)')
     .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1 routes (or QUIRE_API_KEY)')
     .option('--shutdown-timeout <s>', 'on SIGTERM, seconds running requests get to finish', '30')
-    .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false);
+    .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false)
+    .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
+      + '(the default when it sends tools); needs --tool-call-parser', false)
+    .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
+      + 'Qwen3, Hermes)').choices([...TOOL_CALL_PARSERS]));
   addEngineFlags(cmd);
   return cmd.action(async (flags: Record<string, unknown>) => {
+    if (flags.enableAutoToolChoice && flags.toolCallParser === undefined) {
+      cmd.error('quire serve: --enable-auto-tool-choice requires --tool-call-parser (one of: ' + TOOL_CALL_PARSERS.join(', ') + ')');
+    }
     const options = serveEngineOptions(flags);
     const dir = loadModelDir(options.model);
     const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
@@ -32,6 +40,8 @@ export function serveCommand(): Command {
       modelName: names[0]!, servedModelNames: names.slice(1), maxModelLen,
       ...(apiKey ? { apiKey } : {}),
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
+      enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
+      toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
     });
     const address = await server.app.listen({ host: flags.host as string, port: Number(flags.port) });
     console.log(`quire: loading ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers, vocab ${dir.config.vocabSize})`);

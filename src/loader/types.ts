@@ -80,4 +80,9 @@ export interface Tokenizer {
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant turn's earlier tool calls (arguments as objects), for templates that render them. */
+  tool_calls?: Record<string, unknown>[];
+  /** A `tool` turn's answer to this call id. */
+  tool_call_id?: string;
+  name?: string;
 }

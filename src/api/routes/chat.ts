@@ -1,5 +1,6 @@
 // POST /v1/chat/completions
 
+import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ChatTemplateError, renderChat } from '../../loader/chat-template.js';
 import { badRequest } from '../errors.js';
@@ -9,6 +10,8 @@ import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
 import { samplingFromBody } from '../sampling.js';
 import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
+import { extractToolCalls, ToolCallStreamParser, type ParsedToolCall } from '../tool-parser.js';
+import { toolParsingFor } from '../tools.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 /** Renders and tokenizes the conversation (the template brings its own BOS). */
@@ -24,6 +27,7 @@ export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
   try {
     text = renderChat(template, r.messages, {
       ...r.chatTemplateKwargs,
+      ...(r.tools !== null ? { tools: r.tools } : {}),
       addGenerationPrompt: r.addGenerationPrompt,
       bosToken: d.bosToken ?? tokenString(tok.bosTokenId),
       eosToken: d.eosToken ?? tokenString(tok.eosTokenIds[0]),
@@ -42,14 +46,17 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const arrivalTime = Date.now();
     const r = parseChatRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
+    const parseTools = toolParsingFor(r.toolChoice, d.autoToolParser);
     const base = samplingFromBody(request.body as Body, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
     });
+    // The call tags may be special tokens: the parser must see them (vLLM's hermes parser does the same).
+    if (parseTools) base.skipSpecialTokens = false;
     const ids = chatPromptIds(d, r);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
-    const fmt = chatFormatter(d, r, ids, { id, model, created: Math.floor(arrivalTime / 1000) });
+    const fmt = chatFormatter(d, r, ids, { id, model, created: Math.floor(arrivalTime / 1000) }, parseTools);
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
       stream: r.stream, includeUsage: r.includeUsage, fmt,
@@ -63,10 +70,30 @@ interface Header {
   created: number;
 }
 
-function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header): ChoiceFormatter {
+/** An OpenAI tool call (`index` in stream deltas only). */
+function toolCallJson(c: ParsedToolCall, index?: number): Record<string, unknown> {
+  return {
+    ...(index !== undefined ? { index } : {}),
+    id: `chatcmpl-tool-${randomBytes(16).toString('hex')}`, type: 'function',
+    function: { name: c.name, arguments: c.arguments },
+  };
+}
+
+function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parseTools: boolean): ChoiceFormatter {
   const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
   const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs'] }) =>
     r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
+  const parsers = new Map<number, ToolCallStreamParser>();
+  const parserOf = (index: number) => {
+    let p = parsers.get(index);
+    if (p === undefined) parsers.set(index, (p = new ToolCallStreamParser()));
+    return p;
+  };
+  /** A stream delta: the content, and the calls whose blocks closed (numbered from `firstCall`). */
+  const deltaOf = (content: string, calls: ParsedToolCall[], firstCall: number): Record<string, unknown> => ({
+    ...(content !== '' || calls.length === 0 ? { content } : {}),
+    ...(calls.length > 0 ? { tool_calls: calls.map((c, k) => toolCallJson(c, firstCall + k)) } : {}),
+  });
   return {
     openingChunks() {
       return Array.from({ length: r.n }, (_, index) => ({
@@ -76,17 +103,37 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
       }));
     },
     deltaChunk(delta: ChoiceDelta) {
-      if (delta.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
+      let content = delta.text;
+      let calls: ParsedToolCall[] = [];
+      let firstCall = 0;
+      if (parseTools) {
+        const p = parserOf(delta.index);
+        ({ content, calls } = p.push(delta.text));
+        firstCall = p.callCount - calls.length;
+      }
+      if (content === '' && calls.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
       return {
         ...chunkHead,
         choices: [{
-          index: delta.index, delta: { content: delta.text }, logprobs: logprobsOf(delta), finish_reason: null,
+          index: delta.index, delta: deltaOf(content, calls, firstCall), logprobs: logprobsOf(delta), finish_reason: null,
           ...(r.returnTokenIds ? { token_ids: delta.tokenIds } : {}),
         }],
       };
     },
-    finishChunk(o: ChoiceOutcome) {
-      return { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: o.finishReason, stop_reason: o.stopReason }] };
+    finishChunks(o: ChoiceOutcome) {
+      const chunks: unknown[] = [];
+      let finishReason: string = o.finishReason;
+      if (parseTools) {
+        const p = parserOf(o.index);
+        const rest = p.finish();
+        if (rest.content !== '' || rest.calls.length > 0) {
+          const firstCall = p.callCount - rest.calls.length;
+          chunks.push({ ...chunkHead, choices: [{ index: o.index, delta: deltaOf(rest.content, rest.calls, firstCall), logprobs: null, finish_reason: null }] });
+        }
+        if (p.callCount > 0) finishReason = 'tool_calls';
+      }
+      chunks.push({ ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: finishReason, stop_reason: o.stopReason }] });
+      return chunks;
     },
     usageChunk(usage: Usage) {
       return { ...chunkHead, choices: [], usage };
@@ -94,14 +141,20 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
     response(outcomes: ChoiceOutcome[], usage: Usage) {
       return {
         id: h.id, object: 'chat.completion', created: h.created, model: h.model,
-        choices: outcomes.map((o) => ({
-          index: o.index,
-          message: { role: 'assistant', content: o.text },
-          logprobs: logprobsOf(o),
-          finish_reason: o.finishReason,
-          stop_reason: o.stopReason,
-          ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),
-        })),
+        choices: outcomes.map((o) => {
+          const e = parseTools ? extractToolCalls(o.text) : { content: o.text, calls: [] };
+          return {
+            index: o.index,
+            message: {
+              role: 'assistant', content: e.content,
+              ...(e.calls.length > 0 ? { tool_calls: e.calls.map((c) => toolCallJson(c)) } : {}),
+            },
+            logprobs: logprobsOf(o),
+            finish_reason: e.calls.length > 0 ? 'tool_calls' : o.finishReason,
+            stop_reason: o.stopReason,
+            ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),
+          };
+        }),
         usage,
         ...(r.returnTokenIds ? { prompt_token_ids: promptIds } : {}),
       };

@@ -79,8 +79,8 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
         }],
       };
     },
-    finishChunk(o: ChoiceOutcome) {
-      return { ...head, choices: [{ index: o.index, text: '', logprobs: null, finish_reason: o.finishReason, stop_reason: o.stopReason }] };
+    finishChunks(o: ChoiceOutcome) {
+      return [{ ...head, choices: [{ index: o.index, text: '', logprobs: null, finish_reason: o.finishReason, stop_reason: o.stopReason }] }];
     },
     usageChunk(usage: Usage) {
       return { ...head, choices: [], usage };

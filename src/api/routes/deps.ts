@@ -3,6 +3,7 @@ import { modelNotFound } from '../errors.js';
 import type { ServeContext } from '../generation.js';
 import type { ServerLimits } from '../options.js';
 import type { InflightRequests } from '../serve.js';
+import type { ToolCallParserName } from '../tools.js';
 
 /** What every route needs of the server. */
 export interface RouteDeps {
@@ -15,6 +16,8 @@ export interface RouteDeps {
   maxModelLen: number;
   chatTemplate: string | null;
   allowRequestChatTemplate: boolean;
+  /** The tool-call parser of `tool_choice: "auto"`; null unless the server enabled auto tool choice. */
+  autoToolParser: ToolCallParserName | null;
   bosToken: string | null;
   eosToken: string | null;
 }

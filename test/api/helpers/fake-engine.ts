@@ -20,6 +20,8 @@ export interface FakeEngineOptions {
   eosAfter: number | null;
   /** Reported as numCachedTokens on each request's first output. */
   numCachedTokens: number;
+  /** When set, each request generates this text's bytes, then EOS (ends with finish reason stop). */
+  script: ((req: EngineRequest) => string) | null;
 }
 
 interface Running {
@@ -46,7 +48,7 @@ export class FakeEngine implements EngineClient {
   private failure: string | null = null;
 
   constructor(opts: Partial<FakeEngineOptions> = {}) {
-    this.opts = { tokenDelayMs: 1, maxRunning: 64, eosAfter: null, numCachedTokens: 0, ...opts };
+    this.opts = { tokenDelayMs: 1, maxRunning: 64, eosAfter: null, numCachedTokens: 0, script: null, ...opts };
   }
 
   get error(): string | null {
@@ -111,13 +113,15 @@ export class FakeEngine implements EngineClient {
     const eosAllowed = !s.ignoreEos && position >= s.minTokens;
     let token = FakeEngine.tokenAt(r.req, position);
     if (eosAllowed && this.opts.eosAfter !== null && position === this.opts.eosAfter) token = EOS;
+    const script = this.opts.script === null ? null : Buffer.from(this.opts.script(r.req), 'utf8');
+    if (script !== null) token = position < script.length ? byteId(script[position]!) : EOS;
     r.numGenerated++;
     this.counters.numGenerationTokens++;
     this.counters.numSteps++;
     const out: EngineOutput = { requestId: r.req.requestId, newTokenIds: [token], finished: false };
     if (position === 0) out.numCachedTokens = this.opts.numCachedTokens;
     if (s.logprobs !== null) out.logprobs = [fakeLogprob(token, s.logprobs)];
-    const stopByToken = eosAllowed && (token === EOS || s.stopTokenIds.includes(token));
+    const stopByToken = (eosAllowed && (token === EOS || s.stopTokenIds.includes(token))) || (script !== null && token === EOS);
     if (stopByToken) this.finish(r, { ...out, finishReason: 'stop', stopTokenId: token });
     else if (r.numGenerated >= s.maxTokens) this.finish(r, { ...out, finishReason: 'length' });
     else {

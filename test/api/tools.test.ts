@@ -1,0 +1,130 @@
+// Tool calling through the server, as vLLM: tools and earlier tool calls reach the chat template; tool_choice is
+// checked (400s name the field); with --enable-auto-tool-choice --tool-call-parser hermes a model's
+// <tool_call> blocks come back as OpenAI tool_calls, streamed or not.
+
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { createServer } from '../../src/api/server.js';
+import { FakeEngine } from './helpers/fake-engine.js';
+import { ByteTokenizer } from './helpers/fake-tokenizer.js';
+import { MODEL, postJson, startTestServer, type TestServer } from './helpers/start.js';
+
+const TOOLS_TEMPLATE = '{{ bos_token }}{% if tools %}<|system|>{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}'
+  + '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} '
+  + '{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{% if m.tool_call_id %} ({{ m.tool_call_id }}){% endif %}'
+  + '{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}';
+
+const weather = {
+  type: 'function' as const,
+  function: { name: 'get_weather', description: 'Weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+};
+const SCRIPT = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+  + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>';
+
+describe('tools and tool_choice', () => {
+  let s: TestServer;
+  const tok = new ByteTokenizer();
+  before(async () => {
+    s = await startTestServer({ chatTemplate: TOOLS_TEMPLATE, maxModelLen: 1024 }, { script: () => SCRIPT });
+  });
+  after(() => s.close());
+
+  it('renders the tools and an earlier turn\'s tool calls (arguments as objects) and tool answers with the template', async () => {
+    const r = await postJson(`${s.url}/tokenize`, {
+      tools: [weather], tool_choice: 'none',
+      messages: [
+        { role: 'user', content: 'Weather?' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: 'cold' },
+      ],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.equal(tok.decode(r.json.tokens), '<bos><|system|>' + JSON.stringify(weather).replace(/([,:])/g, '$1 ') + '\n'
+      + '<|user|>Weather?<|assistant|><tool_call>get_weather {"city": "Oslo"}</tool_call><|tool|>cold (call_1)<|assistant|>');
+  });
+
+  it('refuses what it cannot honour with a 400 naming the field, and serves the next request', async () => {
+    const cases: [Record<string, unknown>, string, RegExp][] = [
+      [{ tools: {} }, 'tools', /list of tools/],
+      [{ tools: [{ type: 'function', function: {} }] }, 'tools[0].function.name', /non-empty string/],
+      [{ tools: [{ type: 'retrieval' }] }, 'tools[0]', /"type": "function"/],
+      [{ tools: [weather] }, 'tool_choice', /"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser/],
+      [{ tools: [weather], tool_choice: 'required' }, 'tool_choice', /guided decoding/],
+      [{ tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice', /guided decoding/],
+      [{ tools: [weather], tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice', /"nope", which is not in `tools`/],
+      [{ tool_choice: 'auto' }, 'tool_choice', /requires `tools`/],
+      [{ tool_choice: 'sometimes', tools: [weather] }, 'tool_choice', /must be "none", "auto"/],
+      [{ messages: [{ role: 'assistant', content: '', tool_calls: [{ type: 'function', function: { name: 'f', arguments: '{' } }] }] },
+        'messages[0].tool_calls[0].function.arguments', /JSON object/],
+      [{ messages: [{ role: 'tool', content: 'x', tool_call_id: 7 }] }, 'messages[0].tool_call_id', /must be a string/],
+    ];
+    for (const [extra, param, message] of cases) {
+      const r = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, ...extra });
+      assert.equal(r.status, 400, JSON.stringify(extra));
+      assert.equal(r.json.error.param, param);
+      assert.match(r.json.error.message, message);
+    }
+    const ok = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+    assert.equal(ok.status, 200);
+  });
+
+  it('with tool_choice "none" the output stays text, tags and all', async () => {
+    const r = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], tools: [weather], tool_choice: 'none' });
+    assert.equal(r.status, 200);
+    assert.equal(r.json.choices[0].message.content, SCRIPT);
+    assert.equal(r.json.choices[0].message.tool_calls, undefined);
+    assert.equal(r.json.choices[0].finish_reason, 'stop');
+  });
+});
+
+describe('auto tool choice with the hermes parser', () => {
+  let s: TestServer;
+  let client: OpenAI;
+  before(async () => {
+    s = await startTestServer({ enableAutoToolChoice: true, toolCallParser: 'hermes' }, { script: () => SCRIPT });
+    client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(() => s.close());
+  const messages = [{ role: 'user' as const, content: 'Weather in Paris and Rome?' }];
+
+  it('answers the calls as tool_calls with the text before them as content, finish_reason tool_calls', async () => {
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: [weather] });
+    const m = r.choices[0]!.message;
+    assert.equal(m.content, 'Let me check.');
+    assert.equal(r.choices[0]!.finish_reason, 'tool_calls');
+    assert.deepEqual(m.tool_calls!.map((c) => c.type === 'function' ? [c.function.name, JSON.parse(c.function.arguments)] : null),
+      [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Rome' }]]);
+    for (const c of m.tool_calls!) assert.match(c.id, /^chatcmpl-tool-[0-9a-f]{32}$/);
+    assert.notEqual(m.tool_calls![0]!.id, m.tool_calls![1]!.id);
+    assert.equal(s.engine.submitted.at(-1)!.sampling.skipSpecialTokens, false);
+  });
+
+  it('streams the content as it comes and each call whole, indexed, and ends with finish_reason tool_calls', async () => {
+    const stream = await client.chat.completions.create({ model: MODEL, messages, tools: [weather], stream: true });
+    let content = '';
+    const calls: { index: number; id?: string; name?: string; arguments?: string }[] = [];
+    const finish: (string | null)[] = [];
+    for await (const chunk of stream) {
+      const c = chunk.choices[0]!;
+      content += c.delta.content ?? '';
+      for (const t of c.delta.tool_calls ?? []) calls.push({ index: t.index, id: t.id, name: t.function?.name, arguments: t.function?.arguments });
+      if (c.finish_reason) finish.push(c.finish_reason);
+    }
+    assert.equal(content, 'Let me check.');
+    assert.deepEqual(calls.map((c) => [c.index, c.name, JSON.parse(c.arguments!)]),
+      [[0, 'get_weather', { city: 'Paris' }], [1, 'get_weather', { city: 'Rome' }]]);
+    assert.deepEqual(finish, ['tool_calls']);
+  });
+
+  it('parses nothing when the request sends no tools', async () => {
+    const r = await client.chat.completions.create({ model: MODEL, messages });
+    assert.equal(r.choices[0]!.message.content, SCRIPT);
+    assert.equal(r.choices[0]!.finish_reason, 'stop');
+  });
+
+  it('refuses to start with --enable-auto-tool-choice and no parser', () => {
+    assert.throws(() => createServer({ engine: new FakeEngine(), tokenizer: new ByteTokenizer(), chatTemplate: null, modelName: MODEL,
+      maxModelLen: 64, enableAutoToolChoice: true }), /--enable-auto-tool-choice requires --tool-call-parser/);
+  });
+});

@@ -1,0 +1,22 @@
+// quire serve's tool-calling flags are checked before anything loads, with vLLM's names.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { serveCommand } from '../../src/cli/serve.js';
+
+async function serveError(argv: string[]): Promise<string> {
+  let err = '';
+  const cmd = serveCommand().exitOverride().configureOutput({ writeErr: (s) => { err += s; }, writeOut: () => {} });
+  await assert.rejects(cmd.parseAsync(argv, { from: 'user' }));
+  return err;
+}
+
+test('--enable-auto-tool-choice without --tool-call-parser is refused, naming both flags', async () => {
+  const err = await serveError(['--model', '/nonexistent', '--enable-auto-tool-choice']);
+  assert.match(err, /--enable-auto-tool-choice requires --tool-call-parser \(one of: hermes\)/);
+});
+
+test('--tool-call-parser takes only the parsers Quire has', async () => {
+  const err = await serveError(['--model', '/nonexistent', '--tool-call-parser', 'mistral']);
+  assert.match(err, /argument 'mistral' is invalid.*hermes/s);
+});
