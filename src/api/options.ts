@@ -2,6 +2,7 @@
 
 import type { EngineClient } from '../engine/client.js';
 import type { Tokenizer } from '../loader/types.js';
+import type { ReasoningParserName } from './reasoning.js';
 import type { ToolCallParserName } from './tools.js';
 
 export interface ServerLimits {
@@ -34,6 +35,8 @@ export interface ServerOptions {
   enableAutoToolChoice?: boolean;
   /** vLLM's --tool-call-parser: the output format of tool calls. */
   toolCallParser?: ToolCallParserName | null;
+  /** vLLM's --reasoning-parser: chat outputs' `<think>` blocks go to `reasoning_content`. */
+  reasoningParser?: ReasoningParserName | null;
   limits?: Partial<ServerLimits>;
   /** Fastify logger on/off. */
   logger?: boolean;

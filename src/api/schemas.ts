@@ -166,7 +166,7 @@ function parseMessages(v: unknown): ChatMessage[] {
     if (msg.tool_calls !== undefined && msg.tool_calls !== null) {
       out.tool_calls = parseMessageToolCalls(msg.tool_calls, `messages[${i}].tool_calls`);
     }
-    for (const key of ['tool_call_id', 'name'] as const) {
+    for (const key of ['tool_call_id', 'name', 'reasoning_content'] as const) {
       const value = msg[key];
       if (value === undefined || value === null) continue;
       if (typeof value !== 'string') throw badRequest(`\`messages[${i}].${key}\` must be a string.`, `messages[${i}].${key}`);

@@ -79,6 +79,7 @@ export function createServer(opts: ServerOptions): QuireServer {
     chatTemplate: opts.chatTemplate,
     allowRequestChatTemplate: opts.allowRequestChatTemplate ?? false,
     autoToolParser: opts.enableAutoToolChoice ? opts.toolCallParser ?? null : null,
+    reasoningParser: opts.reasoningParser ?? null,
     bosToken: opts.bosToken ?? null,
     eosToken: opts.eosToken ?? null,
   };

@@ -4,6 +4,7 @@
 import { basename } from 'node:path';
 import { Command, Option } from 'commander';
 import { createServer } from '../api/server.js';
+import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
@@ -23,7 +24,9 @@ export function serveCommand(): Command {
     .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
       + '(the default when it sends tools); needs --tool-call-parser', false)
     .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
-      + 'Qwen3, Hermes)').choices([...TOOL_CALL_PARSERS]));
+      + 'Qwen3, Hermes)').choices([...TOOL_CALL_PARSERS]))
+    .addOption(new Option('--reasoning-parser <name>', 'put the thinking of chat outputs (<think>...</think>) in '
+      + 'reasoning_content (qwen3, deepseek_r1)').choices([...REASONING_PARSERS]));
   addEngineFlags(cmd);
   return cmd.action(async (flags: Record<string, unknown>) => {
     if (flags.enableAutoToolChoice && flags.toolCallParser === undefined) {
@@ -42,6 +45,7 @@ export function serveCommand(): Command {
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
+      reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,
     });
     const address = await server.app.listen({ host: flags.host as string, port: Number(flags.port) });
     console.log(`quire: loading ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers, vocab ${dir.config.vocabSize})`);

@@ -85,4 +85,6 @@ export interface ChatMessage {
   /** A `tool` turn's answer to this call id. */
   tool_call_id?: string;
   name?: string;
+  /** An assistant turn's thinking, sent back for templates that render it (Qwen3 in tool loops). */
+  reasoning_content?: string;
 }

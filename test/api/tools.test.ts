@@ -11,7 +11,7 @@ import { ByteTokenizer } from './helpers/fake-tokenizer.js';
 import { MODEL, postJson, startTestServer, type TestServer } from './helpers/start.js';
 
 const TOOLS_TEMPLATE = '{{ bos_token }}{% if tools %}<|system|>{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}'
-  + '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} '
+  + '{% for m in messages %}<|{{ m.role }}|>{% if m.reasoning_content %}[{{ m.reasoning_content }}]{% endif %}{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} '
   + '{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{% if m.tool_call_id %} ({{ m.tool_call_id }}){% endif %}'
   + '{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}';
 
@@ -30,18 +30,18 @@ describe('tools and tool_choice', () => {
   });
   after(() => s.close());
 
-  it('renders the tools and an earlier turn\'s tool calls (arguments as objects) and tool answers with the template', async () => {
+  it('renders the tools, an earlier turn\'s thinking and tool calls (arguments as objects), and tool answers', async () => {
     const r = await postJson(`${s.url}/tokenize`, {
       tools: [weather], tool_choice: 'none',
       messages: [
         { role: 'user', content: 'Weather?' },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
+        { role: 'assistant', content: null, reasoning_content: 'Oslo, then.', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
         { role: 'tool', tool_call_id: 'call_1', content: 'cold' },
       ],
     });
     assert.equal(r.status, 200, JSON.stringify(r.json));
     assert.equal(tok.decode(r.json.tokens), '<bos><|system|>' + JSON.stringify(weather).replace(/([,:])/g, '$1 ') + '\n'
-      + '<|user|>Weather?<|assistant|><tool_call>get_weather {"city": "Oslo"}</tool_call><|tool|>cold (call_1)<|assistant|>');
+      + '<|user|>Weather?<|assistant|>[Oslo, then.]<tool_call>get_weather {"city": "Oslo"}</tool_call><|tool|>cold (call_1)<|assistant|>');
   });
 
   it('refuses what it cannot honour with a 400 naming the field, and serves the next request', async () => {
@@ -58,6 +58,7 @@ describe('tools and tool_choice', () => {
       [{ messages: [{ role: 'assistant', content: '', tool_calls: [{ type: 'function', function: { name: 'f', arguments: '{' } }] }] },
         'messages[0].tool_calls[0].function.arguments', /JSON object/],
       [{ messages: [{ role: 'tool', content: 'x', tool_call_id: 7 }] }, 'messages[0].tool_call_id', /must be a string/],
+      [{ messages: [{ role: 'assistant', content: 'x', reasoning_content: ['a'] }] }, 'messages[0].reasoning_content', /must be a string/],
     ];
     for (const [extra, param, message] of cases) {
       const r = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, ...extra });

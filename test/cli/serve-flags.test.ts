@@ -20,3 +20,8 @@ test('--tool-call-parser takes only the parsers Quire has', async () => {
   const err = await serveError(['--model', '/nonexistent', '--tool-call-parser', 'mistral']);
   assert.match(err, /argument 'mistral' is invalid.*hermes/s);
 });
+
+test('--reasoning-parser takes qwen3 or deepseek_r1', async () => {
+  const err = await serveError(['--model', '/nonexistent', '--reasoning-parser', 'granite']);
+  assert.match(err, /argument 'granite' is invalid.*qwen3, deepseek_r1/s);
+});

@@ -3,19 +3,25 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ChatTemplateError, renderChat } from '../../loader/chat-template.js';
+import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../chat-output.js';
 import { badRequest } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { chatLogprobs } from '../logprobs.js';
 import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
+import { promptOpensThinking } from '../reasoning.js';
 import { samplingFromBody } from '../sampling.js';
 import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
-import { extractToolCalls, ToolCallStreamParser, type ParsedToolCall } from '../tool-parser.js';
+import type { ParsedToolCall } from '../tool-parser.js';
 import { toolParsingFor } from '../tools.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 /** Renders and tokenizes the conversation (the template brings its own BOS). */
 export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
+  return renderChatPrompt(d, r).ids;
+}
+
+function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: number[] } {
   if (r.chatTemplate !== null && !d.allowRequestChatTemplate) {
     throw badRequest('`chat_template` in the request is not allowed on this server.', 'chat_template');
   }
@@ -38,7 +44,7 @@ export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
   }
   const ids = tok.encode(text, { addSpecialTokens: false });
   if (ids.length === 0) throw badRequest('The rendered conversation is empty.', 'messages');
-  return ids;
+  return { text, ids };
 }
 
 export function registerChat(app: FastifyInstance, d: RouteDeps): void {
@@ -52,11 +58,13 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     });
     // The call tags may be special tokens: the parser must see them (vLLM's hermes parser does the same).
     if (parseTools) base.skipSpecialTokens = false;
-    const ids = chatPromptIds(d, r);
+    const { text, ids } = renderChatPrompt(d, r);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
-    const fmt = chatFormatter(d, r, ids, { id, model, created: Math.floor(arrivalTime / 1000) }, parseTools);
+    const fmt = chatFormatter(d, r, ids, { id, model, created: Math.floor(arrivalTime / 1000) }, {
+      reasoning: d.reasoningParser !== null, startsInReasoning: d.reasoningParser !== null && promptOpensThinking(text), tools: parseTools,
+    });
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
       stream: r.stream, includeUsage: r.includeUsage, fmt,
@@ -79,19 +87,20 @@ function toolCallJson(c: ParsedToolCall, index?: number): Record<string, unknown
   };
 }
 
-function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parseTools: boolean): ChoiceFormatter {
+function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parse: ChatOutputOptions): ChoiceFormatter {
   const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
   const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs'] }) =>
     r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
-  const parsers = new Map<number, ToolCallStreamParser>();
-  const parserOf = (index: number) => {
-    let p = parsers.get(index);
-    if (p === undefined) parsers.set(index, (p = new ToolCallStreamParser()));
+  const streams = new Map<number, ChatOutputStream>();
+  const streamOf = (index: number) => {
+    let p = streams.get(index);
+    if (p === undefined) streams.set(index, (p = new ChatOutputStream(parse)));
     return p;
   };
-  /** A stream delta: the content, and the calls whose blocks closed (numbered from `firstCall`). */
-  const deltaOf = (content: string, calls: ParsedToolCall[], firstCall: number): Record<string, unknown> => ({
-    ...(content !== '' || calls.length === 0 ? { content } : {}),
+  /** A stream delta; `content` stays when nothing else is there (an empty delta still carries it). */
+  const deltaOf = (reasoning: string, content: string, calls: ParsedToolCall[], firstCall: number): Record<string, unknown> => ({
+    ...(reasoning !== '' ? { reasoning_content: reasoning } : {}),
+    ...(content !== '' || (reasoning === '' && calls.length === 0) ? { content } : {}),
     ...(calls.length > 0 ? { tool_calls: calls.map((c, k) => toolCallJson(c, firstCall + k)) } : {}),
   });
   return {
@@ -103,36 +112,25 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
       }));
     },
     deltaChunk(delta: ChoiceDelta) {
-      let content = delta.text;
-      let calls: ParsedToolCall[] = [];
-      let firstCall = 0;
-      if (parseTools) {
-        const p = parserOf(delta.index);
-        ({ content, calls } = p.push(delta.text));
-        firstCall = p.callCount - calls.length;
-      }
-      if (content === '' && calls.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
+      const o = streamOf(delta.index).push(delta.text);
+      if (o.reasoning === '' && o.content === '' && o.calls.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
       return {
         ...chunkHead,
         choices: [{
-          index: delta.index, delta: deltaOf(content, calls, firstCall), logprobs: logprobsOf(delta), finish_reason: null,
+          index: delta.index, delta: deltaOf(o.reasoning, o.content, o.calls, o.firstCall), logprobs: logprobsOf(delta), finish_reason: null,
           ...(r.returnTokenIds ? { token_ids: delta.tokenIds } : {}),
         }],
       };
     },
-    finishChunks(o: ChoiceOutcome) {
+    finishChunks(outcome: ChoiceOutcome) {
       const chunks: unknown[] = [];
-      let finishReason: string = o.finishReason;
-      if (parseTools) {
-        const p = parserOf(o.index);
-        const rest = p.finish();
-        if (rest.content !== '' || rest.calls.length > 0) {
-          const firstCall = p.callCount - rest.calls.length;
-          chunks.push({ ...chunkHead, choices: [{ index: o.index, delta: deltaOf(rest.content, rest.calls, firstCall), logprobs: null, finish_reason: null }] });
-        }
-        if (p.callCount > 0) finishReason = 'tool_calls';
+      const p = streamOf(outcome.index);
+      const o = p.finish();
+      if (o.reasoning !== '' || o.content !== '' || o.calls.length > 0) {
+        chunks.push({ ...chunkHead, choices: [{ index: outcome.index, delta: deltaOf(o.reasoning, o.content, o.calls, o.firstCall), logprobs: null, finish_reason: null }] });
       }
-      chunks.push({ ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: finishReason, stop_reason: o.stopReason }] });
+      const finishReason = p.callCount > 0 ? 'tool_calls' : outcome.finishReason;
+      chunks.push({ ...chunkHead, choices: [{ index: outcome.index, delta: {}, logprobs: null, finish_reason: finishReason, stop_reason: outcome.stopReason }] });
       return chunks;
     },
     usageChunk(usage: Usage) {
@@ -142,11 +140,12 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
       return {
         id: h.id, object: 'chat.completion', created: h.created, model: h.model,
         choices: outcomes.map((o) => {
-          const e = parseTools ? extractToolCalls(o.text) : { content: o.text, calls: [] };
+          const e = parseChatOutput(o.text, parse);
           return {
             index: o.index,
             message: {
               role: 'assistant', content: e.content,
+              ...(parse.reasoning ? { reasoning_content: e.reasoning } : {}),
               ...(e.calls.length > 0 ? { tool_calls: e.calls.map((c) => toolCallJson(c)) } : {}),
             },
             logprobs: logprobsOf(o),

@@ -3,6 +3,7 @@ import { modelNotFound } from '../errors.js';
 import type { ServeContext } from '../generation.js';
 import type { ServerLimits } from '../options.js';
 import type { InflightRequests } from '../serve.js';
+import type { ReasoningParserName } from '../reasoning.js';
 import type { ToolCallParserName } from '../tools.js';
 
 /** What every route needs of the server. */
@@ -18,6 +19,8 @@ export interface RouteDeps {
   allowRequestChatTemplate: boolean;
   /** The tool-call parser of `tool_choice: "auto"`; null unless the server enabled auto tool choice. */
   autoToolParser: ToolCallParserName | null;
+  /** Splits chat outputs' thinking into `reasoning_content` (--reasoning-parser); null: off. */
+  reasoningParser: ReasoningParserName | null;
   bosToken: string | null;
   eosToken: string | null;
 }
