@@ -38,9 +38,23 @@ export interface ServerOptions {
   /** vLLM's --reasoning-parser: chat outputs' `<think>` blocks go to `reasoning_content`. */
   reasoningParser?: ReasoningParserName | null;
   limits?: Partial<ServerLimits>;
+  /** CORS (vLLM's --allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials). */
+  cors?: CorsOptions;
   /** Fastify logger on/off. */
   logger?: boolean;
 }
+
+export interface CorsOptions {
+  /** '*' allows any origin. */
+  allowedOrigins: string[];
+  allowedMethods: string[];
+  /** '*' allows whatever headers the preflight asks for. */
+  allowedHeaders: string[];
+  allowCredentials: boolean;
+}
+
+/** vLLM's defaults: any origin, method and header; no credentials. */
+export const DEFAULT_CORS: CorsOptions = { allowedOrigins: ['*'], allowedMethods: ['*'], allowedHeaders: ['*'], allowCredentials: false };
 
 export const DEFAULT_LIMITS: ServerLimits = {
   bodyLimitBytes: 8 * 1024 * 1024,

@@ -2,16 +2,18 @@
 
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
+import cors from '@fastify/cors';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ApiError, toApiError, unauthorized, unavailable } from './errors.js';
 import type { ServeContext } from './generation.js';
 import { ApiMetrics } from './metrics.js';
-import { serverLimits, type ServerOptions } from './options.js';
+import { DEFAULT_CORS, serverLimits, type ServerOptions } from './options.js';
 import { registerChat } from './routes/chat.js';
 import { registerCompletions } from './routes/completions.js';
 import type { RouteDeps } from './routes/deps.js';
 import { registerTokenize } from './routes/tokenize.js';
 import { InflightRequests } from './serve.js';
+import { QUIRE_VERSION } from '../version.js';
 
 export interface QuireServer {
   app: FastifyInstance;
@@ -93,10 +95,22 @@ export function createServer(opts: ServerOptions): QuireServer {
   app.setNotFoundHandler((request, reply) =>
     sendError(reply, new ApiError(404, `No route for ${request.method} ${request.url}.`, 'not_found_error', null, 'not_found')));
 
+  // Browsers ask before they send (CORS preflight, no credentials): vLLM's defaults, every origin allowed.
+  const c = opts.cors ?? DEFAULT_CORS;
+  void app.register(cors, {
+    origin: c.allowedOrigins.includes('*') ? '*' : c.allowedOrigins,
+    methods: c.allowedMethods.includes('*') ? ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] : c.allowedMethods,
+    ...(c.allowedHeaders.includes('*') ? {} : { allowedHeaders: c.allowedHeaders }),
+    credentials: c.allowCredentials,
+  });
+
   app.addHook('onRequest', async (request: FastifyRequest) => {
     const path = request.url.split('?')[0]!;
     const isV1 = path.startsWith('/v1/');
-    if (opts.apiKey !== undefined && isV1 && request.headers.authorization !== `Bearer ${opts.apiKey}`) throw unauthorized();
+    // A preflight carries no Authorization (vLLM lets OPTIONS through too).
+    if (opts.apiKey !== undefined && isV1 && request.method !== 'OPTIONS' && request.headers.authorization !== `Bearer ${opts.apiKey}`) {
+      throw unauthorized();
+    }
     if (request.method === 'POST' && GENERATION_PATHS.has(path)) {
       if (state === 'draining') throw unavailable('The server is shutting down.');
       const failure = engineErrorOf(opts.engine);
@@ -105,12 +119,17 @@ export function createServer(opts: ServerOptions): QuireServer {
     }
   });
 
-  app.get('/health', async (_request, reply) => {
+  const health = async (_request: FastifyRequest, reply: FastifyReply) => {
     const failure = engineErrorOf(opts.engine);
     if (state === 'ready' && failure === null) return reply.code(200).send({ status: 'ok' });
     const status = failure !== null ? 'engine_failed' : state;
     return reply.code(503).send({ status, ...(failure !== null ? { error: failure } : {}) });
-  });
+  };
+  app.get('/health', health);
+  // vLLM's /ping (SageMaker's health check, GET or POST) answers as /health.
+  app.get('/ping', health);
+  app.post('/ping', health);
+  app.get('/version', async () => ({ version: QUIRE_VERSION }));
   app.get('/metrics', async (_request, reply) => reply.type(metrics.contentType).send(await metrics.text()));
 
   registerCompletions(app, deps);

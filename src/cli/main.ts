@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // quire: serve, generate, chat, bench, gate, make-test-model.
 
+import { QUIRE_VERSION } from '../version.js';
 import { Command } from 'commander';
 import { ModelLoadError } from '../loader/errors.js';
 import { SamplingParamError } from '../sampling/validate.js';
@@ -12,7 +13,7 @@ import { serveCommand } from './serve.js';
 
 const program = new Command('quire')
   .description('LLM inference server on Node.js: paged KV cache, continuous batching, CUDA from TypeScript')
-  .version('0.1.0')
+  .version(QUIRE_VERSION)
   .addCommand(serveCommand())
   .addCommand(generateCommand())
   .addCommand(chatCommand())

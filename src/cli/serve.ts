@@ -2,12 +2,13 @@
 // (/health 503 while loading); the engine loads in a worker thread.
 
 import { basename } from 'node:path';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { createServer } from '../api/server.js';
 import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
+import { loadChatTemplateArg } from '../loader/chat-template.js';
 import { loadModelDir } from '../loader/model-dir.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { EngineOptions } from '../engine/options.js';
@@ -20,7 +21,12 @@ export function serveCommand(): Command {
     .option('--served-model-name <name...>', 'model name(s) the API answers to (default: the directory name)')
     .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1 routes (or QUIRE_API_KEY)')
     .option('--shutdown-timeout <s>', 'on SIGTERM, seconds running requests get to finish', '30')
+    .option('--chat-template <file-or-template>', 'the chat template (a file, or the template itself) instead of the model\'s')
     .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false)
+    .option('--allowed-origins <json>', 'CORS: origins allowed, a JSON list', jsonList('--allowed-origins'), ['*'])
+    .option('--allowed-methods <json>', 'CORS: methods allowed, a JSON list', jsonList('--allowed-methods'), ['*'])
+    .option('--allowed-headers <json>', 'CORS: request headers allowed, a JSON list', jsonList('--allowed-headers'), ['*'])
+    .option('--allow-credentials', 'CORS: allow credentials', false)
     .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
       + '(the default when it sends tools); needs --tool-call-parser', false)
     .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
@@ -33,19 +39,31 @@ export function serveCommand(): Command {
       cmd.error('quire serve: --enable-auto-tool-choice requires --tool-call-parser (one of: ' + TOOL_CALL_PARSERS.join(', ') + ')');
     }
     const options = serveEngineOptions(flags);
+    let chatTemplate: string | null = null;
+    if (flags.chatTemplate !== undefined) {
+      try {
+        chatTemplate = loadChatTemplateArg(flags.chatTemplate as string);
+      } catch (e) {
+        cmd.error(`quire serve: ${(e as Error).message}`);
+      }
+    }
     const dir = loadModelDir(options.model);
     const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
     const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
     const engine = new DeferredEngineClient();
     const apiKey = (flags.apiKey as string | undefined) ?? process.env.QUIRE_API_KEY;
     const server = createServer({
-      engine, tokenizer: dir.tokenizer, chatTemplate: dir.chatTemplate, bosToken: dir.bosToken, eosToken: dir.eosToken,
+      engine, tokenizer: dir.tokenizer, chatTemplate: chatTemplate ?? dir.chatTemplate, bosToken: dir.bosToken, eosToken: dir.eosToken,
       modelName: names[0]!, servedModelNames: names.slice(1), maxModelLen,
       ...(apiKey ? { apiKey } : {}),
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
       reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,
+      cors: {
+        allowedOrigins: flags.allowedOrigins as string[], allowedMethods: flags.allowedMethods as string[],
+        allowedHeaders: flags.allowedHeaders as string[], allowCredentials: flags.allowCredentials as boolean,
+      },
     });
     const address = await server.app.listen({ host: flags.host as string, port: Number(flags.port) });
     console.log(`quire: loading ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers, vocab ${dir.config.vocabSize})`);
@@ -87,4 +105,20 @@ export function serveCommand(): Command {
 /** The engine options of `quire serve`: the flags, run as vLLM's API server (its default token budget). */
 export function serveEngineOptions(flags: Record<string, unknown>): EngineOptions {
   return { ...engineOptionsFromFlags(flags), usageContext: 'api-server' };
+}
+
+/** A flag whose value is a JSON list of strings (vLLM's CORS flags). */
+function jsonList(flag: string): (value: string) => string[] {
+  return (value) => {
+    let v: unknown;
+    try {
+      v = JSON.parse(value);
+    } catch {
+      v = undefined;
+    }
+    if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) {
+      throw new InvalidArgumentError(`${flag} takes a JSON list of strings, e.g. '["https://example.com"]'.`);
+    }
+    return v;
+  };
 }

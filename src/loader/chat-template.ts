@@ -1,3 +1,4 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { Template } from '@huggingface/jinja';
 import { describeError } from './errors.js';
 import type { ChatMessage } from './types.js';
@@ -63,4 +64,29 @@ export function chatTemplateFromConfig(raw: unknown): string | null {
     return (named.find((t) => t.name === 'default') ?? named[0])?.template ?? null;
   }
   return null;
+}
+
+/**
+ * vLLM's --chat-template: a file's path, or the template itself (any text with `{`, `}` or a newline); parsed
+ * here, so a broken template stops the server at start-up, not at the first request.
+ */
+export function loadChatTemplateArg(arg: string): string {
+  let text: string;
+  if (existsSync(arg)) {
+    try {
+      text = readFileSync(arg, 'utf8');
+    } catch (err) {
+      throw new ChatTemplateError(`--chat-template ${arg}: cannot be read: ${describeError(err)}`, { cause: err });
+    }
+  } else if (/[{}\n]/.test(arg)) {
+    text = arg;
+  } else {
+    throw new ChatTemplateError(`--chat-template ${arg}: looks like a file path, but there is no such file`);
+  }
+  try {
+    compile(text);
+  } catch (err) {
+    throw new ChatTemplateError(`--chat-template ${existsSync(arg) ? arg : '(inline)'}: ${(err as Error).message}`, { cause: err });
+  }
+  return text;
 }

@@ -25,3 +25,13 @@ test('--reasoning-parser takes qwen3 or deepseek_r1', async () => {
   const err = await serveError(['--model', '/nonexistent', '--reasoning-parser', 'granite']);
   assert.match(err, /argument 'granite' is invalid.*qwen3, deepseek_r1/s);
 });
+
+test('the CORS flags take JSON lists, and say so otherwise', async () => {
+  const err = await serveError(['--model', '/nonexistent', '--allowed-origins', 'https://a.example']);
+  assert.match(err, /--allowed-origins takes a JSON list of strings/);
+});
+
+test('--chat-template names a missing file before anything loads', async () => {
+  const err = await serveError(['--model', '/nonexistent', '--chat-template', '/no/such/template.jinja']);
+  assert.match(err, /--chat-template \/no\/such\/template\.jinja: looks like a file path, but there is no such file/);
+});

@@ -1,8 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ChatTemplateError, chatTemplateFromConfig, renderChat } from '../../src/loader/chat-template.js';
+import { ChatTemplateError, chatTemplateFromConfig, loadChatTemplateArg, renderChat } from '../../src/loader/chat-template.js';
+import { parseChatRequest } from '../../src/api/schemas.js';
+import { serverLimits } from '../../src/api/options.js';
+import { promptOpensThinking } from '../../src/api/reasoning.js';
 import { CHATML_TEMPLATE } from '../../src/tools/test-model/bpe.js';
 import { QWEN3_TOKENIZER_DIR } from './helpers.js';
 
@@ -54,4 +58,39 @@ test('chat_template in tokenizer_config: a string or a named list', () => {
   assert.equal(chatTemplateFromConfig([{ name: 'tool_use', template: 't' }, { name: 'default', template: 'd' }]), 'd');
   assert.equal(chatTemplateFromConfig([{ name: 'rag', template: 'r' }]), 'r');
   assert.equal(chatTemplateFromConfig(undefined), null);
+});
+
+test('--chat-template: a file, the template itself, or a clear error (missing file, template that does not parse)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-tpl-'));
+  try {
+    const file = join(dir, 'tpl.jinja');
+    writeFileSync(file, '{% for m in messages %}[{{ m.content }}]{% endfor %}');
+    assert.equal(renderChat(loadChatTemplateArg(file), [{ role: 'user', content: 'a' }]), '[a]');
+    assert.equal(renderChat(loadChatTemplateArg('{{ messages[0].role }}'), [{ role: 'user', content: 'a' }]), 'user');
+    assert.throws(() => loadChatTemplateArg(join(dir, 'missing.jinja')), /missing\.jinja: looks like a file path, but there is no such file/);
+    const broken = join(dir, 'broken.jinja');
+    writeFileSync(broken, '{% for m in messages %}');
+    assert.throws(() => loadChatTemplateArg(broken), (e: Error) => e instanceof ChatTemplateError && e.message.startsWith(`--chat-template ${broken}: chat template does not parse`));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('qwen3 template with tools: the tool list, an earlier call (arguments sent as a JSON string) and its answer', () => {
+  const r = parseChatRequest({
+    tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } }],
+    messages: [
+      { role: 'user', content: 'Weather in Oslo?' },
+      { role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'c1', content: '-3 C' },
+    ],
+  }, serverLimits());
+  const text = renderChat(qwenTemplate, r.messages, { tools: r.tools, addGenerationPrompt: true });
+  assert.ok(text.startsWith('<|im_start|>system\n# Tools\n'), text);
+  assert.ok(text.includes('<tools>\n{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}\n</tools>'), text);
+  assert.ok(text.endsWith('<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n'
+    + '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n'
+    + '<|im_start|>user\n<tool_response>\n-3 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n'), text);
+  assert.equal(promptOpensThinking(text), false);
+  assert.equal(promptOpensThinking(renderChat(qwenTemplate, r.messages, { addGenerationPrompt: true, enable_thinking: false })), false);
 });
