@@ -4,6 +4,7 @@
 import { basename } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createServer } from '../api/server.js';
+import { StatsLogger } from '../api/stats-logger.js';
 import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
@@ -27,6 +28,8 @@ export function serveCommand(): Command {
     .option('--allowed-methods <json>', 'CORS: methods allowed, a JSON list', jsonList('--allowed-methods'), ['*'])
     .option('--allowed-headers <json>', 'CORS: request headers allowed, a JSON list', jsonList('--allowed-headers'), ['*'])
     .option('--allow-credentials', 'CORS: allow credentials', false)
+    .option('--disable-log-stats', 'no engine stats line every 10 s', false)
+    .option('--max-logprobs <n>', 'most logprobs / top_logprobs a request may ask for (-1: the vocabulary)', maxLogprobsArg, 20)
     .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
       + '(the default when it sends tools); needs --tool-call-parser', false)
     .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
@@ -57,6 +60,7 @@ export function serveCommand(): Command {
       modelName: names[0]!, servedModelNames: names.slice(1), maxModelLen,
       ...(apiKey ? { apiKey } : {}),
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
+      limits: { maxLogprobs: servedMaxLogprobs(flags.maxLogprobs as number, dir.tokenizer.vocabSize) },
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
       reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,
@@ -79,6 +83,8 @@ export function serveCommand(): Command {
     }
     engine.attach(client);
     server.setReady();
+    const statsLogger = new StatsLogger(client, (line) => console.log(`quire: ${line}`));
+    if (!flags.disableLogStats) statsLogger.start();
     const i = client.info;
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
       + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, max num batched tokens `
@@ -92,6 +98,7 @@ export function serveCommand(): Command {
       stopping = true;
       console.log(`quire: ${signal}: draining (up to ${flags.shutdownTimeout} s)`);
       await server.drain(Number(flags.shutdownTimeout) * 1000);
+      statsLogger.stop();
       await server.app.close();
       const trace = await client.shutdownWithTrace();
       if (trace) console.log(trace);
@@ -121,4 +128,16 @@ function jsonList(flag: string): (value: string) => string[] {
     }
     return v;
   };
+}
+
+/** --max-logprobs: an integer >= 0, or -1 (as vLLM: up to the vocabulary). */
+export function maxLogprobsArg(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < -1) throw new InvalidArgumentError('--max-logprobs takes an integer >= 0, or -1 for the whole vocabulary.');
+  return n;
+}
+
+/** The cap a --max-logprobs value sets: -1 is the vocabulary's size. */
+export function servedMaxLogprobs(flag: number, vocabSize: number): number {
+  return flag < 0 ? vocabSize : flag;
 }

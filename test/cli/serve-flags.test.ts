@@ -35,3 +35,11 @@ test('--chat-template names a missing file before anything loads', async () => {
   const err = await serveError(['--model', '/nonexistent', '--chat-template', '/no/such/template.jinja']);
   assert.match(err, /--chat-template \/no\/such\/template\.jinja: looks like a file path, but there is no such file/);
 });
+
+test('--max-logprobs takes an integer >= -1', async () => {
+  const { maxLogprobsArg, servedMaxLogprobs } = await import('../../src/cli/serve.js');
+  assert.equal(servedMaxLogprobs(maxLogprobsArg('5'), 151_936), 5);
+  assert.equal(servedMaxLogprobs(maxLogprobsArg('-1'), 151_936), 151_936);
+  const err = await serveError(['--model', '/nonexistent', '--max-logprobs', '2.5']);
+  assert.match(err, /--max-logprobs takes an integer >= 0, or -1/);
+});
