@@ -63,6 +63,8 @@ export interface GenerationFields {
   n: number;
   stream: boolean;
   includeUsage: boolean;
+  /** vLLM's stream_options.continuous_usage_stats: usage in every chunk (with include_usage). */
+  continuousUsage: boolean;
   returnTokenIds: boolean;
   priority: number;
   cacheSalt: string | null;
@@ -83,6 +85,10 @@ export interface ChatRequest extends GenerationFields {
   tools: ToolDefinition[] | null;
   toolChoice: ToolChoice;
   addGenerationPrompt: boolean;
+  /** vLLM's continue_final_message: the prompt ends inside the last message, for the model to go on with it. */
+  continueFinalMessage: boolean;
+  /** vLLM's add_special_tokens for chat (default false: the template brings its own). */
+  addSpecialTokens: boolean;
   chatTemplate: string | null;
   chatTemplateKwargs: Record<string, unknown>;
   /** null = no logprobs; else the number of top alternatives (0..). */
@@ -93,10 +99,12 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
   const stream = optBool(b, 'stream') ?? false;
   const so = b.stream_options;
   let includeUsage = false;
+  let continuousUsage = false;
   if (so !== undefined && so !== null) {
     if (!stream) throw badRequest('`stream_options` is only allowed when `stream` is true.', 'stream_options');
     if (typeof so !== 'object' || Array.isArray(so)) throw badRequest('`stream_options` must be an object.', 'stream_options');
     includeUsage = optBool(so as Body, 'include_usage') ?? false;
+    continuousUsage = includeUsage && (optBool(so as Body, 'continuous_usage_stats') ?? false);
   }
   const cacheSalt = optString(b, 'cache_salt');
   if (cacheSalt === '') throw badRequest('`cache_salt` must not be empty.', 'cache_salt');
@@ -106,6 +114,7 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
     n: optInt(b, 'n', 1, limits.maxN) ?? 1,
     stream,
     includeUsage,
+    continuousUsage,
     returnTokenIds: optBool(b, 'return_token_ids') ?? false,
     priority: optInt(b, 'priority', Number.MIN_SAFE_INTEGER) ?? 0,
     cacheSalt,
@@ -176,6 +185,16 @@ function parseMessages(v: unknown): ChatMessage[] {
   });
 }
 
+/** add_generation_prompt (default true) and continue_final_message (which turns the default off), as vLLM. */
+function generationPrompt(b: Body): { addGenerationPrompt: boolean; continueFinalMessage: boolean } {
+  const add = optBool(b, 'add_generation_prompt');
+  const cont = optBool(b, 'continue_final_message') ?? false;
+  if (cont && add === true) {
+    throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to true.', 'continue_final_message');
+  }
+  return { addGenerationPrompt: add ?? !cont, continueFinalMessage: cont };
+}
+
 export function parseChatRequest(body: unknown, limits: ServerLimits): ChatRequest {
   const b = asObjectBody(body);
   const common = parseGenerationFields(b, limits);
@@ -192,7 +211,8 @@ export function parseChatRequest(body: unknown, limits: ServerLimits): ChatReque
     messages: parseMessages(b.messages),
     tools,
     toolChoice: parseToolChoice(b, tools),
-    addGenerationPrompt: optBool(b, 'add_generation_prompt') ?? true,
+    ...generationPrompt(b),
+    addSpecialTokens: optBool(b, 'add_special_tokens') ?? false,
     chatTemplate: optString(b, 'chat_template'),
     chatTemplateKwargs: (kwargs as Record<string, unknown> | undefined) ?? {},
     logprobs: wantLogprobs ? (top ?? 0) : null,

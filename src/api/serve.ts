@@ -116,7 +116,18 @@ export interface ServeArgs {
   n: number;
   stream: boolean;
   includeUsage: boolean;
+  /** Usage in every chunk too: the choice's prompt and its tokens so far (vLLM's continuous_usage_stats). */
+  continuousUsage: boolean;
   fmt: ChoiceFormatter;
+}
+
+/** A chunk of one choice with that choice's usage so far. */
+function withChoiceUsage(chunk: unknown, a: ServeArgs, generated: Map<number, number>): unknown {
+  const c = chunk as { choices?: { index: number }[] };
+  const index = c.choices?.[0]?.index ?? 0;
+  const prompt = a.promptLengths[Math.floor(index / a.n)] ?? 0;
+  const completion = generated.get(index) ?? 0;
+  return { ...c, usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion } };
 }
 
 export async function serveChoices(request: FastifyRequest, reply: FastifyReply, a: ServeArgs): Promise<unknown> {
@@ -135,16 +146,19 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
     reply.hijack();
     const sse = new SseWriter(res);
     sse.start();
-    for (const c of a.fmt.openingChunks()) sse.send(c);
+    const generated = new Map<number, number>();
+    const send = (c: unknown) => sse.send(a.continuousUsage ? withChoiceUsage(c, a, generated) : c);
+    for (const c of a.fmt.openingChunks()) send(c);
     try {
       const outcomes = await runAll(
         a.ctx, a.reqs, controller.signal,
         (d) => {
+          generated.set(d.index, (generated.get(d.index) ?? 0) + d.tokenIds.length);
           const c = a.fmt.deltaChunk(d);
-          if (c !== null) sse.send(c);
+          if (c !== null) send(c);
         },
         (o) => {
-          for (const c of a.fmt.finishChunks(o)) sse.send(c);
+          for (const c of a.fmt.finishChunks(o)) send(c);
         },
       );
       if (a.includeUsage) sse.send(a.fmt.usageChunk(usageOf(a.promptLengths, outcomes, a.n)));

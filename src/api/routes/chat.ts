@@ -42,9 +42,23 @@ function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: nu
     if (e instanceof ChatTemplateError) throw badRequest(e.message, 'messages');
     throw e;
   }
-  const ids = tok.encode(text, { addSpecialTokens: false });
+  if (r.continueFinalMessage) text = endAtFinalMessage(text, r.messages.at(-1)!.content);
+  const ids = tok.encode(text, { addSpecialTokens: r.addSpecialTokens });
   if (ids.length === 0) throw badRequest('The rendered conversation is empty.', 'messages');
   return { text, ids };
+}
+
+/**
+ * continue_final_message (transformers' rule): the rendered text is cut right after the last message's content,
+ * so the template's end of turn is gone and the model continues that message.
+ */
+export function endAtFinalMessage(text: string, final: string): string {
+  if (final.trim() === '') throw badRequest('`continue_final_message` needs a final message with content.', 'messages');
+  for (const piece of [final, final.trim()]) {
+    const at = text.lastIndexOf(piece);
+    if (at >= 0) return text.slice(0, at + piece.length);
+  }
+  throw badRequest('`continue_final_message` is set, but the final message does not appear in the rendered chat.', 'messages');
 }
 
 export function registerChat(app: FastifyInstance, d: RouteDeps): void {
@@ -67,7 +81,7 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     });
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
-      stream: r.stream, includeUsage: r.includeUsage, fmt,
+      stream: r.stream, includeUsage: r.includeUsage, continuousUsage: r.continuousUsage, fmt,
     });
   });
 }

@@ -36,7 +36,7 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const fmt = completionFormatter(d, r, prompts, { id, model, created: Math.floor(arrivalTime / 1000) });
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: prompts.map((p) => p.ids.length), n: r.n,
-      stream: r.stream, includeUsage: r.includeUsage, fmt,
+      stream: r.stream, includeUsage: r.includeUsage, continuousUsage: r.continuousUsage, fmt,
     });
   });
 }
