@@ -17,6 +17,9 @@ import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { buildForwardBatch, type ScheduledSeq } from './batch-builder.js';
 import type { ForwardBatch } from '../model/batch.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
+import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
+import { readJsonFile } from '../loader/tokenizer.js';
+import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './types.js';
@@ -46,6 +49,8 @@ export interface EngineCoreParts {
   numBlocks: number;
   eosTokenIds: number[];
   maxModelLen: number;
+  /** The vocabulary for structured outputs (read on first use); absent: such requests fail. */
+  grammarVocab?: () => GrammarVocab;
   info: Omit<EngineInfo, 'numBlocks' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
 }
 
@@ -54,6 +59,13 @@ export class EngineCore {
   readonly kv: KVCacheManager;
   readonly info: EngineInfo;
   private readonly pending: EngineOutput[] = [];
+  /** Called when work arrives outside addRequest (a structured output's grammar compiled): the driver's kick. */
+  onWork: (() => void) | null = null;
+  private readonly structured: StructuredOutputs | null;
+  /** Requests whose grammar is compiling (not yet scheduled). */
+  private readonly compiling = new Set<string>();
+  /** Matchers of scheduled structured-output requests, released when they end. */
+  private readonly constraints = new Map<string, TokenConstraint>();
   /** The step advance() launched last and has not completed. */
   private inFlight: PendingStep | null = null;
   private readonly model: Model;
@@ -74,6 +86,7 @@ export class EngineCore {
     this.config = parts.model.config;
     this.eosTokenIds = [...parts.eosTokenIds];
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
+    this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
     this.kv = new KVCacheManager({
       numBlocks: parts.numBlocks, blockSize: options.blockSize, enablePrefixCaching: options.enablePrefixCaching,
     });
@@ -104,17 +117,59 @@ export class EngineCore {
       this.pending.push(this.errorOutput(r.requestId, `token id ${bad} is outside the vocabulary [0, ${this.config.vocabSize})`));
       return;
     }
+    const spec = r.sampling.structuredOutput;
+    if (spec === null) {
+      this.schedule(r, null);
+      return;
+    }
+    if (this.structured === null) {
+      this.pending.push(this.errorOutput(r.requestId, 'structured outputs need the model\'s tokenizer.json'));
+      return;
+    }
+    // The grammar compiles off the step loop (vLLM's requests wait for theirs too); the request joins when it is ready.
+    this.compiling.add(r.requestId);
+    this.structured.constraintFor(spec).then((c) => {
+      if (!this.compiling.delete(r.requestId)) return c.dispose();
+      this.schedule(r, c);
+      this.onWork?.();
+    }, (e: unknown) => {
+      if (!this.compiling.delete(r.requestId)) return;
+      this.pending.push(this.errorOutput(r.requestId, `the structured output does not compile: ${(e as Error).message ?? e}`));
+      this.onWork?.();
+    });
+  }
+
+  private schedule(r: EngineRequest, constraint: TokenConstraint | null): void {
     const sampler = this.sampler.newSequenceState(r.sampling, r.promptTokenIds);
+    if (constraint !== null) {
+      sampler.constraint = constraint;
+      this.constraints.set(r.requestId, constraint);
+    }
     this.scheduler.addRequest(new Request<SequenceSamplingState>({
       requestId: r.requestId, promptTokenIds: r.promptTokenIds, maxTokens: r.sampling.maxTokens,
       priority: r.priority, arrivalTime: r.arrivalTime, cacheSalt: r.cacheSalt, sampling: sampler,
     }));
   }
 
+  /** Frees a finished request's grammar matcher. */
+  private releaseConstraint(requestId: string): void {
+    const c = this.constraints.get(requestId);
+    if (c === undefined) return;
+    this.constraints.delete(requestId);
+    c.dispose();
+  }
+
+  /** Structured-output matchers held (tests: none leak). */
+  get numConstraints(): number {
+    return this.constraints.size + this.compiling.size;
+  }
+
   /** Frees the request's pages at once; returns its final output. */
   abortRequest(requestId: string): EngineOutput[] {
+    if (this.compiling.delete(requestId)) return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
     if (!this.scheduler.getRequest(requestId)) return [];
     this.scheduler.abortRequest(requestId);
+    this.releaseConstraint(requestId);
     return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
   }
 
@@ -247,6 +302,7 @@ export class EngineCore {
     }
     this.scheduler.finishRequests(finished.get('stop')!, 'FINISHED_STOPPED');
     this.scheduler.finishRequests(finished.get('length')!, 'FINISHED_LENGTH');
+    if (this.constraints.size > 0) for (const ids of finished.values()) for (const id of ids) this.releaseConstraint(id);
     this.stepMs += performance.now() - t0;
     return outputs;
   }
@@ -343,6 +399,8 @@ export class EngineCore {
   }
 
   dispose(): void {
+    for (const id of [...this.constraints.keys()]) this.releaseConstraint(id);
+    this.compiling.clear();
     this.inFlight = null;
     this.model.backend.dispose();
   }
@@ -408,6 +466,8 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   const core = new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
+    grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.dir, 'tokenizer.json')) as Record<string, unknown>,
+      dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep() },
   }, options);
   core.captureGraphs();

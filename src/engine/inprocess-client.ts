@@ -16,7 +16,9 @@ export class InProcessEngineClient implements EngineClient {
   private failure: string | null = null;
   private closed = false;
 
-  constructor(readonly core: EngineCore) {}
+  constructor(readonly core: EngineCore) {
+    core.onWork = () => this.kick();
+  }
 
   get error(): string | null {
     return this.failure;

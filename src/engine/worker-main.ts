@@ -36,6 +36,7 @@ try {
       setImmediate(loop);
     }
   };
+  core.onWork = kick;
 
   port.on('message', (m: ToWorker) => {
     switch (m.type) {

@@ -1,6 +1,8 @@
 // Per-request sampling parameters, as the engine sees them (already validated;
 // see validateSamplingParams in ./validate.ts). Names follow vLLM's SamplingParams.
 
+import type { StructuredOutputSpec } from './structured-output.js';
+
 export interface SamplingParams {
   /** Number of new tokens at most. */
   maxTokens: number;
@@ -32,6 +34,8 @@ export interface SamplingParams {
   /** Number of top logprobs to return per token; null = none. */
   logprobs: number | null;
   skipSpecialTokens: boolean;
+  /** What the output must match (response_format / structured_outputs); null = free text. */
+  structuredOutput: StructuredOutputSpec | null;
 }
 
 export function defaultSamplingParams(overrides: Partial<SamplingParams> = {}): SamplingParams {
@@ -53,6 +57,7 @@ export function defaultSamplingParams(overrides: Partial<SamplingParams> = {}): 
     ignoreEos: false,
     logprobs: null,
     skipSpecialTokens: true,
+    structuredOutput: null,
     ...overrides,
   };
 }

@@ -1,6 +1,6 @@
 // Logits rows -> one token per row, in vLLM's order:
 //   raw logprobs (log_softmax of the model's logits, before anything below)
-//   logit bias -> min-tokens mask -> repetition, frequency, presence penalties
+//   structured-output grammar mask -> logit bias -> min-tokens mask -> repetition, frequency, presence penalties
 //   temperature == 0: argmax (ties to the lowest id)
 //   else: / temperature -> min-p -> top-k -> top-p -> draw from the row's RNG
 // (vLLM v1 applies min-p before top-k/top-p; top-p renormalises what is left.)
@@ -76,6 +76,7 @@ export class Sampler {
 
   private processLogits(row: Float32Array, state: SequenceSamplingState): void {
     const vocab = this.vocabSize;
+    state.constraint?.maskLogits(row, vocab);
     for (let i = 0; i < state.biasIds.length; i++) {
       const id = state.biasIds[i]!;
       if (id < vocab) row[id] = row[id]! + state.biasValues[i]!;

@@ -4,6 +4,7 @@
 
 import type { SamplingParams } from './params.js';
 import type { Rng } from './rng.js';
+import type { TokenConstraint } from './structured-output.js';
 
 export class SequenceSamplingState {
   readonly params: SamplingParams;
@@ -16,6 +17,8 @@ export class SequenceSamplingState {
   /** logitBias as parallel arrays (ids and biases). */
   readonly biasIds: Int32Array;
   readonly biasValues: Float32Array;
+  /** The grammar the output must follow (structured outputs); null = none. */
+  constraint: TokenConstraint | null = null;
 
   constructor(params: SamplingParams, promptTokenIds: readonly number[], rng: Rng) {
     this.params = params;
@@ -31,12 +34,16 @@ export class SequenceSamplingState {
   }
 
   appendOutputTokens(tokenIds: readonly number[]): void {
-    for (const t of tokenIds) this.outputTokenCounts.set(t, (this.outputTokenCounts.get(t) ?? 0) + 1);
+    for (const t of tokenIds) {
+      this.outputTokenCounts.set(t, (this.outputTokenCounts.get(t) ?? 0) + 1);
+      this.constraint?.accept(t);
+    }
     this.numOutput += tokenIds.length;
   }
 
   /** Rolls back the last generated tokens (rejected speculative tokens). */
   removeOutputTokens(tokenIds: readonly number[]): void {
+    if (this.constraint !== null) throw new Error('a structured output cannot take tokens back');
     for (const t of tokenIds) {
       const count = this.outputTokenCounts.get(t);
       if (count === undefined) throw new Error(`token ${t} was never generated`);

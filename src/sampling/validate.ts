@@ -40,6 +40,7 @@ const WIRE_NAMES: Record<keyof SamplingParams, string> = {
   ignoreEos: 'ignore_eos',
   logprobs: 'logprobs',
   skipSpecialTokens: 'skip_special_tokens',
+  structuredOutput: 'response_format',
 };
 
 function fail(field: keyof SamplingParams, message: string): never {
@@ -117,6 +118,8 @@ export function validateSamplingParams(raw: RawSamplingParams, limits: SamplingL
     ignoreEos: bool(raw, 'ignoreEos', d.ignoreEos),
     logprobs,
     skipSpecialTokens: bool(raw, 'skipSpecialTokens', d.skipSpecialTokens),
+    // Parsed and checked by the API layer (api/structured.ts), which sets it after this.
+    structuredOutput: null,
   };
 }
 

@@ -31,7 +31,7 @@ test('valid edge values are accepted and carried over', () => {
   assert.deepEqual(p, {
     temperature: 0, topP: 1, topK: 0, minP: 1, repetitionPenalty: 0.01, presencePenalty: -2, frequencyPenalty: 2,
     maxTokens: 3, minTokens: 3, logprobs: 20, seed: -7, stop: ['END'], stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
-    ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false,
+    ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false, structuredOutput: null,
   });
   assert.equal(validateSamplingParams({ temperature: 5, topK: -1 }, limits).temperature, 5);
 });

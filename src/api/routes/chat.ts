@@ -10,6 +10,7 @@ import { chatLogprobs } from '../logprobs.js';
 import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
 import { promptOpensThinking } from '../reasoning.js';
 import { samplingFromBody } from '../sampling.js';
+import { structuredOutputFromBody } from '../structured.js';
 import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ParsedToolCall } from '../tool-parser.js';
@@ -72,6 +73,7 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     });
     // The call tags may be special tokens: the parser must see them (vLLM's hermes parser does the same).
     if (parseTools) base.skipSpecialTokens = false;
+    base.structuredOutput = await structuredOutputFromBody(request.body as Body);
     const { text, ids } = renderChatPrompt(d, r);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');

@@ -7,6 +7,7 @@ import { checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens } from '
 import { parseCompletionRequest, type Body, type CompletionRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
+import { structuredOutputFromBody } from '../structured.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 interface PreparedPrompt {
@@ -23,6 +24,7 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const base = samplingFromBody(request.body as Body, {
       vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
     });
+    base.structuredOutput = await structuredOutputFromBody(request.body as Body);
     const prompts: PreparedPrompt[] = r.prompts.map((p) => {
       if (typeof p === 'string') return { ids: tok.encode(p, { addSpecialTokens: true }), text: p };
       checkTokenIds(p, tok.vocabSize, 'prompt');

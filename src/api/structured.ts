@@ -1,0 +1,79 @@
+// Structured-output request fields -> the engine's spec, as vLLM reads them: OpenAI's `response_format`
+// (json_object, json_schema), vLLM's `structured_outputs` (json, choice) and its older `guided_json` /
+// `guided_choice`. A spec that does not compile is a 400 here, before any token is generated.
+
+import { checkStructuredOutput, type StructuredOutputSpec } from '../sampling/structured-output.js';
+import { badRequest } from './errors.js';
+import type { Body } from './schemas.js';
+
+const isObject = (v: unknown): v is Body => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+function jsonSpec(v: unknown, param: string): StructuredOutputSpec {
+  if (typeof v === 'string') {
+    try {
+      if (!isObject(JSON.parse(v))) throw new Error();
+    } catch {
+      throw badRequest(`\`${param}\` must be a JSON schema (an object, or a string holding one).`, param);
+    }
+    return { type: 'json', schema: v };
+  }
+  if (!isObject(v)) throw badRequest(`\`${param}\` must be a JSON schema (an object, or a string holding one).`, param);
+  return { type: 'json', schema: JSON.stringify(v) };
+}
+
+function choiceSpec(v: unknown, param: string): StructuredOutputSpec {
+  if (!Array.isArray(v) || v.length === 0 || !v.every((c) => typeof c === 'string' && c !== '')) {
+    throw badRequest(`\`${param}\` must be a non-empty list of non-empty strings.`, param);
+  }
+  return { type: 'choice', choices: v };
+}
+
+function fromResponseFormat(v: unknown): StructuredOutputSpec | null {
+  if (!isObject(v)) throw badRequest('`response_format` must be an object.', 'response_format');
+  if (v.type === 'text') return null;
+  if (v.type === 'json_object') return { type: 'json', schema: '{"type": "object"}' };
+  if (v.type === 'json_schema') {
+    const js = v.json_schema;
+    if (!isObject(js) || js.schema === undefined) {
+      throw badRequest('`response_format.json_schema.schema` is required for "json_schema".', 'response_format.json_schema.schema');
+    }
+    return jsonSpec(js.schema, 'response_format.json_schema.schema');
+  }
+  throw badRequest('`response_format.type` must be "text", "json_object" or "json_schema".', 'response_format.type');
+}
+
+function fromStructuredOutputs(v: unknown): StructuredOutputSpec | null {
+  if (!isObject(v)) throw badRequest('`structured_outputs` must be an object.', 'structured_outputs');
+  for (const k of ['regex', 'grammar', 'structural_tag']) {
+    if (v[k] !== undefined && v[k] !== null) {
+      throw badRequest(`\`structured_outputs.${k}\` is not supported; use \`json\` or \`choice\`.`, `structured_outputs.${k}`);
+    }
+  }
+  const specs = [
+    v.json !== undefined && v.json !== null ? jsonSpec(v.json, 'structured_outputs.json') : null,
+    v.choice !== undefined && v.choice !== null ? choiceSpec(v.choice, 'structured_outputs.choice') : null,
+  ].filter((s) => s !== null);
+  if (specs.length > 1) throw badRequest('`structured_outputs` takes one of `json` or `choice`.', 'structured_outputs');
+  return specs[0] ?? null;
+}
+
+/** The request's structured-output spec (null: free text); 400 on a malformed or uncompilable one. */
+export async function structuredOutputFromBody(b: Body): Promise<StructuredOutputSpec | null> {
+  const given: [string, StructuredOutputSpec | null][] = [];
+  if (b.response_format !== undefined && b.response_format !== null) given.push(['response_format', fromResponseFormat(b.response_format)]);
+  if (b.structured_outputs !== undefined && b.structured_outputs !== null) given.push(['structured_outputs', fromStructuredOutputs(b.structured_outputs)]);
+  if (b.guided_json !== undefined && b.guided_json !== null) given.push(['guided_json', jsonSpec(b.guided_json, 'guided_json')]);
+  if (b.guided_choice !== undefined && b.guided_choice !== null) given.push(['guided_choice', choiceSpec(b.guided_choice, 'guided_choice')]);
+  const specs = given.filter(([, s]) => s !== null);
+  if (specs.length > 1) {
+    throw badRequest(`Only one structured-output constraint per request; got ${specs.map(([k]) => `\`${k}\``).join(' and ')}.`, specs[1]![0]);
+  }
+  if (specs.length === 0) return null;
+  const [param, spec] = specs[0]!;
+  try {
+    await checkStructuredOutput(spec!);
+  } catch (e) {
+    throw badRequest(`\`${param}\` does not compile to a grammar: ${(e as Error).message ?? e}`, param);
+  }
+  return spec;
+}

@@ -1,0 +1,144 @@
+// Structured outputs (vLLM's response_format / structured_outputs) through xgrammar, the grammar engine vLLM
+// uses, in its WebAssembly build: a request's JSON schema or choice list compiles once per engine (cached) against
+// the model's vocabulary; each request gets a matcher that masks the tokens its grammar does not allow at every
+// step and advances on the token sampled. Masked rows are sampled on the host (see device-sampling.ts).
+
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname } from 'node:path';
+import type * as XG from '@mlc-ai/web-xgrammar';
+
+/** What a request's output must match. `json` holds a JSON schema as text. */
+export type StructuredOutputSpec = { type: 'json'; schema: string } | { type: 'choice'; choices: string[] };
+
+/** A request's grammar state, consulted by the host sampler. */
+export interface TokenConstraint {
+  /** Sets the logits of the tokens the grammar does not allow next to -Infinity. */
+  maskLogits(row: Float32Array, vocab: number): void;
+  /** Advances past a sampled token; false when the grammar refused it. */
+  accept(tokenId: number): boolean;
+  dispose(): void;
+}
+
+type XGrammar = typeof XG;
+let loaded: XGrammar | null = null;
+
+/**
+ * The package is a UMD bundle inside a `"type": "module"` package (it reaches for `require` and `__filename`,
+ * which ES modules do not have): run it as the CommonJS module it is written as, without touching globals.
+ */
+export function xgrammar(): XGrammar {
+  if (loaded === null) {
+    const req = createRequire(import.meta.url);
+    const file = req.resolve('@mlc-ai/web-xgrammar');
+    const mod = { exports: {} as XGrammar };
+    new Function('exports', 'module', 'require', '__filename', '__dirname', readFileSync(file, 'utf8'))(
+      mod.exports, mod, req, file, dirname(file));
+    loaded = mod.exports;
+  }
+  return loaded;
+}
+
+/** The grammar of a spec in xgrammar's EBNF, or the JSON schema to compile. */
+function choiceGrammar(choices: readonly string[]): string {
+  return `root ::= ${choices.map((c) => JSON.stringify(c)).join(' | ')}`;
+}
+
+/** Checks a spec without a vocabulary (the API layer's 400s): throws xgrammar's message when it does not compile. */
+export async function checkStructuredOutput(spec: StructuredOutputSpec): Promise<void> {
+  const xg = xgrammar();
+  const g = spec.type === 'json' ? await xg.Grammar.fromJSONSchema(spec.schema, false) : await xg.Grammar.fromEBNF(choiceGrammar(spec.choices));
+  g.dispose();
+}
+
+/** The model's vocabulary as xgrammar reads it (tokenizer.json's strings, its byte encoding). */
+export interface GrammarVocab {
+  encodedVocab: string[];
+  vocabType: 'byte_level' | 'byte_fallback' | 'raw';
+  /** Width of a logits row. */
+  vocabSize: number;
+  stopTokenIds: number[];
+}
+
+/** tokenizer.json -> GrammarVocab. */
+export function grammarVocabFromTokenizerJson(json: Record<string, unknown>, vocabSize: number, stopTokenIds: number[]): GrammarVocab {
+  const model = json.model as { vocab?: Record<string, number> } | undefined;
+  const encodedVocab: string[] = [];
+  for (const [token, id] of Object.entries(model?.vocab ?? {})) encodedVocab[id] = token;
+  for (const t of (json.added_tokens ?? []) as { id: number; content: string }[]) encodedVocab[t.id] = t.content;
+  for (let i = 0; i < encodedVocab.length; i++) encodedVocab[i] ??= '';
+  const decoder = JSON.stringify(json.decoder ?? null);
+  const vocabType = decoder.includes('"ByteLevel"') ? 'byte_level' : decoder.includes('"ByteFallback"') ? 'byte_fallback' : 'raw';
+  return { encodedVocab, vocabType, vocabSize, stopTokenIds };
+}
+
+const MAX_CACHED = 64;
+
+/** One engine's grammars: the compiler (built on first use) and the compiled grammars by spec. */
+export class StructuredOutputs {
+  private compiler: Promise<XG.GrammarCompiler> | null = null;
+  private readonly compiled = new Map<string, Promise<XG.CompiledGrammar>>();
+
+  constructor(private readonly vocab: () => GrammarVocab) {}
+
+  /** A fresh matcher for `spec` (compiles it, or takes it from the cache). */
+  async constraintFor(spec: StructuredOutputSpec): Promise<TokenConstraint> {
+    const xg = xgrammar();
+    const grammar = await this.compile(spec);
+    const matcher = await xg.GrammarMatcher.createGrammarMatcher(grammar);
+    return new GrammarConstraint(matcher);
+  }
+
+  private compile(spec: StructuredOutputSpec): Promise<XG.CompiledGrammar> {
+    const key = JSON.stringify(spec);
+    let p = this.compiled.get(key);
+    if (p === undefined) {
+      p = this.compilerOnce().then((c) => spec.type === 'json' ? c.compileJSONSchema(spec.schema, false) : c.compileGrammar(choiceGrammar(spec.choices)));
+      p.catch(() => this.compiled.delete(key));
+      if (this.compiled.size >= MAX_CACHED) this.compiled.delete(this.compiled.keys().next().value!);
+      this.compiled.set(key, p);
+    }
+    return p;
+  }
+
+  private compilerOnce(): Promise<XG.GrammarCompiler> {
+    this.compiler ??= (async () => {
+      const v = this.vocab();
+      const xg = xgrammar();
+      const info = await xg.TokenizerInfo.createTokenizerInfo(v.encodedVocab, v.vocabType, false, v.vocabSize, v.stopTokenIds);
+      return xg.GrammarCompiler.createGrammarCompiler(info);
+    })();
+    return this.compiler;
+  }
+}
+
+/** The bitmask call without the package's `await` (it only waits for an init that has long finished). */
+interface MatcherHandle {
+  GetNextTokenBitmask(vocabSize: number): { size(): number; get(i: number): number; delete(): void };
+}
+
+class GrammarConstraint implements TokenConstraint {
+  constructor(private readonly matcher: XG.GrammarMatcher) {}
+
+  maskLogits(row: Float32Array, vocab: number): void {
+    const words = (this.matcher as unknown as { handle: MatcherHandle }).handle.GetNextTokenBitmask(vocab);
+    try {
+      const n = Math.min(words.size() * 32, vocab);
+      for (let w = 0; w * 32 < n; w++) {
+        const bits = words.get(w);
+        if (bits === -1) continue;
+        for (let b = 0; b < 32 && w * 32 + b < n; b++) if (((bits >>> b) & 1) === 0) row[w * 32 + b] = -Infinity;
+      }
+    } finally {
+      words.delete();
+    }
+  }
+
+  accept(tokenId: number): boolean {
+    return this.matcher.acceptToken(tokenId);
+  }
+
+  dispose(): void {
+    this.matcher.dispose();
+  }
+}

@@ -1,0 +1,84 @@
+// Structured outputs in the engine (CPU backend, a random tiny model): the grammar decides every token, so even
+// random weights produce a listed choice or JSON that matches the schema, greedy or sampled; matchers are freed
+// when requests end or are aborted, and a schema that does not compile fails its request alone.
+
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createEngineCore } from '../../src/engine/engine-core.js';
+import { InProcessEngineClient } from '../../src/engine/inprocess-client.js';
+import { engineOptions } from '../../src/engine/options.js';
+import type { EngineOutput } from '../../src/engine/types.js';
+import { loadModelDir } from '../../src/loader/model-dir.js';
+import { defaultSamplingParams } from '../../src/sampling/params.js';
+import type { StructuredOutputSpec } from '../../src/sampling/structured-output.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
+
+describe('structured outputs in the engine', () => {
+  let dir: string;
+  let client: InProcessEngineClient;
+  let decode: (ids: number[]) => string;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'quire-structured-'));
+    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 0 });
+    const loaded = loadModelDir(dir);
+    decode = (ids) => loaded.tokenizer.decode(ids, { skipSpecialTokens: true });
+    client = new InProcessEngineClient(await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, maxModelLen: 512 }), loaded));
+  });
+  after(async () => {
+    await client.shutdown();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  let n = 0;
+  async function run(spec: StructuredOutputSpec, temperature: number, seed: number, abortAfter?: number): Promise<{ text: string; last: EngineOutput }> {
+    const requestId = `s${n++}`;
+    const ids: number[] = [];
+    let last: EngineOutput | null = null;
+    for await (const o of client.generate({
+      requestId, promptTokenIds: [11, 22, 33 + seed], priority: 0, cacheSalt: null, arrivalTime: Date.now(),
+      sampling: defaultSamplingParams({ maxTokens: 80, temperature, seed, structuredOutput: spec }),
+    })) {
+      ids.push(...o.newTokenIds);
+      last = o;
+      if (abortAfter !== undefined && ids.length >= abortAfter && !o.finished) client.abort(requestId);
+    }
+    return { text: decode(ids), last: last! };
+  }
+
+  it('gives one of the choices, greedy or sampled, and ends with a stop', async () => {
+    const choices = ['red', 'green', 'blue sky'];
+    for (const [temperature, seed] of [[0, 0], [1, 1], [1, 2], [1.5, 3]] as const) {
+      const { text, last } = await run({ type: 'choice', choices }, temperature, seed);
+      assert.ok(choices.includes(text), text);
+      assert.equal(last.finishReason, 'stop');
+    }
+  });
+
+  it('gives JSON that matches the schema', async () => {
+    const schema = { type: 'object', properties: { colour: { enum: ['red', 'blue'] }, n: { type: 'integer' }, ok: { type: 'boolean' } },
+      required: ['colour', 'n', 'ok'], additionalProperties: false };
+    for (const seed of [1, 2, 3]) {
+      const { text, last } = await run({ type: 'json', schema: JSON.stringify(schema) }, 1, seed);
+      assert.equal(last.finishReason, 'stop', text);
+      const v = JSON.parse(text) as Record<string, unknown>;
+      assert.deepEqual(Object.keys(v).sort(), ['colour', 'n', 'ok']);
+      assert.ok(['red', 'blue'].includes(v.colour as string) && Number.isInteger(v.n) && typeof v.ok === 'boolean', text);
+    }
+  });
+
+  it('frees every matcher when requests end or are aborted', async () => {
+    await run({ type: 'json', schema: '{"type": "object"}' }, 1, 4, 3);
+    assert.equal(client.core.numConstraints, 0);
+  });
+
+  it('fails a request whose schema does not compile, and serves the next', async () => {
+    const { last } = await run({ type: 'json', schema: '{"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}' }, 0, 5);
+    assert.equal(last.finishReason, 'error');
+    assert.match(last.error ?? '', /does not compile/);
+    const { text } = await run({ type: 'choice', choices: ['yes', 'no'] }, 0, 6);
+    assert.ok(['yes', 'no'].includes(text));
+  });
+});
