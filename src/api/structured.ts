@@ -70,8 +70,13 @@ export async function structuredOutputFromBody(b: Body): Promise<StructuredOutpu
   }
   if (specs.length === 0) return null;
   const [param, spec] = specs[0]!;
+  return checkedSpec(spec!, param);
+}
+
+/** The spec, once it compiles; else a 400 naming `param`. */
+export async function checkedSpec(spec: StructuredOutputSpec, param: string): Promise<StructuredOutputSpec> {
   try {
-    await checkStructuredOutput(spec!);
+    await checkStructuredOutput(spec);
   } catch (e) {
     throw badRequest(`\`${param}\` does not compile to a grammar: ${(e as Error).message ?? e}`, param);
   }

@@ -4,8 +4,10 @@
 // Which output parser runs is the server's choice (`--enable-auto-tool-choice
 // --tool-call-parser hermes`); see tool-parser.ts.
 
+import { randomBytes } from 'node:crypto';
 import { badRequest } from './errors.js';
 import type { Body } from './schemas.js';
+import type { ParsedToolCall } from './tool-parser.js';
 
 /** One entry of `tools`, passed to the chat template as sent. */
 export interface ToolDefinition {
@@ -67,20 +69,38 @@ export function parseToolChoice(b: Body, tools: readonly ToolDefinition[] | null
 }
 
 /**
- * Whether this request's output is parsed for tool calls, or a 400 where the server cannot honour the choice:
- * "auto" needs the server's parser (vLLM's message), "required" and named functions need guided decoding.
+ * How a request's output becomes tool calls: "none" leaves it text; "auto" parses what the model writes (and needs
+ * the server's parser: vLLM's 400 otherwise); a named function or "required" constrain the output to the
+ * function's arguments, or to a list of calls, by a grammar (forcedToolSpec), as vLLM does.
  */
-export function toolParsingFor(choice: ToolChoice, parser: ToolCallParserName | null): boolean {
-  if (choice === 'none') return false;
+export type ToolMode = { kind: 'none' } | { kind: 'auto' } | { kind: 'named'; name: string } | { kind: 'required' };
+
+export function toolModeFor(choice: ToolChoice, parser: ToolCallParserName | null): ToolMode {
+  if (choice === 'none') return { kind: 'none' };
   if (choice === 'auto') {
     if (parser === null) {
       throw badRequest('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set.', 'tool_choice');
     }
-    return true;
+    return { kind: 'auto' };
   }
-  const what = choice === 'required' ? '"required"' : 'a named function';
-  throw badRequest(`\`tool_choice\` ${what} needs guided decoding, which this server does not have; use "auto" or "none".`,
-    'tool_choice');
+  return choice === 'required' ? { kind: 'required' } : { kind: 'named', name: choice.name };
+}
+
+const parametersOf = (t: ToolDefinition) => t.function.parameters ?? { type: 'object' };
+
+/** The JSON schema a forced tool choice puts on the output: the named function's arguments, or a list of calls. */
+export function forcedToolSchema(mode: ToolMode, tools: readonly ToolDefinition[]): string | null {
+  if (mode.kind === 'named') return JSON.stringify(parametersOf(tools.find((t) => t.function.name === mode.name)!));
+  if (mode.kind !== 'required') return null;
+  return JSON.stringify({
+    type: 'array', minItems: 1,
+    items: {
+      anyOf: tools.map((t) => ({
+        type: 'object', properties: { name: { type: 'string', enum: [t.function.name] }, parameters: parametersOf(t) },
+        required: ['name', 'parameters'],
+      })),
+    },
+  });
 }
 
 /** An assistant message's `tool_calls`, arguments parsed to objects (vLLM does the same for the templates). */
@@ -104,4 +124,13 @@ export function parseMessageToolCalls(v: unknown, at: string): Body[] {
     }
     return { ...c, type: 'function', function: { ...c.function, arguments: args } };
   });
+}
+
+/** An OpenAI tool call with a fresh id (vLLM's `chatcmpl-tool-` ids); `index` in stream deltas only. */
+export function toolCallJson(c: ParsedToolCall, index?: number): Record<string, unknown> {
+  return {
+    ...(index !== undefined ? { index } : {}),
+    id: `chatcmpl-tool-${randomBytes(16).toString('hex')}`, type: 'function',
+    function: { name: c.name, arguments: c.arguments },
+  };
 }

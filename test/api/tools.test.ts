@@ -50,8 +50,8 @@ describe('tools and tool_choice', () => {
       [{ tools: [{ type: 'function', function: {} }] }, 'tools[0].function.name', /non-empty string/],
       [{ tools: [{ type: 'retrieval' }] }, 'tools[0]', /"type": "function"/],
       [{ tools: [weather] }, 'tool_choice', /"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser/],
-      [{ tools: [weather], tool_choice: 'required' }, 'tool_choice', /guided decoding/],
-      [{ tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice', /guided decoding/],
+      [{ tools: [weather], tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/],
+      [{ tools: [{ type: 'function', function: { name: 'f', parameters: { $ref: '#/nowhere' } } }], tool_choice: 'required' }, 'tools', /does not compile/],
       [{ tools: [weather], tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice', /"nope", which is not in `tools`/],
       [{ tool_choice: 'auto' }, 'tool_choice', /requires `tools`/],
       [{ tool_choice: 'sometimes', tools: [weather] }, 'tool_choice', /must be "none", "auto"/],
@@ -127,5 +127,64 @@ describe('auto tool choice with the hermes parser', () => {
   it('refuses to start with --enable-auto-tool-choice and no parser', () => {
     assert.throws(() => createServer({ engine: new FakeEngine(), tokenizer: new ByteTokenizer(), chatTemplate: null, modelName: MODEL,
       maxModelLen: 64, enableAutoToolChoice: true }), /--enable-auto-tool-choice requires --tool-call-parser/);
+  });
+});
+
+describe('forced tool choice (a named function, or "required")', () => {
+  let s: TestServer;
+  let client: OpenAI;
+  let script = '';
+  before(async () => {
+    s = await startTestServer({}, { script: () => script });
+    client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(() => s.close());
+  const messages = [{ role: 'user' as const, content: 'Weather?' }];
+  const search = { type: 'function' as const, function: { name: 'search', parameters: { type: 'object', properties: { q: { type: 'string' } } } } };
+  const named = { type: 'function' as const, function: { name: 'get_weather' } };
+
+  it('constrains the output to the named function\'s arguments and answers them as its call, streamed as they come', async () => {
+    script = '{"city": "Paris"}';
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: [weather, search], tool_choice: named });
+    assert.deepEqual(s.engine.submitted.at(-1)!.sampling.structuredOutput, { type: 'json', schema: JSON.stringify(weather.function.parameters) });
+    const m = r.choices[0]!.message;
+    assert.equal(m.content, null);
+    assert.deepEqual(m.tool_calls!.map((c) => c.type === 'function' ? [c.function.name, c.function.arguments] : null), [['get_weather', script]]);
+    assert.equal(r.choices[0]!.finish_reason, 'stop');
+    const stream = await client.chat.completions.create({ model: MODEL, messages, tools: [weather], tool_choice: named, stream: true });
+    let args = '';
+    const heads: (string | undefined)[] = [];
+    for await (const c of stream) {
+      for (const t of c.choices[0]?.delta.tool_calls ?? []) {
+        assert.equal(t.index, 0);
+        args += t.function?.arguments ?? '';
+        heads.push(t.function?.name);
+      }
+    }
+    assert.equal(args, script);
+    assert.equal(heads[0], 'get_weather');
+    assert.ok(heads.length > 1 && heads.slice(1).every((n) => n === undefined));
+  });
+
+  it('"required" constrains the output to a list of calls and answers each as a tool call, streamed or not', async () => {
+    script = '[{"name": "search", "parameters": {"q": "rain"}}, {"name": "get_weather", "parameters": {"city": "Rome"}}]';
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: [weather, search], tool_choice: 'required' });
+    const spec = s.engine.submitted.at(-1)!.sampling.structuredOutput!;
+    assert.equal(spec.type, 'json');
+    const schema = JSON.parse((spec as { schema: string }).schema);
+    assert.equal(schema.type, 'array');
+    assert.deepEqual(schema.items.anyOf.map((a: { properties: { name: { enum: string[] } } }) => a.properties.name.enum), [['get_weather'], ['search']]);
+    const calls = (m: OpenAI.Chat.Completions.ChatCompletionMessage) => m.tool_calls!.map((c) => c.type === 'function' ? [c.function.name, JSON.parse(c.function.arguments)] : null);
+    assert.deepEqual(calls(r.choices[0]!.message), [['search', { q: 'rain' }], ['get_weather', { city: 'Rome' }]]);
+    assert.equal(r.choices[0]!.finish_reason, 'tool_calls');
+    const stream = await client.chat.completions.create({ model: MODEL, messages, tools: [weather, search], tool_choice: 'required', stream: true });
+    const got: unknown[] = [];
+    let finish = null;
+    for await (const c of stream) {
+      for (const t of c.choices[0]?.delta.tool_calls ?? []) got.push([t.index, t.function?.name, JSON.parse(t.function!.arguments!)]);
+      finish = c.choices[0]?.finish_reason ?? finish;
+    }
+    assert.deepEqual(got, [[0, 'search', { q: 'rain' }], [1, 'get_weather', { city: 'Rome' }]]);
+    assert.equal(finish, 'tool_calls');
   });
 });

@@ -15,6 +15,8 @@ import { loadModelDir } from '../../src/loader/model-dir.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
 import type { StructuredOutputSpec } from '../../src/sampling/structured-output.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { forcedToolSchema } from '../../src/api/tools.js';
+import { requiredCalls } from '../../src/api/routes/chat-forced.js';
 
 describe('structured outputs in the engine', () => {
   let dir: string;
@@ -33,13 +35,13 @@ describe('structured outputs in the engine', () => {
   });
 
   let n = 0;
-  async function run(spec: StructuredOutputSpec, temperature: number, seed: number, abortAfter?: number): Promise<{ text: string; last: EngineOutput }> {
+  async function run(spec: StructuredOutputSpec, temperature: number, seed: number, abortAfter?: number, maxTokens = 80): Promise<{ text: string; last: EngineOutput }> {
     const requestId = `s${n++}`;
     const ids: number[] = [];
     let last: EngineOutput | null = null;
     for await (const o of client.generate({
       requestId, promptTokenIds: [11, 22, 33 + seed], priority: 0, cacheSalt: null, arrivalTime: Date.now(),
-      sampling: defaultSamplingParams({ maxTokens: 80, temperature, seed, structuredOutput: spec }),
+      sampling: defaultSamplingParams({ maxTokens, temperature, seed, structuredOutput: spec }),
     })) {
       ids.push(...o.newTokenIds);
       last = o;
@@ -66,6 +68,18 @@ describe('structured outputs in the engine', () => {
       const v = JSON.parse(text) as Record<string, unknown>;
       assert.deepEqual(Object.keys(v).sort(), ['colour', 'n', 'ok']);
       assert.ok(['red', 'blue'].includes(v.colour as string) && Number.isInteger(v.n) && typeof v.ok === 'boolean', text);
+    }
+  });
+
+  it('gives a list of calls for tool_choice "required" (the API layer\'s schema)', async () => {
+    const tools = [{ type: 'function' as const, function: { name: 'pick', parameters: { type: 'object', properties: { c: { enum: ['a', 'b'] } }, required: ['c'], additionalProperties: false } } }];
+    const schema = forcedToolSchema({ kind: 'required' }, tools)!;
+    for (const seed of [0, 1, 2, 3]) {
+      const { text, last } = await run({ type: 'json', schema }, 1, seed, undefined, 400);
+      assert.equal(last.finishReason, 'stop', text);
+      const calls = requiredCalls(text);
+      assert.ok(calls !== null && calls.length >= 1, text);
+      for (const c of calls) assert.ok(c.name === 'pick' && ['a', 'b'].includes(JSON.parse(c.arguments).c), text);
     }
   });
 

@@ -1,6 +1,5 @@
 // POST /v1/chat/completions
 
-import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ChatTemplateError, renderChat } from '../../loader/chat-template.js';
 import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../chat-output.js';
@@ -10,11 +9,12 @@ import { chatLogprobs } from '../logprobs.js';
 import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
 import { promptOpensThinking } from '../reasoning.js';
 import { samplingFromBody } from '../sampling.js';
-import { structuredOutputFromBody } from '../structured.js';
+import { checkedSpec, structuredOutputFromBody } from '../structured.js';
 import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ParsedToolCall } from '../tool-parser.js';
-import { toolParsingFor } from '../tools.js';
+import { forcedToolSchema, toolCallJson, toolModeFor } from '../tools.js';
+import { forcedToolFormatter } from './chat-forced.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 /** Renders and tokenizes the conversation (the template brings its own BOS). */
@@ -67,20 +67,31 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const arrivalTime = Date.now();
     const r = parseChatRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
-    const parseTools = toolParsingFor(r.toolChoice, d.autoToolParser);
+    const toolMode = toolModeFor(r.toolChoice, d.autoToolParser);
+    const parseTools = toolMode.kind === 'auto';
     const base = samplingFromBody(request.body as Body, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
     });
     // The call tags may be special tokens: the parser must see them (vLLM's hermes parser does the same).
     if (parseTools) base.skipSpecialTokens = false;
     base.structuredOutput = await structuredOutputFromBody(request.body as Body);
+    const forced = forcedToolSchema(toolMode, r.tools ?? []);
+    if (forced !== null) {
+      if (base.structuredOutput !== null) {
+        throw badRequest('A forced `tool_choice` ("required" or a named function) cannot be combined with another structured output.', 'tool_choice');
+      }
+      base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools');
+    }
     const { text, ids } = renderChatPrompt(d, r);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
-    const fmt = chatFormatter(d, r, ids, { id, model, created: Math.floor(arrivalTime / 1000) }, {
-      reasoning: d.reasoningParser !== null, startsInReasoning: d.reasoningParser !== null && promptOpensThinking(text), tools: parseTools,
-    });
+    const header = { id, model, created: Math.floor(arrivalTime / 1000) };
+    const fmt = toolMode.kind === 'named' || toolMode.kind === 'required'
+      ? forcedToolFormatter(r, ids, header, toolMode, (o) => logprobsOf(d, r, o))
+      : chatFormatter(d, r, ids, header, {
+        reasoning: d.reasoningParser !== null, startsInReasoning: d.reasoningParser !== null && promptOpensThinking(text), tools: parseTools,
+      });
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
       stream: r.stream, includeUsage: r.includeUsage, continuousUsage: r.continuousUsage, fmt,
@@ -88,25 +99,18 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
   });
 }
 
-interface Header {
+export interface Header {
   id: string;
   model: string;
   created: number;
 }
 
-/** An OpenAI tool call (`index` in stream deltas only). */
-function toolCallJson(c: ParsedToolCall, index?: number): Record<string, unknown> {
-  return {
-    ...(index !== undefined ? { index } : {}),
-    id: `chatcmpl-tool-${randomBytes(16).toString('hex')}`, type: 'function',
-    function: { name: c.name, arguments: c.arguments },
-  };
-}
+const logprobsOf = (d: RouteDeps, r: ChatRequest, o: { logprobs: ChoiceDelta['logprobs'] }) =>
+  r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
 
 function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parse: ChatOutputOptions): ChoiceFormatter {
   const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
-  const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs'] }) =>
-    r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
+  const lp = (o: { logprobs: ChoiceDelta['logprobs'] }) => logprobsOf(d, r, o);
   const streams = new Map<number, ChatOutputStream>();
   const streamOf = (index: number) => {
     let p = streams.get(index);
@@ -133,7 +137,7 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
       return {
         ...chunkHead,
         choices: [{
-          index: delta.index, delta: deltaOf(o.reasoning, o.content, o.calls, o.firstCall), logprobs: logprobsOf(delta), finish_reason: null,
+          index: delta.index, delta: deltaOf(o.reasoning, o.content, o.calls, o.firstCall), logprobs: lp(delta), finish_reason: null,
           ...(r.returnTokenIds ? { token_ids: delta.tokenIds } : {}),
         }],
       };
@@ -164,7 +168,7 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
               ...(parse.reasoning ? { reasoning_content: e.reasoning } : {}),
               ...(e.calls.length > 0 ? { tool_calls: e.calls.map((c) => toolCallJson(c)) } : {}),
             },
-            logprobs: logprobsOf(o),
+            logprobs: lp(o),
             finish_reason: e.calls.length > 0 ? 'tool_calls' : o.finishReason,
             stop_reason: o.stopReason,
             ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),

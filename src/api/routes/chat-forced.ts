@@ -1,0 +1,86 @@
+// Chat answers under a forced tool choice (vLLM's named function calling and tool_choice "required"): the
+// grammar made the output the named function's arguments, or a JSON list of {"name", "parameters"} calls; they
+// come back as tool_calls. Named calls stream their arguments as they are generated; "required" lists are sent
+// whole when the choice ends.
+
+import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
+import type { ChatRequest } from '../schemas.js';
+import type { ChoiceFormatter, Usage } from '../serve.js';
+import type { ParsedToolCall } from '../tool-parser.js';
+import { toolCallJson, type ToolMode } from '../tools.js';
+import type { Header } from './chat.js';
+
+/** A "required" output: its calls, or null when it is not a whole list (cut by max_tokens). */
+export function requiredCalls(text: string): ParsedToolCall[] | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (!Array.isArray(v)) return null;
+  const calls: ParsedToolCall[] = [];
+  for (const c of v as { name?: unknown; parameters?: unknown }[]) {
+    if (typeof c?.name !== 'string') return null;
+    calls.push({ name: c.name, arguments: JSON.stringify(c.parameters ?? {}) });
+  }
+  return calls;
+}
+
+export function forcedToolFormatter(r: ChatRequest, promptIds: number[], h: Header, mode: ToolMode & { kind: 'named' | 'required' },
+  logprobsOf: (o: { logprobs: ChoiceDelta['logprobs'] }) => unknown): ChoiceFormatter {
+  const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
+  const started = new Set<number>();
+  const texts = new Map<number, string>();
+  const chunk = (index: number, delta: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+    ({ ...chunkHead, choices: [{ index, delta, logprobs: null, finish_reason: null, ...extra }] });
+  return {
+    openingChunks() {
+      return Array.from({ length: r.n }, (_, index) => ({
+        ...chunkHead,
+        choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+        ...(r.returnTokenIds && index === 0 ? { prompt_token_ids: promptIds } : {}),
+      }));
+    },
+    deltaChunk(d: ChoiceDelta) {
+      const extra = { logprobs: logprobsOf(d), ...(r.returnTokenIds ? { token_ids: d.tokenIds } : {}) };
+      if (mode.kind === 'required') {
+        texts.set(d.index, (texts.get(d.index) ?? '') + d.text);
+        return r.logprobs === null && !r.returnTokenIds ? null : chunk(d.index, {}, extra);
+      }
+      if (d.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
+      if (started.has(d.index)) return chunk(d.index, { tool_calls: [{ index: 0, function: { arguments: d.text } }] }, extra);
+      started.add(d.index);
+      return chunk(d.index, { tool_calls: [toolCallJson({ name: mode.name, arguments: d.text }, 0)] }, extra);
+    },
+    finishChunks(o: ChoiceOutcome) {
+      const done = { finish_reason: o.finishReason, stop_reason: o.stopReason };
+      if (mode.kind === 'named') return [{ ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, ...done }] }];
+      const calls = requiredCalls(texts.get(o.index) ?? '');
+      if (calls === null) return [chunk(o.index, { content: texts.get(o.index) ?? '' }), { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, ...done }] }];
+      return [chunk(o.index, { tool_calls: calls.map((c, k) => toolCallJson(c, k)) }),
+        { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: 'tool_calls', stop_reason: o.stopReason }] }];
+    },
+    usageChunk(usage: Usage) {
+      return { ...chunkHead, choices: [], usage };
+    },
+    response(outcomes: ChoiceOutcome[], usage: Usage) {
+      return {
+        id: h.id, object: 'chat.completion', created: h.created, model: h.model,
+        choices: outcomes.map((o) => {
+          const calls = mode.kind === 'named' ? [{ name: mode.name, arguments: o.text }] : requiredCalls(o.text);
+          return {
+            index: o.index,
+            message: calls === null ? { role: 'assistant', content: o.text } : { role: 'assistant', content: null, tool_calls: calls.map((c) => toolCallJson(c)) },
+            logprobs: logprobsOf(o),
+            finish_reason: mode.kind === 'required' && calls !== null ? 'tool_calls' : o.finishReason,
+            stop_reason: o.stopReason,
+            ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),
+          };
+        }),
+        usage,
+        ...(r.returnTokenIds ? { prompt_token_ids: promptIds } : {}),
+      };
+    },
+  };
+}
