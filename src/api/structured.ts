@@ -1,6 +1,7 @@
 // Structured-output request fields -> the engine's spec, as vLLM reads them: OpenAI's `response_format`
-// (json_object, json_schema), vLLM's `structured_outputs` (json, choice) and its older `guided_json` /
-// `guided_choice`. A spec that does not compile is a 400 here, before any token is generated.
+// (json_object, json_schema), vLLM's `structured_outputs` (json, regex, choice, grammar) and its older `guided_json`
+// / `guided_regex` / `guided_choice` / `guided_grammar`. A spec that does not compile is a 400 here, before any
+// token is generated.
 
 import { checkStructuredOutput, type StructuredOutputSpec } from '../sampling/structured-output.js';
 import { badRequest } from './errors.js';
@@ -42,18 +43,24 @@ function fromResponseFormat(v: unknown): StructuredOutputSpec | null {
   throw badRequest('`response_format.type` must be "text", "json_object" or "json_schema".', 'response_format.type');
 }
 
-function fromStructuredOutputs(v: unknown): StructuredOutputSpec | null {
+function textSpec(v: unknown, param: string, make: (s: string) => StructuredOutputSpec): StructuredOutputSpec {
+  if (typeof v !== 'string' || v === '') throw badRequest(`\`${param}\` must be a non-empty string.`, param);
+  return make(v);
+}
+
+const regexSpec = (v: unknown, param: string) => textSpec(v, param, (pattern) => ({ type: 'regex', pattern }));
+const grammarSpec = (v: unknown, param: string) => textSpec(v, param, (ebnf) => ({ type: 'grammar', ebnf }));
+
+function fromStructuredOutputs(v: unknown): [string, StructuredOutputSpec] | null {
   if (!isObject(v)) throw badRequest('`structured_outputs` must be an object.', 'structured_outputs');
-  for (const k of ['regex', 'grammar', 'structural_tag']) {
-    if (v[k] !== undefined && v[k] !== null) {
-      throw badRequest(`\`structured_outputs.${k}\` is not supported; use \`json\` or \`choice\`.`, `structured_outputs.${k}`);
-    }
+  if (v.structural_tag !== undefined && v.structural_tag !== null) {
+    throw badRequest('`structured_outputs.structural_tag` is not supported; use `json`, `regex`, `choice` or `grammar`.', 'structured_outputs.structural_tag');
   }
-  const specs = [
-    v.json !== undefined && v.json !== null ? jsonSpec(v.json, 'structured_outputs.json') : null,
-    v.choice !== undefined && v.choice !== null ? choiceSpec(v.choice, 'structured_outputs.choice') : null,
-  ].filter((s) => s !== null);
-  if (specs.length > 1) throw badRequest('`structured_outputs` takes one of `json` or `choice`.', 'structured_outputs');
+  const given = (k: string) => v[k] !== undefined && v[k] !== null;
+  const kinds = { json: jsonSpec, regex: regexSpec, choice: choiceSpec, grammar: grammarSpec };
+  const specs = Object.entries(kinds).filter(([k]) => given(k))
+    .map(([k, make]): [string, StructuredOutputSpec] => [`structured_outputs.${k}`, make(v[k], `structured_outputs.${k}`)]);
+  if (specs.length > 1) throw badRequest('`structured_outputs` takes one of `json`, `regex`, `choice` or `grammar`.', 'structured_outputs');
   return specs[0] ?? null;
 }
 
@@ -61,9 +68,13 @@ function fromStructuredOutputs(v: unknown): StructuredOutputSpec | null {
 export async function structuredOutputFromBody(b: Body): Promise<StructuredOutputSpec | null> {
   const given: [string, StructuredOutputSpec | null][] = [];
   if (b.response_format !== undefined && b.response_format !== null) given.push(['response_format', fromResponseFormat(b.response_format)]);
-  if (b.structured_outputs !== undefined && b.structured_outputs !== null) given.push(['structured_outputs', fromStructuredOutputs(b.structured_outputs)]);
+  if (b.structured_outputs !== undefined && b.structured_outputs !== null) {
+    given.push(fromStructuredOutputs(b.structured_outputs) ?? ['structured_outputs', null]);
+  }
   if (b.guided_json !== undefined && b.guided_json !== null) given.push(['guided_json', jsonSpec(b.guided_json, 'guided_json')]);
   if (b.guided_choice !== undefined && b.guided_choice !== null) given.push(['guided_choice', choiceSpec(b.guided_choice, 'guided_choice')]);
+  if (b.guided_regex !== undefined && b.guided_regex !== null) given.push(['guided_regex', regexSpec(b.guided_regex, 'guided_regex')]);
+  if (b.guided_grammar !== undefined && b.guided_grammar !== null) given.push(['guided_grammar', grammarSpec(b.guided_grammar, 'guided_grammar')]);
   const specs = given.filter(([, s]) => s !== null);
   if (specs.length > 1) {
     throw badRequest(`Only one structured-output constraint per request; got ${specs.map(([k]) => `\`${k}\``).join(' and ')}.`, specs[1]![0]);

@@ -8,8 +8,9 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import type * as XG from '@mlc-ai/web-xgrammar';
 
-/** What a request's output must match. `json` holds a JSON schema as text. */
-export type StructuredOutputSpec = { type: 'json'; schema: string } | { type: 'choice'; choices: string[] };
+/** What a request's output must match. `json` holds a JSON schema as text, `grammar` xgrammar's EBNF. */
+export type StructuredOutputSpec = { type: 'json'; schema: string } | { type: 'choice'; choices: string[] }
+  | { type: 'regex'; pattern: string } | { type: 'grammar'; ebnf: string };
 
 /** A request's grammar state, consulted by the host sampler. */
 export interface TokenConstraint {
@@ -22,32 +23,61 @@ export interface TokenConstraint {
 
 type XGrammar = typeof XG;
 let loaded: XGrammar | null = null;
+/** xgrammar's last fatal message: its C++ checks print it, then abort the call with a bare "Aborted()". */
+let lastFatal: string | null = null;
 
 /**
  * The package is a UMD bundle inside a `"type": "module"` package (it reaches for `require` and `__filename`,
- * which ES modules do not have): run it as the CommonJS module it is written as, without touching globals.
+ * which ES modules do not have): run it as the CommonJS module it is written as, without touching globals. Its
+ * console is ours, so that the reason of a refused schema or grammar reaches the request's error, not stderr.
  */
 export function xgrammar(): XGrammar {
   if (loaded === null) {
     const req = createRequire(import.meta.url);
     const file = req.resolve('@mlc-ai/web-xgrammar');
     const mod = { exports: {} as XGrammar };
-    new Function('exports', 'module', 'require', '__filename', '__dirname', readFileSync(file, 'utf8'))(
-      mod.exports, mod, req, file, dirname(file));
+    const keep = (...args: unknown[]) => {
+      const line = args.map(String).join(' ');
+      const fatal = /\[FATAL\][^:]*:\d+: (.*)/s.exec(line);
+      if (fatal) lastFatal = fatal[1]!.trim();
+      else if (line.trim() !== 'Aborted()') console.error(line);
+    };
+    const quiet = { ...console, error: keep, warn: keep };
+    new Function('exports', 'module', 'require', '__filename', '__dirname', 'console', readFileSync(file, 'utf8'))(
+      mod.exports, mod, req, file, dirname(file), quiet);
     loaded = mod.exports;
   }
   return loaded;
 }
 
-/** The grammar of a spec in xgrammar's EBNF, or the JSON schema to compile. */
+/** Runs an xgrammar call; a failure carries xgrammar's own reason. */
+async function withReason<T>(call: () => Promise<T>): Promise<T> {
+  lastFatal = null;
+  try {
+    return await call();
+  } catch (e) {
+    throw new Error(lastFatal ?? (e instanceof Error ? e.message : String(e)));
+  }
+}
+
+/** A choice list in xgrammar's EBNF. */
 function choiceGrammar(choices: readonly string[]): string {
   return `root ::= ${choices.map((c) => JSON.stringify(c)).join(' | ')}`;
 }
 
-/** Checks a spec without a vocabulary (the API layer's 400s): throws xgrammar's message when it does not compile. */
+const regexTag = (pattern: string) => ({ type: 'structural_tag' as const, format: { type: 'regex' as const, pattern } });
+
+/** Checks a spec without a vocabulary (the API layer's 400s): throws xgrammar's reason when it does not compile. */
 export async function checkStructuredOutput(spec: StructuredOutputSpec): Promise<void> {
   const xg = xgrammar();
-  const g = spec.type === 'json' ? await xg.Grammar.fromJSONSchema(spec.schema, false) : await xg.Grammar.fromEBNF(choiceGrammar(spec.choices));
+  const g = await withReason(() => {
+    switch (spec.type) {
+      case 'json': return xg.Grammar.fromJSONSchema(spec.schema, false);
+      case 'choice': return xg.Grammar.fromEBNF(choiceGrammar(spec.choices));
+      case 'regex': return xg.Grammar.fromStructuralTag(regexTag(spec.pattern));
+      case 'grammar': return xg.Grammar.fromEBNF(spec.ebnf);
+    }
+  });
   g.dispose();
 }
 
@@ -93,7 +123,14 @@ export class StructuredOutputs {
     const key = JSON.stringify(spec);
     let p = this.compiled.get(key);
     if (p === undefined) {
-      p = this.compilerOnce().then((c) => spec.type === 'json' ? c.compileJSONSchema(spec.schema, false) : c.compileGrammar(choiceGrammar(spec.choices)));
+      p = this.compilerOnce().then((c) => withReason(() => {
+        switch (spec.type) {
+          case 'json': return c.compileJSONSchema(spec.schema, false);
+          case 'choice': return c.compileGrammar(choiceGrammar(spec.choices));
+          case 'regex': return c.compileStructuralTag(regexTag(spec.pattern));
+          case 'grammar': return c.compileGrammar(spec.ebnf);
+        }
+      }));
       p.catch(() => this.compiled.delete(key));
       if (this.compiled.size >= MAX_CACHED) this.compiled.delete(this.compiled.keys().next().value!);
       this.compiled.set(key, p);

@@ -30,6 +30,10 @@ describe('structured-output request fields', () => {
       assert.deepEqual(await specOf(path, { structured_outputs: { json: schema } }), { type: 'json', schema: JSON.stringify(schema) });
       assert.deepEqual(await specOf(path, { guided_json: JSON.stringify(schema) }), { type: 'json', schema: JSON.stringify(schema) });
       assert.deepEqual(await specOf(path, { guided_choice: ['x'] }), { type: 'choice', choices: ['x'] });
+      assert.deepEqual(await specOf(path, { structured_outputs: { regex: '[a-c]+' } }), { type: 'regex', pattern: '[a-c]+' });
+      assert.deepEqual(await specOf(path, { guided_regex: '\\d{3}' }), { type: 'regex', pattern: '\\d{3}' });
+      assert.deepEqual(await specOf(path, { structured_outputs: { grammar: 'root ::= "a" | "b"' } }), { type: 'grammar', ebnf: 'root ::= "a" | "b"' });
+      assert.deepEqual(await specOf(path, { guided_grammar: 'root ::= "yes"' }), { type: 'grammar', ebnf: 'root ::= "yes"' });
       assert.equal(await specOf(path, {}), null);
     }
   });
@@ -40,11 +44,14 @@ describe('structured-output request fields', () => {
       [{ response_format: { type: 'xml' } }, 'response_format.type', /"text", "json_object" or "json_schema"/],
       [{ response_format: { type: 'json_schema', json_schema: { name: 'x' } } }, 'response_format.json_schema.schema', /is required/],
       [{ response_format: { type: 'json_schema', json_schema: { schema: 'nope' } } }, 'response_format.json_schema.schema', /JSON schema/],
-      [{ structured_outputs: { regex: 'a+' } }, 'structured_outputs.regex', /not supported/],
+      [{ structured_outputs: { structural_tag: {} } }, 'structured_outputs.structural_tag', /not supported/],
+      [{ structured_outputs: { regex: '[a' } }, 'structured_outputs.regex', /does not compile to a grammar: Regex parsing error at position 3: Unclosed '\['/],
+      [{ guided_grammar: 'root ::= "a" |' }, 'guided_grammar', /does not compile to a grammar: EBNF parser error/],
+      [{ structured_outputs: { grammar: 7 } }, 'structured_outputs.grammar', /non-empty string/],
       [{ structured_outputs: { choice: [] } }, 'structured_outputs.choice', /non-empty list/],
-      [{ structured_outputs: { json: schema, choice: ['a'] } }, 'structured_outputs', /one of `json` or `choice`/],
+      [{ structured_outputs: { json: schema, choice: ['a'] } }, 'structured_outputs', /one of `json`, `regex`, `choice` or `grammar`/],
       [{ response_format: { type: 'json_object' }, guided_choice: ['a'] }, 'guided_choice', /Only one structured-output constraint/],
-      [{ guided_json: { type: 'object', properties: { a: { $ref: '#/nowhere' } } } }, 'guided_json', /does not compile to a grammar/],
+      [{ guided_json: { type: 'object', properties: { a: { $ref: '#/nowhere' } } } }, 'guided_json', /does not compile to a grammar: .*Cannot find field nowhere/],
     ];
     for (const [extra, param, message] of cases) {
       const r = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'q' }], ...extra });

@@ -59,6 +59,16 @@ describe('structured outputs in the engine', () => {
     }
   });
 
+  it('gives text that matches a regex, or an EBNF grammar', async () => {
+    for (const seed of [1, 2, 3]) {
+      const r = await run({ type: 'regex', pattern: '[a-c]{2}-[0-9]{1,3}' }, 1, seed);
+      assert.match(r.text, /^[a-c]{2}-[0-9]{1,3}$/);
+      const g = await run({ type: 'grammar', ebnf: 'root ::= "(" item ("," item)* ")"\nitem ::= "x" | "yy"' }, 1, seed, undefined, 200);
+      assert.equal(g.last.finishReason, 'stop', g.text);
+      assert.match(g.text, /^\((x|yy)(,(x|yy))*\)$/);
+    }
+  });
+
   it('gives JSON that matches the schema', async () => {
     const schema = { type: 'object', properties: { colour: { enum: ['red', 'blue'] }, n: { type: 'integer' }, ok: { type: 'boolean' } },
       required: ['colour', 'n', 'ok'], additionalProperties: false };
@@ -91,7 +101,7 @@ describe('structured outputs in the engine', () => {
   it('fails a request whose schema does not compile, and serves the next', async () => {
     const { last } = await run({ type: 'json', schema: '{"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}' }, 0, 5);
     assert.equal(last.finishReason, 'error');
-    assert.match(last.error ?? '', /does not compile/);
+    assert.match(last.error ?? '', /does not compile: .*Cannot find field nowhere/);
     const { text } = await run({ type: 'choice', choices: ['yes', 'no'] }, 0, 6);
     assert.ok(['yes', 'no'].includes(text));
   });
