@@ -89,4 +89,26 @@ describe('server over the real engine', () => {
     const r = await client.completions.create({ model: 'tiny', prompt: 'after', max_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
     assert.equal(r.usage?.completion_tokens, 3);
   });
+
+  it('holds answers to a JSON schema, or a forced tool call, through the engine\'s worker thread', async () => {
+    const schema = { type: 'object', properties: { mood: { enum: ['calm', 'stormy'] }, n: { type: 'integer', minimum: 0, maximum: 99 } },
+      required: ['mood', 'n'], additionalProperties: false };
+    for (const seed of [1, 2]) {
+      const r = await client.chat.completions.create({
+        model: 'tiny', messages: [{ role: 'user', content: 'the sea?' }], max_tokens: 60, temperature: 1, seed,
+        response_format: { type: 'json_schema', json_schema: { name: 'sea', schema } },
+      });
+      assert.equal(r.choices[0]!.finish_reason, 'stop', r.choices[0]!.message.content ?? '');
+      const v = JSON.parse(r.choices[0]!.message.content!) as { mood: string; n: number };
+      assert.ok(['calm', 'stormy'].includes(v.mood) && Number.isInteger(v.n) && v.n >= 0 && v.n <= 99, JSON.stringify(v));
+    }
+    const tools = [{ type: 'function' as const, function: { name: 'pick', parameters: schema } }];
+    const t = await client.chat.completions.create({
+      model: 'tiny', messages: [{ role: 'user', content: 'pick' }], max_tokens: 60, temperature: 0, tools,
+      tool_choice: { type: 'function', function: { name: 'pick' } },
+    });
+    const call = t.choices[0]!.message.tool_calls![0]!;
+    assert.equal(call.type === 'function' ? call.function.name : null, 'pick');
+    assert.ok(['calm', 'stormy'].includes(JSON.parse(call.type === 'function' ? call.function.arguments : '{}').mood));
+  });
 });
