@@ -119,6 +119,8 @@ export interface ServeArgs {
   /** Usage in every chunk too: the choice's prompt and its tokens so far (vLLM's continuous_usage_stats). */
   continuousUsage: boolean;
   fmt: ChoiceFormatter;
+  /** Chunks are typed events (`event: <type>` lines, no [DONE]): the Responses API. */
+  events?: boolean;
 }
 
 /** A chunk of one choice with that choice's usage so far. */
@@ -147,7 +149,10 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
     const sse = new SseWriter(res);
     sse.start();
     const generated = new Map<number, number>();
-    const send = (c: unknown) => sse.send(a.continuousUsage ? withChoiceUsage(c, a, generated) : c);
+    const send = (c: unknown) => {
+      if (a.events) sse.sendEvent((c as { type: string }).type, c);
+      else sse.send(a.continuousUsage ? withChoiceUsage(c, a, generated) : c);
+    };
     for (const c of a.fmt.openingChunks()) send(c);
     try {
       const outcomes = await runAll(
@@ -165,9 +170,11 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
     } catch (e) {
       const err = toApiError(e);
       request.log.warn({ err: e }, 'stream ended with an error');
-      sse.error(err.toBody());
+      const { message, param, code } = err.toBody().error;
+      if (a.events) sse.sendEvent('error', { type: 'error', code, message, param });
+      else sse.error(err.toBody());
     }
-    sse.done();
+    sse.done(!a.events);
     return reply;
   } finally {
     a.inflight.delete(controller);

@@ -10,6 +10,7 @@ import { ApiMetrics } from './metrics.js';
 import { DEFAULT_CORS, serverLimits, type ServerOptions } from './options.js';
 import { registerChat } from './routes/chat.js';
 import { registerCompletions } from './routes/completions.js';
+import { registerResponses } from './routes/responses.js';
 import type { RouteDeps } from './routes/deps.js';
 import { registerTokenize } from './routes/tokenize.js';
 import { InflightRequests } from './serve.js';
@@ -30,7 +31,7 @@ export type { ServerOptions } from './options.js';
 
 type State = 'loading' | 'ready' | 'draining';
 
-const GENERATION_PATHS = new Set(['/v1/completions', '/v1/chat/completions']);
+const GENERATION_PATHS = new Set(['/v1/completions', '/v1/chat/completions', '/v1/responses']);
 
 function engineErrorOf(engine: object): string | null {
   const e = (engine as { error?: unknown }).error;
@@ -134,6 +135,7 @@ export function createServer(opts: ServerOptions): QuireServer {
 
   registerCompletions(app, deps);
   registerChat(app, deps);
+  registerResponses(app, deps);
   registerTokenize(app, deps);
 
   return {
