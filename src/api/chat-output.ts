@@ -1,16 +1,30 @@
 // A chat choice's text as the parsers configured for the request see it: reasoning first (the thinking goes to
 // `reasoning_content`), then tool calls in what remains (vLLM runs its parsers in the same order).
 
+import { extractLlama3ToolCalls, Llama3ToolCallStreamParser } from './llama3-tool-parser.js';
 import { ReasoningStreamSplitter, splitReasoning } from './reasoning.js';
-import { extractToolCalls, ToolCallStreamParser, type ParsedToolCall } from './tool-parser.js';
+import { extractToolCalls, ToolCallStreamParser, type ExtractedToolCalls, type ParsedToolCall, type ToolStreamDelta } from './tool-parser.js';
+import type { ToolCallParserName } from './tools.js';
+
+interface ToolStreamParser {
+  readonly callCount: number;
+  push(text: string): ToolStreamDelta;
+  finish(): ToolStreamDelta;
+}
+
+/** Each --tool-call-parser: the whole-output parse and the stream parser. */
+const TOOL_PARSERS: Record<ToolCallParserName, { extract(text: string): ExtractedToolCalls; stream(): ToolStreamParser }> = {
+  hermes: { extract: extractToolCalls, stream: () => new ToolCallStreamParser() },
+  llama3_json: { extract: extractLlama3ToolCalls, stream: () => new Llama3ToolCallStreamParser() },
+};
 
 export interface ChatOutputOptions {
   /** Split reasoning out (a reasoning parser is on). */
   reasoning: boolean;
   /** The prompt left a `<think>` block open. */
   startsInReasoning: boolean;
-  /** Parse tool calls out of the content. */
-  tools: boolean;
+  /** Parse tool calls out of the content with this parser; null: no. */
+  tools: ToolCallParserName | null;
 }
 
 export interface ChatOutput {
@@ -22,8 +36,8 @@ export interface ChatOutput {
 /** A whole output. */
 export function parseChatOutput(text: string, o: ChatOutputOptions): ChatOutput {
   const { reasoning, content } = o.reasoning ? splitReasoning(text, o.startsInReasoning) : { reasoning: null, content: text };
-  if (!o.tools || content === null) return { reasoning, content, calls: [] };
-  return { reasoning, ...extractToolCalls(content) };
+  if (o.tools === null || content === null) return { reasoning, content, calls: [] };
+  return { reasoning, ...TOOL_PARSERS[o.tools].extract(content) };
 }
 
 export interface ChatOutputDelta {
@@ -37,11 +51,11 @@ export interface ChatOutputDelta {
 /** The same over a stream of text deltas. */
 export class ChatOutputStream {
   private readonly splitter: ReasoningStreamSplitter | null;
-  private readonly tools: ToolCallStreamParser | null;
+  private readonly tools: ToolStreamParser | null;
 
   constructor(o: ChatOutputOptions) {
     this.splitter = o.reasoning ? new ReasoningStreamSplitter(o.startsInReasoning) : null;
-    this.tools = o.tools ? new ToolCallStreamParser() : null;
+    this.tools = o.tools === null ? null : TOOL_PARSERS[o.tools].stream();
   }
 
   /** Calls sent so far. */

@@ -20,7 +20,7 @@ export interface ToolDefinition {
 export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
 
 /** The output parsers this server has (`--tool-call-parser`). */
-export const TOOL_CALL_PARSERS = ['hermes'] as const;
+export const TOOL_CALL_PARSERS = ['hermes', 'llama3_json'] as const;
 export type ToolCallParserName = (typeof TOOL_CALL_PARSERS)[number];
 
 const isObject = (v: unknown): v is Body => v !== null && typeof v === 'object' && !Array.isArray(v);

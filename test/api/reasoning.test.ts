@@ -63,7 +63,7 @@ describe('ReasoningStreamSplitter', () => {
 });
 
 describe('reasoning, then tool calls', () => {
-  const o: ChatOutputOptions = { reasoning: true, startsInReasoning: false, tools: true };
+  const o: ChatOutputOptions = { reasoning: true, startsInReasoning: false, tools: 'hermes' };
   const text = '<think>Need the weather.</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>';
 
   it('parses calls in the content only, after the thinking', () => {

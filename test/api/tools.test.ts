@@ -188,3 +188,31 @@ describe('forced tool choice (a named function, or "required")', () => {
     assert.equal(finish, 'tool_calls');
   });
 });
+
+describe('auto tool choice with the llama3_json parser', () => {
+  let s: TestServer;
+  let client: OpenAI;
+  before(async () => {
+    s = await startTestServer({ enableAutoToolChoice: true, toolCallParser: 'llama3_json' },
+      { script: () => '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}' });
+    client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(() => s.close());
+
+  it('answers a Llama 3 JSON call as a tool call, streamed or not', async () => {
+    const messages = [{ role: 'user' as const, content: 'Weather in Oslo?' }];
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: [weather] });
+    assert.equal(r.choices[0]!.message.content, null);
+    const call = r.choices[0]!.message.tool_calls![0]!;
+    assert.deepEqual(call.type === 'function' ? [call.function.name, JSON.parse(call.function.arguments)] : null, ['get_weather', { city: 'Oslo' }]);
+    assert.equal(r.choices[0]!.finish_reason, 'tool_calls');
+    const stream = await client.chat.completions.create({ model: MODEL, messages, tools: [weather], stream: true });
+    const names: (string | undefined)[] = [];
+    let finish = null;
+    for await (const c of stream) {
+      for (const t of c.choices[0]?.delta.tool_calls ?? []) names.push(t.function?.name);
+      finish = c.choices[0]?.finish_reason ?? finish;
+    }
+    assert.deepEqual([names, finish], [['get_weather'], 'tool_calls']);
+  });
+});

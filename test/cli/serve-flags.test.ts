@@ -13,7 +13,7 @@ async function serveError(argv: string[]): Promise<string> {
 
 test('--enable-auto-tool-choice without --tool-call-parser is refused, naming both flags', async () => {
   const err = await serveError(['--model', '/nonexistent', '--enable-auto-tool-choice']);
-  assert.match(err, /--enable-auto-tool-choice requires --tool-call-parser \(one of: hermes\)/);
+  assert.match(err, /--enable-auto-tool-choice requires --tool-call-parser \(one of: hermes, llama3_json\)/);
 });
 
 test('--tool-call-parser takes only the parsers Quire has', async () => {

@@ -68,12 +68,12 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const r = parseChatRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
     const toolMode = toolModeFor(r.toolChoice, d.autoToolParser);
-    const parseTools = toolMode.kind === 'auto';
+    const parseTools = toolMode.kind === 'auto' ? d.autoToolParser : null;
     const base = samplingFromBody(request.body as Body, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
     });
     // The call tags may be special tokens: the parser must see them (vLLM's hermes parser does the same).
-    if (parseTools) base.skipSpecialTokens = false;
+    if (parseTools !== null) base.skipSpecialTokens = false;
     base.structuredOutput = await structuredOutputFromBody(request.body as Body);
     const forced = forcedToolSchema(toolMode, r.tools ?? []);
     if (forced !== null) {
