@@ -4,6 +4,8 @@
 // Thinking is on when the prompt ends inside an open `<think>` or the output starts with one; otherwise the whole
 // output is content (Qwen3 with enable_thinking false: the template closes an empty block in the prompt).
 
+import type { Tokenizer } from '../loader/types.js';
+
 export const REASONING_PARSERS = ['qwen3', 'deepseek_r1'] as const;
 export type ReasoningParserName = (typeof REASONING_PARSERS)[number];
 
@@ -14,6 +16,17 @@ export const THINK_END = '</think>';
 export function promptOpensThinking(prompt: string): boolean {
   const at = prompt.lastIndexOf(THINK_START);
   return at >= 0 && !prompt.includes(THINK_END, at) && prompt.slice(at + THINK_START.length).trim() === '';
+}
+
+/**
+ * The token a structured output waits for (vLLM enforces the format after the reasoning ends): `</think>`'s id when
+ * it is one token and the prompt leaves the model room to think (it did not close an empty block itself, as Qwen3's
+ * template does with enable_thinking false); undefined when the format holds from the first token.
+ */
+export function reasoningEndToken(tokenizer: Pick<Tokenizer, 'encode'>, prompt: string): number | undefined {
+  const ids = tokenizer.encode(THINK_END, { addSpecialTokens: false });
+  if (ids.length !== 1 || prompt.trimEnd().endsWith(THINK_END)) return undefined;
+  return ids[0];
 }
 
 export interface SplitReasoning {

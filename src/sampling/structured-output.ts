@@ -8,9 +8,13 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import type * as XG from '@mlc-ai/web-xgrammar';
 
-/** What a request's output must match. `json` holds a JSON schema as text, `grammar` xgrammar's EBNF. */
-export type StructuredOutputSpec = { type: 'json'; schema: string } | { type: 'choice'; choices: string[] }
-  | { type: 'regex'; pattern: string } | { type: 'grammar'; ebnf: string };
+/**
+ * What a request's output must match. `json` holds a JSON schema as text, `grammar` xgrammar's EBNF. With
+ * `afterTokenId` the grammar holds only after that token (a reasoning parser's end of thinking, as vLLM: the
+ * model thinks freely, then answers in the format).
+ */
+export type StructuredOutputSpec = ({ type: 'json'; schema: string } | { type: 'choice'; choices: string[] }
+  | { type: 'regex'; pattern: string } | { type: 'grammar'; ebnf: string }) & { afterTokenId?: number };
 
 /** A request's grammar state, consulted by the host sampler. */
 export interface TokenConstraint {
@@ -115,12 +119,12 @@ export class StructuredOutputs {
   async constraintFor(spec: StructuredOutputSpec): Promise<TokenConstraint> {
     const xg = xgrammar();
     const grammar = await this.compile(spec);
-    const matcher = await xg.GrammarMatcher.createGrammarMatcher(grammar);
-    return new GrammarConstraint(matcher);
+    const matcher = new GrammarConstraint(await xg.GrammarMatcher.createGrammarMatcher(grammar));
+    return spec.afterTokenId === undefined ? matcher : new ConstraintAfterToken(matcher, spec.afterTokenId);
   }
 
   private compile(spec: StructuredOutputSpec): Promise<XG.CompiledGrammar> {
-    const key = JSON.stringify(spec);
+    const key = JSON.stringify({ ...spec, afterTokenId: undefined });
     let p = this.compiled.get(key);
     if (p === undefined) {
       p = this.compilerOnce().then((c) => withReason(() => {
@@ -177,5 +181,26 @@ class GrammarConstraint implements TokenConstraint {
 
   dispose(): void {
     this.matcher.dispose();
+  }
+}
+
+/** A constraint that holds from the token after `endTokenId` on (free text before it). */
+export class ConstraintAfterToken implements TokenConstraint {
+  private active = false;
+
+  constructor(private readonly inner: TokenConstraint, private readonly endTokenId: number) {}
+
+  maskLogits(row: Float32Array, vocab: number): void {
+    if (this.active) this.inner.maskLogits(row, vocab);
+  }
+
+  accept(tokenId: number): boolean {
+    if (this.active) return this.inner.accept(tokenId);
+    if (tokenId === this.endTokenId) this.active = true;
+    return true;
+  }
+
+  dispose(): void {
+    this.inner.dispose();
   }
 }

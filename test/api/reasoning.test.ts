@@ -6,7 +6,11 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import OpenAI from 'openai';
 import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../../src/api/chat-output.js';
-import { promptOpensThinking, ReasoningStreamSplitter, splitReasoning } from '../../src/api/reasoning.js';
+import { promptOpensThinking, reasoningEndToken, ReasoningStreamSplitter, splitReasoning } from '../../src/api/reasoning.js';
+import { ConstraintAfterToken } from '../../src/sampling/structured-output.js';
+import { loadTokenizer } from '../../src/loader/tokenizer.js';
+import { QWEN3_TOKENIZER_DIR } from '../loader/helpers.js';
+import { ByteTokenizer } from './helpers/fake-tokenizer.js';
 import { MODEL, postJson, startTestServer, type TestServer } from './helpers/start.js';
 
 /** Cuts `text` at the given positions. */
@@ -153,6 +157,57 @@ describe('without --reasoning-parser', () => {
       const r = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'q' }] });
       assert.equal(r.json.choices[0].message.content, '<think>x</think>y');
       assert.equal('reasoning_content' in r.json.choices[0].message, false);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+describe('structured outputs after the thinking', () => {
+  it('a grammar waits for the end-of-thinking token, then holds', () => {
+    const log: string[] = [];
+    const inner = { maskLogits: () => log.push('mask'), accept: (t: number) => (log.push(`accept ${t}`), true), dispose: () => log.push('dispose') };
+    const c = new ConstraintAfterToken(inner, 9);
+    c.maskLogits(new Float32Array(4), 4);
+    c.accept(5);
+    c.accept(9);
+    c.maskLogits(new Float32Array(4), 4);
+    c.accept(7);
+    c.dispose();
+    assert.deepEqual(log, ['mask', 'accept 7', 'dispose']);
+  });
+
+  it('waits for </think> only where it is one token and the prompt leaves room to think', () => {
+    const qwen = loadTokenizer(QWEN3_TOKENIZER_DIR);
+    const end = qwen.encode('</think>', { addSpecialTokens: false });
+    assert.equal(end.length, 1);
+    assert.equal(reasoningEndToken(qwen, '<|im_start|>assistant\n'), end[0]);
+    assert.equal(reasoningEndToken(qwen, '<|im_start|>assistant\n<think>\n\n</think>\n\n'), undefined);
+    assert.equal(reasoningEndToken({ encode: () => [1, 2, 3] }, 'x'), undefined);
+  });
+
+  it('the chat route hands the engine the wait, unless the prompt closed the thinking or a tool call is forced', async () => {
+    class ThinkTokenizer extends ByteTokenizer {
+      override encode(text: string, opts?: { addSpecialTokens?: boolean }): number[] {
+        return text === '</think>' ? [2] : super.encode(text, opts);
+      }
+    }
+    const template = '{% for m in messages %}{{ m.content }}{% endfor %}{% if no_think %}<think></think>{% endif %}';
+    const s = await startTestServer({ tokenizer: new ThinkTokenizer(), chatTemplate: template, reasoningParser: 'qwen3' });
+    try {
+      const ask = async (extra: Record<string, unknown>) => {
+        const r = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'q' }], max_tokens: 2,
+          response_format: { type: 'json_object' }, ...extra });
+        assert.equal(r.status, 200, JSON.stringify(r.json));
+        return s.engine.submitted.at(-1)!.sampling.structuredOutput;
+      };
+      assert.deepEqual(await ask({}), { type: 'json', schema: '{"type": "object"}', afterTokenId: 2 });
+      assert.deepEqual(await ask({ chat_template_kwargs: { no_think: true } }), { type: 'json', schema: '{"type": "object"}' });
+      const tools = [{ type: 'function', function: { name: 'f' } }];
+      const forced = await postJson(`${s.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'q' }], max_tokens: 2, tools,
+        tool_choice: { type: 'function', function: { name: 'f' } } });
+      assert.equal(forced.status, 200);
+      assert.equal(s.engine.submitted.at(-1)!.sampling.structuredOutput!.afterTokenId, undefined);
     } finally {
       await s.close();
     }

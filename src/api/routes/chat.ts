@@ -7,7 +7,7 @@ import { badRequest } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { chatLogprobs } from '../logprobs.js';
 import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
-import { promptOpensThinking } from '../reasoning.js';
+import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
 import { samplingFromBody } from '../sampling.js';
 import { checkedSpec, structuredOutputFromBody } from '../structured.js';
 import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
@@ -83,6 +83,11 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
       base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools');
     }
     const { text, ids } = renderChatPrompt(d, r);
+    // The format holds after the thinking (vLLM); a forced tool call's output is the call alone, from the first token.
+    if (base.structuredOutput !== null && d.reasoningParser !== null && forced === null) {
+      const after = reasoningEndToken(d.tokenizer, text);
+      if (after !== undefined) base.structuredOutput = { ...base.structuredOutput, afterTokenId: after };
+    }
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
