@@ -5,6 +5,7 @@
 // output is content (Qwen3 with enable_thinking false: the template closes an empty block in the prompt).
 
 import type { Tokenizer } from '../loader/types.js';
+import { partialTagAtEnd } from './tool-parser.js';
 
 export const REASONING_PARSERS = ['qwen3', 'deepseek_r1'] as const;
 export type ReasoningParserName = (typeof REASONING_PARSERS)[number];
@@ -79,7 +80,7 @@ export class ReasoningStreamSplitter {
     if (this.state === 'inside') {
       const end = this.pending.indexOf(THINK_END);
       if (end < 0) {
-        const keep = partialEnd(this.pending);
+        const keep = partialTagAtEnd(this.pending, THINK_END);
         out.reasoning = this.pending.slice(0, this.pending.length - keep);
         this.pending = this.pending.slice(this.pending.length - keep);
         return out;
@@ -99,12 +100,4 @@ export class ReasoningStreamSplitter {
     this.pending = '';
     return this.state === 'inside' ? { reasoning: rest, content: '' } : { reasoning: '', content: rest };
   }
-}
-
-/** Length of the longest end of `s` that begins `</think>`. */
-function partialEnd(s: string): number {
-  for (let n = Math.min(s.length, THINK_END.length - 1); n > 0; n--) {
-    if (s.endsWith(THINK_END.slice(0, n))) return n;
-  }
-  return 0;
 }

@@ -8,6 +8,8 @@ import { parseMessageToolCalls, parseToolChoice, parseTools, type ToolChoice, ty
 
 export type Body = Record<string, unknown>;
 
+export const isObject = (v: unknown): v is Body => v !== null && typeof v === 'object' && !Array.isArray(v);
+
 export function asObjectBody(body: unknown): Body {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
     throw badRequest('Request body must be a JSON object.', null, 'invalid_json');

@@ -5,9 +5,7 @@
 
 import { checkStructuredOutput, type StructuredOutputSpec } from '../sampling/structured-output.js';
 import { badRequest } from './errors.js';
-import type { Body } from './schemas.js';
-
-const isObject = (v: unknown): v is Body => v !== null && typeof v === 'object' && !Array.isArray(v);
+import { isObject, type Body } from './schemas.js';
 
 function jsonSpec(v: unknown, param: string): StructuredOutputSpec {
   if (typeof v === 'string') {

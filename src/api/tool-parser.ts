@@ -57,7 +57,7 @@ export interface ToolStreamDelta {
 }
 
 /** Length of the longest end of `s` that begins `tag` (text that may yet become the tag). */
-function partialTagAtEnd(s: string, tag: string): number {
+export function partialTagAtEnd(s: string, tag: string): number {
   for (let n = Math.min(s.length, tag.length - 1); n > 0; n--) {
     if (s.endsWith(tag.slice(0, n))) return n;
   }

@@ -6,7 +6,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { badRequest } from './errors.js';
-import type { Body } from './schemas.js';
+import { isObject, type Body } from './schemas.js';
 import type { ParsedToolCall } from './tool-parser.js';
 
 /** One entry of `tools`, passed to the chat template as sent. */
@@ -22,8 +22,6 @@ export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
 /** The output parsers this server has (`--tool-call-parser`). */
 export const TOOL_CALL_PARSERS = ['hermes', 'llama3_json'] as const;
 export type ToolCallParserName = (typeof TOOL_CALL_PARSERS)[number];
-
-const isObject = (v: unknown): v is Body => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** `tools`: null when absent; a list of `{"type": "function", "function": {"name", ...}}`. */
 export function parseTools(b: Body): ToolDefinition[] | null {

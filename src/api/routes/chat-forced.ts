@@ -8,7 +8,7 @@ import type { ChatRequest } from '../schemas.js';
 import type { ChoiceFormatter, Usage } from '../serve.js';
 import type { ParsedToolCall } from '../tool-parser.js';
 import { toolCallJson, type ToolMode } from '../tools.js';
-import type { Header } from './chat.js';
+import { chatResponse, chunkHeadOf, openingChunks, usageChunk, type Header } from './chat-shapes.js';
 
 /** A "required" output: its calls, or null when it is not a whole list (cut by max_tokens). */
 export function requiredCalls(text: string): ParsedToolCall[] | null {
@@ -29,19 +29,13 @@ export function requiredCalls(text: string): ParsedToolCall[] | null {
 
 export function forcedToolFormatter(r: ChatRequest, promptIds: number[], h: Header, mode: ToolMode & { kind: 'named' | 'required' },
   logprobsOf: (o: { logprobs: ChoiceDelta['logprobs'] }) => unknown): ChoiceFormatter {
-  const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
+  const chunkHead = chunkHeadOf(h);
   const started = new Set<number>();
   const texts = new Map<number, string>();
   const chunk = (index: number, delta: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
     ({ ...chunkHead, choices: [{ index, delta, logprobs: null, finish_reason: null, ...extra }] });
   return {
-    openingChunks() {
-      return Array.from({ length: r.n }, (_, index) => ({
-        ...chunkHead,
-        choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
-        ...(r.returnTokenIds && index === 0 ? { prompt_token_ids: promptIds } : {}),
-      }));
-    },
+    openingChunks: () => openingChunks(r, promptIds, h),
     deltaChunk(d: ChoiceDelta) {
       const extra = { logprobs: logprobsOf(d), ...(r.returnTokenIds ? { token_ids: d.tokenIds } : {}) };
       if (mode.kind === 'required') {
@@ -61,26 +55,15 @@ export function forcedToolFormatter(r: ChatRequest, promptIds: number[], h: Head
       return [chunk(o.index, { tool_calls: calls.map((c, k) => toolCallJson(c, k)) }),
         { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: 'tool_calls', stop_reason: o.stopReason }] }];
     },
-    usageChunk(usage: Usage) {
-      return { ...chunkHead, choices: [], usage };
-    },
+    usageChunk: (usage: Usage) => usageChunk(h, usage),
     response(outcomes: ChoiceOutcome[], usage: Usage) {
-      return {
-        id: h.id, object: 'chat.completion', created: h.created, model: h.model,
-        choices: outcomes.map((o) => {
-          const calls = mode.kind === 'named' ? [{ name: mode.name, arguments: o.text }] : requiredCalls(o.text);
-          return {
-            index: o.index,
-            message: calls === null ? { role: 'assistant', content: o.text } : { role: 'assistant', content: null, tool_calls: calls.map((c) => toolCallJson(c)) },
-            logprobs: logprobsOf(o),
-            finish_reason: mode.kind === 'required' && calls !== null ? 'tool_calls' : o.finishReason,
-            stop_reason: o.stopReason,
-            ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),
-          };
-        }),
-        usage,
-        ...(r.returnTokenIds ? { prompt_token_ids: promptIds } : {}),
-      };
+      return chatResponse(r, promptIds, h, outcomes, usage, (o) => {
+        const calls = mode.kind === 'named' ? [{ name: mode.name, arguments: o.text }] : requiredCalls(o.text);
+        return calls === null ? { message: { content: o.text }, finishReason: o.finishReason } : {
+          message: { content: null, tool_calls: calls.map((c) => toolCallJson(c)) },
+          finishReason: mode.kind === 'required' ? 'tool_calls' : o.finishReason,
+        };
+      }, logprobsOf);
     },
   };
 }

@@ -15,6 +15,7 @@ import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ParsedToolCall } from '../tool-parser.js';
 import { forcedToolSchema, toolCallJson, toolModeFor } from '../tools.js';
 import { forcedToolFormatter } from './chat-forced.js';
+import { chatResponse, chunkHeadOf, openingChunks, usageChunk, type Header } from './chat-shapes.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 /** Renders and tokenizes the conversation (the template brings its own BOS). */
@@ -104,17 +105,11 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
   });
 }
 
-export interface Header {
-  id: string;
-  model: string;
-  created: number;
-}
-
 const logprobsOf = (d: RouteDeps, r: ChatRequest, o: { logprobs: ChoiceDelta['logprobs'] }) =>
   r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
 
 function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parse: ChatOutputOptions): ChoiceFormatter {
-  const chunkHead = { id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model };
+  const chunkHead = chunkHeadOf(h);
   const lp = (o: { logprobs: ChoiceDelta['logprobs'] }) => logprobsOf(d, r, o);
   const streams = new Map<number, ChatOutputStream>();
   const streamOf = (index: number) => {
@@ -129,13 +124,7 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
     ...(calls.length > 0 ? { tool_calls: calls.map((c, k) => toolCallJson(c, firstCall + k)) } : {}),
   });
   return {
-    openingChunks() {
-      return Array.from({ length: r.n }, (_, index) => ({
-        ...chunkHead,
-        choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
-        ...(r.returnTokenIds && index === 0 ? { prompt_token_ids: promptIds } : {}),
-      }));
-    },
+    openingChunks: () => openingChunks(r, promptIds, h),
     deltaChunk(delta: ChoiceDelta) {
       const o = streamOf(delta.index).push(delta.text);
       if (o.reasoning === '' && o.content === '' && o.calls.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
@@ -158,30 +147,19 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
       chunks.push({ ...chunkHead, choices: [{ index: outcome.index, delta: {}, logprobs: null, finish_reason: finishReason, stop_reason: outcome.stopReason }] });
       return chunks;
     },
-    usageChunk(usage: Usage) {
-      return { ...chunkHead, choices: [], usage };
-    },
+    usageChunk: (usage: Usage) => usageChunk(h, usage),
     response(outcomes: ChoiceOutcome[], usage: Usage) {
-      return {
-        id: h.id, object: 'chat.completion', created: h.created, model: h.model,
-        choices: outcomes.map((o) => {
-          const e = parseChatOutput(o.text, parse);
-          return {
-            index: o.index,
-            message: {
-              role: 'assistant', content: e.content,
-              ...(parse.reasoning ? { reasoning_content: e.reasoning } : {}),
-              ...(e.calls.length > 0 ? { tool_calls: e.calls.map((c) => toolCallJson(c)) } : {}),
-            },
-            logprobs: lp(o),
-            finish_reason: e.calls.length > 0 ? 'tool_calls' : o.finishReason,
-            stop_reason: o.stopReason,
-            ...(r.returnTokenIds ? { token_ids: o.tokenIds } : {}),
-          };
-        }),
-        usage,
-        ...(r.returnTokenIds ? { prompt_token_ids: promptIds } : {}),
-      };
+      return chatResponse(r, promptIds, h, outcomes, usage, (o) => {
+        const e = parseChatOutput(o.text, parse);
+        return {
+          message: {
+            content: e.content,
+            ...(parse.reasoning ? { reasoning_content: e.reasoning } : {}),
+            ...(e.calls.length > 0 ? { tool_calls: e.calls.map((c) => toolCallJson(c)) } : {}),
+          },
+          finishReason: e.calls.length > 0 ? 'tool_calls' : o.finishReason,
+        };
+      }, lp);
     },
   };
 }

@@ -9,13 +9,11 @@ import { badRequest } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { choiceRequests, resolveMaxTokens } from '../prompt.js';
 import { samplingFromBody } from '../sampling.js';
-import { optInt, parseChatRequest, type Body } from '../schemas.js';
+import { isObject, optInt, parseChatRequest, type Body } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import { structuredOutputFromBody } from '../structured.js';
 import { chatPromptIds } from './chat.js';
 import { resolveModel, type RouteDeps } from './deps.js';
-
-const isObject = (v: unknown): v is Body => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** `input` and `instructions` as chat messages. */
 export function responseMessages(b: Body): { role: string; content: string }[] {
