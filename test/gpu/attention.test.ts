@@ -7,6 +7,7 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/model/batch.js';
 import { defaultInvFreq } from '../../src/model/rope.js';
+import { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { batchOf, shuffled } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
@@ -61,37 +62,49 @@ describe('CUDA paged attention vs CPU', { skip: noCuda }, () => {
     });
   }
 
+  // Layer 0 takes qkNormRope's cache write (a decode-only step: inside the decode attention kernel, rope.cu's kernel
+  // not launched), layer 1 the rope kernel then attention's kv_write: the same outputs and the same cache bytes, rows
+  // of one split and of several (short and long splits), one query head a block and the kv head's group.
   for (const [D, H, KV] of [[128, 16, 8], [64, 12, 2]]) {
     test(`head dim ${D}: qkNormRope given the layer writes k and v to the cache, bit for bit as kv_write does`, () => {
-      const [blockSize, numBlocks] = [16, 40];
+      const [blockSize, numBlocks] = [16, 160];
       const spec = { numBlocks, blockSize, numLayers: 2, numKvHeads: KV, headDim: D };
       cuda!.allocateKvCache(spec);
       cuda!.fillKvCache(0xff);
       const perm = shuffled(numBlocks, D + 1);
       const rope = { headDim: D, invFreq: defaultInvFreq(D, 1e6) };
       const ids = (n: number) => Array.from({ length: n }, (_, i) => (i * 5) % 50);
-      const steps: Seq[][] = [
-        [{ ids: ids(37), start: 0, pages: perm.slice(0, 3) }, { ids: ids(200), start: 0, pages: perm.slice(3, 17) }],
-        [{ ids: ids(1), start: 37, pages: perm.slice(0, 3) }, { ids: ids(1), start: 200, pages: perm.slice(3, 17) }],
-      ];
+      let used = 0;
+      const seqs = [37, 200, 430, 1000, ...Array<number>(40).fill(4)].map((len) => {
+        const pages = perm.slice(used, used += Math.ceil((len + 1) / blockSize));
+        return { len, pages };
+      });
+      const decode = (n: number): Seq[] => seqs.slice(0, n).map(({ len, pages }) => ({ ids: ids(1), start: len, pages }));
+      const steps: Seq[][] = [seqs.map(({ len, pages }) => ({ ids: ids(len), start: 0, pages })), decode(4), decode(44)];
       const scale = 1 / Math.sqrt(D);
-      steps.forEach((seqs, i) => {
-        const batch = batchOf(seqs, blockSize);
+      steps.forEach((stepSeqs, i) => {
+        const batch = batchOf(stepSeqs, blockSize);
         const width = (H + 2 * KV) * D;
         const T = batch.numTokens;
         const data = randomBf16(T * width, 7 * D + i, -2, 2);
         const norm = cuda!.fromHost([D], randomBf16(D, 3 * D + i, 0.5, 1.5));
         const step = cuda!.beginStep(batch);
-        // layer 0: the fused write; layer 1: rope, then attention's own kv_write
+        const fusedBefore = cuda!.numFusedRopes;
         const fused = cuda!.fromHost([T, width], data);
         cuda!.qkNormRope(fused, norm, norm, 1e-6, H, KV, rope, step, 0);
         const outFused = cuda!.toHost(cuda!.attention(fused, 0, H, KV, scale, step));
+        assert.equal(cuda!.numFusedRopes, fusedBefore + (i === 0 ? 0 : 1), `step ${i}: rope inside attention iff decode-only`);
         const plain = cuda!.fromHost([T, width], data);
         cuda!.qkNormRope(plain, norm, norm, 1e-6, H, KV, rope, step);
         const outPlain = cuda!.toHost(cuda!.attention(plain, 1, H, KV, scale, step));
         assert.ok(outFused.every(Number.isFinite), `step ${i}: an output read a slot that was never written`);
         assert.deepEqual(new Uint32Array(outFused.buffer), new Uint32Array(outPlain.buffer), `step ${i} (D=${D})`);
       });
+      const cacheBits = (layer: number, which: 'k' | 'v') => new Uint32Array(cuda!.toHost(
+        new CudaTensor([numBlocks * blockSize * KV, D], cuda!.kvLayer(layer)[which])).buffer);
+      for (const which of ['k', 'v'] as const) {
+        assert.deepEqual(cacheBits(0, which), cacheBits(1, which), `${which} cache: layer 0 (fused) vs layer 1 (D=${D})`);
+      }
     });
   }
 });

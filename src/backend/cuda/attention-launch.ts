@@ -7,7 +7,7 @@ import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
 export interface AttentionLaunch {
-  /** [numTokens, (numHeads + 2 numKvHeads) headDim] bf16; the step's k and v already in the cache. */
+  /** [numTokens, (numHeads + 2 numKvHeads) headDim] bf16; the step's k and v already in the cache (but see DecodeRope). */
   qkv: bigint;
   k: bigint;
   v: bigint;
@@ -98,8 +98,21 @@ export interface DecodeGrid {
   rowCounters: bigint;
 }
 
-/** The split-KV kernel over rowOrder's first `rows` tokens (kernels/attention_decode.cu). */
-export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid): void {
+/** The step's qk-norm + rope + kv write, done by the decode kernel itself (a decode-only step). */
+export interface DecodeRope {
+  /** rope.cu's rope_table for the step: [numTokens, 2, headDim / 2] f32. */
+  table: bigint;
+  /** [headDim] bf16 each, or 0 (no qk norm). */
+  qNorm: bigint;
+  kNorm: bigint;
+  eps: number;
+}
+
+/**
+ * The split-KV kernel over rowOrder's first `rows` tokens (kernels/attention_decode.cu); with `rope`, qkv holds the
+ * raw q, k, v and the kernel ropes them and writes the step's k, v to the cache.
+ */
+export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid, rope?: DecodeRope): void {
   const L = a.layout;
   const wide = decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const name = `attention_decode_bf16_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
@@ -107,5 +120,7 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
-      i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder)], 0, true);
+      i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),
+      ptr(rope?.table ?? 0n), ptr(rope?.qNorm ?? 0n), ptr(rope?.kNorm ?? 0n), word(a, L.slotMapping),
+      f32(rope?.eps ?? 0)], 0, true);
 }

@@ -8,7 +8,7 @@ import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
-import { launchDecodeAttention, launchPrefillAttention } from './attention-launch.js';
+import { launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
 import {
   decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
 } from './decode-splits.js';
@@ -55,6 +55,11 @@ export interface CudaBackendOptions {
    * kernel) where there are weight rows enough; default on, QUIRE_CHAIN_GEMM=0 turns it off (for A/B runs).
    */
   chainGemms?: boolean;
+  /**
+   * A decode-only step's qk-norm + rope + kv write inside the decode attention kernel (one node less a layer, the
+   * same bits); default on, QUIRE_FUSED_ROPE=0 turns it off (for A/B runs).
+   */
+  fusedRope?: boolean;
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -139,6 +144,7 @@ export class CudaBackend implements Backend {
   private readonly fused: FusedDecodeState;
   private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
+  private readonly fusedRope: boolean;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
   private kv: KvCache | null = null;
@@ -164,6 +170,8 @@ export class CudaBackend implements Backend {
   numGraphReplays = 0;
   /** Steps whose layers ran fused (fusedLayers). */
   numFusedSteps = 0;
+  /** Layers whose qk-norm + rope ran inside the decode attention kernel (fusedRope). */
+  numFusedRopes = 0;
   /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
   numChainGemms = 0;
   numGraphCaptures = 0;
@@ -172,6 +180,8 @@ export class CudaBackend implements Backend {
   private capturedRead: HostRead = null;
   /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
   private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
+  /** qkNormRope's launch left to the decode attention kernel of the same qkv buffer and layer (fusedRope). */
+  private ropeForAttention: { qkv: bigint; layer: number; rope: DecodeRope } | null = null;
 
   constructor(opts: CudaBackendOptions = {}) {
     this.device = new Device(opts.deviceOrdinal ?? 0);
@@ -183,6 +193,7 @@ export class CudaBackend implements Backend {
     this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
     this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
+    this.fusedRope = opts.fusedRope ?? process.env.QUIRE_FUSED_ROPE !== '0';
     this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
@@ -441,7 +452,7 @@ export class CudaBackend implements Backend {
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
     numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
-    const { batch, meta } = this.stepOf(step);
+    const { batch, packed, meta } = this.stepOf(step);
     const q = asCuda(qkv);
     const D = rope.headDim;
     if (D % 64 !== 0 || D > 256) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64 up to 256`);
@@ -451,8 +462,16 @@ export class CudaBackend implements Backend {
     const T = batch.numTokens;
     const grid: [number, number, number] = [T, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
     const positions = ptr(metaPtr(meta, meta.layout.positions));
+    // A decode-only step's rows all go to the decode kernel (attention()): it ropes them itself.
+    const fuse = this.fusedRope && kvLayer !== undefined && packed.decodeOnly && packed.numDecodeRows === T;
     this.timed('rope', () => {
       const table = this.ropeTable(invFreq, T, D / 2, positions);
+      if (fuse) {
+        this.ropeForAttention = { qkv: q.ptr, layer: kvLayer, rope: { table, eps,
+          qNorm: applyNorm ? asCuda(qNorm).ptr : 0n, kNorm: applyNorm ? asCuda(kNorm).ptr : 0n } };
+        this.numFusedRopes++;
+        return;
+      }
       this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
         ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
         positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
@@ -482,6 +501,11 @@ export class CudaBackend implements Backend {
     const out = this.act([T, numHeads * D]);
     const kvWritten = this.kvWrittenFor?.qkv === q.ptr && this.kvWrittenFor.layer === layer;
     this.kvWrittenFor = null;
+    const fused = this.ropeForAttention;
+    this.ropeForAttention = null;
+    if (fused && (fused.qkv !== q.ptr || fused.layer !== layer)) {
+      throw new Error(`attention: layer ${layer} follows the fused rope of layer ${fused.layer} (another qkv)`);
+    }
     this.timed('attention', () => {
       if (!kvWritten) {
         this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
@@ -509,7 +533,7 @@ export class CudaBackend implements Backend {
         const partials = !this.batchInvariant ? this.steps.partials(meta, numHeads, D, this.capturing) : !mayShare ? { out: 0n, ml: 0n }
           : { out: this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr, ml: this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };
         launchDecodeAttention(this.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
-          partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters });
+          partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters }, fused?.rope);
       }
     });
     return out;

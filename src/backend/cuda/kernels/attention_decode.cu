@@ -34,7 +34,13 @@
 // takes position j0 + (u * WARPS + w) * PPW + p, SLOTS slots in flight per warp. Each lane group keeps its
 // own running max / sum / output; groups combine within the warp, then warps in shared memory.
 //
+// Rope fused (ropeTable non-null; a decode-only step, whose rope.cu kernel the backend then skips): qkv holds the
+// raw q, k, v; each block ropes (and norms, with qNorm / kNorm) its G q heads with rope.cuh's rope_head, the
+// arithmetic of qk_norm_rope, and the blocks of a row's last split write the new token's roped k and its v to the
+// cache at slotMapping[t] before they read it. One node less per layer, the same bits.
+//
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
+//   ropeTable [numTokens, 2, D/2] f32 (rope.cu's rope_table) or null; qNorm, kNorm [D] or null;
 //   out [numTokens, numHeads D]; partialOut [numRows, numHeads, maxSplits, D] f32 (unnormalized);
 //   partialMl [numRows, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numRows, numHeads / G]: indexed
 //   by the grid row (slot), not the token, so a mixed step's few decode rows need partials for them alone.
@@ -43,6 +49,7 @@
 // Grid row y serves token rowOrder[y] (step-meta.ts: a decode step's rows longest first, so the long rows do not
 // run alone at the grid's end); the order decides only which block computes a row, never its bits.
 #include "common.cuh"
+#include "rope.cuh"
 
 #define DECODE_WARPS 4
 #define DECODE_SLOTS 4
@@ -159,7 +166,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
                                                  const int* positions, int numHeads, int numKvHeads, int blockShift,
                                                  float scale, int splitTokens, int longSplitTokens,
                                                  int shortSplitTokens, int maxSplits,
-                                                 int qHeadsPerKv, int bx, int t, int slot, int bz, int gx, int gz) {
+                                                 int qHeadsPerKv, int bx, int t, int slot, int bz, int gx, int gz,
+                                                 const float* ropeTable = nullptr, const T* qNorm = nullptr,
+                                                 const T* kNorm = nullptr, const int* slotMapping = nullptr,
+                                                 float eps = 0.f) {
   using Lanes = DecodeLanes<T, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
@@ -183,11 +193,41 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
   const long long slotStride = (long long)numKvHeads * D;
 
   float qf[G][EPL];
+  if (ropeTable == nullptr) {
 #pragma unroll
-  for (int g = 0; g < G; g++) {
-    const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
+    for (int g = 0; g < G; g++) {
+      const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
 #pragma unroll
-    for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(q[e]), scale);
+      for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(q[e]), scale);
+    }
+  } else {
+    // Fused qk-norm + rope (a decode-only step; rope.cu's kernel not launched): the block ropes its G q heads into
+    // shared memory (warpAcc's, unused until the first split ends), and the blocks of the row's last split (the
+    // one holding the new position) write its roped k and its v to the cache first. Blocks of other query heads
+    // of the kv head write the same bytes; each reads the slot only after its own write.
+    T* qs = reinterpret_cast<T*>(&warpAcc[0][0][0]);
+    const T* row = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D;
+    const float* cosRow = ropeTable + (long long)t * D;
+    const long long kvSlot = slotMapping[t];
+    const int items = G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
+    for (int item = warp; item < items; item += DECODE_WARPS) {
+      if (item < G) {
+        rope_head<T>(row + (long long)(h0 + item) * D, qs + item * D, qNorm, cosRow, cosRow + D / 2, D, eps,
+                     nullptr, nullptr, nullptr);
+      } else {
+        const T* k = row + (long long)(numHeads + kvh) * D;
+        const long long at = (kvSlot * numKvHeads + kvh) * D;
+        rope_head<T>(k, nullptr, kNorm, cosRow, cosRow + D / 2, D, eps, const_cast<T*>(kCache) + at,
+                     const_cast<T*>(vCache) + at, k + (long long)numKvHeads * D);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+      for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(qs[g * D + dim0 + e]), scale);
+    }
+    __syncthreads();  // warpAcc is written after the first split
   }
 
   // A block walks every split of its row when the grid gives the row one block (or the row has one split):
@@ -388,13 +428,14 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
-      int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder) {                                \
+      int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
+      const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
     pdl_begin();                                                                                                  \
     attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
                               longSplitTokens, shortSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x,              \
-                              rowOrder[blockIdx.y],                                                               \
-                              blockIdx.y, blockIdx.z, gridDim.x, gridDim.z);                                      \
+                              rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
+                              qNorm, kNorm, slotMapping, eps);                                                    \
   }
 #define INSTANTIATE_DG(suffix, T, D, G) INSTANTIATE_DGM(suffix, T, D, G, G <= 4 ? 4 : 2, )
 
