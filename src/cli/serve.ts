@@ -83,8 +83,7 @@ export function serveCommand(): Command {
     }
     engine.attach(client);
     server.setReady();
-    const statsLogger = new StatsLogger(client, (line) => console.log(`quire: ${line}`));
-    if (!flags.disableLogStats) statsLogger.start();
+    const statsLogger = serveStatsLogger(flags, client, (line) => console.log(`quire: ${line}`));
     const i = client.info;
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
       + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, max num batched tokens `
@@ -98,7 +97,7 @@ export function serveCommand(): Command {
       stopping = true;
       console.log(`quire: ${signal}: draining (up to ${flags.shutdownTimeout} s)`);
       await server.drain(Number(flags.shutdownTimeout) * 1000);
-      statsLogger.stop();
+      statsLogger?.stop();
       await server.app.close();
       const trace = await client.shutdownWithTrace();
       if (trace) console.log(trace);
@@ -112,6 +111,15 @@ export function serveCommand(): Command {
 /** The engine options of `quire serve`: the flags, run as vLLM's API server (its default token budget). */
 export function serveEngineOptions(flags: Record<string, unknown>): EngineOptions {
   return { ...engineOptionsFromFlags(flags), usageContext: 'api-server' };
+}
+
+/** The engine stats line every 10 s, started; null with --disable-log-stats. */
+export function serveStatsLogger(flags: Record<string, unknown>, engine: ConstructorParameters<typeof StatsLogger>[0],
+  log: (line: string) => void): StatsLogger | null {
+  if (flags.disableLogStats) return null;
+  const logger = new StatsLogger(engine, log);
+  logger.start();
+  return logger;
 }
 
 /** A flag whose value is a JSON list of strings (vLLM's CORS flags). */

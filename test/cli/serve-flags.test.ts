@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { serveCommand } from '../../src/cli/serve.js';
+import { emptyStats } from '../../src/engine/stats.js';
 
 async function serveError(argv: string[]): Promise<string> {
   let err = '';
@@ -42,4 +43,21 @@ test('--max-logprobs takes an integer >= -1', async () => {
   assert.equal(servedMaxLogprobs(maxLogprobsArg('-1'), 151_936), 151_936);
   const err = await serveError(['--model', '/nonexistent', '--max-logprobs', '2.5']);
   assert.match(err, /--max-logprobs takes an integer >= 0, or -1/);
+});
+
+test('--disable-log-stats: no stats logger; without it one starts and reads the engine at once', async () => {
+  const { serveStatsLogger } = await import('../../src/cli/serve.js');
+  let reads = 0;
+  const engine = { stats: () => { reads++; return emptyStats(); } };
+  const parsed = (argv: string[]): Record<string, unknown> => {
+    const cmd = serveCommand().exitOverride();
+    cmd.parseOptions(argv);
+    return cmd.opts();
+  };
+  assert.equal(serveStatsLogger(parsed(['--disable-log-stats']), engine, () => {}), null);
+  assert.equal(reads, 0);
+  const logger = serveStatsLogger(parsed([]), engine, () => {});
+  assert.ok(logger);
+  logger.stop();
+  assert.equal(reads, 1);
 });
