@@ -19,7 +19,7 @@ export interface Usage {
 export interface ChoiceFormatter {
   /** Chunks sent right after the stream opens (chat role deltas, echoed prompts). */
   openingChunks(): unknown[];
-  /** A chunk for one delta, or null to send nothing. */
+  /** A chunk for one delta (an array: several), or null to send nothing. */
   deltaChunk(d: ChoiceDelta): unknown | null;
   /** The chunks that end one choice (the last one carries its finish_reason). */
   finishChunks(o: ChoiceOutcome): unknown[];
@@ -160,13 +160,18 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
         (d) => {
           generated.set(d.index, (generated.get(d.index) ?? 0) + d.tokenIds.length);
           const c = a.fmt.deltaChunk(d);
-          if (c !== null) send(c);
+          if (Array.isArray(c)) c.forEach(send);
+          else if (c !== null) send(c);
         },
         (o) => {
           for (const c of a.fmt.finishChunks(o)) send(c);
         },
       );
-      if (a.includeUsage) sse.send(a.fmt.usageChunk(usageOf(a.promptLengths, outcomes, a.n)));
+      if (a.includeUsage) {
+        const u = a.fmt.usageChunk(usageOf(a.promptLengths, outcomes, a.n));
+        if (a.events) sse.sendEvent((u as { type: string }).type, u);
+        else sse.send(u);
+      }
     } catch (e) {
       const err = toApiError(e);
       request.log.warn({ err: e }, 'stream ended with an error');

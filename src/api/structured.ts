@@ -1,7 +1,7 @@
 // Structured-output request fields -> the engine's spec, as vLLM reads them: OpenAI's `response_format`
-// (json_object, json_schema), vLLM's `structured_outputs` (json, regex, choice, grammar) and its older `guided_json`
-// / `guided_regex` / `guided_choice` / `guided_grammar`. A spec that does not compile is a 400 here, before any
-// token is generated.
+// (json_object, json_schema, structural_tag), vLLM's `structured_outputs` (json, regex, choice, grammar,
+// structural_tag) and its older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`. A spec that
+// does not compile is a 400 here, before any token is generated.
 
 import { checkStructuredOutput, type StructuredOutputSpec } from '../sampling/structured-output.js';
 import { badRequest } from './errors.js';
@@ -27,6 +27,46 @@ function choiceSpec(v: unknown, param: string): StructuredOutputSpec {
   return { type: 'choice', choices: v };
 }
 
+/**
+ * A structural tag (free text, and where a trigger appears, a tag whose content follows a schema), in either of
+ * vLLM's forms: {"structures": [{"begin", "schema", "end"}], "triggers": [...]} (each structure's JSON schema
+ * between its begin and end, once its trigger is written), or xgrammar's own {"format": {...}}. In
+ * `structured_outputs` it may come as a string holding the object, as vLLM takes it.
+ */
+function structuralTagSpec(v: unknown, param: string): StructuredOutputSpec {
+  if (typeof v === 'string') {
+    try {
+      v = JSON.parse(v);
+    } catch {
+      v = undefined;
+    }
+  }
+  if (!isObject(v)) throw badRequest(`\`${param}\` must be a structural tag object (or a string holding one).`, param);
+  if (v.format !== undefined) {
+    if (!isObject(v.format)) throw badRequest(`\`${param}.format\` must be an object.`, `${param}.format`);
+    return { type: 'structural_tag', tag: JSON.stringify({ type: 'structural_tag', format: v.format }) };
+  }
+  const { structures, triggers } = v;
+  if (!Array.isArray(structures) || structures.length === 0) {
+    throw badRequest(`\`${param}.structures\` must be a non-empty list of {"begin", "schema", "end"} (or give \`format\`).`, `${param}.structures`);
+  }
+  const tags = structures.map((t: unknown, i) => {
+    const at = `${param}.structures[${i}]`;
+    if (!isObject(t) || typeof t.begin !== 'string' || t.begin === '' || typeof t.end !== 'string' || !isObject(t.schema)) {
+      throw badRequest(`\`${at}\` must be {"begin": string, "schema": object, "end": string}.`, at);
+    }
+    return { type: 'tag', begin: t.begin, content: { type: 'json_schema', json_schema: t.schema }, end: t.end };
+  });
+  if (!Array.isArray(triggers) || triggers.length === 0 || !triggers.every((t) => typeof t === 'string' && t !== '')) {
+    throw badRequest(`\`${param}.triggers\` must be a non-empty list of non-empty strings.`, `${param}.triggers`);
+  }
+  const untriggered = tags.findIndex((t) => !triggers.some((g: string) => t.begin.startsWith(g)));
+  if (untriggered >= 0) {
+    throw badRequest(`\`${param}.structures[${untriggered}].begin\` must start with one of \`triggers\`.`, `${param}.structures[${untriggered}].begin`);
+  }
+  return { type: 'structural_tag', tag: JSON.stringify({ type: 'structural_tag', format: { type: 'triggered_tags', triggers, tags } }) };
+}
+
 function fromResponseFormat(v: unknown): StructuredOutputSpec | null {
   if (!isObject(v)) throw badRequest('`response_format` must be an object.', 'response_format');
   if (v.type === 'text') return null;
@@ -38,7 +78,8 @@ function fromResponseFormat(v: unknown): StructuredOutputSpec | null {
     }
     return jsonSpec(js.schema, 'response_format.json_schema.schema');
   }
-  throw badRequest('`response_format.type` must be "text", "json_object" or "json_schema".', 'response_format.type');
+  if (v.type === 'structural_tag') return structuralTagSpec(v, 'response_format');
+  throw badRequest('`response_format.type` must be "text", "json_object", "json_schema" or "structural_tag".', 'response_format.type');
 }
 
 function textSpec(v: unknown, param: string, make: (s: string) => StructuredOutputSpec): StructuredOutputSpec {
@@ -51,14 +92,13 @@ const grammarSpec = (v: unknown, param: string) => textSpec(v, param, (ebnf) => 
 
 function fromStructuredOutputs(v: unknown): [string, StructuredOutputSpec] | null {
   if (!isObject(v)) throw badRequest('`structured_outputs` must be an object.', 'structured_outputs');
-  if (v.structural_tag !== undefined && v.structural_tag !== null) {
-    throw badRequest('`structured_outputs.structural_tag` is not supported; use `json`, `regex`, `choice` or `grammar`.', 'structured_outputs.structural_tag');
-  }
   const given = (k: string) => v[k] !== undefined && v[k] !== null;
-  const kinds = { json: jsonSpec, regex: regexSpec, choice: choiceSpec, grammar: grammarSpec };
+  const kinds = { json: jsonSpec, regex: regexSpec, choice: choiceSpec, grammar: grammarSpec, structural_tag: structuralTagSpec };
   const specs = Object.entries(kinds).filter(([k]) => given(k))
     .map(([k, make]): [string, StructuredOutputSpec] => [`structured_outputs.${k}`, make(v[k], `structured_outputs.${k}`)]);
-  if (specs.length > 1) throw badRequest('`structured_outputs` takes one of `json`, `regex`, `choice` or `grammar`.', 'structured_outputs');
+  if (specs.length > 1) {
+    throw badRequest('`structured_outputs` takes one of `json`, `regex`, `choice`, `grammar` or `structural_tag`.', 'structured_outputs');
+  }
   return specs[0] ?? null;
 }
 

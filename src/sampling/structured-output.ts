@@ -9,12 +9,14 @@ import { dirname } from 'node:path';
 import type * as XG from '@mlc-ai/web-xgrammar';
 
 /**
- * What a request's output must match. `json` holds a JSON schema as text, `grammar` xgrammar's EBNF. With
+ * What a request's output must match. `json` holds a JSON schema as text, `grammar` xgrammar's EBNF,
+ * `structural_tag` xgrammar's structural tag as JSON text ({"type": "structural_tag", "format": {...}}). With
  * `afterTokenId` the grammar holds only after that token (a reasoning parser's end of thinking, as vLLM: the
  * model thinks freely, then answers in the format).
  */
 export type StructuredOutputSpec = ({ type: 'json'; schema: string } | { type: 'choice'; choices: string[] }
-  | { type: 'regex'; pattern: string } | { type: 'grammar'; ebnf: string }) & { afterTokenId?: number };
+  | { type: 'regex'; pattern: string } | { type: 'grammar'; ebnf: string } | { type: 'structural_tag'; tag: string })
+  & { afterTokenId?: number };
 
 /** A request's grammar state, consulted by the host sampler. */
 export interface TokenConstraint {
@@ -80,6 +82,7 @@ export async function checkStructuredOutput(spec: StructuredOutputSpec): Promise
       case 'choice': return xg.Grammar.fromEBNF(choiceGrammar(spec.choices));
       case 'regex': return xg.Grammar.fromStructuralTag(regexTag(spec.pattern));
       case 'grammar': return xg.Grammar.fromEBNF(spec.ebnf);
+      case 'structural_tag': return xg.Grammar.fromStructuralTag(spec.tag);
     }
   });
   g.dispose();
@@ -133,6 +136,7 @@ export class StructuredOutputs {
           case 'choice': return c.compileGrammar(choiceGrammar(spec.choices));
           case 'regex': return c.compileStructuralTag(regexTag(spec.pattern));
           case 'grammar': return c.compileGrammar(spec.ebnf);
+          case 'structural_tag': return c.compileStructuralTag(spec.tag);
         }
       }));
       p.catch(() => this.compiled.delete(key));

@@ -1,6 +1,6 @@
 // /v1/responses (OpenAI's Responses API, stateless): the official client's create and stream, instructions and
 // message input through the chat template, max_output_tokens as an incomplete response, text.format as a
-// structured output, and 400s for what needs stored state or tools.
+// structured output, and 400s naming the field. Tools: responses-tools.test.ts.
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -77,12 +77,16 @@ describe('/v1/responses', () => {
     assert.deepEqual(s.engine.submitted.at(-1)!.sampling.structuredOutput, { type: 'json', schema: JSON.stringify(schema) });
   });
 
-  it('refuses stored state, tools and bad input with a 400 naming the field', async () => {
+  it('refuses stored state, bad tools and bad input with a 400 naming the field', async () => {
     const cases: [Record<string, unknown>, string][] = [
       [{ input: 'x', previous_response_id: 'resp_1' }, 'previous_response_id'],
-      [{ input: 'x', tools: [{ type: 'function', name: 'f' }] }, 'tools'],
+      [{ input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0]'],
+      [{ input: 'x', tools: [{ type: 'function', name: '' }] }, 'tools[0].name'],
+      [{ input: 'x', tools: [{ type: 'function', name: 'f' }], tool_choice: { type: 'function', name: 'g' } }, 'tool_choice'],
+      [{ input: 'x', tools: [{ type: 'function', name: 'f' }] }, 'tool_choice'],
       [{ input: '' }, 'input'],
-      [{ input: [{ type: 'function_call_output', call_id: 'c', output: '1' }] }, 'input[0]'],
+      [{ input: [{ type: 'reasoning', summary: [] }] }, 'input[0]'],
+      [{ input: [{ type: 'function_call_output', call_id: 'c' }] }, 'input[0]'],
       [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0]'],
       [{ input: 'x', max_output_tokens: 0 }, 'max_output_tokens'],
     ];

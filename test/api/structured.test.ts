@@ -34,6 +34,14 @@ describe('structured-output request fields', () => {
       assert.deepEqual(await specOf(path, { guided_regex: '\\d{3}' }), { type: 'regex', pattern: '\\d{3}' });
       assert.deepEqual(await specOf(path, { structured_outputs: { grammar: 'root ::= "a" | "b"' } }), { type: 'grammar', ebnf: 'root ::= "a" | "b"' });
       assert.deepEqual(await specOf(path, { guided_grammar: 'root ::= "yes"' }), { type: 'grammar', ebnf: 'root ::= "yes"' });
+      assert.deepEqual(await specOf(path, { response_format: { type: 'structural_tag', triggers: ['<fn='],
+        structures: [{ begin: '<fn=a>', schema, end: '</fn>' }] } }), { type: 'structural_tag', tag: JSON.stringify({
+        type: 'structural_tag', format: { type: 'triggered_tags', triggers: ['<fn='],
+          tags: [{ type: 'tag', begin: '<fn=a>', content: { type: 'json_schema', json_schema: schema }, end: '</fn>' }] } }) });
+      const format = { type: 'tag', begin: '<a>', content: { type: 'regex', pattern: '[0-9]+' }, end: '</a>' };
+      const tag = { type: 'structural_tag', tag: JSON.stringify({ type: 'structural_tag', format }) };
+      assert.deepEqual(await specOf(path, { response_format: { type: 'structural_tag', format } }), tag);
+      assert.deepEqual(await specOf(path, { structured_outputs: { structural_tag: JSON.stringify({ format }) } }), tag);
       assert.equal(await specOf(path, {}), null);
     }
   });
@@ -41,15 +49,22 @@ describe('structured-output request fields', () => {
   it('refuses malformed, conflicting, unsupported or uncompilable constraints with a 400, and serves the next request', async () => {
     const cases: [Record<string, unknown>, string, RegExp][] = [
       [{ response_format: 'json' }, 'response_format', /must be an object/],
-      [{ response_format: { type: 'xml' } }, 'response_format.type', /"text", "json_object" or "json_schema"/],
+      [{ response_format: { type: 'xml' } }, 'response_format.type', /"text", "json_object", "json_schema" or "structural_tag"/],
       [{ response_format: { type: 'json_schema', json_schema: { name: 'x' } } }, 'response_format.json_schema.schema', /is required/],
       [{ response_format: { type: 'json_schema', json_schema: { schema: 'nope' } } }, 'response_format.json_schema.schema', /JSON schema/],
-      [{ structured_outputs: { structural_tag: {} } }, 'structured_outputs.structural_tag', /not supported/],
+      [{ structured_outputs: { structural_tag: 'nope' } }, 'structured_outputs.structural_tag', /structural tag object/],
+      [{ response_format: { type: 'structural_tag', triggers: ['<'] } }, 'response_format.structures', /non-empty list/],
+      [{ response_format: { type: 'structural_tag', triggers: ['<'], structures: [{ begin: '<a>', end: '</a>' }] } },
+        'response_format.structures[0]', /"schema": object/],
+      [{ response_format: { type: 'structural_tag', triggers: ['<b'], structures: [{ begin: '<a>', schema, end: '</a>' }] } },
+        'response_format.structures[0].begin', /must start with one of `triggers`/],
+      [{ response_format: { type: 'structural_tag', format: { type: 'tag', begin: '<a>', content: { type: 'regex', pattern: '[' }, end: '' } } },
+        'response_format', /does not compile to a grammar/],
       [{ structured_outputs: { regex: '[a' } }, 'structured_outputs.regex', /does not compile to a grammar: Regex parsing error at position 3: Unclosed '\['/],
       [{ guided_grammar: 'root ::= "a" |' }, 'guided_grammar', /does not compile to a grammar: EBNF parser error/],
       [{ structured_outputs: { grammar: 7 } }, 'structured_outputs.grammar', /non-empty string/],
       [{ structured_outputs: { choice: [] } }, 'structured_outputs.choice', /non-empty list/],
-      [{ structured_outputs: { json: schema, choice: ['a'] } }, 'structured_outputs', /one of `json`, `regex`, `choice` or `grammar`/],
+      [{ structured_outputs: { json: schema, choice: ['a'] } }, 'structured_outputs', /one of `json`, `regex`, `choice`, `grammar` or `structural_tag`/],
       [{ response_format: { type: 'json_object' }, guided_choice: ['a'] }, 'guided_choice', /Only one structured-output constraint/],
       [{ guided_json: { type: 'object', properties: { a: { $ref: '#/nowhere' } } } }, 'guided_json', /does not compile to a grammar: .*Cannot find field nowhere/],
     ];

@@ -69,6 +69,18 @@ describe('structured outputs in the engine', () => {
     }
   });
 
+  it('gives a structural tag: its begin, JSON of its schema, its end', async () => {
+    const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false };
+    const tag = JSON.stringify({ type: 'structural_tag', format: { type: 'tag', begin: '<f>', content: { type: 'json_schema', json_schema: schema }, end: '</f>' } });
+    for (const seed of [1, 2, 3]) {
+      const { text, last } = await run({ type: 'structural_tag', tag }, 1, seed, undefined, 120);
+      assert.equal(last.finishReason, 'stop', text);
+      const m = /^<f>(.*)<\/f>$/s.exec(text);
+      assert.ok(m, text);
+      assert.ok(Number.isInteger((JSON.parse(m[1]!) as { n: unknown }).n), text);
+    }
+  });
+
   it('gives JSON that matches the schema', async () => {
     const schema = { type: 'object', properties: { colour: { enum: ['red', 'blue'] }, n: { type: 'integer' }, ok: { type: 'boolean' } },
       required: ['colour', 'n', 'ok'], additionalProperties: false };

@@ -23,7 +23,7 @@ export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
   return renderChatPrompt(d, r).ids;
 }
 
-function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: number[] } {
+export function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: number[] } {
   if (r.chatTemplate !== null && !d.allowRequestChatTemplate) {
     throw badRequest('`chat_template` in the request is not allowed on this server.', 'chat_template');
   }

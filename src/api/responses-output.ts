@@ -1,0 +1,164 @@
+// The Responses API's output items over one choice: a reasoning item (with --reasoning-parser), a message item of
+// one output_text part, and a function_call item per tool call, in the order the model wrote them. The text is read
+// by the chat route's parsers (chat-output.ts), or, under a forced tool_choice, as the call(s) the grammar made.
+// Streamed, items open as their text starts and each call goes out whole once parsed; an answer with no item at
+// all still gets an (empty) message.
+
+import { randomBytes, randomUUID } from 'node:crypto';
+import { ChatOutputStream, parseChatOutput, type ChatOutput, type ChatOutputOptions } from './chat-output.js';
+import type { ChoiceDelta, ChoiceOutcome } from './generation.js';
+import { requiredCalls } from './routes/chat-forced.js';
+import type { Body } from './schemas.js';
+import type { ChoiceFormatter, Usage } from './serve.js';
+import type { ParsedToolCall } from './tool-parser.js';
+import type { ToolMode } from './tools.js';
+
+/** The response object's fields that echo the request. */
+export interface ResponseHead {
+  id: string;
+  model: string;
+  createdAt: number;
+  echo: Body;
+}
+
+export interface ResponsesOutputOptions {
+  parse: ChatOutputOptions;
+  /** A forced tool_choice: the output is the named function's arguments, or a list of calls. */
+  forced: (ToolMode & { kind: 'named' | 'required' }) | null;
+}
+
+export const newId = (prefix: string) => `${prefix}_${randomUUID().replaceAll('-', '')}`;
+const part = (text: string) => ({ type: 'output_text', text, annotations: [] });
+const messageItem = (id: string, status: string, content: unknown[]) => ({ type: 'message', id, status, role: 'assistant', content });
+const reasoningItem = (id: string, status: string, text: string) =>
+  ({ type: 'reasoning', id, summary: [], content: [{ type: 'reasoning_text', text }], status });
+const callItem = (id: string, c: ParsedToolCall, status: string) =>
+  ({ type: 'function_call', id, call_id: `call_${randomBytes(12).toString('hex')}`, name: c.name, arguments: c.arguments, status });
+const statusOf = (o: ChoiceOutcome | null) => (o?.finishReason === 'length' ? 'incomplete' : 'completed');
+
+/** A whole output read as the request's options say. */
+function outputOf(text: string, o: ResponsesOutputOptions): ChatOutput {
+  if (o.forced === null) return parseChatOutput(text, o.parse);
+  const calls = o.forced.kind === 'named' ? [{ name: o.forced.name, arguments: text }] : requiredCalls(text);
+  return calls === null ? { reasoning: null, content: text, calls: [] } : { reasoning: null, content: null, calls };
+}
+
+/** The output items of a whole answer. */
+function itemsOf(out: ChatOutput, status: string): unknown[] {
+  const items: unknown[] = [];
+  if (out.reasoning !== null && out.reasoning !== '') items.push(reasoningItem(newId('rs'), status, out.reasoning));
+  if ((out.content !== null && out.content !== '') || out.calls.length === 0) {
+    items.push(messageItem(newId('msg'), status, [part(out.content ?? '')]));
+  }
+  for (const c of out.calls) items.push(callItem(newId('fc'), c, 'completed'));
+  return items;
+}
+
+export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions): ChoiceFormatter {
+  let seq = 0;
+  let outcome: ChoiceOutcome | null = null;
+  const items: unknown[] = [];
+  let open: { kind: 'reasoning' | 'message'; id: string; index: number; text: string } | null = null;
+  const stream = opts.forced === null ? new ChatOutputStream(opts.parse) : null;
+  let forcedText = '';
+  const event = (type: string, fields: Body) => ({ type, sequence_number: seq++, ...fields });
+  const response = (status: string, output: unknown[], usage: Usage | null) => ({
+    id: h.id, object: 'response', created_at: h.createdAt, status, model: h.model, output,
+    usage: usage && {
+      input_tokens: usage.prompt_tokens, input_tokens_details: { cached_tokens: usage.prompt_tokens_details.cached_tokens },
+      output_tokens: usage.completion_tokens, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: usage.total_tokens,
+    },
+    incomplete_details: outcome?.finishReason === 'length' ? { reason: 'max_output_tokens' } : null,
+    error: null, previous_response_id: null, ...h.echo,
+  });
+
+  const close = (status: string): unknown[] => {
+    if (open === null) return [];
+    const o = open;
+    open = null;
+    const at = { item_id: o.id, output_index: o.index, content_index: 0 };
+    if (o.kind === 'reasoning') {
+      const item = reasoningItem(o.id, status, o.text);
+      items.push(item);
+      return [event('response.reasoning_text.done', { ...at, text: o.text }),
+        event('response.output_item.done', { output_index: o.index, item })];
+    }
+    const item = messageItem(o.id, status, [part(o.text)]);
+    items.push(item);
+    return [event('response.output_text.done', { ...at, text: o.text, logprobs: [] }),
+      event('response.content_part.done', { ...at, part: part(o.text) }),
+      event('response.output_item.done', { output_index: o.index, item })];
+  };
+  const text = (kind: 'reasoning' | 'message', delta: string): unknown[] => {
+    if (delta === '') return [];
+    const events: unknown[] = [];
+    if (open?.kind !== kind) {
+      events.push(...close('completed'));
+      open = { kind, id: newId(kind === 'reasoning' ? 'rs' : 'msg'), index: items.length, text: '' };
+      const at = { item_id: open.id, output_index: open.index, content_index: 0 };
+      events.push(event('response.output_item.added', { output_index: open.index,
+        item: kind === 'reasoning' ? reasoningItem(open.id, 'in_progress', '') : messageItem(open.id, 'in_progress', []) }));
+      if (kind === 'message') events.push(event('response.content_part.added', { ...at, part: part('') }));
+    }
+    open!.text += delta;
+    const at = { item_id: open!.id, output_index: open!.index, content_index: 0 };
+    events.push(kind === 'reasoning' ? event('response.reasoning_text.delta', { ...at, delta })
+      : event('response.output_text.delta', { ...at, delta, logprobs: [] }));
+    return events;
+  };
+  const calls = (cs: ParsedToolCall[]): unknown[] => cs.flatMap((c) => {
+    const events = close('completed');
+    const index = items.length;
+    const item = callItem(newId('fc'), c, 'completed');
+    items.push(item);
+    const at = { item_id: item.id, output_index: index };
+    return [...events, event('response.output_item.added', { output_index: index, item: { ...item, arguments: '', status: 'in_progress' } }),
+      event('response.function_call_arguments.delta', { ...at, delta: c.arguments }),
+      event('response.function_call_arguments.done', { ...at, name: c.name, arguments: c.arguments }),
+      event('response.output_item.done', { output_index: index, item })];
+  });
+  const deltaOf = (d: { reasoning: string; content: string; calls: ParsedToolCall[] }) =>
+    [...text('reasoning', d.reasoning), ...text('message', d.content), ...calls(d.calls)];
+
+  return {
+    openingChunks() {
+      return [event('response.created', { response: response('in_progress', [], null) }),
+        event('response.in_progress', { response: response('in_progress', [], null) })];
+    },
+    deltaChunk(dl: ChoiceDelta) {
+      if (stream === null) {
+        forcedText += dl.text;
+        return null;
+      }
+      const events = deltaOf(stream.push(dl.text));
+      return events.length === 0 ? null : events;
+    },
+    finishChunks(o: ChoiceOutcome) {
+      outcome = o;
+      let events: unknown[];
+      if (stream !== null) events = deltaOf(stream.finish());
+      else {
+        const out = outputOf(forcedText, opts);
+        events = deltaOf({ reasoning: '', content: out.content ?? '', calls: out.calls });
+      }
+      if (items.length === 0 && open === null) events.push(...emptyMessage());
+      return [...events, ...close(statusOf(o))];
+    },
+    usageChunk(usage: Usage) {
+      const status = statusOf(outcome);
+      return event(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: response(status, items, usage) });
+    },
+    response(outcomes: ChoiceOutcome[], usage: Usage) {
+      outcome = outcomes[0]!;
+      return response(statusOf(outcome), itemsOf(outputOf(outcome.text, opts), statusOf(outcome)), usage);
+    },
+  };
+
+  /** An answer with no text and no call: an empty message item, opened and left for close(). */
+  function emptyMessage(): unknown[] {
+    open = { kind: 'message', id: newId('msg'), index: 0, text: '' };
+    const at = { item_id: open.id, output_index: 0, content_index: 0 };
+    return [event('response.output_item.added', { output_index: 0, item: messageItem(open.id, 'in_progress', []) }),
+      event('response.content_part.added', { ...at, part: part('') })];
+  }
+}
