@@ -166,7 +166,7 @@ describe('forced tool choice (a named function, or "required")', () => {
     assert.ok(heads.length > 1 && heads.slice(1).every((n) => n === undefined));
   });
 
-  it('"required" constrains the output to a list of calls and answers each as a tool call, streamed or not', async () => {
+  it('"required" constrains the output to a list of calls and answers each as a tool call, streamed as it comes or not', async () => {
     script = '[{"name": "search", "parameters": {"q": "rain"}}, {"name": "get_weather", "parameters": {"city": "Rome"}}]';
     const r = await client.chat.completions.create({ model: MODEL, messages, tools: [weather, search], tool_choice: 'required' });
     const spec = s.engine.submitted.at(-1)!.sampling.structuredOutput!;
@@ -178,13 +178,19 @@ describe('forced tool choice (a named function, or "required")', () => {
     assert.deepEqual(calls(r.choices[0]!.message), [['search', { q: 'rain' }], ['get_weather', { city: 'Rome' }]]);
     assert.equal(r.choices[0]!.finish_reason, 'tool_calls');
     const stream = await client.chat.completions.create({ model: MODEL, messages, tools: [weather, search], tool_choice: 'required', stream: true });
-    const got: unknown[] = [];
+    const got: [number, string | undefined, string][] = [];
     let finish = null;
+    let chunks = 0;
     for await (const c of stream) {
-      for (const t of c.choices[0]?.delta.tool_calls ?? []) got.push([t.index, t.function?.name, JSON.parse(t.function!.arguments!)]);
+      for (const t of c.choices[0]?.delta.tool_calls ?? []) {
+        chunks++;
+        if (t.function?.name !== undefined) got[t.index] = [t.index, t.function.name, ''];
+        got[t.index]![2] += t.function?.arguments ?? '';
+      }
       finish = c.choices[0]?.finish_reason ?? finish;
     }
-    assert.deepEqual(got, [[0, 'search', { q: 'rain' }], [1, 'get_weather', { city: 'Rome' }]]);
+    assert.deepEqual(got.map(([i, name, args]) => [i, name, JSON.parse(args)]), [[0, 'search', { q: 'rain' }], [1, 'get_weather', { city: 'Rome' }]]);
+    assert.ok(chunks > 4, `each call's arguments streamed as they came (${chunks} tool_call deltas)`);
     assert.equal(finish, 'tool_calls');
   });
 });

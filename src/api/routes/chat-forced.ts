@@ -1,11 +1,12 @@
 // Chat answers under a forced tool choice (vLLM's named function calling and tool_choice "required"): the
 // grammar made the output the named function's arguments, or a JSON list of {"name", "parameters"} calls; they
-// come back as tool_calls. Named calls stream their arguments as they are generated; "required" lists are sent
-// whole when the choice ends.
+// come back as tool_calls. Streamed, a named call's arguments go out as they are generated, and each call of a
+// "required" list once its name is whole, then its arguments as they come (required-calls-stream.ts).
 
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import type { ChatRequest } from '../schemas.js';
 import type { ChoiceFormatter, Usage } from '../serve.js';
+import { RequiredCallsStream } from '../required-calls-stream.js';
 import type { ParsedToolCall } from '../tool-parser.js';
 import { toolCallJson, type ToolMode } from '../tools.js';
 import { chatResponse, chunkHeadOf, openingChunks, usageChunk, type Header } from './chat-shapes.js';
@@ -32,6 +33,12 @@ export function forcedToolFormatter(r: ChatRequest, promptIds: number[], h: Head
   const chunkHead = chunkHeadOf(h);
   const started = new Set<number>();
   const texts = new Map<number, string>();
+  const lists = new Map<number, RequiredCallsStream>();
+  const listOf = (index: number) => {
+    let l = lists.get(index);
+    if (l === undefined) lists.set(index, (l = new RequiredCallsStream()));
+    return l;
+  };
   const chunk = (index: number, delta: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
     ({ ...chunkHead, choices: [{ index, delta, logprobs: null, finish_reason: null, ...extra }] });
   return {
@@ -40,7 +47,10 @@ export function forcedToolFormatter(r: ChatRequest, promptIds: number[], h: Head
       const extra = { logprobs: logprobsOf(d), ...(r.returnTokenIds ? { token_ids: d.tokenIds } : {}) };
       if (mode.kind === 'required') {
         texts.set(d.index, (texts.get(d.index) ?? '') + d.text);
-        return r.logprobs === null && !r.returnTokenIds ? null : chunk(d.index, {}, extra);
+        const calls = listOf(d.index).push(d.text).map((e) => e.kind === 'start'
+          ? toolCallJson({ name: e.name, arguments: '' }, e.index) : { index: e.index, function: { arguments: e.delta } });
+        if (calls.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
+        return chunk(d.index, calls.length > 0 ? { tool_calls: calls } : {}, extra);
       }
       if (d.text === '' && r.logprobs === null && !r.returnTokenIds) return null;
       if (started.has(d.index)) return chunk(d.index, { tool_calls: [{ index: 0, function: { arguments: d.text } }] }, extra);
@@ -50,10 +60,12 @@ export function forcedToolFormatter(r: ChatRequest, promptIds: number[], h: Head
     finishChunks(o: ChoiceOutcome) {
       const done = { finish_reason: o.finishReason, stop_reason: o.stopReason };
       if (mode.kind === 'named') return [{ ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, ...done }] }];
-      const calls = requiredCalls(texts.get(o.index) ?? '');
-      if (calls === null) return [chunk(o.index, { content: texts.get(o.index) ?? '' }), { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, ...done }] }];
-      return [chunk(o.index, { tool_calls: calls.map((c, k) => toolCallJson(c, k)) }),
-        { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: 'tool_calls', stop_reason: o.stopReason }] }];
+      // No call began (cut before its name): the text as content, as the whole-output parse would answer it.
+      if (listOf(o.index).callCount === 0) {
+        return [chunk(o.index, { content: texts.get(o.index) ?? '' }), { ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, ...done }] }];
+      }
+      const finishReason = o.finishReason === 'length' ? 'length' : 'tool_calls';
+      return [{ ...chunkHead, choices: [{ index: o.index, delta: {}, logprobs: null, finish_reason: finishReason, stop_reason: o.stopReason }] }];
     },
     usageChunk: (usage: Usage) => usageChunk(h, usage),
     response(outcomes: ChoiceOutcome[], usage: Usage) {
