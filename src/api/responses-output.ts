@@ -1,8 +1,8 @@
 // The Responses API's output items over one choice: a reasoning item (with --reasoning-parser), a message item of
 // one output_text part, and a function_call item per tool call, in the order the model wrote them. The text is read
 // by the chat route's parsers (chat-output.ts), or, under a forced tool_choice, as the call(s) the grammar made.
-// Streamed, items open as their text starts and each call goes out whole once parsed; an answer with no item at
-// all still gets an (empty) message.
+// Streamed, items open as their text starts; a parsed call goes out whole, a forced one's arguments as they are
+// written; an answer with no item at all still gets an (empty) message.
 
 import { randomBytes, randomUUID } from 'node:crypto';
 import { ChatOutputStream, parseChatOutput, type ChatOutput, type ChatOutputOptions } from './chat-output.js';
@@ -10,6 +10,7 @@ import type { ChoiceDelta, ChoiceOutcome } from './generation.js';
 import { requiredCalls } from './routes/chat-forced.js';
 import type { Body } from './schemas.js';
 import type { ChoiceFormatter, Usage } from './serve.js';
+import { RequiredCallsStream } from './required-calls-stream.js';
 import type { ParsedToolCall } from './tool-parser.js';
 import type { ToolMode } from './tools.js';
 
@@ -32,8 +33,9 @@ const part = (text: string) => ({ type: 'output_text', text, annotations: [] });
 const messageItem = (id: string, status: string, content: unknown[]) => ({ type: 'message', id, status, role: 'assistant', content });
 const reasoningItem = (id: string, status: string, text: string) =>
   ({ type: 'reasoning', id, summary: [], content: [{ type: 'reasoning_text', text }], status });
-const callItem = (id: string, c: ParsedToolCall, status: string) =>
-  ({ type: 'function_call', id, call_id: `call_${randomBytes(12).toString('hex')}`, name: c.name, arguments: c.arguments, status });
+const newCallId = () => `call_${randomBytes(12).toString('hex')}`;
+const callItem = (id: string, callId: string, c: ParsedToolCall, status: string) =>
+  ({ type: 'function_call', id, call_id: callId, name: c.name, arguments: c.arguments, status });
 const statusOf = (o: ChoiceOutcome | null) => (o?.finishReason === 'length' ? 'incomplete' : 'completed');
 
 /** A whole output read as the request's options say. */
@@ -50,7 +52,7 @@ function itemsOf(out: ChatOutput, status: string): unknown[] {
   if ((out.content !== null && out.content !== '') || out.calls.length === 0) {
     items.push(messageItem(newId('msg'), status, [part(out.content ?? '')]));
   }
-  for (const c of out.calls) items.push(callItem(newId('fc'), c, 'completed'));
+  for (const c of out.calls) items.push(callItem(newId('fc'), newCallId(), c, 'completed'));
   return items;
 }
 
@@ -58,8 +60,10 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
   let seq = 0;
   let outcome: ChoiceOutcome | null = null;
   const items: unknown[] = [];
-  let open: { kind: 'reasoning' | 'message'; id: string; index: number; text: string } | null = null;
+  /** The item being streamed: text items until the next kind starts, a call until the next item or the end. */
+  let open: { kind: 'reasoning' | 'message' | 'call'; id: string; index: number; text: string; name: string; callId: string } | null = null;
   const stream = opts.forced === null ? new ChatOutputStream(opts.parse) : null;
+  const required = opts.forced?.kind === 'required' ? new RequiredCallsStream() : null;
   let forcedText = '';
   const event = (type: string, fields: Body) => ({ type, sequence_number: seq++, ...fields });
   const response = (status: string, output: unknown[], usage: Usage | null) => ({
@@ -77,6 +81,12 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
     const o = open;
     open = null;
     const at = { item_id: o.id, output_index: o.index, content_index: 0 };
+    if (o.kind === 'call') {
+      const item = callItem(o.id, o.callId, { name: o.name, arguments: o.text }, 'completed');
+      items.push(item);
+      return [event('response.function_call_arguments.done', { item_id: o.id, output_index: o.index, name: o.name, arguments: o.text }),
+        event('response.output_item.done', { output_index: o.index, item })];
+    }
     if (o.kind === 'reasoning') {
       const item = reasoningItem(o.id, status, o.text);
       items.push(item);
@@ -89,36 +99,37 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
       event('response.content_part.done', { ...at, part: part(o.text) }),
       event('response.output_item.done', { output_index: o.index, item })];
   };
-  const text = (kind: 'reasoning' | 'message', delta: string): unknown[] => {
-    if (delta === '') return [];
-    const events: unknown[] = [];
-    if (open?.kind !== kind) {
-      events.push(...close('completed'));
-      open = { kind, id: newId(kind === 'reasoning' ? 'rs' : 'msg'), index: items.length, text: '' };
-      const at = { item_id: open.id, output_index: open.index, content_index: 0 };
-      events.push(event('response.output_item.added', { output_index: open.index,
-        item: kind === 'reasoning' ? reasoningItem(open.id, 'in_progress', '') : messageItem(open.id, 'in_progress', []) }));
-      if (kind === 'message') events.push(event('response.content_part.added', { ...at, part: part('') }));
-    }
-    open!.text += delta;
-    const at = { item_id: open!.id, output_index: open!.index, content_index: 0 };
-    events.push(kind === 'reasoning' ? event('response.reasoning_text.delta', { ...at, delta })
-      : event('response.output_text.delta', { ...at, delta, logprobs: [] }));
+  /** Opens an item of `kind` (closing the one before) and returns its opening events. */
+  const begin = (kind: 'reasoning' | 'message' | 'call', name = ''): unknown[] => {
+    const events = close('completed');
+    const o = open = { kind, id: newId(kind === 'reasoning' ? 'rs' : kind === 'message' ? 'msg' : 'fc'), index: items.length, text: '', name,
+      callId: newCallId() };
+    const item = kind === 'reasoning' ? reasoningItem(o.id, 'in_progress', '') : kind === 'message' ? messageItem(o.id, 'in_progress', [])
+      : callItem(o.id, o.callId, { name, arguments: '' }, 'in_progress');
+    events.push(event('response.output_item.added', { output_index: o.index, item }));
+    if (kind === 'message') events.push(event('response.content_part.added', { item_id: o.id, output_index: o.index, content_index: 0, part: part('') }));
     return events;
   };
-  const calls = (cs: ParsedToolCall[]): unknown[] => cs.flatMap((c) => {
-    const events = close('completed');
-    const index = items.length;
-    const item = callItem(newId('fc'), c, 'completed');
-    items.push(item);
-    const at = { item_id: item.id, output_index: index };
-    return [...events, event('response.output_item.added', { output_index: index, item: { ...item, arguments: '', status: 'in_progress' } }),
-      event('response.function_call_arguments.delta', { ...at, delta: c.arguments }),
-      event('response.function_call_arguments.done', { ...at, name: c.name, arguments: c.arguments }),
-      event('response.output_item.done', { output_index: index, item })];
-  });
+  const text = (kind: 'reasoning' | 'message' | 'call', delta: string): unknown[] => {
+    if (delta === '') return [];
+    const events = open?.kind === kind ? [] : begin(kind);
+    const o = open!;
+    o.text += delta;
+    const at = { item_id: o.id, output_index: o.index, content_index: 0 };
+    events.push(kind === 'reasoning' ? event('response.reasoning_text.delta', { ...at, delta })
+      : kind === 'message' ? event('response.output_text.delta', { ...at, delta, logprobs: [] })
+        : event('response.function_call_arguments.delta', { item_id: o.id, output_index: o.index, delta }));
+    return events;
+  };
+  const calls = (cs: ParsedToolCall[]): unknown[] => cs.flatMap((c) => [...begin('call', c.name), ...text('call', c.arguments)]);
   const deltaOf = (d: { reasoning: string; content: string; calls: ParsedToolCall[] }) =>
     [...text('reasoning', d.reasoning), ...text('message', d.content), ...calls(d.calls)];
+  /** A forced choice's delta: the named call's arguments, or the calls of a "required" list as they come. */
+  const forcedDelta = (delta: string): unknown[] => {
+    forcedText += delta;
+    if (required === null) return open === null && delta !== '' ? [...begin('call', (opts.forced as { name: string }).name), ...text('call', delta)] : text('call', delta);
+    return required.push(delta).flatMap((e) => e.kind === 'start' ? begin('call', e.name) : text('call', e.delta));
+  };
 
   return {
     openingChunks() {
@@ -126,22 +137,15 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
         event('response.in_progress', { response: response('in_progress', [], null) })];
     },
     deltaChunk(dl: ChoiceDelta) {
-      if (stream === null) {
-        forcedText += dl.text;
-        return null;
-      }
-      const events = deltaOf(stream.push(dl.text));
+      const events = stream === null ? forcedDelta(dl.text) : deltaOf(stream.push(dl.text));
       return events.length === 0 ? null : events;
     },
     finishChunks(o: ChoiceOutcome) {
       outcome = o;
-      let events: unknown[];
-      if (stream !== null) events = deltaOf(stream.finish());
-      else {
-        const out = outputOf(forcedText, opts);
-        events = deltaOf({ reasoning: '', content: out.content ?? '', calls: out.calls });
-      }
-      if (items.length === 0 && open === null) events.push(...emptyMessage());
+      const events = stream !== null ? deltaOf(stream.finish()) : [];
+      // a "required" list cut before any call's name: the text, as the whole-output parse answers it
+      if (required !== null && required.callCount === 0) events.push(...text('message', forcedText));
+      if (items.length === 0 && open === null) events.push(...begin('message'));
       return [...events, ...close(statusOf(o))];
     },
     usageChunk(usage: Usage) {
@@ -153,12 +157,4 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
       return response(statusOf(outcome), itemsOf(outputOf(outcome.text, opts), statusOf(outcome)), usage);
     },
   };
-
-  /** An answer with no text and no call: an empty message item, opened and left for close(). */
-  function emptyMessage(): unknown[] {
-    open = { kind: 'message', id: newId('msg'), index: 0, text: '' };
-    const at = { item_id: open.id, output_index: 0, content_index: 0 };
-    return [event('response.output_item.added', { output_index: 0, item: messageItem(open.id, 'in_progress', []) }),
-      event('response.content_part.added', { ...at, part: part('') })];
-  }
 }

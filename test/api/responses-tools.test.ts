@@ -1,7 +1,7 @@
 // /v1/responses with tools, as vLLM: flat function tools and a tool round trip (function_call and
 // function_call_output input items) reach the chat template; "auto" calls come back as function_call output items
 // (with a reasoning item under --reasoning-parser), streamed as typed events; "required" and named choices are
-// forced by a grammar and answered as calls.
+// forced by a grammar and answered as calls, their arguments streamed as they are written.
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -96,12 +96,25 @@ describe('/v1/responses with tools', () => {
     const r = await client.responses.create({ model: MODEL, input: 'Weather?', tools: [weather], tool_choice: 'required' });
     assert.deepEqual(shapeOf(r.output), [['function_call', 'get_weather', { city: 'Oslo' }]]);
     assert.equal(s.engine.submitted.at(-1)!.sampling.structuredOutput?.type, 'json');
+    const streamed = async (tool_choice: OpenAI.Responses.ResponseCreateParams['tool_choice']) => {
+      const stream = await client.responses.create({ model: MODEL, input: 'Weather?', tools: [weather], tool_choice, stream: true });
+      let completed: OpenAI.Responses.Response | null = null;
+      const deltas: string[] = [];
+      for await (const e of stream) {
+        if (e.type === 'response.function_call_arguments.delta') deltas.push(e.delta);
+        if (e.type === 'response.completed') completed = e.response;
+      }
+      return { output: shapeOf(completed!.output), deltas };
+    };
+    const listed = await streamed('required');
+    assert.deepEqual(listed.output, [['function_call', 'get_weather', { city: 'Oslo' }]]);
+    assert.deepEqual(JSON.parse(listed.deltas.join('')), { city: 'Oslo' });
+    assert.ok(listed.deltas.length > 1, 'the arguments stream as they are written');
     script = '{"city": "Oslo"}';
-    const stream = await client.responses.create({ model: MODEL, input: 'Weather?', tools: [weather],
-      tool_choice: { type: 'function', name: 'get_weather' }, stream: true });
-    let completed: OpenAI.Responses.Response | null = null;
-    for await (const e of stream) if (e.type === 'response.completed') completed = e.response;
-    assert.deepEqual(shapeOf(completed!.output), [['function_call', 'get_weather', { city: 'Oslo' }]]);
+    const named = await streamed({ type: 'function', name: 'get_weather' });
+    assert.deepEqual(named.output, [['function_call', 'get_weather', { city: 'Oslo' }]]);
+    assert.equal(named.deltas.join(''), script);
+    assert.ok(named.deltas.length > 1, 'the arguments stream as they are written');
     const forced = s.engine.submitted.at(-1)!.sampling.structuredOutput;
     assert.deepEqual(forced?.type === 'json' ? JSON.parse(forced.schema) : null, weather.parameters);
   });
