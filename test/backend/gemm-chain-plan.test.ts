@@ -34,3 +34,10 @@ test('silu_mul pairs each gate tile with its up tile: half the grid, twice the r
   assert.equal(plan?.sharedBytes, 16 * (2 * 128 + 64) * 16);
   assert.equal(planChainGemm(1, 6160, 1024, SMS, true), null, 'the halves are not whole tiles');
 });
+
+test('chains of K 4,096 and more read 8 stages of weights before the kernel before ends (the _p8 builds), shorter ones 4', () => {
+  assert.equal(planChainGemm(1, 6144, 4096, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b qkv');
+  assert.equal(planChainGemm(1, 4096, 12288, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b down');
+  assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, true)?.kernel, 'gemm_chain_silu_mul_p8', 'qwen3-8b gate_up');
+  assert.equal(planChainGemm(1, 4096, 2048, SMS)?.kernel, 'gemm_chain', 'K 2,048');
+});

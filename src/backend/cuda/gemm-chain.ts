@@ -9,8 +9,14 @@ const STAGES = 16;
 /** Tiles of 16 weight rows per SM below which cuBLASLt is faster (in the sweep: 1.0 loses, 1.9 wins). */
 const MIN_TILES_PER_SM = 1.5;
 
+/**
+ * K from which a chain reads 8 stages of weights before the kernel before has finished, not 4 (the _p8 builds: qwen3-8b
+ * +2.7% at one token; qwen3-0.6b's chains are shorter and lose with 8). QUIRE_CHAIN_EARLY8_K moves it (A/B runs).
+ */
+const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
+
 export interface ChainGemmLaunch {
-  kernel: 'gemm_chain' | 'gemm_chain_silu_mul';
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_mul'}${'' | '_p8'}`;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -24,6 +30,7 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
   if (T < 1 || T > CHAIN_MAX_TOKENS || K % 64 !== 0 || N % (siluMul ? 32 : 16) !== 0) return null;
   if (N / 16 < MIN_TILES_PER_SM * numSMs) return null;
   const tileParts = siluMul ? 2 : 1;
-  return { kernel: siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain', grid: [N / 16 / tileParts, 1, 1], block: 32,
+  const early = K >= EARLY8_FROM_K ? '_p8' : '';
+  return { kernel: `${siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain'}${early}`, grid: [N / 16 / tileParts, 1, 1], block: 32,
     sharedBytes: STAGES * (tileParts * 128 + 64) * 16 };
 }

@@ -156,15 +156,19 @@ __device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x
 }
 
 // 16 stages: 30 KiB (60 for silu_mul) of weights in flight per warp; shallower rings were slower on every decode
-// shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished: 2 and 8 were no better on
-// both models, 15 (the whole ring) slower (docs/perf-log.md, session 10).
+// shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished (2 no better, 15 slower:
+// docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
+// session 15).
 #define CHAIN_STAGES 16
 #define CHAIN_ARGS const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K
-#define CHAIN_EARLY 4
-extern "C" __global__ void __launch_bounds__(32) gemm_chain(CHAIN_ARGS) {
-  gemm_chain<CHAIN_STAGES, CHAIN_EARLY>(x, w, y, T, N, K);
-}
-extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul(CHAIN_ARGS) {
-  gemm_chain_silu_mul<CHAIN_STAGES, CHAIN_EARLY>(x, w, y, T, N, K);
-}
+#define CHAIN_KERNELS(suffix, P)                                                                  \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {               \
+    gemm_chain<CHAIN_STAGES, P>(x, w, y, T, N, K);                                                \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {      \
+    gemm_chain_silu_mul<CHAIN_STAGES, P>(x, w, y, T, N, K);                                       \
+  }
+CHAIN_KERNELS(, 4)
+CHAIN_KERNELS(_p8, 8)
+#undef CHAIN_KERNELS
 #undef CHAIN_ARGS
