@@ -64,6 +64,7 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
   let open: { kind: 'reasoning' | 'message' | 'call'; id: string; index: number; text: string; name: string; callId: string } | null = null;
   const stream = opts.forced === null ? new ChatOutputStream(opts.parse) : null;
   const required = opts.forced?.kind === 'required' ? new RequiredCallsStream() : null;
+  const named = opts.forced?.kind === 'named' ? opts.forced.name : '';
   let forcedText = '';
   const event = (type: string, fields: Body) => ({ type, sequence_number: seq++, ...fields });
   const response = (status: string, output: unknown[], usage: Usage | null) => ({
@@ -127,7 +128,7 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
   /** A forced choice's delta: the named call's arguments, or the calls of a "required" list as they come. */
   const forcedDelta = (delta: string): unknown[] => {
     forcedText += delta;
-    if (required === null) return open === null && delta !== '' ? [...begin('call', (opts.forced as { name: string }).name), ...text('call', delta)] : text('call', delta);
+    if (required === null) return [...(open === null && delta !== '' ? begin('call', named) : []), ...text('call', delta)];
     return required.push(delta).flatMap((e) => e.kind === 'start' ? begin('call', e.name) : text('call', e.delta));
   };
 

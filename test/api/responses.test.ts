@@ -61,6 +61,7 @@ describe('/v1/responses', () => {
       body: JSON.stringify({ input: 'x', stream: true }) });
     const body = await raw.text();
     assert.match(body, /^event: response\.created\ndata: \{/);
+    assert.match(body, /\nevent: response\.completed\ndata: \{/, 'the last event names its type too');
     assert.doesNotMatch(body, /\[DONE\]/);
   });
 

@@ -8,12 +8,14 @@ import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { chatLogprobs } from '../logprobs.js';
 import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
 import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
+import type { SamplingParams } from '../../sampling/params.js';
+import type { StructuredOutputSpec } from '../../sampling/structured-output.js';
 import { samplingFromBody } from '../sampling.js';
 import { checkedSpec, structuredOutputFromBody } from '../structured.js';
 import { parseChatRequest, type Body, type ChatRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ParsedToolCall } from '../tool-parser.js';
-import { forcedToolSchema, toolCallJson, toolModeFor } from '../tools.js';
+import { forcedToolSchema, toolCallJson, toolModeFor, type ToolMode } from '../tools.js';
 import { forcedToolFormatter } from './chat-forced.js';
 import { chatResponse, chunkHeadOf, openingChunks, usageChunk, type Header } from './chat-shapes.js';
 import { resolveModel, type RouteDeps } from './deps.js';
@@ -23,7 +25,7 @@ export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
   return renderChatPrompt(d, r).ids;
 }
 
-export function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: number[] } {
+function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: number[] } {
   if (r.chatTemplate !== null && !d.allowRequestChatTemplate) {
     throw badRequest('`chat_template` in the request is not allowed on this server.', 'chat_template');
   }
@@ -63,41 +65,59 @@ export function endAtFinalMessage(text: string, final: string): string {
   throw badRequest('`continue_final_message` is set, but the final message does not appear in the rendered chat.', 'messages');
 }
 
+/** What the chat-shaped routes (chat, responses) settle before generating. */
+export interface PreparedChat {
+  ids: number[];
+  toolMode: ToolMode;
+  /** How the output is read: reasoning, and tool calls under "auto" (a forced choice's grammar makes the call). */
+  parse: ChatOutputOptions;
+}
+
+/**
+ * A chat-shaped request's tools, structured output and rendered prompt, as vLLM: "auto" needs the server's parser,
+ * which must see the call tags (special tokens, maybe); a forced tool choice's grammar is the output's, and cannot
+ * join `format` (named in the 400 by `formatName`); under a reasoning parser `format` holds from the end of the
+ * thinking. Sets `base.skipSpecialTokens` and `base.structuredOutput`.
+ */
+export async function prepareChat(d: RouteDeps, r: ChatRequest, base: SamplingParams, format: StructuredOutputSpec | null,
+  formatName: string): Promise<PreparedChat> {
+  const toolMode = toolModeFor(r.toolChoice, d.autoToolParser);
+  const parseTools = toolMode.kind === 'auto' ? d.autoToolParser : null;
+  if (parseTools !== null) base.skipSpecialTokens = false;
+  base.structuredOutput = format;
+  const forced = forcedToolSchema(toolMode, r.tools ?? []);
+  if (forced !== null) {
+    if (format !== null) {
+      throw badRequest(`A forced \`tool_choice\` ("required" or a named function) cannot be combined with ${formatName}.`, 'tool_choice');
+    }
+    base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools');
+  }
+  const { text, ids } = renderChatPrompt(d, r);
+  if (format !== null && d.reasoningParser !== null) {
+    const after = reasoningEndToken(d.tokenizer, text);
+    if (after !== undefined) base.structuredOutput = { ...format, afterTokenId: after };
+  }
+  const reasoning = d.reasoningParser !== null;
+  return { ids, toolMode, parse: { reasoning, startsInReasoning: reasoning && promptOpensThinking(text), tools: parseTools } };
+}
+
 export function registerChat(app: FastifyInstance, d: RouteDeps): void {
   app.post('/v1/chat/completions', async (request, reply) => {
     const arrivalTime = Date.now();
     const r = parseChatRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
-    const toolMode = toolModeFor(r.toolChoice, d.autoToolParser);
-    const parseTools = toolMode.kind === 'auto' ? d.autoToolParser : null;
     const base = samplingFromBody(request.body as Body, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
     });
-    // The call tags may be special tokens: the parser must see them (vLLM's hermes parser does the same).
-    if (parseTools !== null) base.skipSpecialTokens = false;
-    base.structuredOutput = await structuredOutputFromBody(request.body as Body);
-    const forced = forcedToolSchema(toolMode, r.tools ?? []);
-    if (forced !== null) {
-      if (base.structuredOutput !== null) {
-        throw badRequest('A forced `tool_choice` ("required" or a named function) cannot be combined with another structured output.', 'tool_choice');
-      }
-      base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools');
-    }
-    const { text, ids } = renderChatPrompt(d, r);
-    // The format holds after the thinking (vLLM); a forced tool call's output is the call alone, from the first token.
-    if (base.structuredOutput !== null && d.reasoningParser !== null && forced === null) {
-      const after = reasoningEndToken(d.tokenizer, text);
-      if (after !== undefined) base.structuredOutput = { ...base.structuredOutput, afterTokenId: after };
-    }
+    const { ids, toolMode, parse } = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body),
+      'another structured output');
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
     const header = { id, model, created: Math.floor(arrivalTime / 1000) };
     const fmt = toolMode.kind === 'named' || toolMode.kind === 'required'
       ? forcedToolFormatter(r, ids, header, toolMode, (o) => logprobsOf(d, r, o))
-      : chatFormatter(d, r, ids, header, {
-        reasoning: d.reasoningParser !== null, startsInReasoning: d.reasoningParser !== null && promptOpensThinking(text), tools: parseTools,
-      });
+      : chatFormatter(d, r, ids, header, parse);
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
       stream: r.stream, includeUsage: r.includeUsage, continuousUsage: r.continuousUsage, fmt,

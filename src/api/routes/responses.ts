@@ -7,15 +7,13 @@
 import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
 import { choiceRequests, resolveMaxTokens } from '../prompt.js';
-import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
 import { responseMessages, responseToolChoice, responseTools } from '../responses-input.js';
 import { newId, responsesFormatter } from '../responses-output.js';
 import { samplingFromBody } from '../sampling.js';
 import { isObject, optInt, parseChatRequest, type Body } from '../schemas.js';
 import { serveChoices } from '../serve.js';
-import { checkedSpec, structuredOutputFromBody } from '../structured.js';
-import { forcedToolSchema, toolModeFor } from '../tools.js';
-import { renderChatPrompt } from './chat.js';
+import { structuredOutputFromBody } from '../structured.js';
+import { prepareChat } from './chat.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 /** `text.format` in the shape `response_format` has (the Responses API flattens json_schema's fields). */
@@ -41,26 +39,12 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
     const r = parseChatRequest({ messages: responseMessages(b), tools: responseTools(b), tool_choice: responseToolChoice(b),
       stream: b.stream ?? false, model: b.model, user: b.user }, d.limits);
     const model = resolveModel(d, r.model);
-    const toolMode = toolModeFor(r.toolChoice, d.autoToolParser);
-    const parseTools = toolMode.kind === 'auto' ? d.autoToolParser : null;
     const base = samplingFromBody({ temperature: b.temperature, top_p: b.top_p, seed: b.seed, top_k: b.top_k }, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: null, maxTokens: maxOutput ?? d.maxModelLen,
     });
-    if (parseTools !== null) base.skipSpecialTokens = false;
     const format = responseFormatOf(b);
-    base.structuredOutput = await structuredOutputFromBody(format === undefined ? {} : { response_format: format });
-    const forced = forcedToolSchema(toolMode, r.tools ?? []);
-    if (forced !== null) {
-      if (base.structuredOutput !== null) {
-        throw badRequest('A forced `tool_choice` ("required" or a named function) cannot be combined with `text.format`.', 'tool_choice');
-      }
-      base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools');
-    }
-    const { text, ids } = renderChatPrompt(d, r);
-    if (base.structuredOutput !== null && d.reasoningParser !== null && forced === null) {
-      const after = reasoningEndToken(d.tokenizer, text);
-      if (after !== undefined) base.structuredOutput = { ...base.structuredOutput, afterTokenId: after };
-    }
+    const { ids, toolMode, parse } = await prepareChat(d, r, base,
+      await structuredOutputFromBody(format === undefined ? {} : { response_format: format }), '`text.format`');
     const maxTokens = resolveMaxTokens(ids.length, maxOutput, d.maxModelLen, 'input');
     const id = newId('resp');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, { ...r, n: 1 }, arrivalTime);
@@ -72,10 +56,7 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
         tools: Array.isArray(b.tools) ? b.tools : [], tool_choice: b.tool_choice ?? (r.tools?.length ? 'auto' : 'none'),
         parallel_tool_calls: b.parallel_tool_calls ?? true, metadata: isObject(b.metadata) ? b.metadata : {},
       },
-    }, {
-      parse: { reasoning: d.reasoningParser !== null, startsInReasoning: d.reasoningParser !== null && promptOpensThinking(text), tools: parseTools },
-      forced: toolMode.kind === 'named' || toolMode.kind === 'required' ? toolMode : null,
-    });
+    }, { parse, forced: toolMode.kind === 'named' || toolMode.kind === 'required' ? toolMode : null });
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: 1,
       stream: r.stream, includeUsage: true, continuousUsage: false, fmt, events: true,
