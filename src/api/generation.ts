@@ -21,6 +21,8 @@ export interface ChoiceDelta {
   text: string;
   tokenIds: number[];
   logprobs: TokenLogprob[];
+  /** On the first delta of a request that asked for prompt logprobs. */
+  promptLogprobs?: (TokenLogprob | null)[];
 }
 
 export type ApiFinishReason = 'stop' | 'length' | 'abort';
@@ -30,6 +32,8 @@ export interface ChoiceOutcome {
   text: string;
   tokenIds: number[];
   logprobs: TokenLogprob[];
+  /** One per prompt token (null for the first) when the request asked for prompt logprobs. */
+  promptLogprobs: (TokenLogprob | null)[] | null;
   finishReason: ApiFinishReason;
   /** The stop string or stop token id that ended it (vLLM's `stop_reason`). */
   stopReason: string | number | null;
@@ -51,7 +55,8 @@ export async function runChoice(
     minTokens: req.sampling.minTokens,
   });
   const out: ChoiceOutcome = {
-    index, text: '', tokenIds: [], logprobs: [], finishReason: 'abort', stopReason: null, numCachedTokens: 0,
+    index, text: '', tokenIds: [], logprobs: [], promptLogprobs: null, finishReason: 'abort', stopReason: null,
+    numCachedTokens: 0,
   };
   const onAbort = () => engine.abort(req.requestId);
   signal.addEventListener('abort', onAbort, { once: true });
@@ -62,6 +67,7 @@ export async function runChoice(
       const nowMs = Date.now();
       metrics.observeEngineProgress();
       if (o.numCachedTokens !== undefined) out.numCachedTokens = o.numCachedTokens;
+      if (o.promptLogprobs !== undefined) out.promptLogprobs = o.promptLogprobs;
       if (o.newTokenIds.length > 0) {
         if (lastOutputMs === 0) metrics.observeFirstToken((nowMs - req.arrivalTime) / 1000);
         else metrics.observeInterToken((nowMs - lastOutputMs) / 1000);
@@ -73,7 +79,8 @@ export async function runChoice(
         out.tokenIds.push(...o.newTokenIds);
         out.logprobs.push(...lp);
         out.text += pushed.deltaText;
-        onDelta?.({ index, text: pushed.deltaText, tokenIds: o.newTokenIds, logprobs: lp });
+        onDelta?.({ index, text: pushed.deltaText, tokenIds: o.newTokenIds, logprobs: lp,
+          ...(o.promptLogprobs !== undefined ? { promptLogprobs: o.promptLogprobs } : {}) });
         if (pushed.stopped) {
           engine.abort(req.requestId);
           out.finishReason = 'stop';

@@ -11,6 +11,8 @@ export interface SamplingContext {
   limits: ServerLimits;
   /** Top logprobs per token as parsed for this endpoint; null = none. */
   logprobs: number | null;
+  /** Top logprobs per prompt token; null = none. */
+  promptLogprobs: number | null;
   /** max_tokens as requested, or the most any prompt may get; the routes set the final value per prompt. */
   maxTokens: number;
 }
@@ -33,6 +35,7 @@ export function samplingFromBody(b: Body, ctx: SamplingContext): SamplingParams 
     minTokens: b.min_tokens,
     ignoreEos: b.ignore_eos,
     logprobs: ctx.logprobs,
+    promptLogprobs: ctx.promptLogprobs,
     skipSpecialTokens: b.skip_special_tokens,
   };
   try {

@@ -71,12 +71,16 @@ export interface GenerationFields {
   priority: number;
   cacheSalt: string | null;
   user: string | null;
+  /** vLLM's prompt_logprobs: top logprobs per prompt token; null = none. */
+  promptLogprobs: number | null;
 }
 
 export interface CompletionRequest extends GenerationFields {
   /** Each prompt as text or as token ids. */
   prompts: (string | number[])[];
   echo: boolean;
+  /** echo with max_tokens 0: the prompt comes back and nothing is generated (vLLM: one token is, then dropped). */
+  echoWithoutGeneration: boolean;
   /** Number of top logprobs per token; null = no logprobs. */
   logprobs: number | null;
 }
@@ -121,6 +125,7 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
     priority: optInt(b, 'priority', Number.MIN_SAFE_INTEGER) ?? 0,
     cacheSalt,
     user: optString(b, 'user'),
+    promptLogprobs: optInt(b, 'prompt_logprobs', 0, limits.maxLogprobs),
   };
 }
 
@@ -142,11 +147,14 @@ function parsePrompts(v: unknown, limits: ServerLimits): (string | number[])[] {
 
 export function parseCompletionRequest(body: unknown, limits: ServerLimits): CompletionRequest {
   const b = asObjectBody(body);
-  const common = parseGenerationFields(b, limits);
-  const logprobs = optInt(b, 'logprobs', 0, limits.maxLogprobs);
   const echo = optBool(b, 'echo') ?? false;
-  if (echo && logprobs !== null) throw badRequest('`echo` together with `logprobs` is not supported.', 'echo');
-  return { ...common, prompts: parsePrompts(b.prompt, limits), echo, logprobs };
+  // as vLLM: echo with max_tokens 0 scores the prompt (with logprobs) and generates nothing
+  const echoWithoutGeneration = echo && b.max_tokens === 0 && b.max_completion_tokens === undefined;
+  const common = parseGenerationFields(echoWithoutGeneration ? { ...b, max_tokens: 1 } : b, limits);
+  const logprobs = optInt(b, 'logprobs', 0, limits.maxLogprobs);
+  // an echoed prompt's logprobs are its prompt logprobs (vLLM)
+  const promptLogprobs = common.promptLogprobs ?? (echo ? logprobs : null);
+  return { ...common, promptLogprobs, prompts: parsePrompts(b.prompt, limits), echo, echoWithoutGeneration, logprobs };
 }
 
 function messageText(content: unknown, i: number): string {

@@ -85,6 +85,7 @@ async function runAll(
   ctx: ServeContext,
   reqs: EngineRequest[],
   signal: AbortSignal,
+  dropGenerated: boolean,
   onDelta?: (d: ChoiceDelta) => void,
   onFinish?: (o: ChoiceOutcome) => void,
 ): Promise<ChoiceOutcome[]> {
@@ -95,7 +96,11 @@ async function runAll(
   try {
     return await Promise.all(reqs.map(async (r, i) => {
       try {
-        const o = await runChoice(ctx, r, i, local.signal, onDelta);
+        const deltas = dropGenerated && onDelta ? (d: ChoiceDelta) => {
+          if (d.promptLogprobs !== undefined) onDelta({ ...d, text: '', tokenIds: [], logprobs: [] });
+        } : onDelta;
+        const run = await runChoice(ctx, r, i, local.signal, deltas);
+        const o = dropGenerated ? { ...run, text: '', tokenIds: [], logprobs: [] } : run;
         onFinish?.(o);
         return o;
       } catch (e) {
@@ -121,6 +126,8 @@ export interface ServeArgs {
   fmt: ChoiceFormatter;
   /** Chunks are typed events (`event: <type>` lines, no [DONE]): the Responses API. */
   events?: boolean;
+  /** What the engine generates is not the answer's (echo with max_tokens 0): deltas and outcomes go without it. */
+  dropGenerated?: boolean;
 }
 
 /** A chunk of one choice with that choice's usage so far. */
@@ -142,7 +149,7 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
   res.on('close', onClose);
   try {
     if (!a.stream) {
-      const outcomes = await runAll(a.ctx, a.reqs, controller.signal);
+      const outcomes = await runAll(a.ctx, a.reqs, controller.signal, a.dropGenerated ?? false);
       return a.fmt.response(outcomes, usageOf(a.promptLengths, outcomes, a.n));
     }
     reply.hijack();
@@ -156,7 +163,7 @@ export async function serveChoices(request: FastifyRequest, reply: FastifyReply,
     for (const c of a.fmt.openingChunks()) send(c);
     try {
       const outcomes = await runAll(
-        a.ctx, a.reqs, controller.signal,
+        a.ctx, a.reqs, controller.signal, a.dropGenerated ?? false,
         (d) => {
           generated.set(d.index, (generated.get(d.index) ?? 0) + d.tokenIds.length);
           const c = a.fmt.deltaChunk(d);

@@ -12,9 +12,21 @@ export interface ScheduledSeq {
   blockTable: readonly number[];
   /** Whether logits are wanted for the last token (end of prompt, or decode). */
   sample: boolean;
+  /** Positions [promptLogitsFrom, promptLogitsTo) of this chunk whose logits are wanted too (prompt logprobs). */
+  promptLogitsFrom?: number;
+  promptLogitsTo?: number;
 }
 
-/** Pads to `padToNumSeqs` one-token rows; with `samplePadding` they yield logits too (fixed-shape graphs). */
+/** Extra logits rows of a sequence: its prompt positions whose logits are wanted. */
+export function numPromptLogitRows(s: ScheduledSeq): number {
+  return Math.max(0, (s.promptLogitsTo ?? 0) - (s.promptLogitsFrom ?? 0));
+}
+
+/**
+ * Pads to `padToNumSeqs` one-token rows; with `samplePadding` they yield logits too (fixed-shape graphs).
+ * logitsIndices: the sampled rows (a sequence each, in order), then the padding's, then every sequence's prompt
+ * logit positions (numPromptLogitRows each, in sequence and position order).
+ */
 export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: number,
   padToNumSeqs = seqs.length, samplePadding = false): ForwardBatch {
   let numTokens = 0;
@@ -24,6 +36,7 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
     numTokens += s.tokenIds.length;
     maxBlocksPerSeq = Math.max(maxBlocksPerSeq, s.blockTable.length);
     if (s.sample) numLogits++;
+    numLogits += numPromptLogitRows(s);
   }
   const numPad = padToNumSeqs - seqs.length;
   numTokens += numPad;
@@ -62,6 +75,14 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
     if (samplePadding) logitsIndices[l++] = t;
   }
   queryStartLoc[numSeqs] = t;
+  seqs.forEach((s, i) => {
+    for (let p = s.promptLogitsFrom ?? 0; p < (s.promptLogitsTo ?? 0); p++) {
+      if (p < s.startPosition || p >= s.startPosition + s.tokenIds.length) {
+        throw new Error(`sequence ${i}: prompt logit position ${p} outside its chunk [${s.startPosition}, ${s.startPosition + s.tokenIds.length})`);
+      }
+      logitsIndices[l++] = queryStartLoc[i]! + p - s.startPosition;
+    }
+  });
   return { numTokens, numSeqs, inputIds, positions, slotMapping, queryStartLoc, seqLens,
     blockTables, maxBlocksPerSeq, logitsIndices };
 }

@@ -14,7 +14,7 @@ import type { SequenceSamplingState } from '../sampling/sequence-state.js';
 import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
-import { buildForwardBatch, type ScheduledSeq } from './batch-builder.js';
+import { buildForwardBatch, numPromptLogitRows, type ScheduledSeq } from './batch-builder.js';
 import type { ForwardBatch } from '../model/batch.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
@@ -22,7 +22,7 @@ import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
-import type { EngineOutput, EngineRequest, EngineStats, FinishReason } from './types.js';
+import type { EngineOutput, EngineRequest, EngineStats, FinishReason, TokenLogprob } from './types.js';
 
 type EngineReq = Request<SequenceSamplingState>;
 type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array | Int32Array) => Float32Array | Int32Array;
@@ -66,6 +66,8 @@ export class EngineCore {
   private readonly compiling = new Set<string>();
   /** Matchers of scheduled structured-output requests, released when they end. */
   private readonly constraints = new Map<string, TokenConstraint>();
+  /** Prompt logprobs made so far of requests that have not had their first token yet. */
+  private readonly promptLogprobsOf = new WeakMap<EngineReq, TokenLogprob[]>();
   /** The step advance() launched last and has not completed. */
   private inFlight: PendingStep | null = null;
   private readonly model: Model;
@@ -148,6 +150,7 @@ export class EngineCore {
     this.scheduler.addRequest(new Request<SequenceSamplingState>({
       requestId: r.requestId, promptTokenIds: r.promptTokenIds, maxTokens: r.sampling.maxTokens,
       priority: r.priority, arrivalTime: r.arrivalTime, cacheSalt: r.cacheSalt, sampling: sampler,
+      promptLogits: r.sampling.promptLogprobs !== null,
     }));
   }
 
@@ -266,8 +269,15 @@ export class EngineCore {
     if (!work) return outputs;
     const t0 = performance.now();
     const { so, rows } = work;
-    const { tokenIds, logprobs } = work.wait();
+    const { tokenIds, logprobs, promptLogprobs } = work.wait();
     this.executeMs += performance.now() - t0;
+    for (const [id, lps] of promptLogprobs ?? []) {
+      const req = this.scheduler.getRequest(id) as EngineReq | undefined;
+      if (req === undefined) continue;
+      const acc = this.promptLogprobsOf.get(req);
+      if (acc) acc.push(...lps);
+      else this.promptLogprobsOf.set(req, lps);
+    }
     const sampled = new Map<string, number[]>();
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
     rows.forEach((req, i) => {
@@ -288,6 +298,10 @@ export class EngineCore {
       if (lp) out.logprobs = lp;
       const cached = cachedOf.get(n.requestId);
       if (cached !== undefined && req.numSampledOutputTokens === 1) out.numCachedTokens = cached;
+      if (req.sampling!.params.promptLogprobs !== null && req.numSampledOutputTokens === 1) {
+        out.promptLogprobs = [null, ...(this.promptLogprobsOf.get(req) ?? [])];
+        this.promptLogprobsOf.delete(req);
+      }
       const stop = checkStop({
         sampling: req.sampling!.params, numPromptTokens: req.numPromptTokens,
         numOutputTokens: req.numSampledOutputTokens, maxModelLen: this.info.maxModelLen,
@@ -314,9 +328,10 @@ export class EngineCore {
    * steps replay a CUDA graph captured per batch-size bucket and mode, without
    * waiting for it when one is ready.
    */
-  private launch(rows: readonly (ScheduledSeq & { isDecode: boolean })[],
+  private launch(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
     states: readonly SequenceSamplingState[]): { wait: () => SampleOutput; sampledOnDevice: boolean } {
-    const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds));
+    const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
+      rows.every((r) => numPromptLogitRows(r) === 0);
     const backend = this.model.backend as Backend & { graph?: GraphRunner; graphLaunch?: GraphLauncher };
     const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
     const useGraph = backend.graph !== undefined && !this.options.enforceEager && bucket !== null;
@@ -326,6 +341,7 @@ export class EngineCore {
       const logits = useGraph ? backend.graph!(-bucket!, batch, () => this.model.forward(batch)) as Float32Array
         : this.model.forward(batch);
       const result = this.sampler.sample(logits, states);
+      result.promptLogprobs = this.promptLogprobs(logits, rows, states.length);
       return { wait: () => result, sampledOnDevice: false };
     }
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
@@ -337,6 +353,23 @@ export class EngineCore {
     }
     const tokenIds = backend.graph!(bucket!, batch, () => this.model.forwardTokens(batch)) as Int32Array;
     return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
+  }
+
+  /** The prompt logprobs of the logits rows after the first `row` (buildForwardBatch's order), by request. */
+  private promptLogprobs(logits: Float32Array, rows: readonly (ScheduledSeq & { requestId: string })[],
+    row: number): Map<string, TokenLogprob[]> | undefined {
+    let out: Map<string, TokenLogprob[]> | undefined;
+    for (const r of rows) {
+      if (numPromptLogitRows(r) === 0) continue;
+      const req = this.scheduler.getRequest(r.requestId) as EngineReq;
+      const numTop = req.sampling!.params.promptLogprobs ?? 0;
+      const lps: TokenLogprob[] = [];
+      for (let p = r.promptLogitsFrom!; p < r.promptLogitsTo!; p++) {
+        lps.push(this.sampler.tokenLogprob(logits, row++, req.promptTokenIds[p + 1]!, numTop));
+      }
+      (out ??= new Map()).set(req.requestId, lps);
+    }
+    return out;
   }
 
   private errorOutput(requestId: string, error: string): EngineOutput {

@@ -26,6 +26,8 @@ export interface Completion {
   numCachedTokens: number;
   /** One per generated token when params.logprobs was set. */
   logprobs?: TokenLogprob[];
+  /** One per prompt token (null for the first) when params.promptLogprobs was set. */
+  promptLogprobs?: (TokenLogprob | null)[];
 }
 
 export interface CompletionDelta {
@@ -139,6 +141,7 @@ export class LLM {
       if (o.numCachedTokens !== undefined) c.numCachedTokens = o.numCachedTokens;
       c.tokenIds.push(...o.newTokenIds);
       if (o.logprobs) (c.logprobs ??= []).push(...o.logprobs);
+      if (o.promptLogprobs) c.promptLogprobs = o.promptLogprobs;
       let d = detok.push(o.newTokenIds);
       if (d.stopped) {
         client.abort(requestId);

@@ -21,6 +21,8 @@ export interface TokenLogprob {
   logprob: number;
   /** Top alternatives, most likely first. */
   top: { tokenId: number; logprob: number }[];
+  /** 1 + the number of tokens more likely than tokenId (vLLM's rank); set on prompt logprobs. */
+  rank?: number;
 }
 
 /** One step's news for one request. */
@@ -33,6 +35,11 @@ export interface EngineOutput {
   finishReason?: FinishReason;
   /** Which stop token id ended it, when finishReason is 'stop' by token. */
   stopTokenId?: number;
+  /**
+   * Present on the first output when the request asked for prompt logprobs: one per prompt token, null for the
+   * first (nothing predicts it).
+   */
+  promptLogprobs?: (TokenLogprob | null)[];
   /** Prompt tokens served from the prefix cache (set on the first output). */
   numCachedTokens?: number;
   error?: string;

@@ -1,8 +1,8 @@
 // Sampling inside the backend (Backend.sampleTokens): the engine hands each
 // logits row its temperature, top-k, top-p, min-p and one uniform drawn from the
 // request's RNG, and gets token ids back; the logits never reach the host.
-// Rows that need the full logits on the host (logprobs, penalties, logit bias,
-// a min-tokens mask, a structured-output grammar) go through the Sampler instead.
+// Rows that need the full logits on the host (logprobs, prompt logprobs, penalties,
+// logit bias, a min-tokens mask, a structured-output grammar) go through the Sampler instead.
 
 import type { RowSampling } from '../model/batch.js';
 import { TokenDrawer } from './draw.js';
@@ -13,7 +13,7 @@ import type { SequenceSamplingState } from './sequence-state.js';
 /** Whether the backend can pick this row's token without the host seeing its logits. */
 export function isDeviceSamplable(state: SequenceSamplingState, eosTokenIds: readonly number[]): boolean {
   const p = state.params;
-  if (p.logprobs !== null || state.biasIds.length > 0 || state.constraint !== null) return false;
+  if (p.logprobs !== null || p.promptLogprobs !== null || state.biasIds.length > 0 || state.constraint !== null) return false;
   if (p.repetitionPenalty !== 1 || p.frequencyPenalty !== 0 || p.presencePenalty !== 0) return false;
   const masksStops = p.stopTokenIds.length > 0 || (!p.ignoreEos && eosTokenIds.length > 0);
   return !(state.numOutputTokens < p.minTokens && masksStops);

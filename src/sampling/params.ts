@@ -33,6 +33,11 @@ export interface SamplingParams {
   ignoreEos: boolean;
   /** Number of top logprobs to return per token; null = none. */
   logprobs: number | null;
+  /**
+   * Number of top logprobs to return per prompt token (vLLM's prompt_logprobs); null = none. The prompt's every
+   * position is then computed (no prefix-cache hit) and its logits come to the host.
+   */
+  promptLogprobs: number | null;
   skipSpecialTokens: boolean;
   /** What the output must match (response_format / structured_outputs); null = free text. */
   structuredOutput: StructuredOutputSpec | null;
@@ -56,6 +61,7 @@ export function defaultSamplingParams(overrides: Partial<SamplingParams> = {}): 
     minTokens: 0,
     ignoreEos: false,
     logprobs: null,
+    promptLogprobs: null,
     skipSpecialTokens: true,
     structuredOutput: null,
     ...overrides,

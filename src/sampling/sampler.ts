@@ -28,6 +28,8 @@ export interface SampleOutput {
   tokenIds: Int32Array;
   /** Per row: present when that row's params ask for logprobs. */
   logprobs: (TokenLogprob | null)[];
+  /** Prompt logprobs the step's extra logits rows gave, by request id, in position order. */
+  promptLogprobs?: Map<string, TokenLogprob[]>;
 }
 
 export class Sampler {
@@ -72,6 +74,20 @@ export class Sampler {
       logprobs.push(raw === null ? null : { tokenId, logprob: raw.logprobOf(tokenId), top: raw.top });
     }
     return { tokenIds, logprobs };
+  }
+
+  /**
+   * The raw logprob, rank and `numTop` most likely alternatives of `tokenId` under logits row `row` (a prompt
+   * token under the position before it).
+   */
+  tokenLogprob(logits: Float32Array, row: number, tokenId: number, numTop: number): TokenLogprob {
+    const vocab = this.vocabSize;
+    const base = row * vocab;
+    const raw = rawLogprobs(logits, base, vocab, numTop);
+    const x = logits[base + tokenId]!;
+    let rank = 1;
+    for (let i = 0; i < vocab; i++) if (logits[base + i]! > x) rank++;
+    return { tokenId, logprob: raw.logprobOf(tokenId), top: raw.top, rank };
   }
 
   private processLogits(row: Float32Array, state: SequenceSamplingState): void {

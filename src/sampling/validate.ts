@@ -39,6 +39,7 @@ const WIRE_NAMES: Record<keyof SamplingParams, string> = {
   minTokens: 'min_tokens',
   ignoreEos: 'ignore_eos',
   logprobs: 'logprobs',
+  promptLogprobs: 'prompt_logprobs',
   skipSpecialTokens: 'skip_special_tokens',
   structuredOutput: 'response_format',
 };
@@ -92,12 +93,8 @@ export function validateSamplingParams(raw: RawSamplingParams, limits: SamplingL
   const minTokens = int(raw, 'minTokens', d.minTokens);
   if (minTokens < 0) fail('minTokens', `min_tokens must be greater than or equal to 0, got ${minTokens}.`);
   if (minTokens > maxTokens) fail('minTokens', `min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${minTokens}.`);
-  let logprobs: number | null = null;
-  if (raw.logprobs !== undefined && raw.logprobs !== null) {
-    logprobs = int(raw, 'logprobs', 0);
-    if (logprobs < 0) fail('logprobs', `logprobs must be non-negative, got ${logprobs}.`);
-    if (logprobs > limits.maxLogprobs) fail('logprobs', `Requested logprobs of ${logprobs}, which is greater than max allowed: ${limits.maxLogprobs}.`);
-  }
+  const logprobs = numLogprobs(raw, 'logprobs', limits);
+  const promptLogprobs = numLogprobs(raw, 'promptLogprobs', limits);
   let seed: number | null = null;
   if (raw.seed !== undefined && raw.seed !== null) seed = int(raw, 'seed', 0);
   return {
@@ -117,10 +114,20 @@ export function validateSamplingParams(raw: RawSamplingParams, limits: SamplingL
     minTokens,
     ignoreEos: bool(raw, 'ignoreEos', d.ignoreEos),
     logprobs,
+    promptLogprobs,
     skipSpecialTokens: bool(raw, 'skipSpecialTokens', d.skipSpecialTokens),
     // Parsed and checked by the API layer (api/structured.ts), which sets it after this.
     structuredOutput: null,
   };
+}
+
+function numLogprobs(raw: RawSamplingParams, field: 'logprobs' | 'promptLogprobs', limits: SamplingLimits): number | null {
+  if (raw[field] === undefined || raw[field] === null) return null;
+  const n = int(raw, field, 0);
+  const name = WIRE_NAMES[field];
+  if (n < 0) fail(field, `${name} must be non-negative, got ${n}.`);
+  if (n > limits.maxLogprobs) fail(field, `Requested ${name} of ${n}, which is greater than max allowed: ${limits.maxLogprobs}.`);
+  return n;
 }
 
 function validateLogitBias(v: unknown, vocabSize: number): Record<number, number> | null {

@@ -20,6 +20,8 @@ export interface RequestInit<S = unknown> {
   /** ms since epoch; ties in priority go to the earlier arrival. */
   arrivalTime?: number;
   cacheSalt?: string | null;
+  /** The logits of every prompt position are wanted (prompt logprobs): no prefix-cache hit until they are made. */
+  promptLogits?: boolean;
   sampling?: S;
 }
 
@@ -44,6 +46,12 @@ export class Request<S = unknown> implements KVRequest {
    * -(r + 1), r the logits row of the step that samples them, until updateFromOutput puts the token there.
    */
   numPlaceholders = 0;
+  /**
+   * Prompt positions 0 .. promptLogitsDone - 1 have had their logits computed (for prompt logprobs: position p
+   * predicts prompt token p + 1, so positions 0 .. numPromptTokens - 2 are wanted); kept across preemption, so a
+   * recompute makes none twice. Starts at numPromptTokens - 1 (nothing wanted) unless init.promptLogits.
+   */
+  promptLogitsDone: number;
 
   constructor(init: RequestInit<S>) {
     if (init.promptTokenIds.length === 0) throw new Error(`request ${init.requestId}: empty prompt`);
@@ -55,6 +63,12 @@ export class Request<S = unknown> implements KVRequest {
     this.arrivalTime = init.arrivalTime ?? Date.now();
     this.cacheSalt = init.cacheSalt ?? null;
     this.sampling = init.sampling;
+    this.promptLogitsDone = init.promptLogits ? 0 : this.promptTokenIds.length - 1;
+  }
+
+  /** Prompt positions whose logits are still wanted. */
+  get numPromptLogitsLeft(): number {
+    return this.promptTokenIds.length - 1 - this.promptLogitsDone;
   }
 
   get numTokens(): number {

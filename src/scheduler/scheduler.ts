@@ -4,7 +4,7 @@
 // then waiting ones. Chunked prefill falls out of the budget; preemption is by
 // recompute (pages freed, numComputedTokens back to 0, requeued at the front).
 
-import type { KVCacheManager } from '../kv/kv-cache-manager.js';
+import { NO_COMPUTED_BLOCKS, type KVCacheManager } from '../kv/kv-cache-manager.js';
 import type { FinishedStatus, Request } from './request.js';
 import { AdmissionTrace, formatTraceSummary, type TraceSummary } from './trace.js';
 
@@ -29,6 +29,11 @@ export interface SchedulerOptions {
   enableChunkedPrefill?: boolean;
   minWaitingPrompts?: number;
   maxDeferredRowsPerStep?: number;
+  /**
+   * Prompt positions a step computes logits of for prompt logprobs, at most (their logits come to the host: a
+   * row per position); a request that wants them gets prompt chunks no longer than what is left of it.
+   */
+  maxPromptLogitRows?: number;
   trace?: boolean;
 }
 
@@ -47,6 +52,9 @@ export interface ScheduledRequest {
   seqLen: number;
   /** Logits of the last token are sampled: the step reaches the end of the sequence. */
   sample: boolean;
+  /** Prompt positions [promptLogitsFrom, promptLogitsTo) whose logits are wanted too (prompt logprobs). */
+  promptLogitsFrom: number;
+  promptLogitsTo: number;
   /** With sample: where in the request's allTokenIds the sampled token goes (a placeholder until then). */
   placeholderAt: number;
   /** Feeds prompt (or recompute) tokens without reaching the end: nothing is sampled. */
@@ -80,6 +88,8 @@ interface Row {
 
 interface StepState {
   budget: number;
+  /** Prompt-logit rows left to this step (maxPromptLogitRows). */
+  logitRows: number;
   rows: Map<Request, Row>;
   preempted: string[];
   numStarted: number;
@@ -104,11 +114,12 @@ export class Scheduler {
     this.o = {
       policy: 'fcfs', stepPolicy: 'decode-first', longPrefillTokenThreshold: 0,
       enableChunkedPrefill: true, minWaitingPrompts: 1, maxDeferredRowsPerStep: Number.MAX_SAFE_INTEGER,
-      trace: false, ...definedOnly(options),
+      maxPromptLogitRows: 256, trace: false, ...definedOnly(options),
     };
     if (options.blockSize !== kv.blockSize) {
       throw new Error(`scheduler blockSize ${options.blockSize} != kv blockSize ${kv.blockSize}`);
     }
+    if (this.o.maxPromptLogitRows < 1) throw new Error('maxPromptLogitRows must be at least 1');
     if (this.o.maxNumBatchedTokens < 1 || this.o.maxNumSeqs < 1) throw new Error('empty token budget or seq cap');
     this.trace = this.o.trace ? new AdmissionTrace() : null;
   }
@@ -141,7 +152,9 @@ export class Scheduler {
   schedule(): SchedulerOutput {
     if (this.outstanding.length >= 2) throw new Error('schedule() with two steps outstanding: updateFromOutput() first');
     const numWaitingAtStart = this.waiting.length;
-    const s: StepState = { budget: this.o.maxNumBatchedTokens, rows: new Map(), preempted: [], numStarted: 0 };
+    const s: StepState = {
+      budget: this.o.maxNumBatchedTokens, logitRows: this.o.maxPromptLogitRows, rows: new Map(), preempted: [], numStarted: 0,
+    };
     const { primary, admit, fallback } = this.planStep();
     this.scheduleRunning(s, primary);
     if (admit && s.preempted.length === 0) this.admitWaiting(s);
@@ -244,7 +257,7 @@ export class Scheduler {
       if (s.budget <= 0) break;
       if (req.status !== 'RUNNING' || s.rows.has(req) || !accept(req)) continue;
       if (req.numOutputTokens >= req.maxTokens) continue;  // its last token is scheduled: it ends when that comes
-      const numNew = this.numTokensFor(req, req.numComputedTokens, s.budget);
+      const numNew = this.numTokensFor(req, req.numComputedTokens, s);
       if (numNew <= 0) continue;
       let newBlockIds: number[] | null = null;
       for (;;) {
@@ -257,6 +270,7 @@ export class Scheduler {
       if (newBlockIds === null) continue;
       s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: false });
       s.budget -= numNew;
+      s.logitRows -= promptLogitRows(req, req.numComputedTokens, numNew);
     }
   }
 
@@ -264,11 +278,13 @@ export class Scheduler {
     while (this.waiting.length > 0 && s.budget > 0 && this.running.length < this.o.maxNumSeqs) {
       const req = this.peekWaiting();
       if (req.numPlaceholders > 0) break;  // preempted with a token still to come: resumes once it has it
-      const computed = this.kv.getComputedBlocks(req);
+      // prompt logits still wanted: every position is computed (vLLM skips the prefix cache the same way)
+      const computed = req.numPromptLogitsLeft > 0 ? NO_COMPUTED_BLOCKS : this.kv.getComputedBlocks(req);
       const numUncached = req.numTokens - computed.numCachedTokens;
       // Chunking off holds for first prompts; a recompute after preemption may still be chunked.
       if (!this.o.enableChunkedPrefill && req.numOutputTokens === 0 && numUncached > s.budget) break;
-      const numNew = this.numTokensFor(req, computed.numCachedTokens, s.budget);
+      const numNew = this.numTokensFor(req, computed.numCachedTokens, s);
+      if (numNew <= 0) break;  // this step's prompt-logit rows are spent
       const newBlockIds = this.kv.allocateSlots(req, numNew, computed);
       if (newBlockIds === null) break;
       removeFrom(this.waiting, req);
@@ -278,14 +294,19 @@ export class Scheduler {
       if (req.numCachedTokens < 0) req.numCachedTokens = computed.numCachedTokens;
       s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: true });
       s.budget -= numNew;
+      s.logitRows -= promptLogitRows(req, req.numComputedTokens, numNew);
       s.numStarted++;
     }
   }
 
-  private numTokensFor(req: Request, numComputed: number, budget: number): number {
+  private numTokensFor(req: Request, numComputed: number, s: StepState): number {
     let n = req.numTokens - numComputed;
     if (this.o.longPrefillTokenThreshold > 0) n = Math.min(n, this.o.longPrefillTokenThreshold);
-    return Math.min(n, budget);
+    n = Math.min(n, s.budget);
+    // A chunk that would compute wanted prompt logits stops where this step's rows run out.
+    const from = Math.max(numComputed, req.promptLogitsDone);
+    if (from < req.numPromptTokens - 1 && from < numComputed + n) n = Math.min(n, from - numComputed + Math.max(0, s.logitRows));
+    return n;
   }
 
   private peekWaiting(): Request {
@@ -326,12 +347,15 @@ export class Scheduler {
       const sample = seqLen === req.numTokens;
       const isDecode = req.isDecoding;
       const tokenIds = req.allTokenIds.slice(start, seqLen);
+      const promptLogitsFrom = Math.max(start, req.promptLogitsDone);
+      const promptLogitsTo = Math.max(promptLogitsFrom, Math.min(seqLen, req.numPromptTokens - 1));
+      req.promptLogitsDone = Math.max(req.promptLogitsDone, promptLogitsTo);
       // the step computes these tokens: the next schedule() may run before its tokens come back
       req.numComputedTokens = seqLen;
       scheduledRequests.push({
         requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
         numComputedTokensBefore: start, startPosition: start, blockTable,
-        newBlockIds: row.newBlockIds, seqLen, sample, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
+        newBlockIds: row.newBlockIds, seqLen, sample, promptLogitsFrom, promptLogitsTo, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
         isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
         numCachedTokens: Math.max(0, req.numCachedTokens),
       });
@@ -344,6 +368,12 @@ export class Scheduler {
     this.finishedSinceLastStep = [];
     return out;
   }
+}
+
+/** Wanted prompt-logit positions among the numNew tokens after numComputed. */
+function promptLogitRows(req: Request, numComputed: number, numNew: number): number {
+  const from = Math.max(numComputed, req.promptLogitsDone);
+  return Math.max(0, Math.min(numComputed + numNew, req.numPromptTokens - 1) - from);
 }
 
 /** Lower priority value first, then earlier arrival. */

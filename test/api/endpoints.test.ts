@@ -56,7 +56,7 @@ describe('tokenize, detokenize, models, health', () => {
     assert.deepEqual(req.sampling, {
       maxTokens: 4, temperature: 0.5, topP: 0.9, topK: 7, minP: 0.1, repetitionPenalty: 1.2, presencePenalty: 0.5,
       frequencyPenalty: -0.5, logitBias: { 65: -100 }, seed: 3, stopTokenIds: [70], stop: ['zz'], includeStopStrInOutput: true,
-      minTokens: 2, ignoreEos: true, logprobs: null, skipSpecialTokens: false, structuredOutput: null,
+      minTokens: 2, ignoreEos: true, logprobs: null, promptLogprobs: null, skipSpecialTokens: false, structuredOutput: null,
     });
   });
 

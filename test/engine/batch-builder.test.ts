@@ -60,3 +60,15 @@ test('largestStep fills the token budget with maxNumSeqs sampled sequences no lo
     assert.ok(seqs.every((s) => s.sample && s.blockTable.length === Math.ceil(s.tokenIds.length / 16)));
   }
 });
+
+test('prompt logit positions come after the sampled rows, a row each, in sequence and position order', () => {
+  const b = buildForwardBatch([
+    { tokenIds: [10, 11, 12, 13], startPosition: 2, blockTable: [7, 2], sample: false, promptLogitsFrom: 3, promptLogitsTo: 6 },
+    { tokenIds: [99], startPosition: 5, blockTable: [4, 9], sample: true },
+    { tokenIds: [20, 21], startPosition: 0, blockTable: [5], sample: true, promptLogitsFrom: 0, promptLogitsTo: 1 },
+  ], 4);
+  // sampled: seq 1's token (row 4), seq 2's last (row 6); then seq 0's positions 3, 4, 5 (rows 1-3), seq 2's 0 (row 5)
+  assert.deepEqual([...b.logitsIndices], [4, 6, 1, 2, 3, 5]);
+  assert.throws(() => buildForwardBatch([{ tokenIds: [1, 2], startPosition: 4, blockTable: [3, 8], sample: false,
+    promptLogitsFrom: 3, promptLogitsTo: 5 }], 4), /prompt logit position 3 outside its chunk \[4, 6\)/);
+});

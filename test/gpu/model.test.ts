@@ -92,6 +92,39 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     assert.equal(gateMd5, canonical.paths['cuda-bf16-graphs']?.md5, 'gate prompts vs the recorded cuda-bf16-graphs path');
   });
 
+  test('prompt logprobs: the GPU scores a prompt as the CPU does, chunked, and as it generated it', async () => {
+    const model = join(packageRoot(), 'models', 'quire-demo');
+    const prompt = 'Paged attention keeps the cache in blocks, so many sequences share one GPU without waste.';
+    const run = async (backend: 'cuda' | 'cpu', ids: number[] | string, params: Record<string, unknown>, extra = {}) => {
+      const llm = new LLM(model, { backend, maxModelLen: 512, ...extra });
+      try {
+        return (await llm.generate([ids], { temperature: 0, ignoreEos: true, ...params }))[0]!;
+      } finally {
+        await llm.close();
+      }
+    };
+    const gen = await run('cuda', prompt, { maxTokens: 24, logprobs: 0 });
+    const full = [...gen.promptTokenIds, ...gen.tokenIds];
+    const gpu = await run('cuda', full, { maxTokens: 1, promptLogprobs: 2 }, { maxNumBatchedTokens: 32 });
+    const cpu = await run('cpu', full, { maxTokens: 1, promptLogprobs: 2 });
+    const g = gpu.promptLogprobs!;
+    const c = cpu.promptLogprobs!;
+    assert.equal(g.length, full.length);
+    assert.equal(g[0], null);
+    let worst = 0;
+    for (let i = 1; i < full.length; i++) {
+      assert.equal(g[i]!.tokenId, full[i]);
+      assert.equal(c[i]!.tokenId, full[i]);
+      worst = Math.max(worst, Math.abs(g[i]!.logprob - c[i]!.logprob));
+    }
+    console.log(`# prompt logprobs, cuda-bf16 vs cpu-f32: largest difference ${worst.toFixed(4)}`);
+    assert.ok(worst < 0.1, `prompt logprobs differ from the CPU's by ${worst}`);
+    gen.logprobs!.forEach((lp, k) => {
+      const scored = g[gen.promptTokenIds.length + k]!;
+      assert.ok(Math.abs(scored.logprob - lp.logprob) < 0.05, `generated token ${k}: scored ${scored.logprob}, generated ${lp.logprob}`);
+    });
+  });
+
   test('eager: a row crossing 64 pages (the step metadata grows) still reads its fed token from the device', async () => {
     // without graphs the metadata is sized per step; the step after it grows reads its rows' previous tokens
     // (negative input ids, async scheduling) from the sampled-ids buffer, which must move along

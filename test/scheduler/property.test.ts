@@ -14,7 +14,8 @@ import { Scheduler, type SchedulerOptions } from '../../src/scheduler/scheduler.
 import { rowSlots } from './helpers.js';
 
 type Op =
-  | { kind: 'arrive'; promptLen: number; maxTokens: number; priority: number; prefix: number; salt: string | null }
+  | { kind: 'arrive'; promptLen: number; maxTokens: number; priority: number; prefix: number; salt: string | null;
+    promptLogits: boolean }
   | { kind: 'step' }
   | { kind: 'ahead' }
   | { kind: 'abort' | 'finish'; pick: number };
@@ -22,7 +23,7 @@ type Op =
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('arrive' as const), promptLen: fc.integer({ min: 1, max: 14 }),
     maxTokens: fc.integer({ min: 1, max: 8 }), priority: fc.integer({ min: 0, max: 3 }),
-    prefix: fc.integer({ min: 0, max: 2 }), salt: fc.constantFrom(null, 's') }) },
+    prefix: fc.integer({ min: 0, max: 2 }), salt: fc.constantFrom(null, 's'), promptLogits: fc.boolean() }) },
   { weight: 4, arbitrary: fc.constant({ kind: 'step' as const }) },
   { weight: 3, arbitrary: fc.constant({ kind: 'ahead' as const }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constantFrom('abort' as const, 'finish' as const), pick: fc.nat() }) },
@@ -38,6 +39,7 @@ const configArb = fc.record({
   longPrefillTokenThreshold: fc.constantFrom(0, 3),
   enableChunkedPrefill: fc.boolean(),
   enablePrefixCaching: fc.boolean(),
+  maxPromptLogitRows: fc.integer({ min: 1, max: 6 }),
 });
 
 const PREFIXES = [0, 1, 2].map((k) => Array.from({ length: 14 }, (_, j) => 10 * k + (j % 3)));
@@ -72,6 +74,9 @@ function run(cfg: Config, ops: Op[]): void {
   const store = new Map<number, string>();
   const live: string[] = [];
   let numArrived = 0;
+  // prompt positions each prompt-logits request has had logits rows for, and whether it has had its first token
+  const logitPositions = new Map<string, number[]>();
+  const hadFirstToken = new Set<string>();
 
   // schedule a step: check its rows, and return its KV writes (run as the device would) and its tokens
   const schedule = () => {
@@ -87,9 +92,21 @@ function run(cfg: Config, ops: Op[]): void {
     assert.ok(out.scheduledRequests.length <= cfg.maxNumSeqs && sched.numRunning <= cfg.maxNumSeqs, 'maxNumSeqs exceeded');
     if (out.preemptedRequestIds.length > 0) assert.ok(!out.scheduledRequests.some((r) => r.isNewlyAdmitted));
     const sampled = new Map<string, number[]>();
+    let numLogitRows = 0;
     for (const row of out.scheduledRequests) {
       const req = sched.getRequest(row.requestId)!;
       assert.ok(row.numScheduledTokens >= 1);
+      if (row.promptLogitsTo > row.promptLogitsFrom) {
+        const seen = logitPositions.get(row.requestId);
+        assert.ok(seen !== undefined, `${row.requestId} did not ask for prompt logits`);
+        assert.ok(row.promptLogitsFrom >= row.startPosition && row.promptLogitsTo <= row.seqLen, 'logit rows outside the chunk');
+        assert.ok(row.promptLogitsTo <= req.numPromptTokens - 1, 'logit rows beyond the prompt');
+        for (let p = row.promptLogitsFrom; p < row.promptLogitsTo; p++) {
+          assert.ok(!seen.includes(p), `${row.requestId}: logits of prompt position ${p} twice`);
+          seen.push(p);
+        }
+        numLogitRows += row.promptLogitsTo - row.promptLogitsFrom;
+      }
       if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
       rowSlots(row, blockSize).slots.forEach((slot) => {
         const page = Math.floor(slot / blockSize);
@@ -99,6 +116,7 @@ function run(cfg: Config, ops: Op[]): void {
       });
       if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
     }
+    assert.ok(numLogitRows <= cfg.maxPromptLogitRows, `${numLogitRows} prompt logit rows in a step`);
     // labels from the tokens as they are when the step runs (a token scheduled ahead is known by then)
     const write = () => {
       for (const row of out.scheduledRequests) {
@@ -111,6 +129,14 @@ function run(cfg: Config, ops: Op[]): void {
   };
   const complete = ({ out, sampled }: ReturnType<typeof schedule>, checkReads: boolean) => {
     if (out.scheduledRequests.length > 0) sched.updateFromOutput(sampled);
+    for (const id of sampled.keys()) {
+      const seen = logitPositions.get(id);
+      const req = sched.getRequest(id);
+      if (seen === undefined || req === undefined || hadFirstToken.has(id)) continue;
+      hadFirstToken.add(id);
+      assert.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: req.numPromptTokens - 1 }, (_, p) => p),
+        `${id}: its first token came before every prompt position's logits`);
+    }
     const done = [...sampled.keys()].filter((id) => {
       const req = sched.getRequest(id);
       return req !== undefined && req.numSampledOutputTokens >= req.maxTokens;
@@ -146,7 +172,9 @@ function run(cfg: Config, ops: Op[]): void {
       if (!fits || (!cfg.enableChunkedPrefill && op.promptLen > cfg.maxNumBatchedTokens)) continue;
       const id = `r${numArrived}`;
       sched.addRequest(new Request({ requestId: id, promptTokenIds: PREFIXES[op.prefix]!.slice(0, op.promptLen),
-        maxTokens: op.maxTokens, priority: op.priority, arrivalTime: numArrived++, cacheSalt: op.salt }));
+        maxTokens: op.maxTokens, priority: op.priority, arrivalTime: numArrived++, cacheSalt: op.salt,
+        promptLogits: op.promptLogits }));
+      if (op.promptLogits) logitPositions.set(id, []);
       live.push(id);
     } else if (op.kind === 'step') {
       doStep();
@@ -168,6 +196,7 @@ function run(cfg: Config, ops: Op[]): void {
   for (let b = 1; b < numBlocks; b++) assert.equal(kv.pool.block(b).refCount, 0);
 }
 
-test('random request streams: one writer per page, exact ref counts, budgets held, no leak, all finish', () => {
+test('random request streams: one writer per page, exact ref counts, budgets held, no leak, all finish; prompt ' +
+  'logits of every position once, before the first token, within the rows a step allows', () => {
   fc.assert(fc.property(configArb, fc.array(opArb, { maxLength: 80 }), run), { numRuns: 1000 });
 });

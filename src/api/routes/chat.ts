@@ -5,7 +5,7 @@ import { ChatTemplateError, renderChat } from '../../loader/chat-template.js';
 import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../chat-output.js';
 import { badRequest } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
-import { chatLogprobs } from '../logprobs.js';
+import { chatLogprobs, promptLogprobsJson } from '../logprobs.js';
 import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
 import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
 import type { SamplingParams } from '../../sampling/params.js';
@@ -107,7 +107,8 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const r = parseChatRequest(request.body, d.limits);
     const model = resolveModel(d, r.model);
     const base = samplingFromBody(request.body as Body, {
-      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
+      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
+      maxTokens: r.maxTokens ?? d.maxModelLen,
     });
     const { ids, toolMode, parse } = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body),
       'another structured output');
@@ -115,14 +116,26 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
     const header = { id, model, created: Math.floor(arrivalTime / 1000) };
-    const fmt = toolMode.kind === 'named' || toolMode.kind === 'required'
+    const fmt = withPromptLogprobs(d, r, toolMode.kind === 'named' || toolMode.kind === 'required'
       ? forcedToolFormatter(r, ids, header, toolMode, (o) => logprobsOf(d, r, o))
-      : chatFormatter(d, r, ids, header, parse);
+      : chatFormatter(d, r, ids, header, parse));
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: r.n,
       stream: r.stream, includeUsage: r.includeUsage, continuousUsage: r.continuousUsage, fmt,
     });
   });
+}
+
+/** vLLM's `prompt_logprobs` beside the choices of a non-streamed answer, when asked for. */
+function withPromptLogprobs(d: RouteDeps, r: ChatRequest, fmt: ChoiceFormatter): ChoiceFormatter {
+  if (r.promptLogprobs === null) return fmt;
+  return {
+    ...fmt,
+    response: (outcomes, usage) => ({
+      ...(fmt.response(outcomes, usage) as object),
+      prompt_logprobs: promptLogprobsJson(d.tokenizer, outcomes[0]?.promptLogprobs ?? []),
+    }),
+  };
 }
 
 const logprobsOf = (d: RouteDeps, r: ChatRequest, o: { logprobs: ChoiceDelta['logprobs'] }) =>

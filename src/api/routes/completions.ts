@@ -2,7 +2,7 @@
 
 import type { FastifyInstance } from 'fastify';
 import { samplingFromBody } from '../sampling.js';
-import { completionLogprobs } from '../logprobs.js';
+import { completionLogprobs, offsetAfter, promptLogprobsJson } from '../logprobs.js';
 import { checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
 import { parseCompletionRequest, type Body, type CompletionRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
@@ -22,7 +22,8 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const model = resolveModel(d, r.model);
     const tok = d.tokenizer;
     const base = samplingFromBody(request.body as Body, {
-      vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, maxTokens: r.maxTokens ?? d.maxModelLen,
+      vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
+      maxTokens: r.maxTokens ?? d.maxModelLen,
     });
     base.structuredOutput = await structuredOutputFromBody(request.body as Body);
     const prompts: PreparedPrompt[] = r.prompts.map((p) => {
@@ -39,6 +40,7 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: prompts.map((p) => p.ids.length), n: r.n,
       stream: r.stream, includeUsage: r.includeUsage, continuousUsage: r.continuousUsage, fmt,
+      dropGenerated: r.echoWithoutGeneration,
     });
   });
 }
@@ -53,16 +55,25 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
   const head = { id: h.id, object: 'text_completion', created: h.created, model: h.model };
   const promptOf = (index: number) => prompts[Math.floor(index / r.n)]!;
   const numChoices = prompts.length * r.n;
-  const textOffsets = Array.from({ length: numChoices }, (_, i) => (r.echo ? promptOf(i).text.length : 0));
-  const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs'] }, offset: number) =>
-    r.logprobs === null ? null : completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset);
+  // echo with logprobs: the prompt goes out with its logprobs, so with the first delta (they come with it), and
+  // text offsets count token texts from 0 as vLLM's do; else the echoed text opens the stream
+  const echoLater = r.echo && r.logprobs !== null;
+  const textOffsets = Array.from({ length: numChoices }, (_, i) => (r.echo && !echoLater ? promptOf(i).text.length : 0));
+  const logprobsOf = (o: { logprobs: ChoiceDelta['logprobs']; promptLogprobs?: ChoiceDelta['promptLogprobs'] | null },
+    offset: number, index: number) => {
+    if (r.logprobs === null) return null;
+    const prompt = echoLater && o.promptLogprobs ? { ids: promptOf(index).ids, logprobs: o.promptLogprobs } : undefined;
+    return completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset, prompt);
+  };
+  const promptLogprobsField = (o: { promptLogprobs?: ChoiceDelta['promptLogprobs'] | null }) =>
+    r.promptLogprobs === null || !o.promptLogprobs ? {} : { prompt_logprobs: promptLogprobsJson(d.tokenizer, o.promptLogprobs) };
   return {
     openingChunks() {
-      if (!r.echo && !r.returnTokenIds) return [];
+      if (!(r.echo && !echoLater) && !r.returnTokenIds) return [];
       return Array.from({ length: numChoices }, (_, index) => ({
         ...head,
         choices: [{
-          index, text: r.echo ? promptOf(index).text : '', logprobs: null, finish_reason: null,
+          index, text: r.echo && !echoLater ? promptOf(index).text : '', logprobs: null, finish_reason: null,
           ...(r.returnTokenIds ? { prompt_token_ids: promptOf(index).ids, token_ids: [] } : {}),
         }],
       }));
@@ -70,13 +81,15 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
     deltaChunk(delta: ChoiceDelta) {
       // as vLLM: a chunk per step that made tokens, its text empty while the detokenizer holds back an incomplete
       // character, so clients see every token arrive (TTFT, inter-token latency)
-      if (delta.text === '' && delta.tokenIds.length === 0 && r.logprobs === null && !r.returnTokenIds) return null;
-      const logprobs = logprobsOf(delta, textOffsets[delta.index]!);
-      textOffsets[delta.index]! += delta.text.length;
+      const first = delta.promptLogprobs !== undefined;
+      if (delta.text === '' && delta.tokenIds.length === 0 && r.logprobs === null && !r.returnTokenIds && !first) return null;
+      const text = (echoLater && first ? promptOf(delta.index).text : '') + delta.text;
+      const logprobs = logprobsOf(delta, textOffsets[delta.index]!, delta.index);
+      textOffsets[delta.index] = logprobs ? offsetAfter(logprobs, textOffsets[delta.index]!) : textOffsets[delta.index]! + text.length;
       return {
         ...head,
         choices: [{
-          index: delta.index, text: delta.text, logprobs, finish_reason: null,
+          index: delta.index, text, logprobs, finish_reason: null, ...promptLogprobsField(delta),
           ...(r.returnTokenIds ? { token_ids: delta.tokenIds } : {}),
         }],
       };
@@ -96,9 +109,10 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
           return {
             index: o.index,
             text: prefix + o.text,
-            logprobs: logprobsOf(o, prefix.length),
+            logprobs: logprobsOf(o, echoLater ? 0 : prefix.length, o.index),
             finish_reason: o.finishReason,
             stop_reason: o.stopReason,
+            ...promptLogprobsField(o),
             ...(r.returnTokenIds ? { prompt_token_ids: prompt.ids, token_ids: o.tokenIds } : {}),
           };
         }),

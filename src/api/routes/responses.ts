@@ -40,7 +40,7 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
       stream: b.stream ?? false, model: b.model, user: b.user }, d.limits);
     const model = resolveModel(d, r.model);
     const base = samplingFromBody({ temperature: b.temperature, top_p: b.top_p, seed: b.seed, top_k: b.top_k }, {
-      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: null, maxTokens: maxOutput ?? d.maxModelLen,
+      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: null, promptLogprobs: null, maxTokens: maxOutput ?? d.maxModelLen,
     });
     const format = responseFormatOf(b);
     const { ids, toolMode, parse } = await prepareChat(d, r, base,

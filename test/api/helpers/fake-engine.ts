@@ -71,6 +71,11 @@ export class FakeEngine implements EngineClient {
     return byteId(ALPHABET.charCodeAt(k % ALPHABET.length));
   }
 
+  /** What the engine reports as `req`'s prompt logprobs: null, then fakeLogprob of each later prompt token. */
+  static promptLogprobs(req: EngineRequest): (TokenLogprob | null)[] {
+    return req.promptTokenIds.map((id, i) => (i === 0 ? null : { ...fakeLogprob(id, req.sampling.promptLogprobs ?? 0), rank: 1 + (i % 3) }));
+  }
+
   generate(req: EngineRequest): AsyncIterable<EngineOutput> {
     this.submitted.push(req);
     const r: Running = { req, stream: new OutputStream(), numGenerated: 0, timer: null };
@@ -121,6 +126,7 @@ export class FakeEngine implements EngineClient {
     const out: EngineOutput = { requestId: r.req.requestId, newTokenIds: [token], finished: false };
     if (position === 0) out.numCachedTokens = this.opts.numCachedTokens;
     if (s.logprobs !== null) out.logprobs = [fakeLogprob(token, s.logprobs)];
+    if (position === 0 && s.promptLogprobs !== null) out.promptLogprobs = FakeEngine.promptLogprobs(r.req);
     const stopByToken = (eosAllowed && (token === EOS || s.stopTokenIds.includes(token))) || (script !== null && token === EOS);
     if (stopByToken) this.finish(r, { ...out, finishReason: 'stop', stopTokenId: token });
     else if (r.numGenerated >= s.maxTokens) this.finish(r, { ...out, finishReason: 'length' });
