@@ -22,6 +22,8 @@ export interface ChatLogprobEntry {
 }
 
 const tokenText = (tok: Tokenizer, id: number) => tok.decode([id], { skipSpecialTokens: false });
+/** A token as logprobs name it: its text, or "token_id:<id>" (vLLM's return_tokens_as_token_ids). */
+const tokenName = (tok: Tokenizer, id: number, asIds: boolean) => (asIds ? `token_id:${id}` : tokenText(tok, id));
 const utf8Bytes = (s: string) => Array.from(Buffer.from(s, 'utf8'));
 
 /**
@@ -30,15 +32,15 @@ const utf8Bytes = (s: string) => Array.from(Buffer.from(s, 'utf8'));
  * `textOffset`.
  */
 export function completionLogprobs(tok: Tokenizer, lps: readonly TokenLogprob[], numTop: number, textOffset: number,
-  prompt?: { ids: readonly number[]; logprobs: readonly (TokenLogprob | null)[] }): CompletionLogprobs {
+  prompt?: { ids: readonly number[]; logprobs: readonly (TokenLogprob | null)[] }, asIds = false): CompletionLogprobs {
   const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let offset = textOffset;
   const push = (id: number, lp: TokenLogprob | null) => {
-    const text = tokenText(tok, id);
+    const text = tokenName(tok, id, asIds);
     let top: Record<string, number> | null = null;
     if (lp !== null) {
       top = {};
-      for (const t of lp.top.slice(0, numTop)) top[tokenText(tok, t.tokenId)] ??= t.logprob;
+      for (const t of lp.top.slice(0, numTop)) top[tokenName(tok, t.tokenId, asIds)] ??= t.logprob;
       top[text] ??= lp.logprob;
     }
     out.tokens.push(text);
@@ -69,16 +71,17 @@ export function promptLogprobsJson(tok: Tokenizer, lps: readonly (TokenLogprob |
   });
 }
 
-export function chatLogprobs(tok: Tokenizer, lps: readonly TokenLogprob[], numTop: number): { content: ChatLogprobEntry[] } {
+export function chatLogprobs(tok: Tokenizer, lps: readonly TokenLogprob[], numTop: number, asIds = false):
+  { content: ChatLogprobEntry[] } {
   return {
     content: lps.map((lp) => {
-      const text = tokenText(tok, lp.tokenId);
+      const text = tokenName(tok, lp.tokenId, asIds);
       return {
         token: text,
         logprob: lp.logprob,
         bytes: utf8Bytes(text),
         top_logprobs: lp.top.slice(0, numTop).map((t) => {
-          const s = tokenText(tok, t.tokenId);
+          const s = tokenName(tok, t.tokenId, asIds);
           return { token: s, logprob: t.logprob, bytes: utf8Bytes(s) };
         }),
       };

@@ -14,6 +14,17 @@ export function checkTokenIds(ids: readonly number[], vocabSize: number, param: 
   }
 }
 
+/** The prompt's last `k` tokens (truncate_prompt_tokens; -1: the context length), or the prompt when k is null. */
+export function truncatePrompt(ids: number[], k: number | null, maxModelLen: number): number[] {
+  if (k === null) return ids;
+  const keep = k === -1 ? maxModelLen : k;
+  if (keep > maxModelLen) {
+    throw badRequest(`truncate_prompt_tokens value (${keep}) is greater than max_model_len (${maxModelLen}). ` +
+      'Please select a smaller truncation size.', 'truncate_prompt_tokens');
+  }
+  return ids.length > keep ? ids.slice(ids.length - keep) : ids;
+}
+
 /** max_tokens as given, or all of the context the prompt leaves (as vLLM). */
 export function resolveMaxTokens(numPromptTokens: number, requested: number | null, maxModelLen: number, promptParam: string): number {
   if (numPromptTokens >= maxModelLen) {

@@ -1,5 +1,6 @@
 // Request body -> SamplingParams through the shared validator (vLLM ranges and messages).
 
+import type { Tokenizer } from '../loader/types.js';
 import type { SamplingParams } from '../sampling/params.js';
 import { SamplingParamError, validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
 import { badRequest } from './errors.js';
@@ -15,6 +16,28 @@ export interface SamplingContext {
   promptLogprobs: number | null;
   /** max_tokens as requested, or the most any prompt may get; the routes set the final value per prompt. */
   maxTokens: number;
+  /** Tokenizes bad_words; without it they are refused. */
+  tokenizer?: Tokenizer;
+}
+
+/**
+ * bad_words as token id sequences, as vLLM tokenizes them: each word (leading spaces stripped) alone, and after a
+ * space where that gives a first token of its own and as many tokens (the word inside text).
+ */
+function badWordIds(v: unknown, tok: Tokenizer | undefined): number[][] | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v) || v.some((w) => typeof w !== 'string' || w.trim() === '')) {
+    throw badRequest('`bad_words` must be a list of non-empty strings.', 'bad_words');
+  }
+  if (tok === undefined) throw badRequest('`bad_words` is not supported on this endpoint.', 'bad_words');
+  const out: number[][] = [];
+  for (const w of v as string[]) {
+    const alone = tok.encode(w.trimStart(), { addSpecialTokens: false });
+    out.push(alone);
+    const inText = tok.encode(` ${w.trimStart()}`, { addSpecialTokens: false });
+    if (inText[0] !== alone[0] && inText.length === alone.length) out.push(inText);
+  }
+  return out;
 }
 
 export function samplingFromBody(b: Body, ctx: SamplingContext): SamplingParams {
@@ -28,6 +51,8 @@ export function samplingFromBody(b: Body, ctx: SamplingContext): SamplingParams 
     presencePenalty: b.presence_penalty,
     frequencyPenalty: b.frequency_penalty,
     logitBias: b.logit_bias,
+    allowedTokenIds: b.allowed_token_ids,
+    badWords: badWordIds(b.bad_words, ctx.tokenizer),
     seed: b.seed,
     stopTokenIds: b.stop_token_ids,
     stop: b.stop,

@@ -73,6 +73,10 @@ export interface GenerationFields {
   user: string | null;
   /** vLLM's prompt_logprobs: top logprobs per prompt token; null = none. */
   promptLogprobs: number | null;
+  /** vLLM's truncate_prompt_tokens: keep the prompt's last k tokens (-1: max_model_len); null = off. */
+  truncatePromptTokens: number | null;
+  /** vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>". */
+  returnTokensAsTokenIds: boolean;
 }
 
 export interface CompletionRequest extends GenerationFields {
@@ -126,7 +130,15 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
     cacheSalt,
     user: optString(b, 'user'),
     promptLogprobs: optInt(b, 'prompt_logprobs', 0, limits.maxLogprobs),
+    truncatePromptTokens: truncateOf(b),
+    returnTokensAsTokenIds: optBool(b, 'return_tokens_as_token_ids') ?? false,
   };
+}
+
+function truncateOf(b: Body): number | null {
+  const k = optInt(b, 'truncate_prompt_tokens', -1);
+  if (k === 0) throw badRequest('`truncate_prompt_tokens` must be -1 (the context length) or at least 1, got 0.', 'truncate_prompt_tokens');
+  return k;
 }
 
 function parsePrompts(v: unknown, limits: ServerLimits): (string | number[])[] {

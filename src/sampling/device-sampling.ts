@@ -2,7 +2,8 @@
 // logits row its temperature, top-k, top-p, min-p and one uniform drawn from the
 // request's RNG, and gets token ids back; the logits never reach the host.
 // Rows that need the full logits on the host (logprobs, prompt logprobs, penalties,
-// logit bias, a min-tokens mask, a structured-output grammar) go through the Sampler instead.
+// logit bias, allowed token ids, bad words, a min-tokens mask, a structured-output grammar) go through the
+// Sampler instead.
 
 import type { RowSampling } from '../model/batch.js';
 import { TokenDrawer } from './draw.js';
@@ -14,6 +15,7 @@ import type { SequenceSamplingState } from './sequence-state.js';
 export function isDeviceSamplable(state: SequenceSamplingState, eosTokenIds: readonly number[]): boolean {
   const p = state.params;
   if (p.logprobs !== null || p.promptLogprobs !== null || state.biasIds.length > 0 || state.constraint !== null) return false;
+  if (p.allowedTokenIds !== null || p.badWords.length > 0) return false;
   if (p.repetitionPenalty !== 1 || p.frequencyPenalty !== 0 || p.presencePenalty !== 0) return false;
   const masksStops = p.stopTokenIds.length > 0 || (!p.ignoreEos && eosTokenIds.length > 0);
   return !(state.numOutputTokens < p.minTokens && masksStops);

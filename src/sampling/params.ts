@@ -21,6 +21,13 @@ export interface SamplingParams {
   frequencyPenalty: number;
   /** token id -> bias added to its logit. */
   logitBias: Record<number, number> | null;
+  /** Only these token ids may be sampled (vLLM's allowed_token_ids); null = any. */
+  allowedTokenIds: number[] | null;
+  /**
+   * Token id sequences the output must not contain (vLLM's bad_words, tokenized by the API): the last id of each is
+   * banned where the output so far ends with the ids before it (a one-id word is always banned).
+   */
+  badWords: number[][];
   /** Seeds this request's own RNG; null = engine RNG. */
   seed: number | null;
   /** Token ids that end generation (besides EOS unless ignoreEos). */
@@ -54,6 +61,8 @@ export function defaultSamplingParams(overrides: Partial<SamplingParams> = {}): 
     presencePenalty: 0,
     frequencyPenalty: 0,
     logitBias: null,
+    allowedTokenIds: null,
+    badWords: [],
     seed: null,
     stopTokenIds: [],
     stop: [],

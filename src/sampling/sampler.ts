@@ -1,6 +1,7 @@
 // Logits rows -> one token per row, in vLLM's order:
 //   raw logprobs (log_softmax of the model's logits, before anything below)
-//   structured-output grammar mask -> logit bias -> min-tokens mask -> repetition, frequency, presence penalties
+//   structured-output grammar mask -> allowed token ids / bad words -> logit bias -> min-tokens mask -> repetition,
+//   frequency, presence penalties
 //   temperature == 0: argmax (ties to the lowest id)
 //   else: / temperature -> min-p -> top-k -> top-p -> draw from the row's RNG
 // (vLLM v1 applies min-p before top-k/top-p; top-p renormalises what is left.)
@@ -11,7 +12,7 @@ import type { SamplingParams } from './params.js';
 import { Rng } from './rng.js';
 import { TokenDrawer } from './draw.js';
 import { argmax, logSumExp, topIds } from './select.js';
-import { applyPenalties, SequenceSamplingState } from './sequence-state.js';
+import { applyPenalties, applyTokenBans, SequenceSamplingState } from './sequence-state.js';
 
 /** Below this a temperature is greedy (vLLM's _SAMPLING_EPS). */
 export const GREEDY_TEMPERATURE = 1e-5;
@@ -93,6 +94,7 @@ export class Sampler {
   private processLogits(row: Float32Array, state: SequenceSamplingState): void {
     const vocab = this.vocabSize;
     state.constraint?.maskLogits(row, vocab);
+    applyTokenBans(row, vocab, state);
     for (let i = 0; i < state.biasIds.length; i++) {
       const id = state.biasIds[i]!;
       if (id < vocab) row[id] = row[id]! + state.biasValues[i]!;

@@ -17,6 +17,8 @@ export class SequenceSamplingState {
   /** logitBias as parallel arrays (ids and biases). */
   readonly biasIds: Int32Array;
   readonly biasValues: Float32Array;
+  /** The output so far, in order, when bad words need it (else empty). */
+  readonly outputTokenIds: number[] = [];
   /** The grammar the output must follow (structured outputs); null = none. */
   constraint: TokenConstraint | null = null;
 
@@ -38,6 +40,7 @@ export class SequenceSamplingState {
       this.outputTokenCounts.set(t, (this.outputTokenCounts.get(t) ?? 0) + 1);
       this.constraint?.accept(t);
     }
+    if (this.params.badWords.length > 0) this.outputTokenIds.push(...tokenIds);
     this.numOutput += tokenIds.length;
   }
 
@@ -50,7 +53,29 @@ export class SequenceSamplingState {
       if (count === 1) this.outputTokenCounts.delete(t);
       else this.outputTokenCounts.set(t, count - 1);
     }
+    if (this.params.badWords.length > 0) this.outputTokenIds.length -= tokenIds.length;
     this.numOutput -= tokenIds.length;
+  }
+}
+
+/**
+ * In place on row[0 .. vocab): -Infinity outside allowedTokenIds, and on the last id of each bad word whose ids
+ * before it end the output so far (vLLM's allowed_token_ids and bad_words).
+ */
+export function applyTokenBans(row: Float32Array, vocab: number, state: SequenceSamplingState): void {
+  const { allowedTokenIds, badWords } = state.params;
+  if (allowedTokenIds !== null) {
+    const kept = allowedTokenIds.map((id) => row[id]!);
+    row.fill(-Infinity, 0, vocab);
+    allowedTokenIds.forEach((id, i) => { row[id] = kept[i]!; });
+  }
+  const out = state.outputTokenIds;
+  for (const w of badWords) {
+    const n = w.length - 1;
+    if (n > out.length) continue;
+    let match = true;
+    for (let i = 0; i < n && match; i++) match = out[out.length - n + i] === w[i];
+    if (match && w[n]! < vocab) row[w[n]!] = -Infinity;
   }
 }
 

@@ -32,6 +32,8 @@ const WIRE_NAMES: Record<keyof SamplingParams, string> = {
   presencePenalty: 'presence_penalty',
   frequencyPenalty: 'frequency_penalty',
   logitBias: 'logit_bias',
+  allowedTokenIds: 'allowed_token_ids',
+  badWords: 'bad_words',
   seed: 'seed',
   stopTokenIds: 'stop_token_ids',
   stop: 'stop',
@@ -107,6 +109,8 @@ export function validateSamplingParams(raw: RawSamplingParams, limits: SamplingL
     presencePenalty,
     frequencyPenalty,
     logitBias: validateLogitBias(raw.logitBias, limits.vocabSize),
+    allowedTokenIds: validateAllowedTokenIds(raw.allowedTokenIds, limits.vocabSize),
+    badWords: validateBadWords(raw.badWords, limits.vocabSize),
     seed,
     stopTokenIds: validateStopTokenIds(raw.stopTokenIds, limits.vocabSize),
     stop: validateStop(raw.stop, limits.maxStopStrings),
@@ -155,6 +159,23 @@ function validateStopTokenIds(v: unknown, vocabSize: number): number[] {
   const bad = v.filter((id) => !Number.isSafeInteger(id) || (id as number) < 0 || (id as number) >= vocabSize);
   if (bad.length > 0) fail('stopTokenIds', `stop_token_ids must be token ids in [0, ${vocabSize}); invalid: ${bad.map(show).join(', ')}.`);
   return [...(v as number[])];
+}
+
+function validateAllowedTokenIds(v: unknown, vocabSize: number): number[] | null {
+  if (v === undefined || v === null) return null;
+  if (!Array.isArray(v)) fail('allowedTokenIds', `allowed_token_ids must be a list of token ids, got ${show(v)}.`);
+  if (v.length === 0) fail('allowedTokenIds', 'allowed_token_ids must not be empty.');
+  const bad = v.filter((id) => !Number.isSafeInteger(id) || (id as number) < 0 || (id as number) >= vocabSize);
+  if (bad.length > 0) fail('allowedTokenIds', `allowed_token_ids must be token ids in [0, ${vocabSize}); invalid: ${bad.map(show).join(', ')}.`);
+  return [...new Set(v as number[])];
+}
+
+function validateBadWords(v: unknown, vocabSize: number): number[][] {
+  if (v === undefined || v === null) return [];
+  const ok = Array.isArray(v) && v.every((w) => Array.isArray(w) && w.length > 0 &&
+    w.every((id) => Number.isSafeInteger(id) && id >= 0 && id < vocabSize));
+  if (!ok) fail('badWords', `bad_words must be non-empty token id sequences in [0, ${vocabSize}), got ${show(v)}.`);
+  return (v as number[][]).map((w) => [...w]);
 }
 
 function validateStop(v: unknown, maxStopStrings: number): string[] {

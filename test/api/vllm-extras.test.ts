@@ -1,69 +1,96 @@
-// vLLM's request extras: continue_final_message and add_special_tokens for chat, and
-// stream_options.continuous_usage_stats.
+// vLLM's request extras for scoring and constrained sampling: allowed_token_ids, bad_words (tokenized as vLLM
+// does), truncate_prompt_tokens, return_tokens_as_token_ids; and their bad values as 400s naming the field.
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { BOS, ByteTokenizer } from './helpers/fake-tokenizer.js';
-import { postJson, readSse, startTestServer, type TestServer } from './helpers/start.js';
+import { ByteTokenizer } from './helpers/fake-tokenizer.js';
+import { MODEL, startTestServer, type TestServer } from './helpers/start.js';
+
+const tok = new ByteTokenizer();
 
 describe('vLLM extras', () => {
   let s: TestServer;
-  const tok = new ByteTokenizer();
-  before(async () => {
-    s = await startTestServer();
-  });
+  before(async () => { s = await startTestServer({ maxModelLen: 64 }); });
   after(() => s.close());
-  const convo = [{ role: 'user', content: 'Name a colour.' }, { role: 'assistant', content: 'The colour is' }];
+  const post = async (path: string, body: Record<string, unknown>) => {
+    const res = await fetch(`${s.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, ...body }) });
+    return { status: res.status, body: await res.json() as Record<string, any> };
+  };
+  const chat = (content: string) => ({ messages: [{ role: 'user', content }] });
 
-  it('continue_final_message ends the prompt inside the last message (no end of turn, no generation prompt)', async () => {
-    const t = await postJson(`${s.url}/tokenize`, { messages: convo, continue_final_message: true });
-    assert.equal(t.status, 200);
-    assert.equal(tok.decode(t.json.tokens), '<bos><|user|>Name a colour.\n<|assistant|>The colour is');
-    const r = await postJson(`${s.url}/v1/chat/completions`, { messages: convo, continue_final_message: true, max_tokens: 2 });
+  it('truncate_prompt_tokens keeps the prompt\'s last tokens (-1: the context length), on completions and chat', async () => {
+    const long = 'abcdefghij'.repeat(8);  // 81 tokens with <bos>: more than the context
+    const r = await post('/v1/completions', { prompt: long, max_tokens: 2, truncate_prompt_tokens: 5, echo: true });
     assert.equal(r.status, 200);
-    assert.deepEqual(s.engine.submitted.at(-1)!.promptTokenIds, t.json.tokens);
-    const plain = await postJson(`${s.url}/tokenize`, { messages: convo });
-    assert.equal(tok.decode(plain.json.tokens), '<bos><|user|>Name a colour.\n<|assistant|>The colour is\n<|assistant|>');
+    assert.deepEqual(s.engine.submitted.at(-1)!.promptTokenIds, tok.encode(long, { addSpecialTokens: true }).slice(-5));
+    assert.ok(r.body.choices[0].text.startsWith('fghij'), 'the echo is the prompt the model saw');
+    assert.equal(r.body.usage.prompt_tokens, 5);
+    const ids = await post('/v1/completions', { prompt: [0, 40, 41, 42, 43], max_tokens: 1, truncate_prompt_tokens: 3 });
+    assert.deepEqual(s.engine.submitted.at(-1)!.promptTokenIds, [41, 42, 43]);
+    assert.equal(ids.status, 200);
+    const all = await post('/v1/completions', { prompt: 'short', max_tokens: 1, truncate_prompt_tokens: -1 });
+    assert.equal(all.status, 200);
+    assert.deepEqual(s.engine.submitted.at(-1)!.promptTokenIds, tok.encode('short', { addSpecialTokens: true }));
+    const c = await post('/v1/chat/completions', { ...chat('hello there'), max_tokens: 1, truncate_prompt_tokens: 4 });
+    assert.equal(c.status, 200);
+    assert.equal(s.engine.submitted.at(-1)!.promptTokenIds.length, 4);
+    const untruncated = await post('/v1/completions', { prompt: long, max_tokens: 2 });
+    assert.equal(untruncated.status, 400);
   });
 
-  it('refuses continue_final_message with add_generation_prompt, or with an empty final message', async () => {
-    const both = await postJson(`${s.url}/v1/chat/completions`, { messages: convo, continue_final_message: true, add_generation_prompt: true });
-    assert.equal(both.status, 400);
-    assert.match(both.json.error.message, /Cannot set both `continue_final_message` and `add_generation_prompt`/);
-    const empty = await postJson(`${s.url}/v1/chat/completions`, { messages: [...convo, { role: 'assistant', content: ' ' }], continue_final_message: true });
-    assert.equal(empty.status, 400);
-    assert.equal(empty.json.error.param, 'messages');
-  });
-
-  it('add_special_tokens adds the tokenizer\'s BOS in front of the template\'s own', async () => {
-    const off = await postJson(`${s.url}/tokenize`, { messages: convo });
-    const on = await postJson(`${s.url}/tokenize`, { messages: convo, add_special_tokens: true });
-    assert.deepEqual(on.json.tokens, [BOS, ...off.json.tokens]);
-  });
-
-  it('continuous_usage_stats puts each choice\'s usage so far in every chunk', async () => {
-    const res = await fetch(`${s.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: ['ab', 'cde'], n: 2, max_tokens: 3, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }),
-    });
-    const chunks = (await readSse(res)).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
-    const last = chunks.pop();
-    assert.deepEqual(last.choices, []);
-    assert.equal(last.usage.completion_tokens, 12);
-    const seen = new Map<number, number>();
-    for (const c of chunks) {
-      const i = c.choices[0].index as number;
-      const prompt = i < 2 ? 3 : 4;
-      assert.equal(c.usage.prompt_tokens, prompt);
-      assert.equal(c.usage.total_tokens, prompt + c.usage.completion_tokens);
-      assert.ok(c.usage.completion_tokens >= (seen.get(i) ?? 0));
-      seen.set(i, c.usage.completion_tokens);
+  it('refuses a truncation of 0 or beyond the context length', async () => {
+    for (const k of [0, 65, -2, 'x']) {
+      const r = await post('/v1/completions', { prompt: 'x', truncate_prompt_tokens: k });
+      assert.equal(r.status, 400, String(k));
+      assert.equal(r.body.error.param, 'truncate_prompt_tokens');
     }
-    assert.deepEqual([...seen.entries()].sort(), [[0, 3], [1, 3], [2, 3], [3, 3]]);
-    const without = await fetch(`${s.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: 'ab', max_tokens: 2, stream: true, stream_options: { continuous_usage_stats: true } }),
-    });
-    for (const d of (await readSse(without)).filter((x) => x !== '[DONE]')) assert.equal('usage' in JSON.parse(d), false);
+  });
+
+  it('passes allowed_token_ids and bad_words to the engine, tokenized alone and inside text', async () => {
+    const r = await post('/v1/chat/completions', { ...chat('x'), max_tokens: 1, allowed_token_ids: [100, 101], bad_words: ['zz', '  q'] });
+    assert.equal(r.status, 200);
+    const sp = s.engine.submitted.at(-1)!.sampling;
+    assert.deepEqual(sp.allowedTokenIds, [100, 101]);
+    // byte tokens: a space before a word is a token of its own, so only the words alone count
+    assert.deepEqual(sp.badWords, [tok.encode('zz', { addSpecialTokens: false }), tok.encode('q', { addSpecialTokens: false })]);
+  });
+
+  it('refuses bad allowed_token_ids and bad_words with a 400 naming them', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ allowed_token_ids: [] }, 'allowed_token_ids'],
+      [{ allowed_token_ids: [tok.vocabSize] }, 'allowed_token_ids'],
+      [{ allowed_token_ids: 'a' }, 'allowed_token_ids'],
+      [{ bad_words: 'word' }, 'bad_words'],
+      [{ bad_words: [''] }, 'bad_words'],
+      [{ bad_words: [3] }, 'bad_words'],
+    ];
+    for (const [extra, param] of cases) {
+      for (const body of [{ prompt: 'x', ...extra }, { ...chat('x'), ...extra }]) {
+        const r = await post('prompt' in body ? '/v1/completions' : '/v1/chat/completions', body);
+        assert.equal(r.status, 400, JSON.stringify(body));
+        assert.equal(r.body.error.param, param);
+      }
+    }
+  });
+
+  it('return_tokens_as_token_ids names logprobs\' tokens by id, on completions and chat', async () => {
+    const r = await post('/v1/completions', { prompt: 'ab', max_tokens: 3, logprobs: 2, return_tokens_as_token_ids: true });
+    const lp = r.body.choices[0].logprobs;
+    const generated = s.engine.submitted.at(-1)!;
+    assert.equal(lp.tokens.length, 3);
+    lp.tokens.forEach((t: string) => assert.match(t, /^token_id:\d+$/));
+    lp.top_logprobs.forEach((top: Record<string, number>) => Object.keys(top).forEach((k) => assert.match(k, /^token_id:\d+$/)));
+    assert.ok(generated.sampling.logprobs === 2);
+    const c = await post('/v1/chat/completions', { ...chat('ab'), max_tokens: 2, logprobs: true, top_logprobs: 1, return_tokens_as_token_ids: true });
+    const content = c.body.choices[0].logprobs.content as { token: string; bytes: number[]; top_logprobs: { token: string }[] }[];
+    assert.equal(content.length, 2);
+    for (const e of content) {
+      assert.match(e.token, /^token_id:\d+$/);
+      assert.deepEqual(e.bytes, [...Buffer.from(e.token)]);
+      e.top_logprobs.forEach((t) => assert.match(t.token, /^token_id:\d+$/));
+    }
+    const plain = await post('/v1/completions', { prompt: 'ab', max_tokens: 1, logprobs: 0 });
+    assert.doesNotMatch(plain.body.choices[0].logprobs.tokens[0], /^token_id:/);
   });
 });

@@ -61,6 +61,18 @@ test('a row asking for logprobs sends the whole step through the host sampler, w
   assert.ok(host.outputs.some((o) => o.logprobs?.[0]?.top.length === 2));
 });
 
+test('allowed_token_ids and bad_words go through the host sampler: tokens from the set, no bad word', async () => {
+  const free = await run([{ temperature: 0, maxTokens: 8 }, { temperature: 0, maxTokens: 8 }]);
+  const banned = free.tokens[1]![0]!;
+  const allowed = [7, 19, 200, free.tokens[0]![0]!];
+  const r = await run([{ temperature: 0.8, seed: 5, maxTokens: 8, allowedTokenIds: allowed },
+    { temperature: 0, maxTokens: 8, badWords: [[banned]] }]);
+  assert.equal(r.numDeviceSteps, 0);
+  assert.ok(r.tokens[0]!.every((t) => allowed.includes(t)), `${r.tokens[0]}`);
+  assert.ok(!r.tokens[1]!.includes(banned), 'the banned token never comes');
+  assert.notEqual(r.tokens[1]![0], free.tokens[1]![0]);
+});
+
 test('stats count the bytes a step must read at the least: weights once, each sequence\'s KV once', async () => {
   const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1 }));
   try {

@@ -15,7 +15,7 @@ test('rows needing the logits on the host are not device-samplable', () => {
   const s = new Sampler({ vocabSize: 16, eosTokenIds: EOS });
   assert.equal(isDeviceSamplable(state(s, {}), EOS), true);
   assert.equal(isDeviceSamplable(state(s, { temperature: 0, topK: 5, topP: 0.5, minP: 0.1, seed: 3 }), EOS), true);
-  for (const p of [{ logprobs: 0 }, { promptLogprobs: 0 }, { logitBias: { 3: 1 } }, { repetitionPenalty: 1.1 }, { frequencyPenalty: 0.5 },
+  for (const p of [{ logprobs: 0 }, { promptLogprobs: 0 }, { allowedTokenIds: [3] }, { badWords: [[3]] }, { logitBias: { 3: 1 } }, { repetitionPenalty: 1.1 }, { frequencyPenalty: 0.5 },
     { presencePenalty: -0.5 }, { minTokens: 2 }] as Partial<SamplingParams>[]) {
     assert.equal(isDeviceSamplable(state(s, p), EOS), false, JSON.stringify(p));
   }

@@ -195,3 +195,31 @@ test('the caller logits are left untouched and short buffers are refused', () =>
   assert.deepEqual([...logits], [1, 2, 3]);
   assert.throws(() => s.sample(logits, [s.newSequenceState(params({}), [1]), s.newSequenceState(params({}), [1])]), RangeError);
 });
+
+test('allowed_token_ids: only those ids are ever sampled, greedy or not; raw logprobs are the model\'s', () => {
+  const logits = [0, 3, 1, 2.5, 0.5, 2];
+  const greedy = histogram(logits, { temperature: 0, allowedTokenIds: [2, 4] }, 1);
+  assert.deepEqual(support(greedy), [2]);
+  const drawn = histogram(logits, { temperature: 1, allowedTokenIds: [3, 4, 5] }, 3000);
+  assert.deepEqual(support(drawn), [3, 4, 5]);
+  const s = sampler(logits.length);
+  const out = s.sample(Float32Array.from(logits), [s.newSequenceState(params({ temperature: 0, allowedTokenIds: [2], logprobs: 1 }), [5])]);
+  assert.equal(out.tokenIds[0], 2);
+  assert.equal(out.logprobs[0]!.top[0]!.tokenId, 1, 'top logprobs before the mask');
+});
+
+test('bad_words: a one-token word is never sampled; a longer word\'s last token only after the rest of it', () => {
+  const s = sampler(6);
+  const row = Float32Array.from([0, 5, 4, 3, 2, 1]);
+  const state = s.newSequenceState(params({ temperature: 0, badWords: [[1], [2, 3, 2]] }), [4]);
+  const next = () => s.sample(row, [state]).tokenIds[0]!;
+  assert.equal(next(), 2, '1 is banned outright');
+  state.appendOutputTokens([2]);
+  assert.equal(next(), 2, 'the output ends with 2, not 2 3');
+  state.appendOutputTokens([3]);
+  assert.equal(next(), 3, 'after 2 3, 2 would end the bad word');
+  state.appendOutputTokens([4]);
+  assert.equal(next(), 2);
+  state.removeOutputTokens([4]);
+  assert.equal(next(), 3, 'taking a token back restores the word\'s prefix');
+});

@@ -23,14 +23,16 @@ test('valid edge values are accepted and carried over', () => {
   const p = validateSamplingParams(
     {
       temperature: 0, topP: 1, topK: 0, minP: 1, repetitionPenalty: 0.01, presencePenalty: -2, frequencyPenalty: 2,
-      maxTokens: 3, minTokens: 3, logprobs: 20, promptLogprobs: 0, seed: -7, stop: 'END', stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
+      maxTokens: 3, minTokens: 3, logprobs: 20, promptLogprobs: 0, seed: -7, stop: 'END', allowedTokenIds: [0, 99, 0],
+      badWords: [[5], [6, 7]], stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
       ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false,
     },
     limits,
   );
   assert.deepEqual(p, {
     temperature: 0, topP: 1, topK: 0, minP: 1, repetitionPenalty: 0.01, presencePenalty: -2, frequencyPenalty: 2,
-    maxTokens: 3, minTokens: 3, logprobs: 20, promptLogprobs: 0, seed: -7, stop: ['END'], stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
+    maxTokens: 3, minTokens: 3, logprobs: 20, promptLogprobs: 0, seed: -7, stop: ['END'], allowedTokenIds: [0, 99],
+    badWords: [[5], [6, 7]], stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
     ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false, structuredOutput: null,
   });
   assert.equal(validateSamplingParams({ temperature: 5, topK: -1 }, limits).temperature, 5);
@@ -54,6 +56,11 @@ test('each out-of-range field is named in the error', () => {
     [{ logprobs: -1 }, 'logprobs', /non-negative/],
     [{ logprobs: 21 }, 'logprobs', /max allowed: 20/],
     [{ promptLogprobs: -1 }, 'prompt_logprobs', /non-negative/],
+    [{ allowedTokenIds: [] }, 'allowed_token_ids', /not be empty/],
+    [{ allowedTokenIds: [3, 100] }, 'allowed_token_ids', /invalid: 100/],
+    [{ allowedTokenIds: 3 }, 'allowed_token_ids', /list of token ids/],
+    [{ badWords: [[]] }, 'bad_words', /non-empty token id sequences/],
+    [{ badWords: [[1, 100]] }, 'bad_words', /in \[0, 100\)/],
     [{ promptLogprobs: 21 }, 'prompt_logprobs', /prompt_logprobs of 21, which is greater than max allowed: 20/],
     [{ seed: 1.5 }, 'seed', /integer/],
     [{ seed: 'x' }, 'seed', /number/],

@@ -6,7 +6,7 @@ import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../ch
 import { badRequest } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { chatLogprobs, promptLogprobsJson } from '../logprobs.js';
-import { choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
+import { choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
 import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
 import type { SamplingParams } from '../../sampling/params.js';
 import type { StructuredOutputSpec } from '../../sampling/structured-output.js';
@@ -108,10 +108,12 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const model = resolveModel(d, r.model);
     const base = samplingFromBody(request.body as Body, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
-      maxTokens: r.maxTokens ?? d.maxModelLen,
+      maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: d.tokenizer,
     });
-    const { ids, toolMode, parse } = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body),
+    const prepared = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body),
       'another structured output');
+    const { toolMode, parse } = prepared;
+    const ids = truncatePrompt(prepared.ids, r.truncatePromptTokens, d.maxModelLen);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
@@ -139,7 +141,7 @@ function withPromptLogprobs(d: RouteDeps, r: ChatRequest, fmt: ChoiceFormatter):
 }
 
 const logprobsOf = (d: RouteDeps, r: ChatRequest, o: { logprobs: ChoiceDelta['logprobs'] }) =>
-  r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs);
+  r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs, r.returnTokensAsTokenIds);
 
 function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parse: ChatOutputOptions): ChoiceFormatter {
   const chunkHead = chunkHeadOf(h);

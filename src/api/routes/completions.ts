@@ -3,7 +3,7 @@
 import type { FastifyInstance } from 'fastify';
 import { samplingFromBody } from '../sampling.js';
 import { completionLogprobs, offsetAfter, promptLogprobsJson } from '../logprobs.js';
-import { checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens } from '../prompt.js';
+import { checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
 import { parseCompletionRequest, type Body, type CompletionRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
@@ -23,13 +23,16 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const tok = d.tokenizer;
     const base = samplingFromBody(request.body as Body, {
       vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
-      maxTokens: r.maxTokens ?? d.maxModelLen,
+      maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: tok,
     });
     base.structuredOutput = await structuredOutputFromBody(request.body as Body);
     const prompts: PreparedPrompt[] = r.prompts.map((p) => {
-      if (typeof p === 'string') return { ids: tok.encode(p, { addSpecialTokens: true }), text: p };
-      checkTokenIds(p, tok.vocabSize, 'prompt');
-      return { ids: p, text: r.echo ? tok.decode(p, { skipSpecialTokens: false }) : '' };
+      const given = typeof p === 'string' ? tok.encode(p, { addSpecialTokens: true }) : p;
+      if (typeof p !== 'string') checkTokenIds(p, tok.vocabSize, 'prompt');
+      const ids = truncatePrompt(given, r.truncatePromptTokens, d.maxModelLen);
+      // an echoed prompt is the text of the tokens the model saw (all of them, or what truncation kept)
+      const text = !r.echo ? '' : typeof p === 'string' && ids === given ? p : tok.decode(ids, { skipSpecialTokens: false });
+      return { ids, text };
     });
     const id = newResponseId('cmpl');
     const reqs = prompts.flatMap((p, i) => {
@@ -63,7 +66,7 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
     offset: number, index: number) => {
     if (r.logprobs === null) return null;
     const prompt = echoLater && o.promptLogprobs ? { ids: promptOf(index).ids, logprobs: o.promptLogprobs } : undefined;
-    return completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset, prompt);
+    return completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset, prompt, r.returnTokensAsTokenIds);
   };
   const promptLogprobsField = (o: { promptLogprobs?: ChoiceDelta['promptLogprobs'] | null }) =>
     r.promptLogprobs === null || !o.promptLogprobs ? {} : { prompt_logprobs: promptLogprobsJson(d.tokenizer, o.promptLogprobs) };
