@@ -13,6 +13,7 @@ import type { ChoiceFormatter, Usage } from './serve.js';
 import { RequiredCallsStream } from './required-calls-stream.js';
 import type { ParsedToolCall } from './tool-parser.js';
 import type { ToolMode } from './tools.js';
+import type { TokenLogprob } from '../engine/types.js';
 
 /** The response object's fields that echo the request. */
 export interface ResponseHead {
@@ -24,12 +25,14 @@ export interface ResponseHead {
 
 export interface ResponsesOutputOptions {
   parse: ChatOutputOptions;
+  /** With include ["message.output_text.logprobs"]: the output_text logprobs entries of some tokens; else null. */
+  logprobs: ((lps: readonly TokenLogprob[]) => unknown[]) | null;
   /** A forced tool_choice: the output is the named function's arguments, or a list of calls. */
   forced: (ToolMode & { kind: 'named' | 'required' }) | null;
 }
 
 export const newId = (prefix: string) => `${prefix}_${randomUUID().replaceAll('-', '')}`;
-const part = (text: string) => ({ type: 'output_text', text, annotations: [] });
+const part = (text: string, logprobs?: unknown[]) => ({ type: 'output_text', text, annotations: [], ...(logprobs ? { logprobs } : {}) });
 const messageItem = (id: string, status: string, content: unknown[]) => ({ type: 'message', id, status, role: 'assistant', content });
 const reasoningItem = (id: string, status: string, text: string) =>
   ({ type: 'reasoning', id, summary: [], content: [{ type: 'reasoning_text', text }], status });
@@ -45,12 +48,12 @@ function outputOf(text: string, o: ResponsesOutputOptions): ChatOutput {
   return calls === null ? { reasoning: null, content: text, calls: [] } : { reasoning: null, content: null, calls };
 }
 
-/** The output items of a whole answer. */
-function itemsOf(out: ChatOutput, status: string): unknown[] {
+/** The output items of a whole answer; `logprobs` (every token's, as vLLM gives them) go with the message text. */
+function itemsOf(out: ChatOutput, status: string, logprobs?: unknown[]): unknown[] {
   const items: unknown[] = [];
   if (out.reasoning !== null && out.reasoning !== '') items.push(reasoningItem(newId('rs'), status, out.reasoning));
   if ((out.content !== null && out.content !== '') || out.calls.length === 0) {
-    items.push(messageItem(newId('msg'), status, [part(out.content ?? '')]));
+    items.push(messageItem(newId('msg'), status, [part(out.content ?? '', logprobs)]));
   }
   for (const c of out.calls) items.push(callItem(newId('fc'), newCallId(), c, 'completed'));
   return items;
@@ -61,7 +64,10 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
   let outcome: ChoiceOutcome | null = null;
   const items: unknown[] = [];
   /** The item being streamed: text items until the next kind starts, a call until the next item or the end. */
-  let open: { kind: 'reasoning' | 'message' | 'call'; id: string; index: number; text: string; name: string; callId: string } | null = null;
+  let open: { kind: 'reasoning' | 'message' | 'call'; id: string; index: number; text: string; name: string; callId: string;
+    logprobs: unknown[] } | null = null;
+  /** The logprobs entries of the delta being turned into events (they go with its message text, if it has any). */
+  let deltaLogprobs: unknown[] = [];
   const stream = opts.forced === null ? new ChatOutputStream(opts.parse) : null;
   const required = opts.forced?.kind === 'required' ? new RequiredCallsStream() : null;
   const named = opts.forced?.kind === 'named' ? opts.forced.name : '';
@@ -94,21 +100,25 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
       return [event('response.reasoning_text.done', { ...at, text: o.text }),
         event('response.output_item.done', { output_index: o.index, item })];
     }
-    const item = messageItem(o.id, status, [part(o.text)]);
+    const lps = opts.logprobs ? o.logprobs : undefined;
+    const item = messageItem(o.id, status, [part(o.text, lps)]);
     items.push(item);
-    return [event('response.output_text.done', { ...at, text: o.text, logprobs: [] }),
-      event('response.content_part.done', { ...at, part: part(o.text) }),
+    return [event('response.output_text.done', { ...at, text: o.text, logprobs: o.logprobs }),
+      event('response.content_part.done', { ...at, part: part(o.text, lps) }),
       event('response.output_item.done', { output_index: o.index, item })];
   };
   /** Opens an item of `kind` (closing the one before) and returns its opening events. */
   const begin = (kind: 'reasoning' | 'message' | 'call', name = ''): unknown[] => {
     const events = close('completed');
     const o = open = { kind, id: newId(kind === 'reasoning' ? 'rs' : kind === 'message' ? 'msg' : 'fc'), index: items.length, text: '', name,
-      callId: newCallId() };
+      callId: newCallId(), logprobs: [] as unknown[] };
     const item = kind === 'reasoning' ? reasoningItem(o.id, 'in_progress', '') : kind === 'message' ? messageItem(o.id, 'in_progress', [])
       : callItem(o.id, o.callId, { name, arguments: '' }, 'in_progress');
     events.push(event('response.output_item.added', { output_index: o.index, item }));
-    if (kind === 'message') events.push(event('response.content_part.added', { item_id: o.id, output_index: o.index, content_index: 0, part: part('') }));
+    if (kind === 'message') {
+      events.push(event('response.content_part.added', { item_id: o.id, output_index: o.index, content_index: 0,
+        part: part('', opts.logprobs ? [] : undefined) }));
+    }
     return events;
   };
   const text = (kind: 'reasoning' | 'message' | 'call', delta: string): unknown[] => {
@@ -117,8 +127,13 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
     const o = open!;
     o.text += delta;
     const at = { item_id: o.id, output_index: o.index, content_index: 0 };
+    const lps = kind === 'message' ? deltaLogprobs : [];
+    if (kind === 'message') {
+      o.logprobs.push(...lps);
+      deltaLogprobs = [];
+    }
     events.push(kind === 'reasoning' ? event('response.reasoning_text.delta', { ...at, delta })
-      : kind === 'message' ? event('response.output_text.delta', { ...at, delta, logprobs: [] })
+      : kind === 'message' ? event('response.output_text.delta', { ...at, delta, logprobs: lps })
         : event('response.function_call_arguments.delta', { item_id: o.id, output_index: o.index, delta }));
     return events;
   };
@@ -138,11 +153,13 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
         event('response.in_progress', { response: response('in_progress', [], null) })];
     },
     deltaChunk(dl: ChoiceDelta) {
+      deltaLogprobs = opts.logprobs ? opts.logprobs(dl.logprobs) : [];
       const events = stream === null ? forcedDelta(dl.text) : deltaOf(stream.push(dl.text));
       return events.length === 0 ? null : events;
     },
     finishChunks(o: ChoiceOutcome) {
       outcome = o;
+      deltaLogprobs = [];
       const events = stream !== null ? deltaOf(stream.finish()) : [];
       // a "required" list cut before any call's name: the text, as the whole-output parse answers it
       if (required !== null && required.callCount === 0) events.push(...text('message', forcedText));
@@ -155,7 +172,8 @@ export function responsesFormatter(h: ResponseHead, opts: ResponsesOutputOptions
     },
     response(outcomes: ChoiceOutcome[], usage: Usage) {
       outcome = outcomes[0]!;
-      return response(statusOf(outcome), itemsOf(outputOf(outcome.text, opts), statusOf(outcome)), usage);
+      const lps = opts.logprobs ? opts.logprobs(outcome.logprobs) : undefined;
+      return response(statusOf(outcome), itemsOf(outputOf(outcome.text, opts), statusOf(outcome), lps), usage);
     },
   };
 }

@@ -72,6 +72,33 @@ describe('/v1/responses', () => {
     assert.equal(r.output_text, 'Calm');
   });
 
+  it('gives output_text logprobs with include ["message.output_text.logprobs"], top_logprobs alternatives each', async () => {
+    const body = { model: MODEL, input: 'sea?', top_logprobs: 2, include: ['message.output_text.logprobs' as const] };
+    const r = await client.responses.create(body);
+    assert.equal(s.engine.submitted.at(-1)!.sampling.logprobs, 2);
+    assert.equal(r.top_logprobs, 2);
+    const text = (r.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText;
+    const lps = text.logprobs!;
+    assert.equal(lps.length, 11, 'one per generated token (the 10 bytes, then EOS)');
+    assert.equal(lps.slice(0, 10).map((l) => l.token).join(''), 'Calm seas.');
+    for (const l of lps) {
+      assert.equal(l.top_logprobs.length, 2);
+      assert.deepEqual(l.bytes, [...Buffer.from(l.token)]);
+    }
+    const stream = await client.responses.create({ ...body, stream: true });
+    const streamed: string[] = [];
+    let done: string[] = [];
+    for await (const e of stream) {
+      if (e.type === 'response.output_text.delta') streamed.push(...e.logprobs.map((l) => l.token));
+      if (e.type === 'response.output_text.done') done = e.logprobs!.map((l) => l.token);
+    }
+    assert.equal(streamed.join(''), 'Calm seas.');
+    assert.deepEqual(done, streamed);
+    const plain = await client.responses.create({ model: MODEL, input: 'sea?', top_logprobs: 2 });
+    assert.equal(s.engine.submitted.at(-1)!.sampling.logprobs, null, 'top_logprobs alone computes none');
+    assert.equal(((plain.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as { logprobs?: unknown }).logprobs, undefined);
+  });
+
   it('hands text.format to the engine as a structured output', async () => {
     const schema = { type: 'object', properties: { a: { type: 'integer' } } };
     await client.responses.create({ model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'a', schema } } });
@@ -90,6 +117,9 @@ describe('/v1/responses', () => {
       [{ input: [{ type: 'function_call_output', call_id: 'c' }] }, 'input[0]'],
       [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0]'],
       [{ input: 'x', max_output_tokens: 0 }, 'max_output_tokens'],
+      [{ input: 'x', top_logprobs: 21 }, 'top_logprobs'],
+      [{ input: 'x', include: ['message.output_text.logprob'] }, 'include'],
+      [{ input: 'x', include: 'message.output_text.logprobs' }, 'include'],
     ];
     for (const [body, param] of cases) {
       const r = await postJson(`${s.url}/v1/responses`, body);

@@ -1,11 +1,13 @@
 // POST /v1/responses: OpenAI's Responses API, the stateless part vLLM serves too: `input` (a string, or message,
 // function_call and function_call_output items), `instructions`, `max_output_tokens`, sampling fields, `text.format`
-// (structured outputs), and function `tools` with `tool_choice` (through the chat route's machinery: the template
-// gets the tools, --tool-call-parser reads "auto" calls, a grammar forces "required" and named ones). Output items
-// and stream events: responses-output.ts. Stored responses (`previous_response_id`) are refused with a 400.
+// (structured outputs), `top_logprobs` with include ["message.output_text.logprobs"], and function `tools` with
+// `tool_choice` (through the chat route's machinery: the template gets the tools, --tool-call-parser reads "auto"
+// calls, a grammar forces "required" and named ones). Output items and stream events: responses-output.ts. Stored
+// responses (`previous_response_id`) are refused with a 400.
 
 import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
+import { chatLogprobs } from '../logprobs.js';
 import { choiceRequests, resolveMaxTokens } from '../prompt.js';
 import { responseMessages, responseToolChoice, responseTools } from '../responses-input.js';
 import { newId, responsesFormatter } from '../responses-output.js';
@@ -27,6 +29,20 @@ function responseFormatOf(b: Body): unknown {
   return f.type === 'json_schema' ? { type: 'json_schema', json_schema: { name: f.name, schema: f.schema, strict: f.strict } } : f;
 }
 
+/** The output parts that `include` may ask for (OpenAI's list); only the text's logprobs change what is computed. */
+const INCLUDABLE = ['message.output_text.logprobs', 'reasoning.encrypted_content', 'message.input_image.image_url',
+  'file_search_call.results', 'web_search_call.action.sources', 'computer_call_output.output.image_url',
+  'code_interpreter_call.outputs'];
+
+function includesOutputLogprobs(b: Body): boolean {
+  const inc = b.include;
+  if (inc === undefined || inc === null) return false;
+  if (!Array.isArray(inc) || inc.some((x) => typeof x !== 'string' || !INCLUDABLE.includes(x))) {
+    throw badRequest(`\`include\` must be a list of: ${INCLUDABLE.join(', ')}.`, 'include');
+  }
+  return inc.includes('message.output_text.logprobs');
+}
+
 export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
   app.post('/v1/responses', async (request, reply) => {
     const arrivalTime = Date.now();
@@ -36,11 +52,13 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
       if (b[k] !== undefined && b[k] !== null) throw badRequest(`\`${k}\` needs stored responses, which this server does not keep.`, k);
     }
     const maxOutput = optInt(b, 'max_output_tokens', 1);
+    const topLogprobs = optInt(b, 'top_logprobs', 0, d.limits.maxLogprobs);
+    const logprobs = includesOutputLogprobs(b) ? topLogprobs ?? 0 : null;
     const r = parseChatRequest({ messages: responseMessages(b), tools: responseTools(b), tool_choice: responseToolChoice(b),
       stream: b.stream ?? false, model: b.model, user: b.user }, d.limits);
     const model = resolveModel(d, r.model);
     const base = samplingFromBody({ temperature: b.temperature, top_p: b.top_p, seed: b.seed, top_k: b.top_k }, {
-      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: null, promptLogprobs: null, maxTokens: maxOutput ?? d.maxModelLen,
+      vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs, promptLogprobs: null, maxTokens: maxOutput ?? d.maxModelLen,
     });
     const format = responseFormatOf(b);
     const { ids, toolMode, parse } = await prepareChat(d, r, base,
@@ -55,8 +73,12 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
         temperature: base.temperature, top_p: base.topP, text: { format: format ?? { type: 'text' } },
         tools: Array.isArray(b.tools) ? b.tools : [], tool_choice: b.tool_choice ?? (r.tools?.length ? 'auto' : 'none'),
         parallel_tool_calls: b.parallel_tool_calls ?? true, metadata: isObject(b.metadata) ? b.metadata : {},
+        top_logprobs: topLogprobs ?? 0,
       },
-    }, { parse, forced: toolMode.kind === 'named' || toolMode.kind === 'required' ? toolMode : null });
+    }, {
+      parse, forced: toolMode.kind === 'named' || toolMode.kind === 'required' ? toolMode : null,
+      logprobs: logprobs === null ? null : (lps) => chatLogprobs(d.tokenizer, lps, logprobs).content,
+    });
     return serveChoices(request, reply, {
       ctx: d.ctx, inflight: d.inflight, reqs, promptLengths: [ids.length], n: 1,
       stream: r.stream, includeUsage: true, continuousUsage: false, fmt, events: true,
