@@ -111,4 +111,25 @@ describe('server over the real engine', () => {
     assert.equal(call.type === 'function' ? call.function.name : null, 'pick');
     assert.ok(['calm', 'stormy'].includes(JSON.parse(call.type === 'function' ? call.function.arguments : '{}').mood));
   });
+  it('scores a prompt as lm-eval asks (echo, logprobs, max_tokens 0) and keeps sampling in allowed_token_ids, through the worker', async () => {
+    const prompt = 'the quick brown fox';
+    const scored = await postJson(`${url}/v1/completions`, { model: 'tiny', prompt, max_tokens: 0, echo: true, logprobs: 1 });
+    assert.equal(scored.status, 200);
+    const ids = (await postJson(`${url}/tokenize`, { prompt })).json.tokens as number[];
+    const lp = scored.json.choices[0].logprobs as { tokens: string[]; token_logprobs: (number | null)[] };
+    assert.equal(scored.json.choices[0].text, prompt);
+    assert.equal(lp.tokens.length, ids.length);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.ok(lp.token_logprobs.slice(1).every((x) => x !== null && x <= 0), JSON.stringify(lp.token_logprobs));
+    // the scored prompt's last token logprob is the one generation gives it after the tokens before it (forced by
+    // allowed_token_ids: logprobs are the model's, before the mask)
+    const gen = await postJson(`${url}/v1/completions`, { model: 'tiny', prompt: ids.slice(0, -1), max_tokens: 1, logprobs: 0,
+      temperature: 0, allowed_token_ids: [ids.at(-1)] });
+    assert.equal(gen.json.choices[0].logprobs.tokens[0], lp.tokens.at(-1));
+    assert.ok(Math.abs(gen.json.choices[0].logprobs.token_logprobs[0] - lp.token_logprobs.at(-1)!) < 1e-4);
+    const allowed = await postJson(`${url}/v1/completions`, { model: 'tiny', prompt, max_tokens: 6, temperature: 1, seed: 3,
+      allowed_token_ids: [ids[1], ids[2]], return_token_ids: true, ignore_eos: true });
+    assert.equal(allowed.status, 200);
+    assert.ok((allowed.json.choices[0].token_ids as number[]).every((t) => t === ids[1] || t === ids[2]));
+  });
 });
