@@ -3,6 +3,7 @@
 import type { EngineClient } from '../engine/client.js';
 import type { Tokenizer } from '../loader/types.js';
 import type { ReasoningParserName } from './reasoning.js';
+import type { SamplingDefaults } from './sampling-defaults.js';
 import type { ToolCallParserName } from './tools.js';
 
 export interface ServerLimits {
@@ -38,6 +39,8 @@ export interface ServerOptions {
   /** vLLM's --reasoning-parser: chat outputs' `<think>` blocks go to `reasoning_content`. */
   reasoningParser?: ReasoningParserName | null;
   limits?: Partial<ServerLimits>;
+  /** Sampling fields a request leaves out take these (vLLM's --generation-config); default none. */
+  samplingDefaults?: SamplingDefaults;
   /** CORS (vLLM's --allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials). */
   cors?: CorsOptions;
   /** Fastify logger on/off. */

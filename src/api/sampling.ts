@@ -5,6 +5,7 @@ import type { SamplingParams } from '../sampling/params.js';
 import { SamplingParamError, validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
 import { badRequest } from './errors.js';
 import type { ServerLimits } from './options.js';
+import type { SamplingDefaults } from './sampling-defaults.js';
 import type { Body } from './schemas.js';
 
 export interface SamplingContext {
@@ -18,6 +19,8 @@ export interface SamplingContext {
   maxTokens: number;
   /** Tokenizes bad_words; without it they are refused. */
   tokenizer?: Tokenizer;
+  /** What the sampling fields the request leaves out (or sends as null) default to. */
+  defaults?: SamplingDefaults;
 }
 
 /**
@@ -43,11 +46,11 @@ function badWordIds(v: unknown, tok: Tokenizer | undefined): number[][] | undefi
 export function samplingFromBody(b: Body, ctx: SamplingContext): SamplingParams {
   const raw: RawSamplingParams = {
     maxTokens: ctx.maxTokens,
-    temperature: b.temperature,
-    topP: b.top_p,
-    topK: b.top_k,
-    minP: b.min_p,
-    repetitionPenalty: b.repetition_penalty,
+    temperature: b.temperature ?? ctx.defaults?.temperature,
+    topP: b.top_p ?? ctx.defaults?.topP,
+    topK: b.top_k ?? ctx.defaults?.topK,
+    minP: b.min_p ?? ctx.defaults?.minP,
+    repetitionPenalty: b.repetition_penalty ?? ctx.defaults?.repetitionPenalty,
     presencePenalty: b.presence_penalty,
     frequencyPenalty: b.frequency_penalty,
     logitBias: b.logit_bias,

@@ -85,6 +85,7 @@ export function createServer(opts: ServerOptions): QuireServer {
     reasoningParser: opts.reasoningParser ?? null,
     bosToken: opts.bosToken ?? null,
     eosToken: opts.eosToken ?? null,
+    samplingDefaults: opts.samplingDefaults ?? {},
   };
   let state: State = 'loading';
 

@@ -11,6 +11,7 @@ import { DeferredEngineClient } from '../engine/deferred-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
 import { loadChatTemplateArg } from '../loader/chat-template.js';
 import { loadModelDir } from '../loader/model-dir.js';
+import { describeSamplingDefaults, parseGenerationOverride, samplingDefaults, type SamplingDefaults } from '../api/sampling-defaults.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { EngineOptions } from '../engine/options.js';
 
@@ -29,6 +30,10 @@ export function serveCommand(): Command {
     .option('--allowed-headers <json>', 'CORS: request headers allowed, a JSON list', jsonList('--allowed-headers'), ['*'])
     .option('--allow-credentials', 'CORS: allow credentials', false)
     .option('--disable-log-stats', 'no engine stats line every 10 s', false)
+    .option('--generation-config <auto|vllm|folder>', 'default sampling parameters: the model\'s generation_config.json '
+      + '(auto), none (vllm), or a folder\'s', 'auto')
+    .option('--override-generation-config <json>', 'default sampling parameters over those, e.g. \'{"temperature": 0.5}\'',
+      overrideArg)
     .option('--max-logprobs <n>', 'most logprobs / top_logprobs a request may ask for (-1: the vocabulary)', maxLogprobsArg, 20)
     .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
       + '(the default when it sends tools); needs --tool-call-parser', false)
@@ -51,6 +56,12 @@ export function serveCommand(): Command {
       }
     }
     const dir = loadModelDir(options.model);
+    let defaults: SamplingDefaults = {};
+    try {
+      defaults = samplingDefaults(flags.generationConfig as string, dir.dir, flags.overrideGenerationConfig as SamplingDefaults | undefined);
+    } catch (e) {
+      cmd.error(`quire serve: ${(e as Error).message}`);
+    }
     const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
     const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
     const engine = new DeferredEngineClient();
@@ -61,6 +72,7 @@ export function serveCommand(): Command {
       ...(apiKey ? { apiKey } : {}),
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
       limits: { maxLogprobs: servedMaxLogprobs(flags.maxLogprobs as number, dir.tokenizer.vocabSize) },
+      samplingDefaults: defaults,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
       reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,
@@ -71,6 +83,10 @@ export function serveCommand(): Command {
     });
     const address = await server.app.listen({ host: flags.host as string, port: Number(flags.port) });
     console.log(`quire: loading ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers, vocab ${dir.config.vocabSize})`);
+    if (Object.keys(defaults).length > 0) {
+      console.log(`quire: default sampling parameters ${describeSamplingDefaults(defaults)}, from the model's generation `
+        + 'config (as vLLM); --generation-config vllm leaves requests the OpenAI defaults');
+    }
     let client: WorkerEngineClient;
     try {
       client = await WorkerEngineClient.start({ ...options, model: dir.dir });
@@ -136,6 +152,15 @@ function jsonList(flag: string): (value: string) => string[] {
     }
     return v;
   };
+}
+
+/** --override-generation-config: checked before anything loads. */
+function overrideArg(value: string): SamplingDefaults {
+  try {
+    return parseGenerationOverride(value);
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message);
+  }
 }
 
 /** --max-logprobs: an integer >= 0, or -1 (as vLLM: up to the vocabulary). */

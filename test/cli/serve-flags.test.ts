@@ -37,6 +37,12 @@ test('--chat-template names a missing file before anything loads', async () => {
   assert.match(err, /--chat-template \/no\/such\/template\.jinja: looks like a file path, but there is no such file/);
 });
 
+test('--override-generation-config takes a JSON object of sampling fields, checked before anything loads', async () => {
+  assert.match(await serveError(['--model', '/nonexistent', '--override-generation-config', '{"temp": 1}']),
+    /--override-generation-config: "temp" is not one of temperature, top_p, top_k, min_p, repetition_penalty/);
+  assert.match(await serveError(['--model', '/nonexistent', '--override-generation-config', '0.5']), /takes a JSON object/);
+});
+
 test('--max-logprobs takes an integer >= -1', async () => {
   const { maxLogprobsArg, servedMaxLogprobs } = await import('../../src/cli/serve.js');
   assert.equal(servedMaxLogprobs(maxLogprobsArg('5'), 151_936), 5);

@@ -108,7 +108,7 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
     const model = resolveModel(d, r.model);
     const base = samplingFromBody(request.body as Body, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
-      maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: d.tokenizer,
+      maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: d.tokenizer, defaults: d.samplingDefaults,
     });
     const prepared = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body),
       'another structured output');

@@ -23,7 +23,7 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const tok = d.tokenizer;
     const base = samplingFromBody(request.body as Body, {
       vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
-      maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: tok,
+      maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: tok, defaults: d.samplingDefaults,
     });
     base.structuredOutput = await structuredOutputFromBody(request.body as Body);
     const prompts: PreparedPrompt[] = r.prompts.map((p) => {

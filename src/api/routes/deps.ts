@@ -2,6 +2,7 @@ import type { Tokenizer } from '../../loader/types.js';
 import { modelNotFound } from '../errors.js';
 import type { ServeContext } from '../generation.js';
 import type { ServerLimits } from '../options.js';
+import type { SamplingDefaults } from '../sampling-defaults.js';
 import type { InflightRequests } from '../serve.js';
 import type { ReasoningParserName } from '../reasoning.js';
 import type { ToolCallParserName } from '../tools.js';
@@ -23,6 +24,8 @@ export interface RouteDeps {
   reasoningParser: ReasoningParserName | null;
   bosToken: string | null;
   eosToken: string | null;
+  /** What a request's missing sampling fields default to (the model's generation config). */
+  samplingDefaults: SamplingDefaults;
 }
 
 /** 404 when a model is named and it is not one we serve; else the name to answer with. */

@@ -59,6 +59,7 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
     const model = resolveModel(d, r.model);
     const base = samplingFromBody({ temperature: b.temperature, top_p: b.top_p, seed: b.seed, top_k: b.top_k }, {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs, promptLogprobs: null, maxTokens: maxOutput ?? d.maxModelLen,
+      defaults: d.samplingDefaults,
     });
     const format = responseFormatOf(b);
     const { ids, toolMode, parse } = await prepareChat(d, r, base,
