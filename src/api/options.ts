@@ -39,6 +39,8 @@ export interface ServerOptions {
   /** vLLM's --reasoning-parser: chat outputs' `<think>` blocks go to `reasoning_content`. */
   reasoningParser?: ReasoningParserName | null;
   limits?: Partial<ServerLimits>;
+  /** vLLM's --return-tokens-as-token-ids: logprobs name tokens "token_id:<id>" unless a request says otherwise. */
+  returnTokensAsTokenIds?: boolean;
   /** Sampling fields a request leaves out take these (vLLM's --generation-config); default none. */
   samplingDefaults?: SamplingDefaults;
   /** CORS (vLLM's --allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials). */

@@ -75,8 +75,8 @@ export interface GenerationFields {
   promptLogprobs: number | null;
   /** vLLM's truncate_prompt_tokens: keep the prompt's last k tokens (-1: max_model_len); null = off. */
   truncatePromptTokens: number | null;
-  /** vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>". */
-  returnTokensAsTokenIds: boolean;
+  /** vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>"; null: the server's default. */
+  returnTokensAsTokenIds: boolean | null;
 }
 
 export interface CompletionRequest extends GenerationFields {
@@ -131,7 +131,7 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
     user: optString(b, 'user'),
     promptLogprobs: optInt(b, 'prompt_logprobs', 0, limits.maxLogprobs),
     truncatePromptTokens: truncateOf(b),
-    returnTokensAsTokenIds: optBool(b, 'return_tokens_as_token_ids') ?? false,
+    returnTokensAsTokenIds: optBool(b, 'return_tokens_as_token_ids'),
   };
 }
 

@@ -86,6 +86,7 @@ export function createServer(opts: ServerOptions): QuireServer {
     bosToken: opts.bosToken ?? null,
     eosToken: opts.eosToken ?? null,
     samplingDefaults: opts.samplingDefaults ?? {},
+    returnTokensAsTokenIds: opts.returnTokensAsTokenIds ?? false,
   };
   let state: State = 'loading';
 

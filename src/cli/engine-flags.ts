@@ -1,6 +1,6 @@
 // Engine flags shared by every command that runs a model (vLLM's names).
 
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
 
@@ -20,6 +20,23 @@ function num(name: string) {
   };
 }
 
+/**
+ * vLLM flags that name what Quire always does, accepted with that value so vLLM command lines run unchanged, and
+ * refused with the reason for any other.
+ */
+function only(flag: string, accepted: readonly string[], why: string) {
+  return (v: string): string => {
+    if (!accepted.includes(v)) throw new InvalidArgumentError(`${flag} ${v}: ${why} (accepted: ${accepted.join(', ')})`);
+    return v;
+  };
+}
+
+/** vLLM's short forms that commander cannot declare (-tp, -pp): their long names. */
+export function vllmShortFlags(argv: readonly string[]): string[] {
+  const long: Record<string, string> = { '-tp': '--tensor-parallel-size', '-pp': '--pipeline-parallel-size' };
+  return argv.map((a) => long[a] ?? a);
+}
+
 export function addEngineFlags(cmd: Command): Command {
   return cmd
     .option('--model <dir>', 'Hugging Face model directory (default: the bundled demo model)')
@@ -29,6 +46,19 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: on GPUs of 70 GiB and more, A100 aside, 16384 offline and 8192 for serve; 8192 / 2048 on smaller GPUs; 2048 on the CPU backend)', int('--max-num-batched-tokens'))
     .option('--max-model-len <n>', 'context length served (default: the model\'s)', int('--max-model-len'))
     .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
+    .option('--enable-chunked-prefill', 'prefill prompts longer than a step\'s budget over several steps (the default)')
+    .option('--no-enable-chunked-prefill', 'a prompt in one step (needs --max-num-batched-tokens >= --max-model-len)')
+    .option('--long-prefill-token-threshold <n>', 'most prompt tokens one request gets per step (0: the budget)',
+      int('--long-prefill-token-threshold'), 0)
+    .option('--dtype <t>', 'as vLLM; Quire computes in bfloat16 on CUDA (float32 on the CPU backend)',
+      only('--dtype', ['auto', 'bfloat16', 'bf16'], 'Quire computes in bfloat16 on CUDA and float32 on the CPU backend'), 'auto')
+    .option('--kv-cache-dtype <t>', 'as vLLM; the KV cache is kept in the compute dtype',
+      only('--kv-cache-dtype', ['auto'], 'an FP8 KV cache is not supported yet'), 'auto')
+    .option('--tensor-parallel-size <n>', 'as vLLM (-tp); one GPU per engine',
+      only('--tensor-parallel-size', ['1'], 'tensor parallelism is not supported yet: one GPU per engine'), '1')
+    .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
+      only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1')
+    .option('--trust-remote-code', 'as vLLM; accepted and needless: Quire runs no code from the model directory', false)
     .addOption(new Option('--scheduling-policy <p>', 'request order').choices(['fcfs', 'priority']).default('fcfs'))
     .addOption(new Option('--step-policy <p>', 'what a step admits').choices(['decode-first', 'prefill-first', 'decode-shape-stable']).default('decode-first'))
     .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold (as vLLM: other processes do not count)', num('--gpu-memory-utilization'), 0.9)
@@ -50,6 +80,8 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     maxNumBatchedTokens: (f.maxNumBatchedTokens as number | undefined) ?? null,
     maxModelLen: (f.maxModelLen as number | undefined) ?? null,
     enablePrefixCaching: f.enablePrefixCaching as boolean,
+    enableChunkedPrefill: (f.enableChunkedPrefill as boolean | undefined) ?? true,
+    longPrefillTokenThreshold: f.longPrefillTokenThreshold as number,
     schedulingPolicy: f.schedulingPolicy as EngineOptions['schedulingPolicy'],
     stepPolicy: f.stepPolicy as EngineOptions['stepPolicy'],
     gpuMemoryUtilization: f.gpuMemoryUtilization as number,

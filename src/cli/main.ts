@@ -9,6 +9,7 @@ import { benchCommand } from './bench.js';
 import { chatCommand, generateCommand } from './generate.js';
 import { gateCommand } from './gate.js';
 import { makeTestModelCommand } from './make-test-model.js';
+import { vllmShortFlags } from './engine-flags.js';
 import { serveCommand } from './serve.js';
 
 const program = new Command('quire')
@@ -22,7 +23,7 @@ const program = new Command('quire')
   .addCommand(makeTestModelCommand());
 
 try {
-  await program.parseAsync(process.argv);
+  await program.parseAsync(vllmShortFlags(process.argv));
 } catch (e) {
   if (e instanceof ModelLoadError || e instanceof SamplingParamError) {
     console.error(`quire: ${e.message}`);

@@ -42,7 +42,13 @@ export function serveCommand(): Command {
     .addOption(new Option('--reasoning-parser <name>', 'put the thinking of chat outputs (<think>...</think>) in '
       + 'reasoning_content (qwen3, deepseek_r1)').choices([...REASONING_PARSERS]));
   addEngineFlags(cmd);
-  return cmd.action(async (flags: Record<string, unknown>) => {
+  cmd.argument('[model]', 'the model directory, as `vllm serve <model>` takes it (or --model)')
+    .option('--return-tokens-as-token-ids', 'logprobs name tokens "token_id:<id>" unless a request says otherwise', false);
+  return cmd.action(async (model: string | undefined, flags: Record<string, unknown>) => {
+    if (model !== undefined) {
+      if (flags.model !== undefined && flags.model !== model) cmd.error(`quire serve: the model is given twice: ${model} and --model ${flags.model as string}`);
+      flags.model = model;
+    }
     if (flags.enableAutoToolChoice && flags.toolCallParser === undefined) {
       cmd.error('quire serve: --enable-auto-tool-choice requires --tool-call-parser (one of: ' + TOOL_CALL_PARSERS.join(', ') + ')');
     }
@@ -73,6 +79,7 @@ export function serveCommand(): Command {
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
       limits: { maxLogprobs: servedMaxLogprobs(flags.maxLogprobs as number, dir.tokenizer.vocabSize) },
       samplingDefaults: defaults,
+      returnTokensAsTokenIds: flags.returnTokensAsTokenIds as boolean,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
       reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,

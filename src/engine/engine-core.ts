@@ -98,6 +98,8 @@ export class EngineCore {
       blockSize: options.blockSize,
       policy: options.schedulingPolicy,
       stepPolicy: options.stepPolicy,
+      enableChunkedPrefill: options.enableChunkedPrefill,
+      longPrefillTokenThreshold: options.longPrefillTokenThreshold,
       trace: options.schedulerTrace,
     }, this.kv);
     this.info = {
@@ -495,6 +497,11 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);
   const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
+  if (!options.enableChunkedPrefill && options.maxNumBatchedTokens < maxModelLen) {
+    backend.dispose();
+    throw new Error(`max_num_batched_tokens (${options.maxNumBatchedTokens}) is smaller than max_model_len (${maxModelLen}): `
+      + 'with chunked prefill off a prompt must fit one step; raise --max-num-batched-tokens or lower --max-model-len');
+  }
   profileActivations(model, options, maxModelLen);
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   const core = new EngineCore({

@@ -17,6 +17,10 @@ export interface EngineOptions {
   /** Context length served; defaults to the model's max_position_embeddings. */
   maxModelLen: number | null;
   enablePrefixCaching: boolean;
+  /** Prompts longer than a step's budget are prefilled over several steps (vLLM's --enable-chunked-prefill). */
+  enableChunkedPrefill: boolean;
+  /** Most prompt tokens one request gets per step; 0 = the budget (vLLM's --long-prefill-token-threshold). */
+  longPrefillTokenThreshold: number;
   schedulingPolicy: 'fcfs' | 'priority';
   stepPolicy: StepPolicy;
   /** CUDA: fraction of device memory the engine may use (weights + workspace + KV). */
@@ -53,6 +57,8 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     usageContext: 'llm-class',
     maxModelLen: null,
     enablePrefixCaching: true,
+    enableChunkedPrefill: true,
+    longPrefillTokenThreshold: 0,
     schedulingPolicy: 'fcfs',
     stepPolicy: 'decode-first',
     gpuMemoryUtilization: 0.9,

@@ -94,3 +94,17 @@ describe('vLLM extras', () => {
     assert.doesNotMatch(plain.body.choices[0].logprobs.tokens[0], /^token_id:/);
   });
 });
+
+describe('--return-tokens-as-token-ids', () => {
+  let s: TestServer;
+  before(async () => { s = await startTestServer({ returnTokensAsTokenIds: true }); });
+  after(() => s.close());
+
+  it('names logprobs\' tokens by id unless a request says otherwise', async () => {
+    const post = (body: Record<string, unknown>) => fetch(`${s.url}/v1/completions`, { method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'ab', max_tokens: 1, logprobs: 0, ...body }) })
+      .then((r) => r.json() as Promise<Record<string, any>>);
+    assert.match((await post({})).choices[0].logprobs.tokens[0], /^token_id:\d+$/);
+    assert.doesNotMatch((await post({ return_tokens_as_token_ids: false })).choices[0].logprobs.tokens[0], /^token_id:/);
+  });
+});

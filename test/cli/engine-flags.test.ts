@@ -36,3 +36,29 @@ test('--max-num-batched-tokens: unset leaves the per-device default (null); serv
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).usageContext, 'llm-class');
   assert.equal(serveEngineOptions(parse(['--model', '/m'])).usageContext, 'api-server');
 });
+
+test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dtype auto, --trust-remote-code', async () => {
+  const { vllmShortFlags } = await import('../../src/cli/engine-flags.js');
+  const argv = vllmShortFlags(['--model', '/m', '-tp', '1', '-pp', '1', '--dtype', 'bfloat16', '--kv-cache-dtype', 'auto',
+    '--trust-remote-code', '--enable-chunked-prefill']);
+  assert.deepEqual(argv.slice(2, 6), ['--tensor-parallel-size', '1', '--pipeline-parallel-size', '1']);
+  const o = engineOptionsFromFlags(parse(argv));
+  assert.equal(o.enableChunkedPrefill, true);
+  for (const [flags, message] of [
+    [['-tp', '2'], /--tensor-parallel-size 2: tensor parallelism is not supported yet/],
+    [['-pp', '4'], /--pipeline-parallel-size 4: pipeline parallelism is not supported yet/],
+    [['--dtype', 'half'], /--dtype half: Quire computes in bfloat16 on CUDA and float32 on the CPU backend \(accepted: auto, bfloat16, bf16\)/],
+    [['--kv-cache-dtype', 'fp8'], /--kv-cache-dtype fp8: an FP8 KV cache is not supported yet/],
+  ] as const) {
+    assert.throws(() => parse(vllmShortFlags(['--model', '/m', ...flags])), message);
+  }
+});
+
+test('--no-enable-chunked-prefill and --long-prefill-token-threshold reach the scheduler\'s options', () => {
+  const o = engineOptionsFromFlags(parse(['--model', '/m', '--no-enable-chunked-prefill', '--long-prefill-token-threshold', '64']));
+  assert.equal(o.enableChunkedPrefill, false);
+  assert.equal(o.longPrefillTokenThreshold, 64);
+  const d = engineOptionsFromFlags(parse(['--model', '/m']));
+  assert.equal(d.enableChunkedPrefill, true);
+  assert.equal(d.longPrefillTokenThreshold, 0);
+});

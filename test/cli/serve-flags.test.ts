@@ -43,6 +43,12 @@ test('--override-generation-config takes a JSON object of sampling fields, check
   assert.match(await serveError(['--model', '/nonexistent', '--override-generation-config', '0.5']), /takes a JSON object/);
 });
 
+test('the model as vLLM takes it, a positional argument; given twice, two different ones are refused', async () => {
+  assert.match(await serveError(['/models/a', '--model', '/models/b']), /the model is given twice: \/models\/a and --model \/models\/b/);
+  const cmd = serveCommand().exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+  await assert.rejects(cmd.parseAsync(['/no/such/model', '--port', '0'], { from: 'user' }), /\/no\/such\/model/);
+});
+
 test('--max-logprobs takes an integer >= -1', async () => {
   const { maxLogprobsArg, servedMaxLogprobs } = await import('../../src/cli/serve.js');
   assert.equal(servedMaxLogprobs(maxLogprobsArg('5'), 151_936), 5);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { createEngineCore } from '../../src/engine/engine-core.js';
 import { defaultMaxNumBatchedTokens, engineOptions, resolveEngineOptions } from '../../src/engine/options.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { defaultSamplingParams } from '../../src/sampling/params.js';
 
 const GIB = 2 ** 30;
 
@@ -37,6 +38,30 @@ test('the engine reports the budget in effect', async () => {
       assert.equal(core.info.maxNumBatchedTokens, expected);
       assert.equal(core.info.maxNumSeqs, 256);
       core.dispose();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('chunked prefill off: a budget under max_model_len is refused at start-up; with room, a prompt runs in one step', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-nochunk-'));
+  try {
+    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 0 });
+    await assert.rejects(createEngineCore(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 256, maxNumBatchedTokens: 64,
+      enableChunkedPrefill: false })), /max_num_batched_tokens \(64\) is smaller than max_model_len \(256\)/);
+    for (const [chunked, steps] of [[true, 4], [false, 1]] as const) {
+      const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 256, maxNumBatchedTokens: 256,
+        enableChunkedPrefill: chunked, longPrefillTokenThreshold: chunked ? 50 : 0 }));
+      try {
+        core.addRequest({ requestId: 'r', promptTokenIds: Array.from({ length: 190 }, (_, i) => 3 + (i % 50)),
+          sampling: defaultSamplingParams({ maxTokens: 1 }),
+          arrivalTime: 0, priority: 0, cacheSalt: null });
+        while (core.hasWork()) core.step();
+        assert.equal(core.stats().numSteps, steps, chunked ? '190 prompt tokens at 50 a step' : 'the prompt in one step');
+      } finally {
+        core.dispose();
+      }
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -141,7 +141,8 @@ function withPromptLogprobs(d: RouteDeps, r: ChatRequest, fmt: ChoiceFormatter):
 }
 
 const logprobsOf = (d: RouteDeps, r: ChatRequest, o: { logprobs: ChoiceDelta['logprobs'] }) =>
-  r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs, r.returnTokensAsTokenIds);
+  r.logprobs === null ? null : chatLogprobs(d.tokenizer, o.logprobs, r.logprobs,
+  r.returnTokensAsTokenIds ?? d.returnTokensAsTokenIds);
 
 function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Header, parse: ChatOutputOptions): ChoiceFormatter {
   const chunkHead = chunkHeadOf(h);

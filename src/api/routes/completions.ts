@@ -66,7 +66,8 @@ function completionFormatter(d: RouteDeps, r: CompletionRequest, prompts: Prepar
     offset: number, index: number) => {
     if (r.logprobs === null) return null;
     const prompt = echoLater && o.promptLogprobs ? { ids: promptOf(index).ids, logprobs: o.promptLogprobs } : undefined;
-    return completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset, prompt, r.returnTokensAsTokenIds);
+    return completionLogprobs(d.tokenizer, o.logprobs, r.logprobs, offset, prompt,
+      r.returnTokensAsTokenIds ?? d.returnTokensAsTokenIds);
   };
   const promptLogprobsField = (o: { promptLogprobs?: ChoiceDelta['promptLogprobs'] | null }) =>
     r.promptLogprobs === null || !o.promptLogprobs ? {} : { prompt_logprobs: promptLogprobsJson(d.tokenizer, o.promptLogprobs) };

@@ -24,6 +24,8 @@ export interface RouteDeps {
   reasoningParser: ReasoningParserName | null;
   bosToken: string | null;
   eosToken: string | null;
+  /** Logprobs name tokens by id when a request does not say (--return-tokens-as-token-ids). */
+  returnTokensAsTokenIds: boolean;
   /** What a request's missing sampling fields default to (the model's generation config). */
   samplingDefaults: SamplingDefaults;
 }
