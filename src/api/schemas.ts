@@ -164,6 +164,10 @@ export function parseCompletionRequest(body: unknown, limits: ServerLimits): Com
   const echoWithoutGeneration = echo && b.max_tokens === 0 && b.max_completion_tokens === undefined;
   const common = parseGenerationFields(echoWithoutGeneration ? { ...b, max_tokens: 1 } : b, limits);
   const logprobs = optInt(b, 'logprobs', 0, limits.maxLogprobs);
+  // fields that change the answer are refused rather than ignored (as vLLM V1)
+  if (typeof b.suffix === 'string' && b.suffix !== '') throw badRequest('`suffix` is not supported.', 'suffix');
+  const bestOf = optInt(b, 'best_of', 1);
+  if (bestOf !== null && bestOf > 1) throw badRequest('`best_of` is not supported (as in vLLM V1); ask for `n` choices instead.', 'best_of');
   // an echoed prompt's logprobs are its prompt logprobs (vLLM)
   const promptLogprobs = common.promptLogprobs ?? (echo ? logprobs : null);
   return { ...common, promptLogprobs, prompts: parsePrompts(b.prompt, limits), echo, echoWithoutGeneration, logprobs };

@@ -39,6 +39,17 @@ describe('vLLM extras', () => {
     assert.equal(untruncated.status, 400);
   });
 
+  it('refuses suffix and best_of, which would change the answer, instead of ignoring them', async () => {
+    for (const [extra, param] of [[{ suffix: 'end' }, 'suffix'], [{ best_of: 3 }, 'best_of'], [{ best_of: 0 }, 'best_of']] as const) {
+      const r = await post('/v1/completions', { prompt: 'x', max_tokens: 1, ...extra });
+      assert.equal(r.status, 400, JSON.stringify(extra));
+      assert.equal(r.body.error.param, param);
+    }
+    for (const extra of [{ suffix: '' }, { suffix: null }, { best_of: 1 }]) {
+      assert.equal((await post('/v1/completions', { prompt: 'x', max_tokens: 1, ...extra })).status, 200, JSON.stringify(extra));
+    }
+  });
+
   it('refuses a truncation of 0 or beyond the context length', async () => {
     for (const k of [0, 65, -2, 'x']) {
       const r = await post('/v1/completions', { prompt: 'x', truncate_prompt_tokens: k });
