@@ -30,8 +30,9 @@ export interface SchedulerOptions {
   minWaitingPrompts?: number;
   maxDeferredRowsPerStep?: number;
   /**
-   * Prompt positions a step computes logits of for prompt logprobs, at most (their logits come to the host: a
-   * row per position); a request that wants them gets prompt chunks no longer than what is left of it.
+   * Prompt positions a step computes logits of for prompt logprobs, at most (default 64); a request that wants them
+   * gets prompt chunks no longer than what is left of it. Each position's row of logits comes to the host and costs
+   * it ~5 ms on qwen3's vocabulary (docs/perf-log.md, session 16), which every other row of the step waits for.
    */
   maxPromptLogitRows?: number;
   trace?: boolean;
@@ -114,7 +115,7 @@ export class Scheduler {
     this.o = {
       policy: 'fcfs', stepPolicy: 'decode-first', longPrefillTokenThreshold: 0,
       enableChunkedPrefill: true, minWaitingPrompts: 1, maxDeferredRowsPerStep: Number.MAX_SAFE_INTEGER,
-      maxPromptLogitRows: 256, trace: false, ...definedOnly(options),
+      maxPromptLogitRows: 64, trace: false, ...definedOnly(options),
     };
     if (options.blockSize !== kv.blockSize) {
       throw new Error(`scheduler blockSize ${options.blockSize} != kv blockSize ${kv.blockSize}`);

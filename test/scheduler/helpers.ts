@@ -18,11 +18,11 @@ export function makeScheduler(o: Setup = {}): { sched: Scheduler; kv: KVCacheMan
 
 /** A request whose prompt is `numPromptTokens` ids unique to its id (or `tokens` when given). */
 export function makeRequest(requestId: string, numPromptTokens: number, maxTokens: number,
-  extra: { priority?: number; arrivalTime?: number; tokens?: number[]; cacheSalt?: string } = {}): Request {
+  extra: { priority?: number; arrivalTime?: number; tokens?: number[]; cacheSalt?: string; promptLogits?: boolean } = {}): Request {
   const base = 1000 * (requestId.charCodeAt(0) + requestId.length);
   const promptTokenIds = extra.tokens ?? Array.from({ length: numPromptTokens }, (_, i) => base + i);
   return new Request({ requestId, promptTokenIds, maxTokens, priority: extra.priority,
-    arrivalTime: extra.arrivalTime ?? 0, cacheSalt: extra.cacheSalt });
+    arrivalTime: extra.arrivalTime ?? 0, cacheSalt: extra.cacheSalt, promptLogits: extra.promptLogits });
 }
 
 /** One engine step with fake sampling (token = 7 * seqLen); finishes requests at maxTokens. */

@@ -238,3 +238,15 @@ test('scheduled ahead: a request whose last token is already scheduled gets no f
   assert.deepEqual(rows(sched.schedule()), [['a', 3], ['b', 3]]);
   assert.deepEqual(rows(sched.schedule()), [['b', 1]]);
 });
+
+test('prompt logits: chunks of at most 64 positions by default, shared by the step\'s requests; others run beside them', () => {
+  const { sched } = makeScheduler({ maxNumBatchedTokens: 512, numBlocks: 128, blockSize: 16 });
+  sched.addRequest(makeRequest('a', 150, 2, { promptLogits: true }));
+  sched.addRequest(makeRequest('b', 40, 2, { promptLogits: true }));
+  sched.addRequest(makeRequest('c', 100, 2));
+  const spans = (out: ReturnType<typeof step>) => out.scheduledRequests.map((r) =>
+    [r.requestId, r.numScheduledTokens, r.promptLogitsTo - r.promptLogitsFrom]);
+  assert.deepEqual(spans(step(sched)), [['a', 64, 64]], 'b waits (FCFS) until rows are left for it');
+  assert.deepEqual(spans(step(sched)), [['a', 64, 64]]);
+  assert.deepEqual(spans(step(sched)), [['a', 22, 21], ['b', 40, 39], ['c', 100, 0]]);
+});
