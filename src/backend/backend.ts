@@ -109,6 +109,13 @@ export interface Backend {
   /** Copies a tensor to the host as f32. */
   toHost(t: Tensor): Float32Array;
   /**
+   * Prompt logprobs where the logits are: for each i, token targets[i] under logits row first + i, as
+   * rowLogprobsReference (src/sampling/device-sampling.ts) packs them: 2 + 2 numTop int32 a row.
+   */
+  rowLogprobs(logits: Tensor, first: number, targets: Int32Array, numTop: number): Int32Array;
+  /** Rows [first, first + count) of a [rows, n] tensor to the host as f32. */
+  toHostRows(t: Tensor, first: number, count: number): Float32Array;
+  /**
    * Optional: every layer of the step at once, where the backend has such a path for it (else null), with the
    * bits of the layer-by-layer ops. Returns the residual stream and the last layer's mlp output, which the
    * model's final addRmsNorm adds.

@@ -340,10 +340,11 @@ export class EngineCore {
     const batch = useGraph ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
     if (!onDevice) {
+      const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states) : null;
+      if (scored) return { wait: () => scored, sampledOnDevice: false };
       const logits = useGraph ? backend.graph!(-bucket!, batch, () => this.model.forward(batch)) as Float32Array
         : this.model.forward(batch);
       const result = this.sampler.sample(logits, states);
-      result.promptLogprobs = this.promptLogprobs(logits, rows, states.length);
       return { wait: () => result, sampledOnDevice: false };
     }
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
@@ -357,21 +358,32 @@ export class EngineCore {
     return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
   }
 
-  /** The prompt logprobs of the logits rows after the first `row` (buildForwardBatch's order), by request. */
-  private promptLogprobs(logits: Float32Array, rows: readonly (ScheduledSeq & { requestId: string })[],
-    row: number): Map<string, TokenLogprob[]> | undefined {
-    let out: Map<string, TokenLogprob[]> | undefined;
-    for (const r of rows) {
-      if (numPromptLogitRows(r) === 0) continue;
-      const req = this.scheduler.getRequest(r.requestId) as EngineReq;
-      const numTop = req.sampling!.params.promptLogprobs ?? 0;
+  /**
+   * A step with prompt-logit rows (eager: prompt chunks are never graphed): the backend computes each position's
+   * logprob, rank and alternatives where the logits are (Model.forwardScored); only those and the sampled rows'
+   * logits reach the host.
+   */
+  private forwardScored(batch: ForwardBatch, rows: readonly (ScheduledSeq & { requestId: string })[],
+    states: readonly SequenceSamplingState[]): SampleOutput {
+    const wanted = rows.filter((r) => numPromptLogitRows(r) > 0).map((r) => ({ r, req: this.scheduler.getRequest(r.requestId) as EngineReq }));
+    const numTop = Math.max(...wanted.map(({ req }) => req.sampling!.params.promptLogprobs ?? 0));
+    const targets = Int32Array.from(wanted.flatMap(({ r, req }) => req.promptTokenIds.slice(r.promptLogitsFrom! + 1, r.promptLogitsTo! + 1)));
+    const out = this.model.forwardScored(batch, states.length, targets, numTop);
+    const result = this.sampler.sample(out.logits, states);
+    const ints = out.scored;
+    const floats = new Float32Array(ints.buffer, ints.byteOffset, ints.length);
+    const width = 2 + 2 * numTop;
+    let at = 0;
+    result.promptLogprobs = new Map(wanted.map(({ r, req }) => {
+      const k = req.sampling!.params.promptLogprobs ?? 0;
       const lps: TokenLogprob[] = [];
-      for (let p = r.promptLogitsFrom!; p < r.promptLogitsTo!; p++) {
-        lps.push(this.sampler.tokenLogprob(logits, row++, req.promptTokenIds[p + 1]!, numTop));
+      for (let p = r.promptLogitsFrom!; p < r.promptLogitsTo!; p++, at += width) {
+        lps.push({ tokenId: req.promptTokenIds[p + 1]!, logprob: floats[at]!, rank: ints[at + 1]!,
+          top: Array.from({ length: k }, (_, j) => ({ tokenId: ints[at + 2 + 2 * j]!, logprob: floats[at + 3 + 2 * j]! })) });
       }
-      (out ??= new Map()).set(req.requestId, lps);
-    }
-    return out;
+      return [req.requestId, lps];
+    }));
+    return result;
   }
 
   private errorOutput(requestId: string, error: string): EngineOutput {

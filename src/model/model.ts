@@ -64,6 +64,18 @@ export class Model {
     return this.backend.toHost(this.logits(batch).logits);
   }
 
+  /**
+   * Logits of the first `numSampled` rows to the host, and targets[i]'s prompt logprob, rank and numTop alternatives
+   * under the rows after them, computed where the logits are (Backend.rowLogprobs).
+   */
+  forwardScored(batch: ForwardBatch, numSampled: number, targets: Int32Array, numTop: number):
+    { logits: Float32Array; scored: Int32Array } {
+    const b = this.backend;
+    const { logits } = this.logits(batch);
+    const scored = b.rowLogprobs(logits, numSampled, targets, numTop);
+    return { logits: numSampled > 0 ? b.toHostRows(logits, 0, numSampled) : new Float32Array(0), scored };
+  }
+
   /** One token per logits row, picked by the backend as batch.sampling says (the logits stay on the device). */
   forwardTokens(batch: ForwardBatch): Int32Array {
     const { logits, step } = this.logits(batch);

@@ -8,7 +8,7 @@
 import type { RowSampling } from '../model/batch.js';
 import { TokenDrawer } from './draw.js';
 import { GREEDY_TEMPERATURE } from './sampler.js';
-import { argmax } from './select.js';
+import { argmax, logSumExp, topIds } from './select.js';
 import type { SequenceSamplingState } from './sequence-state.js';
 
 /** Whether the backend can pick this row's token without the host seeing its logits. */
@@ -58,5 +58,32 @@ export function sampleRowsReference(logits: Float32Array, vocab: number, numRows
       temperature, topK: sampling!.topK[r]!, topP: sampling!.topP[r]!, minP: sampling!.minP[r]!,
     }, sampling!.uniform[r]!);
   }
+  return out;
+}
+
+/**
+ * The reference of kernels/sample.cu's row_logprobs (prompt logprobs): token targets[i] under logits row i (raw
+ * log-softmax, log-sum-exp in double), packed per row as [logprob (f32 bits), rank (1 + the ids of a larger logit),
+ * then numTop (id, logprob (f32 bits)) pairs, value desc, id asc].
+ */
+export function rowLogprobsReference(logits: Float32Array, vocab: number, targets: Int32Array, numTop: number): Int32Array {
+  const width = 2 + 2 * numTop;
+  const out = new Int32Array(targets.length * width);
+  const f = new Float32Array(out.buffer);
+  targets.forEach((target, r) => {
+    const base = r * vocab;
+    const { logZ } = logSumExp(logits, base, vocab);
+    const x = logits[base + target]!;
+    let rank = 1;
+    for (let i = 0; i < vocab; i++) if (logits[base + i]! > x) rank++;
+    f[r * width] = x - logZ;
+    out[r * width + 1] = rank;
+    let j = 0;
+    for (const id of topIds(logits, base, vocab, numTop)) {
+      out[r * width + 2 + 2 * j] = id;
+      f[r * width + 3 + 2 * j] = logits[base + id]! - logZ;
+      j++;
+    }
+  });
   return out;
 }

@@ -77,20 +77,6 @@ export class Sampler {
     return { tokenIds, logprobs };
   }
 
-  /**
-   * The raw logprob, rank and `numTop` most likely alternatives of `tokenId` under logits row `row` (a prompt
-   * token under the position before it).
-   */
-  tokenLogprob(logits: Float32Array, row: number, tokenId: number, numTop: number): TokenLogprob {
-    const vocab = this.vocabSize;
-    const base = row * vocab;
-    const raw = rawLogprobs(logits, base, vocab, numTop);
-    const x = logits[base + tokenId]!;
-    let rank = 1;
-    for (let i = 0; i < vocab; i++) if (logits[base + i]! > x) rank++;
-    return { tokenId, logprob: raw.logprobOf(tokenId), top: raw.top, rank };
-  }
-
   private processLogits(row: Float32Array, state: SequenceSamplingState): void {
     const vocab = this.vocabSize;
     state.constraint?.maskLogits(row, vocab);

@@ -30,9 +30,8 @@ export interface SchedulerOptions {
   minWaitingPrompts?: number;
   maxDeferredRowsPerStep?: number;
   /**
-   * Prompt positions a step computes logits of for prompt logprobs, at most (default 64); a request that wants them
-   * gets prompt chunks no longer than what is left of it. Each position's row of logits comes to the host and costs
-   * it ~5 ms on qwen3's vocabulary (docs/perf-log.md, session 16), which every other row of the step waits for.
+   * Prompt positions a step computes logits of for prompt logprobs, at most (default 64: a row of logits each, on the
+   * device, 19 MB at qwen3's vocabulary); a request that wants them gets prompt chunks no longer than what is left.
    */
   maxPromptLogitRows?: number;
   trace?: boolean;

@@ -5,7 +5,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { RowSampling } from '../../src/model/batch.js';
-import { sampleRowsReference } from '../../src/sampling/device-sampling.js';
+import { rowLogprobsReference, sampleRowsReference } from '../../src/sampling/device-sampling.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 import { batchOf } from '../backend/helpers.js';
 import { newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
@@ -76,4 +76,34 @@ describe('GPU sampling', { skip: noCuda }, () => {
     assert.deepEqual([...sampleOnGpu(cuda, values, numRows, vocab, sampling)],
       [...sampleRowsReference(values, vocab, numRows, sampling)]);
   });
+
+  for (const [vocab, numTop] of [[151936, 5], [1000, 20], [50, 0]] as const) {
+    test(`prompt logprobs (row_logprobs), vocab ${vocab}, top ${numTop}: the reference's ranks and ids, its logprobs to 1e-5`, () => {
+      const cuda = newCuda();
+      backends.push(cuda);
+      const numRows = 10;
+      const first = 3;
+      const values = randomBf16((first + numRows) * vocab, vocab + 9, -6, 6);
+      for (let i = 0; i < Math.min(vocab, 64); i++) values[(first + 1) * vocab + i] = 6;  // tied maxima
+      for (let i = 0; i < vocab; i += 3) values[(first + 2) * vocab + i] = -Infinity;
+      const targets = Int32Array.from({ length: numRows }, (_, r) => ([0, 5, 3, vocab - 1][r % 4]! + (r > 4 ? 7 : 0)) % vocab);
+      const logits = cuda.fromHost([first + numRows, vocab], values);
+      cuda.beginStep(batchOf([{ ids: [1], start: 0, pages: [1] }], 16, [0]));
+      const got = cuda.rowLogprobs(logits, first, targets, numTop);
+      const want = rowLogprobsReference(values.subarray(first * vocab), vocab, targets, numTop);
+      const width = 2 + 2 * numTop;
+      const gf = new Float32Array(got.buffer, got.byteOffset, got.length);
+      const wf = new Float32Array(want.buffer);
+      for (let r = 0; r < numRows; r++) {
+        for (let c = 0; c < width; c++) {
+          const at = r * width + c;
+          const isFloat = c === 0 || (c >= 2 && c % 2 === 1);
+          if (!isFloat) assert.equal(got[at], want[at], `row ${r} column ${c}`);
+          else if (gf[at] !== wf[at]) assert.ok(Math.abs(gf[at]! - wf[at]!) < 1e-5, `row ${r} column ${c}: ${gf[at]} vs ${wf[at]}`);
+        }
+      }
+      const rows = cuda.toHostRows(logits, first + 1, 2);
+      assert.deepEqual([...rows], [...values.subarray((first + 1) * vocab, (first + 3) * vocab)]);
+    });
+  }
 });

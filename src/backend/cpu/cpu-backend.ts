@@ -20,7 +20,7 @@ import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.j
 import { wasmMatmulModule } from './wasm-matmul.js';
 import { Workspace } from './workspace.js';
 import { TokenDrawer } from '../../sampling/draw.js';
-import { sampleRowsReference } from '../../sampling/device-sampling.js';
+import { rowLogprobsReference, sampleRowsReference } from '../../sampling/device-sampling.js';
 
 export { CpuTensor } from './tensor.js';
 
@@ -296,6 +296,19 @@ export class CpuBackend implements Backend {
     const out = new Float32Array(c.numElements);
     c.copyF32(0, c.numElements, out, 0);
     return out;
+  }
+
+  toHostRows(t: Tensor, first: number, count: number): Float32Array {
+    const c = asCpu(t);
+    const n = c.shape[1]!;
+    const out = new Float32Array(count * n);
+    c.copyF32(first * n, (first + count) * n, out, 0);
+    return out;
+  }
+
+  rowLogprobs(logits: Tensor, first: number, targets: Int32Array, numTop: number): Int32Array {
+    const vocab = asCpu(logits).shape[1]!;
+    return rowLogprobsReference(this.toHostRows(logits, first, targets.length), vocab, targets, numTop);
   }
 
   dispose(): void {

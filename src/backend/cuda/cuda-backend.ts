@@ -144,6 +144,9 @@ export class CudaBackend implements Backend {
   private readonly fused: FusedDecodeState;
   private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
+  /** Device buffer of rowLogprobs' target ids (grown as needed). */
+  private targets = 0n;
+  private targetsBytes = 0;
   private readonly fusedRope: boolean;
   private readonly weights: bigint[] = [];
   private weightBytes = 0;
@@ -708,6 +711,30 @@ export class CudaBackend implements Backend {
     return c.dtype === 'bf16' ? bf16BytesToF32(view, c.numElements) : new Float32Array(view.slice(0, c.numBytes));
   }
 
+  toHostRows(t: Tensor, first: number, count: number): Float32Array {
+    const c = asCuda(t);
+    const n = c.shape[1]!;
+    const bytes = BYTES_PER_ELEMENT[c.dtype];
+    return this.toHost(new CudaTensor([count, n], c.ptr + BigInt(first * n * bytes), c.dtype));
+  }
+
+  /** Prompt logprobs by kernels/sample.cu's row_logprobs: only 2 + 2 numTop int32 a row reach the host. */
+  rowLogprobs(logits: Tensor, first: number, targets: Int32Array, numTop: number): Int32Array {
+    const l = asCuda(logits);
+    const n = targets.length;
+    const width = 2 + 2 * numTop;
+    if (this.targetsBytes < n * 4) {
+      if (this.targets !== 0n) this.device.free(this.targets);
+      this.targetsBytes = Math.max(n * 4, 4096);
+      this.targets = this.device.alloc(this.targetsBytes);
+    }
+    this.device.upload(this.targets, targets);
+    const out = this.act([n * width], 'f32');
+    this.timed('sampling', () => this.device.launch('sample.cu', `row_logprobs_${l.dtype}`, [n, 1, 1], 256,
+      [ptr(l.ptr), i32(l.shape[1]!), i32(first), ptr(this.targets), i32(numTop), ptr(out.ptr)], 0, true));
+    return new Int32Array(this.readToHost(out.ptr, n * width * 4).slice(0, n * width * 4));
+  }
+
   /** Device-to-device copy bandwidth, bytes read + written per second. */
   copyBandwidth(): number {
     return firstThatFits(COPY_BANDWIDTH_BYTES, (bytes) => measureCopyBandwidth(this.device, bytes));
@@ -816,6 +843,8 @@ export class CudaBackend implements Backend {
     this.fused.dispose();
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
+    if (this.targets !== 0n) this.device.free(this.targets);
+    this.targets = 0n;
     this.steps.dispose();
     this.workspace.dispose();
     this.staging.dispose();

@@ -333,11 +333,87 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
   }
 }
 
+/** The row's best (value desc, id asc) entry after `after` in that order (after = (+inf, -1): the best of all). */
+template <typename T>
+__device__ void best_after(const T* row, int vocab, float afterV, int afterI, float& bestV, int& bestI, float* sVal,
+                           int* sIdx) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  bestV = NEG_INF;
+  bestI = 0x7fffffff;
+  for_row(row, vocab, [&](T x, int i) {
+    const float v = to_float(x);
+    if (better(afterV, afterI, v, i) && better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  });
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
+    const int i = __shfl_xor_sync(FULL_MASK, bestI, o);
+    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  }
+  __syncthreads();
+  if (lane == 0) { sVal[warp] = bestV; sIdx[warp] = bestI; }
+  __syncthreads();
+  bestV = NEG_INF;
+  bestI = 0x7fffffff;
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+    if (better(sVal[w], sIdx[w], bestV, bestI)) { bestV = sVal[w]; bestI = sIdx[w]; }
+  }
+}
+
+/**
+ * Prompt logprobs: row first + r of the logits against token targets[r], as the host's Sampler.tokenLogprob
+ * computes them (raw log-softmax, log-sum-exp in double): out[r * (2 + 2 numTop)] = its logprob (f32 bits), then its
+ * rank (1 + the ids of a larger logit), then numTop (id, logprob) pairs, value desc, id asc. Only these come to the
+ * host, not the row. Launch: grid (rows), block 256.
+ */
+template <typename T>
+__device__ void row_logprobs(const T* logits, int vocab, int first, const int* targets, int numTop, int* out) {
+  __shared__ double dScratch[32];
+  __shared__ int iScratch[32];
+  __shared__ float sVal[32];
+  __shared__ int sIdx[32];
+  const int r = blockIdx.x;
+  const T* row = logits + (long long)(first + r) * vocab;
+  const int target = targets[r];
+  float maxV;
+  int maxI;
+  best_after(row, vocab, __int_as_float(0x7f800000), -1, maxV, maxI, sVal, sIdx);
+  const float targetV = to_float(row[target]);
+  double z = 0.0;
+  int larger = 0;
+  for_row(row, vocab, [&](T x, int) {
+    const float v = to_float(x);
+    if (v > NEG_INF) z += exp((double)v - (double)maxV);
+    if (v > targetV) larger++;
+  });
+  z = block_total<double>(z, dScratch);
+  larger = block_total<int>(larger, iScratch);
+  const double logZ = (double)maxV + log(z);
+  int* o = out + (long long)r * (2 + 2 * numTop);
+  if (threadIdx.x == 0) {
+    o[0] = __float_as_int((float)((double)targetV - logZ));
+    o[1] = 1 + larger;
+  }
+  float v = maxV;
+  int i = maxI;
+  for (int k = 0; k < numTop; k++) {
+    if (k > 0) best_after(row, vocab, v, i, v, i, sVal, sIdx);
+    if (threadIdx.x == 0) {
+      o[2 + 2 * k] = i;
+      o[3 + 2 * k] = __float_as_int((float)((double)v - logZ));
+    }
+  }
+}
+
 #define INSTANTIATE(suffix, T)                                                                              \
   extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)                                              \
       sample_tokens_##suffix(const T* logits, int vocab, const int* params, int stride, int* out) {         \
     pdl_begin();                                                                                            \
     sample_row<T>(logits, vocab, params, stride, out);                                                      \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) row_logprobs_##suffix(                                  \
+      const T* logits, int vocab, int first, const int* targets, int numTop, int* out) {                    \
+    pdl_begin();                                                                                            \
+    row_logprobs<T>(logits, vocab, first, targets, numTop, out);                                            \
   }
 
 INSTANTIATE(bf16, bf16_t)
