@@ -103,6 +103,8 @@ export interface ChatRequest extends GenerationFields {
   chatTemplateKwargs: Record<string, unknown>;
   /** null = no logprobs; else the number of top alternatives (0..). */
   logprobs: number | null;
+  /** vLLM's chat echo: the last message's content, when it is the assistant's, starts the answer's; else ''. */
+  echoText: string;
 }
 
 function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields {
@@ -232,9 +234,10 @@ export function parseChatRequest(body: unknown, limits: ServerLimits): ChatReque
     throw badRequest('`chat_template_kwargs` must be an object.', 'chat_template_kwargs');
   }
   const tools = parseTools(b);
+  const messages = parseMessages(b.messages);
   return {
     ...common,
-    messages: parseMessages(b.messages),
+    messages,
     tools,
     toolChoice: parseToolChoice(b, tools),
     ...generationPrompt(b),
@@ -242,5 +245,13 @@ export function parseChatRequest(body: unknown, limits: ServerLimits): ChatReque
     chatTemplate: optString(b, 'chat_template'),
     chatTemplateKwargs: (kwargs as Record<string, unknown> | undefined) ?? {},
     logprobs: wantLogprobs ? (top ?? 0) : null,
+    echoText: echoTextOf(b, messages),
   };
+}
+
+/** vLLM's chat `echo`: the last message's content when it is the assistant's (the role that answers). */
+function echoTextOf(b: Body, messages: ChatMessage[]): string {
+  if (!(optBool(b, 'echo') ?? false)) return '';
+  const last = messages.at(-1);
+  return last?.role === 'assistant' ? last.content : '';
 }

@@ -39,6 +39,27 @@ describe('vLLM extras', () => {
     assert.equal(untruncated.status, 400);
   });
 
+  it('chat echo: the last message, when it is the assistant\'s, starts the answer, streamed or not', async () => {
+    const body = { messages: [{ role: 'user', content: 'tell' }, { role: 'assistant', content: 'Once upon' }], max_tokens: 4,
+      temperature: 0, continue_final_message: true, add_generation_prompt: false, echo: true };
+    const full = await post('/v1/chat/completions', body);
+    assert.equal(full.status, 200);
+    const content = full.body.choices[0].message.content as string;
+    const plain = await post('/v1/chat/completions', { ...body, echo: false });
+    assert.equal(content, 'Once upon' + plain.body.choices[0].message.content);
+    const res = await fetch(`${s.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, ...body, stream: true }) });
+    const deltas = (await res.text()).split('\n').filter((l) => l.startsWith('data: {'))
+      .map((l) => JSON.parse(l.slice(6)) as { choices: { delta: { content?: string } }[] })
+      .flatMap((c) => c.choices.map((x) => x.delta.content ?? ''));
+    assert.equal(deltas[0], 'Once upon', 'the role chunk carries the echo');
+    assert.equal(deltas.join(''), content);
+    const userLast = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'tell' }], max_tokens: 2, echo: true,
+      temperature: 0 });
+    const userPlain = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'tell' }], max_tokens: 2, temperature: 0 });
+    assert.equal(userLast.body.choices[0].message.content, userPlain.body.choices[0].message.content, 'no echo after a user turn');
+  });
+
   it('refuses suffix and best_of, which would change the answer, instead of ignoring them', async () => {
     for (const [extra, param] of [[{ suffix: 'end' }, 'suffix'], [{ best_of: 3 }, 'best_of'], [{ best_of: 0 }, 'best_of']] as const) {
       const r = await post('/v1/completions', { prompt: 'x', max_tokens: 1, ...extra });

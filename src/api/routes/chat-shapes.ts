@@ -13,11 +13,11 @@ export interface Header {
 
 export const chunkHeadOf = (h: Header) => ({ id: h.id, object: 'chat.completion.chunk', created: h.created, model: h.model });
 
-/** One role chunk a choice, the prompt's token ids on the first when asked. */
+/** One role chunk a choice (with chat echo's text), the prompt's token ids on the first when asked. */
 export function openingChunks(r: ChatRequest, promptIds: number[], h: Header): unknown[] {
   return Array.from({ length: r.n }, (_, index) => ({
     ...chunkHeadOf(h),
-    choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    choices: [{ index, delta: { role: 'assistant', content: r.echoText }, logprobs: null, finish_reason: null }],
     ...(r.returnTokenIds && index === 0 ? { prompt_token_ids: promptIds } : {}),
   }));
 }

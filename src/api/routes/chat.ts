@@ -189,7 +189,7 @@ function chatFormatter(d: RouteDeps, r: ChatRequest, promptIds: number[], h: Hea
         const e = parseChatOutput(o.text, parse);
         return {
           message: {
-            content: e.content,
+            content: r.echoText !== '' ? r.echoText + (e.content ?? '') : e.content,
             ...(parse.reasoning ? { reasoning_content: e.reasoning } : {}),
             ...(e.calls.length > 0 ? { tool_calls: e.calls.map((c) => toolCallJson(c)) } : {}),
           },
