@@ -7,8 +7,8 @@
 
 import type { RowSampling } from '../model/batch.js';
 import { TokenDrawer } from './draw.js';
-import { GREEDY_TEMPERATURE } from './sampler.js';
-import { argmax, logSumExp, topIds } from './select.js';
+import { GREEDY_TEMPERATURE, rawLogprobs } from './sampler.js';
+import { argmax } from './select.js';
 import type { SequenceSamplingState } from './sequence-state.js';
 
 /** Whether the backend can pick this row's token without the host seeing its logits. */
@@ -72,18 +72,16 @@ export function rowLogprobsReference(logits: Float32Array, vocab: number, target
   const f = new Float32Array(out.buffer);
   targets.forEach((target, r) => {
     const base = r * vocab;
-    const { logZ } = logSumExp(logits, base, vocab);
+    const raw = rawLogprobs(logits, base, vocab, numTop);
     const x = logits[base + target]!;
     let rank = 1;
     for (let i = 0; i < vocab; i++) if (logits[base + i]! > x) rank++;
-    f[r * width] = x - logZ;
+    f[r * width] = raw.logprobOf(target);
     out[r * width + 1] = rank;
-    let j = 0;
-    for (const id of topIds(logits, base, vocab, numTop)) {
-      out[r * width + 2 + 2 * j] = id;
-      f[r * width + 3 + 2 * j] = logits[base + id]! - logZ;
-      j++;
-    }
+    raw.top.forEach((t, j) => {
+      out[r * width + 2 + 2 * j] = t.tokenId;
+      f[r * width + 3 + 2 * j] = t.logprob;
+    });
   });
   return out;
 }

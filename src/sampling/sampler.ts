@@ -94,7 +94,8 @@ export class Sampler {
   }
 }
 
-function rawLogprobs(logits: Float32Array, base: number, vocab: number, numTop: number) {
+/** Raw log-softmax of logits row [base, base + vocab): any id's logprob, and the numTop most likely (value desc, id asc). */
+export function rawLogprobs(logits: Float32Array, base: number, vocab: number, numTop: number) {
   const { logZ } = logSumExp(logits, base, vocab);
   const logprobOf = (id: number) => logits[base + id]! - logZ;
   const top = Array.from(topIds(logits, base, vocab, numTop), (id) => ({ tokenId: id, logprob: logprobOf(id) }));

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { FakeEngine } from './helpers/fake-engine.js';
 import { ByteTokenizer } from './helpers/fake-tokenizer.js';
-import { MODEL, startTestServer, type TestServer } from './helpers/start.js';
+import { MODEL, postJson, startTestServer, type TestServer } from './helpers/start.js';
 
 const tok = new ByteTokenizer();
 const text = (id: number) => tok.decode([id], { skipSpecialTokens: false });
@@ -27,8 +27,8 @@ describe('prompt logprobs', () => {
   });
   after(() => s.close());
   const post = async (path: string, body: unknown) => {
-    const res = await fetch(`${s.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    return { status: res.status, body: await res.json() as Record<string, any> };
+    const r = await postJson(`${s.url}${path}`, body);
+    return { status: r.status, body: r.json };
   };
 
   /** What an echoed prompt's logprobs must say: its token texts, null first, then the engine's prompt logprobs. */

@@ -4,7 +4,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ByteTokenizer } from './helpers/fake-tokenizer.js';
-import { MODEL, startTestServer, type TestServer } from './helpers/start.js';
+import { MODEL, postJson, startTestServer, type TestServer } from './helpers/start.js';
 
 const tok = new ByteTokenizer();
 
@@ -13,9 +13,8 @@ describe('vLLM extras', () => {
   before(async () => { s = await startTestServer({ maxModelLen: 64 }); });
   after(() => s.close());
   const post = async (path: string, body: Record<string, unknown>) => {
-    const res = await fetch(`${s.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, ...body }) });
-    return { status: res.status, body: await res.json() as Record<string, any> };
+    const r = await postJson(`${s.url}${path}`, { model: MODEL, ...body });
+    return { status: r.status, body: r.json };
   };
   const chat = (content: string) => ({ messages: [{ role: 'user', content }] });
 
@@ -133,9 +132,8 @@ describe('--return-tokens-as-token-ids', () => {
   after(() => s.close());
 
   it('names logprobs\' tokens by id unless a request says otherwise', async () => {
-    const post = (body: Record<string, unknown>) => fetch(`${s.url}/v1/completions`, { method: 'POST',
-      headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'ab', max_tokens: 1, logprobs: 0, ...body }) })
-      .then((r) => r.json() as Promise<Record<string, any>>);
+    const post = async (body: Record<string, unknown>) =>
+      (await postJson(`${s.url}/v1/completions`, { model: MODEL, prompt: 'ab', max_tokens: 1, logprobs: 0, ...body })).json;
     assert.match((await post({})).choices[0].logprobs.tokens[0], /^token_id:\d+$/);
     assert.doesNotMatch((await post({ return_tokens_as_token_ids: false })).choices[0].logprobs.tokens[0], /^token_id:/);
   });

@@ -81,6 +81,24 @@ __device__ __forceinline__ bool better(float v, int i, float bestV, int bestI) {
   return v > bestV || (v == bestV && i < bestI);
 }
 
+/** The block's best (value desc, id asc) of every thread's (bestV, bestI), to every thread (sVal, sIdx: 32 each). */
+__device__ __forceinline__ void block_best(float& bestV, int& bestI, float* sVal, int* sIdx) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
+    const int i = __shfl_xor_sync(FULL_MASK, bestI, o);
+    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
+  }
+  __syncthreads();  // sVal / sIdx may still be read from the block's previous call
+  if (lane == 0) { sVal[warp] = bestV; sIdx[warp] = bestI; }
+  __syncthreads();
+  bestV = NEG_INF;
+  bestI = 0x7fffffff;
+  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+    if (better(sVal[w], sIdx[w], bestV, bestI)) { bestV = sVal[w]; bestI = sIdx[w]; }
+  }
+}
+
 /**
  * Calls f(value, id) for the ids of the row this thread takes in a pass: bf16 rows of vocab % 8 == 0 in 16-byte
  * loads of 8 consecutive ids (thread t takes loads t, t + blockDim.x, ...), others one id at a time. A pass's
@@ -207,18 +225,7 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
     const float v = to_float(x);
     if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
   });
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
-    const int i = __shfl_xor_sync(FULL_MASK, bestI, o);
-    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
-  }
-  if (lane == 0) { sVal[warp] = bestV; sIdx[warp] = bestI; }
-  __syncthreads();
-  bestV = NEG_INF;
-  bestI = 0x7fffffff;
-  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-    if (better(sVal[w], sIdx[w], bestV, bestI)) { bestV = sVal[w]; bestI = sIdx[w]; }
-  }
+  block_best(bestV, bestI, sVal, sIdx);
   const int greedy = (bestI == 0x7fffffff || !(bestV > NEG_INF)) ? 0 : bestI;
 
   const float temperature = __int_as_float(params[r]);
@@ -337,26 +344,13 @@ __device__ void sample_row(const T* logits, int vocab, const int* params, int st
 template <typename T>
 __device__ void best_after(const T* row, int vocab, float afterV, int afterI, float& bestV, int& bestI, float* sVal,
                            int* sIdx) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   bestV = NEG_INF;
   bestI = 0x7fffffff;
   for_row(row, vocab, [&](T x, int i) {
     const float v = to_float(x);
     if (better(afterV, afterI, v, i) && better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
   });
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(FULL_MASK, bestV, o);
-    const int i = __shfl_xor_sync(FULL_MASK, bestI, o);
-    if (better(v, i, bestV, bestI)) { bestV = v; bestI = i; }
-  }
-  __syncthreads();
-  if (lane == 0) { sVal[warp] = bestV; sIdx[warp] = bestI; }
-  __syncthreads();
-  bestV = NEG_INF;
-  bestI = 0x7fffffff;
-  for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-    if (better(sVal[w], sIdx[w], bestV, bestI)) { bestV = sVal[w]; bestI = sIdx[w]; }
-  }
+  block_best(bestV, bestI, sVal, sIdx);
 }
 
 /**
