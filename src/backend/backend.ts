@@ -74,8 +74,11 @@ export interface Backend {
   rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor;
   /** residual += x (in place); returns rmsnorm(residual) * w. */
   addRmsNorm(x: Tensor, residual: Tensor, w: Tensor, eps: number): Tensor;
-  /** y[T, N] = x[T, K] * w[N, K]^T; `label` names the projection in profiles ('qkv', 'o', 'gate_up', 'down', 'lm_head'). */
-  matmul(x: Tensor, w: Tensor, label?: string): Tensor;
+  /**
+   * y[T, N] = x[T, K] * w[N, K]^T (+ bias[N], added to the sums before they are rounded); `label` names the
+   * projection in profiles ('qkv', 'o', 'gate_up', 'down', 'lm_head').
+   */
+  matmul(x: Tensor, w: Tensor, label?: string, bias?: Tensor | null): Tensor;
   /**
    * In place on qkv [T, (numHeads + 2*numKvHeads) * headDim]: optional per-head
    * RMSNorm of q and k (Qwen3), then rotary embedding (neox, half-split) of q and k.

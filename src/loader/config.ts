@@ -4,10 +4,12 @@ import type { Architecture, DType, Llama3RopeScaling, ModelConfig } from './type
 
 const ARCHITECTURES: Record<string, Architecture> = {
   Qwen3ForCausalLM: 'qwen3',
+  Qwen2ForCausalLM: 'qwen2',
   LlamaForCausalLM: 'llama',
+  MistralForCausalLM: 'mistral',
 };
 
-const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', llama: 'llama' };
+const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral' };
 
 const DTYPES: Record<string, DType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
 
@@ -110,6 +112,21 @@ function parseDType(json: Json, r: FieldReader): DType {
   return dtype;
 }
 
+/**
+ * Sliding-window attention is not implemented: Qwen2 and Qwen3 configs name a window but use it only with
+ * use_sliding_window; Mistral's applies whenever set (v0.1's 4,096; later versions have none).
+ */
+function checkSlidingWindow(json: Json, architecture: Architecture, r: FieldReader): void {
+  const window = json.sliding_window;
+  if (architecture === 'mistral') {
+    if (window !== undefined && window !== null) {
+      r.fail('sliding_window', `is ${JSON.stringify(window)}; sliding-window attention is not supported (Mistral models without a window are)`);
+    }
+  } else if (r.boolean('use_sliding_window', false)) {
+    r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
+  }
+}
+
 /** config.json -> ModelConfig; file is only used in error messages. */
 export function parseModelConfig(json: unknown, file: string): ModelConfig {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) {
@@ -132,9 +149,11 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     headDim = hiddenSize / numHeads;
   }
   if (headDim % 2 !== 0) r.fail('head_dim', `(${headDim}) must be even for RoPE`);
-  for (const field of ['attention_bias', 'mlp_bias']) {
-    if (r.boolean(field, false)) r.fail(field, 'is true; biases are not supported');
-  }
+  // As transformers: Qwen2 always has q, k and v biases (its config has no attention_bias), Llama and Qwen3 put
+  // attention_bias on q, k, v and o, Mistral has none.
+  const attentionBias = architecture === 'qwen2' || (architecture !== 'mistral' && r.boolean('attention_bias', false));
+  if (r.boolean('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
+  checkSlidingWindow(obj, architecture, r);
   const act = obj.hidden_act;
   if (act !== undefined && act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only silu is supported`);
   return {
@@ -152,6 +171,8 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     ropeScaling: parseRopeScaling(obj.rope_scaling, file),
     tieWordEmbeddings: r.boolean('tie_word_embeddings', false),
     qkNorm: architecture === 'qwen3',
+    qkvBias: attentionBias,
+    oBias: attentionBias && architecture !== 'qwen2',
     dtype: parseDType(obj, r),
   };
 }

@@ -2,7 +2,7 @@
 
 export type DType = 'bf16' | 'f16' | 'f32';
 
-export type Architecture = 'qwen3' | 'llama';
+export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral';
 
 export interface Llama3RopeScaling {
   type: 'llama3';
@@ -29,6 +29,10 @@ export interface ModelConfig {
   tieWordEmbeddings: boolean;
   /** Qwen3: per-head RMSNorm on q and k before RoPE. */
   qkNorm: boolean;
+  /** Biases on q, k and v (Qwen2; Llama and Mistral with attention_bias). */
+  qkvBias: boolean;
+  /** A bias on o (Llama and Mistral with attention_bias). */
+  oBias: boolean;
   /** dtype the checkpoint declares (torch_dtype / dtype). */
   dtype: DType;
 }

@@ -1,6 +1,6 @@
-// The decoder-only transformer (Qwen3, Llama) as a composition of Backend ops:
+// The decoder-only transformer (Qwen3, Qwen2, Llama, Mistral) as a composition of Backend ops:
 //
-//   embed -> per layer: [add]RMSNorm -> qkv -> qkNorm+RoPE -> paged attention -> o
+//   embed -> per layer: [add]RMSNorm -> qkv [+ bias] -> qkNorm+RoPE -> paged attention -> o [+ bias]
 //                       -> addRMSNorm -> gate_up -> silu*up -> down
 //         -> addRMSNorm(final) -> logit rows -> lm_head
 //
@@ -107,10 +107,10 @@ export class Model {
       const lw = w.layers[l]!;
       b.beginLayer(l);
       const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);
-      const qkv = b.matmul(x, lw.qkv, 'qkv');
+      const qkv = b.matmul(x, lw.qkv, 'qkv', lw.qkvBias);
       b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step, l);
       const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
-      const attnOut = b.matmul(attn, lw.o, 'o');
+      const attnOut = b.matmul(attn, lw.o, 'o', lw.oBias);
       const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);
       mlpOut = b.matmul(b.matmulSiluMul(h, lw.gateUp), lw.down, 'down');
     }

@@ -61,7 +61,9 @@ export function randomWeightSource(config: ModelConfig, opts: RandomWeightOption
       const { dtype, shape } = info(name);
       const rand = seededRandom(hashName(name, seed));
       const values = new Float32Array(shape.reduce((a, b) => a * b, 1));
-      if (shape.length === 1) {
+      if (name.endsWith('.bias')) {
+        for (let i = 0; i < values.length; i++) values[i] = 0.5 * (2 * rand() - 1);
+      } else if (shape.length === 1) {
         for (let i = 0; i < values.length; i++) values[i] = 0.8 + 0.4 * rand();
       } else {
         const bound = name.includes('embed_tokens') ? 1 : Math.sqrt(3 / shape[1]!);
@@ -77,19 +79,19 @@ export function qwen3_0_6bConfig(dtype: DType = 'bf16'): ModelConfig {
   return {
     architecture: 'qwen3', vocabSize: 151936, hiddenSize: 1024, intermediateSize: 3072, numLayers: 28,
     numHeads: 16, numKvHeads: 8, headDim: 128, maxPositionEmbeddings: 40960, rmsNormEps: 1e-6,
-    ropeTheta: 1000000, ropeScaling: null, tieWordEmbeddings: true, qkNorm: true, dtype,
+    ropeTheta: 1000000, ropeScaling: null, tieWordEmbeddings: true, qkNorm: true, qkvBias: false, oBias: false, dtype,
   };
 }
 
-/** A small model of either family, for tests and quick benchmarks. */
-export function tinyConfig(architecture: 'qwen3' | 'llama', overrides: Partial<ModelConfig> = {}): ModelConfig {
+/** A small model of a family (qwen2: q, k, v biases; llama: llama3 RoPE scaling), for tests and quick benchmarks. */
+export function tinyConfig(architecture: 'qwen3' | 'qwen2' | 'llama', overrides: Partial<ModelConfig> = {}): ModelConfig {
   return {
     architecture, vocabSize: 97, hiddenSize: 64, intermediateSize: 96, numLayers: 2, numHeads: 4,
     numKvHeads: 2, headDim: 16, maxPositionEmbeddings: 512, rmsNormEps: 1e-6, ropeTheta: 10000,
     ropeScaling: architecture === 'llama'
       ? { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }
       : null,
-    tieWordEmbeddings: architecture === 'qwen3', qkNorm: architecture === 'qwen3', dtype: 'bf16',
-    ...overrides,
+    tieWordEmbeddings: architecture !== 'llama', qkNorm: architecture === 'qwen3', qkvBias: architecture === 'qwen2',
+    oBias: false, dtype: 'bf16', ...overrides,
   };
 }

@@ -1,7 +1,7 @@
-// Hugging Face weight names (qwen3, llama) -> backend tensors. q/k/v are fused
+// Hugging Face weight names (qwen3, qwen2, llama, mistral) -> backend tensors. q/k/v are fused
 // into one [(H + 2 KVH) D, hidden] weight and gate/up into one [2I, hidden]
 // weight at load time (rows concatenated, so the fused matmul's output row is
-// | q | k | v | and | gate | up |). Every expected tensor is checked for
+// | q | k | v | and | gate | up |; q/k/v biases likewise). Every expected tensor is checked for
 // presence, shape and dtype before the first upload.
 
 import { basename, dirname } from 'node:path';
@@ -12,9 +12,12 @@ import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/typ
 export interface LayerWeights {
   inputNorm: Tensor;
   qkv: Tensor;
+  /** [(H + 2 KVH) D]: q, k and v biases (ModelConfig.qkvBias), else null. */
+  qkvBias: Tensor | null;
   qNorm: Tensor | null;
   kNorm: Tensor | null;
   o: Tensor;
+  oBias: Tensor | null;
   postAttentionNorm: Tensor;
   gateUp: Tensor;
   down: Tensor;
@@ -50,6 +53,14 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
       { name: `${p}self_attn.v_proj.weight`, shape: [kvDim, hidden] },
       { name: `${p}self_attn.o_proj.weight`, shape: [hidden, qDim] },
     );
+    if (c.qkvBias) {
+      out.push(
+        { name: `${p}self_attn.q_proj.bias`, shape: [qDim] },
+        { name: `${p}self_attn.k_proj.bias`, shape: [kvDim] },
+        { name: `${p}self_attn.v_proj.bias`, shape: [kvDim] },
+      );
+    }
+    if (c.oBias) out.push({ name: `${p}self_attn.o_proj.bias`, shape: [hidden] });
     if (c.qkNorm) {
       out.push(
         { name: `${p}self_attn.q_norm.weight`, shape: [c.headDim] },
@@ -120,12 +131,16 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
     const attn = `${p}self_attn.`;
     const qkv = upConcat(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.weight`));
     const gateUp = upConcat(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => `${p}mlp.${n}.weight`));
+    const qkvBias = config.qkvBias
+      ? upConcat(`${attn}qkv_proj.bias`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.bias`)) : null;
     layers.push({
       inputNorm: up(`${p}input_layernorm.weight`),
       qkv,
+      qkvBias,
       qNorm: config.qkNorm ? up(`${attn}q_norm.weight`) : null,
       kNorm: config.qkNorm ? up(`${attn}k_norm.weight`) : null,
       o: up(`${attn}o_proj.weight`),
+      oBias: config.oBias ? up(`${attn}o_proj.bias`) : null,
       postAttentionNorm: up(`${p}post_attention_layernorm.weight`),
       gateUp,
       down: up(`${p}mlp.down_proj.weight`),

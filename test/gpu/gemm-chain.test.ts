@@ -1,6 +1,7 @@
 // The chain GEMM (kernels/gemm_chain.cu) takes steps of up to 8 tokens on wide enough weights and sums in cuBLASLt's
 // order: each of its rows is bit-identical to the same row of cuBLASLt's GEMM at 256 rows, and its gate_up + silu_mul
-// kernel to cuBLASLt's gate_up followed by silu_mul. Outputs start as NaN (the workspace is poisoned).
+// kernel to cuBLASLt's gate_up followed by silu_mul; with a bias (Qwen2's qkv) both add it before the rounding.
+// Outputs start as NaN (the workspace is poisoned).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +9,7 @@ import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backen
 import type { Tensor } from '../../src/backend/backend.js';
 import { planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
 import { batchOf } from '../backend/helpers.js';
-import { newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
 const ROWS = 256;
 
@@ -54,6 +55,29 @@ describe('CUDA chain GEMM', { skip: noCuda }, () => {
       assert.equal(c.numChainGemms, before + 5, 'every small step ran the chain kernel');
     });
   }
+
+  test('with a bias: rows of 1 to 8 tokens give the bits of cuBLASLt\'s BIAS epilogue at 256 rows, close to the CPU', () => {
+    const c = cuda!;
+    const cpu = newCpu();
+    const [N, K] = [4096, 1024];
+    assert.notEqual(planChainGemm(8, N, K, c.device.numSMs), null, 'the plan takes this shape on this GPU');
+    const [xc, x] = uploadBoth(cpu, c, 'x', [ROWS, K], randomBf16(ROWS * K, 41, -2, 2));
+    const [wc, w] = uploadBoth(cpu, c, 'w', [N, K], randomBf16(N * K, 42, -0.05, 0.05));
+    const [bc, b] = uploadBoth(cpu, c, 'b', [N], randomBf16(N, 43, -0.5, 0.5));
+    begin(c);
+    const before = c.numChainGemms;
+    const wholeValues = c.toHost(c.matmul(x, w, 'test', b));
+    cpu.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
+    assertBf16Close(wholeValues, cpu.toHost(cpu.matmul(xc, wc, 'test', bc)), 'cuBLASLt with a bias against the CPU');
+    const whole = new Uint32Array(wholeValues.buffer);
+    for (const [start, rows] of [[0, 1], [130, 1], [7, 8]] as const) {
+      begin(c);
+      assertSameBits(bitsOf(c, c.matmul(rowsOf(x as CudaTensor, start, rows), w, 'test', b)),
+        whole.slice(start * N, (start + rows) * N), `${rows} rows from ${start}`);
+    }
+    assert.equal(c.numChainGemms, before + 3, 'the small steps ran the chain kernel');
+    cpu.dispose();
+  });
 
   test('gate_up with silu_mul in one kernel gives the bits of cuBLASLt then silu_mul', () => {
     const c = cuda!;

@@ -1,6 +1,6 @@
 // gemm_rows (the GEMM of the batch-invariant mode) is batch-invariant: a row's output bits are the same
 // whatever variant, tile and grid the plan picks, alone or at any offset of a batch of up to 300 rows, and in a
-// mixed step of a batch-invariant backend; and it matches the CPU backend within bf16 tolerance. Outputs
+// mixed step of a batch-invariant backend; and it matches the CPU backend within bf16 tolerance, with a bias too. Outputs
 // start as NaN.
 
 import { after, describe, test } from 'node:test';
@@ -39,7 +39,7 @@ describe('CUDA gemm_rows batch invariance', { skip: noCuda }, () => {
     c.device.fillBytesAsync(y, 0xff, rows * N * 2);
     const plan = planGemmRows(rows, N, K, variant);
     c.device.launch('gemm_rows.cu', plan.kernel, plan.grid, plan.block, [ptr(x.ptr + BigInt(start * K * 2)),
-      ptr(w.ptr), ptr(y), i32(rows), i32(N), i32(K), i32(plan.sliceChunks)], plan.sharedBytes);
+      ptr(w.ptr), ptr(y), ptr(0n), i32(rows), i32(N), i32(K), i32(plan.sliceChunks)], plan.sharedBytes);
     const out = c.toHost(new CudaTensor([rows, N], y));
     c.device.free(y);
     assert.equal(out.findIndex((v) => !Number.isFinite(v)), -1, `${plan.kernel}: an output never written`);
@@ -83,6 +83,9 @@ describe('CUDA gemm_rows batch invariance', { skip: noCuda }, () => {
       assertSameBits(run(c, xg as CudaTensor, wg as CudaTensor, row, 1), mixedBits.slice(row * N, (row + 1) * N), N,
         `row ${row}`);
     }
+    // a bias (Qwen2's qkv) is added in the kernel, before the rounding
+    const [bc, bg] = uploadBoth(cpu, c, 'b', [N], randomBf16(N, 33, -0.5, 0.5));
+    assertBf16Close(c.toHost(c.matmul(xg, wg, 'test', bg)), cpu.toHost(cpu.matmul(xc, wc, 'test', bc)), 'with a bias');
     cpu.dispose();
     c.dispose();
   });

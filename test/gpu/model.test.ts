@@ -1,4 +1,4 @@
-// The whole model on CUDA: logits against the CPU backend for both families,
+// The whole model on CUDA: logits against the CPU backend for each family (and attention biases),
 // and greedy transcripts that do not depend on batch size, sequence cap or
 // CUDA graphs (md5 per path logged; the CPU path's is recorded in bench/gates).
 
@@ -21,10 +21,12 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
   const backends: Backend[] = [];
   after(() => backends.forEach((b) => b.dispose()));
 
-  for (const family of ['qwen3', 'llama'] as const) {
+  // qwen2: q, k, v biases; llama + biases: attention_bias (q, k, v and o)
+  for (const [family, arch, biases] of [['qwen3', 'qwen3', {}], ['llama', 'llama', {}], ['qwen2', 'qwen2', {}],
+    ['llama + biases', 'llama', { qkvBias: true, oBias: true }]] as const) {
     test(`${family}: prefill and decode logits match the CPU backend`, () => {
-      const config = tinyConfig(family, { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
-        numKvHeads: 2, headDim: 64, vocabSize: 500 });
+      const config = tinyConfig(arch, { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
+        numKvHeads: 2, headDim: 64, vocabSize: 500, ...biases });
       const run = (backend: Backend) => {
         backends.push(backend);
         const model = Model.load(config, randomWeightSource(config, { seed: 21 }), backend);

@@ -37,6 +37,8 @@ test('qwen3: every field normalised, qk norm on, head_dim given', () => {
     ropeScaling: null,
     tieWordEmbeddings: false,
     qkNorm: true,
+    qkvBias: false,
+    oBias: false,
     dtype: 'bf16',
   });
   assert.equal(parseModelConfig(shapes['qwen3-0.6b'], 'config.json').tieWordEmbeddings, true);
@@ -76,8 +78,25 @@ test('defaults: head_dim derived, kv heads = heads, tie false, dtype bf16, eps a
   assert.equal(parseModelConfig({ ...minimal, architectures: undefined, model_type: 'qwen3' }, 'c').architecture, 'qwen3');
 });
 
+test('qwen2, mistral and attention_bias: biases where transformers puts them, sliding windows refused', () => {
+  const qwen2 = { ...shapes['qwen3-0.6b'], architectures: ['Qwen2ForCausalLM'], model_type: 'qwen2', use_sliding_window: false, sliding_window: 32768 };
+  const q = parseModelConfig(qwen2, 'config.json');
+  assert.deepEqual([q.architecture, q.qkvBias, q.oBias, q.qkNorm], ['qwen2', true, false, false]);
+  configError({ ...qwen2, use_sliding_window: true }, '"use_sliding_window"', 'not supported');
+  const llamaBias = parseModelConfig({ ...shapes['llama-3.2-1b'], attention_bias: true }, 'config.json');
+  assert.deepEqual([llamaBias.qkvBias, llamaBias.oBias], [true, true]);
+  const plain = parseModelConfig(shapes['llama-3.2-1b'], 'config.json');
+  assert.deepEqual([plain.qkvBias, plain.oBias], [false, false]);
+  const mistral = { ...shapes['llama-3.2-1b'], rope_scaling: null, architectures: ['MistralForCausalLM'], model_type: 'mistral', sliding_window: null };
+  const m = parseModelConfig({ ...mistral, attention_bias: true }, 'config.json');
+  assert.deepEqual([m.architecture, m.qkvBias, m.oBias, m.qkNorm], ['mistral', false, false, false]);
+  configError({ ...mistral, sliding_window: 4096 }, '"sliding_window" is 4096', 'not supported');
+  assert.equal(parseModelConfig({ ...mistral, architectures: undefined }, 'c').architecture, 'mistral');
+  assert.equal(parseModelConfig({ ...qwen2, architectures: undefined }, 'c').architecture, 'qwen2');
+});
+
 test('unknown architecture or rope type: error names the file and field', () => {
-  configError({ ...shapes['qwen3-8b'], architectures: ['MistralForCausalLM'] }, '"architectures"', 'MistralForCausalLM', 'not supported');
+  configError({ ...shapes['qwen3-8b'], architectures: ['GemmaForCausalLM'] }, '"architectures"', 'GemmaForCausalLM', 'not supported');
   configError(shapes['qwen3-30b-a3b'], 'Qwen3MoeForCausalLM');
   configError({ ...shapes['qwen3-8b'], architectures: undefined, model_type: undefined }, '"architectures" is missing');
   configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'yarn', factor: 4 } }, '"rope_scaling.rope_type"', 'yarn');
@@ -93,7 +112,7 @@ test('missing or invalid fields', () => {
   configError({ ...base, head_dim: undefined, hidden_size: 1000 }, '"head_dim" is missing');
   configError({ ...base, tie_word_embeddings: 'yes' }, '"tie_word_embeddings"');
   configError({ ...base, torch_dtype: 'int8' }, '"torch_dtype"', 'int8');
-  configError({ ...base, attention_bias: true }, '"attention_bias"');
+  configError({ ...base, mlp_bias: true }, '"mlp_bias"', 'not supported');
   configError({ ...base, hidden_act: 'gelu' }, '"hidden_act"');
   configError([1], 'not a JSON object');
 });

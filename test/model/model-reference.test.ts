@@ -12,10 +12,10 @@ const backends = { js: new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1, ke
   wasm: new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1, kernel: 'wasm' }) };
 after(() => Object.values(backends).forEach((b) => b.dispose()));
 
-/** y[n] = sum_k x[k] w[n, k] */
-const linear = (x: number[], w: Float32Array): number[] => {
+/** y[n] = sum_k x[k] w[n, k] (+ b[n]) */
+const linear = (x: number[], w: Float32Array, b: Float32Array | null = null): number[] => {
   const K = x.length;
-  return Array.from({ length: w.length / K }, (_, n) => x.reduce((s, v, k) => s + v * w[n * K + k]!, 0));
+  return Array.from({ length: w.length / K }, (_, n) => x.reduce((s, v, k) => s + v * w[n * K + k]!, b ? b[n]! : 0));
 };
 const rms = (x: number[], w: Float32Array, eps: number): number[] => {
   const inv = 1 / Math.sqrt(x.reduce((s, v) => s + v * v, 0) / x.length + eps);
@@ -39,9 +39,11 @@ function referenceLogits(c: ModelConfig, src: WeightSource, ids: number[]): numb
     const qn = c.qkNorm ? W(`${p}self_attn.q_norm.weight`) : null;
     const kn = c.qkNorm ? W(`${p}self_attn.k_norm.weight`) : null;
     const hIn = x.map((r) => rms(r, W(`${p}input_layernorm.weight`), c.rmsNormEps));
-    const q = hIn.map((r, pos) => rope(heads(linear(r, W(`${p}self_attn.q_proj.weight`)), D), pos, qn));
-    const k = hIn.map((r, pos) => rope(heads(linear(r, W(`${p}self_attn.k_proj.weight`)), D), pos, kn));
-    const v = hIn.map((r) => heads(linear(r, W(`${p}self_attn.v_proj.weight`)), D));
+    const bias = (proj: string, on: boolean): Float32Array | null => on ? W(`${p}self_attn.${proj}.bias`) : null;
+    const proj = (r: number[], name: string): number[] => linear(r, W(`${p}self_attn.${name}.weight`), bias(name, c.qkvBias));
+    const q = hIn.map((r, pos) => rope(heads(proj(r, 'q_proj'), D), pos, qn));
+    const k = hIn.map((r, pos) => rope(heads(proj(r, 'k_proj'), D), pos, kn));
+    const v = hIn.map((r) => heads(proj(r, 'v_proj'), D));
     const attn = q.map((qh, pos) => qh.flatMap((qv, h) => {
       const kvh = Math.floor(h / (c.numHeads / c.numKvHeads));
       const s = k.slice(0, pos + 1).map((kr) => qv.reduce((a, b, d) => a + b * kr[kvh]![d]!, 0) / Math.sqrt(D));
@@ -50,7 +52,8 @@ function referenceLogits(c: ModelConfig, src: WeightSource, ids: number[]): numb
       const sum = e.reduce((a, b) => a + b, 0);
       return Array.from({ length: D }, (_, d) => e.reduce((a, ej, j) => a + ej * v[j]![kvh]![d]!, 0) / sum);
     }));
-    x = x.map((r, pos) => linear(attn[pos]!, W(`${p}self_attn.o_proj.weight`)).map((o, i) => o + r[i]!));
+    x = x.map((r, pos) => linear(attn[pos]!, W(`${p}self_attn.o_proj.weight`), bias('o_proj', c.oBias))
+      .map((o, i) => o + r[i]!));
     x = x.map((r) => {
       const h = rms(r, W(`${p}post_attention_layernorm.weight`), c.rmsNormEps);
       const g = linear(h, W(`${p}mlp.gate_proj.weight`));
@@ -63,8 +66,11 @@ function referenceLogits(c: ModelConfig, src: WeightSource, ids: number[]): numb
   return x.map((r) => linear(rms(r, W('model.norm.weight'), c.rmsNormEps), head));
 }
 
-for (const [config, kernel] of [tinyConfig('qwen3'), tinyConfig('llama')].flatMap((c) => (['js', 'wasm'] as const).map((k) => [c, k] as const))) {
-  test(`${config.architecture}, ${kernel} kernel: forward matches a dense double-precision reference`, () => {
+const configs = [tinyConfig('qwen3'), tinyConfig('llama'), tinyConfig('qwen2'),
+  tinyConfig('llama', { qkvBias: true, oBias: true })];
+for (const [config, kernel] of configs.flatMap((c) => (['js', 'wasm'] as const).map((k) => [c, k] as const))) {
+  const name = `${config.architecture}${config.oBias ? ' with attention biases' : ''}`;
+  test(`${name}, ${kernel} kernel: forward matches a dense double-precision reference`, () => {
     const backend = backends[kernel];
     const src = randomWeightSource(config, { seed: 3 });
     const model = Model.load(config, src, backend);

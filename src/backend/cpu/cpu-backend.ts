@@ -183,7 +183,7 @@ export class CpuBackend implements Backend {
     return this.rmsNorm(res, w, eps);
   }
 
-  matmul(x: Tensor, w: Tensor): Tensor {
+  matmul(x: Tensor, w: Tensor, _label?: string, bias?: Tensor | null): Tensor {
     const xs = asCpu(x);
     const ws = asCpu(w);
     const [T, K] = xs.shape as [number, number];
@@ -191,6 +191,12 @@ export class CpuBackend implements Backend {
     if (K !== wK) throw new Error(`matmul: x [${T}, ${K}] by w [${N}, ${wK}]^T`);
     const out = this.alloc([T, N]);
     this.pool.matmul(xs.view, ws.view, out.view, T, K, N, ws.dtype === 'bf16');
+    if (bias) {
+      const b = asCpu(bias).data;
+      if (b.length !== N) throw new Error(`matmul: bias [${b.length}] for ${N} outputs`);
+      const y = out.data;
+      for (let t = 0; t < T; t++) for (let n = 0; n < N; n++) y[t * N + n]! += b[n]!;
+    }
     return out;
   }
 

@@ -403,25 +403,27 @@ export class CudaBackend implements Backend {
     return out;
   }
 
-  /** y[T, N] = x[T, K] * w[N, K]^T; `label` names the projection in profiles. */
-  matmul(x: Tensor, w: Tensor, label?: string): Tensor {
+  /** y[T, N] = x[T, K] * w[N, K]^T (+ bias[N] before the rounding); `label` names the projection in profiles. */
+  matmul(x: Tensor, w: Tensor, label?: string, bias?: Tensor | null): Tensor {
     const xs = asCuda(x);
     const ws = asCuda(w);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
     if (ws.shape[1] !== K) throw new Error(`matmul: x [${xs.shape.join(', ')}] w [${ws.shape.join(', ')}]`);
+    const b = bias ? asCuda(bias) : null;
+    if (b && b.numElements !== N) throw new Error(`matmul: bias [${b.shape.join(', ')}] for ${N} outputs`);
     const out = this.act([T, N]);
     if (T > 0) {
       this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => {
         if (!this.batchInvariant) {
           const chain = this.chainPlan(T, N, K, false);
-          if (chain) this.launchChain(chain, xs, ws, out, T, N, K);
-          else this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream);
+          if (chain) this.launchChain(chain, xs, ws, out, T, N, K, b);
+          else this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream, b?.ptr ?? 0n);
           return;
         }
         const plan = planGemmRows(T, N, K);
-        this.device.launch('gemm_rows.cu', plan.kernel, plan.grid, plan.block,
-          [ptr(xs.ptr), ptr(ws.ptr), ptr(out.ptr), i32(T), i32(N), i32(K), i32(plan.sliceChunks)], plan.sharedBytes);
+        this.device.launch('gemm_rows.cu', plan.kernel, plan.grid, plan.block, [ptr(xs.ptr), ptr(ws.ptr),
+          ptr(out.ptr), ptr(b?.ptr ?? 0n), i32(T), i32(N), i32(K), i32(plan.sliceChunks)], plan.sharedBytes);
       });
     }
     return out;
@@ -555,7 +557,7 @@ export class CudaBackend implements Backend {
     const D = spec.rope.headDim;
     const shape = { hidden: spec.hidden, inter: spec.inter, numHeads: spec.numHeads, numKvHeads: spec.numKvHeads, headDim: D };
     const first = layers[0];
-    if (!first || (first.qNorm === null) !== (first.kNorm === null)) return null;
+    if (!first || (first.qNorm === null) !== (first.kNorm === null) || first.qkvBias || first.oBias) return null;
     const plan = this.fused.plan(shape);
     if (!plan) return null;
     if (this.capturing && !this.fused.holds(layers, this.kvGeneration)) {
@@ -596,10 +598,10 @@ export class CudaBackend implements Backend {
   }
 
   private launchChain(plan: ChainGemmLaunch, x: CudaTensor, w: CudaTensor, out: CudaTensor, T: number, N: number,
-    K: number): void {
+    K: number, bias: CudaTensor | null = null): void {
     this.numChainGemms++;
     this.device.launch('gemm_chain.cu', plan.kernel, plan.grid, plan.block,
-      [ptr(x.ptr), ptr(w.ptr), ptr(out.ptr), i32(T), i32(N), i32(K)], plan.sharedBytes, true);
+      [ptr(x.ptr), ptr(w.ptr), ptr(out.ptr), ptr(bias?.ptr ?? 0n), i32(T), i32(N), i32(K)], plan.sharedBytes, true);
   }
 
   /** silu(x gate^T) * (x up^T) for gateUp [2I, K] (gate rows first): one chain kernel for a few tokens. */

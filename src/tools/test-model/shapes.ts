@@ -44,7 +44,45 @@ const TINY_SHAPES: Record<string, HfConfig> = {
     attention_bias: false,
     mlp_bias: false,
   },
+  // q, k and v biases; the sliding window named but off, as in Qwen2.5's configs
+  'tiny-qwen2': {
+    architectures: ['Qwen2ForCausalLM'],
+    model_type: 'qwen2',
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    vocab_size: 512,
+    max_position_embeddings: 4096,
+    rope_theta: 1000000,
+    rms_norm_eps: 1e-6,
+    tie_word_embeddings: true,
+    hidden_act: 'silu',
+    use_sliding_window: false,
+    sliding_window: 4096,
+    max_window_layers: 2,
+  },
+  'tiny-mistral': {
+    architectures: ['MistralForCausalLM'],
+    model_type: 'mistral',
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 16,
+    vocab_size: 512,
+    max_position_embeddings: 4096,
+    rope_theta: 1000000,
+    rms_norm_eps: 1e-5,
+    tie_word_embeddings: false,
+    hidden_act: 'silu',
+    sliding_window: null,
+  },
 };
+// Llama with attention_bias: q, k, v and o biases
+TINY_SHAPES['tiny-llama-bias'] = { ...TINY_SHAPES['tiny-llama'], attention_bias: true };
 
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));
@@ -100,6 +138,9 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec
   const headDim = (config.head_dim ?? hidden / numHeads) as number;
   const vocab = num(config, 'vocab_size');
   const qkNorm = config.model_type === 'qwen3' || config.model_type === 'qwen3_moe';
+  // Qwen2: q, k, v biases; Llama and Qwen3 with attention_bias: q, k, v, o; Mistral: none
+  const qkvBias = config.model_type === 'qwen2' || (config.model_type !== 'mistral' && config.attention_bias === true);
+  const oBias = qkvBias && config.model_type !== 'qwen2';
   const specs: TensorSpec[] = [];
   const add = (name: string, shape: number[]): void => void specs.push({ name, dtype, shape });
   add('model.embed_tokens.weight', [vocab, hidden]);
@@ -122,11 +163,15 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec
       add(`${p}.mlp.up_proj.weight`, [inter, hidden]);
     }
     add(`${p}.post_attention_layernorm.weight`, [hidden]);
+    if (qkvBias) add(`${p}.self_attn.k_proj.bias`, [numKvHeads * headDim]);
     add(`${p}.self_attn.k_proj.weight`, [numKvHeads * headDim, hidden]);
     if (qkNorm) add(`${p}.self_attn.k_norm.weight`, [headDim]);
+    if (oBias) add(`${p}.self_attn.o_proj.bias`, [hidden]);
     add(`${p}.self_attn.o_proj.weight`, [hidden, numHeads * headDim]);
+    if (qkvBias) add(`${p}.self_attn.q_proj.bias`, [numHeads * headDim]);
     add(`${p}.self_attn.q_proj.weight`, [numHeads * headDim, hidden]);
     if (qkNorm) add(`${p}.self_attn.q_norm.weight`, [headDim]);
+    if (qkvBias) add(`${p}.self_attn.v_proj.bias`, [numKvHeads * headDim]);
     add(`${p}.self_attn.v_proj.weight`, [numKvHeads * headDim, hidden]);
   }
   add('model.norm.weight', [hidden]);

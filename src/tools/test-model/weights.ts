@@ -12,9 +12,10 @@ const TABLE_BITS = 16;
 const TABLE_SIZE = 1 << TABLE_BITS;
 const CHUNK_ELEMENTS = 1 << 22;
 
-/** Norm weights sit near 1, everything else is a linear or embedding init. */
+/** Norm weights sit near 1, biases are large enough to matter (as Qwen2's are), the rest a linear init. */
 export function initFor(name: string, linearStd: number): WeightInit {
-  return name.endsWith('norm.weight') ? { mean: 1, std: 0.05 } : { mean: 0, std: linearStd };
+  if (name.endsWith('norm.weight')) return { mean: 1, std: 0.05 };
+  return name.endsWith('.bias') ? { mean: 0, std: 0.5 } : { mean: 0, std: linearStd };
 }
 
 /*

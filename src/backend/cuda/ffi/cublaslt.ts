@@ -19,6 +19,9 @@ export const CUBLAS_OP_N = 0;
 export const CUBLAS_OP_T = 1;
 export const CUBLASLT_MATMUL_DESC_TRANSA = 3;
 export const CUBLASLT_MATMUL_DESC_TRANSB = 4;
+export const CUBLASLT_MATMUL_DESC_EPILOGUE = 7;
+export const CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8;
+export const CUBLASLT_EPILOGUE_BIAS = 4;
 export const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
 export const HEURISTIC_RESULT_BYTES = 96;
@@ -97,11 +100,17 @@ interface GemmPlan {
   algo: Uint8Array;
 }
 
-/** bf16 GEMMs y = x w^T on one stream, with layouts and heuristic algo cached per (T, N, K). */
+/**
+ * bf16 GEMMs y = x w^T (+ a bias per output column of w, added in fp32 before the rounding: the BIAS epilogue) on one
+ * stream, with layouts and heuristic algo cached per (T, N, K, bias or not).
+ */
 export class Gemm {
   private readonly api = cublasLtApi();
   private readonly handle: Handle;
   private readonly desc: Handle;
+  /** The same, with the BIAS epilogue (its bias pointer set before each call). */
+  private readonly biasDesc: Handle;
+  private readonly biasPointer = new BigUint64Array(1);
   private readonly pref: Handle;
   private readonly plans = new Map<string, GemmPlan>();
   private readonly alpha = new Float32Array([1]);
@@ -111,16 +120,21 @@ export class Gemm {
     this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
     this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       'cublasLtMatmulDescCreate');
-    this.setDesc(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-    this.setDesc(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    this.biasDesc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      'cublasLtMatmulDescCreate');
+    for (const desc of [this.desc, this.biasDesc]) {
+      this.setDesc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+      this.setDesc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    }
+    this.setDesc(this.biasDesc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     this.pref = created((o) => this.api.cublasLtMatmulPreferenceCreate(o), 'cublasLtMatmulPreferenceCreate');
     const ws = new BigUint64Array([BigInt(workspaceBytes)]);
     checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
       ws, 8), 'cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)');
   }
 
-  private setDesc(attr: number, value: number): void {
-    checkCublas(this.api.cublasLtMatmulDescSetAttribute(this.desc, attr, new Int32Array([value]), 4),
+  private setDesc(desc: Handle, attr: number, value: number): void {
+    checkCublas(this.api.cublasLtMatmulDescSetAttribute(desc, attr, new Int32Array([value]), 4),
       `cublasLtMatmulDescSetAttribute(${attr})`);
   }
 
@@ -129,8 +143,8 @@ export class Gemm {
       'cublasLtMatrixLayoutCreate');
   }
 
-  private plan(T: number, N: number, K: number): GemmPlan {
-    const key = `${T},${N},${K}`;
+  private plan(T: number, N: number, K: number, desc: Handle): GemmPlan {
+    const key = `${T},${N},${K},${desc === this.biasDesc ? 'bias' : ''}`;
     const cached = this.plans.get(key);
     if (cached) return cached;
     const a = this.layout(K, N, K);
@@ -138,7 +152,7 @@ export class Gemm {
     const d = this.layout(N, T, N);
     const results = new Uint8Array(HEURISTIC_RESULT_BYTES);
     const numReturned: Out<number> = [0];
-    checkCublas(this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, this.desc, a, b, d, d, this.pref, 1,
+    checkCublas(this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, this.pref, 1,
       results, numReturned), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
     if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
     const plan = { a, b, d, algo: results.slice(0, ALGO_BYTES) };
@@ -146,10 +160,16 @@ export class Gemm {
     return plan;
   }
 
-  /** y[T, N] = x[T, K] * w[N, K]^T on `stream`. */
-  run(x: bigint, w: bigint, y: bigint, T: number, N: number, K: number, stream: Handle): void {
-    const p = this.plan(T, N, K);
-    checkCublas(this.api.cublasLtMatmul(this.handle, this.desc, this.alpha, w, p.a, x, p.b, this.beta, y, p.d, y, p.d,
+  /** y[T, N] = x[T, K] * w[N, K]^T (+ bias[N] where `bias` is not 0) on `stream`. */
+  run(x: bigint, w: bigint, y: bigint, T: number, N: number, K: number, stream: Handle, bias = 0n): void {
+    const desc = bias === 0n ? this.desc : this.biasDesc;
+    if (bias !== 0n) {
+      this.biasPointer[0] = bias;
+      checkCublas(this.api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, this.biasPointer, 8),
+        'cublasLtMatmulDescSetAttribute(BIAS_POINTER)');
+    }
+    const p = this.plan(T, N, K, desc);
+    checkCublas(this.api.cublasLtMatmul(this.handle, desc, this.alpha, w, p.a, x, p.b, this.beta, y, p.d, y, p.d,
       p.algo, this.workspace, this.workspaceBytes, stream), `cublasLtMatmul(T=${T}, N=${N}, K=${K})`);
   }
 
@@ -162,6 +182,7 @@ export class Gemm {
     this.plans.clear();
     this.api.cublasLtMatmulPreferenceDestroy(this.pref);
     this.api.cublasLtMatmulDescDestroy(this.desc);
+    this.api.cublasLtMatmulDescDestroy(this.biasDesc);
     this.api.cublasLtDestroy(this.handle);
   }
 }

@@ -9,7 +9,7 @@
 // stages of 64 k (16-byte pieces, XOR-swizzled by row), and takes fragments by ldmatrix. One warp a block: the
 // chain's length is K / 16 mma whatever the grid, so the grid is the N / 16 tiles spread over every SM.
 //
-//   gemm_chain:          y[T, N]
+//   gemm_chain:          y[T, N] (+ bias[N] before the rounding, where bias is not null)
 //   gemm_chain_silu_mul: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
 //                        gate_up GEMM and silu_mul of kernels/activation.cu in one: a warp runs the gate tile's and
 //                        the up tile's chains side by side)
@@ -127,7 +127,8 @@ __device__ __forceinline__ int frag_tok(int lane, int r) { return 2 * (lane & 3)
 
 template <int S, int P>
 __device__ __forceinline__ void gemm_chain(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
-                                           bf16_t* __restrict__ y, int T, int N, int K) {
+                                           bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
+                                           int K) {
   float c[1][4];
   const int row0 = blockIdx.x * 16;
   chain_tiles<1, S, P>(x, w, T, N, K, row0, 0, c);
@@ -135,13 +136,15 @@ __device__ __forceinline__ void gemm_chain(const bf16_t* __restrict__ x, const b
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
-    if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(c[0][r]);
+    if (row < N && tok < T)
+      y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? c[0][r] + to_float(bias[row]) : c[0][r]);
   }
 }
 
 template <int S, int P>
 __device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
-                                                    bf16_t* __restrict__ y, int T, int N, int K) {
+                                                    bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
+                                                    int K) {
   float c[2][4];
   const int inter = N / 2, row0 = blockIdx.x * 16;
   chain_tiles<2, S, P>(x, w, T, N, K, row0, inter, c);
@@ -160,13 +163,15 @@ __device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
 // session 15).
 #define CHAIN_STAGES 16
-#define CHAIN_ARGS const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K
+#define CHAIN_ARGS                                                                                          \
+  const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
+      int T, int N, int K
 #define CHAIN_KERNELS(suffix, P)                                                                  \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {               \
-    gemm_chain<CHAIN_STAGES, P>(x, w, y, T, N, K);                                                \
+    gemm_chain<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {      \
-    gemm_chain_silu_mul<CHAIN_STAGES, P>(x, w, y, T, N, K);                                       \
+    gemm_chain_silu_mul<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                       \
   }
 CHAIN_KERNELS(, 4)
 CHAIN_KERNELS(_p8, 8)

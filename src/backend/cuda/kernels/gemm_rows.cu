@@ -103,19 +103,19 @@ __device__ __forceinline__ void tile_rows(const bf16_t* x, const bf16_t* w, int 
   for (int nt = 0; nt < NT; nt++) xRow[nt] = x + (size_t)min(tok0 + nt * 8 + g, T - 1) * K;
 }
 
-/** Stores accumulator register r of tile (mt, nt) held by `lane`, if it falls inside y. */
-__device__ __forceinline__ void store_out(bf16_t* y, float v, int row0, int tok0, int mt, int nt, int r, int lane,
-                                          int T, int N) {
+/** Stores accumulator register r of tile (mt, nt) held by `lane` (plus its row's bias, if any), if inside y. */
+__device__ __forceinline__ void store_out(bf16_t* y, const bf16_t* bias, float v, int row0, int tok0, int mt, int nt,
+                                          int r, int lane, int T, int N) {
   const int row = row0 + mt * 16 + (lane >> 2) + ((r & 2) ? 8 : 0);
   const int tok = tok0 + nt * 8 + 2 * (lane & 3) + (r & 1);
-  if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(v);
+  if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? v + to_float(bias[row]) : v);
 }
 
 // grid (ceil(N / 16MT), ceil(T / 8NT)), block: warps sharing the tile; dynamic shared memory
 // numSlices * MT * NT * 4 * 32 floats.
 template <int MT, int NT, int PF>
 __device__ void gemm_rows_split(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
-                                int T, int N, int K, int sliceChunks) {
+                                const bf16_t* __restrict__ bias, int T, int N, int K, int sliceChunks) {
   extern __shared__ float partials[];
   constexpr int REGS = MT * NT * 4;
   const int lane = threadIdx.x & 31;
@@ -143,7 +143,7 @@ __device__ void gemm_rows_split(const bf16_t* __restrict__ x, const bf16_t* __re
     float sum = partials[e];
     for (int s = 1; s < numSlices; s++) sum = __fadd_rn(sum, partials[s * REGS * 32 + e]);
     const int i = e >> 5;
-    store_out(y, sum, row0, tok0, i / (NT * 4), (i >> 2) % NT, i & 3, e & 31, T, N);
+    store_out(y, bias, sum, row0, tok0, i / (NT * 4), (i >> 2) % NT, i & 3, e & 31, T, N);
   }
 }
 
@@ -173,7 +173,7 @@ __device__ __forceinline__ void each_acc(Fn fn) {
 // memory.
 template <int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM>
 __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
-                                int T, int N, int K, int sliceChunks) {
+                                const bf16_t* __restrict__ bias, int T, int N, int K, int sliceChunks) {
   constexpr int BM = WM * MT * 16;
   constexpr int BN = WN * NT * 8;
   constexpr int ROWS = BM + BN;
@@ -260,23 +260,24 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   }
   cp_async_wait<0>();
   each_acc<MT, NT>([&](int mt, int nt, int r) {
-    store_out(y, folded(mt, nt, r, numChunks <= sliceChunks), row0 + wm * MT * 16, tok0 + wn * NT * 8, mt, nt, r, lane,
-              T, N);
+    store_out(y, bias, folded(mt, nt, r, numChunks <= sliceChunks), row0 + wm * MT * 16, tok0 + wn * NT * 8, mt, nt,
+              r, lane, T, N);
   });
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define GEMM_ROWS_ARGS \
-  const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, int T, int N, int K, int sliceChunks
+  const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
+      int T, int N, int K, int sliceChunks
 #define INSTANTIATE_SPLIT(MT, NT, PF)                                                   \
   extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) { \
-    gemm_rows_split<MT, NT, PF>(x, w, y, T, N, K, sliceChunks);                          \
+    gemm_rows_split<MT, NT, PF>(x, w, y, bias, T, N, K, sliceChunks);                          \
   }
 
 #define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES, SMEM_SUM)                                                \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
       GEMM_ROWS_ARGS) {                                                                                      \
-    gemm_rows_tiled<WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, T, N, K, sliceChunks);                          \
+    gemm_rows_tiled<WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, bias, T, N, K, sliceChunks);                          \
   }
 
 INSTANTIATE_SPLIT(1, 1, 4)
