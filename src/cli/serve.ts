@@ -14,6 +14,7 @@ import { loadModelDir } from '../loader/model-dir.js';
 import { describeSamplingDefaults, parseGenerationOverride, samplingDefaults, type SamplingDefaults } from '../api/sampling-defaults.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { EngineOptions } from '../engine/options.js';
+import { defaultMaxModelLen } from '../model/rope.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -69,7 +70,7 @@ export function serveCommand(): Command {
       cmd.error(`quire serve: ${(e as Error).message}`);
     }
     const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
-    const maxModelLen = options.maxModelLen ?? dir.config.maxPositionEmbeddings;
+    const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
     const engine = new DeferredEngineClient();
     const apiKey = (flags.apiKey as string | undefined) ?? process.env.QUIRE_API_KEY;
     const server = createServer({

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { ModelLoadError, describeError } from './errors.js';
-import type { Architecture, DType, Llama3RopeScaling, ModelConfig } from './types.js';
+import type { Architecture, DType, ModelConfig, RopeScaling } from './types.js';
 
 const ARCHITECTURES: Record<string, Architecture> = {
   Qwen3ForCausalLM: 'qwen3',
@@ -77,7 +77,12 @@ function parseArchitecture(json: Json, r: FieldReader): Architecture {
   return arch;
 }
 
-function parseRopeScaling(raw: unknown, file: string): Llama3RopeScaling | null {
+/** HF's yarn get_mscale: 1 at or below scale 1. */
+function yarnMscale(scale: number, mscale = 1): number {
+  return scale <= 1 ? 1 : 0.1 * mscale * Math.log(scale) + 1;
+}
+
+function parseRopeScaling(raw: unknown, file: string, maxPositionEmbeddings: number): RopeScaling | null {
   if (raw === undefined || raw === null) return null;
   if (typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ModelLoadError(file, `field "rope_scaling" must be an object or null, got ${JSON.stringify(raw)}`);
@@ -85,11 +90,28 @@ function parseRopeScaling(raw: unknown, file: string): Llama3RopeScaling | null 
   const json = raw as Json;
   const ropeType = json.rope_type ?? json.type;
   if (ropeType === 'default') return null;
-  if (ropeType !== 'llama3') {
-    throw new ModelLoadError(file, `field "rope_scaling.rope_type" is ${JSON.stringify(ropeType)}, which is not supported (supported: llama3, default)`);
-  }
   const r = new FieldReader(json, file, 'rope_scaling.');
-  const scaling: Llama3RopeScaling = {
+  if (ropeType === 'linear') return { type: 'linear', factor: r.positiveNumber('factor') };
+  if (ropeType === 'yarn') {
+    // As vLLM: the factor is rope_scaling's (transformers derives it from max_position_embeddings instead when
+    // original_max_position_embeddings is given; the two agree where max_position_embeddings = factor x original).
+    const factor = r.positiveNumber('factor');
+    const mscale = r.has('mscale') ? r.positiveNumber('mscale') : 0;
+    const mscaleAllDim = r.has('mscale_all_dim') ? r.positiveNumber('mscale_all_dim') : 0;
+    const attentionFactor = r.has('attention_factor') ? r.positiveNumber('attention_factor')
+      : mscale && mscaleAllDim ? yarnMscale(factor, mscale) / yarnMscale(factor, mscaleAllDim) : yarnMscale(factor);
+    return {
+      type: 'yarn', factor, attentionFactor,
+      originalMaxPositionEmbeddings: r.positiveInt('original_max_position_embeddings', maxPositionEmbeddings),
+      betaFast: r.positiveNumber('beta_fast', 32),
+      betaSlow: r.positiveNumber('beta_slow', 1),
+      truncate: r.boolean('truncate', true),
+    };
+  }
+  if (ropeType !== 'llama3') {
+    throw new ModelLoadError(file, `field "rope_scaling.rope_type" is ${JSON.stringify(ropeType)}, which is not supported (supported: llama3, yarn, linear, default)`);
+  }
+  const scaling: RopeScaling = {
     type: 'llama3',
     factor: r.positiveNumber('factor'),
     lowFreqFactor: r.positiveNumber('low_freq_factor'),
@@ -154,6 +176,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   const attentionBias = architecture === 'qwen2' || (architecture !== 'mistral' && r.boolean('attention_bias', false));
   if (r.boolean('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
   checkSlidingWindow(obj, architecture, r);
+  const maxPositionEmbeddings = r.positiveInt('max_position_embeddings');
   const act = obj.hidden_act;
   if (act !== undefined && act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only silu is supported`);
   return {
@@ -165,10 +188,10 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     numHeads,
     numKvHeads,
     headDim,
-    maxPositionEmbeddings: r.positiveInt('max_position_embeddings'),
+    maxPositionEmbeddings,
     rmsNormEps: r.positiveNumber('rms_norm_eps', 1e-6),
     ropeTheta: r.positiveNumber('rope_theta', 10000),
-    ropeScaling: parseRopeScaling(obj.rope_scaling, file),
+    ropeScaling: parseRopeScaling(obj.rope_scaling, file, maxPositionEmbeddings),
     tieWordEmbeddings: r.boolean('tie_word_embeddings', false),
     qkNorm: architecture === 'qwen3',
     qkvBias: attentionBias,

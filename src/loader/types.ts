@@ -12,6 +12,26 @@ export interface Llama3RopeScaling {
   originalMaxPositionEmbeddings: number;
 }
 
+/** Position interpolation: every frequency divided by factor (Llama 2 long-context fine-tunes). */
+export interface LinearRopeScaling {
+  type: 'linear';
+  factor: number;
+}
+
+/** YaRN (Qwen3 and Qwen2.5 past 32K): frequencies blended between interpolation and extrapolation, q and k scaled. */
+export interface YarnRopeScaling {
+  type: 'yarn';
+  factor: number;
+  originalMaxPositionEmbeddings: number;
+  betaFast: number;
+  betaSlow: number;
+  /** Multiplies the rotated q and k (so the attention scores by its square). */
+  attentionFactor: number;
+  truncate: boolean;
+}
+
+export type RopeScaling = Llama3RopeScaling | LinearRopeScaling | YarnRopeScaling;
+
 /** config.json normalised: every field the forward pass needs, nothing optional. */
 export interface ModelConfig {
   architecture: Architecture;
@@ -25,7 +45,7 @@ export interface ModelConfig {
   maxPositionEmbeddings: number;
   rmsNormEps: number;
   ropeTheta: number;
-  ropeScaling: Llama3RopeScaling | null;
+  ropeScaling: RopeScaling | null;
   tieWordEmbeddings: boolean;
   /** Qwen3: per-head RMSNorm on q and k before RoPE. */
   qkNorm: boolean;

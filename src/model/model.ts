@@ -10,7 +10,7 @@
 import type { Backend, LayerSpec, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
-import { ropeInvFreq } from './rope.js';
+import { ropeAttentionFactor, ropeInvFreq } from './rope.js';
 import { loadWeights, type ModelWeights } from './weights.js';
 
 export class Model {
@@ -24,7 +24,8 @@ export class Model {
     readonly backend: Backend,
   ) {
     this.rope = { headDim: config.headDim, invFreq: ropeInvFreq(config) };
-    this.scale = 1 / Math.sqrt(config.headDim);
+    // YaRN scales the rotated q and k by its attention factor: the scores by its square, folded in here
+    this.scale = ropeAttentionFactor(config) ** 2 / Math.sqrt(config.headDim);
     this.layerSpec = { hidden: config.hiddenSize, inter: config.intermediateSize, numHeads: config.numHeads,
       numKvHeads: config.numKvHeads, eps: config.rmsNormEps, scale: this.scale, rope: this.rope };
   }

@@ -1,7 +1,7 @@
-// Rotary position embedding: inverse frequencies (default and Llama 3 scaling, as
+// Rotary position embedding: inverse frequencies (default, and Llama 3, linear and YaRN scaling, as
 // Hugging Face computes them) and the neox half-split rotation as a reference.
 
-import type { Llama3RopeScaling, ModelConfig } from '../loader/types.js';
+import type { Llama3RopeScaling, ModelConfig, YarnRopeScaling } from '../loader/types.js';
 
 /** inv_freq[i] = 1 / theta^(2i / headDim), i < headDim / 2, in f32 like torch. */
 export function defaultInvFreq(headDim: number, theta: number): Float32Array {
@@ -35,9 +35,44 @@ export function llama3InvFreq(invFreq: Float32Array, s: Llama3RopeScaling): Floa
   return out;
 }
 
+/**
+ * Hugging Face `_compute_yarn_parameters`: dimensions that turn fewer than beta_slow times over the original
+ * context are interpolated (divided by factor), more than beta_fast extrapolated (kept), a linear ramp between.
+ */
+export function yarnInvFreq(headDim: number, theta: number, s: YarnRopeScaling): Float32Array {
+  const fr = Math.fround;
+  const half = headDim / 2;
+  const correctionDim = (rotations: number): number =>
+    (headDim * Math.log(s.originalMaxPositionEmbeddings / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
+  let low = correctionDim(s.betaFast);
+  let high = correctionDim(s.betaSlow);
+  if (s.truncate) [low, high] = [Math.floor(low), Math.ceil(high)];
+  low = Math.max(low, 0);
+  high = Math.min(high, headDim - 1);
+  if (low === high) high += 0.001;
+  const out = new Float32Array(half);
+  for (let i = 0; i < half; i++) {
+    const posFreq = fr(theta ** fr(fr(2 * i) / headDim));
+    const extrapolation = fr(1 / posFreq);
+    const interpolation = fr(1 / fr(s.factor * posFreq));
+    const ramp = Math.min(1, Math.max(0, fr(fr(i - low) / fr(high - low))));
+    const extrapolationFactor = fr(1 - ramp);
+    out[i] = fr(fr(interpolation * fr(1 - extrapolationFactor)) + fr(extrapolation * extrapolationFactor));
+  }
+  return out;
+}
+
 export function ropeInvFreq(config: ModelConfig): Float32Array {
+  const s = config.ropeScaling;
+  if (s?.type === 'yarn') return yarnInvFreq(config.headDim, config.ropeTheta, s);
   const invFreq = defaultInvFreq(config.headDim, config.ropeTheta);
-  return config.ropeScaling ? llama3InvFreq(invFreq, config.ropeScaling) : invFreq;
+  if (s?.type === 'linear') return invFreq.map((f) => f / s.factor);
+  return s ? llama3InvFreq(invFreq, s) : invFreq;
+}
+
+/** What the rotated q and k are multiplied by (YaRN's attention factor; 1 otherwise). */
+export function ropeAttentionFactor(config: ModelConfig): number {
+  return config.ropeScaling?.type === 'yarn' ? config.ropeScaling.attentionFactor : 1;
 }
 
 /** HF `x * cos + rotate_half(x) * sin` for one head at `position`; returns a new array. */
@@ -52,4 +87,15 @@ export function rotateHalf(x: Float32Array, position: number, invFreq: Float32Ar
     out[i + half] = x[i + half]! * c + x[i]! * s;
   }
   return out;
+}
+
+/**
+ * The context a model takes when --max-model-len is not given, as vLLM derives it: max_position_embeddings, times
+ * the factor of linear scaling; YaRN's original context times its factor (llama3 scaling is in the config already).
+ */
+export function defaultMaxModelLen(config: ModelConfig): number {
+  const s = config.ropeScaling;
+  if (s?.type === 'yarn') return Math.floor(s.originalMaxPositionEmbeddings * s.factor);
+  if (s?.type === 'linear') return Math.floor(config.maxPositionEmbeddings * s.factor);
+  return config.maxPositionEmbeddings;
 }

@@ -23,7 +23,9 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
 
   // qwen2: q, k, v biases; llama + biases: attention_bias (q, k, v and o)
   for (const [family, arch, biases] of [['qwen3', 'qwen3', {}], ['llama', 'llama', {}], ['qwen2', 'qwen2', {}],
-    ['llama + biases', 'llama', { qkvBias: true, oBias: true }]] as const) {
+    ['llama + biases', 'llama', { qkvBias: true, oBias: true }],
+    ['qwen3 + yarn', 'qwen3', { ropeScaling: { type: 'yarn', factor: 4, originalMaxPositionEmbeddings: 64, betaFast: 32,
+      betaSlow: 1, attentionFactor: 1.25, truncate: true } }]] as const) {
     test(`${family}: prefill and decode logits match the CPU backend`, () => {
       const config = tinyConfig(arch, { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
         numKvHeads: 2, headDim: 64, vocabSize: 500, ...biases });

@@ -95,11 +95,27 @@ test('qwen2, mistral and attention_bias: biases where transformers puts them, sl
   assert.equal(parseModelConfig({ ...qwen2, architectures: undefined }, 'c').architecture, 'qwen2');
 });
 
+test('yarn (as Qwen3 and Qwen2.5 document it) and linear rope scaling', () => {
+  const c = parseModelConfig({ ...shapes['qwen3-8b'], rope_scaling: { rope_type: 'yarn', factor: 4.0,
+    original_max_position_embeddings: 32768 } }, 'config.json');
+  assert.deepEqual(c.ropeScaling, { type: 'yarn', factor: 4, originalMaxPositionEmbeddings: 32768, betaFast: 32,
+    betaSlow: 1, attentionFactor: 0.1 * Math.log(4) + 1, truncate: true });
+  const deepseek = parseModelConfig({ ...shapes['qwen3-8b'], rope_scaling: { type: 'yarn', factor: 40, mscale: 1,
+    mscale_all_dim: 1, beta_fast: 16, beta_slow: 2 } }, 'config.json').ropeScaling;
+  assert.deepEqual(deepseek, { type: 'yarn', factor: 40, originalMaxPositionEmbeddings: 40960, betaFast: 16, betaSlow: 2,
+    attentionFactor: 1, truncate: true });
+  const given = parseModelConfig({ ...shapes['qwen3-8b'], rope_scaling: { type: 'yarn', factor: 2, attention_factor: 1.5 } }, 'c');
+  assert.equal(given.ropeScaling?.type === 'yarn' && given.ropeScaling.attentionFactor, 1.5);
+  assert.deepEqual(parseModelConfig({ ...shapes['llama-3.2-1b'], rope_scaling: { type: 'linear', factor: 2 } }, 'c').ropeScaling,
+    { type: 'linear', factor: 2 });
+});
+
 test('unknown architecture or rope type: error names the file and field', () => {
   configError({ ...shapes['qwen3-8b'], architectures: ['GemmaForCausalLM'] }, '"architectures"', 'GemmaForCausalLM', 'not supported');
   configError(shapes['qwen3-30b-a3b'], 'Qwen3MoeForCausalLM');
   configError({ ...shapes['qwen3-8b'], architectures: undefined, model_type: undefined }, '"architectures" is missing');
-  configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'yarn', factor: 4 } }, '"rope_scaling.rope_type"', 'yarn');
+  configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'dynamic', factor: 4 } }, '"rope_scaling.rope_type"', 'dynamic');
+  configError({ ...shapes['qwen3-8b'], rope_scaling: { rope_type: 'yarn' } }, '"rope_scaling.factor" is missing');
   configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'llama3', factor: 8 } }, '"rope_scaling.low_freq_factor" is missing');
 });
 

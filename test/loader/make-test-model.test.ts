@@ -82,6 +82,8 @@ test('every shape has HF tensor names; bench shapes match their public parameter
 test('tiny-llama rope scaling changes some frequencies and keeps others', () => {
   const c = parseModelConfig(testModelShapes()['tiny-llama'], 'config.json');
   const s = c.ropeScaling!;
+  assert.equal(s.type, 'llama3');
+  if (s.type !== 'llama3') return;
   const wavelens = Array.from({ length: c.headDim / 2 }, (_, i) => 2 * Math.PI * c.ropeTheta ** ((2 * i) / c.headDim));
   const highFreqWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
   const lowFreqWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;

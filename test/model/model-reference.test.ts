@@ -4,7 +4,7 @@ import { bytesToF32 } from '../../src/loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../../src/loader/types.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource, seededRandom, tinyConfig } from '../../src/model/random-weights.js';
-import { ropeInvFreq, rotateHalf } from '../../src/model/rope.js';
+import { ropeAttentionFactor, ropeInvFreq, rotateHalf } from '../../src/model/rope.js';
 import { assertClose } from '../backend/helpers.js';
 import { runSteps } from './helpers.js';
 
@@ -35,7 +35,8 @@ function referenceLogits(c: ModelConfig, src: WeightSource, ids: number[]): numb
   for (let l = 0; l < c.numLayers; l++) {
     const p = `model.layers.${l}.`;
     const rope = (hs: number[][], pos: number, norm: Float32Array | null): number[][] =>
-      hs.map((h) => [...rotateHalf(Float32Array.from(norm ? rms(h, norm, c.rmsNormEps) : h), pos, invFreq)]);
+      hs.map((h) => [...rotateHalf(Float32Array.from(norm ? rms(h, norm, c.rmsNormEps) : h), pos, invFreq)]
+        .map((v) => v * ropeAttentionFactor(c)));
     const qn = c.qkNorm ? W(`${p}self_attn.q_norm.weight`) : null;
     const kn = c.qkNorm ? W(`${p}self_attn.k_norm.weight`) : null;
     const hIn = x.map((r) => rms(r, W(`${p}input_layernorm.weight`), c.rmsNormEps));
@@ -67,9 +68,11 @@ function referenceLogits(c: ModelConfig, src: WeightSource, ids: number[]): numb
 }
 
 const configs = [tinyConfig('qwen3'), tinyConfig('llama'), tinyConfig('qwen2'),
-  tinyConfig('llama', { qkvBias: true, oBias: true })];
+  tinyConfig('llama', { qkvBias: true, oBias: true }),
+  tinyConfig('qwen3', { ropeScaling: { type: 'yarn', factor: 4, originalMaxPositionEmbeddings: 64, betaFast: 32, betaSlow: 1,
+    attentionFactor: 1.25, truncate: true } })];
 for (const [config, kernel] of configs.flatMap((c) => (['js', 'wasm'] as const).map((k) => [c, k] as const))) {
-  const name = `${config.architecture}${config.oBias ? ' with attention biases' : ''}`;
+  const name = `${config.architecture}${config.oBias ? ' with attention biases' : ''}${config.ropeScaling?.type === 'yarn' ? ' with yarn' : ''}`;
   test(`${name}, ${kernel} kernel: forward matches a dense double-precision reference`, () => {
     const backend = backends[kernel];
     const src = randomWeightSource(config, { seed: 3 });

@@ -83,6 +83,12 @@ const TINY_SHAPES: Record<string, HfConfig> = {
 };
 // Llama with attention_bias: q, k, v and o biases
 TINY_SHAPES['tiny-llama-bias'] = { ...TINY_SHAPES['tiny-llama'], attention_bias: true };
+// YaRN as Qwen documents it for long contexts; max_position_embeddings = factor x original, where transformers'
+// factor (their ratio) and vLLM's (rope_scaling.factor) agree. A small original context puts the ramp mid-head.
+TINY_SHAPES['tiny-qwen3-yarn'] = { ...TINY_SHAPES['tiny-qwen3'], max_position_embeddings: 4096,
+  rope_scaling: { rope_type: 'yarn', factor: 4.0, original_max_position_embeddings: 1024 } };
+// position interpolation (Llama 2 long-context fine-tunes)
+TINY_SHAPES['tiny-llama-linear'] = { ...TINY_SHAPES['tiny-llama'], rope_scaling: { rope_type: 'linear', factor: 2.0 } };
 
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));
