@@ -20,6 +20,20 @@ function num(name: string) {
   };
 }
 
+/** --hf-overrides: a JSON object (its fields replace config.json's top-level ones). */
+function hfOverrides(v: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(v);
+  } catch (e) {
+    throw new InvalidArgumentError(`--hf-overrides: not JSON (${(e as Error).message})`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new InvalidArgumentError('--hf-overrides: expected a JSON object of config.json fields');
+  }
+  return parsed as Record<string, unknown>;
+}
+
 /**
  * vLLM flags that name what Quire always does, accepted with that value so vLLM command lines run unchanged, and
  * refused with the reason for any other.
@@ -69,7 +83,9 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--profile', 'CUDA: time every op (graph replays through event-record nodes); print one table per step shape to stderr', false)
     .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
     .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)
-    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int('--cpu-threads'), 0);
+    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int('--cpu-threads'), 0)
+    .option('--hf-overrides <json>', 'as vLLM: a JSON object whose fields replace config.json\'s, e.g. \'{"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}\'',
+      hfOverrides);
 }
 
 export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOptions {
@@ -93,6 +109,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     seed: f.seed as number,
     schedulerTrace: f.schedulerTrace as boolean,
     cpuThreads: f.cpuThreads as number,
+    hfOverrides: (f.hfOverrides as Record<string, unknown> | undefined) ?? null,
   });
   if (f.maxNumSeqs !== undefined) o.maxNumSeqs = f.maxNumSeqs as number;
   return o;

@@ -505,7 +505,7 @@ export function graphBuckets(maxNumSeqs: number): number[] {
 /** Loads the model directory, picks and sizes the backend, and builds the engine core. */
 export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
   const t0 = performance.now();
-  const dir = loaded ?? loadModelDir(given.model);
+  const dir = loaded ?? loadModelDir(given.model, given.hfOverrides);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);

@@ -14,7 +14,7 @@ export interface EngineOptions {
   /** Token budget per step; null: vLLM's default for the device and the usage context (defaultMaxNumBatchedTokens). */
   maxNumBatchedTokens: number | null;
   usageContext: UsageContext;
-  /** Context length served; defaults to the model's max_position_embeddings. */
+  /** Context length served; defaults to the model's (defaultMaxModelLen: max_position_embeddings, or as its RoPE scaling stretches it). */
   maxModelLen: number | null;
   enablePrefixCaching: boolean;
   /** Prompts longer than a step's budget are prefilled over several steps (vLLM's --enable-chunked-prefill). */
@@ -44,6 +44,8 @@ export interface EngineOptions {
   schedulerTrace: boolean;
   /** Threads the CPU backend splits matmuls across (0 = every core). */
   cpuThreads: number;
+  /** Top-level config.json fields replaced before the model is read (vLLM's --hf-overrides), e.g. rope_scaling. */
+  hfOverrides: Record<string, unknown> | null;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -70,6 +72,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     seed: 0,
     schedulerTrace: false,
     cpuThreads: 0,
+    hfOverrides: null,
     ...o,
   };
 }

@@ -200,12 +200,15 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   };
 }
 
-export function loadModelConfig(file: string): ModelConfig {
+/** config.json, with `overrides`' fields in place of its own (vLLM's --hf-overrides), -> ModelConfig. */
+export function loadModelConfig(file: string, overrides: Record<string, unknown> | null = null): ModelConfig {
   let json: unknown;
   try {
     json = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
     throw new ModelLoadError(file, `cannot read: ${describeError(err)}`, { cause: err });
   }
-  return parseModelConfig(json, file);
+  if (!overrides) return parseModelConfig(json, file);
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) return parseModelConfig(json, file);
+  return parseModelConfig({ ...json, ...overrides }, `${file} with --hf-overrides`);
 }

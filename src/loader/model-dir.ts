@@ -35,14 +35,15 @@ function readChatTemplate(dir: string, fromConfig: unknown): string | null {
 }
 
 /** A Hugging Face model directory: config.json, tokenizer files, safetensors weights, generation_config.json. */
-export function loadModelDir(dirArg: string): ModelDir {
+/** `hfOverrides`: fields that replace config.json's (vLLM's --hf-overrides). */
+export function loadModelDir(dirArg: string, hfOverrides: Record<string, unknown> | null = null): ModelDir {
   const dir = resolve(dirArg);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new ModelLoadError(dir, `model directory ${dir} not found`);
   for (const required of ['config.json', 'tokenizer.json']) {
     const file = join(dir, required);
     if (!existsSync(file)) throw new ModelLoadError(file, `file not found in ${dir}`);
   }
-  const config = loadModelConfig(join(dir, 'config.json'));
+  const config = loadModelConfig(join(dir, 'config.json'), hfOverrides);
   const weights = openWeights(dir);
   const tokenizer = loadTokenizer(dir);
   const tokenizerConfigFile = join(dir, 'tokenizer_config.json');

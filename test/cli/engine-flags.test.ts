@@ -62,3 +62,11 @@ test('--no-enable-chunked-prefill and --long-prefill-token-threshold reach the s
   assert.equal(d.enableChunkedPrefill, true);
   assert.equal(d.longPrefillTokenThreshold, 0);
 });
+
+test('--hf-overrides takes a JSON object; anything else is refused naming the flag', () => {
+  const o = engineOptionsFromFlags(parse(['--model', '/m', '--hf-overrides', '{"rope_scaling": {"rope_type": "yarn", "factor": 4}}']));
+  assert.deepEqual(o.hfOverrides, { rope_scaling: { rope_type: 'yarn', factor: 4 } });
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).hfOverrides, null);
+  assert.throws(() => parse(['--model', '/m', '--hf-overrides', '{rope']), /--hf-overrides: not JSON/);
+  assert.throws(() => parse(['--model', '/m', '--hf-overrides', '[1]']), /--hf-overrides: expected a JSON object/);
+});

@@ -44,6 +44,24 @@ test('the engine reports the budget in effect', async () => {
   }
 });
 
+test('--hf-overrides replaces config.json fields: yarn scaling, and the context it derives (as vLLM)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-hfo-'));
+  try {
+    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 0 });
+    const plain = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1 }));
+    assert.equal(plain.info.maxModelLen, 4096, 'max_position_embeddings');
+    plain.dispose();
+    const yarn = { rope_scaling: { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 2048 } };
+    const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, hfOverrides: yarn }));
+    assert.equal(core.info.maxModelLen, 8192, 'original x factor');
+    core.dispose();
+    await assert.rejects(createEngineCore(engineOptions({ model: dir, backend: 'cpu', hfOverrides: { rope_scaling: { rope_type: 'dynamic' } } })),
+      /config\.json with --hf-overrides: field "rope_scaling\.rope_type" is "dynamic"/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('chunked prefill off: a budget under max_model_len is refused at start-up; with room, a prompt runs in one step', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'quire-nochunk-'));
   try {
