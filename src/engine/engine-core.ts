@@ -22,7 +22,7 @@ import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
-import { defaultMaxModelLen } from '../model/rope.js';
+import { defaultMaxModelLen, maxModelLenCap } from '../model/rope.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, TokenLogprob } from './types.js';
 
 type EngineReq = Request<SequenceSamplingState>;
@@ -510,6 +510,11 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
+  if (maxModelLen > maxModelLenCap(dir.config)) {
+    backend.dispose();
+    throw new Error(`max_model_len (${maxModelLen}) is longer than the model's sliding window (${dir.config.slidingWindow} tokens): `
+      + `Quire computes full attention, which is the model's only within the window; pass --max-model-len ${dir.config.slidingWindow} or less`);
+  }
   if (!options.enableChunkedPrefill && options.maxNumBatchedTokens < maxModelLen) {
     backend.dispose();
     throw new Error(`max_num_batched_tokens (${options.maxNumBatchedTokens}) is smaller than max_model_len (${maxModelLen}): `

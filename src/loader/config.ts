@@ -7,9 +7,10 @@ const ARCHITECTURES: Record<string, Architecture> = {
   Qwen2ForCausalLM: 'qwen2',
   LlamaForCausalLM: 'llama',
   MistralForCausalLM: 'mistral',
+  Phi3ForCausalLM: 'phi3',
 };
 
-const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral' };
+const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral', phi3: 'phi3' };
 
 const DTYPES: Record<string, DType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
 
@@ -135,18 +136,12 @@ function parseDType(json: Json, r: FieldReader): DType {
 }
 
 /**
- * Sliding-window attention is not implemented: Qwen2 and Qwen3 configs name a window but use it only with
- * use_sliding_window; Mistral's applies whenever set (v0.1's 4,096; later versions have none).
+ * The sliding window a config applies, or null: Qwen2 and Qwen3 name one but use it only with use_sliding_window;
+ * Mistral and Phi-3 whenever it is set. (Quire holds the context to it: ModelConfig.slidingWindow.)
  */
-function checkSlidingWindow(json: Json, architecture: Architecture, r: FieldReader): void {
-  const window = json.sliding_window;
-  if (architecture === 'mistral') {
-    if (window !== undefined && window !== null) {
-      r.fail('sliding_window', `is ${JSON.stringify(window)}; sliding-window attention is not supported (Mistral models without a window are)`);
-    }
-  } else if (r.boolean('use_sliding_window', false)) {
-    r.fail('use_sliding_window', 'is true; sliding-window attention is not supported');
-  }
+function slidingWindowOf(json: Json, architecture: Architecture, r: FieldReader): number | null {
+  if ((architecture === 'qwen2' || architecture === 'qwen3') && !r.boolean('use_sliding_window', false)) return null;
+  return r.has('sliding_window') ? r.positiveInt('sliding_window') : null;
 }
 
 /** config.json -> ModelConfig; file is only used in error messages. */
@@ -172,10 +167,13 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   }
   if (headDim % 2 !== 0) r.fail('head_dim', `(${headDim}) must be even for RoPE`);
   // As transformers: Qwen2 always has q, k and v biases (its config has no attention_bias), Llama and Qwen3 put
-  // attention_bias on q, k, v and o, Mistral has none.
-  const attentionBias = architecture === 'qwen2' || (architecture !== 'mistral' && r.boolean('attention_bias', false));
+  // attention_bias on q, k, v and o, Mistral and Phi-3 have none.
+  const attentionBias = architecture === 'qwen2' ||
+    ((architecture === 'llama' || architecture === 'qwen3') && r.boolean('attention_bias', false));
   if (r.boolean('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
-  checkSlidingWindow(obj, architecture, r);
+  if (r.has('partial_rotary_factor') && r.positiveNumber('partial_rotary_factor') !== 1) {
+    r.fail('partial_rotary_factor', `is ${JSON.stringify(obj.partial_rotary_factor)}; only a rotation of the whole head (1) is supported`);
+  }
   const maxPositionEmbeddings = r.positiveInt('max_position_embeddings');
   const act = obj.hidden_act;
   if (act !== undefined && act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only silu is supported`);
@@ -196,6 +194,8 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     qkNorm: architecture === 'qwen3',
     qkvBias: attentionBias,
     oBias: attentionBias && architecture !== 'qwen2',
+    slidingWindow: slidingWindowOf(obj, architecture, r),
+    fusedProjections: architecture === 'phi3',
     dtype: parseDType(obj, r),
   };
 }

@@ -2,7 +2,7 @@
 
 export type DType = 'bf16' | 'f16' | 'f32';
 
-export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral';
+export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3';
 
 export interface Llama3RopeScaling {
   type: 'llama3';
@@ -53,6 +53,13 @@ export interface ModelConfig {
   qkvBias: boolean;
   /** A bias on o (Llama and Mistral with attention_bias). */
   oBias: boolean;
+  /**
+   * Keys a query attends to at most (sliding-window attention), or null. Quire computes full attention, which is
+   * the same while every sequence fits the window: the context is held to it (defaultMaxModelLen, the engine's check).
+   */
+  slidingWindow: number | null;
+  /** Phi-3: q, k and v stored as one qkv_proj, gate and up as one gate_up_proj. */
+  fusedProjections: boolean;
   /** dtype the checkpoint declares (torch_dtype / dtype). */
   dtype: DType;
 }

@@ -91,11 +91,17 @@ export function rotateHalf(x: Float32Array, position: number, invFreq: Float32Ar
 
 /**
  * The context a model takes when --max-model-len is not given, as vLLM derives it: max_position_embeddings, times
- * the factor of linear scaling; YaRN's original context times its factor (llama3 scaling is in the config already).
+ * the factor of linear scaling; YaRN's original context times its factor (llama3 scaling is in the config already);
+ * at most a sliding window (maxModelLenCap).
  */
 export function defaultMaxModelLen(config: ModelConfig): number {
   const s = config.ropeScaling;
-  if (s?.type === 'yarn') return Math.floor(s.originalMaxPositionEmbeddings * s.factor);
-  if (s?.type === 'linear') return Math.floor(config.maxPositionEmbeddings * s.factor);
-  return config.maxPositionEmbeddings;
+  const derived = s?.type === 'yarn' ? Math.floor(s.originalMaxPositionEmbeddings * s.factor)
+    : s?.type === 'linear' ? Math.floor(config.maxPositionEmbeddings * s.factor) : config.maxPositionEmbeddings;
+  return Math.min(derived, maxModelLenCap(config));
+}
+
+/** The longest context Quire computes a model exactly: its sliding window (full attention is the same within it). */
+export function maxModelLenCap(config: ModelConfig): number {
+  return config.slidingWindow ?? Number.POSITIVE_INFINITY;
 }

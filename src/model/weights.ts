@@ -1,4 +1,4 @@
-// Hugging Face weight names (qwen3, qwen2, llama, mistral) -> backend tensors. q/k/v are fused
+// Hugging Face weight names (qwen3, qwen2, llama, mistral, phi3: stored fused already) -> backend tensors. q/k/v are fused
 // into one [(H + 2 KVH) D, hidden] weight and gate/up into one [2I, hidden]
 // weight at load time (rows concatenated, so the fused matmul's output row is
 // | q | k | v | and | gate | up |; q/k/v biases likewise). Every expected tensor is checked for
@@ -46,13 +46,17 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
   const out: ExpectedTensor[] = [{ name: 'model.embed_tokens.weight', shape: [c.vocabSize, hidden] }];
   for (let l = 0; l < c.numLayers; l++) {
     const p = layerPrefix(l);
-    out.push(
-      { name: `${p}input_layernorm.weight`, shape: [hidden] },
-      { name: `${p}self_attn.q_proj.weight`, shape: [qDim, hidden] },
-      { name: `${p}self_attn.k_proj.weight`, shape: [kvDim, hidden] },
-      { name: `${p}self_attn.v_proj.weight`, shape: [kvDim, hidden] },
-      { name: `${p}self_attn.o_proj.weight`, shape: [hidden, qDim] },
-    );
+    out.push({ name: `${p}input_layernorm.weight`, shape: [hidden] });
+    if (c.fusedProjections) {
+      out.push({ name: `${p}self_attn.qkv_proj.weight`, shape: [qDim + 2 * kvDim, hidden] });
+    } else {
+      out.push(
+        { name: `${p}self_attn.q_proj.weight`, shape: [qDim, hidden] },
+        { name: `${p}self_attn.k_proj.weight`, shape: [kvDim, hidden] },
+        { name: `${p}self_attn.v_proj.weight`, shape: [kvDim, hidden] },
+      );
+    }
+    out.push({ name: `${p}self_attn.o_proj.weight`, shape: [hidden, qDim] });
     if (c.qkvBias) {
       out.push(
         { name: `${p}self_attn.q_proj.bias`, shape: [qDim] },
@@ -67,12 +71,16 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
         { name: `${p}self_attn.k_norm.weight`, shape: [c.headDim] },
       );
     }
-    out.push(
-      { name: `${p}post_attention_layernorm.weight`, shape: [hidden] },
-      { name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, hidden] },
-      { name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, hidden] },
-      { name: `${p}mlp.down_proj.weight`, shape: [hidden, c.intermediateSize] },
-    );
+    out.push({ name: `${p}post_attention_layernorm.weight`, shape: [hidden] });
+    if (c.fusedProjections) {
+      out.push({ name: `${p}mlp.gate_up_proj.weight`, shape: [2 * c.intermediateSize, hidden] });
+    } else {
+      out.push(
+        { name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, hidden] },
+        { name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, hidden] },
+      );
+    }
+    out.push({ name: `${p}mlp.down_proj.weight`, shape: [hidden, c.intermediateSize] });
   }
   out.push({ name: 'model.norm.weight', shape: [hidden] });
   if (!c.tieWordEmbeddings) out.push({ name: 'lm_head.weight', shape: [c.vocabSize, hidden] });
@@ -129,8 +137,10 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
   for (let l = 0; l < config.numLayers; l++) {
     const p = layerPrefix(l);
     const attn = `${p}self_attn.`;
-    const qkv = upConcat(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.weight`));
-    const gateUp = upConcat(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => `${p}mlp.${n}.weight`));
+    const qkv = config.fusedProjections ? up(`${attn}qkv_proj.weight`)
+      : upConcat(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.weight`));
+    const gateUp = config.fusedProjections ? up(`${p}mlp.gate_up_proj.weight`)
+      : upConcat(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => `${p}mlp.${n}.weight`));
     const qkvBias = config.qkvBias
       ? upConcat(`${attn}qkv_proj.bias`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.bias`)) : null;
     layers.push({

@@ -62,6 +62,23 @@ test('--hf-overrides replaces config.json fields: yarn scaling, and the context 
   }
 });
 
+test('a sliding window holds the context: the default is the window, a longer --max-model-len is refused naming it', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-swa-'));
+  try {
+    await makeTestModel({ shape: 'tiny-phi3', outDir: dir, dtype: 'f32', seed: 0 });
+    const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1 }));
+    assert.equal(core.info.maxModelLen, 2047, 'sliding_window, under max_position_embeddings 4096');
+    core.dispose();
+    await assert.rejects(createEngineCore(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 4096 })),
+      /max_model_len \(4096\) is longer than the model's sliding window \(2047 tokens\).*--max-model-len 2047 or less/);
+    const windowed = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, maxModelLen: 1024 }));
+    assert.equal(windowed.info.maxModelLen, 1024);
+    windowed.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('chunked prefill off: a budget under max_model_len is refused at start-up; with room, a prompt runs in one step', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'quire-nochunk-'));
   try {

@@ -39,6 +39,8 @@ test('qwen3: every field normalised, qk norm on, head_dim given', () => {
     qkNorm: true,
     qkvBias: false,
     oBias: false,
+    slidingWindow: null,
+    fusedProjections: false,
     dtype: 'bf16',
   });
   assert.equal(parseModelConfig(shapes['qwen3-0.6b'], 'config.json').tieWordEmbeddings, true);
@@ -78,11 +80,12 @@ test('defaults: head_dim derived, kv heads = heads, tie false, dtype bf16, eps a
   assert.equal(parseModelConfig({ ...minimal, architectures: undefined, model_type: 'qwen3' }, 'c').architecture, 'qwen3');
 });
 
-test('qwen2, mistral and attention_bias: biases where transformers puts them, sliding windows refused', () => {
+test('qwen2, mistral, phi3 and attention_bias: biases where transformers puts them, sliding windows where they apply', () => {
   const qwen2 = { ...shapes['qwen3-0.6b'], architectures: ['Qwen2ForCausalLM'], model_type: 'qwen2', use_sliding_window: false, sliding_window: 32768 };
   const q = parseModelConfig(qwen2, 'config.json');
   assert.deepEqual([q.architecture, q.qkvBias, q.oBias, q.qkNorm], ['qwen2', true, false, false]);
-  configError({ ...qwen2, use_sliding_window: true }, '"use_sliding_window"', 'not supported');
+  assert.equal(q.slidingWindow, null, 'named, but use_sliding_window is off');
+  assert.equal(parseModelConfig({ ...qwen2, use_sliding_window: true }, 'c').slidingWindow, 32768);
   const llamaBias = parseModelConfig({ ...shapes['llama-3.2-1b'], attention_bias: true }, 'config.json');
   assert.deepEqual([llamaBias.qkvBias, llamaBias.oBias], [true, true]);
   const plain = parseModelConfig(shapes['llama-3.2-1b'], 'config.json');
@@ -90,7 +93,15 @@ test('qwen2, mistral and attention_bias: biases where transformers puts them, sl
   const mistral = { ...shapes['llama-3.2-1b'], rope_scaling: null, architectures: ['MistralForCausalLM'], model_type: 'mistral', sliding_window: null };
   const m = parseModelConfig({ ...mistral, attention_bias: true }, 'config.json');
   assert.deepEqual([m.architecture, m.qkvBias, m.oBias, m.qkNorm], ['mistral', false, false, false]);
-  configError({ ...mistral, sliding_window: 4096 }, '"sliding_window" is 4096', 'not supported');
+  assert.equal(m.slidingWindow, null);
+  assert.equal(parseModelConfig({ ...mistral, sliding_window: 4096 }, 'c').slidingWindow, 4096, 'Mistral 7B v0.1');
+  configError({ ...mistral, sliding_window: 0 }, '"sliding_window" must be a positive integer');
+  const phi3 = { ...mistral, architectures: ['Phi3ForCausalLM'], model_type: 'phi3', sliding_window: 2047 };
+  const p = parseModelConfig(phi3, 'c');
+  assert.deepEqual([p.architecture, p.fusedProjections, p.slidingWindow, p.qkvBias], ['phi3', true, 2047, false]);
+  assert.equal(m.fusedProjections, false);
+  configError({ ...phi3, partial_rotary_factor: 0.75 }, '"partial_rotary_factor" is 0.75', 'whole head');
+  assert.equal(parseModelConfig({ ...phi3, partial_rotary_factor: 1.0 }, 'c').architecture, 'phi3');
   assert.equal(parseModelConfig({ ...mistral, architectures: undefined }, 'c').architecture, 'mistral');
   assert.equal(parseModelConfig({ ...qwen2, architectures: undefined }, 'c').architecture, 'qwen2');
 });

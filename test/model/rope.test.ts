@@ -66,4 +66,5 @@ test('the default max model len follows the scaling as vLLM derives it', () => {
   assert.equal(defaultMaxModelLen(tinyConfig('llama', { maxPositionEmbeddings: 4096, ropeScaling: { type: 'linear', factor: 2 } })), 8192);
   assert.equal(defaultMaxModelLen(tinyConfig('llama', { maxPositionEmbeddings: 131072 })), 131072, 'llama3 scaling: as configured');
   assert.equal(defaultMaxModelLen(tinyConfig('qwen3', { maxPositionEmbeddings: 40960 })), 40960);
+  assert.equal(defaultMaxModelLen(tinyConfig('llama', { maxPositionEmbeddings: 32768, slidingWindow: 4096 })), 4096, 'a sliding window caps it');
 });

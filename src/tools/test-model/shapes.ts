@@ -87,6 +87,13 @@ TINY_SHAPES['tiny-llama-bias'] = { ...TINY_SHAPES['tiny-llama'], attention_bias:
 // factor (their ratio) and vLLM's (rope_scaling.factor) agree. A small original context puts the ramp mid-head.
 TINY_SHAPES['tiny-qwen3-yarn'] = { ...TINY_SHAPES['tiny-qwen3'], max_position_embeddings: 4096,
   rope_scaling: { rope_type: 'yarn', factor: 4.0, original_max_position_embeddings: 1024 } };
+// Phi-3 (q, k, v and gate, up stored fused) with Phi-3-mini-4k's kind of sliding window: full attention within it
+TINY_SHAPES['tiny-phi3'] = {
+  architectures: ['Phi3ForCausalLM'], model_type: 'phi3', hidden_size: 64, intermediate_size: 128,
+  num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512,
+  max_position_embeddings: 4096, original_max_position_embeddings: 4096, rope_theta: 10000, rms_norm_eps: 1e-5,
+  tie_word_embeddings: false, hidden_act: 'silu', sliding_window: 2047, rope_scaling: null, pad_token_id: null,
+};
 // position interpolation (Llama 2 long-context fine-tunes)
 TINY_SHAPES['tiny-llama-linear'] = { ...TINY_SHAPES['tiny-llama'], rope_scaling: { rope_type: 'linear', factor: 2.0 } };
 
@@ -150,6 +157,7 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec
   const specs: TensorSpec[] = [];
   const add = (name: string, shape: number[]): void => void specs.push({ name, dtype, shape });
   add('model.embed_tokens.weight', [vocab, hidden]);
+  if (config.model_type === 'phi3') return [...specs, ...phi3Specs(config, dtype, hidden, numHeads, numKvHeads, headDim, vocab)];
   for (let l = 0; l < num(config, 'num_hidden_layers'); l++) {
     const p = `model.layers.${l}`;
     add(`${p}.input_layernorm.weight`, [hidden]);
@@ -179,6 +187,26 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec
     if (qkNorm) add(`${p}.self_attn.q_norm.weight`, [headDim]);
     if (qkvBias) add(`${p}.self_attn.v_proj.bias`, [numKvHeads * headDim]);
     add(`${p}.self_attn.v_proj.weight`, [numKvHeads * headDim, hidden]);
+  }
+  add('model.norm.weight', [hidden]);
+  if (config.tie_word_embeddings !== true) add('lm_head.weight', [vocab, hidden]);
+  return specs;
+}
+
+/** Phi-3's layers: qkv_proj and gate_up_proj stored fused. */
+function phi3Specs(config: HfConfig, dtype: DType, hidden: number, numHeads: number, numKvHeads: number,
+  headDim: number, vocab: number): TensorSpec[] {
+  const specs: TensorSpec[] = [];
+  const add = (name: string, shape: number[]): void => void specs.push({ name, dtype, shape });
+  const inter = num(config, 'intermediate_size');
+  for (let l = 0; l < num(config, 'num_hidden_layers'); l++) {
+    const p = `model.layers.${l}`;
+    add(`${p}.input_layernorm.weight`, [hidden]);
+    add(`${p}.mlp.down_proj.weight`, [hidden, inter]);
+    add(`${p}.mlp.gate_up_proj.weight`, [2 * inter, hidden]);
+    add(`${p}.post_attention_layernorm.weight`, [hidden]);
+    add(`${p}.self_attn.o_proj.weight`, [hidden, numHeads * headDim]);
+    add(`${p}.self_attn.qkv_proj.weight`, [(numHeads + 2 * numKvHeads) * headDim, hidden]);
   }
   add('model.norm.weight', [hidden]);
   if (config.tie_word_embeddings !== true) add('lm_head.weight', [vocab, hidden]);
