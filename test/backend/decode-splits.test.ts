@@ -5,8 +5,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { kernelDir } from '../../src/backend/cuda/compile.js';
 import {
-  decodeGridZ, decodeGroup, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
+  decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeWide, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
   splitPlan, WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
@@ -85,6 +88,18 @@ test('query heads per block: the whole kv group, or one when the rows leave SMs 
   assert.equal(decodeGroup(1, 16, 16, 132), 1, 'no GQA');
   assert.equal(decodeGroup(1, 64, 8, 132), 1);
   assert.equal(decodeGroup(100, 64, 8, 132), 8);
+  // Qwen2.5's odd groups take their own builds at D 128 (7B: 28 / 4, 1.5B: 12 / 2, 14B: 40 / 8), 7 at D 64 (0.5B)
+  // from ODD_GROUP_MIN_ROWS rows; below, the even builds as before
+  const many = ODD_GROUP_MIN_ROWS;
+  assert.equal(decodeGroup(many, 28, 4, 132), 7);
+  assert.equal(decodeGroup(many, 12, 2, 132), 6);
+  assert.equal(decodeGroup(many, 40, 8, 132), 5);
+  assert.equal(decodeGroup(many, 14, 2, 132, 64), 7);
+  assert.equal(decodeGroup(many, 40, 8, 132, 256), 1, 'no G 5 build at D 256');
+  assert.equal(decodeGroup(many - 1, 28, 4, 132), 1, 'fewer rows: one head a block');
+  assert.equal(decodeGroup(many - 1, 12, 2, 132), 2, 'fewer rows: the even build');
+  assert.deepEqual(decodeGroupsBuilt(128, '8,4,2'), [8, 4, 2, 1], 'QUIRE_DECODE_GROUPS limits the builds');
+  assert.equal(decodeGroup(2, 28, 4, 132), 1, 'few rows: one head a block');
 });
 
 test('grids over 8 blocks per SM at G <= 2 take the _w (6 a SM) kernels; QUIRE_DECODE_WIDE_BLOCKS moves it', () => {
@@ -105,4 +120,14 @@ test('grids over 8 blocks per SM at G <= 2 take the _w (6 a SM) kernels; QUIRE_D
   assert.equal(read('0'), 'true true');
   assert.equal(read('100000'), 'false false');
   assert.equal(read(''), 'false true');
+});
+
+test('every G the host may pick has a bf16 build in attention_decode.cu', () => {
+  const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
+  const everyD = [...src.matchAll(/^  INSTANTIATE_DG\(suffix, T, D, (\d+)\)/gm)].map((m) => Number(m[1]));
+  assert.deepEqual(everyD, [1, 2, 4, 8]);
+  const own = new Set([...src.matchAll(/^INSTANTIATE_DG\(bf16, bf16_t, (\d+), (\d+)\)/gm)].map((m) => `${m[1]}/${m[2]}`));
+  for (const D of [64, 128, 256]) {
+    for (const G of decodeGroupsBuilt(D, '')) assert.ok(everyD.includes(G) || own.has(`${D}/${G}`), `D ${D} G ${G}`);
+  }
 });

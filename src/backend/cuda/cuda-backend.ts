@@ -525,7 +525,7 @@ export class CudaBackend implements Backend {
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.device, launch, packed.numTiles);
       if (decodeRows > 0) {
-        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.device.numSMs);
+        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.device.numSMs, D);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of the row count alone, so eager and captured steps of one size allocate alike.

@@ -62,13 +62,38 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
 }
 
 /**
- * Query heads per block of the decode kernel (its G): all of a kv head's group, read K and V once for them, unless the
+ * Query heads per block of the decode kernel (its G): all of a kv head's group (or its largest built divisor,
+ * decodeGroupsBuilt), read K and V once for them, unless the
  * step's rows give fewer blocks than SMs; then one query head a block, more blocks on the same pages (W2 qwen3-8b,
  * 8 -> 32 blocks a layer: 144.3 -> 150.0 tok/s). Per head the kernel's arithmetic is that of G = 1: no bit changes.
  */
-export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number): number {
-  const full = [8, 4, 2, 1].find((g) => (numHeads / numKvHeads) % g === 0)!;
+export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128): number {
+  const divides = (g: number): boolean => (numHeads / numKvHeads) % g === 0;
+  const even = [8, 4, 2, 1].find(divides)!;
+  const built = decodeGroupsBuilt(headDim).find(divides)!;
+  const full = built !== even && numRows < ODD_GROUP_MIN_ROWS ? even : built;
   return numRows * (numHeads / full) < numSMs ? 1 : full;
+}
+
+/**
+ * Rows from which an odd group's own build (5-7 query heads a block, 214-255 registers: 2 blocks a SM) beats the
+ * even one's (1 or 2 a block, 4 a SM, the group's other heads reading the same pages from L2). qwen2.5-7b (group
+ * 7, D 128), W2 tok/s never -> always, same build: batch 64 8,480 -> 7,967, 96 11,493 -> 10,537, 128 13,735 ->
+ * 13,647, 192 16,498 -> 16,797, 256 19,210 -> 19,775 (docs/perf-log.md, session 17). QUIRE_DECODE_ODD_ROWS moves it.
+ */
+export const ODD_GROUP_MIN_ROWS = Number(process.env.QUIRE_DECODE_ODD_ROWS ?? 192);
+
+/**
+ * The G the decode kernel is built for at a head dim, largest first (attention_decode.cu's bf16 instantiations):
+ * 8, 4, 2, 1 everywhere, and the whole group of Qwen2.5's odd ones (7: 0.5B at D 64, 7B at 128; 6: 1.5B; 5: 14B,
+ * 32B), whose blocks otherwise read each K/V page 5-7 times a step (from ODD_GROUP_MIN_ROWS rows).
+ * QUIRE_DECODE_GROUPS limits the list (A/B runs).
+ */
+export function decodeGroupsBuilt(headDim: number, env = process.env.QUIRE_DECODE_GROUPS): readonly number[] {
+  const built = headDim === 128 ? [8, 7, 6, 5, 4, 2, 1] : headDim === 64 ? [8, 7, 4, 2, 1] : [8, 4, 2, 1];
+  if (!env) return built;
+  const allowed = new Set(env.split(',').map(Number));
+  return built.filter((g) => g === 1 || allowed.has(g));
 }
 
 /**

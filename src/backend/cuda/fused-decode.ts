@@ -3,7 +3,7 @@
 // op-by-op path's bits; this file decides when it applies and lays out its buffers.
 
 import type { LayerWeights } from '../../model/weights.js';
-import { decodeGroup, MAX_SPLITS } from './decode-splits.js';
+import { MAX_SPLITS } from './decode-splits.js';
 import type { Device, PinnedBuffer } from './device.js';
 import { numSlices } from './gemm-rows.js';
 
@@ -75,9 +75,9 @@ export function stageTimes(stamps: BigUint64Array, numBlocks: number, numLayers:
   return times;
 }
 
-/** Query heads a decode attention block serves (G in attention_decode.cu): the largest of 8, 4, 2, 1 dividing H / KVH. */
+/** Query heads a fused layer's attention block serves (G in decode_layers.cu): the largest of 8, 4, 2, 1 dividing H / KVH. */
 export function groupOf(numHeads: number, numKvHeads: number): number {
-  return decodeGroup(Infinity, numHeads, numKvHeads, 0);
+  return [8, 4, 2, 1].find((g) => (numHeads / numKvHeads) % g === 0)!;
 }
 
 /** Why the fused kernel cannot run this shape, or null. */

@@ -13,8 +13,8 @@
 //   wanted = min(maxSplits, ceil(kvLen / target)); chunk = ceil(kvLen / wanted) rounded up to 16;
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
 // GQA: block (x, t, z) serves the G query heads h0 = x G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
-// (G, a template argument, is the largest of 8, 4, 2, 1 dividing qHeadsPerKv, or 1 when the rows are too few to
-// fill the GPU: decodeGroup in decode-splits.ts), reading each K and V once for all of them; per head the
+// (G, a template argument, is the largest built one (8, 4, 2, 1; 5-7 for odd groups) dividing qHeadsPerKv, or 1
+// when the rows are too few to fill the GPU: decodeGroup in decode-splits.ts), reading each K and V once for all of them; per head the
 // arithmetic is that of G = 1, so the choice of G changes no bit.
 // Block (x, t, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
 // how many blocks share the work: blocks with z >= numSplits exit at once. Each split ends as a state
@@ -452,6 +452,11 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 
 INSTANTIATE(bf16, bf16_t)
 INSTANTIATE(f32, float)
+// the whole group of Qwen2.5's odd GQA groups (decode-splits.ts, decodeGroupsBuilt)
+INSTANTIATE_DG(bf16, bf16_t, 64, 7)
+INSTANTIATE_DG(bf16, bf16_t, 128, 5)
+INSTANTIATE_DG(bf16, bf16_t, 128, 6)
+INSTANTIATE_DG(bf16, bf16_t, 128, 7)
 INSTANTIATE_DGM(bf16, bf16_t, 64, 1, 6, _w)
 INSTANTIATE_DGM(bf16, bf16_t, 64, 2, 6, _w)
 INSTANTIATE_DGM(bf16, bf16_t, 128, 1, 6, _w)
