@@ -502,6 +502,26 @@ export function graphBuckets(maxNumSeqs: number): number[] {
   return [...out];
 }
 
+/** Why the engine cannot serve contexts of maxModelLen tokens for this model and options, or null. */
+export function maxModelLenRefusal(config: ModelConfig, maxModelLen: number,
+  options: Pick<ResolvedEngineOptions, 'enableChunkedPrefill' | 'maxNumBatchedTokens'>,
+  allowLong = process.env.QUIRE_ALLOW_LONG_MAX_MODEL_LEN === '1'): string | null {
+  if (maxModelLen > maxModelLenCap(config)) {
+    return `max_model_len (${maxModelLen}) is longer than the model's sliding window (${config.slidingWindow} tokens): `
+      + `Quire computes full attention, which is the model's only within the window; pass --max-model-len ${config.slidingWindow} or less`;
+  }
+  const derived = defaultMaxModelLen(config);
+  if (maxModelLen > derived && !allowLong) {
+    return `max_model_len (${maxModelLen}) is longer than the model's context (${derived}: max_position_embeddings `
+      + 'and its RoPE scaling), past which it was never trained; as vLLM, QUIRE_ALLOW_LONG_MAX_MODEL_LEN=1 allows it';
+  }
+  if (!options.enableChunkedPrefill && options.maxNumBatchedTokens < maxModelLen) {
+    return `max_num_batched_tokens (${options.maxNumBatchedTokens}) is smaller than max_model_len (${maxModelLen}): `
+      + 'with chunked prefill off a prompt must fit one step; raise --max-num-batched-tokens or lower --max-model-len';
+  }
+  return null;
+}
+
 /** Loads the model directory, picks and sizes the backend, and builds the engine core. */
 export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
   const t0 = performance.now();
@@ -510,15 +530,10 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
-  if (maxModelLen > maxModelLenCap(dir.config)) {
+  const refusal = maxModelLenRefusal(dir.config, maxModelLen, options);
+  if (refusal) {
     backend.dispose();
-    throw new Error(`max_model_len (${maxModelLen}) is longer than the model's sliding window (${dir.config.slidingWindow} tokens): `
-      + `Quire computes full attention, which is the model's only within the window; pass --max-model-len ${dir.config.slidingWindow} or less`);
-  }
-  if (!options.enableChunkedPrefill && options.maxNumBatchedTokens < maxModelLen) {
-    backend.dispose();
-    throw new Error(`max_num_batched_tokens (${options.maxNumBatchedTokens}) is smaller than max_model_len (${maxModelLen}): `
-      + 'with chunked prefill off a prompt must fit one step; raise --max-num-batched-tokens or lower --max-model-len');
+    throw new Error(refusal);
   }
   profileActivations(model, options, maxModelLen);
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore, maxModelLenRefusal } from '../../src/engine/engine-core.js';
+import { tinyConfig } from '../../src/model/random-weights.js';
 import { defaultMaxNumBatchedTokens, engineOptions, resolveEngineOptions } from '../../src/engine/options.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
@@ -74,6 +75,26 @@ test('a sliding window holds the context: the default is the window, a longer --
     const windowed = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, maxModelLen: 1024 }));
     assert.equal(windowed.info.maxModelLen, 1024);
     windowed.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a --max-model-len past the model\'s context is refused as vLLM refuses it, unless QUIRE_ALLOW_LONG_MAX_MODEL_LEN', async () => {
+  const config = tinyConfig('qwen3', { maxPositionEmbeddings: 4096 });
+  const options = { enableChunkedPrefill: true, maxNumBatchedTokens: 2048 };
+  assert.equal(maxModelLenRefusal(config, 4096, options, false), null);
+  assert.match(maxModelLenRefusal(config, 8192, options, false) ?? '',
+    /max_model_len \(8192\) is longer than the model's context \(4096: .*QUIRE_ALLOW_LONG_MAX_MODEL_LEN=1/);
+  assert.equal(maxModelLenRefusal(config, 8192, options, true), null);
+  const yarn = tinyConfig('qwen3', { maxPositionEmbeddings: 4096, ropeScaling: { type: 'yarn', factor: 4,
+    originalMaxPositionEmbeddings: 4096, betaFast: 32, betaSlow: 1, attentionFactor: 1.14, truncate: true } });
+  assert.equal(maxModelLenRefusal(yarn, 16384, options, false), null, 'yarn stretches the context');
+  const dir = mkdtempSync(join(tmpdir(), 'quire-long-'));
+  try {
+    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 0 });
+    await assert.rejects(createEngineCore(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 8192 })),
+      /max_model_len \(8192\) is longer than the model's context \(4096/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
