@@ -2,6 +2,7 @@
 // `reasoning_content`), then tool calls in what remains (vLLM runs its parsers in the same order).
 
 import { extractLlama3ToolCalls, Llama3ToolCallStreamParser } from './llama3-tool-parser.js';
+import { extractMistralToolCalls, MistralToolCallStreamParser } from './mistral-tool-parser.js';
 import { ReasoningStreamSplitter, splitReasoning } from './reasoning.js';
 import { extractToolCalls, ToolCallStreamParser, type ExtractedToolCalls, type ParsedToolCall, type ToolStreamDelta } from './tool-parser.js';
 import type { ToolCallParserName } from './tools.js';
@@ -16,6 +17,7 @@ interface ToolStreamParser {
 const TOOL_PARSERS: Record<ToolCallParserName, { extract(text: string): ExtractedToolCalls; stream(): ToolStreamParser }> = {
   hermes: { extract: extractToolCalls, stream: () => new ToolCallStreamParser() },
   llama3_json: { extract: extractLlama3ToolCalls, stream: () => new Llama3ToolCallStreamParser() },
+  mistral: { extract: extractMistralToolCalls, stream: () => new MistralToolCallStreamParser() },
 };
 
 export interface ChatOutputOptions {

@@ -11,6 +11,8 @@ export interface ParsedToolCall {
   name: string;
   /** The arguments as a JSON string (OpenAI's shape). */
   arguments: string;
+  /** The call's id where the parser's model needs a kind of its own (Mistral's 9 characters); else a fresh one. */
+  id?: string;
 }
 
 /** One block's JSON, or null when it is not a call. */

@@ -20,7 +20,7 @@ export interface ToolDefinition {
 export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
 
 /** The output parsers this server has (`--tool-call-parser`). */
-export const TOOL_CALL_PARSERS = ['hermes', 'llama3_json'] as const;
+export const TOOL_CALL_PARSERS = ['hermes', 'llama3_json', 'mistral'] as const;
 export type ToolCallParserName = (typeof TOOL_CALL_PARSERS)[number];
 
 /** `tools`: null when absent; a list of `{"type": "function", "function": {"name", ...}}`. */
@@ -128,7 +128,7 @@ export function parseMessageToolCalls(v: unknown, at: string): Body[] {
 export function toolCallJson(c: ParsedToolCall, index?: number): Record<string, unknown> {
   return {
     ...(index !== undefined ? { index } : {}),
-    id: `chatcmpl-tool-${randomBytes(16).toString('hex')}`, type: 'function',
+    id: c.id ?? `chatcmpl-tool-${randomBytes(16).toString('hex')}`, type: 'function',
     function: { name: c.name, arguments: c.arguments },
   };
 }

@@ -39,7 +39,7 @@ export function serveCommand(): Command {
     .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
       + '(the default when it sends tools); needs --tool-call-parser', false)
     .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
-      + 'Qwen3, Hermes; llama3_json: Llama 3.1+)').choices([...TOOL_CALL_PARSERS]))
+      + 'Qwen3, Hermes; llama3_json: Llama 3.1+; mistral: Mistral)').choices([...TOOL_CALL_PARSERS]))
     .addOption(new Option('--reasoning-parser <name>', 'put the thinking of chat outputs (<think>...</think>) in '
       + 'reasoning_content (qwen3, deepseek_r1)').choices([...REASONING_PARSERS]));
   addEngineFlags(cmd);

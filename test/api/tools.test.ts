@@ -222,3 +222,37 @@ describe('auto tool choice with the llama3_json parser', () => {
     assert.deepEqual([names, finish], [['get_weather'], 'tool_calls']);
   });
 });
+
+describe('auto tool choice with the mistral parser', () => {
+  let s: TestServer;
+  let client: OpenAI;
+  before(async () => {
+    s = await startTestServer({ enableAutoToolChoice: true, toolCallParser: 'mistral' },
+      { script: () => 'Checking. [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}]' });
+    client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(() => s.close());
+
+  it('answers [TOOL_CALLS] as tool calls with Mistral\'s 9-character ids, streamed or not', async () => {
+    const messages = [{ role: 'user' as const, content: 'Weather in Oslo?' }];
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: [weather] });
+    assert.equal(r.choices[0]!.message.content, 'Checking. ');
+    const call = r.choices[0]!.message.tool_calls![0]!;
+    assert.deepEqual(call.type === 'function' ? [call.function.name, JSON.parse(call.function.arguments)] : null, ['get_weather', { city: 'Oslo' }]);
+    assert.match(call.id, /^[a-zA-Z0-9]{9}$/);
+    assert.equal(r.choices[0]!.finish_reason, 'tool_calls');
+    const stream = await client.chat.completions.create({ model: MODEL, messages, tools: [weather], stream: true });
+    let content = '';
+    const ids: (string | undefined)[] = [];
+    let finish = null;
+    for await (const c of stream) {
+      content += c.choices[0]?.delta.content ?? '';
+      for (const t of c.choices[0]?.delta.tool_calls ?? []) ids.push(t.id);
+      finish = c.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(content, 'Checking. ');
+    assert.equal(ids.length, 1);
+    assert.match(ids[0]!, /^[a-zA-Z0-9]{9}$/);
+    assert.equal(finish, 'tool_calls');
+  });
+});

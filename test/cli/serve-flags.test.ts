@@ -14,12 +14,12 @@ async function serveError(argv: string[]): Promise<string> {
 
 test('--enable-auto-tool-choice without --tool-call-parser is refused, naming both flags', async () => {
   const err = await serveError(['--model', '/nonexistent', '--enable-auto-tool-choice']);
-  assert.match(err, /--enable-auto-tool-choice requires --tool-call-parser \(one of: hermes, llama3_json\)/);
+  assert.match(err, /--enable-auto-tool-choice requires --tool-call-parser \(one of: hermes, llama3_json, mistral\)/);
 });
 
 test('--tool-call-parser takes only the parsers Quire has', async () => {
-  const err = await serveError(['--model', '/nonexistent', '--tool-call-parser', 'mistral']);
-  assert.match(err, /argument 'mistral' is invalid.*hermes/s);
+  const err = await serveError(['--model', '/nonexistent', '--tool-call-parser', 'pythonic']);
+  assert.match(err, /argument 'pythonic' is invalid.*hermes, llama3_json, mistral/s);
 });
 
 test('--reasoning-parser takes qwen3 or deepseek_r1', async () => {
