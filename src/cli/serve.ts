@@ -15,6 +15,7 @@ import { describeSamplingDefaults, parseGenerationOverride, samplingDefaults, ty
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { EngineOptions } from '../engine/options.js';
 import { defaultMaxModelLen } from '../model/rope.js';
+import { resolveModelPath } from '../loader/hub-cache.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -69,7 +70,7 @@ export function serveCommand(): Command {
     } catch (e) {
       cmd.error(`quire serve: ${(e as Error).message}`);
     }
-    const names = (flags.servedModelName as string[] | undefined) ?? [basename(dir.dir)];
+    const names = (flags.servedModelName as string[] | undefined) ?? [defaultServedName(options.model, dir.dir)];
     const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
     const engine = new DeferredEngineClient();
     const apiKey = (flags.apiKey as string | undefined) ?? process.env.QUIRE_API_KEY;
@@ -182,3 +183,9 @@ export function maxLogprobsArg(value: string): number {
 export function servedMaxLogprobs(flag: number, vocabSize: number): number {
   return flag < 0 ? vocabSize : flag;
 }
+
+/** The name a model is served as without --served-model-name: a repo id as given (as vLLM), else its directory's name. */
+export function defaultServedName(model: string, dir: string, env = process.env): string {
+  return resolveModelPath(model, env) !== model ? model : basename(dir);
+}
+

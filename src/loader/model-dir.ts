@@ -3,6 +3,7 @@ import { join, resolve } from 'node:path';
 import { chatTemplateFromConfig } from './chat-template.js';
 import { loadModelConfig } from './config.js';
 import { ModelLoadError } from './errors.js';
+import { resolveModelPath } from './hub-cache.js';
 import { loadGenerationConfig } from './generation-config.js';
 import { openSafetensors, openShardedSafetensors } from './safetensors.js';
 import { loadTokenizer, readJsonFile, specialTokenContent } from './tokenizer.js';
@@ -34,10 +35,13 @@ function readChatTemplate(dir: string, fromConfig: unknown): string | null {
   return existsSync(file) ? readFileSync(file, 'utf8') : chatTemplateFromConfig(fromConfig);
 }
 
-/** A Hugging Face model directory: config.json, tokenizer files, safetensors weights, generation_config.json. */
+/**
+ * A Hugging Face model directory (or a repo id in the local Hugging Face cache: hub-cache.ts): config.json,
+ * tokenizer files, safetensors weights, generation_config.json.
+ */
 /** `hfOverrides`: fields that replace config.json's (vLLM's --hf-overrides). */
 export function loadModelDir(dirArg: string, hfOverrides: Record<string, unknown> | null = null): ModelDir {
-  const dir = resolve(dirArg);
+  const dir = resolve(resolveModelPath(dirArg));
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new ModelLoadError(dir, `model directory ${dir} not found`);
   for (const required of ['config.json', 'tokenizer.json']) {
     const file = join(dir, required);
