@@ -9,6 +9,7 @@ import {
   writeReport, type BenchTarget, type GateSummary, type Workload,
 } from '../lab/index.js';
 import { loadModelConfig } from '../loader/config.js';
+import { resolveModelPath } from '../loader/hub-cache.js';
 import type { ModelDir } from '../loader/model-dir.js';
 import {
   buildPrefill, buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, prefillFlops, randomTokens, runOffline,
@@ -141,7 +142,7 @@ function offlineCommand(): Command {
       f.numRequests as number | undefined, f.outputLen as number | undefined);
     if (f.dumpPrompts) {
       if (f.workload !== 'w1') throw new Error('--dump-prompts: only for --workload w1');
-      const { vocabSize } = loadModelConfig(join(model, 'config.json'));
+      const { vocabSize } = loadModelConfig(join(resolveModelPath(model), 'config.json'), options.hfOverrides);
       mkdirSync(join(f.dumpPrompts as string, '..'), { recursive: true });
       writeFileSync(f.dumpPrompts as string, JSON.stringify(offlinePromptsFile('w1', vocabSize, w1(vocabSize))) + '\n');
       console.log(`wrote ${f.dumpPrompts as string}`);
