@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../../src/cli/default-model.js';
@@ -63,6 +63,14 @@ describe('offline results and the peer script', () => {
     assert.ok(dumped.requests.every((r) => r.max_tokens === 16 && r.prompt_token_ids.every((t) => t >= 0 && t < vocabSize)));
     const raw = JSON.parse(readFileSync(W1_PATH, 'utf8')) as { requests: { prompt_token_ids: number[] }[] };
     assert.ok(raw.requests[0]!.prompt_token_ids.some((t) => t >= vocabSize), 'the raw file needs folding at this vocabulary');
+    // the same model named by repo id, from a Hugging Face cache
+    const cache = join(dir, 'hub');
+    cpSync(join(dir, 'model'), join(cache, 'models--acme--tiny', 'snapshots', 'abc'), { recursive: true });
+    const byId = join(dir, 'w1-prompts-id.json');
+    execFileSync(process.execPath, [join(root, 'dist', 'src', 'cli', 'main.js'), 'bench', 'offline', '--workload', 'w1',
+      '--model', 'acme/tiny', '--num-requests', '5', '--output-len', '16', '--dump-prompts', byId],
+    { stdio: 'pipe', env: { ...process.env, HF_HUB_CACHE: cache } });
+    assert.deepEqual(JSON.parse(readFileSync(byId, 'utf8')), dumped);
   });
 
   it('the peer script loads the same prompts from the dump and from the raw file', { skip: noPython }, () => {
