@@ -20,6 +20,19 @@ function num(name: string) {
   };
 }
 
+/** vLLM's human-readable sizes: 1k = 1,000, 1K = 1,024 (m / M and g / G likewise); a plain integer as it is. */
+export function parseHumanInt(name: string, v: string): number {
+  const m = /^(\d+(?:\.\d+)?)([kmgKMG]?)$/.exec(v.trim());
+  const unit = m?.[2] ? { k: 1e3, m: 1e6, g: 1e9, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30 }[m[2]]! : 1;
+  const n = m ? Number(m[1]) * unit : NaN;
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError(`${name}: expected a positive integer such as 4096, 32k or 32K, got "${v}"`);
+  return n;
+}
+
+function humanInt(name: string) {
+  return (v: string): number => parseHumanInt(name, v);
+}
+
 /** --hf-overrides: a JSON object (its fields replace config.json's top-level ones). */
 function hfOverrides(v: string): Record<string, unknown> {
   let parsed: unknown;
@@ -58,7 +71,7 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--block-size <n>', 'KV page size in tokens', int('--block-size'), 16)
     .option('--max-num-seqs <n>', 'most sequences running at once', int('--max-num-seqs'))
     .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: on GPUs of 70 GiB and more, A100 aside, 16384 offline and 8192 for serve; 8192 / 2048 on smaller GPUs; 2048 on the CPU backend)', int('--max-num-batched-tokens'))
-    .option('--max-model-len <n>', 'context length served (default: the model\'s)', int('--max-model-len'))
+    .option('--max-model-len <n>', 'context length served (default: the model\'s); as vLLM, 32k = 32,000 and 32K = 32,768', humanInt('--max-model-len'))
     .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
     .option('--enable-chunked-prefill', 'prefill prompts longer than a step\'s budget over several steps (the default)')
     .option('--no-enable-chunked-prefill', 'a prompt in one step (needs --max-num-batched-tokens >= --max-model-len)')
@@ -84,6 +97,7 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
     .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)
     .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int('--cpu-threads'), 0)
+    .option('--tokenizer <dir>', 'as vLLM: the tokenizer and chat template from this directory (or cached repo id) instead of the model\'s')
     .option('--hf-overrides <json>', 'as vLLM: a JSON object whose fields replace config.json\'s, e.g. \'{"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}\'',
       hfOverrides);
 }
@@ -110,6 +124,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     schedulerTrace: f.schedulerTrace as boolean,
     cpuThreads: f.cpuThreads as number,
     hfOverrides: (f.hfOverrides as Record<string, unknown> | undefined) ?? null,
+    tokenizer: (f.tokenizer as string | undefined) ?? null,
   });
   if (f.maxNumSeqs !== undefined) o.maxNumSeqs = f.maxNumSeqs as number;
   return o;

@@ -63,7 +63,7 @@ export function serveCommand(): Command {
         cmd.error(`quire serve: ${(e as Error).message}`);
       }
     }
-    const dir = loadModelDir(options.model, options.hfOverrides);
+    const dir = loadModelDir(options.model, options);
     let defaults: SamplingDefaults = {};
     try {
       defaults = samplingDefaults(flags.generationConfig as string, dir.dir, flags.overrideGenerationConfig as SamplingDefaults | undefined);

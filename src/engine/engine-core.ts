@@ -525,7 +525,7 @@ export function maxModelLenRefusal(config: ModelConfig, maxModelLen: number,
 /** Loads the model directory, picks and sizes the backend, and builds the engine core. */
 export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
   const t0 = performance.now();
-  const dir = loaded ?? loadModelDir(given.model, given.hfOverrides);
+  const dir = loaded ?? loadModelDir(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const model = Model.load(dir.config, dir.weights, backend);

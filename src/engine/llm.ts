@@ -47,7 +47,7 @@ export class LLM {
   constructor(modelDir: string, options: Partial<Omit<EngineOptions, 'model'>> = {}) {
     const opts = engineOptions({ ...options, model: modelDir });
     this.started = (async () => {
-      const dir = loadModelDir(modelDir, opts.hfOverrides);
+      const dir = loadModelDir(modelDir, opts);
       const core = await createEngineCore(opts, dir);
       this.info = core.info;
       return { dir, client: new InProcessEngineClient(core) };

@@ -46,6 +46,8 @@ export interface EngineOptions {
   cpuThreads: number;
   /** Top-level config.json fields replaced before the model is read (vLLM's --hf-overrides), e.g. rope_scaling. */
   hfOverrides: Record<string, unknown> | null;
+  /** A directory (or cached repo id) to take the tokenizer and chat template from (vLLM's --tokenizer). */
+  tokenizer: string | null;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -73,6 +75,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     schedulerTrace: false,
     cpuThreads: 0,
     hfOverrides: null,
+    tokenizer: null,
     ...o,
   };
 }

@@ -35,22 +35,29 @@ function readChatTemplate(dir: string, fromConfig: unknown): string | null {
   return existsSync(file) ? readFileSync(file, 'utf8') : chatTemplateFromConfig(fromConfig);
 }
 
+export interface ModelDirOptions {
+  /** Fields that replace config.json's (vLLM's --hf-overrides). */
+  hfOverrides?: Record<string, unknown> | null;
+  /** Where tokenizer.json, tokenizer_config.json and the chat template come from (vLLM's --tokenizer); default the model's. */
+  tokenizer?: string | null;
+}
+
 /**
  * A Hugging Face model directory (or a repo id in the local Hugging Face cache: hub-cache.ts): config.json,
  * tokenizer files, safetensors weights, generation_config.json.
  */
-/** `hfOverrides`: fields that replace config.json's (vLLM's --hf-overrides). */
-export function loadModelDir(dirArg: string, hfOverrides: Record<string, unknown> | null = null): ModelDir {
+export function loadModelDir(dirArg: string, opts: ModelDirOptions = {}): ModelDir {
   const dir = resolve(resolveModelPath(dirArg));
   if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new ModelLoadError(dir, `model directory ${dir} not found`);
-  for (const required of ['config.json', 'tokenizer.json']) {
-    const file = join(dir, required);
-    if (!existsSync(file)) throw new ModelLoadError(file, `file not found in ${dir}`);
+  const tokDir = opts.tokenizer ? resolve(resolveModelPath(opts.tokenizer)) : dir;
+  for (const [folder, required] of [[dir, 'config.json'], [tokDir, 'tokenizer.json']] as const) {
+    const file = join(folder, required);
+    if (!existsSync(file)) throw new ModelLoadError(file, `file not found in ${folder}`);
   }
-  const config = loadModelConfig(join(dir, 'config.json'), hfOverrides);
+  const config = loadModelConfig(join(dir, 'config.json'), opts.hfOverrides ?? null);
   const weights = openWeights(dir);
-  const tokenizer = loadTokenizer(dir);
-  const tokenizerConfigFile = join(dir, 'tokenizer_config.json');
+  const tokenizer = loadTokenizer(tokDir);
+  const tokenizerConfigFile = join(tokDir, 'tokenizer_config.json');
   const tokenizerConfig = existsSync(tokenizerConfigFile) ? readJsonFile(tokenizerConfigFile) : {};
   const fromFile = loadGenerationConfig(join(dir, 'generation_config.json'));
   const eosTokenIds = [...new Set([...fromFile.eosTokenIds, ...tokenizer.eosTokenIds])];
@@ -59,7 +66,7 @@ export function loadModelDir(dirArg: string, hfOverrides: Record<string, unknown
     config,
     weights,
     tokenizer,
-    chatTemplate: readChatTemplate(dir, tokenizerConfig.chat_template),
+    chatTemplate: readChatTemplate(tokDir, tokenizerConfig.chat_template),
     generation: { ...fromFile, eosTokenIds, bosTokenId: fromFile.bosTokenId ?? tokenizer.bosTokenId },
     bosToken: specialTokenContent(tokenizerConfig.bos_token),
     eosToken: specialTokenContent(tokenizerConfig.eos_token),

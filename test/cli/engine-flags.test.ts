@@ -70,3 +70,11 @@ test('--hf-overrides takes a JSON object; anything else is refused naming the fl
   assert.throws(() => parse(['--model', '/m', '--hf-overrides', '{rope']), /--hf-overrides: not JSON/);
   assert.throws(() => parse(['--model', '/m', '--hf-overrides', '[1]']), /--hf-overrides: expected a JSON object/);
 });
+
+test('--max-model-len takes vLLM\'s human-readable sizes; --tokenizer reaches EngineOptions', () => {
+  const len = (v: string) => engineOptionsFromFlags(parse(['--model', '/m', '--max-model-len', v])).maxModelLen;
+  assert.deepEqual(['4096', '32k', '32K', '25.6k', '1M'].map(len), [4096, 32000, 32768, 25600, 1048576]);
+  for (const bad of ['abc', '0', '1.5', '-4k', '4x']) assert.throws(() => len(bad), /--max-model-len: expected a positive integer/, bad);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--tokenizer', '/t'])).tokenizer, '/t');
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).tokenizer, null);
+});

@@ -52,6 +52,22 @@ test('a generated sharded tiny-llama directory loads back, chat_template.jinja w
   assert.equal(renderChat(m.chatTemplate!, [{ role: 'user', content: 'hey' }]), 'hey!');
 });
 
+test('--tokenizer: the tokenizer, its config and the chat template from another directory', async () => {
+  const root = tempDir();
+  const model = join(root, 'model');
+  const tok = join(root, 'tok');
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: model, seed: 3 });
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: tok, seed: 4 });
+  writeFileSync(join(tok, 'chat_template.jinja'), '{% for m in messages %}<{{ m.content }}>{% endfor %}');
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) rmSync(join(model, f));
+  loadError(model, 'tokenizer.json: file not found in');
+  const m = loadModelDir(model, { tokenizer: tok });
+  assert.equal(m.dir, model);
+  assert.equal(m.chatTemplate, '{% for m in messages %}<{{ m.content }}>{% endfor %}');
+  assert.equal(m.eosToken, '<|im_end|>');
+  assert.equal(m.tokenizer.decode(m.tokenizer.encode('Hello there')), 'Hello there');
+});
+
 test('missing directory, config.json, tokenizer.json or weights: one error naming the file', async () => {
   const root = tempDir();
   loadError(join(root, 'nope'), `nope: model directory ${join(root, 'nope')} not found`);
