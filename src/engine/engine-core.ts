@@ -539,7 +539,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   const core = new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.dir, 'tokenizer.json')) as Record<string, unknown>,
+    grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
       dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep() },
   }, options);

@@ -11,6 +11,8 @@ import type { GenerationDefaults, ModelConfig, Tokenizer, WeightSource } from '.
 
 export interface ModelDir {
   dir: string;
+  /** Where the tokenizer files came from: dir, or --tokenizer's. */
+  tokenizerDir: string;
   config: ModelConfig;
   weights: WeightSource;
   tokenizer: Tokenizer;
@@ -63,6 +65,7 @@ export function loadModelDir(dirArg: string, opts: ModelDirOptions = {}): ModelD
   const eosTokenIds = [...new Set([...fromFile.eosTokenIds, ...tokenizer.eosTokenIds])];
   return {
     dir,
+    tokenizerDir: tokDir,
     config,
     weights,
     tokenizer,

@@ -4,7 +4,7 @@
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createEngineCore } from '../../src/engine/engine-core.js';
@@ -24,10 +24,16 @@ describe('structured outputs in the engine', () => {
   let decode: (ids: number[]) => string;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'quire-structured-'));
-    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 0 });
-    const loaded = loadModelDir(dir);
+    const model = join(dir, 'model');
+    await makeTestModel({ shape: 'tiny-qwen3', outDir: model, dtype: 'f32', seed: 0 });
+    // the tokenizer from another directory (--tokenizer): the grammar's vocabulary must come from there too
+    const tokenizer = join(dir, 'tokenizer');
+    mkdirSync(tokenizer);
+    for (const f of ['tokenizer.json', 'tokenizer_config.json']) renameSync(join(model, f), join(tokenizer, f));
+    const loaded = loadModelDir(model, { tokenizer });
     decode = (ids) => loaded.tokenizer.decode(ids, { skipSpecialTokens: true });
-    client = new InProcessEngineClient(await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, maxModelLen: 512 }), loaded));
+    client = new InProcessEngineClient(await createEngineCore(engineOptions({ model, tokenizer, backend: 'cpu', cpuThreads: 1,
+      maxModelLen: 512 }), loaded));
   });
   after(async () => {
     await client.shutdown();
