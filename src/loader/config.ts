@@ -139,7 +139,7 @@ function parseDType(json: Json, r: FieldReader): DType {
  * The sliding window a config applies, or null: Qwen2 and Qwen3 name one but use it only with use_sliding_window;
  * Mistral and Phi-3 whenever it is set. (Quire holds the context to it: ModelConfig.slidingWindow.)
  */
-function slidingWindowOf(json: Json, architecture: Architecture, r: FieldReader): number | null {
+function slidingWindowOf(architecture: Architecture, r: FieldReader): number | null {
   if ((architecture === 'qwen2' || architecture === 'qwen3') && !r.boolean('use_sliding_window', false)) return null;
   return r.has('sliding_window') ? r.positiveInt('sliding_window') : null;
 }
@@ -194,7 +194,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     qkNorm: architecture === 'qwen3',
     qkvBias: attentionBias,
     oBias: attentionBias && architecture !== 'qwen2',
-    slidingWindow: slidingWindowOf(obj, architecture, r),
+    slidingWindow: slidingWindowOf(architecture, r),
     fusedProjections: architecture === 'phi3',
     dtype: parseDType(obj, r),
   };
@@ -208,7 +208,6 @@ export function loadModelConfig(file: string, overrides: Record<string, unknown>
   } catch (err) {
     throw new ModelLoadError(file, `cannot read: ${describeError(err)}`, { cause: err });
   }
-  if (!overrides) return parseModelConfig(json, file);
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) return parseModelConfig(json, file);
+  if (!overrides || typeof json !== 'object' || json === null || Array.isArray(json)) return parseModelConfig(json, file);
   return parseModelConfig({ ...json, ...overrides }, `${file} with --hf-overrides`);
 }

@@ -49,9 +49,9 @@ export interface ModelConfig {
   tieWordEmbeddings: boolean;
   /** Qwen3: per-head RMSNorm on q and k before RoPE. */
   qkNorm: boolean;
-  /** Biases on q, k and v (Qwen2; Llama and Mistral with attention_bias). */
+  /** Biases on q, k and v (Qwen2; Llama and Qwen3 with attention_bias). */
   qkvBias: boolean;
-  /** A bias on o (Llama and Mistral with attention_bias). */
+  /** A bias on o (Llama and Qwen3 with attention_bias). */
   oBias: boolean;
   /**
    * Keys a query attends to at most (sliding-window attention), or null. Quire computes full attention, which is

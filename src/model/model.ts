@@ -1,4 +1,4 @@
-// The decoder-only transformer (Qwen3, Qwen2, Llama, Mistral) as a composition of Backend ops:
+// The decoder-only transformer (Qwen3, Qwen2, Llama, Mistral, Phi-3) as a composition of Backend ops:
 //
 //   embed -> per layer: [add]RMSNorm -> qkv [+ bias] -> qkNorm+RoPE -> paged attention -> o [+ bias]
 //                       -> addRMSNorm -> gate_up -> silu*up -> down

@@ -1,7 +1,7 @@
-// Decode attention at Qwen2.5's odd GQA groups (7 query heads a kv head at D 128 and 64, 6 and 5 at D 128): a batch
-// large enough for the kernel's whole-group build (each K/V page read once for the group) gives every row the bits
-// of the one-head-a-block build (QUIRE_DECODE_GROUPS=1), eager and graphed, and a row alone the same bits. The cache
-// is random bf16 pages; the workspace is poisoned before every run.
+// Decode attention at Qwen2.5's odd GQA groups (7 query heads a kv head at D 128 and 64, 6 and 5 at D 128): in a
+// batch large enough for the kernel's whole-group build (each K/V page read once for the group), eager and graphed,
+// rows of short to long kv lengths have the bits they have alone (one query head a block). The cache is random bf16
+// pages; the workspace is poisoned before every run.
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,10 +15,7 @@ const numRows = 200;
 
 describe('CUDA decode attention, odd GQA groups', { skip: noCuda }, () => {
   const cuda = noCuda ? null : newCuda();
-  after(() => {
-    delete process.env.QUIRE_DECODE_GROUPS;
-    cuda?.dispose();
-  });
+  after(() => cuda?.dispose());
 
   for (const [H, KV, D] of [[28, 4, 128], [14, 2, 64], [12, 2, 128], [40, 8, 128]] as const) {
     test(`${H} heads over ${KV} kv heads, D ${D}: the group's build gives the bits of one head a block`, () => {
@@ -39,32 +36,27 @@ describe('CUDA decode attention, odd GQA groups', { skip: noCuda }, () => {
       const qkvValues = randomBf16(numRows * width, 5 + H, -2, 2);
       const qkv = c.fromHost([numRows, width], qkvValues);
       c.reserveStepCapacity(numRows, numRows, Math.max(...pages.map((p) => p.length)));
-      const run = (): Uint32Array => {
-        const step = c.beginStep(batch);
-        c.fillWorkspace(0xff);
-        const out = c.toHost(c.attention(qkv, 0, H, KV, scale, step));
-        assert.equal(out.findIndex((x) => !Number.isFinite(x)), -1, 'every output written');
-        return new Uint32Array(out.buffer);
-      };
-      const whole = run();
+      const step = c.beginStep(batch);
+      c.fillWorkspace(0xff);
+      const out = c.toHost(c.attention(qkv, 0, H, KV, scale, step));
+      assert.equal(out.findIndex((x) => !Number.isFinite(x)), -1, 'every output written');
+      const whole = new Uint32Array(out.buffer);
       const graphed = new Uint32Array(c.graph(numRows + D + H, batch, () => {
         const step = c.beginStep(batch);
         c.fillWorkspace(0xff);
         return c.toHost(c.attention(qkv, 0, H, KV, scale, step));
       }).buffer);
-      process.env.QUIRE_DECODE_GROUPS = '1';
-      assert.equal(decodeGroup(numRows, H, KV, c.device.numSMs, D), 1);
-      const oneHead = run();
-      delete process.env.QUIRE_DECODE_GROUPS;
-      assert.deepEqual(whole, oneHead, `G ${group} against G 1`);
-      assert.deepEqual(graphed, oneHead, `G ${group} graphed against G 1`);
-      const at = 77;
-      const alone = batchOf([{ ids: [at % 50], start: lens[at]! - 1, pages: pages[at]! }], blockSize);
-      const step = c.beginStep(alone);
-      c.fillWorkspace(0xff);
-      const row = c.toHost(c.attention(c.fromHost([1, width], qkvValues.slice(at * width, (at + 1) * width)), 0, H, KV,
-        scale, step));
-      assert.deepEqual(new Uint32Array(row.buffer), whole.slice(at * H * D, (at + 1) * H * D), `row ${at} alone`);
+      assert.deepEqual(graphed, whole, `G ${group}: graphed against eager`);
+      assert.equal(decodeGroup(1, H, KV, c.device.numSMs, D), 1, 'a row alone: one head a block');
+      for (const at of [0, 3, 77, 150, numRows - 1]) {
+        const alone = batchOf([{ ids: [at % 50], start: lens[at]! - 1, pages: pages[at]! }], blockSize);
+        const aloneStep = c.beginStep(alone);
+        c.fillWorkspace(0xff);
+        const row = c.toHost(c.attention(c.fromHost([1, width], qkvValues.slice(at * width, (at + 1) * width)), 0, H, KV,
+          scale, aloneStep));
+        assert.deepEqual(new Uint32Array(row.buffer), whole.slice(at * H * D, (at + 1) * H * D),
+          `G ${group}: row ${at} (kv ${lens[at]}) against alone`);
+      }
     });
   }
 });

@@ -68,11 +68,15 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
  * 8 -> 32 blocks a layer: 144.3 -> 150.0 tok/s). Per head the kernel's arithmetic is that of G = 1: no bit changes.
  */
 export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128): number {
-  const divides = (g: number): boolean => (numHeads / numKvHeads) % g === 0;
-  const even = [8, 4, 2, 1].find(divides)!;
-  const built = decodeGroupsBuilt(headDim).find(divides)!;
+  const even = evenGroup(numHeads, numKvHeads);
+  const built = decodeGroupsBuilt(headDim).find((g) => (numHeads / numKvHeads) % g === 0)!;
   const full = built !== even && numRows < ODD_GROUP_MIN_ROWS ? even : built;
   return numRows * (numHeads / full) < numSMs ? 1 : full;
+}
+
+/** The largest of 8, 4, 2, 1 dividing the GQA group (every kernel has those builds). */
+export function evenGroup(numHeads: number, numKvHeads: number): number {
+  return [8, 4, 2, 1].find((g) => (numHeads / numKvHeads) % g === 0)!;
 }
 
 /**
@@ -83,14 +87,18 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
  */
 export const ODD_GROUP_MIN_ROWS = Number(process.env.QUIRE_DECODE_ODD_ROWS ?? 192);
 
+const GROUPS_BUILT: Record<number, readonly number[]> = { 128: [8, 7, 6, 5, 4, 2, 1], 64: [8, 7, 4, 2, 1], 0: [8, 4, 2, 1] };
+/** Read once (the decode path asks per layer; an environment read costs ~0.7 us). */
+const GROUPS_ENV = process.env.QUIRE_DECODE_GROUPS;
+
 /**
  * The G the decode kernel is built for at a head dim, largest first (attention_decode.cu's bf16 instantiations):
  * 8, 4, 2, 1 everywhere, and the whole group of Qwen2.5's odd ones (7: 0.5B at D 64, 7B at 128; 6: 1.5B; 5: 14B,
  * 32B), whose blocks otherwise read each K/V page 5-7 times a step (from ODD_GROUP_MIN_ROWS rows).
  * QUIRE_DECODE_GROUPS limits the list (A/B runs).
  */
-export function decodeGroupsBuilt(headDim: number, env = process.env.QUIRE_DECODE_GROUPS): readonly number[] {
-  const built = headDim === 128 ? [8, 7, 6, 5, 4, 2, 1] : headDim === 64 ? [8, 7, 4, 2, 1] : [8, 4, 2, 1];
+export function decodeGroupsBuilt(headDim: number, env: string | undefined = GROUPS_ENV): readonly number[] {
+  const built = GROUPS_BUILT[headDim] ?? GROUPS_BUILT[0]!;
   if (!env) return built;
   const allowed = new Set(env.split(',').map(Number));
   return built.filter((g) => g === 1 || allowed.has(g));

@@ -3,7 +3,7 @@
 // op-by-op path's bits; this file decides when it applies and lays out its buffers.
 
 import type { LayerWeights } from '../../model/weights.js';
-import { MAX_SPLITS } from './decode-splits.js';
+import { evenGroup, MAX_SPLITS } from './decode-splits.js';
 import type { Device, PinnedBuffer } from './device.js';
 import { numSlices } from './gemm-rows.js';
 
@@ -77,7 +77,7 @@ export function stageTimes(stamps: BigUint64Array, numBlocks: number, numLayers:
 
 /** Query heads a fused layer's attention block serves (G in decode_layers.cu): the largest of 8, 4, 2, 1 dividing H / KVH. */
 export function groupOf(numHeads: number, numKvHeads: number): number {
-  return [8, 4, 2, 1].find((g) => (numHeads / numKvHeads) % g === 0)!;
+  return evenGroup(numHeads, numKvHeads);
 }
 
 /** Why the fused kernel cannot run this shape, or null. */

@@ -6,78 +6,35 @@ import type { TensorSpec } from '../../loader/safetensors-write.js';
 
 export type HfConfig = Record<string, unknown>;
 
+// The sizes every tiny shape shares (head_dim 16, given or derived from 64 / 4)
+const TINY_SIZES: HfConfig = {
+  hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2,
+  vocab_size: 512, hidden_act: 'silu',
+};
+
 const TINY_SHAPES: Record<string, HfConfig> = {
   'tiny-qwen3': {
-    architectures: ['Qwen3ForCausalLM'],
-    model_type: 'qwen3',
-    hidden_size: 64,
-    intermediate_size: 128,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    head_dim: 16,
-    vocab_size: 512,
-    max_position_embeddings: 4096,
-    rope_theta: 1000000,
-    rms_norm_eps: 1e-6,
-    tie_word_embeddings: true,
-    hidden_act: 'silu',
+    ...TINY_SIZES, architectures: ['Qwen3ForCausalLM'], model_type: 'qwen3', head_dim: 16,
+    max_position_embeddings: 4096, rope_theta: 1000000, rms_norm_eps: 1e-6, tie_word_embeddings: true,
     attention_bias: false,
   },
   // head_dim derived (64 / 4 = 16); with original_max_position_embeddings 64 the
   // llama3 rule keeps the fastest RoPE frequency, smooths two and divides the rest by 8.
   'tiny-llama': {
-    architectures: ['LlamaForCausalLM'],
-    model_type: 'llama',
-    hidden_size: 64,
-    intermediate_size: 128,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    vocab_size: 512,
-    max_position_embeddings: 512,
+    ...TINY_SIZES, architectures: ['LlamaForCausalLM'], model_type: 'llama', max_position_embeddings: 512,
     rope_theta: 10000,
     rope_scaling: { rope_type: 'llama3', factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 64 },
-    rms_norm_eps: 1e-5,
-    tie_word_embeddings: false,
-    hidden_act: 'silu',
-    attention_bias: false,
-    mlp_bias: false,
+    rms_norm_eps: 1e-5, tie_word_embeddings: false, attention_bias: false, mlp_bias: false,
   },
   // q, k and v biases; the sliding window named but off, as in Qwen2.5's configs
   'tiny-qwen2': {
-    architectures: ['Qwen2ForCausalLM'],
-    model_type: 'qwen2',
-    hidden_size: 64,
-    intermediate_size: 128,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    vocab_size: 512,
-    max_position_embeddings: 4096,
-    rope_theta: 1000000,
-    rms_norm_eps: 1e-6,
-    tie_word_embeddings: true,
-    hidden_act: 'silu',
-    use_sliding_window: false,
-    sliding_window: 4096,
+    ...TINY_SIZES, architectures: ['Qwen2ForCausalLM'], model_type: 'qwen2', max_position_embeddings: 4096,
+    rope_theta: 1000000, rms_norm_eps: 1e-6, tie_word_embeddings: true, use_sliding_window: false, sliding_window: 4096,
     max_window_layers: 2,
   },
   'tiny-mistral': {
-    architectures: ['MistralForCausalLM'],
-    model_type: 'mistral',
-    hidden_size: 64,
-    intermediate_size: 128,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    head_dim: 16,
-    vocab_size: 512,
-    max_position_embeddings: 4096,
-    rope_theta: 1000000,
-    rms_norm_eps: 1e-5,
-    tie_word_embeddings: false,
-    hidden_act: 'silu',
+    ...TINY_SIZES, architectures: ['MistralForCausalLM'], model_type: 'mistral', head_dim: 16,
+    max_position_embeddings: 4096, rope_theta: 1000000, rms_norm_eps: 1e-5, tie_word_embeddings: false,
     sliding_window: null,
   },
 };
@@ -89,10 +46,9 @@ TINY_SHAPES['tiny-qwen3-yarn'] = { ...TINY_SHAPES['tiny-qwen3'], max_position_em
   rope_scaling: { rope_type: 'yarn', factor: 4.0, original_max_position_embeddings: 1024 } };
 // Phi-3 (q, k, v and gate, up stored fused) with Phi-3-mini-4k's kind of sliding window: full attention within it
 TINY_SHAPES['tiny-phi3'] = {
-  architectures: ['Phi3ForCausalLM'], model_type: 'phi3', hidden_size: 64, intermediate_size: 128,
-  num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512,
-  max_position_embeddings: 4096, original_max_position_embeddings: 4096, rope_theta: 10000, rms_norm_eps: 1e-5,
-  tie_word_embeddings: false, hidden_act: 'silu', sliding_window: 2047, rope_scaling: null, pad_token_id: null,
+  ...TINY_SIZES, architectures: ['Phi3ForCausalLM'], model_type: 'phi3', max_position_embeddings: 4096,
+  original_max_position_embeddings: 4096, rope_theta: 10000, rms_norm_eps: 1e-5, tie_word_embeddings: false,
+  sliding_window: 2047, rope_scaling: null, pad_token_id: null,
 };
 // position interpolation (Llama 2 long-context fine-tunes)
 TINY_SHAPES['tiny-llama-linear'] = { ...TINY_SHAPES['tiny-llama'], rope_scaling: { rope_type: 'linear', factor: 2.0 } };

@@ -14,8 +14,8 @@
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
 // GQA: block (x, t, z) serves the G query heads h0 = x G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
 // (G, a template argument, is the largest built one (8, 4, 2, 1; 5-7 for odd groups) dividing qHeadsPerKv, or 1
-// when the rows are too few to fill the GPU: decodeGroup in decode-splits.ts), reading each K and V once for all of them; per head the
-// arithmetic is that of G = 1, so the choice of G changes no bit.
+// when the rows are too few to fill the GPU: decodeGroup in decode-splits.ts), reading each K and V once for all of
+// them; per head the arithmetic is that of G = 1, so the choice of G changes no bit.
 // Block (x, t, z) computes splits z, z + gridDim.z, ... of its rows, so the grid's z extent only decides
 // how many blocks share the work: blocks with z >= numSplits exit at once. Each split ends as a state
 // (max, sum of exp, unnormalized output), and a row's states are folded in split order by fold_split,

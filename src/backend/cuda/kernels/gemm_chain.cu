@@ -163,15 +163,15 @@ __device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
 // session 15).
 #define CHAIN_STAGES 16
-#define CHAIN_ARGS                                                                                          \
+#define CHAIN_ARGS                                                                                                     \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
       int T, int N, int K
-#define CHAIN_KERNELS(suffix, P)                                                                  \
-  extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {               \
-    gemm_chain<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {      \
-    gemm_chain_silu_mul<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                       \
+#define CHAIN_KERNELS(suffix, P)                                                                                       \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {                                    \
+    gemm_chain<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                               \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {                           \
+    gemm_chain_silu_mul<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                      \
   }
 CHAIN_KERNELS(, 4)
 CHAIN_KERNELS(_p8, 8)

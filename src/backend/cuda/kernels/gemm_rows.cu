@@ -266,18 +266,18 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
-#define GEMM_ROWS_ARGS \
+#define GEMM_ROWS_ARGS                                                                                                 \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
       int T, int N, int K, int sliceChunks
-#define INSTANTIATE_SPLIT(MT, NT, PF)                                                   \
-  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) { \
-    gemm_rows_split<MT, NT, PF>(x, w, y, bias, T, N, K, sliceChunks);                          \
+#define INSTANTIATE_SPLIT(MT, NT, PF)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) {                    \
+    gemm_rows_split<MT, NT, PF>(x, w, y, bias, T, N, K, sliceChunks);                                                  \
   }
 
-#define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES, SMEM_SUM)                                                \
-  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(        \
-      GEMM_ROWS_ARGS) {                                                                                      \
-    gemm_rows_tiled<WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, bias, T, N, K, sliceChunks);                          \
+#define INSTANTIATE_TILED(WM, WN, MT, NT, STAGES, SMEM_SUM)                                                            \
+  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) gemm_rows_tiled_w##WM##x##WN##_m##MT##_n##NT(          \
+      GEMM_ROWS_ARGS) {                                                                                                \
+    gemm_rows_tiled<WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, bias, T, N, K, sliceChunks);                            \
   }
 
 INSTANTIATE_SPLIT(1, 1, 4)
