@@ -1,5 +1,6 @@
 // What createServer needs, and the limits it enforces (each with a default).
 
+import type { PoolerConfig } from '../loader/pooler-config.js';
 import type { EngineClient } from '../engine/client.js';
 import type { Tokenizer } from '../loader/types.js';
 import type { ReasoningParserName } from './reasoning.js';
@@ -47,6 +48,13 @@ export interface ServerOptions {
   cors?: CorsOptions;
   /** Fastify logger on/off. */
   logger?: boolean;
+  /**
+   * A pooling runner (vLLM's --runner pooling / --task embed): /v1/embeddings with this pooler, and the generation
+   * routes refused. Absent or null: a generating runner.
+   */
+  pooler?: PoolerConfig | null;
+  /** The model's hidden size (bounds an embedding request's `dimensions`). */
+  hiddenSize?: number;
 }
 
 export interface CorsOptions {

@@ -137,25 +137,26 @@ function parseGenerationFields(b: Body, limits: ServerLimits): GenerationFields 
   };
 }
 
-function truncateOf(b: Body): number | null {
+export function truncateOf(b: Body): number | null {
   const k = optInt(b, 'truncate_prompt_tokens', -1);
   if (k === 0) throw badRequest('`truncate_prompt_tokens` must be -1 (the context length) or at least 1, got 0.', 'truncate_prompt_tokens');
   return k;
 }
 
-function parsePrompts(v: unknown, limits: ServerLimits): (string | number[])[] {
-  if (v === undefined || v === null) throw badRequest('`prompt` is required.', 'prompt');
+/** A prompt field (`prompt`, or embeddings' `input`): a string, strings, token ids or lists of them. */
+export function parsePrompts(v: unknown, limits: ServerLimits, param = 'prompt'): (string | number[])[] {
+  if (v === undefined || v === null) throw badRequest(`\`${param}\` is required.`, param);
   let prompts: (string | number[])[];
   if (typeof v === 'string') prompts = [v];
   else if (Array.isArray(v) && v.length > 0 && v.every(isInt)) prompts = [v];
   else if (Array.isArray(v) && v.length > 0 && v.every((p) => typeof p === 'string')) prompts = v;
   else if (Array.isArray(v) && v.length > 0 && v.every((p) => Array.isArray(p) && p.every(isInt))) prompts = v;
-  else if (Array.isArray(v) && v.length === 0) throw badRequest('`prompt` must not be empty.', 'prompt');
-  else throw badRequest('`prompt` must be a string, a list of strings, a list of token ids, or a list of lists of token ids.', 'prompt');
+  else if (Array.isArray(v) && v.length === 0) throw badRequest(`\`${param}\` must not be empty.`, param);
+  else throw badRequest(`\`${param}\` must be a string, a list of strings, a list of token ids, or a list of lists of token ids.`, param);
   if (prompts.length > limits.maxPromptsPerRequest) {
-    throw badRequest(`\`prompt\` has ${prompts.length} prompts; at most ${limits.maxPromptsPerRequest} are allowed.`, 'prompt');
+    throw badRequest(`\`${param}\` has ${prompts.length} prompts; at most ${limits.maxPromptsPerRequest} are allowed.`, param);
   }
-  if (prompts.some((p) => p.length === 0)) throw badRequest('`prompt` must not be empty.', 'prompt');
+  if (prompts.some((p) => p.length === 0)) throw badRequest(`\`${param}\` must not be empty.`, param);
   return prompts;
 }
 

@@ -10,6 +10,7 @@ import { ApiMetrics } from './metrics.js';
 import { DEFAULT_CORS, serverLimits, type ServerOptions } from './options.js';
 import { registerChat } from './routes/chat.js';
 import { registerCompletions } from './routes/completions.js';
+import { registerEmbeddings } from './routes/embeddings.js';
 import { registerResponses } from './routes/responses.js';
 import type { RouteDeps } from './routes/deps.js';
 import { registerTokenize } from './routes/tokenize.js';
@@ -32,6 +33,11 @@ export type { ServerOptions } from './options.js';
 type State = 'loading' | 'ready' | 'draining';
 
 const GENERATION_PATHS = new Set(['/v1/completions', '/v1/chat/completions', '/v1/responses']);
+/** The routes that run the engine (refused while loading, draining or failed). */
+const ENGINE_PATHS = new Set([...GENERATION_PATHS, '/v1/embeddings']);
+const API_NAMES: Record<string, string> = {
+  '/v1/completions': 'Completions', '/v1/chat/completions': 'Chat Completions', '/v1/responses': 'Responses',
+};
 
 function engineErrorOf(engine: object): string | null {
   const e = (engine as { error?: unknown }).error;
@@ -87,6 +93,8 @@ export function createServer(opts: ServerOptions): QuireServer {
     eosToken: opts.eosToken ?? null,
     samplingDefaults: opts.samplingDefaults ?? {},
     returnTokensAsTokenIds: opts.returnTokensAsTokenIds ?? false,
+    pooler: opts.pooler ?? null,
+    hiddenSize: opts.hiddenSize ?? null,
   };
   let state: State = 'loading';
 
@@ -114,7 +122,10 @@ export function createServer(opts: ServerOptions): QuireServer {
     if (opts.apiKey !== undefined && isV1 && request.method !== 'OPTIONS' && request.headers.authorization !== `Bearer ${opts.apiKey}`) {
       throw unauthorized();
     }
-    if (request.method === 'POST' && GENERATION_PATHS.has(path)) {
+    if (request.method === 'POST' && GENERATION_PATHS.has(path) && deps.pooler !== null) {
+      throw new ApiError(400, `The model is served for embeddings (--runner pooling): it does not support the ${API_NAMES[path]} API.`);
+    }
+    if (request.method === 'POST' && ENGINE_PATHS.has(path)) {
       if (state === 'draining') throw unavailable('The server is shutting down.');
       const failure = engineErrorOf(opts.engine);
       if (failure !== null) throw unavailable(`The engine failed: ${failure}`);
@@ -139,6 +150,7 @@ export function createServer(opts: ServerOptions): QuireServer {
   registerChat(app, deps);
   registerResponses(app, deps);
   registerTokenize(app, deps);
+  registerEmbeddings(app, deps);
 
   return {
     app,

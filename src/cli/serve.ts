@@ -1,7 +1,7 @@
 // quire serve: the OpenAI-compatible server. The HTTP side listens at once
 // (/health 503 while loading); the engine loads in a worker thread.
 
-import { basename } from 'node:path';
+import { basename, join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createServer } from '../api/server.js';
 import { StatsLogger } from '../api/stats-logger.js';
@@ -16,6 +16,8 @@ import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { EngineOptions } from '../engine/options.js';
 import { defaultMaxModelLen } from '../model/rope.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
+import { resolvePoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
+import { readJsonFile } from '../loader/tokenizer.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -42,7 +44,15 @@ export function serveCommand(): Command {
     .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
       + 'Qwen3, Hermes; llama3_json: Llama 3.1+; mistral: Mistral)').choices([...TOOL_CALL_PARSERS]))
     .addOption(new Option('--reasoning-parser <name>', 'put the thinking of chat outputs (<think>...</think>) in '
-      + 'reasoning_content (qwen3, deepseek_r1)').choices([...REASONING_PARSERS]));
+      + 'reasoning_content (qwen3, deepseek_r1)').choices([...REASONING_PARSERS]))
+    .addOption(new Option('--runner <r>', 'as vLLM: generate text, or pool prompts into embeddings (/v1/embeddings)')
+      .choices(['auto', 'generate', 'pooling']).default('auto'))
+    .addOption(new Option('--task <t>', 'vLLM\'s older name for the runner: embed is --runner pooling')
+      .choices(['auto', 'generate', 'embed', 'embedding']).default('auto'))
+    .addOption(new Option('--convert <c>', 'as vLLM: embed serves a *ForCausalLM model as an embedding model (--runner pooling)')
+      .choices(['auto', 'none', 'embed']).default('auto'))
+    .option('--pooler-config <json>', 'as vLLM, for --runner pooling: \'{"pooling_type": "LAST", "normalize": true}\' '
+      + '(default: the model\'s sentence-transformers files, else LAST, normalized)', jsonObject('--pooler-config'));
   addEngineFlags(cmd);
   cmd.argument('[model]', 'the model directory, as `vllm serve <model>` takes it (or --model)')
     .option('--return-tokens-as-token-ids', 'logprobs name tokens "token_id:<id>" unless a request says otherwise', false);
@@ -55,6 +65,13 @@ export function serveCommand(): Command {
       cmd.error('quire serve: --enable-auto-tool-choice requires --tool-call-parser (one of: ' + TOOL_CALL_PARSERS.join(', ') + ')');
     }
     const options = serveEngineOptions(flags);
+    let pooling = false;
+    try {
+      pooling = poolingRunner(flags);
+      if (!pooling && flags.poolerConfig !== undefined) throw new Error('--pooler-config needs --runner pooling (or --task embed)');
+    } catch (e) {
+      cmd.error(`quire serve: ${(e as Error).message}`);
+    }
     let chatTemplate: string | null = null;
     if (flags.chatTemplate !== undefined) {
       try {
@@ -69,6 +86,15 @@ export function serveCommand(): Command {
       defaults = samplingDefaults(flags.generationConfig as string, dir.dir, flags.overrideGenerationConfig as SamplingDefaults | undefined);
     } catch (e) {
       cmd.error(`quire serve: ${(e as Error).message}`);
+    }
+    let pooler: PoolerConfig | null = null;
+    if (pooling) {
+      try {
+        const hf = { ...readJsonFile(join(dir.dir, 'config.json')) as Record<string, unknown>, ...options.hfOverrides ?? {} };
+        pooler = resolvePoolerConfig(dir.dir, hf, (flags.poolerConfig as Record<string, unknown> | undefined) ?? null);
+      } catch (e) {
+        cmd.error(`quire serve: ${(e as Error).message}`);
+      }
     }
     const names = (flags.servedModelName as string[] | undefined) ?? [defaultServedName(options.model, dir.dir)];
     const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
@@ -85,6 +111,7 @@ export function serveCommand(): Command {
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
       reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,
+      pooler, hiddenSize: dir.config.hiddenSize,
       cors: {
         allowedOrigins: flags.allowedOrigins as string[], allowedMethods: flags.allowedMethods as string[],
         allowedHeaders: flags.allowedHeaders as string[], allowCredentials: flags.allowCredentials as boolean,
@@ -113,8 +140,14 @@ export function serveCommand(): Command {
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
       + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, max num batched tokens `
       + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`);
-    console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/completions `
-      + `-H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 32}'`);
+    if (pooler) {
+      console.log(`quire: pooling runner: ${pooler.poolingType} token, ${pooler.normalize ? '' : 'not '}normalized`);
+      console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/embeddings `
+        + `-H 'Content-Type: application/json' -d '{"input": "Once upon a time"}'`);
+    } else {
+      console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/completions `
+        + `-H 'Content-Type: application/json' -d '{"prompt": "Once upon a time", "max_tokens": 32}'`);
+    }
 
     let stopping = false;
     const stop = async (signal: string): Promise<void> => {
@@ -145,6 +178,34 @@ export function serveStatsLogger(flags: Record<string, unknown>, engine: Constru
   const logger = new StatsLogger(engine, log);
   logger.start();
   return logger;
+}
+
+/**
+ * Whether --runner, --task and --convert (vLLM's three ways to say it) ask for a pooling runner; refuses them
+ * contradicting each other.
+ */
+export function poolingRunner(flags: Record<string, unknown>): boolean {
+  const runner = (flags.runner as string | undefined) ?? 'auto';
+  const task = (flags.task as string | undefined) ?? 'auto';
+  const convert = (flags.convert as string | undefined) ?? 'auto';
+  const embed = task === 'embed' || task === 'embedding' || convert === 'embed';
+  if (runner === 'generate' && embed) throw new Error(`--runner generate contradicts ${task !== 'auto' ? `--task ${task}` : '--convert embed'}`);
+  if (runner === 'pooling' && task === 'generate') throw new Error('--runner pooling contradicts --task generate');
+  return runner === 'pooling' || embed;
+}
+
+/** A flag whose value is a JSON object (vLLM's --pooler-config). */
+function jsonObject(flag: string): (value: string) => Record<string, unknown> {
+  return (value) => {
+    let v: unknown;
+    try {
+      v = JSON.parse(value);
+    } catch (e) {
+      throw new InvalidArgumentError(`${flag}: not JSON (${(e as Error).message})`);
+    }
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new InvalidArgumentError(`${flag} takes a JSON object`);
+    return v as Record<string, unknown>;
+  };
 }
 
 /** A flag whose value is a JSON list of strings (vLLM's CORS flags). */

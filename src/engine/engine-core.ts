@@ -23,7 +23,8 @@ import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
 import { defaultMaxModelLen, maxModelLenCap } from '../model/rope.js';
-import type { EngineOutput, EngineRequest, EngineStats, FinishReason, TokenLogprob } from './types.js';
+import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
+import { poolEmbedding } from './pooling.js';
 
 type EngineReq = Request<SequenceSamplingState>;
 type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array | Int32Array) => Float32Array | Int32Array;
@@ -34,8 +35,11 @@ export interface PendingStep {
   /** Outputs already known (errors of rejected requests). */
   outputs: EngineOutput[];
   /** sampledOnDevice: its tokens stay where the next step's input ids can name them (async scheduling). */
-  work: { so: SchedulerOutput; rows: EngineReq[]; wait: () => SampleOutput; sampledOnDevice: boolean } | null;
+  work: { so: SchedulerOutput; rows: EngineReq[]; wait: () => StepOutput; sampledOnDevice: boolean } | null;
 }
+
+/** A step's sampled tokens and, for embedding requests whose prompt it finished, their final hidden states. */
+type StepOutput = SampleOutput & { pooled?: Map<string, Float32Array> };
 
 /** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
 export function graphBucket(numSeqs: number, maxNumSeqs: number): number | null {
@@ -69,6 +73,8 @@ export class EngineCore {
   private readonly constraints = new Map<string, TokenConstraint>();
   /** Prompt logprobs made so far of requests that have not had their first token yet. */
   private readonly promptLogprobsOf = new WeakMap<EngineReq, TokenLogprob[]>();
+  /** Embedding requests not yet finished, with how their hidden state is pooled. */
+  private readonly poolingOf = new Map<string, PoolingParams>();
   /** The step advance() launched last and has not completed. */
   private inFlight: PendingStep | null = null;
   private readonly model: Model;
@@ -111,8 +117,13 @@ export class EngineCore {
   }
 
   addRequest(r: EngineRequest): void {
+    if (r.pooling && r.promptTokenIds.length > this.info.maxModelLen) {
+      this.pending.push(this.errorOutput(r.requestId, `the input (${r.promptTokenIds.length} tokens) exceeds the `
+        + `context length ${this.info.maxModelLen}`));
+      return;
+    }
     const total = r.promptTokenIds.length + r.sampling.maxTokens;
-    if (total > this.info.maxModelLen) {
+    if (!r.pooling && total > this.info.maxModelLen) {
       this.pending.push(this.errorOutput(r.requestId, `prompt (${r.promptTokenIds.length} tokens) plus max_tokens `
         + `(${r.sampling.maxTokens}) exceeds the context length ${this.info.maxModelLen}`));
       return;
@@ -145,6 +156,7 @@ export class EngineCore {
   }
 
   private schedule(r: EngineRequest, constraint: TokenConstraint | null): void {
+    if (r.pooling) this.poolingOf.set(r.requestId, r.pooling);
     const sampler = this.sampler.newSequenceState(r.sampling, r.promptTokenIds);
     if (constraint !== null) {
       sampler.constraint = constraint;
@@ -175,6 +187,7 @@ export class EngineCore {
     if (this.compiling.delete(requestId)) return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
     if (!this.scheduler.getRequest(requestId)) return [];
     this.scheduler.abortRequest(requestId);
+    this.poolingOf.delete(requestId);
     this.releaseConstraint(requestId);
     return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
   }
@@ -228,6 +241,8 @@ export class EngineCore {
    */
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
+    // an embedding request ends with the step that finishes its prompt: no step may be planned past it first
+    if (this.poolingOf.size > 0) return false;
     return this.scheduler.running.every((r) => {
       const st = (r as EngineReq).sampling!;
       return isDeviceSamplable(st, this.eosTokenIds) && st.numOutputTokens >= st.params.minTokens;
@@ -272,8 +287,9 @@ export class EngineCore {
     if (!work) return outputs;
     const t0 = performance.now();
     const { so, rows } = work;
-    const { tokenIds, logprobs, promptLogprobs } = work.wait();
+    const { tokenIds, logprobs, promptLogprobs, pooled } = work.wait();
     this.executeMs += performance.now() - t0;
+    if (pooled) outputs.push(...this.finishPooled(pooled));
     for (const [id, lps] of promptLogprobs ?? []) {
       const req = this.scheduler.getRequest(id) as EngineReq | undefined;
       if (req === undefined) continue;
@@ -284,6 +300,7 @@ export class EngineCore {
     const sampled = new Map<string, number[]>();
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
     rows.forEach((req, i) => {
+      if (pooled?.has(req.requestId)) return;
       sampled.set(req.requestId, [tokenIds[i]!]);
       req.sampling!.appendOutputTokens([tokenIds[i]!]);
       const lp = logprobs[i];
@@ -325,13 +342,48 @@ export class EngineCore {
   }
 
   /**
+   * Embedding requests whose prompt the step finished: their outputs (the pooled hidden state, nothing generated),
+   * and their pages freed, before the step's sampled tokens are taken (their rows sampled none).
+   */
+  private finishPooled(pooled: Map<string, Float32Array>): EngineOutput[] {
+    const outputs: EngineOutput[] = [];
+    for (const [requestId, hidden] of pooled) {
+      const params = this.poolingOf.get(requestId);
+      const req = this.scheduler.getRequest(requestId);
+      this.poolingOf.delete(requestId);
+      if (params === undefined || req === undefined) continue;
+      outputs.push({ requestId, newTokenIds: [], finished: true, finishReason: 'stop',
+        embedding: poolEmbedding(hidden, params), numCachedTokens: Math.max(0, req.numCachedTokens) });
+    }
+    this.scheduler.finishRequests(outputs.map((o) => o.requestId), 'FINISHED_STOPPED');
+    return outputs;
+  }
+
+  /**
+   * Launches a step's forward; where it finishes an embedding request's prompt, that row's final hidden state
+   * comes to the host too (such steps are never graphed: the row is a prompt's).
+   */
+  private launch(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
+    states: readonly SequenceSamplingState[]): { wait: () => StepOutput; sampledOnDevice: boolean } {
+    const sampledRows = rows.filter((r) => r.sample);
+    const pooledAt = this.poolingOf.size === 0 ? []
+      : sampledRows.flatMap((r, i) => (!r.isDecode && this.poolingOf.has(r.requestId) ? [i] : []));
+    const launched = this.launchForward(rows, states);
+    if (pooledAt.length === 0) return launched;
+    const hidden = this.model.hiddenRows(pooledAt);
+    const width = this.config.hiddenSize;
+    const pooled = new Map(pooledAt.map((at, i) => [sampledRows[at]!.requestId, hidden.subarray(i * width, (i + 1) * width)]));
+    return { wait: () => ({ ...launched.wait(), pooled }), sampledOnDevice: launched.sampledOnDevice };
+  }
+
+  /**
    * Launches one forward and returns what waits for its tokens. Rows the backend
    * can sample (states all device-samplable) get only token ids back; otherwise
    * the full logits come to the host and the Sampler picks (at once). Decode-only
    * steps replay a CUDA graph captured per batch-size bucket and mode, without
    * waiting for it when one is ready.
    */
-  private launch(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
+  private launchForward(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
     states: readonly SequenceSamplingState[]): { wait: () => SampleOutput; sampledOnDevice: boolean } {
     const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
       rows.every((r) => numPromptLogitRows(r) === 0);

@@ -14,6 +14,19 @@ export interface EngineRequest {
   cacheSalt: string | null;
   /** ms since epoch. */
   arrivalTime: number;
+  /**
+   * An embedding request (a pooling runner, vLLM's `--runner pooling`): the prompt is prefilled and its pooled
+   * final hidden state comes back as `embedding`; nothing is generated.
+   */
+  pooling?: PoolingParams;
+}
+
+/** How an embedding request's last token's final hidden state becomes its embedding (vLLM's LAST pooler). */
+export interface PoolingParams {
+  /** Divide by the L2 norm (after any truncation to `dimensions`). */
+  normalize: boolean;
+  /** Keep the first `dimensions` values (Matryoshka models); null: all. */
+  dimensions: number | null;
 }
 
 export interface TokenLogprob {
@@ -42,6 +55,8 @@ export interface EngineOutput {
   promptLogprobs?: (TokenLogprob | null)[];
   /** Prompt tokens served from the prefix cache (set on the first output). */
   numCachedTokens?: number;
+  /** An embedding request's embedding (its only output, finished). */
+  embedding?: number[];
   error?: string;
 }
 

@@ -17,6 +17,8 @@ export class Model {
   private readonly rope: RopeSpec;
   private readonly scale: number;
   private readonly layerSpec: LayerSpec;
+  /** The last forward's final hidden states at its logits rows (valid until the next forward begins). */
+  private lastRows: Tensor | null = null;
 
   private constructor(
     readonly config: ModelConfig,
@@ -94,6 +96,19 @@ export class Model {
     return () => ids;
   }
 
+  /**
+   * The last forward's final hidden states (after the final norm) at logits rows `rows` (indices into its
+   * logitsIndices), [rows.length * hiddenSize] f32, row after row: what an embedding pools. Call before the next
+   * forward begins.
+   */
+  hiddenRows(rows: readonly number[]): Float32Array {
+    if (this.lastRows === null) throw new Error('hiddenRows: no forward has run');
+    const hidden = this.config.hiddenSize;
+    const out = new Float32Array(rows.length * hidden);
+    rows.forEach((r, i) => out.set(this.backend.toHostRows(this.lastRows!, r, 1), i * hidden));
+    return out;
+  }
+
   private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
     const b = this.backend;
     const c = this.config;
@@ -118,6 +133,7 @@ export class Model {
     b.endLayers();
     const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);
     const rows = b.gatherLogitRows(final, step);
+    this.lastRows = rows;
     return { logits: b.matmul(rows, w.lmHead, 'lm_head'), step };
   }
 }

@@ -73,3 +73,15 @@ test('--disable-log-stats: no stats logger; without it one starts and reads the 
   logger.stop();
   assert.equal(reads, 1);
 });
+
+test('vLLM\'s runner flags: --runner pooling, --task embed and --convert embed ask for embeddings; contradictions are refused', async () => {
+  const { poolingRunner } = await import('../../src/cli/serve.js');
+  assert.equal(poolingRunner({ runner: 'pooling' }), true);
+  assert.equal(poolingRunner({ task: 'embed' }), true);
+  assert.equal(poolingRunner({ convert: 'embed' }), true);
+  assert.equal(poolingRunner({}), false);
+  assert.match(await serveError(['--model', '/nonexistent', '--runner', 'generate', '--task', 'embed']), /--runner generate contradicts --task embed/);
+  assert.match(await serveError(['--model', '/nonexistent', '--runner', 'pooling', '--task', 'generate']), /--runner pooling contradicts --task generate/);
+  assert.match(await serveError(['--model', '/nonexistent', '--pooler-config', '{"normalize": false}']), /--pooler-config needs --runner pooling/);
+  assert.match(await serveError(['--model', '/nonexistent', '--task', 'embed', '--pooler-config', '[1]']), /--pooler-config takes a JSON object/);
+});

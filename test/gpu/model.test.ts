@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
 import { createEngineCore, graphBuckets } from '../../src/engine/engine-core.js';
 import { engineOptions } from '../../src/engine/options.js';
+import { defaultSamplingParams } from '../../src/sampling/params.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
@@ -127,6 +128,34 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       const scored = g[gen.promptTokenIds.length + k]!;
       assert.ok(Math.abs(scored.logprob - lp.logprob) < 0.05, `generated token ${k}: scored ${scored.logprob}, generated ${lp.logprob}`);
     });
+  });
+
+  test('embeddings (a pooling runner): the GPU pools a prompt as the CPU does, chunked or not', async () => {
+    const model = join(packageRoot(), 'models', 'quire-demo');
+    const prompt = Array.from({ length: 150 }, (_, i) => (i * 37 + 5) % 300);
+    const embed = async (backend: 'cuda' | 'cpu', extra = {}) => {
+      const core = await createEngineCore(engineOptions({ model, backend, maxModelLen: 512, ...extra }));
+      try {
+        core.addRequest({ requestId: 'e', promptTokenIds: prompt, sampling: defaultSamplingParams({ maxTokens: 1 }),
+          priority: 0, cacheSalt: null, arrivalTime: 0, pooling: { normalize: true, dimensions: null } });
+        core.addRequest({ requestId: 'g', promptTokenIds: prompt.slice(0, 40), priority: 0, cacheSalt: null,
+          arrivalTime: 0, sampling: defaultSamplingParams({ maxTokens: 8, ignoreEos: true }) });
+        let e: number[] | undefined;
+        while (core.hasWork()) for (const o of core.advance()) if (o.embedding) e = o.embedding;
+        assert.equal(core.kv.numFreeBlocks, core.info.numBlocks - 1, 'no page leaked');
+        return e!;
+      } finally {
+        core.dispose();
+      }
+    };
+    const gpu = await embed('cuda');
+    const chunked = await embed('cuda', { maxNumBatchedTokens: 32 });
+    const cpu = await embed('cpu');
+    const dot = (a: number[], b: number[]) => a.reduce((s, x, i) => s + x * b[i]!, 0);
+    console.log(`# embedding, cuda-bf16 vs cpu-f32: cosine ${dot(gpu, cpu).toFixed(6)}, chunked vs whole ${dot(gpu, chunked).toFixed(6)}`);
+    assert.equal(gpu.length, cpu.length);
+    assert.ok(dot(gpu, cpu) > 0.999, `cosine to the CPU's ${dot(gpu, cpu)}`);
+    assert.ok(dot(gpu, chunked) > 0.999, `cosine chunked vs whole ${dot(gpu, chunked)}`);
   });
 
   test('eager: a row crossing 64 pages (the step metadata grows) still reads its fed token from the device', async () => {

@@ -1,3 +1,4 @@
+import type { PoolerConfig } from '../../loader/pooler-config.js';
 import type { Tokenizer } from '../../loader/types.js';
 import { modelNotFound } from '../errors.js';
 import type { ServeContext } from '../generation.js';
@@ -28,6 +29,10 @@ export interface RouteDeps {
   returnTokensAsTokenIds: boolean;
   /** What a request's missing sampling fields default to (the model's generation config). */
   samplingDefaults: SamplingDefaults;
+  /** A pooling runner's pooler (/v1/embeddings served, generation refused); null: a generating runner. */
+  pooler: PoolerConfig | null;
+  /** The model's hidden size (the largest embedding `dimensions`); null: not known. */
+  hiddenSize: number | null;
 }
 
 /** 404 when a model is named and it is not one we serve; else the name to answer with. */

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# For developers, on the GPU host (after `source .gpu-host/env.sh`, from the repo root, dist/ built): the figures of
+# the CUDA performance issue's table in one run, each with its share of the roofline, printed and kept as JSON under
+# ${OUT:-/tmp/bars}. Models are random-weight ones of bench/shapes.json, made once under /tmp.
+#   bash scripts/gpu-bars.sh            # every row
+#   ROWS="w2 w1" bash scripts/gpu-bars.sh   # some rows: w2 w1 w2-8b w1-8b prefill startup peer
+# QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
+set -uo pipefail
+Q="${QUIRE:-node dist/src/cli/main.js}"
+OUTDIR="${OUT:-/tmp/bars}"
+mkdir -p "$OUTDIR"
+ROWS="${ROWS:-w2 w1 w2-8b w1-8b prefill startup peer}"
+M06=/tmp/m06
+M8=/tmp/m8
+common=(--backend cuda --force --max-model-len 4096)
+
+make_model() { # dir shape [--fast]
+  [[ -f "$1/config.json" ]] || node dist/src/cli/main.js make-test-model --shape "$2" --out "$1" "${@:3}" >/dev/null
+}
+want() { [[ " $ROWS " == *" $1 "* ]]; }
+# one line of a bench offline JSON: its figures and their share of the floor / peak
+summary() {
+  node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    for (const x of r.results) console.log([
+      `${x.workload}: ${x.outputTokensPerS.toFixed(1)} output tok/s in ${x.wallS.toFixed(2)} s`,
+      x.shareOfBandwidthFloor !== undefined ? `${(100 * x.shareOfBandwidthFloor).toFixed(1)}% of its bandwidth floor` : null,
+      x.modelTflopPerS !== undefined ? `${x.promptTokensPerS.toFixed(0)} prompt tok/s, ${x.modelTflopPerS.toFixed(1)} model TFLOP/s` : null,
+      x.shareOfGemmPeak !== undefined ? `${(100 * x.shareOfGemmPeak).toFixed(1)}% of the ${x.gemmPeakTflopPerS.toFixed(1)} TFLOP/s GEMM peak` : null,
+      `commit ${r.provenance.git?.commit?.slice(0, 7)}${r.provenance.git?.dirty ? " (dirty)" : ""}`,
+    ].filter(Boolean).join(", "));' "$1"
+}
+
+make_model "$M06" qwen3-0.6b
+if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast; fi
+
+if want w2; then
+  echo "== W2 qwen3-0.6b (bar 1,500 tok/s)"
+  $Q bench decode --model "$M06" "${common[@]}" --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
+fi
+if want w1; then
+  echo "== W1 qwen3-0.6b (bar 20,000 output tok/s)"
+  $Q bench offline --workload w1 --model "$M06" "${common[@]}" --max-num-seqs 256 --json "$OUTDIR/w1-06.json" >"$OUTDIR/w1-06.log" 2>&1; summary "$OUTDIR/w1-06.json"
+fi
+if want w2-8b; then
+  echo "== W2 qwen3-8b (bar 165 tok/s)"
+  $Q bench decode --model "$M8" "${common[@]}" --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
+fi
+if want w1-8b; then
+  echo "== W1 qwen3-8b (bar 6,000 output tok/s)"
+  $Q bench offline --workload w1 --model "$M8" "${common[@]}" --max-num-seqs 256 --json "$OUTDIR/w1-8.json" >"$OUTDIR/w1-8.log" 2>&1; summary "$OUTDIR/w1-8.json"
+fi
+if want prefill; then
+  echo "== prefill qwen3-8b, 32 x 2048 (bar 50% of the GEMM peak)"
+  $Q bench offline --workload prefill --model "$M8" "${common[@]}" --json "$OUTDIR/prefill-8.json" >"$OUTDIR/prefill-8.log" 2>&1; summary "$OUTDIR/prefill-8.json"
+fi
+if want startup; then
+  echo "== start-up qwen3-8b to /health (bar 15 s)"
+  port=18123
+  t0=$(date +%s.%N)
+  $Q serve --model "$M8" --port "$port" --max-model-len 4096 >"$OUTDIR/startup.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  t1=$(date +%s.%N)
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  echo "start-up: /health answered $(echo "$t1 - $t0" | bc) s after quire serve started"
+fi
+if want peer; then
+  echo "== peer: W1 first 64 x 128, qwen3-0.6b, Quire vs transformers continuous batching"
+  node dist/src/cli/main.js bench offline --workload w1 --model "$M06" --num-requests 64 --output-len 128 \
+    --dump-prompts "$OUTDIR/w1-64-prompts.json" >/dev/null 2>&1
+  $Q bench offline --workload w1 --model "$M06" "${common[@]}" --num-requests 64 --output-len 128 \
+    --json "$OUTDIR/peer-quire.json" >"$OUTDIR/peer-quire.log" 2>&1; summary "$OUTDIR/peer-quire.json"
+  py=/opt/torch/.venv/bin/python
+  [[ -x "$py" ]] || py=python3
+  timeout -k 5 300 "$py" tools/reference/peer_generate_batch.py --model "$M06" --prompts "$OUTDIR/w1-64-prompts.json" \
+    --json "$OUTDIR/peer-transformers.json" >"$OUTDIR/peer-transformers.log" 2>&1; summary "$OUTDIR/peer-transformers.json"
+fi
