@@ -23,7 +23,7 @@ summary() {
   node -e '
     const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
     for (const x of r.results) console.log([
-      `${x.workload}: ${x.outputTokensPerS.toFixed(1)} output tok/s in ${x.wallS.toFixed(2)} s`,
+      x.workload === "prefill" ? `prefill: ${x.wallS.toFixed(2)} s` : `${x.workload}: ${x.outputTokensPerS.toFixed(1)} output tok/s in ${x.wallS.toFixed(2)} s`,
       x.shareOfBandwidthFloor !== undefined ? `${(100 * x.shareOfBandwidthFloor).toFixed(1)}% of its bandwidth floor` : null,
       x.modelTflopPerS !== undefined ? `${x.promptTokensPerS.toFixed(0)} prompt tok/s, ${x.modelTflopPerS.toFixed(1)} model TFLOP/s` : null,
       x.shareOfGemmPeak !== undefined ? `${(100 * x.shareOfGemmPeak).toFixed(1)}% of the ${x.gemmPeakTflopPerS.toFixed(1)} TFLOP/s GEMM peak` : null,
@@ -57,16 +57,17 @@ fi
 if want startup; then
   echo "== start-up qwen3-8b to /health (bar 15 s)"
   port=18123
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   $Q serve --model "$M8" --port "$port" --max-model-len 4096 >"$OUTDIR/startup.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
     sleep 0.05
   done
-  t1=$(date +%s.%N)
+  t1=$(date +%s%N)
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  echo "start-up: /health answered $(echo "$t1 - $t0" | bc) s after quire serve started"
+  ms=$(( (t1 - t0) / 1000000 ))
+  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
 fi
 if want peer; then
   echo "== peer: W1 first 64 x 128, qwen3-0.6b, Quire vs transformers continuous batching"
