@@ -8,6 +8,7 @@
 import type { DType, HostTensor, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../model/batch.js';
 import type { LayerWeights } from '../model/weights.js';
+import type { KvCacheDtype } from '../kv/fp8.js';
 
 export interface Tensor {
   readonly shape: readonly number[];
@@ -46,6 +47,10 @@ export interface Backend {
   readonly name: 'cpu' | 'cuda';
   /** Element type activations and weights are kept in on this backend. */
   readonly computeDType: DType;
+  /** The KV cache's elements: the compute dtype ('auto'), or FP8 E4M3 (vLLM's --kv-cache-dtype fp8). */
+  readonly kvCacheDtype: KvCacheDtype;
+  /** Bytes a KV cache element takes here. */
+  readonly kvBytesPerElement: number;
 
   /** Uploads a weight (any checkpoint dtype) and converts it to computeDType. */
   upload(t: HostTensor): Tensor;

@@ -3,6 +3,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
+import type { KvCacheDtype } from '../kv/fp8.js';
 
 function int(name: string) {
   return (v: string): number => {
@@ -58,6 +59,14 @@ function only(flag: string, accepted: readonly string[], why: string) {
   };
 }
 
+/** --kv-cache-dtype: vLLM's names (auto, bfloat16; fp8, fp8_e4m3); FP8 E5M2 is refused. */
+export function kvCacheDtypeArg(v: string): KvCacheDtype {
+  if (v === 'auto' || v === 'bfloat16') return 'auto';
+  if (v === 'fp8' || v === 'fp8_e4m3') return 'fp8_e4m3';
+  throw new InvalidArgumentError(`--kv-cache-dtype ${v}: not supported (accepted: auto, bfloat16, fp8, fp8_e4m3; `
+    + 'FP8 is E4M3 only)');
+}
+
 /** vLLM's short forms that commander cannot declare (-tp, -pp): their long names. */
 export function vllmShortFlags(argv: readonly string[]): string[] {
   const long: Record<string, string> = { '-tp': '--tensor-parallel-size', '-pp': '--pipeline-parallel-size' };
@@ -79,8 +88,8 @@ export function addEngineFlags(cmd: Command): Command {
       int('--long-prefill-token-threshold'), 0)
     .option('--dtype <t>', 'as vLLM; Quire computes in bfloat16 on CUDA (float32 on the CPU backend)',
       only('--dtype', ['auto', 'bfloat16', 'bf16'], 'Quire computes in bfloat16 on CUDA and float32 on the CPU backend'), 'auto')
-    .option('--kv-cache-dtype <t>', 'as vLLM; the KV cache is kept in the compute dtype',
-      only('--kv-cache-dtype', ['auto'], 'an FP8 KV cache is not supported yet'), 'auto')
+    .option('--kv-cache-dtype <t>', 'as vLLM: auto (the compute dtype) or fp8 (= fp8_e4m3: half the bytes a token, '
+      + 'so twice the tokens in the same memory; lossy, scale 1)', kvCacheDtypeArg, 'auto')
     .option('--tensor-parallel-size <n>', 'as vLLM (-tp); one GPU per engine',
       only('--tensor-parallel-size', ['1'], 'tensor parallelism is not supported yet: one GPU per engine'), '1')
     .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
@@ -116,6 +125,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     stepPolicy: f.stepPolicy as EngineOptions['stepPolicy'],
     gpuMemoryUtilization: f.gpuMemoryUtilization as number,
     kvCacheBytes: (f.kvCacheMemory as number | undefined) ?? null,
+    kvCacheDtype: (f.kvCacheDtype as KvCacheDtype | undefined) ?? 'auto',
     enforceEager: f.enforceEager as boolean,
     asyncScheduling: f.asyncScheduling as boolean,
     batchInvariant: f.batchInvariant as boolean,

@@ -138,6 +138,7 @@ export function serveCommand(): Command {
     const statsLogger = serveStatsLogger(flags, client, (line) => console.log(`quire: ${line}`));
     const i = client.info;
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
+      + (options.kvCacheDtype === 'fp8_e4m3' ? '(FP8 E4M3) ' : '')
       + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, max num batched tokens `
       + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`);
     if (pooler) {

@@ -16,7 +16,8 @@ export interface CreatedBackend {
 async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
   const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager,
-    batchInvariant: options.batchInvariant, profile: options.profile, profileLog: 'once-per-shape' });
+    batchInvariant: options.batchInvariant, profile: options.profile, profileLog: 'once-per-shape',
+    kvCacheDtype: options.kvCacheDtype });
   return { backend, device: backend.device.name };
 }
 
@@ -31,6 +32,7 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
   }
   const backend = new CpuBackend({
     kvCacheBytes: options.kvCacheBytes ?? DEFAULT_CPU_KV_BYTES,
+    kvCacheDtype: options.kvCacheDtype,
     ...(options.cpuThreads > 0 ? { numThreads: options.cpuThreads } : {}),
   });
   return { backend, device: cpus()[0]?.model ?? 'cpu' };
@@ -40,7 +42,7 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions, maxModelLen: number): number {
   const c = model.config;
   const bytesPerBlock = bytesPerKvBlock(options.blockSize, c.numLayers, c.numKvHeads, c.headDim,
-    backend.computeDType === 'f32' ? 4 : 2);
+    backend.kvBytesPerElement);
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
   const numBlocks = numBlocksForBytes(bytes, bytesPerBlock);

@@ -1,5 +1,7 @@
 // Engine configuration, named after vLLM's engine arguments.
 
+import type { KvCacheDtype } from '../kv/fp8.js';
+
 export type BackendKind = 'auto' | 'cpu' | 'cuda';
 export type StepPolicy = 'decode-first' | 'prefill-first' | 'decode-shape-stable';
 /** Who runs the engine, as vLLM's UsageContext: the offline LLM class (and the bench, generate and gate CLIs) or the API server. */
@@ -27,6 +29,8 @@ export interface EngineOptions {
   gpuMemoryUtilization: number;
   /** CPU: bytes given to the KV cache. Also caps the GPU pool when set. */
   kvCacheBytes: number | null;
+  /** vLLM's --kv-cache-dtype: 'auto' (the compute dtype) or FP8 E4M3 (half the bytes a token, lossy). */
+  kvCacheDtype: KvCacheDtype;
   /** Disables CUDA graphs. */
   enforceEager: boolean;
   /**
@@ -67,6 +71,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     stepPolicy: 'decode-first',
     gpuMemoryUtilization: 0.9,
     kvCacheBytes: null,
+    kvCacheDtype: 'auto',
     enforceEager: false,
     asyncScheduling: true,
     batchInvariant: false,

@@ -45,8 +45,7 @@ export class Model {
   /** Bytes of KV cache one token takes (K and V, every layer, in the backend's dtype). */
   kvBytesPerToken(): number {
     const c = this.config;
-    const bytesPerElement = this.backend.computeDType === 'f32' ? 4 : 2;
-    return 2 * c.numLayers * c.numKvHeads * c.headDim * bytesPerElement;
+    return 2 * c.numLayers * c.numKvHeads * c.headDim * this.backend.kvBytesPerElement;
   }
 
   /** Bytes of weights a decode step reads: every layer, the final norm and the lm head (not the embedding table). */

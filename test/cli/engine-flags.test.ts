@@ -48,9 +48,13 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
     [['-tp', '2'], /--tensor-parallel-size 2: tensor parallelism is not supported yet/],
     [['-pp', '4'], /--pipeline-parallel-size 4: pipeline parallelism is not supported yet/],
     [['--dtype', 'half'], /--dtype half: Quire computes in bfloat16 on CUDA and float32 on the CPU backend \(accepted: auto, bfloat16, bf16\)/],
-    [['--kv-cache-dtype', 'fp8'], /--kv-cache-dtype fp8: an FP8 KV cache is not supported yet/],
+    [['--kv-cache-dtype', 'fp8_e5m2'], /--kv-cache-dtype fp8_e5m2: not supported \(accepted: auto, bfloat16, fp8, fp8_e4m3; FP8 is E4M3 only\)/],
   ] as const) {
     assert.throws(() => parse(vllmShortFlags(['--model', '/m', ...flags])), message);
+  }
+  assert.equal(o.kvCacheDtype, 'auto');
+  for (const name of ['fp8', 'fp8_e4m3']) {
+    assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--kv-cache-dtype', name])).kvCacheDtype, 'fp8_e4m3');
   }
 });
 

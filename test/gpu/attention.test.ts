@@ -8,8 +8,9 @@ import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/model/batch.js';
 import { defaultInvFreq } from '../../src/model/rope.js';
 import { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { batchOf, shuffled } from '../backend/helpers.js';
-import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
+import { assertBf16Close, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
 interface Seq {
   ids: number[];
@@ -17,16 +18,19 @@ interface Seq {
   pages: number[];
 }
 
-describe('CUDA paged attention vs CPU', { skip: noCuda }, () => {
-  const cpu = noCuda ? null : newCpu();
-  const cuda = noCuda ? null : newCuda();
+// Each again with an FP8 E4M3 cache (--kv-cache-dtype fp8): the CPU rounds what it stores as the GPU does, and the
+// bf16 inputs here are the values both round.
+for (const kvCacheDtype of ['auto', 'fp8_e4m3'] as const) describe(`CUDA paged attention vs CPU, KV cache ${kvCacheDtype}`, { skip: noCuda }, () => {
+  const fp8 = kvCacheDtype === 'fp8_e4m3';
+  const cpu = noCuda ? null : new CpuBackend({ kvCacheBytes: 64 << 20, numThreads: 1, kvCacheDtype });
+  const cuda = noCuda ? null : newCuda({ kvCacheDtype });
   after(() => {
     cpu?.dispose();
     cuda?.dispose();
   });
 
   for (const [D, H, KV] of [[64, 4, 2], [128, 4, 2], [128, 8, 8], [128, 16, 4], [128, 16, 2], [64, 12, 2], [256, 8, 1]]) {
-    test(`head dim ${D}, ${H} q heads / ${KV} kv heads: prefill, chunked prefill + decode, decode-only with long context`, () => {
+    test(`head dim ${D}, ${H} q heads / ${KV} kv heads: prefill, chunked prefill + decode, decode-only with long context (${kvCacheDtype})`, () => {
       const [blockSize, numBlocks, layer] = [16, 48, 1];
       const spec = { numBlocks, blockSize, numLayers: 2, numKvHeads: KV, headDim: D };
       cpu!.allocateKvCache(spec);
@@ -66,7 +70,7 @@ describe('CUDA paged attention vs CPU', { skip: noCuda }, () => {
   // not launched), layer 1 the rope kernel then attention's kv_write: the same outputs and the same cache bytes, rows
   // of one split and of several (short and long splits), one query head a block and the kv head's group.
   for (const [D, H, KV] of [[128, 16, 8], [64, 12, 2]]) {
-    test(`head dim ${D}: qkNormRope given the layer writes k and v to the cache, bit for bit as kv_write does`, () => {
+    test(`head dim ${D}: qkNormRope given the layer writes k and v to the cache, bit for bit as kv_write does (${kvCacheDtype})`, () => {
       const [blockSize, numBlocks] = [16, 160];
       const spec = { numBlocks, blockSize, numLayers: 2, numKvHeads: KV, headDim: D };
       cuda!.allocateKvCache(spec);
@@ -100,8 +104,9 @@ describe('CUDA paged attention vs CPU', { skip: noCuda }, () => {
         assert.ok(outFused.every(Number.isFinite), `step ${i}: an output read a slot that was never written`);
         assert.deepEqual(new Uint32Array(outFused.buffer), new Uint32Array(outPlain.buffer), `step ${i} (D=${D})`);
       });
+      // the cache's bytes, read as bf16 pairs (an FP8 cache: two elements each)
       const cacheBits = (layer: number, which: 'k' | 'v') => new Uint32Array(cuda!.toHost(
-        new CudaTensor([numBlocks * blockSize * KV, D], cuda!.kvLayer(layer)[which])).buffer);
+        new CudaTensor([numBlocks * blockSize * KV, fp8 ? D / 2 : D], cuda!.kvLayer(layer)[which])).buffer);
       for (const which of ['k', 'v'] as const) {
         assert.deepEqual(cacheBits(0, which), cacheBits(1, which), `${which} cache: layer 0 (fused) vs layer 1 (D=${D})`);
       }

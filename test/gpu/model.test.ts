@@ -17,6 +17,13 @@ import { packageRoot } from '../../src/cli/default-model.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda } from './cuda-helpers.js';
 import type { Backend } from '../../src/backend/backend.js';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+
+function logSoftmax(x: Float32Array): number[] {
+  const m = Math.max(...x);
+  const lse = m + Math.log(x.reduce((s, v) => s + Math.exp(v - m), 0));
+  return Array.from(x, (v) => v - lse);
+}
 
 describe('whole model on CUDA', { skip: noCuda }, () => {
   const backends: Backend[] = [];
@@ -128,6 +135,91 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       const scored = g[gen.promptTokenIds.length + k]!;
       assert.ok(Math.abs(scored.logprob - lp.logprob) < 0.05, `generated token ${k}: scored ${scored.logprob}, generated ${lp.logprob}`);
     });
+  });
+
+  test('FP8 KV cache: the GPU\'s logits are closer to the CPU\'s FP8 ones than FP8 is to no FP8; twice the pages', () => {
+    const config = tinyConfig('qwen3', { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
+      numKvHeads: 2, headDim: 64, vocabSize: 500 });
+    const run = (backend: Backend) => {
+      backends.push(backend);
+      const model = Model.load(config, randomWeightSource(config, { seed: 22 }), backend);
+      backend.allocateKvCache(model.kvCacheSpec(16, 16));
+      const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
+      const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
+        Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
+      const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
+      for (let step = 0; step < 3; step++) {
+        out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
+          pages: pages[s]! })), 16, [0, 1])));
+      }
+      return { out, kvBytesPerToken: model.kvBytesPerToken() };
+    };
+    // the GPU rounds its bf16 k and v to e4m3, the CPU its f32 ones: where the two sit either side of an e4m3
+    // midpoint they differ by an e4m3 step, so the paths are compared as distributions (KL), not logit by logit
+    const cpuFp8 = run(new CpuBackend({ kvCacheBytes: 64 << 20, numThreads: 1, kvCacheDtype: 'fp8_e4m3' }));
+    const cpu = run(newCpu());
+    const cudaFp8 = run(newCuda({ kvCacheDtype: 'fp8_e4m3' }));
+    const cuda = run(newCuda());
+    const kl = (p: Float32Array[], q: Float32Array[]) => {
+      let sum = 0;
+      let rows = 0;
+      p.forEach((lp, s) => {
+        for (let r = 0; r < lp.length / 500; r++) {
+          const a = logSoftmax(lp.subarray(r * 500, (r + 1) * 500));
+          const b = logSoftmax(q[s]!.subarray(r * 500, (r + 1) * 500));
+          sum += a.reduce((t, x, i) => t + Math.exp(x) * (x - b[i]!), 0);
+          rows++;
+        }
+      });
+      return sum / rows;
+    };
+    const [gpuVsCpu, fp8Effect, bf16Baseline] = [kl(cpuFp8.out, cudaFp8.out), kl(cpuFp8.out, cpu.out), kl(cpu.out, cuda.out)];
+    console.log(`# fp8 KV cache, mean KL: cuda-fp8 vs cpu-fp8 ${gpuVsCpu.toExponential(3)}, cpu-fp8 vs cpu-f32 `
+      + `${fp8Effect.toExponential(3)}, cuda-bf16 vs cpu-f32 ${bf16Baseline.toExponential(3)}`);
+    assert.ok(cudaFp8.out.every((l) => l.every(Number.isFinite)), 'finite logits');
+    assert.ok(gpuVsCpu < fp8Effect, 'the GPU\'s FP8 path is nearer the CPU\'s FP8 path than FP8 is to none');
+    assert.ok(kl(cuda.out, cudaFp8.out) > 0, 'the FP8 cache rounds');
+    assert.equal(cudaFp8.kvBytesPerToken * 2, cuda.kvBytesPerToken, 'a byte an element');
+  });
+
+  test('FP8 KV cache on the demo model: prompt logprobs near the bf16 cache\'s, batch-invariant transcripts', async () => {
+    const model = join(packageRoot(), 'models', 'quire-demo');
+    const prompt = 'Paged attention keeps the cache in blocks, so many sequences share one GPU without waste.';
+    const gen = async (kvCacheDtype: 'auto' | 'fp8_e4m3', ids: number[] | string, params: Record<string, unknown>, extra = {}) => {
+      const llm = new LLM(model, { backend: 'cuda', maxModelLen: 512, kvCacheDtype, ...extra });
+      try {
+        return (await llm.generate([ids], { temperature: 0, ignoreEos: true, ...params }))[0]!;
+      } finally {
+        await llm.close();
+      }
+    };
+    const base = await gen('auto', prompt, { maxTokens: 32 });
+    const full = [...base.promptTokenIds, ...base.tokenIds];
+    const [a, f] = [await gen('auto', full, { maxTokens: 1, promptLogprobs: 0 }), await gen('fp8_e4m3', full, { maxTokens: 1, promptLogprobs: 0 })];
+    let sum = 0;
+    let worst = 0;
+    for (let i = 1; i < full.length; i++) {
+      const d = Math.abs(a.promptLogprobs![i]!.logprob - f.promptLogprobs![i]!.logprob);
+      sum += d;
+      worst = Math.max(worst, d);
+    }
+    const mean = sum / (full.length - 1);
+    console.log(`# fp8 KV cache vs bf16 on the demo model: prompt logprobs differ by ${mean.toFixed(4)} on average, ${worst.toFixed(4)} at most (${full.length - 1} positions)`);
+    assert.ok(mean < 0.1, `mean logprob difference ${mean}`);
+    // the FP8 path's own transcripts do not depend on the batch: alone, and among others in a chunked step
+    const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as { prompts: { prompt: string }[] };
+    const prompts = gate.prompts.slice(0, 8).map((p) => p.prompt);
+    const run = async (maxNumSeqs: number) => {
+      const llm = new LLM(model, { backend: 'cuda', maxModelLen: 512, kvCacheDtype: 'fp8_e4m3', maxNumSeqs });
+      try {
+        return (await llm.generate(prompts, { temperature: 0, maxTokens: 24, ignoreEos: true })).map((c) => c.tokenIds);
+      } finally {
+        await llm.close();
+      }
+    };
+    const [one, eight] = [await run(1), await run(8)];
+    console.log(`# transcript md5 ${transcriptMd5(eight)}  cuda-bf16 fp8-kv graphs, gate prompts (batch 8)`);
+    assert.deepEqual(eight, one);
   });
 
   test('embeddings (a pooling runner): the GPU pools a prompt as the CPU does, chunked or not', async () => {

@@ -12,6 +12,7 @@
 // how the prompt was chunked or what else is in the batch.
 
 import type { ForwardBatch } from '../../model/batch.js';
+import { roundE4m3Into } from '../../kv/fp8.js';
 
 export interface KvLayer {
   k: Float32Array;
@@ -25,9 +26,12 @@ export interface AttentionShape {
   blockSize: number;
 }
 
-/** Copies this step's k, v out of qkv [T, (H + 2 KVH) D] into the cache at the slot mapping. */
+/**
+ * Copies this step's k, v out of qkv [T, (H + 2 KVH) D] into the cache at the slot mapping; `fp8`: each value
+ * rounded to FP8 E4M3 as it goes in (the cache stays f32).
+ */
 export function writeKv(qkv: Float32Array, layer: KvLayer, batch: ForwardBatch,
-  shape: AttentionShape): void {
+  shape: AttentionShape, fp8 = false): void {
   const { numHeads, numKvHeads, headDim } = shape;
   const rowWidth = (numHeads + 2 * numKvHeads) * headDim;
   const kvWidth = numKvHeads * headDim;
@@ -37,6 +41,10 @@ export function writeKv(qkv: Float32Array, layer: KvLayer, batch: ForwardBatch,
     const kStart = t * rowWidth + numHeads * headDim;
     layer.k.set(qkv.subarray(kStart, kStart + kvWidth), slot * kvWidth);
     layer.v.set(qkv.subarray(kStart + kvWidth, kStart + 2 * kvWidth), slot * kvWidth);
+    if (fp8) {
+      roundE4m3Into(layer.k.subarray(slot * kvWidth, (slot + 1) * kvWidth));
+      roundE4m3Into(layer.v.subarray(slot * kvWidth, (slot + 1) * kvWidth));
+    }
   }
 }
 

@@ -19,6 +19,7 @@ import type { WasmMemory } from './wasm-asm.js';
 import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.js';
 import { wasmMatmulModule } from './wasm-matmul.js';
 import { Workspace } from './workspace.js';
+import type { KvCacheDtype } from '../../kv/fp8.js';
 import { TokenDrawer } from '../../sampling/draw.js';
 import { rowLogprobsReference, sampleRowsReference } from '../../sampling/device-sampling.js';
 
@@ -37,6 +38,8 @@ export interface CpuBackendOptions {
    * transcript belongs to one kernel.
    */
   kernel?: 'wasm' | 'js';
+  /** 'fp8_e4m3': K and V rounded to FP8 E4M3 as they are written (the values the GPU's FP8 cache holds; kept f32). */
+  kvCacheDtype?: KvCacheDtype;
 }
 
 /** Below this many query-key-dim products attention runs on the calling thread alone. */
@@ -51,6 +54,9 @@ function numElementsOf(shape: readonly number[]): number {
 export class CpuBackend implements Backend {
   readonly name = 'cpu' as const;
   readonly computeDType: DType = 'f32';
+  readonly kvCacheDtype: KvCacheDtype;
+  /** The cache is f32 whatever kvCacheDtype rounds its values to. */
+  readonly kvBytesPerElement = 4;
   private readonly kvCacheBytes: number;
   readonly kernel: 'wasm' | 'js';
   private drawer: TokenDrawer | null = null;
@@ -69,6 +75,7 @@ export class CpuBackend implements Backend {
 
   constructor(opts: CpuBackendOptions) {
     this.kvCacheBytes = opts.kvCacheBytes;
+    this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     const numThreads = opts.numThreads ?? availableParallelism();
     const module = opts.kernel === 'js' ? null : wasmMatmulModule();
     if (opts.kernel === 'wasm' && !module) throw new Error('CPU backend: this runtime has no WebAssembly SIMD');
@@ -235,7 +242,7 @@ export class CpuBackend implements Backend {
       throw new Error(`attention: qkv heads do not match the KV cache spec`);
     }
     const shape = { numHeads, numKvHeads, headDim, blockSize: spec.blockSize };
-    writeKv(q.data, kv, step.batch, shape);
+    writeKv(q.data, kv, step.batch, shape, this.kvCacheDtype === 'fp8_e4m3');
     const out = this.alloc([T, numHeads * headDim]);
     if (this.wasmAttention && this.wasmMemory && headDim % 4 === 0) {
       const batch = step.batch;

@@ -21,6 +21,8 @@ export interface AttentionLaunch {
   headDim: number;
   blockSize: number;
   scale: number;
+  /** The kernels' dtype suffix: 'bf16', or 'bf16_fp8' for an FP8 cache (default 'bf16'). */
+  kvKernels?: string;
 }
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
@@ -60,7 +62,7 @@ export interface PrefillKernelShape {
  * its K/V tiles) where the group is a multiple of 4, two where it is even, one otherwise; `suffix` names
  * another instantiation (the benchmark's A/B, the tests).
  */
-export function prefillKernelShape(headDim: number, groupSize: number, suffix?: string): PrefillKernelShape {
+export function prefillKernelShape(headDim: number, groupSize: number, suffix?: string, kvKernels = 'bf16'): PrefillKernelShape {
   const configs = PREFILL_CONFIGS[headDim];
   if (!configs) throw new Error(`prefill attention: no tensor-core kernel for head dim ${headDim}`);
   const chosen = suffix ?? (headDim !== 128 ? '' : groupSize % 4 === 0 ? '_h4' : groupSize % 2 === 0 ? '' : '_h1');
@@ -70,15 +72,18 @@ export function prefillKernelShape(headDim: number, groupSize: number, suffix?: 
     throw new Error(`prefill attention: ${c.hp} heads a block need a GQA group of a multiple of ${c.hp}, ` +
       `got ${groupSize}`);
   }
-  const rows = 2 * c.stages * c.bk + (c.qs ? c.hp * PREFILL_TILE_ROWS : 0);  // K and V stages, then Q
-  return { name: `attention_prefill_bf16_d${headDim}${chosen}`, threads: PREFILL_TILE_ROWS * 2 * c.hp,
-    headsPerBlock: c.hp, sharedBytes: rows * (headDim + 8) * 2 };
+  // K and V stages, then Q, in bf16; an FP8 cache's stages arrive as bytes and are widened into one bf16 tile each
+  const fp8 = kvKernels.endsWith('_fp8');
+  const rows = 2 * (fp8 ? 1 : c.stages) * c.bk + (c.qs ? c.hp * PREFILL_TILE_ROWS : 0);
+  const fp8Bytes = fp8 ? 2 * c.stages * c.bk * headDim : 0;
+  return { name: `attention_prefill_${kvKernels}_d${headDim}${chosen}`, threads: PREFILL_TILE_ROWS * 2 * c.hp,
+    headsPerBlock: c.hp, sharedBytes: rows * (headDim + 8) * 2 + fp8Bytes };
 }
 
 /** The tensor-core kernel over the step's prefill tiles (kernels/attention_prefill.cu). */
 export function launchPrefillAttention(d: Device, a: AttentionLaunch, numTiles: number): void {
   const L = a.layout;
-  const k = prefillKernelShape(a.headDim, a.numHeads / a.numKvHeads);
+  const k = prefillKernelShape(a.headDim, a.numHeads / a.numKvHeads, undefined, a.kvKernels);
   d.launch('attention_prefill.cu', k.name, [numTiles, a.numHeads / k.headsPerBlock, 1], k.threads, [
     ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(a.meta), word(a, L.blockTables), word(a, L.tiles),
     word(a, L.queryStartLoc), word(a, L.positions), i32(a.numHeads), i32(a.numKvHeads), i32(a.blockSize),
@@ -115,7 +120,7 @@ export interface DecodeRope {
 export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid, rope?: DecodeRope): void {
   const L = a.layout;
   const wide = decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
-  const name = `attention_decode_bf16_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
+  const name = `attention_decode_${a.kvKernels ?? 'bf16'}_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),

@@ -22,6 +22,7 @@ import { GraphCache, type HostRead } from './graph-cache.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type ProfileLogMode } from './profiler.js';
 import { kvCacheBudget } from './memory-budget.js';
+import type { KvCacheDtype } from '../../kv/fp8.js';
 import { MAX_DECODE_ROWS_PER_TOKEN, type Meta, metaPtr, StepBuffers } from './step-buffers.js';
 import { layoutAtLeast, layoutFor, packStep, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
@@ -60,6 +61,11 @@ export interface CudaBackendOptions {
    * same bits); default on, QUIRE_FUSED_ROPE=0 turns it off (for A/B runs).
    */
   fusedRope?: boolean;
+  /**
+   * vLLM's --kv-cache-dtype: 'fp8_e4m3' keeps K and V as FP8 E4M3 (scale 1; sm_89+): a byte an element, half the
+   * bandwidth of decode attention; the kernels' _fp8 builds write and widen it. Default 'auto' (bf16).
+   */
+  kvCacheDtype?: KvCacheDtype;
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -127,6 +133,10 @@ interface KvCache {
 export class CudaBackend implements Backend {
   readonly name = 'cuda' as const;
   readonly computeDType: DType = 'bf16';
+  readonly kvCacheDtype: KvCacheDtype;
+  readonly kvBytesPerElement: number;
+  /** The kernels' dtype suffix: the compute type, then _fp8 for an FP8 cache (qk_norm_rope_bf16_fp8, ...). */
+  private readonly kvKernels: string;
   readonly device: Device;
   private readonly gemm: Gemm;
   private readonly cublasWorkspace: bigint;
@@ -197,6 +207,12 @@ export class CudaBackend implements Backend {
     this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
     this.fusedRope = opts.fusedRope ?? process.env.QUIRE_FUSED_ROPE !== '0';
+    this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
+    this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
+    this.kvKernels = this.kvCacheDtype === 'fp8_e4m3' ? 'bf16_fp8' : 'bf16';
+    if (this.kvCacheDtype === 'fp8_e4m3' && this.device.arch < 89) {
+      throw new Error(`an FP8 KV cache (--kv-cache-dtype fp8) needs compute capability 8.9 or later; ${this.device.name} is ${this.device.arch / 10}`);
+    }
     this.uploadChunkBytes = opts.uploadChunkBytes;
     this.log = opts.log ?? ((text) => process.stderr.write(`${text}\n`));
     const cublasBytes = opts.cublasWorkspaceBytes ?? 32 << 20;
@@ -267,7 +283,7 @@ export class CudaBackend implements Backend {
       this.device.synchronize();
       this.device.free(this.kv.base);
     }
-    const layerBytes = spec.numBlocks * spec.blockSize * spec.numKvHeads * spec.headDim * 2;
+    const layerBytes = spec.numBlocks * spec.blockSize * spec.numKvHeads * spec.headDim * this.kvBytesPerElement;
     const base = this.device.alloc(2 * spec.numLayers * layerBytes);
     this.device.fillBytesAsync(base, 0, 2 * spec.numLayers * layerBytes);
     this.kv = { spec: { ...spec }, base, layerBytes };
@@ -477,7 +493,7 @@ export class CudaBackend implements Backend {
         this.numFusedRopes++;
         return;
       }
-      this.device.launch('rope.cu', 'qk_norm_rope_bf16', grid, ROPE_WARPS * 32, [ptr(q.ptr),
+      this.device.launch('rope.cu', `qk_norm_rope_${this.kvKernels}`, grid, ROPE_WARPS * 32, [ptr(q.ptr),
         ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
         positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
         i32(numKvHeads), i32(D), f32(eps), ptr(table)], 0, true);
@@ -513,7 +529,7 @@ export class CudaBackend implements Backend {
     }
     this.timed('attention', () => {
       if (!kvWritten) {
-        this.device.launch('kv_write.cu', 'kv_write_bf16', [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
+        this.device.launch('kv_write.cu', `kv_write_${this.kvKernels}`, [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
           ptr(metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
       }
       // One-token rows (decode rows, also those of a mixed step) go through the decode kernel, so a decode row's
@@ -521,7 +537,7 @@ export class CudaBackend implements Backend {
       // The batch-invariant mode runs every row through the decode kernel: a row's result then follows its own kv
       // length alone, whatever chunk or step it came in.
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
-        blockSize: spec.blockSize, scale };
+        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels };
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.device, launch, packed.numTiles);
       if (decodeRows > 0) {
@@ -551,7 +567,7 @@ export class CudaBackend implements Backend {
    */
   fusedLayers(residual: Tensor, layers: readonly LayerWeights[], spec: LayerSpec,
     step: StepInputs): { residual: Tensor; mlpOut: Tensor } | null {
-    if (!this.batchInvariant || !this.fusedDecode) return null;
+    if (!this.batchInvariant || !this.fusedDecode || this.kvCacheDtype !== 'auto') return null;
     const { batch, packed, meta } = this.stepOf(step);
     if (batch.numTokens !== 1 || !packed.decodeOnly) return null;
     const D = spec.rope.headDim;

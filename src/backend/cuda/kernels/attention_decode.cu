@@ -122,6 +122,37 @@ __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float
   }
 }
 
+/**
+ * EPL cache elements of type C as raw words (the loads stay in flight until converted): 16-byte words for bf16 and
+ * f32 caches, 8-byte ones for an FP8 cache (the lanes, set by the compute type, hold as many elements as for bf16).
+ */
+template <typename C, int EPL>
+struct KvRaw {
+  static constexpr int WORDS = EPL * (int)sizeof(C) / 16;
+  Raw<WORDS> r;
+  __device__ __forceinline__ void load(const C* p) { load_raw<WORDS>(p, r); }
+  __device__ __forceinline__ void to_floats_(float* out) const { to_floats<WORDS>(r, out, C()); }
+};
+
+template <int EPL>
+struct KvRaw<fp8_t, EPL> {
+  static_assert(EPL % 8 == 0, "8-byte loads of e4m3");
+  uint2 w[EPL / 8];
+  __device__ __forceinline__ void load(const fp8_t* p) {
+#pragma unroll
+    for (int i = 0; i < EPL / 8; i++) w[i] = reinterpret_cast<const uint2*>(p)[i];
+  }
+  __device__ __forceinline__ void to_floats_(float* out) const {
+#pragma unroll
+    for (int i = 0; i < EPL / 8; i++) {
+      fp8x2_to_floats((unsigned short)(w[i].x & 0xffffu), out[8 * i], out[8 * i + 1]);
+      fp8x2_to_floats((unsigned short)(w[i].x >> 16), out[8 * i + 2], out[8 * i + 3]);
+      fp8x2_to_floats((unsigned short)(w[i].y & 0xffffu), out[8 * i + 4], out[8 * i + 5]);
+      fp8x2_to_floats((unsigned short)(w[i].y >> 16), out[8 * i + 6], out[8 * i + 7]);
+    }
+  }
+};
+
 /** The factor a state of running max m and sum l takes under a new max M; an empty state (l = 0) counts 0. */
 __device__ __forceinline__ float scale_of(float l, float m, float M) { return l > 0.f ? __expf(m - M) : 0.f; }
 
@@ -159,8 +190,8 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
   }
 }
 
-template <typename T, int D, int G>
-__device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, const T* vCache, T* out,
+template <typename T, typename C, int D, int G>
+__device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
                                                  const int* positions, int numHeads, int numKvHeads, int blockShift,
@@ -171,7 +202,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
                                                  const T* kNorm = nullptr, const int* slotMapping = nullptr,
                                                  float eps = 0.f) {
   using Lanes = DecodeLanes<T, D>;
-  constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW, WORDS = Lanes::WORDS;
+  constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
   constexpr int DPT = (D + DECODE_THREADS - 1) / DECODE_THREADS;  // output dims per thread
   __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
@@ -212,13 +243,13 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
     const int items = G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
     for (int item = warp; item < items; item += DECODE_WARPS) {
       if (item < G) {
-        rope_head<T>(row + (long long)(h0 + item) * D, qs + item * D, qNorm, cosRow, cosRow + D / 2, D, eps,
+        rope_head<T, C>(row + (long long)(h0 + item) * D, qs + item * D, qNorm, cosRow, cosRow + D / 2, D, eps,
                      nullptr, nullptr, nullptr);
       } else {
         const T* k = row + (long long)(numHeads + kvh) * D;
         const long long at = (kvSlot * numKvHeads + kvh) * D;
-        rope_head<T>(k, nullptr, kNorm, cosRow, cosRow + D / 2, D, eps, const_cast<T*>(kCache) + at,
-                     const_cast<T*>(vCache) + at, k + (long long)numKvHeads * D);
+        rope_head<T, C>(k, nullptr, kNorm, cosRow, cosRow + D / 2, D, eps, const_cast<C*>(kCache) + at,
+                        const_cast<C*>(vCache) + at, k + (long long)numKvHeads * D);
       }
     }
     __syncthreads();
@@ -254,7 +285,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
       for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
     }
     for (int j0 = begin; j0 < end; j0 += ROUND) {
-      Raw<WORDS> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
+      KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
       bool valid[DECODE_SLOTS];
 #pragma unroll
       for (int u = 0; u < DECODE_SLOTS; u++) {
@@ -263,14 +294,14 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
         const int jc = min(j, end - 1);
         const long long page = table[jc >> blockShift];
         const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
-        load_raw<WORDS>(kCache + base, kr[u]);
-        load_raw<WORDS>(vCache + base, vr[u]);
+        kr[u].load(kCache + base);
+        vr[u].load(vCache + base);
       }
       float s[DECODE_SLOTS][G];
 #pragma unroll
       for (int u = 0; u < DECODE_SLOTS; u++) {
         float kf[EPL];
-        to_floats<WORDS>(kr[u], kf, T());
+        kr[u].to_floats_(kf);
 #pragma unroll
         for (int g = 0; g < G; g++) {
           float dot = 0.f;
@@ -301,7 +332,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 #pragma unroll
       for (int u = 0; u < DECODE_SLOTS; u++) {
         float vf[EPL];
-        to_floats<WORDS>(vr[u], vf, T());
+        vr[u].to_floats_(vf);
 #pragma unroll
         for (int g = 0; g < G; g++) {
           const float p = valid[u] ? __expf(s[u][g] - m[g]) : 0.f;
@@ -423,46 +454,53 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const T* kCache, 
 // MINB: the blocks per SM the registers must allow (launch bounds). _w ("wide") kernels: 6 for G <= 2 (80 registers
 // instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them (grids of more than
 // 8 blocks per SM).
-#define INSTANTIATE_DGM(suffix, T, D, G, MINB, tail)                                                             \
+// suffix: the compute type, then _fp8 where the cache is FP8 (C)
+#define INSTANTIATE_DGM(suffix, T, C, D, G, MINB, tail)                                                          \
   extern "C" __global__ void __launch_bounds__(128, MINB) attention_decode_##suffix##_d##D##_g##G##tail(          \
-      const T* qkv, const T* kCache, const T* vCache, T* out, float* partialOut, float* partialMl,                \
+      const T* qkv, const C* kCache, const C* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
     pdl_begin();                                                                                                  \
-    attention_decode<T, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables,    \
+    attention_decode<T, C, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
                               longSplitTokens, shortSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x,              \
                               rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
                               qNorm, kNorm, slotMapping, eps);                                                    \
   }
-#define INSTANTIATE_DG(suffix, T, D, G) INSTANTIATE_DGM(suffix, T, D, G, G <= 4 ? 4 : 2, )
+#define INSTANTIATE_DG(suffix, T, C, D, G) INSTANTIATE_DGM(suffix, T, C, D, G, G <= 4 ? 4 : 2, )
 
-#define INSTANTIATE_D(suffix, T, D) \
-  INSTANTIATE_DG(suffix, T, D, 1)   \
-  INSTANTIATE_DG(suffix, T, D, 2)   \
-  INSTANTIATE_DG(suffix, T, D, 4)   \
-  INSTANTIATE_DG(suffix, T, D, 8)
+#define INSTANTIATE_D(suffix, T, C, D) \
+  INSTANTIATE_DG(suffix, T, C, D, 1)   \
+  INSTANTIATE_DG(suffix, T, C, D, 2)   \
+  INSTANTIATE_DG(suffix, T, C, D, 4)   \
+  INSTANTIATE_DG(suffix, T, C, D, 8)
 
-#define INSTANTIATE(suffix, T) \
-  INSTANTIATE_D(suffix, T, 64) \
-  INSTANTIATE_D(suffix, T, 128) \
-  INSTANTIATE_D(suffix, T, 256)
+#define INSTANTIATE(suffix, T, C)  \
+  INSTANTIATE_D(suffix, T, C, 64)  \
+  INSTANTIATE_D(suffix, T, C, 128) \
+  INSTANTIATE_D(suffix, T, C, 256)
 
-INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)
-// the whole group of Qwen2.5's odd GQA groups (decode-splits.ts, decodeGroupsBuilt)
-INSTANTIATE_DG(bf16, bf16_t, 64, 7)
-INSTANTIATE_DG(bf16, bf16_t, 128, 5)
-INSTANTIATE_DG(bf16, bf16_t, 128, 6)
-INSTANTIATE_DG(bf16, bf16_t, 128, 7)
-INSTANTIATE_DGM(bf16, bf16_t, 64, 1, 6, _w)
-INSTANTIATE_DGM(bf16, bf16_t, 64, 2, 6, _w)
-INSTANTIATE_DGM(bf16, bf16_t, 128, 1, 6, _w)
-INSTANTIATE_DGM(bf16, bf16_t, 128, 2, 6, _w)
-INSTANTIATE_DGM(bf16, bf16_t, 256, 1, 6, _w)
-INSTANTIATE_DGM(bf16, bf16_t, 256, 2, 6, _w)
+// the bf16 builds (the whole group of Qwen2.5's odd GQA groups among them: decode-splits.ts, decodeGroupsBuilt), each
+// again for an FP8 cache
+#define INSTANTIATE_BF16(suffix, C)                 \
+  INSTANTIATE(suffix, bf16_t, C)                    \
+  INSTANTIATE_DG(suffix, bf16_t, C, 64, 7)          \
+  INSTANTIATE_DG(suffix, bf16_t, C, 128, 5)         \
+  INSTANTIATE_DG(suffix, bf16_t, C, 128, 6)         \
+  INSTANTIATE_DG(suffix, bf16_t, C, 128, 7)         \
+  INSTANTIATE_DGM(suffix, bf16_t, C, 64, 1, 6, _w)  \
+  INSTANTIATE_DGM(suffix, bf16_t, C, 64, 2, 6, _w)  \
+  INSTANTIATE_DGM(suffix, bf16_t, C, 128, 1, 6, _w) \
+  INSTANTIATE_DGM(suffix, bf16_t, C, 128, 2, 6, _w) \
+  INSTANTIATE_DGM(suffix, bf16_t, C, 256, 1, 6, _w) \
+  INSTANTIATE_DGM(suffix, bf16_t, C, 256, 2, 6, _w)
+
+INSTANTIATE_BF16(bf16, bf16_t)
+INSTANTIATE_BF16(bf16_fp8, fp8_t)
+INSTANTIATE(f32, float, float)
+#undef INSTANTIATE_BF16
 #undef INSTANTIATE
 #undef INSTANTIATE_D
 #undef INSTANTIATE_DG

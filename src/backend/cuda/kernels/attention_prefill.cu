@@ -18,6 +18,9 @@
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   out [numTokens, numHeads D].
+// An FP8 cache (C = fp8_t, the _fp8 builds): its tiles arrive by cp.async as they are (a byte a key dim) into
+//   sK8, sV8 [STAGES][BK][D], and the block widens the tile it is about to compute into one bf16 sK, sV tile (e4m3
+//   values are bf16 values: the widening is exact), so the mma path is the bf16 one.
 // Launch (attention-launch.ts prefillKernelShape): grid (numTiles, numHeads / HP), block 128 HP, the
 //   shared bytes above; tiles packed PREFILL_TILE_ROWS = 64 rows.
 // Blocks take tiles last to first, so the long tiles at the end of each sequence start first.
@@ -26,6 +29,16 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "attention_prefill_simt.cuh"
+
+/** Eight e4m3 values (8 bytes, the first lowest) as eight bf16 (16 bytes): exact. */
+__device__ __forceinline__ u32x4 widen_fp8x8(uint2 w) {
+  float f[8];
+  fp8x2_to_floats((unsigned short)(w.x & 0xffffu), f[0], f[1]);
+  fp8x2_to_floats((unsigned short)(w.x >> 16), f[2], f[3]);
+  fp8x2_to_floats((unsigned short)(w.y & 0xffffu), f[4], f[5]);
+  fp8x2_to_floats((unsigned short)(w.y >> 16), f[6], f[7]);
+  return u32x4{pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7])};
+}
 
 /**
  * BQ query rows of HP query heads per block, one warp per 16 rows of a head (the launch gives BQ * 2 * HP
@@ -38,8 +51,8 @@
  * follow the code's shape, and a reshaped kernel once changed 512 of 268M outputs; docs/perf-log.md, session 13).
  * Dynamic shared memory: (2 STAGES BK + QS HP BQ) (D + 8) bf16 (attention-launch.ts computes the same).
  */
-template <int D, int BQ, int BK, int STAGES, int HP, bool QS>
-__device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache,
+template <typename C, int D, int BQ, int BK, int STAGES, int HP, bool QS>
+__device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C* kCache, const C* vCache,
                                                       bf16_t* out, const int* meta, const int* blockTables,
                                                       const int* tiles, const int* queryStartLoc, const int* positions,
                                                       int numHeads, int numKvHeads, int blockSize, float scale) {
@@ -53,10 +66,14 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   static_assert(VECS_PER_THREAD * NUM_THREADS == BK * VECS_PER_ROW, "whole 16-byte vectors of a K/V tile per thread");
   static_assert(BK % 16 == 0 && KSTEPS % 2 == 0 && NDIM % 2 == 0, "fragment pairs");
   static_assert(STAGES >= 2, "tiles ahead of the one computing");
+  constexpr bool FP8 = sizeof(C) == 1;
+  constexpr int BF16_STAGES = FP8 ? 1 : STAGES;  // an FP8 cache's tiles are widened into one bf16 tile
   extern __shared__ __align__(16) unsigned char prefillShared[];
-  bf16_t* sK = reinterpret_cast<bf16_t*>(prefillShared);  // [STAGES][BK][ROW]
-  bf16_t* sV = sK + STAGES * BK * ROW;                     // [STAGES][BK][ROW]
-  bf16_t* sQ = sV + STAGES * BK * ROW;                     // QS: [HP][BQ][ROW]
+  bf16_t* sK = reinterpret_cast<bf16_t*>(prefillShared);  // [BF16_STAGES][BK][ROW]
+  bf16_t* sV = sK + BF16_STAGES * BK * ROW;                // [BF16_STAGES][BK][ROW]
+  bf16_t* sQ = sV + BF16_STAGES * BK * ROW;                // QS: [HP][BQ][ROW]
+  unsigned char* sK8 = reinterpret_cast<unsigned char*>(sQ + (QS ? HP * BQ * ROW : 0));  // FP8: [STAGES][BK][D]
+  unsigned char* sV8 = sK8 + STAGES * BK * D;                                           // FP8: [STAGES][BK][D]
 
   if (blockDim.x != NUM_THREADS) __trap();  // a launch of the wrong width would leave tiles half loaded
   const int tile = gridDim.x - 1 - blockIdx.x;
@@ -73,6 +90,19 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
 
   // keys [kt, kt + BK) into buffer `stage`; keys past kvEnd are zeros
   auto loadTile = [&](int stage, int kt) {
+    if constexpr (FP8) {
+      for (int i = threadIdx.x; i < BK * (D / 16); i += NUM_THREADS) {
+        const int j = i / (D / 16), c = i % (D / 16) * 16;
+        const int key = kt + j;
+        const bool valid = key < kvEnd;
+        long long at = 0;
+        if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+        cp_async_16(sK8 + (stage * BK + j) * D + c, kCache + at, valid);
+        cp_async_16(sV8 + (stage * BK + j) * D + c, vCache + at, valid);
+      }
+      cp_async_commit();
+      return;
+    }
 #pragma unroll
     for (int v = 0; v < VECS_PER_THREAD; v++) {
       const int i = threadIdx.x + v * NUM_THREADS;
@@ -132,8 +162,18 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
     else cp_async_commit();
     cp_async_wait<STAGES - 1>();  // this thread's copies of tile `it` landed
     __syncthreads();              // everyone's did
-    const bf16_t* tK = sK + stage * BK * ROW;
-    const bf16_t* tV = sV + stage * BK * ROW;
+    if constexpr (FP8) {  // widen the tile into the bf16 one (free: the last iteration's closing barrier)
+      for (int i = threadIdx.x; i < BK * (D / 8); i += NUM_THREADS) {
+        const int j = i / (D / 8), c = i % (D / 8) * 8;
+        const uint2 kw = *reinterpret_cast<const uint2*>(sK8 + (stage * BK + j) * D + c);
+        const uint2 vw = *reinterpret_cast<const uint2*>(sV8 + (stage * BK + j) * D + c);
+        *reinterpret_cast<u32x4*>(sK + j * ROW + c) = widen_fp8x8(kw);
+        *reinterpret_cast<u32x4*>(sV + j * ROW + c) = widen_fp8x8(vw);
+      }
+      __syncthreads();
+    }
+    const bf16_t* tK = sK + (FP8 ? 0 : stage) * BK * ROW;
+    const bf16_t* tV = sV + (FP8 ? 0 : stage) * BK * ROW;
 
     if (kt <= warpLastPos) {  // warp-uniform: otherwise every key of the tile is in all its rows' future
       float s[NKEY][4];
@@ -231,15 +271,19 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
   }
 }
 
-#define INSTANTIATE_MMA(name, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                                           \
+#define INSTANTIATE_MMA_C(name, C, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                                     \
   extern "C" __global__ void __launch_bounds__(BQ * 2 * HP, MIN_BLOCKS) name(                                   \
-      const bf16_t* qkv, const bf16_t* kCache, const bf16_t* vCache, bf16_t* out, const int* meta,               \
+      const bf16_t* qkv, const C* kCache, const C* vCache, bf16_t* out, const int* meta,                         \
       const int* blockTables, const int* tiles, const int* queryStartLoc, const int* positions, int numHeads,    \
       int numKvHeads, int blockSize, float scale) {                                                             \
-    attention_prefill_mma<D, BQ, BK, STAGES, HP, QS>(qkv, kCache, vCache, out, meta, blockTables, tiles,         \
+    attention_prefill_mma<C, D, BQ, BK, STAGES, HP, QS>(qkv, kCache, vCache, out, meta, blockTables, tiles,      \
                                                           queryStartLoc, positions, numHeads, numKvHeads,       \
                                                           blockSize, scale);                                    \
   }
+// each build for a bf16 cache (attention_prefill_bf16_...) and an FP8 one (attention_prefill_bf16_fp8_...)
+#define INSTANTIATE_MMA(suffix, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                                                    \
+  INSTANTIATE_MMA_C(attention_prefill_bf16_d##D##suffix, bf16_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                  \
+  INSTANTIATE_MMA_C(attention_prefill_bf16_fp8_d##D##suffix, fp8_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)
 
 // Same arguments as the tensor-core kernel, plus the rows per tile of the tile list it is given.
 #define INSTANTIATE_SIMT(suffix, T, D)                                                                          \
@@ -255,11 +299,11 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const b
 // BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
 // Heads of one kv head a block (perf-log, session 13): 2 heads 167, with Q in shared memory 177, 4 heads 182.
 // D 128: _h1 (a head a block) for odd GQA groups; two heads, or four where the group allows (attention-launch.ts).
-INSTANTIATE_MMA(attention_prefill_bf16_d64, 64, 64, 64, 2, 1, false, 3)
-INSTANTIATE_MMA(attention_prefill_bf16_d128_h1, 128, 64, 32, 2, 1, false, 3)
-INSTANTIATE_MMA(attention_prefill_bf16_d128, 128, 64, 32, 2, 2, true, 2)
-INSTANTIATE_MMA(attention_prefill_bf16_d128_h4, 128, 64, 32, 2, 4, true, 1)
-INSTANTIATE_MMA(attention_prefill_bf16_d256, 256, 64, 16, 2, 1, false, 1)
+INSTANTIATE_MMA(, 64, 64, 64, 2, 1, false, 3)
+INSTANTIATE_MMA(_h1, 128, 64, 32, 2, 1, false, 3)
+INSTANTIATE_MMA(, 128, 64, 32, 2, 2, true, 2)
+INSTANTIATE_MMA(_h4, 128, 64, 32, 2, 4, true, 1)
+INSTANTIATE_MMA(, 256, 64, 16, 2, 1, false, 1)
 INSTANTIATE_SIMT(bf16, bf16_t, 64)
 INSTANTIATE_SIMT(bf16, bf16_t, 128)
 INSTANTIATE_SIMT(bf16, bf16_t, 256)

@@ -21,6 +21,46 @@ template <> __device__ __forceinline__ bf16_t from_float<bf16_t>(float v) {
   return bf16_t{r};
 }
 
+/**
+ * An FP8 E4M3 KV cache element (vLLM's --kv-cache-dtype fp8 with scale 1): round to nearest even, saturated to
+ * +-448. The conversions are sm_89+ instructions; the backend refuses an FP8 cache below (elsewhere they trap).
+ */
+struct __align__(1) fp8_t {
+  unsigned char bits;
+};
+
+/** Two e4m3 bytes (the low one first in memory) to floats. */
+__device__ __forceinline__ void fp8x2_to_floats(unsigned short pair, float& lo, float& hi) {
+#if __CUDA_ARCH__ >= 890
+  unsigned h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+  asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(h2));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ float to_float(fp8_t v) {
+  float lo, hi;
+  fp8x2_to_floats(v.bits, lo, hi);
+  return lo;
+}
+template <> __device__ __forceinline__ fp8_t from_float<fp8_t>(float v) {
+#if __CUDA_ARCH__ >= 890
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.f), "f"(v));  // b: the low byte
+  return fp8_t{(unsigned char)(pair & 0xff)};
+#else
+  __trap();
+  return fp8_t{0};
+#endif
+}
+
+/** A cache element from a value of the compute type (an FP8 cache rounds the bf16 value once more). */
+template <typename C, typename T> __device__ __forceinline__ C to_cache(T v) { return from_float<C>(to_float(v)); }
+template <> __device__ __forceinline__ bf16_t to_cache<bf16_t, bf16_t>(bf16_t v) { return v; }
+template <> __device__ __forceinline__ float to_cache<float, float>(float v) { return v; }
+
 /** Two consecutive elements as floats (p must be 4-byte aligned for bf16). */
 __device__ __forceinline__ void load2(const bf16_t* p, float& a, float& b) {
   unsigned w = *reinterpret_cast<const unsigned*>(p);

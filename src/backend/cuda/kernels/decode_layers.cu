@@ -272,7 +272,7 @@ __device__ __noinline__ void attention_stage(const bf16_t* qkv, const bf16_t* kC
                                              int shortSplitTokens, int maxSplits, int attnZ) {
   const int attnRows = numHeads / G;
   for (int vb = blockIdx.x; vb < attnRows * attnZ; vb += gridDim.x) {
-    attention_decode<bf16_t, D, G>(qkv, kCache, vCache, attn, partialOut, partialMl, rowCounters, meta, blockTables,
+    attention_decode<bf16_t, bf16_t, D, G>(qkv, kCache, vCache, attn, partialOut, partialMl, rowCounters, meta, blockTables,
                                    tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,
                                    longSplitTokens, shortSplitTokens, maxSplits, numHeads / numKvHeads, vb % attnRows,
                                    0, 0, vb / attnRows, attnRows, attnZ);

@@ -23,9 +23,9 @@
 
 #define ROPE_WARPS 4
 
-template <typename T>
+template <typename T, typename C = T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,
-                                             const float* invFreq, const int* positions, T* kCache, T* vCache,
+                                             const float* invFreq, const int* positions, C* kCache, C* vCache,
                                              const int* slotMapping, int numHeads, int numKvHeads, int headDim,
                                              float eps, int t, int headBlock, const float* ropeTable = nullptr) {
   __shared__ float cosOf[ROPE_MAX_PAIRS * 32], sinOf[ROPE_MAX_PAIRS * 32];
@@ -43,24 +43,26 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   const T* w = !applyNorm ? nullptr : head < numHeads ? qNorm : kNorm;
   const long long slot = kCache != nullptr && head >= numHeads ? (long long)slotMapping[t] : -1;
   const long long at = (slot * numKvHeads + (head - numHeads)) * headDim;
-  rope_head<T>(x, x, w, cosRow, sinRow, headDim, eps, slot >= 0 ? kCache + at : nullptr,
+  rope_head<T, C>(x, x, w, cosRow, sinRow, headDim, eps, slot >= 0 ? kCache + at : nullptr,
                slot >= 0 ? vCache + at : nullptr, x + (long long)numKvHeads * headDim);
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
-#define INSTANTIATE(suffix, T)                                                                                  \
+// suffix: the compute type, then _fp8 where the cache is FP8 (C)
+#define INSTANTIATE(suffix, T, C)                                                                               \
   extern "C" __global__ void qk_norm_rope_##suffix(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,      \
-                                                   const float* invFreq, const int* positions, T* kCache,      \
-                                                   T* vCache, const int* slotMapping, int numHeads,            \
+                                                   const float* invFreq, const int* positions, C* kCache,      \
+                                                   C* vCache, const int* slotMapping, int numHeads,            \
                                                    int numKvHeads, int headDim, float eps,                     \
                                                    const float* ropeTable) {                                   \
     pdl_begin();                                                                                               \
-    qk_norm_rope<T>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads,   \
-                    numKvHeads, headDim, eps, blockIdx.x, blockIdx.y, ropeTable);                              \
+    qk_norm_rope<T, C>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads, \
+                       numKvHeads, headDim, eps, blockIdx.x, blockIdx.y, ropeTable);                           \
   }
 
-INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)
+INSTANTIATE(bf16, bf16_t, bf16_t)
+INSTANTIATE(bf16_fp8, bf16_t, fp8_t)
+INSTANTIATE(f32, float, float)
 #undef INSTANTIATE
 
 /** table[t] = cos, then sin, of positions[t] * invFreq[i] for i < half (see rope_angle). */

@@ -24,12 +24,13 @@ __device__ __forceinline__ void rope_angle(int position, float invFreq, float& c
 
 /**
  * Head x [headDim] normed by normW (null: no norm) and roped by cosRow / sinRow [headDim / 2] into y (null: not
- * stored); with kDst non-null the roped head also goes to kDst and v [headDim] to vDst (a paged cache slot).
- * D/2 a multiple of 32, D <= 256; y may be x.
+ * stored); with kDst non-null the roped head also goes to kDst and v [headDim] to vDst (a paged cache slot of
+ * element type C: an FP8 cache stores the bf16 values rounded once more, to_cache). D/2 a multiple of 32, D <= 256;
+ * y may be x.
  */
-template <typename T>
+template <typename T, typename C = T>
 __device__ __forceinline__ void rope_head(const T* x, T* y, const T* normW, const float* cosRow, const float* sinRow,
-                                          int headDim, float eps, T* kDst, T* vDst, const T* v) {
+                                          int headDim, float eps, C* kDst, C* vDst, const T* v) {
   const int lane = threadIdx.x & 31;
   const int half = headDim >> 1;
   const int pairs = half >> 5;  // per lane
@@ -72,10 +73,10 @@ __device__ __forceinline__ void rope_head(const T* x, T* y, const T* normW, cons
       y[i + half] = y2;
     }
     if (kDst != nullptr) {
-      kDst[i] = y1;
-      kDst[i + half] = y2;
-      vDst[i] = v[i];
-      vDst[i + half] = v[i + half];
+      kDst[i] = to_cache<C>(y1);
+      kDst[i + half] = to_cache<C>(y2);
+      vDst[i] = to_cache<C>(v[i]);
+      vDst[i + half] = to_cache<C>(v[i + half]);
     }
   }
 }
