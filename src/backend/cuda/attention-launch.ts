@@ -119,8 +119,11 @@ export interface DecodeRope {
  */
 export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid, rope?: DecodeRope): void {
   const L = a.layout;
-  const wide = decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
-  const name = `attention_decode_${a.kvKernels ?? 'bf16'}_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
+  // an FP8 cache of a model whose GQA groups are 1 or 2: 16-byte loads of 16 e4m3 (the _fp8x16 builds, no _w); the
+  // choice follows the model, not the step's G, so a row's bits do not depend on its batch
+  const x16 = a.kvKernels === 'bf16_fp8' && a.numHeads / a.numKvHeads <= 2;
+  const wide = !x16 && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
+  const name = `attention_decode_${a.kvKernels ?? 'bf16'}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),

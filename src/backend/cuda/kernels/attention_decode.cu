@@ -77,13 +77,12 @@ __device__ __forceinline__ int row_kv_len(const int* tokenToSeq, const int* posi
   return tokenToSeq[t] < 0 ? 0 : positions[t] + 1;
 }
 
-template <typename T, int D>
+/** Lanes of VEC elements a load (16 bytes of bf16 or f32; an FP8 cache's builds take 8 or 16 elements). */
+template <int VEC, int D>
 struct DecodeLanes {
-  static constexpr int VEC = 16 / (int)sizeof(T);
   static constexpr int LPP = D / VEC < 32 ? D / VEC : 32;
   static constexpr int EPL = D / LPP;
   static constexpr int PPW = 32 / LPP;
-  static constexpr int WORDS = EPL * (int)sizeof(T) / 16;
 };
 
 /** EPL elements as raw 16-byte words (loads stay in flight until converted). */
@@ -134,22 +133,35 @@ struct KvRaw {
   __device__ __forceinline__ void to_floats_(float* out) const { to_floats<WORDS>(r, out, C()); }
 };
 
+/** Four e4m3 bytes of a word (the lowest first) to floats. */
+__device__ __forceinline__ void fp8x4_to_floats(unsigned w, float* out) {
+  fp8x2_to_floats((unsigned short)(w & 0xffffu), out[0], out[1]);
+  fp8x2_to_floats((unsigned short)(w >> 16), out[2], out[3]);
+}
+
 template <int EPL>
 struct KvRaw<fp8_t, EPL> {
-  static_assert(EPL % 8 == 0, "8-byte loads of e4m3");
-  uint2 w[EPL / 8];
+  static_assert(EPL % 8 == 0, "8- or 16-byte loads of e4m3");
+  static constexpr int WORDS = EPL / 4;  // 32-bit words, loaded 2 or 4 at a time
+  unsigned w[WORDS];
   __device__ __forceinline__ void load(const fp8_t* p) {
+    if constexpr (EPL % 16 == 0) {
 #pragma unroll
-    for (int i = 0; i < EPL / 8; i++) w[i] = reinterpret_cast<const uint2*>(p)[i];
+      for (int i = 0; i < EPL / 16; i++) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < EPL / 8; i++) {
+        const uint2 v = reinterpret_cast<const uint2*>(p)[i];
+        w[2 * i] = v.x, w[2 * i + 1] = v.y;
+      }
+    }
   }
   __device__ __forceinline__ void to_floats_(float* out) const {
 #pragma unroll
-    for (int i = 0; i < EPL / 8; i++) {
-      fp8x2_to_floats((unsigned short)(w[i].x & 0xffffu), out[8 * i], out[8 * i + 1]);
-      fp8x2_to_floats((unsigned short)(w[i].x >> 16), out[8 * i + 2], out[8 * i + 3]);
-      fp8x2_to_floats((unsigned short)(w[i].y & 0xffffu), out[8 * i + 4], out[8 * i + 5]);
-      fp8x2_to_floats((unsigned short)(w[i].y >> 16), out[8 * i + 6], out[8 * i + 7]);
-    }
+    for (int i = 0; i < WORDS; i++) fp8x4_to_floats(w[i], out + 4 * i);
   }
 };
 
@@ -190,7 +202,7 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
   }
 }
 
-template <typename T, typename C, int D, int G>
+template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T)>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -201,7 +213,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
                                                  const float* ropeTable = nullptr, const T* qNorm = nullptr,
                                                  const T* kNorm = nullptr, const int* slotMapping = nullptr,
                                                  float eps = 0.f) {
-  using Lanes = DecodeLanes<T, D>;
+  using Lanes = DecodeLanes<VEC, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
   constexpr int DPT = (D + DECODE_THREADS - 1) / DECODE_THREADS;  // output dims per thread
@@ -455,7 +467,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 // instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them (grids of more than
 // 8 blocks per SM).
 // suffix: the compute type, then _fp8 where the cache is FP8 (C)
-#define INSTANTIATE_DGM(suffix, T, C, D, G, MINB, tail)                                                          \
+#define INSTANTIATE_DGM(suffix, T, C, D, G, MINB, tail) INSTANTIATE_DGMV(suffix, T, C, 16 / (int)sizeof(T), D, G, MINB, tail)
+// V: elements a lane loads at once (16 bytes of the compute type; an FP8 cache 8 or 16)
+#define INSTANTIATE_DGMV(suffix, T, C, V, D, G, MINB, tail)                                                      \
   extern "C" __global__ void __launch_bounds__(128, MINB) attention_decode_##suffix##_d##D##_g##G##tail(          \
       const T* qkv, const C* kCache, const C* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
@@ -463,46 +477,56 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
     pdl_begin();                                                                                                  \
-    attention_decode<T, C, D, G>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, \
+    attention_decode<T, C, D, G, V>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, \
                               tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
                               longSplitTokens, shortSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x,              \
                               rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
                               qNorm, kNorm, slotMapping, eps);                                                    \
   }
-#define INSTANTIATE_DG(suffix, T, C, D, G) INSTANTIATE_DGM(suffix, T, C, D, G, G <= 4 ? 4 : 2, )
+#define INSTANTIATE_DG(suffix, T, C, V, D, G) INSTANTIATE_DGMV(suffix, T, C, V, D, G, G <= 4 ? 4 : 2, )
 
-#define INSTANTIATE_D(suffix, T, C, D) \
-  INSTANTIATE_DG(suffix, T, C, D, 1)   \
-  INSTANTIATE_DG(suffix, T, C, D, 2)   \
-  INSTANTIATE_DG(suffix, T, C, D, 4)   \
-  INSTANTIATE_DG(suffix, T, C, D, 8)
+#define INSTANTIATE_D(suffix, T, C, V, D) \
+  INSTANTIATE_DG(suffix, T, C, V, D, 1)   \
+  INSTANTIATE_DG(suffix, T, C, V, D, 2)   \
+  INSTANTIATE_DG(suffix, T, C, V, D, 4)   \
+  INSTANTIATE_DG(suffix, T, C, V, D, 8)
 
-#define INSTANTIATE(suffix, T, C)  \
-  INSTANTIATE_D(suffix, T, C, 64)  \
-  INSTANTIATE_D(suffix, T, C, 128) \
-  INSTANTIATE_D(suffix, T, C, 256)
+#define INSTANTIATE(suffix, T, C, V)  \
+  INSTANTIATE_D(suffix, T, C, V, 64)  \
+  INSTANTIATE_D(suffix, T, C, V, 128) \
+  INSTANTIATE_D(suffix, T, C, V, 256)
 
 // the bf16 builds (the whole group of Qwen2.5's odd GQA groups among them: decode-splits.ts, decodeGroupsBuilt), each
 // again for an FP8 cache
-#define INSTANTIATE_BF16(suffix, C)                 \
-  INSTANTIATE(suffix, bf16_t, C)                    \
-  INSTANTIATE_DG(suffix, bf16_t, C, 64, 7)          \
-  INSTANTIATE_DG(suffix, bf16_t, C, 128, 5)         \
-  INSTANTIATE_DG(suffix, bf16_t, C, 128, 6)         \
-  INSTANTIATE_DG(suffix, bf16_t, C, 128, 7)         \
-  INSTANTIATE_DGM(suffix, bf16_t, C, 64, 1, 6, _w)  \
-  INSTANTIATE_DGM(suffix, bf16_t, C, 64, 2, 6, _w)  \
-  INSTANTIATE_DGM(suffix, bf16_t, C, 128, 1, 6, _w) \
-  INSTANTIATE_DGM(suffix, bf16_t, C, 128, 2, 6, _w) \
-  INSTANTIATE_DGM(suffix, bf16_t, C, 256, 1, 6, _w) \
-  INSTANTIATE_DGM(suffix, bf16_t, C, 256, 2, 6, _w)
+#define INSTANTIATE_BF16(suffix, C, V)                    \
+  INSTANTIATE(suffix, bf16_t, C, V)                       \
+  INSTANTIATE_DG(suffix, bf16_t, C, V, 64, 7)             \
+  INSTANTIATE_DG(suffix, bf16_t, C, V, 128, 5)            \
+  INSTANTIATE_DG(suffix, bf16_t, C, V, 128, 6)            \
+  INSTANTIATE_DG(suffix, bf16_t, C, V, 128, 7)            \
+  INSTANTIATE_DGMV(suffix, bf16_t, C, V, 64, 1, 6, _w)    \
+  INSTANTIATE_DGMV(suffix, bf16_t, C, V, 64, 2, 6, _w)    \
+  INSTANTIATE_DGMV(suffix, bf16_t, C, V, 128, 1, 6, _w)   \
+  INSTANTIATE_DGMV(suffix, bf16_t, C, V, 128, 2, 6, _w)   \
+  INSTANTIATE_DGMV(suffix, bf16_t, C, V, 256, 1, 6, _w)   \
+  INSTANTIATE_DGMV(suffix, bf16_t, C, V, 256, 2, 6, _w)
 
-INSTANTIATE_BF16(bf16, bf16_t)
-INSTANTIATE_BF16(bf16_fp8, fp8_t)
-INSTANTIATE(f32, float, float)
+INSTANTIATE_BF16(bf16, bf16_t, 8)
+INSTANTIATE_BF16(bf16_fp8, fp8_t, 8)
+// An FP8 cache, GQA groups of 1 or 2 (attention-launch.ts): 16-byte loads of 16 e4m3 (the 8-byte loads of the builds
+// above left the kernel far under the bandwidth: W1 on qwen3-0.6b 23,258 -> 27,174 tok/s); larger G would spill
+#define INSTANTIATE_FP8X16(D)                        \
+  INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 1) \
+  INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 2)
+INSTANTIATE_FP8X16(64)
+INSTANTIATE_FP8X16(128)
+INSTANTIATE_FP8X16(256)
+#undef INSTANTIATE_FP8X16
+INSTANTIATE(f32, float, float, 4)
 #undef INSTANTIATE_BF16
 #undef INSTANTIATE
 #undef INSTANTIATE_D
 #undef INSTANTIATE_DG
 #undef INSTANTIATE_DGM
+#undef INSTANTIATE_DGMV
 #endif

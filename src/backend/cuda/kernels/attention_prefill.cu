@@ -100,19 +100,18 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
         cp_async_16(sK8 + (stage * BK + j) * D + c, kCache + at, valid);
         cp_async_16(sV8 + (stage * BK + j) * D + c, vCache + at, valid);
       }
-      cp_async_commit();
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int v = 0; v < VECS_PER_THREAD; v++) {
-      const int i = threadIdx.x + v * NUM_THREADS;
-      const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
-      const int key = kt + j;
-      const bool valid = key < kvEnd;
-      long long at = 0;
-      if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
-      cp_async_16(sK + (stage * BK + j) * ROW + c, kCache + at, valid);
-      cp_async_16(sV + (stage * BK + j) * ROW + c, vCache + at, valid);
+      for (int v = 0; v < VECS_PER_THREAD; v++) {
+        const int i = threadIdx.x + v * NUM_THREADS;
+        const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
+        const int key = kt + j;
+        const bool valid = key < kvEnd;
+        long long at = 0;
+        if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+        cp_async_16(sK + (stage * BK + j) * ROW + c, kCache + at, valid);
+        cp_async_16(sV + (stage * BK + j) * ROW + c, vCache + at, valid);
+      }
     }
     cp_async_commit();
   };
