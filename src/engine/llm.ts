@@ -5,7 +5,10 @@
 import { renderChat } from '../loader/chat-template.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ChatMessage } from '../loader/types.js';
-import type { SamplingParams } from '../sampling/params.js';
+import { defaultSamplingParams, type SamplingParams } from '../sampling/params.js';
+import { resolvePoolerConfig } from '../loader/pooler-config.js';
+import { readJsonFile } from '../loader/tokenizer.js';
+import { join } from 'node:path';
 import { validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
 import { IncrementalDetokenizer } from './detokenizer.js';
 import { createEngineCore } from './engine-core.js';
@@ -28,6 +31,13 @@ export interface Completion {
   logprobs?: TokenLogprob[];
   /** One per prompt token (null for the first) when params.promptLogprobs was set. */
   promptLogprobs?: (TokenLogprob | null)[];
+}
+
+/** An embedding (LLM.embed, vLLM's LLM.embed): the pooled final hidden state of a prompt's last token. */
+export interface Embedding {
+  promptTokenIds: number[];
+  embedding: number[];
+  numCachedTokens: number;
 }
 
 export interface CompletionDelta {
@@ -66,6 +76,33 @@ export class LLM {
       for await (const c of this.run(p, params)) last = c;
       const { final: _final, ...completion } = last!;
       return completion;
+    }));
+  }
+
+  /**
+   * Embeds each prompt (vLLM's LLM.embed): prefilled in the engine's batches, its last token's final hidden state
+   * pooled as the model's sentence-transformers files say (pooler-config.ts; by default normalized), truncated to
+   * `dimensions` where given (a Matryoshka model's).
+   */
+  async embed(prompts: Prompt | readonly Prompt[], opts: { normalize?: boolean; dimensions?: number | null } = {}):
+    Promise<Embedding[]> {
+    const { dir, client } = await this.started;
+    const pooler = resolvePoolerConfig(dir.dir, readJsonFile(join(dir.dir, 'config.json')) as Record<string, unknown>,
+      opts.normalize === undefined ? null : { normalize: opts.normalize });
+    const dimensions = opts.dimensions ?? null;
+    if (dimensions !== null && pooler.matryoshkaDimensions !== null && !pooler.matryoshkaDimensions.includes(dimensions)) {
+      throw new Error(`${dir.dir}: the model does not support ${dimensions} dimensions (not a Matryoshka model, or not one of its sizes)`);
+    }
+    const list: readonly Prompt[] = typeof prompts === 'string' || isTokenIds(prompts) ? [prompts as Prompt] : prompts as readonly Prompt[];
+    return Promise.all(list.map(async (p) => {
+      const promptTokenIds = typeof p === 'string' ? dir.tokenizer.encode(p, { addSpecialTokens: true }) : [...p];
+      const requestId = `llm-${this.numRequests++}`;
+      for await (const o of client.generate({ requestId, promptTokenIds, sampling: defaultSamplingParams({ maxTokens: 1 }),
+        priority: 0, cacheSalt: null, arrivalTime: Date.now(), pooling: { normalize: pooler.normalize, dimensions } })) {
+        if (o.error) throw new Error(o.error);
+        if (o.embedding) return { promptTokenIds, embedding: o.embedding, numCachedTokens: o.numCachedTokens ?? 0 };
+      }
+      throw new Error(`${requestId}: the engine ended the request without an embedding`);
     }));
   }
 

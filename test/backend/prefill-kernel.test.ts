@@ -31,3 +31,11 @@ test('an unknown head dim or instantiation, or more heads a block than the group
   assert.throws(() => prefillKernelShape(128, 2, '_zz'), /attention_prefill_bf16_d128_zz/);
   assert.throws(() => prefillKernelShape(128, 6, '_h4'), /a multiple of 4, got 6/);
 });
+
+test('an FP8 cache: the _fp8 build, one bf16 K and V tile (widened from the byte tiles), then the byte stages', () => {
+  const two = prefillKernelShape(128, 2, undefined, 'bf16_fp8');
+  assert.deepEqual([two.name, two.headsPerBlock, two.threads], ['attention_prefill_bf16_fp8_d128', 2, 256]);
+  assert.equal(two.sharedBytes, (2 * 32 + 2 * 64) * 136 * 2 + 2 * 2 * 32 * 128);
+  const d64 = prefillKernelShape(64, 4, undefined, 'bf16_fp8');
+  assert.deepEqual([d64.name, d64.sharedBytes], ['attention_prefill_bf16_fp8_d64', 2 * 64 * 72 * 2 + 2 * 2 * 64 * 64]);
+});

@@ -135,3 +135,19 @@ test('poolEmbedding: a zero vector stays zero when normalized (the norm is held 
   assert.equal(d.length, 2);
   assert.deepEqual(d, [Math.fround(0.6), Math.fround(0.8)]);
 });
+
+test('LLM.embed: texts and token ids, normalized by default, the engine\'s embedding of the same ids', async () => {
+  const { LLM } = await import('../../src/engine/llm.js');
+  const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1 });
+  try {
+    const [text, ids] = await llm.embed(['in the beginning', P1]);
+    assert.ok(text!.promptTokenIds.length > 0);
+    for (const e of [text!, ids!]) assert.ok(Math.abs(Math.hypot(...e.embedding) - 1) < 1e-5, 'unit length');
+    const raw = await llm.embed([P1], { normalize: false });
+    const direct = await withCore({}, (core) => embeddingOf(runAll(core, [embedReq('a', P1)]).get('a')));
+    assert.deepEqual(raw[0]!.embedding, direct);
+    await assert.rejects(llm.embed('x', { dimensions: 8 }), /does not support 8 dimensions/);
+  } finally {
+    await llm.close();
+  }
+});
