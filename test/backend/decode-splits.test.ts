@@ -137,3 +137,11 @@ test('every G the host may pick has a bf16 build in attention_decode.cu, for a b
   for (const G of [1, 2]) assert.match(src, new RegExp(`INSTANTIATE_DG\\(bf16_fp8x16, bf16_t, fp8_t, 16, D, ${G}\\)`));
   for (const D of [64, 128, 256]) assert.match(src, new RegExp(`^INSTANTIATE_FP8X16\\(${D}\\)$`, 'm'));
 });
+
+test('an FP8 cache caps G at 2 (its 16-byte builds): a group of 4 or 8 gets 2 where the rows fill the GPU', () => {
+  assert.equal(decodeGroup(256, 32, 8, 132, 128), 4);
+  assert.equal(decodeGroup(256, 32, 8, 132, 128, 2), 2);
+  assert.equal(decodeGroup(256, 64, 8, 132, 128, 2), 2);
+  assert.equal(decodeGroup(2, 32, 8, 132, 128, 2), 1, 'few rows: a head a block, as without the cap');
+  assert.equal(decodeGroup(256, 28, 4, 132, 128, 2), 1, 'group 7: no even divisor up to 2 but 1');
+});

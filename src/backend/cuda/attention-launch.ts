@@ -23,6 +23,8 @@ export interface AttentionLaunch {
   scale: number;
   /** The kernels' dtype suffix: 'bf16', or 'bf16_fp8' for an FP8 cache (default 'bf16'). */
   kvKernels?: string;
+  /** An FP8 cache's decode kernel loads 16 e4m3 a lane (the _fp8x16 builds, G 1 and 2 only, no _w). */
+  decodeX16?: boolean;
 }
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
@@ -119,9 +121,10 @@ export interface DecodeRope {
  */
 export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGrid, rope?: DecodeRope): void {
   const L = a.layout;
-  // an FP8 cache of a model whose GQA groups are 1 or 2: 16-byte loads of 16 e4m3 (the _fp8x16 builds, no _w); the
-  // choice follows the model, not the step's G, so a row's bits do not depend on its batch
-  const x16 = a.kvKernels === 'bf16_fp8' && a.numHeads / a.numKvHeads <= 2;
+  // an FP8 cache: 16-byte loads of 16 e4m3 (the _fp8x16 builds, no _w) at every G the backend picks (1 or 2), so a
+  // row's bits do not depend on its batch
+  const x16 = a.decodeX16 === true;
+  if (x16 && g.G > 2) throw new Error(`attention: the FP8 decode kernel is built for G 1 and 2, not ${g.G}`);
   const wide = !x16 && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const name = `attention_decode_${a.kvKernels ?? 'bf16'}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],

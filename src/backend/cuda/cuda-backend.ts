@@ -137,6 +137,11 @@ export class CudaBackend implements Backend {
   readonly kvBytesPerElement: number;
   /** The kernels' dtype suffix: the compute type, then _fp8 for an FP8 cache (qk_norm_rope_bf16_fp8, ...). */
   private readonly kvKernels: string;
+  /**
+   * An FP8 cache's decode blocks serve at most 2 query heads and load 16 e4m3 a lane (the _fp8x16 builds; G 4 would
+   * spill). QUIRE_FP8_G4=1: the 8-byte builds at every G (A/B runs).
+   */
+  private readonly fp8DecodeX16: boolean;
   readonly device: Device;
   private readonly gemm: Gemm;
   private readonly cublasWorkspace: bigint;
@@ -210,6 +215,7 @@ export class CudaBackend implements Backend {
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
     this.kvKernels = this.kvCacheDtype === 'fp8_e4m3' ? 'bf16_fp8' : 'bf16';
+    this.fp8DecodeX16 = this.kvCacheDtype === 'fp8_e4m3' && process.env.QUIRE_FP8_G4 !== '1';
     if (this.kvCacheDtype === 'fp8_e4m3' && this.device.arch < 89) {
       throw new Error(`an FP8 KV cache (--kv-cache-dtype fp8) needs compute capability 8.9 or later; ${this.device.name} is ${this.device.arch / 10}`);
     }
@@ -537,11 +543,11 @@ export class CudaBackend implements Backend {
       // The batch-invariant mode runs every row through the decode kernel: a row's result then follows its own kv
       // length alone, whatever chunk or step it came in.
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
-        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels };
+        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16 };
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.device, launch, packed.numTiles);
       if (decodeRows > 0) {
-        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.device.numSMs, D);
+        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of the row count alone, so eager and captured steps of one size allocate alike.

@@ -67,16 +67,17 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
  * step's rows give fewer blocks than SMs; then one query head a block, more blocks on the same pages (W2 qwen3-8b,
  * 8 -> 32 blocks a layer: 144.3 -> 150.0 tok/s). Per head the kernel's arithmetic is that of G = 1: no bit changes.
  */
-export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128): number {
-  const even = evenGroup(numHeads, numKvHeads);
-  const built = decodeGroupsBuilt(headDim).find((g) => (numHeads / numKvHeads) % g === 0)!;
+export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128,
+  maxG = 8): number {
+  const even = evenGroup(numHeads, numKvHeads, maxG);
+  const built = decodeGroupsBuilt(headDim).find((g) => g <= maxG && (numHeads / numKvHeads) % g === 0)!;
   const full = built !== even && numRows < ODD_GROUP_MIN_ROWS ? even : built;
   return numRows * (numHeads / full) < numSMs ? 1 : full;
 }
 
-/** The largest of 8, 4, 2, 1 dividing the GQA group (every kernel has those builds). */
-export function evenGroup(numHeads: number, numKvHeads: number): number {
-  return [8, 4, 2, 1].find((g) => (numHeads / numKvHeads) % g === 0)!;
+/** The largest of 8, 4, 2, 1 (up to maxG) dividing the GQA group (every kernel has those builds). */
+export function evenGroup(numHeads: number, numKvHeads: number, maxG = 8): number {
+  return [8, 4, 2, 1].find((g) => g <= maxG && (numHeads / numKvHeads) % g === 0)!;
 }
 
 /**

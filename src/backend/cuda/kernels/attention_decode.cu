@@ -513,8 +513,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 
 INSTANTIATE_BF16(bf16, bf16_t, 8)
 INSTANTIATE_BF16(bf16_fp8, fp8_t, 8)
-// An FP8 cache, GQA groups of 1 or 2 (attention-launch.ts): 16-byte loads of 16 e4m3 (the 8-byte loads of the builds
-// above left the kernel far under the bandwidth: W1 on qwen3-0.6b 23,258 -> 27,174 tok/s); larger G would spill
+// An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3
+// (the 8-byte loads of the builds above, kept for A/B runs, QUIRE_FP8_G4=1, left the kernel far under the bandwidth:
+// W1 qwen3-0.6b 23,258 -> 27,174 tok/s, qwen3-8b at G 2 against G 4 7,421 -> 7,843); G 4 would spill
 #define INSTANTIATE_FP8X16(D)                        \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 1) \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 2)
