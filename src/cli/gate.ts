@@ -13,11 +13,17 @@ import {
 } from '../lab/index.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+import type { KvCacheDtype } from '../kv/fp8.js';
 
-/** The recorded transcript a run is gated against: backend, dtype, and what changes the bits on CUDA. */
-export function gatePathKey(backend: string, options: { enforceEager: boolean; batchInvariant: boolean }): string {
-  if (backend !== 'cuda') return `${backend}-f32`;
-  return `cuda-bf16${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
+/**
+ * The recorded transcript a run is gated against: backend, dtype, an FP8 KV cache (`-fp8kv`: a lossy path of its
+ * own), and what changes the bits on CUDA.
+ */
+export function gatePathKey(backend: string,
+  options: { enforceEager: boolean; batchInvariant: boolean; kvCacheDtype?: KvCacheDtype }): string {
+  const kv = options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : '';
+  if (backend !== 'cuda') return `${backend}-f32${kv}`;
+  return `cuda-bf16${kv}${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
 }
 
 /** Greedy generations through the in-process engine. */

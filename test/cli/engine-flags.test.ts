@@ -27,6 +27,10 @@ test('--batch-invariant sets EngineOptions.batchInvariant and names its own gate
   assert.equal(gatePathKey('cuda', { ...on, enforceEager: true }), 'cuda-bf16-batch-invariant');
   assert.equal(gatePathKey('cuda', off), 'cuda-bf16-graphs');
   assert.equal(gatePathKey('cpu', on), 'cpu-f32');
+  // an FP8 KV cache is a path of its own (lossy: its transcripts are not the bf16 ones)
+  const fp8 = engineOptionsFromFlags(parse(['--model', '/m', '--kv-cache-dtype', 'fp8']));
+  assert.equal(gatePathKey('cuda', fp8), 'cuda-bf16-fp8kv-graphs');
+  assert.equal(gatePathKey('cpu', fp8), 'cpu-f32-fp8kv');
 });
 
 test('--max-num-batched-tokens: unset leaves the per-device default (null); serve runs as the API server', async () => {

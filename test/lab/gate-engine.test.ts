@@ -50,3 +50,20 @@ test('the transcript gate passes an unchanged engine and catches one perturbed l
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('the demo model\'s recorded FP8-cache path (cpu-f32-fp8kv) is what the CPU engine gives with an FP8 cache', async () => {
+  const { packageRoot } = await import('../../src/cli/default-model.js');
+  const { gatePathKey } = await import('../../src/cli/gate.js');
+  const { loadGatePrompts } = await import('../../src/lab/index.js');
+  const root = packageRoot();
+  const llm = new LLM(join(root, 'models', 'quire-demo'), { backend: 'cpu', cpuThreads: 1, kvCacheDtype: 'fp8_e4m3' });
+  try {
+    const pathKey = gatePathKey('cpu', { enforceEager: false, batchInvariant: false, kvCacheDtype: 'fp8_e4m3' });
+    const r = await runTranscriptGate({ generator: llmGenerator(llm), prompts: loadGatePrompts(join(root, 'bench', 'gate-prompts.json')),
+      pathKey, canonicalPath: join(root, 'bench', 'gates', 'quire-demo.json'), mode: 'check' });
+    assert.equal(r.passed, true, `mismatches: ${JSON.stringify(r.mismatches.slice(0, 2))}`);
+    assert.notEqual(r.md5, 'dc8890fd09ace5ccd3a71f35cfb31278', 'not the f32 cache\'s transcript');
+  } finally {
+    await llm.close();
+  }
+});
