@@ -66,6 +66,21 @@ describe('/v1/embeddings on a pooling runner', () => {
     assert.deepEqual(ids.json.data[0].embedding, res.data[1]!.embedding);
   });
 
+  it('the chat form: messages through the chat template, no generation prompt unless asked', async () => {
+    const messages = [{ role: 'user', content: 'embed this' }];
+    const chat = await postJson(`${url}/v1/embeddings`, { messages });
+    assert.equal(chat.status, 200);
+    const ids = await postJson(`${url}/tokenize`, { messages, add_generation_prompt: false });
+    const same = await postJson(`${url}/v1/embeddings`, { input: ids.json.tokens });
+    assert.deepEqual(chat.json.data[0].embedding, same.json.data[0].embedding);
+    assert.equal(chat.json.usage.prompt_tokens, ids.json.count);
+    const withPrompt = await postJson(`${url}/v1/embeddings`, { messages, add_generation_prompt: true });
+    assert.ok(withPrompt.json.usage.prompt_tokens > ids.json.count, 'the generation prompt adds tokens');
+    const both = await postJson(`${url}/v1/embeddings`, { messages, input: 'x' });
+    assert.equal(both.status, 400);
+    assert.match(both.json.error.message, /Send `input` or `messages`, not both/);
+  });
+
   it('base64: the float32 values, little-endian', async () => {
     const f = await postJson(`${url}/v1/embeddings`, { input: 'hello world' });
     const b = await postJson(`${url}/v1/embeddings`, { input: 'hello world', encoding_format: 'base64' });

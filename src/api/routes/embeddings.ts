@@ -1,4 +1,5 @@
-// POST /v1/embeddings (a pooling runner: `quire serve --runner pooling`, vLLM's `--task embed`): each input is
+// POST /v1/embeddings (a pooling runner: `quire serve --runner pooling`, vLLM's `--task embed`): each input (or the
+// chat form's `messages`, rendered by the chat template) is
 // prefilled and its last token's final hidden state, normalized as the model's pooler says, comes back. Inputs of
 // one request run side by side in the engine's batches; a client that disconnects aborts them (pages freed).
 
@@ -8,7 +9,8 @@ import type { EngineRequest } from '../../engine/types.js';
 import { defaultSamplingParams } from '../../sampling/params.js';
 import { ApiError, badRequest } from '../errors.js';
 import { checkTokenIds, truncatePrompt } from '../prompt.js';
-import { asObjectBody, optBool, optInt, optString, parsePrompts, truncateOf } from '../schemas.js';
+import { asObjectBody, optBool, optInt, optString, parseChatRequest, parsePrompts, truncateOf } from '../schemas.js';
+import { chatPromptIds } from './chat.js';
 import { resolveModel, type RouteDeps } from './deps.js';
 
 export function registerEmbeddings(app: FastifyInstance, d: RouteDeps): void {
@@ -20,7 +22,11 @@ export function registerEmbeddings(app: FastifyInstance, d: RouteDeps): void {
     const pooler = d.pooler;
     const b = asObjectBody(request.body);
     const model = resolveModel(d, optString(b, 'model'));
-    const inputs = parsePrompts(b.input, d.limits, 'input');
+    // vLLM's chat form: `messages` through the chat template (no generation prompt unless asked), instead of `input`
+    if (b.messages !== undefined && b.input !== undefined) throw badRequest('Send `input` or `messages`, not both.', 'messages');
+    const inputs = b.messages !== undefined
+      ? [chatPromptIds(d, { ...parseChatRequest(b, d.limits), addGenerationPrompt: optBool(b, 'add_generation_prompt') ?? false })]
+      : parsePrompts(b.input, d.limits, 'input');
     const format = optString(b, 'encoding_format') ?? 'float';
     if (format !== 'float' && format !== 'base64') {
       throw badRequest(`\`encoding_format\` must be "float" or "base64", got ${JSON.stringify(format)}.`, 'encoding_format');
@@ -35,7 +41,7 @@ export function registerEmbeddings(app: FastifyInstance, d: RouteDeps): void {
         'dimensions');
       }
     }
-    const addSpecialTokens = optBool(b, 'add_special_tokens') ?? true;
+    const addSpecialTokens = optBool(b, 'add_special_tokens') ?? true;  // (the chat form's ids are rendered already)
     const truncate = truncateOf(b);
     const tok = d.tokenizer;
     const prompts = inputs.map((p) => {
