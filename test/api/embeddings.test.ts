@@ -110,6 +110,28 @@ describe('/v1/embeddings on a pooling runner', () => {
     assert.ok(metricValue(metrics, 'quire:request_success_total{finished_reason="stop"}') >= 1);
   });
 
+  it('a Matryoshka model: dimensions keep the first values, normalized; more than the hidden size is refused', async () => {
+    const m = createServer({ engine, tokenizer: loadModelDir(dir).tokenizer, chatTemplate: null, modelName: 'tiny-mrl',
+      maxModelLen: 64, pooler: { poolingType: 'LAST', normalize: true, matryoshkaDimensions: null }, hiddenSize: hidden });
+    m.setReady();
+    await m.app.listen({ host: '127.0.0.1', port: 0 });
+    const mUrl = `http://127.0.0.1:${(m.app.server.address() as AddressInfo).port}`;
+    try {
+      const raw = await postJson(`${mUrl}/v1/embeddings`, { input: 'hello world' });
+      const cut = await postJson(`${mUrl}/v1/embeddings`, { input: 'hello world', dimensions: 8 });
+      const e = cut.json.data[0].embedding as number[];
+      assert.equal(e.length, 8);
+      assert.ok(Math.abs(norm(e) - 1) < 1e-6);
+      const head = (raw.json.data[0].embedding as number[]).slice(0, 8);
+      head.forEach((x, i) => assert.ok(Math.abs(x / norm(head) - e[i]!) < 1e-6));
+      const big = await postJson(`${mUrl}/v1/embeddings`, { input: 'x', dimensions: hidden + 1 });
+      assert.equal(big.status, 400);
+      assert.match(big.json.error.message, new RegExp(`\\(${hidden + 1}\\) is larger than the model's embedding size \\(${hidden}\\)`));
+    } finally {
+      await m.app.close();
+    }
+  });
+
   it('the generation APIs are refused on a pooling runner', async () => {
     const r = await postJson(`${url}/v1/completions`, { prompt: 'hi', max_tokens: 2 });
     assert.equal(r.status, 400);

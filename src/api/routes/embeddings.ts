@@ -1,7 +1,7 @@
 // POST /v1/embeddings (a pooling runner: `quire serve --runner pooling`, vLLM's `--task embed`): each input (or the
-// chat form's `messages`, rendered by the chat template) is
-// prefilled and its last token's final hidden state, normalized as the model's pooler says, comes back. Inputs of
-// one request run side by side in the engine's batches; a client that disconnects aborts them (pages freed).
+// chat form's `messages`, rendered by the chat template) is prefilled and its last token's final hidden state,
+// normalized as the model's pooler says, comes back. Inputs of one request run side by side in the engine's batches;
+// a client that disconnects aborts them (pages freed).
 
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
@@ -40,6 +40,9 @@ export function registerEmbeddings(app: FastifyInstance, d: RouteDeps): void {
           : `Model "${model}" only supports ${JSON.stringify(allowed)} matryoshka dimensions, using other output dimensions will lead to poor results.`,
         'dimensions');
       }
+      if (dimensions > (d.hiddenSize ?? Infinity)) {
+        throw badRequest(`\`dimensions\` (${dimensions}) is larger than the model's embedding size (${d.hiddenSize}).`, 'dimensions');
+      }
     }
     const addSpecialTokens = optBool(b, 'add_special_tokens') ?? true;  // (the chat form's ids are rendered already)
     const truncate = truncateOf(b);
@@ -56,9 +59,6 @@ export function registerEmbeddings(app: FastifyInstance, d: RouteDeps): void {
       return ids;
     });
     const id = `embd-${randomUUID().replaceAll('-', '')}`;
-    if (dimensions !== null && dimensions > (d.hiddenSize ?? Infinity)) {
-      throw badRequest(`\`dimensions\` (${dimensions}) is larger than the model's embedding size (${d.hiddenSize}).`, 'dimensions');
-    }
     const reqs: EngineRequest[] = prompts.map((ids, i) => ({
       requestId: `${id}-${i}`, promptTokenIds: ids, sampling: defaultSamplingParams({ maxTokens: 1 }),
       priority: 0, cacheSalt: null, arrivalTime,
