@@ -241,8 +241,6 @@ export class EngineCore {
    */
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
-    // an embedding request ends with the step that finishes its prompt: no step may be planned past it first
-    if (this.poolingOf.size > 0) return false;
     return this.scheduler.running.every((r) => {
       const st = (r as EngineReq).sampling!;
       return isDeviceSamplable(st, this.eosTokenIds) && st.numOutputTokens >= st.params.minTokens;
@@ -373,7 +371,8 @@ export class EngineCore {
     const hidden = this.model.hiddenRows(pooledAt);
     const width = this.config.hiddenSize;
     const pooled = new Map(pooledAt.map((at, i) => [sampledRows[at]!.requestId, hidden.subarray(i * width, (i + 1) * width)]));
-    return { wait: () => ({ ...launched.wait(), pooled }), sampledOnDevice: launched.sampledOnDevice };
+    // an embedding request ends with this step: none is planned past it before it completes (not sampled on device)
+    return { wait: () => ({ ...launched.wait(), pooled }), sampledOnDevice: false };
   }
 
   /**

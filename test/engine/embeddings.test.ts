@@ -99,6 +99,26 @@ test('embeddings do not depend on the batch, chunked prefill or the prefix cache
   });
 });
 
+test('async scheduling goes on while an embedding\'s prompt is prefilled in chunks; the step that ends it completes first', async () => {
+  const long = Array.from({ length: 60 }, (_, i) => (i * 13 + 7) % 300);
+  const alone = await withCore({}, (core) => embeddingOf(runAll(core, [embedReq('e', long)]).get('e')));
+  await withCore({ maxNumBatchedTokens: 8, maxNumSeqs: 4 }, (core) => {
+    core.addRequest(genReq('g', P1, 40));
+    core.addRequest(embedReq('e', long));
+    let aheadBefore = -1;
+    const outs: EngineOutput[] = [];
+    while (core.hasWork()) {
+      for (const o of core.advance()) {
+        outs.push(o);
+        if (o.embedding) aheadBefore = core.stats().numStepsScheduledAhead;
+      }
+    }
+    assert.ok(aheadBefore > 0, `steps scheduled ahead before the embedding came: ${aheadBefore}`);
+    assert.deepEqual(embeddingOf(outs.filter((o) => o.requestId === 'e')), alone);
+    assert.equal(outs.filter((o) => o.requestId === 'g').flatMap((o) => o.newTokenIds).length, 40);
+  });
+});
+
 test('normalize and dimensions: the first values, divided by their norm', async () => {
   await withCore({}, (core) => {
     const out = runAll(core, [embedReq('raw', P1), embedReq('n', P1, { normalize: true, dimensions: null }),
