@@ -1,7 +1,7 @@
 // quire serve: the OpenAI-compatible server. The HTTP side listens at once
 // (/health 503 while loading); the engine loads in a worker thread.
 
-import { basename, join } from 'node:path';
+import { basename } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createServer } from '../api/server.js';
 import { StatsLogger } from '../api/stats-logger.js';
@@ -16,8 +16,7 @@ import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { EngineOptions } from '../engine/options.js';
 import { defaultMaxModelLen } from '../model/rope.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
-import { resolvePoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
-import { readJsonFile } from '../loader/tokenizer.js';
+import { modelPoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -90,8 +89,8 @@ export function serveCommand(): Command {
     let pooler: PoolerConfig | null = null;
     if (pooling) {
       try {
-        const hf = { ...readJsonFile(join(dir.dir, 'config.json')) as Record<string, unknown>, ...options.hfOverrides ?? {} };
-        pooler = resolvePoolerConfig(dir.dir, hf, (flags.poolerConfig as Record<string, unknown> | undefined) ?? null);
+        pooler = modelPoolerConfig(dir.dir, (flags.poolerConfig as Record<string, unknown> | undefined) ?? null,
+          options.hfOverrides ?? null);
       } catch (e) {
         cmd.error(`quire serve: ${(e as Error).message}`);
       }

@@ -363,9 +363,9 @@ export class EngineCore {
    */
   private launch(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
     states: readonly SequenceSamplingState[]): { wait: () => StepOutput; sampledOnDevice: boolean } {
+    if (this.poolingOf.size === 0) return this.launchForward(rows, states);
     const sampledRows = rows.filter((r) => r.sample);
-    const pooledAt = this.poolingOf.size === 0 ? []
-      : sampledRows.flatMap((r, i) => (!r.isDecode && this.poolingOf.has(r.requestId) ? [i] : []));
+    const pooledAt = sampledRows.flatMap((r, i) => (!r.isDecode && this.poolingOf.has(r.requestId) ? [i] : []));
     const launched = this.launchForward(rows, states);
     if (pooledAt.length === 0) return launched;
     const hidden = this.model.hiddenRows(pooledAt);

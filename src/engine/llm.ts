@@ -6,9 +6,7 @@ import { renderChat } from '../loader/chat-template.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ChatMessage } from '../loader/types.js';
 import { defaultSamplingParams, type SamplingParams } from '../sampling/params.js';
-import { resolvePoolerConfig } from '../loader/pooler-config.js';
-import { readJsonFile } from '../loader/tokenizer.js';
-import { join } from 'node:path';
+import { modelPoolerConfig } from '../loader/pooler-config.js';
 import { validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
 import { IncrementalDetokenizer } from './detokenizer.js';
 import { createEngineCore } from './engine-core.js';
@@ -53,9 +51,11 @@ export class LLM {
   private readonly started: Promise<{ dir: ModelDir; client: InProcessEngineClient }>;
   private numRequests = 0;
   private info: EngineInfo | null = null;
+  private readonly hfOverrides: Record<string, unknown> | null;
 
   constructor(modelDir: string, options: Partial<Omit<EngineOptions, 'model'>> = {}) {
     const opts = engineOptions({ ...options, model: modelDir });
+    this.hfOverrides = opts.hfOverrides;
     this.started = (async () => {
       const dir = loadModelDir(modelDir, opts);
       const core = await createEngineCore(opts, dir);
@@ -87,8 +87,8 @@ export class LLM {
   async embed(prompts: Prompt | readonly Prompt[], opts: { normalize?: boolean; dimensions?: number | null } = {}):
     Promise<Embedding[]> {
     const { dir, client } = await this.started;
-    const pooler = resolvePoolerConfig(dir.dir, readJsonFile(join(dir.dir, 'config.json')) as Record<string, unknown>,
-      opts.normalize === undefined ? null : { normalize: opts.normalize });
+    const pooler = modelPoolerConfig(dir.dir, opts.normalize === undefined ? null : { normalize: opts.normalize },
+      this.hfOverrides);
     const dimensions = opts.dimensions ?? null;
     if (dimensions !== null && pooler.matryoshkaDimensions !== null && !pooler.matryoshkaDimensions.includes(dimensions)) {
       throw new Error(`${dir.dir}: the model does not support ${dimensions} dimensions (not a Matryoshka model, or not one of its sizes)`);

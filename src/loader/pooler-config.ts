@@ -7,6 +7,7 @@
 
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readJsonFile } from './tokenizer.js';
 
 export type PoolingType = 'LAST' | 'MEAN' | 'CLS' | 'ALL' | 'STEP';
 
@@ -45,6 +46,12 @@ export function sentenceTransformersPooling(dir: string): { poolingType: Pooling
   const config = readJson(configPath) as Record<string, unknown>;
   const mode = ST_POOLING_MODES.find(([field]) => config[field] === true);
   return { poolingType: mode?.[1] ?? null, normalize, from: mode ? `${configPath} (${mode[0]})` : modulesPath };
+}
+
+/** The pooler of a model directory: resolvePoolerConfig over its config.json (with --hf-overrides' fields over it). */
+export function modelPoolerConfig(dir: string, flag: Record<string, unknown> | null,
+  hfOverrides: Record<string, unknown> | null = null): PoolerConfig {
+  return resolvePoolerConfig(dir, { ...readJsonFile(join(dir, 'config.json')) as Record<string, unknown>, ...hfOverrides }, flag);
 }
 
 /**

@@ -3,48 +3,36 @@
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { createServer, type QuireServer } from '../../src/api/server.js';
-import { engineOptions } from '../../src/engine/options.js';
-import { WorkerEngineClient } from '../../src/engine/worker-client.js';
-import { loadModelDir } from '../../src/loader/model-dir.js';
-import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { listenOnLoopback, startTinyEngine, type TinyEngine } from './helpers/real-engine.js';
 import { metricValue, postJson, scrapeMetrics, startTestServer } from './helpers/start.js';
 
 const norm = (v: number[]) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
 
 describe('/v1/embeddings on a pooling runner', () => {
-  let dir = '';
-  let engine: WorkerEngineClient;
+  let tiny: TinyEngine;
   let server: QuireServer;
   let url = '';
   let client: OpenAI;
   let hidden = 0;
+  /** A pooling server over the shared engine. */
+  const poolingServer = (modelName: string, matryoshkaDimensions: number[] | null) => createServer({
+    engine: tiny.engine, tokenizer: tiny.model.tokenizer, chatTemplate: tiny.model.chatTemplate, modelName, maxModelLen: 64,
+    pooler: { poolingType: 'LAST', normalize: true, matryoshkaDimensions }, hiddenSize: hidden,
+  });
 
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'quire-embed-api-'));
-    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 2 });
-    const model = loadModelDir(dir);
-    hidden = model.config.hiddenSize;
-    engine = await WorkerEngineClient.start(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 64, kvCacheBytes: 8 * 1024 * 1024 }));
-    server = createServer({
-      engine, tokenizer: model.tokenizer, chatTemplate: model.chatTemplate, modelName: 'tiny-embed', maxModelLen: 64,
-      pooler: { poolingType: 'LAST', normalize: true, matryoshkaDimensions: [] }, hiddenSize: hidden,
-    });
-    server.setReady();
-    await server.app.listen({ host: '127.0.0.1', port: 0 });
-    url = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}`;
+    tiny = await startTinyEngine(2, 64);
+    hidden = tiny.model.config.hiddenSize;
+    server = poolingServer('tiny-embed', []);
+    url = await listenOnLoopback(server);
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
   });
 
   after(async () => {
     await server?.app.close();
-    await engine?.shutdown();
-    rmSync(dir, { recursive: true, force: true });
+    await tiny?.dispose();
   });
 
   it('embeds a list of texts: one normalized vector each, in order, with usage', async () => {
@@ -111,11 +99,8 @@ describe('/v1/embeddings on a pooling runner', () => {
   });
 
   it('a Matryoshka model: dimensions keep the first values, normalized; more than the hidden size is refused', async () => {
-    const m = createServer({ engine, tokenizer: loadModelDir(dir).tokenizer, chatTemplate: null, modelName: 'tiny-mrl',
-      maxModelLen: 64, pooler: { poolingType: 'LAST', normalize: true, matryoshkaDimensions: null }, hiddenSize: hidden });
-    m.setReady();
-    await m.app.listen({ host: '127.0.0.1', port: 0 });
-    const mUrl = `http://127.0.0.1:${(m.app.server.address() as AddressInfo).port}`;
+    const m = poolingServer('tiny-mrl', null);
+    const mUrl = await listenOnLoopback(m);
     try {
       const raw = await postJson(`${mUrl}/v1/embeddings`, { input: 'hello world' });
       const cut = await postJson(`${mUrl}/v1/embeddings`, { input: 'hello world', dimensions: 8 });

@@ -2,44 +2,31 @@
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { createServer, type QuireServer } from '../../src/api/server.js';
-import { engineOptions } from '../../src/engine/options.js';
-import { WorkerEngineClient } from '../../src/engine/worker-client.js';
-import { loadModelDir } from '../../src/loader/model-dir.js';
-import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { listenOnLoopback, startTinyEngine, type TinyEngine } from './helpers/real-engine.js';
 import { metricValue, postJson, scrapeMetrics } from './helpers/start.js';
 
 describe('server over the real engine', () => {
-  let dir = '';
-  let engine: WorkerEngineClient;
+  let tiny: TinyEngine;
   let server: QuireServer;
   let url = '';
   let client: OpenAI;
 
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'quire-api-'));
-    await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 1 });
-    const model = loadModelDir(dir);
-    engine = await WorkerEngineClient.start(engineOptions({ model: dir, backend: 'cpu', maxModelLen: 256, kvCacheBytes: 8 * 1024 * 1024 }));
+    tiny = await startTinyEngine(1, 256);
+    const { model } = tiny;
     server = createServer({
-      engine, tokenizer: model.tokenizer, chatTemplate: model.chatTemplate, bosToken: model.bosToken, eosToken: model.eosToken,
-      modelName: 'tiny', maxModelLen: 256,
+      engine: tiny.engine, tokenizer: model.tokenizer, chatTemplate: model.chatTemplate, bosToken: model.bosToken,
+      eosToken: model.eosToken, modelName: 'tiny', maxModelLen: 256,
     });
-    server.setReady();
-    await server.app.listen({ host: '127.0.0.1', port: 0 });
-    url = `http://127.0.0.1:${(server.app.server.address() as AddressInfo).port}`;
+    url = await listenOnLoopback(server);
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
   });
 
   after(async () => {
     await server?.app.close();
-    await engine?.shutdown();
-    rmSync(dir, { recursive: true, force: true });
+    await tiny?.dispose();
   });
 
   it('streams exactly the non-streamed greedy text', async () => {

@@ -23,6 +23,22 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
   const backends: Backend[] = [];
   after(() => backends.forEach((b) => b.dispose()));
 
+  /** A random model of `config` on `backend`: two prompts (37 and 70 tokens, scattered pages), then 3 decode steps. */
+  const prefillAndDecode = (config: ReturnType<typeof tinyConfig>, backend: Backend, seed: number) => {
+    backends.push(backend);
+    const model = Model.load(config, randomWeightSource(config, { seed }), backend);
+    backend.allocateKvCache(model.kvCacheSpec(16, 16));
+    const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
+    const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
+      Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
+    const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
+    for (let step = 0; step < 3; step++) {
+      out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
+        pages: pages[s]! })), 16, [0, 1])));
+    }
+    return { out, kvBytesPerToken: model.kvBytesPerToken() };
+  };
+
   // qwen2: q, k, v biases; llama + biases: attention_bias (q, k, v and o)
   for (const [family, arch, biases] of [['qwen3', 'qwen3', {}], ['llama', 'llama', {}], ['qwen2', 'qwen2', {}],
     ['llama + biases', 'llama', { qkvBias: true, oBias: true }],
@@ -31,20 +47,7 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     test(`${family}: prefill and decode logits match the CPU backend`, () => {
       const config = tinyConfig(arch, { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
         numKvHeads: 2, headDim: 64, vocabSize: 500, ...biases });
-      const run = (backend: Backend) => {
-        backends.push(backend);
-        const model = Model.load(config, randomWeightSource(config, { seed: 21 }), backend);
-        backend.allocateKvCache(model.kvCacheSpec(16, 16));
-        const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
-        const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
-          Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
-        const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
-        for (let step = 0; step < 3; step++) {
-          out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
-            pages: pages[s]! })), 16, [0, 1])));
-        }
-        return out;
-      };
+      const run = (backend: Backend) => prefillAndDecode(config, backend, 21).out;
       const expected = run(newCpu());
       const actual = run(newCuda());
       actual.forEach((logits, i) => assertBf16Close(logits, expected[i]!, `${family} step ${i}`, 0.05));
@@ -134,20 +137,7 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
   test('FP8 KV cache: the GPU\'s logits nearer the CPU\'s FP8 ones than FP8 is to none; half the bytes a token', () => {
     const config = tinyConfig('qwen3', { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
       numKvHeads: 2, headDim: 64, vocabSize: 500 });
-    const run = (backend: Backend) => {
-      backends.push(backend);
-      const model = Model.load(config, randomWeightSource(config, { seed: 22 }), backend);
-      backend.allocateKvCache(model.kvCacheSpec(16, 16));
-      const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
-      const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
-        Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
-      const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
-      for (let step = 0; step < 3; step++) {
-        out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
-          pages: pages[s]! })), 16, [0, 1])));
-      }
-      return { out, kvBytesPerToken: model.kvBytesPerToken() };
-    };
+    const run = (backend: Backend) => prefillAndDecode(config, backend, 22);
     // the GPU rounds its bf16 k and v to e4m3, the CPU its f32 ones: where the two sit either side of an e4m3
     // midpoint they differ by an e4m3 step, so the paths are compared as wholes (the root mean square of the logits'
     // differences; this random model's softmax is one-hot, so a KL would say nothing), not logit by logit

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { resolvePoolerConfig } from '../../src/loader/pooler-config.js';
+import { modelPoolerConfig, resolvePoolerConfig } from '../../src/loader/pooler-config.js';
 
 function stDir(pooling: Record<string, boolean> | null, normalize: boolean): string {
   const dir = mkdtempSync(join(tmpdir(), 'quire-pooler-'));
@@ -62,6 +62,17 @@ test('Matryoshka dimensions from config.json', () => {
     assert.equal(resolvePoolerConfig(dir, { is_matryoshka: true }, null).matryoshkaDimensions, null);
     assert.deepEqual(resolvePoolerConfig(dir, { matryoshka_dimensions: [64, 128] }, null).matryoshkaDimensions, [64, 128]);
     assert.throws(() => resolvePoolerConfig(dir, { matryoshka_dimensions: [0] }, null), /config\.json: matryoshka_dimensions/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('modelPoolerConfig reads config.json, with --hf-overrides\' fields over it', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-pooler-'));
+  try {
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ matryoshka_dimensions: [32, 64] }));
+    assert.deepEqual(modelPoolerConfig(dir, null).matryoshkaDimensions, [32, 64]);
+    assert.equal(modelPoolerConfig(dir, null, { matryoshka_dimensions: null, is_matryoshka: true }).matryoshkaDimensions, null);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
