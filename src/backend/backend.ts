@@ -14,6 +14,15 @@ export interface Tensor {
   readonly shape: readonly number[];
 }
 
+/**
+ * One checkpoint projection stored as block FP8 (src/model/fp8-linear.ts): its e4m3 weight [n, K] (dtype
+ * 'f8_e4m3') and `weight_scale_inv` [ceil(n / 128), ceil(K / 128)] f32.
+ */
+export interface Fp8BlockPart {
+  weight: HostTensor;
+  scaleInv: HostTensor;
+}
+
 export interface RopeSpec {
   headDim: number;
   /** [headDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). */
@@ -59,6 +68,12 @@ export interface Backend {
    * tensors of the compute dtype) read from `source` by readInto, with no host copy of the whole.
    */
   uploadConcat?(name: string, source: WeightSource, names: readonly string[]): Tensor;
+  /**
+   * Uploads a block-FP8 linear weight: the rows of `parts` concatenated (each part's rows a multiple of 128, so
+   * its scale blocks stay whole), kept as FP8 with its block scales. matmul() on the returned tensor computes
+   * fp8BlockMatmul (src/model/fp8-linear.ts): activations quantized per token and 128 columns, as vLLM's W8A8.
+   */
+  uploadFp8Block?(name: string, parts: readonly Fp8BlockPart[]): Tensor;
   /** Allocates the paged KV cache: K and V per layer, [numBlocks, blockSize, numKvHeads, headDim]. */
   allocateKvCache(spec: KvCacheSpec): void;
   memory(): MemoryReport;
