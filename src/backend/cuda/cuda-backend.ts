@@ -6,7 +6,7 @@
 import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js';
 import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
-import type { Backend, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, Fp8BlockPart, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
 import { launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
 import {
@@ -79,7 +79,12 @@ export interface CudaBackendOptions {
 }
 
 export class CudaTensor implements Tensor {
-  constructor(readonly shape: readonly number[], readonly ptr: bigint, readonly dtype: 'bf16' | 'f32' = 'bf16') {}
+  /**
+   * `scales`: an f8_e4m3 weight's block scales ([N / 128, K / 128] f32, uploadFp8Block); an f8_e4m3 activation's
+   * are another tensor.
+   */
+  constructor(readonly shape: readonly number[], readonly ptr: bigint,
+    readonly dtype: 'bf16' | 'f32' | 'f8_e4m3' = 'bf16', readonly scales = 0n) {}
 
   get numElements(): number {
     return this.shape.reduce((a, b) => a * b, 1);
@@ -89,6 +94,9 @@ export class CudaTensor implements Tensor {
     return this.numElements * BYTES_PER_ELEMENT[this.dtype];
   }
 }
+
+/** Rows and columns of a block-FP8 weight's scale blocks (FP8_BLOCK in src/model/fp8-linear.ts). */
+const FP8_BLOCK = 128;
 
 function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
@@ -270,6 +278,48 @@ export class CudaBackend implements Backend {
     return new CudaTensor(shape, p);
   }
 
+  /**
+   * A block-FP8 weight kept as it is stored: its e4m3 rows (parts concatenated) and their block scales, for
+   * cuBLASLt's block-scaled FP8 GEMM (sm_90; matmul quantizes the activations to match).
+   */
+  uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): Tensor {
+    if (this.device.arch < 90) {
+      throw new Error(`${name}: block-FP8 weights need compute capability 9.0 (Hopper) for cuBLASLt's block-scaled FP8 GEMM; ${this.device.name} is ${this.device.arch / 10}`);
+    }
+    if (this.batchInvariant) throw new Error(`${name}: --batch-invariant does not run block-FP8 weights (its GEMM is bf16)`);
+    const K = parts[0]?.weight.shape[1] ?? 0;
+    let N = 0;
+    for (const { weight, scaleInv } of parts) {
+      const [n, k] = weight.shape as [number, number];
+      const blocks = [n / FP8_BLOCK, K / FP8_BLOCK];
+      if (weight.dtype !== 'f8_e4m3' || k !== K || n % FP8_BLOCK !== 0 || K % FP8_BLOCK !== 0 || weight.data.byteLength !== n * K ||
+        scaleInv.dtype !== 'f32' || scaleInv.shape.join() !== blocks.join() || scaleInv.data.byteLength !== n * K / FP8_BLOCK ** 2 * 4) {
+        throw new Error(`uploadFp8Block ${name}: ${weight.name} ${weight.dtype} [${weight.shape.join(', ')}] with scales ` +
+          `${scaleInv.dtype} [${scaleInv.shape.join(', ')}] (expected f8_e4m3 [n, ${K}], n and K multiples of 128, f32 [n / 128, K / 128])`);
+      }
+      N += n;
+    }
+    // cuBLASLt's BLK128x128_32F scales: the checkpoint's row-major [N / 128, K / 128], each row padded to 16 bytes
+    const rowFloats = Math.ceil(K / FP8_BLOCK / 4) * 4;
+    const scaleRows = new Float32Array(N / FP8_BLOCK * rowFloats);
+    const p = this.device.alloc(N * K);
+    this.weights.push(p);
+    let row = 0;
+    for (const { weight, scaleInv } of parts) {
+      this.device.upload(p + BigInt(row * K), weight.data);
+      const s = new Float32Array(scaleInv.data.slice().buffer);
+      for (let r = 0; r < weight.shape[0]! / FP8_BLOCK; r++) {
+        scaleRows.set(s.subarray(r * (K / FP8_BLOCK), (r + 1) * (K / FP8_BLOCK)), (row / FP8_BLOCK + r) * rowFloats);
+      }
+      row += weight.shape[0]!;
+    }
+    const scales = this.device.alloc(scaleRows.byteLength);
+    this.weights.push(scales);
+    this.device.upload(scales, scaleRows);
+    this.weightBytes += N * K + scaleRows.byteLength;
+    return new CudaTensor([N, K], p, 'f8_e4m3', scales);
+  }
+
   /** A bf16 device tensor with `values` (tests, and host-built inputs). */
   fromHost(shape: readonly number[], values: Float32Array): CudaTensor {
     return asCuda(this.upload({ name: 'host', dtype: 'f32', shape: [...shape],
@@ -378,7 +428,7 @@ export class CudaBackend implements Backend {
     return { ...this.current, meta };
   }
 
-  private act(shape: number[], dtype: 'bf16' | 'f32' = 'bf16'): CudaTensor {
+  private act(shape: number[], dtype: 'bf16' | 'f32' | 'f8_e4m3' = 'bf16'): CudaTensor {
     const bytes = shape.reduce((a, b) => a * b, 1) * BYTES_PER_ELEMENT[dtype];
     return new CudaTensor(shape, this.workspace.alloc(bytes), dtype);
   }
@@ -434,11 +484,15 @@ export class CudaBackend implements Backend {
     if (ws.shape[1] !== K) throw new Error(`matmul: x [${xs.shape.join(', ')}] w [${ws.shape.join(', ')}]`);
     const b = bias ? asCuda(bias) : null;
     if (b && b.numElements !== N) throw new Error(`matmul: bias [${b.shape.join(', ')}] for ${N} outputs`);
+    if (ws.dtype === 'f8_e4m3') {
+      if (b) throw new Error(`matmul: a bias with block-FP8 weights (${label ?? `N=${N} K=${K}`})`);
+      return this.matmulFp8(xs, ws, label ?? `N=${N} K=${K}`);
+    }
     const out = this.act([T, N]);
     if (T > 0) {
       this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => {
         if (!this.batchInvariant) {
-          const chain = this.chainPlan(T, N, K, false);
+          const chain = this.chainPlan(T, N, K, false);  // bf16 weights only (FP8 took matmulFp8 above)
           if (chain) this.launchChain(chain, xs, ws, out, T, N, K, b);
           else this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream, b?.ptr ?? 0n);
           return;
@@ -449,6 +503,27 @@ export class CudaBackend implements Backend {
       });
     }
     return out;
+  }
+
+  /**
+   * x w^T for a block-FP8 w: x quantized per token and 128 columns (kernels/quant_fp8.cu), then cuBLASLt. cuBLASLt
+   * takes token counts that are multiples of 4 (measured on sm_90, cuBLAS 13.1), so the GEMM runs on up to 3 rows
+   * more, whose inputs and outputs no one reads (each output row depends on its own token only).
+   */
+  private matmulFp8(x: CudaTensor, w: CudaTensor, label: string): CudaTensor {
+    const [T, K] = [x.shape[0]!, x.shape[1]!];
+    const N = w.shape[0]!;
+    const rows = Math.ceil(T / 4) * 4;
+    const out = this.act([rows, N]);
+    if (T === 0) return out;
+    const groups = K / FP8_BLOCK;
+    const xq = this.act([rows, K], 'f8_e4m3');
+    const xScales = this.act([groups, rows], 'f32');
+    this.timed('quantize', () => this.device.launch('quant_fp8.cu', 'quantize_fp8_groups_bf16',
+      [T, Math.ceil(groups / 4), 1], 128, [ptr(x.ptr), ptr(xq.ptr), ptr(xScales.ptr), i32(K), i32(rows)], 0, true));
+    this.timed(`gemm ${label}`, () => this.gemm.runFp8(xq.ptr, xScales.ptr, w.ptr, w.scales, out.ptr, rows, N, K,
+      this.device.stream));
+    return new CudaTensor([T, N], out.ptr);
   }
 
   private invFreqPtr(rope: RopeSpec): bigint {
@@ -632,7 +707,7 @@ export class CudaBackend implements Backend {
     const ws = asCuda(gateUp);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
-    const chain = ws.shape[1] === K ? this.chainPlan(T, N, K, true) : null;
+    const chain = ws.shape[1] === K && ws.dtype === 'bf16' ? this.chainPlan(T, N, K, true) : null;
     if (!chain) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
     const out = this.act([T, N / 2]);
     this.timed('gemm gate_up + silu', () => this.launchChain(chain, xs, ws, out, T, N, K));
@@ -727,6 +802,7 @@ export class CudaBackend implements Backend {
 
   toHost(t: Tensor): Float32Array {
     const c = asCuda(t);
+    if (c.dtype === 'f8_e4m3') throw new Error('toHost: an f8_e4m3 tensor');
     const view = this.readToHost(c.ptr, c.numBytes);
     if (this.capturing) {
       this.capturedRead = { numElements: c.numElements, dtype: c.dtype };

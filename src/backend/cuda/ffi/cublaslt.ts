@@ -1,5 +1,6 @@
 // Typed table of cuBLASLt and the one GEMM the model needs:
-//   y[T, N] = x[T, K] * w[N, K]^T, bf16 in and out, fp32 compute.
+//   y[T, N] = x[T, K] * w[N, K]^T, bf16 in and out, fp32 compute;
+// or, for block-FP8 weights, e4m3 x and w with their block scales in, bf16 out (runFp8).
 //
 // Row-major buffers seen column-major:
 //   x (row-major T x K) = column-major K x T, ld K     -> B, op N
@@ -14,6 +15,7 @@ type Out<T> = [T];
 
 export const CUDA_R_32F = 0;
 export const CUDA_R_16BF = 14;
+export const CUDA_R_8F_E4M3 = 28;
 export const CUBLAS_COMPUTE_32F = 68;
 export const CUBLAS_OP_N = 0;
 export const CUBLAS_OP_T = 1;
@@ -21,6 +23,14 @@ export const CUBLASLT_MATMUL_DESC_TRANSA = 3;
 export const CUBLASLT_MATMUL_DESC_TRANSB = 4;
 export const CUBLASLT_MATMUL_DESC_EPILOGUE = 7;
 export const CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8;
+export const CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17;
+export const CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18;
+export const CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31;
+export const CUBLASLT_MATMUL_DESC_B_SCALE_MODE = 32;
+/** One f32 scale per 128 elements along K (cuBLAS 12.9+, sm_90). */
+export const CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F = 4;
+/** One f32 scale per 128 x 128 block (cuBLAS 12.9+, sm_90). */
+export const CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F = 5;
 export const CUBLASLT_EPILOGUE_BIAS = 4;
 export const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
@@ -111,12 +121,20 @@ export class Gemm {
   /** The same, with the BIAS epilogue (its bias pointer set before each call). */
   private readonly biasDesc: Handle;
   private readonly biasPointer = new BigUint64Array(1);
+  /** Block-FP8 weights (A: a scale per 128 x 128 block) times FP8 activations (B: a scale per token and 128 k). */
+  private fp8DescHandle: Handle | null = null;
+  private readonly scalePointer = new BigUint64Array(1);
   private readonly pref: Handle;
   private readonly plans = new Map<string, GemmPlan>();
   private readonly alpha = new Float32Array([1]);
   private readonly beta = new Float32Array([0]);
 
-  constructor(private readonly workspace: bigint, private readonly workspaceBytes: number) {
+  /**
+   * fp8WeightScales: how runFp8 reads the weights' scales: 'block' (one per 128 x 128 block) or 'row' (one per row
+   * and 128 k, VEC128_32F: the block scales repeated on each of their rows).
+   */
+  constructor(private readonly workspace: bigint, private readonly workspaceBytes: number,
+    readonly fp8WeightScales: 'block' | 'row' = 'block') {
     this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
     this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       'cublasLtMatmulDescCreate');
@@ -138,17 +156,19 @@ export class Gemm {
       `cublasLtMatmulDescSetAttribute(${attr})`);
   }
 
-  private layout(rows: number, cols: number, ld: number): Handle {
-    return created((o) => this.api.cublasLtMatrixLayoutCreate(o, CUDA_R_16BF, rows, cols, ld),
+  private layout(rows: number, cols: number, ld: number, type = CUDA_R_16BF): Handle {
+    return created((o) => this.api.cublasLtMatrixLayoutCreate(o, type, rows, cols, ld),
       'cublasLtMatrixLayoutCreate');
   }
 
   private plan(T: number, N: number, K: number, desc: Handle): GemmPlan {
-    const key = `${T},${N},${K},${desc === this.biasDesc ? 'bias' : ''}`;
+    const kind = desc === this.biasDesc ? 'bias' : desc === this.fp8DescHandle ? 'fp8' : '';
+    const key = `${T},${N},${K},${kind}`;
     const cached = this.plans.get(key);
     if (cached) return cached;
-    const a = this.layout(K, N, K);
-    const b = this.layout(K, T, K);
+    const operand = kind === 'fp8' ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    const a = this.layout(K, N, K, operand);
+    const b = this.layout(K, T, K, operand);
     const d = this.layout(N, T, N);
     const results = new Uint8Array(HEURISTIC_RESULT_BYTES);
     const numReturned: Out<number> = [0];
@@ -158,6 +178,43 @@ export class Gemm {
     const plan = { a, b, d, algo: results.slice(0, ALGO_BYTES) };
     this.plans.set(key, plan);
     return plan;
+  }
+
+  private fp8DescOrCreate(): Handle {
+    if (this.fp8DescHandle !== null) return this.fp8DescHandle;
+    const desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      'cublasLtMatmulDescCreate');
+    this.setDesc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    this.setDesc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    this.setDesc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, this.fp8WeightScales === 'block'
+      ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    this.setDesc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    this.fp8DescHandle = desc;
+    return desc;
+  }
+
+  /** The FP8 GEMM's layouts and algorithm for T tokens (exported for probes). */
+  planFp8(T: number, N: number, K: number): GemmPlan {
+    return this.plan(T, N, K, this.fp8DescOrCreate());
+  }
+
+  /**
+   * y[T, N] (bf16) = block-FP8 w[N, K] (scales wScales [N / 128, K / 128] f32, row-major, rows padded to 16 bytes)
+   * times FP8 activations xq[T, K] (scales xScales [K / 128, T] f32, row-major: tokens contiguous): cuBLASLt's
+   * block-scaled FP8 GEMM (sm_90).
+   */
+  runFp8(xq: bigint, xScales: bigint, w: bigint, wScales: bigint, y: bigint, T: number, N: number, K: number,
+    stream: Handle): void {
+    const desc = this.fp8DescOrCreate();
+    for (const [attr, p] of [[CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, wScales], [CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+      xScales]] as const) {
+      this.scalePointer[0] = p;
+      checkCublas(this.api.cublasLtMatmulDescSetAttribute(desc, attr, this.scalePointer, 8),
+        `cublasLtMatmulDescSetAttribute(${attr})`);
+    }
+    const p = this.planFp8(T, N, K);
+    checkCublas(this.api.cublasLtMatmul(this.handle, desc, this.alpha, w, p.a, xq, p.b, this.beta, y, p.d, y, p.d,
+      p.algo, this.workspace, this.workspaceBytes, stream), `cublasLtMatmul(FP8, T=${T}, N=${N}, K=${K})`);
   }
 
   /** y[T, N] = x[T, K] * w[N, K]^T (+ bias[N] where `bias` is not 0) on `stream`. */
@@ -183,6 +240,7 @@ export class Gemm {
     this.api.cublasLtMatmulPreferenceDestroy(this.pref);
     this.api.cublasLtMatmulDescDestroy(this.desc);
     this.api.cublasLtMatmulDescDestroy(this.biasDesc);
+    if (this.fp8DescHandle !== null) this.api.cublasLtMatmulDescDestroy(this.fp8DescHandle);
     this.api.cublasLtDestroy(this.handle);
   }
 }

@@ -1,0 +1,36 @@
+// Activations of a block-FP8 linear layer quantized as vLLM's W8A8 (src/model/fp8-linear.ts, the reference):
+// per token and group of 128 columns,
+//   scale = max(absmax, 1e-10) / 448;   q = e4m3(x / scale)   (IEEE f32 division, round to nearest even, saturated)
+// so the GEMM (cuBLASLt, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F on the tokens' side) computes the reference's sums.
+//
+// Shapes: x [numTokens, K] bf16, K a multiple of 128; q [numTokens, K] e4m3; scales [K / 128, scaleStride] f32, token t's
+//   group g at g * scaleStride + t (cuBLASLt's VEC128_32F layout: the outer dimension, tokens, contiguous;
+//   scaleStride >= numTokens, the GEMM's padded token count).
+// Launch: grid (numTokens, ceil(K / 512)), block 128: a warp a group, a lane 4 consecutive columns.
+#include "common.cuh"
+
+extern "C" __global__ void quantize_fp8_groups_bf16(const bf16_t* x, unsigned char* q, float* scales, int K,
+                                                    int scaleStride) {
+  pdl_begin();
+  const int groups = K >> 7;
+  const int group = blockIdx.y * 4 + (threadIdx.x >> 5);
+  if (group >= groups) return;
+  const int lane = threadIdx.x & 31;
+  const long long at = (long long)blockIdx.x * K + group * 128 + lane * 4;
+  const uint2 raw = *reinterpret_cast<const uint2*>(x + at);
+  const bf16_t* v4 = reinterpret_cast<const bf16_t*>(&raw);
+  float v[4];
+  float absmax = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    v[e] = to_float(v4[e]);
+    absmax = fmaxf(absmax, fabsf(v[e]));
+  }
+  for (int o = 16; o > 0; o >>= 1) absmax = fmaxf(absmax, __shfl_xor_sync(FULL_MASK, absmax, o));
+  const float scale = __fdiv_rn(fmaxf(absmax, 1e-10f), 448.f);
+  unsigned packed = 0;
+#pragma unroll
+  for (int e = 0; e < 4; e++) packed |= (unsigned)from_float<fp8_t>(__fdiv_rn(v[e], scale)).bits << (8 * e);
+  *reinterpret_cast<unsigned*>(q + at) = packed;
+  if (lane == 0) scales[(long long)group * scaleStride + blockIdx.x] = scale;
+}

@@ -1,0 +1,83 @@
+// Block-FP8 linear layers on CUDA (uploadFp8Block, then matmul: kernels/quant_fp8.cu quantizes the activations per
+// token and 128 columns, cuBLASLt's block-scaled FP8 GEMM sums): against the reference fp8BlockMatmul
+// (src/model/fp8-linear.ts) on the same e4m3 weights and scales, at step sizes from one token to a prompt chunk (cuBLASLt
+// takes multiples of 4 tokens: the others run padded). cuBLASLt sums in its own order and rounds to bf16 once, so
+// within bf16 tolerance. (The model test runs the same layers in captured graphs.)
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { e4m3Value } from '../../src/kv/fp8.js';
+import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
+import type { Fp8BlockPart } from '../../src/backend/backend.js';
+import { batchOf } from '../backend/helpers.js';
+import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+
+const bitsOf = new Map<number, number>();
+for (let b = 255; b >= 0; b--) if (!Number.isNaN(e4m3Value(b))) bitsOf.set(e4m3Value(b), b);
+
+/** A projection's checkpoint tensors from real weights w [n, K]. */
+function partOf(name: string, w: Float32Array, n: number, K: number): { part: Fp8BlockPart; q: Float32Array; s: Float32Array } {
+  const { q, scaleInv } = quantizeWeightBlocks(w, n, K);
+  const bytes = Uint8Array.from(q, (v) => bitsOf.get(v)!);
+  return {
+    part: {
+      weight: { name: `${name}.weight`, dtype: 'f8_e4m3', shape: [n, K], data: bytes },
+      scaleInv: { name: `${name}.weight_scale_inv`, dtype: 'f32', shape: [n / 128, K / 128], data: new Uint8Array(scaleInv.buffer) },
+    },
+    q, s: scaleInv,
+  };
+}
+
+describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 && 'block-FP8 needs sm_90') }, () => {
+  const cuda = noCuda ? null : newCuda();
+  after(() => cuda?.dispose());
+  const begin = (c: CudaBackend) => {
+    c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
+    c.fillWorkspace(0xff);
+  };
+
+  // qwen3-0.6b's qkv (three parts, concatenated as the loader does) and down; a small square one
+  for (const [sizes, K] of [[[2048, 1024, 1024], 1024], [[1024], 3072], [[256], 256]] as const) {
+    const N = sizes.reduce((a, b) => a + b, 0);
+    test(`N ${N} (${sizes.length} parts) K ${K}: matmul equals fp8BlockMatmul within bf16 tolerance`, () => {
+      const c = cuda!;
+      const parts = sizes.map((n, i) => partOf(`p${i}`, randomBf16(n * K, 10 + i + K, -0.08, 0.08), n, K));
+      const w = c.uploadFp8Block('w', parts.map((p) => p.part));
+      assert.deepEqual(w.shape, [N, K]);
+      const wq = new Float32Array(N * K);
+      const ws = new Float32Array(N * K / 128 / 128);
+      let row = 0;
+      for (const p of parts) {
+        wq.set(p.q, row * K);
+        ws.set(p.s, row / 128 * (K / 128));
+        row += p.q.length / K;
+      }
+      for (const T of [1, 3, 8, 64, 300]) {
+        const x = randomBf16(T * K, T + K, -3, 3);
+        for (let k = 0; k < K; k += 97) x[k] = 0;  // zeros, and one whole group of zeros (its scale is eps's)
+        x.fill(0, K - 128, K);
+        begin(c);
+        const got = c.toHost(c.matmul(c.fromHost([T, K], x), w, 'test'));
+        assertBf16Close(got, fp8BlockMatmul(x, T, K, wq, ws, N), `T ${T}`);
+      }
+    });
+  }
+
+  test('refuses a part whose rows are not a multiple of 128, naming it', () => {
+    const c = cuda!;
+    const { part } = partOf('bad', randomBf16(128 * 256, 5), 128, 256);
+    const short = { ...part, weight: { ...part.weight, shape: [64, 256], data: part.weight.data.slice(0, 64 * 256) } };
+    assert.throws(() => c.uploadFp8Block('model.layers.0.self_attn.qkv_proj.weight', [short]), /bad\.weight f8_e4m3 \[64, 256\]/);
+  });
+});
+
+function newCudaArch(): number {
+  if (noCuda) return 0;
+  const c = newCuda();
+  try {
+    return c.device.arch;
+  } finally {
+    c.dispose();
+  }
+}
