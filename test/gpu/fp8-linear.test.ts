@@ -1,17 +1,21 @@
 // Block-FP8 linear layers on CUDA (uploadFp8Block, then matmul: kernels/quant_fp8.cu quantizes the activations per
-// token and 128 columns, cuBLASLt's block-scaled FP8 GEMM sums): against the reference fp8BlockMatmul
+// token and 128 columns; the chain kernel's _fp8 build sums up to 8 tokens, cuBLASLt's block-scaled FP8 GEMM more):
+// against the reference fp8BlockMatmul
 // (src/model/fp8-linear.ts) on the same e4m3 weights and scales, at step sizes from one token to a prompt chunk (cuBLASLt
 // takes multiples of 4 tokens: the others run padded). cuBLASLt sums in its own order and rounds to bf16 once, so
 // within bf16 tolerance. (The model test runs the same layers in captured graphs.)
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { e4m3Value } from '../../src/kv/fp8.js';
 import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+
+const CUDA_OPTIONS = { initialWorkspaceBytes: 16 << 20 };
 
 const bitsOf = new Map<number, number>();
 for (let b = 255; b >= 0; b--) if (!Number.isNaN(e4m3Value(b))) bitsOf.set(e4m3Value(b), b);
@@ -30,7 +34,7 @@ function partOf(name: string, w: Float32Array, n: number, K: number): { part: Fp
 }
 
 describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 && 'block-FP8 needs sm_90') }, () => {
-  const cuda = noCuda ? null : newCuda();
+  const cuda = noCuda ? null : newCuda(CUDA_OPTIONS);
   after(() => cuda?.dispose());
   const begin = (c: CudaBackend) => {
     c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
@@ -58,11 +62,46 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
         for (let k = 0; k < K; k += 97) x[k] = 0;  // zeros, and one whole group of zeros (its scale is eps's)
         x.fill(0, K - 128, K);
         begin(c);
-        const got = c.toHost(c.matmul(c.fromHost([T, K], x), w, 'test'));
-        assertBf16Close(got, fp8BlockMatmul(x, T, K, wq, ws, N), `T ${T}`);
+        const chains = c.numChainGemms;
+        const xt = c.fromHost([T, K], x);
+        const expected = fp8BlockMatmul(x, T, K, wq, ws, N);
+        assertBf16Close(c.toHost(c.matmul(xt, w, 'test')), expected, `T ${T}`);
+        assert.equal(c.numChainGemms - chains, T <= 8 ? 1 : 0, 'up to 8 tokens on the chain kernel');
+        if (T > 8) continue;
+        const chained = new CudaBackend({ ...CUDA_OPTIONS, chainGemms: false });
+        try {
+          // cuBLASLt on the same tokens: the two sum in other orders, so they agree to bf16's rounding
+          const w2 = chained.uploadFp8Block('w', parts.map((p) => p.part));
+          begin(chained);
+          assertBf16Close(chained.toHost(chained.matmul(chained.fromHost([T, K], x), w2, 'test')), expected, `cuBLASLt T ${T}`);
+        } finally {
+          chained.dispose();
+        }
       }
     });
   }
+
+  test('gate_up + silu_mul on block-FP8 weights: the chain kernel\'s fused build and cuBLASLt then silu_mul', () => {
+    const c = cuda!;
+    const [I, K] = [1024, 1024];
+    const gate = partOf('gate', randomBf16(I * K, 21, -0.08, 0.08), I, K);
+    const up = partOf('up', randomBf16(I * K, 22, -0.08, 0.08), I, K);
+    const w = c.uploadFp8Block('gate_up', [gate.part, up.part]);
+    const bf16 = (v: number) => bf16ToF32(f32ToBf16(Float32Array.of(v)))[0]!;
+    for (const T of [1, 5, 8, 40]) {
+      const x = randomBf16(T * K, 30 + T, -3, 3);
+      const g = fp8BlockMatmul(x, T, K, gate.q, gate.s, I);
+      const u = fp8BlockMatmul(x, T, K, up.q, up.s, I);
+      const expected = g.map((gv, i) => {
+        const gb = bf16(gv);
+        return gb / (1 + Math.exp(-gb)) * bf16(u[i]!);
+      });
+      begin(c);
+      const chains = c.numChainGemms;
+      assertBf16Close(c.toHost(c.matmulSiluMul(c.fromHost([T, K], x), w)), expected, `T ${T}`, 3e-2);
+      assert.equal(c.numChainGemms - chains, T <= 8 ? 1 : 0, 'up to 8 tokens on the fused chain kernel');
+    }
+  });
 
   test('refuses a part whose rows are not a multiple of 128, naming it', () => {
     const c = cuda!;

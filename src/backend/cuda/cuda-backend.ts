@@ -98,6 +98,11 @@ export class CudaTensor implements Tensor {
 /** Rows and columns of a block-FP8 weight's scale blocks (FP8_BLOCK in src/model/fp8-linear.ts). */
 const FP8_BLOCK = 128;
 
+/** Floats a row of a block-FP8 weight's scales takes on the device: K / 128 padded to 16 bytes (cuBLASLt's layout). */
+function fp8ScaleRowFloats(K: number): number {
+  return Math.ceil(K / FP8_BLOCK / 4) * 4;
+}
+
 function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
   return t;
@@ -300,7 +305,7 @@ export class CudaBackend implements Backend {
       N += n;
     }
     // cuBLASLt's BLK128x128_32F scales: the checkpoint's row-major [N / 128, K / 128], each row padded to 16 bytes
-    const rowFloats = Math.ceil(K / FP8_BLOCK / 4) * 4;
+    const rowFloats = fp8ScaleRowFloats(K);
     const scaleRows = new Float32Array(N / FP8_BLOCK * rowFloats);
     const p = this.device.alloc(N * K);
     this.weights.push(p);
@@ -506,24 +511,35 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * x w^T for a block-FP8 w: x quantized per token and 128 columns (kernels/quant_fp8.cu), then cuBLASLt. cuBLASLt
-   * takes token counts that are multiples of 4 (measured on sm_90, cuBLAS 13.1), so the GEMM runs on up to 3 rows
+   * x w^T (or, siluMul, silu(gate) * up of w's halves) for a block-FP8 w: x quantized per token and 128 columns
+   * (kernels/quant_fp8.cu), then the chain kernel's _fp8 build for up to 8 tokens, else cuBLASLt's block-scaled GEMM.
+   * cuBLASLt takes token counts that are multiples of 4 (measured on sm_90, cuBLAS 13.1), so it runs on up to 3 rows
    * more, whose inputs and outputs no one reads (each output row depends on its own token only).
    */
-  private matmulFp8(x: CudaTensor, w: CudaTensor, label: string): CudaTensor {
+  private matmulFp8(x: CudaTensor, w: CudaTensor, label: string, siluMul = false): CudaTensor {
     const [T, K] = [x.shape[0]!, x.shape[1]!];
     const N = w.shape[0]!;
     const rows = Math.ceil(T / 4) * 4;
-    const out = this.act([rows, N]);
+    const chain = this.chainGemms ? planChainGemm(T, N, K, this.device.numSMs, siluMul, true) : null;
+    if (siluMul && !chain) return asCuda(this.siluMul(this.matmulFp8(x, w, label)));
+    const out = this.act([rows, siluMul ? N / 2 : N]);
     if (T === 0) return out;
     const groups = K / FP8_BLOCK;
     const xq = this.act([rows, K], 'f8_e4m3');
     const xScales = this.act([groups, rows], 'f32');
     this.timed('quantize', () => this.device.launch('quant_fp8.cu', 'quantize_fp8_groups_bf16',
       [T, Math.ceil(groups / 4), 1], 128, [ptr(x.ptr), ptr(xq.ptr), ptr(xScales.ptr), i32(K), i32(rows)], 0, true));
-    this.timed(`gemm ${label}`, () => this.gemm.runFp8(xq.ptr, xScales.ptr, w.ptr, w.scales, out.ptr, rows, N, K,
-      this.device.stream));
-    return new CudaTensor([T, N], out.ptr);
+    this.timed(`gemm ${label}`, () => {
+      if (!chain) {
+        this.gemm.runFp8(xq.ptr, xScales.ptr, w.ptr, w.scales, out.ptr, rows, N, K, this.device.stream);
+        return;
+      }
+      this.numChainGemms++;
+      this.device.launch('gemm_chain.cu', chain.kernel, chain.grid, chain.block, [ptr(xq.ptr), ptr(w.ptr), ptr(out.ptr),
+        ptr(xScales.ptr), ptr(w.scales), i32(rows), i32(fp8ScaleRowFloats(K)), i32(T), i32(N), i32(K)], chain.sharedBytes,
+      true);
+    });
+    return new CudaTensor([T, siluMul ? N / 2 : N], out.ptr);
   }
 
   private invFreqPtr(rope: RopeSpec): bigint {
@@ -707,7 +723,8 @@ export class CudaBackend implements Backend {
     const ws = asCuda(gateUp);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
-    const chain = ws.shape[1] === K && ws.dtype === 'bf16' ? this.chainPlan(T, N, K, true) : null;
+    if (ws.dtype === 'f8_e4m3' && ws.shape[1] === K) return this.matmulFp8(xs, ws, 'gate_up', true);
+    const chain = ws.shape[1] === K ? this.chainPlan(T, N, K, true) : null;
     if (!chain) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
     const out = this.act([T, N / 2]);
     this.timed('gemm gate_up + silu', () => this.launchChain(chain, xs, ws, out, T, N, K));

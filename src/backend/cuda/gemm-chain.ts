@@ -16,7 +16,7 @@ const MIN_TILES_PER_SM = 1.5;
 const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
 
 export interface ChainGemmLaunch {
-  kernel: `${'gemm_chain' | 'gemm_chain_silu_mul'}${'' | '_p8'}`;
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_mul'}${'' | '_fp8'}${'' | '_p8'}`;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -24,13 +24,17 @@ export interface ChainGemmLaunch {
 
 /**
  * The chain kernel for y[T, N] = x[T, K] w[N, K]^T (or, siluMul, silu(gate) * up of w's two halves), or null where
- * it does not apply or would be slower than cuBLASLt.
+ * it does not apply or would be slower than cuBLASLt. fp8: block-FP8 weights and quantized tokens (the _fp8 builds:
+ * stages of 128 k, their scales in shared memory), taken at any width: cuBLASLt's block-scaled GEMM is slower than
+ * the chain for few tokens on every qwen3 shape (docs/perf-log.md, session 19).
  */
-export function planChainGemm(T: number, N: number, K: number, numSMs: number, siluMul = false): ChainGemmLaunch | null {
-  if (T < 1 || T > CHAIN_MAX_TOKENS || K % 64 !== 0 || N % (siluMul ? 32 : 16) !== 0) return null;
-  if (N / 16 < MIN_TILES_PER_SM * numSMs) return null;
+export function planChainGemm(T: number, N: number, K: number, numSMs: number, siluMul = false, fp8 = false):
+  ChainGemmLaunch | null {
+  if (T < 1 || T > CHAIN_MAX_TOKENS || K % (fp8 ? 128 : 64) !== 0 || N % (siluMul ? 32 : 16) !== 0) return null;
+  if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) return null;
   const tileParts = siluMul ? 2 : 1;
   const early = K >= EARLY8_FROM_K ? '_p8' : '';
-  return { kernel: `${siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain'}${early}`, grid: [N / 16 / tileParts, 1, 1], block: 32,
-    sharedBytes: STAGES * (tileParts * 128 + 64) * 16 };
+  const scaleBytes = fp8 ? (K / 128) * (8 + tileParts) * 4 : 0;
+  return { kernel: `${siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain'}${fp8 ? '_fp8' : ''}${early}`,
+    grid: [N / 16 / tileParts, 1, 1], block: 32, sharedBytes: STAGES * (tileParts * 128 + 64) * 16 + scaleBytes };
 }

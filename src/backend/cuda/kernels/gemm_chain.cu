@@ -17,21 +17,58 @@
 // before has finished.
 // launch: grid (N / 16 tiles [of the gate half for silu_mul]), block 32, shared CHAIN_STAGES * (MT * 128 + 64) * 16
 // bytes (MT = 1, or 2 for silu_mul)
+//
+// The _fp8 builds take block-FP8 weights (src/model/fp8-linear.ts) and activations quantized by kernels/quant_fp8.cu:
+// the same ring of 16-byte pieces, now of 16 e4m3 each, so a stage is 128 k, one scale group, and its four mma are
+// m16n8k32 e4m3 (sm_89+). A stage's sums start from zero and join the output's with both scales,
+// c += stage * xs[token, group] * ws[row block, group]: W8A8 as cuBLASLt's block-scaled GEMM computes it (not its bits).
+// Their scales go to shared memory after the ring: xs [groups][8 tokens] and ws [MT][groups] floats
+//   (+ groups * (8 + MT) * 4 bytes; gemm-chain.ts).
 #include "common.cuh"
 #include "mma.cuh"
 #define QUIRE_DEVICE_ONLY
 #include "activation.cu"
 #undef QUIRE_DEVICE_ONLY
 
-/** MT weight tiles of 16 rows (rows row0 + 16 j... for j = 0, rows row0 + rowsB for the second) against <= 8 tokens. */
-template <int MT, int S, int P>
-__device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int T, int N,
-                                            int K, int row0, int rowsB, float c[MT][4]) {
-  constexpr int WP = 128, SP = MT * WP + 64;  // 16-byte pieces of a stage: 16 rows x 64 k per tile, 8 tokens x 64 k
+/** c += a * b on one m16n8k32 tile of e4m3 (fragments as m16n8k16's, each b32 register four k; sm_89+). */
+__device__ __forceinline__ void mma_e4m3_16832(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+/** Row and token of accumulator register r of lane's C fragment. */
+__device__ __forceinline__ int frag_row(int lane, int r) { return (lane >> 2) + ((r & 2) ? 8 : 0); }
+__device__ __forceinline__ int frag_tok(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+
+/** An _fp8 build's scales: the tokens' [groups, scaleStride] (kernels/quant_fp8.cu) and the weights' [N / 128, wStride]. */
+struct ChainScales {
+  const float* x;
+  const float* w;
+  int xStride;
+  int wStride;
+};
+
+/**
+ * MT weight tiles of 16 rows (rows row0 + 16 j... for j = 0, rows row0 + rowsB for the second) against <= 8 tokens.
+ * E: bf16_t, or unsigned char for e4m3 (with `scales`).
+ */
+template <typename E, int MT, int S, int P>
+__device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
+                                            int row0, int rowsB, float c[MT][4], ChainScales scales = {}) {
+  constexpr bool FP8 = sizeof(E) == 1;
+  constexpr int PIECE = 16 / sizeof(E), KS = 8 * PIECE;  // elements of a 16-byte piece; k of a stage (8 pieces a row)
+  constexpr int WP = 128, SP = MT * WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k per tile, 8 tokens x KS k
   extern __shared__ u32x4 ring[];
   const int lane = threadIdx.x & 31;
-  const int steps = K / 64;
-  const bf16_t* wsrc[MT][4];
+  const int steps = K / KS;
+  const E* wsrc[MT][4];
   int wdst[4];
   bool wok[MT][4];
 #pragma unroll
@@ -42,17 +79,17 @@ __device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const 
     for (int m = 0; m < MT; m++) {
       const int row = row0 + m * rowsB + r;
       wok[m][i] = row < N;
-      wsrc[m][i] = w + (size_t)min(row, N - 1) * K + col * 8;
+      wsrc[m][i] = w + (size_t)min(row, N - 1) * K + col * PIECE;
     }
   }
-  const bf16_t* xsrc[2];
+  const E* xsrc[2];
   int xdst[2];
   bool xok[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int p = lane + 32 * i, r = p >> 3, col = p & 7;
     xok[i] = r < T;
-    xsrc[i] = x + (size_t)min(r, T - 1) * K + col * 8;
+    xsrc[i] = x + (size_t)min(r, T - 1) * K + col * PIECE;
     xdst[i] = MT * WP + r * 8 + (col ^ (r & 7));
   }
   auto issue_w = [&](int s) {
@@ -60,12 +97,12 @@ __device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const 
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) cp_async_16(slot + m * WP + wdst[i], wsrc[m][i] + s * 64, wok[m][i]);
+      for (int i = 0; i < 4; i++) cp_async_16(slot + m * WP + wdst[i], wsrc[m][i] + s * KS, wok[m][i]);
   };
   auto issue_x = [&](int s) {
     u32x4* slot = ring + (s % S) * SP;
 #pragma unroll
-    for (int i = 0; i < 2; i++) cp_async_16(slot + xdst[i], xsrc[i] + s * 64, xok[i]);
+    for (int i = 0; i < 2; i++) cp_async_16(slot + xdst[i], xsrc[i] + s * KS, xok[i]);
   };
   auto issue = [&](int s) {
     if (s < steps) {
@@ -83,7 +120,18 @@ __device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const 
     if (s < steps) issue_w(s);
     cp_async_commit();
   }
+  float* xScale = reinterpret_cast<float*>(ring + S * SP);  // FP8: [steps][8 tokens], then ws [MT][steps]
+  float* wScale = xScale + 8 * steps;
+  if constexpr (FP8) {
+    for (int i = lane; i < MT * steps; i += 32) {
+      const int m = i / steps, g = i % steps;
+      wScale[i] = scales.w[(size_t)((row0 + m * rowsB) >> 7) * scales.wStride + g];
+    }
+  }
   pdl_begin();
+  if constexpr (FP8) {
+    for (int i = lane; i < 8 * steps; i += 32) xScale[i] = (i & 7) < T ? scales.x[(size_t)(i >> 3) * scales.xStride + (i & 7)] : 0.f;
+  }
 #pragma unroll
   for (int s = 0; s < P; s++)
     if (s < steps) issue_x(s);
@@ -102,6 +150,9 @@ __device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const 
     __syncwarp();
     issue(s + S - 1);
     const u32x4* slot = ring + (s % S) * SP;
+    float cs[MT][4];  // FP8: this stage's (scale group's) sums, from zero
+#pragma unroll
+    for (int m = 0; m < MT; m++) cs[m][0] = cs[m][1] = cs[m][2] = cs[m][3] = 0.f;
 #pragma unroll
     for (int pair = 0; pair < 2; pair++) {
       unsigned b[4];
@@ -113,25 +164,30 @@ __device__ __forceinline__ void chain_tiles(const bf16_t* __restrict__ x, const 
         for (int m = 0; m < MT; m++) {
           unsigned a[4];
           ldmatrix_x4(a, slot + m * WP + ar * 8 + ((2 * kk + ah) ^ (ar & 7)));
-          mma_bf16_16816(c[m], a, b[2 * h], b[2 * h + 1]);
+          if constexpr (FP8) mma_e4m3_16832(cs[m], a, b[2 * h], b[2 * h + 1]);
+          else mma_bf16_16816(c[m], a, b[2 * h], b[2 * h + 1]);
         }
+      }
+    }
+    if constexpr (FP8) {
+#pragma unroll
+      for (int m = 0; m < MT; m++) {
+        const float ws = wScale[m * steps + s];
+#pragma unroll
+        for (int r = 0; r < 4; r++) c[m][r] += cs[m][r] * (xScale[8 * s + frag_tok(lane, r)] * ws);
       }
     }
   }
   cp_async_wait<0>();
 }
 
-/** Row and token of accumulator register r of lane's C fragment. */
-__device__ __forceinline__ int frag_row(int lane, int r) { return (lane >> 2) + ((r & 2) ? 8 : 0); }
-__device__ __forceinline__ int frag_tok(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
-
-template <int S, int P>
-__device__ __forceinline__ void gemm_chain(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
-                                           bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
-                                           int K) {
+template <typename E, int S, int P>
+__device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __restrict__ w, bf16_t* __restrict__ y,
+                                           const bf16_t* __restrict__ bias, int T, int N, int K,
+                                           ChainScales scales = {}) {
   float c[1][4];
   const int row0 = blockIdx.x * 16;
-  chain_tiles<1, S, P>(x, w, T, N, K, row0, 0, c);
+  chain_tiles<E, 1, S, P>(x, w, T, N, K, row0, 0, c, scales);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < 4; r++) {
@@ -141,13 +197,13 @@ __device__ __forceinline__ void gemm_chain(const bf16_t* __restrict__ x, const b
   }
 }
 
-template <int S, int P>
-__device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
+template <typename E, int S, int P>
+__device__ __forceinline__ void gemm_chain_silu_mul(const E* __restrict__ x, const E* __restrict__ w,
                                                     bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
-                                                    int K) {
+                                                    int K, ChainScales scales = {}) {
   float c[2][4];
   const int inter = N / 2, row0 = blockIdx.x * 16;
-  chain_tiles<2, S, P>(x, w, T, N, K, row0, inter, c);
+  chain_tiles<E, 2, S, P>(x, w, T, N, K, row0, inter, c, scales);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < 4; r++) {
@@ -168,12 +224,28 @@ __device__ __forceinline__ void gemm_chain_silu_mul(const bf16_t* __restrict__ x
       int T, int N, int K
 #define CHAIN_KERNELS(suffix, P)                                                                                       \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {                                    \
-    gemm_chain<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                               \
+    gemm_chain<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                       \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {                           \
-    gemm_chain_silu_mul<CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                      \
+    gemm_chain_silu_mul<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                              \
   }
 CHAIN_KERNELS(, 4)
 CHAIN_KERNELS(_p8, 8)
 #undef CHAIN_KERNELS
 #undef CHAIN_ARGS
+// e4m3 tokens and weights with their scales (ChainScales), no bias
+#define FP8_CHAIN_ARGS                                                                                                 \
+  const unsigned char *__restrict__ x, const unsigned char *__restrict__ w, bf16_t *__restrict__ y,                   \
+      const float *__restrict__ xScales, const float *__restrict__ wScales, int xStride, int wStride, int T, int N, int K
+#define FP8_CHAIN_KERNELS(suffix, P)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain_fp8##suffix(FP8_CHAIN_ARGS) {                            \
+    gemm_chain<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K, {xScales, wScales, xStride, wStride});      \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul_fp8##suffix(FP8_CHAIN_ARGS) {                   \
+    gemm_chain_silu_mul<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K,                                     \
+                                                        {xScales, wScales, xStride, wStride});                         \
+  }
+FP8_CHAIN_KERNELS(, 4)
+FP8_CHAIN_KERNELS(_p8, 8)
+#undef FP8_CHAIN_KERNELS
+#undef FP8_CHAIN_ARGS
