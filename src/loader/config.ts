@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { ModelLoadError, describeError } from './errors.js';
-import type { Architecture, DType, ModelConfig, RopeScaling } from './types.js';
+import type { Architecture, FloatDType, ModelConfig, RopeScaling } from './types.js';
 
 const ARCHITECTURES: Record<string, Architecture> = {
   Qwen3ForCausalLM: 'qwen3',
@@ -12,7 +12,7 @@ const ARCHITECTURES: Record<string, Architecture> = {
 
 const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral', phi3: 'phi3' };
 
-const DTYPES: Record<string, DType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
+const DTYPES: Record<string, FloatDType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
 
 type Json = Record<string, unknown>;
 
@@ -125,7 +125,7 @@ function parseRopeScaling(raw: unknown, file: string, maxPositionEmbeddings: num
   return scaling;
 }
 
-function parseDType(json: Json, r: FieldReader): DType {
+function parseDType(json: Json, r: FieldReader): FloatDType {
   const raw = json.torch_dtype ?? json.dtype;
   if (raw === undefined || raw === null) return 'bf16';
   const dtype = typeof raw === 'string' ? DTYPES[raw] : undefined;

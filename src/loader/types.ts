@@ -1,6 +1,10 @@
 // Plain data the loader hands to the layers above it.
 
-export type DType = 'bf16' | 'f16' | 'f32';
+/** Element types of checkpoint tensors: the float types, and FP8 E4M3 (the projections of block-FP8 checkpoints). */
+export type DType = FloatDType | 'f8_e4m3';
+
+/** The types a checkpoint declares (torch_dtype) and a model computes in. */
+export type FloatDType = 'bf16' | 'f16' | 'f32';
 
 export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3';
 
@@ -61,7 +65,7 @@ export interface ModelConfig {
   /** Phi-3: q, k and v stored as one qkv_proj, gate and up as one gate_up_proj. */
   fusedProjections: boolean;
   /** dtype the checkpoint declares (torch_dtype / dtype). */
-  dtype: DType;
+  dtype: FloatDType;
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

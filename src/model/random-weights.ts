@@ -3,7 +3,7 @@
 // name, so reading it twice gives the same bytes and nothing is held in memory.
 
 import { f32ToBytes } from '../loader/dtype.js';
-import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
+import type { DType, FloatDType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
 import { expectedTensors } from './weights.js';
 
 function hashName(name: string, seed: number): number {
@@ -75,7 +75,7 @@ export function randomWeightSource(config: ModelConfig, opts: RandomWeightOption
 }
 
 /** Qwen3-0.6B's shape (tied embeddings, q/k norm). */
-export function qwen3_0_6bConfig(dtype: DType = 'bf16'): ModelConfig {
+export function qwen3_0_6bConfig(dtype: FloatDType = 'bf16'): ModelConfig {
   return {
     architecture: 'qwen3', vocabSize: 151936, hiddenSize: 1024, intermediateSize: 3072, numLayers: 28,
     numHeads: 16, numKvHeads: 8, headDim: 128, maxPositionEmbeddings: 40960, rmsNormEps: 1e-6,

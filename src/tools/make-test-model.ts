@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
 import { writeSafetensors, tensorBytes, type TensorSpec } from '../loader/safetensors-write.js';
-import type { DType } from '../loader/types.js';
+import type { FloatDType } from '../loader/types.js';
 import { makeTestTokenizer } from './test-model/bpe.js';
 import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
 import { initFor, randomTensorChunks } from './test-model/weights.js';
@@ -14,7 +14,7 @@ export { testModelShapes } from './test-model/shapes.js';
 export interface MakeTestModelOptions {
   shape: string;
   outDir: string;
-  dtype?: DType;
+  dtype?: FloatDType;
   seed?: number;
   /** 1 writes model.safetensors; more writes model-0000i-of-0000n.safetensors and an index. */
   numShards?: number;
@@ -144,7 +144,7 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   const info = await makeTestModel({
     shape: o.shape,
     outDir,
-    dtype: o.dtype as DType,
+    dtype: o.dtype as FloatDType,
     seed: o.seed,
     numShards: o.shards,
     repeatChunks: o.fast ?? false,

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { DType } from '../../loader/types.js';
+import type { DType, FloatDType } from '../../loader/types.js';
 import type { TensorSpec } from '../../loader/safetensors-write.js';
 
 export type HfConfig = Record<string, unknown>;
@@ -76,9 +76,9 @@ export function testModelShapes(): Record<string, HfConfig> {
   return shapes;
 }
 
-const TORCH_DTYPE: Record<DType, string> = { bf16: 'bfloat16', f16: 'float16', f32: 'float32' };
+const TORCH_DTYPE: Record<FloatDType, string> = { bf16: 'bfloat16', f16: 'float16', f32: 'float32' };
 
-export function configForShape(shape: string, dtype: DType): HfConfig {
+export function configForShape(shape: string, dtype: FloatDType): HfConfig {
   const base = testModelShapes()[shape];
   if (base === undefined) {
     throw new Error(`unknown shape "${shape}" (known: ${Object.keys(testModelShapes()).join(', ')})`);
