@@ -12,6 +12,12 @@ import type { KvCacheDtype } from '../kv/fp8.js';
 
 export interface Tensor {
   readonly shape: readonly number[];
+  /**
+   * 'fp8_block' on what uploadFp8Block returns: the elements are e4m3, a byte each, with an f32 scale per 128 x 128
+   * block (fp8BlockBytes), not computeDType values. What counts weight bytes reads it (Model.weightBytesPerStep), and
+   * a path written for computeDType weights (e.g. fusedLayers) must decline such a layer. Absent on every other tensor.
+   */
+  readonly quantized?: 'fp8_block';
 }
 
 /**
@@ -72,6 +78,8 @@ export interface Backend {
    * Uploads a block-FP8 linear weight: the rows of `parts` concatenated (each part's rows a multiple of 128, so
    * its scale blocks stay whole), kept as FP8 with its block scales. matmul() on the returned tensor computes
    * fp8BlockMatmul (src/model/fp8-linear.ts): activations quantized per token and 128 columns, as vLLM's W8A8.
+   * The returned tensor's shape is [sum of the parts' rows, K] and its `quantized` is 'fp8_block'. The loader
+   * refuses biases on FP8 projections, so matmul with a bias on one may throw.
    */
   uploadFp8Block?(name: string, parts: readonly Fp8BlockPart[]): Tensor;
   /** Allocates the paged KV cache: K and V per layer, [numBlocks, blockSize, numKvHeads, headDim]. */

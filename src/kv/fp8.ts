@@ -16,6 +16,27 @@ export function e4m3Value(bits: number): number {
   return sign * (exp === 0 ? man / 8 * 2 ** -6 : (1 + man / 8) * 2 ** (exp - 7));
 }
 
+/**
+ * The e4m3 code of `value`, which must be an e4m3 value (roundE4m3's results are); NaN gives 0x7f. The inverse of
+ * e4m3Value, for writing FP8 tensors.
+ */
+export function e4m3Bits(value: number): number {
+  if (Number.isNaN(value)) return 0x7f;
+  const sign = value < 0 || Object.is(value, -0) ? 0x80 : 0;
+  const a = Math.abs(value);
+  // a in [2^e, 2^(e+1)): exponent field e + 7, mantissa (a / 2^e - 1) * 8; below 2^-6 the subnormals (field 0,
+  // mantissa a / 2^-9)
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  else if (2 ** (e + 1) <= a) e++;
+  if (a < 2 ** -6) e = -7;
+  const mantissa = e === -7 ? a / 2 ** -9 : (a / 2 ** e - 1) * 8;
+  if (!Number.isInteger(mantissa) || mantissa > 7 || e > 8 || (e === 8 && mantissa === 7)) {
+    throw new RangeError(`e4m3Bits: ${value} is not an e4m3 value (round it with roundE4m3 first)`);
+  }
+  return sign | ((e + 7) << 3) | mantissa;
+}
+
 /** x rounded to the nearest e4m3 value (ties to even), saturated to +-448; NaN stays NaN. */
 export function roundE4m3(x: number): number {
   if (Number.isNaN(x)) return NaN;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { ModelLoadError, describeError } from './errors.js';
-import type { Architecture, DType, ModelConfig, RopeScaling } from './types.js';
+import type { Architecture, FloatDType, Fp8BlockQuantization, ModelConfig, RopeScaling } from './types.js';
 
 const ARCHITECTURES: Record<string, Architecture> = {
   Qwen3ForCausalLM: 'qwen3',
@@ -12,7 +12,7 @@ const ARCHITECTURES: Record<string, Architecture> = {
 
 const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral', phi3: 'phi3' };
 
-const DTYPES: Record<string, DType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
+const DTYPES: Record<string, FloatDType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
 
 type Json = Record<string, unknown>;
 
@@ -125,7 +125,7 @@ function parseRopeScaling(raw: unknown, file: string, maxPositionEmbeddings: num
   return scaling;
 }
 
-function parseDType(json: Json, r: FieldReader): DType {
+function parseDType(json: Json, r: FieldReader): FloatDType {
   const raw = json.torch_dtype ?? json.dtype;
   if (raw === undefined || raw === null) return 'bf16';
   const dtype = typeof raw === 'string' ? DTYPES[raw] : undefined;
@@ -133,6 +133,63 @@ function parseDType(json: Json, r: FieldReader): DType {
     r.fail(json.torch_dtype !== undefined ? 'torch_dtype' : 'dtype', `is ${JSON.stringify(raw)}, which is not supported (bfloat16, float16, float32)`);
   }
   return dtype;
+}
+
+const SERVED = "Quire serves bf16/f16/f32 checkpoints and block-FP8 ('fp8' with weight_block_size [128, 128])";
+
+/**
+ * quantization_config -> block FP8, or null where there is none. Only what vLLM's Fp8Config runs as block-wise
+ * quantization is accepted: an fp8-serialized e4m3 checkpoint, 128 x 128 weight blocks, dynamic activation scales.
+ */
+function parseQuantization(raw: unknown, file: string): Fp8BlockQuantization | null {
+  if (raw === undefined || raw === null) return null;
+  if (typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ModelLoadError(file, `field "quantization_config" must be an object or null, got ${JSON.stringify(raw)}`);
+  }
+  const json = raw as Json;
+  const r = new FieldReader(json, file, 'quantization_config.');
+  const { quant_method: method, fmt, activation_scheme: scheme, weight_block_size: block } = json;
+  if (method !== 'fp8') {
+    r.fail('quant_method', `${method === undefined ? 'is missing' : `is ${JSON.stringify(method)}, which is not supported`}; ${SERVED}`);
+  }
+  if (fmt !== undefined && fmt !== null && fmt !== 'e4m3') r.fail('fmt', `is ${JSON.stringify(fmt)}; only e4m3 FP8 is supported`);
+  // transformers' FineGrainedFP8Config writes it; its default is dynamic
+  if (scheme !== undefined && scheme !== 'dynamic') {
+    r.fail('activation_scheme', `is ${JSON.stringify(scheme)}; block-wise FP8 quantization supports only the dynamic activation scheme`);
+  }
+  if (block === undefined || block === null) {
+    r.fail('weight_block_size', 'is missing: a per-tensor FP8 checkpoint; only block-wise FP8 (weight_block_size [128, 128]) is supported');
+  }
+  if (!Array.isArray(block) || block.length !== 2 || block[0] !== 128 || block[1] !== 128) {
+    r.fail('weight_block_size', `is ${JSON.stringify(block)}; only block-wise FP8 with weight_block_size [128, 128] is supported`);
+  }
+  const skip: unknown = json.modules_to_not_convert ?? [];
+  if (!Array.isArray(skip) || !skip.every((m) => typeof m === 'string')) {
+    r.fail('modules_to_not_convert', `must be a list of module names, got ${JSON.stringify(skip)}`);
+  }
+  return { method: 'fp8', weightBlockSize: [128, 128], modulesToNotConvert: skip as string[] };
+}
+
+/**
+ * Whether projection `module` (e.g. model.layers.0.self_attn.q_proj) is block FP8: quantized unless an entry of
+ * modules_to_not_convert names whole dot-separated parts of it ("lm_head", "q_proj", "model.layers.0").
+ */
+export function fp8Module(config: Pick<ModelConfig, 'quantization'>, module: string): boolean {
+  const q = config.quantization;
+  return q !== null && !q.modulesToNotConvert.some((m) => `.${module}.`.includes(`.${m}.`));
+}
+
+/** Projections Quire fuses (q, k, v; gate, up) must share a precision, as vLLM requires of its fused layers. */
+function checkFusedPrecision(config: Pick<ModelConfig, 'quantization' | 'numLayers'>, r: FieldReader): void {
+  for (let l = 0; l < config.numLayers; l++) {
+    for (const [parent, names] of [['self_attn', ['q_proj', 'k_proj', 'v_proj']], ['mlp', ['gate_proj', 'up_proj']]] as const) {
+      const modules = names.map((n) => `model.layers.${l}.${parent}.${n}`);
+      if (new Set(modules.map((m) => fp8Module(config, m))).size > 1) {
+        r.fail('quantization_config.modules_to_not_convert', `names some but not all of ${modules.join(', ')}; ` +
+          'Quire fuses them into one weight, so they must all be FP8 or all not');
+      }
+    }
+  }
 }
 
 /**
@@ -177,12 +234,19 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   const maxPositionEmbeddings = r.positiveInt('max_position_embeddings');
   const act = obj.hidden_act;
   if (act !== undefined && act !== 'silu') r.fail('hidden_act', `is ${JSON.stringify(act)}; only silu is supported`);
+  const quantization = parseQuantization(obj.quantization_config, file);
+  const numLayers = r.positiveInt('num_hidden_layers');
+  if (quantization && attentionBias) {
+    r.fail('quantization_config', `is block FP8 on a model with attention biases (${architecture === 'qwen2'
+      ? 'Qwen2 has q, k and v biases' : 'attention_bias is true'}); FP8 projections with biases are not supported`);
+  }
+  if (quantization && architecture !== 'phi3') checkFusedPrecision({ quantization, numLayers }, r);
   return {
     architecture,
     vocabSize: r.positiveInt('vocab_size'),
     hiddenSize,
     intermediateSize: r.positiveInt('intermediate_size'),
-    numLayers: r.positiveInt('num_hidden_layers'),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
@@ -197,6 +261,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     slidingWindow: slidingWindowOf(architecture, r),
     fusedProjections: architecture === 'phi3',
     dtype: parseDType(obj, r),
+    quantization,
   };
 }
 

@@ -1,9 +1,10 @@
+import { e4m3Bits, e4m3Value, roundE4m3 } from '../kv/fp8.js';
 import type { DType } from './types.js';
 
-export const BYTES_PER_ELEMENT: Record<DType, number> = { bf16: 2, f16: 2, f32: 4 };
+export const BYTES_PER_ELEMENT: Record<DType, number> = { bf16: 2, f16: 2, f32: 4, f8_e4m3: 1 };
 
 /** safetensors dtype strings <-> ours. */
-export const SAFETENSORS_DTYPE: Record<DType, string> = { bf16: 'BF16', f16: 'F16', f32: 'F32' };
+export const SAFETENSORS_DTYPE: Record<DType, string> = { bf16: 'BF16', f16: 'F16', f32: 'F32', f8_e4m3: 'F8_E4M3' };
 
 export function dtypeFromSafetensors(name: string): DType | null {
   switch (name) {
@@ -13,6 +14,8 @@ export function dtypeFromSafetensors(name: string): DType | null {
       return 'f16';
     case 'F32':
       return 'f32';
+    case 'F8_E4M3':
+      return 'f8_e4m3';
     default:
       return null;
   }
@@ -102,6 +105,23 @@ export function f16ToF32(src: Uint16Array): Float32Array {
   return out;
 }
 
+/** The value of every e4m3 code (NaN for the two NaN codes). */
+const E4M3_VALUES = Float32Array.from({ length: 256 }, (_, bits) => e4m3Value(bits));
+
+/** e4m3 codes -> their values (NaN codes to NaN). */
+export function e4m3ToF32(src: Uint8Array): Float32Array {
+  const out = new Float32Array(src.length);
+  for (let i = 0; i < src.length; i++) out[i] = E4M3_VALUES[src[i]!]!;
+  return out;
+}
+
+/** f32 values -> e4m3 codes: rounded to nearest even, saturated to +-448 (as roundE4m3). */
+export function f32ToE4m3(src: Float32Array): Uint8Array {
+  const out = new Uint8Array(src.length);
+  for (let i = 0; i < src.length; i++) out[i] = e4m3Bits(roundE4m3(src[i]!));
+  return out;
+}
+
 /** Raw little-endian bytes of any supported dtype -> f32 values. */
 export function bytesToF32(dtype: DType, data: Uint8Array): Float32Array {
   const numElements = data.byteLength / BYTES_PER_ELEMENT[dtype];
@@ -113,6 +133,8 @@ export function bytesToF32(dtype: DType, data: Uint8Array): Float32Array {
       return bf16ToF32(new Uint16Array(aligned.buffer, aligned.byteOffset, numElements));
     case 'f16':
       return f16ToF32(new Uint16Array(aligned.buffer, aligned.byteOffset, numElements));
+    case 'f8_e4m3':
+      return e4m3ToF32(data);
   }
 }
 
@@ -129,5 +151,7 @@ export function f32ToBytes(dtype: DType, src: Float32Array): Uint8Array {
       const h = f32ToF16(src);
       return new Uint8Array(h.buffer);
     }
+    case 'f8_e4m3':
+      return f32ToE4m3(src);
   }
 }

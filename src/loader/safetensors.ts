@@ -91,7 +91,7 @@ function parseEntry(file: string, name: string, raw: unknown, dataStart: number,
   if (typeof dtypeRaw !== 'string') throw new ModelLoadError(file, `${where}: missing dtype`);
   const dtype = dtypeFromSafetensors(dtypeRaw);
   if (dtype === null) {
-    throw new ModelLoadError(file, `${where} has dtype ${dtypeRaw}, which is not supported (BF16, F16, F32)`);
+    throw new ModelLoadError(file, `${where} has dtype ${dtypeRaw}, which is not supported (BF16, F16, F32, F8_E4M3)`);
   }
   if (!Array.isArray(shape) || !shape.every(isNonNegativeInt)) {
     throw new ModelLoadError(file, `${where}: shape ${JSON.stringify(shape)} is not a list of non-negative integers`);

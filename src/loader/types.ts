@@ -1,6 +1,10 @@
 // Plain data the loader hands to the layers above it.
 
-export type DType = 'bf16' | 'f16' | 'f32';
+/** Element types of checkpoint tensors: the float types, and FP8 E4M3 (the projections of block-FP8 checkpoints). */
+export type DType = FloatDType | 'f8_e4m3';
+
+/** The types a checkpoint declares (torch_dtype) and a model computes in. */
+export type FloatDType = 'bf16' | 'f16' | 'f32';
 
 export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3';
 
@@ -32,6 +36,18 @@ export interface YarnRopeScaling {
 
 export type RopeScaling = Llama3RopeScaling | LinearRopeScaling | YarnRopeScaling;
 
+/**
+ * Block FP8 (config.json's quantization_config {"quant_method": "fp8", "weight_block_size": [128, 128]}, as
+ * Qwen3-*-FP8 and DeepSeek-V3 are stored): each q/k/v/o and gate/up/down projection not in modulesToNotConvert is
+ * e4m3 [N, K] with an f32 weight_scale_inv [N / 128, K / 128], computed W8A8 as vLLM does (src/model/fp8-linear.ts).
+ */
+export interface Fp8BlockQuantization {
+  method: 'fp8';
+  weightBlockSize: [128, 128];
+  /** Modules kept in the checkpoint's dtype; an entry matches whole dot-separated parts of a name (fp8Module). */
+  modulesToNotConvert: string[];
+}
+
 /** config.json normalised: every field the forward pass needs, nothing optional. */
 export interface ModelConfig {
   architecture: Architecture;
@@ -60,8 +76,10 @@ export interface ModelConfig {
   slidingWindow: number | null;
   /** Phi-3: q, k and v stored as one qkv_proj, gate and up as one gate_up_proj. */
   fusedProjections: boolean;
-  /** dtype the checkpoint declares (torch_dtype / dtype). */
-  dtype: DType;
+  /** dtype the checkpoint declares (torch_dtype / dtype): of every tensor but block-FP8 projections. */
+  dtype: FloatDType;
+  /** Block-FP8 projections, or null (every weight of dtype). */
+  quantization: Fp8BlockQuantization | null;
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

@@ -17,6 +17,11 @@ export const FP8_BLOCK = 128;
 /** The smallest absmax a group's scale is computed from (vLLM's eps: an all-zero group gets a tiny scale). */
 export const FP8_ACT_EPS = 1e-10;
 
+/** Bytes of a block-FP8 weight [N, K]: its e4m3 values and its f32 block scales. */
+export function fp8BlockBytes(N: number, K: number): number {
+  return N * K + 4 * Math.ceil(N / FP8_BLOCK) * Math.ceil(K / FP8_BLOCK);
+}
+
 /** Per token and 128-column group: the scale and the e4m3 values (as f32) of x [T, K]. */
 export function quantizeActivationGroups(x: Float32Array, T: number, K: number): { q: Float32Array; scales: Float32Array } {
   const groups = Math.ceil(K / FP8_BLOCK);

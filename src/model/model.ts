@@ -8,8 +8,10 @@
 // every layer of a step at once (Backend.fusedLayers) with the same bits.
 
 import type { Backend, LayerSpec, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
+import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
+import { fp8BlockBytes } from './fp8-linear.js';
 import { ropeAttentionFactor, ropeInvFreq } from './rope.js';
 import { loadWeights, type ModelWeights } from './weights.js';
 
@@ -48,11 +50,15 @@ export class Model {
     return 2 * c.numLayers * c.numKvHeads * c.headDim * this.backend.kvBytesPerElement;
   }
 
-  /** Bytes of weights a decode step reads: every layer, the final norm and the lm head (not the embedding table). */
+  /**
+   * Bytes of weights a decode step reads: every layer, the final norm and the lm head (not the embedding table);
+   * block-FP8 projections at a byte an element and their scales.
+   */
   weightBytesPerStep(): number {
     const w = this.weights;
-    const bytesPerElement = this.backend.computeDType === 'f32' ? 4 : 2;
-    const bytes = (t: Tensor | null) => (t ? t.shape.reduce((a, b) => a * b, 1) * bytesPerElement : 0);
+    const bytesPerElement = BYTES_PER_ELEMENT[this.backend.computeDType];
+    const bytes = (t: Tensor | null) => !t ? 0 : t.quantized === 'fp8_block' ? fp8BlockBytes(t.shape[0]!, t.shape[1]!)
+      : t.shape.reduce((a, b) => a * b, 1) * bytesPerElement;
     let total = bytes(w.finalNorm) + bytes(w.lmHead);
     for (const l of w.layers) {
       total += bytes(l.inputNorm) + bytes(l.qkv) + bytes(l.qNorm) + bytes(l.kNorm) + bytes(l.o) +

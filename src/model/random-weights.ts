@@ -1,9 +1,11 @@
 // An in-memory WeightSource of seeded random weights for any ModelConfig (tests,
 // benchmarks). Each tensor is generated on read from a seed derived from its
 // name, so reading it twice gives the same bytes and nothing is held in memory.
+// A block-FP8 config's projections are the same config's unquantized weights, quantized as a checkpoint stores them.
 
-import { f32ToBytes } from '../loader/dtype.js';
-import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
+import { bytesToF32, f32ToBytes } from '../loader/dtype.js';
+import type { DType, FloatDType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
+import { quantizeWeightBlocks } from './fp8-linear.js';
 import { expectedTensors } from './weights.js';
 
 function hashName(name: string, seed: number): number {
@@ -43,7 +45,7 @@ export function randomWeightSource(config: ModelConfig, opts: RandomWeightOption
   const seed = opts.seed ?? 0;
   const file = opts.file ?? '/models/random/model.safetensors';
   const infos = new Map<string, { dtype: DType; shape: number[] }>();
-  for (const t of expectedTensors(config)) infos.set(t.name, { dtype: config.dtype, shape: t.shape });
+  for (const t of expectedTensors(config)) infos.set(t.name, { dtype: t.dtype, shape: t.shape });
   for (const [name, info] of Object.entries(opts.overrides ?? {})) {
     if (info) infos.set(name, info);
     else infos.delete(name);
@@ -53,34 +55,43 @@ export function randomWeightSource(config: ModelConfig, opts: RandomWeightOption
     if (!i) throw new Error(`no tensor ${name}`);
     return { ...i, shape: [...i.shape], file };
   };
+  const values = (name: string, shape: number[]): Float32Array => {
+    const rand = seededRandom(hashName(name, seed));
+    const out = new Float32Array(shape.reduce((a, b) => a * b, 1));
+    if (name.endsWith('.bias')) {
+      for (let i = 0; i < out.length; i++) out[i] = 0.5 * (2 * rand() - 1);
+    } else if (shape.length === 1) {
+      for (let i = 0; i < out.length; i++) out[i] = 0.8 + 0.4 * rand();
+    } else {
+      const bound = name.includes('embed_tokens') ? 1 : Math.sqrt(3 / shape[1]!);
+      for (let i = 0; i < out.length; i++) out[i] = bound * (2 * rand() - 1);
+    }
+    return out;
+  };
   return {
     names: () => [...infos.keys()],
     has: (name) => infos.has(name),
     info,
     read(name): HostTensor {
       const { dtype, shape } = info(name);
-      const rand = seededRandom(hashName(name, seed));
-      const values = new Float32Array(shape.reduce((a, b) => a * b, 1));
-      if (name.endsWith('.bias')) {
-        for (let i = 0; i < values.length; i++) values[i] = 0.5 * (2 * rand() - 1);
-      } else if (shape.length === 1) {
-        for (let i = 0; i < values.length; i++) values[i] = 0.8 + 0.4 * rand();
-      } else {
-        const bound = name.includes('embed_tokens') ? 1 : Math.sqrt(3 / shape[1]!);
-        for (let i = 0; i < values.length; i++) values[i] = bound * (2 * rand() - 1);
-      }
-      return { name, dtype, shape, data: toBytes(dtype, values) };
+      const weight = name.endsWith('_scale_inv') ? name.slice(0, -'_scale_inv'.length) : null;
+      if (dtype !== 'f8_e4m3' && weight === null) return { name, dtype, shape, data: toBytes(dtype, values(name, shape)) };
+      // block FP8: the weight of config.dtype, quantized; its scales read beside it
+      const [N, K] = info(weight ?? name).shape as [number, number];
+      const w = bytesToF32(config.dtype, toBytes(config.dtype, values(weight ?? name, [N, K])));
+      const { q, scaleInv } = quantizeWeightBlocks(w, N, K);
+      return { name, dtype, shape, data: f32ToBytes(dtype, weight === null ? q : scaleInv) };
     },
   };
 }
 
 /** Qwen3-0.6B's shape (tied embeddings, q/k norm). */
-export function qwen3_0_6bConfig(dtype: DType = 'bf16'): ModelConfig {
+export function qwen3_0_6bConfig(dtype: FloatDType = 'bf16'): ModelConfig {
   return {
     architecture: 'qwen3', vocabSize: 151936, hiddenSize: 1024, intermediateSize: 3072, numLayers: 28,
     numHeads: 16, numKvHeads: 8, headDim: 128, maxPositionEmbeddings: 40960, rmsNormEps: 1e-6,
     ropeTheta: 1000000, ropeScaling: null, tieWordEmbeddings: true, qkNorm: true, qkvBias: false, oBias: false, slidingWindow: null,
-    fusedProjections: false, dtype,
+    fusedProjections: false, dtype, quantization: null,
   };
 }
 
@@ -93,6 +104,6 @@ export function tinyConfig(architecture: 'qwen3' | 'qwen2' | 'llama', overrides:
       ? { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }
       : null,
     tieWordEmbeddings: architecture !== 'llama', qkNorm: architecture === 'qwen3', qkvBias: architecture === 'qwen2',
-    oBias: false, slidingWindow: null, fusedProjections: false, dtype: 'bf16', ...overrides,
+    oBias: false, slidingWindow: null, fusedProjections: false, dtype: 'bf16', quantization: null, ...overrides,
   };
 }

@@ -2,12 +2,15 @@
 // into one [(H + 2 KVH) D, hidden] weight and gate/up into one [2I, hidden]
 // weight at load time (rows concatenated, so the fused matmul's output row is
 // | q | k | v | and | gate | up |; q/k/v biases likewise). Every expected tensor is checked for
-// presence, shape and dtype before the first upload.
+// presence, shape and dtype before the first upload. In a block-FP8 checkpoint (ModelConfig.quantization) each
+// projection is e4m3 with its weight_scale_inv, fused the same way by the backend's uploadFp8Block.
 
 import { basename, dirname } from 'node:path';
 import type { Backend, Tensor } from '../backend/backend.js';
+import { fp8Module } from '../loader/config.js';
 import { ModelLoadError } from '../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
+import { FP8_BLOCK } from './fp8-linear.js';
 
 export interface LayerWeights {
   inputNorm: Tensor;
@@ -34,56 +37,57 @@ export interface ModelWeights {
 export interface ExpectedTensor {
   name: string;
   shape: number[];
+  dtype: DType;
 }
 
 const layerPrefix = (l: number): string => `model.layers.${l}.`;
 
-/** Every checkpoint tensor the config calls for, with its shape. */
+/** Every checkpoint tensor the config calls for, with its shape and dtype. */
 export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
   const hidden = c.hiddenSize;
   const qDim = c.numHeads * c.headDim;
   const kvDim = c.numKvHeads * c.headDim;
-  const out: ExpectedTensor[] = [{ name: 'model.embed_tokens.weight', shape: [c.vocabSize, hidden] }];
+  const out: ExpectedTensor[] = [];
+  const add = (name: string, shape: number[]): void => void out.push({ name, shape, dtype: c.dtype });
+  // a projection's weight: block FP8 (e4m3, and its scale per 128 x 128 block) or of the checkpoint's dtype
+  const linear = (module: string, shape: [number, number]): void => {
+    if (!fp8Module(c, module)) return add(`${module}.weight`, shape);
+    out.push({ name: `${module}.weight`, shape, dtype: 'f8_e4m3' },
+      { name: `${module}.weight_scale_inv`, shape: shape.map((d) => Math.ceil(d / FP8_BLOCK)), dtype: 'f32' });
+  };
+  add('model.embed_tokens.weight', [c.vocabSize, hidden]);
   for (let l = 0; l < c.numLayers; l++) {
     const p = layerPrefix(l);
-    out.push({ name: `${p}input_layernorm.weight`, shape: [hidden] });
+    add(`${p}input_layernorm.weight`, [hidden]);
     if (c.fusedProjections) {
-      out.push({ name: `${p}self_attn.qkv_proj.weight`, shape: [qDim + 2 * kvDim, hidden] });
+      linear(`${p}self_attn.qkv_proj`, [qDim + 2 * kvDim, hidden]);
     } else {
-      out.push(
-        { name: `${p}self_attn.q_proj.weight`, shape: [qDim, hidden] },
-        { name: `${p}self_attn.k_proj.weight`, shape: [kvDim, hidden] },
-        { name: `${p}self_attn.v_proj.weight`, shape: [kvDim, hidden] },
-      );
+      linear(`${p}self_attn.q_proj`, [qDim, hidden]);
+      linear(`${p}self_attn.k_proj`, [kvDim, hidden]);
+      linear(`${p}self_attn.v_proj`, [kvDim, hidden]);
     }
-    out.push({ name: `${p}self_attn.o_proj.weight`, shape: [hidden, qDim] });
+    linear(`${p}self_attn.o_proj`, [hidden, qDim]);
     if (c.qkvBias) {
-      out.push(
-        { name: `${p}self_attn.q_proj.bias`, shape: [qDim] },
-        { name: `${p}self_attn.k_proj.bias`, shape: [kvDim] },
-        { name: `${p}self_attn.v_proj.bias`, shape: [kvDim] },
-      );
+      add(`${p}self_attn.q_proj.bias`, [qDim]);
+      add(`${p}self_attn.k_proj.bias`, [kvDim]);
+      add(`${p}self_attn.v_proj.bias`, [kvDim]);
     }
-    if (c.oBias) out.push({ name: `${p}self_attn.o_proj.bias`, shape: [hidden] });
+    if (c.oBias) add(`${p}self_attn.o_proj.bias`, [hidden]);
     if (c.qkNorm) {
-      out.push(
-        { name: `${p}self_attn.q_norm.weight`, shape: [c.headDim] },
-        { name: `${p}self_attn.k_norm.weight`, shape: [c.headDim] },
-      );
+      add(`${p}self_attn.q_norm.weight`, [c.headDim]);
+      add(`${p}self_attn.k_norm.weight`, [c.headDim]);
     }
-    out.push({ name: `${p}post_attention_layernorm.weight`, shape: [hidden] });
+    add(`${p}post_attention_layernorm.weight`, [hidden]);
     if (c.fusedProjections) {
-      out.push({ name: `${p}mlp.gate_up_proj.weight`, shape: [2 * c.intermediateSize, hidden] });
+      linear(`${p}mlp.gate_up_proj`, [2 * c.intermediateSize, hidden]);
     } else {
-      out.push(
-        { name: `${p}mlp.gate_proj.weight`, shape: [c.intermediateSize, hidden] },
-        { name: `${p}mlp.up_proj.weight`, shape: [c.intermediateSize, hidden] },
-      );
+      linear(`${p}mlp.gate_proj`, [c.intermediateSize, hidden]);
+      linear(`${p}mlp.up_proj`, [c.intermediateSize, hidden]);
     }
-    out.push({ name: `${p}mlp.down_proj.weight`, shape: [hidden, c.intermediateSize] });
+    linear(`${p}mlp.down_proj`, [hidden, c.intermediateSize]);
   }
-  out.push({ name: 'model.norm.weight', shape: [hidden] });
-  if (!c.tieWordEmbeddings) out.push({ name: 'lm_head.weight', shape: [c.vocabSize, hidden] });
+  add('model.norm.weight', [hidden]);
+  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabSize, hidden]);
   return out;
 }
 
@@ -99,15 +103,20 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 export function validateWeights(config: ModelConfig, source: WeightSource): void {
   const names = source.names();
   const checkpoint = names.length > 0 ? basename(dirname(source.info(names[0]!).file)) : 'checkpoint';
-  for (const { name, shape } of expectedTensors(config)) {
-    const expected = describe(config.dtype, shape);
+  for (const { name, shape, dtype } of expectedTensors(config)) {
+    const expected = describe(dtype, shape);
     if (!source.has(name)) {
       throw new ModelLoadError(checkpoint, `missing tensor ${name} (expected ${expected})`);
     }
     const info = source.info(name);
-    if (info.dtype !== config.dtype || !sameShape(info.shape, shape)) {
+    if (info.dtype !== dtype || !sameShape(info.shape, shape)) {
       throw new ModelLoadError(info.file,
         `tensor ${name} is ${describe(info.dtype, info.shape)}, expected ${expected}`);
+    }
+    // whole blocks only: the parts fused into one weight keep their scale rows, and each scale covers 128 x 128
+    if (dtype === 'f8_e4m3' && shape.some((d) => d % FP8_BLOCK !== 0)) {
+      throw new ModelLoadError(info.file, `tensor ${name} is ${expected}; Quire needs both dimensions of a ` +
+        `block-FP8 projection to be multiples of ${FP8_BLOCK}`);
     }
   }
 }
@@ -127,20 +136,28 @@ function concatRows(name: string, parts: HostTensor[]): HostTensor {
 
 export function loadWeights(config: ModelConfig, source: WeightSource, backend: Backend): ModelWeights {
   validateWeights(config, source);
+  if (!backend.uploadFp8Block && expectedTensors(config).some((t) => t.dtype === 'f8_e4m3')) {
+    throw new Error(`the ${backend.name} backend cannot run block-FP8 weights (config.json quantization_config)`);
+  }
   const streamed = backend.uploadConcat !== undefined && source.readInto !== undefined &&
     config.dtype === backend.computeDType;
   const upConcat = (name: string, names: string[]): Tensor => streamed ? backend.uploadConcat!(name, source, names)
     : backend.upload(names.length === 1 ? source.read(names[0]!) : concatRows(name, names.map((n) => source.read(n))));
   const up = (name: string): Tensor => upConcat(name, [name]);
+  // the projection `name`, the rows of `modules` concatenated (fused ones share a precision: parseModelConfig)
+  const linear = (name: string, modules: string[]): Tensor => !fp8Module(config, modules[0]!)
+    ? upConcat(`${name}.weight`, modules.map((m) => `${m}.weight`))
+    : backend.uploadFp8Block!(`${name}.weight`, modules.map((m) =>
+      ({ weight: source.read(`${m}.weight`), scaleInv: source.read(`${m}.weight_scale_inv`) })));
   const embedTokens = up('model.embed_tokens.weight');
   const layers: LayerWeights[] = [];
   for (let l = 0; l < config.numLayers; l++) {
     const p = layerPrefix(l);
     const attn = `${p}self_attn.`;
-    const qkv = config.fusedProjections ? up(`${attn}qkv_proj.weight`)
-      : upConcat(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.weight`));
-    const gateUp = config.fusedProjections ? up(`${p}mlp.gate_up_proj.weight`)
-      : upConcat(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => `${p}mlp.${n}.weight`));
+    const qkv = linear(`${attn}qkv_proj`,
+      (config.fusedProjections ? ['qkv_proj'] : ['q_proj', 'k_proj', 'v_proj']).map((n) => `${attn}${n}`));
+    const gateUp = linear(`${p}mlp.gate_up_proj`,
+      (config.fusedProjections ? ['gate_up_proj'] : ['gate_proj', 'up_proj']).map((n) => `${p}mlp.${n}`));
     const qkvBias = config.qkvBias
       ? upConcat(`${attn}qkv_proj.bias`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.bias`)) : null;
     layers.push({
@@ -149,11 +166,11 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
       qkvBias,
       qNorm: config.qkNorm ? up(`${attn}q_norm.weight`) : null,
       kNorm: config.qkNorm ? up(`${attn}k_norm.weight`) : null,
-      o: up(`${attn}o_proj.weight`),
+      o: linear(`${attn}o_proj`, [`${attn}o_proj`]),
       oBias: config.oBias ? up(`${attn}o_proj.bias`) : null,
       postAttentionNorm: up(`${p}post_attention_layernorm.weight`),
       gateUp,
-      down: up(`${p}mlp.down_proj.weight`),
+      down: linear(`${p}mlp.down_proj`, [`${p}mlp.down_proj`]),
     });
   }
   const finalNorm = up('model.norm.weight');

@@ -4,17 +4,17 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
 import { writeSafetensors, tensorBytes, type TensorSpec } from '../loader/safetensors-write.js';
-import type { DType } from '../loader/types.js';
+import type { FloatDType } from '../loader/types.js';
 import { makeTestTokenizer } from './test-model/bpe.js';
 import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
-import { initFor, randomTensorChunks } from './test-model/weights.js';
+import { checkpointChunks } from './test-model/weights.js';
 
 export { testModelShapes } from './test-model/shapes.js';
 
 export interface MakeTestModelOptions {
   shape: string;
   outDir: string;
-  dtype?: DType;
+  dtype?: FloatDType;
   seed?: number;
   /** 1 writes model.safetensors; more writes model-0000i-of-0000n.safetensors and an index. */
   numShards?: number;
@@ -23,6 +23,8 @@ export interface MakeTestModelOptions {
   onProgress?: (numBytesWritten: number, numBytesTotal: number) => void;
   /** Each tensor repeats its first chunk of random values (benchmark weights at disk speed). */
   repeatChunks?: boolean;
+  /** 'fp8': a block-FP8 checkpoint, as Qwen3-*-FP8 (projections F8_E4M3 with weight_scale_inv). */
+  quantization?: 'fp8' | null;
 }
 
 export interface TestModelInfo {
@@ -62,7 +64,7 @@ export async function makeTestModel(opts: MakeTestModelOptions): Promise<TestMod
   const tokenizer = makeTestTokenizer();
   const ids = tokenizer.specialTokenIds;
   const config: Record<string, unknown> = {
-    ...configForShape(opts.shape, dtype),
+    ...configForShape(opts.shape, dtype, opts.quantization ?? null),
     bos_token_id: ids['<|endoftext|>'],
     eos_token_id: ids['<|im_end|>'],
   };
@@ -90,11 +92,12 @@ export async function makeTestModel(opts: MakeTestModelOptions): Promise<TestMod
       ? ['model.safetensors']
       : shards.map((_, i) => `model-${String(i + 1).padStart(5, '0')}-of-${String(shards.length).padStart(5, '0')}.safetensors`);
   let numBytesWritten = 0;
+  const tensorChunks = checkpointChunks(dtype, seed, linearStd, opts.repeatChunks ?? false);
   for (let i = 0; i < shards.length; i++) {
     await writeSafetensors(join(dir, files[i]!), {
       specs: shards[i]!,
       chunks: function* (spec) {
-        for (const chunk of randomTensorChunks(spec, seed, initFor(spec.name, linearStd), opts.repeatChunks ?? false)) {
+        for (const chunk of tensorChunks(spec)) {
           numBytesWritten += chunk.byteLength;
           opts.onProgress?.(numBytesWritten, numWeightBytes);
           yield chunk;
@@ -126,12 +129,13 @@ export function makeTestModelCommand(): Command {
     .option('--seed <n>', 'random seed', nonNegativeInt, 0)
     .option('--shards <n>', 'number of safetensors shards', nonNegativeInt, 1)
     .option('--fast', 'repeat each tensor\'s first 4 Mi random values (big benchmark models at disk speed)')
+    .option('--quantization <method>', 'fp8: block-FP8 projections (F8_E4M3 and weight_scale_inv), as Qwen3-*-FP8')
     .option('--list', 'list the shapes and exit')
     .action(runMakeTestModel);
 }
 
 async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number;
-  list?: boolean; fast?: boolean }): Promise<void> {
+  list?: boolean; fast?: boolean; quantization?: string }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
@@ -139,15 +143,19 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   const outDir = o.out;
   if (outDir === undefined) throw new Error('--out <dir> is required');
   if (!['bf16', 'f16', 'f32'].includes(o.dtype)) throw new InvalidArgumentError(`--dtype must be bf16, f16 or f32, got ${o.dtype}`);
+  if (o.quantization !== undefined && o.quantization !== 'fp8') {
+    throw new InvalidArgumentError(`--quantization must be fp8, got ${o.quantization}`);
+  }
   const startMs = Date.now();
   let lastPercent = -1;
   const info = await makeTestModel({
     shape: o.shape,
     outDir,
-    dtype: o.dtype as DType,
+    dtype: o.dtype as FloatDType,
     seed: o.seed,
     numShards: o.shards,
     repeatChunks: o.fast ?? false,
+    quantization: o.quantization === 'fp8' ? 'fp8' : null,
     onProgress: (done, total) => {
       const percent = Math.floor((100 * done) / total);
       if (percent >= lastPercent + 5 && process.stderr.isTTY) {
@@ -159,7 +167,7 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   if (lastPercent >= 0) process.stderr.write('\n');
   const seconds = (Date.now() - startMs) / 1000;
   console.log(
-    `${info.dir}: ${o.shape}, ${info.numTensors} tensors, ${(info.numWeightBytes / 2 ** 20).toFixed(1)} MiB of ${o.dtype} weights in ` +
+    `${info.dir}: ${o.shape}, ${info.numTensors} tensors, ${(info.numWeightBytes / 2 ** 20).toFixed(1)} MiB of ${o.dtype}${o.quantization ? ' and block-FP8' : ''} weights in ` +
       `${info.files.length} file(s), ${seconds.toFixed(1)} s`,
   );
 }

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { E4M3_MAX, e4m3Value, roundE4m3 } from '../../src/kv/fp8.js';
+import { E4M3_MAX, e4m3Bits, e4m3Value, roundE4m3 } from '../../src/kv/fp8.js';
 
 const values = Array.from({ length: 256 }, (_, b) => e4m3Value(b)).filter((v) => !Number.isNaN(v));
 const positives = [...new Set(values.filter((v) => v >= 0))].sort((a, b) => a - b);
@@ -34,4 +34,20 @@ test('property: the result is the nearest e4m3 value', () => {
     const best = Math.min(...values.map((v) => Math.abs(v - Math.max(-448, Math.min(448, x)))));
     return Math.abs(r - Math.max(-448, Math.min(448, x))) === best && values.includes(r);
   }), { numRuns: 2000 });
+});
+
+test('e4m3Bits encodes: every non-NaN code back to itself, NaN to 0x7f, values that are not e4m3 refused', () => {
+  for (let b = 0; b < 256; b++) {
+    if (Number.isNaN(e4m3Value(b))) assert.ok(b === 0x7f || b === 0xff);
+    else assert.equal(e4m3Bits(e4m3Value(b)), b, `code 0x${b.toString(16)}`);
+  }
+  assert.equal(e4m3Bits(NaN), 0x7f);
+  assert.equal(e4m3Bits(-0), 0x80);
+  assert.equal(e4m3Bits(E4M3_MAX), 0x7e);
+  for (const x of [0.3, 464, 2 ** -10, Infinity]) assert.throws(() => e4m3Bits(x), /not an e4m3 value/, String(x));
+});
+
+test('property: e4m3Bits(roundE4m3(x)) is the code of the rounded value', () => {
+  fc.assert(fc.property(fc.double({ min: -1000, max: 1000, noNaN: true }), (x) =>
+    e4m3Value(e4m3Bits(roundE4m3(x))) === roundE4m3(x)), { numRuns: 5000 });
 });

@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseModelConfig } from '../../src/loader/config.js';
+import { fp8Module, loadModelConfig, parseModelConfig } from '../../src/loader/config.js';
 import { ModelLoadError } from '../../src/loader/errors.js';
-import { repoRoot } from './helpers.js';
+import { repoRoot, tempDir } from './helpers.js';
 
 const shapes = JSON.parse(readFileSync(join(repoRoot(), 'bench', 'shapes.json'), 'utf8')) as Record<string, Record<string, unknown>>;
 
@@ -42,6 +42,7 @@ test('qwen3: every field normalised, qk norm on, head_dim given', () => {
     slidingWindow: null,
     fusedProjections: false,
     dtype: 'bf16',
+    quantization: null,
   });
   assert.equal(parseModelConfig(shapes['qwen3-0.6b'], 'config.json').tieWordEmbeddings, true);
 });
@@ -142,4 +143,67 @@ test('missing or invalid fields', () => {
   configError({ ...base, mlp_bias: true }, '"mlp_bias"', 'not supported');
   configError({ ...base, hidden_act: 'gelu' }, '"hidden_act"');
   configError([1], 'not a JSON object');
+});
+
+// Qwen3-8B-FP8's quantization_config, as published
+const QWEN3_FP8 = { activation_scheme: 'dynamic', fmt: 'e4m3', quant_method: 'fp8', weight_block_size: [128, 128] };
+
+test('block FP8: Qwen3-FP8\'s quantization_config parsed; fmt and modules_to_not_convert optional', () => {
+  const c = parseModelConfig({ ...shapes['qwen3-8b'], quantization_config: QWEN3_FP8 }, 'config.json');
+  assert.deepEqual(c.quantization, { method: 'fp8', weightBlockSize: [128, 128], modulesToNotConvert: [] });
+  assert.equal(c.dtype, 'bf16', 'embeddings, norms and lm_head stay in torch_dtype');
+  const { fmt: _, ...noFmt } = QWEN3_FP8;
+  const lmHead = parseModelConfig({ ...shapes['qwen3-0.6b'], quantization_config: { ...noFmt, modules_to_not_convert: ['lm_head'] } }, 'c');
+  assert.deepEqual(lmHead.quantization?.modulesToNotConvert, ['lm_head']);
+  assert.equal(parseModelConfig({ ...shapes['qwen3-8b'], quantization_config: null }, 'c').quantization, null);
+});
+
+test('block FP8: modules_to_not_convert keeps whole named modules in torch_dtype; fused ones must agree', () => {
+  const config = (skip: string[]) => parseModelConfig({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: skip } }, 'c');
+  const c = config(['lm_head', 'o_proj', 'model.layers.1.mlp']);
+  assert.equal(fp8Module(c, 'model.layers.0.self_attn.q_proj'), true);
+  assert.equal(fp8Module(c, 'model.layers.0.self_attn.o_proj'), false);
+  assert.equal(fp8Module(c, 'model.layers.1.mlp.down_proj'), false);
+  assert.equal(fp8Module(c, 'model.layers.10.mlp.down_proj'), true, 'whole parts only: layers.1 is not layers.10');
+  assert.equal(fp8Module(parseModelConfig(shapes['qwen3-8b'], 'c'), 'model.layers.0.self_attn.q_proj'), false, 'no quantization');
+  configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: ['model.layers.3.self_attn.k_proj'] } },
+    '"quantization_config.modules_to_not_convert" names some but not all of model.layers.3.self_attn.q_proj, model.layers.3.self_attn.k_proj');
+  configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: ['up_proj'] } }, 'gate_proj');
+  configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: 'lm_head' } },
+    '"quantization_config.modules_to_not_convert" must be a list of module names');
+});
+
+test('quantization other than block FP8 is refused naming the field and what is served', () => {
+  const base = shapes['qwen3-8b']!;
+  const refused = (quantization: unknown, ...parts: string[]) => configError({ ...base, quantization_config: quantization }, ...parts);
+  refused({ quant_method: 'awq', bits: 4 }, 'field "quantization_config.quant_method" is "awq", which is not supported',
+    "Quire serves bf16/f16/f32 checkpoints and block-FP8 ('fp8' with weight_block_size [128, 128])");
+  refused({ quant_method: 'compressed-tensors' }, '"quantization_config.quant_method" is "compressed-tensors"');
+  refused({ bits: 4 }, '"quantization_config.quant_method" is missing');
+  refused({ ...QWEN3_FP8, fmt: 'e5m2' }, '"quantization_config.fmt" is "e5m2"', 'only e4m3');
+  refused({ ...QWEN3_FP8, activation_scheme: 'static' }, '"quantization_config.activation_scheme" is "static"', 'only the dynamic activation scheme');
+  const { weight_block_size: _, ...perTensor } = QWEN3_FP8;
+  refused(perTensor, '"quantization_config.weight_block_size" is missing', 'per-tensor', 'only block-wise FP8');
+  refused({ ...QWEN3_FP8, weight_block_size: [64, 64] }, '"quantization_config.weight_block_size" is [64,64]', '[128, 128]');
+  refused({ ...QWEN3_FP8, weight_block_size: [128] }, '"quantization_config.weight_block_size" is [128]');
+  refused('fp8', '"quantization_config" must be an object or null');
+});
+
+test('block FP8 with attention biases (Qwen2-FP8, attention_bias) is refused naming them', () => {
+  const qwen2 = { ...shapes['qwen2.5-7b'], quantization_config: QWEN3_FP8 };
+  configError(qwen2, 'field "quantization_config" is block FP8 on a model with attention biases', 'Qwen2 has q, k and v biases');
+  configError({ ...shapes['llama-3.1-8b'], attention_bias: true, quantization_config: QWEN3_FP8 }, 'attention_bias is true');
+  assert.ok(parseModelConfig({ ...shapes['llama-3.1-8b'], quantization_config: QWEN3_FP8 }, 'c').quantization);
+});
+
+test('--hf-overrides: quantization_config is one more top-level field (kept, replaced, or refused as the file\'s)', () => {
+  const file = join(tempDir(), 'config.json');
+  writeFileSync(file, JSON.stringify({ ...shapes['qwen3-8b'], quantization_config: QWEN3_FP8 }));
+  const yarn = { rope_scaling: { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 32768 } };
+  const c = loadModelConfig(file, yarn);
+  assert.deepEqual([c.quantization?.method, c.ropeScaling?.type], ['fp8', 'yarn']);
+  const lmHead = loadModelConfig(file, { quantization_config: { ...QWEN3_FP8, modules_to_not_convert: ['lm_head'] } });
+  assert.deepEqual(lmHead.quantization?.modulesToNotConvert, ['lm_head']);
+  assert.throws(() => loadModelConfig(file, { quantization_config: { ...QWEN3_FP8, activation_scheme: 'static' } }),
+    /^ModelLoadError: config\.json with --hf-overrides: field "quantization_config\.activation_scheme" is "static"/);
 });

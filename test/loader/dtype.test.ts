@@ -1,15 +1,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
+import { e4m3Value, roundE4m3 } from '../../src/kv/fp8.js';
 import {
   bf16BitsToF32,
   bf16ToF32,
   bytesToF32,
+  e4m3ToF32,
   f16BitsToF32,
   f16ToF32,
   f32ToBf16,
   f32ToBf16Bits,
   f32ToBytes,
+  f32ToE4m3,
   f32ToF16,
   f32ToF16Bits,
 } from '../../src/loader/dtype.js';
@@ -115,4 +118,20 @@ test('bytes <-> f32 for every dtype, including unaligned views', () => {
     padded.set(bytes, 1);
     assert.deepEqual(bytesToF32(dtype, padded.subarray(1)), values, dtype);
   }
+});
+
+test('f8_e4m3: every code to its value (NaN codes to NaN) and back; f32 rounded to nearest even, saturated', () => {
+  const codes = Uint8Array.from({ length: 256 }, (_, i) => i);
+  const values = bytesToF32('f8_e4m3', codes);
+  assert.deepEqual(values, e4m3ToF32(codes));
+  assert.deepEqual(bytesToF32('f8_e4m3', Uint8Array.from([0, ...codes]).subarray(1)), values, 'an unaligned view');
+  const back = f32ToBytes('f8_e4m3', values);
+  for (let b = 0; b < 256; b++) {
+    if (b === 0x7f || b === 0xff) assert.ok(Number.isNaN(values[b]!) && (back[b]! & 0x7f) === 0x7f, `NaN code ${b}`);
+    else assert.equal(back[b], b, `code ${b}`);
+  }
+  const x = new Float32Array([0.3, -1000, 1 + 1 / 16, 1 + 3 / 16, 2 ** -10, -0, 448]);
+  assert.deepEqual(bytesToF32('f8_e4m3', f32ToE4m3(x)), Float32Array.from(x, roundE4m3));
+  assert.deepEqual([...f32ToE4m3(x)].slice(1, 5), [0xfe, 0x38, 0x3a, 0x00], 'saturated; ties to the even mantissa');
+  assert.equal(e4m3Value(f32ToE4m3(new Float32Array([0.3]))[0]!), 0.3125);
 });

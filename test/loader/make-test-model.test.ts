@@ -8,7 +8,8 @@ import { parseModelConfig } from '../../src/loader/config.js';
 import { openSafetensors, openShardedSafetensors } from '../../src/loader/safetensors.js';
 import { tensorBytes } from '../../src/loader/safetensors-write.js';
 import { makeTestModel, testModelShapes } from '../../src/tools/make-test-model.js';
-import { tensorSpecsForConfig } from '../../src/tools/test-model/shapes.js';
+import { quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
+import { FP8_QUANTIZATION_CONFIG, tensorSpecsForConfig } from '../../src/tools/test-model/shapes.js';
 import { randomTensorChunks } from '../../src/tools/test-model/weights.js';
 import { repoRoot, tempDir } from './helpers.js';
 
@@ -126,4 +127,55 @@ test('CLI writes a loadable directory and rejects bad arguments', () => {
   const bad = spawnSync(process.execPath, [script, '--shape', 'gpt-9', '--out', out], { encoding: 'utf8' });
   assert.notEqual(bad.status, 0);
   assert.match(bad.stderr, /unknown shape "gpt-9"/);
+  const int4 = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3-128', '--quantization', 'int4', '--out', out], { encoding: 'utf8' });
+  assert.notEqual(int4.status, 0);
+  assert.match(int4.stderr, /--quantization must be fp8, got int4/);
+  const fp8 = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3-128', '--quantization', 'fp8', '--fast', '--out', join(out, 'fp8')], { encoding: 'utf8' });
+  assert.equal(fp8.status, 0, fp8.stderr);
+  assert.match(fp8.stdout, /tiny-qwen3-128, 38 tensors, .* MiB of bf16 and block-FP8 weights/);
+});
+
+test('--quantization fp8: Qwen3-FP8\'s quantization_config, and the projections of the same seed\'s model quantized per block', async () => {
+  const root = tempDir();
+  const plain = await makeTestModel({ shape: 'tiny-qwen3-128', outDir: join(root, 'bf16'), seed: 3 });
+  const fp8 = await makeTestModel({ shape: 'tiny-qwen3-128', outDir: join(root, 'fp8'), seed: 3, quantization: 'fp8' });
+  assert.deepEqual(fp8.config.quantization_config, { activation_scheme: 'dynamic', fmt: 'e4m3', quant_method: 'fp8', weight_block_size: [128, 128] });
+  assert.equal(fp8.config.torch_dtype, 'bfloat16');
+  assert.deepEqual(parseModelConfig(fp8.config, 'config.json').quantization?.method, 'fp8');
+  const a = openSafetensors(join(root, 'bf16', 'model.safetensors'));
+  const b = openSafetensors(join(root, 'fp8', 'model.safetensors'));
+  assert.equal(fp8.numTensors, plain.numTensors + 2 * 7);
+  for (const name of a.names()) {
+    if (!name.endsWith('_proj.weight')) {
+      assert.deepEqual(b.read(name), a.read(name), name);
+      continue;
+    }
+    const [N, K] = a.info(name).shape as [number, number];
+    const { q, scaleInv } = quantizeWeightBlocks(bytesToF32('bf16', a.read(name).data), N, K);
+    assert.deepEqual(b.info(name).dtype, 'f8_e4m3');
+    assert.deepEqual(bytesToF32('f8_e4m3', b.read(name).data), q, name);
+    assert.deepEqual(b.info(`${name}_scale_inv`), { dtype: 'f32', shape: [N / 128, K / 128], file: b.info(name).file });
+    assert.deepEqual(bytesToF32('f32', b.read(`${name}_scale_inv`).data), scaleInv, `${name}_scale_inv`);
+  }
+  await assert.rejects(makeTestModel({ shape: 'tiny-qwen3', outDir: join(root, 'no'), quantization: 'fp8' }),
+    /shape tiny-qwen3: --quantization fp8 needs every projection dimension a multiple of 128; hidden_size is 64/);
+});
+
+test('--quantization fp8 --fast: e4m3 codes never NaN, one scale for all blocks, the weights\' std that of the bf16 init', async () => {
+  const dir = join(tempDir(), 'fast');
+  await makeTestModel({ shape: 'tiny-qwen3-128', outDir: dir, quantization: 'fp8', repeatChunks: true, seed: 1 });
+  const w = openSafetensors(join(dir, 'model.safetensors'));
+  const name = 'model.layers.1.mlp.gate_proj.weight';
+  const codes = w.read(name).data;
+  assert.ok(codes.every((c) => (c & 0x7f) !== 0x7f), 'no NaN code');
+  const scales = new Set(bytesToF32('f32', w.read(`${name}_scale_inv`).data));
+  assert.equal(scales.size, 1);
+  const values = bytesToF32('f8_e4m3', codes).map((v) => v * [...scales][0]!);
+  const { mean, std } = stats(values);
+  assert.ok(Math.abs(mean) < 0.002 && Math.abs(std - 0.02) < 0.002, JSON.stringify({ mean, std }));
+  assert.ok(new Set(codes).size > 100, 'codes are varied');
+  const specs = tensorSpecsForConfig({ ...testModelShapes()['qwen3-8b']!, quantization_config: FP8_QUANTIZATION_CONFIG }, 'bf16');
+  const names = specs.map((s) => s.name);
+  assert.equal(names[names.indexOf('model.layers.35.self_attn.o_proj.weight') + 1], 'model.layers.35.self_attn.o_proj.weight_scale_inv');
+  assert.deepEqual(specs.find((s) => s.name === 'model.layers.35.mlp.down_proj.weight_scale_inv')?.shape, [32, 96]);
 });

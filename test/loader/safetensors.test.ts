@@ -40,6 +40,20 @@ test('write then read back: names, shapes, dtypes and bytes', async () => {
   assert.equal(weights.has('nope'), false);
 });
 
+test('block FP8 (as Qwen3-*-FP8 stores it): F8_E4M3 at a byte an element, beside its F32 weight_scale_inv', async () => {
+  const file = join(tempDir(), 'model.safetensors');
+  const fp8: HostTensor[] = [
+    { name: 'model.layers.0.mlp.up_proj.weight', dtype: 'f8_e4m3', shape: [5, 3], data: randomBytes(15, 5) },
+    { name: 'model.layers.0.mlp.up_proj.weight_scale_inv', dtype: 'f32', shape: [1, 1], data: randomBytes(4, 6) },
+  ];
+  await writeSafetensors(file, fp8);
+  const bytes = readFileSync(file);
+  const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString('utf8'));
+  assert.deepEqual(header[fp8[0]!.name], { dtype: 'F8_E4M3', shape: [5, 3], data_offsets: [0, 15] });
+  const weights = openSafetensors(file);
+  for (const t of fp8) assert.deepEqual(weights.read(t.name), t);
+});
+
 test('readInto reads any byte range of a tensor straight into the given buffer', async () => {
   const file = join(tempDir(), 'model.safetensors');
   await writeSafetensors(file, tensors);
@@ -66,7 +80,7 @@ test('the written header is standard: u64 LE length, JSON, 8-byte aligned data, 
   let offset = 0;
   for (const t of tensors) {
     const e = header[t.name];
-    assert.equal(e.dtype, { bf16: 'BF16', f16: 'F16', f32: 'F32' }[t.dtype]);
+    assert.equal(e.dtype, { bf16: 'BF16', f16: 'F16', f32: 'F32', f8_e4m3: 'F8_E4M3' }[t.dtype]);
     assert.deepEqual(e.data_offsets, [offset, offset + t.data.byteLength]);
     assert.deepEqual(new Uint8Array(bytes.subarray(8 + headerBytes + offset, 8 + headerBytes + offset + t.data.byteLength)), t.data);
     offset += t.data.byteLength;
@@ -124,7 +138,8 @@ test('entry problems: unsupported dtype, bad shape, offsets inconsistent with sh
   const dir = tempDir();
   const cases: [unknown, string][] = [
     [{ w: { dtype: 'I64', shape: [2], data_offsets: [0, 16] } }, 'tensor "w" has dtype I64, which is not supported'],
-    [{ w: { dtype: 'F8_E4M3', shape: [2], data_offsets: [0, 2] } }, 'dtype F8_E4M3'],
+    [{ w: { dtype: 'F8_E5M2', shape: [2], data_offsets: [0, 2] } }, 'dtype F8_E5M2'],
+    [{ w: { dtype: 'F8_E4M3', shape: [2, 2], data_offsets: [0, 8] } }, 'is 8 bytes, but shape [2, 2] of F8_E4M3 needs 4'],
     [{ w: { dtype: 'F32', shape: [2, -1], data_offsets: [0, 16] } }, 'shape [2,-1]'],
     [{ w: { dtype: 'F32', shape: [2], data_offsets: [0, 12] } }, 'tensor "w" data [0, 12) is 12 bytes, but shape [2] of F32 needs 8'],
     [{ w: { dtype: 'F32', shape: [2], data_offsets: [8, 0] } }, 'data_offsets [8,0]'],

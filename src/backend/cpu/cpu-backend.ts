@@ -7,9 +7,10 @@ import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
-import type { Backend, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, Fp8BlockPart, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
+import { CpuFp8Tensor, fp8BlockTensor } from './fp8.js';
 import { attentionMetaLength, scratchBytesPerThread, writeAttentionMeta, type AttentionJob } from './attention-wasm.js';
 import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
 import { MatmulPool } from './matmul-pool.js';
@@ -118,6 +119,13 @@ export class CpuBackend implements Backend {
     return new CpuTensor([...t.shape], view);
   }
 
+  /** Block FP8, as the reference computes it (./fp8.ts); kept in f32, so 4 bytes an element here. */
+  uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): Tensor {
+    const t = fp8BlockTensor(name, parts);
+    this.weightBytes += t.values.byteLength + t.scaleInv.byteLength;
+    return t;
+  }
+
   allocateKvCache(spec: KvCacheSpec): void {
     const numLayerElements = spec.numBlocks * spec.blockSize * spec.numKvHeads * spec.headDim;
     const numBytes = 2 * spec.numLayers * numLayerElements * 4;
@@ -192,11 +200,16 @@ export class CpuBackend implements Backend {
 
   matmul(x: Tensor, w: Tensor, _label?: string, bias?: Tensor | null): Tensor {
     const xs = asCpu(x);
-    const ws = asCpu(w);
     const [T, K] = xs.shape as [number, number];
-    const [N, wK] = ws.shape as [number, number];
+    const [N, wK] = w.shape as [number, number];
     if (K !== wK) throw new Error(`matmul: x [${T}, ${K}] by w [${N}, ${wK}]^T`);
     const out = this.alloc([T, N]);
+    if (w instanceof CpuFp8Tensor) {
+      if (bias) throw new Error('matmul: a bias on a block-FP8 weight (the loader refuses FP8 projections with biases)');
+      w.matmulInto(xs.data, T, out.data);
+      return out;
+    }
+    const ws = asCpu(w);
     this.pool.matmul(xs.view, ws.view, out.view, T, K, N, ws.dtype === 'bf16');
     if (bias) {
       const b = asCpu(bias).data;

@@ -1,8 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { DType } from '../../loader/types.js';
+import type { FloatDType } from '../../loader/types.js';
 import type { TensorSpec } from '../../loader/safetensors-write.js';
+import { FP8_BLOCK } from '../../model/fp8-linear.js';
 
 export type HfConfig = Record<string, unknown>;
 
@@ -52,6 +53,8 @@ TINY_SHAPES['tiny-phi3'] = {
 };
 // position interpolation (Llama 2 long-context fine-tunes)
 TINY_SHAPES['tiny-llama-linear'] = { ...TINY_SHAPES['tiny-llama'], rope_scaling: { rope_type: 'linear', factor: 2.0 } };
+// every projection dimension a multiple of 128, as --quantization fp8 needs (q 4 x 64, k and v 2 x 64)
+TINY_SHAPES['tiny-qwen3-128'] = { ...TINY_SHAPES['tiny-qwen3'], hidden_size: 128, intermediate_size: 256, head_dim: 64 };
 
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));
@@ -76,20 +79,51 @@ export function testModelShapes(): Record<string, HfConfig> {
   return shapes;
 }
 
-const TORCH_DTYPE: Record<DType, string> = { bf16: 'bfloat16', f16: 'float16', f32: 'float32' };
+const TORCH_DTYPE: Record<FloatDType, string> = { bf16: 'bfloat16', f16: 'float16', f32: 'float32' };
 
-export function configForShape(shape: string, dtype: DType): HfConfig {
+/** quantization_config as Qwen3-8B-FP8 publishes it (--quantization fp8). */
+export const FP8_QUANTIZATION_CONFIG = { activation_scheme: 'dynamic', fmt: 'e4m3', quant_method: 'fp8', weight_block_size: [128, 128] };
+
+/** The shape's config.json; with quantization 'fp8', a block-FP8 checkpoint's. */
+export function configForShape(shape: string, dtype: FloatDType, quantization: 'fp8' | null = null): HfConfig {
   const base = testModelShapes()[shape];
   if (base === undefined) {
     throw new Error(`unknown shape "${shape}" (known: ${Object.keys(testModelShapes()).join(', ')})`);
   }
-  return { ...base, torch_dtype: TORCH_DTYPE[dtype] };
+  const config: HfConfig = { ...base, torch_dtype: TORCH_DTYPE[dtype] };
+  if (quantization === null) return config;
+  // whole 128 x 128 blocks only (as Quire's loader requires)
+  const heads = num(config, 'num_attention_heads');
+  const headDim = (config.head_dim ?? num(config, 'hidden_size') / heads) as number;
+  const dims: [string, number][] = [['hidden_size', num(config, 'hidden_size')],
+    ['intermediate_size', num(config, 'intermediate_size')], ['num_attention_heads x head_dim', heads * headDim],
+    ['num_key_value_heads x head_dim', ((config.num_key_value_heads ?? heads) as number) * headDim]];
+  if (config.moe_intermediate_size !== undefined) dims.push(['moe_intermediate_size', num(config, 'moe_intermediate_size')]);
+  for (const [dim, size] of dims) {
+    if (size % FP8_BLOCK !== 0) {
+      throw new Error(`shape ${shape}: --quantization fp8 needs every projection dimension a multiple of ${FP8_BLOCK}; ${dim} is ${size}`);
+    }
+  }
+  return { ...config, quantization_config: FP8_QUANTIZATION_CONFIG };
 }
 
 function num(config: HfConfig, field: string): number {
   const v = config[field];
   if (typeof v !== 'number') throw new Error(`shape config lacks numeric "${field}"`);
   return v;
+}
+
+/**
+ * Adds a tensor's spec to specs; where the config has a quantization_config, a projection (*_proj.weight) as block
+ * FP8: e4m3, and its f32 weight_scale_inv next (the order of names a checkpoint sorts them in).
+ */
+function specAdder(specs: TensorSpec[], config: HfConfig, dtype: FloatDType): (name: string, shape: number[]) => void {
+  const fp8 = config.quantization_config !== undefined;
+  return (name, shape) => {
+    if (!fp8 || !name.endsWith('_proj.weight')) return void specs.push({ name, dtype, shape });
+    specs.push({ name, dtype: 'f8_e4m3', shape },
+      { name: `${name}_scale_inv`, dtype: 'f32', shape: shape.map((d) => Math.ceil(d / FP8_BLOCK)) });
+  };
 }
 
 function isMoeLayer(config: HfConfig, layer: number): boolean {
@@ -100,7 +134,7 @@ function isMoeLayer(config: HfConfig, layer: number): boolean {
 }
 
 /** Every tensor of a checkpoint of this config, with Hugging Face names, in HF's order. */
-export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec[] {
+export function tensorSpecsForConfig(config: HfConfig, dtype: FloatDType): TensorSpec[] {
   const hidden = num(config, 'hidden_size');
   const numHeads = num(config, 'num_attention_heads');
   const numKvHeads = (config.num_key_value_heads ?? numHeads) as number;
@@ -111,7 +145,7 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec
   const qkvBias = config.model_type === 'qwen2' || (config.model_type !== 'mistral' && config.attention_bias === true);
   const oBias = qkvBias && config.model_type !== 'qwen2';
   const specs: TensorSpec[] = [];
-  const add = (name: string, shape: number[]): void => void specs.push({ name, dtype, shape });
+  const add = specAdder(specs, config, dtype);
   add('model.embed_tokens.weight', [vocab, hidden]);
   if (config.model_type === 'phi3') return [...specs, ...phi3Specs(config, dtype, hidden, numHeads, numKvHeads, headDim, vocab)];
   for (let l = 0; l < num(config, 'num_hidden_layers'); l++) {
@@ -150,10 +184,10 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: DType): TensorSpec
 }
 
 /** Phi-3's layers: qkv_proj and gate_up_proj stored fused. */
-function phi3Specs(config: HfConfig, dtype: DType, hidden: number, numHeads: number, numKvHeads: number,
+function phi3Specs(config: HfConfig, dtype: FloatDType, hidden: number, numHeads: number, numKvHeads: number,
   headDim: number, vocab: number): TensorSpec[] {
   const specs: TensorSpec[] = [];
-  const add = (name: string, shape: number[]): void => void specs.push({ name, dtype, shape });
+  const add = specAdder(specs, config, dtype);
   const inter = num(config, 'intermediate_size');
   for (let l = 0; l < num(config, 'num_hidden_layers'); l++) {
     const p = `model.layers.${l}`;

@@ -1,5 +1,8 @@
-import { f32ToBytes } from '../../loader/dtype.js';
+import { E4M3_MAX } from '../../kv/fp8.js';
+import { bytesToF32, f32ToBytes, f32ToE4m3 } from '../../loader/dtype.js';
 import type { TensorSpec } from '../../loader/safetensors-write.js';
+import type { FloatDType } from '../../loader/types.js';
+import { quantizeWeightBlocks } from '../../model/fp8-linear.js';
 import { Prng, streamSeed } from './prng.js';
 
 export interface WeightInit {
@@ -46,6 +49,15 @@ export function* randomTensorChunks(spec: TensorSpec, seed: number, init: Weight
     }
     return;
   }
+  if (spec.dtype === 'f8_e4m3') {
+    const codes = f32ToE4m3(table);
+    for (let start = 0; start < numElements; start += CHUNK_ELEMENTS) {
+      const out = new Uint8Array(Math.min(CHUNK_ELEMENTS, numElements - start));
+      fillFromTable(out, codes, prng);
+      yield out;
+    }
+    return;
+  }
   const tableBits = new Uint16Array(f32ToBytes(spec.dtype, table).buffer);
   for (let start = 0; start < numElements; start += CHUNK_ELEMENTS) {
     const n = Math.min(CHUNK_ELEMENTS, numElements - start);
@@ -55,7 +67,51 @@ export function* randomTensorChunks(spec: TensorSpec, seed: number, init: Weight
   }
 }
 
-function fillFromTable(out: Float32Array | Uint16Array, table: Float32Array | Uint16Array, prng: Prng): void {
+/** A normal weight's 128 x 128 block spans about 4 std: at its scale (absmax / 448) the std is 448 / 4 codes' worth. */
+const FP8_STD_PER_SCALE = E4M3_MAX / 4;
+
+/**
+ * The chunks of each tensor of a checkpoint, asked for in file order: randomTensorChunks, except block-FP8
+ * projections (f8_e4m3 specs) and their weight_scale_inv. Such a weight is the one written without
+ * --quantization (of `dtype`, the same seed) quantized by quantizeWeightBlocks, its scales what that gave. With
+ * repeatChunks (--fast) instead: e4m3 codes of normal samples (never the NaN codes: rounding saturates at 448) and
+ * one scale for every block, such that the weights have the std they would have unquantized.
+ */
+export function checkpointChunks(dtype: FloatDType, seed: number, linearStd: number,
+  repeatChunks: boolean): (spec: TensorSpec) => Iterable<Uint8Array> {
+  const scales = new Map<string, Float32Array>();
+  return function* (spec) {
+    const init = initFor(spec.name, linearStd);
+    const weight = spec.name.endsWith('.weight_scale_inv') ? spec.name.slice(0, -'_scale_inv'.length) : null;
+    if (weight !== null) {
+      const numScales = spec.shape.reduce((a, b) => a * b, 1);
+      const s = repeatChunks ? new Float32Array(numScales).fill(initFor(weight, linearStd).std / FP8_STD_PER_SCALE)
+        : scales.get(spec.name);
+      if (!s) throw new Error(`${spec.name} is written before ${weight}`);
+      scales.delete(spec.name);
+      yield new Uint8Array(s.buffer);
+    } else if (spec.dtype !== 'f8_e4m3') {
+      yield* randomTensorChunks(spec, seed, init, repeatChunks);
+    } else if (repeatChunks) {
+      yield* randomTensorChunks(spec, seed, { mean: 0, std: FP8_STD_PER_SCALE }, true);
+    } else {
+      const [N, K] = spec.shape as [number, number];
+      const w = new Float32Array(N * K);
+      let offset = 0;
+      for (const chunk of randomTensorChunks({ ...spec, dtype }, seed, init)) {
+        const values = bytesToF32(dtype, chunk);
+        w.set(values, offset);
+        offset += values.length;
+      }
+      const { q, scaleInv } = quantizeWeightBlocks(w, N, K);
+      scales.set(`${spec.name}_scale_inv`, scaleInv);
+      yield f32ToE4m3(q);
+    }
+  };
+}
+
+function fillFromTable(out: Float32Array | Uint16Array | Uint8Array, table: Float32Array | Uint16Array | Uint8Array,
+  prng: Prng): void {
   let i = 0;
   for (; i + 1 < out.length; i += 2) {
     const r = prng.nextU32();
