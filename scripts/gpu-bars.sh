@@ -5,13 +5,16 @@
 #   bash scripts/gpu-bars.sh            # every row
 #   ROWS="w2 w1" bash scripts/gpu-bars.sh   # some rows: w2 w1 w2-8b w1-8b prefill startup peer
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
+# QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
 Q="${QUIRE:-node dist/src/cli/main.js}"
 OUTDIR="${OUT:-/tmp/bars}"
 mkdir -p "$OUTDIR"
 ROWS="${ROWS:-w2 w1 w2-8b w1-8b prefill startup peer}"
-M06=/tmp/m06
-M8=/tmp/m8
+QUANT="${QUANT:-}"
+M06=/tmp/m06${QUANT:+-$QUANT}
+M8=/tmp/m8${QUANT:+-$QUANT}
+quant=(${QUANT:+--quantization $QUANT})
 common=(--backend cuda --force --max-model-len 4096)
 
 make_model() { # dir shape [--fast]
@@ -31,8 +34,8 @@ summary() {
     ].filter(Boolean).join(", "));' "$1"
 }
 
-make_model "$M06" qwen3-0.6b
-if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast; fi
+make_model "$M06" qwen3-0.6b "${quant[@]}"
+if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
 
 if want w2; then
   echo "== W2 qwen3-0.6b (bar 1,500 tok/s)"

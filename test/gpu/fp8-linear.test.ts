@@ -81,27 +81,37 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
     });
   }
 
-  test('gate_up + silu_mul on block-FP8 weights: the chain kernel\'s fused build and cuBLASLt then silu_mul', () => {
-    const c = cuda!;
+  test('gate_up + silu_mul on block-FP8 weights: the chain kernel then silu_mul, its fused build, cuBLASLt then silu_mul', () => {
     const [I, K] = [1024, 1024];
     const gate = partOf('gate', randomBf16(I * K, 21, -0.08, 0.08), I, K);
     const up = partOf('up', randomBf16(I * K, 22, -0.08, 0.08), I, K);
-    const w = c.uploadFp8Block('gate_up', [gate.part, up.part]);
     const bf16 = (v: number) => bf16ToF32(f32ToBf16(Float32Array.of(v)))[0]!;
-    for (const T of [1, 5, 8, 40]) {
-      const x = randomBf16(T * K, 30 + T, -3, 3);
-      const g = fp8BlockMatmul(x, T, K, gate.q, gate.s, I);
-      const u = fp8BlockMatmul(x, T, K, up.q, up.s, I);
-      const expected = g.map((gv, i) => {
-        const gb = bf16(gv);
-        return gb / (1 + Math.exp(-gb)) * bf16(u[i]!);
-      });
-      begin(c);
-      const chains = c.numChainGemms;
-      assertBf16Close(c.toHost(c.matmulSiluMul(c.fromHost([T, K], x), w)), expected, `T ${T}`, 3e-2);
-      assert.equal(c.numChainGemms - chains, T <= 8 ? 1 : 0, 'up to 8 tokens on the fused chain kernel');
+    process.env.QUIRE_CHAIN_SILU_FP8 = '1';
+    const fused = new CudaBackend(CUDA_OPTIONS);  // the fused build is off by default (gemm-chain.ts)
+    delete process.env.QUIRE_CHAIN_SILU_FP8;
+    try {
+      for (const c of [cuda!, fused]) {
+        const w = c.uploadFp8Block('gate_up', [gate.part, up.part]);
+        for (const T of [1, 5, 8, 40]) {
+          const x = randomBf16(T * K, 30 + T, -3, 3);
+          const g = fp8BlockMatmul(x, T, K, gate.q, gate.s, I);
+          const u = fp8BlockMatmul(x, T, K, up.q, up.s, I);
+          const expected = g.map((gv, i) => {
+            const gb = bf16(gv);
+            return gb / (1 + Math.exp(-gb)) * bf16(u[i]!);
+          });
+          begin(c);
+          const chains = c.numChainGemms;
+          const what = `${c === fused ? 'fused, ' : ''}T ${T}`;
+          assertBf16Close(c.toHost(c.matmulSiluMul(c.fromHost([T, K], x), w)), expected, what, 3e-2);
+          assert.equal(c.numChainGemms - chains, T <= 8 ? 1 : 0, `${what}: up to 8 tokens on a chain kernel`);
+        }
+      }
+    } finally {
+      fused.dispose();
     }
   });
+
 
   test('refuses a part whose rows are not a multiple of 128, naming it', () => {
     const c = cuda!;

@@ -79,20 +79,22 @@ describe('CUDA chain GEMM', { skip: noCuda }, () => {
     cpu.dispose();
   });
 
-  test('gate_up with silu_mul in one kernel gives the bits of cuBLASLt then silu_mul', () => {
-    const c = cuda!;
-    const [N, K] = [6144, 1024];
-    assert.notEqual(planChainGemm(8, N, K, c.device.numSMs, true), null, 'the plan takes this shape on this GPU');
-    const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 21, -2, 2));
-    const w = c.fromHost([N, K], randomBf16(N * K, 22, -0.1, 0.1));
-    begin(c);
-    const whole = bitsOf(c, c.siluMul(c.matmul(x, w, 'test')));
-    const before = c.numChainGemms;
-    for (const [start, rows] of [[0, 1], [200, 1], [9, 8], [31, 3]] as const) {
+  // K 1,024 (qwen3-0.6b): one fused kernel; K 4,096 (qwen3-8b): the chain, then silu_mul (FUSED_SILU_BELOW_K)
+  for (const [N, K] of [[6144, 1024], [6144, 4096]] as const) {
+    test(`gate_up with silu_mul on the chain kernel gives the bits of cuBLASLt then silu_mul, K ${K}`, () => {
+      const c = cuda!;
+      assert.notEqual(planChainGemm(8, N, K, c.device.numSMs, true), null, 'the plan takes this shape on this GPU');
+      const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 21, -2, 2));
+      const w = c.fromHost([N, K], randomBf16(N * K, 22, -0.1, 0.1));
       begin(c);
-      assertSameBits(bitsOf(c, c.matmulSiluMul(rowsOf(x, start, rows), w)), whole.slice(start * N / 2, (start + rows) * N / 2),
-        `${rows} rows from ${start}`);
-    }
-    assert.equal(c.numChainGemms, before + 4, 'every small step ran the fused kernel');
-  });
+      const whole = bitsOf(c, c.siluMul(c.matmul(x, w, 'test')));
+      const before = c.numChainGemms;
+      for (const [start, rows] of [[0, 1], [200, 1], [9, 8], [31, 3]] as const) {
+        begin(c);
+        assertSameBits(bitsOf(c, c.matmulSiluMul(rowsOf(x, start, rows), w)), whole.slice(start * N / 2, (start + rows) * N / 2),
+          `${rows} rows from ${start}`);
+      }
+      assert.equal(c.numChainGemms, before + 4, 'every small step ran a chain kernel');
+    });
+  }
 });

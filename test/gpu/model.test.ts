@@ -4,9 +4,11 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { createEngineCore, graphBuckets } from '../../src/engine/engine-core.js';
 import { engineOptions } from '../../src/engine/options.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
@@ -17,6 +19,7 @@ import { packageRoot } from '../../src/cli/default-model.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda } from './cuda-helpers.js';
 import type { Backend } from '../../src/backend/backend.js';
+import type { ModelConfig } from '../../src/loader/types.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 
 describe('whole model on CUDA', { skip: noCuda }, () => {
@@ -158,6 +161,51 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     assert.ok(gpuVsCpu < fp8Effect, 'the GPU\'s FP8 path is nearer the CPU\'s FP8 path than FP8 is to none');
     assert.ok(rms(cuda.out, cudaFp8.out) > 0, 'the FP8 cache rounds');
     assert.equal(cudaFp8.kvBytesPerToken * 2, cuda.kvBytesPerToken, 'a byte an element');
+  });
+
+  test('block-FP8 weights: the GPU\'s logits nearer the CPU\'s W8A8 ones than FP8 is to bf16; graphs as eager', async () => {
+    const config = tinyConfig('qwen3', { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
+      numKvHeads: 2, headDim: 64, vocabSize: 500 });
+    const fp8Config: ModelConfig = { ...config, quantization: { method: 'fp8', weightBlockSize: [128, 128], modulesToNotConvert: [] } };
+    // prompts of 107 tokens in one step (cuBLASLt's block-scaled GEMM), then steps of 2 (the chain kernel's _fp8 builds)
+    const cpuFp8 = prefillAndDecode(fp8Config, newCpu(), 23).out;
+    const cpu = prefillAndDecode(config, newCpu(), 23).out;
+    const cudaFp8 = prefillAndDecode(fp8Config, newCuda(), 23).out;
+    const rms = (p: Float32Array[], q: Float32Array[]) => {
+      let sum = 0;
+      let n = 0;
+      p.forEach((l, s) => l.forEach((x, i) => { sum += (x - q[s]![i]!) ** 2; n++; }));
+      return Math.sqrt(sum / n);
+    };
+    const [gpuVsCpu, fp8Effect] = [rms(cpuFp8, cudaFp8), rms(cpuFp8, cpu)];
+    console.log(`# block-FP8 weights, RMS logit difference: cuda vs cpu ${gpuVsCpu.toFixed(4)}, fp8 vs bf16 weights on the cpu ${fp8Effect.toFixed(4)}`);
+    assert.ok(cudaFp8.every((l) => l.every(Number.isFinite)), 'finite logits');
+    // as with the FP8 KV cache, the GPU quantizes bf16 activations, the CPU f32 ones: where the two sit either side of
+    // an e4m3 midpoint they differ by a step, so the paths are compared as wholes (test/gpu/fp8-linear.test.ts checks
+    // each GEMM against the reference on the same inputs)
+    assert.ok(gpuVsCpu < fp8Effect, 'the GPU\'s W8A8 path is nearer the CPU\'s than FP8 weights are to bf16 ones');
+
+    // an FP8 checkpoint served by the engine: captured decode graphs replay what eager steps compute
+    const dir = mkdtempSync(join(tmpdir(), 'quire-fp8-'));
+    try {
+      await makeTestModel({ shape: 'tiny-qwen3-128', outDir: dir, quantization: 'fp8' });
+      const prompts = ['In the beginning', 'And the earth was', 'water', 'light and darkness'];
+      const transcripts: number[][][] = [];
+      for (const enforceEager of [false, true]) {
+        const llm = new LLM(dir, { backend: 'cuda', maxNumSeqs: 4, enforceEager, maxModelLen: 256 });
+        try {
+          const out = await llm.generate(prompts, { maxTokens: 24, temperature: 0, ignoreEos: true });
+          transcripts.push(out.map((c) => c.tokenIds));
+          assert.equal((await llm.stats()).numGraphCaptures > 0, !enforceEager);
+        } finally {
+          await llm.close();
+        }
+      }
+      assert.ok(transcripts[0]!.every((t) => t.length === 24));
+      assert.deepEqual(transcripts[0], transcripts[1], 'graphed and eager FP8 steps give the same tokens');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('FP8 KV cache on the demo model: prompt logprobs near the bf16 cache\'s, batch-invariant transcripts', async () => {

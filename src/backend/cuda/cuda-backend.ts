@@ -15,7 +15,7 @@ import {
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { type ChainGemmLaunch, planChainGemm } from './gemm-chain.js';
+import { type ChainGemmLaunch, FUSED_SILU_BELOW_K, planChainGemm } from './gemm-chain.js';
 import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
 import { GraphCache, type HostRead } from './graph-cache.js';
@@ -92,6 +92,11 @@ export class CudaTensor implements Tensor {
 
   get numBytes(): number {
     return this.numElements * BYTES_PER_ELEMENT[this.dtype];
+  }
+
+  /** A block-FP8 weight (Backend.uploadFp8Block). */
+  get quantized(): 'fp8_block' | undefined {
+    return this.scales !== 0n ? 'fp8_block' : undefined;
   }
 }
 
@@ -172,6 +177,11 @@ export class CudaBackend implements Backend {
   private readonly fused: FusedDecodeState;
   private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
+  /**
+   * gate_up + silu_mul as one chain kernel: bf16 weights below FUSED_SILU_BELOW_K, never for FP8 ones (gemm-chain.ts);
+   * QUIRE_CHAIN_SILU / QUIRE_CHAIN_SILU_FP8 = 0 / 1 force it off / on (A/B runs).
+   */
+  private readonly chainSilu: { bf16?: boolean; fp8: boolean };
   /** Device buffer of rowLogprobs' target ids (grown as needed). */
   private targets = 0n;
   private targetsBytes = 0;
@@ -224,6 +234,8 @@ export class CudaBackend implements Backend {
     this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
     this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
+    const silu = process.env.QUIRE_CHAIN_SILU;
+    this.chainSilu = { bf16: silu === undefined ? undefined : silu === '1', fp8: process.env.QUIRE_CHAIN_SILU_FP8 === '1' };
     this.fusedRope = opts.fusedRope ?? process.env.QUIRE_FUSED_ROPE !== '0';
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
@@ -520,7 +532,8 @@ export class CudaBackend implements Backend {
     const [T, K] = [x.shape[0]!, x.shape[1]!];
     const N = w.shape[0]!;
     const rows = Math.ceil(T / 4) * 4;
-    const chain = this.chainGemms ? planChainGemm(T, N, K, this.device.numSMs, siluMul, true) : null;
+    const chain = this.chainGemms && (!siluMul || this.chainSilu.fp8)
+      ? planChainGemm(T, N, K, this.device.numSMs, siluMul, true) : null;
     if (siluMul && !chain) return asCuda(this.siluMul(this.matmulFp8(x, w, label)));
     const out = this.act([rows, siluMul ? N / 2 : N]);
     if (T === 0) return out;
@@ -724,7 +737,8 @@ export class CudaBackend implements Backend {
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
     if (ws.dtype === 'f8_e4m3' && ws.shape[1] === K) return this.matmulFp8(xs, ws, 'gate_up', true);
-    const chain = ws.shape[1] === K ? this.chainPlan(T, N, K, true) : null;
+    const fused = this.chainSilu.bf16 ?? K < FUSED_SILU_BELOW_K;
+    const chain = ws.shape[1] === K && fused ? this.chainPlan(T, N, K, true) : null;
     if (!chain) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
     const out = this.act([T, N / 2]);
     this.timed('gemm gate_up + silu', () => this.launchChain(chain, xs, ws, out, T, N, K));

@@ -15,6 +15,14 @@ const MIN_TILES_PER_SM = 1.5;
  */
 const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
 
+/**
+ * K below which gate_up + silu_mul run as one chain kernel (two tiles a warp: half the warps); from it the gate_up chain
+ * then silu_mul (the same bits) are faster: qwen3-8b (K 4,096) single stream 156.9 -> 161.8 tok/s, while qwen3-0.6b
+ * (K 1,024) keeps the fused kernel (805.8 against 798.6); with block-FP8 weights the fused kernel lost everywhere
+ * measured (qwen3-8b 187.7 against 210.0). docs/perf-log.md, session 19.
+ */
+export const FUSED_SILU_BELOW_K = 4096;
+
 export interface ChainGemmLaunch {
   kernel: `${'gemm_chain' | 'gemm_chain_silu_mul'}${'' | '_fp8'}${'' | '_p8'}`;
   grid: [number, number, number];
