@@ -154,7 +154,7 @@ function parseQuantization(raw: unknown, file: string): Fp8BlockQuantization | n
   }
   if (fmt !== undefined && fmt !== null && fmt !== 'e4m3') r.fail('fmt', `is ${JSON.stringify(fmt)}; only e4m3 FP8 is supported`);
   // transformers' FineGrainedFP8Config writes it; its default is dynamic
-  if (scheme !== undefined && scheme !== 'dynamic') {
+  if (scheme !== undefined && scheme !== null && scheme !== 'dynamic') {
     r.fail('activation_scheme', `is ${JSON.stringify(scheme)}; block-wise FP8 quantization supports only the dynamic activation scheme`);
   }
   if (block === undefined || block === null) {
