@@ -14,7 +14,7 @@ ROWS="${ROWS:-w2 w1 w2-8b w1-8b prefill startup peer}"
 QUANT="${QUANT:-}"
 M06=/tmp/m06${QUANT:+-$QUANT}
 M8=/tmp/m8${QUANT:+-$QUANT}
-quant=(${QUANT:+--quantization $QUANT})
+quant=(${QUANT:+--quantization $QUANT --fast})  # quantizing real-valued random weights in JS takes minutes
 common=(--backend cuda --force --max-model-len 4096)
 
 make_model() { # dir shape [--fast]
@@ -34,7 +34,7 @@ summary() {
     ].filter(Boolean).join(", "));' "$1"
 }
 
-make_model "$M06" qwen3-0.6b "${quant[@]}"
+if want w2 || want w1 || want peer; then make_model "$M06" qwen3-0.6b "${quant[@]}"; fi
 if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
 
 if want w2; then
