@@ -82,6 +82,13 @@ export interface Backend {
    * refuses biases on FP8 projections, so matmul with a bias on one may throw.
    */
   uploadFp8Block?(name: string, parts: readonly Fp8BlockPart[]): Tensor;
+  /**
+   * Optional (--quantization fp8): the row-concatenation of `names` (checkpoint tensors of a float dtype, each part's
+   * rows and columns multiples of 128) quantized to block FP8 where the weights live, as quantizeWeightBlocks
+   * (src/model/fp8-linear.ts) quantizes the bf16 values, and kept as uploadFp8Block keeps a checkpoint's. Without it
+   * the loader quantizes on the host and calls uploadFp8Block.
+   */
+  quantizeFp8Block?(name: string, source: WeightSource, names: readonly string[]): Tensor;
   /** Allocates the paged KV cache: K and V per layer, [numBlocks, blockSize, numKvHeads, headDim]. */
   allocateKvCache(spec: KvCacheSpec): void;
   memory(): MemoryReport;

@@ -16,14 +16,14 @@ import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { KvCacheDtype } from '../kv/fp8.js';
 
 /**
- * The recorded transcript a run is gated against: backend, dtype, an FP8 KV cache (`-fp8kv`: a lossy path of its
- * own), and what changes the bits on CUDA.
+ * The recorded transcript a run is gated against: backend, dtype, weights quantized at load (`-fp8w`) and an FP8 KV
+ * cache (`-fp8kv`: lossy paths of their own), and what changes the bits on CUDA.
  */
-export function gatePathKey(backend: string,
-  options: { enforceEager: boolean; batchInvariant: boolean; kvCacheDtype?: KvCacheDtype }): string {
-  const kv = options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : '';
-  if (backend !== 'cuda') return `${backend}-f32${kv}`;
-  return `cuda-bf16${kv}${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
+export function gatePathKey(backend: string, options: { enforceEager: boolean; batchInvariant: boolean;
+  kvCacheDtype?: KvCacheDtype; quantization?: 'fp8' | null }): string {
+  const lossy = `${options.quantization === 'fp8' ? '-fp8w' : ''}${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}`;
+  if (backend !== 'cuda') return `${backend}-f32${lossy}`;
+  return `cuda-bf16${lossy}${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
 }
 
 /** Greedy generations through the in-process engine. */

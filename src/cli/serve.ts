@@ -139,7 +139,8 @@ export function serveCommand(): Command {
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
       + (options.kvCacheDtype === 'fp8_e4m3' ? '(FP8 E4M3) ' : '')
       + `(${(i.numBlocks - 1) * i.blockSize} tokens), max model len ${i.maxModelLen}, max num batched tokens `
-      + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`);
+      + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`
+      + (options.quantization === 'fp8' ? ', projections quantized to block FP8 at load (--quantization fp8)' : ''));
     if (pooler) {
       console.log(`quire: pooling runner: ${pooler.poolingType} token, ${pooler.normalize ? '' : 'not '}normalized`);
       console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/embeddings `

@@ -579,7 +579,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const dir = loaded ?? loadModelDir(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const model = Model.load(dir.config, dir.weights, backend);
+  const model = Model.load(dir.config, dir.weights, backend, { quantization: options.quantization });
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
   const refusal = maxModelLenRefusal(dir.config, maxModelLen, options);
   if (refusal) {

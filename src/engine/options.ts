@@ -31,6 +31,11 @@ export interface EngineOptions {
   kvCacheBytes: number | null;
   /** vLLM's --kv-cache-dtype: 'auto' (the compute dtype) or FP8 E4M3 (half the bytes a token, lossy). */
   kvCacheDtype: KvCacheDtype;
+  /**
+   * vLLM's --quantization: 'fp8' quantizes a float checkpoint's projections to block FP8 at load (W8A8, as a
+   * block-FP8 checkpoint computes; src/model/weights.ts); null keeps the checkpoint's precision.
+   */
+  quantization: 'fp8' | null;
   /** Disables CUDA graphs. */
   enforceEager: boolean;
   /**
@@ -72,6 +77,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     gpuMemoryUtilization: 0.9,
     kvCacheBytes: null,
     kvCacheDtype: 'auto',
+    quantization: null,
     enforceEager: false,
     asyncScheduling: true,
     batchInvariant: false,

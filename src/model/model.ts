@@ -13,7 +13,7 @@ import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import { fp8BlockBytes } from './fp8-linear.js';
 import { ropeAttentionFactor, ropeInvFreq } from './rope.js';
-import { loadWeights, type ModelWeights } from './weights.js';
+import { loadWeights, type LoadOptions, type ModelWeights } from './weights.js';
 
 export class Model {
   private readonly rope: RopeSpec;
@@ -34,8 +34,8 @@ export class Model {
       numKvHeads: config.numKvHeads, eps: config.rmsNormEps, scale: this.scale, rope: this.rope };
   }
 
-  static load(config: ModelConfig, weights: WeightSource, backend: Backend): Model {
-    return new Model(config, loadWeights(config, weights, backend), backend);
+  static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
+    return new Model(config, loadWeights(config, weights, backend, opts), backend);
   }
 
   /** The KV cache layout this model needs for `numBlocks` pages of `blockSize` tokens. */

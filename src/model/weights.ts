@@ -3,14 +3,16 @@
 // weight at load time (rows concatenated, so the fused matmul's output row is
 // | q | k | v | and | gate | up |; q/k/v biases likewise). Every expected tensor is checked for
 // presence, shape and dtype before the first upload. In a block-FP8 checkpoint (ModelConfig.quantization) each
-// projection is e4m3 with its weight_scale_inv, fused the same way by the backend's uploadFp8Block.
+// projection is e4m3 with its weight_scale_inv, fused the same way by the backend's uploadFp8Block; with
+// --quantization fp8 (LoadOptions) a float checkpoint's projections are quantized so at load.
 
 import { basename, dirname } from 'node:path';
-import type { Backend, Tensor } from '../backend/backend.js';
+import type { Backend, Fp8BlockPart, Tensor } from '../backend/backend.js';
+import { bytesToF32, f32ToBytes } from '../loader/dtype.js';
 import { fp8Module } from '../loader/config.js';
 import { ModelLoadError } from '../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
-import { FP8_BLOCK } from './fp8-linear.js';
+import { FP8_BLOCK, quantizeWeightBlocks } from './fp8-linear.js';
 
 export interface LayerWeights {
   inputNorm: Tensor;
@@ -134,21 +136,64 @@ function concatRows(name: string, parts: HostTensor[]): HostTensor {
   return { name, dtype: parts[0]!.dtype, shape: [numRows, ...parts[0]!.shape.slice(1)], data };
 }
 
-export function loadWeights(config: ModelConfig, source: WeightSource, backend: Backend): ModelWeights {
+/** How loadWeights treats a checkpoint's float projections. */
+export interface LoadOptions {
+  /**
+   * vLLM's --quantization fp8: projections stored in a float dtype are quantized to block FP8 at load (by the backend
+   * where it can, quantizeFp8Block; else on the host), and computed W8A8 as a block-FP8 checkpoint's are.
+   */
+  quantization?: 'fp8' | null;
+}
+
+/** The bf16 parts `names` of `source` quantized to block FP8 on the host (quantizeWeightBlocks), as checkpoint parts. */
+function quantizedParts(source: WeightSource, names: readonly string[]): Fp8BlockPart[] {
+  return names.map((n) => {
+    const t = source.read(n);
+    const [N, K] = t.shape as [number, number];
+    const { q, scaleInv } = quantizeWeightBlocks(bytesToF32('bf16', f32ToBytes('bf16', bytesToF32(t.dtype, t.data))), N, K);
+    return {
+      weight: { name: n, dtype: 'f8_e4m3', shape: [N, K], data: f32ToBytes('f8_e4m3', q) },
+      scaleInv: { name: `${n}_scale_inv`, dtype: 'f32', shape: [N / FP8_BLOCK, K / FP8_BLOCK],
+        data: new Uint8Array(scaleInv.buffer) },
+    };
+  });
+}
+
+/** --quantization fp8 on a float checkpoint: what refuses it, or null. */
+function onlineFp8Refusal(config: ModelConfig, backend: Backend): string | null {
+  if (!backend.uploadFp8Block) return `the ${backend.name} backend cannot run block-FP8 weights (--quantization fp8)`;
+  if (config.qkvBias || config.oBias) return '--quantization fp8 with attention biases (Qwen2, attention_bias) is not supported';
+  const dims: [string, number][] = [['hidden_size', config.hiddenSize], ['intermediate_size', config.intermediateSize],
+    ['num_attention_heads x head_dim', config.numHeads * config.headDim],
+    ['num_key_value_heads x head_dim', config.numKvHeads * config.headDim]];
+  const bad = dims.find(([, d]) => d % FP8_BLOCK !== 0);
+  return bad ? `--quantization fp8 needs every projection dimension a multiple of ${FP8_BLOCK}; ${bad[0]} is ${bad[1]}` : null;
+}
+
+export function loadWeights(config: ModelConfig, source: WeightSource, backend: Backend, opts: LoadOptions = {}): ModelWeights {
   validateWeights(config, source);
   if (!backend.uploadFp8Block && expectedTensors(config).some((t) => t.dtype === 'f8_e4m3')) {
     throw new Error(`the ${backend.name} backend cannot run block-FP8 weights (config.json quantization_config)`);
   }
+  const quantize = opts.quantization === 'fp8' && config.quantization === null;
+  const refusal = quantize ? onlineFp8Refusal(config, backend) : null;
+  if (refusal) throw new ModelLoadError('config.json', refusal);
   const streamed = backend.uploadConcat !== undefined && source.readInto !== undefined &&
     config.dtype === backend.computeDType;
   const upConcat = (name: string, names: string[]): Tensor => streamed ? backend.uploadConcat!(name, source, names)
     : backend.upload(names.length === 1 ? source.read(names[0]!) : concatRows(name, names.map((n) => source.read(n))));
   const up = (name: string): Tensor => upConcat(name, [name]);
   // the projection `name`, the rows of `modules` concatenated (fused ones share a precision: parseModelConfig)
-  const linear = (name: string, modules: string[]): Tensor => !fp8Module(config, modules[0]!)
-    ? upConcat(`${name}.weight`, modules.map((m) => `${m}.weight`))
-    : backend.uploadFp8Block!(`${name}.weight`, modules.map((m) =>
-      ({ weight: source.read(`${m}.weight`), scaleInv: source.read(`${m}.weight_scale_inv`) })));
+  const linear = (name: string, modules: string[]): Tensor => {
+    const weights = modules.map((m) => `${m}.weight`);
+    if (quantize) {
+      return backend.quantizeFp8Block?.(`${name}.weight`, source, weights)
+        ?? backend.uploadFp8Block!(`${name}.weight`, quantizedParts(source, weights));
+    }
+    return !fp8Module(config, modules[0]!) ? upConcat(`${name}.weight`, weights)
+      : backend.uploadFp8Block!(`${name}.weight`, modules.map((m) =>
+        ({ weight: source.read(`${m}.weight`), scaleInv: source.read(`${m}.weight_scale_inv`) })));
+  };
   const embedTokens = up('model.embed_tokens.weight');
   const layers: LayerWeights[] = [];
   for (let l = 0; l < config.numLayers; l++) {

@@ -31,6 +31,11 @@ test('--batch-invariant sets EngineOptions.batchInvariant and names its own gate
   const fp8 = engineOptionsFromFlags(parse(['--model', '/m', '--kv-cache-dtype', 'fp8']));
   assert.equal(gatePathKey('cuda', fp8), 'cuda-bf16-fp8kv-graphs');
   assert.equal(gatePathKey('cpu', fp8), 'cpu-f32-fp8kv');
+  const fp8w = engineOptionsFromFlags(parse(['--model', '/m', '-q', 'fp8']));
+  assert.equal(fp8w.quantization, 'fp8');
+  assert.equal(gatePathKey('cuda', fp8w), 'cuda-bf16-fp8w-graphs');
+  assert.equal(gatePathKey('cpu', { ...fp8w, kvCacheDtype: 'fp8_e4m3' }), 'cpu-f32-fp8w-fp8kv');
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).quantization, null);
 });
 
 test('--max-num-batched-tokens: unset leaves the per-device default (null); serve runs as the API server', async () => {
@@ -53,6 +58,7 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
     [['-pp', '4'], /--pipeline-parallel-size 4: pipeline parallelism is not supported yet/],
     [['--dtype', 'half'], /--dtype half: Quire computes in bfloat16 on CUDA and float32 on the CPU backend \(accepted: auto, bfloat16, bf16\)/],
     [['--kv-cache-dtype', 'fp8_e5m2'], /--kv-cache-dtype fp8_e5m2: not supported \(accepted: auto, bfloat16, fp8, fp8_e4m3; FP8 is E4M3 only\)/],
+    [['--quantization', 'awq'], /--quantization awq: not supported \(accepted: fp8/],
   ] as const) {
     assert.throws(() => parse(vllmShortFlags(['--model', '/m', ...flags])), message);
   }

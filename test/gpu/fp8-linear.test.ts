@@ -7,8 +7,9 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
-import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
+import { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
+import type { WeightSource } from '../../src/loader/types.js';
+import { bf16ToF32, f32ToBf16, f32ToBytes } from '../../src/loader/dtype.js';
 import { e4m3Value } from '../../src/kv/fp8.js';
 import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
@@ -113,6 +114,37 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
   });
 
 
+  test('quantizeFp8Block (--quantization fp8) gives quantizeWeightBlocks\' bytes and scales, streamed or not', () => {
+    const c = cuda!;
+    const K = 384;  // 3 scale columns: the device's rows pad to 4
+    const parts = [256, 128].map((n, i) => ({ name: `p${i}.weight`, n, values: randomBf16(n * K, 40 + i, -0.3, 0.3) }));
+    parts[1]!.values.fill(0, 0, K * 128);  // an all-zero block: eps's scale
+    const tensors = new Map(parts.map((p) => [p.name, { name: p.name, dtype: 'bf16' as const, shape: [p.n, K],
+      data: f32ToBytes('bf16', p.values) }]));
+    const source = (streamed: boolean): WeightSource => ({
+      names: () => [...tensors.keys()],
+      has: (n) => tensors.has(n),
+      info: (n) => ({ dtype: 'bf16', shape: tensors.get(n)!.shape, file: 'memory' }),
+      read: (n) => tensors.get(n)!,
+      readInto: streamed ? (n, offset, dest) => dest.set(tensors.get(n)!.data.subarray(offset, offset + dest.length)) : undefined,
+    });
+    for (const streamed of [true, false]) {
+      const w = c.quantizeFp8Block('w', source(streamed), [...tensors.keys()]) as CudaTensor;
+      const bytes = readDevice(c, w.ptr, 384 * K);
+      const scales = new Float32Array(readDevice(c, w.scales, 3 * 4 * 4).buffer);
+      let row = 0;
+      for (const p of parts) {
+        const { q, scaleInv } = quantizeWeightBlocks(p.values, p.n, K);
+        assert.deepEqual(bytes.subarray(row * K, (row + p.n) * K), Uint8Array.from(q, (v) => bitsOf.get(v)!), `${p.name} bytes`);
+        for (let r = 0; r < p.n / 128; r++) {
+          assert.deepEqual([...scales.subarray((row / 128 + r) * 4, (row / 128 + r) * 4 + 3)], [...scaleInv.subarray(r * 3, r * 3 + 3)],
+            `${p.name} scales, row block ${r}`);
+        }
+        row += p.n;
+      }
+    }
+  });
+
   test('refuses a part whose rows are not a multiple of 128, naming it', () => {
     const c = cuda!;
     const { part } = partOf('bad', randomBf16(128 * 256, 5), 128, 256);
@@ -120,6 +152,18 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
     assert.throws(() => c.uploadFp8Block('model.layers.0.self_attn.qkv_proj.weight', [short]), /bad\.weight f8_e4m3 \[64, 256\]/);
   });
 });
+
+/** `bytes` of device memory at `p`, after the stream's work. */
+function readDevice(c: CudaBackend, p: bigint, bytes: number): Uint8Array {
+  const host = c.device.hostAlloc(bytes);
+  try {
+    c.device.copyToHostAsync(host, p, bytes);
+    c.device.synchronize();
+    return new Uint8Array(host.view.slice(0, bytes));
+  } finally {
+    c.device.hostFree(host);
+  }
+}
 
 function newCudaArch(): number {
   if (noCuda) return 0;

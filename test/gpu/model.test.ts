@@ -20,6 +20,7 @@ import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda } from './cuda-helpers.js';
 import type { Backend } from '../../src/backend/backend.js';
 import type { ModelConfig } from '../../src/loader/types.js';
+import type { LoadOptions } from '../../src/model/weights.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 
 describe('whole model on CUDA', { skip: noCuda }, () => {
@@ -27,9 +28,10 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
   after(() => backends.forEach((b) => b.dispose()));
 
   /** A random model of `config` on `backend`: two prompts (37 and 70 tokens, scattered pages), then 3 decode steps. */
-  const prefillAndDecode = (config: ReturnType<typeof tinyConfig>, backend: Backend, seed: number) => {
+  const prefillAndDecode = (config: ReturnType<typeof tinyConfig>, backend: Backend, seed: number,
+    load: LoadOptions = {}) => {
     backends.push(backend);
-    const model = Model.load(config, randomWeightSource(config, { seed }), backend);
+    const model = Model.load(config, randomWeightSource(config, { seed }), backend, load);
     backend.allocateKvCache(model.kvCacheSpec(16, 16));
     const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
     const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
@@ -163,7 +165,7 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     assert.equal(cudaFp8.kvBytesPerToken * 2, cuda.kvBytesPerToken, 'a byte an element');
   });
 
-  test('block-FP8 weights: the GPU\'s logits nearer the CPU\'s W8A8 ones than FP8 is to bf16; graphs as eager', async () => {
+  test('block-FP8 weights: the GPU\'s logits nearer the CPU\'s W8A8 ones than FP8 is to bf16; quantized at load the same; graphs as eager', async () => {
     const config = tinyConfig('qwen3', { hiddenSize: 256, intermediateSize: 512, numLayers: 3, numHeads: 4,
       numKvHeads: 2, headDim: 64, vocabSize: 500 });
     const fp8Config: ModelConfig = { ...config, quantization: { method: 'fp8', weightBlockSize: [128, 128], modulesToNotConvert: [] } };
@@ -171,6 +173,8 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     const cpuFp8 = prefillAndDecode(fp8Config, newCpu(), 23).out;
     const cpu = prefillAndDecode(config, newCpu(), 23).out;
     const cudaFp8 = prefillAndDecode(fp8Config, newCuda(), 23).out;
+    // --quantization fp8: the bf16 weights quantized on the device are the checkpoint's bytes, so the same logits
+    assert.deepEqual(prefillAndDecode(config, newCuda(), 23, { quantization: 'fp8' }).out, cudaFp8);
     const rms = (p: Float32Array[], q: Float32Array[]) => {
       let sum = 0;
       let n = 0;

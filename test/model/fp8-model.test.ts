@@ -45,3 +45,29 @@ test('a block-FP8 model\'s logits are within 10% (RMS) of those of the model it 
   assert.ok(Math.max(...errors) < 0.1, `RMS-relative errors ${errors.map((e) => e.toFixed(4)).join(' ')}`);
   assert.ok(Math.min(...errors) > 1e-3, 'the quantization shows');
 });
+
+test('--quantization fp8: a bf16 checkpoint quantized at load computes what its block-FP8 checkpoint computes', async () => {
+  for (const quantization of [null, 'fp8'] as const) {
+    await makeTestModel({ shape: 'tiny-qwen3-128', outDir: join(root, `bf16-${quantization ?? 'none'}`), dtype: 'bf16', seed: 7,
+      quantization });
+  }
+  const rand = seededRandom(3);
+  const ids = Array.from({ length: 20 }, () => Math.floor(rand() * 512));
+  const steps = [[{ seq: 'a', start: 0, end: 12 }], [{ seq: 'a', start: 12, end: 20 }]];
+  const dir = join(root, 'bf16-none');
+  const online = Model.load(loadModelConfig(join(dir, 'config.json')), openWeights(dir), backend, { quantization: 'fp8' });
+  assert.equal(online.weights.layers[0]!.qkv.quantized, 'fp8_block');
+  assert.equal(online.weights.lmHead.quantized, undefined, 'the LM head and embeddings keep the checkpoint\'s dtype');
+  const fromCheckpoint = runSteps(load('bf16-fp8'), { a: ids }, steps, 3).get('a')!;
+  const quantizedAtLoad = runSteps(online, { a: ids }, steps, 3).get('a')!;
+  assert.deepEqual(quantizedAtLoad, fromCheckpoint);
+  const plain = runSteps(load('bf16-none'), { a: ids }, steps, 3).get('a')!;
+  assert.notDeepEqual(plain, fromCheckpoint, 'the quantization shows');
+});
+
+test('--quantization fp8 is refused, naming why, where a projection dimension is not a multiple of 128', async () => {
+  const dir = join(root, 'tiny');
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'bf16', seed: 1 });
+  assert.throws(() => Model.load(loadModelConfig(join(dir, 'config.json')), openWeights(dir), backend, { quantization: 'fp8' }),
+    /--quantization fp8 needs every projection dimension a multiple of 128; hidden_size is 64/);
+});

@@ -300,10 +300,7 @@ export class CudaBackend implements Backend {
    * cuBLASLt's block-scaled FP8 GEMM (sm_90; matmul quantizes the activations to match).
    */
   uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): Tensor {
-    if (this.device.arch < 90) {
-      throw new Error(`${name}: block-FP8 weights need compute capability 9.0 (Hopper) for cuBLASLt's block-scaled FP8 GEMM; ${this.device.name} is ${this.device.arch / 10}`);
-    }
-    if (this.batchInvariant) throw new Error(`${name}: --batch-invariant does not run block-FP8 weights (its GEMM is bf16)`);
+    this.checkFp8Weights(name);
     const K = parts[0]?.weight.shape[1] ?? 0;
     let N = 0;
     for (const { weight, scaleInv } of parts) {
@@ -335,6 +332,55 @@ export class CudaBackend implements Backend {
     this.device.upload(scales, scaleRows);
     this.weightBytes += N * K + scaleRows.byteLength;
     return new CudaTensor([N, K], p, 'f8_e4m3', scales);
+  }
+
+  private checkFp8Weights(name: string): void {
+    if (this.device.arch < 90) {
+      throw new Error(`${name}: block-FP8 weights need compute capability 9.0 (Hopper) for cuBLASLt's block-scaled FP8 GEMM; ${this.device.name} is ${this.device.arch / 10}`);
+    }
+    if (this.batchInvariant) throw new Error(`${name}: --batch-invariant does not run block-FP8 weights (its GEMM is bf16)`);
+  }
+
+  /**
+   * --quantization fp8: the parts' rows (bf16, or another float dtype rounded to bf16 first) uploaded to a scratch
+   * buffer and quantized there by kernels/quant_fp8.cu's quantize_weight_blocks_bf16 (quantizeWeightBlocks' bytes).
+   */
+  quantizeFp8Block(name: string, source: WeightSource, names: readonly string[]): Tensor {
+    this.checkFp8Weights(name);
+    const infos = names.map((n) => source.info(n));
+    const K = infos[0]?.shape[1] ?? 0;
+    if (infos.some((i) => i.shape.length !== 2 || i.shape[1] !== K || i.shape[0]! % FP8_BLOCK !== 0) || K % FP8_BLOCK !== 0) {
+      throw new Error(`quantizeFp8Block ${name}: parts [${infos.map((i) => i.shape.join(' x ')).join(', ')}] are not ` +
+        'of one width, with rows and columns multiples of 128');
+    }
+    const N = infos.reduce((n, i) => n + i.shape[0]!, 0);
+    const scratch = this.device.alloc(N * K * 2);
+    try {
+      if (infos.every((i) => i.dtype === 'bf16') && source.readInto) {
+        this.uploader ??= new WeightUploader(this.device, this.uploadChunkBytes);
+        if (this.uploader.upload(scratch, source, names) !== N * K * 2) throw new Error(`quantizeFp8Block ${name}: size mismatch`);
+      } else {
+        let row = 0;
+        for (const n of names) {
+          const t = source.read(n);
+          this.device.upload(scratch + BigInt(row * K * 2), t.dtype === 'bf16' ? t.data : f32ToBf16(bytesToF32(t.dtype, t.data)));
+          row += t.shape[0]!;
+        }
+      }
+      const rowFloats = fp8ScaleRowFloats(K);
+      const p = this.device.alloc(N * K);
+      const scales = this.device.alloc(N / FP8_BLOCK * rowFloats * 4);
+      this.weights.push(p, scales);
+      this.device.fillBytesAsync(scales, 0, N / FP8_BLOCK * rowFloats * 4);
+      this.device.launch('quant_fp8.cu', 'quantize_weight_blocks_bf16', [K / FP8_BLOCK, N / FP8_BLOCK, 1], 256,
+        [ptr(scratch), ptr(p), ptr(scales), i32(K), i32(rowFloats)]);
+      this.device.synchronize();
+      this.weightBytes += N * K + N / FP8_BLOCK * rowFloats * 4;
+      return new CudaTensor([N, K], p, 'f8_e4m3', scales);
+    } finally {
+      this.device.synchronize();
+      this.device.free(scratch);
+    }
   }
 
   /** A bf16 device tensor with `values` (tests, and host-built inputs). */

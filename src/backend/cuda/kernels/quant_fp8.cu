@@ -34,3 +34,26 @@ extern "C" __global__ void quantize_fp8_groups_bf16(const bf16_t* x, unsigned ch
   *reinterpret_cast<unsigned*>(q + at) = packed;
   if (lane == 0) scales[(long long)group * scaleStride + blockIdx.x] = scale;
 }
+
+// A bf16 weight [N, K] quantized to block FP8 at load (--quantization fp8), as src/model/fp8-linear.ts's
+// quantizeWeightBlocks: per 128 x 128 block, scale = max(absmax, 1e-10) / 448 and q = e4m3(w / scale) (the same
+// roundings, so the same bytes). scales [N / 128, scaleStride] f32 (cuBLASLt's layout: rows padded).
+// Launch: grid (K / 128, N / 128), block 256 (a thread a column of 64 of the block's rows).
+extern "C" __global__ void quantize_weight_blocks_bf16(const bf16_t* w, unsigned char* q, float* scales, int K,
+                                                       int scaleStride) {
+  __shared__ float warpMax[8];
+  const int col = blockIdx.x * 128 + (threadIdx.x & 127);
+  const long long row0 = (long long)blockIdx.y * 128 + (threadIdx.x >> 7);
+  float absmax = 0.f;
+  for (int r = 0; r < 128; r += 2) absmax = fmaxf(absmax, fabsf(to_float(w[(row0 + r) * K + col])));
+  for (int o = 16; o > 0; o >>= 1) absmax = fmaxf(absmax, __shfl_xor_sync(FULL_MASK, absmax, o));
+  if ((threadIdx.x & 31) == 0) warpMax[threadIdx.x >> 5] = absmax;
+  __syncthreads();
+  for (int i = 0; i < 8; i++) absmax = fmaxf(absmax, warpMax[i]);
+  const float scale = __fdiv_rn(fmaxf(absmax, 1e-10f), 448.f);
+  for (int r = 0; r < 128; r += 2) {
+    const long long at = (row0 + r) * K + col;
+    q[at] = from_float<fp8_t>(__fdiv_rn(to_float(w[at]), scale)).bits;
+  }
+  if (threadIdx.x == 0) scales[(long long)blockIdx.y * scaleStride + blockIdx.x] = scale;
+}
