@@ -41,3 +41,21 @@ test('chains of K 4,096 and more read 8 stages of weights before the kernel befo
   assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, true)?.kernel, 'gemm_chain_silu_mul_p8', 'qwen3-8b gate_up');
   assert.equal(planChainGemm(1, 4096, 2048, SMS)?.kernel, 'gemm_chain', 'K 2,048');
 });
+
+test('FP8 chains: any width, stages of 128 k with their scales; long chains of narrow weights split k between two warps (_s2)', () => {
+  const down = planChainGemm(1, 4096, 12288, SMS, false, true);
+  assert.equal(down?.kernel, 'gemm_chain_fp8_p8_s2', 'qwen3-8b down: K 12,288, 256 tiles');
+  assert.equal(down?.block, 64);
+  // per warp: the ring, then 48 groups of scales for 8 tokens and the weight tile's
+  assert.equal(down?.sharedBytes, 2 * (16 * (128 + 64) * 16 + Math.ceil(48 * 9 / 4) * 16));
+  const qkv = planChainGemm(1, 6144, 4096, SMS, false, true);
+  assert.equal(qkv?.kernel, 'gemm_chain_fp8_p8', 'qwen3-8b qkv: K 4,096, one warp a tile');
+  assert.equal(qkv?.block, 32);
+  assert.equal(qkv?.sharedBytes, 16 * (128 + 64) * 16 + Math.ceil(32 * 9 / 4) * 16);
+  assert.equal(planChainGemm(1, 2 * 12288 * 4, 12288, SMS, false, true)?.kernel, 'gemm_chain_fp8_p8', 'wide: one warp a tile');
+  assert.equal(planChainGemm(1, 1024, 3072, SMS, false, true)?.kernel, 'gemm_chain_fp8',
+    'qwen3-0.6b down: narrow, yet on the chain (cuBLASLt\'s FP8 GEMM is slower there)');
+  assert.equal(planChainGemm(1, 256, 8320, SMS, false, true)?.kernel, 'gemm_chain_fp8_p8', 'an odd count of groups: one warp');
+  assert.equal(planChainGemm(1, 1024, 1000, SMS, false, true), null, 'K % 128');
+  assert.equal(planChainGemm(1, 2048, 1024, SMS, true, true)?.kernel, 'gemm_chain_silu_mul_fp8', 'silu_mul: one warp a tile pair');
+});

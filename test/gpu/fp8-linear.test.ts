@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import type { WeightSource } from '../../src/loader/types.js';
 import { bf16ToF32, f32ToBf16, f32ToBytes } from '../../src/loader/dtype.js';
-import { e4m3Value } from '../../src/kv/fp8.js';
+import { e4m3Bits } from '../../src/kv/fp8.js';
 import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
 import { batchOf } from '../backend/helpers.js';
@@ -18,13 +18,11 @@ import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js'
 
 const CUDA_OPTIONS = { initialWorkspaceBytes: 16 << 20 };
 
-const bitsOf = new Map<number, number>();
-for (let b = 255; b >= 0; b--) if (!Number.isNaN(e4m3Value(b))) bitsOf.set(e4m3Value(b), b);
 
 /** A projection's checkpoint tensors from real weights w [n, K]. */
 function partOf(name: string, w: Float32Array, n: number, K: number): { part: Fp8BlockPart; q: Float32Array; s: Float32Array } {
   const { q, scaleInv } = quantizeWeightBlocks(w, n, K);
-  const bytes = Uint8Array.from(q, (v) => bitsOf.get(v)!);
+  const bytes = Uint8Array.from(q, e4m3Bits);
   return {
     part: {
       weight: { name: `${name}.weight`, dtype: 'f8_e4m3', shape: [n, K], data: bytes },
@@ -42,8 +40,9 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
     c.fillWorkspace(0xff);
   };
 
-  // qwen3-0.6b's qkv (three parts, concatenated as the loader does) and down; a small square one
-  for (const [sizes, K] of [[[2048, 1024, 1024], 1024], [[1024], 3072], [[256], 256]] as const) {
+  // qwen3-0.6b's qkv (three parts, concatenated as the loader does) and down, a small square one, an odd count of k
+  // groups; and a narrow one of K 8,192, whose chain splits its k between two warps (_s2)
+  for (const [sizes, K] of [[[2048, 1024, 1024], 1024], [[1024], 3072], [[256], 256], [[1024], 384], [[256], 8192]] as const) {
     const N = sizes.reduce((a, b) => a + b, 0);
     test(`N ${N} (${sizes.length} parts) K ${K}: matmul equals fp8BlockMatmul within bf16 tolerance`, () => {
       const c = cuda!;
@@ -135,7 +134,7 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
       let row = 0;
       for (const p of parts) {
         const { q, scaleInv } = quantizeWeightBlocks(p.values, p.n, K);
-        assert.deepEqual(bytes.subarray(row * K, (row + p.n) * K), Uint8Array.from(q, (v) => bitsOf.get(v)!), `${p.name} bytes`);
+        assert.deepEqual(bytes.subarray(row * K, (row + p.n) * K), Uint8Array.from(q, e4m3Bits), `${p.name} bytes`);
         for (let r = 0; r < p.n / 128; r++) {
           assert.deepEqual([...scales.subarray((row / 128 + r) * 4, (row / 128 + r) * 4 + 3)], [...scaleInv.subarray(r * 3, r * 3 + 3)],
             `${p.name} scales, row block ${r}`);

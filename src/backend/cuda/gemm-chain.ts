@@ -6,6 +6,14 @@
 export const CHAIN_MAX_TOKENS = 8;
 /** Stages of 64 k in a warp's ring (CHAIN_STAGES in the kernel). */
 const STAGES = 16;
+/**
+ * An FP8 chain of K >= FP8_SPLIT_FROM_K on a weight of fewer than FP8_SPLIT_BELOW_TILES_PER_SM tiles of 16 rows a SM
+ * splits each tile's k between two warps (the _s2 builds): qwen3-8b's down (K 12,288, 1.9 tiles a SM) 29.5 -> 24.4 us
+ * a token, while its qkv (K 4,096) lost 13.5 -> 19.5 and o held (docs/perf-log.md, session 19).
+ * QUIRE_FP8_SPLIT_K moves the K (A/B runs).
+ */
+const FP8_SPLIT_FROM_K = Number(process.env.QUIRE_FP8_SPLIT_K ?? 8192);
+const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
 /** Tiles of 16 weight rows per SM below which cuBLASLt is faster (in the sweep: 1.0 loses, 1.9 wins). */
 const MIN_TILES_PER_SM = 1.5;
 
@@ -24,7 +32,7 @@ const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
 export const FUSED_SILU_BELOW_K = 4096;
 
 export interface ChainGemmLaunch {
-  kernel: `${'gemm_chain' | 'gemm_chain_silu_mul'}${'' | '_fp8'}${'' | '_p8'}`;
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_mul'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}`;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -42,7 +50,12 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
   if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) return null;
   const tileParts = siluMul ? 2 : 1;
   const early = K >= EARLY8_FROM_K ? '_p8' : '';
-  const scaleBytes = fp8 ? (K / 128) * (8 + tileParts) * 4 : 0;
-  return { kernel: `${siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain'}${fp8 ? '_fp8' : ''}${early}`,
-    grid: [N / 16 / tileParts, 1, 1], block: 32, sharedBytes: STAGES * (tileParts * 128 + 64) * 16 + scaleBytes };
+  // long FP8 chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K)
+  const split = fp8 && !siluMul && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0 &&
+    N / 16 < FP8_SPLIT_BELOW_TILES_PER_SM * numSMs ? 2 : 1;
+  const steps = K / 128 / split;
+  const scaleBytes = fp8 ? Math.ceil(steps * (8 + tileParts) / 4) * 16 : 0;
+  return { kernel: `${siluMul ? 'gemm_chain_silu_mul' : 'gemm_chain'}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
+    grid: [N / 16 / tileParts, 1, 1], block: 32 * split,
+    sharedBytes: split * (STAGES * (tileParts * 128 + 64) * 16 + scaleBytes) };
 }

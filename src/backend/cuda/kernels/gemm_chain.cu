@@ -23,7 +23,9 @@
 // m16n8k32 e4m3 (sm_89+). A stage's sums start from zero and join the output's with both scales,
 // c += stage * xs[token, group] * ws[row block, group]: W8A8 as cuBLASLt's block-scaled GEMM computes it (not its bits).
 // Their scales go to shared memory after the ring: xs [groups][8 tokens] and ws [MT][groups] floats
-//   (+ groups * (8 + MT) * 4 bytes; gemm-chain.ts).
+//   (+ groups * (8 + MT) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64) split each tile's k between two warps,
+// each with its own ring (twice the warps streaming a narrow weight; an FP8 sum has no cuBLASLt order to keep), and
+// add the two halves in order.
 #include "common.cuh"
 #include "mma.cuh"
 #define QUIRE_DEVICE_ONLY
@@ -57,17 +59,23 @@ struct ChainScales {
 
 /**
  * MT weight tiles of 16 rows (rows row0 + 16 j... for j = 0, rows row0 + rowsB for the second) against <= 8 tokens.
- * E: bf16_t, or unsigned char for e4m3 (with `scales`).
+ * E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1 (FP8 only): warp j of the block takes the j-th of
+ * SPLIT equal slices of k (whole scale groups), with a ring and scales of its own; c is its slice's sum.
  */
-template <typename E, int MT, int S, int P>
+template <typename E, int MT, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
                                             int row0, int rowsB, float c[MT][4], ChainScales scales = {}) {
   constexpr bool FP8 = sizeof(E) == 1;
+  static_assert(SPLIT == 1 || FP8, "a bf16 chain is one warp's: its sums are cuBLASLt's");
   constexpr int PIECE = 16 / sizeof(E), KS = 8 * PIECE;  // elements of a 16-byte piece; k of a stage (8 pieces a row)
   constexpr int WP = 128, SP = MT * WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k per tile, 8 tokens x KS k
-  extern __shared__ u32x4 ring[];
+  extern __shared__ u32x4 chainShared[];
   const int lane = threadIdx.x & 31;
-  const int steps = K / KS;
+  const int steps = K / KS / SPLIT;
+  const int part = SPLIT > 1 ? threadIdx.x >> 5 : 0;
+  u32x4* ring = chainShared + part * (S * SP + ((8 + MT) * steps + 3) / 4);
+  x += part * steps * KS;
+  w += part * steps * KS;
   const E* wsrc[MT][4];
   int wdst[4];
   bool wok[MT][4];
@@ -125,12 +133,13 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
   if constexpr (FP8) {
     for (int i = lane; i < MT * steps; i += 32) {
       const int m = i / steps, g = i % steps;
-      wScale[i] = scales.w[(size_t)((row0 + m * rowsB) >> 7) * scales.wStride + g];
+      wScale[i] = scales.w[(size_t)((row0 + m * rowsB) >> 7) * scales.wStride + part * steps + g];
     }
   }
   pdl_begin();
   if constexpr (FP8) {
-    for (int i = lane; i < 8 * steps; i += 32) xScale[i] = (i & 7) < T ? scales.x[(size_t)(i >> 3) * scales.xStride + (i & 7)] : 0.f;
+    for (int i = lane; i < 8 * steps; i += 32)
+      xScale[i] = (i & 7) < T ? scales.x[(size_t)(part * steps + (i >> 3)) * scales.xStride + (i & 7)] : 0.f;
   }
 #pragma unroll
   for (int s = 0; s < P; s++)
@@ -181,14 +190,28 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
   cp_async_wait<0>();
 }
 
-template <typename E, int S, int P>
+template <typename E, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __restrict__ w, bf16_t* __restrict__ y,
                                            const bf16_t* __restrict__ bias, int T, int N, int K,
                                            ChainScales scales = {}) {
   float c[1][4];
   const int row0 = blockIdx.x * 16;
-  chain_tiles<E, 1, S, P>(x, w, T, N, K, row0, 0, c, scales);
+  chain_tiles<E, 1, S, P, SPLIT>(x, w, T, N, K, row0, 0, c, scales);
   const int lane = threadIdx.x & 31;
+  if constexpr (SPLIT > 1) {  // the slices' sums added in slice order by warp 0
+    __shared__ float slices[SPLIT - 1][32][4];
+    const int part = threadIdx.x >> 5;
+    if (part > 0) {
+#pragma unroll
+      for (int r = 0; r < 4; r++) slices[part - 1][lane][r] = c[0][r];
+    }
+    __syncthreads();
+    if (part > 0) return;
+#pragma unroll
+    for (int j = 0; j < SPLIT - 1; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) c[0][r] += slices[j][lane][r];
+  }
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
@@ -240,6 +263,9 @@ CHAIN_KERNELS(_p8, 8)
 #define FP8_CHAIN_KERNELS(suffix, P)                                                                                   \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_fp8##suffix(FP8_CHAIN_ARGS) {                            \
     gemm_chain<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K, {xScales, wScales, xStride, wStride});      \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(64) gemm_chain_fp8##suffix##_s2(FP8_CHAIN_ARGS) {                       \
+    gemm_chain<unsigned char, CHAIN_STAGES, P, 2>(x, w, y, nullptr, T, N, K, {xScales, wScales, xStride, wStride});   \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul_fp8##suffix(FP8_CHAIN_ARGS) {                   \
     gemm_chain_silu_mul<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K,                                     \
