@@ -27,6 +27,8 @@ import { MAX_DECODE_ROWS_PER_TOKEN, type Meta, metaPtr, StepBuffers } from './st
 import { layoutAtLeast, layoutFor, packStep, type PackedStep } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
+import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
+import { FP8_BLOCK } from '../../model/fp8-linear.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 
 export interface CudaBackendOptions {
@@ -100,13 +102,6 @@ export class CudaTensor implements Tensor {
   }
 }
 
-/** Rows and columns of a block-FP8 weight's scale blocks (FP8_BLOCK in src/model/fp8-linear.ts). */
-const FP8_BLOCK = 128;
-
-/** Floats a row of a block-FP8 weight's scales takes on the device: K / 128 padded to 16 bytes (cuBLASLt's layout). */
-function fp8ScaleRowFloats(K: number): number {
-  return Math.ceil(K / FP8_BLOCK / 4) * 4;
-}
 
 function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
@@ -301,34 +296,15 @@ export class CudaBackend implements Backend {
    */
   uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): Tensor {
     this.checkFp8Weights(name);
-    const K = parts[0]?.weight.shape[1] ?? 0;
-    let N = 0;
-    for (const { weight, scaleInv } of parts) {
-      const [n, k] = weight.shape as [number, number];
-      const blocks = [n / FP8_BLOCK, K / FP8_BLOCK];
-      if (weight.dtype !== 'f8_e4m3' || k !== K || n % FP8_BLOCK !== 0 || K % FP8_BLOCK !== 0 || weight.data.byteLength !== n * K ||
-        scaleInv.dtype !== 'f32' || scaleInv.shape.join() !== blocks.join() || scaleInv.data.byteLength !== n * K / FP8_BLOCK ** 2 * 4) {
-        throw new Error(`uploadFp8Block ${name}: ${weight.name} ${weight.dtype} [${weight.shape.join(', ')}] with scales ` +
-          `${scaleInv.dtype} [${scaleInv.shape.join(', ')}] (expected f8_e4m3 [n, ${K}], n and K multiples of 128, f32 [n / 128, K / 128])`);
-      }
-      N += n;
-    }
-    // cuBLASLt's BLK128x128_32F scales: the checkpoint's row-major [N / 128, K / 128], each row padded to 16 bytes
-    const rowFloats = fp8ScaleRowFloats(K);
-    const scaleRows = new Float32Array(N / FP8_BLOCK * rowFloats);
+    const { N, K, scales: scaleRows } = fp8DeviceScales(name, parts);
     const p = this.device.alloc(N * K);
-    this.weights.push(p);
+    const scales = this.device.alloc(scaleRows.byteLength);
+    this.weights.push(p, scales);
     let row = 0;
-    for (const { weight, scaleInv } of parts) {
+    for (const { weight } of parts) {
       this.device.upload(p + BigInt(row * K), weight.data);
-      const s = new Float32Array(scaleInv.data.slice().buffer);
-      for (let r = 0; r < weight.shape[0]! / FP8_BLOCK; r++) {
-        scaleRows.set(s.subarray(r * (K / FP8_BLOCK), (r + 1) * (K / FP8_BLOCK)), (row / FP8_BLOCK + r) * rowFloats);
-      }
       row += weight.shape[0]!;
     }
-    const scales = this.device.alloc(scaleRows.byteLength);
-    this.weights.push(scales);
     this.device.upload(scales, scaleRows);
     this.weightBytes += N * K + scaleRows.byteLength;
     return new CudaTensor([N, K], p, 'f8_e4m3', scales);
