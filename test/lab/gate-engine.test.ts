@@ -51,19 +51,23 @@ test('the transcript gate passes an unchanged engine and catches one perturbed l
   }
 });
 
-test('the demo model\'s recorded FP8-cache path (cpu-f32-fp8kv) is what the CPU engine gives with an FP8 cache', async () => {
-  const { packageRoot } = await import('../../src/cli/default-model.js');
-  const { gatePathKey } = await import('../../src/cli/gate.js');
-  const { loadGatePrompts } = await import('../../src/lab/index.js');
-  const root = packageRoot();
-  const llm = new LLM(join(root, 'models', 'quire-demo'), { backend: 'cpu', cpuThreads: 1, kvCacheDtype: 'fp8_e4m3' });
-  try {
-    const pathKey = gatePathKey('cpu', { enforceEager: false, batchInvariant: false, kvCacheDtype: 'fp8_e4m3' });
-    const r = await runTranscriptGate({ generator: llmGenerator(llm), prompts: loadGatePrompts(join(root, 'bench', 'gate-prompts.json')),
-      pathKey, canonicalPath: join(root, 'bench', 'gates', 'quire-demo.json'), mode: 'check' });
-    assert.equal(r.passed, true, `mismatches: ${JSON.stringify(r.mismatches.slice(0, 2))}`);
-    assert.notEqual(r.md5, 'dc8890fd09ace5ccd3a71f35cfb31278', 'not the f32 cache\'s transcript');
-  } finally {
-    await llm.close();
-  }
-});
+// the lossy paths recorded for the demo model: an FP8 KV cache, and weights quantized to block FP8 at load
+for (const [what, lossy] of [['FP8-cache path (cpu-f32-fp8kv)', { kvCacheDtype: 'fp8_e4m3' }],
+  ['FP8-weights path (cpu-f32-fp8w)', { quantization: 'fp8' }]] as const) {
+  test(`the demo model's recorded ${what} is what the CPU engine gives so`, async () => {
+    const { packageRoot } = await import('../../src/cli/default-model.js');
+    const { gatePathKey } = await import('../../src/cli/gate.js');
+    const { loadGatePrompts } = await import('../../src/lab/index.js');
+    const root = packageRoot();
+    const llm = new LLM(join(root, 'models', 'quire-demo'), { backend: 'cpu', cpuThreads: 1, ...lossy });
+    try {
+      const pathKey = gatePathKey('cpu', { enforceEager: false, batchInvariant: false, ...lossy });
+      const r = await runTranscriptGate({ generator: llmGenerator(llm), prompts: loadGatePrompts(join(root, 'bench', 'gate-prompts.json')),
+        pathKey, canonicalPath: join(root, 'bench', 'gates', 'quire-demo.json'), mode: 'check' });
+      assert.equal(r.passed, true, `mismatches: ${JSON.stringify(r.mismatches.slice(0, 2))}`);
+      assert.notEqual(r.md5, 'dc8890fd09ace5ccd3a71f35cfb31278', 'not the f32 transcript');
+    } finally {
+      await llm.close();
+    }
+  });
+}
