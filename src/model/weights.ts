@@ -8,7 +8,7 @@
 
 import { basename, dirname } from 'node:path';
 import type { Backend, Fp8BlockPart, Tensor } from '../backend/backend.js';
-import { bytesToF32, f32ToBytes } from '../loader/dtype.js';
+import { bf16ToF32, bytesToF32, f32ToBf16, f32ToBytes } from '../loader/dtype.js';
 import { fp8Module } from '../loader/config.js';
 import { ModelLoadError } from '../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
@@ -150,7 +150,7 @@ function quantizedParts(source: WeightSource, names: readonly string[]): Fp8Bloc
   return names.map((n) => {
     const t = source.read(n);
     const [N, K] = t.shape as [number, number];
-    const { q, scaleInv } = quantizeWeightBlocks(bytesToF32('bf16', f32ToBytes('bf16', bytesToF32(t.dtype, t.data))), N, K);
+    const { q, scaleInv } = quantizeWeightBlocks(bf16ToF32(f32ToBf16(bytesToF32(t.dtype, t.data))), N, K);
     return {
       weight: { name: n, dtype: 'f8_e4m3', shape: [N, K], data: f32ToBytes('f8_e4m3', q) },
       scaleInv: { name: `${n}_scale_inv`, dtype: 'f32', shape: [N / FP8_BLOCK, K / FP8_BLOCK],

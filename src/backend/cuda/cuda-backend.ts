@@ -102,7 +102,6 @@ export class CudaTensor implements Tensor {
   }
 }
 
-
 function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
   return t;
@@ -350,11 +349,10 @@ export class CudaBackend implements Backend {
       this.device.fillBytesAsync(scales, 0, N / FP8_BLOCK * rowFloats * 4);
       this.device.launch('quant_fp8.cu', 'quantize_weight_blocks_bf16', [K / FP8_BLOCK, N / FP8_BLOCK, 1], 256,
         [ptr(scratch), ptr(p), ptr(scales), i32(K), i32(rowFloats)]);
-      this.device.synchronize();
       this.weightBytes += N * K + N / FP8_BLOCK * rowFloats * 4;
       return new CudaTensor([N, K], p, 'f8_e4m3', scales);
     } finally {
-      this.device.synchronize();
+      this.device.synchronize();  // the scratch is read by the kernel (and by the uploader's copies)
       this.device.free(scratch);
     }
   }

@@ -88,15 +88,17 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
   const int* table = blockTables + (long long)seq * meta[META_BLOCK_TABLE_STRIDE];
   const int kvEnd = positions[rowEnd - 1] + 1;
 
+  // element c of key `key`'s kv head in the paged cache (0 where the key is not loaded)
+  auto cacheAt = [&](int key, int c, bool valid) -> long long {
+    return valid ? (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c : 0;
+  };
   // keys [kt, kt + BK) into buffer `stage`; keys past kvEnd are zeros
   auto loadTile = [&](int stage, int kt) {
     if constexpr (FP8) {
       for (int i = threadIdx.x; i < BK * (D / 16); i += NUM_THREADS) {
         const int j = i / (D / 16), c = i % (D / 16) * 16;
-        const int key = kt + j;
-        const bool valid = key < kvEnd;
-        long long at = 0;
-        if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+        const bool valid = kt + j < kvEnd;
+        const long long at = cacheAt(kt + j, c, valid);
         cp_async_16(sK8 + (stage * BK + j) * D + c, kCache + at, valid);
         cp_async_16(sV8 + (stage * BK + j) * D + c, vCache + at, valid);
       }
@@ -105,10 +107,8 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
       for (int v = 0; v < VECS_PER_THREAD; v++) {
         const int i = threadIdx.x + v * NUM_THREADS;
         const int j = i / VECS_PER_ROW, c = (i % VECS_PER_ROW) * 8;
-        const int key = kt + j;
-        const bool valid = key < kvEnd;
-        long long at = 0;
-        if (valid) at = (((long long)table[key / blockSize] * blockSize + key % blockSize) * numKvHeads + kvh) * D + c;
+        const bool valid = kt + j < kvEnd;
+        const long long at = cacheAt(kt + j, c, valid);
         cp_async_16(sK + (stage * BK + j) * ROW + c, kCache + at, valid);
         cp_async_16(sV + (stage * BK + j) * ROW + c, vCache + at, valid);
       }
