@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CHAIN_MAX_TOKENS, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
+import { CHAIN_MAX_TOKENS, parseChainSilu, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
 
 const SMS = 132;
 
@@ -28,34 +28,55 @@ test('K off the 64-k stage, ragged rows, or too few tiles per SM go to cuBLASLt'
 });
 
 test('silu_mul pairs each gate tile with its up tile: half the grid, twice the ring width', () => {
-  const plan = planChainGemm(1, 6144, 1024, SMS, true);
+  const plan = planChainGemm(1, 6144, 1024, SMS, 'tiles');
   assert.equal(plan?.kernel, 'gemm_chain_silu_mul');
   assert.deepEqual(plan?.grid, [192, 1, 1]);
   assert.equal(plan?.sharedBytes, 16 * (2 * 128 + 64) * 16);
-  assert.equal(planChainGemm(1, 6160, 1024, SMS, true), null, 'the halves are not whole tiles');
+  assert.equal(planChainGemm(1, 6160, 1024, SMS, 'tiles'), null, 'the halves are not whole tiles');
+});
+
+test('silu_mul as pairs: a warp a tile of 8 gate rows and their 8 up rows, the plain chain\'s grid and ring', () => {
+  const plan = planChainGemm(1, 6144, 1024, SMS, 'pairs');
+  assert.equal(plan?.kernel, 'gemm_chain_silu_pair');
+  assert.deepEqual(plan?.grid, [384, 1, 1]);
+  assert.equal(plan?.sharedBytes, 16 * (128 + 64) * 16);
+  assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair_p8', 'qwen3-8b gate_up');
+  assert.equal(planChainGemm(1, 6160, 1024, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair', 'halves of 3,080: whole pairs');
+  assert.equal(planChainGemm(1, 6152, 1024, SMS, 'pairs'), null, 'halves of 3,076 rows');
+  const fp8 = planChainGemm(1, 2048, 1024, SMS, 'pairs', true);
+  assert.equal(fp8?.kernel, 'gemm_chain_silu_pair_fp8');
+  assert.equal(fp8?.sharedBytes, 16 * (128 + 64) * 16 + Math.ceil(8 * 10 / 4) * 16, 'the scales of both halves\' blocks');
+  assert.equal(planChainGemm(1, 2 * 1088, 1024, SMS, 'pairs', true), null, 'FP8 halves are whole 128-row blocks');
+});
+
+test('QUIRE_CHAIN_SILU names a fusion', () => {
+  assert.equal(parseChainSilu(undefined, 'X'), undefined);
+  assert.equal(parseChainSilu('pairs', 'X'), 'pairs');
+  assert.equal(parseChainSilu('0', 'X'), 'none');
+  assert.throws(() => parseChainSilu('yes', 'QUIRE_CHAIN_SILU'), /QUIRE_CHAIN_SILU=yes: expected none, tiles or pairs/);
 });
 
 test('chains of K 4,096 and more read 8 stages of weights before the kernel before ends (the _p8 builds), shorter ones 4', () => {
   assert.equal(planChainGemm(1, 6144, 4096, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b qkv');
   assert.equal(planChainGemm(1, 4096, 12288, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b down');
-  assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, true)?.kernel, 'gemm_chain_silu_mul_p8', 'qwen3-8b gate_up');
+  assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, 'tiles')?.kernel, 'gemm_chain_silu_mul_p8', 'qwen3-8b gate_up');
   assert.equal(planChainGemm(1, 4096, 2048, SMS)?.kernel, 'gemm_chain', 'K 2,048');
 });
 
 test('FP8 chains: any width, stages of 128 k with their scales; long chains of narrow weights split k between two warps (_s2)', () => {
-  const down = planChainGemm(1, 4096, 12288, SMS, false, true);
+  const down = planChainGemm(1, 4096, 12288, SMS, 'none', true);
   assert.equal(down?.kernel, 'gemm_chain_fp8_p8_s2', 'qwen3-8b down: K 12,288, 256 tiles');
   assert.equal(down?.block, 64);
   // per warp: the ring, then 48 groups of scales for 8 tokens and the weight tile's
   assert.equal(down?.sharedBytes, 2 * (16 * (128 + 64) * 16 + Math.ceil(48 * 9 / 4) * 16));
-  const qkv = planChainGemm(1, 6144, 4096, SMS, false, true);
+  const qkv = planChainGemm(1, 6144, 4096, SMS, 'none', true);
   assert.equal(qkv?.kernel, 'gemm_chain_fp8_p8', 'qwen3-8b qkv: K 4,096, one warp a tile');
   assert.equal(qkv?.block, 32);
   assert.equal(qkv?.sharedBytes, 16 * (128 + 64) * 16 + Math.ceil(32 * 9 / 4) * 16);
-  assert.equal(planChainGemm(1, 2 * 12288 * 4, 12288, SMS, false, true)?.kernel, 'gemm_chain_fp8_p8', 'wide: one warp a tile');
-  assert.equal(planChainGemm(1, 1024, 3072, SMS, false, true)?.kernel, 'gemm_chain_fp8',
+  assert.equal(planChainGemm(1, 2 * 12288 * 4, 12288, SMS, 'none', true)?.kernel, 'gemm_chain_fp8_p8', 'wide: one warp a tile');
+  assert.equal(planChainGemm(1, 1024, 3072, SMS, 'none', true)?.kernel, 'gemm_chain_fp8',
     'qwen3-0.6b down: narrow, yet on the chain (cuBLASLt\'s FP8 GEMM is slower there)');
-  assert.equal(planChainGemm(1, 256, 8320, SMS, false, true)?.kernel, 'gemm_chain_fp8_p8', 'an odd count of groups: one warp');
-  assert.equal(planChainGemm(1, 1024, 1000, SMS, false, true), null, 'K % 128');
-  assert.equal(planChainGemm(1, 2048, 1024, SMS, true, true)?.kernel, 'gemm_chain_silu_mul_fp8', 'silu_mul: one warp a tile pair');
+  assert.equal(planChainGemm(1, 256, 8320, SMS, 'none', true)?.kernel, 'gemm_chain_fp8_p8', 'an odd count of groups: one warp');
+  assert.equal(planChainGemm(1, 1024, 1000, SMS, 'none', true), null, 'K % 128');
+  assert.equal(planChainGemm(1, 2048, 1024, SMS, 'tiles', true)?.kernel, 'gemm_chain_silu_mul_fp8', 'silu_mul: one warp a tile pair');
 });

@@ -1,13 +1,14 @@
 // The chain GEMM (kernels/gemm_chain.cu) takes steps of up to 8 tokens on wide enough weights and sums in cuBLASLt's
 // order: each of its rows is bit-identical to the same row of cuBLASLt's GEMM at 256 rows, and its gate_up + silu_mul
-// kernel to cuBLASLt's gate_up followed by silu_mul; with a bias (Qwen2's qkv) both add it before the rounding.
+// kernels (two ways) to cuBLASLt's gate_up followed by silu_mul; with a bias (Qwen2's qkv) both add it before the
+// rounding.
 // Outputs start as NaN (the workspace is poisoned).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
 import type { Tensor } from '../../src/backend/backend.js';
-import { planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
+import { type ChainSilu, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
@@ -79,22 +80,38 @@ describe('CUDA chain GEMM', { skip: noCuda }, () => {
     cpu.dispose();
   });
 
-  // K 1,024 (qwen3-0.6b): one fused kernel; K 4,096 (qwen3-8b): the chain, then silu_mul (FUSED_SILU_BELOW_K)
+  // K 1,024 (qwen3-0.6b) and 4,096 (qwen3-8b), each way the chain can apply silu_mul (QUIRE_CHAIN_SILU): none (the
+  // chain, then silu_mul), tiles (a gate tile and its up tile a warp), pairs (8 gate rows and their up rows a warp)
+  const withSilu = (silu: ChainSilu): CudaBackend => {
+    process.env.QUIRE_CHAIN_SILU = silu;
+    try {
+      return newCuda();
+    } finally {
+      delete process.env.QUIRE_CHAIN_SILU;
+    }
+  };
   for (const [N, K] of [[6144, 1024], [6144, 4096]] as const) {
-    test(`gate_up with silu_mul on the chain kernel gives the bits of cuBLASLt then silu_mul, K ${K}`, () => {
-      const c = cuda!;
-      assert.notEqual(planChainGemm(8, N, K, c.device.numSMs, true), null, 'the plan takes this shape on this GPU');
-      const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 21, -2, 2));
-      const w = c.fromHost([N, K], randomBf16(N * K, 22, -0.1, 0.1));
-      begin(c);
-      const whole = bitsOf(c, c.siluMul(c.matmul(x, w, 'test')));
-      const before = c.numChainGemms;
-      for (const [start, rows] of [[0, 1], [200, 1], [9, 8], [31, 3]] as const) {
-        begin(c);
-        assertSameBits(bitsOf(c, c.matmulSiluMul(rowsOf(x, start, rows), w)), whole.slice(start * N / 2, (start + rows) * N / 2),
-          `${rows} rows from ${start}`);
+    test(`gate_up with silu_mul on the chain kernel gives the bits of cuBLASLt then silu_mul, K ${K}, every fusion`, () => {
+      const [xv, wv] = [randomBf16(ROWS * K, 21, -2, 2), randomBf16(N * K, 22, -0.1, 0.1)];
+      const [x, w] = [cuda!.fromHost([ROWS, K], xv), cuda!.fromHost([N, K], wv)];
+      begin(cuda!);
+      const whole = bitsOf(cuda!, cuda!.siluMul(cuda!.matmul(x, w, 'test')));
+      for (const silu of ['none', 'tiles', 'pairs'] as const) {
+        const c = withSilu(silu);
+        try {
+          assert.notEqual(planChainGemm(8, N, K, c.device.numSMs, silu), null, 'the plan takes this shape on this GPU');
+          const [xc, wc] = [c.fromHost([ROWS, K], xv), c.fromHost([N, K], wv)];
+          const before = c.numChainGemms;
+          for (const [start, rows] of [[0, 1], [200, 1], [9, 8], [31, 3]] as const) {
+            begin(c);
+            assertSameBits(bitsOf(c, c.matmulSiluMul(rowsOf(xc, start, rows), wc)),
+              whole.slice(start * N / 2, (start + rows) * N / 2), `${silu}: ${rows} rows from ${start}`);
+          }
+          assert.equal(c.numChainGemms, before + 4, `${silu}: every small step ran a chain kernel`);
+        } finally {
+          c.dispose();
+        }
       }
-      assert.equal(c.numChainGemms, before + 4, 'every small step ran a chain kernel');
     });
   }
 });

@@ -15,7 +15,7 @@ import {
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { type ChainGemmLaunch, FUSED_SILU_BELOW_K, planChainGemm } from './gemm-chain.js';
+import { type ChainGemmLaunch, type ChainSilu, DEFAULT_CHAIN_SILU, parseChainSilu, planChainGemm } from './gemm-chain.js';
 import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
 import { GraphCache, type HostRead } from './graph-cache.js';
@@ -172,10 +172,10 @@ export class CudaBackend implements Backend {
   private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
   /**
-   * gate_up + silu_mul as one chain kernel: bf16 weights below FUSED_SILU_BELOW_K, never for FP8 ones (gemm-chain.ts);
-   * QUIRE_CHAIN_SILU / QUIRE_CHAIN_SILU_FP8 = 0 / 1 force it off / on (A/B runs).
+   * How gate_up's chain applies silu_mul (DEFAULT_CHAIN_SILU in gemm-chain.ts); QUIRE_CHAIN_SILU / QUIRE_CHAIN_SILU_FP8 =
+   * none / tiles / pairs force one for bf16 / FP8 weights (A/B runs).
    */
-  private readonly chainSilu: { bf16?: boolean; fp8: boolean };
+  private readonly chainSilu: { bf16?: ChainSilu; fp8?: ChainSilu };
   /** Device buffer of rowLogprobs' target ids (grown as needed). */
   private targets = 0n;
   private targetsBytes = 0;
@@ -228,8 +228,8 @@ export class CudaBackend implements Backend {
     this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
     this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
-    const silu = process.env.QUIRE_CHAIN_SILU;
-    this.chainSilu = { bf16: silu === undefined ? undefined : silu === '1', fp8: process.env.QUIRE_CHAIN_SILU_FP8 === '1' };
+    this.chainSilu = { bf16: parseChainSilu(process.env.QUIRE_CHAIN_SILU, 'QUIRE_CHAIN_SILU'),
+      fp8: parseChainSilu(process.env.QUIRE_CHAIN_SILU_FP8, 'QUIRE_CHAIN_SILU_FP8') };
     this.fusedRope = opts.fusedRope ?? process.env.QUIRE_FUSED_ROPE !== '0';
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
@@ -529,7 +529,7 @@ export class CudaBackend implements Backend {
     if (T > 0) {
       this.timed(`gemm ${label ?? `N=${N} K=${K}`}`, () => {
         if (!this.batchInvariant) {
-          const chain = this.chainPlan(T, N, K, false);  // bf16 weights only (FP8 took matmulFp8 above)
+          const chain = this.chainPlan(T, N, K);  // bf16 weights only (FP8 took matmulFp8 above)
           if (chain) this.launchChain(chain, xs, ws, out, T, N, K, b);
           else this.gemm.run(xs.ptr, ws.ptr, out.ptr, T, N, K, this.device.stream, b?.ptr ?? 0n);
           return;
@@ -552,8 +552,9 @@ export class CudaBackend implements Backend {
     const [T, K] = [x.shape[0]!, x.shape[1]!];
     const N = w.shape[0]!;
     const rows = Math.ceil(T / 4) * 4;
-    const chain = this.chainGemms && (!siluMul || this.chainSilu.fp8)
-      ? planChainGemm(T, N, K, this.device.numSMs, siluMul, true) : null;
+    const silu = siluMul ? this.chainSilu.fp8 ?? DEFAULT_CHAIN_SILU : 'none';
+    const chain = this.chainGemms && (!siluMul || silu !== 'none')
+      ? planChainGemm(T, N, K, this.device.numSMs, silu, true) : null;
     if (siluMul && !chain) return asCuda(this.siluMul(this.matmulFp8(x, w, label)));
     const out = this.act([rows, siluMul ? N / 2 : N]);
     if (T === 0) return out;
@@ -739,8 +740,8 @@ export class CudaBackend implements Backend {
   }
 
   /** The chain kernel's plan (kernels/gemm_chain.cu) where it is on and applies, else null (cuBLASLt, gemm_rows). */
-  private chainPlan(T: number, N: number, K: number, siluMul: boolean): ChainGemmLaunch | null {
-    return this.chainGemms && !this.batchInvariant ? planChainGemm(T, N, K, this.device.numSMs, siluMul) : null;
+  private chainPlan(T: number, N: number, K: number, silu: ChainSilu = 'none'): ChainGemmLaunch | null {
+    return this.chainGemms && !this.batchInvariant ? planChainGemm(T, N, K, this.device.numSMs, silu) : null;
   }
 
   private launchChain(plan: ChainGemmLaunch, x: CudaTensor, w: CudaTensor, out: CudaTensor, T: number, N: number,
@@ -757,8 +758,8 @@ export class CudaBackend implements Backend {
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
     if (ws.dtype === 'f8_e4m3' && ws.shape[1] === K) return this.matmulFp8(xs, ws, 'gate_up', true);
-    const fused = this.chainSilu.bf16 ?? K < FUSED_SILU_BELOW_K;
-    const chain = ws.shape[1] === K && fused ? this.chainPlan(T, N, K, true) : null;
+    const silu = this.chainSilu.bf16 ?? DEFAULT_CHAIN_SILU;
+    const chain = ws.shape[1] === K && silu !== 'none' ? this.chainPlan(T, N, K, silu) : null;
     if (!chain) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
     const out = this.act([T, N / 2]);
     this.timed('gemm gate_up + silu', () => this.launchChain(chain, xs, ws, out, T, N, K));

@@ -13,17 +13,20 @@
 //   gemm_chain_silu_mul: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
 //                        gate_up GEMM and silu_mul of kernels/activation.cu in one: a warp runs the gate tile's and
 //                        the up tile's chains side by side)
+//   gemm_chain_silu_pair: the same y, a warp's 16 rows being 8 of gate's and the same 8 of up's: a lane's C fragment
+//                        holds gate (rows 0-7) and up (rows 8-15) of the same column and tokens, so the epilogue
+//                        needs no exchange, and as many warps stream the weights as in gemm_chain
 // A dependent launch (kernels/common.cuh, pdl_wait): the weights of the first stages are read before the kernel
 // before has finished.
 // launch: grid (N / 16 tiles [of the gate half for silu_mul]), block 32, shared CHAIN_STAGES * (MT * 128 + 64) * 16
-// bytes (MT = 1, or 2 for silu_mul)
+// bytes (MT = 1, or 2 for silu_mul; silu_pair: N / 16 tiles of 8 + 8 rows, MT = 1)
 //
 // The _fp8 builds take block-FP8 weights (src/model/fp8-linear.ts) and activations quantized by kernels/quant_fp8.cu:
 // the same ring of 16-byte pieces, now of 16 e4m3 each, so a stage is 128 k, one scale group, and its four mma are
 // m16n8k32 e4m3 (sm_89+). A stage's sums start from zero and join the output's with both scales,
 // c += stage * xs[token, group] * ws[row block, group]: W8A8 as cuBLASLt's block-scaled GEMM computes it (not its bits).
-// Their scales go to shared memory after the ring: xs [groups][8 tokens] and ws [MT][groups] floats
-//   (+ groups * (8 + MT) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64) split each tile's k between two warps,
+// Their scales go to shared memory after the ring: xs [groups][8 tokens] and ws [R][groups] floats, R the tile's
+// row blocks (MT; 2 for silu_pair) (+ groups * (8 + R) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64) split each tile's k between two warps,
 // each with its own ring (twice the warps streaming a narrow weight; an FP8 sum has no cuBLASLt order to keep), and
 // add the two halves in order.
 #include "common.cuh"
@@ -59,21 +62,24 @@ struct ChainScales {
 
 /**
  * MT weight tiles of 16 rows (rows row0 + 16 j... for j = 0, rows row0 + rowsB for the second) against <= 8 tokens.
+ * PAIR (MT 1): the tile's rows are row0..row0+7, then row0+rowsB..row0+rowsB+7.
  * E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1 (FP8 only): warp j of the block takes the j-th of
  * SPLIT equal slices of k (whole scale groups), with a ring and scales of its own; c is its slice's sum.
  */
-template <typename E, int MT, int S, int P, int SPLIT = 1>
+template <typename E, int MT, int S, int P, int SPLIT = 1, bool PAIR = false>
 __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
                                             int row0, int rowsB, float c[MT][4], ChainScales scales = {}) {
   constexpr bool FP8 = sizeof(E) == 1;
   static_assert(SPLIT == 1 || FP8, "a bf16 chain is one warp's: its sums are cuBLASLt's");
   constexpr int PIECE = 16 / sizeof(E), KS = 8 * PIECE;  // elements of a 16-byte piece; k of a stage (8 pieces a row)
   constexpr int WP = 128, SP = MT * WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k per tile, 8 tokens x KS k
+  constexpr int SR = PAIR ? 2 : MT;            // FP8: weight scale rows (128-row blocks) a tile touches
+  static_assert(!PAIR || (MT == 1 && SPLIT == 1), "a pair tile is one warp's one tile");
   extern __shared__ u32x4 chainShared[];
   const int lane = threadIdx.x & 31;
   const int steps = K / KS / SPLIT;
   const int part = SPLIT > 1 ? threadIdx.x >> 5 : 0;
-  u32x4* ring = chainShared + part * (S * SP + ((8 + MT) * steps + 3) / 4);
+  u32x4* ring = chainShared + part * (S * SP + ((8 + SR) * steps + 3) / 4);
   x += part * steps * KS;
   w += part * steps * KS;
   const E* wsrc[MT][4];
@@ -85,7 +91,7 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
     wdst[i] = r * 8 + (col ^ (r & 7));
 #pragma unroll
     for (int m = 0; m < MT; m++) {
-      const int row = row0 + m * rowsB + r;
+      const int row = PAIR ? row0 + (r & 7) + (r >> 3) * rowsB : row0 + m * rowsB + r;
       wok[m][i] = row < N;
       wsrc[m][i] = w + (size_t)min(row, N - 1) * K + col * PIECE;
     }
@@ -128,10 +134,10 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
     if (s < steps) issue_w(s);
     cp_async_commit();
   }
-  float* xScale = reinterpret_cast<float*>(ring + S * SP);  // FP8: [steps][8 tokens], then ws [MT][steps]
+  float* xScale = reinterpret_cast<float*>(ring + S * SP);  // FP8: [steps][8 tokens], then ws [SR][steps]
   float* wScale = xScale + 8 * steps;
   if constexpr (FP8) {
-    for (int i = lane; i < MT * steps; i += 32) {
+    for (int i = lane; i < SR * steps; i += 32) {
       const int m = i / steps, g = i % steps;
       wScale[i] = scales.w[(size_t)((row0 + m * rowsB) >> 7) * scales.wStride + part * steps + g];
     }
@@ -181,9 +187,9 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
     if constexpr (FP8) {
 #pragma unroll
       for (int m = 0; m < MT; m++) {
-        const float ws = wScale[m * steps + s];
+        const float ws = wScale[m * steps + s], ws2 = PAIR ? wScale[steps + s] : ws;  // PAIR: rows 8-15's block
 #pragma unroll
-        for (int r = 0; r < 4; r++) c[m][r] += cs[m][r] * (xScale[8 * s + frag_tok(lane, r)] * ws);
+        for (int r = 0; r < 4; r++) c[m][r] += cs[m][r] * (xScale[8 * s + frag_tok(lane, r)] * (r & 2 ? ws2 : ws));
       }
     }
   }
@@ -237,6 +243,24 @@ __device__ __forceinline__ void gemm_chain_silu_mul(const E* __restrict__ x, con
   }
 }
 
+template <typename E, int S, int P>
+__device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, const E* __restrict__ w,
+                                                     bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
+                                                     int K, ChainScales scales = {}) {
+  float c[1][4];
+  const int inter = N / 2, row0 = blockIdx.x * 8;
+  chain_tiles<E, 1, S, P, 1, true>(x, w, T, N, K, row0, inter, c, scales);
+  const int lane = threadIdx.x & 31;
+  const int row = row0 + (lane >> 2);
+#pragma unroll
+  for (int r = 0; r < 2; r++) {  // registers 0, 1: gate's row, tokens tok and tok + 1; 2, 3: up's, the same tokens
+    const int tok = frag_tok(lane, r);
+    if (row < inter && tok < T)
+      y[(size_t)tok * inter + row] =
+          from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(c[0][r]), from_float<bf16_t>(c[0][r + 2])));
+  }
+}
+
 // 16 stages: 30 KiB (60 for silu_mul) of weights in flight per warp; shallower rings were slower on every decode
 // shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished (2 no better, 15 slower:
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
@@ -251,6 +275,9 @@ __device__ __forceinline__ void gemm_chain_silu_mul(const E* __restrict__ x, con
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {                           \
     gemm_chain_silu_mul<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                              \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair##suffix(CHAIN_ARGS) {                          \
+    gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
   }
 CHAIN_KERNELS(, 4)
 CHAIN_KERNELS(_p8, 8)
@@ -270,6 +297,10 @@ CHAIN_KERNELS(_p8, 8)
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul_fp8##suffix(FP8_CHAIN_ARGS) {                   \
     gemm_chain_silu_mul<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K,                                     \
                                                         {xScales, wScales, xStride, wStride});                         \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair_fp8##suffix(FP8_CHAIN_ARGS) {                  \
+    gemm_chain_silu_pair<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K,                                    \
+                                                         {xScales, wScales, xStride, wStride});                        \
   }
 FP8_CHAIN_KERNELS(, 4)
 FP8_CHAIN_KERNELS(_p8, 8)
