@@ -202,7 +202,7 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
   }
 }
 
-template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T)>
+template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -234,6 +234,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   const int* table = blockTables + (long long)max(seq, 0) * stride;
   const int pageMask = (1 << blockShift) - 1;
   const long long slotStride = (long long)numKvHeads * D;
+  const long long kvSlot = ropeTable != nullptr ? slotMapping[t] : -1;
+  // PDL (a dependent launch): the step's metadata above was written before the kernel before began; its qkv, and
+  // the cache and partials the kernels before wrote, are read only after it has finished
+  if constexpr (PDL) pdl_begin();
 
   float qf[G][EPL];
   if (ropeTable == nullptr) {
@@ -251,7 +255,6 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     T* qs = reinterpret_cast<T*>(&warpAcc[0][0][0]);
     const T* row = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D;
     const float* cosRow = ropeTable + (long long)t * D;
-    const long long kvSlot = slotMapping[t];
     const int items = G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
     for (int item = warp; item < items; item += DECODE_WARPS) {
       if (item < G) {
@@ -476,12 +479,11 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
-    pdl_begin();                                                                                                  \
-    attention_decode<T, C, D, G, V>(qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, \
-                              tokenToSeq, positions, numHeads, numKvHeads, blockShift, scale, splitTokens,        \
-                              longSplitTokens, shortSplitTokens, maxSplits, qHeadsPerKv, blockIdx.x,              \
-                              rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
-                              qNorm, kNorm, slotMapping, eps);                                                    \
+    attention_decode<T, C, D, G, V, true>(                                                                        \
+        qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
+        numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
+        qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
+        qNorm, kNorm, slotMapping, eps);                                                                             \
   }
 #define INSTANTIATE_DG(suffix, T, C, V, D, G) INSTANTIATE_DGMV(suffix, T, C, V, D, G, G <= 4 ? 4 : 2, )
 

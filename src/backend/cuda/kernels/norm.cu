@@ -37,11 +37,22 @@ __device__ __forceinline__ bool norm_fast(int hidden) {
   return hidden % 8 == 0 && hidden <= 8 * (int)blockDim.x * NORM_VEC;
 }
 
+/** This thread's weights of a register row (norm_row_fast's chunks), read before the kernel before has finished. */
+__device__ __forceinline__ void norm_weights_fast(const bf16_t* w, int hidden, float wf[NORM_VEC][8]) {
+#pragma unroll
+  for (int c = 0; c < NORM_VEC; c++) {
+    const int at = (threadIdx.x + c * blockDim.x) * 8;
+    if (at < hidden / 8 * 8) load8(w + at, wf[c]);
+  }
+}
+
 // out = x * rsqrt(mean(x^2) + eps) * w over one row held in registers (add: x = residual + add, rounded to
 // bf16 and stored to resOut first, unless null: the kernels pass the residual itself). Loads are issued
-// together, so the row costs one memory latency, not one per element.
+// together, so the row costs one memory latency, not one per element. wPre: the weights as norm_weights_fast
+// read them, or null (read here).
 __device__ __forceinline__ void norm_row_fast(const bf16_t* add, const bf16_t* res, bf16_t* resOut, const bf16_t* x,
-                                              const bf16_t* w, bf16_t* dst, int hidden, float eps) {
+                                              const bf16_t* w, bf16_t* dst, int hidden, float eps,
+                                              const float (*wPre)[8] = nullptr) {
   const int numChunks = hidden / 8;
   float v[NORM_VEC][8], a[NORM_VEC][8];
   float sumsq = 0.f;
@@ -70,7 +81,12 @@ __device__ __forceinline__ void norm_row_fast(const bf16_t* add, const bf16_t* r
     const int at = (threadIdx.x + c * blockDim.x) * 8;
     if (at >= numChunks * 8) continue;
     float wf[8];
-    load8(w + at, wf);
+    if (wPre) {
+#pragma unroll
+      for (int e = 0; e < 8; e++) wf[e] = wPre[c][e];
+    } else {
+      load8(w + at, wf);
+    }
 #pragma unroll
     for (int e = 0; e < 8; e++) v[c][e] = v[c][e] * inv * wf[e];
     store8(dst + at, v[c]);
@@ -119,18 +135,34 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
-#define INSTANTIATE(suffix, T)                                                                               \
-  extern "C" __global__ void rms_norm_##suffix(const T* x, const T* w, T* out, int hidden, float eps) {     \
-    pdl_begin();                                                                                             \
-    rms_norm<T>(x, w, out, hidden, eps);                                                                     \
-  }                                                                                                          \
-  extern "C" __global__ void add_rms_norm_##suffix(const T* x, T* residual, const T* w, T* out, int hidden, \
-                                                  float eps) {                                               \
-    pdl_begin();                                                                                             \
-    add_rms_norm<T>(x, residual, w, out, hidden, eps);                                                       \
-  }
-
-INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)
-#undef INSTANTIATE
+// bf16 register rows read their weights before waiting for the kernel before (they never change), so the weights'
+// latency hides under its end; the same arithmetic
+extern "C" __global__ void rms_norm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, int hidden, float eps) {
+  float wf[NORM_VEC][8];
+  const bool fast = norm_fast(hidden);
+  if (fast) norm_weights_fast(w, hidden, wf);
+  pdl_begin();
+  const long long at = (long long)blockIdx.x * hidden;
+  if (fast) norm_row_fast(nullptr, nullptr, nullptr, x + at, w, out + at, hidden, eps, wf);
+  else rms_norm<bf16_t>(x, w, out, hidden, eps);
+}
+extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
+                                             int hidden, float eps) {
+  float wf[NORM_VEC][8];
+  const bool fast = norm_fast(hidden);
+  if (fast) norm_weights_fast(w, hidden, wf);
+  pdl_begin();
+  const long long at = (long long)blockIdx.x * hidden;
+  if (fast) norm_row_fast(x + at, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf);
+  else add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
+}
+extern "C" __global__ void rms_norm_f32(const float* x, const float* w, float* out, int hidden, float eps) {
+  pdl_begin();
+  rms_norm<float>(x, w, out, hidden, eps);
+}
+extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, const float* w, float* out, int hidden,
+                                            float eps) {
+  pdl_begin();
+  add_rms_norm<float>(x, residual, w, out, hidden, eps);
+}
 #endif
