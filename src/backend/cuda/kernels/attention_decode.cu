@@ -39,6 +39,11 @@
 // arithmetic of qk_norm_rope, and the blocks of a row's last split write the new token's roped k and its v to the
 // cache at slotMapping[t] before they read it. One node less per layer, the same bits.
 //
+// A dependent launch (PDL): the step's metadata is read before waiting for the kernel before (it was copied before the
+// step's first kernel), and in the EARLY builds (EARLY_BUILD) the block's first round of K and V, where it holds no
+// position the kernels before or this one write (a row's new token is its last), and its warp's first rope item's
+// norm weights and angles (rope.cuh's rope_consts): their latency hides under the kernel before's end.
+//
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
 //   ropeTable [numTokens, 2, D/2] f32 (rope.cu's rope_table) or null; qNorm, kNorm [D] or null;
 //   out [numTokens, numHeads D]; partialOut [numRows, numHeads, maxSplits, D] f32 (unnormalized);
@@ -202,7 +207,7 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
   }
 }
 
-template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false>
+template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -235,8 +240,30 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   const int pageMask = (1 << blockShift) - 1;
   const long long slotStride = (long long)numKvHeads * D;
   const long long kvSlot = ropeTable != nullptr ? slotMapping[t] : -1;
-  // PDL (a dependent launch): the step's metadata above was written before the kernel before began; its qkv, and
-  // the cache and partials the kernels before wrote, are read only after it has finished
+  // EARLY: the block's first round of K and V, when it holds no position the kernels before or this one write (the
+  // row's new token is the last), and its warp's first rope item's norm weights and angles, read before the wait
+  KvRaw<C, EPL> kr0[DECODE_SLOTS], vr0[DECODE_SLOTS];
+  RopeConsts rc0;
+  int early0 = -1;
+  if constexpr (EARLY) {
+    const int begin0 = bz * plan.chunk, end0 = min(kvLen, begin0 + plan.chunk);
+    if (min(end0, begin0 + ROUND) <= kvLen - 1) {
+      early0 = begin0;
+#pragma unroll
+      for (int u = 0; u < DECODE_SLOTS; u++) {
+        const int jc = min(begin0 + (u * DECODE_WARPS + warp) * PPW + group, end0 - 1);
+        const long long page = table[jc >> blockShift];
+        const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
+        kr0[u].load(kCache + base);
+        vr0[u].load(vCache + base);
+      }
+    }
+    const int items = ropeTable == nullptr ? 0 : G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
+    if (warp < items) rope_consts<T>(warp < G ? qNorm : kNorm, ropeTable + (long long)t * D,
+                                     ropeTable + (long long)t * D + D / 2, D, rc0);
+  }
+  // PDL (a dependent launch): the step's metadata above was written before the kernel before began, and the cache
+  // rows read early by earlier steps; its qkv, and the partials the kernels before wrote, are read only after it
   if constexpr (PDL) pdl_begin();
 
   float qf[G][EPL];
@@ -257,14 +284,15 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     const float* cosRow = ropeTable + (long long)t * D;
     const int items = G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
     for (int item = warp; item < items; item += DECODE_WARPS) {
+      const RopeConsts* rc = EARLY && item == warp ? &rc0 : nullptr;
       if (item < G) {
         rope_head<T, C>(row + (long long)(h0 + item) * D, qs + item * D, qNorm, cosRow, cosRow + D / 2, D, eps,
-                     nullptr, nullptr, nullptr);
+                        nullptr, nullptr, nullptr, rc);
       } else {
         const T* k = row + (long long)(numHeads + kvh) * D;
         const long long at = (kvSlot * numKvHeads + kvh) * D;
         rope_head<T, C>(k, nullptr, kNorm, cosRow, cosRow + D / 2, D, eps, const_cast<C*>(kCache) + at,
-                        const_cast<C*>(vCache) + at, k + (long long)numKvHeads * D);
+                        const_cast<C*>(vCache) + at, k + (long long)numKvHeads * D, rc);
       }
     }
     __syncthreads();
@@ -302,15 +330,24 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     for (int j0 = begin; j0 < end; j0 += ROUND) {
       KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
       bool valid[DECODE_SLOTS];
+      if (EARLY && j0 == early0) {  // read before the wait
 #pragma unroll
-      for (int u = 0; u < DECODE_SLOTS; u++) {
-        const int j = j0 + (u * DECODE_WARPS + warp) * PPW + group;
-        valid[u] = j < end;
-        const int jc = min(j, end - 1);
-        const long long page = table[jc >> blockShift];
-        const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
-        kr[u].load(kCache + base);
-        vr[u].load(vCache + base);
+        for (int u = 0; u < DECODE_SLOTS; u++) {
+          valid[u] = j0 + (u * DECODE_WARPS + warp) * PPW + group < end;
+          kr[u] = kr0[u];
+          vr[u] = vr0[u];
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < DECODE_SLOTS; u++) {
+          const int j = j0 + (u * DECODE_WARPS + warp) * PPW + group;
+          valid[u] = j < end;
+          const int jc = min(j, end - 1);
+          const long long page = table[jc >> blockShift];
+          const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
+          kr[u].load(kCache + base);
+          vr[u].load(vCache + base);
+        }
       }
       float s[DECODE_SLOTS][G];
 #pragma unroll
@@ -470,6 +507,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 // instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them (grids of more than
 // 8 blocks per SM).
 // suffix: the compute type, then _fp8 where the cache is FP8 (C)
+// EARLY (K and V of the first round and the rope's constants read before the wait): bf16 caches of G <= 2 and 4 blocks
+// a SM, whose registers hold them without spilling (128); the others' would spill
+#define EARLY_BUILD(T, C, G, MINB) ((MINB) == 4 && (G) <= 2 && sizeof(T) == 2 && sizeof(C) == 2)
 #define INSTANTIATE_DGM(suffix, T, C, D, G, MINB, tail) INSTANTIATE_DGMV(suffix, T, C, 16 / (int)sizeof(T), D, G, MINB, tail)
 // V: elements a lane loads at once (16 bytes of the compute type; an FP8 cache 8 or 16)
 #define INSTANTIATE_DGMV(suffix, T, C, V, D, G, MINB, tail)                                                      \
@@ -479,7 +519,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
-    attention_decode<T, C, D, G, V, true>(                                                                        \
+    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB)>(                                              \
         qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
         numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
         qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
@@ -532,4 +572,5 @@ INSTANTIATE(f32, float, float, 4)
 #undef INSTANTIATE_DG
 #undef INSTANTIATE_DGM
 #undef INSTANTIATE_DGMV
+#undef EARLY_BUILD
 #endif

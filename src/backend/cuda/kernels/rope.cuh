@@ -22,15 +22,41 @@ __device__ __forceinline__ void rope_angle(int position, float invFreq, float& c
   s = (float)sd;
 }
 
+/** What rope_head reads besides the head, read ahead (rope_consts): norm weights and angles of lane's pairs. */
+struct RopeConsts {
+  float w1[ROPE_MAX_PAIRS], w2[ROPE_MAX_PAIRS], c[ROPE_MAX_PAIRS], s[ROPE_MAX_PAIRS];
+};
+
+/** rope_head's reads of normW (null: none) and of the angles, for a caller to make before its head is ready. */
+template <typename T>
+__device__ __forceinline__ void rope_consts(const T* normW, const float* cosRow, const float* sinRow, int headDim,
+                                            RopeConsts& rc) {
+  const int lane = threadIdx.x & 31;
+  const int half = headDim >> 1;
+  const int pairs = half >> 5;
+#pragma unroll
+  for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
+    if (k >= pairs) continue;
+    const int i = lane + 32 * k;
+    if (normW != nullptr) {
+      rc.w1[k] = to_float(normW[i]);
+      rc.w2[k] = to_float(normW[i + half]);
+    }
+    rc.c[k] = cosRow[i];
+    rc.s[k] = sinRow[i];
+  }
+}
+
 /**
  * Head x [headDim] normed by normW (null: no norm) and roped by cosRow / sinRow [headDim / 2] into y (null: not
  * stored); with kDst non-null the roped head also goes to kDst and v [headDim] to vDst (a paged cache slot of
  * element type C: an FP8 cache stores the bf16 values rounded once more, to_cache). D/2 a multiple of 32, D <= 256;
- * y may be x.
+ * y may be x. rc: normW's and the angles' values as rope_consts read them, or null (read here).
  */
 template <typename T, typename C = T>
 __device__ __forceinline__ void rope_head(const T* x, T* y, const T* normW, const float* cosRow, const float* sinRow,
-                                          int headDim, float eps, C* kDst, C* vDst, const T* v) {
+                                          int headDim, float eps, C* kDst, C* vDst, const T* v,
+                                          const RopeConsts* rc = nullptr) {
   const int lane = threadIdx.x & 31;
   const int half = headDim >> 1;
   const int pairs = half >> 5;  // per lane
@@ -56,8 +82,8 @@ __device__ __forceinline__ void rope_head(const T* x, T* y, const T* normW, cons
 #pragma unroll
     for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
       if (k < pairs) {
-        x1[k] = __fmul_rn(__fmul_rn(x1[k], inv), to_float(normW[lane + 32 * k]));
-        x2[k] = __fmul_rn(__fmul_rn(x2[k], inv), to_float(normW[lane + 32 * k + half]));
+        x1[k] = __fmul_rn(__fmul_rn(x1[k], inv), rc ? rc->w1[k] : to_float(normW[lane + 32 * k]));
+        x2[k] = __fmul_rn(__fmul_rn(x2[k], inv), rc ? rc->w2[k] : to_float(normW[lane + 32 * k + half]));
       }
     }
   }
@@ -65,7 +91,7 @@ __device__ __forceinline__ void rope_head(const T* x, T* y, const T* normW, cons
   for (int k = 0; k < ROPE_MAX_PAIRS; k++) {
     if (k >= pairs) continue;
     const int i = lane + 32 * k;
-    const float sf = sinRow[i], cf = cosRow[i];
+    const float sf = rc ? rc->s[k] : sinRow[i], cf = rc ? rc->c[k] : cosRow[i];
     const T y1 = from_float<T>(__fsub_rn(__fmul_rn(x1[k], cf), __fmul_rn(x2[k], sf)));
     const T y2 = from_float<T>(__fmaf_rn(x1[k], sf, __fmul_rn(x2[k], cf)));
     if (y != nullptr) {
