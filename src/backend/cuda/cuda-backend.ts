@@ -24,7 +24,7 @@ import { Profiler, type ProfileLogMode } from './profiler.js';
 import { kvCacheBudget } from './memory-budget.js';
 import type { KvCacheDtype } from '../../kv/fp8.js';
 import { MAX_DECODE_ROWS_PER_TOKEN, type Meta, metaPtr, StepBuffers } from './step-buffers.js';
-import { layoutAtLeast, layoutFor, packStep, type PackedStep } from './step-meta.js';
+import { layoutAtLeast, layoutFor, type MetaLayout, packStep, type PackedStep, stepLayout } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
 import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
@@ -195,6 +195,8 @@ export class CudaBackend implements Backend {
   private current: {
     batch: ForwardBatch;
     packed: PackedStep;
+    /** Where the step's metadata sections are (step-meta.ts stepLayout): what its kernels are given. */
+    layout: MetaLayout;
     ropeTable?: { invFreq: bigint; ptr: bigint };
     /** The most splits a row of the step's decode kernel needs (every layer asks; a mixed step has 16k tokens). */
     decodeMaxSplits?: number;
@@ -433,8 +435,9 @@ export class CudaBackend implements Backend {
     const layout = layoutFor(batch, this.steps.meta?.layout ?? null);
     if (layout !== this.steps.meta?.layout) this.steps.grow(layout, this.capturing);
     const meta = this.steps.meta!;
-    const packed = packStep(batch, meta.layout, meta.words);
-    this.timed('copies', () => this.device.copyToDeviceAsync(meta.device, meta.host, meta.layout.totalWords * 4));
+    const stepMeta = stepLayout(batch, meta.layout);
+    const packed = packStep(batch, stepMeta, meta.words);
+    this.timed('copies', () => this.device.copyToDeviceAsync(meta.device, meta.host, stepMeta.totalWords * 4));
     if (!this.capturing) {
       check(this.device.api.cuEventRecord(this.metaCopied, this.device.stream), 'cuEventRecord');
       this.metaCopyPending = true;
@@ -444,7 +447,7 @@ export class CudaBackend implements Backend {
       check(this.device.api.cuEventRecordWithFlags(this.metaCopied, this.device.stream, CU_EVENT_RECORD_EXTERNAL),
         'cuEventRecordWithFlags');
     }
-    this.current = { batch, packed };
+    this.current = { batch, packed, layout: stepMeta };
     return { batch };
   }
 
@@ -457,7 +460,7 @@ export class CudaBackend implements Backend {
     if (layout !== this.steps.meta?.layout) this.steps.grow(layout, this.capturing);
   }
 
-  private stepOf(step: StepInputs): { batch: ForwardBatch; packed: PackedStep; meta: Meta } {
+  private stepOf(step: StepInputs): { batch: ForwardBatch; packed: PackedStep; layout: MetaLayout; meta: Meta } {
     const meta = this.steps.meta;
     if (!this.current || this.current.batch !== step.batch || !meta) {
       throw new Error('CudaBackend: op called with a step other than the current one (beginStep first)');
@@ -485,12 +488,12 @@ export class CudaBackend implements Backend {
   // ---- ops ----
 
   embedding(table: Tensor, step: StepInputs): Tensor {
-    const { batch, meta } = this.stepOf(step);
+    const { batch, meta, layout } = this.stepOf(step);
     const w = asCuda(table);
     const hidden = w.shape[1]!;
     const out = this.act([batch.numTokens, hidden]);
     this.timed('embedding', () => this.device.launch('embedding.cu', 'embedding_bf16', [batch.numTokens, 1, 1], 256,
-      [ptr(w.ptr), ptr(metaPtr(meta, meta.layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)], 0, true));
+      [ptr(w.ptr), ptr(metaPtr(meta, layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)], 0, true));
     return out;
   }
 
@@ -604,7 +607,7 @@ export class CudaBackend implements Backend {
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
     numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
-    const { batch, packed, meta } = this.stepOf(step);
+    const { batch, packed, meta, layout } = this.stepOf(step);
     const q = asCuda(qkv);
     const D = rope.headDim;
     if (D % 64 !== 0 || D > 256) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64 up to 256`);
@@ -613,7 +616,7 @@ export class CudaBackend implements Backend {
     const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kvLayer(kvLayer);
     const T = batch.numTokens;
     const grid: [number, number, number] = [T, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
-    const positions = ptr(metaPtr(meta, meta.layout.positions));
+    const positions = ptr(metaPtr(meta, layout.positions));
     // A decode-only step's rows all go to the decode kernel (attention()): it ropes them itself.
     const fuse = this.fusedRope && kvLayer !== undefined && packed.decodeOnly && packed.numDecodeRows === T;
     this.timed('rope', () => {
@@ -626,7 +629,7 @@ export class CudaBackend implements Backend {
       }
       this.device.launch('rope.cu', `qk_norm_rope_${this.kvKernels}`, grid, ROPE_WARPS * 32, [ptr(q.ptr),
         ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
-        positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, meta.layout.slotMapping)), i32(numHeads),
+        positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, layout.slotMapping)), i32(numHeads),
         i32(numKvHeads), i32(D), f32(eps), ptr(table)], 0, true);
     });
     this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
@@ -643,13 +646,13 @@ export class CudaBackend implements Backend {
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
     step: StepInputs): Tensor {
-    const { batch, packed, meta } = this.stepOf(step);
+    const { batch, packed, meta, layout } = this.stepOf(step);
     const q = asCuda(qkv);
     const { k, v, spec } = this.kvLayer(layer);
     const D = q.shape[1]! / (numHeads + 2 * numKvHeads);
     if (D !== spec.headDim) throw new Error(`attention: head dim ${D}, cache has ${spec.headDim}`);
     const T = batch.numTokens;
-    const L = meta.layout;
+    const L = layout;
     const out = this.act([T, numHeads * D]);
     const kvWritten = this.kvWrittenFor?.qkv === q.ptr && this.kvWrittenFor.layer === layer;
     this.kvWrittenFor = null;
@@ -699,7 +702,7 @@ export class CudaBackend implements Backend {
   fusedLayers(residual: Tensor, layers: readonly LayerWeights[], spec: LayerSpec,
     step: StepInputs): { residual: Tensor; mlpOut: Tensor } | null {
     if (!this.batchInvariant || !this.fusedDecode || this.kvCacheDtype !== 'auto') return null;
-    const { batch, packed, meta } = this.stepOf(step);
+    const { batch, packed, meta, layout } = this.stepOf(step);
     if (batch.numTokens !== 1 || !packed.decodeOnly) return null;
     const D = spec.rope.headDim;
     const shape = { hidden: spec.hidden, inter: spec.inter, numHeads: spec.numHeads, numKvHeads: spec.numKvHeads, headDim: D };
@@ -712,7 +715,7 @@ export class CudaBackend implements Backend {
     }
     const table = this.fused.layerTable(layers, this.kvGeneration, (w) => (w ? asCuda(w).ptr : 0n), (l) => this.kvLayer(l));
     const { spec: kvSpec } = this.kvLayer(0);
-    const L = meta.layout;
+    const L = layout;
     const res1 = this.act([1, spec.hidden]);
     const scratch = this.act([plan.scratchElements]);
     const partialOut = this.act([1, spec.numHeads, MAX_SPLITS, D], 'f32');
@@ -778,13 +781,13 @@ export class CudaBackend implements Backend {
   }
 
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {
-    const { batch, meta } = this.stepOf(step);
+    const { batch, meta, layout } = this.stepOf(step);
     const xs = asCuda(x);
     const hidden = xs.shape[1]!;
     const numRows = batch.logitsIndices.length;
     const out = this.act([numRows, hidden]);
     this.timed('sampling', () => this.device.launch('embedding.cu', 'gather_rows_bf16', [numRows, 1, 1], 256,
-      [ptr(xs.ptr), ptr(metaPtr(meta, meta.layout.logitsIndices)), ptr(out.ptr), i32(hidden)], 0, true));
+      [ptr(xs.ptr), ptr(metaPtr(meta, layout.logitsIndices)), ptr(out.ptr), i32(hidden)], 0, true));
     return out;
   }
 
@@ -813,13 +816,13 @@ export class CudaBackend implements Backend {
   }
 
   private launchSampling(logits: Tensor, step: StepInputs): { R: number; ids: bigint } {
-    const { meta } = this.stepOf(step);
+    const { meta, layout } = this.stepOf(step);
     const l = asCuda(logits);
     const [R, vocab] = [l.shape[0]!, l.shape[1]!];
     const ids = meta.sampledIds;  // where the next step's negative input ids read them
     if (R > 0) {
       this.timed('sampling', () => this.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
-        [ptr(l.ptr), i32(vocab), ptr(metaPtr(meta, meta.layout.sampling)), i32(meta.layout.capTokens), ptr(ids)], 0, true));
+        [ptr(l.ptr), i32(vocab), ptr(metaPtr(meta, layout.sampling)), i32(layout.capTokens), ptr(ids)], 0, true));
     }
     return { R, ids };
   }
@@ -943,7 +946,8 @@ export class CudaBackend implements Backend {
     const meta = this.steps.meta!;
     if (this.metaCopyPending) check(this.device.api.cuEventSynchronize(this.metaCopied), 'cuEventSynchronize');
     const startMs = performance.now();
-    this.current = { batch, packed: packStep(batch, meta.layout, meta.words) };
+    const layout = stepLayout(batch, meta.layout);  // the capture's: its batch was padded to this bucket too
+    this.current = { batch, packed: packStep(batch, layout, meta.words), layout };
     check(this.device.api.cuGraphLaunch(g.exec, this.device.stream), 'cuGraphLaunch');
     this.metaCopyPending = true;  // the graph records metaCopied after its copy of the packed step
     this.numGraphReplays++;

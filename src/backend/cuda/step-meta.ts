@@ -77,6 +77,28 @@ function nextPow2(n: number, min: number): number {
   return v;
 }
 
+/**
+ * The layout one step packs into: the buffers' (`capacity`, what the largest step needs) cut to this step's tokens,
+ * logits rows and sequences, with the capacity's block-table stride. The step's metadata copy is then its own size
+ * (a decode step of one sequence: ~1 KB, not the capacity's ~630 KB), and a captured graph's, whose steps are padded
+ * to their bucket, is the same at every replay. Sections sit where this layout puts them: kernels take their
+ * offsets (and the sampling sections' spacing) from it at each launch.
+ */
+export function stepLayout(batch: ForwardBatch, capacity: MetaLayout): MetaLayout {
+  const numTokens = Math.max(batch.numTokens, batch.logitsIndices.length);
+  if (numTokens > capacity.capTokens || batch.numSeqs > capacity.capSeqs) {
+    throw new Error(`stepLayout: ${numTokens} tokens / ${batch.numSeqs} sequences over the capacity's ${capacity.capTokens} / ${capacity.capSeqs}`);
+  }
+  const key = `${numTokens},${batch.numSeqs}`;
+  let cache = stepLayouts.get(capacity);
+  if (!cache) stepLayouts.set(capacity, cache = new Map());
+  let layout = cache.get(key);
+  if (!layout) cache.set(key, layout = metaLayout(numTokens, batch.numSeqs, capacity.blockTableStride));
+  return layout;
+}
+
+const stepLayouts = new WeakMap<MetaLayout, Map<string, MetaLayout>>();
+
 /** `layout` if the batch fits it, otherwise a layout grown (in powers of two) to fit it. */
 export function layoutFor(batch: ForwardBatch, layout: MetaLayout | null): MetaLayout {
   return layoutAtLeast(layout, Math.max(batch.numTokens, batch.logitsIndices.length), batch.numSeqs,
