@@ -1,7 +1,9 @@
 // One step's metadata packed into ONE int32 buffer (pinned on the host, copied
-// to the device with one async HtoD). Sections sit at offsets fixed by the
-// capacities, never by the batch, and counts live in the header, so a captured
-// graph replays correctly for any batch that fits:
+// to the device with one async HtoD). The buffers are sized for the largest
+// step (the capacity layout); a step packs into a layout of its own shape
+// (stepLayout: its tokens, logits rows and sequences, the capacity's block-table
+// stride), so it copies only that, and a captured graph, whose steps are padded
+// to its bucket, replays the same offsets; counts live in the header:
 //
 //   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices | rowOrder |   <- capTokens each
 //   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | tiles (2 capTiles) | blockTables (capSeqs * stride) |
