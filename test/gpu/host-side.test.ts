@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { layoutAtLeast, layoutFor, packStep, stepLayout, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
   packRowOrder, packTiles, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 import { DeviceWorkspace, StepWorkspace } from '../../src/backend/cuda/workspace.js';
+import { decodeAsDependent } from '../../src/backend/cuda/attention-launch.js';
 import { profileTable, formatProfile } from '../../src/backend/cuda/profiler.js';
 import { libraryCandidates, loadLibrary, LibraryNotFoundError } from '../../src/backend/cuda/ffi/discover.js';
 import { bf16BytesToF32 } from '../../src/backend/cuda/host-staging.js';
@@ -138,6 +139,14 @@ test('stepLayout cuts the capacity layout to the step: a small copy, the same se
   assert.ok(stepLayout(scoring, capacity).capTokens >= 3);
   assert.throws(() => stepLayout(batchOf(Array.from({ length: 300 }, (_, i) => ({ ids: [1], start: 0, pages: [i] })), 16,
     Array.from({ length: 300 }, (_, i) => i)), capacity), /300 sequences over the capacity's 8192 \/ 256/);
+});
+
+test('the decode kernel is a dependent launch unless a batch-invariant step sends it rows of several tokens', () => {
+  assert.equal(decodeAsDependent(false, false), true, 'a mixed step: its one-token rows only');
+  assert.equal(decodeAsDependent(false, true), true);
+  assert.equal(decodeAsDependent(true, true), true, 'batch-invariant decode: one-token rows');
+  assert.equal(decodeAsDependent(true, false), false,
+    'batch-invariant prompt chunks: their earlier tokens come from the kernel just before');
 });
 
 test('StepWorkspace: layer arenas rewind two layers on; allocForStep ranges outlive every layer of the step', () => {

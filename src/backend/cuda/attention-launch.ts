@@ -103,6 +103,19 @@ export interface DecodeGrid {
   partialMl: bigint;
   /** [rows, numHeads / G] int32, zero between launches. */
   rowCounters: bigint;
+  /** Launched as a dependent (decodeAsDependent): it may start, and read early, before the kernel before ends. */
+  dependent: boolean;
+}
+
+/**
+ * Whether the decode kernel may be a dependent launch. Before waiting for the kernel before, its EARLY builds read
+ * the first round of K and V (kernels/attention_decode.cu), which holds no position of the row's own step only when
+ * each row is one token (its new position is its last): the batch-invariant mode's prompt chunks also go through
+ * the decode kernel, and a chunk's earlier tokens were written by the kernel just before (rope or kv_write), so
+ * such a step launches it plainly, after that kernel has finished.
+ */
+export function decodeAsDependent(batchInvariant: boolean, decodeOnly: boolean): boolean {
+  return !batchInvariant || decodeOnly;
 }
 
 /** The step's qk-norm + rope + kv write, done by the decode kernel itself (a decode-only step). */
@@ -133,5 +146,5 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
       i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),
       ptr(rope?.table ?? 0n), ptr(rope?.qNorm ?? 0n), ptr(rope?.kNorm ?? 0n), word(a, L.slotMapping),
-      f32(rope?.eps ?? 0)], 0, true);
+      f32(rope?.eps ?? 0)], 0, g.dependent);
 }

@@ -8,7 +8,7 @@ import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
 import type { Backend, Fp8BlockPart, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import type { LayerWeights } from '../../model/weights.js';
-import { launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
+import { decodeAsDependent, launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
 import {
   decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
 } from './decode-splits.js';
@@ -688,7 +688,8 @@ export class CudaBackend implements Backend {
         const partials = !this.batchInvariant ? this.steps.partials(meta, numHeads, D, this.capturing) : !mayShare ? { out: 0n, ml: 0n }
           : { out: this.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr, ml: this.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };
         launchDecodeAttention(this.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
-          partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters }, fused?.rope);
+          partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters,
+          dependent: decodeAsDependent(this.batchInvariant, packed.decodeOnly) }, fused?.rope);
       }
     });
     return out;
