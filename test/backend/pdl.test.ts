@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pdlEnabled } from '../../src/backend/cuda/device.js';
+import { decodeAsDependent } from '../../src/backend/cuda/attention-launch.js';
 
 test('dependent launches on Hopper and later, off below sm_90 and with QUIRE_PDL=0', () => {
   assert.equal(pdlEnabled(90, undefined), true);
@@ -10,4 +11,12 @@ test('dependent launches on Hopper and later, off below sm_90 and with QUIRE_PDL
   assert.equal(pdlEnabled(89, undefined), false, 'Ada has no griddepcontrol');
   assert.equal(pdlEnabled(80, '1'), false);
   assert.equal(pdlEnabled(90, '0'), false);
+});
+
+test('the decode kernel is a dependent launch unless a batch-invariant step sends it rows of several tokens', () => {
+  assert.equal(decodeAsDependent(false, false), true, 'a mixed step: its one-token rows only');
+  assert.equal(decodeAsDependent(false, true), true);
+  assert.equal(decodeAsDependent(true, true), true, 'batch-invariant decode: one-token rows');
+  assert.equal(decodeAsDependent(true, false), false,
+    'batch-invariant prompt chunks: their earlier tokens come from the kernel just before');
 });

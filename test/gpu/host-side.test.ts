@@ -7,10 +7,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { layoutAtLeast, layoutFor, packStep, stepLayout, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
+import { layoutFor, packStep, META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS,
   packRowOrder, packTiles, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 import { DeviceWorkspace, StepWorkspace } from '../../src/backend/cuda/workspace.js';
-import { decodeAsDependent } from '../../src/backend/cuda/attention-launch.js';
 import { profileTable, formatProfile } from '../../src/backend/cuda/profiler.js';
 import { libraryCandidates, loadLibrary, LibraryNotFoundError } from '../../src/backend/cuda/ffi/discover.js';
 import { bf16BytesToF32 } from '../../src/backend/cuda/host-staging.js';
@@ -118,35 +117,6 @@ test('layoutFor keeps a layout the batch fits and grows it otherwise', () => {
   assert.ok(grown.blockTableStride >= 101 && grown.capTokens >= first.capTokens);
   const words = new Int32Array(grown.totalWords);
   assert.equal(packStep(small, grown, words).decodeOnly, true);
-});
-
-test('stepLayout cuts the capacity layout to the step: a small copy, the same sections, one layout a shape', () => {
-  const capacity = layoutAtLeast(null, 8192, 256, 256);  // the engine's reserve for 8,192 tokens, 256 sequences
-  const one = batchOf([{ ids: [5], start: 300, pages: Array.from({ length: 19 }, (_, i) => 40 + i) }], 16, [0]);
-  const layout = stepLayout(one, capacity);
-  assert.equal(layout.blockTableStride, capacity.blockTableStride, 'the stride graphs were captured with');
-  assert.ok(layout.totalWords * 4 < 2048 && capacity.totalWords * 4 > 600_000,
-    `a one-token step copies ${layout.totalWords * 4} bytes, not the capacity's ${capacity.totalWords * 4}`);
-  assert.equal(stepLayout(batchOf([{ ids: [9], start: 7, pages: [1] }], 16, [0]), capacity), layout,
-    'the same shape, the same layout (a graph replays its capture\'s offsets)');
-  const words = new Int32Array(capacity.totalWords).fill(-7);
-  packStep(one, layout, words);
-  assert.equal(words[META_BLOCK_TABLE_STRIDE], capacity.blockTableStride);
-  assert.deepEqual([...words.subarray(layout.blockTables, layout.blockTables + 19)], [...one.blockTables]);
-  assert.equal(words[layout.positions], 300);
-  // logits rows beyond the tokens (prompt logprobs) size the token sections too
-  const scoring = batchOf([{ ids: [1, 2, 3], start: 0, pages: [0] }], 16, [0, 1, 2]);
-  assert.ok(stepLayout(scoring, capacity).capTokens >= 3);
-  assert.throws(() => stepLayout(batchOf(Array.from({ length: 300 }, (_, i) => ({ ids: [1], start: 0, pages: [i] })), 16,
-    Array.from({ length: 300 }, (_, i) => i)), capacity), /300 sequences over the capacity's 8192 \/ 256/);
-});
-
-test('the decode kernel is a dependent launch unless a batch-invariant step sends it rows of several tokens', () => {
-  assert.equal(decodeAsDependent(false, false), true, 'a mixed step: its one-token rows only');
-  assert.equal(decodeAsDependent(false, true), true);
-  assert.equal(decodeAsDependent(true, true), true, 'batch-invariant decode: one-token rows');
-  assert.equal(decodeAsDependent(true, false), false,
-    'batch-invariant prompt chunks: their earlier tokens come from the kernel just before');
 });
 
 test('StepWorkspace: layer arenas rewind two layers on; allocForStep ranges outlive every layer of the step', () => {
