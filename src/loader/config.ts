@@ -163,11 +163,15 @@ function parseQuantization(raw: unknown, file: string): Fp8BlockQuantization | n
   if (!Array.isArray(block) || block.length !== 2 || block[0] !== 128 || block[1] !== 128) {
     r.fail('weight_block_size', `is ${JSON.stringify(block)}; only block-wise FP8 with weight_block_size [128, 128] is supported`);
   }
-  const skip: unknown = json.modules_to_not_convert ?? [];
-  if (!Array.isArray(skip) || !skip.every((m) => typeof m === 'string')) {
-    r.fail('modules_to_not_convert', `must be a list of module names, got ${JSON.stringify(skip)}`);
-  }
-  return { method: 'fp8', weightBlockSize: [128, 128], modulesToNotConvert: skip as string[] };
+  // transformers writes modules_to_not_convert; vLLM's Fp8Config reads ignored_layers: either (or both) keep modules
+  const skip = (['modules_to_not_convert', 'ignored_layers'] as const).flatMap((key) => {
+    const names: unknown = json[key] ?? [];
+    if (!Array.isArray(names) || !names.every((m) => typeof m === 'string')) {
+      r.fail(key, `must be a list of module names, got ${JSON.stringify(names)}`);
+    }
+    return names as string[];
+  });
+  return { method: 'fp8', weightBlockSize: [128, 128], modulesToNotConvert: skip };
 }
 
 /**
@@ -185,7 +189,7 @@ function checkFusedPrecision(config: Pick<ModelConfig, 'quantization' | 'numLaye
     for (const [parent, names] of [['self_attn', ['q_proj', 'k_proj', 'v_proj']], ['mlp', ['gate_proj', 'up_proj']]] as const) {
       const modules = names.map((n) => `model.layers.${l}.${parent}.${n}`);
       if (new Set(modules.map((m) => fp8Module(config, m))).size > 1) {
-        r.fail('quantization_config.modules_to_not_convert', `names some but not all of ${modules.join(', ')}; ` +
+        r.fail('quantization_config.modules_to_not_convert', `(or ignored_layers) names some but not all of ${modules.join(', ')}; ` +
           'Quire fuses them into one weight, so they must all be FP8 or all not');
       }
     }

@@ -167,11 +167,24 @@ test('block FP8: modules_to_not_convert keeps whole named modules in torch_dtype
   assert.equal(fp8Module(c, 'model.layers.10.mlp.down_proj'), true, 'whole parts only: layers.1 is not layers.10');
   assert.equal(fp8Module(parseModelConfig(shapes['qwen3-8b'], 'c'), 'model.layers.0.self_attn.q_proj'), false, 'no quantization');
   configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: ['model.layers.3.self_attn.k_proj'] } },
-    '"quantization_config.modules_to_not_convert" names some but not all of model.layers.3.self_attn.q_proj, model.layers.3.self_attn.k_proj');
+    '"quantization_config.modules_to_not_convert" (or ignored_layers) names some but not all of model.layers.3.self_attn.q_proj, model.layers.3.self_attn.k_proj');
   configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: ['up_proj'] } }, 'gate_proj');
   configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, modules_to_not_convert: 'lm_head' } },
     '"quantization_config.modules_to_not_convert" must be a list of module names');
 });
+test('block FP8: vLLM\'s ignored_layers keeps modules as modules_to_not_convert does, the two together', () => {
+  const config = (q: object) => parseModelConfig({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, ...q } }, 'c');
+  const c = config({ ignored_layers: ['lm_head', 'model.layers.0.mlp.down_proj'], modules_to_not_convert: ['o_proj'] });
+  assert.deepEqual(c.quantization?.modulesToNotConvert, ['o_proj', 'lm_head', 'model.layers.0.mlp.down_proj']);
+  assert.equal(fp8Module(c, 'model.layers.0.mlp.down_proj'), false);
+  assert.equal(fp8Module(c, 'model.layers.1.mlp.down_proj'), true);
+  assert.equal(fp8Module(c, 'model.layers.5.self_attn.o_proj'), false);
+  configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, ignored_layers: 'lm_head' } },
+    '"quantization_config.ignored_layers" must be a list of module names');
+  configError({ ...shapes['qwen3-8b'], quantization_config: { ...QWEN3_FP8, ignored_layers: ['model.layers.2.mlp.up_proj'] } },
+    '(or ignored_layers) names some but not all of model.layers.2.mlp.gate_proj, model.layers.2.mlp.up_proj');
+});
+
 
 test('quantization other than block FP8 is refused naming the field and what is served', () => {
   const base = shapes['qwen3-8b']!;
