@@ -27,14 +27,6 @@ test('K off the 64-k stage, ragged rows, or too few tiles per SM go to cuBLASLt'
   assert.equal(planChainGemm(1, 3152, 1024, SMS), null, '197 tiles');
 });
 
-test('silu_mul pairs each gate tile with its up tile: half the grid, twice the ring width', () => {
-  const plan = planChainGemm(1, 6144, 1024, SMS, 'tiles');
-  assert.equal(plan?.kernel, 'gemm_chain_silu_mul');
-  assert.deepEqual(plan?.grid, [192, 1, 1]);
-  assert.equal(plan?.sharedBytes, 16 * (2 * 128 + 64) * 16);
-  assert.equal(planChainGemm(1, 6160, 1024, SMS, 'tiles'), null, 'the halves are not whole tiles');
-});
-
 test('silu_mul as pairs: a warp a tile of 8 gate rows and their 8 up rows, the plain chain\'s grid and ring', () => {
   const plan = planChainGemm(1, 6144, 1024, SMS, 'pairs');
   assert.equal(plan?.kernel, 'gemm_chain_silu_pair');
@@ -50,16 +42,16 @@ test('silu_mul as pairs: a warp a tile of 8 gate rows and their 8 up rows, the p
 });
 
 test('QUIRE_CHAIN_SILU names a fusion', () => {
-  assert.equal(parseChainSilu(undefined, 'X'), undefined);
+  assert.equal(parseChainSilu(undefined, 'X'), 'pairs', 'the default');
   assert.equal(parseChainSilu('pairs', 'X'), 'pairs');
+  assert.equal(parseChainSilu('none', 'X'), 'none');
   assert.equal(parseChainSilu('0', 'X'), 'none');
-  assert.throws(() => parseChainSilu('yes', 'QUIRE_CHAIN_SILU'), /QUIRE_CHAIN_SILU=yes: expected none, tiles or pairs/);
+  assert.throws(() => parseChainSilu('tiles', 'QUIRE_CHAIN_SILU'), /QUIRE_CHAIN_SILU=tiles: expected none or pairs/);
 });
 
 test('chains of K 4,096 and more read 8 stages of weights before the kernel before ends (the _p8 builds), shorter ones 4', () => {
   assert.equal(planChainGemm(1, 6144, 4096, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b qkv');
   assert.equal(planChainGemm(1, 4096, 12288, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b down');
-  assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, 'tiles')?.kernel, 'gemm_chain_silu_mul_p8', 'qwen3-8b gate_up');
   assert.equal(planChainGemm(1, 4096, 2048, SMS)?.kernel, 'gemm_chain', 'K 2,048');
 });
 
@@ -78,5 +70,4 @@ test('FP8 chains: any width, stages of 128 k with their scales; long chains of n
     'qwen3-0.6b down: narrow, yet on the chain (cuBLASLt\'s FP8 GEMM is slower there)');
   assert.equal(planChainGemm(1, 256, 8320, SMS, 'none', true)?.kernel, 'gemm_chain_fp8_p8', 'an odd count of groups: one warp');
   assert.equal(planChainGemm(1, 1024, 1000, SMS, 'none', true), null, 'K % 128');
-  assert.equal(planChainGemm(1, 2048, 1024, SMS, 'tiles', true)?.kernel, 'gemm_chain_silu_mul_fp8', 'silu_mul: one warp a tile pair');
 });

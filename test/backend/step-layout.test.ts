@@ -12,7 +12,7 @@ test('stepLayout cuts the capacity layout to the step: a small copy, the same se
   assert.equal(layout.blockTableStride, capacity.blockTableStride, 'the stride graphs were captured with');
   assert.ok(layout.totalWords * 4 < 2048 && capacity.totalWords * 4 > 600_000,
     `a one-token step copies ${layout.totalWords * 4} bytes, not the capacity's ${capacity.totalWords * 4}`);
-  assert.equal(stepLayout(batchOf([{ ids: [9], start: 7, pages: [1] }], 16, [0]), capacity), layout,
+  assert.deepEqual(stepLayout(batchOf([{ ids: [9], start: 7, pages: [1] }], 16, [0]), capacity), layout,
     'the same shape, the same layout (a graph replays its capture\'s offsets)');
   const words = new Int32Array(capacity.totalWords).fill(-7);
   packStep(one, layout, words);

@@ -1,6 +1,6 @@
 // The chain GEMM (kernels/gemm_chain.cu) takes steps of up to 8 tokens on wide enough weights and sums in cuBLASLt's
 // order: each of its rows is bit-identical to the same row of cuBLASLt's GEMM at 256 rows, and its gate_up + silu_mul
-// kernels (two ways) to cuBLASLt's gate_up followed by silu_mul; with a bias (Qwen2's qkv) both add it before the
+// kernel to cuBLASLt's gate_up followed by silu_mul; with a bias (Qwen2's qkv) both add it before the
 // rounding.
 // Outputs start as NaN (the workspace is poisoned).
 
@@ -81,7 +81,7 @@ describe('CUDA chain GEMM', { skip: noCuda }, () => {
   });
 
   // K 1,024 (qwen3-0.6b) and 4,096 (qwen3-8b), each way the chain can apply silu_mul (QUIRE_CHAIN_SILU): none (the
-  // chain, then silu_mul), tiles (a gate tile and its up tile a warp), pairs (8 gate rows and their up rows a warp)
+  // chain, then silu_mul), pairs (8 gate rows and their up rows a warp)
   const withSilu = (silu: ChainSilu): CudaBackend => {
     process.env.QUIRE_CHAIN_SILU = silu;
     try {
@@ -96,7 +96,7 @@ describe('CUDA chain GEMM', { skip: noCuda }, () => {
       const [x, w] = [cuda!.fromHost([ROWS, K], xv), cuda!.fromHost([N, K], wv)];
       begin(cuda!);
       const whole = bitsOf(cuda!, cuda!.siluMul(cuda!.matmul(x, w, 'test')));
-      for (const silu of ['none', 'tiles', 'pairs'] as const) {
+      for (const silu of ['none', 'pairs'] as const) {
         const c = withSilu(silu);
         try {
           assert.notEqual(planChainGemm(8, N, K, c.device.numSMs, silu), null, 'the plan takes this shape on this GPU');

@@ -15,7 +15,7 @@ import {
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { type ChainGemmLaunch, type ChainSilu, DEFAULT_CHAIN_SILU, parseChainSilu, planChainGemm } from './gemm-chain.js';
+import { type ChainGemmLaunch, type ChainSilu, parseChainSilu, planChainGemm } from './gemm-chain.js';
 import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
 import { GraphCache, type HostRead } from './graph-cache.js';
@@ -172,10 +172,10 @@ export class CudaBackend implements Backend {
   private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
   /**
-   * How gate_up's chain applies silu_mul (DEFAULT_CHAIN_SILU in gemm-chain.ts); QUIRE_CHAIN_SILU / QUIRE_CHAIN_SILU_FP8 =
-   * none / tiles / pairs force one for bf16 / FP8 weights (A/B runs).
+   * How gate_up's chain applies silu_mul (ChainSilu in gemm-chain.ts): pairs, or none where QUIRE_CHAIN_SILU /
+   * QUIRE_CHAIN_SILU_FP8 say so for bf16 / FP8 weights (A/B runs).
    */
-  private readonly chainSilu: { bf16?: ChainSilu; fp8?: ChainSilu };
+  private readonly chainSilu: { bf16: ChainSilu; fp8: ChainSilu };
   /** Device buffer of rowLogprobs' target ids (grown as needed). */
   private targets = 0n;
   private targetsBytes = 0;
@@ -555,7 +555,7 @@ export class CudaBackend implements Backend {
     const [T, K] = [x.shape[0]!, x.shape[1]!];
     const N = w.shape[0]!;
     const rows = Math.ceil(T / 4) * 4;
-    const silu = siluMul ? this.chainSilu.fp8 ?? DEFAULT_CHAIN_SILU : 'none';
+    const silu = siluMul ? this.chainSilu.fp8 : 'none';
     const chain = this.chainGemms && (!siluMul || silu !== 'none')
       ? planChainGemm(T, N, K, this.device.numSMs, silu, true) : null;
     if (siluMul && !chain) return asCuda(this.siluMul(this.matmulFp8(x, w, label)));
@@ -762,7 +762,7 @@ export class CudaBackend implements Backend {
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
     const N = ws.shape[0]!;
     if (ws.dtype === 'f8_e4m3' && ws.shape[1] === K) return this.matmulFp8(xs, ws, 'gate_up', true);
-    const silu = this.chainSilu.bf16 ?? DEFAULT_CHAIN_SILU;
+    const silu = this.chainSilu.bf16;
     const chain = ws.shape[1] === K && silu !== 'none' ? this.chainPlan(T, N, K, silu) : null;
     if (!chain) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
     const out = this.act([T, N / 2]);

@@ -24,31 +24,24 @@ const MIN_TILES_PER_SM = 1.5;
 const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
 
 /**
- * How gate_up's chain kernel applies silu_mul: not at all ('none': gate_up's [T, N] out), a warp streaming a gate tile
- * of 16 rows and its up tile ('tiles': gemm_chain_silu_mul, N / 32 warps), or a warp's tile being 8 gate rows and the
- * same 8 up rows ('pairs': gemm_chain_silu_pair, N / 16 warps, as many as the plain chain).
+ * How gate_up's chain kernel applies silu_mul: not at all ('none': gate_up's [T, N] out, then silu_mul's node), or as
+ * 'pairs' (gemm_chain_silu_pair: a warp's tile is 8 gate rows and the same 8 up rows, N / 16 warps as in the plain
+ * chain), the default. Against none: qwen3-8b (K 4,096) 161.8 / 161.9 -> 163.0 / 163.0 tok/s at one token; block-FP8
+ * qwen3-8b 218.4 / 218.0 -> 218.4 / 218.3. Against session 19's kernel of a gate tile and its up tile a warp (half
+ * the warps streaming, since dropped): qwen3-0.6b (K 1,024) 803.6 / 804.3 -> 831.7 / 831.5 at one token, 6,074 /
+ * 6,092 -> 6,237 / 6,242 at 8 (docs/perf-log.md, session 20).
  */
-export type ChainSilu = 'none' | 'tiles' | 'pairs';
+export type ChainSilu = 'none' | 'pairs';
 
-/**
- * gate_up's chain applies silu_mul as 'pairs' by default: the gate_up chain then silu_mul took qwen3-8b (K 4,096) to
- * 161.8 / 161.9 tok/s at one token, pairs 163.0 / 163.0; qwen3-0.6b (K 1,024) with 'tiles' 803.6 / 804.3 at one token
- * and 6,074 / 6,092 at 8, pairs 831.7 / 831.5 and 6,237 / 6,242; block-FP8 qwen3-8b none 218.4 / 218.0, pairs 218.4 /
- * 218.3. 'tiles' had taken 8b from 161.8 down to 156.9: half the warps stream the weights (docs/perf-log.md,
- * sessions 19 and 20).
- */
-export const DEFAULT_CHAIN_SILU: ChainSilu = 'pairs';
-
-/** QUIRE_CHAIN_SILU's value (none / tiles / pairs; 0 and 1 as none and tiles), undefined where unset. */
-export function parseChainSilu(value: string | undefined, name: string): ChainSilu | undefined {
-  if (value === undefined || value === '') return undefined;
-  const silu = ({ 0: 'none', 1: 'tiles', none: 'none', tiles: 'tiles', pairs: 'pairs' } as Record<string, ChainSilu>)[value];
-  if (silu === undefined) throw new Error(`${name}=${value}: expected none, tiles or pairs`);
-  return silu;
+/** QUIRE_CHAIN_SILU's value (none / pairs; 0 as none), 'pairs' where unset. */
+export function parseChainSilu(value: string | undefined, name: string): ChainSilu {
+  if (value === undefined || value === '' || value === 'pairs') return 'pairs';
+  if (value === 'none' || value === '0') return 'none';
+  throw new Error(`${name}=${value}: expected none or pairs`);
 }
 
 export interface ChainGemmLaunch {
-  kernel: `${'gemm_chain' | 'gemm_chain_silu_mul' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}`;
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}`;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -63,19 +56,16 @@ export interface ChainGemmLaunch {
 export function planChainGemm(T: number, N: number, K: number, numSMs: number, silu: ChainSilu = 'none', fp8 = false):
   ChainGemmLaunch | null {
   if (T < 1 || T > CHAIN_MAX_TOKENS || K % (fp8 ? 128 : 64) !== 0) return null;
-  // silu: the halves are whole tiles ('tiles') or whole 8-row pairs ('pairs'); FP8 halves are whole 128-row blocks
-  if (N % (silu === 'tiles' ? 32 : 16) !== 0 || (fp8 && silu !== 'none' && N % 256 !== 0)) return null;
+  // silu: the halves are whole 8-row pairs; FP8 halves are whole 128-row blocks
+  if (N % 16 !== 0 || (fp8 && silu === 'pairs' && N % 256 !== 0)) return null;
   if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) return null;
-  const tileParts = silu === 'tiles' ? 2 : 1;
-  const scaleRows = silu === 'none' ? 1 : 2;  // FP8: 128-row weight blocks a warp's rows touch
+  const scaleRows = silu === 'pairs' ? 2 : 1;  // FP8: 128-row weight blocks a warp's rows touch
   const early = K >= EARLY8_FROM_K ? '_p8' : '';
   // long FP8 chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K)
   const split = fp8 && silu === 'none' && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0 &&
     N / 16 < FP8_SPLIT_BELOW_TILES_PER_SM * numSMs ? 2 : 1;
   const steps = K / 128 / split;
   const scaleBytes = fp8 ? Math.ceil(steps * (8 + scaleRows) / 4) * 16 : 0;
-  const name = ({ none: 'gemm_chain', tiles: 'gemm_chain_silu_mul', pairs: 'gemm_chain_silu_pair' } as const)[silu];
-  return { kernel: `${name}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
-    grid: [N / 16 / tileParts, 1, 1], block: 32 * split,
-    sharedBytes: split * (STAGES * (tileParts * 128 + 64) * 16 + scaleBytes) };
+  return { kernel: `${silu === 'pairs' ? 'gemm_chain_silu_pair' : 'gemm_chain'}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
+    grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (STAGES * (128 + 64) * 16 + scaleBytes) };
 }

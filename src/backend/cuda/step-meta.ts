@@ -91,15 +91,8 @@ export function stepLayout(batch: ForwardBatch, capacity: MetaLayout): MetaLayou
   if (numTokens > capacity.capTokens || batch.numSeqs > capacity.capSeqs) {
     throw new Error(`stepLayout: ${numTokens} tokens / ${batch.numSeqs} sequences over the capacity's ${capacity.capTokens} / ${capacity.capSeqs}`);
   }
-  const key = `${numTokens},${batch.numSeqs}`;
-  let cache = stepLayouts.get(capacity);
-  if (!cache) stepLayouts.set(capacity, cache = new Map());
-  let layout = cache.get(key);
-  if (!layout) cache.set(key, layout = metaLayout(numTokens, batch.numSeqs, capacity.blockTableStride));
-  return layout;
+  return metaLayout(numTokens, batch.numSeqs, capacity.blockTableStride);
 }
-
-const stepLayouts = new WeakMap<MetaLayout, Map<string, MetaLayout>>();
 
 /** `layout` if the batch fits it, otherwise a layout grown (in powers of two) to fit it. */
 export function layoutFor(batch: ForwardBatch, layout: MetaLayout | null): MetaLayout {

@@ -240,6 +240,19 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   const int pageMask = (1 << blockShift) - 1;
   const long long slotStride = (long long)numKvHeads * D;
   const long long kvSlot = ropeTable != nullptr ? slotMapping[t] : -1;
+  // rope items (fused rope): the G q heads, and the new k (and v) by the blocks of the row's last split
+  const int items = G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
+  // A round of K and V from position j0 (positions from `end` on read end - 1's, and count for nothing)
+  auto load_round = [&](int j0, int end, KvRaw<C, EPL>(&kr)[DECODE_SLOTS], KvRaw<C, EPL>(&vr)[DECODE_SLOTS]) {
+#pragma unroll
+    for (int u = 0; u < DECODE_SLOTS; u++) {
+      const int jc = min(j0 + (u * DECODE_WARPS + warp) * PPW + group, end - 1);
+      const long long page = table[jc >> blockShift];
+      const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
+      kr[u].load(kCache + base);
+      vr[u].load(vCache + base);
+    }
+  };
   // EARLY: the block's first round of K and V, when it holds no position the kernels before or this one write (the
   // row's new token is the last), and its warp's first rope item's norm weights and angles, read before the wait
   KvRaw<C, EPL> kr0[DECODE_SLOTS], vr0[DECODE_SLOTS];
@@ -249,18 +262,12 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     const int begin0 = bz * plan.chunk, end0 = min(kvLen, begin0 + plan.chunk);
     if (min(end0, begin0 + ROUND) <= kvLen - 1) {
       early0 = begin0;
-#pragma unroll
-      for (int u = 0; u < DECODE_SLOTS; u++) {
-        const int jc = min(begin0 + (u * DECODE_WARPS + warp) * PPW + group, end0 - 1);
-        const long long page = table[jc >> blockShift];
-        const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
-        kr0[u].load(kCache + base);
-        vr0[u].load(vCache + base);
-      }
+      load_round(begin0, end0, kr0, vr0);
     }
-    const int items = ropeTable == nullptr ? 0 : G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
-    if (warp < items) rope_consts<T>(warp < G ? qNorm : kNorm, ropeTable + (long long)t * D,
-                                     ropeTable + (long long)t * D + D / 2, D, rc0);
+    if (ropeTable != nullptr && warp < items) {
+      rope_consts<T>(warp < G ? qNorm : kNorm, ropeTable + (long long)t * D, ropeTable + (long long)t * D + D / 2, D,
+                     rc0);
+    }
   }
   // PDL (a dependent launch): the step's metadata above was written before the kernel before began, and the cache
   // rows read early by earlier steps; its qkv, and the partials the kernels before wrote, are read only after it
@@ -282,7 +289,6 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     T* qs = reinterpret_cast<T*>(&warpAcc[0][0][0]);
     const T* row = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D;
     const float* cosRow = ropeTable + (long long)t * D;
-    const int items = G + (kvSlot >= 0 && (plan.numSplits - 1 - bz) % rowZ == 0 ? 1 : 0);
     for (int item = warp; item < items; item += DECODE_WARPS) {
       const RopeConsts* rc = EARLY && item == warp ? &rc0 : nullptr;
       if (item < G) {
@@ -330,24 +336,16 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     for (int j0 = begin; j0 < end; j0 += ROUND) {
       KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
       bool valid[DECODE_SLOTS];
+#pragma unroll
+      for (int u = 0; u < DECODE_SLOTS; u++) valid[u] = j0 + (u * DECODE_WARPS + warp) * PPW + group < end;
       if (EARLY && j0 == early0) {  // read before the wait
 #pragma unroll
         for (int u = 0; u < DECODE_SLOTS; u++) {
-          valid[u] = j0 + (u * DECODE_WARPS + warp) * PPW + group < end;
           kr[u] = kr0[u];
           vr[u] = vr0[u];
         }
       } else {
-#pragma unroll
-        for (int u = 0; u < DECODE_SLOTS; u++) {
-          const int j = j0 + (u * DECODE_WARPS + warp) * PPW + group;
-          valid[u] = j < end;
-          const int jc = min(j, end - 1);
-          const long long page = table[jc >> blockShift];
-          const long long base = ((page << blockShift) + (jc & pageMask)) * slotStride + (long long)kvh * D + dim0;
-          kr[u].load(kCache + base);
-          vr[u].load(vCache + base);
-        }
+        load_round(j0, end, kr, vr);
       }
       float s[DECODE_SLOTS][G];
 #pragma unroll

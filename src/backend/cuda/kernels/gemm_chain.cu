@@ -9,26 +9,24 @@
 // stages of 64 k (16-byte pieces, XOR-swizzled by row), and takes fragments by ldmatrix. One warp a block: the
 // chain's length is K / 16 mma whatever the grid, so the grid is the N / 16 tiles spread over every SM.
 //
-//   gemm_chain:          y[T, N] (+ bias[N] before the rounding, where bias is not null)
-//   gemm_chain_silu_mul: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
-//                        gate_up GEMM and silu_mul of kernels/activation.cu in one: a warp runs the gate tile's and
-//                        the up tile's chains side by side)
-//   gemm_chain_silu_pair: the same y, a warp's 16 rows being 8 of gate's and the same 8 of up's: a lane's C fragment
-//                        holds gate (rows 0-7) and up (rows 8-15) of the same column and tokens, so the epilogue
-//                        needs no exchange, and as many warps stream the weights as in gemm_chain
+//   gemm_chain:           y[T, N] (+ bias[N] before the rounding, where bias is not null)
+//   gemm_chain_silu_pair: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
+//                         gate_up GEMM and silu_mul of kernels/activation.cu in one): a warp's 16 rows are 8 of gate's
+//                         and the same 8 of up's, so a lane's C fragment holds gate (rows 0-7) and up (rows 8-15) of
+//                         the same column and tokens, the epilogue needs no exchange, and as many warps stream the
+//                         weights as in gemm_chain
 // A dependent launch (kernels/common.cuh, pdl_wait): the weights of the first stages are read before the kernel
 // before has finished.
-// launch: grid (N / 16 tiles [of the gate half for silu_mul]), block 32, shared CHAIN_STAGES * (MT * 128 + 64) * 16
-// bytes (MT = 1, or 2 for silu_mul; silu_pair: N / 16 tiles of 8 + 8 rows, MT = 1)
+// launch: grid (N / 16 tiles), block 32, shared CHAIN_STAGES * (128 + 64) * 16 bytes
 //
 // The _fp8 builds take block-FP8 weights (src/model/fp8-linear.ts) and activations quantized by kernels/quant_fp8.cu:
 // the same ring of 16-byte pieces, now of 16 e4m3 each, so a stage is 128 k, one scale group, and its four mma are
 // m16n8k32 e4m3 (sm_89+). A stage's sums start from zero and join the output's with both scales,
 // c += stage * xs[token, group] * ws[row block, group]: W8A8 as cuBLASLt's block-scaled GEMM computes it (not its bits).
 // Their scales go to shared memory after the ring: xs [groups][8 tokens] and ws [R][groups] floats, R the tile's
-// row blocks (MT; 2 for silu_pair) (+ groups * (8 + R) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64) split each tile's k between two warps,
-// each with its own ring (twice the warps streaming a narrow weight; an FP8 sum has no cuBLASLt order to keep), and
-// add the two halves in order.
+// row blocks (1; 2 for silu_pair) (+ groups * (8 + R) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64) split each
+// tile's k between two warps, each with its own ring (twice the warps streaming a narrow weight; an FP8 sum has no
+// cuBLASLt order to keep), and add the two halves in order.
 #include "common.cuh"
 #include "mma.cuh"
 #define QUIRE_DEVICE_ONLY
@@ -61,20 +59,20 @@ struct ChainScales {
 };
 
 /**
- * MT weight tiles of 16 rows (rows row0 + 16 j... for j = 0, rows row0 + rowsB for the second) against <= 8 tokens.
- * PAIR (MT 1): the tile's rows are row0..row0+7, then row0+rowsB..row0+rowsB+7.
- * E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1 (FP8 only): warp j of the block takes the j-th of
- * SPLIT equal slices of k (whole scale groups), with a ring and scales of its own; c is its slice's sum.
+ * One weight tile of 16 rows (row0..row0+15) against <= 8 tokens; PAIR: rows row0..row0+7, then
+ * row0+rowsB..row0+rowsB+7. E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1 (FP8 only): warp j of the
+ * block takes the j-th of SPLIT equal slices of k (whole scale groups), with a ring and scales of its own; c is its
+ * slice's sum.
  */
-template <typename E, int MT, int S, int P, int SPLIT = 1, bool PAIR = false>
-__device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
-                                            int row0, int rowsB, float c[MT][4], ChainScales scales = {}) {
+template <typename E, int S, int P, int SPLIT = 1, bool PAIR = false>
+__device__ __forceinline__ void chain_tile(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
+                                           int row0, int rowsB, float c[4], ChainScales scales = {}) {
   constexpr bool FP8 = sizeof(E) == 1;
   static_assert(SPLIT == 1 || FP8, "a bf16 chain is one warp's: its sums are cuBLASLt's");
   constexpr int PIECE = 16 / sizeof(E), KS = 8 * PIECE;  // elements of a 16-byte piece; k of a stage (8 pieces a row)
-  constexpr int WP = 128, SP = MT * WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k per tile, 8 tokens x KS k
-  constexpr int SR = PAIR ? 2 : MT;            // FP8: weight scale rows (128-row blocks) a tile touches
-  static_assert(!PAIR || (MT == 1 && SPLIT == 1), "a pair tile is one warp's one tile");
+  constexpr int WP = 128, SP = WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k, 8 tokens x KS k
+  constexpr int SR = PAIR ? 2 : 1;       // FP8: weight scale rows (128-row blocks) the tile touches
+  static_assert(!PAIR || SPLIT == 1, "a pair tile is one warp's");
   extern __shared__ u32x4 chainShared[];
   const int lane = threadIdx.x & 31;
   const int steps = K / KS / SPLIT;
@@ -82,19 +80,16 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
   u32x4* ring = chainShared + part * (S * SP + ((8 + SR) * steps + 3) / 4);
   x += part * steps * KS;
   w += part * steps * KS;
-  const E* wsrc[MT][4];
+  const E* wsrc[4];
   int wdst[4];
-  bool wok[MT][4];
+  bool wok[4];
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int p = lane + 32 * i, r = p >> 3, col = p & 7;
     wdst[i] = r * 8 + (col ^ (r & 7));
-#pragma unroll
-    for (int m = 0; m < MT; m++) {
-      const int row = PAIR ? row0 + (r & 7) + (r >> 3) * rowsB : row0 + m * rowsB + r;
-      wok[m][i] = row < N;
-      wsrc[m][i] = w + (size_t)min(row, N - 1) * K + col * PIECE;
-    }
+    const int row = PAIR ? row0 + (r & 7) + (r >> 3) * rowsB : row0 + r;
+    wok[i] = row < N;
+    wsrc[i] = w + (size_t)min(row, N - 1) * K + col * PIECE;
   }
   const E* xsrc[2];
   int xdst[2];
@@ -104,14 +99,12 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
     const int p = lane + 32 * i, r = p >> 3, col = p & 7;
     xok[i] = r < T;
     xsrc[i] = x + (size_t)min(r, T - 1) * K + col * PIECE;
-    xdst[i] = MT * WP + r * 8 + (col ^ (r & 7));
+    xdst[i] = WP + r * 8 + (col ^ (r & 7));
   }
   auto issue_w = [&](int s) {
     u32x4* slot = ring + (s % S) * SP;
 #pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) cp_async_16(slot + m * WP + wdst[i], wsrc[m][i] + s * KS, wok[m][i]);
+    for (int i = 0; i < 4; i++) cp_async_16(slot + wdst[i], wsrc[i] + s * KS, wok[i]);
   };
   auto issue_x = [&](int s) {
     u32x4* slot = ring + (s % S) * SP;
@@ -158,39 +151,30 @@ __device__ __forceinline__ void chain_tiles(const E* __restrict__ x, const E* __
   const int ar = (lane & 7) + (lane & 8), ah = lane >> 4;
   // B (x4, two k16 at once): lanes 8j..8j+7 the token rows at piece j of the pair's four.
   const int br = lane & 7, bq = lane >> 3;
-#pragma unroll
-  for (int m = 0; m < MT; m++) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.f;
+  c[0] = c[1] = c[2] = c[3] = 0.f;
   for (int s = 0; s < steps; s++) {
     if (s >= P) cp_async_wait<S - 2>();
     __syncwarp();
     issue(s + S - 1);
     const u32x4* slot = ring + (s % S) * SP;
-    float cs[MT][4];  // FP8: this stage's (scale group's) sums, from zero
-#pragma unroll
-    for (int m = 0; m < MT; m++) cs[m][0] = cs[m][1] = cs[m][2] = cs[m][3] = 0.f;
+    float cs[4] = {0.f, 0.f, 0.f, 0.f};  // FP8: this stage's (scale group's) sums, from zero
 #pragma unroll
     for (int pair = 0; pair < 2; pair++) {
       unsigned b[4];
-      ldmatrix_x4(b, slot + MT * WP + br * 8 + ((4 * pair + bq) ^ br));
+      ldmatrix_x4(b, slot + WP + br * 8 + ((4 * pair + bq) ^ br));
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int kk = 2 * pair + h;
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-          unsigned a[4];
-          ldmatrix_x4(a, slot + m * WP + ar * 8 + ((2 * kk + ah) ^ (ar & 7)));
-          if constexpr (FP8) mma_e4m3_16832(cs[m], a, b[2 * h], b[2 * h + 1]);
-          else mma_bf16_16816(c[m], a, b[2 * h], b[2 * h + 1]);
-        }
+        unsigned a[4];
+        ldmatrix_x4(a, slot + ar * 8 + ((2 * kk + ah) ^ (ar & 7)));
+        if constexpr (FP8) mma_e4m3_16832(cs, a, b[2 * h], b[2 * h + 1]);
+        else mma_bf16_16816(c, a, b[2 * h], b[2 * h + 1]);
       }
     }
     if constexpr (FP8) {
+      const float ws = wScale[s], ws2 = PAIR ? wScale[steps + s] : ws;  // PAIR: rows 8-15's block
 #pragma unroll
-      for (int m = 0; m < MT; m++) {
-        const float ws = wScale[m * steps + s], ws2 = PAIR ? wScale[steps + s] : ws;  // PAIR: rows 8-15's block
-#pragma unroll
-        for (int r = 0; r < 4; r++) c[m][r] += cs[m][r] * (xScale[8 * s + frag_tok(lane, r)] * (r & 2 ? ws2 : ws));
-      }
+      for (int r = 0; r < 4; r++) c[r] += cs[r] * (xScale[8 * s + frag_tok(lane, r)] * (r & 2 ? ws2 : ws));
     }
   }
   cp_async_wait<0>();
@@ -200,46 +184,29 @@ template <typename E, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __restrict__ w, bf16_t* __restrict__ y,
                                            const bf16_t* __restrict__ bias, int T, int N, int K,
                                            ChainScales scales = {}) {
-  float c[1][4];
+  float c[4];
   const int row0 = blockIdx.x * 16;
-  chain_tiles<E, 1, S, P, SPLIT>(x, w, T, N, K, row0, 0, c, scales);
+  chain_tile<E, S, P, SPLIT>(x, w, T, N, K, row0, 0, c, scales);
   const int lane = threadIdx.x & 31;
   if constexpr (SPLIT > 1) {  // the slices' sums added in slice order by warp 0
     __shared__ float slices[SPLIT - 1][32][4];
     const int part = threadIdx.x >> 5;
     if (part > 0) {
 #pragma unroll
-      for (int r = 0; r < 4; r++) slices[part - 1][lane][r] = c[0][r];
+      for (int r = 0; r < 4; r++) slices[part - 1][lane][r] = c[r];
     }
     __syncthreads();
     if (part > 0) return;
 #pragma unroll
     for (int j = 0; j < SPLIT - 1; j++)
 #pragma unroll
-      for (int r = 0; r < 4; r++) c[0][r] += slices[j][lane][r];
+      for (int r = 0; r < 4; r++) c[r] += slices[j][lane][r];
   }
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
     if (row < N && tok < T)
-      y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? c[0][r] + to_float(bias[row]) : c[0][r]);
-  }
-}
-
-template <typename E, int S, int P>
-__device__ __forceinline__ void gemm_chain_silu_mul(const E* __restrict__ x, const E* __restrict__ w,
-                                                    bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
-                                                    int K, ChainScales scales = {}) {
-  float c[2][4];
-  const int inter = N / 2, row0 = blockIdx.x * 16;
-  chain_tiles<E, 2, S, P>(x, w, T, N, K, row0, inter, c, scales);
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < 4; r++) {
-    const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
-    if (row < inter && tok < T)
-      y[(size_t)tok * inter + row] =
-          from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(c[0][r]), from_float<bf16_t>(c[1][r])));
+      y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? c[r] + to_float(bias[row]) : c[r]);
   }
 }
 
@@ -247,9 +214,9 @@ template <typename E, int S, int P>
 __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, const E* __restrict__ w,
                                                      bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
                                                      int K, ChainScales scales = {}) {
-  float c[1][4];
+  float c[4];
   const int inter = N / 2, row0 = blockIdx.x * 8;
-  chain_tiles<E, 1, S, P, 1, true>(x, w, T, N, K, row0, inter, c, scales);
+  chain_tile<E, S, P, 1, true>(x, w, T, N, K, row0, inter, c, scales);
   const int lane = threadIdx.x & 31;
   const int row = row0 + (lane >> 2);
 #pragma unroll
@@ -257,11 +224,11 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
     const int tok = frag_tok(lane, r);
     if (row < inter && tok < T)
       y[(size_t)tok * inter + row] =
-          from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(c[0][r]), from_float<bf16_t>(c[0][r + 2])));
+          from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(c[r]), from_float<bf16_t>(c[r + 2])));
   }
 }
 
-// 16 stages: 30 KiB (60 for silu_mul) of weights in flight per warp; shallower rings were slower on every decode
+// 16 stages: 30 KiB of weights in flight per warp; shallower rings were slower on every decode
 // shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished (2 no better, 15 slower:
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
 // session 15).
@@ -272,9 +239,6 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
 #define CHAIN_KERNELS(suffix, P)                                                                                       \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {                                    \
     gemm_chain<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                       \
-  }                                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul##suffix(CHAIN_ARGS) {                           \
-    gemm_chain_silu_mul<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                              \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair##suffix(CHAIN_ARGS) {                          \
     gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
@@ -293,10 +257,6 @@ CHAIN_KERNELS(_p8, 8)
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(64) gemm_chain_fp8##suffix##_s2(FP8_CHAIN_ARGS) {                       \
     gemm_chain<unsigned char, CHAIN_STAGES, P, 2>(x, w, y, nullptr, T, N, K, {xScales, wScales, xStride, wStride});   \
-  }                                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_mul_fp8##suffix(FP8_CHAIN_ARGS) {                   \
-    gemm_chain_silu_mul<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K,                                     \
-                                                        {xScales, wScales, xStride, wStride});                         \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair_fp8##suffix(FP8_CHAIN_ARGS) {                  \
     gemm_chain_silu_pair<unsigned char, CHAIN_STAGES, P>(x, w, y, nullptr, T, N, K,                                    \
