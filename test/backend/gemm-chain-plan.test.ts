@@ -1,5 +1,5 @@
-// Which GEMMs the chain kernel takes: up to 8 tokens, K a multiple of its 64-k stage, and weight rows enough for
-// 1.5 tiles of 16 rows per SM (fewer leave SMs idle, and cuBLASLt's split kernels win).
+// Which GEMMs the chain kernel takes: up to 8 tokens, K a multiple of its 64-k stage; weight rows enough for 1.5 tiles
+// of 16 rows per SM take the ring, fewer gemm_chain_whole where a warp's 8 rows fit its shared memory (else cuBLASLt).
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,12 +19,24 @@ test('the chain kernel takes 1 to 8 tokens of wide weights, one warp per 16 rows
   assert.equal(planChainGemm(CHAIN_MAX_TOKENS + 1, 4096, 1024, SMS), null);
 });
 
-test('K off the 64-k stage, ragged rows, or too few tiles per SM go to cuBLASLt', () => {
+test('K off the 64-k stage or ragged rows go to cuBLASLt', () => {
   assert.equal(planChainGemm(1, 4096, 1000, SMS), null, 'K % 64');
   assert.equal(planChainGemm(1, 4104, 1024, SMS), null, 'N % 16');
-  assert.equal(planChainGemm(1, 1024, 3072, SMS), null, 'qwen3-0.6b down: 64 tiles on 132 SMs');
+});
+
+test('under 1.5 tiles of 16 rows per SM: gemm_chain_whole, 8 rows a warp read whole, one token, within 99 KiB', () => {
   assert.equal(planChainGemm(1, 3168, 1024, SMS)?.kernel, 'gemm_chain', '198 tiles: 1.5 per SM');
-  assert.equal(planChainGemm(1, 3152, 1024, SMS), null, '197 tiles');
+  assert.equal(planChainGemm(1, 3152, 1024, SMS)?.kernel, 'gemm_chain_whole', '197 tiles');
+  const down = planChainGemm(1, 1024, 3072, SMS);  // qwen3-0.6b's down: 64 tiles on 132 SMs
+  assert.equal(down?.kernel, 'gemm_chain_whole');
+  assert.deepEqual(down?.grid, [128, 1, 1], 'a warp per 8 rows');
+  assert.equal(down?.block, 32);
+  assert.equal(down?.sharedBytes, 48 * (64 + 8) * 16, '48 stages of 8 weight rows and 1 token by 64 k');
+  assert.equal(planChainGemm(2, 1024, 3072, SMS), null, 'two tokens and more: cuBLASLt (QUIRE_CHAIN_WHOLE moves it)');
+  assert.equal(planChainGemm(1, 1024, 5632, SMS)?.sharedBytes, 99 * 1024, '88 stages: 99 KiB');
+  assert.equal(planChainGemm(1, 1024, 5696, SMS), null, '89 stages');
+  assert.equal(planChainGemm(1, 1024, 3072, SMS, 'pairs'), null, 'no silu_mul: gate_up, then silu_mul');
+  assert.equal(planChainGemm(1, 1024, 1024, SMS, 'none', true)?.kernel, 'gemm_chain_fp8', 'block FP8: the ring');
 });
 
 test('silu_mul as pairs: a warp a tile of 8 gate rows and their 8 up rows, the plain chain\'s grid and ring', () => {

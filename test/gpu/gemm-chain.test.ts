@@ -37,48 +37,56 @@ describe('CUDA chain GEMM', { skip: noCuda }, () => {
   const rowsOf = (x: CudaTensor, start: number, rows: number) =>
     new CudaTensor([rows, x.shape[1]!], x.ptr + BigInt(start * x.shape[1]! * 2));
 
-  // 0.6b's gate_up and qkv shapes; 8b's down (K 12,288: 192 stages of the ring)
-  for (const [N, K] of [[6144, 1024], [4096, 2048], [4096, 12288]] as const) {
-    test(`rows of 1 to 8 tokens give cuBLASLt's bits at 256 rows, N ${N} K ${K}`, () => {
+  // 0.6b's gate_up and qkv shapes; 8b's down (K 12,288: 192 stages of the ring); narrow weights, one token a step,
+  // on gemm_chain_whole: 0.6b's o and down, the demo model's o (gemm-chain-whole.test.ts: up to 8 tokens)
+  for (const [N, K, kernel] of [[6144, 1024, 'gemm_chain'], [4096, 2048, 'gemm_chain'], [4096, 12288, 'gemm_chain_p8'],
+    [1024, 2048, 'gemm_chain_whole'], [1024, 3072, 'gemm_chain_whole'], [256, 256, 'gemm_chain_whole']] as const) {
+    const narrow = kernel === 'gemm_chain_whole';
+    test(`rows of 1 to ${narrow ? 1 : 8} tokens give cuBLASLt's bits at 256 rows, N ${N} K ${K} (${kernel})`, () => {
       const c = cuda!;
-      assert.notEqual(planChainGemm(8, N, K, c.device.numSMs), null, 'the plan takes this shape on this GPU');
+      assert.equal(planChainGemm(1, N, K, c.device.numSMs)?.kernel, kernel, 'the plan here');
+      if (narrow) assert.equal(planChainGemm(2, N, K, c.device.numSMs), null, 'two tokens: cuBLASLt');
       const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 3 + K, -2, 2));
       const w = c.fromHost([N, K], randomBf16(N * K, 4 + N, -0.05, 0.05));
       begin(c);
       const before = c.numChainGemms;
       const whole = bitsOf(c, c.matmul(x, w, 'test'));
       assert.equal(c.numChainGemms, before, '256 rows go to cuBLASLt');
-      for (const [start, rows] of [[0, 1], [77, 1], [255, 1], [3, 5], [100, 8]] as const) {
+      const steps = [[0, 1], [77, 1], [255, 1], ...(narrow ? [] : [[3, 5], [100, 8]])] as const;
+      for (const [start, rows] of steps) {
         begin(c);
         assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')), whole.slice(start * N, (start + rows) * N),
           `${rows} rows from ${start}`);
       }
-      assert.equal(c.numChainGemms, before + 5, 'every small step ran the chain kernel');
+      assert.equal(c.numChainGemms, before + steps.length, 'every small step ran the chain kernel');
     });
   }
 
-  test('with a bias: rows of 1 to 8 tokens give the bits of cuBLASLt\'s BIAS epilogue at 256 rows, close to the CPU', () => {
-    const c = cuda!;
-    const cpu = newCpu();
-    const [N, K] = [4096, 1024];
-    assert.notEqual(planChainGemm(8, N, K, c.device.numSMs), null, 'the plan takes this shape on this GPU');
-    const [xc, x] = uploadBoth(cpu, c, 'x', [ROWS, K], randomBf16(ROWS * K, 41, -2, 2));
-    const [wc, w] = uploadBoth(cpu, c, 'w', [N, K], randomBf16(N * K, 42, -0.05, 0.05));
-    const [bc, b] = uploadBoth(cpu, c, 'b', [N], randomBf16(N, 43, -0.5, 0.5));
-    begin(c);
-    const before = c.numChainGemms;
-    const wholeValues = c.toHost(c.matmul(x, w, 'test', b));
-    cpu.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
-    assertBf16Close(wholeValues, cpu.toHost(cpu.matmul(xc, wc, 'test', bc)), 'cuBLASLt with a bias against the CPU');
-    const whole = new Uint32Array(wholeValues.buffer);
-    for (const [start, rows] of [[0, 1], [130, 1], [7, 8]] as const) {
+  // Qwen2's qkv: 1.5B's on the ring, 0.5B's (1,152 rows) on gemm_chain_whole
+  for (const [N, K] of [[4096, 1024], [1152, 896]] as const) {
+    test(`with a bias: 1 to 8 tokens give the bits of cuBLASLt's BIAS epilogue at 256 rows, close to the CPU, N ${N}`, () => {
+      const c = cuda!;
+      const cpu = newCpu();
+      assert.notEqual(planChainGemm(1, N, K, c.device.numSMs), null, 'the plan takes this shape on this GPU');
+      const [xc, x] = uploadBoth(cpu, c, 'x', [ROWS, K], randomBf16(ROWS * K, 41, -2, 2));
+      const [wc, w] = uploadBoth(cpu, c, 'w', [N, K], randomBf16(N * K, 42, -0.05, 0.05));
+      const [bc, b] = uploadBoth(cpu, c, 'b', [N], randomBf16(N, 43, -0.5, 0.5));
       begin(c);
-      assertSameBits(bitsOf(c, c.matmul(rowsOf(x as CudaTensor, start, rows), w, 'test', b)),
-        whole.slice(start * N, (start + rows) * N), `${rows} rows from ${start}`);
-    }
-    assert.equal(c.numChainGemms, before + 3, 'the small steps ran the chain kernel');
-    cpu.dispose();
-  });
+      const before = c.numChainGemms;
+      const wholeValues = c.toHost(c.matmul(x, w, 'test', b));
+      cpu.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
+      assertBf16Close(wholeValues, cpu.toHost(cpu.matmul(xc, wc, 'test', bc)), 'cuBLASLt with a bias against the CPU');
+      const whole = new Uint32Array(wholeValues.buffer);
+      const steps = [[0, 1], [130, 1], ...(planChainGemm(8, N, K, c.device.numSMs) ? [[7, 8]] : [])] as const;
+      for (const [start, rows] of steps) {
+        begin(c);
+        assertSameBits(bitsOf(c, c.matmul(rowsOf(x as CudaTensor, start, rows), w, 'test', b)),
+          whole.slice(start * N, (start + rows) * N), `${rows} rows from ${start}`);
+      }
+      assert.equal(c.numChainGemms, before + steps.length, 'the small steps ran the chain kernel');
+      cpu.dispose();
+    });
+  }
 
   // K 1,024 (qwen3-0.6b) and 4,096 (qwen3-8b), each way the chain can apply silu_mul (QUIRE_CHAIN_SILU): none (the
   // chain, then silu_mul), pairs (8 gate rows and their up rows a warp)

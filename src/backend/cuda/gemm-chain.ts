@@ -1,6 +1,7 @@
 // Launch plans for kernels/gemm_chain.cu: decode GEMMs of up to 8 tokens summed in cuBLASLt's order (the same bits),
-// streamed by one warp per 16 weight rows. Taken where there are tiles enough to keep every SM streaming; below that
-// cuBLASLt's split kernels are faster (docs/perf-log.md, session 10: qwen3-0.6b's o and down, 1,024 rows, lose 30-60%).
+// streamed by one warp per 16 weight rows where there are tiles enough to keep every SM streaming (below that the ring
+// lost 30-60% to cuBLASLt on qwen3-0.6b's o and down, 1,024 rows: docs/perf-log.md, session 10), else by one warp per
+// 8 rows read whole before the kernel before has finished (gemm_chain_whole).
 
 /** Most tokens a chain GEMM takes (one n8 tile). */
 export const CHAIN_MAX_TOKENS = 8;
@@ -14,8 +15,22 @@ const STAGES = 16;
  */
 const FP8_SPLIT_FROM_K = Number(process.env.QUIRE_FP8_SPLIT_K ?? 8192);
 const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
-/** Tiles of 16 weight rows per SM below which cuBLASLt is faster (in the sweep: 1.0 loses, 1.9 wins). */
+/**
+ * Tiles of 16 weight rows per SM below which the ring falls behind cuBLASLt (in the sweep: 1.0 loses, 1.9 wins); such
+ * weights take gemm_chain_whole, which reads a warp's 8 rows whole before the kernel before has finished.
+ */
 const MIN_TILES_PER_SM = 1.5;
+/**
+ * Most shared memory a gemm_chain_whole block takes: what every GPU from sm_86 lets a block have (K 3,072 at 8 tokens),
+ * and small enough to sit beside gate_up's chain blocks on an H100's SM so the next kernel's reads start early.
+ */
+const WHOLE_MAX_SHARED = 99 * 1024;
+/**
+ * Most tokens gemm_chain_whole takes (QUIRE_CHAIN_WHOLE; 0 sends narrow weights to cuBLASLt). One: qwen3-0.6b at one
+ * token 940.0 / 937.8 -> 966.4 / 961.0 tok/s; at 4 and 8 tokens each block rereads all the tokens after the wait and it
+ * lost to cuBLASLt's split kernels (8: 6,958 -> 6,340), at 2 it held even (docs/perf-log.md, session 21).
+ */
+const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 1);
 
 /**
  * K from which a chain reads 8 stages of weights before the kernel before has finished, not 4 (the _p8 builds: qwen3-8b
@@ -41,7 +56,7 @@ export function parseChainSilu(value: string | undefined, name: string): ChainSi
 }
 
 export interface ChainGemmLaunch {
-  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}`;
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}` | 'gemm_chain_whole';
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -58,7 +73,11 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
   if (T < 1 || T > CHAIN_MAX_TOKENS || K % (fp8 ? 128 : 64) !== 0) return null;
   // silu: the halves are whole 8-row pairs; FP8 halves are whole 128-row blocks
   if (N % 16 !== 0 || (fp8 && silu === 'pairs' && N % 256 !== 0)) return null;
-  if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) return null;
+  if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) {
+    const sharedBytes = (K / 64) * (64 + 8 * T) * 16;
+    return T <= WHOLE_MAX_TOKENS && silu === 'none' && sharedBytes <= WHOLE_MAX_SHARED
+      ? { kernel: 'gemm_chain_whole', grid: [N / 8, 1, 1], block: 32, sharedBytes } : null;
+  }
   const scaleRows = silu === 'pairs' ? 2 : 1;  // FP8: 128-row weight blocks a warp's rows touch
   const early = K >= EARLY8_FROM_K ? '_p8' : '';
   // long FP8 chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K)

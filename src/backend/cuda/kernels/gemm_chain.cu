@@ -228,6 +228,78 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
   }
 }
 
+// gemm_chain_whole: the same chains for weights too narrow to keep every SM streaming in 16-row tiles (qwen3-0.6b's o
+// and down, 1,024 rows), which cuBLASLt ran: a warp takes 8 weight rows and reads all of them (8 x K) into shared
+// memory before waiting for the kernel before, so only its tokens' loads and the K / 16 mma of its chain follow the
+// wait. The roles swap: the weights are the mma's B (n8: 8 rows a warp, twice the warps of 16-row tiles), the tokens
+// its A (m16: rows 0..T-1; rows from T read row T-1, rows 8-15 are zero, and their outputs are dropped). Each output
+// is still one chain over the k16 groups in natural order from zero: the same products and sums, so cuBLASLt's bits.
+// Shared: weights [K / 64 stages][8 rows][8 pieces], then tokens [stages][T rows][8 pieces], each row's pieces
+// XOR-swizzled by row; the tokens arrive in CHAIN_WHOLE_GROUPS groups of stages, the chain starting on the first.
+// launch: grid (N / 8), block 32, shared K / 64 * (64 + 8 T) * 16 bytes
+#define CHAIN_WHOLE_GROUPS 4
+__device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
+                                            bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
+                                            int K) {
+  extern __shared__ u32x4 chainShared[];
+  const int lane = threadIdx.x & 31, steps = K / 64, row0 = blockIdx.x * 8;
+  u32x4* ws = chainShared;
+  u32x4* xs = chainShared + steps * 64;
+  for (int p = lane; p < steps * 64; p += 32) {  // piece p: stage p / 64, row (p / 8) % 8, piece p % 8 of the stage
+    const int r = (p >> 3) & 7, col = p & 7, row = row0 + r;
+    cp_async_16(ws + (p & ~7) + (col ^ r), w + (size_t)min(row, N - 1) * K + (p >> 6) * 64 + col * 8, row < N);
+  }
+  cp_async_commit();
+  pdl_begin();
+  const int per = (steps + CHAIN_WHOLE_GROUPS - 1) / CHAIN_WHOLE_GROUPS, rowPieces = 8 * T;
+#pragma unroll
+  for (int g = 0; g < CHAIN_WHOLE_GROUPS; g++) {
+    const int end = min(steps, (g + 1) * per) * rowPieces;
+    for (int p = g * per * rowPieces + lane; p < end; p += 32) {  // stage p / 8T, token (p / 8) % T, piece p % 8
+      const int s = p / rowPieces, r = (p >> 3) - s * T, col = p & 7;
+      cp_async_16(xs + (p & ~7) + (col ^ (r & 7)), x + (size_t)r * K + s * 64 + col * 8, true);
+    }
+    cp_async_commit();
+  }
+  // A and B alike (x4, two k16 at once): lanes 8j..8j+7 address token rows 0-7 (A; rows from T read row T-1) and
+  // weight rows 0-7 (B) at piece j of the pair's four. A's rows 8-15 are zero: one ldmatrix serves two k16 of A, so
+  // an mma waits on fewer of them (a chain of ldmatrix-fed mma ran ~28 cycles an mma against ~36 with a full A tile)
+  const int br = lane & 7, bq = lane >> 3, ar = min(br, T - 1);
+  const unsigned wAddr = shared_addr(ws + br * 8), xAddr = shared_addr(xs + ar * 8);  // this lane's rows
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int g = 0; g < CHAIN_WHOLE_GROUPS; g++) {
+    if (g == 0) cp_async_wait<CHAIN_WHOLE_GROUPS - 1>();  // the weights and the first group of tokens
+    else if (g == 1) cp_async_wait<CHAIN_WHOLE_GROUPS - 2>();
+    else if (g == 2) cp_async_wait<CHAIN_WHOLE_GROUPS - 3>();
+    else cp_async_wait<0>();
+    __syncwarp();
+    const int end = min(steps, (g + 1) * per);
+#pragma unroll 2
+    for (int s = g * per; s < end; s++) {
+      const unsigned wslot = wAddr + s * 64 * 16, xslot = xAddr + s * rowPieces * 16;
+#pragma unroll
+      for (int pair = 0; pair < 2; pair++) {
+        unsigned a[4], b[4];
+        ldmatrix_x4_at(b, wslot + ((4 * pair + bq) ^ br) * 16);
+        ldmatrix_x4_at(a, xslot + ((4 * pair + bq) ^ (ar & 7)) * 16);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const unsigned af[4] = {a[2 * h], 0u, a[2 * h + 1], 0u};
+          mma_bf16_16816(c, af, b[2 * h], b[2 * h + 1]);
+        }
+      }
+    }
+  }
+  const int tok = lane >> 2;  // registers 0, 1: token lane / 4, weight rows 2 (lane % 4) and the next; 2, 3: tokens 8+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = row0 + 2 * (lane & 3) + r;
+    if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? c[r] + to_float(bias[row]) : c[r]);
+  }
+}
+static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group");
+
 // 16 stages: 30 KiB of weights in flight per warp; shallower rings were slower on every decode
 // shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished (2 no better, 15 slower:
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
@@ -243,6 +315,11 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair##suffix(CHAIN_ARGS) {                          \
     gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
   }
+extern "C" __global__ void __launch_bounds__(32) gemm_chain_whole(const bf16_t* __restrict__ x,
+                                                                 const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
+                                                                 const bf16_t* __restrict__ bias, int T, int N, int K) {
+  chain_whole(x, w, y, bias, T, N, K);
+}
 CHAIN_KERNELS(, 4)
 CHAIN_KERNELS(_p8, 8)
 #undef CHAIN_KERNELS

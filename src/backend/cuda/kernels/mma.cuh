@@ -39,6 +39,13 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const void* rowAddr) 
                : "r"(shared_addr(rowAddr)));
 }
 
+/** ldmatrix_x4 at a shared-space address (shared_addr): a loop that steps it saves the generic-to-shared math. */
+__device__ __forceinline__ void ldmatrix_x4_at(unsigned r[4], unsigned sharedAddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(sharedAddr));
+}
+
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const void* rowAddr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
