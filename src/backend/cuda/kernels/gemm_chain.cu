@@ -10,6 +10,7 @@
 // chain's length is K / 16 mma whatever the grid, so the grid is the N / 16 tiles spread over every SM.
 //
 //   gemm_chain:           y[T, N] (+ bias[N] before the rounding, where bias is not null)
+//   gemm_chain_whole:     y[T, N] for weights too narrow for 16-row tiles: 8 rows a warp, read whole (below)
 //   gemm_chain_silu_pair: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
 //                         gate_up GEMM and silu_mul of kernels/activation.cu in one): a warp's 16 rows are 8 of gate's
 //                         and the same 8 of up's, so a lane's C fragment holds gate (rows 0-7) and up (rows 8-15) of
@@ -263,7 +264,9 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
   }
   // A and B alike (x4, two k16 at once): lanes 8j..8j+7 address token rows 0-7 (A; rows from T read row T-1) and
   // weight rows 0-7 (B) at piece j of the pair's four. A's rows 8-15 are zero: one ldmatrix serves two k16 of A, so
-  // an mma waits on fewer of them (a chain of ldmatrix-fed mma ran ~28 cycles an mma against ~36 with a full A tile)
+  // an mma waits on fewer of them (a chain of ldmatrix-fed mma ran ~28 cycles an mma against ~36 with a full A tile).
+  // The addresses are 32-bit shared-space ones stepped per stage: the generic pointers' 64-bit math in the loop held
+  // each ldmatrix, and so the chain, back (docs/perf-log.md, session 21).
   const int br = lane & 7, bq = lane >> 3, ar = min(br, T - 1);
   const unsigned wAddr = shared_addr(ws + br * 8), xAddr = shared_addr(xs + ar * 8);  // this lane's rows
   float c[4] = {0.f, 0.f, 0.f, 0.f};
