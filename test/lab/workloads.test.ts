@@ -101,7 +101,7 @@ test('Poisson gaps have mean 1/rate', () => {
 });
 
 test('W1 from offline-256.json: 256 id prompts, all at once', () => {
-  const w = loadOfflineWorkload('/work/shared/bench/offline-256.json');
+  const w = loadOfflineWorkload(new URL('../../../bench/offline-256.json', import.meta.url).pathname);
   const l = w.levels[0]!;
   assert.equal(l.requests.length, 256);
   assert.equal(l.concurrency, null);
