@@ -2,7 +2,7 @@
 
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { LLM } from '../engine/llm.js';
 import {
   acquireBenchLock, benchDecode, benchServe, buildCustomWorkload, buildW3, buildW5, collectProvenance, describeGpuProcesses, gpuPreflight,
@@ -29,6 +29,12 @@ const length = (v: string) => {
   return b === undefined ? a! : { min: a!, max: b };
 };
 const collect = (v: string, prev: string[] = []) => [...prev, v];
+/** A positive finite number (commander names the flag and the value when it throws). */
+const positive = (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a positive number.');
+  return n;
+};
 
 function keyValue(v: string, what: string): [string, string] {
   const i = v.indexOf('=');
@@ -64,7 +70,9 @@ function serveCommand(): Command {
     .option('--prompt-len <n|min:max>', 'prompt tokens (w3: 1024, custom)', length)
     .option('--output-len <n|min:max>', 'output tokens (w3: 128, custom)', length)
     .option('--jsonl <file>', 'prompts from a JSONL file ({"prompt": ..., "max_tokens": ...})')
-    .option('--request-rate <r>', 'Poisson arrivals per second (custom)', Number)
+    .option('--request-rate <r>', 'Poisson arrivals per second (custom)', positive)
+    .option('--burstiness <b>', 'with --request-rate: gamma-shaped arrivals as vLLM\'s --burstiness (1 Poisson, lower burstier)',
+      positive)
     .option('--no-nonce', 'no fresh random nonce at the start of each prompt')
     .option('--no-ignore-eos', 'let generation stop at EOS (custom)')
     .addOption(new Option('--prompt-format <f>', 'send text or token ids').choices(['text', 'ids']).default('text'))
@@ -94,6 +102,7 @@ function serveCommand(): Command {
             ...(f.jsonl ? { jsonlPath: f.jsonl as string } : {}),
             ...(f.concurrency ? { concurrency: (f.concurrency as number[])[0]! } : {}),
             ...(f.requestRate ? { requestRatePerS: f.requestRate as number } : {}),
+            ...(f.burstiness !== undefined ? { burstiness: f.burstiness as number } : {}),
             ignoreEos: f.ignoreEos as boolean,
           })
           : buildW3({

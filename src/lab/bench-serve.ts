@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
 import { streamCompletion, type CompletionRequest, type RequestResult } from './client.js';
 import { percentile, ratioAcrossRounds, tpotMs, type RatioSpread } from './stats.js';
-import { applyNonce, freshNonce, poissonGapsMs, seededRng, type LevelSpec, type Workload } from './workloads.js';
+import { applyNonce, arrivalGapsMs, freshNonce, seededRng, type LevelSpec, type Workload } from './workloads.js';
 
 export interface BenchTarget {
   name: string;
@@ -92,7 +92,10 @@ export interface LevelRatio {
 }
 
 export interface BenchServeResult {
-  workload: { name: string; description: string; promptFormat: string; levels: { name: string; concurrency: number | null; requestRatePerS: number | null; numRequests: number }[] };
+  workload: {
+    name: string; description: string; promptFormat: string;
+    levels: { name: string; concurrency: number | null; requestRatePerS: number | null; burstiness?: number; numRequests: number }[];
+  };
   targets: { name: string; url: string; model: string }[];
   numRounds: number;
   startedAt: string;
@@ -235,7 +238,8 @@ async function runLevel(
   const vocabSize = opts.vocabSize ?? 32000;
   const levelNonce = level.nonce === 'per-level' ? freshNonce(vocabSize) : null;
   const maxInFlight = level.concurrency ?? Number.POSITIVE_INFINITY;
-  const gapsMs = level.requestRatePerS !== null ? poissonGapsMs(level.requests.length, level.requestRatePerS, rng) : null;
+  const gapsMs = level.requestRatePerS !== null
+    ? arrivalGapsMs(level.requests.length, level.requestRatePerS, rng, level.burstiness ?? 1) : null;
   const results: RequestResult[] = new Array(level.requests.length);
   const waiters: (() => void)[] = [];
   let numInFlight = 0;
@@ -334,7 +338,8 @@ export async function benchServe(opts: BenchServeOptions): Promise<BenchServeRes
       name: workload.name,
       description: workload.description,
       promptFormat: workload.promptFormat,
-      levels: workload.levels.map((l) => ({ name: l.name, concurrency: l.concurrency, requestRatePerS: l.requestRatePerS, numRequests: l.requests.length })),
+      levels: workload.levels.map((l) => ({ name: l.name, concurrency: l.concurrency, requestRatePerS: l.requestRatePerS,
+        ...(l.burstiness !== undefined ? { burstiness: l.burstiness } : {}), numRequests: l.requests.length })),
     },
     targets: targets.map((t) => ({ name: t.name, url: t.url, model: t.model })),
     numRounds,

@@ -22,6 +22,8 @@ export interface LevelSpec {
   concurrency: number | null;
   /** Poisson arrivals at this mean rate; null: send as soon as a slot is free. */
   requestRatePerS: number | null;
+  /** Gamma-shaped arrivals at requestRatePerS (vLLM's --burstiness): 1 (or absent) Poisson, lower burstier. */
+  burstiness?: number;
   nonce: NonceMode;
   ignoreEos: boolean;
   requests: RequestSpec[];
@@ -206,6 +208,8 @@ export interface CustomWorkloadOptions {
   jsonlPath?: string;
   concurrency?: number;
   requestRatePerS?: number;
+  /** With requestRatePerS: the arrivals' gamma shape (1: Poisson). */
+  burstiness?: number;
   ignoreEos?: boolean;
   nonce?: boolean;
   promptFormat?: PromptFormat;
@@ -216,6 +220,9 @@ export interface CustomWorkloadOptions {
 export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
   if (opts.concurrency === undefined && opts.requestRatePerS === undefined) {
     throw new Error('a custom workload needs a concurrency, a request rate, or both');
+  }
+  if (opts.burstiness !== undefined && opts.requestRatePerS === undefined) {
+    throw new Error('a burstiness shapes the arrivals of a request rate: give one too');
   }
   const maker: PromptMaker = { format: opts.promptFormat ?? 'text', vocabSize: opts.vocabSize ?? 32000, rng: seededRng(opts.seed ?? 7) };
   const fromFile = opts.jsonlPath ? parseJsonlPrompts(readFileSync(opts.jsonlPath, 'utf8'), opts.jsonlPath) : null;
@@ -230,7 +237,8 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
     const numTokens = pickLength(opts.promptTokens ?? 256, maker.rng);
     return { prompt: makePrompt(maker, numTokens), maxTokens, approxPromptTokens: numTokens };
   });
-  const levelName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}` : `c${opts.concurrency}`;
+  const bursty = opts.burstiness !== undefined && opts.burstiness !== 1 ? `b${opts.burstiness}` : '';
+  const levelName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}${bursty}` : `c${opts.concurrency}`;
   return {
     name: opts.name ?? 'custom',
     description: `custom: ${opts.numRequests} requests${opts.jsonlPath ? ` from ${opts.jsonlPath}` : ''}`,
@@ -240,6 +248,7 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
         name: levelName,
         concurrency: opts.concurrency ?? null,
         requestRatePerS: opts.requestRatePerS ?? null,
+        ...(opts.burstiness !== undefined && opts.burstiness !== 1 ? { burstiness: opts.burstiness } : {}),
         nonce: opts.nonce ? 'per-request' : 'none',
         ignoreEos: opts.ignoreEos ?? true,
         requests,
@@ -251,6 +260,36 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
 /** Exponential inter-arrival gaps (ms) of a Poisson process at `ratePerS`. */
 export function poissonGapsMs(numRequests: number, ratePerS: number, rng: () => number): number[] {
   return Array.from({ length: numRequests }, () => (-Math.log(1 - rng()) / ratePerS) * 1000);
+}
+
+/**
+ * Inter-arrival gaps (ms) at a mean `ratePerS` as vLLM's benchmark draws them: gamma with shape `burstiness` and
+ * scale 1 / (rate burstiness), so the mean gap is 1 / rate whatever the shape and its coefficient of variation
+ * 1 / sqrt(burstiness). Burstiness 1 is the Poisson process (poissonGapsMs, the same draws).
+ */
+export function arrivalGapsMs(numRequests: number, ratePerS: number, rng: () => number, burstiness = 1): number[] {
+  if (!(burstiness > 0) || !Number.isFinite(burstiness)) throw new Error(`burstiness ${burstiness}: expected a positive number`);
+  if (burstiness === 1) return poissonGapsMs(numRequests, ratePerS, rng);
+  const scaleMs = 1000 / (ratePerS * burstiness);
+  return Array.from({ length: numRequests }, () => gammaSample(burstiness, rng) * scaleMs);
+}
+
+/** A standard normal draw (Box-Muller). */
+function normalSample(rng: () => number): number {
+  return Math.sqrt(-2 * Math.log(1 - rng())) * Math.cos(2 * Math.PI * rng());
+}
+
+/** A Gamma(shape, 1) draw: Marsaglia and Tsang's method, boosted by u^(1/shape) below shape 1. */
+function gammaSample(shape: number, rng: () => number): number {
+  if (shape < 1) return gammaSample(shape + 1, rng) * Math.pow(1 - rng(), 1 / shape);
+  const d = shape - 1 / 3;
+  const c = 1 / Math.sqrt(9 * d);
+  for (;;) {
+    const x = normalSample(rng);
+    const v = (1 + c * x) ** 3;
+    if (v <= 0) continue;
+    if (Math.log(1 - rng()) < 0.5 * x * x + d - d * v + d * Math.log(v)) return d * v;
+  }
 }
 
 /** W1 (`offline-256.json`): `{requests: [{prompt_token_ids, max_tokens}]}`, all sent at once. */

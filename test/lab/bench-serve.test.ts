@@ -75,11 +75,12 @@ test('bench serve: two targets, interleaved rounds, ratios, report', async (t) =
   }
 });
 
-test('bench serve: a request rate level and a failing target are reported, not thrown', async () => {
+test('bench serve: a bursty request rate level and a failing target are reported, not thrown', async () => {
   const ok = await startMockServer({ prefillDelayMs: 1, tokenDelayMs: 1 });
   try {
     const workload = buildW3({ concurrencies: [2], promptTokens: 8, outputTokens: 3, requestsPerConcurrency: 2, minRequests: 4 });
     workload.levels[0]!.requestRatePerS = 200;
+    workload.levels[0]!.burstiness = 0.5;
     const result = await benchServe({
       targets: [
         { name: 'ok', url: ok.url, model: 'm' },
@@ -103,6 +104,7 @@ test('bench serve: a request rate level and a failing target are reported, not t
     assert.equal(down.numErrors, 4);
     assert.ok(down.errors.length > 0);
     assert.equal(result.summaries.find((s) => s.target === 'ok')!.metrics.numErrors, 0);
+    assert.equal(result.workload.levels[0]!.burstiness, 0.5, 'the arrivals\' shape in the result');
   } finally {
     await ok.close();
   }

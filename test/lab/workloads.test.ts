@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   applyNonce,
+  arrivalGapsMs,
   buildCustomWorkload,
   buildW3,
   buildW5,
@@ -98,6 +99,35 @@ test('Poisson gaps have mean 1/rate', () => {
   const meanMs = gaps.reduce((s, g) => s + g, 0) / gaps.length;
   assert.ok(Math.abs(meanMs - 20) < 0.6, `mean gap ${meanMs} ms`);
   assert.ok(gaps.every((g) => g >= 0));
+});
+
+test('bursty arrivals (vLLM\'s --burstiness): gamma gaps of mean 1/rate, spread 1/sqrt(burstiness); 1 is Poisson', () => {
+  const stats = (gaps: number[]) => {
+    const mean = gaps.reduce((s, g) => s + g, 0) / gaps.length;
+    const sd = Math.sqrt(gaps.reduce((s, g) => s + (g - mean) ** 2, 0) / gaps.length);
+    return { mean, cv: sd / mean };
+  };
+  for (const burstiness of [0.25, 0.5, 2, 4]) {
+    const gaps = arrivalGapsMs(40000, 50, seededRng(11), burstiness);
+    const { mean, cv } = stats(gaps);
+    assert.ok(Math.abs(mean - 20) < 0.05 * 20, `burstiness ${burstiness}: mean gap ${mean} ms`);
+    assert.ok(Math.abs(cv - 1 / Math.sqrt(burstiness)) < 0.05 / Math.sqrt(burstiness), `burstiness ${burstiness}: cv ${cv}`);
+    assert.ok(gaps.every((g) => g >= 0 && Number.isFinite(g)));
+  }
+  assert.deepEqual(arrivalGapsMs(50, 8, seededRng(3), 1), poissonGapsMs(50, 8, seededRng(3)), 'burstiness 1: the Poisson draws');
+  assert.throws(() => arrivalGapsMs(5, 8, seededRng(3), 0), /burstiness 0: expected a positive number/);
+  assert.throws(() => arrivalGapsMs(5, 8, seededRng(3), Number.NaN), /expected a positive number/);
+});
+
+test('a custom workload keeps its burstiness with its request rate, and needs the rate for it', () => {
+  const w = buildCustomWorkload({ numRequests: 3, promptTokens: 4, outputTokens: 2, requestRatePerS: 10, burstiness: 0.5 });
+  assert.equal(w.levels[0]!.burstiness, 0.5);
+  assert.equal(w.levels[0]!.name, 'r10b0.5');
+  const poisson = buildCustomWorkload({ numRequests: 3, promptTokens: 4, outputTokens: 2, requestRatePerS: 10, burstiness: 1 });
+  assert.equal(poisson.levels[0]!.burstiness, undefined);
+  assert.equal(poisson.levels[0]!.name, 'r10');
+  assert.throws(() => buildCustomWorkload({ numRequests: 3, outputTokens: 2, concurrency: 2, burstiness: 0.5 }),
+    /burstiness shapes the arrivals of a request rate/);
 });
 
 test('W1 from offline-256.json: 256 id prompts, all at once', () => {

@@ -1,0 +1,28 @@
+// quire bench serve's arrival flags: --request-rate and --burstiness take positive numbers and say so, naming the flag
+// (a bad value used to be dropped silently: Number('abc') is NaN).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { benchCommand } from '../../src/cli/bench.js';
+
+async function benchServeError(argv: string[]): Promise<string> {
+  let err = '';
+  const serve = benchCommand().commands.find((c) => c.name() === 'serve')!;
+  serve.exitOverride().configureOutput({ writeErr: (s) => { err += s; }, writeOut: () => {} });
+  await assert.rejects(serve.parseAsync(argv, { from: 'user' }));
+  return err;
+}
+
+const base = ['--target', 'a=http://127.0.0.1:9', '--model', 'm', '--workload', 'custom'];
+
+test('--request-rate takes a positive number', async () => {
+  for (const bad of ['abc', '0', '-3', 'Infinity']) {
+    const err = await benchServeError([...base, '--request-rate', bad]);
+    assert.match(err, new RegExp(`option '--request-rate <r>' argument '${bad}' is invalid\\. expected a positive number`));
+  }
+});
+
+test('--burstiness takes a positive number', async () => {
+  const err = await benchServeError([...base, '--request-rate', '4', '--burstiness', 'x']);
+  assert.match(err, /option '--burstiness <b>' argument 'x' is invalid\. expected a positive number/);
+});
