@@ -25,7 +25,11 @@ const ints = (v: string) => v.split(',').map((x) => {
   return n;
 });
 const length = (v: string) => {
-  const [a, b] = v.split(':').map(Number);
+  const parts = v.split(':').map(Number);
+  if (parts.length > 2 || !parts.every((n) => Number.isInteger(n) && n > 0) || (parts.length === 2 && parts[0]! > parts[1]!)) {
+    throw new InvalidArgumentError('expected a positive integer n, or min:max.');
+  }
+  const [a, b] = parts;
   return b === undefined ? a! : { min: a!, max: b };
 };
 const collect = (v: string, prev: string[] = []) => [...prev, v];
