@@ -19,9 +19,12 @@ import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../la
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 
+// Parsers of option values: commander's error names the flag and the value, and exits with no stack trace.
 const ints = (v: string) => v.split(',').map((x) => {
   const n = Number(x);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a comma-separated list of positive integers, got "${v}"`);
+  if (x.trim() === '' || !Number.isInteger(n) || n <= 0) {
+    throw new InvalidArgumentError('expected a comma-separated list of positive integers.');
+  }
   return n;
 });
 const length = (v: string) => {
@@ -33,6 +36,11 @@ const length = (v: string) => {
   return b === undefined ? a! : { min: a!, max: b };
 };
 const collect = (v: string, prev: string[] = []) => [...prev, v];
+/** Repeated name=value flags (--target); --model's values may be either. */
+const collectKeyValues = (v: string, prev: string[] = []) => {
+  if (v.indexOf('=') <= 0) throw new InvalidArgumentError('expected name=value.');
+  return [...prev, v];
+};
 /** A positive finite number (commander names the flag and the value when it throws). */
 const positive = (v: string) => {
   const n = Number(v);
@@ -40,9 +48,9 @@ const positive = (v: string) => {
   return n;
 };
 
-function keyValue(v: string, what: string): [string, string] {
+/** name=value (checked by collectKeyValues, or an --model value with an "="). */
+function keyValue(v: string): [string, string] {
   const i = v.indexOf('=');
-  if (i <= 0) throw new Error(`${what}: expected name=value, got "${v}"`);
   return [v.slice(0, i), v.slice(i + 1)];
 }
 
@@ -66,7 +74,7 @@ function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>, serv
 function serveCommand(): Command {
   return addLockFlags(new Command('serve'))
     .description('load-test one or more OpenAI-compatible servers side by side, in interleaved rounds')
-    .requiredOption('--target <name=url>', 'a server to measure (repeat for several)', collect)
+    .requiredOption('--target <name=url>', 'a server to measure (repeat for several)', collectKeyValues)
     .option('--model <model>', 'model name to request: one for all, or name=model per target (repeat)', collect)
     .addOption(new Option('--workload <w>', 'built-in workload').choices(['w3', 'w5', 'custom']).default('w3'))
     .option('--concurrency <list>', 'concurrency levels (w3, custom)', ints)
@@ -86,14 +94,14 @@ function serveCommand(): Command {
     .option('--gates <file>', 'a gate-summary JSON (from quire gate --summary) to include in the report')
     .option('--out <dir>', 'report directory', 'bench-results')
     .option('--title <t>', 'report title')
-    .action(async (f: Record<string, unknown>) => {
+    .action(async (f: Record<string, unknown>, cmd: Command) => {
       const models = (f.model as string[] | undefined) ?? [];
-      const modelFor = new Map(models.filter((m) => m.includes('=')).map((m) => keyValue(m, '--model')));
+      const modelFor = new Map(models.filter((m) => m.includes('=')).map((m) => keyValue(m)));
       const defaultModel = models.find((m) => !m.includes('='));
       const targets: BenchTarget[] = (f.target as string[]).map((t) => {
-        const [name, url] = keyValue(t, '--target');
+        const [name, url] = keyValue(t);
         const model = modelFor.get(name) ?? defaultModel;
-        if (!model) throw new Error(`--model: no model name for target "${name}"`);
+        if (!model) cmd.error(`quire bench serve: --model: no model name for target "${name}"`);
         return { name, url, model };
       });
       const common = { promptFormat: f.promptFormat as 'text' | 'ids', vocabSize: f.vocabSize as number, nonce: f.nonce as boolean };
@@ -149,12 +157,12 @@ function offlineCommand(): Command {
     .option('--json <file>', 'also write the result as JSON')
     .option('--dump-prompts <file>', 'w1: write the prompt token ids this run would use (for tools/reference/peer_generate_batch.py) and exit');
   addLockFlags(addEngineFlags(cmd));
-  return cmd.action(async (f: Record<string, unknown>) => {
+  return cmd.action(async (f: Record<string, unknown>, self: Command) => {
     const { model, ...options } = engineOptionsFromFlags(f);
     const w1 = (vocabSize: number) => loadW1(join(packageRoot(), 'bench', 'offline-256.json'), vocabSize,
       f.numRequests as number | undefined, f.outputLen as number | undefined);
     if (f.dumpPrompts) {
-      if (f.workload !== 'w1') throw new Error('--dump-prompts: only for --workload w1');
+      if (f.workload !== 'w1') self.error('quire bench offline: --dump-prompts is only for --workload w1');
       const { vocabSize } = loadModelConfig(join(resolveModelPath(model), 'config.json'), options.hfOverrides);
       mkdirSync(join(f.dumpPrompts as string, '..'), { recursive: true });
       writeFileSync(f.dumpPrompts as string, JSON.stringify(offlinePromptsFile('w1', vocabSize, w1(vocabSize))) + '\n');

@@ -5,20 +5,18 @@ import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
 import type { KvCacheDtype } from '../kv/fp8.js';
 
-function int(name: string) {
-  return (v: string): number => {
-    const n = Number(v);
-    if (!Number.isInteger(n)) throw new Error(`${name}: expected an integer, got "${v}"`);
-    return n;
-  };
+// Parsers of option values: commander's error names the flag and the value ("option '--seed <n>' argument 'x' is
+// invalid. expected an integer.") and exits, with no stack trace.
+function int(v: string): number {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isInteger(n)) throw new InvalidArgumentError('expected an integer.');
+  return n;
 }
 
-function num(name: string) {
-  return (v: string): number => {
-    const n = Number(v);
-    if (!Number.isFinite(n)) throw new Error(`${name}: expected a number, got "${v}"`);
-    return n;
-  };
+function num(v: string): number {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('expected a number.');
+  return n;
 }
 
 /** vLLM's human-readable sizes: 1k = 1,000, 1K = 1,024 (m / M and g / G likewise); a plain integer as it is. */
@@ -84,15 +82,15 @@ export function addEngineFlags(cmd: Command): Command {
   return cmd
     .option('--model <dir>', 'Hugging Face model directory (default: the bundled demo model)')
     .addOption(new Option('--backend <kind>', 'compute backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
-    .option('--block-size <n>', 'KV page size in tokens', int('--block-size'), 16)
-    .option('--max-num-seqs <n>', 'most sequences running at once', int('--max-num-seqs'))
-    .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: on GPUs of 70 GiB and more, A100 aside, 16384 offline and 8192 for serve; 8192 / 2048 on smaller GPUs; 2048 on the CPU backend)', int('--max-num-batched-tokens'))
+    .option('--block-size <n>', 'KV page size in tokens', int, 16)
+    .option('--max-num-seqs <n>', 'most sequences running at once', int)
+    .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: on GPUs of 70 GiB and more, A100 aside, 16384 offline and 8192 for serve; 8192 / 2048 on smaller GPUs; 2048 on the CPU backend)', int)
     .option('--max-model-len <n>', 'context length served (default: the model\'s); as vLLM, 32k = 32,000 and 32K = 32,768', humanInt('--max-model-len'))
     .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
     .option('--enable-chunked-prefill', 'prefill prompts longer than a step\'s budget over several steps (the default)')
     .option('--no-enable-chunked-prefill', 'a prompt in one step (needs --max-num-batched-tokens >= --max-model-len)')
     .option('--long-prefill-token-threshold <n>', 'most prompt tokens one request gets per step (0: the budget)',
-      int('--long-prefill-token-threshold'), 0)
+      int, 0)
     .option('--dtype <t>', 'as vLLM; Quire computes in bfloat16 on CUDA (float32 on the CPU backend)',
       only('--dtype', ['auto', 'bfloat16', 'bf16'], 'Quire computes in bfloat16 on CUDA and float32 on the CPU backend'), 'auto')
     .option('--kv-cache-dtype <t>', 'as vLLM: auto (the compute dtype) or fp8 (= fp8_e4m3: half the bytes a token, '
@@ -107,15 +105,15 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--trust-remote-code', 'as vLLM; accepted and needless: Quire runs no code from the model directory', false)
     .addOption(new Option('--scheduling-policy <p>', 'request order').choices(['fcfs', 'priority']).default('fcfs'))
     .addOption(new Option('--step-policy <p>', 'what a step admits').choices(['decode-first', 'prefill-first', 'decode-shape-stable']).default('decode-first'))
-    .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold (as vLLM: other processes do not count)', num('--gpu-memory-utilization'), 0.9)
-    .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int('--kv-cache-memory'))
+    .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold (as vLLM: other processes do not count)', num, 0.9)
+    .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int)
     .option('--enforce-eager', 'disable CUDA graphs', false)
     .option('--no-async-scheduling', 'complete each step before scheduling the next (by default a step is scheduled and launched while the previous one runs)')
     .option('--batch-invariant', 'CUDA: kernels whose sums do not depend on the batch, so a greedy transcript does not change with batch size, other requests, chunking, preemption or prefix-cache hits (slower at large batches)', false)
     .option('--profile', 'CUDA: time every op (graph replays through event-record nodes); print one table per step shape to stderr', false)
-    .option('--seed <n>', 'engine RNG seed', int('--seed'), 0)
+    .option('--seed <n>', 'engine RNG seed', int, 0)
     .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)
-    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int('--cpu-threads'), 0)
+    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int, 0)
     .option('--tokenizer <dir>', 'as vLLM: the tokenizer and chat template from this directory (or cached repo id) instead of the model\'s')
     .option('--hf-overrides <json>', 'as vLLM: a JSON object whose fields replace config.json\'s, e.g. \'{"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}\'',
       hfOverrides);

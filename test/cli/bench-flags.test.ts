@@ -1,6 +1,7 @@
-// quire bench serve's number flags refuse what they cannot use and say so, naming the flag: --request-rate and
+// quire bench's flags refuse what they cannot use and say so, naming the flag, with no stack trace: --request-rate and
 // --burstiness take positive numbers, --prompt-len and --output-len a positive integer or min:max (a bad value used
-// to pass as NaN: a rate dropped silently, prompts of NaN tokens).
+// to pass as NaN: a rate dropped silently, prompts of NaN tokens), --concurrency positive integers, --target
+// name=url, and every target needs a model name.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -34,4 +35,22 @@ test('--prompt-len and --output-len take n or min:max of positive integers', asy
     const err = await benchServeError([...base, '--concurrency', '2', flag, bad]);
     assert.match(err, new RegExp(`option '${flag} <n\\|min:max>' argument '${bad}' is invalid\\. expected a positive integer n, or min:max`));
   }
+});
+
+test('--target takes name=url, --concurrency positive integers, and every target needs a --model', async () => {
+  assert.match(await benchServeError(['--target', 'a', '--model', 'm']),
+    /option '--target <name=url>' argument 'a' is invalid\. expected name=value\./);
+  assert.match(await benchServeError([...base, '--concurrency', '1,,2']),
+    /option '--concurrency <list>' argument '1,,2' is invalid\. expected a comma-separated list of positive integers\./);
+  assert.match(await benchServeError(['--target', 'a=http://127.0.0.1:9', '--model', 'b=m', '--workload', 'custom']),
+    /quire bench serve: --model: no model name for target "a"/);
+});
+
+test('bench offline --dump-prompts is for W1 only', async () => {
+  let err = '';
+  const offline = benchCommand().commands.find((c) => c.name() === 'offline')!;
+  offline.exitOverride().configureOutput({ writeErr: (s) => { err += s; }, writeOut: () => {} });
+  await assert.rejects(offline.parseAsync(['--workload', 'w5', '--dump-prompts', '/nonexistent/x.json', '--backend', 'cpu'],
+    { from: 'user' }));
+  assert.match(err, /quire bench offline: --dump-prompts is only for --workload w1/);
 });

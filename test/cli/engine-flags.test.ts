@@ -92,3 +92,19 @@ test('--max-model-len takes vLLM\'s human-readable sizes; --tokenizer reaches En
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--tokenizer', '/t'])).tokenizer, '/t');
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).tokenizer, null);
 });
+
+test('integer and number flags refuse other values through commander, naming the flag and the value', () => {
+  const errorOf = (argv: string[]): string => {
+    let err = '';
+    const cmd = addEngineFlags(new Command('x')).exitOverride()
+      .configureOutput({ writeErr: (s) => { err += s; }, writeOut: () => {} });
+    assert.throws(() => cmd.parse(argv, { from: 'user' }));
+    return err;
+  };
+  assert.match(errorOf(['--seed', 'x']), /option '--seed <n>' argument 'x' is invalid\. expected an integer\./);
+  assert.match(errorOf(['--block-size', '1.5']), /option '--block-size <n>' argument '1\.5' is invalid\. expected an integer\./);
+  assert.match(errorOf(['--gpu-memory-utilization', 'lots']),
+    /option '--gpu-memory-utilization <f>' argument 'lots' is invalid\. expected a number\./);
+  assert.match(errorOf(['--seed', '']), /argument '' is invalid\. expected an integer\./, 'an empty value is not 0');
+  assert.equal(parse(['--model', '/m', '--seed', '7']).seed, 7);
+});
