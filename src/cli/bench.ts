@@ -47,6 +47,23 @@ const positive = (v: string) => {
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a positive number.');
   return n;
 };
+/** An integer of at least `min` (counts, lengths). */
+const atLeast = (min: number) => (v: string) => {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isInteger(n) || n < min) {
+    throw new InvalidArgumentError(min === 1 ? 'expected a positive integer.'
+      : min === Number.MIN_SAFE_INTEGER ? 'expected an integer.' : `expected an integer of at least ${min}.`);
+  }
+  return n;
+};
+const count = atLeast(1);
+const anyInteger = atLeast(Number.MIN_SAFE_INTEGER);
+/** A finite number (sampling parameters: their ranges are the sampler's to check). */
+const finite = (v: string) => {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('expected a number.');
+  return n;
+};
 
 /** name=value (checked by collectKeyValues, or an --model value with an "="). */
 function keyValue(v: string): [string, string] {
@@ -78,7 +95,7 @@ function serveCommand(): Command {
     .option('--model <model>', 'model name to request: one for all, or name=model per target (repeat)', collect)
     .addOption(new Option('--workload <w>', 'built-in workload').choices(['w3', 'w5', 'custom']).default('w3'))
     .option('--concurrency <list>', 'concurrency levels (w3, custom)', ints)
-    .option('--num-requests <n>', 'requests (custom, w5)', Number)
+    .option('--num-requests <n>', 'requests (custom, w5)', count)
     .option('--prompt-len <n|min:max>', 'prompt tokens (w3: 1024, custom)', length)
     .option('--output-len <n|min:max>', 'output tokens (w3: 128, custom)', length)
     .option('--jsonl <file>', 'prompts from a JSONL file ({"prompt": ..., "max_tokens": ...})')
@@ -88,9 +105,9 @@ function serveCommand(): Command {
     .option('--no-nonce', 'no fresh random nonce at the start of each prompt')
     .option('--no-ignore-eos', 'let generation stop at EOS (custom)')
     .addOption(new Option('--prompt-format <f>', 'send text or token ids').choices(['text', 'ids']).default('text'))
-    .option('--vocab-size <n>', 'vocabulary for token-id prompts', Number, 32000)
-    .option('--rounds <n>', 'interleaved rounds per level', Number, 2)
-    .option('--warmup <n>', 'warm-up requests per target', Number, 4)
+    .option('--vocab-size <n>', 'vocabulary for token-id prompts', count, 32000)
+    .option('--rounds <n>', 'interleaved rounds per level', count, 2)
+    .option('--warmup <n>', 'warm-up requests per target', atLeast(0), 4)
     .option('--gates <file>', 'a gate-summary JSON (from quire gate --summary) to include in the report')
     .option('--out <dir>', 'report directory', 'bench-results')
     .option('--title <t>', 'report title')
@@ -148,12 +165,12 @@ function offlineCommand(): Command {
     .description('in-process throughput (no HTTP): w1 offline-256, w4 memory pressure, w5 shared prefix (cache on vs off)')
     .addOption(new Option('--workload <w>', 'workload (prefill: --num-requests prompts of --prompt-len tokens, 1 output token)')
       .choices(['w1', 'w4', 'w5', 'prefill']).default('w1'))
-    .option('--num-requests <n>', 'requests (w1: first n of 256; w4: 512; w5: 64)', Number)
-    .option('--prompt-len <n>', 'w4 prompt tokens (2048)', Number, 2048)
-    .option('--output-len <n>', 'output tokens (w1: per request from the file, w4: 256, w5: 64)', Number)
-    .option('--prefix-len <n>', 'w5 shared system prompt tokens', Number, 2000)
-    .option('--suffix-len <n>', 'w5 suffix tokens', Number, 100)
-    .option('--concurrency <n>', 'w5 concurrency', Number, 16)
+    .option('--num-requests <n>', 'requests (w1: first n of 256; w4: 512; w5: 64)', count)
+    .option('--prompt-len <n>', 'w4 prompt tokens (2048)', count, 2048)
+    .option('--output-len <n>', 'output tokens (w1: per request from the file, w4: 256, w5: 64)', count)
+    .option('--prefix-len <n>', 'w5 shared system prompt tokens', atLeast(0), 2000)
+    .option('--suffix-len <n>', 'w5 suffix tokens', atLeast(0), 100)
+    .option('--concurrency <n>', 'w5 concurrency', count, 16)
     .option('--json <file>', 'also write the result as JSON')
     .option('--dump-prompts <file>', 'w1: write the prompt token ids this run would use (for tools/reference/peer_generate_batch.py) and exit');
   addLockFlags(addEngineFlags(cmd));
@@ -254,13 +271,13 @@ function decodeCommand(): Command {
   const cmd = new Command('decode')
     .description('W2 decode rate by the difference method, in-process, at several batch sizes')
     .option('--batch-sizes <list>', 'batch sizes', ints, [1])
-    .option('--prompt-len <n>', 'prompt tokens', Number, 128)
-    .option('--g1 <n>', 'short generation', Number, 64)
-    .option('--g2 <n>', 'long generation', Number, 320)
-    .option('--repeats <n>', 'measured repeats', Number, 2)
-    .option('--temperature <t>', 'sampling temperature (0: greedy)', Number, 0)
-    .option('--top-p <p>', 'nucleus sampling mass', Number)
-    .option('--top-k <k>', 'sample among the k most likely tokens', Number);
+    .option('--prompt-len <n>', 'prompt tokens', count, 128)
+    .option('--g1 <n>', 'short generation', count, 64)
+    .option('--g2 <n>', 'long generation', count, 320)
+    .option('--repeats <n>', 'measured repeats', count, 2)
+    .option('--temperature <t>', 'sampling temperature (0: greedy)', finite, 0)
+    .option('--top-p <p>', 'nucleus sampling mass', finite)
+    .option('--top-k <k>', 'sample among the k most likely tokens', anyInteger);
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);

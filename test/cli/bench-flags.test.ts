@@ -1,7 +1,8 @@
 // quire bench's flags refuse what they cannot use and say so, naming the flag, with no stack trace: --request-rate and
 // --burstiness take positive numbers, --prompt-len and --output-len a positive integer or min:max (a bad value used
 // to pass as NaN: a rate dropped silently, prompts of NaN tokens), --concurrency positive integers, --target
-// name=url, and every target needs a model name.
+// name=url, every target needs a model name, and the other counts and sampling values of serve, offline and decode
+// take integers or numbers.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -53,4 +54,27 @@ test('bench offline --dump-prompts is for W1 only', async () => {
   await assert.rejects(offline.parseAsync(['--workload', 'w5', '--dump-prompts', '/nonexistent/x.json', '--backend', 'cpu'],
     { from: 'user' }));
   assert.match(err, /quire bench offline: --dump-prompts is only for --workload w1/);
+});
+
+test('counts and sampling values: positive integers where a count is meant, numbers where a value is', async () => {
+  const errorOf = async (sub: string, argv: string[]): Promise<string> => {
+    let err = '';
+    const cmd = benchCommand().commands.find((c) => c.name() === sub)!;
+    cmd.exitOverride().configureOutput({ writeErr: (s) => { err += s; }, writeOut: () => {} });
+    await assert.rejects(cmd.parseAsync(argv, { from: 'user' }));
+    return err;
+  };
+  assert.match(await benchServeError([...base, '--concurrency', '2', '--rounds', '0']),
+    /option '--rounds <n>' argument '0' is invalid\. expected a positive integer\./);
+  assert.match(await benchServeError([...base, '--concurrency', '2', '--warmup', '-1']),
+    /option '--warmup <n>' argument '-1' is invalid\. expected an integer of at least 0\./);
+  assert.match(await benchServeError([...base, '--concurrency', '2', '--num-requests', 'many']),
+    /option '--num-requests <n>' argument 'many' is invalid\. expected a positive integer\./);
+  assert.match(await errorOf('decode', ['--g1', '0']), /option '--g1 <n>' argument '0' is invalid\. expected a positive integer\./);
+  assert.match(await errorOf('decode', ['--temperature', 'warm']),
+    /option '--temperature <t>' argument 'warm' is invalid\. expected a number\./);
+  assert.match(await errorOf('decode', ['--top-k', '2.5']),
+    /option '--top-k <k>' argument '2\.5' is invalid\. expected an integer\./);
+  assert.match(await errorOf('offline', ['--workload', 'w5', '--suffix-len', 'x']),
+    /option '--suffix-len <n>' argument 'x' is invalid\. expected an integer of at least 0\./);
 });
