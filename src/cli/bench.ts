@@ -18,8 +18,9 @@ import {
 import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+import { atLeast, int, num, positive } from './option-parsers.js';
 
-// Parsers of option values: commander's error names the flag and the value, and exits with no stack trace.
+// Parsers of option values (option-parsers.ts): commander's error names the flag and the value.
 const ints = (v: string) => v.split(',').map((x) => {
   const n = Number(x);
   if (x.trim() === '' || !Number.isInteger(n) || n <= 0) {
@@ -41,29 +42,7 @@ const collectKeyValues = (v: string, prev: string[] = []) => {
   if (v.indexOf('=') <= 0) throw new InvalidArgumentError('expected name=value.');
   return [...prev, v];
 };
-/** A positive finite number (commander names the flag and the value when it throws). */
-const positive = (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a positive number.');
-  return n;
-};
-/** An integer of at least `min` (counts, lengths). */
-const atLeast = (min: number) => (v: string) => {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isInteger(n) || n < min) {
-    throw new InvalidArgumentError(min === 1 ? 'expected a positive integer.'
-      : min === Number.MIN_SAFE_INTEGER ? 'expected an integer.' : `expected an integer of at least ${min}.`);
-  }
-  return n;
-};
 const count = atLeast(1);
-const anyInteger = atLeast(Number.MIN_SAFE_INTEGER);
-/** A finite number (sampling parameters: their ranges are the sampler's to check). */
-const finite = (v: string) => {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('expected a number.');
-  return n;
-};
 
 /** name=value (checked by collectKeyValues, or an --model value with an "="). */
 function keyValue(v: string): [string, string] {
@@ -275,9 +254,9 @@ function decodeCommand(): Command {
     .option('--g1 <n>', 'short generation', count, 64)
     .option('--g2 <n>', 'long generation', count, 320)
     .option('--repeats <n>', 'measured repeats', count, 2)
-    .option('--temperature <t>', 'sampling temperature (0: greedy)', finite, 0)
-    .option('--top-p <p>', 'nucleus sampling mass', finite)
-    .option('--top-k <k>', 'sample among the k most likely tokens', anyInteger);
+    .option('--temperature <t>', 'sampling temperature (0: greedy)', num, 0)
+    .option('--top-p <p>', 'nucleus sampling mass', num)
+    .option('--top-k <k>', 'sample among the k most likely tokens', int);
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);

@@ -3,21 +3,8 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
+import { int, num } from './option-parsers.js';
 import type { KvCacheDtype } from '../kv/fp8.js';
-
-// Parsers of option values: commander's error names the flag and the value ("option '--seed <n>' argument 'x' is
-// invalid. expected an integer.") and exits, with no stack trace.
-function int(v: string): number {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isInteger(n)) throw new InvalidArgumentError('expected an integer.');
-  return n;
-}
-
-function num(v: string): number {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('expected a number.');
-  return n;
-}
 
 /** vLLM's human-readable sizes: 1k = 1,000, 1K = 1,024 (m / M and g / G likewise); a plain integer as it is. */
 export function parseHumanInt(name: string, v: string): number {

@@ -237,8 +237,9 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
     const numTokens = pickLength(opts.promptTokens ?? 256, maker.rng);
     return { prompt: makePrompt(maker, numTokens), maxTokens, approxPromptTokens: numTokens };
   });
-  const bursty = opts.burstiness !== undefined && opts.burstiness !== 1 ? `b${opts.burstiness}` : '';
-  const levelName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}${bursty}` : `c${opts.concurrency}`;
+  const burstiness = opts.burstiness === 1 ? undefined : opts.burstiness;  // 1: the Poisson level, as without one
+  const levelName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}${burstiness ? `b${burstiness}` : ''}`
+    : `c${opts.concurrency}`;
   return {
     name: opts.name ?? 'custom',
     description: `custom: ${opts.numRequests} requests${opts.jsonlPath ? ` from ${opts.jsonlPath}` : ''}`,
@@ -248,7 +249,7 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
         name: levelName,
         concurrency: opts.concurrency ?? null,
         requestRatePerS: opts.requestRatePerS ?? null,
-        ...(opts.burstiness !== undefined && opts.burstiness !== 1 ? { burstiness: opts.burstiness } : {}),
+        ...(burstiness !== undefined ? { burstiness } : {}),
         nonce: opts.nonce ? 'per-request' : 'none',
         ignoreEos: opts.ignoreEos ?? true,
         requests,

@@ -50,3 +50,19 @@ export function assertBf16Close(actual: Float32Array, expected: Float32Array, wh
     if (!(Math.abs(a - e) <= atol + rtol * Math.abs(e))) throw new Error(`${what}[${i}]: ${a} != ${e} (rtol ${rtol})`);
   }
 }
+
+/** A CUDA tensor's values as bit patterns, every one written (the workspace was poisoned with NaN). */
+export function bitsOf(c: CudaBackend, t: Tensor): Uint32Array {
+  const out = c.toHost(t);
+  const unwritten = out.findIndex((v) => !Number.isFinite(v));
+  if (unwritten !== -1) throw new Error(`output ${unwritten} never written`);
+  return new Uint32Array(out.buffer);
+}
+
+/** The same bits everywhere; the failure counts the outputs that differ. */
+export function assertSameBits(actual: Uint32Array, expected: Uint32Array, what: string): void {
+  if (actual.length !== expected.length) throw new Error(`${what}: length ${actual.length} != ${expected.length}`);
+  let count = 0;
+  for (let i = 0; i < actual.length; i++) if (actual[i] !== expected[i]) count++;
+  if (count > 0) throw new Error(`${what}: ${count} of ${actual.length} outputs differ`);
+}

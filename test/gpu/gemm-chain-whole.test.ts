@@ -10,7 +10,7 @@ process.env.QUIRE_CHAIN_WHOLE = '8';
 const { planChainGemm } = await import('../../src/backend/cuda/gemm-chain.js');
 const { CudaTensor } = await import('../../src/backend/cuda/cuda-backend.js');
 const { batchOf } = await import('../backend/helpers.js');
-const { newCuda, noCuda, randomBf16 } = await import('./cuda-helpers.js');
+const { assertSameBits, bitsOf, newCuda, noCuda, randomBf16 } = await import('./cuda-helpers.js');
 
 const ROWS = 256;
 
@@ -29,18 +29,13 @@ describe('CUDA gemm_chain_whole, 1 to 8 tokens', { skip: noCuda }, () => {
       };
       begin();
       const before = c.numChainGemms;
-      const out = c.toHost(c.matmul(x, w, 'test'));
+      const whole = bitsOf(c, c.matmul(x, w, 'test'));
       assert.equal(c.numChainGemms, before, '256 rows go to cuBLASLt');
-      const whole = new Uint32Array(out.buffer);
       const steps = [[0, 1], [254, 2], [3, 5], [100, 8], [248, 8]] as const;
       for (const [start, rows] of steps) {
         begin();
-        const got = new Uint32Array(c.toHost(c.matmul(new CudaTensor([rows, K], x.ptr + BigInt(start * K * 2)), w,
-          'test')).buffer);
-        const want = whole.slice(start * N, (start + rows) * N);
-        let differ = 0;
-        for (let i = 0; i < want.length; i++) if (got[i] !== want[i]) differ++;
-        assert.equal(differ, 0, `${rows} rows from ${start}: ${differ} of ${want.length} outputs differ`);
+        assertSameBits(bitsOf(c, c.matmul(new CudaTensor([rows, K], x.ptr + BigInt(start * K * 2)), w, 'test')),
+          whole.slice(start * N, (start + rows) * N), `${rows} rows from ${start}`);
       }
       assert.equal(c.numChainGemms, before + steps.length, 'every small step ran gemm_chain_whole');
     });

@@ -7,25 +7,11 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
-import type { Tensor } from '../../src/backend/backend.js';
 import { type ChainSilu, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
 import { batchOf } from '../backend/helpers.js';
-import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
+import { assertBf16Close, assertSameBits, bitsOf, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
 const ROWS = 256;
-
-function bitsOf(c: CudaBackend, t: Tensor): Uint32Array {
-  const out = c.toHost(t);
-  assert.equal(out.findIndex((v) => !Number.isFinite(v)), -1, 'an output never written');
-  return new Uint32Array(out.buffer);
-}
-
-function assertSameBits(actual: Uint32Array, expected: Uint32Array, what: string): void {
-  let count = 0;
-  for (let i = 0; i < actual.length; i++) if (actual[i] !== expected[i]) count++;
-  assert.equal(actual.length, expected.length, `${what}: length`);
-  assert.equal(count, 0, `${what}: ${count} of ${actual.length} outputs differ`);
-}
 
 describe('CUDA chain GEMM', { skip: noCuda }, () => {
   const cuda = noCuda ? null : newCuda();
