@@ -9,8 +9,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { kernelDir } from '../../src/backend/cuda/compile.js';
 import {
-  decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeWide, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
-  splitPlan, WIDE_BLOCKS_PER_SM,
+  decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
+  maxSplitsOf, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
+  WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
@@ -23,15 +24,15 @@ test('splitPlan tiles [0, kvLen) with at most MAX_SPLITS non-empty splits of who
     assert.ok((numSplits - 1) * chunk < kvLen, `kvLen ${kvLen}: last split empty`);
     assert.ok(numSplits * chunk >= kvLen, `kvLen ${kvLen}: splits stop short`);
     const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS
-      : kvLen <= 4 * SHORT_SPLIT_TOKENS ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
+      : kvLen <= SHORT_ROW_KV ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
     assert.ok(numSplits <= Math.ceil(kvLen / target), `kvLen ${kvLen}: more splits than ceil(kvLen / ${target})`);
   }
   // short rows are cut in up to 4 splits (a single short stream gets blocks enough), the next length in one
   assert.equal(splitPlan(SHORT_SPLIT_TOKENS).numSplits, 1);
   assert.equal(splitPlan(SHORT_SPLIT_TOKENS + 1).numSplits, 2);
   assert.equal(splitPlan(300).numSplits, 3);
-  assert.equal(splitPlan(4 * SHORT_SPLIT_TOKENS).numSplits, 4);
-  assert.equal(splitPlan(4 * SHORT_SPLIT_TOKENS + 1).numSplits, 1);
+  assert.equal(splitPlan(SHORT_ROW_KV).numSplits, SHORT_ROW_KV / SHORT_SPLIT_TOKENS);
+  assert.equal(splitPlan(SHORT_ROW_KV + 1).numSplits, 1);
   assert.equal(splitPlan(SPLIT_TOKENS).numSplits, 1);
   assert.equal(splitPlan(SPLIT_TOKENS + 1).numSplits, 2);
   // rows longer than two large splits are cut in small ones, so a single long stream fills more blocks
@@ -74,7 +75,7 @@ test('QUIRE_DECODE_(LONG_|SHORT_)SPLIT_TOKENS set the split sizes; unset, 1024, 
     QUIRE_DECODE_SHORT_SPLIT_TOKENS: '', ...env } }).toString().trim();
   assert.equal(read({ QUIRE_DECODE_SPLIT_TOKENS: '256' }), '256 256 128 3');
   assert.equal(read({ QUIRE_DECODE_LONG_SPLIT_TOKENS: '128' }), '1024 128 128 3');
-  assert.equal(read({ QUIRE_DECODE_SHORT_SPLIT_TOKENS: '64' }), '1024 256 64 1');
+  assert.equal(read({ QUIRE_DECODE_SHORT_SPLIT_TOKENS: '64' }), '1024 256 64 5', 'rows up to SHORT_ROW_KV in 64s');
   assert.equal(read({ QUIRE_DECODE_SHORT_SPLIT_TOKENS: '0' }), '1024 256 0 1');
   assert.equal(read({}), '1024 256 128 3');
 });
@@ -144,4 +145,49 @@ test('an FP8 cache caps G at 2 (its 16-byte builds): a group of 4 or 8 gets 2 wh
   assert.equal(decodeGroup(256, 64, 8, 132, 128, 2), 2);
   assert.equal(decodeGroup(2, 32, 8, 132, 128, 2), 1, 'few rows: a head a block, as without the cap');
   assert.equal(decodeGroup(256, 28, 4, 132, 128, 2), 1, 'group 7: no even divisor up to 2 but 1');
+});
+
+test('decode graphs by kv class: rows of up to 2 SPLIT_TOKENS positions never take more than SHORT_GRAPH_SPLITS', () => {
+  assert.equal(SHORT_GRAPH_KV, 2048);
+  assert.equal(SHORT_GRAPH_SPLITS, 4, 'short rows: 128-position splits up to 512');
+  for (let kv = 1; kv <= SHORT_GRAPH_KV; kv++) assert.ok(splitPlan(kv).numSplits <= SHORT_GRAPH_SPLITS, `kv ${kv}`);
+  assert.ok(splitPlan(SHORT_GRAPH_KV + 1).numSplits > SHORT_GRAPH_SPLITS, 'one longer row needs the full grid');
+  assert.equal(shortGraphRows(Int32Array.of(0, 127, 2047)), true, 'positions up to 2,047: kv up to 2,048');
+  assert.equal(shortGraphRows(Int32Array.of(5, 2048)), false);
+  assert.equal(shortGraphRows(Int32Array.of(5), false), false, 'QUIRE_GRAPH_KV_CLASSES=0: one class');
+  // a graph z of the class's splits, as eager steps of such rows take
+  assert.equal(decodeGridZ(16, 132, SHORT_GRAPH_SPLITS), 4);
+  assert.equal(decodeGridZ(16, 132, MAX_SPLITS), 16);
+  const keys = new Set<number>();
+  for (const bucket of [-256, -8, -1, 1, 2, 8, 256]) for (const short of [false, true]) keys.add(graphKey(bucket, short));
+  assert.equal(keys.size, 14, 'every (bucket, class) its own graph');
+});
+
+test('the kernel\'s short-row bound is SHORT_ROW_KV (split_plan mirrors splitPlan)', () => {
+  const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
+  assert.equal(Number(/^#define DECODE_SHORT_ROW_KV (\d+)$/m.exec(src)?.[1]), SHORT_ROW_KV);
+  assert.equal(SHORT_ROW_KV % 16, 0);
+});
+
+test('the _pre builds: one query head a block, a bf16 cache, D 64 or 128, a grid of at most PRE_BLOCKS_PER_SM a SM', () => {
+  assert.equal(decodePrefetch(16 * 4, 1, 128, 'bf16', 132, true), true, 'a single stream of qwen3-0.6b');
+  assert.equal(decodePrefetch(PRE_BLOCKS_PER_SM * 132, 1, 128, 'bf16', 132, true), true);
+  assert.equal(decodePrefetch(PRE_BLOCKS_PER_SM * 132 + 1, 1, 128, 'bf16', 132, true), false, 'a larger grid');
+  assert.equal(decodePrefetch(64, 1, 64, 'bf16', 132, true), true);
+  assert.equal(decodePrefetch(64, 2, 128, 'bf16', 132, true), false, 'G 2');
+  assert.equal(decodePrefetch(64, 1, 256, 'bf16', 132, true), false, 'D 256');
+  assert.equal(decodePrefetch(64, 1, 128, 'bf16_fp8', 132, true), false, 'an FP8 cache');
+  assert.equal(decodePrefetch(64, 1, 128, 'bf16', 132, false), false, 'QUIRE_DECODE_PREFETCH=0');
+  const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
+  const pre = [...src.matchAll(/^INSTANTIATE_DGMVP\(bf16, bf16_t, bf16_t, 8, (\d+), 1, 4, _pre, true\)$/gm)].map((m) => Number(m[1]));
+  assert.deepEqual(pre, [64, 128], 'a _pre build for each D it takes');
+});
+
+test('a _pre launch of grid z 2 to 8 runs in clusters of its z (a row\'s splits folded from the blocks\' shared memory)', () => {
+  assert.equal(decodeCluster(true, 4, true), 4);
+  assert.equal(decodeCluster(true, 8, true), 8);
+  assert.equal(decodeCluster(true, 1, true), 1, 'one block a row: nothing to fold');
+  assert.equal(decodeCluster(true, 16, true), 1, 'beyond the portable cluster size');
+  assert.equal(decodeCluster(false, 4, true), 1, 'not a _pre build');
+  assert.equal(decodeCluster(true, 4, false), 1, 'QUIRE_DECODE_CLUSTER=0');
 });

@@ -52,6 +52,26 @@ describe('CUDA graphs', { skip: noCuda }, () => {
     assert.ok(cuda.graphCaptureMs > 0);
   });
 
+  test('a row that grows past 2,048 positions gets its kv class\'s graph (a grid for more splits), replay equal to eager', () => {
+    const cuda = newCuda();
+    backends.push(cuda);
+    const long = { ...config, maxPositionEmbeddings: 4096 };
+    const model = Model.load(long, randomWeightSource(long, { seed: 5 }), cuda);
+    cuda.allocateKvCache(model.kvCacheSpec(140, blockSize));
+    const pages = Array.from({ length: 134 }, (_, i) => (i * 3) % 140);  // distinct pages
+    const start = 2040;
+    model.forward(batchOf([{ ids: Array.from({ length: start }, (_, i) => (i * 17) % 300), start: 0, pages }], blockSize,
+      [start - 1]));
+    for (let len = start; len < start + 16; len++) {  // kv lengths 2,041 .. 2,056: short class up to 2,048
+      const batch = batchOf([{ ids: [(len * 31) % 300], start: len, pages: pages.slice(0, Math.floor(len / blockSize) + 1) }],
+        blockSize, [0]);
+      const eager = model.forward(batch);
+      assert.deepEqual(cuda.graph(1, batch, () => model.forward(batch)), eager, `kv length ${len + 1}`);
+    }
+    assert.equal(cuda.numGraphCaptures, 2, 'one capture per kv class');
+    assert.equal(cuda.numGraphs, 2);
+  });
+
   test('a step that samples on the GPU replays to the eager tokens (greedy and seeded rows)', () => {
     const cuda = newCuda();
     backends.push(cuda);

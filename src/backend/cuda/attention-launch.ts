@@ -2,7 +2,7 @@
 // argument lists in one place; which rows go to which kernel, and the grids, are the
 // backend's choice (cuda-backend.ts attention()).
 
-import { decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
+import { decodeCluster, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
@@ -139,12 +139,14 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const x16 = a.decodeX16 === true;
   if (x16 && g.G > 2) throw new Error(`attention: the FP8 decode kernel is built for G 1 and 2, not ${g.G}`);
   const wide = !x16 && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
-  const name = `attention_decode_${a.kvKernels ?? 'bf16'}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : ''}`;
+  const kv = a.kvKernels ?? 'bf16';
+  const pre = !x16 && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv, d.numSMs);
+  const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : pre ? '_pre' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
     128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
       i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),
       ptr(rope?.table ?? 0n), ptr(rope?.qNorm ?? 0n), ptr(rope?.kNorm ?? 0n), word(a, L.slotMapping),
-      f32(rope?.eps ?? 0)], 0, g.dependent);
+      f32(rope?.eps ?? 0)], 0, g.dependent, decodeCluster(pre && d.arch >= 90, g.gridZ));
 }

@@ -10,7 +10,8 @@ import type { Backend, Fp8BlockPart, LayerSpec, MemoryReport, RopeSpec, StepInpu
 import type { LayerWeights } from '../../model/weights.js';
 import { decodeAsDependent, launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
 import {
-  decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_SPLIT_TOKENS, SPLIT_TOKENS,
+  decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS,
+  graphKey, GRAPH_KV_CLASSES, SHORT_GRAPH_KV, shortGraphRows, SPLIT_TOKENS,
 } from './decode-splits.js';
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
@@ -212,6 +213,8 @@ export class CudaBackend implements Backend {
   /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
   numChainGemms = 0;
   numGraphCaptures = 0;
+  /** The most splits of a decode row in the graph being captured (its kv-length class). */
+  private captureSplits = MAX_SPLITS;
   /** Wall time of the steps that captured a graph (their eager run, the capture and the instantiation). */
   graphCaptureMs = 0;
   private capturedRead: HostRead = null;
@@ -681,8 +684,8 @@ export class CudaBackend implements Backend {
         // of the row count alone, so eager and captured steps of one size allocate alike.
         const numRows = decodeRows * (numHeads / G);
         const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
-        // A graph replays with longer kv lengths than it was captured with: it always plans for the most splits.
-        const maxRowSplits = this.capturing ? MAX_SPLITS : this.current!.decodeMaxSplits ??=
+        // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
+        const maxRowSplits = this.capturing ? this.captureSplits : this.current!.decodeMaxSplits ??=
           maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
         const partials = !this.batchInvariant ? this.steps.partials(meta, numHeads, D, this.capturing) : !mayShare ? { out: 0n, ml: 0n }
@@ -923,12 +926,15 @@ export class CudaBackend implements Backend {
     if (this.enforceEager || !isDecodeOnly(batch)) return record();
     const launched = this.graphLaunch(key, batch);
     if (launched) return launched() as R;
-    this.graphs.destroy(key);
+    const short = shortGraphRows(batch.positions);
+    this.graphs.destroy(graphKey(key, short));
     const t0 = performance.now();
     const result = record();
     this.device.synchronize();
     this.workspace.reset();
-    this.capture(key, record);
+    this.captureSplits = short ? SHORT_GRAPH_SPLITS : MAX_SPLITS;
+    this.capture(graphKey(key, short), record,
+      `graph ${key}${!short && GRAPH_KV_CLASSES ? `, kv over ${SHORT_GRAPH_KV}` : ''}`);
     this.numGraphCaptures++;
     this.graphCaptureMs += performance.now() - t0;
     return result;
@@ -941,7 +947,7 @@ export class CudaBackend implements Backend {
    */
   graphLaunch(key: number, batch: ForwardBatch): (() => Float32Array | Int32Array) | null {
     if (this.enforceEager || !isDecodeOnly(batch)) return null;
-    const g = this.graphs.get(key);
+    const g = this.graphs.get(graphKey(key, shortGraphRows(batch.positions)));
     if (!g || g.generation !== this.generation() || !g.hostRead ||
       layoutFor(batch, this.steps.meta?.layout ?? null) !== this.steps.meta?.layout) return null;
     const meta = this.steps.meta!;
@@ -970,7 +976,7 @@ export class CudaBackend implements Backend {
     };
   }
 
-  private capture(key: number, record: () => Float32Array | Int32Array): void {
+  private capture(key: number, record: () => Float32Array | Int32Array, label: string): void {
     this.graphs.capture(key, this.generation(), () => {
       this.capturedRead = null;
       this.capturing = true;
@@ -982,7 +988,7 @@ export class CudaBackend implements Backend {
         this.workspace.frozen = false;
       }
       return this.capturedRead;
-    });
+    }, label);
   }
 
   get numGraphs(): number {

@@ -14,9 +14,11 @@ export const SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SPLIT_TOKENS ?? 0) |
  * overrides it): small, so that a single long stream spreads over many blocks.
  */
 export const LONG_SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_LONG_SPLIT_TOKENS ?? 0) || 256;
+/** Rows of at most this many positions are short (DECODE_SHORT_ROW_KV in the kernel): split every SHORT_SPLIT_TOKENS. */
+export const SHORT_ROW_KV = 512;
 /**
- * Target kv positions per split of rows of at most 4 * SHORT_SPLIT_TOKENS (QUIRE_DECODE_SHORT_SPLIT_TOKENS overrides
- * it, 0 none): a short row's one large split is a long walk for its block when the rows are few. At 128 (rows up
+ * Target kv positions per split of rows of at most SHORT_ROW_KV (QUIRE_DECODE_SHORT_SPLIT_TOKENS overrides it, 0
+ * none): a short row's one large split is a long walk for its block when the rows are few. At 128 (rows up
  * to 512 in up to 4 splits), same call against none: W2 qwen3-0.6b batch 1 +10%, batch 8 +12%, qwen3-8b batch 1
  * +3%; short rows at 0.6b batch 32 -3%, 64 -2%, 128 -6%, 8b batch 16 -2%; W1 within its noise (docs/perf-log.md,
  * session 11).
@@ -43,10 +45,40 @@ export interface SplitPlan {
 export function splitPlan(kvLen: number): SplitPlan {
   if (kvLen <= 0) return { numSplits: 1, chunk: ROUND };
   const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS
-    : SHORT_SPLIT_TOKENS > 0 && kvLen <= 4 * SHORT_SPLIT_TOKENS ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
+    : SHORT_SPLIT_TOKENS > 0 && kvLen <= SHORT_ROW_KV ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
   const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / target)));
   const chunk = Math.ceil(Math.ceil(kvLen / wanted) / ROUND) * ROUND;
   return { numSplits: Math.ceil(kvLen / chunk), chunk };
+}
+
+/**
+ * Decode graphs are captured per class of kv length (cuda-backend.ts graph()): a graph replays with longer rows than
+ * it was captured with, so its grid z must cover the most splits any row of its class can take. Rows of at most
+ * SHORT_GRAPH_KV positions (2 SPLIT_TOKENS) take at most SHORT_GRAPH_SPLITS (4: short rows' 128-position splits);
+ * longer ones up to MAX_SPLITS. A single stream's W2 rows in a z-4 graph instead of z 16: qwen3-0.6b 958 / 953 ->
+ * 969 / 972 tok/s, and every longer row keeps 16 (docs/perf-log.md, session 21). QUIRE_GRAPH_KV_CLASSES=0: one class.
+ */
+export const SHORT_GRAPH_KV = 2 * SPLIT_TOKENS;
+export const SHORT_GRAPH_SPLITS = (() => {
+  let most = 1;
+  for (let kv = 1; kv <= SHORT_GRAPH_KV; kv++) most = Math.max(most, splitPlan(kv).numSplits);
+  return most;
+})();
+export const GRAPH_KV_CLASSES = process.env.QUIRE_GRAPH_KV_CLASSES !== '0';
+
+/** Whether a decode step's rows (kv length = position + 1) are all of the short graph class. */
+export function shortGraphRows(positions: Int32Array, classes = GRAPH_KV_CLASSES): boolean {
+  if (!classes) return false;
+  for (const p of positions) if (p + 1 > SHORT_GRAPH_KV) return false;
+  return true;
+}
+
+/**
+ * The graph cache's key for the caller's (a bucket, signed by what the step returns) and the step's kv-length class
+ * (shortGraphRows): each class has its own graph, whose decode grid covers its rows' splits.
+ */
+export function graphKey(key: number, short: boolean): number {
+  return 2 * key + (short ? 1 : 0);
 }
 
 /**
@@ -120,6 +152,31 @@ export const WIDE_BLOCKS_PER_SM = wideEnv ? Number(wideEnv) : 8;
 /** Whether a decode grid of `numRows` (token, G-head block) rows at group G takes the _w kernels. */
 export function decodeWide(numRows: number, G: number, numSMs: number): boolean {
   return G <= 2 && numRows > WIDE_BLOCKS_PER_SM * numSMs;
+}
+
+/**
+ * The _pre builds (one query head a block, a bf16 cache, D 64 or 128) ask L2 for the K and V of the block's split
+ * before the wait, so that its rounds after it do not each wait on DRAM. Taken where the grid is at most
+ * PRE_BLOCKS_PER_SM blocks a SM (QUIRE_DECODE_PREFETCH=0 never): at large batches the lines asked for compete with
+ * the loads in flight (docs/perf-log.md, session 12: a round ahead cost W1 5%).
+ */
+export const PRE_BLOCKS_PER_SM = 3;
+const prefetchOn = process.env.QUIRE_DECODE_PREFETCH !== '0';
+
+/** Whether a decode grid of `blocks` blocks (rows x head blocks x z) at group G takes a _pre build. */
+export function decodePrefetch(blocks: number, G: number, D: number, kvKernels: string, numSMs: number,
+  on = prefetchOn): boolean {
+  return on && G === 1 && (D === 64 || D === 128) && kvKernels === 'bf16' && blocks <= PRE_BLOCKS_PER_SM * numSMs;
+}
+
+/**
+ * Grid z of the clusters a _pre launch takes (1: none): its z blocks of a row one cluster, so that a row of several
+ * splits folds them from the blocks' shared memory rather than through global memory and a counter
+ * (QUIRE_DECODE_CLUSTER=0 never). Clusters of up to 8 blocks are portable; `pre` is false before sm_90 (none there).
+ */
+const clusterOn = process.env.QUIRE_DECODE_CLUSTER !== '0';
+export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): number {
+  return on && pre && gridZ > 1 && gridZ <= 8 ? gridZ : 1;
 }
 
 /** The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1). */

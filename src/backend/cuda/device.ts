@@ -5,7 +5,7 @@ import koffi from 'koffi';
 import {
   check, cu, outPtr, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_MEMHOSTALLOC_PORTABLE,
-  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, LAUNCH_ATTRIBUTE_BYTES, LAUNCH_CONFIG_BYTES,
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, LAUNCH_ATTRIBUTE_BYTES, LAUNCH_CONFIG_BYTES,
   CU_STREAM_NON_BLOCKING,
   type DevicePtr, type DriverApi, type Handle,
 } from './ffi/driver.js';
@@ -56,9 +56,11 @@ export class Device {
   private readonly sharedAllowed = new Map<Handle, number>();
   private compiler: Compiler | null = null;
   // kernelParams: [values: MAX_KERNEL_ARGS x 8 bytes][pointers to each value: MAX_KERNEL_ARGS x 8 bytes],
-  // then a CUlaunchConfig and its one CUlaunchAttribute (programmatic dependent launches)
+  // then a CUlaunchConfig and its CUlaunchAttributes: programmatic dependent launch, then cluster dimensions
   private readonly args: PinnedBuffer;
   private readonly launchConfig: DataView;
+  /** value.clusterDim {x, y, z} of the second launch attribute. */
+  private readonly clusterDims: DataView;
   private readonly argValues: DataView;
   private readonly argPointers: BigUint64Array;
 
@@ -86,14 +88,14 @@ export class Device {
     check(api.cuStreamCreate(stream, CU_STREAM_NON_BLOCKING), 'cuStreamCreate');
     this.stream = outPtr(stream, 'cuStreamCreate');
     this.pdl = pdlEnabled(this.arch);
-    this.args = this.hostAlloc(ARG_BYTES + LAUNCH_CONFIG_BYTES + 8 + LAUNCH_ATTRIBUTE_BYTES);
+    this.args = this.hostAlloc(ARG_BYTES + LAUNCH_CONFIG_BYTES + 8 + 2 * LAUNCH_ATTRIBUTE_BYTES);
     this.launchConfig = new DataView(this.args.view, ARG_BYTES, LAUNCH_CONFIG_BYTES);
-    const attribute = new DataView(this.args.view, ARG_BYTES + LAUNCH_CONFIG_BYTES + 8, LAUNCH_ATTRIBUTE_BYTES);
-    attribute.setUint32(0, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, true);
-    attribute.setInt32(8, 1, true);  // value.programmaticStreamSerializationAllowed
+    const attributes = new DataView(this.args.view, ARG_BYTES + LAUNCH_CONFIG_BYTES + 8, 2 * LAUNCH_ATTRIBUTE_BYTES);
+    attributes.setUint32(0, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, true);
+    attributes.setInt32(8, 1, true);  // value.programmaticStreamSerializationAllowed
+    attributes.setUint32(LAUNCH_ATTRIBUTE_BYTES, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, true);
+    this.clusterDims = new DataView(this.args.view, ARG_BYTES + LAUNCH_CONFIG_BYTES + 8 + LAUNCH_ATTRIBUTE_BYTES + 8, 12);
     this.launchConfig.setBigUint64(32, this.stream, true);
-    this.launchConfig.setBigUint64(40, this.args.ptr + BigInt(ARG_BYTES + LAUNCH_CONFIG_BYTES + 8), true);
-    this.launchConfig.setUint32(48, 1, true);  // numAttrs
     this.argValues = new DataView(this.args.view, 0, MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
     this.argPointers = new BigUint64Array(this.args.view, MAX_KERNEL_ARGS * ARG_SLOT_BYTES, MAX_KERNEL_ARGS);
     for (let i = 0; i < MAX_KERNEL_ARGS; i++) this.argPointers[i] = this.args.ptr + BigInt(i * ARG_SLOT_BYTES);
@@ -207,9 +209,12 @@ export class Device {
     }
   }
 
-  /** `dependent`: a programmatic dependent launch where this.pdl (the kernel waits in pdl_wait). */
+  /**
+   * `dependent`: a programmatic dependent launch where this.pdl (the kernel waits in pdl_wait). `clusterZ` > 1: the
+   * grid's blocks in clusters of (1, 1, clusterZ) (sm_90+; grid z a multiple of it).
+   */
   launch(file: string, name: string, grid: [number, number, number], block: number, args: KernelArg[],
-    sharedBytes = 0, dependent = false): void {
+    sharedBytes = 0, dependent = false, clusterZ = 1): void {
     if (args.length > MAX_KERNEL_ARGS) throw new Error(`${name}: ${args.length} kernel arguments`);
     const fn = this.kernel(file, name);
     const v = this.argValues;
@@ -223,9 +228,15 @@ export class Device {
     if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return;
     this.allowShared(fn, name, sharedBytes);
     const params = this.args.ptr + BigInt(MAX_KERNEL_ARGS * ARG_SLOT_BYTES);
-    if (dependent && this.pdl) {
+    const pdl = dependent && this.pdl;
+    if (clusterZ > 1 && grid[2] % clusterZ !== 0) throw new Error(`${name}: grid z ${grid[2]} is not a multiple of clusters of ${clusterZ}`);
+    if (pdl || clusterZ > 1) {
       const c = this.launchConfig;
       [grid[0], grid[1], grid[2], block, 1, 1, sharedBytes].forEach((v, i) => c.setUint32(4 * i, v, true));
+      const attributes = this.args.ptr + BigInt(ARG_BYTES + LAUNCH_CONFIG_BYTES + 8);
+      c.setBigUint64(40, pdl ? attributes : attributes + BigInt(LAUNCH_ATTRIBUTE_BYTES), true);
+      c.setUint32(48, (pdl ? 1 : 0) + (clusterZ > 1 ? 1 : 0), true);  // numAttrs
+      [1, 1, clusterZ].forEach((v, i) => this.clusterDims.setUint32(4 * i, v, true));
       check(this.api.cuLaunchKernelEx(this.args.ptr + BigInt(ARG_BYTES), fn, params, null), `cuLaunchKernelEx(${name})`,
         `grid [${grid.join(', ')}], block ${block}`);
       return;

@@ -32,10 +32,10 @@ export class GraphCache {
   }
 
   /**
-   * Captures what `record` launches on the stream as the graph for `key` (replacing any), instantiated. `record`
-   * returns what the step reads back. A throw ends the capture, frees what it made and propagates.
+   * Captures what `record` launches on the stream as the graph for `key` (replacing any), instantiated, its profile
+   * tables titled `label`. `record` returns what the step reads back. A throw ends the capture, frees what it made and propagates.
    */
-  capture(key: number, generation: string, record: () => HostRead): void {
+  capture(key: number, generation: string, record: () => HostRead, label = `graph ${key}`): void {
     const api = this.api;
     this.destroy(key);
     check(api.cuStreamBeginCapture_v2(this.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 'cuStreamBeginCapture_v2');
@@ -48,7 +48,7 @@ export class GraphCache {
     } catch (err) {
       failure = err;
     }
-    const timings = this.profiler?.endCapture(`graph ${key}`) ?? null;
+    const timings = this.profiler?.endCapture(label) ?? null;
     const endStatus = api.cuStreamEndCapture(this.stream, graphOut);
     if (failure) {
       if (endStatus === 0 && graphOut[0]) api.cuGraphDestroy(BigInt(graphOut[0]));

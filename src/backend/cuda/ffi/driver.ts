@@ -27,6 +27,8 @@ export const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 export const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 /** CUlaunchAttributeID: the kernel may start before the previous one in the stream finishes (sm_90+). */
 export const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+/** CUlaunchAttributeID: the grid's blocks in clusters of value.clusterDim {x, y, z} (sm_90+). */
+export const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
 /** sizeof(CUlaunchConfig) on 64-bit hosts, and of one CUlaunchAttribute (id, padding, a 64-byte value union). */
 export const LAUNCH_CONFIG_BYTES = 56;
 export const LAUNCH_ATTRIBUTE_BYTES = 72;

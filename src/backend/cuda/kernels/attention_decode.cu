@@ -7,9 +7,9 @@
 //
 // Batch invariance: a row's splits are a pure function of its own kvLen (split_plan), never of the
 // batch, the grid or eager vs graph:
-//   target = kvLen > 2 splitTokens ? longSplitTokens : kvLen <= 4 shortSplitTokens ? shortSplitTokens : splitTokens
-//   (few splits for rows of W1-like lengths, where large batches make each split cost; many for long rows, and up
-//   to 4 for short ones, where a single stream needs the blocks; shortSplitTokens 0: none);
+//   target = kvLen > 2 splitTokens ? longSplitTokens : kvLen <= DECODE_SHORT_ROW_KV ? shortSplitTokens : splitTokens
+//   (few splits for rows of W1-like lengths, where large batches make each split cost; many for long rows, and
+//   several for short ones, where a single stream needs the blocks; shortSplitTokens 0: none);
 //   wanted = min(maxSplits, ceil(kvLen / target)); chunk = ceil(kvLen / wanted) rounded up to 16;
 //   numSplits = ceil(kvLen / chunk) (<= wanted, none empty); split z covers [z chunk, min((z+1) chunk, kvLen)).
 // GQA: block (x, t, z) serves the G query heads h0 = x G .. h0 + G - 1, which share kv head h0 / qHeadsPerKv
@@ -54,12 +54,15 @@
 // Grid row y serves token rowOrder[y] (step-meta.ts: a decode step's rows longest first, so the long rows do not
 // run alone at the grid's end); the order decides only which block computes a row, never its bits.
 #include "common.cuh"
+#include "mma.cuh"
 #include "rope.cuh"
 
 #define DECODE_WARPS 4
 #define DECODE_SLOTS 4
 #define DECODE_THREADS (DECODE_WARPS * 32)
 #define DECODE_CHUNK_ROUND 16
+// Rows of at most this many positions are short: split every shortSplitTokens (decode-splits.ts SHORT_ROW_KV)
+#define DECODE_SHORT_ROW_KV 512
 
 struct SplitPlan {
   int numSplits;
@@ -70,8 +73,8 @@ __device__ __forceinline__ SplitPlan split_plan(int kvLen, int splitTokens, int 
                                                 int maxSplits) {
   if (kvLen <= 0) return SplitPlan{1, DECODE_CHUNK_ROUND};
   const int target = kvLen > 2 * splitTokens                                 ? longSplitTokens
-                     : shortSplitTokens > 0 && kvLen <= 4 * shortSplitTokens ? shortSplitTokens
-                                                                             : splitTokens;
+                     : shortSplitTokens > 0 && kvLen <= DECODE_SHORT_ROW_KV ? shortSplitTokens
+                                                                            : splitTokens;
   const int wanted = max(1, min(maxSplits, (kvLen + target - 1) / target));
   const int per = (kvLen + wanted - 1) / wanted;
   const int chunk = (per + DECODE_CHUNK_ROUND - 1) / DECODE_CHUNK_ROUND * DECODE_CHUNK_ROUND;
@@ -197,6 +200,27 @@ __device__ __forceinline__ void fold_split(float& m, float& l, float* o, float m
   m = M;
 }
 
+/**
+ * Every thread of the cluster has arrived (release), and sees what the others wrote to shared memory before (acquire).
+ * Clusters are sm_90's: before it no launch has them (decodeCluster), and these two are never reached.
+ */
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+
+/** A float of block `rank`'s shared memory (of the cluster) at the address `p` has in this block's. */
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+  float v = 0.f;
+#if __CUDA_ARCH__ >= 900
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_addr(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+
 /** out[d] = o / l at this thread's dims (0 for an empty state). */
 template <typename T, int D, int DPT>
 __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
@@ -207,7 +231,8 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
   }
 }
 
-template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false>
+template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false,
+          bool PRE = false>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -233,8 +258,22 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   const SplitPlan plan = split_plan(kvLen, splitTokens, longSplitTokens, shortSplitTokens, maxSplits);
   // A short row whose splits outnumber the grid's blocks for it (a full batch) is walked by one block: spread over
   // a few blocks its small splits would each be published for a merge. The same fold either way.
-  const int rowZ = kvLen <= 4 * shortSplitTokens && plan.numSplits > gz ? 1 : gz;
-  if (bz >= min(plan.numSplits, rowZ)) return;
+  const int rowZ = shortSplitTokens > 0 && kvLen <= DECODE_SHORT_ROW_KV && plan.numSplits > gz ? 1 : gz;
+  // CLUSTERS (a _pre build launched in clusters of the grid's z, attention-launch.ts): a row of 2 to gz splits, one
+  // a block, folds them from the blocks' shared memory (block 0, after a cluster barrier) instead of publishing them
+  // for the last block to finish; every block of the cluster, those without a split too, passes both barriers
+  unsigned clusterSize = 1;
+#if __CUDA_ARCH__ >= 900
+  if constexpr (PRE) asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(clusterSize));
+#endif
+  const bool viaCluster = clusterSize > 1 && plan.numSplits > 1 && plan.numSplits <= gz;
+  if (bz >= min(plan.numSplits, rowZ)) {
+    if (viaCluster) {
+      cluster_sync();
+      cluster_sync();
+    }
+    return;
+  }
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
   const int* table = blockTables + (long long)max(seq, 0) * stride;
   const int pageMask = (1 << blockShift) - 1;
@@ -253,6 +292,20 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       vr[u].load(vCache + base);
     }
   };
+  // PRE: the block's first split's K and V (but the row's new token, which the kernel before or this one's rope
+  // writes) asked of L2 before the wait, so that the rounds after it find them there; no register, no shared memory
+  if constexpr (PRE) {
+    constexpr int LINES = D * (int)sizeof(C) / 128;  // 128-byte lines of a position's K (and of its V)
+    const int begin0 = bz * plan.chunk, end0 = min(kvLen - 1, begin0 + plan.chunk);
+    for (int p = threadIdx.x; p < (end0 - begin0) * LINES; p += DECODE_THREADS) {
+      const int j = begin0 + p / LINES;
+      const long long page = table[j >> blockShift];
+      const long long base = ((page << blockShift) + (j & pageMask)) * slotStride + (long long)kvh * D +
+                             p % LINES * (128 / (int)sizeof(C));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kCache + base));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(vCache + base));
+    }
+  }
   // EARLY: the block's first round of K and V, when it holds no position the kernels before or this one write (the
   // row's new token is the last), and its warp's first rope item's norm weights and angles, read before the wait
   KvRaw<C, EPL> kr0[DECODE_SLOTS], vr0[DECODE_SLOTS];
@@ -452,6 +505,37 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
         for (int i = 0; i < DPT; i++) runO[g][i][threadIdx.x] = o[i];
       }
+    } else if (viaCluster) {  // one split a block of the cluster: block 0 folds them in order from their shared memory
+      __shared__ float clusterO[G][D], clusterMl[G][2];
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int i = 0; i < DPT; i++) {
+          const int d = threadIdx.x + i * DECODE_THREADS;
+          if (d < D) clusterO[g][d] = pO[g][i];
+        }
+        if (threadIdx.x == 0) clusterMl[g][0] = pM[g], clusterMl[g][1] = pL[g];
+      }
+      cluster_sync();
+      if (bz == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+          float M = NEG_INF, L = 0.f, O[DPT];
+#pragma unroll
+          for (int i = 0; i < DPT; i++) O[i] = 0.f;
+          for (int z = 0; z < plan.numSplits; z++) {
+            float oz[DPT];
+#pragma unroll
+            for (int i = 0; i < DPT; i++) {
+              const int d = threadIdx.x + i * DECODE_THREADS;
+              oz[i] = d < D ? cluster_load(&clusterO[g][d], z) : 0.f;
+            }
+            fold_split<DPT>(M, L, O, cluster_load(&clusterMl[g][0], z), cluster_load(&clusterMl[g][1], z), oz);
+          }
+          write_out<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, L, O);
+        }
+      }
+      cluster_sync();  // block 0 has read every block's state: their shared memory may go
     } else {  // splits spread over blocks: publish this one; the block that completes the row's count folds them
 #pragma unroll
       for (int g = 0; g < G; g++) {
@@ -510,14 +594,16 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #define EARLY_BUILD(T, C, G, MINB) ((MINB) == 4 && (G) <= 2 && sizeof(T) == 2 && sizeof(C) == 2)
 #define INSTANTIATE_DGM(suffix, T, C, D, G, MINB, tail) INSTANTIATE_DGMV(suffix, T, C, 16 / (int)sizeof(T), D, G, MINB, tail)
 // V: elements a lane loads at once (16 bytes of the compute type; an FP8 cache 8 or 16)
-#define INSTANTIATE_DGMV(suffix, T, C, V, D, G, MINB, tail)                                                      \
+#define INSTANTIATE_DGMV(suffix, T, C, V, D, G, MINB, tail) INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, false)
+// PRE: the split's K and V asked of L2 before the wait (the _pre builds)
+#define INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, PRE)                                                \
   extern "C" __global__ void __launch_bounds__(128, MINB) attention_decode_##suffix##_d##D##_g##G##tail(          \
       const T* qkv, const C* kCache, const C* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
-    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB)>(                                              \
+    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB), PRE>(                                         \
         qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
         numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
         qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
@@ -552,6 +638,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   INSTANTIATE_DGMV(suffix, bf16_t, C, V, 256, 2, 6, _w)
 
 INSTANTIATE_BF16(bf16, bf16_t, 8)
+// Few rows, one query head a block, a bf16 cache (attention-launch.ts decodePrefetch): the split's K and V asked of
+// L2 before the wait
+INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, 4, _pre, true)
+INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, 4, _pre, true)
 INSTANTIATE_BF16(bf16_fp8, fp8_t, 8)
 // An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3
 // (the 8-byte loads of the builds above, kept for A/B runs, QUIRE_FP8_G4=1, left the kernel far under the bandwidth:
@@ -570,5 +660,6 @@ INSTANTIATE(f32, float, float, 4)
 #undef INSTANTIATE_DG
 #undef INSTANTIATE_DGM
 #undef INSTANTIATE_DGMV
+#undef INSTANTIATE_DGMVP
 #undef EARLY_BUILD
 #endif
