@@ -171,6 +171,8 @@ test('the kernel\'s short-row bound is SHORT_ROW_KV (split_plan mirrors splitPla
 
 test('the _pre builds: one query head a block, a bf16 cache, D 64 or 128, a grid of at most PRE_BLOCKS_PER_SM a SM', () => {
   assert.equal(decodePrefetch(16 * 4, 1, 128, 'bf16', 132, true), true, 'a single stream of qwen3-0.6b');
+  assert.equal(decodePrefetch(16 * 4 * 4, 1, 128, 'bf16', 132, true), true, 'qwen3-0.6b batch 4 (grid z 4)');
+  assert.equal(decodePrefetch(16 * 8 * 4, 1, 128, 'bf16', 132, true), false, 'batch 8: 512 blocks, where it lost');
   assert.equal(decodePrefetch(PRE_BLOCKS_PER_SM * 132, 1, 128, 'bf16', 132, true), true);
   assert.equal(decodePrefetch(PRE_BLOCKS_PER_SM * 132 + 1, 1, 128, 'bf16', 132, true), false, 'a larger grid');
   assert.equal(decodePrefetch(64, 1, 64, 'bf16', 132, true), true);

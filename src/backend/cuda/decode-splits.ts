@@ -156,11 +156,12 @@ export function decodeWide(numRows: number, G: number, numSMs: number): boolean 
 
 /**
  * The _pre builds (one query head a block, a bf16 cache, D 64 or 128) ask L2 for the K and V of the block's split
- * before the wait, so that its rounds after it do not each wait on DRAM. Taken where the grid is at most
- * PRE_BLOCKS_PER_SM blocks a SM (QUIRE_DECODE_PREFETCH=0 never): at large batches the lines asked for compete with
- * the loads in flight (docs/perf-log.md, session 12: a round ahead cost W1 5%).
+ * before the wait, so that its rounds after it do not each wait on DRAM, and fold a row's splits through a cluster
+ * (decodeCluster). Taken where the grid is at most PRE_BLOCKS_PER_SM blocks a SM (QUIRE_DECODE_PREFETCH=0 never):
+ * qwen3-0.6b batch 1 +2.7%, batch 2 +2.1%, batch 4 (256 blocks) +0.6%; at 4 a SM they lost (0.6b batch 8 6,900 ->
+ * 5,993, 8b batch 4 677 -> 651: docs/perf-log.md, session 22).
  */
-export const PRE_BLOCKS_PER_SM = 3;
+export const PRE_BLOCKS_PER_SM = 2;
 const prefetchOn = process.env.QUIRE_DECODE_PREFETCH !== '0';
 
 /** Whether a decode grid of `blocks` blocks (rows x head blocks x z) at group G takes a _pre build. */
