@@ -22,9 +22,10 @@
 // one way or the other: a block that walks every split of its row (gridDim.z == 1, a row of one split, or a
 // short row of more splits than gridDim.z) folds them as it goes, with no global traffic; otherwise every
 // split publishes its state in partialOut/partialMl, counts itself in rowCounters[t, x], and the block that
-// completes the count folds them all (and puts the counter back to 0 for the next launch). The same fold of the
-// same states in the same order: which way, and which block, changes no bit, so splits can be small (parallel
-// single streams) at a small cost per split at large batches.
+// completes the count folds them all (and puts the counter back to 0 for the next launch); or, in a _pre build
+// launched in clusters of the grid's z (one split a block), block 0 folds them from the cluster's shared memory. The
+// same fold of the same states in the same order: which way, and which block, changes no bit, so splits can be
+// small (parallel single streams) at a small cost per split at large batches.
 //
 // Every rounding is spelled out (__fmaf_rn, __fmul_rn, __fadd_rn), so no caller's inlining context can contract
 // the arithmetic differently: kernels/decode_layers.cu runs this function too and must get the same bits.
