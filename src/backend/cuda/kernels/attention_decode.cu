@@ -232,6 +232,27 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
   }
 }
 
+/**
+ * Folds a head's numSplits published states in split order and writes its output: stateO(z, d) is split z's
+ * unnormalized output at dim d, stateMl(z, 0 / 1) its max / sum (from global partials or a cluster's shared memory).
+ */
+template <typename T, int D, int DPT, typename StateO, typename StateMl>
+__device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO, StateMl stateMl) {
+  float M = NEG_INF, L = 0.f, O[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) O[i] = 0.f;
+  for (int z = 0; z < numSplits; z++) {
+    float oz[DPT];
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = threadIdx.x + i * DECODE_THREADS;
+      oz[i] = d < D ? stateO(z, d) : 0.f;
+    }
+    fold_split<DPT>(M, L, O, stateMl(z, 0), stateMl(z, 1), oz);
+  }
+  write_out<T, D, DPT>(out, L, O);
+}
+
 template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false,
           bool PRE = false>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
@@ -521,19 +542,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       if (bz == 0) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
-          float M = NEG_INF, L = 0.f, O[DPT];
-#pragma unroll
-          for (int i = 0; i < DPT; i++) O[i] = 0.f;
-          for (int z = 0; z < plan.numSplits; z++) {
-            float oz[DPT];
-#pragma unroll
-            for (int i = 0; i < DPT; i++) {
-              const int d = threadIdx.x + i * DECODE_THREADS;
-              oz[i] = d < D ? cluster_load(&clusterO[g][d], z) : 0.f;
-            }
-            fold_split<DPT>(M, L, O, cluster_load(&clusterMl[g][0], z), cluster_load(&clusterMl[g][1], z), oz);
-          }
-          write_out<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, L, O);
+          fold_states<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+                                 [&](int z, int d) { return cluster_load(&clusterO[g][d], z); },
+                                 [&](int z, int k) { return cluster_load(&clusterMl[g][k], z); });
         }
       }
       cluster_sync();  // block 0 has read every block's state: their shared memory may go
@@ -564,20 +575,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
         for (int g = 0; g < G; g++) {
           const long long row = (long long)slot * numHeads + h0 + g;
-          float M = NEG_INF, L = 0.f, O[DPT];
-#pragma unroll
-          for (int i = 0; i < DPT; i++) O[i] = 0.f;
-          for (int z = 0; z < plan.numSplits; z++) {
-            float oz[DPT];
-#pragma unroll
-            for (int i = 0; i < DPT; i++) {
-              const int d = threadIdx.x + i * DECODE_THREADS;
-              oz[i] = d < D ? __ldcg(partialOut + (row * maxSplits + z) * D + d) : 0.f;
-            }
-            fold_split<DPT>(M, L, O, __ldcg(partialMl + (row * maxSplits + z) * 2),
-                            __ldcg(partialMl + (row * maxSplits + z) * 2 + 1), oz);
-          }
-          write_out<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, L, O);
+          fold_states<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+                                 [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
+                                 [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); });
         }
       }
     }
