@@ -55,8 +55,9 @@ export function splitPlan(kvLen: number): SplitPlan {
  * Decode graphs are captured per class of kv length (cuda-backend.ts graph()): a graph replays with longer rows than
  * it was captured with, so its grid z must cover the most splits any row of its class can take. Rows of at most
  * SHORT_GRAPH_KV positions (2 SPLIT_TOKENS) take at most SHORT_GRAPH_SPLITS (4: short rows' 128-position splits);
- * longer ones up to MAX_SPLITS. A single stream's W2 rows in a z-4 graph instead of z 16: qwen3-0.6b 958 / 953 ->
- * 969 / 972 tok/s, and every longer row keeps 16 (docs/perf-log.md, session 21). QUIRE_GRAPH_KV_CLASSES=0: one class.
+ * longer ones up to MAX_SPLITS. A single stream's W2 rows in a z-4 graph instead of z 16: qwen3-0.6b 970.6 / 958.1
+ * -> 984.0 / 978.1 tok/s, batch 8 and qwen3-8b unchanged (docs/perf-log.md, session 22). QUIRE_GRAPH_KV_CLASSES=0:
+ * one class.
  */
 export const SHORT_GRAPH_KV = 2 * SPLIT_TOKENS;
 export const SHORT_GRAPH_SPLITS = (() => {
