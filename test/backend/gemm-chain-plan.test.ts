@@ -3,13 +3,13 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CHAIN_MAX_TOKENS, parseChainSilu, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
+import { CHAIN_MAX_TOKENS, parseChainSilu, planChainGemm, wholeSplit } from '../../src/backend/cuda/gemm-chain.js';
 
 const SMS = 132;
 
 test('the chain kernel takes 1 to 8 tokens of wide weights, one warp per 16 rows', () => {
   for (const T of [1, 5, CHAIN_MAX_TOKENS]) {
-    const plan = planChainGemm(T, 4096, 1024, SMS);
+    const plan = planChainGemm(T, 4096, 512, SMS);
     assert.deepEqual(plan?.grid, [256, 1, 1]);
     assert.equal(plan?.block, 32);
     assert.equal(plan?.kernel, 'gemm_chain');
@@ -24,15 +24,17 @@ test('K off the 64-k stage or ragged rows go to cuBLASLt', () => {
   assert.equal(planChainGemm(1, 4104, 1024, SMS), null, 'N % 16');
 });
 
-test('under 1.5 tiles of 16 rows per SM: gemm_chain_whole, 8 rows a warp read whole, one token, within 99 KiB', () => {
-  assert.equal(planChainGemm(1, 3168, 1024, SMS)?.kernel, 'gemm_chain', '198 tiles: 1.5 per SM');
-  assert.equal(planChainGemm(1, 3152, 1024, SMS)?.kernel, 'gemm_chain_whole', '197 tiles');
+test('under 1.5 tiles of 16 rows per SM: gemm_chain_whole, 8 rows a warp read whole, up to 8 tokens, within 99 KiB', () => {
+  assert.equal(planChainGemm(1, 3168, 512, SMS)?.kernel, 'gemm_chain', '198 tiles: 1.5 per SM');
+  assert.equal(planChainGemm(1, 3152, 512, SMS)?.kernel, 'gemm_chain_whole', '197 tiles');
   const down = planChainGemm(1, 1024, 3072, SMS);  // qwen3-0.6b's down: 64 tiles on 132 SMs
   assert.equal(down?.kernel, 'gemm_chain_whole');
   assert.deepEqual(down?.grid, [128, 1, 1], 'a warp per 8 rows');
-  assert.equal(down?.block, 32);
+  assert.equal(down?.block, 3 * 32, 'its 48 stages of k split between 3 warps');
   assert.equal(down?.sharedBytes, 48 * (64 + 8) * 16, '48 stages of 8 weight rows and 1 token by 64 k');
-  assert.equal(planChainGemm(2, 1024, 3072, SMS), null, 'two tokens and more: cuBLASLt (QUIRE_CHAIN_WHOLE moves it)');
+  const eight = planChainGemm(8, 1024, 3072, SMS);
+  assert.equal(eight?.kernel, 'gemm_chain_whole', 'up to 8 tokens (QUIRE_CHAIN_WHOLE moves it)');
+  assert.equal(eight?.sharedBytes, 48 * (64 + 64) * 16, '48 stages of 8 weight rows and 8 tokens by 64 k');
   assert.equal(planChainGemm(1, 1024, 5632, SMS)?.sharedBytes, 99 * 1024, '88 stages: 99 KiB');
   assert.equal(planChainGemm(1, 1024, 5696, SMS), null, '89 stages');
   assert.equal(planChainGemm(1, 1024, 3072, SMS, 'pairs'), null, 'no silu_mul: gate_up, then silu_mul');
@@ -40,13 +42,13 @@ test('under 1.5 tiles of 16 rows per SM: gemm_chain_whole, 8 rows a warp read wh
 });
 
 test('silu_mul as pairs: a warp a tile of 8 gate rows and their 8 up rows, the plain chain\'s grid and ring', () => {
-  const plan = planChainGemm(1, 6144, 1024, SMS, 'pairs');
+  const plan = planChainGemm(1, 6144, 512, SMS, 'pairs');
   assert.equal(plan?.kernel, 'gemm_chain_silu_pair');
   assert.deepEqual(plan?.grid, [384, 1, 1]);
   assert.equal(plan?.sharedBytes, 16 * (128 + 64) * 16);
   assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair_p8', 'qwen3-8b gate_up');
-  assert.equal(planChainGemm(1, 6160, 1024, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair', 'halves of 3,080: whole pairs');
-  assert.equal(planChainGemm(1, 6152, 1024, SMS, 'pairs'), null, 'halves of 3,076 rows');
+  assert.equal(planChainGemm(1, 6160, 512, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair', 'halves of 3,080: whole pairs');
+  assert.equal(planChainGemm(1, 6152, 512, SMS, 'pairs'), null, 'halves of 3,076 rows');
   const fp8 = planChainGemm(1, 2048, 1024, SMS, 'pairs', true);
   assert.equal(fp8?.kernel, 'gemm_chain_silu_pair_fp8');
   assert.equal(fp8?.sharedBytes, 16 * (128 + 64) * 16 + Math.ceil(8 * 10 / 4) * 16, 'the scales of both halves\' blocks');
@@ -62,9 +64,9 @@ test('QUIRE_CHAIN_SILU names a fusion', () => {
 });
 
 test('chains of K 4,096 and more read 8 stages of weights before the kernel before ends (the _p8 builds), shorter ones 4', () => {
-  assert.equal(planChainGemm(1, 6144, 4096, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b qkv');
-  assert.equal(planChainGemm(1, 4096, 12288, SMS)?.kernel, 'gemm_chain_p8', 'qwen3-8b down');
-  assert.equal(planChainGemm(1, 4096, 2048, SMS)?.kernel, 'gemm_chain', 'K 2,048');
+  assert.equal(planChainGemm(1, 6144, 4096, SMS, 'none', false, false)?.kernel, 'gemm_chain_p8', 'qwen3-8b qkv');
+  assert.equal(planChainGemm(1, 4096, 12288, SMS, 'none', false, false)?.kernel, 'gemm_chain_p8', 'qwen3-8b down');
+  assert.equal(planChainGemm(1, 4096, 2048, SMS, 'none', false, false)?.kernel, 'gemm_chain', 'K 2,048');
 });
 
 test('FP8 chains: any width, stages of 128 k with their scales; long chains of narrow weights split k between two warps (_s2)', () => {
@@ -82,4 +84,29 @@ test('FP8 chains: any width, stages of 128 k with their scales; long chains of n
     'qwen3-0.6b down: narrow, yet on the chain (cuBLASLt\'s FP8 GEMM is slower there)');
   assert.equal(planChainGemm(1, 256, 8320, SMS, 'none', true)?.kernel, 'gemm_chain_fp8_p8', 'an odd count of groups: one warp');
   assert.equal(planChainGemm(1, 1024, 1000, SMS, 'none', true), null, 'K % 128');
+});
+
+test('gemm_chain_whole splits k of more than 16 stages between the fewest warps (2 to 8) that divide it into slices of 16 or fewer', () => {
+  assert.equal(planChainGemm(1, 256, 1024, SMS)?.block, 32, 'the demo model\'s down (K 1,024): one chain, cuBLASLt\'s bits');
+  assert.equal(planChainGemm(1, 1024, 2048, SMS)?.block, 64, 'qwen3-0.6b\'s o: 2 slices of 16 stages');
+  assert.equal(wholeSplit(16), 1);
+  assert.equal(wholeSplit(17), 1, 'no 2 to 8 divides 17 stages');
+  assert.equal(wholeSplit(40), 4, '3 would leave 13 1/3 stages: 4 slices of 10');
+  assert.equal(wholeSplit(48, 8), 6);
+  assert.equal(wholeSplit(88, 8), 1, '11 or more slices: past 8 warps, whole');
+  assert.equal(wholeSplit(48, 0), 1, '0: never split');
+});
+
+test('bf16 ring chains of K >= 1,024 on fewer than 4 tiles a SM split each tile\'s k between two warps (_s2), rings halved below K 4,096', () => {
+  const qkv = planChainGemm(1, 4096, 1024, SMS);  // qwen3-0.6b: 256 tiles
+  assert.equal(qkv?.kernel, 'gemm_chain_s2');
+  assert.equal(qkv?.block, 64);
+  assert.equal(qkv?.sharedBytes, 2 * 8 * (128 + 64) * 16, 'two rings of 8 stages: the unsplit block\'s shared memory');
+  assert.equal(planChainGemm(8, 6144, 1024, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair_s2', 'qwen3-0.6b gate_up');
+  const down = planChainGemm(1, 4096, 12288, SMS);  // qwen3-8b
+  assert.equal(down?.kernel, 'gemm_chain_p8_s2');
+  assert.equal(down?.sharedBytes, 2 * 16 * (128 + 64) * 16, 'two rings of 16 stages');
+  assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair_p8', '3,072 tiles: one warp a tile');
+  assert.equal(planChainGemm(1, 4096, 512, SMS)?.kernel, 'gemm_chain', 'K 512: one warp (the demo model\'s K 256 too)');
+  assert.equal(planChainGemm(1, 4096, 1024, SMS, 'none', false, false)?.kernel, 'gemm_chain', 'splitK false');
 });

@@ -746,9 +746,17 @@ export class CudaBackend implements Backend {
     return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
   }
 
-  /** The chain kernel's plan (kernels/gemm_chain.cu) where it is on and applies, else null (cuBLASLt, gemm_rows). */
+  /**
+   * The chain kernel's plan (kernels/gemm_chain.cu) where it is on and applies, else null (cuBLASLt, gemm_rows). A
+   * bf16 plan that splits k between two warps is taken only where its grid runs in one wave of blocks (qwen3-8b's qkv,
+   * 384 tiles of 96 KiB blocks at 2 a SM, would take two), else the unsplit one.
+   */
   private chainPlan(T: number, N: number, K: number, silu: ChainSilu = 'none'): ChainGemmLaunch | null {
-    return this.chainGemms && !this.batchInvariant ? planChainGemm(T, N, K, this.device.numSMs, silu) : null;
+    if (!this.chainGemms || this.batchInvariant) return null;
+    const plan = planChainGemm(T, N, K, this.device.numSMs, silu);
+    if (plan === null || !plan.kernel.endsWith('_s2')) return plan;
+    const fit = this.device.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * this.device.numSMs;
+    return plan.grid[0] <= fit ? plan : planChainGemm(T, N, K, this.device.numSMs, silu, false, false);
   }
 
   private launchChain(plan: ChainGemmLaunch, x: CudaTensor, w: CudaTensor, out: CudaTensor, T: number, N: number,

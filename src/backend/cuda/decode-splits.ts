@@ -177,8 +177,10 @@ export function decodePrefetch(blocks: number, G: number, D: number, kvKernels: 
  * (QUIRE_DECODE_CLUSTER=0 never). Clusters of up to 8 blocks are portable; `pre` is false before sm_90 (none there).
  */
 const clusterOn = process.env.QUIRE_DECODE_CLUSTER !== '0';
+/** Most blocks of a cluster (DECODE_MAX_CLUSTER in kernels/attention_decode.cu: block 0's room for their states). */
+const MAX_CLUSTER = 8;
 export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): number {
-  return on && pre && gridZ > 1 && gridZ <= 8 ? gridZ : 1;
+  return on && pre && gridZ > 1 && gridZ <= MAX_CLUSTER ? gridZ : 1;
 }
 
 /** The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1). */

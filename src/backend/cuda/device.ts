@@ -200,9 +200,12 @@ export class Device {
     return n[0];
   }
 
-  /** Lets `fn` take `sharedBytes` of dynamic shared memory (an opt-in beyond 48 KiB). */
+  /**
+   * Lets `fn` take `sharedBytes` of dynamic shared memory: an opt-in where it and the kernel's static shared memory
+   * pass 48 KiB, asked for from 40 KiB so that static arrays up to 8 KiB need no query.
+   */
   private allowShared(fn: Handle, name: string, sharedBytes: number): void {
-    if (sharedBytes > 48 * 1024 && (this.sharedAllowed.get(fn) ?? 0) < sharedBytes) {
+    if (sharedBytes > 40 * 1024 && (this.sharedAllowed.get(fn) ?? 0) < sharedBytes) {
       check(this.api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedBytes),
         'cuFuncSetAttribute', `${name}: ${sharedBytes} bytes of shared memory`);
       this.sharedAllowed.set(fn, sharedBytes);

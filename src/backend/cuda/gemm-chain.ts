@@ -1,4 +1,5 @@
-// Launch plans for kernels/gemm_chain.cu: decode GEMMs of up to 8 tokens summed in cuBLASLt's order (the same bits),
+// Launch plans for kernels/gemm_chain.cu: decode GEMMs of up to 8 tokens summed in cuBLASLt's order (the same bits)
+// unless their chains split k between warps (below: the longer chains on fewer warps, not the demo model's),
 // streamed by one warp per 16 weight rows where there are tiles enough to keep every SM streaming (below that the ring
 // lost 30-60% to cuBLASLt on qwen3-0.6b's o and down, 1,024 rows: docs/perf-log.md, session 10), else by one warp per
 // 8 rows read whole before the kernel before has finished (gemm_chain_whole).
@@ -16,6 +17,16 @@ const STAGES = 16;
 const FP8_SPLIT_FROM_K = Number(process.env.QUIRE_FP8_SPLIT_K ?? 8192);
 const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
 /**
+ * A bf16 ring chain of K >= BF16_SPLIT_FROM_K on a weight of fewer than FP8_SPLIT_BELOW_TILES_PER_SM tiles a SM splits
+ * each tile's k between two warps too (the _s2 builds: rings of 8 stages a warp below K 4,096, so a block's shared
+ * memory is the unsplit one's, 16 from there); its sums are then the two halves' added in order, not cuBLASLt's.
+ * From 1,024: the demo model's ring GEMMs (K 256) keep cuBLASLt's bits, and so its transcripts their batch invariance.
+ * QUIRE_CHAIN_SPLIT_K moves it (Infinity: never). qwen3-0.6b's qkv and gate_up: single stream +4.4%, 4 rows +5%;
+ * qwen3-8b's o and down (its qkv, 384 tiles, would take two waves: cuda-backend.ts keeps it whole) +0.8%, 8 rows +1.5%
+ * (docs/perf-log.md, session 23).
+ */
+const BF16_SPLIT_FROM_K = Number(process.env.QUIRE_CHAIN_SPLIT_K ?? 1024);
+/**
  * Tiles of 16 weight rows per SM below which the ring falls behind cuBLASLt (in the sweep: 1.0 loses, 1.9 wins); such
  * weights take gemm_chain_whole, which reads a warp's 8 rows whole before the kernel before has finished.
  */
@@ -26,11 +37,27 @@ const MIN_TILES_PER_SM = 1.5;
  */
 const WHOLE_MAX_SHARED = 99 * 1024;
 /**
- * Most tokens gemm_chain_whole takes (QUIRE_CHAIN_WHOLE; 0 sends narrow weights to cuBLASLt). One: qwen3-0.6b at one
- * token 940.0 / 937.8 -> 966.4 / 961.0 tok/s; at 4 and 8 tokens each block rereads all the tokens after the wait and it
- * lost to cuBLASLt's split kernels (8: 6,958 -> 6,340), at 2 it held even (docs/perf-log.md, session 21).
+ * Most tokens gemm_chain_whole takes (QUIRE_CHAIN_WHOLE; 0 sends narrow weights to cuBLASLt). One chain a warp, it lost
+ * to cuBLASLt's split kernels at 4 and 8 tokens (8: 6,958 -> 6,340 tok/s on qwen3-0.6b; session 21); with k split
+ * between warps (below) it wins at all 8: qwen3-0.6b 2, 4, 8 rows +7%, +5%, +5% against 1 (docs/perf-log.md, session 23).
  */
-const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 1);
+const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 8);
+/**
+ * Most stages of 64 k one warp of gemm_chain_whole chains: a longer K splits between 2 to 8 warps of the block, each
+ * summing a slice from zero, the slices added in order (not cuBLASLt's bits). 16 keeps the demo model's K (<= 1,024)
+ * whole, so its transcripts stay batch-invariant; QUIRE_CHAIN_WHOLE_SPLIT moves it (0: never split). qwen3-0.6b's o
+ * (2 slices) and down (3): single stream +6.4% (8 stages a slice, 4 and 6: 1.5% less; docs/perf-log.md, session 23).
+ */
+const WHOLE_SPLIT_STAGES = Number(process.env.QUIRE_CHAIN_WHOLE_SPLIT ?? 16);
+/** Most warps a gemm_chain_whole block splits k between (CHAIN_WHOLE_MAX_SPLIT in the kernel). */
+const WHOLE_MAX_SPLIT = 8;
+
+/** Warps gemm_chain_whole splits `steps` stages of k between: the fewest that divide them into slices of at most `most`. */
+export function wholeSplit(steps: number, most = WHOLE_SPLIT_STAGES): number {
+  if (!(most > 0) || steps <= most) return 1;
+  for (let s = Math.ceil(steps / most); s <= WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
+  return 1;
+}
 
 /**
  * K from which a chain reads 8 stages of weights before the kernel before has finished, not 4 (the _p8 builds: qwen3-8b
@@ -64,27 +91,28 @@ export interface ChainGemmLaunch {
 
 /**
  * The chain kernel for y[T, N] = x[T, K] w[N, K]^T (or, silu not 'none', silu(gate) * up of w's two halves), or null
- * where it does not apply or would be slower than cuBLASLt. fp8: block-FP8 weights and quantized tokens (the _fp8
+ * where it does not apply or would be slower than cuBLASLt. splitK false: no _s2 build. fp8: block-FP8 weights and quantized tokens (the _fp8
  * builds: stages of 128 k, their scales in shared memory), taken at any width: cuBLASLt's block-scaled GEMM is slower
  * than the chain for few tokens on every qwen3 shape (docs/perf-log.md, session 19).
  */
-export function planChainGemm(T: number, N: number, K: number, numSMs: number, silu: ChainSilu = 'none', fp8 = false):
-  ChainGemmLaunch | null {
+export function planChainGemm(T: number, N: number, K: number, numSMs: number, silu: ChainSilu = 'none', fp8 = false,
+  splitK = true): ChainGemmLaunch | null {
   if (T < 1 || T > CHAIN_MAX_TOKENS || K % (fp8 ? 128 : 64) !== 0) return null;
   // silu: the halves are whole 8-row pairs; FP8 halves are whole 128-row blocks
   if (N % 16 !== 0 || (fp8 && silu === 'pairs' && N % 256 !== 0)) return null;
   if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) {
     const sharedBytes = (K / 64) * (64 + 8 * T) * 16;
     return T <= WHOLE_MAX_TOKENS && silu === 'none' && sharedBytes <= WHOLE_MAX_SHARED
-      ? { kernel: 'gemm_chain_whole', grid: [N / 8, 1, 1], block: 32, sharedBytes } : null;
+      ? { kernel: 'gemm_chain_whole', grid: [N / 8, 1, 1], block: 32 * wholeSplit(K / 64), sharedBytes } : null;
   }
   const scaleRows = silu === 'pairs' ? 2 : 1;  // FP8: 128-row weight blocks a warp's rows touch
   const early = K >= EARLY8_FROM_K ? '_p8' : '';
   // long FP8 chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K)
-  const split = fp8 && silu === 'none' && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0 &&
-    N / 16 < FP8_SPLIT_BELOW_TILES_PER_SM * numSMs ? 2 : 1;
+  const split = splitK && N / 16 < FP8_SPLIT_BELOW_TILES_PER_SM * numSMs && (fp8
+    ? silu === 'none' && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0 : K >= BF16_SPLIT_FROM_K && (K / 64) % 2 === 0) ? 2 : 1;
   const steps = K / 128 / split;
   const scaleBytes = fp8 ? Math.ceil(steps * (8 + scaleRows) / 4) * 16 : 0;
+  const stages = !fp8 && split > 1 && !early ? STAGES / 2 : STAGES;
   return { kernel: `${silu === 'pairs' ? 'gemm_chain_silu_pair' : 'gemm_chain'}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
-    grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (STAGES * (128 + 64) * 16 + scaleBytes) };
+    grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (stages * (128 + 64) * 16 + scaleBytes) };
 }

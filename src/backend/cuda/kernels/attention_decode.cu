@@ -64,6 +64,8 @@
 #define DECODE_CHUNK_ROUND 16
 // Rows of at most this many positions are short: split every shortSplitTokens (decode-splits.ts SHORT_ROW_KV)
 #define DECODE_SHORT_ROW_KV 512
+// Most blocks of a cluster (its z; decodeCluster in decode-splits.ts)
+#define DECODE_MAX_CLUSTER 8
 
 struct SplitPlan {
   int numSplits;
@@ -201,25 +203,28 @@ __device__ __forceinline__ void fold_split(float& m, float& l, float* o, float m
   m = M;
 }
 
-/**
- * Every thread of the cluster has arrived (release), and sees what the others wrote to shared memory before (acquire).
- * Clusters are sm_90's: before it no launch has them (decodeCluster), and these two are never reached.
- */
-__device__ __forceinline__ void cluster_sync() {
+// Clusters are sm_90's: before it no launch has them (decodeCluster), and these three are never reached.
+/** This thread has arrived (release: what it wrote before is seen by those that wait), and goes on without waiting. */
+__device__ __forceinline__ void cluster_arrive() {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 #endif
 }
 
-/** A float of block `rank`'s shared memory (of the cluster) at the address `p` has in this block's. */
-__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
-  float v = 0.f;
+/** Every thread of the cluster has arrived; what they wrote before arriving is seen (acquire). */
+__device__ __forceinline__ void cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+
+/** Stores v at the address `p` has in the shared memory of the cluster's block `rank`. */
+__device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) {
 #if __CUDA_ARCH__ >= 900
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_addr(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
 #endif
-  return v;
 }
 
 /** out[d] = o / l at this thread's dims (0 for an empty state). */
@@ -282,18 +287,16 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   // a few blocks its small splits would each be published for a merge. The same fold either way.
   const int rowZ = shortSplitTokens > 0 && kvLen <= DECODE_SHORT_ROW_KV && plan.numSplits > gz ? 1 : gz;
   // CLUSTERS (a _pre build launched in clusters of the grid's z, attention-launch.ts): a row of 2 to gz splits, one
-  // a block, folds them from the blocks' shared memory (block 0, after a cluster barrier) instead of publishing them
-  // for the last block to finish; every block of the cluster, those without a split too, passes both barriers
+  // a block, folds them in block 0 instead of publishing them for the last block to finish: each block stores its
+  // split's state into block 0's shared memory and arrives at the cluster's barrier, block 0 waits for every block,
+  // those without a split too, and folds; the others leave once they have arrived
   unsigned clusterSize = 1;
 #if __CUDA_ARCH__ >= 900
   if constexpr (PRE) asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(clusterSize));
 #endif
   const bool viaCluster = clusterSize > 1 && plan.numSplits > 1 && plan.numSplits <= gz;
   if (bz >= min(plan.numSplits, rowZ)) {
-    if (viaCluster) {
-      cluster_sync();
-      cluster_sync();
-    }
+    if (viaCluster) cluster_arrive();
     return;
   }
   const int stride = meta[META_BLOCK_TABLE_STRIDE];
@@ -527,27 +530,29 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
         for (int i = 0; i < DPT; i++) runO[g][i][threadIdx.x] = o[i];
       }
-    } else if (viaCluster) {  // one split a block of the cluster: block 0 folds them in order from their shared memory
-      __shared__ float clusterO[G][D], clusterMl[G][2];
+    } else if (viaCluster) {  // one split a block of the cluster: block 0 folds them in order from its shared memory
+      __shared__ float clusterO[DECODE_MAX_CLUSTER][G][D], clusterMl[DECODE_MAX_CLUSTER][G][2];
 #pragma unroll
       for (int g = 0; g < G; g++) {
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
           const int d = threadIdx.x + i * DECODE_THREADS;
-          if (d < D) clusterO[g][d] = pO[g][i];
+          if (d < D) cluster_store(&clusterO[bz][g][d], 0, pO[g][i]);
         }
-        if (threadIdx.x == 0) clusterMl[g][0] = pM[g], clusterMl[g][1] = pL[g];
+        if (threadIdx.x == 0) {
+          cluster_store(&clusterMl[bz][g][0], 0, pM[g]);
+          cluster_store(&clusterMl[bz][g][1], 0, pL[g]);
+        }
       }
-      cluster_sync();
-      if (bz == 0) {
+      cluster_arrive();
+      if (bz > 0) return;  // one split a block: nothing after it
+      cluster_wait();
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-          fold_states<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
-                                 [&](int z, int d) { return cluster_load(&clusterO[g][d], z); },
-                                 [&](int z, int k) { return cluster_load(&clusterMl[g][k], z); });
-        }
+      for (int g = 0; g < G; g++) {
+        fold_states<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+                               [&](int z, int d) { return clusterO[z][g][d]; },
+                               [&](int z, int k) { return clusterMl[z][g][k]; });
       }
-      cluster_sync();  // block 0 has read every block's state: their shared memory may go
     } else {  // splits spread over blocks: publish this one; the block that completes the row's count folds them
 #pragma unroll
       for (int g = 0; g < G; g++) {

@@ -1,5 +1,6 @@
 // Decode GEMMs of a few tokens, y[T, N] = x[T, K] * w[N, K]^T for T <= 8, summed in cuBLASLt's order: each output is
-// one m16n8k16 chain over k16 groups in natural order, from zero, in fp32, rounded to bf16 once. On the H100 that is
+// one m16n8k16 chain over k16 groups in natural order, from zero, in fp32, rounded to bf16 once (or, in the _s2 builds
+// and a split gemm_chain_whole, a few such chains over equal slices of k, added in slice order: not cuBLASLt's bits). On the H100 that is
 // bit for bit what cuBLASLt's heuristic kernels give at 256 and 2,048 rows on every decode shape of qwen3-0.6b and
 // -8b, and at every row count on most (docs/perf-log.md, session 10); the tensor cores sum a k16 group the same in
 // any order of its k, so a lane may hold any of the group's k as long as A and B agree.
@@ -25,9 +26,9 @@
 // m16n8k32 e4m3 (sm_89+). A stage's sums start from zero and join the output's with both scales,
 // c += stage * xs[token, group] * ws[row block, group]: W8A8 as cuBLASLt's block-scaled GEMM computes it (not its bits).
 // Their scales go to shared memory after the ring: xs [groups][8 tokens] and ws [R][groups] floats, R the tile's
-// row blocks (1; 2 for silu_pair) (+ groups * (8 + R) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64) split each
-// tile's k between two warps, each with its own ring (twice the warps streaming a narrow weight; an FP8 sum has no
-// cuBLASLt order to keep), and add the two halves in order.
+// row blocks (1; 2 for silu_pair) (+ groups * (8 + R) * 4 bytes; gemm-chain.ts). The _s2 builds (block 64; bf16 and
+// FP8) split each tile's k between two warps, each with its own ring (twice the warps streaming a narrow weight, each
+// chain half as long), and add the two halves in order.
 #include "common.cuh"
 #include "mma.cuh"
 #define QUIRE_DEVICE_ONLY
@@ -61,24 +62,22 @@ struct ChainScales {
 
 /**
  * One weight tile of 16 rows (row0..row0+15) against <= 8 tokens; PAIR: rows row0..row0+7, then
- * row0+rowsB..row0+rowsB+7. E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1 (FP8 only): warp j of the
- * block takes the j-th of SPLIT equal slices of k (whole scale groups), with a ring and scales of its own; c is its
- * slice's sum.
+ * row0+rowsB..row0+rowsB+7. E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1: warp j of the
+ * block takes the j-th of SPLIT equal slices of k (whole stages; FP8: whole scale groups), with a ring and scales of
+ * its own; c is its slice's sum, from zero (a bf16 split's sums are then not cuBLASLt's; gemm-chain.ts).
  */
 template <typename E, int S, int P, int SPLIT = 1, bool PAIR = false>
 __device__ __forceinline__ void chain_tile(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
                                            int row0, int rowsB, float c[4], ChainScales scales = {}) {
   constexpr bool FP8 = sizeof(E) == 1;
-  static_assert(SPLIT == 1 || FP8, "a bf16 chain is one warp's: its sums are cuBLASLt's");
   constexpr int PIECE = 16 / sizeof(E), KS = 8 * PIECE;  // elements of a 16-byte piece; k of a stage (8 pieces a row)
   constexpr int WP = 128, SP = WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k, 8 tokens x KS k
   constexpr int SR = PAIR ? 2 : 1;       // FP8: weight scale rows (128-row blocks) the tile touches
-  static_assert(!PAIR || SPLIT == 1, "a pair tile is one warp's");
   extern __shared__ u32x4 chainShared[];
   const int lane = threadIdx.x & 31;
   const int steps = K / KS / SPLIT;
   const int part = SPLIT > 1 ? threadIdx.x >> 5 : 0;
-  u32x4* ring = chainShared + part * (S * SP + ((8 + SR) * steps + 3) / 4);
+  u32x4* ring = chainShared + part * (S * SP + (FP8 ? ((8 + SR) * steps + 3) / 4 : 0));  // FP8: scales after a ring
   x += part * steps * KS;
   w += part * steps * KS;
   const E* wsrc[4];
@@ -181,6 +180,26 @@ __device__ __forceinline__ void chain_tile(const E* __restrict__ x, const E* __r
   cp_async_wait<0>();
 }
 
+/** SPLIT > 1: warp 0's c becomes the slices' sums added in slice order; false for the other warps (done). */
+template <int SPLIT>
+__device__ __forceinline__ bool add_slices(float c[4]) {
+  if constexpr (SPLIT > 1) {
+    __shared__ float slices[SPLIT - 1][32][4];
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
+    if (part > 0) {
+#pragma unroll
+      for (int r = 0; r < 4; r++) slices[part - 1][lane][r] = c[r];
+    }
+    __syncthreads();
+    if (part > 0) return false;
+#pragma unroll
+    for (int j = 0; j < SPLIT - 1; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) c[r] += slices[j][lane][r];
+  }
+  return true;
+}
+
 template <typename E, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __restrict__ w, bf16_t* __restrict__ y,
                                            const bf16_t* __restrict__ bias, int T, int N, int K,
@@ -189,20 +208,7 @@ __device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __r
   const int row0 = blockIdx.x * 16;
   chain_tile<E, S, P, SPLIT>(x, w, T, N, K, row0, 0, c, scales);
   const int lane = threadIdx.x & 31;
-  if constexpr (SPLIT > 1) {  // the slices' sums added in slice order by warp 0
-    __shared__ float slices[SPLIT - 1][32][4];
-    const int part = threadIdx.x >> 5;
-    if (part > 0) {
-#pragma unroll
-      for (int r = 0; r < 4; r++) slices[part - 1][lane][r] = c[r];
-    }
-    __syncthreads();
-    if (part > 0) return;
-#pragma unroll
-    for (int j = 0; j < SPLIT - 1; j++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) c[r] += slices[j][lane][r];
-  }
+  if (!add_slices<SPLIT>(c)) return;
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
@@ -211,13 +217,14 @@ __device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __r
   }
 }
 
-template <typename E, int S, int P>
+template <typename E, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, const E* __restrict__ w,
                                                      bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
                                                      int K, ChainScales scales = {}) {
   float c[4];
   const int inter = N / 2, row0 = blockIdx.x * 8;
-  chain_tile<E, S, P, 1, true>(x, w, T, N, K, row0, inter, c, scales);
+  chain_tile<E, S, P, SPLIT, true>(x, w, T, N, K, row0, inter, c, scales);
+  if (!add_slices<SPLIT>(c)) return;
   const int lane = threadIdx.x & 31;
   const int row = row0 + (lane >> 2);
 #pragma unroll
@@ -235,18 +242,26 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
 // wait. The roles swap: the weights are the mma's B (n8: 8 rows a warp, twice the warps of 16-row tiles), the tokens
 // its A (m16: rows 0..T-1; rows from T read row T-1, rows 8-15 are zero, and their outputs are dropped). Each output
 // is still one chain over the k16 groups in natural order from zero: the same products and sums, so cuBLASLt's bits.
+// A block of SPLIT warps (blockDim.x / 32, gemm-chain.ts) splits the 8 rows' k into SPLIT equal slices of whole stages
+// instead, warp j the j-th: each slice one chain from zero, warp 0 adding the slices' sums in slice order. Long
+// chains are what a one-token step waits on (qwen3-0.6b's down: 192 mma), so the split shortens it SPLIT-fold; its
+// bits are that order's, not cuBLASLt's (gemm-chain.ts takes it only for K beyond the demo model's).
 // Shared: weights [K / 64 stages][8 rows][8 pieces], then tokens [stages][T rows][8 pieces], each row's pieces
-// XOR-swizzled by row; the tokens arrive in CHAIN_WHOLE_GROUPS groups of stages, the chain starting on the first.
-// launch: grid (N / 8), block 32, shared K / 64 * (64 + 8 T) * 16 bytes
+// XOR-swizzled by row; each warp's tokens arrive in CHAIN_WHOLE_GROUPS groups of its stages, its chain starting on
+// the first.
+// launch: grid (N / 8), block 32 SPLIT (SPLIT <= CHAIN_WHOLE_MAX_SPLIT), shared K / 64 * (64 + 8 T) * 16 bytes
 #define CHAIN_WHOLE_GROUPS 4
+#define CHAIN_WHOLE_MAX_SPLIT 8
 __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                             bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
                                             int K) {
   extern __shared__ u32x4 chainShared[];
-  const int lane = threadIdx.x & 31, steps = K / 64, row0 = blockIdx.x * 8;
+  __shared__ float slices[CHAIN_WHOLE_MAX_SPLIT - 1][32][2];  // warps 1.. : their slice's sums (registers 0, 1)
+  const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, split = blockDim.x >> 5;
+  const int steps = K / 64 / split, first = part * steps, row0 = blockIdx.x * 8;
   u32x4* ws = chainShared;
-  u32x4* xs = chainShared + steps * 64;
-  for (int p = lane; p < steps * 64; p += 32) {  // piece p: stage p / 64, row (p / 8) % 8, piece p % 8 of the stage
+  u32x4* xs = chainShared + (K / 64) * 64;
+  for (int p = first * 64 + lane; p < (first + steps) * 64; p += 32) {  // piece p: stage p / 64, row (p / 8) % 8, piece p % 8
     const int r = (p >> 3) & 7, col = p & 7, row = row0 + r;
     cp_async_16(ws + (p & ~7) + (col ^ r), w + (size_t)min(row, N - 1) * K + (p >> 6) * 64 + col * 8, row < N);
   }
@@ -255,8 +270,8 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
   const int per = (steps + CHAIN_WHOLE_GROUPS - 1) / CHAIN_WHOLE_GROUPS, rowPieces = 8 * T;
 #pragma unroll
   for (int g = 0; g < CHAIN_WHOLE_GROUPS; g++) {
-    const int end = min(steps, (g + 1) * per) * rowPieces;
-    for (int p = g * per * rowPieces + lane; p < end; p += 32) {  // stage p / 8T, token (p / 8) % T, piece p % 8
+    const int end = (first + min(steps, (g + 1) * per)) * rowPieces;
+    for (int p = (first + g * per) * rowPieces + lane; p < end; p += 32) {  // stage p / 8T, token (p / 8) % T, piece p % 8
       const int s = p / rowPieces, r = (p >> 3) - s * T, col = p & 7;
       cp_async_16(xs + (p & ~7) + (col ^ (r & 7)), x + (size_t)r * K + s * 64 + col * 8, true);
     }
@@ -277,9 +292,9 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
     else if (g == 2) cp_async_wait<CHAIN_WHOLE_GROUPS - 3>();
     else cp_async_wait<0>();
     __syncwarp();
-    const int end = min(steps, (g + 1) * per);
+    const int end = first + min(steps, (g + 1) * per);
 #pragma unroll 2
-    for (int s = g * per; s < end; s++) {
+    for (int s = first + g * per; s < end; s++) {
       const unsigned wslot = wAddr + s * 64 * 16, xslot = xAddr + s * rowPieces * 16;
 #pragma unroll
       for (int pair = 0; pair < 2; pair++) {
@@ -292,6 +307,18 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
           mma_bf16_16816(c, af, b[2 * h], b[2 * h + 1]);
         }
       }
+    }
+  }
+  if (split > 1) {  // the slices' sums added in slice order by warp 0
+    if (part > 0) {
+      slices[part - 1][lane][0] = c[0];
+      slices[part - 1][lane][1] = c[1];
+    }
+    __syncthreads();
+    if (part > 0) return;
+    for (int j = 0; j < split - 1; j++) {
+      c[0] += slices[j][lane][0];
+      c[1] += slices[j][lane][1];
     }
   }
   const int tok = lane >> 2;  // registers 0, 1: token lane / 4, weight rows 2 (lane % 4) and the next; 2, 3: tokens 8+
@@ -308,23 +335,31 @@ static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
 // session 15).
 #define CHAIN_STAGES 16
+// A bf16 _s2 build's rings (one a warp, SS stages): 8 stages each where P is 4, so that a block's shared memory is
+// the unsplit one's; the _p8 builds' chains (K >= 4,096) keep 16.
 #define CHAIN_ARGS                                                                                                     \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
       int T, int N, int K
-#define CHAIN_KERNELS(suffix, P)                                                                                       \
+#define CHAIN_KERNELS(suffix, P, SS)                                                                                   \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {                                    \
     gemm_chain<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                       \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair##suffix(CHAIN_ARGS) {                          \
     gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(64) gemm_chain##suffix##_s2(CHAIN_ARGS) {                               \
+    gemm_chain<bf16_t, SS, P, 2>(x, w, y, bias, T, N, K);                                                              \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(64) gemm_chain_silu_pair##suffix##_s2(CHAIN_ARGS) {                     \
+    gemm_chain_silu_pair<bf16_t, SS, P, 2>(x, w, y, bias, T, N, K);                                                    \
   }
-extern "C" __global__ void __launch_bounds__(32) gemm_chain_whole(const bf16_t* __restrict__ x,
+extern "C" __global__ void __launch_bounds__(32 * CHAIN_WHOLE_MAX_SPLIT) gemm_chain_whole(const bf16_t* __restrict__ x,
                                                                  const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
                                                                  const bf16_t* __restrict__ bias, int T, int N, int K) {
   chain_whole(x, w, y, bias, T, N, K);
 }
-CHAIN_KERNELS(, 4)
-CHAIN_KERNELS(_p8, 8)
+CHAIN_KERNELS(, 4, 8)
+CHAIN_KERNELS(_p8, 8, CHAIN_STAGES)
 #undef CHAIN_KERNELS
 #undef CHAIN_ARGS
 // e4m3 tokens and weights with their scales (ChainScales), no bias

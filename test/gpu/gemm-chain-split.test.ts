@@ -1,0 +1,97 @@
+// The chain GEMM's bf16 _s2 builds (kernels/gemm_chain.cu): each 16-row tile's k split between two warps, each half
+// a chain from zero, the halves added in order (gemm-chain.ts takes them from K 1,024 on weights of few tiles a SM).
+// Their bits are not cuBLASLt's, so: with integer products (every partial sum exact in fp32, so every order agrees)
+// they equal cuBLASLt's at 256 rows, bias and silu_mul included, which checks every slice, row and token; on random
+// data they stay within a bf16 rounding of it, most outputs equal. A split grid of more than one wave of blocks is run
+// unsplit (cuBLASLt's bits). Outputs start as NaN (the workspace is poisoned).
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
+import { batchOf } from '../backend/helpers.js';
+import { assertSameBits, bitsOf, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+
+const ROWS = 256;
+const integers = (n: number, a: number, b: number) => Float32Array.from({ length: n }, (_, i) => ((i * a) % b) - (b >> 1));
+
+describe('CUDA chain GEMM, k split between two warps (bf16)', { skip: noCuda }, () => {
+  const cuda = noCuda ? null : newCuda();
+  after(() => cuda?.dispose());
+  const begin = (c: CudaBackend) => {
+    c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
+    c.fillWorkspace(0xff);
+  };
+  const rowsOf = (x: CudaTensor, start: number, rows: number) =>
+    new CudaTensor([rows, x.shape[1]!], x.ptr + BigInt(start * x.shape[1]! * 2));
+  const steps = [[0, 1], [77, 1], [3, 5], [100, 8], [248, 8]] as const;
+
+  // qwen3-0.6b's qkv (rings of 8 stages a warp) and gate_up as pairs; qwen3-8b's down (16 stages, _p8); Qwen2's bias
+  for (const [N, K, silu, bias, kernel] of [[4096, 1024, false, false, 'gemm_chain_s2'],
+    [6144, 1024, true, false, 'gemm_chain_silu_pair_s2'], [4096, 12288, false, false, 'gemm_chain_p8_s2'],
+    [4096, 1024, false, true, 'gemm_chain_s2']] as const) {
+    const what = `${kernel}${bias ? ' with a bias' : ''}, N ${N} K ${K}`;
+    /** The 256-row output (cuBLASLt, then silu_mul) and each small step's rows on the chain kernel. */
+    const run = (x: CudaTensor, w: CudaTensor, b: CudaTensor | undefined) => {
+      const c = cuda!;
+      begin(c);
+      const before = c.numChainGemms;
+      const whole = bitsOf(c, silu ? c.siluMul(c.matmul(x, w, 'test')) : c.matmul(x, w, 'test', b));
+      assert.equal(c.numChainGemms, before, '256 rows go to cuBLASLt');
+      const width = silu ? N / 2 : N;
+      const parts = steps.map(([start, rows]) => {
+        begin(c);
+        const xs = rowsOf(x, start, rows);
+        return { start, rows, bits: bitsOf(c, silu ? c.matmulSiluMul(xs, w) : c.matmul(xs, w, 'test', b)) };
+      });
+      assert.equal(c.numChainGemms, before + steps.length, 'every small step ran the chain kernel');
+      return parts.map((p) => ({ ...p, expected: whole.slice(p.start * width, (p.start + p.rows) * width) }));
+    };
+
+    test(`${what}: integer products give cuBLASLt's bits at 256 rows`, () => {
+      const c = cuda!;
+      for (const T of [1, 8]) assert.equal(planChainGemm(T, N, K, c.device.numSMs, silu ? 'pairs' : 'none')?.kernel, kernel);
+      // |sums| <= K 2 4 (+ 8): exact in fp32
+      const x = c.fromHost([ROWS, K], integers(ROWS * K, 7, 5));
+      const w = c.fromHost([N, K], integers(N * K, 13, 9));
+      const b = bias ? c.fromHost([N], integers(N, 3, 17)) : undefined;
+      for (const p of run(x, w, b)) assertSameBits(p.bits, p.expected, `${p.rows} rows from ${p.start}`);
+    });
+
+    test(`${what}: random data within a bf16 rounding of cuBLASLt, most outputs equal`, () => {
+      const c = cuda!;
+      const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 3 + K, -2, 2));
+      const w = c.fromHost([N, K], randomBf16(N * K, 4 + N, -0.05, 0.05));
+      const b = bias ? c.fromHost([N], randomBf16(N, 5, -0.5, 0.5)) : undefined;
+      for (const p of run(x, w, b)) {
+        const [got, want] = [new Float32Array(p.bits.buffer), new Float32Array(p.expected.buffer)];
+        let same = 0;
+        for (let i = 0; i < got.length; i++) {
+          // a bf16 rounding (silu_mul: of both factors) over the fp32 sums' difference, which grows with K
+          assert.ok(Math.abs(got[i]! - want[i]!) <= Math.abs(want[i]!) / (silu ? 32 : 128) + K * 1.5e-8,
+            `${p.rows} rows from ${p.start}, output ${i}: ${got[i]} vs ${want[i]}`);
+          if (got[i] === want[i]) same++;
+        }
+        assert.ok(same > got.length / 2, `${p.rows} rows from ${p.start}: ${same} of ${got.length} equal`);
+      }
+    });
+  }
+
+  test('a split grid of more than one wave of blocks runs unsplit: qwen3-8b\'s qkv gives cuBLASLt\'s bits', (t) => {
+    const c = cuda!;
+    const [N, K] = [6144, 4096];
+    const plan = planChainGemm(1, N, K, c.device.numSMs)!;
+    assert.equal(plan.kernel, 'gemm_chain_p8_s2');
+    const fit = c.device.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * c.device.numSMs;
+    if (plan.grid[0] <= fit) return t.skip(`${plan.grid[0]} blocks fit one wave of ${fit} here`);
+    const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 7, -2, 2));
+    const w = c.fromHost([N, K], randomBf16(N * K, 8, -0.05, 0.05));
+    begin(c);
+    const whole = bitsOf(c, c.matmul(x, w, 'test'));
+    for (const [start, rows] of steps) {
+      begin(c);
+      assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')), whole.slice(start * N, (start + rows) * N),
+        `${rows} rows from ${start}`);
+    }
+  });
+});
