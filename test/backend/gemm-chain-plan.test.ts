@@ -28,12 +28,13 @@ test('under 1.5 tiles of 16 rows per SM: gemm_chain_whole, 8 rows a warp read wh
   assert.equal(planChainGemm(1, 3168, 512, SMS)?.kernel, 'gemm_chain', '198 tiles: 1.5 per SM');
   assert.equal(planChainGemm(1, 3152, 512, SMS)?.kernel, 'gemm_chain_whole', '197 tiles');
   const down = planChainGemm(1, 1024, 3072, SMS);  // qwen3-0.6b's down: 64 tiles on 132 SMs
-  assert.equal(down?.kernel, 'gemm_chain_whole');
+  assert.equal(down?.kernel, 'gemm_chain_whole_split');
   assert.deepEqual(down?.grid, [128, 1, 1], 'a warp per 8 rows');
   assert.equal(down?.block, 3 * 32, 'its 48 stages of k split between 3 warps');
   assert.equal(down?.sharedBytes, 48 * (64 + 8) * 16, '48 stages of 8 weight rows and 1 token by 64 k');
   const eight = planChainGemm(8, 1024, 3072, SMS);
-  assert.equal(eight?.kernel, 'gemm_chain_whole', 'up to 8 tokens (QUIRE_CHAIN_WHOLE moves it)');
+  assert.equal(eight?.kernel, 'gemm_chain_whole_split', 'up to 8 tokens (QUIRE_CHAIN_WHOLE moves it)');
+  assert.equal(planChainGemm(8, 1024, 1024, SMS)?.kernel, 'gemm_chain_whole', '16 stages: one warp');
   assert.equal(eight?.sharedBytes, 48 * (64 + 64) * 16, '48 stages of 8 weight rows and 8 tokens by 64 k');
   assert.equal(planChainGemm(1, 1024, 5632, SMS)?.sharedBytes, 99 * 1024, '88 stages: 99 KiB');
   assert.equal(planChainGemm(1, 1024, 5696, SMS), null, '89 stages');
@@ -87,8 +88,12 @@ test('FP8 chains: any width, stages of 128 k with their scales; long chains of n
 });
 
 test('gemm_chain_whole splits k of more than 16 stages between the fewest warps (2 to 8) that divide it into slices of 16 or fewer', () => {
-  assert.equal(planChainGemm(1, 256, 1024, SMS)?.block, 32, 'the demo model\'s down (K 1,024): one chain, cuBLASLt\'s bits');
-  assert.equal(planChainGemm(1, 1024, 2048, SMS)?.block, 64, 'qwen3-0.6b\'s o: 2 slices of 16 stages');
+  const demo = planChainGemm(1, 256, 1024, SMS);
+  assert.equal(demo?.kernel, 'gemm_chain_whole', 'the demo model\'s down (K 1,024): one chain, cuBLASLt\'s bits');
+  assert.equal(demo?.block, 32);
+  const o = planChainGemm(1, 1024, 2048, SMS);
+  assert.equal(o?.kernel, 'gemm_chain_whole_split', 'qwen3-0.6b\'s o: 2 slices of 16 stages');
+  assert.equal(o?.block, 64);
   assert.equal(wholeSplit(16), 1);
   assert.equal(wholeSplit(17), 1, 'no 2 to 8 divides 17 stages');
   assert.equal(wholeSplit(40), 4, '3 would leave 13 1/3 stages: 4 slices of 10');

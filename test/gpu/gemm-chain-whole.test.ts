@@ -51,7 +51,8 @@ describe('CUDA gemm_chain_whole, 1 to 8 tokens', { skip: noCuda }, () => {
     const [N, K] = [w.shape[0]!, w.shape[1]!];
     const y = c.device.alloc(N * 2);
     c.device.fillBytesAsync(y, 0xff, N * 2);
-    c.device.launch('gemm_chain.cu', 'gemm_chain_whole', [N / 8, 1, 1], 32 * split,
+    const kernel = split > 1 ? 'gemm_chain_whole_split' : 'gemm_chain_whole';
+    c.device.launch('gemm_chain.cu', kernel, [N / 8, 1, 1], 32 * split,
       [ptr(x.ptr), ptr(w.ptr), ptr(y), ptr(0n), i32(1), i32(N), i32(K)], (K / 64) * (64 + 8) * 16);
     const out = c.toHost(new CudaTensor([1, N], y));
     c.device.free(y);

@@ -83,7 +83,7 @@ export function parseChainSilu(value: string | undefined, name: string): ChainSi
 }
 
 export interface ChainGemmLaunch {
-  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}` | 'gemm_chain_whole';
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}` | `gemm_chain_whole${'' | '_split'}`;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -102,8 +102,10 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
   if (N % 16 !== 0 || (fp8 && silu === 'pairs' && N % 256 !== 0)) return null;
   if (!fp8 && N / 16 < MIN_TILES_PER_SM * numSMs) {
     const sharedBytes = (K / 64) * (64 + 8 * T) * 16;
+    const split = wholeSplit(K / 64);
     return T <= WHOLE_MAX_TOKENS && silu === 'none' && sharedBytes <= WHOLE_MAX_SHARED
-      ? { kernel: 'gemm_chain_whole', grid: [N / 8, 1, 1], block: 32 * wholeSplit(K / 64), sharedBytes } : null;
+      ? { kernel: split > 1 ? 'gemm_chain_whole_split' : 'gemm_chain_whole', grid: [N / 8, 1, 1], block: 32 * split,
+        sharedBytes } : null;
   }
   const scaleRows = silu === 'pairs' ? 2 : 1;  // FP8: 128-row weight blocks a warp's rows touch
   const early = K >= EARLY8_FROM_K ? '_p8' : '';

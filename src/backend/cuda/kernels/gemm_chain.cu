@@ -11,7 +11,8 @@
 // chain's length is K / 16 mma whatever the grid, so the grid is the N / 16 tiles spread over every SM.
 //
 //   gemm_chain:           y[T, N] (+ bias[N] before the rounding, where bias is not null)
-//   gemm_chain_whole:     y[T, N] for weights too narrow for 16-row tiles: 8 rows a warp, read whole (below)
+//   gemm_chain_whole:     y[T, N] for weights too narrow for 16-row tiles: 8 rows a warp, read whole (below); its
+//                         _split build splits their k between 2 to 8 warps
 //   gemm_chain_silu_pair: y[T, N / 2] = silu(x w[0:N/2]^T) * (x w[N/2:N]^T), each factor rounded to bf16 first (the
 //                         gate_up GEMM and silu_mul of kernels/activation.cu in one): a warp's 16 rows are 8 of gate's
 //                         and the same 8 of up's, so a lane's C fragment holds gate (rows 0-7) and up (rows 8-15) of
@@ -242,22 +243,23 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
 // wait. The roles swap: the weights are the mma's B (n8: 8 rows a warp, twice the warps of 16-row tiles), the tokens
 // its A (m16: rows 0..T-1; rows from T read row T-1, rows 8-15 are zero, and their outputs are dropped). Each output
 // is still one chain over the k16 groups in natural order from zero: the same products and sums, so cuBLASLt's bits.
-// A block of SPLIT warps (blockDim.x / 32, gemm-chain.ts) splits the 8 rows' k into SPLIT equal slices of whole stages
-// instead, warp j the j-th: each slice one chain from zero, warp 0 adding the slices' sums in slice order. Long
-// chains are what a one-token step waits on (qwen3-0.6b's down: 192 mma), so the split shortens it SPLIT-fold; its
-// bits are that order's, not cuBLASLt's (gemm-chain.ts takes it only for K beyond the demo model's).
+// The _split build, a block of SPLIT warps (blockDim.x / 32, gemm-chain.ts), splits the 8 rows' k into SPLIT equal
+// slices of whole stages instead, warp j the j-th: each slice one chain from zero, warp 0 adding the slices' sums in
+// slice order. Long chains are what a one-token step waits on (qwen3-0.6b's down: 192 mma), so the split shortens it
+// SPLIT-fold; its bits are that order's, not cuBLASLt's (gemm-chain.ts takes it only for K beyond the demo model's).
 // Shared: weights [K / 64 stages][8 rows][8 pieces], then tokens [stages][T rows][8 pieces], each row's pieces
 // XOR-swizzled by row; each warp's tokens arrive in CHAIN_WHOLE_GROUPS groups of its stages, its chain starting on
 // the first.
-// launch: grid (N / 8), block 32 SPLIT (SPLIT <= CHAIN_WHOLE_MAX_SPLIT), shared K / 64 * (64 + 8 T) * 16 bytes
+// launch: grid (N / 8), block 32 (gemm_chain_whole) or 32 SPLIT (gemm_chain_whole_split, 2 <= SPLIT <=
+// CHAIN_WHOLE_MAX_SPLIT), shared K / 64 * (64 + 8 T) * 16 bytes
 #define CHAIN_WHOLE_GROUPS 4
 #define CHAIN_WHOLE_MAX_SPLIT 8
+template <bool SPLIT>
 __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                             bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
                                             int K) {
   extern __shared__ u32x4 chainShared[];
-  __shared__ float slices[CHAIN_WHOLE_MAX_SPLIT - 1][32][2];  // warps 1.. : their slice's sums (registers 0, 1)
-  const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, split = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, part = SPLIT ? threadIdx.x >> 5 : 0, split = SPLIT ? blockDim.x >> 5 : 1;
   const int steps = K / 64 / split, first = part * steps, row0 = blockIdx.x * 8;
   u32x4* ws = chainShared;
   u32x4* xs = chainShared + (K / 64) * 64;
@@ -309,7 +311,8 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
       }
     }
   }
-  if (split > 1) {  // the slices' sums added in slice order by warp 0
+  if constexpr (SPLIT) {  // the slices' sums added in slice order by warp 0
+    __shared__ float slices[CHAIN_WHOLE_MAX_SPLIT - 1][32][2];  // warps 1.. : their slice's sums (registers 0, 1)
     if (part > 0) {
       slices[part - 1][lane][0] = c[0];
       slices[part - 1][lane][1] = c[1];
@@ -353,10 +356,9 @@ static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group
   extern "C" __global__ void __launch_bounds__(64) gemm_chain_silu_pair##suffix##_s2(CHAIN_ARGS) {                     \
     gemm_chain_silu_pair<bf16_t, SS, P, 2>(x, w, y, bias, T, N, K);                                                    \
   }
-extern "C" __global__ void __launch_bounds__(32 * CHAIN_WHOLE_MAX_SPLIT) gemm_chain_whole(const bf16_t* __restrict__ x,
-                                                                 const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
-                                                                 const bf16_t* __restrict__ bias, int T, int N, int K) {
-  chain_whole(x, w, y, bias, T, N, K);
+extern "C" __global__ void __launch_bounds__(32) gemm_chain_whole(CHAIN_ARGS) { chain_whole<false>(x, w, y, bias, T, N, K); }
+extern "C" __global__ void __launch_bounds__(32 * CHAIN_WHOLE_MAX_SPLIT) gemm_chain_whole_split(CHAIN_ARGS) {
+  chain_whole<true>(x, w, y, bias, T, N, K);
 }
 CHAIN_KERNELS(, 4, 8)
 CHAIN_KERNELS(_p8, 8, CHAIN_STAGES)
