@@ -13,7 +13,8 @@ import { batchOf } from '../backend/helpers.js';
 import { assertSameBits, bitsOf, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
 
 const ROWS = 256;
-const integers = (n: number, a: number, b: number) => Float32Array.from({ length: n }, (_, i) => ((i * a) % b) - (b >> 1));
+const integers = (n: number, a: number, b: number) =>
+  Float32Array.from({ length: n }, (_, i) => ((i * a) % b) - (b >> 1));
 
 describe('CUDA chain GEMM, k split between two warps (bf16)', { skip: noCuda }, () => {
   const cuda = noCuda ? null : newCuda();
@@ -50,7 +51,9 @@ describe('CUDA chain GEMM, k split between two warps (bf16)', { skip: noCuda }, 
 
     test(`${what}: integer products give cuBLASLt's bits at 256 rows`, () => {
       const c = cuda!;
-      for (const T of [1, 8]) assert.equal(planChainGemm(T, N, K, c.device.numSMs, silu ? 'pairs' : 'none')?.kernel, kernel);
+      for (const T of [1, 8]) {
+        assert.equal(planChainGemm(T, N, K, c.device.numSMs, silu ? 'pairs' : 'none')?.kernel, kernel);
+      }
       // |sums| <= K 2 4 (+ 8): exact in fp32
       const x = c.fromHost([ROWS, K], integers(ROWS * K, 7, 5));
       const w = c.fromHost([N, K], integers(N * K, 13, 9));

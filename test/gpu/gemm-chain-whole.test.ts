@@ -96,7 +96,8 @@ describe('CUDA gemm_chain_whole, 1 to 8 tokens', { skip: noCuda }, () => {
       const out = new Float32Array(runSplit(x, w, split).buffer);
       let same = 0;
       for (let i = 0; i < N; i++) {
-        assert.ok(Math.abs(out[i]! - whole[i]!) <= Math.abs(whole[i]!) / 128 + 1e-6, `${split} slices, row ${i}: ${out[i]} vs ${whole[i]}`);
+        assert.ok(Math.abs(out[i]! - whole[i]!) <= Math.abs(whole[i]!) / 128 + 1e-6,
+          `${split} slices, row ${i}: ${out[i]} vs ${whole[i]}`);
         if (out[i] === whole[i]) same++;
       }
       assert.ok(same > N / 2, `${split} slices: ${same} of ${N} rows equal to the one chain's`);

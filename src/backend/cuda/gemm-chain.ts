@@ -39,7 +39,8 @@ const WHOLE_MAX_SHARED = 99 * 1024;
 /**
  * Most tokens gemm_chain_whole takes (QUIRE_CHAIN_WHOLE; 0 sends narrow weights to cuBLASLt). One chain a warp, it lost
  * to cuBLASLt's split kernels at 4 and 8 tokens (8: 6,958 -> 6,340 tok/s on qwen3-0.6b; session 21); with k split
- * between warps (below) it wins at all 8: qwen3-0.6b 2, 4, 8 rows +7%, +5%, +5% against 1 (docs/perf-log.md, session 23).
+ * between warps (below) it wins at all 8: qwen3-0.6b 2, 4, 8 rows +7%, +5%, +5% against 1 (docs/perf-log.md,
+ * session 23).
  */
 const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 8);
 /**
@@ -52,7 +53,7 @@ const WHOLE_SPLIT_STAGES = Number(process.env.QUIRE_CHAIN_WHOLE_SPLIT ?? 16);
 /** Most warps a gemm_chain_whole block splits k between (CHAIN_WHOLE_MAX_SPLIT in the kernel). */
 const WHOLE_MAX_SPLIT = 8;
 
-/** Warps gemm_chain_whole splits `steps` stages of k between: the fewest that divide them into slices of at most `most`. */
+/** Warps gemm_chain_whole splits `steps` stages of k between: the fewest giving equal slices of at most `most`. */
 export function wholeSplit(steps: number, most = WHOLE_SPLIT_STAGES): number {
   if (!(most > 0) || steps <= most) return 1;
   for (let s = Math.ceil(steps / most); s <= WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
@@ -83,7 +84,8 @@ export function parseChainSilu(value: string | undefined, name: string): ChainSi
 }
 
 export interface ChainGemmLaunch {
-  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}` | `gemm_chain_whole${'' | '_split'}`;
+  kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}`
+    | `gemm_chain_whole${'' | '_split'}`;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -91,9 +93,9 @@ export interface ChainGemmLaunch {
 
 /**
  * The chain kernel for y[T, N] = x[T, K] w[N, K]^T (or, silu not 'none', silu(gate) * up of w's two halves), or null
- * where it does not apply or would be slower than cuBLASLt. splitK false: no _s2 build. fp8: block-FP8 weights and quantized tokens (the _fp8
+ * where it does not apply or would be slower than cuBLASLt. fp8: block-FP8 weights and quantized tokens (the _fp8
  * builds: stages of 128 k, their scales in shared memory), taken at any width: cuBLASLt's block-scaled GEMM is slower
- * than the chain for few tokens on every qwen3 shape (docs/perf-log.md, session 19).
+ * than the chain for few tokens on every qwen3 shape (docs/perf-log.md, session 19). splitK false: no _s2 build.
  */
 export function planChainGemm(T: number, N: number, K: number, numSMs: number, silu: ChainSilu = 'none', fp8 = false,
   splitK = true): ChainGemmLaunch | null {
@@ -109,12 +111,14 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
   }
   const scaleRows = silu === 'pairs' ? 2 : 1;  // FP8: 128-row weight blocks a warp's rows touch
   const early = K >= EARLY8_FROM_K ? '_p8' : '';
-  // long FP8 chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K)
+  // long chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K, BF16_SPLIT_FROM_K)
   const split = splitK && N / 16 < FP8_SPLIT_BELOW_TILES_PER_SM * numSMs && (fp8
-    ? silu === 'none' && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0 : K >= BF16_SPLIT_FROM_K && (K / 64) % 2 === 0) ? 2 : 1;
+    ? silu === 'none' && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0
+    : K >= BF16_SPLIT_FROM_K && (K / 64) % 2 === 0) ? 2 : 1;
   const steps = K / 128 / split;
   const scaleBytes = fp8 ? Math.ceil(steps * (8 + scaleRows) / 4) * 16 : 0;
   const stages = !fp8 && split > 1 && !early ? STAGES / 2 : STAGES;
-  return { kernel: `${silu === 'pairs' ? 'gemm_chain_silu_pair' : 'gemm_chain'}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
+  const name = silu === 'pairs' ? 'gemm_chain_silu_pair' : 'gemm_chain';
+  return { kernel: `${name}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
     grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (stages * (128 + 64) * 16 + scaleBytes) };
 }

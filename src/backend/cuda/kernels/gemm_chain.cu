@@ -1,9 +1,9 @@
 // Decode GEMMs of a few tokens, y[T, N] = x[T, K] * w[N, K]^T for T <= 8, summed in cuBLASLt's order: each output is
 // one m16n8k16 chain over k16 groups in natural order, from zero, in fp32, rounded to bf16 once (or, in the _s2 builds
-// and a split gemm_chain_whole, a few such chains over equal slices of k, added in slice order: not cuBLASLt's bits). On the H100 that is
-// bit for bit what cuBLASLt's heuristic kernels give at 256 and 2,048 rows on every decode shape of qwen3-0.6b and
-// -8b, and at every row count on most (docs/perf-log.md, session 10); the tensor cores sum a k16 group the same in
-// any order of its k, so a lane may hold any of the group's k as long as A and B agree.
+// and gemm_chain_whole_split, a few such chains over equal slices of k, added in slice order: not cuBLASLt's bits).
+// On the H100 the one chain is bit for bit what cuBLASLt's heuristic kernels give at 256 and 2,048 rows on every
+// decode shape of qwen3-0.6b and -8b, and at every row count on most (docs/perf-log.md, session 10); the tensor cores
+// sum a k16 group the same in any order of its k, so a lane may hold any of the group's k as long as A and B agree.
 //
 // One warp per 16 weight rows (the mma's M side: a token is an n column, so one token wastes 7/8 of an n8 tile, not
 // 15/16 of an m16 one). The warp streams its rows and the tokens' slice of k through a private cp.async ring of S
@@ -263,7 +263,8 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
   const int steps = K / 64 / split, first = part * steps, row0 = blockIdx.x * 8;
   u32x4* ws = chainShared;
   u32x4* xs = chainShared + (K / 64) * 64;
-  for (int p = first * 64 + lane; p < (first + steps) * 64; p += 32) {  // piece p: stage p / 64, row (p / 8) % 8, piece p % 8
+  // piece p: stage p / 64, row (p / 8) % 8, piece p % 8
+  for (int p = first * 64 + lane; p < (first + steps) * 64; p += 32) {
     const int r = (p >> 3) & 7, col = p & 7, row = row0 + r;
     cp_async_16(ws + (p & ~7) + (col ^ r), w + (size_t)min(row, N - 1) * K + (p >> 6) * 64 + col * 8, row < N);
   }
@@ -273,7 +274,8 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
 #pragma unroll
   for (int g = 0; g < CHAIN_WHOLE_GROUPS; g++) {
     const int end = (first + min(steps, (g + 1) * per)) * rowPieces;
-    for (int p = (first + g * per) * rowPieces + lane; p < end; p += 32) {  // stage p / 8T, token (p / 8) % T, piece p % 8
+    // stage p / 8T, token (p / 8) % T, piece p % 8
+    for (int p = (first + g * per) * rowPieces + lane; p < end; p += 32) {
       const int s = p / rowPieces, r = (p >> 3) - s * T, col = p & 7;
       cp_async_16(xs + (p & ~7) + (col ^ (r & 7)), x + (size_t)r * K + s * 64 + col * 8, true);
     }
