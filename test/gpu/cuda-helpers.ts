@@ -4,9 +4,9 @@
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { cudaAvailable } from '../../src/backend/cuda/probe.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import { CudaBackend, type CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.js';
+import { CudaBackend, CudaTensor, type CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.js';
 import type { Backend, Tensor } from '../../src/backend/backend.js';
-import { hostF32, randomArray } from '../backend/helpers.js';
+import { batchOf, hostF32, randomArray } from '../backend/helpers.js';
 
 const probe = cudaAvailable();
 /** false when a CUDA device is usable, otherwise the one-line reason to skip. */
@@ -49,6 +49,17 @@ export function assertBf16Close(actual: Float32Array, expected: Float32Array, wh
     if (!Number.isFinite(a)) throw new Error(`${what}[${i}] = ${a}: never written (or overflow)`);
     if (!(Math.abs(a - e) <= atol + rtol * Math.abs(e))) throw new Error(`${what}[${i}]: ${a} != ${e} (rtol ${rtol})`);
   }
+}
+
+/** A one-token step begun on `c` with its workspace poisoned (NaN), so that an output never written shows. */
+export function beginPoisonedStep(c: CudaBackend): void {
+  c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
+  c.fillWorkspace(0xff);
+}
+
+/** Rows start..start+rows-1 of a bf16 [R, K] tensor, as a tensor of their own (no copy). */
+export function rowsOf(x: CudaTensor, start: number, rows: number): CudaTensor {
+  return new CudaTensor([rows, x.shape[1]!], x.ptr + BigInt(start * x.shape[1]! * 2));
 }
 
 /** A CUDA tensor's values as bit patterns, every one written (the workspace was poisoned with NaN). */

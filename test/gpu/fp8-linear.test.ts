@@ -13,8 +13,7 @@ import { bf16ToF32, f32ToBf16, f32ToBytes } from '../../src/loader/dtype.js';
 import { e4m3Bits } from '../../src/kv/fp8.js';
 import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
-import { batchOf } from '../backend/helpers.js';
-import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+import { assertBf16Close, beginPoisonedStep as begin, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
 
 const CUDA_OPTIONS = { initialWorkspaceBytes: 16 << 20 };
 
@@ -35,10 +34,6 @@ function partOf(name: string, w: Float32Array, n: number, K: number): { part: Fp
 describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 && 'block-FP8 needs sm_90') }, () => {
   const cuda = noCuda ? null : newCuda(CUDA_OPTIONS);
   after(() => cuda?.dispose());
-  const begin = (c: CudaBackend) => {
-    c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
-    c.fillWorkspace(0xff);
-  };
 
   // qwen3-0.6b's qkv (three parts, concatenated as the loader does) and down, a small square one, an odd count of k
   // groups; and a narrow one of K 8,192, whose chain splits its k between two warps (_s2)

@@ -7,10 +7,9 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import type { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
-import { batchOf } from '../backend/helpers.js';
-import { assertSameBits, bitsOf, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+import { assertSameBits, beginPoisonedStep as begin, bitsOf, newCuda, noCuda, randomBf16, rowsOf } from './cuda-helpers.js';
 
 const ROWS = 256;
 const integers = (n: number, a: number, b: number) =>
@@ -19,12 +18,6 @@ const integers = (n: number, a: number, b: number) =>
 describe('CUDA chain GEMM, k split between two warps (bf16)', { skip: noCuda }, () => {
   const cuda = noCuda ? null : newCuda();
   after(() => cuda?.dispose());
-  const begin = (c: CudaBackend) => {
-    c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
-    c.fillWorkspace(0xff);
-  };
-  const rowsOf = (x: CudaTensor, start: number, rows: number) =>
-    new CudaTensor([rows, x.shape[1]!], x.ptr + BigInt(start * x.shape[1]! * 2));
   const steps = [[0, 1], [77, 1], [3, 5], [100, 8], [248, 8]] as const;
 
   // qwen3-0.6b's qkv (rings of 8 stages a warp) and gate_up as pairs; qwen3-8b's down (16 stages, _p8); Qwen2's bias

@@ -12,8 +12,7 @@ process.env.QUIRE_CHAIN_WHOLE = '8';
 process.env.QUIRE_CHAIN_WHOLE_SPLIT = '0';
 const { planChainGemm } = await import('../../src/backend/cuda/gemm-chain.js');
 const { CudaTensor } = await import('../../src/backend/cuda/cuda-backend.js');
-const { batchOf } = await import('../backend/helpers.js');
-const { assertSameBits, bitsOf, newCuda, noCuda, randomBf16 } = await import('./cuda-helpers.js');
+const { assertSameBits, beginPoisonedStep, bitsOf, newCuda, noCuda, randomBf16, rowsOf } = await import('./cuda-helpers.js');
 const { i32, ptr } = await import('../../src/backend/cuda/device.js');
 
 const ROWS = 256;
@@ -27,18 +26,14 @@ describe('CUDA gemm_chain_whole, 1 to 8 tokens', { skip: noCuda }, () => {
       for (const T of [1, 2, 8]) assert.equal(planChainGemm(T, N, K, c.device.numSMs)?.kernel, 'gemm_chain_whole');
       const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 5 + K, -2, 2));
       const w = c.fromHost([N, K], randomBf16(N * K, 6 + N, -0.05, 0.05));
-      const begin = () => {
-        c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
-        c.fillWorkspace(0xff);
-      };
-      begin();
+      beginPoisonedStep(c);
       const before = c.numChainGemms;
       const whole = bitsOf(c, c.matmul(x, w, 'test'));
       assert.equal(c.numChainGemms, before, '256 rows go to cuBLASLt');
       const steps = [[0, 1], [254, 2], [3, 5], [100, 8], [248, 8]] as const;
       for (const [start, rows] of steps) {
-        begin();
-        assertSameBits(bitsOf(c, c.matmul(new CudaTensor([rows, K], x.ptr + BigInt(start * K * 2)), w, 'test')),
+        beginPoisonedStep(c);
+        assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')),
           whole.slice(start * N, (start + rows) * N), `${rows} rows from ${start}`);
       }
       assert.equal(c.numChainGemms, before + steps.length, 'every small step ran gemm_chain_whole');

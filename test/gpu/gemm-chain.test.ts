@@ -7,28 +7,20 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import type { ChainSilu } from '../../src/backend/cuda/gemm-chain.js';
 
 process.env.QUIRE_CHAIN_SPLIT_K = 'Infinity';
-const { CudaTensor } = await import('../../src/backend/cuda/cuda-backend.js');
 const { planChainGemm } = await import('../../src/backend/cuda/gemm-chain.js');
 const { batchOf } = await import('../backend/helpers.js');
-const { assertBf16Close, assertSameBits, bitsOf, newCpu, newCuda, noCuda, randomBf16, uploadBoth } =
-  await import('./cuda-helpers.js');
-type CudaTensor = InstanceType<typeof CudaTensor>;
+const { assertBf16Close, assertSameBits, beginPoisonedStep: begin, bitsOf, newCpu, newCuda, noCuda, randomBf16, rowsOf,
+  uploadBoth } = await import('./cuda-helpers.js');
 
 const ROWS = 256;
 
 describe('CUDA chain GEMM', { skip: noCuda }, () => {
   const cuda = noCuda ? null : newCuda();
   after(() => cuda?.dispose());
-  const begin = (c: CudaBackend) => {
-    c.beginStep(batchOf([{ ids: [1], start: 0, pages: [0] }], 16));
-    c.fillWorkspace(0xff);
-  };
-  const rowsOf = (x: CudaTensor, start: number, rows: number) =>
-    new CudaTensor([rows, x.shape[1]!], x.ptr + BigInt(start * x.shape[1]! * 2));
 
   // 0.6b's gate_up and qkv shapes; 8b's down (K 12,288: 192 stages of the ring); narrow weights, one token a step,
   // on gemm_chain_whole: the demo model's o (gemm-chain-whole.test.ts: up to 8 tokens, 0.6b's o and down unsplit, and

@@ -54,6 +54,8 @@ export class Device {
   private readonly live = new Map<bigint, number>();
   /** Dynamic shared memory each kernel was allowed beyond the default 48 KiB. */
   private readonly sharedAllowed = new Map<Handle, number>();
+  /** blocksPerSM's answers by kernel and launch shape (asked once: the chain GEMMs' plans ask it per launch). */
+  private readonly occupancy = new Map<string, number>();
   private compiler: Compiler | null = null;
   // kernelParams: [values: MAX_KERNEL_ARGS x 8 bytes][pointers to each value: MAX_KERNEL_ARGS x 8 bytes],
   // then a CUlaunchConfig and its CUlaunchAttributes: programmatic dependent launch, then cluster dimensions
@@ -192,11 +194,15 @@ export class Device {
 
   /** Blocks of `block` threads and `sharedBytes` of dynamic shared memory that fit one SM at once. */
   blocksPerSM(file: string, name: string, block: number, sharedBytes: number): number {
+    const key = `${file} ${name} ${block} ${sharedBytes}`;
+    const known = this.occupancy.get(key);
+    if (known !== undefined) return known;
     const fn = this.kernel(file, name);
     this.allowShared(fn, name, sharedBytes);
     const n: [number] = [0];
     check(this.api.cuOccupancyMaxActiveBlocksPerMultiprocessor(n, fn, block, sharedBytes),
       'cuOccupancyMaxActiveBlocksPerMultiprocessor', name);
+    this.occupancy.set(key, n[0]);
     return n[0];
   }
 
