@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { cubinCacheKey, expandSource, kernelDir, kernelFiles, loadCubin } from '../src/backend/cuda/compile.js';
+import { cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, loadCubin } from '../src/backend/cuda/compile.js';
 
 const run = promisify(execFile);
 const nvccFound = spawnSync('nvcc', ['--version']).status === 0;
@@ -44,6 +44,33 @@ test('loadCubin compiles once, then reads the disk cache', () => {
     loadCubin('norm.cu', 80, compiler, dir);
     assert.equal(numCompiles, 2);
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('QUIRE_KERNEL_DEFINES prepends #defines that the kernels\' own defaults give way to', () => {
+  assert.equal(kernelDefines({}), '');
+  assert.equal(kernelDefines({ QUIRE_KERNEL_DEFINES: 'CHAIN_S2_EARLY=7, NORM_TRIGGER_EARLY=0' }),
+    '#define CHAIN_S2_EARLY 7\n#define NORM_TRIGGER_EARLY 0\n');
+  assert.throws(() => kernelDefines({ QUIRE_KERNEL_DEFINES: 'CHAIN_S2_EARLY' }), /QUIRE_KERNEL_DEFINES: "CHAIN_S2_EARLY" is not NAME=integer/);
+  // the knobs it is for are defaults a #define before them overrides
+  assert.match(expandSource('gemm_chain.cu'), /#ifndef CHAIN_S2_EARLY\n#define CHAIN_S2_EARLY 6\n#endif/);
+  assert.match(expandSource('norm.cu'), /#ifndef NORM_TRIGGER_EARLY\n#define NORM_TRIGGER_EARLY 1\n#endif/);
+  const dir = mkdtempSync(join(tmpdir(), 'quire-cubin-'));
+  const saved = process.env.QUIRE_KERNEL_DEFINES;
+  try {
+    const sources: string[] = [];
+    const compiler = { version: 'test', compile: (src: string) => { sources.push(src); return new Uint8Array(1); } };
+    delete process.env.QUIRE_KERNEL_DEFINES;
+    loadCubin('norm.cu', 90, compiler, dir);
+    process.env.QUIRE_KERNEL_DEFINES = 'NORM_TRIGGER_EARLY=0';
+    loadCubin('norm.cu', 90, compiler, dir);  // another source, so another cache entry
+    assert.equal(sources.length, 2);
+    assert.ok(sources[1]!.startsWith('#define NORM_TRIGGER_EARLY 0\n'));
+    assert.equal(sources[1]!.slice('#define NORM_TRIGGER_EARLY 0\n'.length), sources[0]);
+  } finally {
+    if (saved === undefined) delete process.env.QUIRE_KERNEL_DEFINES;
+    else process.env.QUIRE_KERNEL_DEFINES = saved;
     rmSync(dir, { recursive: true, force: true });
   }
 });

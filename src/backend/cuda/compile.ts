@@ -56,9 +56,22 @@ export interface Compiler {
   compile(source: string, name: string, arch: number): Uint8Array;
 }
 
+/**
+ * QUIRE_KERNEL_DEFINES (developers' A/B runs): `NAME=VALUE,...` prepended to every kernel source as #defines (part
+ * of the cache key), so one build runs a kernel's compile-time variants side by side.
+ */
+export function kernelDefines(env: NodeJS.ProcessEnv = process.env): string {
+  const spec = env.QUIRE_KERNEL_DEFINES ?? '';
+  return spec.split(',').filter((d) => d.trim() !== '').map((d) => {
+    const m = /^\s*([A-Z_][A-Z0-9_]*)=(-?\d+)\s*$/.exec(d);
+    if (!m) throw new Error(`QUIRE_KERNEL_DEFINES: "${d}" is not NAME=integer`);
+    return `#define ${m[1]} ${m[2]}\n`;
+  }).join('');
+}
+
 /** CUBIN of one kernel file for sm_<arch>, from the disk cache or compiled (and cached). */
 export function loadCubin(file: string, arch: number, compiler: Compiler, cacheDir = kernelCacheDir()): Uint8Array {
-  const source = expandSource(file);
+  const source = kernelDefines() + expandSource(file);
   const path = join(cacheDir, `${cubinCacheKey(source, arch, compiler.version)}.cubin`);
   if (existsSync(path)) return new Uint8Array(readFileSync(path));
   const cubin = compiler.compile(source, file, arch);

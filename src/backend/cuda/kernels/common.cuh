@@ -87,6 +87,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// A kernel's launch_dependents before its wait (`early`: pdl_trigger_if first, pdl_wait_then_trigger where it waits)
+// or after it (pdl_begin's order): early lets the next kernel's pre-wait reads stream through this one's wait too.
+__device__ __forceinline__ void pdl_trigger_if(bool early) {
+  if (early) pdl_launch_dependents();
+}
+__device__ __forceinline__ void pdl_wait_then_trigger(bool early) {
+  pdl_wait();
+  if (!early) pdl_launch_dependents();
+}
 /** First statement of a kernel launched as a dependent that reads nothing early: wait, then let the next one launch. */
 __device__ __forceinline__ void pdl_begin() {
   pdl_wait();

@@ -341,11 +341,17 @@ static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group
 // session 15).
 #define CHAIN_STAGES 16
 // A bf16 _s2 build's rings (one a warp, SS stages): 8 stages each where P is 4, so that a block's shared memory is
-// the unsplit one's; the _p8 builds' chains (K >= 4,096) keep 16.
+// the unsplit one's; the _p8 builds' chains (K >= 4,096) keep 16. Of an 8-stage ring, P2 = CHAIN_S2_EARLY stages are
+// read before the wait: 6 against 4, qwen3-0.6b (qkv and gate_up, a slice of 8 stages) +3.5% at one token, +1.7% at 4;
+// 7 and 2 lost, and so did the whole slice before the wait in a ring of 9 (docs/perf-log.md, session 24).
+// QUIRE_KERNEL_DEFINES=CHAIN_S2_EARLY=n moves it (A/B runs).
+#ifndef CHAIN_S2_EARLY
+#define CHAIN_S2_EARLY 6
+#endif
 #define CHAIN_ARGS                                                                                                     \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
       int T, int N, int K
-#define CHAIN_KERNELS(suffix, P, SS)                                                                                   \
+#define CHAIN_KERNELS(suffix, P, SS, P2)                                                                               \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {                                    \
     gemm_chain<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                       \
   }                                                                                                                    \
@@ -353,17 +359,17 @@ static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group
     gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(64) gemm_chain##suffix##_s2(CHAIN_ARGS) {                               \
-    gemm_chain<bf16_t, SS, P, 2>(x, w, y, bias, T, N, K);                                                              \
+    gemm_chain<bf16_t, SS, P2, 2>(x, w, y, bias, T, N, K);                                                             \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(64) gemm_chain_silu_pair##suffix##_s2(CHAIN_ARGS) {                     \
-    gemm_chain_silu_pair<bf16_t, SS, P, 2>(x, w, y, bias, T, N, K);                                                    \
+    gemm_chain_silu_pair<bf16_t, SS, P2, 2>(x, w, y, bias, T, N, K);                                                   \
   }
 extern "C" __global__ void __launch_bounds__(32) gemm_chain_whole(CHAIN_ARGS) { chain_whole<false>(x, w, y, bias, T, N, K); }
 extern "C" __global__ void __launch_bounds__(32 * CHAIN_WHOLE_MAX_SPLIT) gemm_chain_whole_split(CHAIN_ARGS) {
   chain_whole<true>(x, w, y, bias, T, N, K);
 }
-CHAIN_KERNELS(, 4, 8)
-CHAIN_KERNELS(_p8, 8, CHAIN_STAGES)
+CHAIN_KERNELS(, 4, 8, CHAIN_S2_EARLY)
+CHAIN_KERNELS(_p8, 8, CHAIN_STAGES, 8)
 #undef CHAIN_KERNELS
 #undef CHAIN_ARGS
 // e4m3 tokens and weights with their scales (ChainScales), no bias

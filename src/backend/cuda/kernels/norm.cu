@@ -12,6 +12,14 @@
 
 /** Chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path: hidden <= 8 * blockDim * NORM_VEC. */
 #define NORM_VEC 4
+// The norms let the next kernel launch before they wait for the kernel before (common.cuh, pdl_trigger_if): the chain
+// GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm.
+// qwen3-0.6b +1.0-1.3% at one token (with 6 early stages in the split rings, gemm_chain.cu: +3.5% together), qwen3-8b
+// +0.2% (docs/perf-log.md, session 24; session 11, before the split rings, measured nothing). 0 keeps it after the wait
+// (QUIRE_KERNEL_DEFINES=NORM_TRIGGER_EARLY=0, A/B runs).
+#ifndef NORM_TRIGGER_EARLY
+#define NORM_TRIGGER_EARLY 1
+#endif
 
 __device__ __forceinline__ void load8(const bf16_t* p, float* f) {
   const uint4 v = *reinterpret_cast<const uint4*>(p);
@@ -127,20 +135,22 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
 // bf16 register rows read their weights before waiting for the kernel before (they never change), so the weights'
 // latency hides under its end; the same arithmetic
 extern "C" __global__ void rms_norm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, int hidden, float eps) {
+  pdl_trigger_if(NORM_TRIGGER_EARLY);
   float wf[NORM_VEC][8];
   const bool fast = norm_fast(hidden);
   if (fast) norm_weights_fast(w, hidden, wf);
-  pdl_begin();
+  pdl_wait_then_trigger(NORM_TRIGGER_EARLY);
   const long long at = (long long)blockIdx.x * hidden;
   if (fast) norm_row_fast(nullptr, nullptr, nullptr, x + at, w, out + at, hidden, eps, wf);
   else rms_norm<bf16_t>(x, w, out, hidden, eps);
 }
 extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
                                              int hidden, float eps) {
+  pdl_trigger_if(NORM_TRIGGER_EARLY);
   float wf[NORM_VEC][8];
   const bool fast = norm_fast(hidden);
   if (fast) norm_weights_fast(w, hidden, wf);
-  pdl_begin();
+  pdl_wait_then_trigger(NORM_TRIGGER_EARLY);
   const long long at = (long long)blockIdx.x * hidden;
   if (fast) norm_row_fast(x + at, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf);
   else add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
