@@ -97,10 +97,7 @@ __device__ __forceinline__ void pdl_wait_then_trigger(bool early) {
   if (!early) pdl_launch_dependents();
 }
 /** First statement of a kernel launched as a dependent that reads nothing early: wait, then let the next one launch. */
-__device__ __forceinline__ void pdl_begin() {
-  pdl_wait();
-  pdl_launch_dependents();
-}
+__device__ __forceinline__ void pdl_begin() { pdl_wait_then_trigger(false); }
 
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define FULL_MASK 0xffffffffu
