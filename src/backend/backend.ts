@@ -110,6 +110,13 @@ export interface Backend {
   /** residual += x (in place); returns rmsnorm(residual) * w. */
   addRmsNorm(x: Tensor, residual: Tensor, w: Tensor, eps: number): Tensor;
   /**
+   * Optional: addRmsNorm(matmul(x, w, label, bias), residual, normW, eps), the residual's bits the same. The result
+   * may be an input only matmul and matmulSiluMul take, the norm's scale left to them (the CUDA chain GEMMs): their
+   * outputs then match the unfused ops' within bf16 rounding, not bit for bit.
+   */
+  matmulAddRmsNorm?(x: Tensor, w: Tensor, label: string, bias: Tensor | null, residual: Tensor, normW: Tensor,
+    eps: number): Tensor;
+  /**
    * y[T, N] = x[T, K] * w[N, K]^T (+ bias[N], added to the sums before they are rounded); `label` names the
    * projection in profiles ('qkv', 'o', 'gate_up', 'down', 'lm_head').
    */

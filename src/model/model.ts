@@ -124,16 +124,23 @@ export class Model {
     let mlpOut: Tensor | null = null;
     const fused = b.fusedLayers?.(residual, w.layers, this.layerSpec, step) ?? null;
     if (fused) ({ residual, mlpOut } = fused);
+    // a GEMM and the norm after it, as one op where the backend has it (matmulAddRmsNorm)
+    const matmulNorm = (x: Tensor, weight: Tensor, label: string, bias: Tensor | null, norm: Tensor): Tensor =>
+      b.matmulAddRmsNorm ? b.matmulAddRmsNorm(x, weight, label, bias, residual, norm, eps)
+        : b.addRmsNorm(b.matmul(x, weight, label, bias), residual, norm, eps);
+    let next: Tensor | null = null;  // the next layer's input, where the last down normed it
     for (let l = 0; l < (fused ? 0 : c.numLayers); l++) {
       const lw = w.layers[l]!;
       b.beginLayer(l);
-      const x = mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps);
+      const x = next ?? (mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps));
       const qkv = b.matmul(x, lw.qkv, 'qkv', lw.qkvBias);
       b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step, l);
       const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
-      const attnOut = b.matmul(attn, lw.o, 'o', lw.oBias);
-      const h = b.addRmsNorm(attnOut, residual, lw.postAttentionNorm, eps);
-      mlpOut = b.matmul(b.matmulSiluMul(h, lw.gateUp), lw.down, 'down');
+      const h = matmulNorm(attn, lw.o, 'o', lw.oBias, lw.postAttentionNorm);
+      const act = b.matmulSiluMul(h, lw.gateUp);
+      const following = w.layers[l + 1];
+      if (following) next = matmulNorm(act, lw.down, 'down', null, following.inputNorm);
+      else mlpOut = b.matmul(act, lw.down, 'down');
     }
     b.endLayers();
     const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);

@@ -13,7 +13,7 @@ process.env.QUIRE_CHAIN_WHOLE_SPLIT = '0';
 const { planChainGemm } = await import('../../src/backend/cuda/gemm-chain.js');
 const { CudaTensor } = await import('../../src/backend/cuda/cuda-backend.js');
 const { assertSameBits, beginPoisonedStep, bitsOf, newCuda, noCuda, randomBf16, rowsOf } = await import('./cuda-helpers.js');
-const { i32, ptr } = await import('../../src/backend/cuda/device.js');
+const { f32, i32, ptr } = await import('../../src/backend/cuda/device.js');
 
 const ROWS = 256;
 
@@ -48,7 +48,8 @@ describe('CUDA gemm_chain_whole, 1 to 8 tokens', { skip: noCuda }, () => {
     c.device.fillBytesAsync(y, 0xff, N * 2);
     const kernel = split > 1 ? 'gemm_chain_whole_split' : 'gemm_chain_whole';
     c.device.launch('gemm_chain.cu', kernel, [N / 8, 1, 1], 32 * split,
-      [ptr(x.ptr), ptr(w.ptr), ptr(y), ptr(0n), i32(1), i32(N), i32(K)], (K / 64) * (64 + 8) * 16);
+      [ptr(x.ptr), ptr(w.ptr), ptr(y), ptr(0n), i32(1), i32(N), i32(K), ptr(0n), ptr(0n), ptr(0n), ptr(0n), i32(0),
+        f32(0)], (K / 64) * (64 + 8) * 16);
     const out = c.toHost(new CudaTensor([1, N], y));
     c.device.free(y);
     return new Uint32Array(out.buffer);

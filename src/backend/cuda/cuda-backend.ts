@@ -16,7 +16,8 @@ import {
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { type ChainGemmLaunch, type ChainSilu, parseChainSilu, planChainGemm } from './gemm-chain.js';
+import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu, parseChainSilu,
+  planChainGemm } from './gemm-chain.js';
 import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
 import { GraphCache, type HostRead } from './graph-cache.js';
@@ -59,6 +60,11 @@ export interface CudaBackendOptions {
    * kernel) where there are weight rows enough; default on, QUIRE_CHAIN_GEMM=0 turns it off (for A/B runs).
    */
   chainGemms?: boolean;
+  /**
+   * A layer's norms inside its chain GEMMs (matmulAddRmsNorm) at hidden sizes from CHAIN_NORM_FROM_HIDDEN: two nodes
+   * less a layer, other roundings than the norm kernel's; default on, QUIRE_CHAIN_NORM=0 turns it off (A/B runs).
+   */
+  chainNorms?: boolean;
   /**
    * A decode-only step's qk-norm + rope + kv write inside the decode attention kernel (one node less a layer, the
    * same bits); default on, QUIRE_FUSED_ROPE=0 turns it off (for A/B runs).
@@ -103,8 +109,30 @@ export class CudaTensor implements Tensor {
   }
 }
 
+/** What a chain producer left for the next GEMM (matmulAddRmsNorm): the norm's sums, the updated residual. */
+interface PendingNorm {
+  /** [T][numParts] f32: each producer block's sums of squares of its rows of the new residual. */
+  parts: bigint;
+  numParts: number;
+  eps: number;
+  residual: CudaTensor;
+  weight: CudaTensor;
+}
+
+/**
+ * bf16(residual * w) of a matmulAddRmsNorm: its norm's scale not yet applied, so only matmul and matmulSiluMul take
+ * it (a chain consumer applies the scale, any other GEMM first runs the norm kernel on the residual); every other op
+ * refuses it.
+ */
+class NormedTensor extends CudaTensor {
+  constructor(shape: readonly number[], ptr: bigint, readonly norm: PendingNorm) {
+    super(shape, ptr);
+  }
+}
+
 function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
+  if (t instanceof NormedTensor) throw new Error('CudaBackend: a GEMM input whose norm is left to that GEMM reached another op');
   return t;
 }
 
@@ -172,6 +200,7 @@ export class CudaBackend implements Backend {
   private readonly fused: FusedDecodeState;
   private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
+  private readonly chainNorms: boolean;
   /**
    * How gate_up's chain applies silu_mul (ChainSilu in gemm-chain.ts): pairs, or none where QUIRE_CHAIN_SILU /
    * QUIRE_CHAIN_SILU_FP8 say so for bf16 / FP8 weights (A/B runs).
@@ -233,6 +262,7 @@ export class CudaBackend implements Backend {
     this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
     this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
+    this.chainNorms = opts.chainNorms ?? process.env.QUIRE_CHAIN_NORM !== '0';
     this.chainSilu = { bf16: parseChainSilu(process.env.QUIRE_CHAIN_SILU, 'QUIRE_CHAIN_SILU'),
       fp8: parseChainSilu(process.env.QUIRE_CHAIN_SILU_FP8, 'QUIRE_CHAIN_SILU_FP8') };
     this.fusedRope = opts.fusedRope ?? process.env.QUIRE_FUSED_ROPE !== '0';
@@ -520,6 +550,11 @@ export class CudaBackend implements Backend {
 
   /** y[T, N] = x[T, K] * w[N, K]^T (+ bias[N] before the rounding); `label` names the projection in profiles. */
   matmul(x: Tensor, w: Tensor, label?: string, bias?: Tensor | null): Tensor {
+    if (x instanceof NormedTensor) {
+      const out = this.normedChain(x, asCuda(w), label ?? 'normed', 'none', bias ? asCuda(bias) : null);
+      if (out) return out;
+      x = this.materialize(x);
+    }
     const xs = asCuda(x);
     const ws = asCuda(w);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
@@ -759,15 +794,72 @@ export class CudaBackend implements Backend {
     return plan.grid[0] <= fit ? plan : planChainGemm(T, N, K, this.device.numSMs, silu, false, false);
   }
 
+  /**
+   * A bf16 chain launch; `norm`: as a producer (`out`: its residual, norm weight and parts, kernels/gemm_chain.cu's
+   * ChainNormOut) or a consumer (`in`: a producer's pending norm, its parts in shared memory after the ring).
+   */
   private launchChain(plan: ChainGemmLaunch, x: CudaTensor, w: CudaTensor, out: CudaTensor, T: number, N: number,
-    K: number, bias: CudaTensor | null = null): void {
+    K: number, bias: CudaTensor | null = null,
+    norm: { out?: { residual: CudaTensor; weight: CudaTensor; parts: CudaTensor }; in?: PendingNorm } = {}): void {
     this.numChainGemms++;
+    const extra = norm.in ? chainNormPartsBytes(T, norm.in.numParts) : 0;
     this.device.launch('gemm_chain.cu', plan.kernel, plan.grid, plan.block,
-      [ptr(x.ptr), ptr(w.ptr), ptr(out.ptr), ptr(bias?.ptr ?? 0n), i32(T), i32(N), i32(K)], plan.sharedBytes, true);
+      [ptr(x.ptr), ptr(w.ptr), ptr(out.ptr), ptr(bias?.ptr ?? 0n), i32(T), i32(N), i32(K),
+        ptr(norm.out?.residual.ptr ?? 0n), ptr(norm.out?.weight.ptr ?? 0n), ptr(norm.out?.parts.ptr ?? 0n),
+        ptr(norm.in?.parts ?? 0n), i32(norm.in?.numParts ?? 0), f32(norm.in?.eps ?? 0)], plan.sharedBytes + extra, true);
+  }
+
+  /**
+   * addRmsNorm(matmul(x, w, label, bias), residual, normW, eps), the norm inside the chain kernels where a step's few
+   * tokens take them and the hidden size is CHAIN_NORM_FROM_HIDDEN or more: this GEMM adds its outputs into the
+   * residual and writes them times normW, each block its rows' sums of squares, and the next GEMM (matmul or
+   * matmulSiluMul, a chain consumer) sums those to the norm's scale and applies it to its sums (kernels/gemm_chain.cu).
+   * The residual's bits are add_rms_norm's; the next GEMM's outputs are within bf16 rounding of the norm kernel's path.
+   */
+  matmulAddRmsNorm(x: Tensor, w: Tensor, label: string, bias: Tensor | null, residual: Tensor, normW: Tensor,
+    eps: number): Tensor {
+    const xs = asCuda(x);
+    const ws = asCuda(w);
+    const [T, K] = [xs.shape[0]!, xs.shape[1]!];
+    const N = ws.shape[0]!;
+    const plan = this.chainNorms && ws.dtype === 'bf16' && ws.shape[1] === K && T > 0 && N >= CHAIN_NORM_FROM_HIDDEN
+      ? this.chainPlan(T, N, K) : null;
+    if (!plan || !chainNormRole(plan).producer) return this.addRmsNorm(this.matmul(x, w, label, bias), residual, normW, eps);
+    const b = bias ? asCuda(bias) : null;
+    if (b && b.numElements !== N) throw new Error(`matmul: bias [${b.shape.join(', ')}] for ${N} outputs`);
+    const res = asCuda(residual);
+    const weight = asCuda(normW);
+    const out = this.act([T, N]);
+    const parts = this.act([T, plan.grid[0]], 'f32');
+    this.timed(`gemm ${label}`, () => this.launchChain(plan, xs, ws, out, T, N, K, b, { out: { residual: res, weight, parts } }));
+    return new NormedTensor([T, N], out.ptr, { parts: parts.ptr, numParts: plan.grid[0], eps, residual: res, weight });
+  }
+
+  /** A consumer chain of a pending norm's input (silu 'none': matmul), or null where none takes it. */
+  private normedChain(x: NormedTensor, w: CudaTensor, label: string, silu: ChainSilu, bias: CudaTensor | null = null):
+    CudaTensor | null {
+    const [T, K] = [x.shape[0]!, x.shape[1]!];
+    const N = w.shape[0]!;
+    if (w.dtype !== 'bf16' || w.shape[1] !== K || (bias && bias.numElements !== N)) return null;
+    const plan = this.chainPlan(T, N, K, silu);
+    if (!plan || !chainNormRole(plan).consumer) return null;
+    const out = this.act([T, silu === 'none' ? N : N / 2]);
+    this.timed(`gemm ${label}`, () => this.launchChain(plan, x, w, out, T, N, K, bias, { in: x.norm }));
+    return out;
+  }
+
+  /** A pending norm's input for a GEMM that cannot apply its scale: the norm kernel on the updated residual. */
+  private materialize(x: NormedTensor): CudaTensor {
+    return asCuda(this.rmsNorm(x.norm.residual, x.norm.weight, x.norm.eps));
   }
 
   /** silu(x gate^T) * (x up^T) for gateUp [2I, K] (gate rows first): one chain kernel for a few tokens. */
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
+    if (x instanceof NormedTensor) {
+      const out = this.chainSilu.bf16 !== 'none' ? this.normedChain(x, asCuda(gateUp), 'gate_up + silu', this.chainSilu.bf16) : null;
+      if (out) return out;
+      x = this.materialize(x);
+    }
     const xs = asCuda(x);
     const ws = asCuda(gateUp);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];

@@ -122,3 +122,26 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
   return { kernel: `${name}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
     grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (stages * (128 + 64) * 16 + scaleBytes) };
 }
+
+/**
+ * Hidden sizes from which a layer's norms run inside its chain GEMMs (cuda-backend.ts matmulAddRmsNorm; kernels/
+ * gemm_chain.cu's ChainNormOut / ChainNormIn): from 1,024, so the demo model (hidden 256) keeps its norm kernels and
+ * so its bits. QUIRE_CHAIN_NORM_FROM moves it (Infinity: never; A/B runs).
+ */
+export const CHAIN_NORM_FROM_HIDDEN = Number(process.env.QUIRE_CHAIN_NORM_FROM ?? 1024);
+
+/**
+ * Whether a chain launch can add its outputs into the residual and write them normed but for the norm's scale (a
+ * producer: every bf16 build of one output per row, whose blocks are whole to 4 a part), or can take such an input and
+ * apply the scale (a consumer: the bf16 ring builds, plain or silu_pair).
+ */
+export function chainNormRole(plan: ChainGemmLaunch): { producer: boolean; consumer: boolean } {
+  const bf16 = !plan.kernel.includes('_fp8');
+  const whole = plan.kernel.startsWith('gemm_chain_whole');
+  return { producer: bf16 && !plan.kernel.includes('silu') && plan.grid[0] % 4 === 0, consumer: bf16 && !whole };
+}
+
+/** Shared memory a consumer's launch adds for the producer's parts: T rows of numParts floats. */
+export function chainNormPartsBytes(T: number, numParts: number): number {
+  return Math.ceil((T * numParts * 4) / 16) * 16;
+}

@@ -20,6 +20,17 @@
 //                         weights as in gemm_chain
 // A dependent launch (kernels/common.cuh, pdl_wait): the weights of the first stages are read before the kernel
 // before has finished.
+//
+// A layer's norms inside its chains (bf16; cuda-backend.ts matmulAddRmsNorm, one node less per norm): a producer (o,
+// down: gemm_chain or chain_whole, ChainNormOut) adds its rounded outputs into the residual as add_rms_norm does
+// (residual = bf16(residual + y)), writes y = bf16(residual * w) in place of its outputs, and each block the sums of
+// squares of its rows' new residual, a float per token (parts[t][block], its lanes' sums in a fixed order). The
+// consumer (the next qkv or gate_up: the ring builds, ChainNormIn) sums those in a fixed order to the token's
+// r = rsqrt(sum / K + eps) and scales its sums by it before they are rounded: norm(residual) w x^T as
+// r (residual w) x^T, the norm's r applied after the dot products instead of before them (other roundings than the
+// norm kernel's, not its bits). Those parts reach the consumer's shared memory (after its ring: T * numParts * 4 more
+// bytes, gemm-chain.ts chainNormPartsBytes) by cp.async with its first tokens, and the producer's residual rows its
+// registers, both right after the wait.
 // launch: grid (N / 16 tiles), block 32, shared CHAIN_STAGES * (128 + 64) * 16 bytes
 //
 // The _fp8 builds take block-FP8 weights (src/model/fp8-linear.ts) and activations quantized by kernels/quant_fp8.cu:
@@ -61,15 +72,65 @@ struct ChainScales {
   int wStride;
 };
 
+/** A producer's norm epilogue (residual null: none): residual += y; y = bf16(residual * w); parts[t][block]. */
+struct ChainNormOut {
+  bf16_t* residual;
+  const bf16_t* w;
+  float* parts;
+};
+/** A consumer's norm scale (parts null: none): parts [T][numParts] of a ChainNormOut, whose K wide rows it takes. */
+struct ChainNormIn {
+  const float* parts;
+  int numParts;
+  float eps;
+};
+
+/** Nothing to do after the wait (chain_tile's default hook). */
+struct NoHook {
+  __device__ __forceinline__ void operator()() const {}
+};
+
+/** The parts of `in` for T tokens from global into shared memory (one warp; issued, not waited for). */
+__device__ __forceinline__ void norm_parts_async(float* dst, ChainNormIn in, int T) {
+  const int lane = threadIdx.x & 31;
+  for (int i = lane; i < T * in.numParts / 4; i += 32) cp_async_16(dst + 4 * i, in.parts + 4 * i, true);
+}
+
+/**
+ * rs[i] = rsqrt(sum of token (2 (lane % 4) + i)'s parts / K + eps), the parts in shared memory (norm_parts_async's,
+ * complete and seen by the warp). Lanes 4t..4t+3 sum token t's (lane q: parts q, q + 4, ... in turn, then the four
+ * lanes' butterfly), every token at once; the lanes that need a token's scale take it from them.
+ */
+__device__ __forceinline__ void norm_scales(const float* parts, ChainNormIn in, int T, int K, float rs[2]) {
+  const int lane = threadIdx.x & 31, t = lane >> 2;
+  float s = 0.f;
+  if (t < T)
+    for (int i = lane & 3; i < in.numParts; i += 4) s = __fadd_rn(s, parts[t * in.numParts + i]);
+  s += __shfl_xor_sync(FULL_MASK, s, 1);
+  s += __shfl_xor_sync(FULL_MASK, s, 2);
+  const float r = rsqrtf(s / K + in.eps);  // tokens from T: unused
+  rs[0] = __shfl_sync(FULL_MASK, r, 8 * (lane & 3));      // token 2 (lane % 4): lane 4 of that
+  rs[1] = __shfl_sync(FULL_MASK, r, 8 * (lane & 3) + 4);  // token 2 (lane % 4) + 1
+}
+
+/** residual[at] += y (rounded, as add_rms_norm); returns the new residual value (res: its bits read before). */
+__device__ __forceinline__ float norm_add(bf16_t* residual, size_t at, unsigned short res, float y) {
+  const bf16_t sum = from_float<bf16_t>(to_float(bf16_t{res}) + to_float(from_float<bf16_t>(y)));
+  residual[at] = sum;
+  return to_float(sum);
+}
+
 /**
  * One weight tile of 16 rows (row0..row0+15) against <= 8 tokens; PAIR: rows row0..row0+7, then
  * row0+rowsB..row0+rowsB+7. E: bf16_t, or unsigned char for e4m3 (with `scales`). SPLIT > 1: warp j of the
  * block takes the j-th of SPLIT equal slices of k (whole stages; FP8: whole scale groups), with a ring and scales of
- * its own; c is its slice's sum, from zero (a bf16 split's sums are then not cuBLASLt's; gemm-chain.ts).
+ * its own; c is its slice's sum, from zero (a bf16 split's sums are then not cuBLASLt's; gemm-chain.ts). afterWait
+ * runs right after the wait; the cp.async it issues join the group of the early stages' tokens.
  */
-template <typename E, int S, int P, int SPLIT = 1, bool PAIR = false>
+template <typename E, int S, int P, int SPLIT = 1, bool PAIR = false, typename Hook = NoHook>
 __device__ __forceinline__ void chain_tile(const E* __restrict__ x, const E* __restrict__ w, int T, int N, int K,
-                                           int row0, int rowsB, float c[4], ChainScales scales = {}) {
+                                           int row0, int rowsB, float c[4], ChainScales scales = {},
+                                           Hook afterWait = {}) {
   constexpr bool FP8 = sizeof(E) == 1;
   constexpr int PIECE = 16 / sizeof(E), KS = 8 * PIECE;  // elements of a 16-byte piece; k of a stage (8 pieces a row)
   constexpr int WP = 128, SP = WP + 64;  // 16-byte pieces of a stage: 16 rows x KS k, 8 tokens x KS k
@@ -137,6 +198,7 @@ __device__ __forceinline__ void chain_tile(const E* __restrict__ x, const E* __r
     }
   }
   pdl_begin();
+  afterWait();
   if constexpr (FP8) {
     for (int i = lane; i < 8 * steps; i += 32)
       xScale[i] = (i & 7) < T ? scales.x[(size_t)(part * steps + (i >> 3)) * scales.xStride + (i & 7)] : 0.f;
@@ -201,39 +263,104 @@ __device__ __forceinline__ bool add_slices(float c[4]) {
   return true;
 }
 
+/** Where a ring build keeps a consumer's norm parts: after its warps' rings (bf16 stages of 192 pieces). */
+template <int S, int SPLIT>
+__device__ __forceinline__ float* norm_parts_shared() {
+  extern __shared__ u32x4 chainShared[];
+  return reinterpret_cast<float*>(chainShared + SPLIT * S * (128 + 64));
+}
+
 template <typename E, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void gemm_chain(const E* __restrict__ x, const E* __restrict__ w, bf16_t* __restrict__ y,
                                            const bf16_t* __restrict__ bias, int T, int N, int K,
-                                           ChainScales scales = {}) {
+                                           ChainScales scales = {}, ChainNormOut nout = {}, ChainNormIn nin = {}) {
+  constexpr bool NORMS = sizeof(E) == 2;  // the norms' epilogues are the bf16 builds'
   float c[4];
   const int row0 = blockIdx.x * 16;
-  chain_tile<E, S, P, SPLIT>(x, w, T, N, K, row0, 0, c, scales);
   const int lane = threadIdx.x & 31;
+  float gw[2] = {0.f, 0.f};  // a producer's norm weights at this lane's rows (never change: read before the wait)
+  unsigned short res[4] = {0, 0, 0, 0};
+  if (NORMS && nout.residual) {
+    gw[0] = to_float(nout.w[min(row0 + frag_row(lane, 0), N - 1)]);
+    gw[1] = to_float(nout.w[min(row0 + frag_row(lane, 2), N - 1)]);
+  }
+  float* parts = norm_parts_shared<S, SPLIT>();
+  auto afterWait = [&]() {
+    if constexpr (NORMS) {
+      if (nout.residual && threadIdx.x < 32) {  // warp 0 writes the outputs
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
+          if (row < N && tok < T) res[r] = nout.residual[(size_t)tok * N + row].bits;
+        }
+      }
+      if (nin.parts && threadIdx.x < 32) norm_parts_async(parts, nin, T);
+    }
+  };
+  chain_tile<E, S, P, SPLIT>(x, w, T, N, K, row0, 0, c, scales, afterWait);
   if (!add_slices<SPLIT>(c)) return;
+  float rs[2] = {1.f, 1.f}, sq[2] = {0.f, 0.f};
+  if (NORMS && nin.parts) {
+    __syncwarp();
+    norm_scales(parts, nin, T, K, rs);
+  }
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int row = row0 + frag_row(lane, r), tok = frag_tok(lane, r);
-    if (row < N && tok < T)
-      y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? c[r] + to_float(bias[row]) : c[r]);
+    const float v = NORMS && nin.parts ? __fmul_rn(c[r], rs[r & 1]) : c[r];
+    const float out = bias && row < N ? v + to_float(bias[row]) : v;
+    if (NORMS && nout.residual) {
+      float nr = 0.f;  // the new residual (0 off the tile)
+      if (row < N && tok < T) {
+        const size_t at = (size_t)tok * N + row;
+        nr = norm_add(nout.residual, at, res[r], out);
+        y[at] = from_float<bf16_t>(nr * gw[r >> 1]);
+      }
+      sq[r & 1] = __fmaf_rn(nr, nr, sq[r & 1]);
+    } else if (row < N && tok < T) {
+      y[(size_t)tok * N + row] = from_float<bf16_t>(out);
+    }
+  }
+  if (NORMS && nout.residual) {  // lanes of one lane % 4 hold a token pair's rows: their sums, lanes 0-3 the totals
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) sq[i] += __shfl_xor_sync(FULL_MASK, sq[i], o);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int tok = 2 * lane + i;
+      if (lane < 4 && tok < T) nout.parts[(size_t)tok * gridDim.x + blockIdx.x] = sq[i];
+    }
   }
 }
 
 template <typename E, int S, int P, int SPLIT = 1>
 __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, const E* __restrict__ w,
                                                      bf16_t* __restrict__ y, const bf16_t* __restrict__, int T, int N,
-                                                     int K, ChainScales scales = {}) {
+                                                     int K, ChainScales scales = {}, ChainNormIn nin = {}) {
+  constexpr bool NORMS = sizeof(E) == 2;
   float c[4];
   const int inter = N / 2, row0 = blockIdx.x * 8;
-  chain_tile<E, S, P, SPLIT, true>(x, w, T, N, K, row0, inter, c, scales);
+  float* parts = norm_parts_shared<S, SPLIT>();
+  auto afterWait = [&]() {
+    if (NORMS && nin.parts && threadIdx.x < 32) norm_parts_async(parts, nin, T);
+  };
+  chain_tile<E, S, P, SPLIT, true>(x, w, T, N, K, row0, inter, c, scales, afterWait);
   if (!add_slices<SPLIT>(c)) return;
   const int lane = threadIdx.x & 31;
   const int row = row0 + (lane >> 2);
+  float rs[2] = {1.f, 1.f};
+  if (NORMS && nin.parts) {
+    __syncwarp();
+    norm_scales(parts, nin, T, K, rs);
+  }
 #pragma unroll
   for (int r = 0; r < 2; r++) {  // registers 0, 1: gate's row, tokens tok and tok + 1; 2, 3: up's, the same tokens
     const int tok = frag_tok(lane, r);
+    const float g = NORMS && nin.parts ? __fmul_rn(c[r], rs[r]) : c[r];
+    const float u = NORMS && nin.parts ? __fmul_rn(c[r + 2], rs[r]) : c[r + 2];
     if (row < inter && tok < T)
-      y[(size_t)tok * inter + row] =
-          from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(c[r]), from_float<bf16_t>(c[r + 2])));
+      y[(size_t)tok * inter + row] = from_float<bf16_t>(silu_mul_of(from_float<bf16_t>(g), from_float<bf16_t>(u)));
   }
 }
 
@@ -257,7 +384,7 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
 template <bool SPLIT>
 __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                             bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
-                                            int K) {
+                                            int K, ChainNormOut nout = {}) {
   extern __shared__ u32x4 chainShared[];
   const int lane = threadIdx.x & 31, part = SPLIT ? threadIdx.x >> 5 : 0, split = SPLIT ? blockDim.x >> 5 : 1;
   const int steps = K / 64 / split, first = part * steps, row0 = blockIdx.x * 8;
@@ -269,7 +396,22 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
     cp_async_16(ws + (p & ~7) + (col ^ r), w + (size_t)min(row, N - 1) * K + (p >> 6) * 64 + col * 8, row < N);
   }
   cp_async_commit();
+  // a producer's norm (ChainNormOut): warp 0's rows' norm weights before the wait, their residual right after it
+  const int tok = lane >> 2;  // C registers 0, 1: token lane / 4, weight rows 2 (lane % 4) and the next
+  float gw[2] = {0.f, 0.f};
+  unsigned short res[2] = {0, 0};
+  if (nout.residual && part == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) gw[r] = to_float(nout.w[min(row0 + 2 * (lane & 3) + r, N - 1)]);
+  }
   pdl_begin();
+  if (nout.residual && part == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int row = row0 + 2 * (lane & 3) + r;
+      if (row < N && tok < T) res[r] = nout.residual[(size_t)tok * N + row].bits;
+    }
+  }
   const int per = (steps + CHAIN_WHOLE_GROUPS - 1) / CHAIN_WHOLE_GROUPS, rowPieces = 8 * T;
 #pragma unroll
   for (int g = 0; g < CHAIN_WHOLE_GROUPS; g++) {
@@ -326,11 +468,27 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
       c[1] += slices[j][lane][1];
     }
   }
-  const int tok = lane >> 2;  // registers 0, 1: token lane / 4, weight rows 2 (lane % 4) and the next; 2, 3: tokens 8+
+  // registers 0, 1: token lane / 4, weight rows 2 (lane % 4) and the next; 2, 3: tokens 8+ (none)
+  float sq = 0.f;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int row = row0 + 2 * (lane & 3) + r;
-    if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? c[r] + to_float(bias[row]) : c[r]);
+    if (row < N && tok < T) {
+      const size_t at = (size_t)tok * N + row;
+      const float out = bias ? c[r] + to_float(bias[row]) : c[r];
+      if (nout.residual) {
+        const float nr = norm_add(nout.residual, at, res[r], out);
+        y[at] = from_float<bf16_t>(nr * gw[r]);
+        sq = __fmaf_rn(nr, nr, sq);
+      } else {
+        y[at] = from_float<bf16_t>(out);
+      }
+    }
+  }
+  if (nout.residual) {  // a token's 8 rows are 4 neighbouring lanes' (the first of them writes their sum)
+    sq += __shfl_xor_sync(FULL_MASK, sq, 1);
+    sq += __shfl_xor_sync(FULL_MASK, sq, 2);
+    if ((lane & 3) == 0 && tok < T) nout.parts[(size_t)tok * gridDim.x + blockIdx.x] = sq;
   }
 }
 static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group");
@@ -348,29 +506,38 @@ static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group
 #ifndef CHAIN_S2_EARLY
 #define CHAIN_S2_EARLY 6
 #endif
+// the bf16 builds' arguments: x, w, y, bias, T, N, K, then a producer's norm (ChainNormOut: residual, normW, normParts;
+// residual null for none) and a consumer's (ChainNormIn: inParts, numInParts, eps; inParts null for none)
 #define CHAIN_ARGS                                                                                                     \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
-      int T, int N, int K
+      int T, int N, int K, bf16_t *__restrict__ normRes, const bf16_t *__restrict__ normW, float *__restrict__ normParts, \
+      const float *__restrict__ inParts, int numInParts, float eps
+#define NORM_OUT ChainNormOut{normRes, normW, normParts}
+#define NORM_IN ChainNormIn{inParts, numInParts, eps}
 #define CHAIN_KERNELS(suffix, P, SS, P2)                                                                               \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain##suffix(CHAIN_ARGS) {                                    \
-    gemm_chain<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                                       \
+    gemm_chain<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K, {}, NORM_OUT, NORM_IN);                                \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(32) gemm_chain_silu_pair##suffix(CHAIN_ARGS) {                          \
-    gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K);                                             \
+    gemm_chain_silu_pair<bf16_t, CHAIN_STAGES, P>(x, w, y, bias, T, N, K, {}, NORM_IN);                                \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(64) gemm_chain##suffix##_s2(CHAIN_ARGS) {                               \
-    gemm_chain<bf16_t, SS, P2, 2>(x, w, y, bias, T, N, K);                                                             \
+    gemm_chain<bf16_t, SS, P2, 2>(x, w, y, bias, T, N, K, {}, NORM_OUT, NORM_IN);                                      \
   }                                                                                                                    \
   extern "C" __global__ void __launch_bounds__(64) gemm_chain_silu_pair##suffix##_s2(CHAIN_ARGS) {                     \
-    gemm_chain_silu_pair<bf16_t, SS, P2, 2>(x, w, y, bias, T, N, K);                                                   \
+    gemm_chain_silu_pair<bf16_t, SS, P2, 2>(x, w, y, bias, T, N, K, {}, NORM_IN);                                      \
   }
-extern "C" __global__ void __launch_bounds__(32) gemm_chain_whole(CHAIN_ARGS) { chain_whole<false>(x, w, y, bias, T, N, K); }
+extern "C" __global__ void __launch_bounds__(32) gemm_chain_whole(CHAIN_ARGS) {
+  chain_whole<false>(x, w, y, bias, T, N, K, NORM_OUT);
+}
 extern "C" __global__ void __launch_bounds__(32 * CHAIN_WHOLE_MAX_SPLIT) gemm_chain_whole_split(CHAIN_ARGS) {
-  chain_whole<true>(x, w, y, bias, T, N, K);
+  chain_whole<true>(x, w, y, bias, T, N, K, NORM_OUT);
 }
 CHAIN_KERNELS(, 4, 8, CHAIN_S2_EARLY)
 CHAIN_KERNELS(_p8, 8, CHAIN_STAGES, 8)
 #undef CHAIN_KERNELS
+#undef NORM_OUT
+#undef NORM_IN
 #undef CHAIN_ARGS
 // e4m3 tokens and weights with their scales (ChainScales), no bias
 #define FP8_CHAIN_ARGS                                                                                                 \
