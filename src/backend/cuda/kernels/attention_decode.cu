@@ -259,7 +259,7 @@ __device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO
 }
 
 template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false,
-          bool PRE = false>
+          bool PRE = false, bool PIPE = false>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -411,12 +411,32 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
       for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
     }
+    // PIPE: the next round's K and V are asked for before this round's sums (kn, vn), the same sums in the same order
+    KvRaw<C, EPL> kn[DECODE_SLOTS], vn[DECODE_SLOTS];
+    if constexpr (PIPE) {
+      if (EARLY && begin == early0) {
+#pragma unroll
+        for (int u = 0; u < DECODE_SLOTS; u++) {
+          kn[u] = kr0[u];
+          vn[u] = vr0[u];
+        }
+      } else {
+        load_round(begin, end, kn, vn);
+      }
+    }
     for (int j0 = begin; j0 < end; j0 += ROUND) {
       KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
       bool valid[DECODE_SLOTS];
 #pragma unroll
       for (int u = 0; u < DECODE_SLOTS; u++) valid[u] = j0 + (u * DECODE_WARPS + warp) * PPW + group < end;
-      if (EARLY && j0 == early0) {  // read before the wait
+      if constexpr (PIPE) {
+#pragma unroll
+        for (int u = 0; u < DECODE_SLOTS; u++) {
+          kr[u] = kn[u];
+          vr[u] = vn[u];
+        }
+        if (j0 + ROUND < end) load_round(j0 + ROUND, end, kn, vn);
+      } else if (EARLY && j0 == early0) {  // read before the wait
 #pragma unroll
         for (int u = 0; u < DECODE_SLOTS; u++) {
           kr[u] = kr0[u];
@@ -591,13 +611,24 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 }
 
 #ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
+// The _pre builds' rounds pipelined (PIPE: each round's K and V asked for before the round before is summed, from a
+// second set of registers) at 3 blocks a SM (163 registers; they take grids of at most 2 a SM): qwen3-0.6b one to
+// four rows +1.9%, +0.8%, +1.7%, 8 rows and qwen3-8b equal; at 4 blocks a SM (128 registers) +0.9% at one row
+// (docs/perf-log.md, session 25; session 21's form, before the L2 prefetch, measured nothing). The same sums in the
+// same order. QUIRE_KERNEL_DEFINES=DECODE_PIPE=0,DECODE_PRE_MINB=4 gives the build before (A/B runs).
+#ifndef DECODE_PIPE
+#define DECODE_PIPE 1
+#endif
+#ifndef DECODE_PRE_MINB
+#define DECODE_PRE_MINB 3
+#endif
 // MINB: the blocks per SM the registers must allow (launch bounds). _w ("wide") kernels: 6 for G <= 2 (80 registers
 // instead of 108, no spills), the same code and bits; decodeWide in decode-splits.ts picks them (grids of more than
 // 8 blocks per SM).
 // suffix: the compute type, then _fp8 where the cache is FP8 (C)
-// EARLY (K and V of the first round and the rope's constants read before the wait): bf16 caches of G <= 2 and 4 blocks
-// a SM, whose registers hold them without spilling (128); the others' would spill
-#define EARLY_BUILD(T, C, G, MINB) ((MINB) == 4 && (G) <= 2 && sizeof(T) == 2 && sizeof(C) == 2)
+// EARLY (K and V of the first round and the rope's constants read before the wait): the _pre builds, and bf16 caches
+// of G <= 2 and 4 blocks a SM, whose registers hold them without spilling (128); the others' would spill
+#define EARLY_BUILD(T, C, G, MINB, PRE) ((PRE) || ((MINB) == 4 && (G) <= 2 && sizeof(T) == 2 && sizeof(C) == 2))
 #define INSTANTIATE_DGM(suffix, T, C, D, G, MINB, tail) INSTANTIATE_DGMV(suffix, T, C, 16 / (int)sizeof(T), D, G, MINB, tail)
 // V: elements a lane loads at once (16 bytes of the compute type; an FP8 cache 8 or 16)
 #define INSTANTIATE_DGMV(suffix, T, C, V, D, G, MINB, tail) INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, false)
@@ -609,7 +640,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
-    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB), PRE>(                                         \
+    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB, PRE), PRE, PRE && DECODE_PIPE>(                    \
         qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
         numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
         qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
@@ -645,9 +676,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 
 INSTANTIATE_BF16(bf16, bf16_t, 8)
 // Few rows, one query head a block, a bf16 cache (attention-launch.ts decodePrefetch): the split's K and V asked of
-// L2 before the wait
-INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, 4, _pre, true)
-INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, 4, _pre, true)
+// L2 before the wait, the rounds pipelined (DECODE_PIPE)
+INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, DECODE_PRE_MINB, _pre, true)
+INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, DECODE_PRE_MINB, _pre, true)
 INSTANTIATE_BF16(bf16_fp8, fp8_t, 8)
 // An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3
 // (the 8-byte loads of the builds above, kept for A/B runs, QUIRE_FP8_G4=1, left the kernel far under the bandwidth:
