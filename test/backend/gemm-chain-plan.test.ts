@@ -30,7 +30,7 @@ test('under 1.5 tiles of 16 rows per SM: gemm_chain_whole, 8 rows a warp read wh
   const down = planChainGemm(1, 1024, 3072, SMS);  // qwen3-0.6b's down: 64 tiles on 132 SMs
   assert.equal(down?.kernel, 'gemm_chain_whole_split');
   assert.deepEqual(down?.grid, [128, 1, 1], 'a warp per 8 rows');
-  assert.equal(down?.block, 3 * 32, 'its 48 stages of k split between 3 warps');
+  assert.equal(down?.block, 6 * 32, 'its 48 stages of k split between 6 warps');
   assert.equal(down?.sharedBytes, 48 * (64 + 8) * 16, '48 stages of 8 weight rows and 1 token by 64 k');
   const eight = planChainGemm(8, 1024, 3072, SMS);
   assert.equal(eight?.kernel, 'gemm_chain_whole_split', 'up to 8 tokens (QUIRE_CHAIN_WHOLE moves it)');
@@ -87,16 +87,18 @@ test('FP8 chains: any width, stages of 128 k with their scales; long chains of n
   assert.equal(planChainGemm(1, 1024, 1000, SMS, 'none', true), null, 'K % 128');
 });
 
-test('gemm_chain_whole splits k of more than 16 stages between the fewest warps (2 to 8) that divide it into slices of 16 or fewer', () => {
+test('gemm_chain_whole splits k of more than 16 stages between the fewest warps (2 to 8) that divide it into slices of 8 or fewer', () => {
   const demo = planChainGemm(1, 256, 1024, SMS);
   assert.equal(demo?.kernel, 'gemm_chain_whole', 'the demo model\'s down (K 1,024): one chain, cuBLASLt\'s bits');
   assert.equal(demo?.block, 32);
   const o = planChainGemm(1, 1024, 2048, SMS);
-  assert.equal(o?.kernel, 'gemm_chain_whole_split', 'qwen3-0.6b\'s o: 2 slices of 16 stages');
-  assert.equal(o?.block, 64);
-  assert.equal(wholeSplit(16), 1);
-  assert.equal(wholeSplit(17), 1, 'no 2 to 8 divides 17 stages');
-  assert.equal(wholeSplit(40), 4, '3 would leave 13 1/3 stages: 4 slices of 10');
+  assert.equal(o?.kernel, 'gemm_chain_whole_split', 'qwen3-0.6b\'s o: 4 slices of 8 stages');
+  assert.equal(o?.block, 128);
+  assert.equal(wholeSplit(16), 1, 'the demo model\'s K: whole');
+  assert.equal(wholeSplit(16, 4), 1, 'whatever the slice');
+  assert.equal(wholeSplit(17), 1, 'no 3 to 8 divides 17 stages');
+  assert.equal(wholeSplit(40), 5, '4 would leave slices of 10: 5 slices of 8');
+  assert.equal(wholeSplit(32, 16), 2, 'session 23\'s slices of 16');
   assert.equal(wholeSplit(48, 8), 6);
   assert.equal(wholeSplit(88, 8), 1, '11 or more slices: past 8 warps, whole');
   assert.equal(wholeSplit(48, 0), 1, '0: never split');

@@ -44,18 +44,24 @@ const WHOLE_MAX_SHARED = 99 * 1024;
  */
 const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 8);
 /**
- * Most stages of 64 k one warp of gemm_chain_whole chains: a longer K splits between 2 to 8 warps of the block, each
- * summing a slice from zero, the slices added in order (not cuBLASLt's bits). 16 keeps the demo model's K (<= 1,024)
- * whole, so its transcripts stay batch-invariant; QUIRE_CHAIN_WHOLE_SPLIT moves it (0: never split). qwen3-0.6b's o
- * (2 slices) and down (3): single stream +6.4% (8 stages a slice, 4 and 6: 1.5% less; docs/perf-log.md, session 23).
+ * Most stages of 64 k one warp of gemm_chain_whole chains where K has more than WHOLE_UNSPLIT_STAGES: such a K splits
+ * between 2 to 8 warps of the block, each summing a slice from zero, the slices added in order (not cuBLASLt's bits).
+ * QUIRE_CHAIN_WHOLE_SPLIT moves it (0: never split). qwen3-0.6b's o and down: slices of 16 (2 and 3) single stream
+ * +6.4% against none (session 23, when 8 lost 1.5% to 16); with the norms inside the chains, 8 (4 and 6 slices)
+ * against 16: 8 rows +4.1%, one row equal (docs/perf-log.md, session 25).
  */
-const WHOLE_SPLIT_STAGES = Number(process.env.QUIRE_CHAIN_WHOLE_SPLIT ?? 16);
+const WHOLE_SPLIT_STAGES = Number(process.env.QUIRE_CHAIN_WHOLE_SPLIT ?? 8);
+/** Stages of K gemm_chain_whole never splits: the demo model's K (<= 1,024), so its transcripts stay batch-invariant. */
+const WHOLE_UNSPLIT_STAGES = 16;
 /** Most warps a gemm_chain_whole block splits k between (CHAIN_WHOLE_MAX_SPLIT in the kernel). */
 const WHOLE_MAX_SPLIT = 8;
 
-/** Warps gemm_chain_whole splits `steps` stages of k between: the fewest giving equal slices of at most `most`. */
+/**
+ * Warps gemm_chain_whole splits `steps` stages of k between: none up to WHOLE_UNSPLIT_STAGES, else the fewest giving
+ * equal slices of at most `most` (none where no 2 to 8 do).
+ */
 export function wholeSplit(steps: number, most = WHOLE_SPLIT_STAGES): number {
-  if (!(most > 0) || steps <= most) return 1;
+  if (!(most > 0) || steps <= Math.max(most, WHOLE_UNSPLIT_STAGES)) return 1;
   for (let s = Math.ceil(steps / most); s <= WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
   return 1;
 }
