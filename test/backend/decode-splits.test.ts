@@ -181,8 +181,11 @@ test('the _pre builds: one query head a block, a bf16 cache, D 64 or 128, a grid
   assert.equal(decodePrefetch(64, 1, 128, 'bf16_fp8', 132, true), false, 'an FP8 cache');
   assert.equal(decodePrefetch(64, 1, 128, 'bf16', 132, false), false, 'QUIRE_DECODE_PREFETCH=0');
   const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
-  const pre = [...src.matchAll(/^INSTANTIATE_DGMVP\(bf16, bf16_t, bf16_t, 8, (\d+), 1, 4, _pre, true\)$/gm)].map((m) => Number(m[1]));
+  const pre = [...src.matchAll(/^INSTANTIATE_DGMVP\(bf16, bf16_t, bf16_t, 8, (\d+), 1, DECODE_PRE_MINB, _pre, true\)$/gm)]
+    .map((m) => Number(m[1]));
   assert.deepEqual(pre, [64, 128], 'a _pre build for each D it takes');
+  const minBlocks = Number(/^#define DECODE_PRE_MINB (\d+)$/m.exec(src)?.[1]);
+  assert.ok(minBlocks >= PRE_BLOCKS_PER_SM, `their launch bounds (${minBlocks} a SM) hold the grids they take`);
 });
 
 test('a _pre launch of grid z 2 to 8 runs in clusters of its z (a row\'s splits folded from the blocks\' shared memory)', () => {

@@ -829,6 +829,9 @@ export class CudaBackend implements Backend {
     if (b && b.numElements !== N) throw new Error(`matmul: bias [${b.shape.join(', ')}] for ${N} outputs`);
     const res = asCuda(residual);
     const weight = asCuda(normW);
+    if (res.numElements !== T * N || weight.numElements !== N) {
+      throw new Error(`matmulAddRmsNorm: residual [${res.shape.join(', ')}], norm weight [${weight.shape.join(', ')}] for [${T}, ${N}]`);
+    }
     const out = this.act([T, N]);
     const parts = this.act([T, plan.grid[0]], 'f32');
     this.timed(`gemm ${label}`, () => this.launchChain(plan, xs, ws, out, T, N, K, b, { out: { residual: res, weight, parts } }));
