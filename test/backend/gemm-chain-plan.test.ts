@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CHAIN_MAX_TOKENS, parseChainSilu, planChainGemm, wholeSplit } from '../../src/backend/cuda/gemm-chain.js';
+import { CHAIN_MAX_TOKENS, chainNormPartsBytes, chainNormRole, parseChainSilu, planChainGemm, wholeSplit } from '../../src/backend/cuda/gemm-chain.js';
 
 const SMS = 132;
 
@@ -116,4 +116,18 @@ test('bf16 ring chains of K >= 1,024 on fewer than 4 tiles a SM split each tile\
   assert.equal(planChainGemm(1, 24576 * 2, 4096, SMS, 'pairs')?.kernel, 'gemm_chain_silu_pair_p8', '3,072 tiles: one warp a tile');
   assert.equal(planChainGemm(1, 4096, 512, SMS)?.kernel, 'gemm_chain', 'K 512: one warp (the demo model\'s K 256 too)');
   assert.equal(planChainGemm(1, 4096, 1024, SMS, 'none', false, false)?.kernel, 'gemm_chain', 'splitK false');
+});
+
+test('norms inside the chains: bf16 producers of one output a row and a grid of 4k blocks, bf16 ring consumers', () => {
+  const role = (T: number, N: number, K: number, silu: 'none' | 'pairs' = 'none', fp8 = false) =>
+    chainNormRole(planChainGemm(T, N, K, SMS, silu, fp8)!);
+  assert.deepEqual(role(1, 1024, 2048), { producer: true, consumer: false }, 'qwen3-0.6b\'s o: gemm_chain_whole_split');
+  assert.deepEqual(role(1, 4096, 1024), { producer: true, consumer: true }, 'qwen3-0.6b\'s qkv: the _s2 ring');
+  assert.deepEqual(role(1, 6144, 1024, 'pairs'), { producer: false, consumer: true }, 'gate_up + silu: two outputs a row');
+  assert.deepEqual(role(1, 4096, 4096, 'none', true), { producer: false, consumer: false }, 'block-FP8 weights');
+  assert.equal(chainNormRole({ kernel: 'gemm_chain_whole', grid: [34, 1, 1], block: 32, sharedBytes: 0 }).producer, false,
+    '34 blocks: the sums not whole 16-byte pieces');
+  assert.equal(chainNormPartsBytes(1, 128), 512);
+  assert.equal(chainNormPartsBytes(3, 4), 48);
+  assert.equal(chainNormPartsBytes(1, 2), 16, 'whole 16-byte pieces');
 });

@@ -8,11 +8,9 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { chainNormRole, planChainGemm } from '../../src/backend/cuda/gemm-chain.js';
-import { Model } from '../../src/model/model.js';
-import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
-import { batchOf } from '../backend/helpers.js';
+import { tinyConfig } from '../../src/model/random-weights.js';
 import { assertBf16Close, assertSameBits, beginPoisonedStep as begin, bitsOf, newCpu, newCuda, noCuda,
-  randomBf16 } from './cuda-helpers.js';
+  prefillAndDecode, randomBf16 } from './cuda-helpers.js';
 import type { Backend, Tensor } from '../../src/backend/backend.js';
 
 const EPS = 1e-6;
@@ -164,17 +162,7 @@ describe('CUDA norms inside the chain GEMMs', { skip: noCuda }, () => {
     const backends: Backend[] = [];
     const run = (backend: Backend) => {
       backends.push(backend);
-      const model = Model.load(config, randomWeightSource(config, { seed: 5 }), backend);
-      backend.allocateKvCache(model.kvCacheSpec(16, 16));
-      const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
-      const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
-        Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
-      const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
-      for (let step = 0; step < 3; step++) {
-        out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
-          pages: pages[s]! })), 16, [0, 1])));
-      }
-      return out;
+      return prefillAndDecode(config, backend, 5).out;
     };
     try {
       const fusedBackend = newCuda();

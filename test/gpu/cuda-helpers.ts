@@ -6,6 +6,10 @@ import { cudaAvailable } from '../../src/backend/cuda/probe.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { CudaBackend, CudaTensor, type CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.js';
 import type { Backend, Tensor } from '../../src/backend/backend.js';
+import type { ModelConfig } from '../../src/loader/types.js';
+import { Model } from '../../src/model/model.js';
+import { randomWeightSource } from '../../src/model/random-weights.js';
+import type { LoadOptions } from '../../src/model/weights.js';
 import { batchOf, hostF32, randomArray } from '../backend/helpers.js';
 
 const probe = cudaAvailable();
@@ -76,4 +80,23 @@ export function assertSameBits(actual: Uint32Array, expected: Uint32Array, what:
   let count = 0;
   for (let i = 0; i < actual.length; i++) if (actual[i] !== expected[i]) count++;
   if (count > 0) throw new Error(`${what}: ${count} of ${actual.length} outputs differ`);
+}
+
+/**
+ * A random model of `config` on `backend`: two prompts (37 and 70 tokens, scattered pages), then 3 decode steps; the
+ * logits of each step. The caller disposes of the backend.
+ */
+export function prefillAndDecode(config: ModelConfig, backend: Backend, seed: number, load: LoadOptions = {}):
+  { out: Float32Array[]; kvBytesPerToken: number } {
+  const model = Model.load(config, randomWeightSource(config, { seed }), backend, load);
+  backend.allocateKvCache(model.kvCacheSpec(16, 16));
+  const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
+  const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
+    Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
+  const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
+  for (let step = 0; step < 3; step++) {
+    out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
+      pages: pages[s]! })), 16, [0, 1])));
+  }
+  return { out, kvBytesPerToken: model.kvBytesPerToken() };
 }

@@ -12,12 +12,11 @@ import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { createEngineCore, graphBuckets } from '../../src/engine/engine-core.js';
 import { engineOptions } from '../../src/engine/options.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
-import { Model } from '../../src/model/model.js';
-import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
+import type { Model } from '../../src/model/model.js';
+import { tinyConfig } from '../../src/model/random-weights.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
 import { packageRoot } from '../../src/cli/default-model.js';
-import { batchOf } from '../backend/helpers.js';
-import { assertBf16Close, newCpu, newCuda, noCuda } from './cuda-helpers.js';
+import { assertBf16Close, newCpu, newCuda, noCuda, prefillAndDecode as runModel } from './cuda-helpers.js';
 import type { Backend } from '../../src/backend/backend.js';
 import type { ModelConfig } from '../../src/loader/types.js';
 import type { LoadOptions } from '../../src/model/weights.js';
@@ -27,21 +26,10 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
   const backends: Backend[] = [];
   after(() => backends.forEach((b) => b.dispose()));
 
-  /** A random model of `config` on `backend`: two prompts (37 and 70 tokens, scattered pages), then 3 decode steps. */
-  const prefillAndDecode = (config: ReturnType<typeof tinyConfig>, backend: Backend, seed: number,
-    load: LoadOptions = {}) => {
+  /** cuda-helpers' prefillAndDecode, the backend disposed of after the tests. */
+  const prefillAndDecode = (config: ModelConfig, backend: Backend, seed: number, load: LoadOptions = {}) => {
     backends.push(backend);
-    const model = Model.load(config, randomWeightSource(config, { seed }), backend, load);
-    backend.allocateKvCache(model.kvCacheSpec(16, 16));
-    const pages = [[3, 7, 1], [2, 9, 4, 12, 5]];
-    const prompts = [Array.from({ length: 37 }, (_, i) => (i * 17 + 3) % 500),
-      Array.from({ length: 70 }, (_, i) => (i * 29 + 11) % 500)];
-    const out = [model.forward(batchOf(prompts.map((ids, s) => ({ ids, start: 0, pages: pages[s]! })), 16, [36, 106]))];
-    for (let step = 0; step < 3; step++) {
-      out.push(model.forward(batchOf([37, 70].map((len, s) => ({ ids: [(step * 13 + s) % 500], start: len + step,
-        pages: pages[s]! })), 16, [0, 1])));
-    }
-    return { out, kvBytesPerToken: model.kvBytesPerToken() };
+    return runModel(config, backend, seed, load);
   };
 
   // qwen2: q, k, v biases; llama + biases: attention_bias (q, k, v and o)

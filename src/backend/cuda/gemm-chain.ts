@@ -132,14 +132,15 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
 /**
  * Hidden sizes from which a layer's norms run inside its chain GEMMs (cuda-backend.ts matmulAddRmsNorm; kernels/
  * gemm_chain.cu's ChainNormOut / ChainNormIn): from 1,024, so the demo model (hidden 256) keeps its norm kernels and
- * so its bits. QUIRE_CHAIN_NORM_FROM moves it (Infinity: never; A/B runs).
+ * so its bits (QUIRE_CHAIN_NORM=0 turns it off everywhere).
  */
-export const CHAIN_NORM_FROM_HIDDEN = Number(process.env.QUIRE_CHAIN_NORM_FROM ?? 1024);
+export const CHAIN_NORM_FROM_HIDDEN = 1024;
 
 /**
  * Whether a chain launch can add its outputs into the residual and write them normed but for the norm's scale (a
- * producer: every bf16 build of one output per row, whose blocks are whole to 4 a part), or can take such an input and
- * apply the scale (a consumer: the bf16 ring builds, plain or silu_pair).
+ * producer: a bf16 build of one output per row whose grid is a multiple of 4 blocks, as the consumer copies the
+ * blocks' sums 16 bytes at a time), or can take such an input and apply the scale (a consumer: the bf16 ring builds,
+ * plain or silu_pair).
  */
 export function chainNormRole(plan: ChainGemmLaunch): { producer: boolean; consumer: boolean } {
   const bf16 = !plan.kernel.includes('_fp8');

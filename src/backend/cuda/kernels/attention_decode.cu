@@ -411,19 +411,21 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
       for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
     }
-    // PIPE: the next round's K and V are asked for before this round's sums (kn, vn), the same sums in the same order
-    KvRaw<C, EPL> kn[DECODE_SLOTS], vn[DECODE_SLOTS];
-    if constexpr (PIPE) {
-      if (EARLY && begin == early0) {
+    // A round's K and V from position j: the registers read before the wait where they hold it (EARLY), else loads
+    auto take_round = [&](int j, KvRaw<C, EPL>(&kr)[DECODE_SLOTS], KvRaw<C, EPL>(&vr)[DECODE_SLOTS]) {
+      if (EARLY && j == early0) {
 #pragma unroll
         for (int u = 0; u < DECODE_SLOTS; u++) {
-          kn[u] = kr0[u];
-          vn[u] = vr0[u];
+          kr[u] = kr0[u];
+          vr[u] = vr0[u];
         }
       } else {
-        load_round(begin, end, kn, vn);
+        load_round(j, end, kr, vr);
       }
-    }
+    };
+    // PIPE: the next round's K and V are asked for before this round's sums (kn, vn), the same sums in the same order
+    KvRaw<C, EPL> kn[DECODE_SLOTS], vn[DECODE_SLOTS];
+    if constexpr (PIPE) take_round(begin, kn, vn);
     for (int j0 = begin; j0 < end; j0 += ROUND) {
       KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
       bool valid[DECODE_SLOTS];
@@ -436,14 +438,8 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
           vr[u] = vn[u];
         }
         if (j0 + ROUND < end) load_round(j0 + ROUND, end, kn, vn);
-      } else if (EARLY && j0 == early0) {  // read before the wait
-#pragma unroll
-        for (int u = 0; u < DECODE_SLOTS; u++) {
-          kr[u] = kr0[u];
-          vr[u] = vr0[u];
-        }
       } else {
-        load_round(j0, end, kr, vr);
+        take_round(j0, kr, vr);
       }
       float s[DECODE_SLOTS][G];
 #pragma unroll
