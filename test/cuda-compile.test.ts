@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -74,6 +74,29 @@ test('QUIRE_KERNEL_DEFINES prepends #defines that the kernels\' own defaults giv
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('the chain GEMMs stream their weights with an evict_first L2 hint, which CHAIN_EVICT_FIRST=0 drops',
+  { skip: nvccFound ? false : 'nvcc not found on PATH' }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'quire-nvcc-'));
+    try {
+      const ptxOf = async (defines: string): Promise<string> => {
+        const src = join(dir, `gemm_chain${defines.length}.cu`);
+        writeFileSync(src, defines + expandSource('gemm_chain.cu'));
+        await run('nvcc', ['-arch=sm_90', '-ptx', '-o', `${src}.ptx`, src]);
+        return readFileSync(`${src}.ptx`, 'utf8');
+      };
+      const hinted = (ptx: string) => (ptx.match(/cp\.async\.cg\.shared\.global\.L2::cache_hint/g) ?? []).length;
+      const plain = (ptx: string) => (ptx.match(/cp\.async\.cg\.shared\.global \[/g) ?? []).length;
+      const on = await ptxOf('');
+      const off = await ptxOf('#define CHAIN_EVICT_FIRST 0\n');
+      assert.match(on, /createpolicy\.fractional\.L2::evict_first/);
+      assert.ok(hinted(on) > 0 && plain(on) > 0, 'weights hinted, tokens not');
+      assert.equal(hinted(off), 0);
+      assert.equal(plain(off), plain(on) + hinted(on), 'the same loads, unhinted');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
 test('every kernel compiles with nvcc for sm_80 and sm_90', { skip: nvccFound ? false : 'nvcc not found on PATH' },
   async () => {

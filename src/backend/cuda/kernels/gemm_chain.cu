@@ -166,7 +166,7 @@ __device__ __forceinline__ void chain_tile(const E* __restrict__ x, const E* __r
   auto issue_w = [&](int s) {
     u32x4* slot = ring + (s % S) * SP;
 #pragma unroll
-    for (int i = 0; i < 4; i++) cp_async_16(slot + wdst[i], wsrc[i] + s * KS, wok[i]);
+    for (int i = 0; i < 4; i++) cp_async_16_stream(slot + wdst[i], wsrc[i] + s * KS, wok[i]);
   };
   auto issue_x = [&](int s) {
     u32x4* slot = ring + (s % S) * SP;
@@ -393,7 +393,7 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
   // piece p: stage p / 64, row (p / 8) % 8, piece p % 8
   for (int p = first * 64 + lane; p < (first + steps) * 64; p += 32) {
     const int r = (p >> 3) & 7, col = p & 7, row = row0 + r;
-    cp_async_16(ws + (p & ~7) + (col ^ r), w + (size_t)min(row, N - 1) * K + (p >> 6) * 64 + col * 8, row < N);
+    cp_async_16_stream(ws + (p & ~7) + (col ^ r), w + (size_t)min(row, N - 1) * K + (p >> 6) * 64 + col * 8, row < N);
   }
   cp_async_commit();
   // a producer's norm (ChainNormOut): warp 0's rows' norm weights before the wait, their residual right after it

@@ -72,6 +72,26 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                : "memory");
 }
 
+/**
+ * cp_async_16 of a weight, which a decode step streams once: marked to leave L2 first (evict_first), so the GB of
+ * weights a step reads pass through L2 without pushing out what is read again (the KV cache, the activations):
+ * qwen3-0.6b single stream +1.1%, 2 and 8 rows +1.2% and +1.3% (docs/perf-log.md, session 26). The same bytes and
+ * bits; QUIRE_KERNEL_DEFINES=CHAIN_EVICT_FIRST=0 drops the hint (A/B runs).
+ */
+#ifndef CHAIN_EVICT_FIRST
+#define CHAIN_EVICT_FIRST 1
+#endif
+__device__ __forceinline__ void cp_async_16_stream(void* dst, const void* src, bool valid) {
+#if CHAIN_EVICT_FIRST
+  unsigned long long policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(shared_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0), "l"(policy) : "memory");
+#else
+  cp_async_16(dst, src, valid);
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 /** Waits until at most N of this thread's committed copy groups are still in flight. */
