@@ -6,16 +6,15 @@
 // (what lets a CUDA backend capture a decode step as a graph and replay it).
 
 import type { DType, HostTensor, WeightSource } from '../loader/types.js';
-import type { ForwardBatch, KvCacheSpec } from '../model/batch.js';
-import type { LayerWeights } from '../model/weights.js';
-import type { KvCacheDtype } from '../kv/fp8.js';
+import type { ForwardBatch, KvCacheSpec } from './batch.js';
+import type { KvCacheDtype } from '../loader/fp8.js';
 
 export interface Tensor {
   readonly shape: readonly number[];
   /**
    * 'fp8_block' on what uploadFp8Block returns: the elements are e4m3, a byte each, with an f32 scale per 128 x 128
    * block (fp8BlockBytes), not computeDType values. What counts weight bytes reads it (Model.weightBytesPerStep), and
-   * a path written for computeDType weights (e.g. fusedLayers) must decline such a layer. Absent on every other tensor.
+   * a path written for computeDType weights must decline such a layer. Absent on every other tensor.
    */
   readonly quantized?: 'fp8_block';
 }
@@ -33,17 +32,6 @@ export interface RopeSpec {
   headDim: number;
   /** [headDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). */
   invFreq: Float32Array;
-}
-
-/** What fusedLayers needs of the model besides its weights. */
-export interface LayerSpec {
-  hidden: number;
-  inter: number;
-  numHeads: number;
-  numKvHeads: number;
-  eps: number;
-  scale: number;
-  rope: RopeSpec;
 }
 
 /** Batch metadata after it has been placed where the ops can read it. */
@@ -155,18 +143,11 @@ export interface Backend {
   toHost(t: Tensor): Float32Array;
   /**
    * Prompt logprobs where the logits are: for each i, token targets[i] under logits row first + i, as
-   * rowLogprobsReference (src/sampling/device-sampling.ts) packs them: 2 + 2 numTop int32 a row.
+   * rowLogprobsReference (src/backend/sampling/reference.ts) packs them: 2 + 2 numTop int32 a row.
    */
   rowLogprobs(logits: Tensor, first: number, targets: Int32Array, numTop: number): Int32Array;
   /** Rows [first, first + count) of a [rows, n] tensor to the host as f32. */
   toHostRows(t: Tensor, first: number, count: number): Float32Array;
-  /**
-   * Optional: every layer of the step at once, where the backend has such a path for it (else null), with the
-   * bits of the layer-by-layer ops. Returns the residual stream and the last layer's mlp output, which the
-   * model's final addRmsNorm adds.
-   */
-  fusedLayers?(residual: Tensor, layers: readonly LayerWeights[], spec: LayerSpec,
-    step: StepInputs): { residual: Tensor; mlpOut: Tensor } | null;
   /** Frees everything. */
   dispose(): void;
 }

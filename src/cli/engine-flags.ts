@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
 import { int, num } from './option-parsers.js';
-import type { KvCacheDtype } from '../kv/fp8.js';
+import type { KvCacheDtype } from '../loader/fp8.js';
 
 /** vLLM's human-readable sizes: 1k = 1,000, 1K = 1,024 (m / M and g / G likewise); a plain integer as it is. */
 export function parseHumanInt(name: string, v: string): number {

@@ -13,7 +13,7 @@ import {
 } from '../lab/index.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
-import type { KvCacheDtype } from '../kv/fp8.js';
+import type { KvCacheDtype } from '../loader/fp8.js';
 
 /**
  * The recorded transcript a run is gated against: backend, dtype, weights quantized at load (`-fp8w`) and an FP8 KV

@@ -1,7 +1,7 @@
 // Turns the scheduler's plain per-sequence plan into the flat ForwardBatch the
 // model runs (see src/model/batch.ts for the layout).
 
-import type { ForwardBatch } from '../model/batch.js';
+import type { ForwardBatch } from '../backend/batch.js';
 
 export interface ScheduledSeq {
   /** Tokens fed this step (a prompt chunk, or the last sampled token). */

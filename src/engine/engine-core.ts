@@ -15,7 +15,7 @@ import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { buildForwardBatch, numPromptLogitRows, type ScheduledSeq } from './batch-builder.js';
-import type { ForwardBatch } from '../model/batch.js';
+import type { ForwardBatch } from '../backend/batch.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
 import { readJsonFile } from '../loader/tokenizer.js';

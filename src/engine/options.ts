@@ -1,6 +1,6 @@
 // Engine configuration, named after vLLM's engine arguments.
 
-import type { KvCacheDtype } from '../kv/fp8.js';
+import type { KvCacheDtype } from '../loader/fp8.js';
 
 export type BackendKind = 'auto' | 'cpu' | 'cuda';
 export type StepPolicy = 'decode-first' | 'prefill-first' | 'decode-shape-stable';

@@ -29,14 +29,8 @@ export interface PoolingParams {
   dimensions: number | null;
 }
 
-export interface TokenLogprob {
-  tokenId: number;
-  logprob: number;
-  /** Top alternatives, most likely first. */
-  top: { tokenId: number; logprob: number }[];
-  /** 1 + the number of tokens more likely than tokenId (vLLM's rank); set on prompt logprobs. */
-  rank?: number;
-}
+export type { TokenLogprob } from '../sampling/types.js';
+import type { TokenLogprob } from '../sampling/types.js';
 
 /** One step's news for one request. */
 export interface EngineOutput {

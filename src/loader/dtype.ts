@@ -1,4 +1,4 @@
-import { e4m3Bits, e4m3Value, roundE4m3 } from '../kv/fp8.js';
+import { e4m3Bits, e4m3Value, roundE4m3 } from './fp8.js';
 import type { DType } from './types.js';
 
 export const BYTES_PER_ELEMENT: Record<DType, number> = { bf16: 2, f16: 2, f32: 4, f8_e4m3: 1 };

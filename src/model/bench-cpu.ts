@@ -17,7 +17,7 @@ import { readFileSync } from 'node:fs';
 import { loadModelConfig, parseModelConfig } from '../loader/config.js';
 import { openWeights } from '../loader/model-dir.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
-import type { ForwardBatch } from './batch.js';
+import type { ForwardBatch } from '../backend/batch.js';
 import { Model } from './model.js';
 import { qwen3_0_6bConfig, randomWeightSource, tinyConfig } from './random-weights.js';
 

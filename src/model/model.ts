@@ -4,21 +4,19 @@
 //                       -> addRMSNorm -> gate_up -> silu*up -> down
 //         -> addRMSNorm(final) -> logit rows -> lm_head
 //
-// The residual stream lives in the embedding output; addRmsNorm adds into it in place. A backend may run
-// every layer of a step at once (Backend.fusedLayers) with the same bits.
+// The residual stream lives in the embedding output; addRmsNorm adds into it in place.
 
-import type { Backend, LayerSpec, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
+import type { Backend, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
 import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
-import type { ForwardBatch, KvCacheSpec } from './batch.js';
-import { fp8BlockBytes } from './fp8-linear.js';
+import type { ForwardBatch, KvCacheSpec } from '../backend/batch.js';
+import { fp8BlockBytes } from '../backend/fp8-linear.js';
 import { ropeAttentionFactor, ropeInvFreq } from './rope.js';
 import { loadWeights, type LoadOptions, type ModelWeights } from './weights.js';
 
 export class Model {
   private readonly rope: RopeSpec;
   private readonly scale: number;
-  private readonly layerSpec: LayerSpec;
   /** The last forward's final hidden states at its logits rows (valid until the next forward begins). */
   private lastRows: Tensor | null = null;
 
@@ -30,8 +28,6 @@ export class Model {
     this.rope = { headDim: config.headDim, invFreq: ropeInvFreq(config) };
     // YaRN scales the rotated q and k by its attention factor: the scores by its square, folded in here
     this.scale = ropeAttentionFactor(config) ** 2 / Math.sqrt(config.headDim);
-    this.layerSpec = { hidden: config.hiddenSize, inter: config.intermediateSize, numHeads: config.numHeads,
-      numKvHeads: config.numKvHeads, eps: config.rmsNormEps, scale: this.scale, rope: this.rope };
   }
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
@@ -122,14 +118,12 @@ export class Model {
     const step = b.beginStep(batch);
     let residual = b.embedding(w.embedTokens, step);
     let mlpOut: Tensor | null = null;
-    const fused = b.fusedLayers?.(residual, w.layers, this.layerSpec, step) ?? null;
-    if (fused) ({ residual, mlpOut } = fused);
     // a GEMM and the norm after it, as one op where the backend has it (matmulAddRmsNorm)
     const matmulNorm = (x: Tensor, weight: Tensor, label: string, bias: Tensor | null, norm: Tensor): Tensor =>
       b.matmulAddRmsNorm ? b.matmulAddRmsNorm(x, weight, label, bias, residual, norm, eps)
         : b.addRmsNorm(b.matmul(x, weight, label, bias), residual, norm, eps);
     let next: Tensor | null = null;  // the next layer's input, where the last down normed it
-    for (let l = 0; l < (fused ? 0 : c.numLayers); l++) {
+    for (let l = 0; l < c.numLayers; l++) {
       const lw = w.layers[l]!;
       b.beginLayer(l);
       const x = next ?? (mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps));

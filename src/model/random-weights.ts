@@ -5,7 +5,7 @@
 
 import { bytesToF32, f32ToBytes } from '../loader/dtype.js';
 import type { DType, FloatDType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
-import { quantizeWeightBlocks } from './fp8-linear.js';
+import { quantizeWeightBlocks } from '../backend/fp8-linear.js';
 import { expectedTensors } from './weights.js';
 
 function hashName(name: string, seed: number): number {

@@ -12,7 +12,7 @@ import { bf16ToF32, bytesToF32, f32ToBf16, f32ToBytes } from '../loader/dtype.js
 import { fp8Module } from '../loader/config.js';
 import { ModelLoadError } from '../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
-import { FP8_BLOCK, quantizeWeightBlocks } from './fp8-linear.js';
+import { FP8_BLOCK, quantizeWeightBlocks } from '../backend/fp8-linear.js';
 
 export interface LayerWeights {
   inputNorm: Tensor;

@@ -2,7 +2,7 @@
 //   node dist/src/sampling/bench-sampler.js [numRows] [numSteps]
 
 import { defaultSamplingParams, type SamplingParams } from './params.js';
-import { Rng } from './rng.js';
+import { Rng } from '../backend/sampling/rng.js';
 import { Sampler } from './sampler.js';
 
 const VOCAB = 151936;

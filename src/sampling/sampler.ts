@@ -7,15 +7,15 @@
 // (vLLM v1 applies min-p before top-k/top-p; top-p renormalises what is left.)
 // Nothing sorts the vocabulary: see draw.ts.
 
-import type { TokenLogprob } from '../engine/types.js';
+import type { TokenLogprob } from './types.js';
 import type { SamplingParams } from './params.js';
-import { Rng } from './rng.js';
-import { TokenDrawer } from './draw.js';
-import { argmax, logSumExp, topIds } from './select.js';
+import { Rng } from '../backend/sampling/rng.js';
+import { TokenDrawer } from '../backend/sampling/draw.js';
+import { argmax } from '../backend/sampling/select.js';
+import { GREEDY_TEMPERATURE, rawLogprobs } from '../backend/sampling/reference.js';
 import { applyPenalties, applyTokenBans, SequenceSamplingState } from './sequence-state.js';
 
 /** Below this a temperature is greedy (vLLM's _SAMPLING_EPS). */
-export const GREEDY_TEMPERATURE = 1e-5;
 
 export interface SamplerOptions {
   /** Width of a logits row (may exceed the tokenizer's vocabulary: padded heads). */
@@ -92,12 +92,4 @@ export class Sampler {
     }
     applyPenalties(row, vocab, state);
   }
-}
-
-/** Raw log-softmax of logits row [base, base + vocab): any id's logprob, and the numTop most likely (value desc, id asc). */
-export function rawLogprobs(logits: Float32Array, base: number, vocab: number, numTop: number) {
-  const { logZ } = logSumExp(logits, base, vocab);
-  const logprobOf = (id: number) => logits[base + id]! - logZ;
-  const top = Array.from(topIds(logits, base, vocab, numTop), (id) => ({ tokenId: id, logprob: logprobOf(id) }));
-  return { logprobOf, top };
 }

@@ -3,7 +3,7 @@
 // recounted from the whole sequence).
 
 import type { SamplingParams } from './params.js';
-import type { Rng } from './rng.js';
+import type { Rng } from '../backend/sampling/rng.js';
 import type { TokenConstraint } from './structured-output.js';
 
 export class SequenceSamplingState {

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { f32ToBytes } from '../../src/loader/dtype.js';
-import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
+import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/backend/fp8-linear.js';
 import { hostF32, randomArray } from './helpers.js';
 
 const backends = [new CpuBackend({ kvCacheBytes: 0, numThreads: 1, kernel: 'js' }),

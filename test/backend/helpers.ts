@@ -1,5 +1,5 @@
 import type { HostTensor } from '../../src/loader/types.js';
-import type { ForwardBatch } from '../../src/model/batch.js';
+import type { ForwardBatch } from '../../src/backend/batch.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 
 /** Random values in [lo, hi), never all zero. */

@@ -13,7 +13,7 @@ import type { EngineOutput } from '../../src/engine/types.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { writeKv } from '../../src/backend/cpu/attention.js';
-import { roundE4m3 } from '../../src/kv/fp8.js';
+import { roundE4m3 } from '../../src/loader/fp8.js';
 import { batchOf } from '../backend/helpers.js';
 
 let dir = '';

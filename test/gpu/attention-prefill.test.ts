@@ -8,7 +8,7 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ForwardBatch } from '../../src/model/batch.js';
+import type { ForwardBatch } from '../../src/backend/batch.js';
 import { prefillDigests } from '../../src/backend/cuda/bench-prefill.js';
 import { PrefillHarness, prefillFlops } from '../../src/backend/cuda/prefill-harness.js';
 import { batchOf, hostF32, shuffled } from '../backend/helpers.js';

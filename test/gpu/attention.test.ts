@@ -5,7 +5,7 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ForwardBatch } from '../../src/model/batch.js';
+import type { ForwardBatch } from '../../src/backend/batch.js';
 import { defaultInvFreq } from '../../src/model/rope.js';
 import { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';

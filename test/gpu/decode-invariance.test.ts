@@ -14,7 +14,7 @@ import { availableParallelism } from 'node:os';
 import { f32ToBf16 } from '../../src/loader/dtype.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
-import type { ForwardBatch } from '../../src/model/batch.js';
+import type { ForwardBatch } from '../../src/backend/batch.js';
 import { batchOf, hostF32, shuffled } from '../backend/helpers.js';
 import { assertBf16Close, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
 import { shortGraphRows } from '../../src/backend/cuda/decode-splits.js';

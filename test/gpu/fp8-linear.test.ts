@@ -10,8 +10,8 @@ import assert from 'node:assert/strict';
 import { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import type { WeightSource } from '../../src/loader/types.js';
 import { bf16ToF32, f32ToBf16, f32ToBytes } from '../../src/loader/dtype.js';
-import { e4m3Bits } from '../../src/kv/fp8.js';
-import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
+import { e4m3Bits } from '../../src/loader/fp8.js';
+import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/backend/fp8-linear.js';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
 import { assertBf16Close, beginPoisonedStep as begin, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
 

@@ -4,8 +4,8 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { RowSampling } from '../../src/model/batch.js';
-import { rowLogprobsReference, sampleRowsReference } from '../../src/sampling/device-sampling.js';
+import type { RowSampling } from '../../src/backend/batch.js';
+import { rowLogprobsReference, sampleRowsReference } from '../../src/backend/sampling/reference.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 import { batchOf } from '../backend/helpers.js';
 import { newCuda, noCuda, randomBf16 } from './cuda-helpers.js';

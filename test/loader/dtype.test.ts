@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { e4m3Value, roundE4m3 } from '../../src/kv/fp8.js';
+import { e4m3Value, roundE4m3 } from '../../src/loader/fp8.js';
 import {
   bf16BitsToF32,
   bf16ToF32,

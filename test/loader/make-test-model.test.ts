@@ -8,7 +8,7 @@ import { parseModelConfig } from '../../src/loader/config.js';
 import { openSafetensors, openShardedSafetensors } from '../../src/loader/safetensors.js';
 import { tensorBytes } from '../../src/loader/safetensors-write.js';
 import { makeTestModel, testModelShapes } from '../../src/tools/make-test-model.js';
-import { quantizeWeightBlocks } from '../../src/model/fp8-linear.js';
+import { quantizeWeightBlocks } from '../../src/backend/fp8-linear.js';
 import { FP8_QUANTIZATION_CONFIG, tensorSpecsForConfig } from '../../src/tools/test-model/shapes.js';
 import { randomTensorChunks } from '../../src/tools/test-model/weights.js';
 import { repoRoot, tempDir } from './helpers.js';

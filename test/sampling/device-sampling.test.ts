@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildRowSampling, isDeviceSamplable, sampleRowsReference } from '../../src/sampling/device-sampling.js';
+import { buildRowSampling, isDeviceSamplable } from '../../src/sampling/device-sampling.js';
+import { sampleRowsReference } from '../../src/backend/sampling/reference.js';
 import { defaultSamplingParams, type SamplingParams } from '../../src/sampling/params.js';
 import { Sampler } from '../../src/sampling/sampler.js';
 import { seededRandom } from '../../src/model/random-weights.js';

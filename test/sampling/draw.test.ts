@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { TokenDrawer } from '../../src/sampling/draw.js';
+import { TokenDrawer } from '../../src/backend/sampling/draw.js';
 import { defaultSamplingParams, type SamplingParams } from '../../src/sampling/params.js';
-import { Rng } from '../../src/sampling/rng.js';
-import { argmax } from '../../src/sampling/select.js';
+import { Rng } from '../../src/backend/sampling/rng.js';
+import { argmax } from '../../src/backend/sampling/select.js';
 
 /** vLLM's order with a full sort: temperature, min-p, top-k, top-p. */
 function referenceDistribution(logits: Float32Array, p: SamplingParams): number[] {

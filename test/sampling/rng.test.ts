@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Rng, rngForRequest } from '../../src/sampling/rng.js';
+import { Rng, rngForRequest } from '../../src/backend/sampling/rng.js';
 
 function draws(rng: Rng, n: number): number[] {
   return Array.from({ length: n }, () => rng.nextFloat());

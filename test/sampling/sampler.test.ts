@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { defaultSamplingParams, type SamplingParams } from '../../src/sampling/params.js';
 import { Sampler } from '../../src/sampling/sampler.js';
 import { applyPenalties, SequenceSamplingState } from '../../src/sampling/sequence-state.js';
-import { Rng } from '../../src/sampling/rng.js';
+import { Rng } from '../../src/backend/sampling/rng.js';
 
 const EOS = 0;
 

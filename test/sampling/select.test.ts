@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { argmax, logSumExp, topIds } from '../../src/sampling/select.js';
-import { Rng } from '../../src/sampling/rng.js';
+import { argmax, logSumExp, topIds } from '../../src/backend/sampling/select.js';
+import { Rng } from '../../src/backend/sampling/rng.js';
 
 function sortedIds(values: Float32Array, base: number, n: number): number[] {
   const ids = Array.from({ length: n }, (_, i) => i).filter((i) => values[base + i]! > -Infinity);

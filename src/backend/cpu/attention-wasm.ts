@@ -4,7 +4,7 @@
 // JS in kv order 0..p: max, then exp (rounded to f32: the weights the SIMD sum
 // uses) and their sum. A unit's result never depends on which thread ran it.
 
-import type { ForwardBatch } from '../../model/batch.js';
+import type { ForwardBatch } from '../batch.js';
 import type { WasmAttention } from './wasm-attention.js';
 
 /** Plain numbers, structured-clonable; pointers are byte addresses in the wasm memory. */

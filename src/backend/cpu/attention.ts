@@ -11,8 +11,8 @@
 // the weighted sum of V depend only on the query and the cache contents, never on
 // how the prompt was chunked or what else is in the batch.
 
-import type { ForwardBatch } from '../../model/batch.js';
-import { roundE4m3Into } from '../../kv/fp8.js';
+import type { ForwardBatch } from '../batch.js';
+import { roundE4m3Into } from '../../loader/fp8.js';
 
 export interface KvLayer {
   k: Float32Array;

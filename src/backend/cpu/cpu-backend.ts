@@ -6,7 +6,7 @@
 import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
-import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
+import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, Fp8BlockPart, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
@@ -20,9 +20,9 @@ import type { WasmMemory } from './wasm-asm.js';
 import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.js';
 import { wasmMatmulModule } from './wasm-matmul.js';
 import { Workspace } from './workspace.js';
-import type { KvCacheDtype } from '../../kv/fp8.js';
-import { TokenDrawer } from '../../sampling/draw.js';
-import { rowLogprobsReference, sampleRowsReference } from '../../sampling/device-sampling.js';
+import type { KvCacheDtype } from '../../loader/fp8.js';
+import { TokenDrawer } from '../sampling/draw.js';
+import { rowLogprobsReference, sampleRowsReference } from '../sampling/reference.js';
 
 export { CpuTensor } from './tensor.js';
 

@@ -3,7 +3,7 @@
 // parity runs; it is not a fast path (plain TypeScript on the calling thread).
 
 import { bytesToF32 } from '../../loader/dtype.js';
-import { FP8_BLOCK, fp8BlockMatmul } from '../../model/fp8-linear.js';
+import { FP8_BLOCK, fp8BlockMatmul } from '../fp8-linear.js';
 import type { Fp8BlockPart, Tensor } from '../backend.js';
 
 export class CpuFp8Tensor implements Tensor {

@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
-import type { ForwardBatch } from '../../model/batch.js';
+import type { ForwardBatch } from '../batch.js';
 import { seededRandom } from '../../model/random-weights.js';
 import { Device } from './device.js';
 import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';

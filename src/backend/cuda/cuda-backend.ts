@@ -5,9 +5,8 @@
 
 import { BYTES_PER_ELEMENT, bytesToF32, f32ToBf16 } from '../../loader/dtype.js';
 import type { DType, HostTensor, WeightSource } from '../../loader/types.js';
-import type { ForwardBatch, KvCacheSpec } from '../../model/batch.js';
-import type { Backend, Fp8BlockPart, LayerSpec, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
-import type { LayerWeights } from '../../model/weights.js';
+import type { ForwardBatch, KvCacheSpec } from '../batch.js';
+import type { Backend, Fp8BlockPart, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { decodeAsDependent, launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
 import {
   decodeGridZ, decodeGroup, LONG_SPLIT_TOKENS, MAX_SPLITS, maxSplitsOf, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS,
@@ -18,19 +17,18 @@ import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
 import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu, parseChainSilu,
   planChainGemm } from './gemm-chain.js';
-import { FUSED_THREADS, FusedDecodeState } from './fused-decode.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
 import { GraphCache, type HostRead } from './graph-cache.js';
 import { bf16BytesToF32, HostStaging } from './host-staging.js';
 import { Profiler, type ProfileLogMode } from './profiler.js';
 import { kvCacheBudget } from './memory-budget.js';
-import type { KvCacheDtype } from '../../kv/fp8.js';
+import type { KvCacheDtype } from '../../loader/fp8.js';
 import { MAX_DECODE_ROWS_PER_TOKEN, type Meta, metaPtr, StepBuffers } from './step-buffers.js';
 import { layoutAtLeast, layoutFor, type MetaLayout, packStep, type PackedStep, stepLayout } from './step-meta.js';
 import { StepWorkspace } from './workspace.js';
 import { WeightUploader } from './weight-upload.js';
 import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
-import { FP8_BLOCK } from '../../model/fp8-linear.js';
+import { FP8_BLOCK } from '../fp8-linear.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 
 export interface CudaBackendOptions {
@@ -47,14 +45,6 @@ export interface CudaBackendOptions {
    * how its prompt was chunked (slower beyond ~16 rows and for long prompts; docs/perf-log.md).
    */
   batchInvariant?: boolean;
-  /**
-   * Experimental, off by default (QUIRE_FUSED_DECODE=1 sets it): the batch-invariant mode's one-token decode steps
-   * run every layer in one persistent kernel (kernels/decode_layers.cu) with the same bits; slower than layer by
-   * layer so far (docs/perf-log.md, session 6).
-   */
-  fusedDecode?: boolean;
-  /** The fused kernel stamps its stages; eager fused steps read them back and log a table (QUIRE_FUSED_TIMELINE=1). */
-  fusedTimeline?: boolean;
   /**
    * GEMMs of up to 8 tokens on kernels/gemm_chain.cu (cuBLASLt's sums, streamed faster; gate_up with silu_mul in one
    * kernel) where there are weight rows enough; default on, QUIRE_CHAIN_GEMM=0 turns it off (for A/B runs).
@@ -138,12 +128,14 @@ function asCuda(t: Tensor): CudaTensor {
 
 /**
  * Threads of a norm block (kernels/norm.cu): one per 16-byte chunk of a row up to 1024 wide, 128 up to 4096 wide
- * (FUSED_THREADS: the fused decode kernel's norms must sum alike), else 256. Rows of one chunk per thread sum
+ * (NORM_WIDE_THREADS), else 256. Rows of one chunk per thread sum
  * their squares alike at any width (the extra threads hold nothing), so there only occupancy changes.
  */
+const NORM_WIDE_THREADS = 128;
+
 function normThreads(hidden: number): number {
   if (hidden % 8 !== 0 || hidden > 4096) return 256;
-  return hidden <= 1024 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : FUSED_THREADS;
+  return hidden <= 1024 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : NORM_WIDE_THREADS;
 }
 
 /** Warps of a qk_norm_rope block, a head each (ROPE_WARPS in kernels/rope.cu). */
@@ -178,10 +170,7 @@ export class CudaBackend implements Backend {
   readonly kvBytesPerElement: number;
   /** The kernels' dtype suffix: the compute type, then _fp8 for an FP8 cache (qk_norm_rope_bf16_fp8, ...). */
   private readonly kvKernels: string;
-  /**
-   * An FP8 cache's decode blocks serve at most 2 query heads and load 16 e4m3 a lane (the _fp8x16 builds; G 4 would
-   * spill). QUIRE_FP8_G4=1: the 8-byte builds at every G (A/B runs).
-   */
+  /** An FP8 cache's decode blocks serve at most 2 query heads and load 16 e4m3 a lane (the _fp8x16 builds). */
   private readonly fp8DecodeX16: boolean;
   readonly device: Device;
   private readonly gemm: Gemm;
@@ -196,9 +185,6 @@ export class CudaBackend implements Backend {
   private readonly activationReserveBytes: number;
   private readonly enforceEager: boolean;
   private readonly batchInvariant: boolean;
-  private readonly fusedDecode: boolean;
-  private readonly fused: FusedDecodeState;
-  private readonly fusedTimeline: boolean;
   private readonly chainGemms: boolean;
   private readonly chainNorms: boolean;
   /**
@@ -235,8 +221,6 @@ export class CudaBackend implements Backend {
   private readonly graphs: GraphCache;
   private capturing = false;
   numGraphReplays = 0;
-  /** Steps whose layers ran fused (fusedLayers). */
-  numFusedSteps = 0;
   /** Layers whose qk-norm + rope ran inside the decode attention kernel (fusedRope). */
   numFusedRopes = 0;
   /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
@@ -259,8 +243,6 @@ export class CudaBackend implements Backend {
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
     this.batchInvariant = opts.batchInvariant ?? false;
-    this.fusedDecode = opts.fusedDecode ?? process.env.QUIRE_FUSED_DECODE === '1';
-    this.fusedTimeline = opts.fusedTimeline ?? process.env.QUIRE_FUSED_TIMELINE === '1';
     this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
     this.chainNorms = opts.chainNorms ?? process.env.QUIRE_CHAIN_NORM !== '0';
     this.chainSilu = { bf16: parseChainSilu(process.env.QUIRE_CHAIN_SILU, 'QUIRE_CHAIN_SILU'),
@@ -269,7 +251,7 @@ export class CudaBackend implements Backend {
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
     this.kvKernels = this.kvCacheDtype === 'fp8_e4m3' ? 'bf16_fp8' : 'bf16';
-    this.fp8DecodeX16 = this.kvCacheDtype === 'fp8_e4m3' && process.env.QUIRE_FP8_G4 !== '1';
+    this.fp8DecodeX16 = this.kvCacheDtype === 'fp8_e4m3';
     if (this.kvCacheDtype === 'fp8_e4m3' && this.device.arch < 89) {
       throw new Error(`an FP8 KV cache (--kv-cache-dtype fp8) needs compute capability 8.9 or later; ${this.device.name} is ${this.device.arch / 10}`);
     }
@@ -280,7 +262,6 @@ export class CudaBackend implements Backend {
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes);
     this.workspace = new StepWorkspace(this.device, opts.initialWorkspaceBytes ?? 64 << 20);
     this.staging = new HostStaging(this.device);
-    this.fused = new FusedDecodeState(this.device);
     this.profiler = opts.profile ? new Profiler(this.device.api, this.device.stream, this.log, opts.profileLog) : null;
     this.steps = new StepBuffers(this.device);
     this.graphs = new GraphCache(this.device.api, this.device.stream, this.profiler);
@@ -734,54 +715,6 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * The batch-invariant mode's one-token decode step: every layer in one persistent kernel
-   * (kernels/decode_layers.cu), whose stages are the op path's device functions, so the bits are the
-   * layer-by-layer ops'. Null for any other step.
-   */
-  fusedLayers(residual: Tensor, layers: readonly LayerWeights[], spec: LayerSpec,
-    step: StepInputs): { residual: Tensor; mlpOut: Tensor } | null {
-    if (!this.batchInvariant || !this.fusedDecode || this.kvCacheDtype !== 'auto') return null;
-    const { batch, packed, meta, layout } = this.stepOf(step);
-    if (batch.numTokens !== 1 || !packed.decodeOnly) return null;
-    const D = spec.rope.headDim;
-    const shape = { hidden: spec.hidden, inter: spec.inter, numHeads: spec.numHeads, numKvHeads: spec.numKvHeads, headDim: D };
-    const first = layers[0];
-    if (!first || (first.qNorm === null) !== (first.kNorm === null) || first.qkvBias || first.oBias) return null;
-    const plan = this.fused.plan(shape);
-    if (!plan) return null;
-    if (this.capturing && !this.fused.holds(layers, this.kvGeneration)) {
-      throw new Error('fused decode: layer table first built during graph capture');
-    }
-    const table = this.fused.layerTable(layers, this.kvGeneration, (w) => (w ? asCuda(w).ptr : 0n), (l) => this.kvLayer(l));
-    const { spec: kvSpec } = this.kvLayer(0);
-    const L = layout;
-    const res1 = this.act([1, spec.hidden]);
-    const scratch = this.act([plan.scratchElements]);
-    const partialOut = this.act([1, spec.numHeads, MAX_SPLITS, D], 'f32');
-    const partialMl = this.act([1, spec.numHeads, MAX_SPLITS, 2], 'f32');
-    const gemmPartials = this.workspace.alloc(plan.partialBytes);
-    const counters = this.workspace.alloc(plan.counterBytes);
-    const invFreq = this.invFreqPtr(spec.rope);
-    // a captured step's stamps would be read by nobody: eager steps only (--enforce-eager)
-    const timeline = this.fusedTimeline && !this.capturing
-      ? this.workspace.alloc(FusedDecodeState.timelineBytes(plan, layers.length)) : 0n;
-    this.numFusedSteps++;
-    this.timed('layers (fused)', () => {
-      this.device.fillBytesAsync(counters, 0, plan.counterBytes);
-      this.device.launch('decode_layers.cu', plan.kernel, [plan.grid, 1, 1], FUSED_THREADS, [ptr(table),
-        i32(layers.length), i32(spec.hidden), i32(spec.inter), i32(spec.numHeads), i32(spec.numKvHeads), f32(spec.eps),
-        f32(spec.scale), i32(first.qNorm ? 1 : 0), ptr(invFreq), ptr(meta.device), ptr(metaPtr(meta, L.blockTables)),
-        ptr(metaPtr(meta, L.tokenToSeq)), ptr(metaPtr(meta, L.positions)), ptr(metaPtr(meta, L.slotMapping)),
-        i32(Math.log2(kvSpec.blockSize)), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS), i32(SHORT_SPLIT_TOKENS),
-        i32(MAX_SPLITS), i32(plan.attnZ),
-        ptr(asCuda(residual).ptr), ptr(res1.ptr), ptr(scratch.ptr), ptr(partialOut.ptr), ptr(partialMl.ptr),
-        ptr(meta.rowCounters), ptr(gemmPartials), ptr(counters), ptr(timeline)], plan.sharedBytes);
-    });
-    if (timeline) this.fused.readTimeline(timeline, plan, layers.length, this.log);
-    return { residual: res1, mlpOut: new CudaTensor([1, spec.hidden], scratch.ptr + BigInt(plan.mlpOffset * 2)) };
-  }
-
-  /**
    * The chain kernel's plan (kernels/gemm_chain.cu) where it is on and applies, else null (cuBLASLt, gemm_rows). A
    * bf16 plan that splits k between two warps is taken only where its grid runs in one wave of blocks (qwen3-8b's qkv,
    * 384 tiles of 96 KiB blocks at 2 a SM, would take two), else the unsplit one.
@@ -1106,7 +1039,6 @@ export class CudaBackend implements Backend {
     this.profiler?.dispose();
     for (const p of this.weights) this.device.free(p);
     this.weights.length = 0;
-    this.fused.dispose();
     if (this.kv) this.device.free(this.kv.base);
     this.kv = null;
     if (this.targets !== 0n) this.device.free(this.targets);

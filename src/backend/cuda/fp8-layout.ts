@@ -2,7 +2,7 @@
 // _fp8 builds, cuBLASLt's BLK128x128_32F scales): the parts' e4m3 rows concatenated, and their scales as the checkpoint
 // stores them, row-major [N / 128, K / 128], each row padded to 16 bytes (cuBLASLt's layout).
 
-import { FP8_BLOCK } from '../../model/fp8-linear.js';
+import { FP8_BLOCK } from '../fp8-linear.js';
 import type { Fp8BlockPart } from '../backend.js';
 
 /** Floats a row of a block-FP8 weight's scales takes on the device: K / 128 padded to 16 bytes. */

@@ -4,7 +4,7 @@
 // (the CUDA-core kernel on 16-row tiles, and its f32 instantiation).
 
 import { BYTES_PER_ELEMENT, bf16ToF32, f32ToBf16 } from '../../loader/dtype.js';
-import type { ForwardBatch } from '../../model/batch.js';
+import type { ForwardBatch } from '../batch.js';
 import { prefillKernelShape } from './attention-launch.js';
 import { Device, f32, i32, ptr } from './device.js';
 import { layoutFor, packStep, packTiles, type MetaLayout } from './step-meta.js';

@@ -9,7 +9,7 @@
 //   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | tiles (2 capTiles) | blockTables (capSeqs * stride) |
 //   | sampling: temperature, topK, topP, minP, uniform (capTokens each; floats as f32 bits) |
 
-import type { ForwardBatch } from '../../model/batch.js';
+import type { ForwardBatch } from '../batch.js';
 
 export const HEADER_WORDS = 16;
 export const META_NUM_TOKENS = 0;

@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FloatDType } from '../../loader/types.js';
 import type { TensorSpec } from '../../loader/safetensors-write.js';
-import { FP8_BLOCK } from '../../model/fp8-linear.js';
+import { FP8_BLOCK } from '../../backend/fp8-linear.js';
 
 export type HfConfig = Record<string, unknown>;
 

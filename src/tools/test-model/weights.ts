@@ -1,8 +1,8 @@
-import { E4M3_MAX } from '../../kv/fp8.js';
+import { E4M3_MAX } from '../../loader/fp8.js';
 import { bytesToF32, f32ToBytes, f32ToE4m3 } from '../../loader/dtype.js';
 import type { TensorSpec } from '../../loader/safetensors-write.js';
 import type { FloatDType } from '../../loader/types.js';
-import { quantizeWeightBlocks } from '../../model/fp8-linear.js';
+import { quantizeWeightBlocks } from '../../backend/fp8-linear.js';
 import { Prng, streamSeed } from './prng.js';
 
 export interface WeightInit {

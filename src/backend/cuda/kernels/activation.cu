@@ -34,7 +34,7 @@ __device__ __forceinline__ void silu_mul(const T* gateUp, T* out, int numTokens,
   out[i] = from_float<T>(silu_mul_of(gateUp[row * 2 * inter + col], gateUp[row * 2 * inter + inter + col]));
 }
 
-#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
+#ifndef QUIRE_DEVICE_ONLY  // gemm_chain.cu includes the device functions alone
 #define INSTANTIATE(suffix, T)                                                                          \
   extern "C" __global__ void silu_mul_##suffix(const T* gateUp, T* out, int numTokens, int inter) {     \
     pdl_begin();                                                                                        \

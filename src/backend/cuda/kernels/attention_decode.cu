@@ -28,7 +28,7 @@
 // small (parallel single streams) at a small cost per split at large batches.
 //
 // Every rounding is spelled out (__fmaf_rn, __fmul_rn, __fadd_rn), so no caller's inlining context can contract
-// the arithmetic differently: kernels/decode_layers.cu runs this function too and must get the same bits.
+// the arithmetic differently: the fused prologue and every build of this function get the same bits.
 //
 // Lanes: a kv position is read by LPP lanes, each holding EPL consecutive dims (16-byte loads; bf16 D 128:
 // 16 lanes x 8 dims, so a warp reads PPW = 2 positions per load); per round warp w, slot u, lane group p
@@ -606,7 +606,6 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   }
 }
 
-#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
 // The _pre builds' rounds pipelined (PIPE: each round's K and V asked for before the round before is summed, from a
 // second set of registers) at 3 blocks a SM (163 registers; they take grids of at most 2 a SM): qwen3-0.6b one to
 // four rows +1.9%, +0.8%, +1.7%, 8 rows and qwen3-8b equal; at 4 blocks a SM (128 registers) +0.9% at one row
@@ -655,8 +654,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   INSTANTIATE_D(suffix, T, C, V, 128) \
   INSTANTIATE_D(suffix, T, C, V, 256)
 
-// the bf16 builds (the whole group of Qwen2.5's odd GQA groups among them: decode-splits.ts, decodeGroupsBuilt), each
-// again for an FP8 cache
+// the bf16 builds (the whole group of Qwen2.5's odd GQA groups among them: decode-splits.ts, decodeGroupsBuilt)
 #define INSTANTIATE_BF16(suffix, C, V)                    \
   INSTANTIATE(suffix, bf16_t, C, V)                       \
   INSTANTIATE_DG(suffix, bf16_t, C, V, 64, 7)             \
@@ -675,10 +673,8 @@ INSTANTIATE_BF16(bf16, bf16_t, 8)
 // L2 before the wait, the rounds pipelined (DECODE_PIPE)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, DECODE_PRE_MINB, _pre, true)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, DECODE_PRE_MINB, _pre, true)
-INSTANTIATE_BF16(bf16_fp8, fp8_t, 8)
 // An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3
-// (the 8-byte loads of the builds above, kept for A/B runs, QUIRE_FP8_G4=1, left the kernel far under the bandwidth:
-// W1 qwen3-0.6b 23,258 -> 27,174 tok/s, qwen3-8b at G 2 against G 4 7,421 -> 7,843); G 4 would spill
+// (8-byte loads left the kernel far under the bandwidth; G 4 would spill: docs/perf-log.md, session 18)
 #define INSTANTIATE_FP8X16(D)                        \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 1) \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 2)
@@ -695,4 +691,3 @@ INSTANTIATE(f32, float, float, 4)
 #undef INSTANTIATE_DGMV
 #undef INSTANTIATE_DGMVP
 #undef EARLY_BUILD
-#endif

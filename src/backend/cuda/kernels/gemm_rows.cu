@@ -265,7 +265,6 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   });
 }
 
-#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 #define GEMM_ROWS_ARGS                                                                                                 \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
       int T, int N, int K, int sliceChunks
@@ -288,4 +287,3 @@ INSTANTIATE_TILED(1, 4, 4, 4, 3, true)
 #undef GEMM_ROWS_ARGS
 #undef INSTANTIATE_SPLIT
 #undef INSTANTIATE_TILED
-#endif

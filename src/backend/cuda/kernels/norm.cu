@@ -2,8 +2,8 @@
 //   rms_norm:     out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
 //   add_rms_norm: residual[t] += x[t] (in place, rounded to T); out[t] = rms_norm(residual[t]) * w
 // Shapes: x, residual, out [numTokens, hidden]; w [hidden].
-// Sums of squares are spelled out as fma (kernels/decode_layers.cu inlines the row function elsewhere and must
-// get the same bits).
+// Sums of squares are spelled out as fma, so no inlining context can contract them differently (the chain GEMMs'
+// norms must get the same bits).
 // Launch: grid (numTokens), block a multiple of 32 up to 256 (the host gives bf16 rows under 2048 wide one thread
 // per 16-byte chunk: threads beyond the row's chunks add zeros to block_sum, so the width changes no bit).
 // bf16 rows of hidden % 8 == 0 and hidden <= 8 * blockDim * NORM_VEC are held in registers (16-byte chunks,
@@ -131,7 +131,6 @@ __device__ __forceinline__ void add_rms_norm(const T* x, T* residual, const T* w
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = from_float<T>(to_float(res[i]) * inv * to_float(w[i]));
 }
 
-#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device functions alone
 // bf16 register rows read their weights before waiting for the kernel before (they never change), so the weights'
 // latency hides under its end; the same arithmetic
 extern "C" __global__ void rms_norm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, int hidden, float eps) {
@@ -164,4 +163,3 @@ extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, con
   pdl_begin();
   add_rms_norm<float>(x, residual, w, out, hidden, eps);
 }
-#endif

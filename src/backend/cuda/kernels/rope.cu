@@ -11,8 +11,7 @@
 // Block (t, y) serves heads y ROPE_WARPS .. y ROPE_WARPS + ROPE_WARPS - 1 of token t, a warp each (rope.cuh's
 // rope_head, whose arithmetic attention_decode.cu's fused prologue shares). The angles' cos and sin (in double,
 // as the CPU backend does, rounded to float) come from the step's table (rope_table: once per step, not once per
-// block and layer, whose double sincos was most of a block's time), or, without one (decode_layers.cu), are
-// computed by the block into shared memory.
+// block and layer, whose double sincos was most of a block's time).
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2];
 //   ropeTable [numTokens, 2, D/2] f32 (cos, then sin) or null.
@@ -47,7 +46,6 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
                slot >= 0 ? vCache + at : nullptr, x + (long long)numKvHeads * headDim);
 }
 
-#ifndef QUIRE_DEVICE_ONLY  // kernels/decode_layers.cu includes the device function alone
 // suffix: the compute type, then _fp8 where the cache is FP8 (C)
 #define INSTANTIATE(suffix, T, C)                                                                               \
   extern "C" __global__ void qk_norm_rope_##suffix(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,      \
@@ -74,4 +72,3 @@ extern "C" __global__ void rope_table(const float* invFreq, const int* positions
   const int t = (int)(at / half), i = (int)(at % half);
   rope_angle(positions[t], invFreq[i], table[(long long)t * 2 * half + i], table[(long long)t * 2 * half + half + i]);
 }
-#endif

@@ -8,11 +8,16 @@
 // computed, walks the bins from the top until the mass reaches p, and sorts
 // only the boundary bin's ids (value desc, id asc, as a full sort would).
 
-import type { SamplingParams } from './params.js';
-
-export type TruncationParams = Pick<SamplingParams, 'temperature' | 'minP' | 'topK' | 'topP'>;
 import type { Rng } from './rng.js';
 import { topIds } from './select.js';
+
+/** The truncation a draw applies (a request's SamplingParams carry these). */
+export interface TruncationParams {
+  temperature: number;
+  minP: number;
+  topK: number;
+  topP: number;
+}
 
 /** e^-60 ~ 1e-26 of the top weight: below it a token's share is nil. */
 const NEGLIGIBLE_LOG_WEIGHT = -60;

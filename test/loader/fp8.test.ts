@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { E4M3_MAX, e4m3Bits, e4m3Value, roundE4m3 } from '../../src/kv/fp8.js';
+import { E4M3_MAX, e4m3Bits, e4m3Value, roundE4m3 } from '../../src/loader/fp8.js';
 
 const values = Array.from({ length: 256 }, (_, b) => e4m3Value(b)).filter((v) => !Number.isNaN(v));
 const positives = [...new Set(values.filter((v) => v >= 0))].sort((a, b) => a - b);

@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
-import { percentile } from '../lab/stats.js';
+import { percentile } from './stats.js';
 
 export interface LoadTestOptions {
   url: string;

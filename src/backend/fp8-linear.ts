@@ -11,7 +11,7 @@
 // e4m3 weight back to its value). This file is the reference: the CPU backend runs it, and the GPU's cuBLASLt
 // path (its own order of sums) is tested against it.
 
-import { E4M3_MAX, roundE4m3 } from '../kv/fp8.js';
+import { E4M3_MAX, roundE4m3 } from '../loader/fp8.js';
 
 export const FP8_BLOCK = 128;
 /** The smallest absmax a group's scale is computed from (vLLM's eps: an all-zero group gets a tiny scale). */

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatReport, runLoadTest } from '../../src/api/load-test.js';
-import { startTestServer, type TestServer } from './helpers/start.js';
+import { formatReport, runLoadTest } from '../../src/lab/load-test.js';
+import { startTestServer, type TestServer } from '../api/helpers/start.js';
 
 describe('load test', () => {
   let s: TestServer;
