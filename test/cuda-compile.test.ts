@@ -52,7 +52,7 @@ test('QUIRE_KERNEL_DEFINES prepends #defines that the kernels\' own defaults giv
   assert.equal(kernelDefines({}), '');
   assert.equal(kernelDefines({ QUIRE_KERNEL_DEFINES: 'CHAIN_S2_EARLY=7, NORM_TRIGGER_EARLY=0' }),
     '#define CHAIN_S2_EARLY 7\n#define NORM_TRIGGER_EARLY 0\n');
-  assert.throws(() => kernelDefines({ QUIRE_KERNEL_DEFINES: 'CHAIN_S2_EARLY' }), /QUIRE_KERNEL_DEFINES: "CHAIN_S2_EARLY" is not NAME=integer/);
+  assert.throws(() => kernelDefines({ QUIRE_KERNEL_DEFINES: 'CHAIN_S2_EARLY' }), /QUIRE_KERNEL_DEFINES=CHAIN_S2_EARLY: "CHAIN_S2_EARLY" is not NAME=integer/);
   // the knobs it is for are defaults a #define before them overrides
   assert.match(expandSource('gemm_chain.cu'), /#ifndef CHAIN_S2_EARLY\n#define CHAIN_S2_EARLY 6\n#endif/);
   assert.match(expandSource('norm.cu'), /#ifndef NORM_TRIGGER_EARLY\n#define NORM_TRIGGER_EARLY 1\n#endif/);

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // quire: serve, generate, chat, bench, gate, make-test-model.
 
+import '../knobs/check-env.js';
 import { QUIRE_VERSION } from '../version.js';
 import { Command } from 'commander';
 import { ModelLoadError } from '../loader/errors.js';

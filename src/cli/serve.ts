@@ -17,6 +17,7 @@ import type { EngineOptions } from '../engine/options.js';
 import { defaultMaxModelLen } from '../model/rope.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
 import { modelPoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
+import { readKnob } from '../knobs/knobs.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -98,7 +99,7 @@ export function serveCommand(): Command {
     const names = (flags.servedModelName as string[] | undefined) ?? [defaultServedName(options.model, dir.dir)];
     const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
     const engine = new DeferredEngineClient();
-    const apiKey = (flags.apiKey as string | undefined) ?? process.env.QUIRE_API_KEY;
+    const apiKey = (flags.apiKey as string | undefined) ?? readKnob('QUIRE_API_KEY');
     const server = createServer({
       engine, tokenizer: dir.tokenizer, chatTemplate: chatTemplate ?? dir.chatTemplate, bosToken: dir.bosToken, eosToken: dir.eosToken,
       modelName: names[0]!, servedModelNames: names.slice(1), maxModelLen,

@@ -25,6 +25,7 @@ import type { EngineInfo } from './worker-protocol.js';
 import { defaultMaxModelLen, maxModelLenCap } from '../model/rope.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
+import { readKnob } from '../knobs/knobs.js';
 
 type EngineReq = Request<SequenceSamplingState>;
 type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array | Int32Array) => Float32Array | Int32Array;
@@ -556,7 +557,7 @@ export function graphBuckets(maxNumSeqs: number): number[] {
 /** Why the engine cannot serve contexts of maxModelLen tokens for this model and options, or null. */
 export function maxModelLenRefusal(config: ModelConfig, maxModelLen: number,
   options: Pick<ResolvedEngineOptions, 'enableChunkedPrefill' | 'maxNumBatchedTokens'>,
-  allowLong = process.env.QUIRE_ALLOW_LONG_MAX_MODEL_LEN === '1'): string | null {
+  allowLong = readKnob('QUIRE_ALLOW_LONG_MAX_MODEL_LEN')): string | null {
   if (maxModelLen > maxModelLenCap(config)) {
     return `max_model_len (${maxModelLen}) is longer than the model's sliding window (${config.slidingWindow} tokens): `
       + `Quire computes full attention, which is the model's only within the window; pass --max-model-len ${config.slidingWindow} or less`;

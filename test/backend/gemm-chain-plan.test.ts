@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CHAIN_MAX_TOKENS, chainNormPartsBytes, chainNormRole, parseChainSilu, planChainGemm, wholeSplit } from '../../src/backend/cuda/gemm-chain.js';
+import { CHAIN_MAX_TOKENS, chainNormPartsBytes, chainNormRole, planChainGemm, wholeSplit } from '../../src/backend/cuda/gemm-chain.js';
 
 const SMS = 132;
 
@@ -54,14 +54,6 @@ test('silu_mul as pairs: a warp a tile of 8 gate rows and their 8 up rows, the p
   assert.equal(fp8?.kernel, 'gemm_chain_silu_pair_fp8');
   assert.equal(fp8?.sharedBytes, 16 * (128 + 64) * 16 + Math.ceil(8 * 10 / 4) * 16, 'the scales of both halves\' blocks');
   assert.equal(planChainGemm(1, 2 * 1088, 1024, SMS, 'pairs', true), null, 'FP8 halves are whole 128-row blocks');
-});
-
-test('QUIRE_CHAIN_SILU names a fusion', () => {
-  assert.equal(parseChainSilu(undefined, 'X'), 'pairs', 'the default');
-  assert.equal(parseChainSilu('pairs', 'X'), 'pairs');
-  assert.equal(parseChainSilu('none', 'X'), 'none');
-  assert.equal(parseChainSilu('0', 'X'), 'none');
-  assert.throws(() => parseChainSilu('tiles', 'QUIRE_CHAIN_SILU'), /QUIRE_CHAIN_SILU=tiles: expected none or pairs/);
 });
 
 test('chains of K 4,096 and more read 8 stages of weights before the kernel before ends (the _p8 builds), shorter ones 4', () => {

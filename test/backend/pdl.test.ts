@@ -6,11 +6,11 @@ import { pdlEnabled } from '../../src/backend/cuda/device.js';
 import { decodeAsDependent } from '../../src/backend/cuda/attention-launch.js';
 
 test('dependent launches on Hopper and later, off below sm_90 and with QUIRE_PDL=0', () => {
-  assert.equal(pdlEnabled(90, undefined), true);
-  assert.equal(pdlEnabled(100, '1'), true);
-  assert.equal(pdlEnabled(89, undefined), false, 'Ada has no griddepcontrol');
-  assert.equal(pdlEnabled(80, '1'), false);
-  assert.equal(pdlEnabled(90, '0'), false);
+  assert.equal(pdlEnabled(90, true), true);
+  assert.equal(pdlEnabled(100, true), true);
+  assert.equal(pdlEnabled(89, true), false, 'Ada has no griddepcontrol');
+  assert.equal(pdlEnabled(80, true), false);
+  assert.equal(pdlEnabled(90, false), false);
 });
 
 test('the decode kernel is a dependent launch unless a batch-invariant step sends it rows of several tokens', () => {

@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFile
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readKnob } from '../../knobs/knobs.js';
 
 const KERNELS_REL = join('src', 'backend', 'cuda', 'kernels');
 
@@ -48,7 +49,8 @@ export function cubinCacheKey(source: string, arch: number, nvrtcVersion: string
 }
 
 export function kernelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  return env.QUIRE_CACHE_DIR ? resolve(env.QUIRE_CACHE_DIR) : join(homedir(), '.cache', 'quire', 'kernels');
+  const dir = readKnob('QUIRE_CACHE_DIR', env);
+  return dir ? resolve(dir) : join(homedir(), '.cache', 'quire', 'kernels');
 }
 
 export interface Compiler {
@@ -61,11 +63,10 @@ export interface Compiler {
  * of the cache key), so one build runs a kernel's compile-time variants side by side.
  */
 export function kernelDefines(env: NodeJS.ProcessEnv = process.env): string {
-  const spec = env.QUIRE_KERNEL_DEFINES ?? '';
+  const spec = readKnob('QUIRE_KERNEL_DEFINES', env) ?? '';
   return spec.split(',').filter((d) => d.trim() !== '').map((d) => {
-    const m = /^\s*([A-Z_][A-Z0-9_]*)=(-?\d+)\s*$/.exec(d);
-    if (!m) throw new Error(`QUIRE_KERNEL_DEFINES: "${d}" is not NAME=integer`);
-    return `#define ${m[1]} ${m[2]}\n`;
+    const [name, value] = d.split('=').map((x) => x.trim());
+    return `#define ${name} ${value}\n`;
   }).join('');
 }
 

@@ -15,7 +15,7 @@ import {
 import { Device, f32, i32, ptr, type KernelArg } from './device.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { planGemmRows } from './gemm-rows.js';
-import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu, parseChainSilu,
+import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu,
   planChainGemm } from './gemm-chain.js';
 import { check, CU_EVENT_DISABLE_TIMING, CU_EVENT_RECORD_EXTERNAL, outPtr, type Handle } from './ffi/driver.js';
 import { GraphCache, type HostRead } from './graph-cache.js';
@@ -30,6 +30,7 @@ import { WeightUploader } from './weight-upload.js';
 import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
+import { readKnob } from '../../knobs/knobs.js';
 
 export interface CudaBackendOptions {
   deviceOrdinal?: number;
@@ -243,11 +244,10 @@ export class CudaBackend implements Backend {
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     this.enforceEager = opts.enforceEager ?? false;
     this.batchInvariant = opts.batchInvariant ?? false;
-    this.chainGemms = opts.chainGemms ?? process.env.QUIRE_CHAIN_GEMM !== '0';
-    this.chainNorms = opts.chainNorms ?? process.env.QUIRE_CHAIN_NORM !== '0';
-    this.chainSilu = { bf16: parseChainSilu(process.env.QUIRE_CHAIN_SILU, 'QUIRE_CHAIN_SILU'),
-      fp8: parseChainSilu(process.env.QUIRE_CHAIN_SILU_FP8, 'QUIRE_CHAIN_SILU_FP8') };
-    this.fusedRope = opts.fusedRope ?? process.env.QUIRE_FUSED_ROPE !== '0';
+    this.chainGemms = opts.chainGemms ?? readKnob('QUIRE_CHAIN_GEMM');
+    this.chainNorms = opts.chainNorms ?? readKnob('QUIRE_CHAIN_NORM');
+    this.chainSilu = { bf16: readKnob('QUIRE_CHAIN_SILU'), fp8: readKnob('QUIRE_CHAIN_SILU_FP8') };
+    this.fusedRope = opts.fusedRope ?? readKnob('QUIRE_FUSED_ROPE');
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
     this.kvKernels = this.kvCacheDtype === 'fp8_e4m3' ? 'bf16_fp8' : 'bf16';

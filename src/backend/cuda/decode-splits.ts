@@ -1,3 +1,4 @@
+import { readKnob } from '../../knobs/knobs.js';
 // How the decode attention kernel (kernels/attention_decode.cu) splits one
 // row's kv range. The split plan is a pure function of the row's kv length, so
 // a row's output bits do not depend on the batch it runs in, on the grid, or on
@@ -8,12 +9,12 @@
  * Target kv positions per split (QUIRE_DECODE_SPLIT_TOKENS overrides it, for A/B runs): large, because at
  * large batches, where every block walks its whole row, each split costs the block a barrier and a merge.
  */
-export const SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SPLIT_TOKENS ?? 0) || 1024;
+export const SPLIT_TOKENS = readKnob('QUIRE_DECODE_SPLIT_TOKENS');
 /**
  * Target kv positions per split of rows longer than 2 * SPLIT_TOKENS (QUIRE_DECODE_LONG_SPLIT_TOKENS
  * overrides it): small, so that a single long stream spreads over many blocks.
  */
-export const LONG_SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_LONG_SPLIT_TOKENS ?? 0) || 256;
+export const LONG_SPLIT_TOKENS = readKnob('QUIRE_DECODE_LONG_SPLIT_TOKENS');
 /** Rows of at most this many positions are short (DECODE_SHORT_ROW_KV in the kernel): split every SHORT_SPLIT_TOKENS. */
 export const SHORT_ROW_KV = 512;
 /**
@@ -23,7 +24,7 @@ export const SHORT_ROW_KV = 512;
  * +3%; short rows at 0.6b batch 32 -3%, 64 -2%, 128 -6%, 8b batch 16 -2%; W1 within its noise (docs/perf-log.md,
  * session 11).
  */
-export const SHORT_SPLIT_TOKENS = Number(process.env.QUIRE_DECODE_SHORT_SPLIT_TOKENS || 128);
+export const SHORT_SPLIT_TOKENS = readKnob('QUIRE_DECODE_SHORT_SPLIT_TOKENS');
 /** Most splits of one row; also the split stride of the partial buffers. */
 export const MAX_SPLITS = 16;
 /** Split chunks are whole multiples of this many kv positions (DECODE_CHUNK_ROUND in the kernel). */
@@ -65,7 +66,7 @@ export const SHORT_GRAPH_SPLITS = (() => {
   for (let kv = 1; kv <= SHORT_GRAPH_KV; kv++) most = Math.max(most, splitPlan(kv).numSplits);
   return most;
 })();
-export const GRAPH_KV_CLASSES = process.env.QUIRE_GRAPH_KV_CLASSES !== '0';
+export const GRAPH_KV_CLASSES = readKnob('QUIRE_GRAPH_KV_CLASSES');
 
 /** Whether a decode step's rows (kv length = position + 1) are all of the short graph class. */
 export function shortGraphRows(positions: Int32Array, classes = GRAPH_KV_CLASSES): boolean {
@@ -119,11 +120,11 @@ export function evenGroup(numHeads: number, numKvHeads: number, maxG = 8): numbe
  * 7, D 128), W2 tok/s never -> always, same build: batch 64 8,480 -> 7,967, 96 11,493 -> 10,537, 128 13,735 ->
  * 13,647, 192 16,498 -> 16,797, 256 19,210 -> 19,775 (docs/perf-log.md, session 17). QUIRE_DECODE_ODD_ROWS moves it.
  */
-export const ODD_GROUP_MIN_ROWS = Number(process.env.QUIRE_DECODE_ODD_ROWS ?? 192);
+export const ODD_GROUP_MIN_ROWS = readKnob('QUIRE_DECODE_ODD_ROWS');
 
 const GROUPS_BUILT: Record<number, readonly number[]> = { 128: [8, 7, 6, 5, 4, 2, 1], 64: [8, 7, 4, 2, 1], 0: [8, 4, 2, 1] };
 /** Read once (the decode path asks per layer; an environment read costs ~0.7 us). */
-const GROUPS_ENV = process.env.QUIRE_DECODE_GROUPS;
+const GROUPS_ENV = readKnob('QUIRE_DECODE_GROUPS');
 
 /**
  * The G the decode kernel is built for at a head dim, largest first (attention_decode.cu's bf16 instantiations):
@@ -147,8 +148,7 @@ export function decodeGroupsBuilt(headDim: number, env: string | undefined = GRO
  * 256 +3%, and W1 (steps of up to 256 rows) 19,649 / 19,635 -> 19,961 / 19,958 from 128 rows (docs/perf-log.md,
  * session 12).
  */
-const wideEnv = process.env.QUIRE_DECODE_WIDE_BLOCKS;
-export const WIDE_BLOCKS_PER_SM = wideEnv ? Number(wideEnv) : 8;
+export const WIDE_BLOCKS_PER_SM = readKnob('QUIRE_DECODE_WIDE_BLOCKS');
 
 /** Whether a decode grid of `numRows` (token, G-head block) rows at group G takes the _w kernels. */
 export function decodeWide(numRows: number, G: number, numSMs: number): boolean {
@@ -163,7 +163,7 @@ export function decodeWide(numRows: number, G: number, numSMs: number): boolean 
  * 5,993, 8b batch 4 677 -> 651: docs/perf-log.md, session 22).
  */
 export const PRE_BLOCKS_PER_SM = 2;
-const prefetchOn = process.env.QUIRE_DECODE_PREFETCH !== '0';
+const prefetchOn = readKnob('QUIRE_DECODE_PREFETCH');
 
 /** Whether a decode grid of `blocks` blocks (rows x head blocks x z) at group G takes a _pre build. */
 export function decodePrefetch(blocks: number, G: number, D: number, kvKernels: string, numSMs: number,
@@ -176,7 +176,7 @@ export function decodePrefetch(blocks: number, G: number, D: number, kvKernels: 
  * splits folds them from the blocks' shared memory rather than through global memory and a counter
  * (QUIRE_DECODE_CLUSTER=0 never). Clusters of up to 8 blocks are portable; `pre` is false before sm_90 (none there).
  */
-const clusterOn = process.env.QUIRE_DECODE_CLUSTER !== '0';
+const clusterOn = readKnob('QUIRE_DECODE_CLUSTER');
 /** Most blocks of a cluster (DECODE_MAX_CLUSTER in kernels/attention_decode.cu: block 0's room for their states). */
 const MAX_CLUSTER = 8;
 export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): number {

@@ -11,6 +11,7 @@ import {
 } from './ffi/driver.js';
 import { compileToCubin, nvrtcVersion } from './ffi/nvrtc.js';
 import { loadCubin, type Compiler } from './compile.js';
+import { readKnob } from '../../knobs/knobs.js';
 
 /** Kernel argument: a device pointer, an int32 or a float32. */
 export type KernelArg = { ptr: bigint } | { i32: number } | { f32: number };
@@ -33,8 +34,8 @@ const ARG_BYTES = 2 * MAX_KERNEL_ARGS * ARG_SLOT_BYTES;
  * kernel before it in the stream finishes; the kernel itself must wait (pdl_wait, kernels/common.cuh) before it reads
  * what that kernel wrote or writes anything.
  */
-export function pdlEnabled(arch: number, env: string | undefined = process.env.QUIRE_PDL): boolean {
-  return arch >= 90 && env !== '0';
+export function pdlEnabled(arch: number, on: boolean = readKnob('QUIRE_PDL')): boolean {
+  return arch >= 90 && on;
 }
 
 export class Device {

@@ -1,3 +1,4 @@
+import { readKnob } from '../../knobs/knobs.js';
 // Launch plans for kernels/gemm_chain.cu: decode GEMMs of up to 8 tokens summed in cuBLASLt's order (the same bits)
 // unless their chains split k between warps (below: the longer chains on fewer warps, not the demo model's),
 // streamed by one warp per 16 weight rows where there are tiles enough to keep every SM streaming (below that the ring
@@ -14,7 +15,7 @@ const STAGES = 16;
  * a token, while its qkv (K 4,096) lost 13.5 -> 19.5 and o held (docs/perf-log.md, session 19).
  * QUIRE_FP8_SPLIT_K moves the K (A/B runs).
  */
-const FP8_SPLIT_FROM_K = Number(process.env.QUIRE_FP8_SPLIT_K ?? 8192);
+const FP8_SPLIT_FROM_K = readKnob('QUIRE_FP8_SPLIT_K');
 const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
 /**
  * A bf16 ring chain of K >= BF16_SPLIT_FROM_K on a weight of fewer than FP8_SPLIT_BELOW_TILES_PER_SM tiles a SM splits
@@ -25,7 +26,7 @@ const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
  * qwen3-8b's o and down (its qkv, 384 tiles, would take two waves: cuda-backend.ts keeps it whole) +0.8%, 8 rows +1.5%
  * (docs/perf-log.md, session 23).
  */
-const BF16_SPLIT_FROM_K = Number(process.env.QUIRE_CHAIN_SPLIT_K ?? 1024);
+const BF16_SPLIT_FROM_K = readKnob('QUIRE_CHAIN_SPLIT_K');
 /**
  * Tiles of 16 weight rows per SM below which the ring falls behind cuBLASLt (in the sweep: 1.0 loses, 1.9 wins); such
  * weights take gemm_chain_whole, which reads a warp's 8 rows whole before the kernel before has finished.
@@ -42,7 +43,7 @@ const WHOLE_MAX_SHARED = 99 * 1024;
  * between warps (below) it wins at all 8: qwen3-0.6b 2, 4, 8 rows +7%, +5%, +5% against 1 (docs/perf-log.md,
  * session 23).
  */
-const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 8);
+const WHOLE_MAX_TOKENS = readKnob('QUIRE_CHAIN_WHOLE');
 /**
  * Most stages of 64 k one warp of gemm_chain_whole chains where K has more than WHOLE_UNSPLIT_STAGES: such a K splits
  * between 2 to 8 warps of the block, each summing a slice from zero, the slices added in order (not cuBLASLt's bits).
@@ -50,7 +51,7 @@ const WHOLE_MAX_TOKENS = Number(process.env.QUIRE_CHAIN_WHOLE ?? 8);
  * +6.4% against none (session 23, when 8 lost 1.5% to 16); with the norms inside the chains, 8 (4 and 6 slices)
  * against 16: 8 rows +4.1%, one row equal (docs/perf-log.md, session 25).
  */
-const WHOLE_SPLIT_STAGES = Number(process.env.QUIRE_CHAIN_WHOLE_SPLIT ?? 8);
+const WHOLE_SPLIT_STAGES = readKnob('QUIRE_CHAIN_WHOLE_SPLIT');
 /** Stages of K gemm_chain_whole never splits: the demo model's K (<= 1,024), so its transcripts stay batch-invariant. */
 const WHOLE_UNSPLIT_STAGES = 16;
 /** Most warps a gemm_chain_whole block splits k between (CHAIN_WHOLE_MAX_SPLIT in the kernel). */
@@ -70,7 +71,7 @@ export function wholeSplit(steps: number, most = WHOLE_SPLIT_STAGES): number {
  * K from which a chain reads 8 stages of weights before the kernel before has finished, not 4 (the _p8 builds: qwen3-8b
  * +2.7% at one token; qwen3-0.6b's chains are shorter and lose with 8). QUIRE_CHAIN_EARLY8_K moves it (A/B runs).
  */
-const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
+const EARLY8_FROM_K = readKnob('QUIRE_CHAIN_EARLY8_K');
 
 /**
  * How gate_up's chain kernel applies silu_mul: not at all ('none': gate_up's [T, N] out, then silu_mul's node), or as
@@ -81,13 +82,6 @@ const EARLY8_FROM_K = Number(process.env.QUIRE_CHAIN_EARLY8_K ?? 4096);
  * 6,092 -> 6,237 / 6,242 at 8 (docs/perf-log.md, session 20).
  */
 export type ChainSilu = 'none' | 'pairs';
-
-/** QUIRE_CHAIN_SILU's value (none / pairs; 0 as none), 'pairs' where unset. */
-export function parseChainSilu(value: string | undefined, name: string): ChainSilu {
-  if (value === undefined || value === '' || value === 'pairs') return 'pairs';
-  if (value === 'none' || value === '0') return 'none';
-  throw new Error(`${name}=${value}: expected none or pairs`);
-}
 
 export interface ChainGemmLaunch {
   kernel: `${'gemm_chain' | 'gemm_chain_silu_pair'}${'' | '_fp8'}${'' | '_p8'}${'' | '_s2'}`

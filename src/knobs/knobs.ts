@@ -1,0 +1,151 @@
+// Every QUIRE_* environment variable, declared once (as vLLM's envs.py): its type, default, check and one line of
+// doc. Code reads a knob through readKnob(); nothing else reads process.env for a QUIRE_* name (test/architecture
+// checks it). A value that does not parse is an error naming the variable and the value, never a silent default;
+// check-env.ts runs every check before the CLI's other modules load, so a bad value stops start-up with one line.
+// docs/knobs.md is generated from this table (`node dist/src/knobs/knobs.js > docs/knobs.md`; a test compares).
+
+import { pathToFileURL } from 'node:url';
+
+export type KnobCategory = 'server' | 'engine' | 'kernels (A/B)';
+
+export interface Knob<T> {
+  readonly category: KnobCategory;
+  readonly doc: string;
+  readonly defaultText: string;
+  readonly default: T;
+  /** The value of a set variable; throws a message (without the name) where it does not parse. */
+  parse(raw: string): T;
+}
+
+export class KnobError extends Error {}
+
+function bool(category: KnobCategory, fallback: boolean, doc: string): Knob<boolean> {
+  return { category, doc, default: fallback, defaultText: fallback ? '1' : '0', parse: (raw) => {
+    if (raw === '1' || raw === 'true') return true;
+    if (raw === '0' || raw === 'false') return false;
+    throw new Error('expected 0 or 1');
+  } };
+}
+
+/** A number at least `min` (Infinity where `infinite`, integers only where `integer`). */
+function num(category: KnobCategory, fallback: number, doc: string,
+  o: { min?: number; integer?: boolean; infinite?: boolean } = {}): Knob<number> {
+  const min = o.min ?? 0;
+  return { category, doc, default: fallback, defaultText: String(fallback), parse: (raw) => {
+    const v = raw.trim() === '' ? NaN : Number(raw);
+    const ok = (o.infinite && v === Infinity) || (Number.isFinite(v) && (!o.integer || Number.isInteger(v)));
+    if (!ok || v < min) {
+      throw new Error(`expected ${o.integer === false ? 'a number' : 'an integer'} >= ${min}${o.infinite ? ' or Infinity' : ''}`);
+    }
+    return v;
+  } };
+}
+
+function str(category: KnobCategory, doc: string, check?: (raw: string) => void): Knob<string | undefined> {
+  return { category, doc, default: undefined, defaultText: 'unset', parse: (raw) => {
+    check?.(raw);
+    return raw;
+  } };
+}
+
+function oneOf<const V extends string>(category: KnobCategory, values: readonly V[], fallback: V, doc: string,
+  aliases: Record<string, V> = {}): Knob<V> {
+  return { category, doc, default: fallback, defaultText: fallback, parse: (raw) => {
+    const v = (values as readonly string[]).includes(raw) ? raw as V : aliases[raw];
+    if (v === undefined) throw new Error(`expected ${values.join(' or ')}`);
+    return v;
+  } };
+}
+
+const K = 'kernels (A/B)' as const;
+
+export const KNOBS = {
+  QUIRE_API_KEY: str('server', 'The API key clients must send (as --api-key, which wins).'),
+  QUIRE_ALLOW_LONG_MAX_MODEL_LEN: bool('engine', false,
+    'Allows a --max-model-len past the model\'s context (max_position_embeddings as its RoPE scaling stretches it), as vLLM\'s VLLM_ALLOW_LONG_MAX_MODEL_LEN.'),
+  QUIRE_CACHE_DIR: str('engine', 'Where compiled kernels are cached (default ~/.cache/quire/kernels).'),
+  QUIRE_KERNEL_DEFINES: str(K, '`NAME=integer,...` prepended to every kernel source as #defines, to run compile-time variants side by side.',
+    (raw) => {
+      for (const d of raw.split(',').filter((x) => x.trim() !== '')) {
+        if (!/^\s*[A-Z_][A-Z0-9_]*=-?\d+\s*$/.test(d)) throw new Error(`"${d}" is not NAME=integer`);
+      }
+    }),
+  QUIRE_PDL: bool(K, true, 'Programmatic dependent launch on sm_90+ (0: every kernel waits for the one before it).'),
+  QUIRE_CHAIN_GEMM: bool(K, true, 'GEMMs of up to 8 tokens on the chain kernels (0: cuBLASLt).'),
+  QUIRE_CHAIN_NORM: bool(K, true, 'RMSNorms inside the chain GEMMs at hidden >= 1,024 (0: the norm kernel).'),
+  QUIRE_CHAIN_SILU: oneOf(K, ['pairs', 'none'], 'pairs', 'How the bf16 chain applies silu_mul to gate_up (none: a separate kernel).', { '0': 'none' }),
+  QUIRE_CHAIN_SILU_FP8: oneOf(K, ['pairs', 'none'], 'pairs', 'The same for block-FP8 weights.', { '0': 'none' }),
+  QUIRE_CHAIN_SPLIT_K: num(K, 1024, 'K from which bf16 chains split each tile\'s k between two warps (Infinity: never).', { infinite: true }),
+  QUIRE_FP8_SPLIT_K: num(K, 8192, 'K from which FP8 chains split k (Infinity: never).', { infinite: true }),
+  QUIRE_CHAIN_WHOLE: num(K, 8, 'The most tokens gemm_chain_whole takes on narrow weights.', { integer: true }),
+  QUIRE_CHAIN_WHOLE_SPLIT: num(K, 8, 'Stages a slice of gemm_chain_whole\'s k holds beyond 16 (0: unsplit).', { integer: true }),
+  QUIRE_CHAIN_EARLY8_K: num(K, 4096, 'K from which the split bf16 rings read 6 of 8 stages before the wait.', { integer: true }),
+  QUIRE_FUSED_ROPE: bool(K, true, 'A decode step\'s qk-norm + rope + KV write inside the decode attention kernel.'),
+  QUIRE_DECODE_SPLIT_TOKENS: num(K, 1024, 'KV positions a decode split covers.', { integer: true, min: 1 }),
+  QUIRE_DECODE_LONG_SPLIT_TOKENS: num(K, 256, 'KV positions a split covers for rows of long contexts in small steps.', { integer: true, min: 1 }),
+  QUIRE_DECODE_SHORT_SPLIT_TOKENS: num(K, 128, 'KV positions a split covers for short rows (0: none).', { integer: true }),
+  QUIRE_GRAPH_KV_CLASSES: bool(K, true, 'Decode graphs per KV-length class (short and long rows).'),
+  QUIRE_DECODE_ODD_ROWS: num(K, 192, 'Rows from which odd GQA groups (5, 6, 7) take their own decode builds.', { integer: true }),
+  QUIRE_DECODE_GROUPS: str(K, 'Comma-separated G values the decode kernel may use (default all built).', (raw) => {
+    if (!/^\d+(,\d+)*$/.test(raw)) throw new Error('expected a comma-separated list of integers');
+  }),
+  QUIRE_DECODE_WIDE_BLOCKS: num(K, 8, 'Blocks per SM beyond which G <= 2 decode grids take the _w builds.', { integer: true }),
+  QUIRE_DECODE_PREFETCH: bool(K, true, 'The _pre decode builds (K and V asked of L2 before the wait) for small grids.'),
+  QUIRE_DECODE_CLUSTER: bool(K, true, 'Clusters fold a _pre row\'s splits in shared memory.'),
+} as const satisfies Record<`QUIRE_${string}`, Knob<unknown>>;
+
+export type KnobName = keyof typeof KNOBS;
+type ValueOf<N extends KnobName> = (typeof KNOBS)[N]['default'] | ReturnType<(typeof KNOBS)[N]['parse']>;
+
+/**
+ * A knob's value: the variable's, parsed, or the default where it is unset or empty. Read where it is used, not
+ * cached (tests set a knob, then build a backend); hot paths read theirs once, at load.
+ */
+export function readKnob<N extends KnobName>(name: N, env: NodeJS.ProcessEnv = process.env): ValueOf<N> {
+  const knob: Knob<unknown> = KNOBS[name];
+  const raw = env[name];
+  let value: unknown = knob.default;
+  if (raw !== undefined && raw !== '') {
+    try {
+      value = knob.parse(raw);
+    } catch (e) {
+      throw new KnobError(`${name}=${raw}: ${(e as Error).message} (${knob.doc})`);
+    }
+  }
+  return value as ValueOf<N>;
+}
+
+/** Every problem with the QUIRE_* variables of `env`: a value that does not parse, a name no knob has. */
+export function checkKnobs(env: NodeJS.ProcessEnv = process.env): { errors: string[]; warnings: string[] } {
+  const errors: string[] = [];
+  const warnings: string[] = [];
+  for (const name of Object.keys(env).filter((n) => n.startsWith('QUIRE_')).sort()) {
+    if (!(name in KNOBS)) {
+      warnings.push(`${name} is set but is no Quire variable (docs/knobs.md lists them); it is ignored`);
+      continue;
+    }
+    try {
+      readKnob(name as KnobName, { [name]: env[name] });
+    } catch (e) {
+      errors.push((e as Error).message);
+    }
+  }
+  return { errors, warnings };
+}
+
+/** docs/knobs.md. */
+export function knobsMarkdown(): string {
+  const lines = ['# Environment variables', '',
+    'Generated from `src/knobs/knobs.ts` (the one place they are declared); a bad value stops start-up naming it.',
+    'Server and engine settings have flags too; the kernel switches exist for A/B runs (docs/perf-log.md).', ''];
+  for (const category of ['server', 'engine', 'kernels (A/B)'] as const) {
+    lines.push(`## ${category}`, '', '| variable | default | what it does |', '|---|---|---|');
+    for (const [name, k] of Object.entries(KNOBS) as [string, Knob<unknown>][]) {
+      if (k.category === category) lines.push(`| \`${name}\` | ${k.defaultText} | ${k.doc.replaceAll('|', '\\|')} |`);
+    }
+    lines.push('');
+  }
+  return lines.join('\n');
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) process.stdout.write(knobsMarkdown());
