@@ -39,6 +39,33 @@ export interface StepInputs {
   readonly batch: ForwardBatch;
 }
 
+/** CUDA graphs of decode steps, where a backend has them; the model runner decides which steps use them. */
+export interface DeviceGraphs {
+  /**
+   * Runs `record` (a forward over `batch` that calls beginStep and ends in one toHost or sampleTokens) through the
+   * graph cached under `key`: the first call for a key runs eagerly, then captures; later calls replay. Steps other
+   * than decode-only ones (or with graphs off) just run `record`.
+   */
+  run<R extends Float32Array | Int32Array>(key: number, batch: ForwardBatch, record: () => R): R;
+  /** Launches the graph under `key` without waiting; returns what waits for its result, or null where none is ready. */
+  launch(key: number, batch: ForwardBatch): (() => Float32Array | Int32Array) | null;
+  readonly numCaptures: number;
+  /** Wall time of the steps that captured a graph. */
+  readonly captureMs: number;
+}
+
+/** What the model runner's start-up profile run and the benchmarks' rooflines need of a device backend. */
+export interface DeviceProbes {
+  /** Sizes the step metadata for the largest step the engine will run, so it never grows under a captured graph. */
+  reserveStepCapacity(numTokens: number, numSeqs: number, maxBlocksPerSeq: number): void;
+  /** Waits for the device and merges the activation arenas a profile run spilled into. */
+  settleWorkspace(): void;
+  /** Device-to-device copy bandwidth, bytes read + written per second. */
+  copyBandwidth(): number;
+  /** bf16 GEMM FLOP/s on 8192^3. */
+  gemmPeak(): number;
+}
+
 export interface MemoryReport {
   /** Bytes the backend may give to the KV cache right now. */
   availableKvBytes: number;
@@ -148,6 +175,10 @@ export interface Backend {
   rowLogprobs(logits: Tensor, first: number, targets: Int32Array, numTop: number): Int32Array;
   /** Rows [first, first + count) of a [rows, n] tensor to the host as f32. */
   toHostRows(t: Tensor, first: number, count: number): Float32Array;
+  /** CUDA graphs of decode steps; absent: every step runs eagerly. */
+  readonly graphs?: DeviceGraphs;
+  /** Start-up sizing and roofline probes; absent on the CPU backend. */
+  readonly probes?: DeviceProbes;
   /** Frees everything. */
   dispose(): void;
 }

@@ -8,14 +8,13 @@ import { KVCacheManager } from '../kv/kv-cache-manager.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import { Model } from '../model/model.js';
-import { buildRowSampling, isDeviceSamplable } from '../sampling/device-sampling.js';
-import { Sampler, type SampleOutput } from '../sampling/sampler.js';
+import { isDeviceSamplable } from '../sampling/device-sampling.js';
+import { Sampler } from '../sampling/sampler.js';
 import type { SequenceSamplingState } from '../sampling/sequence-state.js';
 import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
-import { buildForwardBatch, numPromptLogitRows, type ScheduledSeq } from './batch-builder.js';
-import type { ForwardBatch } from '../backend/batch.js';
+import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
 import { readJsonFile } from '../loader/tokenizer.js';
@@ -28,8 +27,6 @@ import { poolEmbedding } from './pooling.js';
 import { readKnob } from '../knobs/knobs.js';
 
 type EngineReq = Request<SequenceSamplingState>;
-type GraphRunner = (key: number, batch: ForwardBatch, record: () => Float32Array | Int32Array) => Float32Array | Int32Array;
-type GraphLauncher = (key: number, batch: ForwardBatch) => (() => Float32Array | Int32Array) | null;
 
 /** A step launched by beginStep(), for completeStep(). */
 export interface PendingStep {
@@ -37,16 +34,6 @@ export interface PendingStep {
   outputs: EngineOutput[];
   /** sampledOnDevice: its tokens stay where the next step's input ids can name them (async scheduling). */
   work: { so: SchedulerOutput; rows: EngineReq[]; wait: () => StepOutput; sampledOnDevice: boolean } | null;
-}
-
-/** A step's sampled tokens and, for embedding requests whose prompt it finished, their final hidden states. */
-type StepOutput = SampleOutput & { pooled?: Map<string, Float32Array> };
-
-/** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
-export function graphBucket(numSeqs: number, maxNumSeqs: number): number | null {
-  if (numSeqs > maxNumSeqs) return null;
-  const bucket = numSeqs <= 8 ? 2 ** Math.ceil(Math.log2(Math.max(1, numSeqs))) : Math.ceil(numSeqs / 8) * 8;
-  return Math.min(bucket, Math.max(maxNumSeqs, numSeqs));
 }
 
 export interface EngineCoreParts {
@@ -79,6 +66,10 @@ export class EngineCore {
   /** The step advance() launched last and has not completed. */
   private inFlight: PendingStep | null = null;
   private readonly model: Model;
+  /** Runs each scheduled step on the device (flat batch, graphs, launch path). */
+  readonly runner: ModelRunner;
+  /** What the runner asks about a row's request. */
+  private readonly rowRequests: RowRequests;
   private readonly config: ModelConfig;
   private readonly eosTokenIds: readonly number[];
   private readonly sampler: Sampler;
@@ -96,6 +87,18 @@ export class EngineCore {
     this.config = parts.model.config;
     this.eosTokenIds = [...parts.eosTokenIds];
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
+    this.runner = new ModelRunner(parts.model, this.sampler, options, this.eosTokenIds);
+    const poolingOf = this.poolingOf;
+    this.rowRequests = {
+      promptOf: (id) => {
+        const req = this.scheduler.getRequest(id) as EngineReq;
+        return { promptTokenIds: req.promptTokenIds, promptLogprobs: req.sampling!.params.promptLogprobs };
+      },
+      isPooling: (id) => poolingOf.has(id),
+      get hasPooling() {
+        return poolingOf.size > 0;
+      },
+    };
     this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
     this.kv = new KVCacheManager({
       numBlocks: parts.numBlocks, blockSize: options.blockSize, enablePrefixCaching: options.enablePrefixCaching,
@@ -273,7 +276,7 @@ export class EngineCore {
       this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
       const states = rows.map((r) => r.sampling!);
       const te = performance.now();
-      const { wait, sampledOnDevice } = this.launch(so.scheduledRequests, states);
+      const { wait, sampledOnDevice } = this.runner.execute(so.scheduledRequests, states, this.rowRequests);
       this.executeMs += performance.now() - te;
       return { outputs, work: { so, rows, wait, sampledOnDevice } };
     } finally {
@@ -358,87 +361,6 @@ export class EngineCore {
     return outputs;
   }
 
-  /**
-   * Launches a step's forward; where it finishes an embedding request's prompt, that row's final hidden state
-   * comes to the host too (such steps are never graphed: the row is a prompt's).
-   */
-  private launch(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
-    states: readonly SequenceSamplingState[]): { wait: () => StepOutput; sampledOnDevice: boolean } {
-    if (this.poolingOf.size === 0) return this.launchForward(rows, states);
-    const sampledRows = rows.filter((r) => r.sample);
-    const pooledAt = sampledRows.flatMap((r, i) => (!r.isDecode && this.poolingOf.has(r.requestId) ? [i] : []));
-    const launched = this.launchForward(rows, states);
-    if (pooledAt.length === 0) return launched;
-    const hidden = this.model.hiddenRows(pooledAt);
-    const width = this.config.hiddenSize;
-    const pooled = new Map(pooledAt.map((at, i) => [sampledRows[at]!.requestId, hidden.subarray(i * width, (i + 1) * width)]));
-    // an embedding request ends with this step: none is planned past it before it completes (not sampled on device)
-    return { wait: () => ({ ...launched.wait(), pooled }), sampledOnDevice: false };
-  }
-
-  /**
-   * Launches one forward and returns what waits for its tokens. Rows the backend
-   * can sample (states all device-samplable) get only token ids back; otherwise
-   * the full logits come to the host and the Sampler picks (at once). Decode-only
-   * steps replay a CUDA graph captured per batch-size bucket and mode, without
-   * waiting for it when one is ready.
-   */
-  private launchForward(rows: readonly (ScheduledSeq & { isDecode: boolean; requestId: string })[],
-    states: readonly SequenceSamplingState[]): { wait: () => SampleOutput; sampledOnDevice: boolean } {
-    const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
-      rows.every((r) => numPromptLogitRows(r) === 0);
-    const backend = this.model.backend as Backend & { graph?: GraphRunner; graphLaunch?: GraphLauncher };
-    const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
-    const useGraph = backend.graph !== undefined && !this.options.enforceEager && bucket !== null;
-    const batch = useGraph ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
-      : buildForwardBatch(rows, this.options.blockSize);
-    if (!onDevice) {
-      const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states) : null;
-      if (scored) return { wait: () => scored, sampledOnDevice: false };
-      const logits = useGraph ? backend.graph!(-bucket!, batch, () => this.model.forward(batch)) as Float32Array
-        : this.model.forward(batch);
-      const result = this.sampler.sample(logits, states);
-      return { wait: () => result, sampledOnDevice: false };
-    }
-    batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
-    const waitTokens = useGraph ? backend.graphLaunch?.(bucket!, batch) : null;
-    if (waitTokens) return { wait: () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] }), sampledOnDevice: true };
-    if (!useGraph) {
-      const waitIds = this.model.forwardTokensAsync(batch);
-      return { wait: () => ({ tokenIds: waitIds(), logprobs: [] }), sampledOnDevice: true };
-    }
-    const tokenIds = backend.graph!(bucket!, batch, () => this.model.forwardTokens(batch)) as Int32Array;
-    return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
-  }
-
-  /**
-   * A step with prompt-logit rows (eager: prompt chunks are never graphed): the backend computes each position's
-   * logprob, rank and alternatives where the logits are (Model.forwardScored); only those and the sampled rows'
-   * logits reach the host.
-   */
-  private forwardScored(batch: ForwardBatch, rows: readonly (ScheduledSeq & { requestId: string })[],
-    states: readonly SequenceSamplingState[]): SampleOutput {
-    const wanted = rows.filter((r) => numPromptLogitRows(r) > 0).map((r) => ({ r, req: this.scheduler.getRequest(r.requestId) as EngineReq }));
-    const numTop = Math.max(...wanted.map(({ req }) => req.sampling!.params.promptLogprobs ?? 0));
-    const targets = Int32Array.from(wanted.flatMap(({ r, req }) => req.promptTokenIds.slice(r.promptLogitsFrom! + 1, r.promptLogitsTo! + 1)));
-    const out = this.model.forwardScored(batch, states.length, targets, numTop);
-    const result = this.sampler.sample(out.logits, states);
-    const ints = out.scored;
-    const floats = new Float32Array(ints.buffer, ints.byteOffset, ints.length);
-    const width = 2 + 2 * numTop;
-    let at = 0;
-    result.promptLogprobs = new Map(wanted.map(({ r, req }) => {
-      const k = req.sampling!.params.promptLogprobs ?? 0;
-      const lps: TokenLogprob[] = [];
-      for (let p = r.promptLogitsFrom!; p < r.promptLogitsTo!; p++, at += width) {
-        lps.push({ tokenId: req.promptTokenIds[p + 1]!, logprob: floats[at]!, rank: ints[at + 1]!,
-          top: Array.from({ length: k }, (_, j) => ({ tokenId: ints[at + 2 + 2 * j]!, logprob: floats[at + 3 + 2 * j]! })) });
-      }
-      return [req.requestId, lps];
-    }));
-    return result;
-  }
-
   private errorOutput(requestId: string, error: string): EngineOutput {
     return { requestId, newTokenIds: [], finished: true, finishReason: 'error', error };
   }
@@ -462,8 +384,8 @@ export class EngineCore {
       executeMs: this.executeMs,
       hostMs: this.stepMs - this.executeMs,
       minBytesRead: this.minBytesRead,
-      numGraphCaptures: (this.model.backend as { numGraphCaptures?: number }).numGraphCaptures ?? 0,
-      graphCaptureMs: (this.model.backend as { graphCaptureMs?: number }).graphCaptureMs ?? 0,
+      numGraphCaptures: this.runner.numGraphCaptures,
+      graphCaptureMs: this.runner.graphCaptureMs,
     };
   }
 
@@ -471,31 +393,14 @@ export class EngineCore {
     return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null;
   }
 
-  /**
-   * CUDA: captures the decode graph of every batch-size bucket (sampling on the device) over padding rows,
-   * largest first, as vLLM does at start-up, after profileActivations sized the step metadata and the activation
-   * arenas for the largest step: no step of a run pays for a capture, and no later step grows memory under a
-   * captured graph.
-   */
-  captureGraphs(): void {
-    const backend = this.model.backend as Backend & { graph?: GraphRunner };
-    if (!backend.graph || this.options.enforceEager) return;
-    for (const bucket of graphBuckets(this.options.maxNumSeqs).reverse()) {
-      const batch = buildForwardBatch([], this.options.blockSize, bucket, true);
-      backend.graph(bucket, batch, () => this.model.forwardTokens(batch));
-    }
-  }
-
   /** Device-to-device copy bandwidth in bytes/s (the roofline's denominator); null on the CPU backend. */
   copyBandwidth(): number | null {
-    const backend = this.model.backend as Backend & { copyBandwidth?: () => number };
-    return backend.copyBandwidth ? backend.copyBandwidth() : null;
+    return this.runner.copyBandwidth();
   }
 
   /** bf16 GEMM FLOP/s on 8192^3 (the prefill roofline's denominator); null on the CPU backend. */
   gemmPeak(): number | null {
-    const backend = this.model.backend as Backend & { gemmPeak?: () => number };
-    return backend.gemmPeak ? backend.gemmPeak() : null;
+    return this.runner.gemmPeak();
   }
 
   dispose(): void {
@@ -504,54 +409,6 @@ export class EngineCore {
     this.inFlight = null;
     this.model.backend.dispose();
   }
-}
-
-/**
- * The step that needs the most activation memory: the whole token budget in
- * maxNumSeqs sequences (one-token rows plus prompts of at most maxModelLen), each
- * sampled, written to the null page (block 0). Run once before graphs are captured.
- */
-export function largestStep(maxNumBatchedTokens: number, maxNumSeqs: number, maxModelLen: number,
-  blockSize: number): ScheduledSeq[] {
-  const seq = (n: number): ScheduledSeq => ({ tokenIds: new Array<number>(n).fill(0), startPosition: 0,
-    blockTable: new Array<number>(Math.ceil(n / blockSize)).fill(0), sample: true });
-  const numSeqs = Math.min(maxNumSeqs, maxNumBatchedTokens);
-  let numLong = 1;
-  while (numLong < numSeqs && maxNumBatchedTokens - (numSeqs - numLong) > numLong * maxModelLen) numLong++;
-  const out: ScheduledSeq[] = [];
-  let left = Math.min(maxNumBatchedTokens - (numSeqs - numLong), numLong * maxModelLen);
-  for (let i = 0; i < numLong; i++) {
-    const n = Math.min(maxModelLen, Math.ceil(left / (numLong - i)));
-    out.push(seq(n));
-    left -= n;
-  }
-  while (out.length < numSeqs) out.push(seq(1));
-  return out;
-}
-
-/**
- * CUDA, as vLLM's profile run: the largest step once, on a KV cache of one page (the null page its rows write),
- * before the KV cache is sized, so the cache gets what the activations leave (a 16,384-token step of an 8b model
- * takes several GiB). With graphs the step metadata is reserved for that step too, so it never grows later.
- */
-export function profileActivations(model: Model, options: ResolvedEngineOptions, maxModelLen: number): void {
-  const backend = model.backend as Backend & { settleWorkspace?: () => void;
-    reserveStepCapacity?: (numTokens: number, numSeqs: number, maxBlocksPerSeq: number) => void };
-  if (!backend.reserveStepCapacity || !backend.settleWorkspace) return;
-  const { maxNumBatchedTokens, maxNumSeqs, blockSize } = options;
-  backend.allocateKvCache(model.kvCacheSpec(1, blockSize));
-  if (!options.enforceEager) {
-    backend.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
-  }
-  model.forwardTokens(buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize));
-  backend.settleWorkspace();
-}
-
-/** Every decode graph bucket up to maxNumSeqs, ascending. */
-export function graphBuckets(maxNumSeqs: number): number[] {
-  const out = new Set<number>();
-  for (let n = 1; n <= maxNumSeqs; n++) out.add(graphBucket(n, maxNumSeqs)!);
-  return [...out];
 }
 
 /** Why the engine cannot serve contexts of maxModelLen tokens for this model and options, or null. */
@@ -587,7 +444,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     backend.dispose();
     throw new Error(refusal);
   }
-  profileActivations(model, options, maxModelLen);
+  profileRun(model, options, maxModelLen);
   const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
   const core = new EngineCore({
     model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
@@ -595,7 +452,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
       dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep() },
   }, options);
-  core.captureGraphs();
+  core.runner.captureGraphs();
   core.info.loadMs = Math.round(performance.now() - t0);
   return core;
 }

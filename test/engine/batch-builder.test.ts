@@ -38,18 +38,18 @@ test('sampled padding rows keep the logits shape fixed at the bucket size', () =
 });
 
 test('graph buckets: powers of two to 8, then steps of 8, none above maxNumSeqs', async () => {
-  const { graphBucket } = await import('../../src/engine/engine-core.js');
+  const { graphBucket } = await import('../../src/engine/runner/graph-buckets.js');
   assert.deepEqual([1, 2, 3, 5, 8, 9, 17, 24, 25].map((n) => graphBucket(n, 256)), [1, 2, 4, 8, 8, 16, 24, 24, 32]);
   assert.equal(graphBucket(300, 256), null);
   assert.equal(graphBucket(6, 6), 6);
-  const { graphBuckets } = await import('../../src/engine/engine-core.js');
+  const { graphBuckets } = await import('../../src/engine/runner/graph-buckets.js');
   assert.deepEqual(graphBuckets(40), [1, 2, 4, 8, 16, 24, 32, 40]);
   assert.deepEqual(graphBuckets(6), [1, 2, 4, 6]);
   assert.equal(graphBuckets(256).length, 35);
 });
 
 test('largestStep fills the token budget with maxNumSeqs sampled sequences no longer than maxModelLen', async () => {
-  const { largestStep } = await import('../../src/engine/engine-core.js');
+  const { largestStep } = await import('../../src/engine/runner/graph-buckets.js');
   for (const [budget, maxSeqs, maxLen] of [[8192, 256, 4096], [2048, 256, 40960], [8192, 4, 1000], [100, 256, 4096],
     [16384, 256, 512]] as const) {
     const seqs = largestStep(budget, maxSeqs, maxLen, 16);

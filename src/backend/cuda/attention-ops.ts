@@ -1,0 +1,170 @@
+// qk-norm + rope, KV writes and paged attention on the device. One-token rows (decode rows, also those of a mixed
+// step) go through the decode kernel, so a decode row's bits do not depend on whether prompt chunks share its step;
+// the prefill kernel takes the other rows' tiles. A decode-only step's qk-norm + rope + KV write runs inside the
+// decode attention kernel (fusedRope): qkNormRope then only leaves its parameters for attention().
+
+import { readKnob } from '../../knobs/knobs.js';
+import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
+import { decodeAsDependent, launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
+import { decodeGridZ, decodeGroup, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
+import { f32, i32, ptr, type KernelArg } from './device.js';
+import type { KvMemory } from './kv-memory.js';
+import { MAX_DECODE_ROWS_PER_TOKEN, metaPtr } from './step-buffers.js';
+import type { StepContext } from './step-context.js';
+import { asCuda, type CudaTensor } from './tensor.js';
+import type { CudaWeights } from './weights.js';
+
+/** Warps of a qk_norm_rope block, a head each (ROPE_WARPS in kernels/rope.cu). */
+const ROPE_WARPS = 4;
+
+export interface AttentionOptions {
+  batchInvariant: boolean;
+  /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel (QUIRE_FUSED_ROPE). */
+  fusedRope?: boolean;
+}
+
+export class CudaAttention {
+  /** The kernels' dtype suffix: the compute type, then _fp8 for an FP8 cache (qk_norm_rope_bf16_fp8, ...). */
+  private readonly kvKernels: string;
+  /** An FP8 cache's decode blocks serve at most 2 query heads and load 16 e4m3 a lane (the _fp8x16 builds). */
+  private readonly fp8DecodeX16: boolean;
+  private readonly batchInvariant: boolean;
+  private readonly fusedRope: boolean;
+  private readonly invFreqs = new Map<Float32Array, bigint>();
+  /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
+  private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
+  /** qkNormRope's launch left to the decode attention kernel of the same qkv buffer and layer (fusedRope). */
+  private ropeForAttention: { qkv: bigint; layer: number; rope: DecodeRope } | null = null;
+  /** The most splits of a decode row in the graph being captured (its kv-length class); set by the graphs. */
+  captureSplits = MAX_SPLITS;
+  /** Layers whose qk-norm + rope ran inside the decode attention kernel (fusedRope). */
+  numFusedRopes = 0;
+
+  constructor(private readonly s: StepContext, private readonly kv: KvMemory, private readonly weights: CudaWeights,
+    fp8Cache: boolean, o: AttentionOptions) {
+    this.kvKernels = fp8Cache ? 'bf16_fp8' : 'bf16';
+    this.fp8DecodeX16 = fp8Cache;
+    this.batchInvariant = o.batchInvariant;
+    this.fusedRope = o.fusedRope ?? readKnob('QUIRE_FUSED_ROPE');
+  }
+
+  /** A new step: nothing of the last one's qkv is pending. */
+  beginStep(): void {
+    this.kvWrittenFor = null;
+  }
+
+  private invFreqPtr(rope: RopeSpec): bigint {
+    let p = this.invFreqs.get(rope.invFreq);
+    if (p === undefined) {
+      if (this.s.capturing) throw new Error('rope table first seen during graph capture');
+      p = this.s.device.alloc(rope.invFreq.byteLength);
+      this.s.device.upload(p, rope.invFreq);
+      this.invFreqs.set(rope.invFreq, p);
+      this.weights.track(p);
+    }
+    return p;
+  }
+
+  /**
+   * The step's rope angles (kernels/rope.cu rope_table): computed by the step's first qkNormRope, read by
+   * every layer's.
+   */
+  private ropeTable(invFreq: bigint, numTokens: number, half: number, positions: KernelArg): bigint {
+    const cur = this.s.current!;
+    if (cur.ropeTable?.invFreq === invFreq) return cur.ropeTable.ptr;
+    const table = this.s.workspace.allocForStep(numTokens * 2 * half * 4);
+    this.s.device.launch('rope.cu', 'rope_table', [Math.ceil((numTokens * half) / 256), 1, 1], 256,
+      [ptr(invFreq), positions, ptr(table), i32(numTokens), i32(half)], 0, true);
+    cur.ropeTable = { invFreq, ptr: table };
+    return table;
+  }
+
+  qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
+    numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
+    const { batch, packed, meta, layout } = this.s.of(step);
+    const q = asCuda(qkv);
+    const D = rope.headDim;
+    if (D % 64 !== 0 || D > 256) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64 up to 256`);
+    const applyNorm = qNorm !== null && kNorm !== null;
+    const invFreq = this.invFreqPtr(rope);
+    const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kv.layer(kvLayer);
+    const T = batch.numTokens;
+    const grid: [number, number, number] = [T, Math.ceil((numHeads + numKvHeads) / ROPE_WARPS), 1];
+    const positions = ptr(metaPtr(meta, layout.positions));
+    // A decode-only step's rows all go to the decode kernel (attention()): it ropes them itself.
+    const fuse = this.fusedRope && kvLayer !== undefined && packed.decodeOnly && packed.numDecodeRows === T;
+    this.s.timed('rope', () => {
+      const table = this.ropeTable(invFreq, T, D / 2, positions);
+      if (fuse) {
+        this.ropeForAttention = { qkv: q.ptr, layer: kvLayer, rope: { table, eps,
+          qNorm: applyNorm ? asCuda(qNorm).ptr : 0n, kNorm: applyNorm ? asCuda(kNorm).ptr : 0n } };
+        this.numFusedRopes++;
+        return;
+      }
+      this.s.device.launch('rope.cu', `qk_norm_rope_${this.kvKernels}`, grid, ROPE_WARPS * 32, [ptr(q.ptr),
+        ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
+        positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, layout.slotMapping)), i32(numHeads),
+        i32(numKvHeads), i32(D), f32(eps), ptr(table)], 0, true);
+    });
+    this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
+  }
+
+  /**
+   * Grid z of the decode kernel for `numRows` (token, head) rows. Every row's splits follow its own kv length
+   * (decode-splits.ts), so this changes how blocks share the work, never a result.
+   */
+  decodeSplits(numRows: number, maxRowSplits: number): number {
+    return decodeGridZ(numRows, this.s.device.numSMs, maxRowSplits);
+  }
+
+  attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
+    step: StepInputs): CudaTensor {
+    const { batch, packed, meta, layout } = this.s.of(step);
+    const q = asCuda(qkv);
+    const { k, v, spec } = this.kv.layer(layer);
+    const D = q.shape[1]! / (numHeads + 2 * numKvHeads);
+    if (D !== spec.headDim) throw new Error(`attention: head dim ${D}, cache has ${spec.headDim}`);
+    const T = batch.numTokens;
+    const L = layout;
+    const out = this.s.act([T, numHeads * D]);
+    const kvWritten = this.kvWrittenFor?.qkv === q.ptr && this.kvWrittenFor.layer === layer;
+    this.kvWrittenFor = null;
+    const fused = this.ropeForAttention;
+    this.ropeForAttention = null;
+    if (fused && (fused.qkv !== q.ptr || fused.layer !== layer)) {
+      throw new Error(`attention: layer ${layer} follows the fused rope of layer ${fused.layer} (another qkv)`);
+    }
+    this.s.timed('attention', () => {
+      if (!kvWritten) {
+        this.s.device.launch('kv_write.cu', `kv_write_${this.kvKernels}`, [T, 1, 1], 256, [ptr(q.ptr), ptr(k), ptr(v),
+          ptr(metaPtr(meta, L.slotMapping)), i32(numHeads), i32(numKvHeads), i32(D)]);
+      }
+      // The batch-invariant mode runs every row through the decode kernel: a row's result then follows its own kv
+      // length alone, whatever chunk or step it came in.
+      const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
+        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16 };
+      const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
+      if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
+      if (decodeRows > 0) {
+        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.s.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8);
+        if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
+        // Blocks publish split states only when the grid may give a row several blocks; the test is a function
+        // of the row count alone, so eager and captured steps of one size allocate alike.
+        const numRows = decodeRows * (numHeads / G);
+        const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
+        // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
+        const maxRowSplits = this.s.capturing ? this.captureSplits : this.s.current!.decodeMaxSplits ??=
+          maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
+        // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
+        const partials = !this.batchInvariant ? this.s.steps.partials(meta, numHeads, D, this.s.capturing)
+          : !mayShare ? { out: 0n, ml: 0n }
+          : { out: this.s.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr,
+            ml: this.s.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };
+        launchDecodeAttention(this.s.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
+          partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters,
+          dependent: decodeAsDependent(this.batchInvariant, packed.decodeOnly) }, fused?.rope);
+      }
+    });
+    return out;
+  }
+}

@@ -1,0 +1,139 @@
+// Weights on the device: uploads (converted to bf16), row-concatenations streamed from the checkpoint without a
+// host copy of the whole, block-FP8 weights kept as stored, and --quantization fp8's on-device quantization.
+
+import { bytesToF32, BYTES_PER_ELEMENT, f32ToBf16 } from '../../loader/dtype.js';
+import type { HostTensor, WeightSource } from '../../loader/types.js';
+import type { Fp8BlockPart } from '../backend.js';
+import { FP8_BLOCK } from '../fp8-linear.js';
+import { Device, i32, ptr } from './device.js';
+import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
+import { CudaTensor } from './tensor.js';
+import { WeightUploader } from './weight-upload.js';
+
+export class CudaWeights {
+  private readonly pointers: bigint[] = [];
+  /** Bytes of everything uploaded. */
+  numBytes = 0;
+  private uploader: WeightUploader | null = null;
+
+  constructor(private readonly device: Device, private readonly o: { batchInvariant: boolean; uploadChunkBytes?: number }) {}
+
+  /** Keeps `p` (allocated for a weight or a table) until dispose, counting `bytes`. */
+  track(p: bigint, bytes = 0): void {
+    this.pointers.push(p);
+    this.numBytes += bytes;
+  }
+
+  /** The pinned chunks of streamed uploads are freed once loading ends (the first step, or the KV cache's allocation). */
+  dropUploader(): void {
+    this.uploader?.dispose();
+    this.uploader = null;
+  }
+
+  private streamer(): WeightUploader {
+    this.uploader ??= new WeightUploader(this.device, this.o.uploadChunkBytes);
+    return this.uploader;
+  }
+
+  upload(t: HostTensor): CudaTensor {
+    const numElements = t.shape.reduce((a, b) => a * b, 1);
+    if (t.data.byteLength !== numElements * BYTES_PER_ELEMENT[t.dtype]) {
+      throw new Error(`upload ${t.name}: ${t.data.byteLength} bytes for ${t.dtype}[${t.shape.join(', ')}]`);
+    }
+    const bits: ArrayBufferView = t.dtype === 'bf16' ? t.data : f32ToBf16(bytesToF32(t.dtype, t.data));
+    const p = this.device.alloc(bits.byteLength);
+    this.device.upload(p, bits);
+    this.track(p, bits.byteLength);
+    return new CudaTensor([...t.shape], p);
+  }
+
+  uploadConcat(name: string, source: WeightSource, names: readonly string[]): CudaTensor {
+    const infos = names.map((n) => source.info(n));
+    if (infos.some((i) => i.dtype !== 'bf16' || i.shape.length !== infos[0]!.shape.length)) {
+      throw new Error(`uploadConcat ${name}: parts must be bf16 of one rank`);
+    }
+    const numRows = infos.reduce((n, i) => n + i.shape[0]!, 0);
+    const shape = [numRows, ...infos[0]!.shape.slice(1)];
+    const numBytes = shape.reduce((a, b) => a * b, 1) * 2;
+    const p = this.device.alloc(numBytes);
+    this.track(p);
+    if (this.streamer().upload(p, source, names) !== numBytes) throw new Error(`uploadConcat ${name}: size mismatch`);
+    this.numBytes += numBytes;
+    return new CudaTensor(shape, p);
+  }
+
+  /**
+   * A block-FP8 weight kept as it is stored: its e4m3 rows (parts concatenated) and their block scales, for
+   * cuBLASLt's block-scaled FP8 GEMM (sm_90; matmul quantizes the activations to match).
+   */
+  uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): CudaTensor {
+    this.checkFp8(name);
+    const { N, K, scales: scaleRows } = fp8DeviceScales(name, parts);
+    const p = this.device.alloc(N * K);
+    const scales = this.device.alloc(scaleRows.byteLength);
+    this.track(p);
+    this.track(scales);
+    let row = 0;
+    for (const { weight } of parts) {
+      this.device.upload(p + BigInt(row * K), weight.data);
+      row += weight.shape[0]!;
+    }
+    this.device.upload(scales, scaleRows);
+    this.numBytes += N * K + scaleRows.byteLength;
+    return new CudaTensor([N, K], p, 'f8_e4m3', scales);
+  }
+
+  private checkFp8(name: string): void {
+    if (this.device.arch < 90) {
+      throw new Error(`${name}: block-FP8 weights need compute capability 9.0 (Hopper) for cuBLASLt's block-scaled FP8 GEMM; ${this.device.name} is ${this.device.arch / 10}`);
+    }
+    if (this.o.batchInvariant) throw new Error(`${name}: --batch-invariant does not run block-FP8 weights (its GEMM is bf16)`);
+  }
+
+  /**
+   * --quantization fp8: the parts' rows (bf16, or another float dtype rounded to bf16 first) uploaded to a scratch
+   * buffer and quantized there by kernels/quant_fp8.cu's quantize_weight_blocks_bf16 (quantizeWeightBlocks' bytes).
+   */
+  quantizeFp8Block(name: string, source: WeightSource, names: readonly string[]): CudaTensor {
+    this.checkFp8(name);
+    const infos = names.map((n) => source.info(n));
+    const K = infos[0]?.shape[1] ?? 0;
+    if (infos.some((i) => i.shape.length !== 2 || i.shape[1] !== K || i.shape[0]! % FP8_BLOCK !== 0) || K % FP8_BLOCK !== 0) {
+      throw new Error(`quantizeFp8Block ${name}: parts [${infos.map((i) => i.shape.join(' x ')).join(', ')}] are not ` +
+        'of one width, with rows and columns multiples of 128');
+    }
+    const N = infos.reduce((n, i) => n + i.shape[0]!, 0);
+    const scratch = this.device.alloc(N * K * 2);
+    try {
+      if (infos.every((i) => i.dtype === 'bf16') && source.readInto) {
+        if (this.streamer().upload(scratch, source, names) !== N * K * 2) throw new Error(`quantizeFp8Block ${name}: size mismatch`);
+      } else {
+        let row = 0;
+        for (const n of names) {
+          const t = source.read(n);
+          this.device.upload(scratch + BigInt(row * K * 2), t.dtype === 'bf16' ? t.data : f32ToBf16(bytesToF32(t.dtype, t.data)));
+          row += t.shape[0]!;
+        }
+      }
+      const rowFloats = fp8ScaleRowFloats(K);
+      const p = this.device.alloc(N * K);
+      const scales = this.device.alloc(N / FP8_BLOCK * rowFloats * 4);
+      this.track(p);
+      this.track(scales);
+      this.device.fillBytesAsync(scales, 0, N / FP8_BLOCK * rowFloats * 4);
+      this.device.launch('quant_fp8.cu', 'quantize_weight_blocks_bf16', [K / FP8_BLOCK, N / FP8_BLOCK, 1], 256,
+        [ptr(scratch), ptr(p), ptr(scales), i32(K), i32(rowFloats)]);
+      this.numBytes += N * K + N / FP8_BLOCK * rowFloats * 4;
+      return new CudaTensor([N, K], p, 'f8_e4m3', scales);
+    } finally {
+      this.device.synchronize();  // the scratch is read by the kernel (and by the uploader's copies)
+      this.device.free(scratch);
+    }
+  }
+
+  dispose(): void {
+    this.dropUploader();
+    for (const p of this.pointers) this.device.free(p);
+    this.pointers.length = 0;
+  }
+}

@@ -1,0 +1,180 @@
+// The model runner: the one owner of "run this scheduled batch on the device" (vLLM's GPUModelRunner). It builds
+// the flat batch, picks the launch path (a captured decode graph, an eager forward sampled on the device, logits
+// to the host Sampler, or prompt logprobs computed where the logits are), captures the graphs at start-up and runs
+// the start-up profile step. The engine core hands it scheduled rows and gets back what waits for their tokens.
+
+import type { Backend } from '../../backend/backend.js';
+import type { ForwardBatch } from '../../backend/batch.js';
+import type { Model } from '../../model/model.js';
+import { buildRowSampling, isDeviceSamplable } from '../../sampling/device-sampling.js';
+import type { Sampler, SampleOutput } from '../../sampling/sampler.js';
+import type { SequenceSamplingState } from '../../sampling/sequence-state.js';
+import type { TokenLogprob } from '../../sampling/types.js';
+import { buildForwardBatch, numPromptLogitRows, type ScheduledSeq } from '../batch-builder.js';
+import { graphBucket, graphBuckets, largestStep } from './graph-buckets.js';
+
+/** A scheduled row as the runner needs it. */
+export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string };
+
+/** A step's sampled tokens and, for embedding requests whose prompt it finished, their final hidden states. */
+export type StepOutput = SampleOutput & { pooled?: Map<string, Float32Array> };
+
+/** A launched step: what waits for its output, and whether its tokens stayed on the device (async scheduling). */
+export interface LaunchedStep {
+  wait: () => StepOutput;
+  sampledOnDevice: boolean;
+}
+
+/** What the runner asks of the engine about a row's request. */
+export interface RowRequests {
+  /** The request's prompt and its prompt_logprobs (null: none), for rows that score prompt positions. */
+  promptOf(requestId: string): { promptTokenIds: readonly number[]; promptLogprobs: number | null };
+  /** Whether the request is an embedding request (its last prompt row's hidden state is pooled). */
+  isPooling(requestId: string): boolean;
+  /** Whether any request is an embedding request (the cheap test before the rows are looked at). */
+  readonly hasPooling: boolean;
+}
+
+export interface RunnerOptions {
+  maxNumSeqs: number;
+  blockSize: number;
+  enforceEager: boolean;
+}
+
+export class ModelRunner {
+  private readonly backend: Backend;
+
+  constructor(readonly model: Model, private readonly sampler: Sampler, private readonly options: RunnerOptions,
+    private readonly eosTokenIds: readonly number[]) {
+    this.backend = model.backend;
+  }
+
+  /**
+   * Launches a step's forward; where it finishes an embedding request's prompt, that row's final hidden state
+   * comes to the host too (such steps are never graphed: the row is a prompt's).
+   */
+  execute(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[], requests: RowRequests): LaunchedStep {
+    if (!requests.hasPooling) return this.launchForward(rows, states, requests);
+    const sampledRows = rows.filter((r) => r.sample);
+    const pooledAt = sampledRows.flatMap((r, i) => (!r.isDecode && requests.isPooling(r.requestId) ? [i] : []));
+    const launched = this.launchForward(rows, states, requests);
+    if (pooledAt.length === 0) return launched;
+    const hidden = this.model.hiddenRows(pooledAt);
+    const width = this.model.config.hiddenSize;
+    const pooled = new Map(pooledAt.map((at, i) => [sampledRows[at]!.requestId, hidden.subarray(i * width, (i + 1) * width)]));
+    // an embedding request ends with this step: none is planned past it before it completes (not sampled on device)
+    return { wait: () => ({ ...launched.wait(), pooled }), sampledOnDevice: false };
+  }
+
+  /**
+   * Launches one forward and returns what waits for its tokens. Rows the backend
+   * can sample (states all device-samplable) get only token ids back; otherwise
+   * the full logits come to the host and the Sampler picks (at once). Decode-only
+   * steps replay a CUDA graph captured per batch-size bucket and mode, without
+   * waiting for it when one is ready.
+   */
+  private launchForward(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[],
+    requests: RowRequests): LaunchedStep {
+    const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
+      rows.every((r) => numPromptLogitRows(r) === 0);
+    const graphs = this.options.enforceEager ? undefined : this.backend.graphs;
+    const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
+    const batch = graphs && bucket !== null ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
+      : buildForwardBatch(rows, this.options.blockSize);
+    const graphed = bucket !== null ? graphs : undefined;
+    if (!onDevice) {
+      const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests) : null;
+      if (scored) return { wait: () => scored, sampledOnDevice: false };
+      const logits = graphed ? graphed.run(-bucket!, batch, () => this.model.forward(batch)) : this.model.forward(batch);
+      const result = this.sampler.sample(logits, states);
+      return { wait: () => result, sampledOnDevice: false };
+    }
+    batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
+    const waitTokens = graphed?.launch(bucket!, batch);
+    if (waitTokens) return { wait: () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] }), sampledOnDevice: true };
+    if (!graphed) {
+      const waitIds = this.model.forwardTokensAsync(batch);
+      return { wait: () => ({ tokenIds: waitIds(), logprobs: [] }), sampledOnDevice: true };
+    }
+    const tokenIds = graphed.run(bucket!, batch, () => this.model.forwardTokens(batch));
+    return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
+  }
+
+  /**
+   * A step with prompt-logit rows (eager: prompt chunks are never graphed): the backend computes each position's
+   * logprob, rank and alternatives where the logits are (Model.forwardScored); only those and the sampled rows'
+   * logits reach the host.
+   */
+  private forwardScored(batch: ForwardBatch, rows: readonly RunnerRow[], states: readonly SequenceSamplingState[],
+    requests: RowRequests): SampleOutput {
+    const wanted = rows.filter((r) => numPromptLogitRows(r) > 0).map((r) => ({ r, req: requests.promptOf(r.requestId) }));
+    const numTop = Math.max(...wanted.map(({ req }) => req.promptLogprobs ?? 0));
+    const targets = Int32Array.from(wanted.flatMap(({ r, req }) => req.promptTokenIds.slice(r.promptLogitsFrom! + 1, r.promptLogitsTo! + 1)));
+    const out = this.model.forwardScored(batch, states.length, targets, numTop);
+    const result = this.sampler.sample(out.logits, states);
+    const ints = out.scored;
+    const floats = new Float32Array(ints.buffer, ints.byteOffset, ints.length);
+    const width = 2 + 2 * numTop;
+    let at = 0;
+    result.promptLogprobs = new Map(wanted.map(({ r, req }) => {
+      const k = req.promptLogprobs ?? 0;
+      const lps: TokenLogprob[] = [];
+      for (let p = r.promptLogitsFrom!; p < r.promptLogitsTo!; p++, at += width) {
+        lps.push({ tokenId: req.promptTokenIds[p + 1]!, logprob: floats[at]!, rank: ints[at + 1]!,
+          top: Array.from({ length: k }, (_, j) => ({ tokenId: ints[at + 2 + 2 * j]!, logprob: floats[at + 3 + 2 * j]! })) });
+      }
+      return [r.requestId, lps];
+    }));
+    return result;
+  }
+
+  /**
+   * Captures the decode graph of every batch-size bucket (sampling on the device) over padding rows, largest
+   * first, as vLLM does at start-up, after profileRun sized the step metadata and the activation arenas for the
+   * largest step: no step of a run pays for a capture, and no later step grows memory under a captured graph.
+   */
+  captureGraphs(): void {
+    const graphs = this.backend.graphs;
+    if (!graphs || this.options.enforceEager) return;
+    for (const bucket of graphBuckets(this.options.maxNumSeqs).reverse()) {
+      const batch = buildForwardBatch([], this.options.blockSize, bucket, true);
+      graphs.run(bucket, batch, () => this.model.forwardTokens(batch));
+    }
+  }
+
+  get numGraphCaptures(): number {
+    return this.backend.graphs?.numCaptures ?? 0;
+  }
+
+  get graphCaptureMs(): number {
+    return this.backend.graphs?.captureMs ?? 0;
+  }
+
+  /** Device-to-device copy bandwidth in bytes/s (the roofline's denominator); null on the CPU backend. */
+  copyBandwidth(): number | null {
+    return this.backend.probes?.copyBandwidth() ?? null;
+  }
+
+  /** bf16 GEMM FLOP/s on 8192^3 (the prefill roofline's denominator); null on the CPU backend. */
+  gemmPeak(): number | null {
+    return this.backend.probes?.gemmPeak() ?? null;
+  }
+}
+
+/**
+ * CUDA, as vLLM's profile run: the largest step once, on a KV cache of one page (the null page its rows write),
+ * before the KV cache is sized, so the cache gets what the activations leave (a 16,384-token step of an 8b model
+ * takes several GiB). With graphs the step metadata is reserved for that step too, so it never grows later.
+ */
+export function profileRun(model: Model, options: RunnerOptions & { maxNumBatchedTokens: number },
+  maxModelLen: number): void {
+  const probes = model.backend.probes;
+  if (!probes) return;
+  const { maxNumSeqs, blockSize, maxNumBatchedTokens } = options;
+  model.backend.allocateKvCache(model.kvCacheSpec(1, blockSize));
+  if (!options.enforceEager) {
+    probes.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
+  }
+  model.forwardTokens(buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize));
+  probes.settleWorkspace();
+}
