@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { ModelLoadError, describeError } from './errors.js';
 import type { Architecture, FloatDType, Fp8BlockQuantization, ModelConfig, RopeScaling } from './types.js';
 
-const ARCHITECTURES: Record<string, Architecture> = {
+/** config.json architectures -> the family whose fields parseModelConfig reads (src/model/registry.ts builds each). */
+export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   Qwen3ForCausalLM: 'qwen3',
   Qwen2ForCausalLM: 'qwen2',
   LlamaForCausalLM: 'llama',

@@ -1,49 +1,65 @@
-// The decoder-only transformer (Qwen3, Qwen2, Llama, Mistral, Phi-3) as a composition of Backend ops:
+// A decoder-only causal LM as a composition of its architecture's layers (registry.ts) over Backend ops:
 //
-//   embed -> per layer: [add]RMSNorm -> qkv [+ bias] -> qkNorm+RoPE -> paged attention -> o [+ bias]
-//                       -> addRMSNorm -> gate_up -> silu*up -> down
-//         -> addRMSNorm(final) -> logit rows -> lm_head
+//   embed -> per layer: norm -> mixer -> [+ residual, norm] -> feed-forward -> [+ residual, next layer's norm]
+//         -> final norm -> logit rows -> lm_head
 //
-// The residual stream lives in the embedding output; addRmsNorm adds into it in place.
+// The residual stream lives in the embedding output; the norms add into it in place. Each layer hands the next its
+// normed input (the projection and the norm fused where the backend can: layers/decoder-layer.ts).
 
-import type { Backend, RopeSpec, StepInputs, Tensor } from '../backend/backend.js';
+import type { Backend, StepInputs, Tensor } from '../backend/backend.js';
+import type { ForwardBatch, KvCacheSpec } from '../backend/batch.js';
 import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
-import type { ForwardBatch, KvCacheSpec } from '../backend/batch.js';
 import { fp8BlockBytes } from '../backend/fp8-linear.js';
-import { ropeAttentionFactor, ropeInvFreq } from './rope.js';
-import { loadWeights, type LoadOptions, type ModelWeights } from './weights.js';
+import type { DecoderLayer } from './layers/decoder-layer.js';
+import type { LayerStateSpec } from './layers/types.js';
+import { architectureBuilder } from './registry.js';
+import type { LoadOptions } from './weights.js';
+
+/** What an architecture builds: its layers and the tensors around them. */
+export interface ModelParts {
+  embedTokens: Tensor;
+  layers: DecoderLayer[];
+  finalNorm: Tensor;
+  /** The embedding table itself when word embeddings are tied. */
+  lmHead: Tensor;
+}
 
 export class Model {
-  private readonly rope: RopeSpec;
-  private readonly scale: number;
   /** The last forward's final hidden states at its logits rows (valid until the next forward begins). */
   private lastRows: Tensor | null = null;
+  /** The one KV cache shape every attention layer shares. */
+  private readonly attentionState: Extract<LayerStateSpec, { kind: 'full_attention' }>;
 
-  private constructor(
-    readonly config: ModelConfig,
-    readonly weights: ModelWeights,
-    readonly backend: Backend,
-  ) {
-    this.rope = { headDim: config.headDim, invFreq: ropeInvFreq(config) };
-    // YaRN scales the rotated q and k by its attention factor: the scores by its square, folded in here
-    this.scale = ropeAttentionFactor(config) ** 2 / Math.sqrt(config.headDim);
+  private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend) {
+    const specs = parts.layers.map((l) => l.mixer.stateSpec()).filter((s) => s !== null);
+    const first = specs[0];
+    if (!first || specs.some((s) => s.numKvHeads !== first.numKvHeads || s.headDim !== first.headDim)) {
+      throw new Error('Model: the backends keep one KV cache shape; these layers declare none or several');
+    }
+    this.attentionState = first;
   }
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
-    return new Model(config, loadWeights(config, weights, backend, opts), backend);
+    return new Model(config, architectureBuilder(config)(config, weights, backend, opts), backend);
+  }
+
+  /** The state each layer keeps per sequence (kv/ groups layers of equal specs). */
+  layerStateSpecs(): (LayerStateSpec | null)[] {
+    return this.parts.layers.map((l) => l.mixer.stateSpec());
   }
 
   /** The KV cache layout this model needs for `numBlocks` pages of `blockSize` tokens. */
   kvCacheSpec(numBlocks: number, blockSize: number): KvCacheSpec {
-    const c = this.config;
-    return { numBlocks, blockSize, numLayers: c.numLayers, numKvHeads: c.numKvHeads, headDim: c.headDim };
+    const { numKvHeads, headDim } = this.attentionState;
+    const numLayers = this.layerStateSpecs().filter((s) => s !== null).length;
+    return { numBlocks, blockSize, numLayers, numKvHeads, headDim };
   }
 
-  /** Bytes of KV cache one token takes (K and V, every layer, in the backend's dtype). */
+  /** Bytes of KV cache one token takes (K and V, every attention layer, in the backend's dtype). */
   kvBytesPerToken(): number {
-    const c = this.config;
-    return 2 * c.numLayers * c.numKvHeads * c.headDim * this.backend.kvBytesPerElement;
+    const { numLayers, numKvHeads, headDim } = this.kvCacheSpec(0, 1);
+    return 2 * numLayers * numKvHeads * headDim * this.backend.kvBytesPerElement;
   }
 
   /**
@@ -51,15 +67,11 @@ export class Model {
    * block-FP8 projections at a byte an element and their scales.
    */
   weightBytesPerStep(): number {
-    const w = this.weights;
     const bytesPerElement = BYTES_PER_ELEMENT[this.backend.computeDType];
     const bytes = (t: Tensor | null) => !t ? 0 : t.quantized === 'fp8_block' ? fp8BlockBytes(t.shape[0]!, t.shape[1]!)
       : t.shape.reduce((a, b) => a * b, 1) * bytesPerElement;
-    let total = bytes(w.finalNorm) + bytes(w.lmHead);
-    for (const l of w.layers) {
-      total += bytes(l.inputNorm) + bytes(l.qkv) + bytes(l.qNorm) + bytes(l.kNorm) + bytes(l.o) +
-        bytes(l.postAttentionNorm) + bytes(l.gateUp) + bytes(l.down);
-    }
+    let total = bytes(this.parts.finalNorm) + bytes(this.parts.lmHead);
+    for (const l of this.parts.layers) for (const t of l.weightsRead()) total += bytes(t);
     return total;
   }
 
@@ -112,34 +124,25 @@ export class Model {
 
   private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
     const b = this.backend;
-    const c = this.config;
-    const w = this.weights;
-    const eps = c.rmsNormEps;
+    const { layers, embedTokens, finalNorm, lmHead } = this.parts;
+    const eps = this.config.rmsNormEps;
     const step = b.beginStep(batch);
-    let residual = b.embedding(w.embedTokens, step);
-    let mlpOut: Tensor | null = null;
-    // a GEMM and the norm after it, as one op where the backend has it (matmulAddRmsNorm)
-    const matmulNorm = (x: Tensor, weight: Tensor, label: string, bias: Tensor | null, norm: Tensor): Tensor =>
-      b.matmulAddRmsNorm ? b.matmulAddRmsNorm(x, weight, label, bias, residual, norm, eps)
-        : b.addRmsNorm(b.matmul(x, weight, label, bias), residual, norm, eps);
-    let next: Tensor | null = null;  // the next layer's input, where the last down normed it
-    for (let l = 0; l < c.numLayers; l++) {
-      const lw = w.layers[l]!;
+    const ctx = { backend: b, step, eps };
+    const residual = b.embedding(embedTokens, step);
+    let x: Tensor | null = null;  // the next layer's normed input, where the layer before normed it
+    let ffnOut: Tensor | null = null;
+    for (let l = 0; l < layers.length; l++) {
+      const layer = layers[l]!;
       b.beginLayer(l);
-      const x = next ?? (mlpOut ? b.addRmsNorm(mlpOut, residual, lw.inputNorm, eps) : b.rmsNorm(residual, lw.inputNorm, eps));
-      const qkv = b.matmul(x, lw.qkv, 'qkv', lw.qkvBias);
-      b.qkNormRope(qkv, lw.qNorm, lw.kNorm, eps, c.numHeads, c.numKvHeads, this.rope, step, l);
-      const attn = b.attention(qkv, l, c.numHeads, c.numKvHeads, this.scale, step);
-      const h = matmulNorm(attn, lw.o, 'o', lw.oBias, lw.postAttentionNorm);
-      const act = b.matmulSiluMul(h, lw.gateUp);
-      const following = w.layers[l + 1];
-      if (following) next = matmulNorm(act, lw.down, 'down', null, following.inputNorm);
-      else mlpOut = b.matmul(act, lw.down, 'down');
+      const input = x ?? b.rmsNorm(residual, layer.inputNorm, eps);
+      const out = layer.forward(input, residual, layers[l + 1]?.inputNorm ?? null, ctx);
+      x = out.next;
+      ffnOut = out.ffnOut;
     }
     b.endLayers();
-    const final = mlpOut ? b.addRmsNorm(mlpOut, residual, w.finalNorm, eps) : b.rmsNorm(residual, w.finalNorm, eps);
+    const final = ffnOut ? b.addRmsNorm(ffnOut, residual, finalNorm, eps) : b.rmsNorm(residual, finalNorm, eps);
     const rows = b.gatherLogitRows(final, step);
     this.lastRows = rows;
-    return { logits: b.matmul(rows, w.lmHead, 'lm_head'), step };
+    return { logits: b.matmul(rows, lmHead, 'lm_head'), step };
   }
 }

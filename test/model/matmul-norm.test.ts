@@ -34,8 +34,8 @@ test('o and down reach matmulAddRmsNorm with the norms after them; the logits ar
   const steps = chunked('a', 20, 16);
   const expected = runSteps(load(plain), prompts, steps, 1).get('a')!;
   assert.deepEqual(runSteps(fused, prompts, steps, 1).get('a')!, expected);
-  const layers = fused.weights.layers;
-  const perStep = [...layers.flatMap((lw, l) => [{ label: 'o', norm: lw.postAttentionNorm },
+  const layers = fused.parts.layers;
+  const perStep = [...layers.flatMap((lw, l) => [{ label: 'o', norm: lw.postMixerNorm },
     ...(l + 1 < layers.length ? [{ label: 'down', norm: layers[l + 1]!.inputNorm }] : [])])];
   assert.equal(recording.calls.length, perStep.length * steps.length);
   recording.calls.forEach((call, i) => {

@@ -1,0 +1,33 @@
+// The dense decoder families: Qwen3, Qwen2 (and Qwen2.5, the R1 Qwen distills), Llama 3.x, Mistral and Phi-3. Each
+// layer is attention (q, k, v fused, optional qkv/o biases and Qwen3's qk-norm) and a SwiGLU MLP; they differ only
+// in config fields that loader/config.ts reads (ModelConfig) and in Phi-3's fused checkpoint names (weights.ts).
+
+import type { Backend } from '../../backend/backend.js';
+import type { ModelConfig, WeightSource } from '../../loader/types.js';
+import { Attention, type AttentionShape } from '../layers/attention.js';
+import { DecoderLayer } from '../layers/decoder-layer.js';
+import { DenseMlp } from '../layers/mlp.js';
+import { ropeAttentionFactor, ropeInvFreq } from '../rope.js';
+import { loadWeights, type LoadOptions } from '../weights.js';
+import type { ModelParts } from '../model.js';
+
+/** Attention's shape for `config`: rotary over the whole head, YaRN's attention factor folded into the scale. */
+export function attentionShape(config: ModelConfig): AttentionShape {
+  return {
+    numHeads: config.numHeads, numKvHeads: config.numKvHeads, headDim: config.headDim,
+    // YaRN scales the rotated q and k by its attention factor: the scores by its square, folded in here
+    scale: ropeAttentionFactor(config) ** 2 / Math.sqrt(config.headDim),
+    rope: { headDim: config.headDim, invFreq: ropeInvFreq(config) },
+  };
+}
+
+export function buildDenseDecoder(config: ModelConfig, source: WeightSource, backend: Backend, opts: LoadOptions): ModelParts {
+  const w = loadWeights(config, source, backend, opts);
+  const shape = attentionShape(config);
+  const layers = w.layers.map((lw, l) => new DecoderLayer(lw.inputNorm,
+    new Attention(shape, { qkv: { weight: lw.qkv, bias: lw.qkvBias }, qNorm: lw.qNorm, kNorm: lw.kNorm,
+      o: { weight: lw.o, bias: lw.oBias } }, l),
+    lw.postAttentionNorm,
+    new DenseMlp(lw.gateUp, { weight: lw.down, bias: null })));
+  return { embedTokens: w.embedTokens, layers, finalNorm: w.finalNorm, lmHead: w.lmHead };
+}

@@ -1,0 +1,35 @@
+// A pre-norm decoder layer: h = x + mixer(norm(x)); out = h + ffn(norm(h)). The residual stream is one tensor the
+// norms add into in place. A sublayer's last projection runs fused with the norm after it where the backend has
+// that op (matmulAddRmsNorm): the mixer's with this layer's post-mixer norm, the feed-forward's with the next
+// layer's input norm. The last layer's feed-forward output is left to the model's final norm.
+
+import type { Tensor } from '../../backend/backend.js';
+import type { FeedForward, LayerContext, Mixer, SublayerOut } from './types.js';
+
+/** What a layer hands on: the next layer's normed input, or (last layer) its feed-forward output. */
+export type LayerOut = { next: Tensor; ffnOut: null } | { next: null; ffnOut: Tensor };
+
+export class DecoderLayer {
+  constructor(readonly inputNorm: Tensor, readonly mixer: Mixer, readonly postMixerNorm: Tensor, readonly ffn: FeedForward) {}
+
+  /** `x`: this layer's normed input; `nextNorm`: the next layer's input norm (null for the last layer). */
+  forward(x: Tensor, residual: Tensor, nextNorm: Tensor | null, ctx: LayerContext): LayerOut {
+    const h = addThenNorm(this.mixer.forward(x, ctx), residual, this.postMixerNorm, ctx);
+    const f = this.ffn.forward(h, ctx);
+    if (nextNorm) return { next: addThenNorm(f, residual, nextNorm, ctx), ffnOut: null };
+    return { next: null, ffnOut: 'output' in f ? f.output : ctx.backend.matmul(f.input, f.proj.weight, f.label, f.proj.bias) };
+  }
+
+  weightsRead(): (Tensor | null)[] {
+    return [this.inputNorm, ...this.mixer.weightsRead(), this.postMixerNorm, ...this.ffn.weightsRead()];
+  }
+}
+
+/** residual += the sublayer's output; returns rmsnorm(residual) * norm, the projection fused where the backend can. */
+function addThenNorm(out: SublayerOut, residual: Tensor, norm: Tensor, ctx: LayerContext): Tensor {
+  const b = ctx.backend;
+  if ('output' in out) return b.addRmsNorm(out.output, residual, norm, ctx.eps);
+  const { input, proj, label } = out;
+  return b.matmulAddRmsNorm ? b.matmulAddRmsNorm(input, proj.weight, label, proj.bias, residual, norm, ctx.eps)
+    : b.addRmsNorm(b.matmul(input, proj.weight, label, proj.bias), residual, norm, ctx.eps);
+}
