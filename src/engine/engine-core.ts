@@ -1,7 +1,7 @@
-// The engine step: schedule -> execute (one forward over the flat batch) ->
-// sample -> update (append tokens, stop checks, free finished) -> outputs.
-// The step loop (advance) overlaps them: with async scheduling, step n+1 is
-// scheduled and launched before step n's tokens reach the host.
+// The engine step, as vLLM v1's EngineCore.step: schedule (scheduler/) -> execute (runner/model-runner.ts: one
+// forward over the flat batch, tokens sampled) -> update (append tokens, stop checks, free finished) -> outputs.
+// beginStep() is the first two, completeStep() waits and updates. The step loop (advance) overlaps them: with
+// async scheduling, step n+1 is scheduled and launched before step n's tokens reach the host.
 
 import type { Backend } from '../backend/backend.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
@@ -264,19 +264,9 @@ export class EngineCore {
     try {
       const so = this.scheduler.schedule();
       if (so.scheduledRequests.length === 0) return { outputs, work: null };
-      this.numSteps++;
-      this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
-      const rows: EngineReq[] = [];
-      let numKvTokensRead = 0;
-      for (const r of so.scheduledRequests) {
-        numKvTokensRead += r.seqLen;
-        if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
-        if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
-      }
-      this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
-      const states = rows.map((r) => r.sampling!);
+      const rows = this.countStep(so);
       const te = performance.now();
-      const { wait, sampledOnDevice } = this.runner.execute(so.scheduledRequests, states, this.rowRequests);
+      const { wait, sampledOnDevice } = this.runner.execute(so.scheduledRequests, rows.map((r) => r.sampling!), this.rowRequests);
       this.executeMs += performance.now() - te;
       return { outputs, work: { so, rows, wait, sampledOnDevice } };
     } finally {
@@ -284,6 +274,22 @@ export class EngineCore {
     }
   }
 
+  /** A scheduled step's counts (for stats and the roofline); returns the requests of its sampled rows, in order. */
+  private countStep(so: SchedulerOutput): EngineReq[] {
+    this.numSteps++;
+    this.numRunningPeak = Math.max(this.numRunningPeak, this.scheduler.running.length);
+    const rows: EngineReq[] = [];
+    let numKvTokensRead = 0;
+    for (const r of so.scheduledRequests) {
+      numKvTokensRead += r.seqLen;
+      if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
+      if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
+    }
+    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
+    return rows;
+  }
+
+  /** Waits for a launched step, then updates the requests from its output (vLLM's update_from_output). */
   completeStep(step: PendingStep): EngineOutput[] {
     const { outputs, work } = step;
     if (!work) return outputs;
