@@ -33,6 +33,10 @@ export const CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F = 4;
 export const CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F = 5;
 export const CUBLASLT_EPILOGUE_BIAS = 4;
 export const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;
+/** Which split-K reduction schemes the heuristic may return (uint32 mask; 0: none, every sum over K in one chain). */
+export const CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3;
+export const CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;
+export const CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
 export const HEURISTIC_RESULT_BYTES = 96;
 export const ALGO_BYTES = 64;
@@ -54,6 +58,8 @@ export interface CublasLtApi {
   cublasLtMatmul(handle: Handle, desc: Handle, alpha: Float32Array, a: bigint, aLayout: Handle, b: bigint,
     bLayout: Handle, beta: Float32Array, c: bigint, cLayout: Handle, d: bigint, dLayout: Handle,
     algo: Uint8Array, workspace: bigint, workspaceBytes: number, stream: Handle): number;
+  cublasLtMatmulAlgoConfigGetAttribute(algo: Uint8Array, attr: number, buf: Uint32Array, size: number,
+    written: Out<number>): number;
 }
 
 const PROTOTYPES = [
@@ -73,6 +79,8 @@ const PROTOTYPES = [
   'int cublasLtMatmul(void *handle, void *desc, const void *alpha, uint64_t a, void *aLayout, ' +
     'uint64_t b, void *bLayout, const void *beta, uint64_t c, void *cLayout, uint64_t d, void *dLayout, ' +
     'const void *algo, uint64_t workspace, size_t workspaceBytes, void *stream)',
+  'int cublasLtMatmulAlgoConfigGetAttribute(const uint8_t *algo, int attr, _Out_ uint32_t *buf, size_t size, ' +
+    '_Out_ size_t *written)',
 ];
 
 let cublasLt: CublasLtApi | null = null;
@@ -113,6 +121,11 @@ interface GemmPlan {
 /**
  * bf16 GEMMs y = x w^T (+ a bias per output column of w, added in fp32 before the rounding: the BIAS epilogue) on one
  * stream, with layouts and heuristic algo cached per (T, N, K, bias or not).
+ *
+ * With `singleChainK` (the default) the heuristic may return no split-K algorithm: each output is then one chain of
+ * MMAs over K in order, whatever tile or stage count the heuristic picks on a given GPU, so the bits are the same on
+ * every Hopper part (an H200's heuristic split K 12,288 where an H100's did not) and equal the chain kernels' (the
+ * decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu).
  */
 export class Gemm {
   private readonly api = cublasLtApi();
@@ -134,7 +147,7 @@ export class Gemm {
    * and 128 k, VEC128_32F: the block scales repeated on each of their rows).
    */
   constructor(private readonly workspace: bigint, private readonly workspaceBytes: number,
-    readonly fp8WeightScales: 'block' | 'row' = 'block') {
+    readonly fp8WeightScales: 'block' | 'row' = 'block', singleChainK = true) {
     this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
     this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       'cublasLtMatmulDescCreate');
@@ -149,6 +162,23 @@ export class Gemm {
     const ws = new BigUint64Array([BigInt(workspaceBytes)]);
     checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
       ws, 8), 'cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)');
+    if (singleChainK) {
+      checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+        new Uint32Array([0]), 4), 'cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)');
+    }
+  }
+
+  /** The split-K count and reduction scheme of the algorithm cached for a bf16 GEMM (probes and tests). */
+  splitOf(T: number, N: number, K: number): { splitK: number; reductionScheme: number } {
+    const { algo } = this.plan(T, N, K, this.desc);
+    const read = (attr: number): number => {
+      const buf = new Uint32Array(1);
+      const written: Out<number> = [0];
+      checkCublas(this.api.cublasLtMatmulAlgoConfigGetAttribute(algo, attr, buf, 4, written),
+        `cublasLtMatmulAlgoConfigGetAttribute(${attr})`);
+      return buf[0]!;
+    };
+    return { splitK: read(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), reductionScheme: read(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) };
   }
 
   private setDesc(desc: Handle, attr: number, value: number): void {
