@@ -125,7 +125,8 @@ interface GemmPlan {
  * With `singleChainK` (the default) the heuristic may return no split-K algorithm: each output is then one chain of
  * MMAs over K in order, whatever tile or stage count the heuristic picks on a given GPU, so the bits are the same on
  * every Hopper part (an H200's heuristic split K 12,288 where an H100's did not) and equal the chain kernels' (the
- * decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu).
+ * decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). A shape no such algorithm serves takes the heuristic's
+ * first (cublas-split.test.ts checks the decode and prefill shapes of the models benchmarked).
  */
 export class Gemm {
   private readonly api = cublasLtApi();
@@ -137,7 +138,10 @@ export class Gemm {
   /** Block-FP8 weights (A: a scale per 128 x 128 block) times FP8 activations (B: a scale per token and 128 k). */
   private fp8DescHandle: Handle | null = null;
   private readonly scalePointer = new BigUint64Array(1);
+  /** The heuristic's preferences: any algorithm within the workspace. */
   private readonly pref: Handle;
+  /** The same, no split-K (bf16 GEMMs with singleChainK); null without it. */
+  private readonly singleChainPref: Handle | null = null;
   private readonly plans = new Map<string, GemmPlan>();
   private readonly alpha = new Float32Array([1]);
   private readonly beta = new Float32Array([0]);
@@ -158,13 +162,18 @@ export class Gemm {
       this.setDesc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
     }
     this.setDesc(this.biasDesc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    this.pref = created((o) => this.api.cublasLtMatmulPreferenceCreate(o), 'cublasLtMatmulPreferenceCreate');
-    const ws = new BigUint64Array([BigInt(workspaceBytes)]);
-    checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-      ws, 8), 'cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)');
+    const preference = (): Handle => {
+      const pref = created((o) => this.api.cublasLtMatmulPreferenceCreate(o), 'cublasLtMatmulPreferenceCreate');
+      checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        new BigUint64Array([BigInt(workspaceBytes)]), 8), 'cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)');
+      return pref;
+    };
+    this.pref = preference();
     if (singleChainK) {
-      checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-        new Uint32Array([0]), 4), 'cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)');
+      this.singleChainPref = preference();
+      checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.singleChainPref,
+        CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, new Uint32Array([0]), 4),
+      'cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)');
     }
   }
 
@@ -202,8 +211,13 @@ export class Gemm {
     const d = this.layout(N, T, N);
     const results = new Uint8Array(HEURISTIC_RESULT_BYTES);
     const numReturned: Out<number> = [0];
-    checkCublas(this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, this.pref, 1,
-      results, numReturned), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
+    const ask = (pref: Handle): number => this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, pref, 1,
+      results, numReturned);
+    // block-FP8 GEMMs are gated by KL, not bits: any algorithm (the FP8 kernels of some shapes all split K)
+    const single = kind !== 'fp8' ? this.singleChainPref : null;
+    if (single === null || ask(single) !== 0 || numReturned[0] < 1) {
+      checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
+    }
     if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
     const plan = { a, b, d, algo: results.slice(0, ALGO_BYTES) };
     this.plans.set(key, plan);
@@ -268,6 +282,7 @@ export class Gemm {
     }
     this.plans.clear();
     this.api.cublasLtMatmulPreferenceDestroy(this.pref);
+    if (this.singleChainPref !== null) this.api.cublasLtMatmulPreferenceDestroy(this.singleChainPref);
     this.api.cublasLtMatmulDescDestroy(this.desc);
     this.api.cublasLtMatmulDescDestroy(this.biasDesc);
     if (this.fp8DescHandle !== null) this.api.cublasLtMatmulDescDestroy(this.fp8DescHandle);
