@@ -122,6 +122,7 @@ export class KVCacheManager {
       if (ids.length > 0 && m.blockTable(id).length > 0) {
         throw new Error(`request ${id}: a prefix hit can only start a request with no pages`);
       }
+      if (ids.length > 0 && m.kind === 'recurrent') throw new Error(`request ${id}: group ${g} caches nothing`);
       return ids.map((b) => this.pool.block(b));
     });
     const numTokensAfter = req.numComputedTokens + computed.numCachedTokens + numNewTokens;
@@ -154,22 +155,21 @@ export class KVCacheManager {
 
   /**
    * Releases every page of the request in every group. Eviction order: pages no cache can hit first (recurrent
-   * states), then the cacheable groups' pages last page first, position by position across groups, so that
+   * states), then the attention groups' pages last page first, position by position across groups, so that
    * shared prefix pages are evicted last and the groups' cached prefixes shrink together (a hit needs them
    * all). Pages past its computed tokens lose their hash.
    */
   free(req: KVRequest): void {
-    const uncacheable: KVBlock[] = [];
-    const cacheable: KVBlock[][] = [];
+    const order: KVBlock[] = [];
+    const attention: KVBlock[][] = [];
     for (const m of this.managers) {
       const blocks = m.popBlocksForFree(req);
-      if (m.cacheable) cacheable.push(blocks);
-      else uncacheable.push(...blocks);
+      if (m.kind === 'recurrent') order.push(...blocks);
+      else attention.push(blocks);
     }
-    const order = uncacheable;
-    const maxLen = Math.max(0, ...cacheable.map((b) => b.length));
+    const maxLen = Math.max(0, ...attention.map((b) => b.length));
     for (let i = maxLen - 1; i >= 0; i--) {
-      for (const blocks of cacheable) if (i < blocks.length) order.push(blocks[i]!);
+      for (const blocks of attention) if (i < blocks.length) order.push(blocks[i]!);
     }
     this.pool.freeBlocks(order);
   }

@@ -9,9 +9,8 @@ import type { BlockHasher, KVRequest } from './block-hash.js';
 import type { KVCacheSpec } from './kv-cache-spec.js';
 
 export interface SingleTypeKVCacheManager {
+  readonly kind: KVCacheSpec['kind'];
   readonly groupId: number;
-  /** Its full pages are registered in the prefix cache and can be hit. */
-  readonly cacheable: boolean;
   /** Leading blocks of the request found in this group's prefix cache, at most maxBlocks. */
   findLongestCacheHit(req: KVRequest, maxBlocks: number): KVBlock[];
   /** Pages to take from the free queue so the request holds `numTokens` tokens (after `numHitBlocks` hit pages). */
@@ -30,7 +29,9 @@ export interface SingleTypeKVCacheManager {
 
 /** Full attention: one page per blockSize tokens, full pages shared through the prefix cache. */
 export class FullAttentionManager implements SingleTypeKVCacheManager {
-  readonly cacheable: boolean;
+  readonly kind = 'full_attention';
+  /** Its full pages are registered in the prefix cache and can be hit. */
+  private readonly cacheable: boolean;
   private readonly blocksOf = new Map<string, KVBlock[]>();
   private readonly blockIdsOf = new Map<string, number[]>();
   /** Leading blocks of each request already registered in the prefix cache. */
@@ -124,7 +125,7 @@ export class FullAttentionManager implements SingleTypeKVCacheManager {
  * shared, never cached). A preempted request loses it and recomputes it from its first token.
  */
 export class RecurrentStateManager implements SingleTypeKVCacheManager {
-  readonly cacheable = false;
+  readonly kind = 'recurrent';
   private readonly blockOf = new Map<string, KVBlock>();
   private readonly blockIdsOf = new Map<string, readonly number[]>();
 
