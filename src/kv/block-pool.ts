@@ -5,8 +5,11 @@
 //
 // Invariants:
 // - a block is in the free queue iff its refCount is 0 (block 0 is never in it);
-// - a block with a hash is in `cachedBlocks` under that hash, and its KV is
-//   final (a full block, never written again while the hash is held);
+// - a block with a hash is in `cachedBlocks[cacheGroupId]` under that hash, and
+//   its KV is final (a full block, never written again while the hash is held);
+// - the prefix cache is keyed by (KV cache group, hash), as vLLM's
+//   BlockHashWithGroupId: groups share one pool and one chain of token hashes,
+//   but a page holds the KV of one group's layers only;
 // - taking a cached block from the free queue for new use drops its hash.
 // Block 0 is reserved as the null block: never handed out, so padding rows and
 // the unused entries of a block table (0) point at a page nobody writes.
@@ -24,6 +27,8 @@ export class KVBlock {
   extraKey = '';
   /** Token ids of the full cached block, kept to verify a hash hit. */
   tokenIds: readonly number[] | null = null;
+  /** The KV cache group whose prefix cache holds the block; set while cached. */
+  cacheGroupId = 0;
   prevFree: KVBlock | null = null;
   nextFree: KVBlock | null = null;
 
@@ -85,7 +90,8 @@ export interface CachedBlockKey {
 export class BlockPool {
   private readonly blocks: KVBlock[];
   private readonly freeQueue = new FreeBlockQueue();
-  private readonly cachedBlocks = new Map<BlockHash, KVBlock>();
+  /** One hash -> block map per KV cache group, made on first use. */
+  private readonly cachedBlocks: Map<BlockHash, KVBlock>[] = [new Map()];
   numEvictions = 0;
 
   constructor(readonly numBlocks: number) {
@@ -129,8 +135,8 @@ export class BlockPool {
     return out;
   }
 
-  getCachedBlock(blockHash: BlockHash): KVBlock | null {
-    return this.cachedBlocks.get(blockHash) ?? null;
+  getCachedBlock(blockHash: BlockHash, groupId = 0): KVBlock | null {
+    return this.cachedBlocks[groupId]?.get(blockHash) ?? null;
   }
 
   /** Takes a reference on each block; a free (cached) block leaves the free queue. */
@@ -150,27 +156,31 @@ export class BlockPool {
     }
   }
 
-  /** Registers a full block under its hash; false when another block already holds that hash. */
-  cacheBlock(block: KVBlock, key: CachedBlockKey): boolean {
-    if (block.blockHash !== null) return block.blockHash === key.blockHash;
-    if (this.cachedBlocks.has(key.blockHash)) return false;
+  /** Registers a full block under its hash in a group's cache; false when another block already holds that hash there. */
+  cacheBlock(block: KVBlock, key: CachedBlockKey, groupId = 0): boolean {
+    if (block.blockHash !== null) return block.blockHash === key.blockHash && block.cacheGroupId === groupId;
+    const cached = this.cacheOf(groupId);
+    if (cached.has(key.blockHash)) return false;
     block.blockHash = key.blockHash;
     block.parentHash = key.parentHash;
     block.extraKey = key.extraKey;
     block.tokenIds = key.tokenIds;
-    this.cachedBlocks.set(key.blockHash, block);
+    block.cacheGroupId = groupId;
+    cached.set(key.blockHash, block);
     return true;
   }
 
   /** Drops the block's hash (its KV will not be what the hash says). */
   uncacheBlock(block: KVBlock): void {
     if (block.blockHash === null) return;
-    this.cachedBlocks.delete(block.blockHash);
+    this.cachedBlocks[block.cacheGroupId]!.delete(block.blockHash);
     this.clearHash(block);
   }
 
   get numCachedBlocks(): number {
-    return this.cachedBlocks.size;
+    let n = 0;
+    for (const m of this.cachedBlocks) n += m.size;
+    return n;
   }
 
   /** Block ids of the free queue, head (next evicted) first. */
@@ -181,16 +191,24 @@ export class BlockPool {
   /** Drops every hash; refused (false) while any block is in use. */
   resetPrefixCache(): boolean {
     if (this.numFreeBlocks !== this.numUsableBlocks) return false;
-    for (const b of this.cachedBlocks.values()) this.clearHash(b);
-    this.cachedBlocks.clear();
+    for (const m of this.cachedBlocks) {
+      for (const b of m.values()) this.clearHash(b);
+      m.clear();
+    }
     return true;
   }
 
   private evict(block: KVBlock): void {
     if (block.blockHash === null) return;
-    this.cachedBlocks.delete(block.blockHash);
+    this.cachedBlocks[block.cacheGroupId]!.delete(block.blockHash);
     this.clearHash(block);
     this.numEvictions++;
+  }
+
+  private cacheOf(groupId: number): Map<BlockHash, KVBlock> {
+    if (!Number.isInteger(groupId) || groupId < 0) throw new Error(`bad KV cache group ${groupId}`);
+    while (this.cachedBlocks.length <= groupId) this.cachedBlocks.push(new Map());
+    return this.cachedBlocks[groupId]!;
   }
 
   private clearHash(block: KVBlock): void {
@@ -198,5 +216,6 @@ export class BlockPool {
     block.parentHash = null;
     block.extraKey = '';
     block.tokenIds = null;
+    block.cacheGroupId = 0;
   }
 }

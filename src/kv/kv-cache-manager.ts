@@ -1,12 +1,14 @@
-// Pages per request on top of the BlockPool, and the prefix cache: full blocks
-// are registered under a SHA-256 hash chained over the parent block's hash,
-// the extra keys (cache salt in the first block, LoRA id by hook) and the
-// block's token ids.
+// Pages per request over all KV cache groups of a model, and the prefix cache
+// (vLLM's KVCacheManager and KVCacheCoordinator in one): one single-type
+// manager per group, all drawing from ONE BlockPool, so page ids are global.
+// A dense model is one full-attention group.
 //
-//   tokens:  [t0 .. t15][t16 .. t31][t32 .. t37 ·········]   blockSize 16
-//   hashes:   h0 = H(root, salt, t0..15)
-//                        h1 = H(h0, t16..31)
-//                                   (partial: never hashed)
+//   request r, groups A (full attention) and B (recurrent state):
+//     A: [p3][p7][p9]      one page per blockSize tokens
+//     B: [p4]              one page, whatever the length
+//
+// Check, then act, across groups: allocateSlots counts what every group needs
+// before any group takes a page, so a short pool changes nothing anywhere.
 //
 // A full block is registered when its slots are allocated, before the step
 // that computes it (as vLLM): a request admitted later in the same step may hit
@@ -15,88 +17,41 @@
 // freed before its blocks were computed (preempted in the step that allocated
 // them) unregisters them, so no hit ever reads a page that was never written.
 
-import * as crypto from 'node:crypto';
-import { BlockPool, type BlockHash, type KVBlock } from './block-pool.js';
+import { BlockPool, type KVBlock } from './block-pool.js';
+import { BlockHasher, type ExtraHashKeys, type KVRequest } from './block-hash.js';
+import type { KVCacheGroup } from './kv-cache-spec.js';
+import { FullAttentionManager, managerForSpec, type SingleTypeKVCacheManager }
+  from './single-type-kv-cache-manager.js';
 
-/** What the manager reads of a request. */
-export interface KVRequest {
-  readonly requestId: string;
-  /** Prompt tokens, then generated tokens. */
-  readonly allTokenIds: readonly number[];
-  readonly cacheSalt: string | null;
-  /** Tokens whose KV is in the cache. */
-  numComputedTokens: number;
-  /** Hashes of the request's full blocks, filled lazily by the manager. */
-  blockHashes: BlockHash[];
-  /** Scheduled tokens not sampled yet, at the tail of allTokenIds (never hashed). */
-  readonly numPlaceholders?: number;
-}
+export { hashBlockTokens, type KVRequest } from './block-hash.js';
+export { bytesPerKvBlock, numBlocksForBytes } from './kv-cache-spec.js';
 
 export interface KVCacheManagerOptions {
   numBlocks: number;
   blockSize: number;
   enablePrefixCaching: boolean;
   /** Extra key hashed into block `blockIndex` (e.g. a LoRA adapter id); null for none. */
-  extraHashKeys?: (request: KVRequest, blockIndex: number) => string | null;
+  extraHashKeys?: ExtraHashKeys;
+  /** The model's KV cache groups (groupLayerSpecs); absent: one full-attention group, a dense model. */
+  groups?: readonly KVCacheGroup[];
 }
 
 /** A prefix-cache hit: leading full blocks whose KV can be reused. */
 export interface ComputedBlocks {
+  /** Group 0's hit pages (all of them for a one-group cache). */
   blockIds: readonly number[];
   numCachedTokens: number;
+  /** Every group's hit pages, in group order; absent when the cache has one group. */
+  groupBlockIds?: readonly (readonly number[])[];
 }
 
 export const NO_COMPUTED_BLOCKS: ComputedBlocks = Object.freeze({ blockIds: [], numCachedTokens: 0 });
-
-/** Node >= 20.12 hashes a buffer in one call, without a Hash object (several times faster on block-sized input). */
-const oneShotHash = (crypto as { hash?: (algorithm: string, data: Uint8Array, encoding: 'hex') => string }).hash;
-
-/** Bytes a block's hash input is written into (grown on demand; hashing is synchronous, so one serves all). */
-let scratch = Buffer.allocUnsafe(256);
-let scratchView = new DataView(scratch.buffer, scratch.byteOffset, scratch.byteLength);
-
-/**
- * sha256 over `parent ?? 'root'`, NUL, the extra key, NUL (UTF-8), then tokenIds[start, start + count) as
- * little-endian int32 (hex).
- */
-export function hashBlockTokens(parentHash: BlockHash | null, tokenIds: readonly number[], extraKey: string,
-  start = 0, count = tokenIds.length - start): BlockHash {
-  const parent = parentHash ?? 'root';
-  const bound = 3 * (parent.length + extraKey.length) + 2 + 4 * count;  // UTF-8 takes at most 3 bytes a UTF-16 unit
-  if (scratch.length < bound) {
-    scratch = Buffer.allocUnsafe(2 * bound);
-    scratchView = new DataView(scratch.buffer, scratch.byteOffset, scratch.byteLength);
-  }
-  let at = scratch.write(parent, 0, 'utf8');
-  scratch[at++] = 0;
-  if (extraKey.length > 0) at += scratch.write(extraKey, at, 'utf8');
-  scratch[at++] = 0;
-  for (let i = 0; i < count; i++, at += 4) scratchView.setInt32(at, tokenIds[start + i]!, true);
-  const data = scratch.subarray(0, at);
-  const hex = oneShotHash ? oneShotHash('sha256', data, 'hex') : crypto.createHash('sha256').update(data).digest('hex');
-  return hex as BlockHash;
-}
-
-export function numBlocksForBytes(bytes: number, bytesPerBlock: number): number {
-  if (!(bytesPerBlock > 0)) throw new Error(`bytesPerBlock must be > 0, got ${bytesPerBlock}`);
-  return Math.max(0, Math.floor(bytes / bytesPerBlock));
-}
-
-/** K and V of one page over all layers. */
-export function bytesPerKvBlock(blockSize: number, numLayers: number, numKvHeads: number,
-  headDim: number, bytesPerElement: number): number {
-  return 2 * blockSize * numLayers * numKvHeads * headDim * bytesPerElement;
-}
 
 export class KVCacheManager {
   readonly pool: BlockPool;
   readonly blockSize: number;
   readonly enablePrefixCaching: boolean;
-  private readonly extraHashKeys: KVCacheManagerOptions['extraHashKeys'];
-  private readonly blocksOf = new Map<string, KVBlock[]>();
-  private readonly blockIdsOf = new Map<string, number[]>();
-  /** Leading blocks of each request already registered in the prefix cache. */
-  private readonly numCachedBlocksOf = new Map<string, number>();
+  private readonly managers: readonly SingleTypeKVCacheManager[];
   /** Prompt tokens looked up in the prefix cache (vLLM's queries, in tokens). */
   prefixCacheQueries = 0;
   /** Tokens found in the prefix cache. */
@@ -104,10 +59,18 @@ export class KVCacheManager {
 
   constructor(o: KVCacheManagerOptions) {
     if (!Number.isInteger(o.blockSize) || o.blockSize < 1) throw new Error(`bad blockSize ${o.blockSize}`);
+    if (o.groups !== undefined && o.groups.length === 0) throw new Error('no KV cache groups');
     this.pool = new BlockPool(o.numBlocks);
     this.blockSize = o.blockSize;
     this.enablePrefixCaching = o.enablePrefixCaching;
-    this.extraHashKeys = o.extraHashKeys;
+    const hasher = new BlockHasher(o.blockSize, o.extraHashKeys);
+    this.managers = o.groups === undefined
+      ? [new FullAttentionManager(0, this.pool, hasher, o.enablePrefixCaching)]
+      : o.groups.map((g, i) => managerForSpec(g.spec, i, this.pool, hasher, o.enablePrefixCaching));
+  }
+
+  get numGroups(): number {
+    return this.managers.length;
   }
 
   get numFreeBlocks(): number {
@@ -123,140 +86,125 @@ export class KVCacheManager {
   }
 
   /**
-   * The longest run of leading full blocks found in the prefix cache. Never the
-   * whole sequence: its last token is always recomputed so that it yields logits.
+   * The longest run of leading full blocks that EVERY group finds in its prefix cache (full attention is
+   * prefix-closed: a shorter hit of one group cuts the others to it). Never the whole sequence: its last token
+   * is always recomputed so that it yields logits. A recurrent group caches no state yet, so a model with one
+   * (a hybrid) never hits.
    */
   getComputedBlocks(req: KVRequest): ComputedBlocks {
     if (!this.enablePrefixCaching) return NO_COMPUTED_BLOCKS;
     const numTokens = req.allTokenIds.length;
-    const maxBlocks = Math.floor(Math.max(0, numTokens - 1) / this.blockSize);
-    this.ensureBlockHashes(req, maxBlocks);
-    const blockIds: number[] = [];
-    let parent: BlockHash | null = null;
-    for (let i = 0; i < maxBlocks; i++) {
-      const hash = req.blockHashes[i]!;
-      const block = this.pool.getCachedBlock(hash);
-      if (block === null || !this.matches(block, req, i, parent)) break;
-      blockIds.push(block.blockId);
-      parent = hash;
+    let numHitBlocks = Math.floor(Math.max(0, numTokens - 1) / this.blockSize);
+    const hits: KVBlock[][] = [];
+    for (const m of this.managers) {
+      const hit = m.findLongestCacheHit(req, numHitBlocks);
+      numHitBlocks = Math.min(numHitBlocks, hit.length);
+      hits.push(hit);
     }
-    const numCachedTokens = blockIds.length * this.blockSize;
+    const groupBlockIds = hits.map((hit) => hit.slice(0, numHitBlocks).map((b) => b.blockId));
+    const numCachedTokens = numHitBlocks * this.blockSize;
     this.prefixCacheQueries += numTokens;
     this.prefixCacheHits += numCachedTokens;
-    return { blockIds, numCachedTokens };
+    const blockIds = groupBlockIds[0]!;
+    return this.managers.length === 1 ? { blockIds, numCachedTokens } : { blockIds, numCachedTokens, groupBlockIds };
   }
 
   /**
-   * Pages for `numNewTokens` more tokens (after the computed ones and the hit in
-   * `computed`). Returns the ids of the pages newly taken from the free queue,
-   * or null when memory is short, in which case nothing has changed.
+   * Pages for `numNewTokens` more tokens (after the computed ones and the hit in `computed`), in every group.
+   * Returns the ids of the pages newly taken from the free queue (group by group), or null when memory is
+   * short, in which case nothing has changed in any group.
    */
   allocateSlots(req: KVRequest, numNewTokens: number, computed: ComputedBlocks = NO_COMPUTED_BLOCKS):
     number[] | null {
     const id = req.requestId;
-    const blocks = this.blocksOf.get(id) ?? [];
-    if (computed.blockIds.length > 0 && blocks.length > 0) {
-      throw new Error(`request ${id}: a prefix hit can only start a request with no pages`);
-    }
-    const hitBlocks = computed.blockIds.map((b) => this.pool.block(b));
+    const hits = this.managers.map((m, g) => {
+      const ids = this.hitOf(computed, g);
+      if (ids.length > 0 && m.blockTable(id).length > 0) {
+        throw new Error(`request ${id}: a prefix hit can only start a request with no pages`);
+      }
+      if (ids.length > 0 && m.kind === 'recurrent') throw new Error(`request ${id}: group ${g} caches nothing`);
+      return ids.map((b) => this.pool.block(b));
+    });
     const numTokensAfter = req.numComputedTokens + computed.numCachedTokens + numNewTokens;
-    const numRequired = Math.ceil(numTokensAfter / this.blockSize);
-    const numNewBlocks = Math.max(0, numRequired - blocks.length - hitBlocks.length);
-    let numEvictableHits = 0;
-    for (const b of hitBlocks) if (b.refCount === 0) numEvictableHits++;
-    if (numNewBlocks + numEvictableHits > this.pool.numFreeBlocks) return null;
+    const numNew = this.managers.map((m, g) => m.numNewBlocksFor(id, numTokensAfter, hits[g]!.length));
+    let numNeeded = 0;
+    for (let g = 0; g < this.managers.length; g++) {
+      numNeeded += numNew[g]!;
+      for (const b of hits[g]!) if (b.refCount === 0) numNeeded++;  // a free cached hit leaves the free queue
+    }
+    if (numNeeded > this.pool.numFreeBlocks) return null;
 
-    this.pool.touch(hitBlocks);
-    const newBlocks = this.pool.getNewBlocks(numNewBlocks);
-    const ids = this.blockIdsOf.get(id) ?? [];
-    for (const b of hitBlocks) { blocks.push(b); ids.push(b.blockId); }
-    for (const b of newBlocks) { blocks.push(b); ids.push(b.blockId); }
-    this.blocksOf.set(id, blocks);
-    this.blockIdsOf.set(id, ids);
-    if (!this.numCachedBlocksOf.has(id)) this.numCachedBlocksOf.set(id, hitBlocks.length);
+    // Every group's hit is touched before any group takes new pages: taking pages evicts from the free
+    // queue, which may hold another group's hit.
+    for (const hit of hits) this.pool.touch(hit);
+    const newIds: number[] = [];
+    this.managers.forEach((m, g) => {
+      const fresh = this.pool.getNewBlocks(numNew[g]!);
+      m.addBlocks(id, hits[g]!, fresh);
+      for (const b of fresh) newIds.push(b.blockId);
+    });
     this.cacheFullBlocks(req, numTokensAfter);
-    return newBlocks.map((b) => b.blockId);
+    return newIds;
   }
 
   /** Registers the request's full blocks among its first `numTokens` tokens (computed or being computed). */
   cacheFullBlocks(req: KVRequest, numTokens = req.numComputedTokens): void {
     if (!this.enablePrefixCaching) return;
-    const blocks = this.blocksOf.get(req.requestId);
-    if (blocks === undefined) return;
-    const numKnown = req.allTokenIds.length - (req.numPlaceholders ?? 0);
-    const numFull = Math.min(Math.floor(Math.min(numTokens, numKnown) / this.blockSize), blocks.length);
-    const start = this.numCachedBlocksOf.get(req.requestId) ?? 0;
-    if (numFull <= start) return;
-    this.ensureBlockHashes(req, numFull);
-    for (let i = start; i < numFull; i++) {
-      // false: another page already holds this hash; this one stays private.
-      this.pool.cacheBlock(blocks[i]!, {
-        blockHash: req.blockHashes[i]!,
-        parentHash: i === 0 ? null : req.blockHashes[i - 1]!,
-        extraKey: this.extraKey(req, i),
-        tokenIds: req.allTokenIds.slice(i * this.blockSize, (i + 1) * this.blockSize),
-      });
-    }
-    this.numCachedBlocksOf.set(req.requestId, numFull);
+    for (const m of this.managers) m.cacheFullBlocks(req, numTokens);
   }
 
   /**
-   * Releases every page of the request, last page first: shared prefix pages are
-   * evicted last. Pages past its computed tokens lose their hash.
+   * Releases every page of the request in every group. Eviction order: pages no cache can hit first (recurrent
+   * states), then the attention groups' pages last page first, position by position across groups, so that
+   * shared prefix pages are evicted last and the groups' cached prefixes shrink together (a hit needs them
+   * all). Pages past its computed tokens lose their hash.
    */
   free(req: KVRequest): void {
-    const id = req.requestId;
-    const blocks = this.blocksOf.get(id);
-    if (blocks !== undefined) {
-      for (let i = Math.floor(req.numComputedTokens / this.blockSize); i < blocks.length; i++) {
-        this.pool.uncacheBlock(blocks[i]!);
-      }
-      this.pool.freeBlocks([...blocks].reverse());
+    const order: KVBlock[] = [];
+    const attention: KVBlock[][] = [];
+    for (const m of this.managers) {
+      const blocks = m.popBlocksForFree(req);
+      if (m.kind === 'recurrent') order.push(...blocks);
+      else attention.push(blocks);
     }
-    this.blocksOf.delete(id);
-    this.blockIdsOf.delete(id);
-    this.numCachedBlocksOf.delete(id);
+    const maxLen = Math.max(0, ...attention.map((b) => b.length));
+    for (let i = maxLen - 1; i >= 0; i--) {
+      for (const blocks of attention) if (i < blocks.length) order.push(blocks[i]!);
+    }
+    this.pool.freeBlocks(order);
   }
 
-  /** Page ids of the request, in sequence order (empty when it holds none). */
+  /** Group 0's page ids of the request, in sequence order (empty when it holds none). */
   blockTable(requestId: string): readonly number[] {
-    return this.blockIdsOf.get(requestId) ?? [];
+    return this.managers[0]!.blockTable(requestId);
+  }
+
+  /** The request's page ids in every group, in group order. */
+  blockTables(requestId: string): readonly (readonly number[])[] {
+    return this.managers.map((m) => m.blockTable(requestId));
+  }
+
+  /** Pages a request of numTokens tokens holds at most, per group (their sum must fit the pool). */
+  maxNumBlocksPerGroup(numTokens: number): number[] {
+    return this.managers.map((m) => m.maxNumBlocksFor(numTokens));
   }
 
   /** Request ids that hold pages. */
   requestIds(): string[] {
-    return [...this.blocksOf.keys()];
+    const ids = new Set<string>();
+    for (const m of this.managers) for (const id of m.requestIds()) ids.add(id);
+    return [...ids];
   }
 
   resetPrefixCache(): boolean {
     return this.pool.resetPrefixCache();
   }
 
-  private matches(block: KVBlock, req: KVRequest, i: number, parent: BlockHash | null): boolean {
-    const stored = block.tokenIds;
-    if (stored === null || block.parentHash !== parent || block.extraKey !== this.extraKey(req, i)) return false;
-    const start = i * this.blockSize;
-    for (let j = 0; j < this.blockSize; j++) {
-      if (stored[j] !== req.allTokenIds[start + j]) return false;
-    }
-    return true;
-  }
-
-  private extraKey(req: KVRequest, blockIndex: number): string {
-    if (blockIndex > 0 && this.extraHashKeys === undefined) return '';  // the salt keys the first block alone
-    const parts: string[] = [];
-    if (blockIndex === 0 && req.cacheSalt !== null) parts.push(`salt=${req.cacheSalt}`);
-    const extra = this.extraHashKeys?.(req, blockIndex) ?? null;
-    if (extra !== null) parts.push(`x=${extra}`);
-    return parts.join(';');
-  }
-
-  private ensureBlockHashes(req: KVRequest, numFullBlocks: number): void {
-    const hashes = req.blockHashes;
-    for (let i = hashes.length; i < numFullBlocks; i++) {
-      const start = i * this.blockSize;
-      hashes.push(hashBlockTokens(i === 0 ? null : hashes[i - 1]!, req.allTokenIds, this.extraKey(req, i), start,
-        this.blockSize));
-    }
+  private hitOf(computed: ComputedBlocks, g: number): readonly number[] {
+    if (this.managers.length === 1) return computed.blockIds;
+    const ids = computed.groupBlockIds?.[g];
+    if (ids !== undefined) return ids;
+    if (computed.blockIds.length > 0) throw new Error('a prefix hit of a multi-group cache without groupBlockIds');
+    return [];
   }
 }

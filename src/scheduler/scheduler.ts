@@ -46,7 +46,11 @@ export interface ScheduledRequest {
   numComputedTokensBefore: number;
   /** Positions startPosition .. seqLen - 1; their slots are blockTable[p / blockSize] * blockSize + p % blockSize. */
   startPosition: number;
+  /** = blockTables[0]: the pages of KV cache group 0 (every layer of a dense model). */
   blockTable: number[];
+  /** The request's pages in every KV cache group, in group order (a recurrent group: its one state page). */
+  blockTables: number[][];
+  /** Pages newly taken from the pool this step, every group (page ids are global). */
   newBlockIds: number[];
   /** KV length after this step. */
   seqLen: number;
@@ -131,9 +135,12 @@ export class Scheduler {
 
   addRequest(req: Request): void {
     if (this.requests.has(req.requestId)) throw new Error(`duplicate request id ${req.requestId}`);
-    const numBlocksAtMost = Math.ceil((req.numPromptTokens + req.maxTokens) / this.o.blockSize);
+    // Groups share one pool: a request alone must fit with every group's pages together.
+    const perGroup = this.kv.maxNumBlocksPerGroup(req.numPromptTokens + req.maxTokens);
+    const numBlocksAtMost = perGroup.reduce((a, n) => a + n, 0);
     if (numBlocksAtMost > this.kv.pool.numUsableBlocks) {
-      throw new Error(`request ${req.requestId} may need ${numBlocksAtMost} KV pages; the cache has ${this.kv.pool.numUsableBlocks}`);
+      const split = perGroup.length > 1 ? ` (${perGroup.join(' + ')} in its ${perGroup.length} groups)` : '';
+      throw new Error(`request ${req.requestId} may need ${numBlocksAtMost} KV pages${split}; the cache has ${this.kv.pool.numUsableBlocks}`);
     }
     if (!this.o.enableChunkedPrefill && req.numPromptTokens > this.o.maxNumBatchedTokens) {
       throw new Error(`request ${req.requestId}: prompt of ${req.numPromptTokens} tokens exceeds ` +
@@ -343,7 +350,7 @@ export class Scheduler {
     for (const [req, row] of s.rows) {
       const start = row.numComputedBefore;
       const seqLen = start + row.numNew;
-      const blockTable = this.kv.blockTable(req.requestId).slice();
+      const blockTables = this.kv.blockTables(req.requestId).map((t) => t.slice());
       const sample = seqLen === req.numTokens;
       const isDecode = req.isDecoding;
       const tokenIds = req.allTokenIds.slice(start, seqLen);
@@ -354,7 +361,7 @@ export class Scheduler {
       req.numComputedTokens = seqLen;
       scheduledRequests.push({
         requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
-        numComputedTokensBefore: start, startPosition: start, blockTable,
+        numComputedTokensBefore: start, startPosition: start, blockTable: blockTables[0]!, blockTables,
         newBlockIds: row.newBlockIds, seqLen, sample, promptLogitsFrom, promptLogitsTo, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
         isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
         numCachedTokens: Math.max(0, req.numCachedTokens),

@@ -1,18 +1,22 @@
 import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
+import type { KVCacheGroup } from '../../src/kv/kv-cache-spec.js';
 import { Request } from '../../src/scheduler/request.js';
 import { Scheduler, type ScheduledRequest, type SchedulerOptions, type SchedulerOutput } from '../../src/scheduler/scheduler.js';
 
 export interface Setup extends Partial<SchedulerOptions> {
   numBlocks?: number;
   enablePrefixCaching?: boolean;
+  /** KV cache groups; absent: one (a dense model). */
+  groups?: readonly KVCacheGroup[];
 }
 
 export function makeScheduler(o: Setup = {}): { sched: Scheduler; kv: KVCacheManager } {
   const blockSize = o.blockSize ?? 4;
   const kv = new KVCacheManager({ numBlocks: o.numBlocks ?? 64, blockSize,
-    enablePrefixCaching: o.enablePrefixCaching ?? false });
-  const sched = new Scheduler({ maxNumBatchedTokens: 64, maxNumSeqs: 16, ...o, blockSize }, kv);
+    enablePrefixCaching: o.enablePrefixCaching ?? false, ...(o.groups ? { groups: o.groups } : {}) });
+  const { groups: _, ...options } = o;
+  const sched = new Scheduler({ maxNumBatchedTokens: 64, maxNumSeqs: 16, ...options, blockSize }, kv);
   return { sched, kv };
 }
 

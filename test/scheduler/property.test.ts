@@ -3,12 +3,16 @@
 // A fake KV store records what each slot was written with (salt + the whole
 // token prefix up to that position), written in batch order as the forward
 // pass does, so a page handed to two writers, or a prefix hit on the wrong (or
-// never written) page, shows up as a wrong label.
+// never written) page, shows up as a wrong label. With several KV cache groups
+// every attention group writes its own pages, and a recurrent group's page
+// holds the label of the last position folded into the state: a row must find
+// there the state its first position continues from.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { KVCacheManager } from '../../src/kv/kv-cache-manager.js';
+import type { KVCacheGroup } from '../../src/kv/kv-cache-spec.js';
 import { Request } from '../../src/scheduler/request.js';
 import { Scheduler, type SchedulerOptions } from '../../src/scheduler/scheduler.js';
 import { rowSlots } from './helpers.js';
@@ -29,9 +33,9 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constantFrom('abort' as const, 'finish' as const), pick: fc.nat() }) },
 );
 
-const configArb = fc.record({
+const configArbWith = (maxNumBlocks: number) => fc.record({
   blockSize: fc.constantFrom(1, 2, 4),
-  numBlocks: fc.integer({ min: 4, max: 14 }),
+  numBlocks: fc.integer({ min: 4, max: maxNumBlocks }),
   maxNumBatchedTokens: fc.integer({ min: 1, max: 16 }),
   maxNumSeqs: fc.integer({ min: 1, max: 5 }),
   policy: fc.constantFrom('fcfs' as const, 'priority' as const),
@@ -41,6 +45,15 @@ const configArb = fc.record({
   enablePrefixCaching: fc.boolean(),
   maxPromptLogitRows: fc.integer({ min: 1, max: 6 }),
 });
+const configArb = configArbWith(14);
+
+const full = (numKvHeads: number): KVCacheGroup['spec'] => ({ kind: 'full_attention', numKvHeads, headDim: 64 });
+const recurrent: KVCacheGroup['spec'] = { kind: 'recurrent', stateBytes: 4096 };
+const groupsArb = fc.constantFrom<KVCacheGroup[]>(
+  [{ spec: full(8), layers: [0] }, { spec: full(2), layers: [1] }],
+  [{ spec: full(8), layers: [1] }, { spec: recurrent, layers: [0, 2] }],
+  [{ spec: recurrent, layers: [0] }, { spec: full(8), layers: [1] }, { spec: full(2), layers: [2] }],
+);
 
 const PREFIXES = [0, 1, 2].map((k) => Array.from({ length: 14 }, (_, j) => 10 * k + (j % 3)));
 const label = (r: Request, pos: number) => `${r.cacheSalt}|${r.allTokenIds.slice(0, pos + 1).join(',')}`;
@@ -49,9 +62,10 @@ function checkPages(kv: KVCacheManager, sched: Scheduler): void {
   const owners = new Array<number>(kv.numBlocks).fill(0);
   assert.deepEqual(new Set(kv.requestIds()), new Set(sched.running.map((r) => r.requestId)));
   for (const id of kv.requestIds()) {
-    const table = kv.blockTable(id);
-    assert.equal(new Set(table).size, table.length, 'a page twice in one table');
-    for (const b of table) owners[b]!++;
+    for (const table of kv.blockTables(id)) {
+      assert.equal(new Set(table).size, table.length, 'a page twice in one table');
+      for (const b of table) owners[b]!++;
+    }
   }
   assert.equal(owners[0], 0, 'null block handed out');
   for (let b = 1; b < kv.numBlocks; b++) {
@@ -66,9 +80,10 @@ function checkPages(kv: KVCacheManager, sched: Scheduler): void {
 
 type Config = typeof configArb extends fc.Arbitrary<infer T> ? T : never;
 
-function run(cfg: Config, ops: Op[]): void {
+function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
   const { blockSize, numBlocks, enablePrefixCaching, ...rest } = cfg;
-  const kv = new KVCacheManager({ numBlocks, blockSize, enablePrefixCaching });
+  const kv = new KVCacheManager({ numBlocks, blockSize, enablePrefixCaching, ...(groups ? { groups } : {}) });
+  const kinds = groups?.map((g) => g.spec.kind) ?? ['full_attention'];
   const options: SchedulerOptions = { ...rest, blockSize };
   const sched = new Scheduler(options, kv);
   const store = new Map<number, string>();
@@ -108,11 +123,17 @@ function run(cfg: Config, ops: Op[]): void {
         numLogitRows += row.promptLogitsTo - row.promptLogitsFrom;
       }
       if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
-      rowSlots(row, blockSize).slots.forEach((slot) => {
-        const page = Math.floor(slot / blockSize);
+      assert.deepEqual(row.blockTable, row.blockTables[0]);
+      assert.equal(row.blockTables.length, kinds.length);
+      const pages = kinds.flatMap((kind, g) => (kind === 'recurrent' ? [row.blockTables[g]![0]!]
+        : rowSlots({ ...row, blockTable: row.blockTables[g]! }, blockSize).slots.map((slot) => Math.floor(slot / blockSize))));
+      for (const page of pages) {
         assert.equal(writerOf.get(page) ?? row.requestId, row.requestId, `page ${page} has two writers`);
         writerOf.set(page, row.requestId);
         assert.ok(!hashedBefore.has(page) || allocatedNow.has(page), `cached page ${page} written again`);
+      }
+      kinds.forEach((kind, g) => {
+        if (kind === 'recurrent') assert.equal(row.blockTables[g]!.length, 1, 'one state page a request');
       });
       if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
     }
@@ -121,8 +142,20 @@ function run(cfg: Config, ops: Op[]): void {
     const write = () => {
       for (const row of out.scheduledRequests) {
         const req = sched.getRequest(row.requestId);
-        const { positions, slots } = rowSlots(row, blockSize);
-        if (req) slots.forEach((slot, j) => store.set(slot, label(req, positions[j]!)));
+        if (!req) continue;
+        kinds.forEach((kind, g) => {
+          const table = row.blockTables[g]!;
+          if (kind === 'recurrent') {
+            const slot = table[0]! * blockSize;
+            if (row.startPosition > 0) {
+              assert.equal(store.get(slot), label(req, row.startPosition - 1), `${req.requestId} continues a wrong state`);
+            }
+            store.set(slot, label(req, row.seqLen - 1));
+            return;
+          }
+          const { positions, slots } = rowSlots({ ...row, blockTable: table }, blockSize);
+          slots.forEach((slot, j) => store.set(slot, label(req, positions[j]!)));
+        });
       }
     };
     return { out, sampled, write };
@@ -144,11 +177,17 @@ function run(cfg: Config, ops: Op[]): void {
     sched.finishRequests(done, 'FINISHED_LENGTH');
     if (!checkReads) return;
     for (const req of sched.running) {
-      const table = kv.blockTable(req.requestId);
-      for (let p = 0; p < req.numComputedTokens; p++) {
-        const slot = table[Math.floor(p / blockSize)]! * blockSize + (p % blockSize);
-        assert.equal(store.get(slot), label(req, p), `request ${req.requestId} reads a wrong KV at ${p}`);
-      }
+      kv.blockTables(req.requestId).forEach((table, g) => {
+        if (kinds[g] === 'recurrent') {
+          assert.equal(store.get(table[0]! * blockSize), label(req, req.numComputedTokens - 1),
+            `request ${req.requestId} holds a wrong state`);
+          return;
+        }
+        for (let p = 0; p < req.numComputedTokens; p++) {
+          const slot = table[Math.floor(p / blockSize)]! * blockSize + (p % blockSize);
+          assert.equal(store.get(slot), label(req, p), `request ${req.requestId} reads a wrong KV at ${p}`);
+        }
+      });
     }
   };
   const doStep = () => {
@@ -168,7 +207,7 @@ function run(cfg: Config, ops: Op[]): void {
 
   for (const op of ops) {
     if (op.kind === 'arrive') {
-      const fits = Math.ceil((op.promptLen + op.maxTokens) / blockSize) <= numBlocks - 1;
+      const fits = kv.maxNumBlocksPerGroup(op.promptLen + op.maxTokens).reduce((a, n) => a + n, 0) <= numBlocks - 1;
       if (!fits || (!cfg.enableChunkedPrefill && op.promptLen > cfg.maxNumBatchedTokens)) continue;
       const id = `r${numArrived}`;
       sched.addRequest(new Request({ requestId: id, promptTokenIds: PREFIXES[op.prefix]!.slice(0, op.promptLen),
@@ -196,7 +235,14 @@ function run(cfg: Config, ops: Op[]): void {
   for (let b = 1; b < numBlocks; b++) assert.equal(kv.pool.block(b).refCount, 0);
 }
 
+const run = (cfg: Config, ops: Op[]) => runStream(cfg, ops);
+
 test('random request streams: one writer per page, exact ref counts, budgets held, no leak, all finish; prompt ' +
   'logits of every position once, before the first token, within the rows a step allows', () => {
   fc.assert(fc.property(configArb, fc.array(opArb, { maxLength: 80 }), run), { numRuns: 1000 });
+});
+
+test('the same streams over two and three KV cache groups (full attention of two shapes, recurrent states): a ' +
+  'page to one writer in one group, every group\'s pages freed, states continued from the right page', () => {
+  fc.assert(fc.property(configArbWith(24), fc.array(opArb, { maxLength: 80 }), groupsArb, runStream), { numRuns: 1000 });
 });

@@ -1,0 +1,178 @@
+// The pages of one KV cache group (vLLM's SingleTypeKVCacheManager): which
+// pages each request holds in this group, how many more it needs, and the
+// group's prefix cache. Every group draws from the one BlockPool the
+// KVCacheManager owns; the manager checks a request's need over all groups
+// before any group takes a page, so a manager here never decides alone.
+
+import type { BlockPool, KVBlock } from './block-pool.js';
+import type { BlockHasher, KVRequest } from './block-hash.js';
+import type { KVCacheSpec } from './kv-cache-spec.js';
+
+export interface SingleTypeKVCacheManager {
+  readonly kind: KVCacheSpec['kind'];
+  readonly groupId: number;
+  /** Leading blocks of the request found in this group's prefix cache, at most maxBlocks. */
+  findLongestCacheHit(req: KVRequest, maxBlocks: number): KVBlock[];
+  /** Pages to take from the free queue so the request holds `numTokens` tokens (after `numHitBlocks` hit pages). */
+  numNewBlocksFor(requestId: string, numTokens: number, numHitBlocks: number): number;
+  /** Appends hit pages (already touched) and new pages to the request's table. */
+  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[]): void;
+  /** Registers the request's full pages among its first numTokens tokens. */
+  cacheFullBlocks(req: KVRequest, numTokens: number): void;
+  /** Forgets the request; returns its pages in sequence order (pages past its computed tokens lose their hash). */
+  popBlocksForFree(req: KVRequest): KVBlock[];
+  blockTable(requestId: string): readonly number[];
+  requestIds(): Iterable<string>;
+  /** Pages a request of numTokens tokens holds at most in this group. */
+  maxNumBlocksFor(numTokens: number): number;
+}
+
+/** Full attention: one page per blockSize tokens, full pages shared through the prefix cache. */
+export class FullAttentionManager implements SingleTypeKVCacheManager {
+  readonly kind = 'full_attention';
+  /** Its full pages are registered in the prefix cache and can be hit. */
+  private readonly cacheable: boolean;
+  private readonly blocksOf = new Map<string, KVBlock[]>();
+  private readonly blockIdsOf = new Map<string, number[]>();
+  /** Leading blocks of each request already registered in the prefix cache. */
+  private readonly numCachedBlocksOf = new Map<string, number>();
+
+  constructor(readonly groupId: number, private readonly pool: BlockPool, private readonly hasher: BlockHasher,
+    enablePrefixCaching: boolean) {
+    this.cacheable = enablePrefixCaching;
+  }
+
+  private get blockSize(): number {
+    return this.hasher.blockSize;
+  }
+
+  findLongestCacheHit(req: KVRequest, maxBlocks: number): KVBlock[] {
+    if (!this.cacheable) return [];
+    this.hasher.ensureBlockHashes(req, maxBlocks);
+    const hit: KVBlock[] = [];
+    for (let i = 0; i < maxBlocks; i++) {
+      const hash = req.blockHashes[i]!;
+      const block = this.pool.getCachedBlock(hash, this.groupId);
+      if (block === null || !this.hasher.matches(block, req, i, i === 0 ? null : req.blockHashes[i - 1]!)) break;
+      hit.push(block);
+    }
+    return hit;
+  }
+
+  numNewBlocksFor(requestId: string, numTokens: number, numHitBlocks: number): number {
+    const numHeld = this.blocksOf.get(requestId)?.length ?? 0;
+    return Math.max(0, Math.ceil(numTokens / this.blockSize) - numHeld - numHitBlocks);
+  }
+
+  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[]): void {
+    const blocks = this.blocksOf.get(requestId) ?? [];
+    const ids = this.blockIdsOf.get(requestId) ?? [];
+    for (const b of hit) { blocks.push(b); ids.push(b.blockId); }
+    for (const b of fresh) { blocks.push(b); ids.push(b.blockId); }
+    this.blocksOf.set(requestId, blocks);
+    this.blockIdsOf.set(requestId, ids);
+    if (!this.numCachedBlocksOf.has(requestId)) this.numCachedBlocksOf.set(requestId, hit.length);
+  }
+
+  cacheFullBlocks(req: KVRequest, numTokens: number): void {
+    if (!this.cacheable) return;
+    const blocks = this.blocksOf.get(req.requestId);
+    if (blocks === undefined) return;
+    const numKnown = req.allTokenIds.length - (req.numPlaceholders ?? 0);
+    const numFull = Math.min(Math.floor(Math.min(numTokens, numKnown) / this.blockSize), blocks.length);
+    const start = this.numCachedBlocksOf.get(req.requestId) ?? 0;
+    if (numFull <= start) return;
+    this.hasher.ensureBlockHashes(req, numFull);
+    for (let i = start; i < numFull; i++) {
+      // false: another page already holds this hash; this one stays private.
+      this.pool.cacheBlock(blocks[i]!, {
+        blockHash: req.blockHashes[i]!,
+        parentHash: i === 0 ? null : req.blockHashes[i - 1]!,
+        extraKey: this.hasher.extraKey(req, i),
+        tokenIds: req.allTokenIds.slice(i * this.blockSize, (i + 1) * this.blockSize),
+      }, this.groupId);
+    }
+    this.numCachedBlocksOf.set(req.requestId, numFull);
+  }
+
+  popBlocksForFree(req: KVRequest): KVBlock[] {
+    const id = req.requestId;
+    const blocks = this.blocksOf.get(id) ?? [];
+    for (let i = Math.floor(req.numComputedTokens / this.blockSize); i < blocks.length; i++) {
+      this.pool.uncacheBlock(blocks[i]!);
+    }
+    this.blocksOf.delete(id);
+    this.blockIdsOf.delete(id);
+    this.numCachedBlocksOf.delete(id);
+    return blocks;
+  }
+
+  blockTable(requestId: string): readonly number[] {
+    return this.blockIdsOf.get(requestId) ?? [];
+  }
+
+  requestIds(): Iterable<string> {
+    return this.blocksOf.keys();
+  }
+
+  maxNumBlocksFor(numTokens: number): number {
+    return Math.ceil(numTokens / this.blockSize);
+  }
+}
+
+/**
+ * A fixed-size state per sequence: one page from admission to finish, written in place every step (so never
+ * shared, never cached). A preempted request loses it and recomputes it from its first token.
+ */
+export class RecurrentStateManager implements SingleTypeKVCacheManager {
+  readonly kind = 'recurrent';
+  private readonly blockOf = new Map<string, KVBlock>();
+  private readonly blockIdsOf = new Map<string, readonly number[]>();
+
+  constructor(readonly groupId: number) {}
+
+  findLongestCacheHit(): KVBlock[] {
+    return [];
+  }
+
+  numNewBlocksFor(requestId: string, numTokens: number): number {
+    return numTokens > 0 && !this.blockOf.has(requestId) ? 1 : 0;
+  }
+
+  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[]): void {
+    if (hit.length > 0) throw new Error(`request ${requestId}: a recurrent state has no prefix hit`);
+    if (fresh.length === 0) return;
+    if (fresh.length > 1 || this.blockOf.has(requestId)) throw new Error(`request ${requestId}: one state page`);
+    this.blockOf.set(requestId, fresh[0]!);
+    this.blockIdsOf.set(requestId, [fresh[0]!.blockId]);
+  }
+
+  cacheFullBlocks(): void {}
+
+  popBlocksForFree(req: KVRequest): KVBlock[] {
+    const block = this.blockOf.get(req.requestId);
+    this.blockOf.delete(req.requestId);
+    this.blockIdsOf.delete(req.requestId);
+    return block === undefined ? [] : [block];
+  }
+
+  blockTable(requestId: string): readonly number[] {
+    return this.blockIdsOf.get(requestId) ?? [];
+  }
+
+  requestIds(): Iterable<string> {
+    return this.blockOf.keys();
+  }
+
+  maxNumBlocksFor(): number {
+    return 1;
+  }
+}
+
+export function managerForSpec(spec: KVCacheSpec, groupId: number, pool: BlockPool, hasher: BlockHasher,
+  enablePrefixCaching: boolean): SingleTypeKVCacheManager {
+  switch (spec.kind) {
+    case 'full_attention': return new FullAttentionManager(groupId, pool, hasher, enablePrefixCaching);
+    case 'recurrent': return new RecurrentStateManager(groupId);
+  }
+}

@@ -1,0 +1,246 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { KVCacheManager, type KVRequest } from '../../src/kv/kv-cache-manager.js';
+import { BlockPool, type BlockHash } from '../../src/kv/block-pool.js';
+import { bytesPerBlock, bytesPerKvBlock, denseGroups, groupLayerSpecs, pageSizeBytes, type KVCacheGroup,
+  type KVCacheSpec } from '../../src/kv/kv-cache-spec.js';
+
+function req(requestId: string, tokens: number[]): KVRequest & { allTokenIds: number[] } {
+  return { requestId, allTokenIds: [...tokens], cacheSalt: null, numComputedTokens: 0, blockHashes: [] };
+}
+
+const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
+const full = (numKvHeads: number, headDim: number): KVCacheSpec => ({ kind: 'full_attention', numKvHeads, headDim });
+const recurrent = (stateBytes: number): KVCacheSpec => ({ kind: 'recurrent', stateBytes });
+/** Two full-attention groups of different shapes (8 and 2 KV heads). */
+const TWO_FULL: KVCacheGroup[] = [{ spec: full(8, 128), layers: [0, 2] }, { spec: full(2, 64), layers: [1] }];
+/** Full attention and a recurrent state (a hybrid model). */
+const HYBRID: KVCacheGroup[] = [{ spec: full(8, 128), layers: [3] }, { spec: recurrent(4096), layers: [0, 1, 2] }];
+
+function kvOf(groups: KVCacheGroup[], numBlocks = 13, enablePrefixCaching = true): KVCacheManager {
+  return new KVCacheManager({ numBlocks, blockSize: 4, enablePrefixCaching, groups });
+}
+
+/** Admits r with its prefix hit, computes its whole sequence and caches its full blocks. */
+function runPrompt(kv: KVCacheManager, r: KVRequest): number[] {
+  const computed = kv.getComputedBlocks(r);
+  const ids = kv.allocateSlots(r, r.allTokenIds.length - computed.numCachedTokens, computed);
+  assert.ok(ids !== null);
+  r.numComputedTokens = r.allTokenIds.length;
+  kv.cacheFullBlocks(r);
+  return ids;
+}
+
+/** Moves the given free pages to the tail of the free queue, in order. */
+function requeue(pool: BlockPool, ids: number[]): void {
+  for (const id of ids) {
+    pool.touch([pool.block(id)]);
+    pool.freeBlocks([pool.block(id)]);
+  }
+}
+
+test('layers with equal specs share a group, groups in the order of their first layer', () => {
+  const groups = groupLayerSpecs([full(8, 128), recurrent(4096), full(8, 128), recurrent(4096), full(4, 64),
+    { kind: 'full_attention', numKvHeads: 8, headDim: 128, bytesPerElement: 1 }]);
+  assert.deepEqual(groups, [
+    { spec: full(8, 128), layers: [0, 2] },
+    { spec: recurrent(4096), layers: [1, 3] },
+    { spec: full(4, 64), layers: [4] },
+    { spec: { kind: 'full_attention', numKvHeads: 8, headDim: 128, bytesPerElement: 1 }, layers: [5] },
+  ]);
+  assert.deepEqual(denseGroups(3, 8, 128), [{ spec: full(8, 128), layers: [0, 1, 2] }]);
+  assert.throws(() => groupLayerSpecs([full(0, 128)]), /bad KV cache spec/);
+  assert.throws(() => groupLayerSpecs([recurrent(1.5)]), /bad KV cache spec/);
+  assert.throws(() => new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false, groups: [] }),
+    /no KV cache groups/);
+});
+
+test('bytes per page id: a dense model as before; groups share tensors of the largest page', () => {
+  assert.equal(pageSizeBytes(full(8, 128), 16, 2), 2 * 16 * 8 * 128 * 2);
+  assert.equal(pageSizeBytes({ kind: 'full_attention', numKvHeads: 8, headDim: 128, bytesPerElement: 1 }, 16, 2),
+    2 * 16 * 8 * 128);
+  assert.equal(pageSizeBytes(recurrent(4096), 16, 2), 4096);
+  assert.equal(bytesPerBlock(denseGroups(28, 8, 128), 16, 2), bytesPerKvBlock(16, 28, 8, 128, 2));
+  // 2 layers at most in a group, pages of 2*4*8*128*2 = 16384 bytes at most
+  assert.equal(bytesPerBlock(TWO_FULL, 4, 2), 2 * 16384);
+  // 3 recurrent layers, the attention page (16384) larger than the state (4096)
+  assert.equal(bytesPerBlock(HYBRID, 4, 2), 3 * 16384);
+  assert.throws(() => bytesPerBlock([], 4, 2), /no KV cache groups/);
+});
+
+test('two full-attention groups: each group its own pages of one shared pool, page ids global', () => {
+  const kv = kvOf(TWO_FULL, 13, false);
+  assert.equal(kv.numGroups, 2);
+  const a = req('a', range(0, 10));
+  assert.deepEqual(kv.allocateSlots(a, 10), [1, 2, 3, 4, 5, 6]);
+  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3], [4, 5, 6]]);
+  assert.deepEqual(kv.blockTable('a'), [1, 2, 3]);
+  a.numComputedTokens = 10;
+  assert.deepEqual(kv.allocateSlots(a, 2), []);
+  a.numComputedTokens = 12;
+  assert.deepEqual(kv.allocateSlots(a, 1), [7, 8]);
+  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3, 7], [4, 5, 6, 8]]);
+  assert.equal(kv.numFreeBlocks, 4);
+  assert.deepEqual(kv.maxNumBlocksPerGroup(13), [4, 4]);
+});
+
+test('full attention + recurrent state: one state page per request, held whatever the length', () => {
+  const kv = kvOf(HYBRID, 13, false);
+  const a = req('a', range(0, 10));
+  assert.deepEqual(kv.allocateSlots(a, 10), [1, 2, 3, 4]);
+  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3], [4]]);
+  a.numComputedTokens = 10;
+  assert.deepEqual(kv.allocateSlots(a, 3), [5]);
+  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3, 5], [4]]);
+  const b = req('b', range(0, 1));
+  assert.deepEqual(kv.allocateSlots(b, 1), [6, 7]);
+  assert.deepEqual(kv.blockTables('b'), [[6], [7]]);
+  assert.deepEqual(kv.maxNumBlocksPerGroup(13), [4, 1]);
+  assert.deepEqual(kv.requestIds(), ['a', 'b']);
+});
+
+test('allocation is atomic across groups: short in total, no group takes a page', () => {
+  for (const [groups, numBlocks, numTokens] of [[TWO_FULL, 8, 12], [HYBRID, 7, 16]] as const) {
+    const kv = kvOf(groups, numBlocks, false);
+    assert.ok(kv.allocateSlots(req('a', range(0, numTokens)), numTokens) !== null);
+    assert.equal(kv.numFreeBlocks, 1);
+    // group 0's page would fit in the one free page; the other group's would not
+    const b = req('b', [7]);
+    const before = kv.pool.freeBlockIds();
+    assert.equal(kv.allocateSlots(b, 1), null);
+    assert.deepEqual(kv.pool.freeBlockIds(), before);
+    assert.deepEqual(kv.blockTables('b'), [[], []]);
+    assert.deepEqual(kv.requestIds(), ['a']);
+  }
+});
+
+test('free returns every page of every group: state pages first, then attention pages position by position ' +
+  'from the tail', () => {
+  const two = kvOf(TWO_FULL, 13, false);
+  const a = req('a', range(0, 10));
+  two.allocateSlots(a, 10);
+  two.free(a);
+  assert.deepEqual(two.pool.freeBlockIds(), [7, 8, 9, 10, 11, 12, 3, 6, 2, 5, 1, 4]);
+  assert.deepEqual(two.blockTables('a'), [[], []]);
+  assert.equal(two.usage(), 0);
+
+  const dense = new KVCacheManager({ numBlocks: 6, blockSize: 4, enablePrefixCaching: false });
+  const c = req('c', range(0, 10));
+  dense.allocateSlots(c, 10);
+  dense.free(c);
+  assert.deepEqual(dense.pool.freeBlockIds(), [4, 5, 3, 2, 1]);
+
+  const hybrid = kvOf(HYBRID, 13, false);
+  const b = req('b', range(0, 10));
+  hybrid.allocateSlots(b, 10);
+  hybrid.free(b);
+  assert.deepEqual(hybrid.pool.freeBlockIds(), [5, 6, 7, 8, 9, 10, 11, 12, 4, 3, 2, 1]);
+  assert.equal(hybrid.numFreeBlocks, 12);
+  assert.deepEqual(hybrid.requestIds(), []);
+});
+
+test('two full-attention groups: a prefix hit takes each group\'s own cached pages', () => {
+  const kv = kvOf(TWO_FULL);
+  const a = req('a', range(0, 10));
+  assert.deepEqual(runPrompt(kv, a), [1, 2, 3, 4, 5, 6]);
+  assert.equal(kv.pool.numCachedBlocks, 4);
+  const b = req('b', [...range(0, 10), 50]);
+  const hit = kv.getComputedBlocks(b);
+  assert.deepEqual(hit, { blockIds: [1, 2], numCachedTokens: 8, groupBlockIds: [[1, 2], [4, 5]] });
+  assert.deepEqual(kv.allocateSlots(b, 3, hit), [7, 8]);
+  assert.deepEqual(kv.blockTables('b'), [[1, 2, 7], [4, 5, 8]]);
+  assert.deepEqual([1, 2, 3, 4, 5, 6].map((i) => kv.pool.block(i).refCount), [2, 2, 1, 2, 2, 1]);
+  assert.equal(kv.prefixCacheHits, 8);
+  assert.throws(() => kv.allocateSlots(req('c', range(0, 10)), 2, { blockIds: [1], numCachedTokens: 4 }),
+    /without groupBlockIds/);
+});
+
+test('a prefix hit is only as long as every group\'s: a page gone in one group cuts the hit of all', () => {
+  const kv = kvOf(TWO_FULL);
+  const a = req('a', range(0, 13));
+  runPrompt(kv, a);
+  kv.free(a);
+  // free queue tail: 4 8, 3 7, 2 6, 1 5 (group 0's page, then group 1's, from the last position)
+  assert.deepEqual(kv.pool.freeBlockIds(), [9, 10, 11, 12, 4, 8, 3, 7, 2, 6, 1, 5]);
+  assert.deepEqual(kv.getComputedBlocks(req('p', range(0, 13))).groupBlockIds, [[1, 2, 3], [5, 6, 7]]);
+  // 8 new pages evict the third page of both groups together
+  assert.deepEqual(kv.allocateSlots(req('big', range(500, 516)), 16), [9, 10, 11, 12, 4, 8, 3, 7]);
+  assert.deepEqual(kv.getComputedBlocks(req('q', range(0, 13))),
+    { blockIds: [1, 2], numCachedTokens: 8, groupBlockIds: [[1, 2], [5, 6]] });
+  // group 1 shorter: group 0's hit is cut to it
+  kv.pool.uncacheBlock(kv.pool.block(6));
+  assert.deepEqual(kv.getComputedBlocks(req('r', range(0, 13))),
+    { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], [5]] });
+  // group 0 shorter: no hit at all, though group 1 still holds its first page
+  kv.pool.uncacheBlock(kv.pool.block(1));
+  assert.deepEqual(kv.getComputedBlocks(req('s', range(0, 13))),
+    { blockIds: [], numCachedTokens: 0, groupBlockIds: [[], []] });
+  assert.notEqual(kv.pool.block(5).blockHash, null);
+});
+
+test('every group\'s hit is taken before any group takes new pages (taking one may evict another\'s hit)', () => {
+  const kv = kvOf(TWO_FULL, 7);
+  const a = req('a', range(0, 5));
+  runPrompt(kv, a);
+  kv.free(a);
+  const c = req('c', [99]);
+  kv.allocateSlots(c, 1);
+  requeue(kv.pool, [2, 4, 1]);
+  // free queue: group 1's hit page 3 at the head, then 2 4 1 (1: group 0's hit)
+  assert.deepEqual(kv.pool.freeBlockIds(), [3, 2, 4, 1]);
+  const b = req('b', range(0, 6));
+  const hit = kv.getComputedBlocks(b);
+  assert.deepEqual(hit.groupBlockIds, [[1], [3]]);
+  assert.deepEqual(kv.allocateSlots(b, 2, hit), [2, 4]);
+  assert.deepEqual(kv.blockTables('b'), [[1, 2], [3, 4]]);
+  assert.deepEqual([1, 2, 3, 4].map((i) => kv.pool.block(i).refCount), [1, 1, 1, 1]);
+  assert.equal(kv.numFreeBlocks, 0);
+});
+
+test('a recurrent group caches no state: a hybrid model never hits, and its state page is never hashed', () => {
+  const kv = kvOf(HYBRID);
+  const a = req('a', range(0, 10));
+  assert.deepEqual(runPrompt(kv, a), [1, 2, 3, 4]);
+  // the attention pages are registered (for when states are cached too), the state page is not
+  assert.deepEqual([1, 2, 3, 4].map((i) => kv.pool.block(i).blockHash !== null), [true, true, false, false]);
+  const b = req('b', range(0, 10));
+  assert.deepEqual(kv.getComputedBlocks(b), { blockIds: [], numCachedTokens: 0, groupBlockIds: [[], []] });
+  assert.equal(kv.prefixCacheQueries, 20);
+  assert.equal(kv.prefixCacheHits, 0);
+  assert.deepEqual(kv.allocateSlots(b, 10), [5, 6, 7, 8]);
+  assert.deepEqual(kv.blockTables('b'), [[5, 6, 7], [8]]);
+  assert.throws(() => kv.allocateSlots(req('c', range(0, 10)), 2,
+    { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], [2]] }), /caches nothing/);
+});
+
+test('the pool keys its cache by group: one hash in two groups, each page under its own group', () => {
+  const pool = new BlockPool(6);
+  const [b1, b2] = pool.getNewBlocks(2);
+  const key = { blockHash: 'h' as BlockHash, parentHash: null, extraKey: '', tokenIds: [1, 2] };
+  assert.ok(pool.cacheBlock(b1!, key, 0));
+  assert.ok(pool.cacheBlock(b2!, key, 1));
+  assert.equal(pool.cacheBlock(b1!, key, 1), false);
+  assert.equal(pool.getCachedBlock(key.blockHash, 0), b1);
+  assert.equal(pool.getCachedBlock(key.blockHash, 1), b2);
+  assert.equal(pool.getCachedBlock(key.blockHash, 2), null);
+  assert.equal(pool.numCachedBlocks, 2);
+  pool.freeBlocks([b2!, b1!]);
+  assert.deepEqual(pool.getNewBlocks(4).map((b) => b.blockId), [3, 4, 5, 2]);  // evicts group 1's page
+  assert.equal(pool.getCachedBlock(key.blockHash, 1), null);
+  assert.equal(pool.getCachedBlock(key.blockHash, 0), b1);
+  assert.equal(pool.numEvictions, 1);
+  pool.uncacheBlock(b1!);
+  assert.equal(pool.numCachedBlocks, 0);
+});
+
+test('resetPrefixCache drops every group\'s hashes', () => {
+  const kv = kvOf(TWO_FULL);
+  const a = req('a', range(0, 10));
+  runPrompt(kv, a);
+  assert.equal(kv.resetPrefixCache(), false);
+  kv.free(a);
+  assert.equal(kv.pool.numCachedBlocks, 4);
+  assert.equal(kv.resetPrefixCache(), true);
+  assert.equal(kv.pool.numCachedBlocks, 0);
+  assert.deepEqual(kv.getComputedBlocks(req('b', range(0, 10))).groupBlockIds, [[], []]);
+});
