@@ -3,7 +3,8 @@
 
 import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
-import { bytesPerKvBlock, numBlocksForBytes } from '../kv/kv-cache-manager.js';
+import { bytesPerBlock as bytesPerPage, numBlocksForBytes } from '../kv/kv-cache-spec.js';
+import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
 import { DEFAULT_CPU_KV_BYTES, type EngineOptions } from './options.js';
 import { cpus } from 'node:os';
@@ -40,9 +41,7 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
 
 /** Allocates the KV cache on the backend; returns the number of pages (block 0 included, never handed out). */
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions, maxModelLen: number): number {
-  const c = model.config;
-  const bytesPerBlock = bytesPerKvBlock(options.blockSize, c.numLayers, c.numKvHeads, c.headDim,
-    backend.kvBytesPerElement);
+  const bytesPerBlock = bytesPerPage(kvCacheGroupsOf(model), options.blockSize, backend.kvBytesPerElement);
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
   const numBlocks = numBlocksForBytes(bytes, bytesPerBlock);

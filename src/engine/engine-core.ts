@@ -14,6 +14,7 @@ import type { SequenceSamplingState } from '../sampling/sequence-state.js';
 import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
+import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import { createBackend, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
@@ -102,6 +103,7 @@ export class EngineCore {
     this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
     this.kv = new KVCacheManager({
       numBlocks: parts.numBlocks, blockSize: options.blockSize, enablePrefixCaching: options.enablePrefixCaching,
+      groups: kvCacheGroupsOf(parts.model),
     });
     this.scheduler = new Scheduler({
       maxNumBatchedTokens: options.maxNumBatchedTokens,
