@@ -8,7 +8,7 @@
 import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
 import { chatLogprobs } from '../logprobs.js';
-import { choiceRequests, resolveMaxTokens } from '../prompt.js';
+import { checkFitsKvCache, choiceRequests, resolveMaxTokens } from '../prompt.js';
 import { responseMessages, responseToolChoice, responseTools } from '../responses-input.js';
 import { newId, responsesFormatter } from '../responses-output.js';
 import { samplingFromBody } from '../sampling.js';
@@ -63,8 +63,9 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
     });
     const format = responseFormatOf(b);
     const { ids, toolMode, parse } = await prepareChat(d, r, base,
-      await structuredOutputFromBody(format === undefined ? {} : { response_format: format }), '`text.format`');
+      await structuredOutputFromBody(format === undefined ? {} : { response_format: format }, d.grammar), '`text.format`');
     const maxTokens = resolveMaxTokens(ids.length, maxOutput, d.maxModelLen, 'input');
+    checkFitsKvCache(d.kvCacheTokens, ids.length, maxTokens, 'input');
     const id = newId('resp');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, { ...r, n: 1 }, arrivalTime);
     const fmt = responsesFormatter({
