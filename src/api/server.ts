@@ -115,7 +115,8 @@ export function createServer(opts: ServerOptions): QuireServer {
   const metrics = new ApiMetrics(opts.engine);
   const inflight = new InflightRequests();
   const pool = new WorkerPool({ size: opts.workerPoolSize ?? 2, grammarVocab: opts.grammarVocab ?? null });
-  app.addHook('onClose', () => pool.close());
+  // compiles and renders in flight end with the server (a request waiting on one gets a 503)
+  app.addHook('preClose', () => pool.close());
   const ctx: ServeContext = {
     engine: opts.engine, tokenizer: opts.tokenizer, metrics, engineError: () => engineErrorOf(opts.engine),
   };
@@ -219,7 +220,7 @@ export function createServer(opts: ServerOptions): QuireServer {
       state = 'draining';
       if (!(await inflight.waitIdle(timeoutMs))) {
         inflight.abortAll();
-        await inflight.waitIdle(Math.max(1000, timeoutMs));
+        await inflight.waitIdle(1000);
       }
     },
     get numInflight() {

@@ -4,10 +4,10 @@
 // does not compile is a 400 here, before any token is generated.
 
 import type { StructuredOutputSpec } from '../sampling/structured-output.js';
-import { ApiError, badRequest } from './errors.js';
+import { ApiError, badRequest, unavailable } from './errors.js';
 import { checkGrammarLimits, type GrammarLimits } from './grammar-limits.js';
 import { isObject, type Body } from './schemas.js';
-import { PoolTimeoutError, type WorkerPool } from './worker-pool.js';
+import { PoolClosedError, PoolTimeoutError, type WorkerPool } from './worker-pool.js';
 
 /** How a request's structured output is checked: limits first, then a compile in the worker pool. */
 export interface GrammarCheck {
@@ -146,6 +146,7 @@ export async function checkedSpec(spec: StructuredOutputSpec, param: string, g: 
       throw badRequest(`\`${param}\` did not compile to a grammar within the limit of ${g.compileTimeoutMs / 1000} s `
         + '(--grammar-compile-timeout); simplify it.', param, 'structured_output_timeout');
     }
+    if (e instanceof PoolClosedError) throw unavailable('The server is shutting down.');
     throw grammarServerError();
   }
   if (result.ok) return spec;

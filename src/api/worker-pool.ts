@@ -51,6 +51,14 @@ export class PoolWorkerError extends Error {
   }
 }
 
+/** The pool closed (the server is shutting down) before the task ended. */
+export class PoolClosedError extends PoolWorkerError {
+  constructor() {
+    super('the worker pool is closed');
+    this.name = 'PoolClosedError';
+  }
+}
+
 interface Queued {
   task: PoolTask;
   timeoutMs: number;
@@ -86,7 +94,7 @@ export class WorkerPool {
 
   /** Runs a task in a worker; rejects with PoolTimeoutError past `timeoutMs`, PoolWorkerError when its worker died. */
   run(task: PoolTask, timeoutMs: number): Promise<TaskResult> {
-    if (this.closed) return Promise.reject(new PoolWorkerError('the worker pool is closed'));
+    if (this.closed) return Promise.reject(new PoolClosedError());
     if (this.broken !== null) return Promise.reject(new PoolWorkerError(this.broken));
     return new Promise((resolve, reject) => {
       this.queue.push({ task, timeoutMs, resolve, reject });
@@ -99,8 +107,8 @@ export class WorkerPool {
   /** Ends every worker (a task in flight is rejected). */
   async close(): Promise<void> {
     this.closed = true;
-    for (const q of this.queue.splice(0)) q.reject(new PoolWorkerError('the worker pool is closed'));
-    await Promise.all(this.slots.splice(0).map((s) => this.end(s, new PoolWorkerError('the worker pool is closed'))));
+    for (const q of this.queue.splice(0)) q.reject(new PoolClosedError());
+    await Promise.all(this.slots.splice(0).map((s) => this.end(s, new PoolClosedError())));
   }
 
   get numWorkers(): number {

@@ -3,11 +3,11 @@
 import type { FastifyInstance } from 'fastify';
 import { ChatTemplateError, renderChat, type RenderChatOptions } from '../../loader/chat-template.js';
 import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../chat-output.js';
-import { ApiError, badRequest } from '../errors.js';
+import { ApiError, badRequest, unavailable } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { chatLogprobs, promptLogprobsJson } from '../logprobs.js';
 import { checkFitsKvCache, choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
-import { PoolTimeoutError } from '../worker-pool.js';
+import { PoolClosedError, PoolTimeoutError } from '../worker-pool.js';
 import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
 import type { SamplingParams } from '../../sampling/params.js';
 import type { StructuredOutputSpec } from '../../sampling/structured-output.js';
@@ -48,6 +48,7 @@ async function renderTemplate(d: RouteDeps, r: ChatRequest, template: string, op
       throw badRequest(`\`chat_template\` did not render within the limit of ${limitMs / 1000} s `
         + '(--chat-template-render-timeout).', 'chat_template', 'chat_template_timeout');
     }
+    if (e instanceof PoolClosedError) throw unavailable('The server is shutting down.');
     throw new ApiError(500, 'Rendering the chat template failed (its worker was replaced).', 'server_error');
   }
   if (result.ok) return result.text ?? '';
