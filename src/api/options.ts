@@ -4,6 +4,7 @@ import type { PoolerConfig } from '../loader/pooler-config.js';
 import { DEFAULT_CAPS, type RequestCaps } from './caps.js';
 import { DEFAULT_GRAMMAR_LIMITS, type GrammarLimits } from './grammar-limits.js';
 import type { PoolGrammarVocab } from './worker-pool.js';
+import type { MetricsNames } from './metrics.js';
 import type { EngineClient } from '../engine/client.js';
 import type { Tokenizer } from '../loader/types.js';
 import type { ReasoningParserName } from './reasoning.js';
@@ -66,6 +67,8 @@ export interface ServerOptions {
   hiddenSize?: number;
   /** The vocabulary grammars are compiled against in the worker pool (as the engine will); absent: checked without. */
   grammarVocab?: PoolGrammarVocab | null;
+  /** /metrics names: quire:, vllm: (with model_name), or both (default). */
+  metricsNames?: MetricsNames;
   /** Worker threads for grammar compiles and request chat templates (default 2). */
   workerPoolSize?: number;
 }

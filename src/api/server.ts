@@ -112,7 +112,7 @@ export function createServer(opts: ServerOptions): QuireServer {
     return503OnClosing: true,
     clientErrorHandler: writeClientError,
   });
-  const metrics = new ApiMetrics(opts.engine);
+  const metrics = new ApiMetrics(opts.engine, opts.metricsNames ?? 'both', opts.modelName);
   const inflight = new InflightRequests();
   const pool = new WorkerPool({ size: opts.workerPoolSize ?? 2, grammarVocab: opts.grammarVocab ?? null });
   // compiles and renders in flight end with the server (a request waiting on one gets a 503)

@@ -5,6 +5,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_CAPS } from '../api/caps.js';
 import { DEFAULT_GRAMMAR_LIMITS } from '../api/grammar-limits.js';
 import { DEFAULT_LIMITS, type ServerLimits } from '../api/options.js';
+import { METRICS_NAMES } from '../api/metrics.js';
 
 /** An integer flag at least `min`. */
 export function intArg(flag: string, min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
@@ -53,6 +54,8 @@ export function addLimitFlags(cmd: Command): Command {
     DEFAULT_GRAMMAR_LIMITS.maxJsonSchemaDepth);
   cap('--max-grammar-rules', 'most rules of a structured output\'s EBNF grammar', DEFAULT_GRAMMAR_LIMITS.maxGrammarRules);
   cap('--grammar-workers', 'worker threads that compile grammars and render request chat templates', 2);
+  cmd.addOption(new Option('--metrics-names <names>', '/metrics names: quire (quire:...), vllm (vLLM\'s vllm:... with '
+    + 'model_name, for vLLM dashboards) or both').choices([...METRICS_NAMES]).default('both'));
   cmd.addOption(new Option('--grammar-compile-timeout <s>', 'seconds a structured output may take to compile (a 400 beyond)')
     .argParser(secondsArg('--grammar-compile-timeout', true)).default(DEFAULT_LIMITS.grammarCompileTimeoutMs / 1000));
   cmd.addOption(new Option('--chat-template-render-timeout <s>', 'seconds a request\'s own chat template may take to render '

@@ -6,6 +6,7 @@ import { basename, join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createServer } from '../api/server.js';
 import { StatsLogger } from '../api/stats-logger.js';
+import type { MetricsNames } from '../api/metrics.js';
 import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
@@ -114,6 +115,7 @@ export function serveCommand(): Command {
         stopTokenIds: dir.generation.eosTokenIds,
       } : null,
       workerPoolSize: flags.grammarWorkers as number,
+      metricsNames: flags.metricsNames as MetricsNames,
       samplingDefaults: defaults,
       returnTokensAsTokenIds: flags.returnTokensAsTokenIds as boolean,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
