@@ -88,7 +88,9 @@ export async function withReason<T>(call: () => Promise<T>): Promise<T> {
   } catch (e) {
     const trapped = (e as Error)?.name === 'RuntimeError' || e instanceof RangeError || typeof e !== 'object'
       || /Aborted\(|memory access out of bounds|unreachable/.test(String((e as Error)?.message));
-    if (lastFatal !== null) throw new GrammarCompileError(lastFatal, trapped);
+    // a C++ check that refused the input (its [FATAL] line said why) leaves the instance usable: a later grammar
+    // compiles as before; anything else (an out of bounds access, a stack overflow) spends it
+    if (lastFatal !== null) throw new GrammarCompileError(lastFatal, false);
     // a C++ exception reaches JavaScript as a bare number (its address): xgrammar refused the input, reason unknown
     if (typeof e === 'number') throw new GrammarCompileError('xgrammar refused it (no reason given)', true);
     if (trapped) throw new GrammarCompileError(null, true);
