@@ -1,4 +1,5 @@
-// Prometheus metrics, named as vLLM's with a `quire:` prefix, in a registry of
+// Prometheus metrics, named as vLLM's with a `quire:` prefix (and, by default, once more under vLLM's own `vllm:`
+// names with its `model_name` label, so that a dashboard made for vLLM works unchanged), in a registry of
 // the server's own. Engine gauges and engine counters are read from
 // engine.stats() at scrape time; request counters and latency histograms are
 // observed here as requests are served.
@@ -12,6 +13,26 @@ const E2E_BUCKETS_S = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50,
 const ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
 const MAX_STEPS_OBSERVED_AT_ONCE = 256;
 
+/** Which names /metrics exposes (--metrics-names). */
+export type MetricsNames = 'quire' | 'vllm' | 'both';
+export const METRICS_NAMES: readonly MetricsNames[] = ['quire', 'vllm', 'both'];
+
+/** The exposition's `quire:` samples under vLLM's `vllm:` names, each with vLLM's `model_name` label. */
+export function asVllmMetrics(text: string, modelName: string): string {
+  const label = `model_name=${JSON.stringify(modelName)}`;
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    if (line.startsWith('# HELP quire:') || line.startsWith('# TYPE quire:')) {
+      out.push(line.replace(' quire:', ' vllm:'));
+    } else if (line.startsWith('quire:')) {
+      const m = /^quire:([A-Za-z0-9_:]+)(\{)?/.exec(line)!;
+      const rest = line.slice(m[0].length);
+      out.push(m[2] ? `vllm:${m[1]}{${label},${rest}` : `vllm:${m[1]}{${label}}${rest}`);
+    }
+  }
+  return out.join('\n') + '\n';
+}
+
 export class ApiMetrics {
   readonly registry = new Registry();
   private readonly promptTokens: Counter;
@@ -24,7 +45,8 @@ export class ApiMetrics {
   private lastNumSteps: number;
   private lastNumStepTokens: number;
 
-  constructor(private readonly engine: EngineClient) {
+  constructor(private readonly engine: EngineClient, private readonly names: MetricsNames = 'both',
+    private readonly modelName = '') {
     const registers = [this.registry];
     const stats = () => engine.stats();
     new Gauge({ name: 'quire:num_requests_running', help: 'Requests in the running batch.', registers, collect() { this.set(stats().numRunning); } });
@@ -72,8 +94,11 @@ export class ApiMetrics {
     for (let i = 0; i < Math.min(numSteps, MAX_STEPS_OBSERVED_AT_ONCE); i++) this.iterationTokens.observe(perStep);
   }
 
-  text(): Promise<string> {
-    return this.registry.metrics();
+  async text(): Promise<string> {
+    const text = await this.registry.metrics();
+    if (this.names === 'quire') return text;
+    const vllm = asVllmMetrics(text, this.modelName);
+    return this.names === 'vllm' ? vllm : `${text}${text.endsWith('\n') ? '' : '\n'}${vllm}`;
   }
 
   get contentType(): string {

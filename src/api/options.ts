@@ -1,13 +1,17 @@
 // What createServer needs, and the limits it enforces (each with a default).
 
 import type { PoolerConfig } from '../loader/pooler-config.js';
+import { DEFAULT_CAPS, type RequestCaps } from './caps.js';
+import { DEFAULT_GRAMMAR_LIMITS, type GrammarLimits } from './grammar-limits.js';
+import type { PoolGrammarVocab } from './worker-pool.js';
+import type { MetricsNames } from './metrics.js';
 import type { EngineClient } from '../engine/client.js';
 import type { Tokenizer } from '../loader/types.js';
 import type { ReasoningParserName } from './reasoning.js';
 import type { SamplingDefaults } from './sampling-defaults.js';
 import type { ToolCallParserName } from './tools.js';
 
-export interface ServerLimits {
+export interface ServerLimits extends RequestCaps, GrammarLimits {
   /** Request body, bytes (413 beyond). */
   bodyLimitBytes: number;
   /** All request headers together, bytes (431 beyond). */
@@ -18,6 +22,12 @@ export interface ServerLimits {
   maxLogprobs: number;
   /** Caps the number of prompts in one completions request. */
   maxPromptsPerRequest: number;
+  /** Nesting of a request body's objects and lists (400 beyond). */
+  maxBodyDepth: number;
+  /** A grammar compile longer than this is a 400 (--grammar-compile-timeout). */
+  grammarCompileTimeoutMs: number;
+  /** A request's chat template rendering longer than this is a 400 (--chat-template-render-timeout). */
+  chatTemplateRenderTimeoutMs: number;
 }
 
 export interface ServerOptions {
@@ -55,6 +65,12 @@ export interface ServerOptions {
   pooler?: PoolerConfig | null;
   /** The model's hidden size (bounds an embedding request's `dimensions`). */
   hiddenSize?: number;
+  /** The vocabulary grammars are compiled against in the worker pool (as the engine will); absent: checked without. */
+  grammarVocab?: PoolGrammarVocab | null;
+  /** /metrics names: quire:, vllm: (with model_name), or both (default). */
+  metricsNames?: MetricsNames;
+  /** Worker threads for grammar compiles and request chat templates (default 2). */
+  workerPoolSize?: number;
 }
 
 export interface CorsOptions {
@@ -76,6 +92,11 @@ export const DEFAULT_LIMITS: ServerLimits = {
   maxStopStrings: 16,
   maxLogprobs: 20,
   maxPromptsPerRequest: 256,
+  maxBodyDepth: 256,
+  grammarCompileTimeoutMs: 10_000,
+  chatTemplateRenderTimeoutMs: 2_000,
+  ...DEFAULT_CAPS,
+  ...DEFAULT_GRAMMAR_LIMITS,
 };
 
 export function serverLimits(o: Partial<ServerLimits> = {}): ServerLimits {

@@ -41,6 +41,17 @@ export function resolveMaxTokens(numPromptTokens: number, requested: number | nu
   return requested ?? maxModelLen - numPromptTokens;
 }
 
+/**
+ * A request whose prompt and max_tokens together need more KV cache than the engine has can never be scheduled: a
+ * 400 (the engine would refuse it too), not a wait without end. `kvCacheTokens` null: not known, nothing checked.
+ */
+export function checkFitsKvCache(kvCacheTokens: number | null, numPromptTokens: number, maxTokens: number, promptParam: string): void {
+  if (kvCacheTokens === null || numPromptTokens + maxTokens <= kvCacheTokens) return;
+  throw badRequest(`This request needs up to ${numPromptTokens + maxTokens} tokens of KV cache (${numPromptTokens} in the `
+    + `prompt, ${maxTokens} for the completion), but the server's KV cache holds ${kvCacheTokens} tokens in all. `
+    + 'Please reduce the prompt or max_tokens.', numPromptTokens > kvCacheTokens ? promptParam : 'max_tokens', 'kv_cache_exceeded');
+}
+
 export function newResponseId(prefix: 'cmpl' | 'chatcmpl'): string {
   return `${prefix}-${randomUUID().replaceAll('-', '')}`;
 }

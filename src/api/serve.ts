@@ -2,6 +2,7 @@
 // concurrently, streams them as SSE or answers once, and aborts the engine
 // requests as soon as the client goes away or the server drains.
 
+import { setMaxListeners } from 'node:events';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { EngineRequest } from '../engine/types.js';
 import { toApiError } from './errors.js';
@@ -90,6 +91,8 @@ async function runAll(
   onFinish?: (o: ChoiceOutcome) => void,
 ): Promise<ChoiceOutcome[]> {
   const local = new AbortController();
+  // each of the n choices listens on it: many listeners, not a leak
+  setMaxListeners(0, local.signal);
   const forward = () => local.abort();
   signal.addEventListener('abort', forward, { once: true });
   if (signal.aborted) local.abort();

@@ -4,7 +4,8 @@ import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import cors from '@fastify/cors';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { ApiError, toApiError, unauthorized, unavailable } from './errors.js';
+import { checkRequestCaps } from './caps.js';
+import { ApiError, badRequest, toApiError, unauthorized, unavailable } from './errors.js';
 import type { ServeContext } from './generation.js';
 import { ApiMetrics } from './metrics.js';
 import { DEFAULT_CORS, serverLimits, type ServerOptions } from './options.js';
@@ -15,13 +16,20 @@ import { registerResponses } from './routes/responses.js';
 import type { RouteDeps } from './routes/deps.js';
 import { registerTokenize } from './routes/tokenize.js';
 import { InflightRequests } from './serve.js';
+import { WorkerPool } from './worker-pool.js';
+import { jsonShapeWithin } from './grammar-limits.js';
 import { QUIRE_VERSION } from '../version.js';
 
 export interface QuireServer {
   app: FastifyInstance;
   metrics: ApiMetrics;
-  /** Model loaded: /health answers 200. */
-  setReady(): void;
+  /**
+   * Model loaded: /health answers 200. `kvCacheTokens`: tokens the engine's KV cache holds (a request that needs
+   * more is a 400).
+   */
+  setReady(engine?: { kvCacheTokens: number }): void;
+  /** The worker pool of grammar compiles and request chat templates. */
+  readonly pool: WorkerPool;
   /** /health and new requests answer 503; running requests get timeoutMs to finish, then are aborted. */
   drain(timeoutMs: number): Promise<void>;
   /** Generation requests in flight. */
@@ -63,6 +71,35 @@ function writeClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   socket.destroy();
 }
 
+/**
+ * JSON bodies: UTF-8 only (a charset other than utf-8 is a 400, not a misread body), nested at most `maxDepth`
+ * levels (a deeper one would overflow a recursive walk later); a text/plain body is refused with the content type
+ * to send, not read as a string.
+ */
+function registerBodyParsers(app: FastifyInstance, maxDepth: number): void {
+  const parseJson = app.getDefaultJsonParser('error', 'ignore');
+  app.removeContentTypeParser(['application/json', 'text/plain']);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(request.headers['content-type'] ?? '')?.[1]?.toLowerCase();
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+      done(badRequest(`Unsupported charset "${charset}": send the JSON body as UTF-8 ("Content-Type: application/json").`,
+        null, 'invalid_content_type'), undefined);
+      return;
+    }
+    parseJson(request, body as string, (err, value) => {
+      if (err) return done(err, undefined);
+      if (!jsonShapeWithin(value, maxDepth)) {
+        return done(badRequest(`Request body nests objects and lists more than ${maxDepth} levels deep.`, null, 'invalid_json'), undefined);
+      }
+      done(null, value);
+    });
+  });
+  app.addContentTypeParser('text/plain', (_request, _payload, done) => {
+    done(badRequest('Content-Type text/plain is not accepted: send the JSON body with "Content-Type: application/json".',
+      null, 'invalid_content_type'), undefined);
+  });
+}
+
 export function createServer(opts: ServerOptions): QuireServer {
   const limits = serverLimits(opts.limits);
   if (opts.enableAutoToolChoice && !opts.toolCallParser) {
@@ -75,8 +112,11 @@ export function createServer(opts: ServerOptions): QuireServer {
     return503OnClosing: true,
     clientErrorHandler: writeClientError,
   });
-  const metrics = new ApiMetrics(opts.engine);
+  const metrics = new ApiMetrics(opts.engine, opts.metricsNames ?? 'both', opts.modelName);
   const inflight = new InflightRequests();
+  const pool = new WorkerPool({ size: opts.workerPoolSize ?? 2, grammarVocab: opts.grammarVocab ?? null });
+  // compiles and renders in flight end with the server (a request waiting on one gets a 503)
+  app.addHook('preClose', () => pool.close());
   const ctx: ServeContext = {
     engine: opts.engine, tokenizer: opts.tokenizer, metrics, engineError: () => engineErrorOf(opts.engine),
   };
@@ -95,6 +135,9 @@ export function createServer(opts: ServerOptions): QuireServer {
     returnTokensAsTokenIds: opts.returnTokensAsTokenIds ?? false,
     pooler: opts.pooler ?? null,
     hiddenSize: opts.hiddenSize ?? null,
+    pool,
+    grammar: { pool, limits, compileTimeoutMs: limits.grammarCompileTimeoutMs },
+    kvCacheTokens: null,
   };
   let state: State = 'loading';
 
@@ -103,8 +146,21 @@ export function createServer(opts: ServerOptions): QuireServer {
     if (e.statusCode >= 500) request.log.error({ err }, 'request failed');
     return sendError(reply, e);
   });
-  app.setNotFoundHandler((request, reply) =>
-    sendError(reply, new ApiError(404, `No route for ${request.method} ${request.url}.`, 'not_found_error', null, 'not_found')));
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!;
+    const allowed = ['GET', 'POST'].filter((m) => m !== request.method && app.hasRoute({ method: m as 'GET', url: path }));
+    if (allowed.length > 0) {
+      void reply.header('allow', allowed.join(', '));
+      return sendError(reply, new ApiError(405, `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}.`,
+        'invalid_request_error', null, 'method_not_allowed'));
+    }
+    return sendError(reply, new ApiError(404, `No route for ${request.method} ${request.url}.`, 'not_found_error', null, 'not_found'));
+  });
+  registerBodyParsers(app, limits.maxBodyDepth);
+  // caps on lists and strings, before any route tokenizes, renders or compiles anything
+  app.addHook('preHandler', async (request) => {
+    if (request.method === 'POST') checkRequestCaps(request.body, limits, opts.maxModelLen);
+  });
 
   // Browsers ask before they send (CORS preflight, no credentials): vLLM's defaults, every origin allowed.
   const c = opts.cors ?? DEFAULT_CORS;
@@ -155,14 +211,16 @@ export function createServer(opts: ServerOptions): QuireServer {
   return {
     app,
     metrics,
-    setReady() {
+    pool,
+    setReady(engine?: { kvCacheTokens: number }) {
+      if (engine !== undefined) deps.kvCacheTokens = engine.kvCacheTokens;
       if (state === 'loading') state = 'ready';
     },
     async drain(timeoutMs: number) {
       state = 'draining';
       if (!(await inflight.waitIdle(timeoutMs))) {
         inflight.abortAll();
-        await inflight.waitIdle(Math.max(1000, timeoutMs));
+        await inflight.waitIdle(1000);
       }
     },
     get numInflight() {

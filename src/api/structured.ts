@@ -3,9 +3,19 @@
 // structural_tag) and its older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`. A spec that
 // does not compile is a 400 here, before any token is generated.
 
-import { checkStructuredOutput, type StructuredOutputSpec } from '../sampling/structured-output.js';
-import { badRequest } from './errors.js';
+import type { StructuredOutputSpec } from '../sampling/structured-output.js';
+import { ApiError, badRequest, unavailable } from './errors.js';
+import { checkGrammarLimits, type GrammarLimits } from './grammar-limits.js';
 import { isObject, type Body } from './schemas.js';
+import { PoolClosedError, PoolTimeoutError, type WorkerPool } from './worker-pool.js';
+
+/** How a request's structured output is checked: limits first, then a compile in the worker pool. */
+export interface GrammarCheck {
+  pool: WorkerPool;
+  limits: GrammarLimits;
+  /** A compile longer than this is a 400 (--grammar-compile-timeout). */
+  compileTimeoutMs: number;
+}
 
 function jsonSpec(v: unknown, param: string): StructuredOutputSpec {
   if (typeof v === 'string') {
@@ -103,7 +113,7 @@ function fromStructuredOutputs(v: unknown): [string, StructuredOutputSpec] | nul
 }
 
 /** The request's structured-output spec (null: free text); 400 on a malformed or uncompilable one. */
-export async function structuredOutputFromBody(b: Body): Promise<StructuredOutputSpec | null> {
+export async function structuredOutputFromBody(b: Body, g: GrammarCheck): Promise<StructuredOutputSpec | null> {
   const given: [string, StructuredOutputSpec | null][] = [];
   if (b.response_format !== undefined && b.response_format !== null) given.push(['response_format', fromResponseFormat(b.response_format)]);
   if (b.structured_outputs !== undefined && b.structured_outputs !== null) {
@@ -119,15 +129,32 @@ export async function structuredOutputFromBody(b: Body): Promise<StructuredOutpu
   }
   if (specs.length === 0) return null;
   const [param, spec] = specs[0]!;
-  return checkedSpec(spec!, param);
+  return checkedSpec(spec!, param, g);
 }
 
-/** The spec, once it compiles; else a 400 naming `param`. */
-export async function checkedSpec(spec: StructuredOutputSpec, param: string): Promise<StructuredOutputSpec> {
+/**
+ * The spec, once it is within the limits and compiles in the worker pool within the time limit; else a 400 naming
+ * `param`. A compiler that traps or dies is a 500 that says nothing of what it held.
+ */
+export async function checkedSpec(spec: StructuredOutputSpec, param: string, g: GrammarCheck): Promise<StructuredOutputSpec> {
+  checkGrammarLimits(spec, param, g.limits);
+  let result;
   try {
-    await checkStructuredOutput(spec);
+    result = await g.pool.run({ kind: 'grammar', spec }, g.compileTimeoutMs);
   } catch (e) {
-    throw badRequest(`\`${param}\` does not compile to a grammar: ${(e as Error).message ?? e}`, param);
+    if (e instanceof PoolTimeoutError) {
+      throw badRequest(`\`${param}\` did not compile to a grammar within the limit of ${g.compileTimeoutMs / 1000} s `
+        + '(--grammar-compile-timeout); simplify it.', param, 'structured_output_timeout');
+    }
+    if (e instanceof PoolClosedError) throw unavailable('The server is shutting down.');
+    throw grammarServerError();
   }
-  return spec;
+  if (result.ok) return spec;
+  if (result.reason === null) throw grammarServerError();
+  throw badRequest(`\`${param}\` does not compile to a grammar: ${result.reason}`, param);
+}
+
+function grammarServerError(): ApiError {
+  return new ApiError(500, 'The grammar compiler failed on this request (its worker was replaced; other requests are '
+    + 'unaffected).', 'server_error', null, 'grammar_compiler_failed');
 }

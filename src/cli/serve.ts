@@ -1,10 +1,12 @@
 // quire serve: the OpenAI-compatible server. The HTTP side listens at once
 // (/health 503 while loading); the engine loads in a worker thread.
 
-import { basename } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createServer } from '../api/server.js';
 import { StatsLogger } from '../api/stats-logger.js';
+import type { MetricsNames } from '../api/metrics.js';
 import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
@@ -18,15 +20,17 @@ import { defaultMaxModelLen } from '../model/rope.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
 import { modelPoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
 import { readKnob } from '../knobs/knobs.js';
+import { addLimitFlags, apiKeyArg, kvCacheRefusal, limitsFromFlags, portArg, secondsArg } from './serve-limits.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
     .description('serve a model with the OpenAI API (/v1/completions, /v1/chat/completions, /metrics, ...)')
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
-    .option('--port <n>', 'port', '8000')
+    .option('--port <n>', 'port', portArg, 8000)
     .option('--served-model-name <name...>', 'model name(s) the API answers to (default: the directory name)')
-    .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1 routes (or QUIRE_API_KEY)')
-    .option('--shutdown-timeout <s>', 'on SIGTERM, seconds running requests get to finish', '30')
+    .option('--api-key <key>', 'require Authorization: Bearer <key> on /v1 routes (or QUIRE_API_KEY)', apiKeyArg)
+    .option('--shutdown-timeout <s>', 'on SIGTERM, seconds running requests get to finish (the process ends by then, '
+      + 'whatever is in flight)', secondsArg('--shutdown-timeout'), 30)
     .option('--chat-template <file-or-template>', 'the chat template (a file, or the template itself) instead of the model\'s')
     .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false)
     .option('--allowed-origins <json>', 'CORS: origins allowed, a JSON list', jsonList('--allowed-origins'), ['*'])
@@ -54,6 +58,7 @@ export function serveCommand(): Command {
     .option('--pooler-config <json>', 'as vLLM, for --runner pooling: \'{"pooling_type": "LAST", "normalize": true}\' '
       + '(default: the model\'s sentence-transformers files, else LAST, normalized)', jsonObject('--pooler-config'));
   addEngineFlags(cmd);
+  addLimitFlags(cmd);
   cmd.argument('[model]', 'the model directory, as `vllm serve <model>` takes it (or --model)')
     .option('--return-tokens-as-token-ids', 'logprobs name tokens "token_id:<id>" unless a request says otherwise', false);
   return cmd.action(async (model: string | undefined, flags: Record<string, unknown>) => {
@@ -105,7 +110,13 @@ export function serveCommand(): Command {
       modelName: names[0]!, servedModelNames: names.slice(1), maxModelLen,
       ...(apiKey ? { apiKey } : {}),
       allowRequestChatTemplate: flags.trustRequestChatTemplate as boolean,
-      limits: { maxLogprobs: servedMaxLogprobs(flags.maxLogprobs as number, dir.tokenizer.vocabSize) },
+      limits: { ...limitsFromFlags(flags), maxLogprobs: servedMaxLogprobs(flags.maxLogprobs as number, dir.tokenizer.vocabSize) },
+      grammarVocab: existsSync(join(dir.tokenizerDir, 'tokenizer.json')) ? {
+        tokenizerJsonPath: join(dir.tokenizerDir, 'tokenizer.json'), vocabSize: dir.config.vocabSize,
+        stopTokenIds: dir.generation.eosTokenIds,
+      } : null,
+      workerPoolSize: flags.grammarWorkers as number,
+      metricsNames: flags.metricsNames as MetricsNames,
       samplingDefaults: defaults,
       returnTokensAsTokenIds: flags.returnTokensAsTokenIds as boolean,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
@@ -117,7 +128,17 @@ export function serveCommand(): Command {
         allowedHeaders: flags.allowedHeaders as string[], allowCredentials: flags.allowCredentials as boolean,
       },
     });
-    const address = await server.app.listen({ host: flags.host as string, port: Number(flags.port) });
+    let address: string;
+    try {
+      address = await server.app.listen({ host: flags.host as string, port: flags.port as number });
+    } catch (e) {
+      const err = e as NodeJS.ErrnoException;
+      const why = err.code === 'EADDRINUSE' ? 'the address is in use' : err.code === 'EACCES' ? 'permission denied'
+        : err.code === 'EADDRNOTAVAIL' ? 'no such address on this machine' : err.message;
+      console.error(`quire serve: cannot listen on ${flags.host as string}:${flags.port as number}: ${why}`);
+      process.exitCode = 1;
+      return;
+    }
     console.log(`quire: loading ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers, vocab ${dir.config.vocabSize})`);
     if (Object.keys(defaults).length > 0) {
       console.log(`quire: default sampling parameters ${describeSamplingDefaults(defaults)}, from the model's generation `
@@ -133,8 +154,16 @@ export function serveCommand(): Command {
       process.exitCode = 1;
       return;
     }
+    const kvCacheTokens = (client.info.numBlocks - 1) * client.info.blockSize;
+    const refusal = kvCacheRefusal(kvCacheTokens, client.info.maxModelLen);
+    if (refusal !== null) {
+      console.error(`quire serve: ${refusal}`);
+      await client.shutdown();
+      await server.app.close();
+      process.exit(1);
+    }
     engine.attach(client);
-    server.setReady();
+    server.setReady({ kvCacheTokens });
     const statsLogger = serveStatsLogger(flags, client, (line) => console.log(`quire: ${line}`));
     const i = client.info;
     console.log(`quire: backend ${i.backend} (${i.device}), ${i.numBlocks - 1} KV pages of ${i.blockSize} tokens `
@@ -155,8 +184,14 @@ export function serveCommand(): Command {
     const stop = async (signal: string): Promise<void> => {
       if (stopping) return;
       stopping = true;
+      const timeoutMs = (flags.shutdownTimeout as number) * 1000;
       console.log(`quire: ${signal}: draining (up to ${flags.shutdownTimeout} s)`);
-      await server.drain(Number(flags.shutdownTimeout) * 1000);
+      // whatever is in flight (a compile, a step, a socket), the process ends within the timeout and a grace second
+      setTimeout(() => {
+        console.error(`quire: ${signal}: still busy after --shutdown-timeout ${flags.shutdownTimeout} s; exiting`);
+        process.exit(0);
+      }, timeoutMs + 1000).unref();
+      await server.drain(timeoutMs);
       statsLogger?.stop();
       await server.app.close();
       const trace = await client.shutdownWithTrace();

@@ -134,6 +134,13 @@ export class EngineCore {
         + `(${r.sampling.maxTokens}) exceeds the context length ${this.info.maxModelLen}`));
       return;
     }
+    const numPagesAtMost = Math.ceil(total / this.options.blockSize);
+    if (numPagesAtMost > this.kv.pool.numUsableBlocks) {
+      // can never be scheduled: refused on its own, the engine serves on (the scheduler would throw)
+      this.pending.push(this.errorOutput(r.requestId, `prompt (${r.promptTokenIds.length} tokens) plus max_tokens `
+        + `(${r.sampling.maxTokens}) may need ${numPagesAtMost} KV pages; the cache has ${this.kv.pool.numUsableBlocks}`));
+      return;
+    }
     const bad = r.promptTokenIds.find((t) => !Number.isInteger(t) || t < 0 || t >= this.config.vocabSize);
     if (bad !== undefined) {
       this.pending.push(this.errorOutput(r.requestId, `token id ${bad} is outside the vocabulary [0, ${this.config.vocabSize})`));

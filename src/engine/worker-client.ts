@@ -55,6 +55,9 @@ export class WorkerEngineClient implements EngineClient {
         this.latest = m.stats;
         this.router.route(m.outputs);
         break;
+      case 'stats':
+        this.latest = m.stats;
+        break;
       case 'failed':
         this.fail(m.message);
         break;

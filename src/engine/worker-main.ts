@@ -8,11 +8,27 @@ import type { FromWorker, ToWorker, WorkerInit } from './worker-protocol.js';
 const port = parentPort!;
 const { options } = workerData as WorkerInit;
 const send = (m: FromWorker): void => port.postMessage(m);
+/** Gauges (running, waiting, KV usage) reach the API at least this often while anything is in flight. */
+const STATS_INTERVAL_MS = 250;
 
 try {
   const core = await createEngineCore(options);
   let stopping = false;
   let looping = false;
+  let lastStatsMs = 0;
+  let lastRunning = -1;
+  let lastWaiting = -1;
+  const publishStats = (): void => {
+    const stats = core.stats();
+    lastStatsMs = Date.now();
+    lastRunning = stats.numRunning;
+    lastWaiting = stats.numWaiting;
+    send({ type: 'stats', stats });
+  };
+  // a step that emits nothing (a prefill chunk) still changes what is running and waiting
+  const timer = setInterval(() => {
+    if (Date.now() - lastStatsMs >= STATS_INTERVAL_MS) publishStats();
+  }, STATS_INTERVAL_MS);
 
   const loop = (): void => {
     if (stopping) return;
@@ -22,7 +38,17 @@ try {
     }
     try {
       const outputs = core.advance();
-      if (outputs.length > 0) send({ type: 'outputs', outputs, stats: core.stats() });
+      if (outputs.length > 0) {
+        const stats = core.stats();
+        lastStatsMs = Date.now();
+        lastRunning = stats.numRunning;
+        lastWaiting = stats.numWaiting;
+        send({ type: 'outputs', outputs, stats });
+      } else {
+        // a step that admitted, preempted or finished a request moves the gauges at once
+        const st = core.stats();
+        if (st.numRunning !== lastRunning || st.numWaiting !== lastWaiting || Date.now() - lastStatsMs >= STATS_INTERVAL_MS) publishStats();
+      }
     } catch (e) {
       send({ type: 'failed', message: `engine step failed: ${(e as Error).stack ?? e}` });
       stopping = true;
@@ -42,14 +68,17 @@ try {
     switch (m.type) {
       case 'add':
         core.addRequest(m.req);
+        publishStats();
         kick();
         break;
       case 'abort': {
         const outputs = core.abortRequest(m.requestId);
         if (outputs.length > 0) send({ type: 'outputs', outputs, stats: core.stats() });
+        else publishStats();
         break;
       }
       case 'shutdown':
+        clearInterval(timer);
         stopping = true;
         send({ type: 'closed', traceSummary: core.traceSummary() });
         core.dispose();

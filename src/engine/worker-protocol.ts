@@ -26,6 +26,8 @@ export type ToWorker =
 export type FromWorker =
   | { type: 'ready'; info: EngineInfo; stats: EngineStats }
   | { type: 'outputs'; outputs: EngineOutput[]; stats: EngineStats }
+  /** Stats alone: on a timer, and when a request is admitted or aborted, so gauges never wait for outputs. */
+  | { type: 'stats'; stats: EngineStats }
   | { type: 'failed'; message: string }
   | { type: 'closed'; traceSummary: string | null };
 

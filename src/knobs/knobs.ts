@@ -15,6 +15,8 @@ export interface Knob<T> {
   readonly default: T;
   /** The value of a set variable; throws a message (without the name) where it does not parse. */
   parse(raw: string): T;
+  /** Set but empty is an error, not the default (a key that would silently turn auth off). */
+  readonly emptyIsError?: boolean;
 }
 
 export class KnobError extends Error {}
@@ -41,8 +43,9 @@ function num(category: KnobCategory, fallback: number, doc: string,
   } };
 }
 
-function str(category: KnobCategory, doc: string, check?: (raw: string) => void): Knob<string | undefined> {
-  return { category, doc, default: undefined, defaultText: 'unset', parse: (raw) => {
+function str(category: KnobCategory, doc: string, check?: (raw: string) => void,
+  emptyIsError = false): Knob<string | undefined> {
+  return { category, doc, default: undefined, defaultText: 'unset', emptyIsError, parse: (raw) => {
     check?.(raw);
     return raw;
   } };
@@ -60,7 +63,8 @@ function oneOf<const V extends string>(category: KnobCategory, values: readonly 
 const K = 'kernels (A/B)' as const;
 
 export const KNOBS = {
-  QUIRE_API_KEY: str('server', 'The API key clients must send (as --api-key, which wins).'),
+  QUIRE_API_KEY: str('server', 'The API key clients must send (as --api-key, which wins); set, it may not be empty.',
+    undefined, true),
   QUIRE_ALLOW_LONG_MAX_MODEL_LEN: bool('engine', false,
     'Allows a --max-model-len past the model\'s context (max_position_embeddings as its RoPE scaling stretches it), as vLLM\'s VLLM_ALLOW_LONG_MAX_MODEL_LEN.'),
   QUIRE_CACHE_DIR: str('engine', 'Where compiled kernels are cached (default ~/.cache/quire/kernels).'),
@@ -106,6 +110,7 @@ export function readKnob<N extends KnobName>(name: N, env: NodeJS.ProcessEnv = p
   const knob: Knob<unknown> = KNOBS[name];
   const raw = env[name];
   let value: unknown = knob.default;
+  if (raw === '' && knob.emptyIsError) throw new KnobError(`${name} is set but empty (${knob.doc})`);
   if (raw !== undefined && raw !== '') {
     try {
       value = knob.parse(raw);

@@ -45,8 +45,8 @@ export function xgrammar(): XGrammar {
     const keep = (...args: unknown[]) => {
       const line = args.map(String).join(' ');
       const fatal = /\[FATAL\][^:]*:\d+: (.*)/s.exec(line);
-      if (fatal) lastFatal = fatal[1]!.trim();
-      else if (line.trim() !== 'Aborted()') console.error(line);
+      if (fatal) lastFatal = fatal[1]!.trim().slice(0, MAX_REASON_CHARS);
+      else if (line.trim() !== 'Aborted()') console.error(xgrammarLogLine(line));
     };
     const quiet = { ...console, error: keep, warn: keep };
     new Function('exports', 'module', 'require', '__filename', '__dirname', 'console', readFileSync(file, 'utf8'))(
@@ -56,14 +56,51 @@ export function xgrammar(): XGrammar {
   return loaded;
 }
 
-/** Runs an xgrammar call; a failure carries xgrammar's own reason. */
-async function withReason<T>(call: () => Promise<T>): Promise<T> {
+/** The longest reason of xgrammar's that reaches an error message. */
+const MAX_REASON_CHARS = 400;
+
+/**
+ * One of xgrammar's log lines as we print it: without the source paths of its build machine ("/home/.../x.cc:12:"),
+ * and short (a corrupted instance once printed megabytes of its heap).
+ */
+export function xgrammarLogLine(line: string): string {
+  const clean = line.replace(/(?:[\w.-]*\/)+[\w.-]+\.(?:cc|cpp|h|hpp)(?::\d+)*:?\s*/g, '').trim();
+  return `xgrammar: ${clean.length > 200 ? `${clean.slice(0, 200)}...` : clean}`;
+}
+
+/**
+ * An xgrammar call that failed. `trapped`: the WebAssembly instance aborted or trapped (a C++ check, an out of bounds
+ * access, a stack overflow); it must not be used again. `reason`: xgrammar's own message for the input, when it gave
+ * one (the input's fault); null when it did not (a server error, whose message must not reach a client).
+ */
+export class GrammarCompileError extends Error {
+  constructor(readonly reason: string | null, readonly trapped: boolean) {
+    super(reason ?? 'the grammar compiler failed');
+    this.name = 'GrammarCompileError';
+  }
+}
+
+/** Runs an xgrammar call; a failure is a GrammarCompileError with xgrammar's own reason. */
+export async function withReason<T>(call: () => Promise<T>): Promise<T> {
   lastFatal = null;
   try {
     return await call();
   } catch (e) {
-    throw new Error(lastFatal ?? (e instanceof Error ? e.message : String(e)));
+    const trapped = (e as Error)?.name === 'RuntimeError' || e instanceof RangeError || typeof e !== 'object'
+      || /Aborted\(|memory access out of bounds|unreachable/.test(String((e as Error)?.message));
+    // a C++ check that refused the input (its [FATAL] line said why) leaves the instance usable: a later grammar
+    // compiles as before; anything else (an out of bounds access, a stack overflow) spends it
+    if (lastFatal !== null) throw new GrammarCompileError(lastFatal, false);
+    // a C++ exception reaches JavaScript as a bare number (its address): xgrammar refused the input, reason unknown
+    if (typeof e === 'number') throw new GrammarCompileError('xgrammar refused it (no reason given)', true);
+    if (trapped) throw new GrammarCompileError(null, true);
+    throw new GrammarCompileError((e instanceof Error ? e.message : String(e)).slice(0, MAX_REASON_CHARS), false);
   }
+}
+
+/** Drops the loaded instance: the next xgrammar() call starts a fresh one (after a trap). */
+export function resetXgrammar(): void {
+  loaded = null;
 }
 
 /** A choice list in xgrammar's EBNF. */
@@ -73,7 +110,7 @@ function choiceGrammar(choices: readonly string[]): string {
 
 const regexTag = (pattern: string) => ({ type: 'structural_tag' as const, format: { type: 'regex' as const, pattern } });
 
-/** Checks a spec without a vocabulary (the API layer's 400s): throws xgrammar's reason when it does not compile. */
+/** Checks a spec without a vocabulary: throws a GrammarCompileError when it does not compile. */
 export async function checkStructuredOutput(spec: StructuredOutputSpec): Promise<void> {
   const xg = xgrammar();
   const g = await withReason(() => {
@@ -86,6 +123,26 @@ export async function checkStructuredOutput(spec: StructuredOutputSpec): Promise
     }
   });
   g.dispose();
+}
+
+/** Compiles a spec against a compiler's vocabulary (what the engine will do with it). */
+export function compileSpec(c: XG.GrammarCompiler, spec: StructuredOutputSpec): Promise<XG.CompiledGrammar> {
+  return withReason(() => {
+    switch (spec.type) {
+      case 'json': return c.compileJSONSchema(spec.schema, false);
+      case 'choice': return c.compileGrammar(choiceGrammar(spec.choices));
+      case 'regex': return c.compileStructuralTag(regexTag(spec.pattern));
+      case 'grammar': return c.compileGrammar(spec.ebnf);
+      case 'structural_tag': return c.compileStructuralTag(spec.tag);
+    }
+  });
+}
+
+/** A grammar compiler over `v` in the loaded instance. */
+export async function createGrammarCompiler(v: GrammarVocab): Promise<XG.GrammarCompiler> {
+  const xg = xgrammar();
+  const info = await xg.TokenizerInfo.createTokenizerInfo(v.encodedVocab, v.vocabType, false, v.vocabSize, v.stopTokenIds);
+  return xg.GrammarCompiler.createGrammarCompiler(info);
 }
 
 /** The model's vocabulary as xgrammar reads it (tokenizer.json's strings, its byte encoding). */
@@ -130,16 +187,12 @@ export class StructuredOutputs {
     const key = JSON.stringify({ ...spec, afterTokenId: undefined });
     let p = this.compiled.get(key);
     if (p === undefined) {
-      p = this.compilerOnce().then((c) => withReason(() => {
-        switch (spec.type) {
-          case 'json': return c.compileJSONSchema(spec.schema, false);
-          case 'choice': return c.compileGrammar(choiceGrammar(spec.choices));
-          case 'regex': return c.compileStructuralTag(regexTag(spec.pattern));
-          case 'grammar': return c.compileGrammar(spec.ebnf);
-          case 'structural_tag': return c.compileStructuralTag(spec.tag);
-        }
-      }));
-      p.catch(() => this.compiled.delete(key));
+      p = this.compilerOnce().then((c) => compileSpec(c, spec));
+      p.catch((e: unknown) => {
+        this.compiled.delete(key);
+        // a trapped instance is never used again: later grammars compile in a fresh one
+        if (e instanceof GrammarCompileError && e.trapped) this.reset();
+      });
       if (this.compiled.size >= MAX_CACHED) this.compiled.delete(this.compiled.keys().next().value!);
       this.compiled.set(key, p);
     }
@@ -147,13 +200,14 @@ export class StructuredOutputs {
   }
 
   private compilerOnce(): Promise<XG.GrammarCompiler> {
-    this.compiler ??= (async () => {
-      const v = this.vocab();
-      const xg = xgrammar();
-      const info = await xg.TokenizerInfo.createTokenizerInfo(v.encodedVocab, v.vocabType, false, v.vocabSize, v.stopTokenIds);
-      return xg.GrammarCompiler.createGrammarCompiler(info);
-    })();
+    this.compiler ??= createGrammarCompiler(this.vocab());
     return this.compiler;
+  }
+
+  private reset(): void {
+    resetXgrammar();
+    this.compiler = null;
+    this.compiled.clear();
   }
 }
 

@@ -123,6 +123,6 @@ describe('request chat templates when allowed', () => {
     assert.equal(r.json.count, 2);
     const bad = await postJson(`${s.url}${CHAT}`, { ...chatOk, chat_template: '{% for %}' });
     assert.equal(bad.status, 400);
-    assert.equal(bad.json.error.param, 'messages');
+    assert.equal(bad.json.error.param, 'chat_template');
   });
 });

@@ -85,3 +85,26 @@ test('vLLM\'s runner flags: --runner pooling, --task embed and --convert embed a
   assert.match(await serveError(['--model', '/nonexistent', '--pooler-config', '{"normalize": false}']), /--pooler-config needs --runner pooling/);
   assert.match(await serveError(['--model', '/nonexistent', '--task', 'embed', '--pooler-config', '[1]']), /--pooler-config takes a JSON object/);
 });
+
+test('issue 38: --port, --shutdown-timeout and --api-key are checked before anything loads', async () => {
+  assert.match(await serveError(['--model', '/nonexistent', '--port', '99999']), /--port takes an integer from 0 to 65535, got "99999"/);
+  assert.match(await serveError(['--model', '/nonexistent', '--shutdown-timeout', 'abc']), /--shutdown-timeout takes a number of seconds >= 0/);
+  assert.match(await serveError(['--model', '/nonexistent', '--shutdown-timeout', '-5']), /--shutdown-timeout takes a number of seconds >= 0/);
+  assert.match(await serveError(['--model', '/nonexistent', '--api-key', '']), /--api-key must not be empty/);
+  assert.match(await serveError(['--model', '/nonexistent', '--max-messages', '0']), /--max-messages takes an integer >= 1/);
+  assert.match(await serveError(['--model', '/nonexistent', '--grammar-compile-timeout', '0']), /--grammar-compile-timeout takes a number of seconds > 0/);
+});
+
+test('issue 38: the limit flags reach the server limits; a KV cache under one --max-model-len sequence is refused', async () => {
+  const { limitsFromFlags, kvCacheRefusal } = await import('../../src/cli/serve-limits.js');
+  let flags: Record<string, unknown> = {};
+  const cmd = serveCommand().exitOverride().action((_m, f: Record<string, unknown>) => { flags = f; });
+  await cmd.parseAsync(['/m', '--max-tools', '3', '--grammar-compile-timeout', '1.5', '--max-prompt-chars', '100'], { from: 'user' });
+  const l = limitsFromFlags(flags);
+  assert.equal(l.maxTools, 3);
+  assert.equal(l.grammarCompileTimeoutMs, 1500);
+  assert.equal(l.maxPromptChars, 100);
+  assert.equal(l.maxMessages, 2048);
+  assert.equal(kvCacheRefusal(2048, 2048), null);
+  assert.match(kvCacheRefusal(176, 2048)!, /holds 176 tokens, less than one sequence of --max-model-len 2048: raise --kv-cache-memory .* lower --max-model-len to at most 176/);
+});

@@ -26,6 +26,8 @@ test('a value that does not parse is an error naming the variable and the value,
   assert.throws(() => readKnob('QUIRE_CHAIN_WHOLE', { QUIRE_CHAIN_WHOLE: '2.5' }), /QUIRE_CHAIN_WHOLE=2.5/);
   assert.throws(() => readKnob('QUIRE_CHAIN_SILU', { QUIRE_CHAIN_SILU: 'tiles' }), /QUIRE_CHAIN_SILU=tiles: expected pairs or none/);
   assert.throws(() => readKnob('QUIRE_DECODE_GROUPS', { QUIRE_DECODE_GROUPS: '8;4' }), /comma-separated/);
+  assert.throws(() => readKnob('QUIRE_API_KEY', { QUIRE_API_KEY: '' }), /QUIRE_API_KEY is set but empty/,
+    'an empty key would turn auth off');
 });
 
 test('checkKnobs reports bad values as errors and unknown QUIRE_ names as warnings', () => {

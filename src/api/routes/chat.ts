@@ -1,12 +1,13 @@
 // POST /v1/chat/completions
 
 import type { FastifyInstance } from 'fastify';
-import { ChatTemplateError, renderChat } from '../../loader/chat-template.js';
+import { ChatTemplateError, renderChat, type RenderChatOptions } from '../../loader/chat-template.js';
 import { ChatOutputStream, parseChatOutput, type ChatOutputOptions } from '../chat-output.js';
-import { badRequest } from '../errors.js';
+import { ApiError, badRequest, unavailable } from '../errors.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
 import { chatLogprobs, promptLogprobsJson } from '../logprobs.js';
-import { choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
+import { checkFitsKvCache, choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
+import { PoolClosedError, PoolTimeoutError } from '../worker-pool.js';
 import { promptOpensThinking, reasoningEndToken } from '../reasoning.js';
 import type { SamplingParams } from '../../sampling/params.js';
 import type { StructuredOutputSpec } from '../../sampling/structured-output.js';
@@ -21,11 +22,41 @@ import { chatResponse, chunkHeadOf, openingChunks, usageChunk, type Header } fro
 import { resolveModel, type RouteDeps } from './deps.js';
 
 /** Renders and tokenizes the conversation (the template brings its own BOS). */
-export function chatPromptIds(d: RouteDeps, r: ChatRequest): number[] {
-  return renderChatPrompt(d, r).ids;
+export async function chatPromptIds(d: RouteDeps, r: ChatRequest): Promise<number[]> {
+  return (await renderChatPrompt(d, r)).ids;
 }
 
-function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: number[] } {
+/**
+ * A template the request sent (with --trust-request-chat-template) renders in the worker pool under
+ * --chat-template-render-timeout: a template of nested loops must not hold the event loop. The server's own renders here.
+ */
+async function renderTemplate(d: RouteDeps, r: ChatRequest, template: string, options: RenderChatOptions): Promise<string> {
+  if (r.chatTemplate === null) {
+    try {
+      return renderChat(template, r.messages, options);
+    } catch (e) {
+      if (e instanceof ChatTemplateError) throw badRequest(e.message, 'messages');
+      throw e;
+    }
+  }
+  const limitMs = d.limits.chatTemplateRenderTimeoutMs;
+  let result;
+  try {
+    result = await d.pool.run({ kind: 'template', template, messages: r.messages, options }, limitMs);
+  } catch (e) {
+    if (e instanceof PoolTimeoutError) {
+      throw badRequest(`\`chat_template\` did not render within the limit of ${limitMs / 1000} s `
+        + '(--chat-template-render-timeout).', 'chat_template', 'chat_template_timeout');
+    }
+    if (e instanceof PoolClosedError) throw unavailable('The server is shutting down.');
+    throw new ApiError(500, 'Rendering the chat template failed (its worker was replaced).', 'server_error');
+  }
+  if (result.ok) return result.text ?? '';
+  if (result.reason !== null) throw badRequest(result.reason, 'chat_template');
+  throw new ApiError(500, 'Rendering the chat template failed (its worker was replaced).', 'server_error');
+}
+
+async function renderChatPrompt(d: RouteDeps, r: ChatRequest): Promise<{ text: string; ids: number[] }> {
   if (r.chatTemplate !== null && !d.allowRequestChatTemplate) {
     throw badRequest('`chat_template` in the request is not allowed on this server.', 'chat_template');
   }
@@ -33,19 +64,13 @@ function renderChatPrompt(d: RouteDeps, r: ChatRequest): { text: string; ids: nu
   if (template === null) throw badRequest('This model has no chat template; use /v1/completions or send `chat_template`.', 'messages');
   const tok = d.tokenizer;
   const tokenString = (id: number | undefined | null) => (id === null || id === undefined ? null : (tok.idToToken(id) ?? null));
-  let text: string;
-  try {
-    text = renderChat(template, r.messages, {
-      ...r.chatTemplateKwargs,
-      ...(r.tools !== null ? { tools: r.tools } : {}),
-      addGenerationPrompt: r.addGenerationPrompt,
-      bosToken: d.bosToken ?? tokenString(tok.bosTokenId),
-      eosToken: d.eosToken ?? tokenString(tok.eosTokenIds[0]),
-    });
-  } catch (e) {
-    if (e instanceof ChatTemplateError) throw badRequest(e.message, 'messages');
-    throw e;
-  }
+  let text = await renderTemplate(d, r, template, {
+    ...r.chatTemplateKwargs,
+    ...(r.tools !== null ? { tools: r.tools } : {}),
+    addGenerationPrompt: r.addGenerationPrompt,
+    bosToken: d.bosToken ?? tokenString(tok.bosTokenId),
+    eosToken: d.eosToken ?? tokenString(tok.eosTokenIds[0]),
+  });
   if (r.continueFinalMessage) text = endAtFinalMessage(text, r.messages.at(-1)!.content);
   const ids = tok.encode(text, { addSpecialTokens: r.addSpecialTokens });
   if (ids.length === 0) throw badRequest('The rendered conversation is empty.', 'messages');
@@ -90,9 +115,9 @@ export async function prepareChat(d: RouteDeps, r: ChatRequest, base: SamplingPa
     if (format !== null) {
       throw badRequest(`A forced \`tool_choice\` ("required" or a named function) cannot be combined with ${formatName}.`, 'tool_choice');
     }
-    base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools');
+    base.structuredOutput = await checkedSpec({ type: 'json', schema: forced }, 'tools', d.grammar);
   }
-  const { text, ids } = renderChatPrompt(d, r);
+  const { text, ids } = await renderChatPrompt(d, r);
   if (format !== null && d.reasoningParser !== null) {
     const after = reasoningEndToken(d.tokenizer, text);
     if (after !== undefined) base.structuredOutput = { ...format, afterTokenId: after };
@@ -110,11 +135,12 @@ export function registerChat(app: FastifyInstance, d: RouteDeps): void {
       vocabSize: d.tokenizer.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
       maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: d.tokenizer, defaults: d.samplingDefaults,
     });
-    const prepared = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body),
+    const prepared = await prepareChat(d, r, base, await structuredOutputFromBody(request.body as Body, d.grammar),
       'another structured output');
     const { toolMode, parse } = prepared;
     const ids = truncatePrompt(prepared.ids, r.truncatePromptTokens, d.maxModelLen);
     const maxTokens = resolveMaxTokens(ids.length, r.maxTokens, d.maxModelLen, 'messages');
+    checkFitsKvCache(d.kvCacheTokens, ids.length, maxTokens, 'messages');
     const id = newResponseId('chatcmpl');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, r, arrivalTime);
     const header = { id, model, created: Math.floor(arrivalTime / 1000) };

@@ -3,7 +3,7 @@
 import type { FastifyInstance } from 'fastify';
 import { samplingFromBody } from '../sampling.js';
 import { completionLogprobs, offsetAfter, promptLogprobsJson } from '../logprobs.js';
-import { checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
+import { checkFitsKvCache, checkTokenIds, choiceRequests, newResponseId, resolveMaxTokens, truncatePrompt } from '../prompt.js';
 import { parseCompletionRequest, type Body, type CompletionRequest } from '../schemas.js';
 import { serveChoices, type ChoiceFormatter, type Usage } from '../serve.js';
 import type { ChoiceDelta, ChoiceOutcome } from '../generation.js';
@@ -25,7 +25,7 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
       vocabSize: tok.vocabSize, limits: d.limits, logprobs: r.logprobs, promptLogprobs: r.promptLogprobs,
       maxTokens: r.maxTokens ?? d.maxModelLen, tokenizer: tok, defaults: d.samplingDefaults,
     });
-    base.structuredOutput = await structuredOutputFromBody(request.body as Body);
+    base.structuredOutput = await structuredOutputFromBody(request.body as Body, d.grammar);
     const prompts: PreparedPrompt[] = r.prompts.map((p) => {
       const given = typeof p === 'string' ? tok.encode(p, { addSpecialTokens: true }) : p;
       if (typeof p !== 'string') checkTokenIds(p, tok.vocabSize, 'prompt');
@@ -37,6 +37,7 @@ export function registerCompletions(app: FastifyInstance, d: RouteDeps): void {
     const id = newResponseId('cmpl');
     const reqs = prompts.flatMap((p, i) => {
       const maxTokens = resolveMaxTokens(p.ids.length, r.maxTokens, d.maxModelLen, 'prompt');
+      checkFitsKvCache(d.kvCacheTokens, p.ids.length, maxTokens, 'prompt');
       return choiceRequests(id, i, p.ids, { ...base, maxTokens }, r, arrivalTime);
     });
     const fmt = completionFormatter(d, r, prompts, { id, model, created: Math.floor(arrivalTime / 1000) });

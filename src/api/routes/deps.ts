@@ -7,6 +7,8 @@ import type { SamplingDefaults } from '../sampling-defaults.js';
 import type { InflightRequests } from '../serve.js';
 import type { ReasoningParserName } from '../reasoning.js';
 import type { ToolCallParserName } from '../tools.js';
+import type { GrammarCheck } from '../structured.js';
+import type { WorkerPool } from '../worker-pool.js';
 
 /** What every route needs of the server. */
 export interface RouteDeps {
@@ -33,6 +35,11 @@ export interface RouteDeps {
   pooler: PoolerConfig | null;
   /** The model's hidden size (the largest embedding `dimensions`); null: not known. */
   hiddenSize: number | null;
+  /** Grammar compiles and request chat templates run here. */
+  pool: WorkerPool;
+  grammar: GrammarCheck;
+  /** Tokens the engine's KV cache holds (a request that needs more is a 400); null: not known yet. */
+  kvCacheTokens: number | null;
 }
 
 /** 404 when a model is named and it is not one we serve; else the name to answer with. */

@@ -25,7 +25,7 @@ export function registerEmbeddings(app: FastifyInstance, d: RouteDeps): void {
     // vLLM's chat form: `messages` through the chat template (no generation prompt unless asked), instead of `input`
     if (b.messages !== undefined && b.input !== undefined) throw badRequest('Send `input` or `messages`, not both.', 'messages');
     const inputs = b.messages !== undefined
-      ? [chatPromptIds(d, { ...parseChatRequest(b, d.limits), addGenerationPrompt: optBool(b, 'add_generation_prompt') ?? false })]
+      ? [await chatPromptIds(d, { ...parseChatRequest(b, d.limits), addGenerationPrompt: optBool(b, 'add_generation_prompt') ?? false })]
       : parsePrompts(b.input, d.limits, 'input');
     const format = optString(b, 'encoding_format') ?? 'float';
     if (format !== 'float' && format !== 'base64') {

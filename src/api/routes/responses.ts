@@ -8,7 +8,7 @@
 import type { FastifyInstance } from 'fastify';
 import { badRequest } from '../errors.js';
 import { chatLogprobs } from '../logprobs.js';
-import { choiceRequests, resolveMaxTokens } from '../prompt.js';
+import { checkFitsKvCache, choiceRequests, resolveMaxTokens } from '../prompt.js';
 import { responseMessages, responseToolChoice, responseTools } from '../responses-input.js';
 import { newId, responsesFormatter } from '../responses-output.js';
 import { samplingFromBody } from '../sampling.js';
@@ -43,6 +43,10 @@ function includesOutputLogprobs(b: Body): boolean {
   return inc.includes('message.output_text.logprobs');
 }
 
+/** Chat and completions fields a Responses client may send by mistake; each would change the answer. */
+const UNSUPPORTED_FIELDS = ['logit_bias', 'stop_token_ids', 'n', 'stream_options', 'stop', 'bad_words', 'allowed_token_ids',
+  'max_tokens', 'max_completion_tokens', 'response_format', 'structured_outputs'];
+
 export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
   app.post('/v1/responses', async (request, reply) => {
     const arrivalTime = Date.now();
@@ -50,6 +54,12 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
     if (!isObject(b)) throw badRequest('Request body must be a JSON object.', null, 'invalid_json');
     for (const k of ['previous_response_id', 'conversation']) {
       if (b[k] !== undefined && b[k] !== null) throw badRequest(`\`${k}\` needs stored responses, which this server does not keep.`, k);
+    }
+    // fields of the other APIs that would change the answer are refused, not silently dropped
+    for (const k of UNSUPPORTED_FIELDS) {
+      if (b[k] !== undefined && b[k] !== null) {
+        throw badRequest(`\`${k}\` is not a field of the Responses API; use /v1/chat/completions for it.`, k);
+      }
     }
     const maxOutput = optInt(b, 'max_output_tokens', 1);
     const topLogprobs = optInt(b, 'top_logprobs', 0, d.limits.maxLogprobs);
@@ -63,8 +73,9 @@ export function registerResponses(app: FastifyInstance, d: RouteDeps): void {
     });
     const format = responseFormatOf(b);
     const { ids, toolMode, parse } = await prepareChat(d, r, base,
-      await structuredOutputFromBody(format === undefined ? {} : { response_format: format }), '`text.format`');
+      await structuredOutputFromBody(format === undefined ? {} : { response_format: format }, d.grammar), '`text.format`');
     const maxTokens = resolveMaxTokens(ids.length, maxOutput, d.maxModelLen, 'input');
+    checkFitsKvCache(d.kvCacheTokens, ids.length, maxTokens, 'input');
     const id = newId('resp');
     const reqs = choiceRequests(id, 0, ids, { ...base, maxTokens }, { ...r, n: 1 }, arrivalTime);
     const fmt = responsesFormatter({

@@ -14,7 +14,7 @@ export function registerTokenize(app: FastifyInstance, d: RouteDeps): void {
     resolveModel(d, optString(b, 'model'));
     let tokens: number[];
     if (b.messages !== undefined) {
-      tokens = chatPromptIds(d, parseChatRequest(b, d.limits));
+      tokens = await chatPromptIds(d, parseChatRequest(b, d.limits));
     } else {
       const prompt = optString(b, 'prompt');
       if (prompt === null) throw badRequest('`prompt` (a string) or `messages` is required.', 'prompt');
