@@ -88,7 +88,7 @@ __device__ __forceinline__ int row_kv_len(const int* tokenToSeq, const int* posi
   return tokenToSeq[t] < 0 ? 0 : positions[t] + 1;
 }
 
-/** Lanes of VEC elements a load (16 bytes of bf16 or f32; an FP8 cache's builds take 8 or 16 elements). */
+/** Lanes of VEC elements a load (16 bytes of bf16; an FP8 cache's builds take 8 or 16 elements). */
 template <int VEC, int D>
 struct DecodeLanes {
   static constexpr int LPP = D / VEC < 32 ? D / VEC : 32;
@@ -133,8 +133,8 @@ __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float
 }
 
 /**
- * EPL cache elements of type C as raw words (the loads stay in flight until converted): 16-byte words for bf16 and
- * f32 caches, 8-byte ones for an FP8 cache (the lanes, set by the compute type, hold as many elements as for bf16).
+ * EPL cache elements of type C as raw words (the loads stay in flight until converted): 16-byte words for a bf16
+ * cache, 8-byte ones for an FP8 cache (the lanes, set by the compute type, hold as many elements as for bf16).
  */
 template <typename C, int EPL>
 struct KvRaw {
@@ -682,7 +682,6 @@ INSTANTIATE_FP8X16(64)
 INSTANTIATE_FP8X16(128)
 INSTANTIATE_FP8X16(256)
 #undef INSTANTIATE_FP8X16
-INSTANTIATE(f32, float, float, 4)
 #undef INSTANTIATE_BF16
 #undef INSTANTIATE
 #undef INSTANTIATE_D

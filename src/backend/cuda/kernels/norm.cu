@@ -101,7 +101,7 @@ __device__ __forceinline__ void norm_row_fast(const bf16_t* add, const bf16_t* r
   }
 }
 
-// Rows off the register path (f32, or bf16 rows norm_fast does not take): strided over hidden.
+// Rows off the register path (bf16 rows norm_fast does not take): strided over hidden.
 template <typename T>
 __device__ __forceinline__ void rms_norm(const T* x, const T* w, T* out, int hidden, float eps) {
   const T* row = x + (long long)blockIdx.x * hidden;
@@ -153,13 +153,4 @@ extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, 
   const long long at = (long long)blockIdx.x * hidden;
   if (fast) norm_row_fast(x + at, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf);
   else add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
-}
-extern "C" __global__ void rms_norm_f32(const float* x, const float* w, float* out, int hidden, float eps) {
-  pdl_begin();
-  rms_norm<float>(x, w, out, hidden, eps);
-}
-extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, const float* w, float* out, int hidden,
-                                            float eps) {
-  pdl_begin();
-  add_rms_norm<float>(x, residual, w, out, hidden, eps);
 }

@@ -60,7 +60,6 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
 
 INSTANTIATE(bf16, bf16_t, bf16_t)
 INSTANTIATE(bf16_fp8, bf16_t, fp8_t)
-INSTANTIATE(f32, float, float)
 #undef INSTANTIATE
 
 /** table[t] = cos, then sin, of positions[t] * invFreq[i] for i < half (see rope_angle). */

@@ -411,4 +411,3 @@ __device__ void row_logprobs(const T* logits, int vocab, int first, const int* t
   }
 
 INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)
