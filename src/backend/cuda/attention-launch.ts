@@ -4,6 +4,7 @@
 
 import { decodeCluster, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
+import { DECODE_WARPS } from './kernel-defines.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
 export interface AttentionLaunch {
@@ -143,7 +144,7 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const pre = !x16 && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv, d.numSMs);
   const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : pre ? '_pre' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
-    128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
+    DECODE_WARPS * 32, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
       i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),

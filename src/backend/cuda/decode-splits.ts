@@ -15,7 +15,7 @@ export const SPLIT_TOKENS = readKnob('QUIRE_DECODE_SPLIT_TOKENS');
  * overrides it): small, so that a single long stream spreads over many blocks.
  */
 export const LONG_SPLIT_TOKENS = readKnob('QUIRE_DECODE_LONG_SPLIT_TOKENS');
-/** Rows of at most this many positions are short (DECODE_SHORT_ROW_KV in the kernel): split every SHORT_SPLIT_TOKENS. */
+/** Rows of at most this many positions are short (the kernel's DECODE_SHORT_ROW_KV): split every SHORT_SPLIT_TOKENS. */
 export const SHORT_ROW_KV = 512;
 /**
  * Target kv positions per split of rows of at most SHORT_ROW_KV (QUIRE_DECODE_SHORT_SPLIT_TOKENS overrides it, 0
@@ -27,8 +27,8 @@ export const SHORT_ROW_KV = 512;
 export const SHORT_SPLIT_TOKENS = readKnob('QUIRE_DECODE_SHORT_SPLIT_TOKENS');
 /** Most splits of one row; also the split stride of the partial buffers. */
 export const MAX_SPLITS = 16;
-/** Split chunks are whole multiples of this many kv positions (DECODE_CHUNK_ROUND in the kernel). */
-const ROUND = 16;
+/** Split chunks are whole multiples of this many kv positions (the kernel's DECODE_CHUNK_ROUND: kernel-defines.ts). */
+export const DECODE_CHUNK_ROUND = 16;
 /**
  * Blocks per SM the grid aims for when rows alone do not fill the GPU. With rows taken longest first
  * (step-meta.ts rowOrder), 0.6b-shaped rows of kv 200-2000 at 64 rows x 8 kv heads (512 blocks) ran at 2.69 TB/s
@@ -39,16 +39,16 @@ const TARGET_BLOCKS_PER_SM = 8;
 
 export interface SplitPlan {
   numSplits: number;
-  /** kv positions per split (a multiple of ROUND); split z covers [z chunk, min((z + 1) chunk, kvLen)). */
+  /** kv positions per split (a multiple of DECODE_CHUNK_ROUND); split z covers [z chunk, min((z + 1) chunk, kvLen)). */
   chunk: number;
 }
 
 export function splitPlan(kvLen: number): SplitPlan {
-  if (kvLen <= 0) return { numSplits: 1, chunk: ROUND };
+  if (kvLen <= 0) return { numSplits: 1, chunk: DECODE_CHUNK_ROUND };
   const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS
     : SHORT_SPLIT_TOKENS > 0 && kvLen <= SHORT_ROW_KV ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
   const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / target)));
-  const chunk = Math.ceil(Math.ceil(kvLen / wanted) / ROUND) * ROUND;
+  const chunk = Math.ceil(Math.ceil(kvLen / wanted) / DECODE_CHUNK_ROUND) * DECODE_CHUNK_ROUND;
   return { numSplits: Math.ceil(kvLen / chunk), chunk };
 }
 
@@ -177,8 +177,8 @@ export function decodePrefetch(blocks: number, G: number, D: number, kvKernels: 
  * (QUIRE_DECODE_CLUSTER=0 never). Clusters of up to 8 blocks are portable; `pre` is false before sm_90 (none there).
  */
 const clusterOn = readKnob('QUIRE_DECODE_CLUSTER');
-/** Most blocks of a cluster (DECODE_MAX_CLUSTER in kernels/attention_decode.cu: block 0's room for their states). */
-const MAX_CLUSTER = 8;
+/** Most blocks of a cluster (the kernel's DECODE_MAX_CLUSTER: block 0's room for their states). */
+export const MAX_CLUSTER = 8;
 export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): number {
   return on && pre && gridZ > 1 && gridZ <= MAX_CLUSTER ? gridZ : 1;
 }

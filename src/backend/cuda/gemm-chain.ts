@@ -7,8 +7,8 @@ import { readKnob } from '../../knobs/knobs.js';
 
 /** Most tokens a chain GEMM takes (one n8 tile). */
 export const CHAIN_MAX_TOKENS = 8;
-/** Stages of 64 k in a warp's ring (CHAIN_STAGES in the kernel). */
-const STAGES = 16;
+/** Stages of 64 k in a warp's ring (the kernel's CHAIN_STAGES: kernel-defines.ts). */
+export const CHAIN_STAGES = 16;
 /**
  * An FP8 chain of K >= FP8_SPLIT_FROM_K on a weight of fewer than FP8_SPLIT_BELOW_TILES_PER_SM tiles of 16 rows a SM
  * splits each tile's k between two warps (the _s2 builds): qwen3-8b's down (K 12,288, 1.9 tiles a SM) 29.5 -> 24.4 us
@@ -54,8 +54,8 @@ const WHOLE_MAX_TOKENS = readKnob('QUIRE_CHAIN_WHOLE');
 const WHOLE_SPLIT_STAGES = readKnob('QUIRE_CHAIN_WHOLE_SPLIT');
 /** Stages of K gemm_chain_whole never splits: the demo model's K (<= 1,024), so its transcripts stay batch-invariant. */
 const WHOLE_UNSPLIT_STAGES = 16;
-/** Most warps a gemm_chain_whole block splits k between (CHAIN_WHOLE_MAX_SPLIT in the kernel). */
-const WHOLE_MAX_SPLIT = 8;
+/** Most warps a gemm_chain_whole block splits k between (the kernel's CHAIN_WHOLE_MAX_SPLIT). */
+export const CHAIN_WHOLE_MAX_SPLIT = 8;
 
 /**
  * Warps gemm_chain_whole splits `steps` stages of k between: none up to WHOLE_UNSPLIT_STAGES, else the fewest giving
@@ -63,7 +63,7 @@ const WHOLE_MAX_SPLIT = 8;
  */
 export function wholeSplit(steps: number, most = WHOLE_SPLIT_STAGES): number {
   if (!(most > 0) || steps <= Math.max(most, WHOLE_UNSPLIT_STAGES)) return 1;
-  for (let s = Math.ceil(steps / most); s <= WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
+  for (let s = Math.ceil(steps / most); s <= CHAIN_WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
   return 1;
 }
 
@@ -117,7 +117,7 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
     : K >= BF16_SPLIT_FROM_K && (K / 64) % 2 === 0) ? 2 : 1;
   const steps = K / 128 / split;
   const scaleBytes = fp8 ? Math.ceil(steps * (8 + scaleRows) / 4) * 16 : 0;
-  const stages = !fp8 && split > 1 && !early ? STAGES / 2 : STAGES;
+  const stages = !fp8 && split > 1 && !early ? CHAIN_STAGES / 2 : CHAIN_STAGES;
   const name = silu === 'pairs' ? 'gemm_chain_silu_pair' : 'gemm_chain';
   return { kernel: `${name}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
     grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (stages * (128 + 64) * 16 + scaleBytes) };

@@ -2,7 +2,8 @@
 // and in what order, is fixed by K alone (sliceChunks below); the plan only picks the variant, tile and grid for
 // T, which never changes a result.
 
-const CHUNK_K = 32;
+/** k a chunk (the kernel's CHUNK_K: kernel-defines.ts). */
+export const GEMM_ROWS_CHUNK_K = 32;
 /** Most slices per K: the split variant keeps one partial tile per slice in shared memory. */
 const MAX_SLICES = 16;
 /** Fewest chunks per slice: 8 chunks of 32 k are 16 loads of 16 bytes per lane in flight. */
@@ -10,12 +11,12 @@ const MIN_SLICE_CHUNKS = 8;
 
 /** Chunks (of 32 k) per slice: a function of K only (the batch-invariance contract of gemm_rows.cu). */
 export function sliceChunks(K: number): number {
-  const chunks = Math.ceil(K / CHUNK_K);
+  const chunks = Math.ceil(K / GEMM_ROWS_CHUNK_K);
   return Math.max(MIN_SLICE_CHUNKS, Math.ceil(chunks / MAX_SLICES));
 }
 
 export function numSlices(K: number): number {
-  return Math.ceil(Math.ceil(K / CHUNK_K) / sliceChunks(K));
+  return Math.ceil(Math.ceil(K / GEMM_ROWS_CHUNK_K) / sliceChunks(K));
 }
 
 export interface GemmRowsVariant {

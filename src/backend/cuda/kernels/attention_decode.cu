@@ -58,14 +58,11 @@
 #include "mma.cuh"
 #include "rope.cuh"
 
-#define DECODE_WARPS 4
+// From TypeScript (kernel-defines.ts): DECODE_WARPS, warps a block; DECODE_CHUNK_ROUND, the kv positions a split's
+// chunk is a multiple of; DECODE_SHORT_ROW_KV, the longest row that splits every shortSplitTokens; DECODE_MAX_CLUSTER,
+// the most blocks of a cluster (its z; decodeCluster in decode-splits.ts).
 #define DECODE_SLOTS 4
 #define DECODE_THREADS (DECODE_WARPS * 32)
-#define DECODE_CHUNK_ROUND 16
-// Rows of at most this many positions are short: split every shortSplitTokens (decode-splits.ts SHORT_ROW_KV)
-#define DECODE_SHORT_ROW_KV 512
-// Most blocks of a cluster (its z; decodeCluster in decode-splits.ts)
-#define DECODE_MAX_CLUSTER 8
 
 struct SplitPlan {
   int numSplits;

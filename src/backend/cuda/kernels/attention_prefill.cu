@@ -1,5 +1,5 @@
 // Paged attention for query chunks (prefill, chunked prefill, mixed batches) on
-// tensor cores, flash-attention-2 style: each block takes BQ = 64 consecutive
+// tensor cores, flash-attention-2 style: each block takes BQ = 64 (PREFILL_TILE_ROWS) consecutive
 // query rows of one sequence and HP q heads of one kv head, walks the sequence's
 // kv positions [0, its last row's position] in tiles of BK read through the block
 // table (cached prefix and this chunk alike: the chunk's k/v were written to the
@@ -22,7 +22,7 @@
 //   sK8, sV8 [STAGES][BK][D], and the block widens the tile it is about to compute into one bf16 sK, sV tile (e4m3
 //   values are bf16 values: the widening is exact), so the mma path is the bf16 one.
 // Launch (attention-launch.ts prefillKernelShape): grid (numTiles, numHeads / HP), block 128 HP, the
-//   shared bytes above; tiles packed PREFILL_TILE_ROWS = 64 rows.
+//   shared bytes above; tiles packed PREFILL_TILE_ROWS = BQ rows (step-meta.ts, a #define from kernel-defines.ts).
 // Blocks take tiles last to first, so the long tiles at the end of each sequence start first.
 #include "common.cuh"
 #include "mma.cuh"
@@ -285,8 +285,8 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
 // BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
 // Heads of one kv head a block (perf-log, session 13): 2 heads 167, with Q in shared memory 177, 4 heads 182.
 // D 128: _h1 (a head a block) for odd GQA groups; two heads, or four where the group allows (attention-launch.ts).
-INSTANTIATE_MMA(, 64, 64, 64, 2, 1, false, 3)
-INSTANTIATE_MMA(_h1, 128, 64, 32, 2, 1, false, 3)
-INSTANTIATE_MMA(, 128, 64, 32, 2, 2, true, 2)
-INSTANTIATE_MMA(_h4, 128, 64, 32, 2, 4, true, 1)
-INSTANTIATE_MMA(, 256, 64, 16, 2, 1, false, 1)
+INSTANTIATE_MMA(, 64, PREFILL_TILE_ROWS, 64, 2, 1, false, 3)
+INSTANTIATE_MMA(_h1, 128, PREFILL_TILE_ROWS, 32, 2, 1, false, 3)
+INSTANTIATE_MMA(, 128, PREFILL_TILE_ROWS, 32, 2, 2, true, 2)
+INSTANTIATE_MMA(_h4, 128, PREFILL_TILE_ROWS, 32, 2, 4, true, 1)
+INSTANTIATE_MMA(, 256, PREFILL_TILE_ROWS, 16, 2, 1, false, 1)

@@ -379,8 +379,8 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
 // the first.
 // launch: grid (N / 8), block 32 (gemm_chain_whole) or 32 SPLIT (gemm_chain_whole_split, 2 <= SPLIT <=
 // CHAIN_WHOLE_MAX_SPLIT), shared K / 64 * (64 + 8 T) * 16 bytes
+// CHAIN_WHOLE_MAX_SPLIT, the most warps a block splits k between: from TypeScript (gemm-chain.ts, kernel-defines.ts)
 #define CHAIN_WHOLE_GROUPS 4
-#define CHAIN_WHOLE_MAX_SPLIT 8
 template <bool SPLIT>
 __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                             bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
@@ -497,7 +497,7 @@ static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group
 // shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished (2 no better, 15 slower:
 // docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
 // session 15).
-#define CHAIN_STAGES 16
+// CHAIN_STAGES, the stages of a warp's ring: from TypeScript (gemm-chain.ts, through kernel-defines.ts)
 // A bf16 _s2 build's rings (one a warp, SS stages): 8 stages each where P is 4, so that a block's shared memory is
 // the unsplit one's; the _p8 builds' chains (K >= 4,096) keep 16. Of an 8-stage ring, P2 = CHAIN_S2_EARLY stages are
 // read before the wait: 6 against 4, qwen3-0.6b (qkv and gate_up, a slice of 8 stages) +3.5% at one token, +1.7% at 4;

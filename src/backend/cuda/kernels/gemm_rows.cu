@@ -23,7 +23,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 
-#define CHUNK_K 32
+// CHUNK_K, the k of a chunk: from TypeScript (gemm-rows.ts GEMM_ROWS_CHUNK_K, through kernel-defines.ts)
 
 __device__ __forceinline__ u32x4 load16(const bf16_t* p) {
   u32x4 r;

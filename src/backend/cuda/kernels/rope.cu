@@ -20,7 +20,7 @@
 #include "common.cuh"
 #include "rope.cuh"
 
-#define ROPE_WARPS 4
+// ROPE_WARPS, warps a block (a head each): from TypeScript (kernel-defines.ts)
 
 template <typename T, typename C = T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,

@@ -1,0 +1,33 @@
+// Constants a kernel and the TypeScript that plans its launches share: each is
+// defined once, on the TypeScript side, and reaches the kernel build as a
+// #define before the source (compile.ts kernelSource; part of the cache key).
+// A kernel file names these without defining them.
+
+import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
+import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
+import { GEMM_ROWS_CHUNK_K } from './gemm-rows.js';
+import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_ROWS } from './step-meta.js';
+
+/** Warps of a qk_norm_rope block, a head each (kernels/rope.cu). */
+export const ROPE_WARPS = 4;
+/** Warps of a decode attention block (kernels/attention_decode.cu). */
+export const DECODE_WARPS = 4;
+
+/** What every kernel file gets: the step header's word offsets, which common.cuh reads. */
+const COMMON: Readonly<Record<string, number>> = { META_NUM_TOKENS, META_NUM_SEQS, META_BLOCK_TABLE_STRIDE };
+
+/** Each kernel file's #defines beyond COMMON, by the name the kernel uses. */
+export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, number>>>> = {
+  'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
+    DECODE_MAX_CLUSTER: MAX_CLUSTER },
+  'attention_prefill.cu': { PREFILL_TILE_ROWS },
+  'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT },
+  'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K },
+  'rope.cu': { ROPE_WARPS },
+};
+
+/** The #define lines a kernel file is compiled with (one a line, COMMON first). */
+export function moduleDefines(file: string): string {
+  return Object.entries({ ...COMMON, ...KERNEL_DEFINES[file] }).map(([name, value]) => `#define ${name} ${value}\n`)
+    .join('');
+}

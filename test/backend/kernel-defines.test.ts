@@ -1,0 +1,71 @@
+// The constants a kernel shares with TypeScript reach its build as #defines of
+// the TypeScript values, and no kernel file defines them itself.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/backend/cuda/compile.js';
+import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
+import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
+import { GEMM_ROWS_CHUNK_K } from '../../src/backend/cuda/gemm-rows.js';
+import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, ROPE_WARPS } from '../../src/backend/cuda/kernel-defines.js';
+import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
+
+/** The sources NVRTC would be handed, captured by a compiler that compiles nothing. */
+function compiledSources(files: string[]): Map<string, string> {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-defines-'));
+  const saved = process.env.QUIRE_KERNEL_DEFINES;
+  delete process.env.QUIRE_KERNEL_DEFINES;
+  const sources = new Map<string, string>();
+  try {
+    for (const f of files) {
+      loadCubin(f, 90, { version: 'test', compile: (src) => { sources.set(f, src); return new Uint8Array(1); } }, dir);
+    }
+  } finally {
+    if (saved !== undefined) process.env.QUIRE_KERNEL_DEFINES = saved;
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return sources;
+}
+
+test('each kernel build receives the TypeScript values of the constants it shares', () => {
+  const expected: [string, string, number][] = [
+    ['attention_decode.cu', 'DECODE_WARPS', DECODE_WARPS],
+    ['attention_decode.cu', 'DECODE_CHUNK_ROUND', DECODE_CHUNK_ROUND],
+    ['attention_decode.cu', 'DECODE_SHORT_ROW_KV', SHORT_ROW_KV],
+    ['attention_decode.cu', 'DECODE_MAX_CLUSTER', MAX_CLUSTER],
+    ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
+    ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
+    ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],
+    ['gemm_rows.cu', 'CHUNK_K', GEMM_ROWS_CHUNK_K],
+    ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],
+  ];
+  const sources = compiledSources(kernelFiles());
+  for (const [file, name, value] of expected) {
+    const src = sources.get(file)!;
+    assert.ok(src.startsWith(moduleDefines(file)), `${file} opens with its defines`);
+    assert.match(src, new RegExp(`^#define ${name} ${value}$`, 'm'), `${file} gets ${name} ${value}`);
+  }
+  for (const [file, src] of sources) {
+    assert.match(src, new RegExp(`^#define META_BLOCK_TABLE_STRIDE ${META_BLOCK_TABLE_STRIDE}$`, 'm'), file);
+  }
+  // every entry of the map is in the list above, so none is passed untested
+  const named = Object.entries(KERNEL_DEFINES).flatMap(([f, d]) => Object.keys(d).map((n) => `${f} ${n}`)).sort();
+  assert.deepEqual(named, expected.map(([f, n]) => `${f} ${n}`).sort());
+});
+
+test('a shared constant is used by its kernel and defined by no kernel file', () => {
+  const common = ['META_NUM_TOKENS', 'META_NUM_SEQS', 'META_BLOCK_TABLE_STRIDE'];
+  for (const f of kernelFiles()) {
+    const text = expandSource(f);
+    for (const name of [...common, ...Object.keys(KERNEL_DEFINES[f] ?? {})]) {
+      assert.doesNotMatch(text, new RegExp(`#\\s*(define|ifndef|undef)\\s+${name}\\b`), `${f} defines ${name}`);
+    }
+    for (const name of Object.keys(KERNEL_DEFINES[f] ?? {})) {
+      assert.match(text.replace(/\/\/.*$/gm, ''), new RegExp(`\\b${name}\\b`), `${f} uses ${name}`);
+    }
+  }
+  assert.equal(kernelSource('norm.cu', {}), moduleDefines('norm.cu') + expandSource('norm.cu'));
+});
