@@ -63,7 +63,7 @@ export interface PrefillKernelShape {
 /**
  * The prefill kernel for a head dim and GQA group: at D 128, four heads of one kv head a block (they share
  * its K/V tiles) where the group is a multiple of 4, two where it is even, one otherwise; `suffix` names
- * another instantiation (the benchmark's A/B, the tests).
+ * another instantiation (src/lab/bench-prefill.ts --variants, the tests).
  */
 export function prefillKernelShape(headDim: number, groupSize: number, suffix?: string, kvKernels = 'bf16'): PrefillKernelShape {
   const configs = PREFILL_CONFIGS[headDim];

@@ -604,10 +604,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 }
 
 // The _pre builds' rounds pipelined (PIPE: each round's K and V asked for before the round before is summed, from a
-// second set of registers) at 3 blocks a SM (163 registers; they take grids of at most 2 a SM): qwen3-0.6b one to
-// four rows +1.9%, +0.8%, +1.7%, 8 rows and qwen3-8b equal; at 4 blocks a SM (128 registers) +0.9% at one row
-// (docs/perf-log.md, session 25; session 21's form, before the L2 prefetch, measured nothing). The same sums in the
-// same order. QUIRE_KERNEL_DEFINES=DECODE_PIPE=0,DECODE_PRE_MINB=4 gives the build before (A/B runs).
+// second set of registers) at 3 blocks a SM (163 registers; they take grids of at most 2 a SM), so a round's loads
+// overlap the last one's sums (docs/perf-log.md, session 25). The same sums in the same order.
+// QUIRE_KERNEL_DEFINES=DECODE_PIPE=0,DECODE_PRE_MINB=4 gives the build without it.
 #ifndef DECODE_PIPE
 #define DECODE_PIPE 1
 #endif
@@ -670,8 +669,8 @@ INSTANTIATE_BF16(bf16, bf16_t, 8)
 // L2 before the wait, the rounds pipelined (DECODE_PIPE)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, DECODE_PRE_MINB, _pre, true)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, DECODE_PRE_MINB, _pre, true)
-// An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3
-// (8-byte loads left the kernel far under the bandwidth; G 4 would spill: docs/perf-log.md, session 18)
+// An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3,
+// which keep the loads in flight the bandwidth needs; G 4 would spill (docs/perf-log.md, session 18)
 #define INSTANTIATE_FP8X16(D)                        \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 1) \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 2)

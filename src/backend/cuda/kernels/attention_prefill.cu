@@ -45,7 +45,7 @@ __device__ __forceinline__ u32x4 widen_fp8x8(uint2 w) {
  * Every row sees the same arithmetic in the same order whatever HP and QS are (tile by tile of BK keys:
  * S, max, rescale, P, O += P V, each mma chain in k order), so the bits do not depend on them (the GPU
  * tests compare the instantiations bit for bit and pin the engine's digests: the compiler's fused multiply-adds
- * follow the code's shape, and a reshaped kernel once changed 512 of 268M outputs; docs/perf-log.md, session 13).
+ * follow the code's shape, so a reshaped kernel can change bits: docs/perf-log.md, session 13).
  * Dynamic shared memory: (2 STAGES BK + QS HP BQ) (D + 8) bf16 (attention-launch.ts computes the same).
  */
 template <typename C, int D, int BQ, int BK, int STAGES, int HP, bool QS>
@@ -281,9 +281,7 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
   INSTANTIATE_MMA_C(attention_prefill_bf16_d##D##suffix, bf16_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                  \
   INSTANTIATE_MMA_C(attention_prefill_bf16_fp8_d##D##suffix, fp8_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)
 
-// H100, bench-prefill.ts (32 x 2048 tokens, 32/8 heads, D 128), TFLOP/s, a head a block: BQ 64, BK 32, 2 stages 153;
-// BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
-// Heads of one kv head a block (perf-log, session 13): 2 heads 167, with Q in shared memory 177, 4 heads 182.
+// Tile and stage shapes chosen by bench-prefill (src/lab; docs/perf-log.md, session 13 and "Moved from code comments").
 // D 128: _h1 (a head a block) for odd GQA groups; two heads, or four where the group allows (attention-launch.ts).
 INSTANTIATE_MMA(, 64, PREFILL_TILE_ROWS, 64, 2, 1, false, 3)
 INSTANTIATE_MMA(_h1, 128, PREFILL_TILE_ROWS, 32, 2, 1, false, 3)

@@ -1,6 +1,6 @@
 // y[T, N] = x[T, K] * w[N, K]^T (bf16 in and out, fp32 accumulation on tensor cores), batch-invariant by
 // construction: what an output element adds, and in what order, depends on K alone. The GEMM of the
-// batch-invariant mode (--batch-invariant); the default path runs cuBLASLt, 3-5x faster at 256 rows.
+// batch-invariant mode (--batch-invariant); the default path runs cuBLASLt, which is faster.
 //
 // The order (the contract every variant below keeps):
 //   - k is cut into chunks of 32 and the chunks into slices of `sliceChunks` (the host picks it from K);

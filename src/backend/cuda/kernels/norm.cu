@@ -13,10 +13,8 @@
 /** Chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path: hidden <= 8 * blockDim * NORM_VEC. */
 #define NORM_VEC 4
 // The norms let the next kernel launch before they wait for the kernel before (common.cuh, pdl_trigger_if): the chain
-// GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm.
-// qwen3-0.6b +1.0-1.3% at one token (with 6 early stages in the split rings, gemm_chain.cu: +3.5% together), qwen3-8b
-// +0.2% (docs/perf-log.md, session 24; session 11, before the split rings, measured nothing). 0 keeps it after the wait
-// (QUIRE_KERNEL_DEFINES=NORM_TRIGGER_EARLY=0, A/B runs).
+// GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm
+// (docs/perf-log.md, session 24). 0 keeps it after the wait (QUIRE_KERNEL_DEFINES=NORM_TRIGGER_EARLY=0).
 #ifndef NORM_TRIGGER_EARLY
 #define NORM_TRIGGER_EARLY 1
 #endif
