@@ -10,7 +10,8 @@ import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/ba
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
 import { GEMM_ROWS_CHUNK_K } from '../../src/backend/cuda/gemm-rows.js';
-import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, ROPE_WARPS } from '../../src/backend/cuda/kernel-defines.js';
+import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
+import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 
 /** The sources NVRTC would be handed, captured by a compiler that compiles nothing. */
@@ -39,8 +40,12 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
     ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
     ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],
+    ['gemm_chain.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['gemm_rows.cu', 'CHUNK_K', GEMM_ROWS_CHUNK_K],
+    ['norm.cu', 'NORM_VEC', NORM_VEC],
+    ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],
+    ['sample.cu', 'SAMPLE_THREADS', SAMPLE_THREADS],
   ];
   const sources = compiledSources(kernelFiles());
   for (const [file, name, value] of expected) {

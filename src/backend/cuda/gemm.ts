@@ -7,6 +7,7 @@ import { readKnob } from '../../knobs/knobs.js';
 import type { Tensor } from '../backend.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { f32, i32, ptr } from './device.js';
+import { NORM_VEC } from './kernel-defines.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { fp8ScaleRowFloats } from './fp8-layout.js';
 import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu,
@@ -30,7 +31,7 @@ export interface GemmOptions {
  * so there only occupancy changes.
  */
 function normThreads(hidden: number): number {
-  if (hidden % 8 !== 0 || hidden > 4096) return 256;
+  if (hidden % 8 !== 0 || hidden > 8 * 128 * NORM_VEC) return 256;
   return hidden <= 1024 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : 128;
 }
 

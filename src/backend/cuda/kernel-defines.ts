@@ -3,6 +3,7 @@
 // #define before the source (compile.ts kernelSource; part of the cache key).
 // A kernel file names these without defining them.
 
+import { FP8_BLOCK } from '../fp8-linear.js';
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
 import { GEMM_ROWS_CHUNK_K } from './gemm-rows.js';
@@ -12,6 +13,10 @@ import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_R
 export const ROPE_WARPS = 4;
 /** Warps of a decode attention block (kernels/attention_decode.cu). */
 export const DECODE_WARPS = 4;
+/** 16-byte chunks of a row a norm thread keeps in registers (kernels/norm.cu): rows up to 8 threads NORM_VEC wide. */
+export const NORM_VEC = 4;
+/** Threads of a sample_tokens block (kernels/sample.cu): one block a row. */
+export const SAMPLE_THREADS = 1024;
 
 /** What every kernel file gets: the step header's word offsets, which common.cuh reads. */
 const COMMON: Readonly<Record<string, number>> = { META_NUM_TOKENS, META_NUM_SEQS, META_BLOCK_TABLE_STRIDE };
@@ -21,9 +26,12 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
   'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
     DECODE_MAX_CLUSTER: MAX_CLUSTER },
   'attention_prefill.cu': { PREFILL_TILE_ROWS },
-  'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT },
+  'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
   'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K },
+  'norm.cu': { NORM_VEC },
+  'quant_fp8.cu': { FP8_BLOCK },
   'rope.cu': { ROPE_WARPS },
+  'sample.cu': { SAMPLE_THREADS },
 };
 
 /** The #define lines a kernel file is compiled with (one a line, COMMON first). */

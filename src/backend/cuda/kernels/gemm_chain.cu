@@ -43,6 +43,8 @@
 // chain half as long), and add the two halves in order.
 #include "common.cuh"
 #include "mma.cuh"
+// FP8_BLOCK comes from TypeScript (backend/fp8-linear.ts, through kernel-defines.ts): an _fp8 stage is one scale group
+static_assert(FP8_BLOCK == 128, "an _fp8 stage of 16-byte pieces is 128 k, one scale group");
 #define QUIRE_DEVICE_ONLY
 #include "activation.cu"
 #undef QUIRE_DEVICE_ONLY

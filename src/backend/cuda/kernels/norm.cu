@@ -10,8 +10,8 @@
 // every load in flight at once); others stride over hidden.
 #include "common.cuh"
 
-/** Chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path: hidden <= 8 * blockDim * NORM_VEC. */
-#define NORM_VEC 4
+// NORM_VEC, chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path (hidden <= 8 * blockDim *
+// NORM_VEC): from TypeScript (kernel-defines.ts), whose launches size the block by it (gemm.ts normThreads).
 // The norms let the next kernel launch before they wait for the kernel before (common.cuh, pdl_trigger_if): the chain
 // GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm
 // (docs/perf-log.md, session 24). 0 keeps it after the wait (QUIRE_KERNEL_DEFINES=NORM_TRIGGER_EARLY=0).
