@@ -4,7 +4,7 @@
 
 import { decodeCluster, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
-import { DECODE_WARPS } from './kernel-defines.js';
+import { DECODE_WARPS, PREFILL_BUILDS } from './kernel-defines.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
 export interface AttentionLaunch {
@@ -30,28 +30,6 @@ export interface AttentionLaunch {
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
 
-/**
- * An instantiation of the tensor-core prefill kernel (kernels/attention_prefill.cu's INSTANTIATE_MMA list, by
- * head dim and name suffix): keys a K/V tile, tiles in flight, query heads a block, Q in shared memory.
- * Tiles are PREFILL_TILE_ROWS rows, a warp per 16 of a head.
- */
-interface PrefillConfig {
-  bk: number;
-  stages: number;
-  hp: number;
-  qs: boolean;
-}
-
-const PREFILL_CONFIGS: Record<number, Record<string, PrefillConfig>> = {
-  64: { '': { bk: 64, stages: 2, hp: 1, qs: false } },
-  128: {
-    _h1: { bk: 32, stages: 2, hp: 1, qs: false },
-    '': { bk: 32, stages: 2, hp: 2, qs: true },
-    _h4: { bk: 32, stages: 2, hp: 4, qs: true },
-  },
-  256: { '': { bk: 16, stages: 2, hp: 1, qs: false } },
-};
-
 export interface PrefillKernelShape {
   name: string;
   threads: number;
@@ -66,7 +44,7 @@ export interface PrefillKernelShape {
  * another instantiation (src/lab/bench-prefill.ts --variants, the tests).
  */
 export function prefillKernelShape(headDim: number, groupSize: number, suffix?: string, kvKernels = 'bf16'): PrefillKernelShape {
-  const configs = PREFILL_CONFIGS[headDim];
+  const configs = PREFILL_BUILDS[headDim];
   if (!configs) throw new Error(`prefill attention: no tensor-core kernel for head dim ${headDim}`);
   const chosen = suffix ?? (headDim !== 128 ? '' : groupSize % 4 === 0 ? '_h4' : groupSize % 2 === 0 ? '' : '_h1');
   const c = configs[chosen];

@@ -281,10 +281,10 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
   INSTANTIATE_MMA_C(attention_prefill_bf16_d##D##suffix, bf16_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                  \
   INSTANTIATE_MMA_C(attention_prefill_bf16_fp8_d##D##suffix, fp8_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)
 
-// Tile and stage shapes chosen by bench-prefill (src/lab; docs/perf-log.md, session 13 and "Moved from code comments").
-// D 128: _h1 (a head a block) for odd GQA groups; two heads, or four where the group allows (attention-launch.ts).
-INSTANTIATE_MMA(, 64, PREFILL_TILE_ROWS, 64, 2, 1, false, 3)
-INSTANTIATE_MMA(_h1, 128, PREFILL_TILE_ROWS, 32, 2, 1, false, 3)
-INSTANTIATE_MMA(, 128, PREFILL_TILE_ROWS, 32, 2, 2, true, 2)
-INSTANTIATE_MMA(_h4, 128, PREFILL_TILE_ROWS, 32, 2, 4, true, 1)
-INSTANTIATE_MMA(, 256, PREFILL_TILE_ROWS, 16, 2, 1, false, 1)
+// The builds: PREFILL_BUILDS(X), X(suffix, D, BK, STAGES, HP, QS, MIN_BLOCKS) each, is kernel-defines.ts's
+// PREFILL_BUILDS, the list attention-launch.ts picks from and sizes shared memory by. Tile and stage shapes were
+// chosen by bench-prefill (src/lab; docs/perf-log.md, session 13 and "Moved from code comments"). D 128: _h1 (a head a
+// block) for odd GQA groups; two heads, or four where the group allows.
+#define INSTANTIATE_PREFILL(suffix, D, BK, STAGES, HP, QS, MIN_BLOCKS) \
+  INSTANTIATE_MMA(suffix, D, PREFILL_TILE_ROWS, BK, STAGES, HP, QS, MIN_BLOCKS)
+PREFILL_BUILDS(INSTANTIATE_PREFILL)
