@@ -2,7 +2,7 @@
 // and in what order, is fixed by K alone (sliceChunks below); the plan only picks the variant, tile and grid for
 // T, which never changes a result.
 
-/** k a chunk (the kernel's CHUNK_K: kernel-defines.ts). */
+/** k per chunk (the kernel's CHUNK_K: kernel-defines.ts). */
 export const GEMM_ROWS_CHUNK_K = 32;
 /** Most slices per K: the split variant keeps one partial tile per slice in shared memory. */
 const MAX_SLICES = 16;

@@ -13,7 +13,7 @@ import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_R
 export const ROPE_WARPS = 4;
 /** Warps of a decode attention block (kernels/attention_decode.cu). */
 export const DECODE_WARPS = 4;
-/** 16-byte chunks of a row a norm thread keeps in registers (kernels/norm.cu): rows up to 8 threads NORM_VEC wide. */
+/** 16-byte chunks of a row a norm thread keeps in registers (kernels/norm.cu): rows up to 8 threads NORM_VEC long. */
 export const NORM_VEC = 4;
 /** Threads of a sample_tokens block (kernels/sample.cu): one block a row. */
 export const SAMPLE_THREADS = 1024;
