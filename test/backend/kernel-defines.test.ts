@@ -9,12 +9,12 @@ import { join } from 'node:path';
 import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/backend/cuda/compile.js';
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
-import { GEMM_ROWS_CHUNK_K } from '../../src/backend/cuda/gemm-rows.js';
+import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
 import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 
-/** attention_prefill.cu's build list as PREFILL_BUILDS (kernel-defines.ts) spells it, written out here by hand. */
+/** The build lists as the kernels receive them, written out here by hand: a change to one is a change to the PTX. */
 const PREFILL_BUILD_LIST = 'X(, 64, 64, 2, 1, false, 3) X(_h1, 128, 32, 2, 1, false, 3) X(, 128, 32, 2, 2, true, 2) ' +
   'X(_h4, 128, 32, 2, 4, true, 1) X(, 256, 16, 2, 1, false, 1)';
 
@@ -47,6 +47,9 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],
     ['gemm_chain.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['gemm_rows.cu', 'CHUNK_K', GEMM_ROWS_CHUNK_K],
+    ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_WARPS', GEMM_ROWS_SPLIT_WARPS],
+    ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
+    ['gemm_rows.cu', 'GEMM_ROWS_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
     ['norm.cu', 'NORM_VEC', NORM_VEC],
     ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],

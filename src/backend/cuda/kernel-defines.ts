@@ -6,7 +6,7 @@
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
-import { GEMM_ROWS_CHUNK_K } from './gemm-rows.js';
+import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, gemmRowsBuildLists } from './gemm-rows.js';
 import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_ROWS } from './step-meta.js';
 
 /** Warps of a qk_norm_rope block, a head each (kernels/rope.cu). */
@@ -56,7 +56,8 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
     DECODE_MAX_CLUSTER: MAX_CLUSTER },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
-  'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K },
+  'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS,
+    'GEMM_ROWS_SPLIT_BUILDS(X)': gemmRowsBuildLists().split, 'GEMM_ROWS_TILED_BUILDS(X)': gemmRowsBuildLists().tiled },
   'norm.cu': { NORM_VEC },
   'quant_fp8.cu': { FP8_BLOCK },
   'rope.cu': { ROPE_WARPS },
