@@ -7,12 +7,12 @@ import { readKnob } from '../../knobs/knobs.js';
 import type { Tensor } from '../backend.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { f32, i32, ptr } from './device.js';
-import { NORM_VEC } from './kernel-defines.js';
 import { Gemm } from './ffi/cublaslt.js';
 import { fp8ScaleRowFloats } from './fp8-layout.js';
 import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu,
   planChainGemm } from './gemm-chain.js';
 import { planGemmRows } from './gemm-rows.js';
+import { NORM_VEC } from './kernel-defines.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, CudaTensor, NormedTensor, type PendingNorm } from './tensor.js';
 
