@@ -1,5 +1,6 @@
 // Every kernel file compiles with nvcc for sm_80 and sm_90, as the exact text
-// NVRTC is given (local headers inlined by expandSource). Skips when nvcc is absent.
+// NVRTC is given (the #defines shared with TypeScript, then the file with its local
+// headers inlined by expandSource). Skips when nvcc is absent.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, loadCubin } from '../src/backend/cuda/compile.js';
+import { cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, kernelSource, loadCubin } from '../src/backend/cuda/compile.js';
 
 const run = promisify(execFile);
 const nvccFound = spawnSync('nvcc', ['--version']).status === 0;
@@ -81,7 +82,7 @@ test('the chain GEMMs stream their weights with an evict_first L2 hint, which CH
     try {
       const ptxOf = async (defines: string): Promise<string> => {
         const src = join(dir, `gemm_chain${defines.length}.cu`);
-        writeFileSync(src, defines + expandSource('gemm_chain.cu'));
+        writeFileSync(src, defines + kernelSource('gemm_chain.cu', {}));
         await run('nvcc', ['-arch=sm_90', '-ptx', '-o', `${src}.ptx`, src]);
         return readFileSync(`${src}.ptx`, 'utf8');
       };
@@ -105,7 +106,7 @@ test('every kernel compiles with nvcc for sm_80 and sm_90', { skip: nvccFound ? 
       const files = kernelFiles();
       const compileOne = async (f: string): Promise<void> => {
         const src = join(dir, f);
-        writeFileSync(src, expandSource(f));
+        writeFileSync(src, kernelSource(f, {}));
         await run('nvcc', ['-gencode', 'arch=compute_80,code=sm_80', '-gencode', 'arch=compute_90,code=sm_90',
           '-fatbin', '-Werror', 'all-warnings', '-o', join(dir, `${f}.fatbin`), src]);
       };

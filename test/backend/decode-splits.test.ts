@@ -7,9 +7,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { kernelDir } from '../../src/backend/cuda/compile.js';
+import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
-  decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
+  DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
   maxSplitsOf, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
   WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
@@ -164,9 +164,10 @@ test('decode graphs by kv class: rows of up to 2 SPLIT_TOKENS positions never ta
 });
 
 test('the kernel\'s short-row bound is SHORT_ROW_KV (split_plan mirrors splitPlan)', () => {
-  const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
+  const src = kernelSource('attention_decode.cu', {});
   assert.equal(Number(/^#define DECODE_SHORT_ROW_KV (\d+)$/m.exec(src)?.[1]), SHORT_ROW_KV);
-  assert.equal(SHORT_ROW_KV % 16, 0);
+  assert.equal(Number(/^#define DECODE_CHUNK_ROUND (\d+)$/m.exec(src)?.[1]), DECODE_CHUNK_ROUND);
+  assert.equal(SHORT_ROW_KV % DECODE_CHUNK_ROUND, 0);
 });
 
 test('the _pre builds: one query head a block, a bf16 cache, D 64 or 128, a grid of at most PRE_BLOCKS_PER_SM a SM', () => {

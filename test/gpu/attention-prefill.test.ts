@@ -3,15 +3,14 @@
 // row, partial tiles, several tiles), a second chunk starting at position 300
 // over context already in the cache, pages of 16 and 32 scattered over the
 // pool. The KV cache and the output start as NaN, so a read of an unwritten
-// slot or an unwritten output element shows. The CUDA-core kernel (f32 path and
-// benchmark baseline) is checked the same way through the harness.
+// slot or an unwritten output element shows.
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/backend/batch.js';
-import { prefillDigests } from '../../src/backend/cuda/bench-prefill.js';
-import { PrefillHarness, prefillFlops } from '../../src/backend/cuda/prefill-harness.js';
-import { batchOf, hostF32, shuffled } from '../backend/helpers.js';
+import { prefillDigests } from '../../src/lab/bench-prefill.js';
+import { PrefillHarness, prefillFlops } from '../../src/lab/prefill-harness.js';
+import { batchOf, shuffled } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
 interface Seq {
@@ -78,40 +77,6 @@ describe('CUDA prefill attention (tensor cores) vs CPU', { skip: noCuda }, () =>
   }
 });
 
-describe('CUDA-core prefill kernel (f32 path, benchmark baseline) vs CPU', { skip: noCuda }, () => {
-  const cpu = noCuda ? null : newCpu();
-  const cuda = noCuda ? null : newCuda();
-  after(() => {
-    cpu?.dispose();
-    cuda?.dispose();
-  });
-
-  for (const [dtype, D, tileRows] of [['bf16', 128, 16], ['bf16', 256, 64], ['f32', 64, 64], ['f32', 128, 16]] as const) {
-    test(`${dtype}, head dim ${D}, tiles of ${tileRows} rows`, () => {
-      const [H, KV, blockSize] = [8, 2, 16];
-      const numBlocks = numPagesNeeded(blockSize) + 3;
-      cpu!.allocateKvCache({ numBlocks, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
-      const batch = batchOf(chunkedSteps(numBlocks, blockSize, D + tileRows)[0]!, blockSize);
-      const h = new PrefillHarness(cuda!.device, batch, { numHeads: H, numKvHeads: KV, headDim: D, blockSize, numBlocks },
-        dtype);
-      try {
-        const scale = 1 / Math.sqrt(D);
-        const width = (H + 2 * KV) * D;
-        const qkv = randomBf16(batch.numTokens * width, 7 * D + tileRows, -2, 2);
-        h.uploadQkvRows(0, qkv);
-        h.writeKv();
-        h.poisonOut();
-        h.run({ kind: 'simt', tileRows }, scale);
-        const qc = cpu!.upload(hostF32('qkv', [batch.numTokens, width], qkv));
-        const outC = cpu!.toHost(cpu!.attention(qc, 0, H, KV, scale, cpu!.beginStep(batch)));
-        assertBf16Close(h.readOut(), outC, `${dtype} D=${D} tiles of ${tileRows}`);
-      } finally {
-        h.dispose();
-      }
-    });
-  }
-});
-
 describe('tensor-core prefill: heads a block change no bit', { skip: noCuda }, () => {
   const cuda = noCuda ? null : newCuda();
   after(() => cuda?.dispose());
@@ -123,17 +88,16 @@ describe('tensor-core prefill: heads a block change no bit', { skip: noCuda }, (
       const KV = H / ratio;
       const numBlocks = numPagesNeeded(blockSize) + 5;
       const batch = batchOf(chunkedSteps(numBlocks, blockSize, 31 + ratio)[0]!, blockSize);
-      const h = new PrefillHarness(cuda!.device, batch, { numHeads: H, numKvHeads: KV, headDim: D, blockSize, numBlocks },
-        'bf16');
+      const h = new PrefillHarness(cuda!.device, batch, { numHeads: H, numKvHeads: KV, headDim: D, blockSize, numBlocks });
       try {
         const scale = 1 / Math.sqrt(D);
         h.uploadQkvRows(0, randomBf16(batch.numTokens * (H + 2 * KV) * D, 50 + ratio, -3, 3));
         h.writeKv();
         h.poisonOut();
-        h.run({ kind: 'mma', suffix: '_h1' }, scale);
+        h.run(scale, '_h1');
         const one = h.readOut();
         h.poisonOut();
-        h.run({ kind: 'mma', suffix }, scale);
+        h.run(scale, suffix);
         const shared = h.readOut();
         let differ = 0;
         for (let i = 0; i < one.length; i++) if (!Object.is(one[i], shared[i])) differ++;
@@ -153,7 +117,7 @@ describe('tensor-core prefill: heads a block change no bit', { skip: noCuda }, (
 });
 
 // Written on the H100 (sm_90) by session 13's device runs for cb370c5's kernel and 6c24f46's alike (the same
-// computation as `node dist/src/backend/cuda/bench-prefill.js --digest`). A change to the kernel that alters any
+// computation as `node dist/src/lab/bench-prefill.js --digest`). A change to the kernel that alters any
 // output bit fails here, where the demo transcripts' md5 would only notice a flipped token; a deliberate one
 // records the new digests with its perf-log entry.
 const SM90_DIGESTS = ['1db3497a9a4e26f1', '6d26f9b35e37992a', '56a8282b269b67f7', 'fb6ba83764e6ceea'];

@@ -4,6 +4,7 @@
 
 import { decodeCluster, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
+import { DECODE_WARPS, PREFILL_BUILDS } from './kernel-defines.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
 
 export interface AttentionLaunch {
@@ -29,28 +30,6 @@ export interface AttentionLaunch {
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
 
-/**
- * An instantiation of the tensor-core prefill kernel (kernels/attention_prefill.cu's INSTANTIATE_MMA list, by
- * head dim and name suffix): keys a K/V tile, tiles in flight, query heads a block, Q in shared memory.
- * Tiles are PREFILL_TILE_ROWS rows, a warp per 16 of a head.
- */
-interface PrefillConfig {
-  bk: number;
-  stages: number;
-  hp: number;
-  qs: boolean;
-}
-
-const PREFILL_CONFIGS: Record<number, Record<string, PrefillConfig>> = {
-  64: { '': { bk: 64, stages: 2, hp: 1, qs: false } },
-  128: {
-    _h1: { bk: 32, stages: 2, hp: 1, qs: false },
-    '': { bk: 32, stages: 2, hp: 2, qs: true },
-    _h4: { bk: 32, stages: 2, hp: 4, qs: true },
-  },
-  256: { '': { bk: 16, stages: 2, hp: 1, qs: false } },
-};
-
 export interface PrefillKernelShape {
   name: string;
   threads: number;
@@ -62,10 +41,10 @@ export interface PrefillKernelShape {
 /**
  * The prefill kernel for a head dim and GQA group: at D 128, four heads of one kv head a block (they share
  * its K/V tiles) where the group is a multiple of 4, two where it is even, one otherwise; `suffix` names
- * another instantiation (the benchmark's A/B, the tests).
+ * another instantiation (src/lab/bench-prefill.ts --variants, the tests).
  */
 export function prefillKernelShape(headDim: number, groupSize: number, suffix?: string, kvKernels = 'bf16'): PrefillKernelShape {
-  const configs = PREFILL_CONFIGS[headDim];
+  const configs = PREFILL_BUILDS[headDim];
   if (!configs) throw new Error(`prefill attention: no tensor-core kernel for head dim ${headDim}`);
   const chosen = suffix ?? (headDim !== 128 ? '' : groupSize % 4 === 0 ? '_h4' : groupSize % 2 === 0 ? '' : '_h1');
   const c = configs[chosen];
@@ -143,7 +122,7 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const pre = !x16 && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv, d.numSMs);
   const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : pre ? '_pre' : ''}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
-    128, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
+    DECODE_WARPS * 32, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
       i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),

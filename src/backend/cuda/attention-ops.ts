@@ -8,14 +8,12 @@ import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { decodeAsDependent, launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
 import { decodeGridZ, decodeGroup, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
+import { ROPE_WARPS } from './kernel-defines.js';
 import type { KvMemory } from './kv-memory.js';
 import { MAX_DECODE_ROWS_PER_TOKEN, metaPtr } from './step-buffers.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, type CudaTensor } from './tensor.js';
 import type { CudaWeights } from './weights.js';
-
-/** Warps of a qk_norm_rope block, a head each (ROPE_WARPS in kernels/rope.cu). */
-const ROPE_WARPS = 4;
 
 export interface AttentionOptions {
   batchInvariant: boolean;

@@ -1,5 +1,6 @@
-// Kernel sources (.cu files, read at run time) -> CUBIN for the GPU in hand,
-// compiled by NVRTC at first use and cached on disk:
+// Kernel sources (.cu files, read at run time, after the #defines they share with
+// TypeScript: kernel-defines.ts) -> CUBIN for the GPU in hand, compiled by NVRTC at
+// first use and cached on disk:
 //   $QUIRE_CACHE_DIR or ~/.cache/quire/kernels / <sha256(source + arch + nvrtc version)>.cubin
 
 import { createHash } from 'node:crypto';
@@ -8,6 +9,7 @@ import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readKnob } from '../../knobs/knobs.js';
+import { moduleDefines } from './kernel-defines.js';
 
 const KERNELS_REL = join('src', 'backend', 'cuda', 'kernels');
 
@@ -70,9 +72,17 @@ export function kernelDefines(env: NodeJS.ProcessEnv = process.env): string {
   }).join('');
 }
 
+/**
+ * The text NVRTC compiles for a kernel file: QUIRE_KERNEL_DEFINES, then the constants it shares with TypeScript
+ * (kernel-defines.ts), then the file with its headers inlined.
+ */
+export function kernelSource(file: string, env: NodeJS.ProcessEnv = process.env): string {
+  return kernelDefines(env) + moduleDefines(file) + expandSource(file);
+}
+
 /** CUBIN of one kernel file for sm_<arch>, from the disk cache or compiled (and cached). */
 export function loadCubin(file: string, arch: number, compiler: Compiler, cacheDir = kernelCacheDir()): Uint8Array {
-  const source = kernelDefines() + expandSource(file);
+  const source = kernelSource(file);
   const path = join(cacheDir, `${cubinCacheKey(source, arch, compiler.version)}.cubin`);
   if (existsSync(path)) return new Uint8Array(readFileSync(path));
   const cubin = compiler.compile(source, file, arch);

@@ -15,40 +15,37 @@ export const SPLIT_TOKENS = readKnob('QUIRE_DECODE_SPLIT_TOKENS');
  * overrides it): small, so that a single long stream spreads over many blocks.
  */
 export const LONG_SPLIT_TOKENS = readKnob('QUIRE_DECODE_LONG_SPLIT_TOKENS');
-/** Rows of at most this many positions are short (DECODE_SHORT_ROW_KV in the kernel): split every SHORT_SPLIT_TOKENS. */
+/** Rows of at most this many positions are short (the kernel's DECODE_SHORT_ROW_KV): split every SHORT_SPLIT_TOKENS. */
 export const SHORT_ROW_KV = 512;
 /**
  * Target kv positions per split of rows of at most SHORT_ROW_KV (QUIRE_DECODE_SHORT_SPLIT_TOKENS overrides it, 0
- * none): a short row's one large split is a long walk for its block when the rows are few. At 128 (rows up
- * to 512 in up to 4 splits), same call against none: W2 qwen3-0.6b batch 1 +10%, batch 8 +12%, qwen3-8b batch 1
- * +3%; short rows at 0.6b batch 32 -3%, 64 -2%, 128 -6%, 8b batch 16 -2%; W1 within its noise (docs/perf-log.md,
- * session 11).
+ * none): a short row's one large split is a long walk for its block when the rows are few (rows up to 512 in up
+ * to 4 splits of 128; it costs a little where short rows are many: docs/perf-log.md, session 11).
  */
 export const SHORT_SPLIT_TOKENS = readKnob('QUIRE_DECODE_SHORT_SPLIT_TOKENS');
 /** Most splits of one row; also the split stride of the partial buffers. */
 export const MAX_SPLITS = 16;
-/** Split chunks are whole multiples of this many kv positions (DECODE_CHUNK_ROUND in the kernel). */
-const ROUND = 16;
+/** Split chunks are whole multiples of this many kv positions (the kernel's DECODE_CHUNK_ROUND: kernel-defines.ts). */
+export const DECODE_CHUNK_ROUND = 16;
 /**
- * Blocks per SM the grid aims for when rows alone do not fill the GPU. With rows taken longest first
- * (step-meta.ts rowOrder), 0.6b-shaped rows of kv 200-2000 at 64 rows x 8 kv heads (512 blocks) ran at 2.69 TB/s
- * with z 2 against 2.59 with z 1, and at 128 rows (1,024 blocks) 2.90 with z 1 against 2.77 with z 2. (A short row
- * of more splits than z is walked by one block: kernels/attention_decode.cu.)
+ * Blocks per SM the grid aims for when rows alone do not fill the GPU, with rows taken longest first (step-meta.ts
+ * rowOrder): the better of z 1 and 2 at 512 and 1,024 blocks (docs/perf-log.md, "Moved from code comments"). (A short
+ * row of more splits than z is walked by one block: kernels/attention_decode.cu.)
  */
 const TARGET_BLOCKS_PER_SM = 8;
 
 export interface SplitPlan {
   numSplits: number;
-  /** kv positions per split (a multiple of ROUND); split z covers [z chunk, min((z + 1) chunk, kvLen)). */
+  /** kv positions per split (a multiple of DECODE_CHUNK_ROUND); split z covers [z chunk, min((z + 1) chunk, kvLen)). */
   chunk: number;
 }
 
 export function splitPlan(kvLen: number): SplitPlan {
-  if (kvLen <= 0) return { numSplits: 1, chunk: ROUND };
+  if (kvLen <= 0) return { numSplits: 1, chunk: DECODE_CHUNK_ROUND };
   const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS
     : SHORT_SPLIT_TOKENS > 0 && kvLen <= SHORT_ROW_KV ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
   const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / target)));
-  const chunk = Math.ceil(Math.ceil(kvLen / wanted) / ROUND) * ROUND;
+  const chunk = Math.ceil(Math.ceil(kvLen / wanted) / DECODE_CHUNK_ROUND) * DECODE_CHUNK_ROUND;
   return { numSplits: Math.ceil(kvLen / chunk), chunk };
 }
 
@@ -56,9 +53,8 @@ export function splitPlan(kvLen: number): SplitPlan {
  * Decode graphs are captured per class of kv length (cuda-backend.ts graph()): a graph replays with longer rows than
  * it was captured with, so its grid z must cover the most splits any row of its class can take. Rows of at most
  * SHORT_GRAPH_KV positions (2 SPLIT_TOKENS) take at most SHORT_GRAPH_SPLITS (4: short rows' 128-position splits);
- * longer ones up to MAX_SPLITS. A single stream's W2 rows in a z-4 graph instead of z 16: qwen3-0.6b 970.6 / 958.1
- * -> 984.0 / 978.1 tok/s, batch 8 and qwen3-8b unchanged (docs/perf-log.md, session 22). QUIRE_GRAPH_KV_CLASSES=0:
- * one class.
+ * longer ones up to MAX_SPLITS, so a short row's graph launches no idle z blocks (docs/perf-log.md, session 22).
+ * QUIRE_GRAPH_KV_CLASSES=0: one class.
  */
 export const SHORT_GRAPH_KV = 2 * SPLIT_TOKENS;
 export const SHORT_GRAPH_SPLITS = (() => {
@@ -98,8 +94,8 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
 /**
  * Query heads per block of the decode kernel (its G): all of a kv head's group (or its largest built divisor,
  * decodeGroupsBuilt), read K and V once for them, unless the
- * step's rows give fewer blocks than SMs; then one query head a block, more blocks on the same pages (W2 qwen3-8b,
- * 8 -> 32 blocks a layer: 144.3 -> 150.0 tok/s). Per head the kernel's arithmetic is that of G = 1: no bit changes.
+ * step's rows give fewer blocks than SMs; then one query head a block, more blocks on the same pages, so every SM
+ * has work. Per head the kernel's arithmetic is that of G = 1: no bit changes.
  */
 export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128,
   maxG = 8): number {
@@ -116,14 +112,13 @@ export function evenGroup(numHeads: number, numKvHeads: number, maxG = 8): numbe
 
 /**
  * Rows from which an odd group's own build (5-7 query heads a block, 214-255 registers: 2 blocks a SM) beats the
- * even one's (1 or 2 a block, 4 a SM, the group's other heads reading the same pages from L2). qwen2.5-7b (group
- * 7, D 128), W2 tok/s never -> always, same build: batch 64 8,480 -> 7,967, 96 11,493 -> 10,537, 128 13,735 ->
- * 13,647, 192 16,498 -> 16,797, 256 19,210 -> 19,775 (docs/perf-log.md, session 17). QUIRE_DECODE_ODD_ROWS moves it.
+ * even one's (1 or 2 a block, 4 a SM, the group's other heads reading the same pages from L2): the crossing was
+ * measured on qwen2.5-7b (docs/perf-log.md, session 17). QUIRE_DECODE_ODD_ROWS moves it.
  */
 export const ODD_GROUP_MIN_ROWS = readKnob('QUIRE_DECODE_ODD_ROWS');
 
 const GROUPS_BUILT: Record<number, readonly number[]> = { 128: [8, 7, 6, 5, 4, 2, 1], 64: [8, 7, 4, 2, 1], 0: [8, 4, 2, 1] };
-/** Read once (the decode path asks per layer; an environment read costs ~0.7 us). */
+/** Read once: the decode path asks per layer, and an environment read is not free. */
 const GROUPS_ENV = readKnob('QUIRE_DECODE_GROUPS');
 
 /**
@@ -143,10 +138,7 @@ export function decodeGroupsBuilt(headDim: number, env: string | undefined = GRO
  * Grid blocks per SM (token rows x query-head blocks, at grid z 1) beyond which steps of G <= 2 take the kernel's _w
  * build (QUIRE_DECODE_WIDE_BLOCKS overrides it; 0 always, a large number never): the same code and bits compiled for
  * 6 blocks per SM (80 registers) instead of 4 (108). Up to 8 blocks per SM, 4 at a time run the grid in two full
- * waves, where 6 at a time leave a thin second one: qwen3-0.6b (8 blocks a row) at 128 rows, W3 at concurrency 128
- * TPOT p50 9.08 -> 9.50 ms with _w; beyond it, W2 batch 136 +9%, 144 +7%, 160 +5%, 192 +4%,
- * 256 +3%, and W1 (steps of up to 256 rows) 19,649 / 19,635 -> 19,961 / 19,958 from 128 rows (docs/perf-log.md,
- * session 12).
+ * waves, where 6 at a time leave a thin second one; beyond it 6 at a time win (docs/perf-log.md, session 12).
  */
 export const WIDE_BLOCKS_PER_SM = readKnob('QUIRE_DECODE_WIDE_BLOCKS');
 
@@ -159,8 +151,7 @@ export function decodeWide(numRows: number, G: number, numSMs: number): boolean 
  * The _pre builds (one query head a block, a bf16 cache, D 64 or 128) ask L2 for the K and V of the block's split
  * before the wait, so that its rounds after it do not each wait on DRAM, and fold a row's splits through a cluster
  * (decodeCluster). Taken where the grid is at most PRE_BLOCKS_PER_SM blocks a SM (QUIRE_DECODE_PREFETCH=0 never):
- * qwen3-0.6b batch 1 +2.7%, batch 2 +2.1%, batch 4 (256 blocks) +0.6%; at 4 a SM they lost (0.6b batch 8 6,900 ->
- * 5,993, 8b batch 4 677 -> 651: docs/perf-log.md, session 22).
+ * at 4 blocks a SM the _pre builds lost (docs/perf-log.md, session 22).
  */
 export const PRE_BLOCKS_PER_SM = 2;
 const prefetchOn = readKnob('QUIRE_DECODE_PREFETCH');
@@ -177,8 +168,8 @@ export function decodePrefetch(blocks: number, G: number, D: number, kvKernels: 
  * (QUIRE_DECODE_CLUSTER=0 never). Clusters of up to 8 blocks are portable; `pre` is false before sm_90 (none there).
  */
 const clusterOn = readKnob('QUIRE_DECODE_CLUSTER');
-/** Most blocks of a cluster (DECODE_MAX_CLUSTER in kernels/attention_decode.cu: block 0's room for their states). */
-const MAX_CLUSTER = 8;
+/** Most blocks of a cluster (the kernel's DECODE_MAX_CLUSTER: block 0's room for their states). */
+export const MAX_CLUSTER = 8;
 export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): number {
   return on && pre && gridZ > 1 && gridZ <= MAX_CLUSTER ? gridZ : 1;
 }

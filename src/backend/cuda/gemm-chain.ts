@@ -2,18 +2,17 @@ import { readKnob } from '../../knobs/knobs.js';
 // Launch plans for kernels/gemm_chain.cu: decode GEMMs of up to 8 tokens summed in cuBLASLt's order (the same bits)
 // unless their chains split k between warps (below: the longer chains on fewer warps, not the demo model's),
 // streamed by one warp per 16 weight rows where there are tiles enough to keep every SM streaming (below that the ring
-// lost 30-60% to cuBLASLt on qwen3-0.6b's o and down, 1,024 rows: docs/perf-log.md, session 10), else by one warp per
-// 8 rows read whole before the kernel before has finished (gemm_chain_whole).
+// falls behind cuBLASLt: docs/perf-log.md, session 10), else by one warp per 8 rows read whole before the kernel before
+// has finished (gemm_chain_whole).
 
 /** Most tokens a chain GEMM takes (one n8 tile). */
 export const CHAIN_MAX_TOKENS = 8;
-/** Stages of 64 k in a warp's ring (CHAIN_STAGES in the kernel). */
-const STAGES = 16;
+/** Stages of 64 k in a warp's ring (the kernel's CHAIN_STAGES: kernel-defines.ts). */
+export const CHAIN_STAGES = 16;
 /**
  * An FP8 chain of K >= FP8_SPLIT_FROM_K on a weight of fewer than FP8_SPLIT_BELOW_TILES_PER_SM tiles of 16 rows a SM
- * splits each tile's k between two warps (the _s2 builds): qwen3-8b's down (K 12,288, 1.9 tiles a SM) 29.5 -> 24.4 us
- * a token, while its qkv (K 4,096) lost 13.5 -> 19.5 and o held (docs/perf-log.md, session 19).
- * QUIRE_FP8_SPLIT_K moves the K (A/B runs).
+ * splits each tile's k between two warps (the _s2 builds): a long chain on few tiles is what the step waits on
+ * (docs/perf-log.md, session 19). QUIRE_FP8_SPLIT_K moves the K.
  */
 const FP8_SPLIT_FROM_K = readKnob('QUIRE_FP8_SPLIT_K');
 const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
@@ -22,9 +21,8 @@ const FP8_SPLIT_BELOW_TILES_PER_SM = 4;
  * each tile's k between two warps too (the _s2 builds: rings of 8 stages a warp below K 4,096, so a block's shared
  * memory is the unsplit one's, 16 from there); its sums are then the two halves' added in order, not cuBLASLt's.
  * From 1,024: the demo model's ring GEMMs (K 256) keep cuBLASLt's bits, and so its transcripts their batch invariance.
- * QUIRE_CHAIN_SPLIT_K moves it (Infinity: never). qwen3-0.6b's qkv and gate_up: single stream +4.4%, 4 rows +5%;
- * qwen3-8b's o and down (its qkv, 384 tiles, would take two waves: cuda-backend.ts keeps it whole) +0.8%, 8 rows +1.5%
- * (docs/perf-log.md, session 23).
+ * QUIRE_CHAIN_SPLIT_K moves it (Infinity: never). qwen3-8b's qkv (384 tiles) would take two waves split, so the
+ * backend keeps it whole (docs/perf-log.md, session 23).
  */
 const BF16_SPLIT_FROM_K = readKnob('QUIRE_CHAIN_SPLIT_K');
 /**
@@ -38,24 +36,20 @@ const MIN_TILES_PER_SM = 1.5;
  */
 const WHOLE_MAX_SHARED = 99 * 1024;
 /**
- * Most tokens gemm_chain_whole takes (QUIRE_CHAIN_WHOLE; 0 sends narrow weights to cuBLASLt). One chain a warp, it lost
- * to cuBLASLt's split kernels at 4 and 8 tokens (8: 6,958 -> 6,340 tok/s on qwen3-0.6b; session 21); with k split
- * between warps (below) it wins at all 8: qwen3-0.6b 2, 4, 8 rows +7%, +5%, +5% against 1 (docs/perf-log.md,
- * session 23).
+ * Most tokens gemm_chain_whole takes (QUIRE_CHAIN_WHOLE; 0 sends narrow weights to cuBLASLt): all 8, once k splits
+ * between warps (below; docs/perf-log.md, sessions 21 and 23).
  */
 const WHOLE_MAX_TOKENS = readKnob('QUIRE_CHAIN_WHOLE');
 /**
  * Most stages of 64 k one warp of gemm_chain_whole chains where K has more than WHOLE_UNSPLIT_STAGES: such a K splits
  * between 2 to 8 warps of the block, each summing a slice from zero, the slices added in order (not cuBLASLt's bits).
- * QUIRE_CHAIN_WHOLE_SPLIT moves it (0: never split). qwen3-0.6b's o and down: slices of 16 (2 and 3) single stream
- * +6.4% against none (session 23, when 8 lost 1.5% to 16); with the norms inside the chains, 8 (4 and 6 slices)
- * against 16: 8 rows +4.1%, one row equal (docs/perf-log.md, session 25).
+ * QUIRE_CHAIN_WHOLE_SPLIT moves it (0: never split; docs/perf-log.md, sessions 23 and 25).
  */
 const WHOLE_SPLIT_STAGES = readKnob('QUIRE_CHAIN_WHOLE_SPLIT');
 /** Stages of K gemm_chain_whole never splits: the demo model's K (<= 1,024), so its transcripts stay batch-invariant. */
 const WHOLE_UNSPLIT_STAGES = 16;
-/** Most warps a gemm_chain_whole block splits k between (CHAIN_WHOLE_MAX_SPLIT in the kernel). */
-const WHOLE_MAX_SPLIT = 8;
+/** Most warps a gemm_chain_whole block splits k between (the kernel's CHAIN_WHOLE_MAX_SPLIT). */
+export const CHAIN_WHOLE_MAX_SPLIT = 8;
 
 /**
  * Warps gemm_chain_whole splits `steps` stages of k between: none up to WHOLE_UNSPLIT_STAGES, else the fewest giving
@@ -63,23 +57,20 @@ const WHOLE_MAX_SPLIT = 8;
  */
 export function wholeSplit(steps: number, most = WHOLE_SPLIT_STAGES): number {
   if (!(most > 0) || steps <= Math.max(most, WHOLE_UNSPLIT_STAGES)) return 1;
-  for (let s = Math.ceil(steps / most); s <= WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
+  for (let s = Math.ceil(steps / most); s <= CHAIN_WHOLE_MAX_SPLIT; s++) if (steps % s === 0) return s;
   return 1;
 }
 
 /**
- * K from which a chain reads 8 stages of weights before the kernel before has finished, not 4 (the _p8 builds: qwen3-8b
- * +2.7% at one token; qwen3-0.6b's chains are shorter and lose with 8). QUIRE_CHAIN_EARLY8_K moves it (A/B runs).
+ * K from which a chain reads 8 stages of weights before the kernel before has finished, not 4 (the _p8 builds): only
+ * long chains gain from it (docs/perf-log.md, session 15). QUIRE_CHAIN_EARLY8_K moves it.
  */
 const EARLY8_FROM_K = readKnob('QUIRE_CHAIN_EARLY8_K');
 
 /**
  * How gate_up's chain kernel applies silu_mul: not at all ('none': gate_up's [T, N] out, then silu_mul's node), or as
  * 'pairs' (gemm_chain_silu_pair: a warp's tile is 8 gate rows and the same 8 up rows, N / 16 warps as in the plain
- * chain), the default. Against none: qwen3-8b (K 4,096) 161.8 / 161.9 -> 163.0 / 163.0 tok/s at one token; block-FP8
- * qwen3-8b 218.4 / 218.0 -> 218.4 / 218.3. Against session 19's kernel of a gate tile and its up tile a warp (half
- * the warps streaming, since dropped): qwen3-0.6b (K 1,024) 803.6 / 804.3 -> 831.7 / 831.5 at one token, 6,074 /
- * 6,092 -> 6,237 / 6,242 at 8 (docs/perf-log.md, session 20).
+ * chain), the default: silu_mul's node saved, every warp streaming (docs/perf-log.md, session 20).
  */
 export type ChainSilu = 'none' | 'pairs';
 
@@ -117,7 +108,7 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
     : K >= BF16_SPLIT_FROM_K && (K / 64) % 2 === 0) ? 2 : 1;
   const steps = K / 128 / split;
   const scaleBytes = fp8 ? Math.ceil(steps * (8 + scaleRows) / 4) * 16 : 0;
-  const stages = !fp8 && split > 1 && !early ? STAGES / 2 : STAGES;
+  const stages = !fp8 && split > 1 && !early ? CHAIN_STAGES / 2 : CHAIN_STAGES;
   const name = silu === 'pairs' ? 'gemm_chain_silu_pair' : 'gemm_chain';
   return { kernel: `${name}${fp8 ? '_fp8' : ''}${early}${split > 1 ? '_s2' : ''}`,
     grid: [N / 16, 1, 1], block: 32 * split, sharedBytes: split * (stages * (128 + 64) * 16 + scaleBytes) };

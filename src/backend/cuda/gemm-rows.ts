@@ -2,7 +2,8 @@
 // and in what order, is fixed by K alone (sliceChunks below); the plan only picks the variant, tile and grid for
 // T, which never changes a result.
 
-const CHUNK_K = 32;
+/** k per chunk (the kernel's CHUNK_K: kernel-defines.ts). */
+export const GEMM_ROWS_CHUNK_K = 32;
 /** Most slices per K: the split variant keeps one partial tile per slice in shared memory. */
 const MAX_SLICES = 16;
 /** Fewest chunks per slice: 8 chunks of 32 k are 16 loads of 16 bytes per lane in flight. */
@@ -10,12 +11,12 @@ const MIN_SLICE_CHUNKS = 8;
 
 /** Chunks (of 32 k) per slice: a function of K only (the batch-invariance contract of gemm_rows.cu). */
 export function sliceChunks(K: number): number {
-  const chunks = Math.ceil(K / CHUNK_K);
+  const chunks = Math.ceil(K / GEMM_ROWS_CHUNK_K);
   return Math.max(MIN_SLICE_CHUNKS, Math.ceil(chunks / MAX_SLICES));
 }
 
 export function numSlices(K: number): number {
-  return Math.ceil(Math.ceil(K / CHUNK_K) / sliceChunks(K));
+  return Math.ceil(Math.ceil(K / GEMM_ROWS_CHUNK_K) / sliceChunks(K));
 }
 
 export interface GemmRowsVariant {
@@ -30,16 +31,33 @@ export interface GemmRowsVariant {
   stages: number;
   /** tiled: the running slice sum in shared memory (SMEM_SUM), freeing registers for wide warp tiles. */
   smemSum: boolean;
+  /** split: chunks a warp loads before their mma are issued (PF of the instantiation). */
+  prefetch: number;
 }
 
-const split = (mt: number, nt: number): GemmRowsVariant =>
-  ({ kind: 'split', mt, nt, warps: 16, wm: 1, stages: 0, smemSum: false });
-const tiled = (wm: number, wn: number, mt: number, nt: number, stages: number, smemSum = false): GemmRowsVariant =>
-  ({ kind: 'tiled', mt, nt, warps: wm * wn, wm, stages, smemSum });
+/** Most warps of a split block (its launch bounds: kernel-defines.ts hands it to gemm_rows.cu). */
+export const GEMM_ROWS_SPLIT_WARPS = 16;
 
-/** Every instantiation in gemm_rows.cu. */
-export const GEMM_ROWS_VARIANTS: readonly GemmRowsVariant[] = [split(1, 1), split(1, 2), split(1, 4),
+const split = (mt: number, nt: number, prefetch: number): GemmRowsVariant =>
+  ({ kind: 'split', mt, nt, warps: GEMM_ROWS_SPLIT_WARPS, wm: 1, stages: 0, smemSum: false, prefetch });
+const tiled = (wm: number, wn: number, mt: number, nt: number, stages: number, smemSum = false): GemmRowsVariant =>
+  ({ kind: 'tiled', mt, nt, warps: wm * wn, wm, stages, smemSum, prefetch: 0 });
+
+/**
+ * Every instantiation in gemm_rows.cu, which builds this list (kernel-defines.ts gemmRowsBuildLists: the split
+ * variants, then the tiled ones, in this order).
+ */
+export const GEMM_ROWS_VARIANTS: readonly GemmRowsVariant[] = [split(1, 1, 4), split(1, 2, 4), split(1, 4, 2),
   tiled(2, 2, 2, 2, 3), tiled(1, 4, 4, 4, 3, true)];
+
+/** GEMM_ROWS_VARIANTS as the kernel's X-macro lists: X(MT, NT, PF) a split build, X(WM, WN, MT, NT, STAGES, SMEM_SUM) a tiled one. */
+export function gemmRowsBuildLists(): { split: string; tiled: string } {
+  const of = (kind: GemmRowsVariant['kind']) => GEMM_ROWS_VARIANTS.filter((v) => v.kind === kind);
+  return {
+    split: of('split').map((v) => `X(${v.mt}, ${v.nt}, ${v.prefetch})`).join(' '),
+    tiled: of('tiled').map((v) => `X(${v.wm}, ${v.warps / v.wm}, ${v.mt}, ${v.nt}, ${v.stages}, ${v.smemSum})`).join(' '),
+  };
+}
 
 /** Weight rows and tokens of a block's tile. */
 export function blockTile(v: GemmRowsVariant): { rows: number; tokens: number } {

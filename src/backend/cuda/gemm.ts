@@ -12,6 +12,7 @@ import { fp8ScaleRowFloats } from './fp8-layout.js';
 import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu,
   planChainGemm } from './gemm-chain.js';
 import { planGemmRows } from './gemm-rows.js';
+import { NORM_VEC } from './kernel-defines.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, CudaTensor, NormedTensor, type PendingNorm } from './tensor.js';
 
@@ -30,7 +31,7 @@ export interface GemmOptions {
  * so there only occupancy changes.
  */
 function normThreads(hidden: number): number {
-  if (hidden % 8 !== 0 || hidden > 4096) return 256;
+  if (hidden % 8 !== 0 || hidden > 8 * 128 * NORM_VEC) return 256;
   return hidden <= 1024 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : 128;
 }
 

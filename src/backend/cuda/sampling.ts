@@ -8,6 +8,7 @@ import { i32, ptr } from './device.js';
 import { check, type Handle } from './ffi/driver.js';
 import type { HostRead } from './graph-cache.js';
 import { bf16BytesToF32 } from './host-staging.js';
+import { SAMPLE_THREADS } from './kernel-defines.js';
 import { metaPtr } from './step-buffers.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, CudaTensor } from './tensor.js';
@@ -78,7 +79,7 @@ export class CudaSampling {
     const [R, vocab] = [l.shape[0]!, l.shape[1]!];
     const ids = meta.sampledIds;  // where the next step's negative input ids read them
     if (R > 0) {
-      this.s.timed('sampling', () => this.s.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], 1024,
+      this.s.timed('sampling', () => this.s.device.launch('sample.cu', `sample_tokens_${l.dtype}`, [R, 1, 1], SAMPLE_THREADS,
         [ptr(l.ptr), i32(vocab), ptr(metaPtr(meta, layout.sampling)), i32(layout.capTokens), ptr(ids)], 0, true));
     }
     return { R, ids };

@@ -12,11 +12,12 @@
 import type { ForwardBatch } from '../batch.js';
 
 export const HEADER_WORDS = 16;
+/** Header word offsets; the kernels read the first three as #defines (kernel-defines.ts). */
 export const META_NUM_TOKENS = 0;
 export const META_NUM_SEQS = 1;
 export const META_BLOCK_TABLE_STRIDE = 2;
 export const META_NUM_LOGITS = 3;
-/** Query rows per prefill attention tile (PREFILL_BQ in attention_prefill.cu: 4 warps of 16 rows). */
+/** Query rows per prefill attention tile (BQ of attention_prefill.cu's builds, a #define: 4 warps of 16 rows). */
 export const PREFILL_TILE_ROWS = 64;
 
 export interface MetaLayout {

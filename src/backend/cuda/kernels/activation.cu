@@ -42,6 +42,5 @@ __device__ __forceinline__ void silu_mul(const T* gateUp, T* out, int numTokens,
   }
 
 INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)
 #undef INSTANTIATE
 #endif

@@ -58,14 +58,11 @@
 #include "mma.cuh"
 #include "rope.cuh"
 
-#define DECODE_WARPS 4
+// From TypeScript (kernel-defines.ts): DECODE_WARPS, warps a block; DECODE_CHUNK_ROUND, the kv positions a split's
+// chunk is a multiple of; DECODE_SHORT_ROW_KV, the longest row that splits every shortSplitTokens; DECODE_MAX_CLUSTER,
+// the most blocks of a cluster (its z; decodeCluster in decode-splits.ts).
 #define DECODE_SLOTS 4
 #define DECODE_THREADS (DECODE_WARPS * 32)
-#define DECODE_CHUNK_ROUND 16
-// Rows of at most this many positions are short: split every shortSplitTokens (decode-splits.ts SHORT_ROW_KV)
-#define DECODE_SHORT_ROW_KV 512
-// Most blocks of a cluster (its z; decodeCluster in decode-splits.ts)
-#define DECODE_MAX_CLUSTER 8
 
 struct SplitPlan {
   int numSplits;
@@ -88,7 +85,7 @@ __device__ __forceinline__ int row_kv_len(const int* tokenToSeq, const int* posi
   return tokenToSeq[t] < 0 ? 0 : positions[t] + 1;
 }
 
-/** Lanes of VEC elements a load (16 bytes of bf16 or f32; an FP8 cache's builds take 8 or 16 elements). */
+/** Lanes of VEC elements a load (16 bytes of bf16; an FP8 cache's builds take 8 or 16 elements). */
 template <int VEC, int D>
 struct DecodeLanes {
   static constexpr int LPP = D / VEC < 32 ? D / VEC : 32;
@@ -133,8 +130,8 @@ __device__ __forceinline__ void to_floats(const Raw<WORDS>& r, float* out, float
 }
 
 /**
- * EPL cache elements of type C as raw words (the loads stay in flight until converted): 16-byte words for bf16 and
- * f32 caches, 8-byte ones for an FP8 cache (the lanes, set by the compute type, hold as many elements as for bf16).
+ * EPL cache elements of type C as raw words (the loads stay in flight until converted): 16-byte words for a bf16
+ * cache, 8-byte ones for an FP8 cache (the lanes, set by the compute type, hold as many elements as for bf16).
  */
 template <typename C, int EPL>
 struct KvRaw {
@@ -607,10 +604,9 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 }
 
 // The _pre builds' rounds pipelined (PIPE: each round's K and V asked for before the round before is summed, from a
-// second set of registers) at 3 blocks a SM (163 registers; they take grids of at most 2 a SM): qwen3-0.6b one to
-// four rows +1.9%, +0.8%, +1.7%, 8 rows and qwen3-8b equal; at 4 blocks a SM (128 registers) +0.9% at one row
-// (docs/perf-log.md, session 25; session 21's form, before the L2 prefetch, measured nothing). The same sums in the
-// same order. QUIRE_KERNEL_DEFINES=DECODE_PIPE=0,DECODE_PRE_MINB=4 gives the build before (A/B runs).
+// second set of registers) at 3 blocks a SM (163 registers; they take grids of at most 2 a SM), so a round's loads
+// overlap the last one's sums (docs/perf-log.md, session 25). The same sums in the same order.
+// QUIRE_KERNEL_DEFINES=DECODE_PIPE=0,DECODE_PRE_MINB=4 gives the build without it.
 #ifndef DECODE_PIPE
 #define DECODE_PIPE 1
 #endif
@@ -673,8 +669,8 @@ INSTANTIATE_BF16(bf16, bf16_t, 8)
 // L2 before the wait, the rounds pipelined (DECODE_PIPE)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, DECODE_PRE_MINB, _pre, true)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, DECODE_PRE_MINB, _pre, true)
-// An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3
-// (8-byte loads left the kernel far under the bandwidth; G 4 would spill: docs/perf-log.md, session 18)
+// An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3,
+// which keep the loads in flight the bandwidth needs; G 4 would spill (docs/perf-log.md, session 18)
 #define INSTANTIATE_FP8X16(D)                        \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 1) \
   INSTANTIATE_DG(bf16_fp8x16, bf16_t, fp8_t, 16, D, 2)
@@ -682,7 +678,6 @@ INSTANTIATE_FP8X16(64)
 INSTANTIATE_FP8X16(128)
 INSTANTIATE_FP8X16(256)
 #undef INSTANTIATE_FP8X16
-INSTANTIATE(f32, float, float, 4)
 #undef INSTANTIATE_BF16
 #undef INSTANTIATE
 #undef INSTANTIATE_D

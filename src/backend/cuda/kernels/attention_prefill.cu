@@ -1,5 +1,5 @@
 // Paged attention for query chunks (prefill, chunked prefill, mixed batches) on
-// tensor cores, flash-attention-2 style: each block takes BQ = 64 consecutive
+// tensor cores, flash-attention-2 style: each block takes BQ = 64 (PREFILL_TILE_ROWS) consecutive
 // query rows of one sequence and HP q heads of one kv head, walks the sequence's
 // kv positions [0, its last row's position] in tiles of BK read through the block
 // table (cached prefix and this chunk alike: the chunk's k/v were written to the
@@ -22,13 +22,10 @@
 //   sK8, sV8 [STAGES][BK][D], and the block widens the tile it is about to compute into one bf16 sK, sV tile (e4m3
 //   values are bf16 values: the widening is exact), so the mma path is the bf16 one.
 // Launch (attention-launch.ts prefillKernelShape): grid (numTiles, numHeads / HP), block 128 HP, the
-//   shared bytes above; tiles packed PREFILL_TILE_ROWS = 64 rows.
+//   shared bytes above; tiles packed PREFILL_TILE_ROWS = BQ rows (step-meta.ts, a #define from kernel-defines.ts).
 // Blocks take tiles last to first, so the long tiles at the end of each sequence start first.
-//
-// The CUDA-core kernel (attention_prefill_simt.cuh) serves f32 and the benchmark's A/B.
 #include "common.cuh"
 #include "mma.cuh"
-#include "attention_prefill_simt.cuh"
 
 /** Eight e4m3 values (8 bytes, the first lowest) as eight bf16 (16 bytes): exact. */
 __device__ __forceinline__ u32x4 widen_fp8x8(uint2 w) {
@@ -48,7 +45,7 @@ __device__ __forceinline__ u32x4 widen_fp8x8(uint2 w) {
  * Every row sees the same arithmetic in the same order whatever HP and QS are (tile by tile of BK keys:
  * S, max, rescale, P, O += P V, each mma chain in k order), so the bits do not depend on them (the GPU
  * tests compare the instantiations bit for bit and pin the engine's digests: the compiler's fused multiply-adds
- * follow the code's shape, and a reshaped kernel once changed 512 of 268M outputs; docs/perf-log.md, session 13).
+ * follow the code's shape, so a reshaped kernel can change bits: docs/perf-log.md, session 13).
  * Dynamic shared memory: (2 STAGES BK + QS HP BQ) (D + 8) bf16 (attention-launch.ts computes the same).
  */
 template <typename C, int D, int BQ, int BK, int STAGES, int HP, bool QS>
@@ -284,28 +281,10 @@ __device__ __forceinline__ void attention_prefill_mma(const bf16_t* qkv, const C
   INSTANTIATE_MMA_C(attention_prefill_bf16_d##D##suffix, bf16_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)                  \
   INSTANTIATE_MMA_C(attention_prefill_bf16_fp8_d##D##suffix, fp8_t, D, BQ, BK, STAGES, HP, QS, MIN_BLOCKS)
 
-// Same arguments as the tensor-core kernel, plus the rows per tile of the tile list it is given.
-#define INSTANTIATE_SIMT(suffix, T, D)                                                                          \
-  extern "C" __global__ void __launch_bounds__(128) attention_prefill_simt_##suffix##_d##D(                     \
-      const T* qkv, const T* kCache, const T* vCache, T* out, const int* meta, const int* blockTables,           \
-      const int* tiles, const int* queryStartLoc, const int* positions, int numHeads, int numKvHeads,           \
-      int blockSize, float scale, int tileRows) {                                                               \
-    attention_prefill_simt<T, D>(qkv, kCache, vCache, out, meta, blockTables, tiles, queryStartLoc, positions,  \
-                                 numHeads, numKvHeads, blockSize, scale, tileRows);                             \
-  }
-
-// H100, bench-prefill.ts (32 x 2048 tokens, 32/8 heads, D 128), TFLOP/s, a head a block: BQ 64, BK 32, 2 stages 153;
-// BK 64 in 1 stage 143; BK 16 in 3 or 4 stages 145; BQ 128 (8 warps), BK 32, 2 stages 153; the CUDA-core kernel 8.5.
-// Heads of one kv head a block (perf-log, session 13): 2 heads 167, with Q in shared memory 177, 4 heads 182.
-// D 128: _h1 (a head a block) for odd GQA groups; two heads, or four where the group allows (attention-launch.ts).
-INSTANTIATE_MMA(, 64, 64, 64, 2, 1, false, 3)
-INSTANTIATE_MMA(_h1, 128, 64, 32, 2, 1, false, 3)
-INSTANTIATE_MMA(, 128, 64, 32, 2, 2, true, 2)
-INSTANTIATE_MMA(_h4, 128, 64, 32, 2, 4, true, 1)
-INSTANTIATE_MMA(, 256, 64, 16, 2, 1, false, 1)
-INSTANTIATE_SIMT(bf16, bf16_t, 64)
-INSTANTIATE_SIMT(bf16, bf16_t, 128)
-INSTANTIATE_SIMT(bf16, bf16_t, 256)
-// f32 sQ + sK + sV of D = 256 would pass the 48 KB of static shared memory
-INSTANTIATE_SIMT(f32, float, 64)
-INSTANTIATE_SIMT(f32, float, 128)
+// The builds: PREFILL_BUILDS(X), X(suffix, D, BK, STAGES, HP, QS, MIN_BLOCKS) each, is kernel-defines.ts's
+// PREFILL_BUILDS, the list attention-launch.ts picks from and sizes shared memory by. Tile and stage shapes were
+// chosen by bench-prefill (src/lab; docs/perf-log.md, session 13 and "Moved from code comments"). D 128: _h1 (a head a
+// block) for odd GQA groups; two heads, or four where the group allows.
+#define INSTANTIATE_PREFILL(suffix, D, BK, STAGES, HP, QS, MIN_BLOCKS) \
+  INSTANTIATE_MMA(suffix, D, PREFILL_TILE_ROWS, BK, STAGES, HP, QS, MIN_BLOCKS)
+PREFILL_BUILDS(INSTANTIATE_PREFILL)

@@ -131,7 +131,5 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
-// Step metadata header (int32 words at the start of the device metadata buffer).
-#define META_NUM_TOKENS 0
-#define META_NUM_SEQS 1
-#define META_BLOCK_TABLE_STRIDE 2
+// Step metadata header (int32 words at the start of the device metadata buffer): META_NUM_TOKENS, META_NUM_SEQS,
+// META_BLOCK_TABLE_STRIDE, its word offsets, come from TypeScript (step-meta.ts, through kernel-defines.ts).

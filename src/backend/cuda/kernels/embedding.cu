@@ -27,4 +27,3 @@ __device__ __forceinline__ void copy_row(const T* src, long long row, T* out, in
   }
 
 INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)

@@ -1,9 +1,9 @@
 // Decode GEMMs of a few tokens, y[T, N] = x[T, K] * w[N, K]^T for T <= 8, summed in cuBLASLt's order: each output is
 // one m16n8k16 chain over k16 groups in natural order, from zero, in fp32, rounded to bf16 once (or, in the _s2 builds
 // and gemm_chain_whole_split, a few such chains over equal slices of k, added in slice order: not cuBLASLt's bits).
-// On the H100 the one chain is bit for bit what cuBLASLt's heuristic kernels give at 256 and 2,048 rows on every
-// decode shape of qwen3-0.6b and -8b, and at every row count on most (docs/perf-log.md, session 10); the tensor cores
-// sum a k16 group the same in any order of its k, so a lane may hold any of the group's k as long as A and B agree.
+// That is the order of cuBLASLt's heuristic kernels for large batches on the H100 (where it was checked: docs/perf-log.md,
+// session 10); the tensor cores sum a k16 group the same in any order of its k, so a lane may hold any of the group's k
+// as long as A and B agree.
 //
 // One warp per 16 weight rows (the mma's M side: a token is an n column, so one token wastes 7/8 of an n8 tile, not
 // 15/16 of an m16 one). The warp streams its rows and the tokens' slice of k through a private cp.async ring of S
@@ -43,6 +43,8 @@
 // chain half as long), and add the two halves in order.
 #include "common.cuh"
 #include "mma.cuh"
+// FP8_BLOCK comes from TypeScript (backend/fp8-linear.ts, through kernel-defines.ts): an _fp8 stage is one scale group
+static_assert(FP8_BLOCK == 128, "an _fp8 stage of 16-byte pieces is 128 k, one scale group");
 #define QUIRE_DEVICE_ONLY
 #include "activation.cu"
 #undef QUIRE_DEVICE_ONLY
@@ -379,8 +381,8 @@ __device__ __forceinline__ void gemm_chain_silu_pair(const E* __restrict__ x, co
 // the first.
 // launch: grid (N / 8), block 32 (gemm_chain_whole) or 32 SPLIT (gemm_chain_whole_split, 2 <= SPLIT <=
 // CHAIN_WHOLE_MAX_SPLIT), shared K / 64 * (64 + 8 T) * 16 bytes
+// CHAIN_WHOLE_MAX_SPLIT, the most warps a block splits k between: from TypeScript (gemm-chain.ts, kernel-defines.ts)
 #define CHAIN_WHOLE_GROUPS 4
-#define CHAIN_WHOLE_MAX_SPLIT 8
 template <bool SPLIT>
 __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w,
                                             bf16_t* __restrict__ y, const bf16_t* __restrict__ bias, int T, int N,
@@ -425,9 +427,8 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
   }
   // A and B alike (x4, two k16 at once): lanes 8j..8j+7 address token rows 0-7 (A; rows from T read row T-1) and
   // weight rows 0-7 (B) at piece j of the pair's four. A's rows 8-15 are zero: one ldmatrix serves two k16 of A, so
-  // an mma waits on fewer of them (a chain of ldmatrix-fed mma ran ~28 cycles an mma against ~36 with a full A tile).
-  // The addresses are 32-bit shared-space ones stepped per stage: the generic pointers' 64-bit math in the loop held
-  // each ldmatrix, and so the chain, back (docs/perf-log.md, session 21).
+  // an mma waits on fewer of them. The addresses are 32-bit shared-space ones stepped per stage: 64-bit generic pointer
+  // math in the loop holds each ldmatrix, and so the chain, back (docs/perf-log.md, session 21).
   const int br = lane & 7, bq = lane >> 3, ar = min(br, T - 1);
   const unsigned wAddr = shared_addr(ws + br * 8), xAddr = shared_addr(xs + ar * 8);  // this lane's rows
   float c[4] = {0.f, 0.f, 0.f, 0.f};
@@ -493,16 +494,13 @@ __device__ __forceinline__ void chain_whole(const bf16_t* __restrict__ x, const 
 }
 static_assert(CHAIN_WHOLE_GROUPS == 4, "gemm_chain_whole's waits name each group");
 
-// 16 stages: 30 KiB of weights in flight per warp; shallower rings were slower on every decode
-// shape of qwen3-0.6b and -8b. P = 4 stages read before the kernel before has finished (2 no better, 15 slower:
-// docs/perf-log.md, session 10); the _p8 builds read 8, for chains of K >= 4,096 (gemm-chain.ts; 12 was slower there:
-// session 15).
-#define CHAIN_STAGES 16
+// CHAIN_STAGES stages: 30 KiB of weights in flight per warp, what the decode shapes need (docs/perf-log.md, session 10).
+// P = 4 stages read before the kernel before has finished; the _p8 builds read 8, for chains of K >= 4,096
+// (gemm-chain.ts; sessions 10 and 15).
+// CHAIN_STAGES, the stages of a warp's ring: from TypeScript (gemm-chain.ts, through kernel-defines.ts)
 // A bf16 _s2 build's rings (one a warp, SS stages): 8 stages each where P is 4, so that a block's shared memory is
 // the unsplit one's; the _p8 builds' chains (K >= 4,096) keep 16. Of an 8-stage ring, P2 = CHAIN_S2_EARLY stages are
-// read before the wait: 6 against 4, qwen3-0.6b (qkv and gate_up, a slice of 8 stages) +3.5% at one token, +1.7% at 4;
-// 7 and 2 lost, and so did the whole slice before the wait in a ring of 9 (docs/perf-log.md, session 24).
-// QUIRE_KERNEL_DEFINES=CHAIN_S2_EARLY=n moves it (A/B runs).
+// read before the wait (docs/perf-log.md, session 24). QUIRE_KERNEL_DEFINES=CHAIN_S2_EARLY=n moves it.
 #ifndef CHAIN_S2_EARLY
 #define CHAIN_S2_EARLY 6
 #endif

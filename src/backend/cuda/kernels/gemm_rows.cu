@@ -1,6 +1,6 @@
 // y[T, N] = x[T, K] * w[N, K]^T (bf16 in and out, fp32 accumulation on tensor cores), batch-invariant by
 // construction: what an output element adds, and in what order, depends on K alone. The GEMM of the
-// batch-invariant mode (--batch-invariant); the default path runs cuBLASLt, 3-5x faster at 256 rows.
+// batch-invariant mode (--batch-invariant); the default path runs cuBLASLt, which is faster.
 //
 // The order (the contract every variant below keeps):
 //   - k is cut into chunks of 32 and the chunks into slices of `sliceChunks` (the host picks it from K);
@@ -23,7 +23,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 
-#define CHUNK_K 32
+// CHUNK_K, the k of a chunk: from TypeScript (gemm-rows.ts GEMM_ROWS_CHUNK_K, through kernel-defines.ts)
 
 __device__ __forceinline__ u32x4 load16(const bf16_t* p) {
   u32x4 r;
@@ -269,7 +269,8 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const bf16_t *__restrict__ bias, \
       int T, int N, int K, int sliceChunks
 #define INSTANTIATE_SPLIT(MT, NT, PF)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(512) gemm_rows_split_m##MT##_n##NT(GEMM_ROWS_ARGS) {                    \
+  extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) gemm_rows_split_m##MT##_n##NT(             \
+      GEMM_ROWS_ARGS) {                                                                                                \
     gemm_rows_split<MT, NT, PF>(x, w, y, bias, T, N, K, sliceChunks);                                                  \
   }
 
@@ -279,11 +280,10 @@ __device__ void gemm_rows_tiled(const bf16_t* __restrict__ x, const bf16_t* __re
     gemm_rows_tiled<WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, bias, T, N, K, sliceChunks);                            \
   }
 
-INSTANTIATE_SPLIT(1, 1, 4)
-INSTANTIATE_SPLIT(1, 2, 4)
-INSTANTIATE_SPLIT(1, 4, 2)
-INSTANTIATE_TILED(2, 2, 2, 2, 3, false)
-INSTANTIATE_TILED(1, 4, 4, 4, 3, true)
+// The builds: gemm-rows.ts GEMM_ROWS_VARIANTS, the list its plans pick from, as X-macro lists (kernel-defines.ts);
+// GEMM_ROWS_SPLIT_WARPS, a split block's most warps, from there too.
+GEMM_ROWS_SPLIT_BUILDS(INSTANTIATE_SPLIT)
+GEMM_ROWS_TILED_BUILDS(INSTANTIATE_TILED)
 #undef GEMM_ROWS_ARGS
 #undef INSTANTIATE_SPLIT
 #undef INSTANTIATE_TILED

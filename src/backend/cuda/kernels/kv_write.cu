@@ -32,4 +32,3 @@ __device__ __forceinline__ void kv_write(const T* qkv, C* kCache, C* vCache, con
 
 INSTANTIATE(bf16, bf16_t, bf16_t)
 INSTANTIATE(bf16_fp8, bf16_t, fp8_t)
-INSTANTIATE(f32, float, float)

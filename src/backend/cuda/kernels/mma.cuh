@@ -74,9 +74,8 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
 
 /**
  * cp_async_16 of a weight, which a decode step streams once: marked to leave L2 first (evict_first), so the GB of
- * weights a step reads pass through L2 without pushing out what is read again (the KV cache, the activations):
- * qwen3-0.6b 1, 2 and 8 rows +0.5-1.3% (docs/perf-log.md, session 26; the FP8 builds take it too, not measured). The
- * same bytes and bits; QUIRE_KERNEL_DEFINES=CHAIN_EVICT_FIRST=0 drops the hint (A/B runs).
+ * weights a step reads pass through L2 without pushing out what is read again (the KV cache, the activations;
+ * docs/perf-log.md, session 26). The same bytes and bits; QUIRE_KERNEL_DEFINES=CHAIN_EVICT_FIRST=0 drops the hint.
  */
 #ifndef CHAIN_EVICT_FIRST
 #define CHAIN_EVICT_FIRST 1

@@ -10,13 +10,11 @@
 // every load in flight at once); others stride over hidden.
 #include "common.cuh"
 
-/** Chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path: hidden <= 8 * blockDim * NORM_VEC. */
-#define NORM_VEC 4
+// NORM_VEC, chunks of 8 bf16 (16 bytes) a thread keeps in registers on the fast path (hidden <= 8 * blockDim *
+// NORM_VEC): from TypeScript (kernel-defines.ts), whose launches size the block by it (gemm.ts normThreads).
 // The norms let the next kernel launch before they wait for the kernel before (common.cuh, pdl_trigger_if): the chain
-// GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm.
-// qwen3-0.6b +1.0-1.3% at one token (with 6 early stages in the split rings, gemm_chain.cu: +3.5% together), qwen3-8b
-// +0.2% (docs/perf-log.md, session 24; session 11, before the split rings, measured nothing). 0 keeps it after the wait
-// (QUIRE_KERNEL_DEFINES=NORM_TRIGGER_EARLY=0, A/B runs).
+// GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm
+// (docs/perf-log.md, session 24). 0 keeps it after the wait (QUIRE_KERNEL_DEFINES=NORM_TRIGGER_EARLY=0).
 #ifndef NORM_TRIGGER_EARLY
 #define NORM_TRIGGER_EARLY 1
 #endif
@@ -101,7 +99,7 @@ __device__ __forceinline__ void norm_row_fast(const bf16_t* add, const bf16_t* r
   }
 }
 
-// Rows off the register path (f32, or bf16 rows norm_fast does not take): strided over hidden.
+// Rows off the register path (bf16 rows norm_fast does not take): strided over hidden.
 template <typename T>
 __device__ __forceinline__ void rms_norm(const T* x, const T* w, T* out, int hidden, float eps) {
   const T* row = x + (long long)blockIdx.x * hidden;
@@ -153,13 +151,4 @@ extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, 
   const long long at = (long long)blockIdx.x * hidden;
   if (fast) norm_row_fast(x + at, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf);
   else add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
-}
-extern "C" __global__ void rms_norm_f32(const float* x, const float* w, float* out, int hidden, float eps) {
-  pdl_begin();
-  rms_norm<float>(x, w, out, hidden, eps);
-}
-extern "C" __global__ void add_rms_norm_f32(const float* x, float* residual, const float* w, float* out, int hidden,
-                                            float eps) {
-  pdl_begin();
-  add_rms_norm<float>(x, residual, w, out, hidden, eps);
 }

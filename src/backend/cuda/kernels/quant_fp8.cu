@@ -9,6 +9,10 @@
 // Launch: grid (numTokens, ceil(K / 512)), block 128: a warp a group, a lane 4 consecutive columns.
 #include "common.cuh"
 
+// FP8_BLOCK comes from TypeScript (backend/fp8-linear.ts, through kernel-defines.ts); the geometry below is built for
+// 128 (a warp of 32 lanes x 4 columns a group; 256 threads over 128 columns x 2 rows a weight block).
+static_assert(FP8_BLOCK == 128, "quant_fp8.cu's launch geometry is that of 128-wide FP8 blocks");
+
 extern "C" __global__ void quantize_fp8_groups_bf16(const bf16_t* x, unsigned char* q, float* scales, int K,
                                                     int scaleStride) {
   pdl_begin();

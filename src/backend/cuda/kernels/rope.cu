@@ -20,7 +20,7 @@
 #include "common.cuh"
 #include "rope.cuh"
 
-#define ROPE_WARPS 4
+// ROPE_WARPS, warps a block (a head each): from TypeScript (kernel-defines.ts)
 
 template <typename T, typename C = T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,
@@ -60,7 +60,6 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
 
 INSTANTIATE(bf16, bf16_t, bf16_t)
 INSTANTIATE(bf16_fp8, bf16_t, fp8_t)
-INSTANTIATE(f32, float, float)
 #undef INSTANTIATE
 
 /** table[t] = cos, then sin, of positions[t] * invFreq[i] for i < half (see rope_angle). */

@@ -19,7 +19,7 @@
 // [2] topP (f32), [3] minP (f32), [4] uniform (f32); stride = the metadata's row capacity.
 #include "common.cuh"
 
-#define SAMPLE_THREADS 1024
+// SAMPLE_THREADS, a block's threads: from TypeScript (kernel-defines.ts), which launches with it
 #define NEGLIGIBLE_LOG_WEIGHT (-60.0)
 
 __device__ __forceinline__ unsigned order_key(bf16_t v) {
@@ -411,4 +411,3 @@ __device__ void row_logprobs(const T* logits, int vocab, int first, const int* t
   }
 
 INSTANTIATE(bf16, bf16_t)
-INSTANTIATE(f32, float)

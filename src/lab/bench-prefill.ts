@@ -1,21 +1,21 @@
-// Prefill attention kernel A/B: 32 prompts x 2048 tokens in one batch, the
+// Prefill attention kernel benchmark: 32 prompts x 2048 tokens in one batch, the
 // attention shape of Qwen3-8B (32 q heads, 8 kv heads, head dim 128), pages of
-// 16. Times the tensor-core kernel the engine runs and the CUDA-core kernel it
-// replaced (on its own 16-row tiles) with CUDA events, interleaved, and reports
-// achieved TFLOP/s (causal: 4 * sum over rows of visible keys * D * numHeads).
+// 16. Times the tensor-core kernel the engine runs (and, with --variants, other
+// instantiations of it, interleaved) with CUDA events, and reports achieved
+// TFLOP/s (causal: 4 * sum over rows of visible keys * D * numHeads).
 //
-//   node dist/src/backend/cuda/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--heads 32/8]
+//   node dist/src/lab/bench-prefill.js [--prompts 32] [--tokens 2048] [--reps 5] [--heads 32/8]
 //     [--variants _x,_y]
-//   node dist/src/backend/cuda/bench-prefill.js --digest    (the kernel's bits on fixed batches, as sha256)
+//   node dist/src/lab/bench-prefill.js --digest    (the kernel's bits on fixed batches, as sha256)
 
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
-import type { ForwardBatch } from '../batch.js';
-import { seededRandom } from '../../model/random-weights.js';
-import { Device } from './device.js';
-import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';
-import { PrefillHarness, prefillFlops, type PrefillKernel } from './prefill-harness.js';
+import type { ForwardBatch } from '../backend/batch.js';
+import { Device } from '../backend/cuda/device.js';
+import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
+import { seededRandom } from '../model/random-weights.js';
+import { PrefillHarness, prefillFlops } from './prefill-harness.js';
 
 export const PREFILL_BENCH = { numHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16 } as const;
 
@@ -62,7 +62,7 @@ export function prefillDigests(device: Device): string[] {
       for (let s = 0; s < numSeqs; s++) h.uploadQkvRows(s * numTokens, rows);
       h.writeKv();
       h.poisonOut();
-      h.run({ kind: 'mma' }, 1 / Math.sqrt(headDim));
+      h.run(1 / Math.sqrt(headDim));
       const out = h.readOut();
       return createHash('sha256').update(new Uint8Array(out.buffer, out.byteOffset, out.byteLength)).digest('hex')
         .slice(0, 16);
@@ -112,38 +112,29 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
     harness.writeKv();
     const scale = 1 / Math.sqrt(headDim);
     const flops = prefillFlops(batch, numHeads, headDim);
-    const kernels: [string, PrefillKernel][] = [['tensor-core (mma.sync, 64-row tiles)', { kind: 'mma' }],
-      ['cuda-core (16-row tiles)', { kind: 'simt', tileRows: 16 }],
-      ...mmaSuffixes.map((suffix): [string, PrefillKernel] => [`tensor-core variant ${suffix}`, { kind: 'mma', suffix }])];
+    const kernels: [string, string | undefined][] = [['tensor-core (mma.sync, 64-row tiles)', undefined],
+      ...mmaSuffixes.map((suffix): [string, string] => [`tensor-core variant ${suffix}`, suffix])];
     const results: PrefillBenchResult[] = kernels.map(([kernel]) => ({ device: device.name, kernel, ms: Infinity,
       tflops: 0 }));
     for (let round = 0; round < 2; round++) {
-      kernels.forEach(([, k], i) => {
-        const ms = timeKernel(device, events, numReps, () => harness.run(k, scale));
+      kernels.forEach(([, suffix], i) => {
+        const ms = timeKernel(device, events, numReps, () => harness.run(scale, suffix));
         if (ms < results[i]!.ms) results[i] = { ...results[i]!, ms, tflops: flops / (ms / 1000) / 1e12 };
       });
     }
-    const lastRows = (numSeqs - 1) * numTokens;
-    harness.run({ kind: 'mma' }, scale);
+    harness.run(scale);
     const all = harness.readOut();
-    const mma = all.subarray(lastRows * numHeads * headDim);
+    log(`${device.name}: ${numSeqs} x ${numTokens} tokens, ${numHeads} q heads, ${numKvHeads} kv heads, D ${headDim}, ` +
+      `${(flops / 1e12).toFixed(2)} TFLOP causal`);
+    for (const r of results) log(`  ${r.kernel}: ${r.ms.toFixed(2)} ms, ${r.tflops.toFixed(1)} TFLOP/s`);
     for (const suffix of mmaSuffixes) {  // the same arithmetic in every instantiation: the same bits
       harness.poisonOut();
-      harness.run({ kind: 'mma', suffix }, scale);
+      harness.run(scale, suffix);
       const v = harness.readOut();
       let differ = 0;
       for (let i = 0; i < v.length; i++) if (!Object.is(v[i], all[i])) differ++;
       log(`  variant ${suffix}: ${differ} of ${v.length} outputs differ from the default's`);
     }
-    harness.run({ kind: 'simt', tileRows: 16 }, scale);
-    const simt = harness.readOut(lastRows, numTokens);
-    let maxDiff = 0;
-    for (let i = 0; i < mma.length; i++) maxDiff = Math.max(maxDiff, Math.abs(mma[i]! - simt[i]!));
-    log(`${device.name}: ${numSeqs} x ${numTokens} tokens, ${numHeads} q heads, ${numKvHeads} kv heads, D ${headDim}, ` +
-      `${(flops / 1e12).toFixed(2)} TFLOP causal`);
-    for (const r of results) log(`  ${r.kernel}: ${r.ms.toFixed(2)} ms, ${r.tflops.toFixed(1)} TFLOP/s`);
-    log(`  speed-up ${(results[1]!.ms / results[0]!.ms).toFixed(2)}x; last prompt max |tensor-core - cuda-core| ` +
-      `${maxDiff.toExponential(2)}`);
     return results;
   } finally {
     for (const e of events) device.api.cuEventDestroy_v2(e);
@@ -154,7 +145,7 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
 
 async function main(argv: string[]): Promise<void> {
   const program = new Command('quire-bench-prefill')
-    .description('prefill attention kernel A/B (tensor cores vs CUDA cores) in TFLOP/s')
+    .description('prefill attention kernel (tensor cores) in TFLOP/s, and its instantiations side by side')
     .option('--prompts <n>', 'prompts in the batch', '32')
     .option('--tokens <n>', 'tokens per prompt', '2048')
     .option('--reps <n>', 'timed launches per kernel and round', '5')

@@ -1,13 +1,13 @@
-// Prefill attention kernels launched on their own, outside the engine: device
-// buffers for one batch (qkv, one layer of K/V pages, output, step metadata),
-// for the benchmark's A/B and the tests of the kernels the engine does not call
-// (the CUDA-core kernel on 16-row tiles, and its f32 instantiation).
+// The tensor-core prefill attention kernel launched on its own, outside the
+// engine: device buffers for one batch (qkv, one layer of K/V pages, output,
+// step metadata), for the benchmark, its digests and the tests that compare the
+// kernel's instantiations (the engine picks one per GQA group).
 
-import { BYTES_PER_ELEMENT, bf16ToF32, f32ToBf16 } from '../../loader/dtype.js';
-import type { ForwardBatch } from '../batch.js';
-import { prefillKernelShape } from './attention-launch.js';
-import { Device, f32, i32, ptr } from './device.js';
-import { layoutFor, packStep, packTiles, type MetaLayout } from './step-meta.js';
+import { BYTES_PER_ELEMENT, bf16ToF32, f32ToBf16 } from '../loader/dtype.js';
+import type { ForwardBatch } from '../backend/batch.js';
+import { prefillKernelShape } from '../backend/cuda/attention-launch.js';
+import { Device, f32, i32, ptr } from '../backend/cuda/device.js';
+import { layoutFor, packStep, type MetaLayout } from '../backend/cuda/step-meta.js';
 
 export interface PrefillShape {
   numHeads: number;
@@ -16,12 +16,6 @@ export interface PrefillShape {
   blockSize: number;
   numBlocks: number;
 }
-
-/**
- * The tensor-core kernel (what the engine runs; `suffix` picks another instantiation of it by
- * name, for experiments), or the CUDA-core one on tiles of `tileRows` rows.
- */
-export type PrefillKernel = { kind: 'mma'; suffix?: string } | { kind: 'simt'; tileRows: number };
 
 /** Causal attention FLOPs of a batch: 2 matmuls of 2 flops per multiply-add over each row's visible keys. */
 export function prefillFlops(batch: ForwardBatch, numHeads: number, headDim: number): number {
@@ -34,18 +28,15 @@ export class PrefillHarness {
   readonly qkvWidth: number;
   readonly layout: MetaLayout;
   readonly numTiles: number;
-  private readonly bytesPerElement: number;
+  private readonly bytesPerElement = BYTES_PER_ELEMENT.bf16;
   private readonly qkv: bigint;
   private readonly kCache: bigint;
   private readonly vCache: bigint;
   readonly out: bigint;
   private readonly meta: bigint;
-  private readonly tileLists = new Map<number, { ptr: bigint; numTiles: number }>();
 
-  constructor(readonly device: Device, readonly batch: ForwardBatch, readonly shape: PrefillShape,
-    readonly dtype: 'bf16' | 'f32' = 'bf16') {
+  constructor(readonly device: Device, readonly batch: ForwardBatch, readonly shape: PrefillShape) {
     const { numHeads, numKvHeads, headDim, blockSize, numBlocks } = shape;
-    this.bytesPerElement = BYTES_PER_ELEMENT[dtype];
     this.qkvWidth = (numHeads + 2 * numKvHeads) * headDim;
     const cacheBytes = numBlocks * blockSize * numKvHeads * headDim * this.bytesPerElement;
     this.qkv = device.alloc(batch.numTokens * this.qkvWidth * this.bytesPerElement);
@@ -79,49 +70,29 @@ export class PrefillHarness {
 
   /** Rows [row0, row0 + values.length / width) of qkv. */
   uploadQkvRows(row0: number, values: Float32Array): void {
-    const data = this.dtype === 'bf16' ? f32ToBf16(values) : values;
-    this.upload(this.qkv + BigInt(row0 * this.qkvWidth * this.bytesPerElement), data);
+    this.upload(this.qkv + BigInt(row0 * this.qkvWidth * this.bytesPerElement), f32ToBf16(values));
   }
 
   /** The batch's k/v rows of qkv into the pages (what the engine does before attention). */
   writeKv(): void {
     const { numHeads, numKvHeads, headDim } = this.shape;
-    this.device.launch('kv_write.cu', `kv_write_${this.dtype}`, [this.batch.numTokens, 1, 1], 256, [ptr(this.qkv),
+    this.device.launch('kv_write.cu', 'kv_write_bf16', [this.batch.numTokens, 1, 1], 256, [ptr(this.qkv),
       ptr(this.kCache), ptr(this.vCache), ptr(this.metaPtr(this.layout.slotMapping)), i32(numHeads), i32(numKvHeads),
       i32(headDim)]);
   }
 
-  private tileList(tileRows: number): { ptr: bigint; numTiles: number } {
-    let list = this.tileLists.get(tileRows);
-    if (!list) {
-      const words = new Int32Array(2 * (this.batch.numSeqs + Math.ceil(this.batch.numTokens / tileRows)));
-      const numTiles = packTiles(this.batch.queryStartLoc, this.batch.numSeqs, tileRows, words, 0);
-      list = { ptr: this.device.alloc(words.byteLength), numTiles };
-      this.upload(list.ptr, words);
-      this.tileLists.set(tileRows, list);
-    }
-    return list;
-  }
-
-  run(kernel: PrefillKernel, scale: number): void {
+  /**
+   * The tensor-core kernel the engine runs for this shape, or with `suffix` another instantiation of it
+   * (attention-launch.ts PREFILL_CONFIGS lists them).
+   */
+  run(scale: number, suffix?: string): void {
     const { numHeads, numKvHeads, headDim, blockSize } = this.shape;
     const L = this.layout;
-    const tiles = kernel.kind === 'mma' ? { ptr: this.metaPtr(L.tiles), numTiles: this.numTiles }
-      : this.tileList(kernel.tileRows);
-    if (kernel.kind === 'mma' && this.dtype !== 'bf16') throw new Error('the tensor-core prefill kernel is bf16 only');
-    const args = [ptr(this.qkv), ptr(this.kCache), ptr(this.vCache), ptr(this.out), ptr(this.meta),
-      ptr(this.metaPtr(L.blockTables)), ptr(tiles.ptr), ptr(this.metaPtr(L.queryStartLoc)),
-      ptr(this.metaPtr(L.positions)), i32(numHeads), i32(numKvHeads), i32(blockSize), f32(scale)];
-    if (kernel.kind === 'simt') {
-      // the CUDA-core kernel: always 4 warps, a head a block
-      args.push(i32(kernel.tileRows));
-      this.device.launch('attention_prefill.cu', `attention_prefill_simt_${this.dtype}_d${headDim}`,
-        [tiles.numTiles, numHeads, 1], 128, args);
-      return;
-    }
-    const k = prefillKernelShape(headDim, numHeads / numKvHeads, kernel.suffix);
-    this.device.launch('attention_prefill.cu', k.name, [tiles.numTiles, numHeads / k.headsPerBlock, 1], k.threads,
-      args, k.sharedBytes);
+    const k = prefillKernelShape(headDim, numHeads / numKvHeads, suffix);
+    this.device.launch('attention_prefill.cu', k.name, [this.numTiles, numHeads / k.headsPerBlock, 1], k.threads,
+      [ptr(this.qkv), ptr(this.kCache), ptr(this.vCache), ptr(this.out), ptr(this.meta),
+        ptr(this.metaPtr(L.blockTables)), ptr(this.metaPtr(L.tiles)), ptr(this.metaPtr(L.queryStartLoc)),
+        ptr(this.metaPtr(L.positions)), i32(numHeads), i32(numKvHeads), i32(blockSize), f32(scale)], k.sharedBytes);
   }
 
   /** Fills the output with `byte` (0xff: NaN), so an element a kernel never wrote shows. */
@@ -138,8 +109,7 @@ export class PrefillHarness {
     try {
       this.device.copyToHostAsync(host, this.out + BigInt(row0 * width * this.bytesPerElement), bytes);
       this.device.synchronize();
-      return this.dtype === 'bf16' ? bf16ToF32(new Uint16Array(host.view.slice(0, bytes)))
-        : new Float32Array(host.view.slice(0, bytes));
+      return bf16ToF32(new Uint16Array(host.view.slice(0, bytes)));
     } finally {
       this.device.hostFree(host);
     }
@@ -148,7 +118,5 @@ export class PrefillHarness {
   dispose(): void {
     this.device.synchronize();
     for (const p of [this.qkv, this.kCache, this.vCache, this.out, this.meta]) this.device.free(p);
-    for (const list of this.tileLists.values()) this.device.free(list.ptr);
-    this.tileLists.clear();
   }
 }

@@ -1,0 +1,71 @@
+// Constants a kernel and the TypeScript that plans its launches share: each is
+// defined once, on the TypeScript side, and reaches the kernel build as a
+// #define before the source (compile.ts kernelSource; part of the cache key).
+// A kernel file names these without defining them.
+
+import { FP8_BLOCK } from '../fp8-linear.js';
+import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
+import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
+import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, gemmRowsBuildLists } from './gemm-rows.js';
+import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_ROWS } from './step-meta.js';
+
+/** Warps of a qk_norm_rope block, a head each (kernels/rope.cu). */
+export const ROPE_WARPS = 4;
+/** Warps of a decode attention block (kernels/attention_decode.cu). */
+export const DECODE_WARPS = 4;
+/** 16-byte chunks of a row a norm thread keeps in registers (kernels/norm.cu): rows up to 8 threads NORM_VEC long. */
+export const NORM_VEC = 4;
+/** Threads of a sample_tokens block (kernels/sample.cu): one block a row. */
+export const SAMPLE_THREADS = 1024;
+
+/**
+ * The tensor-core prefill kernel's instantiations (kernels/attention_prefill.cu builds each, for a bf16 and an FP8
+ * cache), by head dim and name suffix: keys a K/V tile, tiles in flight, query heads a block, Q in shared memory, and
+ * the blocks a SM its launch bounds ask registers for. Tiles are PREFILL_TILE_ROWS rows, a warp per 16 of a head.
+ */
+export interface PrefillBuild {
+  bk: number;
+  stages: number;
+  hp: number;
+  qs: boolean;
+  minBlocks: number;
+}
+
+export const PREFILL_BUILDS: Readonly<Record<number, Readonly<Record<string, PrefillBuild>>>> = {
+  64: { '': { bk: 64, stages: 2, hp: 1, qs: false, minBlocks: 3 } },
+  128: {
+    _h1: { bk: 32, stages: 2, hp: 1, qs: false, minBlocks: 3 },
+    '': { bk: 32, stages: 2, hp: 2, qs: true, minBlocks: 2 },
+    _h4: { bk: 32, stages: 2, hp: 4, qs: true, minBlocks: 1 },
+  },
+  256: { '': { bk: 16, stages: 2, hp: 1, qs: false, minBlocks: 1 } },
+};
+
+/** PREFILL_BUILDS as the kernel's X-macro list: X(suffix, D, BK, STAGES, HP, QS, MIN_BLOCKS) each, head dims ascending. */
+function prefillBuildList(): string {
+  return Object.entries(PREFILL_BUILDS).flatMap(([D, builds]) => Object.entries(builds).map(([suffix, b]) =>
+    `X(${suffix}, ${D}, ${b.bk}, ${b.stages}, ${b.hp}, ${b.qs}, ${b.minBlocks})`)).join(' ');
+}
+
+/** What every kernel file gets: the step header's word offsets, which common.cuh reads. */
+const COMMON: Readonly<Record<string, number>> = { META_NUM_TOKENS, META_NUM_SEQS, META_BLOCK_TABLE_STRIDE };
+
+/** Each kernel file's #defines beyond COMMON, by the name the kernel uses (a function-like macro with its parameters). */
+export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, number | string>>>> = {
+  'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
+    DECODE_MAX_CLUSTER: MAX_CLUSTER },
+  'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
+  'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
+  'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS,
+    'GEMM_ROWS_SPLIT_BUILDS(X)': gemmRowsBuildLists().split, 'GEMM_ROWS_TILED_BUILDS(X)': gemmRowsBuildLists().tiled },
+  'norm.cu': { NORM_VEC },
+  'quant_fp8.cu': { FP8_BLOCK },
+  'rope.cu': { ROPE_WARPS },
+  'sample.cu': { SAMPLE_THREADS },
+};
+
+/** The #define lines a kernel file is compiled with (one a line, COMMON first). */
+export function moduleDefines(file: string): string {
+  return Object.entries({ ...COMMON, ...KERNEL_DEFINES[file] }).map(([name, value]) => `#define ${name} ${value}\n`)
+    .join('');
+}

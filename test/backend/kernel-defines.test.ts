@@ -1,0 +1,84 @@
+// The constants a kernel shares with TypeScript reach its build as #defines of
+// the TypeScript values, and no kernel file defines them itself.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/backend/cuda/compile.js';
+import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
+import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
+import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
+import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
+import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
+import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
+
+/** The build lists as the kernels receive them, written out here by hand: a change to one is a change to the PTX. */
+const PREFILL_BUILD_LIST = 'X(, 64, 64, 2, 1, false, 3) X(_h1, 128, 32, 2, 1, false, 3) X(, 128, 32, 2, 2, true, 2) ' +
+  'X(_h4, 128, 32, 2, 4, true, 1) X(, 256, 16, 2, 1, false, 1)';
+
+/** The sources NVRTC would be handed, captured by a compiler that compiles nothing. */
+function compiledSources(files: string[]): Map<string, string> {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-defines-'));
+  const saved = process.env.QUIRE_KERNEL_DEFINES;
+  delete process.env.QUIRE_KERNEL_DEFINES;
+  const sources = new Map<string, string>();
+  try {
+    for (const f of files) {
+      loadCubin(f, 90, { version: 'test', compile: (src) => { sources.set(f, src); return new Uint8Array(1); } }, dir);
+    }
+  } finally {
+    if (saved !== undefined) process.env.QUIRE_KERNEL_DEFINES = saved;
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return sources;
+}
+
+test('each kernel build receives the TypeScript values of the constants it shares', () => {
+  const expected: [string, string, number | string][] = [
+    ['attention_decode.cu', 'DECODE_WARPS', DECODE_WARPS],
+    ['attention_decode.cu', 'DECODE_CHUNK_ROUND', DECODE_CHUNK_ROUND],
+    ['attention_decode.cu', 'DECODE_SHORT_ROW_KV', SHORT_ROW_KV],
+    ['attention_decode.cu', 'DECODE_MAX_CLUSTER', MAX_CLUSTER],
+    ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
+    ['attention_prefill.cu', 'PREFILL_BUILDS(X)', PREFILL_BUILD_LIST],
+    ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
+    ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],
+    ['gemm_chain.cu', 'FP8_BLOCK', FP8_BLOCK],
+    ['gemm_rows.cu', 'CHUNK_K', GEMM_ROWS_CHUNK_K],
+    ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_WARPS', GEMM_ROWS_SPLIT_WARPS],
+    ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
+    ['gemm_rows.cu', 'GEMM_ROWS_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
+    ['norm.cu', 'NORM_VEC', NORM_VEC],
+    ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
+    ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],
+    ['sample.cu', 'SAMPLE_THREADS', SAMPLE_THREADS],
+  ];
+  const sources = compiledSources(kernelFiles());
+  for (const [file, name, value] of expected) {
+    const src = sources.get(file)!;
+    assert.ok(src.startsWith(moduleDefines(file)), `${file} opens with its defines`);
+    assert.ok(src.split('\n').includes(`#define ${name} ${value}`), `${file} gets ${name} ${value}`);
+  }
+  for (const [file, src] of sources) {
+    assert.match(src, new RegExp(`^#define META_BLOCK_TABLE_STRIDE ${META_BLOCK_TABLE_STRIDE}$`, 'm'), file);
+  }
+  // every entry of the map is in the list above, so none is passed untested
+  const named = Object.entries(KERNEL_DEFINES).flatMap(([f, d]) => Object.keys(d).map((n) => `${f} ${n}`)).sort();
+  assert.deepEqual(named, expected.map(([f, n]) => `${f} ${n}`).sort());
+});
+
+test('a shared constant is used by its kernel and defined by no kernel file', () => {
+  const common = ['META_NUM_TOKENS', 'META_NUM_SEQS', 'META_BLOCK_TABLE_STRIDE'];
+  for (const f of kernelFiles()) {
+    const text = expandSource(f);
+    for (const name of [...common, ...Object.keys(KERNEL_DEFINES[f] ?? {}).map((n) => n.replace(/\(.*/, ''))]) {
+      assert.doesNotMatch(text, new RegExp(`#\\s*(define|ifndef|undef)\\s+${name}\\b`), `${f} defines ${name}`);
+    }
+    for (const name of Object.keys(KERNEL_DEFINES[f] ?? {}).map((n) => n.replace(/\(.*/, ''))) {
+      assert.match(text.replace(/\/\/.*$/gm, ''), new RegExp(`\\b${name}\\b`), `${f} uses ${name}`);
+    }
+  }
+  assert.equal(kernelSource('norm.cu', {}), moduleDefines('norm.cu') + expandSource('norm.cu'));
+});
