@@ -39,6 +39,8 @@ export const CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;
 export const CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
 export const HEURISTIC_RESULT_BYTES = 96;
+/** Rows from which bf16 GEMMs sum K in one chain (Gemm's singleChainK). */
+export const SINGLE_CHAIN_MIN_TOKENS = 128;
 export const ALGO_BYTES = 64;
 
 export interface CublasLtApi {
@@ -122,11 +124,12 @@ interface GemmPlan {
  * bf16 GEMMs y = x w^T (+ a bias per output column of w, added in fp32 before the rounding: the BIAS epilogue) on one
  * stream, with layouts and heuristic algo cached per (T, N, K, bias or not).
  *
- * With `singleChainK` (the default) the heuristic may return no split-K algorithm: each output is then one chain of
- * MMAs over K in order, whatever tile or stage count the heuristic picks on a given GPU, so the bits are the same on
- * every Hopper part (an H200's heuristic split K 12,288 where an H100's did not) and equal the chain kernels' (the
- * decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). A shape no such algorithm serves takes the heuristic's
- * first (cublas-split.test.ts checks the decode and prefill shapes of the models benchmarked).
+ * With `singleChainK` (the default) GEMMs of SINGLE_CHAIN_MIN_TOKENS rows and more take no split-K algorithm: each
+ * output is then one chain of MMAs over K in order, whatever tile or stage count the heuristic picks on a given GPU,
+ * so their bits are the same on every Hopper part (an H200's heuristic split K 12,288 at 256 rows where an H100's did
+ * not) and equal the chain kernels' (the decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). Fewer rows keep the
+ * heuristic's split-K, whose speed W1's shrinking tail steps need (docs/perf-log.md, session 27); a shape no
+ * single-chain algorithm serves takes the heuristic's first (cublas-split.test.ts checks the benchmarked shapes).
  */
 export class Gemm {
   private readonly api = cublasLtApi();
@@ -214,7 +217,7 @@ export class Gemm {
     const ask = (pref: Handle): number => this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, pref, 1,
       results, numReturned);
     // block-FP8 GEMMs are gated by KL, not bits: any algorithm (the FP8 kernels of some shapes all split K)
-    const single = kind !== 'fp8' ? this.singleChainPref : null;
+    const single = kind !== 'fp8' && T >= SINGLE_CHAIN_MIN_TOKENS ? this.singleChainPref : null;
     if (single === null || ask(single) !== 0 || numReturned[0] < 1) {
       checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
     }
