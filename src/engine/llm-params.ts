@@ -77,6 +77,6 @@ const ENGINE_FIELDS = Object.keys(engineOptions({ model: '' })).filter((k) => k 
 
 export function toEngineOptions(options: LLMOptions | null | undefined): Partial<Omit<EngineOptions, 'model'>> {
   if (options === undefined || options === null) return {};
-  return camelKeys(options, ENGINE_FIELDS, 'LLM options', (key) => `LLM: unknown option ${key}; it takes ${
+  return camelKeys(options, ENGINE_FIELDS, 'LLM options', (key) => `unknown engine option ${key}; the engine takes ${
     ENGINE_FIELDS.map(snakeCase).join(', ')} (or their camelCase forms).`) as Partial<Omit<EngineOptions, 'model'>>;
 }

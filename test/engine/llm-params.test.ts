@@ -24,7 +24,7 @@ test('sampling parameters: snake_case and camelCase map to the same fields; unkn
 test('engine options: vLLM\'s LLM(...) names or camelCase; unknown keys are refused', () => {
   assert.deepEqual(toEngineOptions({ max_model_len: 256, gpu_memory_utilization: 0.5, enforceEager: true }),
     { maxModelLen: 256, gpuMemoryUtilization: 0.5, enforceEager: true });
-  assert.throws(() => toEngineOptions({ max_len: 256 } as never), /LLM: unknown option max_len; it takes backend, block_size/);
+  assert.throws(() => toEngineOptions({ max_len: 256 } as never), /unknown engine option max_len; the engine takes backend, block_size/);
 });
 
 test('new LLM() with vLLM-style options serves the demo model and honours max_tokens', async () => {
