@@ -1,6 +1,7 @@
 // The offline API, as vLLM's: new LLM(modelDir, options).generate(prompts, params), and a
-// streaming form. Without a model it loads the bundled demo model (models/quire-demo). Requests run concurrently through the same engine step loop
-// the server uses; text comes from the incremental detokenizer (stop strings).
+// streaming form; without a model, the bundled demo model (models/quire-demo). Requests run
+// concurrently through the same engine step loop the server uses; text comes from the
+// incremental detokenizer (stop strings).
 
 import { renderChat } from '../loader/chat-template.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
@@ -178,7 +179,7 @@ export class LLM {
   }
 
   /** Yields the completion so far after every engine output; the last one has final: true. */
-  private async *run(prompt: Prompt, raw: ReturnType<typeof toRawSamplingParams>): AsyncIterable<Completion & { final: boolean }> {
+  private async *run(prompt: Prompt, raw: RawSamplingParams): AsyncIterable<Completion & { final: boolean }> {
     const { dir, client } = await this.started;
     const tokenizer = dir.tokenizer;
     const params: SamplingParams = validateSamplingParams(raw, { vocabSize: dir.config.vocabSize, ...LIMITS });
