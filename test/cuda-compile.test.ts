@@ -1,18 +1,13 @@
-// Every kernel file compiles with nvcc for sm_80 and sm_90, as the exact text
-// NVRTC is given (the #defines shared with TypeScript, then the file with its local
-// headers inlined by expandSource). Skips when nvcc is absent.
+// Kernel sources as NVRTC is given them, the cubin cache, and the nvcc result cache
+// that test/kernels (every kernel compiled by nvcc: `npm run test:kernels`) runs on.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, kernelSource, loadCubin } from '../src/backend/cuda/compile.js';
-
-const run = promisify(execFile);
-const nvccFound = spawnSync('nvcc', ['--version']).status === 0;
+import { cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, loadCubin } from '../src/backend/cuda/compile.js';
+import { nvccCacheKey, nvccCached } from './kernels/nvcc-cache.js';
 
 test('kernel sources are found from the compiled test and expand without local includes', () => {
   const files = kernelFiles();
@@ -76,49 +71,29 @@ test('QUIRE_KERNEL_DEFINES prepends #defines that the kernels\' own defaults giv
   }
 });
 
-test('the chain GEMMs stream their weights with an evict_first L2 hint, which CHAIN_EVICT_FIRST=0 drops',
-  { skip: nvccFound ? false : 'nvcc not found on PATH' }, async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'quire-nvcc-'));
-    try {
-      const ptxOf = async (defines: string): Promise<string> => {
-        const src = join(dir, `gemm_chain${defines.length}.cu`);
-        writeFileSync(src, defines + kernelSource('gemm_chain.cu', {}));
-        await run('nvcc', ['-arch=sm_90', '-ptx', '-o', `${src}.ptx`, src]);
-        return readFileSync(`${src}.ptx`, 'utf8');
-      };
-      const hinted = (ptx: string) => (ptx.match(/cp\.async\.cg\.shared\.global\.L2::cache_hint/g) ?? []).length;
-      const plain = (ptx: string) => (ptx.match(/cp\.async\.cg\.shared\.global \[/g) ?? []).length;
-      const on = await ptxOf('');
-      const off = await ptxOf('#define CHAIN_EVICT_FIRST 0\n');
-      assert.match(on, /createpolicy\.fractional\.L2::evict_first/);
-      assert.ok(hinted(on) > 0 && plain(on) > 0, 'weights hinted, tokens not');
-      assert.equal(hinted(off), 0);
-      assert.equal(plain(off), plain(on) + hinted(on), 'the same loads, unhinted');
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-
-test('every kernel compiles with nvcc for sm_80 and sm_90', { skip: nvccFound ? false : 'nvcc not found on PATH' },
-  async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'quire-nvcc-'));
-    try {
-      const files = kernelFiles();
-      const compileOne = async (f: string): Promise<void> => {
-        const src = join(dir, f);
-        writeFileSync(src, kernelSource(f, {}));
-        await run('nvcc', ['-gencode', 'arch=compute_80,code=sm_80', '-gencode', 'arch=compute_90,code=sm_90',
-          '-fatbin', '-Werror', 'all-warnings', '-o', join(dir, `${f}.fatbin`), src]);
-      };
-      const queue = [...files];
-      const failures: string[] = [];
-      await Promise.all([0, 1].map(async () => {
-        for (let f = queue.shift(); f; f = queue.shift()) {
-          await compileOne(f).catch((err: { stderr?: string }) => { failures.push(`${f}: ${err.stderr ?? err}`); });
-        }
-      }));
-      assert.deepEqual(failures, []);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+test('nvcc results are cached by version, arguments and source; failures are not', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-nvcc-cache-'));
+  try {
+    const compiled: string[] = [];
+    const run = async (args: string[], source: string, _name: string, out: string): Promise<void> => {
+      compiled.push(source);
+      if (source.includes('error')) throw new Error('nvcc failed');
+      writeFileSync(out, `ptx of ${source} ${args.join(' ')}`);
+    };
+    const opts = { version: '12.8', cacheDir: dir, run };
+    assert.equal((await nvccCached(['-ptx'], 'a', 'a.cu', opts)).toString(), 'ptx of a -ptx');
+    assert.equal((await nvccCached(['-ptx'], 'a', 'a.cu', opts)).toString(), 'ptx of a -ptx');
+    assert.equal(compiled.length, 1, 'the second run reads the cache');
+    await nvccCached(['-ptx'], 'b', 'a.cu', opts);
+    await nvccCached(['-fatbin'], 'a', 'a.cu', opts);
+    await nvccCached(['-ptx'], 'a', 'a.cu', { ...opts, version: '13.0' });
+    assert.equal(compiled.length, 4, 'another source, arguments or nvcc compiles again');
+    await assert.rejects(nvccCached(['-ptx'], 'error', 'e.cu', opts), /nvcc failed/);
+    await assert.rejects(nvccCached(['-ptx'], 'error', 'e.cu', opts), /nvcc failed/);
+    assert.equal(compiled.length, 6, 'a failure is compiled again');
+    assert.equal(readdirSync(dir).length, 4, 'one entry per success, no partial files');
+    assert.notEqual(nvccCacheKey('12.8', ['-ptx'], 'a'), nvccCacheKey('12.8', ['-ptx', 'a'], ''));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,6 +1,7 @@
-// The offline API: new LLM(modelDir, options).generate(prompts, params), and a
-// streaming form. Requests run concurrently through the same engine step loop
-// the server uses; text comes from the incremental detokenizer (stop strings).
+// The offline API, as vLLM's: new LLM(modelDir, options).generate(prompts, params), and a
+// streaming form; without a model, the bundled demo model (models/quire-demo). Requests run
+// concurrently through the same engine step loop the server uses; text comes from the
+// incremental detokenizer (stop strings).
 
 import { renderChat } from '../loader/chat-template.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
@@ -8,10 +9,12 @@ import type { ChatMessage } from '../loader/types.js';
 import { defaultSamplingParams, type SamplingParams } from '../sampling/params.js';
 import { modelPoolerConfig } from '../loader/pooler-config.js';
 import { validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
+import { defaultModelDir } from '../loader/default-model.js';
 import { IncrementalDetokenizer } from './detokenizer.js';
 import { createEngineCore } from './engine-core.js';
 import { InProcessEngineClient } from './inprocess-client.js';
-import { engineOptions, type EngineOptions } from './options.js';
+import { toEngineOptions, toRawSamplingParams, type LLMOptions, type LLMSamplingParams } from './llm-params.js';
+import { engineOptions } from './options.js';
 import type { EngineStats, FinishReason, TokenLogprob } from './types.js';
 import type { EngineInfo } from './worker-protocol.js';
 
@@ -53,8 +56,20 @@ export class LLM {
   private info: EngineInfo | null = null;
   private readonly hfOverrides: Record<string, unknown> | null;
 
-  constructor(modelDir: string, options: Partial<Omit<EngineOptions, 'model'>> = {}) {
-    const opts = engineOptions({ ...options, model: modelDir });
+  /**
+   * `new LLM()` (the bundled demo model), `new LLM(modelDir, options)` or, as vLLM's `LLM(model=...)`,
+   * `new LLM({ model, ...options })`. Options take vLLM's names (max_model_len) or camelCase (maxModelLen).
+   */
+  constructor(model?: string | (LLMOptions & { model?: string }), options: LLMOptions = {}) {
+    let modelDir: string;
+    if (typeof model === 'object' && model !== null) {
+      const { model: dir, ...rest } = model;
+      modelDir = dir ?? defaultModelDir();
+      options = { ...rest, ...options };
+    } else {
+      modelDir = model ?? defaultModelDir();
+    }
+    const opts = engineOptions({ ...toEngineOptions(options), model: modelDir });
     this.hfOverrides = opts.hfOverrides;
     this.started = (async () => {
       const dir = loadModelDir(modelDir, opts);
@@ -69,11 +84,16 @@ export class LLM {
     return (await this.started).dir;
   }
 
-  async generate(prompts: Prompt | readonly Prompt[], params: RawSamplingParams = {}): Promise<Completion[]> {
+  /**
+   * Completes each prompt (a string or token ids). `params` are vLLM's SamplingParams fields (max_tokens, top_p, ...)
+   * or their camelCase forms; an unknown key is an error, never ignored.
+   */
+  async generate(prompts: Prompt | readonly Prompt[], params: LLMSamplingParams | RawSamplingParams = {}): Promise<Completion[]> {
+    const raw = toRawSamplingParams(params);
     const list: readonly Prompt[] = typeof prompts === 'string' || isTokenIds(prompts) ? [prompts as Prompt] : prompts as readonly Prompt[];
     return Promise.all(list.map(async (p) => {
       let last: (Completion & { final: boolean }) | null = null;
-      for await (const c of this.run(p, params)) last = c;
+      for await (const c of this.run(p, raw)) last = c;
       const { final: _final, ...completion } = last!;
       return completion;
     }));
@@ -107,10 +127,11 @@ export class LLM {
   }
 
   /** Streams one prompt's text as it is produced. */
-  async *stream(prompt: Prompt, params: RawSamplingParams = {}): AsyncIterable<CompletionDelta> {
+  async *stream(prompt: Prompt, params: LLMSamplingParams | RawSamplingParams = {}): AsyncIterable<CompletionDelta> {
+    const raw = toRawSamplingParams(params);
     let numTokens = 0;
     let numChars = 0;
-    for await (const c of this.run(prompt, params)) {
+    for await (const c of this.run(prompt, raw)) {
       const delta: CompletionDelta = { text: c.text.slice(numChars), tokenIds: c.tokenIds.slice(numTokens), finished: false };
       numChars = c.text.length;
       numTokens = c.tokenIds.length;

@@ -5,7 +5,8 @@ import type { Browser } from 'playwright-core';
 
 export const CHROMIUM = '/usr/bin/chromium';
 /** false when Chromium is installed, otherwise the skip reason. */
-export const noChromium: string | false = existsSync(CHROMIUM) ? false : `no ${CHROMIUM}`;
+export const noChromium: string | false = existsSync(CHROMIUM) ? false
+  : `Chromium not found at ${CHROMIUM} (install Debian's chromium package: apt-get install chromium)`;
 
 export async function launchChromium(): Promise<Browser> {
   const { chromium } = await import('playwright-core');

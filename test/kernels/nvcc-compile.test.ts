@@ -1,0 +1,40 @@
+// Every kernel file compiles with nvcc for sm_80 and sm_90, as the exact text NVRTC is given (the #defines shared
+// with TypeScript, then the file with its local headers inlined: kernelSource). Skips when nvcc is absent. Runs apart from `npm test` (`npm run test:kernels`,
+// which .ci/run calls): compiling every kernel takes minutes on 2 cores. Results are cached by nvcc's version,
+// its arguments and the source (nvcc-cache.ts), so only a changed kernel is compiled again.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { kernelFiles, kernelSource } from '../../src/backend/cuda/compile.js';
+import { nvccCached, nvccVersion } from './nvcc-cache.js';
+
+const version = nvccVersion();
+const skip = version === null ? 'nvcc not found on PATH (it comes with the CUDA toolkit)' : false;
+
+test('the chain GEMMs stream their weights with an evict_first L2 hint, which CHAIN_EVICT_FIRST=0 drops', { skip },
+  async () => {
+    const ptxOf = async (defines: string): Promise<string> =>
+      (await nvccCached(['-arch=sm_90', '-ptx'], defines + kernelSource('gemm_chain.cu', {}), 'gemm_chain.cu',
+        { version: version! })).toString('utf8');
+    const hinted = (ptx: string) => (ptx.match(/cp\.async\.cg\.shared\.global\.L2::cache_hint/g) ?? []).length;
+    const plain = (ptx: string) => (ptx.match(/cp\.async\.cg\.shared\.global \[/g) ?? []).length;
+    const [on, off] = await Promise.all([ptxOf(''), ptxOf('#define CHAIN_EVICT_FIRST 0\n')]);
+    assert.match(on, /createpolicy\.fractional\.L2::evict_first/);
+    assert.ok(hinted(on) > 0 && plain(on) > 0, 'weights hinted, tokens not');
+    assert.equal(hinted(off), 0);
+    assert.equal(plain(off), plain(on) + hinted(on), 'the same loads, unhinted');
+  });
+
+test('every kernel compiles with nvcc for sm_80 and sm_90', { skip }, async () => {
+  const args = ['-gencode', 'arch=compute_80,code=sm_80', '-gencode', 'arch=compute_90,code=sm_90',
+    '-fatbin', '-Werror', 'all-warnings'];
+  const queue = [...kernelFiles()];
+  const failures: string[] = [];
+  await Promise.all([0, 1].map(async () => {
+    for (let f = queue.shift(); f; f = queue.shift()) {
+      await nvccCached(args, kernelSource(f, {}), f, { version: version! })
+        .catch((err: { stderr?: string }) => { failures.push(`${f}: ${err.stderr ?? err}`); });
+    }
+  }));
+  assert.deepEqual(failures, []);
+});
