@@ -5,6 +5,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { createEngineCore } from './engine-core.js';
 import type { FromWorker, ToWorker, WorkerInit } from './worker-protocol.js';
 
+process.removeAllListeners('warning');
+process.on('warning', (w) => process.stderr.write(`quire: warning: ${w.message}\n`));
 const port = parentPort!;
 const { options } = workerData as WorkerInit;
 const send = (m: FromWorker): void => port.postMessage(m);
