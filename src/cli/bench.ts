@@ -3,7 +3,8 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LLM } from '../engine/llm.js';
+import type { LLM } from '../engine/llm.js';
+import { loadLLM } from './load-progress.js';
 import { acquireBenchLock, benchDecode, collectProvenance, describeGpuProcesses, gpuPreflight } from '../lab/index.js';
 import { loadModelConfig } from '../loader/config.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
@@ -12,6 +13,8 @@ import {
   buildPrefill, buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, prefillFlops, randomTokens, runOffline,
   type OfflineResult,
 } from '../lab/offline.js';
+import { offlineSummary, type OfflineRun } from '../lab/offline-summary.js';
+import { startProgress } from '../lab/progress.js';
 import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
@@ -45,13 +48,13 @@ function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>, serv
   return run().finally(() => lock.release());
 }
 
-/** Prints a result in the shape bench/offline-result.schema.json fixes (the peer script prints the same). */
-function printOffline(r: OfflineResult, extra: Record<string, unknown> = {}): void {
+/** A result with its extra figures, checked against bench/offline-result.schema.json (the peer script's shape). */
+function checkedOffline(r: OfflineResult, extra: Record<string, unknown> = {}): OfflineRun {
   const text = JSON.stringify({ ...r, ...extra }, null, 2);
-  console.log(text);
   const schema = JSON.parse(readFileSync(join(packageRoot(), OFFLINE_RESULT_SCHEMA_PATH), 'utf8')) as JsonSchema;
   const errors = schemaErrors(JSON.parse(text), schema);
   if (errors.length > 0) throw new Error(`the result does not match ${OFFLINE_RESULT_SCHEMA_PATH}: ${errors.join('; ')}`);
+  return { ...r, ...extra };
 }
 
 function offlineCommand(): Command {
@@ -65,7 +68,7 @@ function offlineCommand(): Command {
     .option('--prefix-len <n>', 'w5 shared system prompt tokens', atLeast(0), 2000)
     .option('--suffix-len <n>', 'w5 suffix tokens', atLeast(0), 100)
     .option('--concurrency <n>', 'w5 concurrency', count, 16)
-    .option('--json <file>', 'also write the result as JSON')
+    .option('--json <file>', 'the raw results as JSON, with provenance, to this file (- : to stdout, after the table)')
     .option('--dump-prompts <file>', 'w1: write the prompt token ids this run would use (for tools/reference/peer_generate_batch.py) and exit');
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>, self: Command) => {
@@ -81,10 +84,10 @@ function offlineCommand(): Command {
       return;
     }
     await withLock(f, async () => {
-      const results: Record<string, unknown>[] = [];
+      const results: OfflineRun[] = [];
       const run = async (name: string, opts: typeof options, build: (vocab: number) => Parameters<typeof runOffline>[2],
         concurrency?: number, warmup = false, before?: (llm: LLM, dir: ModelDir) => Promise<void>) => {
-        const llm = new LLM(model, opts);
+        const llm = await loadLLM(model, opts);
         try {
           const dir = await llm.ready();
           const reqs = build(dir.config.vocabSize);
@@ -94,7 +97,13 @@ function offlineCommand(): Command {
               promptTokenIds: randomTokens(r.promptTokenIds.length, dir.config.vocabSize, 424242 + i), maxTokens: 4 })));
           }
           await before?.(llm, dir);
-          return await runOffline(llm, name, reqs, concurrency === undefined ? {} : { concurrency });
+          const bar = startProgress({ label: name, total: reqs.length, unit: 'requests' });
+          try {
+            return await runOffline(llm, name, reqs, { ...(concurrency === undefined ? {} : { concurrency }),
+              onRequestDone: () => bar.increment() });
+          } finally {
+            bar.stop();
+          }
         } finally {
           await llm.close();
         }
@@ -111,8 +120,7 @@ function offlineCommand(): Command {
           extra.bandwidthFloorS = (r.stats.minBytesRead - bytesBefore) / bandwidth;
           extra.shareOfBandwidthFloor = (extra.bandwidthFloorS as number) / r.wallS;
         }
-        printOffline(r, extra);
-        results.push({ ...r, ...extra });
+        results.push(checkedOffline(r, extra));
       } else if (f.workload === 'prefill') {
         const n = (f.numRequests as number | undefined) ?? 32;
         const promptLen = f.promptLen as number;
@@ -127,8 +135,7 @@ function offlineCommand(): Command {
           extra.gemmPeakTflopPerS = peak / 1e12;
           extra.shareOfGemmPeak = flops / r.wallS / peak;
         }
-        printOffline(r, extra);
-        results.push({ ...r, ...extra });
+        results.push(checkedOffline(r, extra));
       } else if (f.workload === 'w4') {
         const promptLen = f.promptLen as number;
         const outputLen = (f.outputLen as number | undefined) ?? 256;
@@ -140,22 +147,27 @@ function offlineCommand(): Command {
           kvCacheTokens: kvTokens, maxSeqsRunningAtOnce: r.stats.numRunningPeak, preemptions: r.stats.numPreemptions,
           reservedFullContextSeqs: reservedSeqs, ratioVsReserved: r.stats.numRunningPeak / Math.max(1, reservedSeqs),
         };
-        printOffline(r, extra);
-        results.push({ ...r, ...extra });
+        results.push(checkedOffline(r, extra));
       } else {
         const outputLen = (f.outputLen as number | undefined) ?? 64;
         const build = (v: number) => buildOfflineW5((f.numRequests as number | undefined) ?? 64, f.prefixLen as number, f.suffixLen as number, outputLen, v);
         for (const enablePrefixCaching of [true, false]) {
           const r = await run(`w5 prefix cache ${enablePrefixCaching ? 'on' : 'off'}`, { ...options, enablePrefixCaching }, build, f.concurrency as number);
           const extra = { promptTokensSent: r.numPromptTokens, promptTokensComputed: r.stats.numPromptTokens, prefixCacheHits: r.stats.prefixCacheHits };
-          printOffline(r, extra);
-          results.push({ ...r, ...extra });
+          results.push(checkedOffline(r, extra));
         }
       }
+      console.log(offlineSummary(results));
       if (f.json) {
         const provenance = await collectProvenance({ config: { command: 'bench offline', ...f } });
-        mkdirSync(join(f.json as string, '..'), { recursive: true });
-        writeFileSync(f.json as string, JSON.stringify({ provenance, results }, null, 2));
+        const text = JSON.stringify({ provenance, results }, null, 2);
+        if (f.json === '-') {
+          console.log(text);
+        } else {
+          mkdirSync(join(f.json as string, '..'), { recursive: true });
+          writeFileSync(f.json as string, text);
+          console.log(`results: ${f.json as string}`);
+        }
       }
     });
   });
@@ -176,7 +188,7 @@ function decodeCommand(): Command {
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
     await withLock(f, async () => {
-      const llm = new LLM(model, options);
+      const llm = await loadLLM(model, options);
       try {
         const dir = await llm.ready();
         const bandwidth = await llm.copyBandwidth();

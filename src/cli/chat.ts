@@ -3,7 +3,8 @@
 
 import { basename } from 'node:path';
 import { Command } from 'commander';
-import { LLM } from '../engine/llm.js';
+import type { LLM } from '../engine/llm.js';
+import { loadLLM } from './load-progress.js';
 import { runChat, type ChatModel } from './chat-session.js';
 import { addModelFlags, engineOptionsFromFlags } from './engine-flags.js';
 import { addSamplingFlags, samplingFromFlags } from './sampling-flags.js';
@@ -17,7 +18,7 @@ export function chatCommand(): Command {
   return cmd.action(async (flags: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(flags);
     process.stderr.write(`quire chat: loading ${model} ...\n`);
-    const llm = new LLM(model, options);
+    const llm = await loadLLM(model, options);
     try {
       const chatModel = await llmChatModel(llm, flags);
       await runChat(chatModel, {

@@ -1,13 +1,14 @@
 // quire generate: one prompt, text streamed to the terminal.
 
 import { Command } from 'commander';
-import { LLM } from '../engine/llm.js';
+import type { LLM } from '../engine/llm.js';
+import { loadLLM } from './load-progress.js';
 import { addModelFlags, engineOptionsFromFlags } from './engine-flags.js';
 import { addSamplingFlags, samplingFromFlags } from './sampling-flags.js';
 
-function openLLM(flags: Record<string, unknown>): LLM {
+function openLLM(flags: Record<string, unknown>): Promise<LLM> {
   const { model, ...options } = engineOptionsFromFlags(flags);
-  return new LLM(model, options);
+  return loadLLM(model, options);
 }
 
 async function streamTo(llm: LLM, prompt: string, flags: Record<string, unknown>): Promise<string> {
@@ -28,7 +29,7 @@ export function generateCommand(): Command {
     .option('--chat', 'wrap the prompt as a user turn in the model\'s chat template', false);
   addSamplingFlags(addModelFlags(cmd));
   return cmd.action(async (flags: Record<string, unknown>) => {
-    const llm = openLLM(flags);
+    const llm = await openLLM(flags);
     try {
       const prompt = flags.chat
         ? await llm.renderChat([{ role: 'user', content: flags.prompt as string }])
