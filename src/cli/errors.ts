@@ -10,6 +10,11 @@ export const EXIT_USAGE = 2;
 /** One line for an error: its message, with what kind of failure an unexpected one is. */
 export function errorLine(e: unknown): string {
   if (e instanceof ModelLoadError || e instanceof SamplingParamError) return `quire: ${e.message}`;
+  const errno = e as NodeJS.ErrnoException;
+  if (e instanceof Error && typeof errno.code === 'string' && typeof errno.path === 'string') {
+    const reason = e.message.replace(/^[A-Z]+: /, '').replace(/, \w+ '.*'$/, '');
+    return `quire: ${errno.path}: ${reason}`;
+  }
   if (e instanceof Error) {
     const internal = e instanceof TypeError || e instanceof RangeError || e instanceof ReferenceError;
     return internal ? `quire: internal error (${e.name}): ${e.message}; please report it with the command line`
