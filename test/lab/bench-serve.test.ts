@@ -66,7 +66,13 @@ test('bench serve: two targets, interleaved rounds, ratios, report', async (t) =
     const md = readFileSync(paths.markdownPath, 'utf8');
     assert.match(md, /\| c4 \| fast \/ slow \| \d+\.\d{3}x/);
     const html = readFileSync(paths.htmlPath, 'utf8');
-    assert.equal((html.match(/<svg /g) ?? []).length, 4);
+    assert.equal((html.match(/<svg /g) ?? []).length, 4 + 3, 'four metrics, three ratio charts');
+    assert.match(html, /<svg [^>]*width="100%"/, 'charts take the width of the page');
+    assert.match(html, /<g class="spread" data-series="fast p50">/, 'the spread over rounds is on the plots');
+    assert.match(html, /id="plot-ratio-outputTokensPerS"[^]*?<rect class="bar better"[^>]*data-series="c1: fast"/,
+      'the faster target\'s throughput ratio is a bar coloured better');
+    assert.match(html, /id="plot-ratio-tpotP50Ms"[^]*?<rect class="bar better"/, 'a lower TPOT ratio is better too');
+    assert.match(html, /<td class="better">\d/);
     assert.match(html, /data-series="fast p50"/);
     assert.match(html, /data-series="slow p99"/);
   } finally {
