@@ -84,10 +84,12 @@ export function workloadFromFlags(f: Record<string, unknown>, words: (numTokens:
   const toWords = (len: Length): Length => !text ? len
     : typeof len === 'number' ? words(len) : { min: words(len.min), max: Math.max(words(len.min), words(len.max)) };
   if (f.workload === 'w5') {
-    return buildW5({ ...common, systemPromptTokens: text ? words(2000) : 2000, suffixTokens: text ? words(100) : 100,
+    const w5 = buildW5({ ...common, systemPromptTokens: text ? words(2000) : 2000, suffixTokens: text ? words(100) : 100,
       ...(f.numRequests ? { numRequests: f.numRequests as number } : {}),
       ...(f.concurrency ? { concurrency: (f.concurrency as number[])[0]! } : {}),
       ...(typeof f.outputLen === 'number' ? { outputTokens: f.outputLen } : {}) });
+    w5.description = w5.description.replace(/system \d+ \+ suffix \d+/, 'system 2000 + suffix 100 tokens');
+    return w5;
   }
   if (f.workload === 'custom') {
     return buildCustomWorkload({
@@ -100,11 +102,14 @@ export function workloadFromFlags(f: Record<string, unknown>, words: (numTokens:
       ignoreEos: f.ignoreEos as boolean,
     });
   }
-  return buildW3({
+  const promptTokens = (f.promptLen as number | undefined) ?? 1024;
+  const w3 = buildW3({
     ...common, ...(f.concurrency ? { concurrencies: f.concurrency as number[] } : {}),
-    promptTokens: toWords((f.promptLen as number | undefined) ?? 1024) as number,
+    promptTokens: toWords(promptTokens) as number,
     ...(typeof f.outputLen === 'number' ? { outputTokens: f.outputLen } : {}),
   });
+  w3.description = w3.description.replace(/prompt \d+/, `prompt ${promptTokens}`);
+  return w3;
 }
 
 /** Text prompts' token counts as the probed server counts their words. */
