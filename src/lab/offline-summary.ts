@@ -19,7 +19,6 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
     r.workload,
     int(r.numRequests),
     int(r.numPromptTokens),
-    int(r.stats.numPromptTokens),
     int(r.numOutputTokens),
     fmt(r.wallS, 2),
     fmt(r.outputTokensPerS),
@@ -27,7 +26,7 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
     r.ttftP50Ms === null ? '-' : fmt(r.ttftP50Ms),
     int(r.stats.numPreemptions),
   ]);
-  const lines = [table(['run', 'requests', 'prompt tok', 'computed', 'output tok', 'wall s', 'output tok/s', 'total tok/s',
+  const lines = [table(['run', 'requests', 'prompt tok', 'output tok', 'wall s', 'output tok/s', 'total tok/s',
     'TTFT p50 ms', 'preempted'], rows)];
   const on = runs.find((r) => /prefix cache on/.test(r.workload));
   const off = runs.find((r) => /prefix cache off/.test(r.workload));
@@ -44,8 +43,9 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
       lines.push(`${r.workload}: ${fmt(100 * r.shareOfBandwidthFloor)}% of the time the weights and KV reads take at `
         + 'full copy bandwidth (the bandwidth floor)');
     }
-    if (typeof r.shareOfGemmPeak === 'number') {
-      lines.push(`${r.workload}: ${fmt(r.modelTflopPerS as number, 2)} TFLOP/s, ${fmt(100 * r.shareOfGemmPeak)}% of the GEMM peak`);
+    if (typeof r.modelTflopPerS === 'number') {
+      lines.push(`${r.workload}: ${fmt(r.promptTokensPerS as number)} prompt tokens/s, ${fmt(r.modelTflopPerS, 3)} TFLOP/s`
+        + (typeof r.shareOfGemmPeak === 'number' ? `, ${fmt(100 * r.shareOfGemmPeak)}% of the GEMM peak` : ''));
     }
     if (typeof r.reservedFullContextSeqs === 'number') {
       lines.push(`${r.workload}: ${int(r.stats.numRunningPeak)} sequences ran at once where a full-context reservation `
