@@ -3,11 +3,9 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LLM } from '../engine/llm.js';
-import {
-  acquireBenchLock, benchDecode, benchServe, buildCustomWorkload, buildW3, buildW5, collectProvenance, describeGpuProcesses, gpuPreflight,
-  writeReport, type BenchTarget, type GateSummary, type Workload,
-} from '../lab/index.js';
+import type { LLM } from '../engine/llm.js';
+import { loadLLM } from './load-progress.js';
+import { acquireBenchLock, benchDecode, collectProvenance, describeGpuProcesses, gpuPreflight } from '../lab/index.js';
 import { loadModelConfig } from '../loader/config.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
 import type { ModelDir } from '../loader/model-dir.js';
@@ -15,10 +13,13 @@ import {
   buildPrefill, buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, prefillFlops, randomTokens, runOffline,
   type OfflineResult,
 } from '../lab/offline.js';
+import { offlineSummary, type OfflineRun } from '../lab/offline-summary.js';
+import { startProgress } from '../lab/progress.js';
 import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
-import { atLeast, int, num, positive } from './option-parsers.js';
+import { benchServeCommand } from './bench-serve.js';
+import { atLeast, int, num } from './option-parsers.js';
 
 // Parsers of option values (option-parsers.ts): commander's error names the flag and the value.
 const ints = (v: string) => v.split(',').map((x) => {
@@ -28,27 +29,7 @@ const ints = (v: string) => v.split(',').map((x) => {
   }
   return n;
 });
-const length = (v: string) => {
-  const parts = v.split(':').map(Number);
-  if (parts.length > 2 || !parts.every((n) => Number.isInteger(n) && n > 0) || (parts.length === 2 && parts[0]! > parts[1]!)) {
-    throw new InvalidArgumentError('expected a positive integer n, or min:max.');
-  }
-  const [a, b] = parts;
-  return b === undefined ? a! : { min: a!, max: b };
-};
-const collect = (v: string, prev: string[] = []) => [...prev, v];
-/** Repeated name=value flags (--target); --model's values may be either. */
-const collectKeyValues = (v: string, prev: string[] = []) => {
-  if (v.indexOf('=') <= 0) throw new InvalidArgumentError('expected name=value.');
-  return [...prev, v];
-};
 const count = atLeast(1);
-
-/** name=value (checked by collectKeyValues, or an --model value with an "="). */
-function keyValue(v: string): [string, string] {
-  const i = v.indexOf('=');
-  return [v.slice(0, i), v.slice(i + 1)];
-}
 
 /** Every benchmark takes the GPU lock and runs the preflight; these flags override. */
 function addLockFlags(cmd: Command): Command {
@@ -67,76 +48,13 @@ function withLock<T>(flags: Record<string, unknown>, run: () => Promise<T>, serv
   return run().finally(() => lock.release());
 }
 
-function serveCommand(): Command {
-  return addLockFlags(new Command('serve'))
-    .description('load-test one or more OpenAI-compatible servers side by side, in interleaved rounds')
-    .requiredOption('--target <name=url>', 'a server to measure (repeat for several)', collectKeyValues)
-    .option('--model <model>', 'model name to request: one for all, or name=model per target (repeat)', collect)
-    .addOption(new Option('--workload <w>', 'built-in workload').choices(['w3', 'w5', 'custom']).default('w3'))
-    .option('--concurrency <list>', 'concurrency levels (w3, custom)', ints)
-    .option('--num-requests <n>', 'requests (custom, w5)', count)
-    .option('--prompt-len <n|min:max>', 'prompt tokens (w3: 1024, custom)', length)
-    .option('--output-len <n|min:max>', 'output tokens (w3: 128, custom)', length)
-    .option('--jsonl <file>', 'prompts from a JSONL file ({"prompt": ..., "max_tokens": ...})')
-    .option('--request-rate <r>', 'Poisson arrivals per second (custom)', positive)
-    .option('--burstiness <b>', 'with --request-rate: gamma-shaped arrivals as vLLM\'s --burstiness (1 Poisson, lower burstier)',
-      positive)
-    .option('--no-nonce', 'no fresh random nonce at the start of each prompt')
-    .option('--no-ignore-eos', 'let generation stop at EOS (custom)')
-    .addOption(new Option('--prompt-format <f>', 'send text or token ids').choices(['text', 'ids']).default('text'))
-    .option('--vocab-size <n>', 'vocabulary for token-id prompts', count, 32000)
-    .option('--rounds <n>', 'interleaved rounds per level', count, 2)
-    .option('--warmup <n>', 'warm-up requests per target', atLeast(0), 4)
-    .option('--gates <file>', 'a gate-summary JSON (from quire gate --summary) to include in the report')
-    .option('--out <dir>', 'report directory', 'bench-results')
-    .option('--title <t>', 'report title')
-    .action(async (f: Record<string, unknown>, cmd: Command) => {
-      const models = (f.model as string[] | undefined) ?? [];
-      const modelFor = new Map(models.filter((m) => m.includes('=')).map((m) => keyValue(m)));
-      const defaultModel = models.find((m) => !m.includes('='));
-      const targets: BenchTarget[] = (f.target as string[]).map((t) => {
-        const [name, url] = keyValue(t);
-        const model = modelFor.get(name) ?? defaultModel;
-        if (!model) cmd.error(`quire bench serve: --model: no model name for target "${name}"`);
-        return { name, url, model };
-      });
-      const common = { promptFormat: f.promptFormat as 'text' | 'ids', vocabSize: f.vocabSize as number, nonce: f.nonce as boolean };
-      const workload: Workload = f.workload === 'w5'
-        ? buildW5({ ...common, ...(f.numRequests ? { numRequests: f.numRequests as number } : {}) })
-        : f.workload === 'custom'
-          ? buildCustomWorkload({
-            ...common, numRequests: (f.numRequests as number | undefined) ?? 64, outputTokens: (f.outputLen ?? 128) as number,
-            ...(f.promptLen !== undefined ? { promptTokens: f.promptLen as number } : {}),
-            ...(f.jsonl ? { jsonlPath: f.jsonl as string } : {}),
-            ...(f.concurrency ? { concurrency: (f.concurrency as number[])[0]! } : {}),
-            ...(f.requestRate ? { requestRatePerS: f.requestRate as number } : {}),
-            ...(f.burstiness !== undefined ? { burstiness: f.burstiness as number } : {}),
-            ignoreEos: f.ignoreEos as boolean,
-          })
-          : buildW3({
-            ...common, ...(f.concurrency ? { concurrencies: f.concurrency as number[] } : {}),
-            ...(typeof f.promptLen === 'number' ? { promptTokens: f.promptLen } : {}),
-            ...(typeof f.outputLen === 'number' ? { outputTokens: f.outputLen } : {}),
-          });
-      await withLock(f, async () => {
-        const bench = await benchServe({ targets, workload, numRounds: f.rounds as number, numWarmupRequests: f.warmup as number,
-          vocabSize: f.vocabSize as number });
-        const provenance = await collectProvenance({ config: { command: 'bench serve', ...f, targets } });
-        const gates = f.gates ? JSON.parse(readFileSync(f.gates as string, 'utf8')) as GateSummary : null;
-        const written = await writeReport({ bench, provenance, gates, ...(f.title ? { title: f.title as string } : {}) }, f.out as string);
-        console.log(readFileSync(written.markdownPath, 'utf8'));
-        console.log(`report: ${written.htmlPath}`);
-      }, true);
-    });
-}
-
-/** Prints a result in the shape bench/offline-result.schema.json fixes (the peer script prints the same). */
-function printOffline(r: OfflineResult, extra: Record<string, unknown> = {}): void {
+/** A result with its extra figures, checked against bench/offline-result.schema.json (the peer script's shape). */
+function checkedOffline(r: OfflineResult, extra: Record<string, unknown> = {}): OfflineRun {
   const text = JSON.stringify({ ...r, ...extra }, null, 2);
-  console.log(text);
   const schema = JSON.parse(readFileSync(join(packageRoot(), OFFLINE_RESULT_SCHEMA_PATH), 'utf8')) as JsonSchema;
   const errors = schemaErrors(JSON.parse(text), schema);
   if (errors.length > 0) throw new Error(`the result does not match ${OFFLINE_RESULT_SCHEMA_PATH}: ${errors.join('; ')}`);
+  return { ...r, ...extra };
 }
 
 function offlineCommand(): Command {
@@ -150,7 +68,7 @@ function offlineCommand(): Command {
     .option('--prefix-len <n>', 'w5 shared system prompt tokens', atLeast(0), 2000)
     .option('--suffix-len <n>', 'w5 suffix tokens', atLeast(0), 100)
     .option('--concurrency <n>', 'w5 concurrency', count, 16)
-    .option('--json <file>', 'also write the result as JSON')
+    .option('--json <file>', 'the raw results as JSON, with provenance, to this file (- : to stdout, after the table)')
     .option('--dump-prompts <file>', 'w1: write the prompt token ids this run would use (for tools/reference/peer_generate_batch.py) and exit');
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>, self: Command) => {
@@ -166,10 +84,10 @@ function offlineCommand(): Command {
       return;
     }
     await withLock(f, async () => {
-      const results: Record<string, unknown>[] = [];
+      const results: OfflineRun[] = [];
       const run = async (name: string, opts: typeof options, build: (vocab: number) => Parameters<typeof runOffline>[2],
         concurrency?: number, warmup = false, before?: (llm: LLM, dir: ModelDir) => Promise<void>) => {
-        const llm = new LLM(model, opts);
+        const llm = await loadLLM(model, opts);
         try {
           const dir = await llm.ready();
           const reqs = build(dir.config.vocabSize);
@@ -179,7 +97,13 @@ function offlineCommand(): Command {
               promptTokenIds: randomTokens(r.promptTokenIds.length, dir.config.vocabSize, 424242 + i), maxTokens: 4 })));
           }
           await before?.(llm, dir);
-          return await runOffline(llm, name, reqs, concurrency === undefined ? {} : { concurrency });
+          const bar = startProgress({ label: name, total: reqs.length, unit: 'requests' });
+          try {
+            return await runOffline(llm, name, reqs, { ...(concurrency === undefined ? {} : { concurrency }),
+              onRequestDone: () => bar.increment() });
+          } finally {
+            bar.stop();
+          }
         } finally {
           await llm.close();
         }
@@ -196,8 +120,7 @@ function offlineCommand(): Command {
           extra.bandwidthFloorS = (r.stats.minBytesRead - bytesBefore) / bandwidth;
           extra.shareOfBandwidthFloor = (extra.bandwidthFloorS as number) / r.wallS;
         }
-        printOffline(r, extra);
-        results.push({ ...r, ...extra });
+        results.push(checkedOffline(r, extra));
       } else if (f.workload === 'prefill') {
         const n = (f.numRequests as number | undefined) ?? 32;
         const promptLen = f.promptLen as number;
@@ -212,8 +135,7 @@ function offlineCommand(): Command {
           extra.gemmPeakTflopPerS = peak / 1e12;
           extra.shareOfGemmPeak = flops / r.wallS / peak;
         }
-        printOffline(r, extra);
-        results.push({ ...r, ...extra });
+        results.push(checkedOffline(r, extra));
       } else if (f.workload === 'w4') {
         const promptLen = f.promptLen as number;
         const outputLen = (f.outputLen as number | undefined) ?? 256;
@@ -225,22 +147,27 @@ function offlineCommand(): Command {
           kvCacheTokens: kvTokens, maxSeqsRunningAtOnce: r.stats.numRunningPeak, preemptions: r.stats.numPreemptions,
           reservedFullContextSeqs: reservedSeqs, ratioVsReserved: r.stats.numRunningPeak / Math.max(1, reservedSeqs),
         };
-        printOffline(r, extra);
-        results.push({ ...r, ...extra });
+        results.push(checkedOffline(r, extra));
       } else {
         const outputLen = (f.outputLen as number | undefined) ?? 64;
         const build = (v: number) => buildOfflineW5((f.numRequests as number | undefined) ?? 64, f.prefixLen as number, f.suffixLen as number, outputLen, v);
         for (const enablePrefixCaching of [true, false]) {
           const r = await run(`w5 prefix cache ${enablePrefixCaching ? 'on' : 'off'}`, { ...options, enablePrefixCaching }, build, f.concurrency as number);
           const extra = { promptTokensSent: r.numPromptTokens, promptTokensComputed: r.stats.numPromptTokens, prefixCacheHits: r.stats.prefixCacheHits };
-          printOffline(r, extra);
-          results.push({ ...r, ...extra });
+          results.push(checkedOffline(r, extra));
         }
       }
+      console.log(offlineSummary(results));
       if (f.json) {
         const provenance = await collectProvenance({ config: { command: 'bench offline', ...f } });
-        mkdirSync(join(f.json as string, '..'), { recursive: true });
-        writeFileSync(f.json as string, JSON.stringify({ provenance, results }, null, 2));
+        const text = JSON.stringify({ provenance, results }, null, 2);
+        if (f.json === '-') {
+          console.log(text);
+        } else {
+          mkdirSync(join(f.json as string, '..'), { recursive: true });
+          writeFileSync(f.json as string, text);
+          console.log(`results: ${f.json as string}`);
+        }
       }
     });
   });
@@ -261,7 +188,7 @@ function decodeCommand(): Command {
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
     await withLock(f, async () => {
-      const llm = new LLM(model, options);
+      const llm = await loadLLM(model, options);
       try {
         const dir = await llm.ready();
         const bandwidth = await llm.copyBandwidth();
@@ -297,7 +224,7 @@ function decodeCommand(): Command {
 export function benchCommand(): Command {
   return new Command('bench')
     .description('the parity lab\'s benchmarks')
-    .addCommand(serveCommand())
+    .addCommand(benchServeCommand(addLockFlags, withLock))
     .addCommand(offlineCommand())
     .addCommand(decodeCommand());
 }

@@ -2,7 +2,8 @@
 
 import type { Command } from 'commander';
 import { benchCommand } from './bench.js';
-import { chatCommand, generateCommand } from './generate.js';
+import { chatCommand } from './chat.js';
+import { generateCommand } from './generate.js';
 import { gateCommand } from './gate.js';
 import { makeTestModelCommand } from './make-test-model.js';
 import { serveCommand } from './serve.js';

@@ -3,7 +3,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
-import { int, num } from './option-parsers.js';
+import { atLeast, int } from './option-parsers.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 
 /** vLLM's human-readable sizes: 1k = 1,000, 1K = 1,024 (m / M and g / G likewise); a plain integer as it is. */
@@ -65,61 +65,121 @@ export function vllmShortFlags(argv: readonly string[]): string[] {
   return argv.map((a) => long[a] ?? a);
 }
 
-export function addEngineFlags(cmd: Command): Command {
-  return cmd
-    .option('--model <dir>', 'Hugging Face model directory (default: the bundled demo model)')
+/** The headings `--help` groups flags under (vLLM's groups, and Quire's lab). */
+export const HELP_GROUPS = {
+  model: 'Model:',
+  engine: 'Engine and KV cache:',
+  scheduling: 'Scheduling:',
+  server: 'Server:',
+  tools: 'Tools, reasoning and pooling:',
+  lab: 'Lab and debugging:',
+  vllm: 'Accepted for vLLM command lines (see docs/vllm-flags.md):',
+} as const;
+
+/**
+ * A boolean flag as vLLM's argparse BooleanOptionalAction declares it: `--x` and `--no-x` (the second hidden from
+ * --help, named in the first's description).
+ */
+export function addBooleanPair(cmd: Command, flag: string, description: string, defaultValue: boolean,
+  group?: string): Command {
+  const on = new Option(flag, description)
+    .default(defaultValue, defaultValue ? `on; --no-${flag.slice(2)} turns it off` : 'off');
+  const off = new Option(`--no-${flag.slice(2)}`).hideHelp();
+  if (group) {
+    on.helpGroup(group);
+    off.helpGroup(group);
+  }
+  return cmd.addOption(on).addOption(off);
+}
+
+/** The flags of every command that loads a model (generate and chat take these alone). */
+export function addModelFlags(cmd: Command): Command {
+  cmd.addHelpText('after', '\nEach on/off flag also takes vLLM\'s --no- form (--no-enforce-eager, ...).')
+    .configureHelp({ helpWidth: 100 })
+    .optionsGroup(HELP_GROUPS.model)
+    .option('--model <dir>', 'Hugging Face model directory or cached repo id (default: the bundled demo model)')
     .addOption(new Option('--backend <kind>', 'compute backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
-    .option('--block-size <n>', 'KV page size in tokens', int, 16)
-    .option('--max-num-seqs <n>', 'most sequences running at once', int)
-    .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: on GPUs of 70 GiB and more, A100 aside, 16384 offline and 8192 for serve; 8192 / 2048 on smaller GPUs; 2048 on the CPU backend)', int)
-    .option('--max-model-len <n>', 'context length served (default: the model\'s); as vLLM, 32k = 32,000 and 32K = 32,768', humanInt('--max-model-len'))
-    .option('--no-enable-prefix-caching', 'disable automatic prefix caching')
-    .option('--enable-chunked-prefill', 'prefill prompts longer than a step\'s budget over several steps (the default)')
-    .option('--no-enable-chunked-prefill', 'a prompt in one step (needs --max-num-batched-tokens >= --max-model-len)')
-    .option('--long-prefill-token-threshold <n>', 'most prompt tokens one request gets per step (0: the budget)',
-      int, 0)
-    .option('--dtype <t>', 'as vLLM; Quire computes in bfloat16 on CUDA (float32 on the CPU backend)',
+    .option('--max-model-len <n>', 'context length (default: the model\'s); 32k = 32,000, 32K = 32,768',
+      humanInt('--max-model-len'))
+    .option('--dtype <t>', 'bfloat16 on CUDA, float32 on the CPU backend (auto, bfloat16, bf16)',
       only('--dtype', ['auto', 'bfloat16', 'bf16'], 'Quire computes in bfloat16 on CUDA and float32 on the CPU backend'), 'auto')
-    .option('--kv-cache-dtype <t>', 'as vLLM: auto (the compute dtype) or fp8 (= fp8_e4m3: half the bytes a token, '
-      + 'so twice the tokens in the same memory; lossy, scale 1)', kvCacheDtypeArg, 'auto')
-    .option('-q, --quantization <method>', 'as vLLM: fp8 quantizes the projections of a float checkpoint to FP8 at load '
-      + '(128 x 128 blocks, activations per token and 128 columns: about a third faster decode on large models, half their '
-      + 'weight memory; lossy)', quantizationArg)
-    .option('--tensor-parallel-size <n>', 'as vLLM (-tp); one GPU per engine',
-      only('--tensor-parallel-size', ['1'], 'tensor parallelism is not supported yet: one GPU per engine'), '1')
-    .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
-      only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1')
-    .option('--trust-remote-code', 'as vLLM; accepted and needless: Quire runs no code from the model directory', false)
+    .option('-q, --quantization <method>', 'fp8: quantize a float checkpoint\'s projections to block FP8 at load '
+      + '(about a third faster decode on large models, half their weight memory; lossy)', quantizationArg)
+    .option('--tokenizer <dir>', 'the tokenizer and chat template from this directory (or cached repo id)')
+    .option('--hf-overrides <json>', 'a JSON object whose fields replace config.json\'s, e.g. \'{"rope_scaling": '
+      + '{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}\'', hfOverrides)
+    .option('--seed <n>', 'engine RNG seed', int, 0);
+  addBooleanPair(cmd, '--trust-remote-code', 'accepted and needless: Quire runs no code from the model directory',
+    false, HELP_GROUPS.model);
+  cmd.optionsGroup(HELP_GROUPS.engine)
+    .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold, in (0, 1]',
+      fraction('--gpu-memory-utilization'), 0.9)
+    .option('--kv-cache-memory-bytes <bytes>', 'bytes for the KV cache, e.g. 2G (CPU default 256 MiB; '
+      + '--kv-cache-memory is the same)', humanInt('--kv-cache-memory-bytes'))
+    .addOption(new Option('--kv-cache-memory <bytes>').argParser(humanInt('--kv-cache-memory')).hideHelp())
+    .option('--kv-cache-dtype <t>', 'auto (the compute dtype) or fp8 (= fp8_e4m3: twice the tokens in the same '
+      + 'memory; lossy, scale 1)', kvCacheDtypeArg, 'auto')
+    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', atLeast(0), 0);
+  addBooleanPair(cmd, '--enforce-eager', 'CUDA: no CUDA graphs', false, HELP_GROUPS.engine);
+  return cmd.optionsGroup('Options:');
+}
+
+/** Every engine flag: the model's, and those of the cache, the scheduler and the lab (serve, bench, gate). */
+export function addEngineFlags(cmd: Command): Command {
+  addModelFlags(cmd);
+  cmd.optionsGroup(HELP_GROUPS.engine)
+    .option('--block-size <n>', 'KV page size in tokens', atLeast(1), 16);
+  addBooleanPair(cmd, '--enable-prefix-caching', 'reuse the KV pages of cached prompt prefixes', true, HELP_GROUPS.engine);
+  cmd.optionsGroup(HELP_GROUPS.scheduling)
+    .option('--max-num-seqs <n>', 'most sequences running at once (default 256)', atLeast(1))
+    .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: 8192 for serve and 16384 '
+      + 'offline on GPUs of 70 GiB and more, 2048 / 8192 on smaller ones, 2048 on the CPU)', humanInt('--max-num-batched-tokens'))
+    .option('--long-prefill-token-threshold <n>', 'most prompt tokens one request gets per step (0: the budget)',
+      atLeast(0), 0)
     .addOption(new Option('--scheduling-policy <p>', 'request order').choices(['fcfs', 'priority']).default('fcfs'))
-    .addOption(new Option('--step-policy <p>', 'what a step admits').choices(['decode-first', 'prefill-first', 'decode-shape-stable']).default('decode-first'))
-    .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold (as vLLM: other processes do not count)', num, 0.9)
-    .option('--kv-cache-memory <bytes>', 'bytes for the KV cache (CPU default 256 MiB)', int)
-    .option('--enforce-eager', 'disable CUDA graphs', false)
-    .option('--no-async-scheduling', 'complete each step before scheduling the next (by default a step is scheduled and launched while the previous one runs)')
-    .option('--batch-invariant', 'CUDA: kernels whose sums do not depend on the batch, so a greedy transcript does not change with batch size, other requests, chunking, preemption or prefix-cache hits (slower at large batches)', false)
-    .option('--profile', 'CUDA: time every op (graph replays through event-record nodes); print one table per step shape to stderr', false)
-    .option('--seed <n>', 'engine RNG seed', int, 0)
-    .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false)
-    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', int, 0)
-    .option('--tokenizer <dir>', 'as vLLM: the tokenizer and chat template from this directory (or cached repo id) instead of the model\'s')
-    .option('--hf-overrides <json>', 'as vLLM: a JSON object whose fields replace config.json\'s, e.g. \'{"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}\'',
-      hfOverrides);
+    .addOption(new Option('--step-policy <p>', 'what a step admits (Quire)')
+      .choices(['decode-first', 'prefill-first', 'decode-shape-stable']).default('decode-first'));
+  addBooleanPair(cmd, '--enable-chunked-prefill', 'prefill a long prompt over several steps (off: in one step, '
+    + 'which needs --max-num-batched-tokens >= --max-model-len)', true, HELP_GROUPS.scheduling);
+  addBooleanPair(cmd, '--async-scheduling', 'schedule and launch a step while the previous one runs', true,
+    HELP_GROUPS.scheduling);
+  cmd.option('--tensor-parallel-size <n>', 'as vLLM (-tp); one GPU per engine',
+    only('--tensor-parallel-size', ['1'], 'tensor parallelism is not supported yet: one GPU per engine'), '1')
+    .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
+      only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1');
+  cmd.optionsGroup(HELP_GROUPS.lab);
+  addBooleanPair(cmd, '--batch-invariant', 'CUDA: sums that do not depend on the batch, so a greedy transcript '
+    + 'does not change with batch size, chunking, preemption or cache hits (slower at large batches)', false, HELP_GROUPS.lab);
+  cmd.option('--profile', 'CUDA: time every op; one table per step shape to stderr', false)
+    .option('--scheduler-trace', 'record the admission trace and print it at shutdown', false);
+  return cmd.optionsGroup('Options:');
+}
+
+/** A fraction in (0, 1] (vLLM's --gpu-memory-utilization). */
+function fraction(flag: string): (v: string) => number {
+  return (v) => {
+    const n = Number(v);
+    if (v.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 1) {
+      throw new InvalidArgumentError(`${flag}: expected a fraction in (0, 1], such as 0.9`);
+    }
+    return n;
+  };
 }
 
 export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOptions {
-  const o = engineOptions({
+  const given: Partial<EngineOptions> = {
     model: (f.model as string | undefined) ?? defaultModelDir(),
     backend: f.backend as EngineOptions['backend'],
     blockSize: f.blockSize as number,
     maxNumBatchedTokens: (f.maxNumBatchedTokens as number | undefined) ?? null,
     maxModelLen: (f.maxModelLen as number | undefined) ?? null,
     enablePrefixCaching: f.enablePrefixCaching as boolean,
-    enableChunkedPrefill: (f.enableChunkedPrefill as boolean | undefined) ?? true,
+    enableChunkedPrefill: f.enableChunkedPrefill as boolean | undefined,
     longPrefillTokenThreshold: f.longPrefillTokenThreshold as number,
     schedulingPolicy: f.schedulingPolicy as EngineOptions['schedulingPolicy'],
     stepPolicy: f.stepPolicy as EngineOptions['stepPolicy'],
     gpuMemoryUtilization: f.gpuMemoryUtilization as number,
-    kvCacheBytes: (f.kvCacheMemory as number | undefined) ?? null,
+    kvCacheBytes: (f.kvCacheMemoryBytes as number | undefined) ?? (f.kvCacheMemory as number | undefined) ?? null,
     kvCacheDtype: (f.kvCacheDtype as KvCacheDtype | undefined) ?? 'auto',
     quantization: (f.quantization as 'fp8' | undefined) ?? null,
     enforceEager: f.enforceEager as boolean,
@@ -131,7 +191,8 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     cpuThreads: f.cpuThreads as number,
     hfOverrides: (f.hfOverrides as Record<string, unknown> | undefined) ?? null,
     tokenizer: (f.tokenizer as string | undefined) ?? null,
-  });
-  if (f.maxNumSeqs !== undefined) o.maxNumSeqs = f.maxNumSeqs as number;
-  return o;
+    maxNumSeqs: f.maxNumSeqs as number | undefined,
+  };
+  for (const k of Object.keys(given) as (keyof EngineOptions)[]) if (given[k] === undefined) delete given[k];
+  return engineOptions({ ...given, model: (f.model as string | undefined) ?? defaultModelDir() });
 }

@@ -5,7 +5,8 @@ import { spawnSync } from 'node:child_process';
 import { basename, join } from 'node:path';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { LLM } from '../engine/llm.js';
+import type { LLM } from '../engine/llm.js';
+import { loadLLM } from './load-progress.js';
 import {
   compareToReference, formatGateSummary, formatMismatch, gatesPassed, loadGatePrompts, opsCheck, parseTestRunnerOutput,
   referenceCheck, runTranscriptGate, transcriptCheck, type GateCheck, type GateSummary, type Generator, type ReferenceDump,
@@ -75,13 +76,17 @@ export function gateCommand(): Command {
   addEngineFlags(cmd);
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
-    const llm = new LLM(model, options);
+    const llm = await loadLLM(model, options);
     const checks: GateCheck[] = [];
     try {
-      await llm.ready();
+      const dir = await llm.ready();
       const info = llm.engineInfo();
       const pathKey = (f.pathKey as string | undefined) ?? gatePathKey(info.backend, options);
       const canonicalPath = (f.canonical as string | undefined) ?? join(packageRoot(), 'bench', 'gates', `${basename(model)}.json`);
+      console.log(`quire gate: model ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers), backend `
+        + `${info.backend} (${info.device}), path ${pathKey}`);
+      console.log(`  transcript: greedy tokens of ${f.prompts as string} against ${canonicalPath}`
+        + (f.reference ? `\n  reference: top-20 logprobs against ${f.reference as string} (thresholds ${f.thresholds as string})` : ''));
       const t = await runTranscriptGate({
         generator: llmGenerator(llm), prompts: loadGatePrompts(f.prompts as string), pathKey, canonicalPath,
         mode: f.record ? 'record' : 'check',

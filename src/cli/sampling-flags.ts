@@ -1,11 +1,12 @@
 // Sampling flags for generate and chat (names as the OpenAI/vLLM fields).
 
 import type { Command } from 'commander';
+import { atLeast } from './option-parsers.js';
 import type { RawSamplingParams } from '../sampling/validate.js';
 
 export function addSamplingFlags(cmd: Command): Command {
-  return cmd
-    .option('--max-tokens <n>', 'new tokens at most', '256')
+  return cmd.optionsGroup('Sampling:')
+    .option('--max-tokens <n>', 'new tokens at most', atLeast(1), 256)
     .option('--temperature <t>', 'sampling temperature (0 = greedy)')
     .option('--top-p <p>', 'nucleus sampling mass')
     .option('--top-k <k>', 'keep the k most likely tokens (-1 = all)')
@@ -15,7 +16,8 @@ export function addSamplingFlags(cmd: Command): Command {
     .option('--frequency-penalty <r>', 'penalty growing with each repetition')
     .option('--stop <s...>', 'stop strings')
     .option('--min-tokens <n>', 'no stop before this many tokens')
-    .option('--ignore-eos', 'keep generating past EOS');
+    .option('--ignore-eos', 'keep generating past EOS')
+    .optionsGroup('Options:');
 }
 
 const num = (v: unknown): number | undefined => (v === undefined ? undefined : Number(v));

@@ -4,9 +4,9 @@
 import { existsSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import type { MetricsNames } from '../api/metrics.js';
 import { createServer } from '../api/server.js';
 import { StatsLogger } from '../api/stats-logger.js';
-import type { MetricsNames } from '../api/metrics.js';
 import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
@@ -14,17 +14,32 @@ import { WorkerEngineClient } from '../engine/worker-client.js';
 import { loadChatTemplateArg } from '../loader/chat-template.js';
 import { loadModelDir } from '../loader/model-dir.js';
 import { describeSamplingDefaults, parseGenerationOverride, samplingDefaults, type SamplingDefaults } from '../api/sampling-defaults.js';
-import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
+import { addBooleanPair, addEngineFlags, engineOptionsFromFlags, HELP_GROUPS } from './engine-flags.js';
+import { addVllmCompatFlags } from './vllm-flags.js';
 import type { EngineOptions } from '../engine/options.js';
 import { defaultMaxModelLen } from '../model/rope.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
-import { modelPoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
 import { readKnob } from '../knobs/knobs.js';
 import { addLimitFlags, apiKeyArg, kvCacheRefusal, limitsFromFlags, portArg, secondsArg } from './serve-limits.js';
+import { modelPoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
     .description('serve a model with the OpenAI API (/v1/completions, /v1/chat/completions, /metrics, ...)')
+    .argument('[model]', 'the model directory, as `vllm serve <model>` takes it (or --model)');
+  addEngineFlags(cmd);
+  cmd.optionsGroup(HELP_GROUPS.model)
+    .addOption(new Option('--runner <r>', 'generate text, or pool prompts into embeddings (/v1/embeddings)')
+      .choices(['auto', 'generate', 'pooling']).default('auto'))
+    .addOption(new Option('--task <t>', 'vLLM\'s older name for the runner: embed is --runner pooling')
+      .choices(['auto', 'generate', 'embed', 'embedding']).default('auto'))
+    .addOption(new Option('--convert <c>', 'embed serves a *ForCausalLM model as an embedding model')
+      .choices(['auto', 'none', 'embed']).default('auto'))
+    .option('--generation-config <src>', 'default sampling parameters: the model\'s generation_config.json '
+      + '(auto), none (vllm), or a folder\'s', 'auto')
+    .option('--override-generation-config <json>', 'default sampling parameters over those, e.g. \'{"temperature": 0.5}\'',
+      overrideArg);
+  cmd.optionsGroup(HELP_GROUPS.server)
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
     .option('--port <n>', 'port', portArg, 8000)
     .option('--served-model-name <name...>', 'model name(s) the API answers to (default: the directory name)')
@@ -32,35 +47,33 @@ export function serveCommand(): Command {
     .option('--shutdown-timeout <s>', 'on SIGTERM, seconds running requests get to finish (the process ends by then, '
       + 'whatever is in flight)', secondsArg('--shutdown-timeout'), 30)
     .option('--chat-template <file-or-template>', 'the chat template (a file, or the template itself) instead of the model\'s')
-    .option('--trust-request-chat-template', 'accept a chat_template sent in a request', false)
     .option('--allowed-origins <json>', 'CORS: origins allowed, a JSON list', jsonList('--allowed-origins'), ['*'])
     .option('--allowed-methods <json>', 'CORS: methods allowed, a JSON list', jsonList('--allowed-methods'), ['*'])
     .option('--allowed-headers <json>', 'CORS: request headers allowed, a JSON list', jsonList('--allowed-headers'), ['*'])
-    .option('--allow-credentials', 'CORS: allow credentials', false)
-    .option('--disable-log-stats', 'no engine stats line every 10 s', false)
-    .option('--generation-config <auto|vllm|folder>', 'default sampling parameters: the model\'s generation_config.json '
-      + '(auto), none (vllm), or a folder\'s', 'auto')
-    .option('--override-generation-config <json>', 'default sampling parameters over those, e.g. \'{"temperature": 0.5}\'',
-      overrideArg)
     .option('--max-logprobs <n>', 'most logprobs / top_logprobs a request may ask for (-1: the vocabulary)', maxLogprobsArg, 20)
-    .option('--enable-auto-tool-choice', 'parse tool calls out of the output when a request\'s tool_choice is "auto" '
-      + '(the default when it sends tools); needs --tool-call-parser', false)
+    .addOption(new Option('--uvicorn-log-level <level>', 'the HTTP server\'s log level (on when other than info)')
+      .choices([...UVICORN_LOG_LEVELS]).default('info'));
+  addBooleanPair(cmd, '--trust-request-chat-template', 'accept a chat_template sent in a request', false, HELP_GROUPS.server);
+  addBooleanPair(cmd, '--allow-credentials', 'CORS: allow credentials', false, HELP_GROUPS.server);
+  addBooleanPair(cmd, '--disable-log-stats', 'no engine stats line every 10 s', false, HELP_GROUPS.server);
+  addBooleanPair(cmd, '--enable-log-requests', 'a log line per HTTP request', false, HELP_GROUPS.server);
+  addBooleanPair(cmd, '--disable-log-requests', 'vLLM\'s older flag: no request log (the default)', false, HELP_GROUPS.server);
+  addBooleanPair(cmd, '--return-tokens-as-token-ids', 'logprobs name tokens "token_id:<id>" unless a request says '
+    + 'otherwise', false, HELP_GROUPS.server);
+  cmd.optionsGroup(HELP_GROUPS.tools)
     .addOption(new Option('--tool-call-parser <name>', 'the format the model writes tool calls in (hermes: Qwen2.5, '
       + 'Qwen3, Hermes; llama3_json: Llama 3.1+; mistral: Mistral)').choices([...TOOL_CALL_PARSERS]))
     .addOption(new Option('--reasoning-parser <name>', 'put the thinking of chat outputs (<think>...</think>) in '
-      + 'reasoning_content (qwen3, deepseek_r1)').choices([...REASONING_PARSERS]))
-    .addOption(new Option('--runner <r>', 'as vLLM: generate text, or pool prompts into embeddings (/v1/embeddings)')
-      .choices(['auto', 'generate', 'pooling']).default('auto'))
-    .addOption(new Option('--task <t>', 'vLLM\'s older name for the runner: embed is --runner pooling')
-      .choices(['auto', 'generate', 'embed', 'embedding']).default('auto'))
-    .addOption(new Option('--convert <c>', 'as vLLM: embed serves a *ForCausalLM model as an embedding model (--runner pooling)')
-      .choices(['auto', 'none', 'embed']).default('auto'))
-    .option('--pooler-config <json>', 'as vLLM, for --runner pooling: \'{"pooling_type": "LAST", "normalize": true}\' '
+      + 'reasoning_content').choices([...REASONING_PARSERS]))
+    .option('--pooler-config <json>', 'for --runner pooling: \'{"pooling_type": "LAST", "normalize": true}\' '
       + '(default: the model\'s sentence-transformers files, else LAST, normalized)', jsonObject('--pooler-config'));
-  addEngineFlags(cmd);
+  addBooleanPair(cmd, '--enable-auto-tool-choice', 'parse tool calls out of the output when tool_choice is "auto" '
+    + '(the default when a request sends tools); needs --tool-call-parser', false, HELP_GROUPS.tools);
+  cmd.optionsGroup('Options:');
+  cmd.optionsGroup(HELP_GROUPS.server);
   addLimitFlags(cmd);
-  cmd.argument('[model]', 'the model directory, as `vllm serve <model>` takes it (or --model)')
-    .option('--return-tokens-as-token-ids', 'logprobs name tokens "token_id:<id>" unless a request says otherwise', false);
+  cmd.optionsGroup('Options:');
+  addVllmCompatFlags(cmd);
   return cmd.action(async (model: string | undefined, flags: Record<string, unknown>) => {
     if (model !== undefined) {
       if (flags.model !== undefined && flags.model !== model) cmd.error(`quire serve: the model is given twice: ${model} and --model ${flags.model as string}`);
@@ -71,7 +84,9 @@ export function serveCommand(): Command {
     }
     const options = serveEngineOptions(flags);
     let pooling = false;
+    let logger: { level: string } | false = false;
     try {
+      logger = serveLogger(flags);
       pooling = poolingRunner(flags);
       if (!pooling && flags.poolerConfig !== undefined) throw new Error('--pooler-config needs --runner pooling (or --task embed)');
     } catch (e) {
@@ -119,6 +134,7 @@ export function serveCommand(): Command {
       metricsNames: flags.metricsNames as MetricsNames,
       samplingDefaults: defaults,
       returnTokensAsTokenIds: flags.returnTokensAsTokenIds as boolean,
+      logger: logger !== false,
       enableAutoToolChoice: flags.enableAutoToolChoice as boolean,
       toolCallParser: (flags.toolCallParser as ToolCallParserName | undefined) ?? null,
       reasoningParser: (flags.reasoningParser as ReasoningParserName | undefined) ?? null,
@@ -128,6 +144,7 @@ export function serveCommand(): Command {
         allowedHeaders: flags.allowedHeaders as string[], allowCredentials: flags.allowCredentials as boolean,
       },
     });
+    if (logger) server.app.log.level = logger.level;
     let address: string;
     try {
       address = await server.app.listen({ host: flags.host as string, port: flags.port as number });
@@ -154,6 +171,7 @@ export function serveCommand(): Command {
       process.exitCode = 1;
       return;
     }
+    engine.attach(client);
     const kvCacheTokens = (client.info.numBlocks - 1) * client.info.blockSize;
     const refusal = kvCacheRefusal(kvCacheTokens, client.info.maxModelLen);
     if (refusal !== null) {
@@ -162,7 +180,6 @@ export function serveCommand(): Command {
       await server.app.close();
       process.exit(1);
     }
-    engine.attach(client);
     server.setReady({ kvCacheTokens });
     const statsLogger = serveStatsLogger(flags, client, (line) => console.log(`quire: ${line}`));
     const i = client.info;
@@ -184,8 +201,8 @@ export function serveCommand(): Command {
     const stop = async (signal: string): Promise<void> => {
       if (stopping) return;
       stopping = true;
-      const timeoutMs = (flags.shutdownTimeout as number) * 1000;
       console.log(`quire: ${signal}: draining (up to ${flags.shutdownTimeout} s)`);
+      const timeoutMs = (flags.shutdownTimeout as number) * 1000;
       // whatever is in flight (a compile, a step, a socket), the process ends within the timeout and a grace second
       setTimeout(() => {
         console.error(`quire: ${signal}: still busy after --shutdown-timeout ${flags.shutdownTimeout} s; exiting`);
@@ -229,6 +246,23 @@ export function poolingRunner(flags: Record<string, unknown>): boolean {
   if (runner === 'generate' && embed) throw new Error(`--runner generate contradicts ${task !== 'auto' ? `--task ${task}` : '--convert embed'}`);
   if (runner === 'pooling' && task === 'generate') throw new Error('--runner pooling contradicts --task generate');
   return runner === 'pooling' || embed;
+}
+
+/** uvicorn's log levels (vLLM's --uvicorn-log-level), and the Fastify (pino) level each is. */
+export const UVICORN_LOG_LEVELS = ['critical', 'error', 'warning', 'info', 'debug', 'trace'] as const;
+
+/**
+ * The HTTP server's logger: off unless --enable-log-requests, or a --uvicorn-log-level other than info, asks for it
+ * (vLLM logs every request at info through uvicorn's access log; Quire by default logs none).
+ */
+export function serveLogger(flags: Record<string, unknown>): { level: string } | false {
+  const level = (flags.uvicornLogLevel as string | undefined) ?? 'info';
+  const pino: Record<string, string> = { critical: 'fatal', error: 'error', warning: 'warn', info: 'info', debug: 'debug', trace: 'trace' };
+  if (flags.enableLogRequests === true && flags.disableLogRequests === true) {
+    throw new Error('--enable-log-requests contradicts --disable-log-requests');
+  }
+  if (flags.enableLogRequests === true || level !== 'info') return { level: pino[level]! };
+  return false;
 }
 
 /** A flag whose value is a JSON object (vLLM's --pooler-config). */

@@ -47,10 +47,12 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   const numBlocks = numBlocksForBytes(bytes, bytesPerBlock);
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
   if (numBlocks < 2) {
-    throw new Error(`the KV cache budget (${bytes} bytes) holds no page of ${bytesPerBlock} bytes: raise --kv-cache-memory or --gpu-memory-utilization`);
+    throw new Error(`the KV cache budget (${bytes} bytes) holds no page of ${bytesPerBlock} bytes: raise --kv-cache-memory-bytes or --gpu-memory-utilization`);
   }
   if (numBlocks < minBlocks) {
-    process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context of ${maxModelLen}`);
+    process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context `
+      + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `
+      + '--gpu-memory-utilization (CUDA), or lower --max-model-len');
   }
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
   return numBlocks;

@@ -4,7 +4,20 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { createEngineCore } from './engine-core.js';
 import type { FromWorker, ToWorker, WorkerInit } from './worker-protocol.js';
+import { checkpointSize, setWeightsReadListener, weightsReadLogger } from '../loader/load-progress.js';
 
+/** The server's log shows a long weight load going (a line every 5 s). */
+function logWeightsReads(dir: string): void {
+  try {
+    const size = checkpointSize(dir);
+    if (size) setWeightsReadListener(weightsReadLogger(size, (line) => process.stderr.write(`quire: ${line}\n`)));
+  } catch {
+    // the load reports what is wrong with the directory
+  }
+}
+
+process.removeAllListeners('warning');
+process.on('warning', (w) => process.stderr.write(`quire: warning: ${w.message}\n`));
 const port = parentPort!;
 const { options } = workerData as WorkerInit;
 const send = (m: FromWorker): void => port.postMessage(m);
@@ -12,7 +25,9 @@ const send = (m: FromWorker): void => port.postMessage(m);
 const STATS_INTERVAL_MS = 250;
 
 try {
+  logWeightsReads(options.model);
   const core = await createEngineCore(options);
+  setWeightsReadListener(null);
   let stopping = false;
   let looping = false;
   let lastStatsMs = 0;

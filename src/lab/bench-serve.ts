@@ -216,7 +216,8 @@ function makeProgressBar(enabled: boolean): ProgressBar | null {
     Presets: { shades_classic: object };
   };
   return new cliProgress.SingleBar(
-    { format: '{bar} {value}/{total} requests | {level} {target} round {round}', stream: process.stderr, hideCursor: true },
+    { format: '{bar} {value}/{total} requests | {level} {target} round {round} | {duration_formatted}, ETA {eta_formatted}',
+      stream: process.stderr, hideCursor: true, etaBuffer: 50 },
     cliProgress.Presets.shades_classic,
   );
 }

@@ -3,7 +3,7 @@
 
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { basename, dirname } from 'node:path';
 import { streamCompletion } from './client.js';
 import type { GateCheck } from './gate.js';
 
@@ -79,6 +79,12 @@ export interface TranscriptGateOptions {
 
 export interface TranscriptGateResult {
   pathKey: string;
+  /** What was checked: the file of recorded transcripts, how many prompts, greedy tokens each. */
+  canonicalPath?: string;
+  numPrompts?: number;
+  maxTokens?: number;
+  /** When the path's transcript was recorded. */
+  recordedAt?: string;
   passed: boolean;
   recorded: boolean;
   md5: string;
@@ -111,6 +117,7 @@ export async function runTranscriptGate(opts: TranscriptGateOptions): Promise<Tr
   if (gens.length !== prompts.prompts.length) throw new Error(`generator returned ${gens.length} of ${prompts.prompts.length} transcripts`);
   const actualMd5 = transcriptMd5(gens.map((g) => g.tokenIds));
   const canonical = readCanonical(opts.canonicalPath);
+  const what = { canonicalPath: opts.canonicalPath, numPrompts: prompts.prompts.length, maxTokens: prompts.maxTokens };
   if (opts.mode === 'record') {
     canonical.paths[pathKey] = {
       md5: actualMd5,
@@ -120,14 +127,14 @@ export async function runTranscriptGate(opts: TranscriptGateOptions): Promise<Tr
     };
     mkdirSync(dirname(opts.canonicalPath), { recursive: true });
     writeFileSync(opts.canonicalPath, `${JSON.stringify(canonical, null, 1)}\n`);
-    return { pathKey, passed: true, recorded: true, md5: actualMd5, expectedMd5: actualMd5, mismatches: [] };
+    return { pathKey, ...what, passed: true, recorded: true, md5: actualMd5, expectedMd5: actualMd5, mismatches: [] };
   }
   const expected = canonical.paths[pathKey];
   if (!expected) {
-    return { pathKey, passed: false, recorded: false, md5: actualMd5, expectedMd5: null, mismatches: [], problem: `no recorded transcript for path ${pathKey} in ${opts.canonicalPath}` };
+    return { pathKey, ...what, passed: false, recorded: false, md5: actualMd5, expectedMd5: null, mismatches: [], problem: `no recorded transcript for path ${pathKey} in ${opts.canonicalPath}` };
   }
   if (expected.maxTokens !== prompts.maxTokens) {
-    return { pathKey, passed: false, recorded: false, md5: actualMd5, expectedMd5: expected.md5, mismatches: [], problem: `recorded with maxTokens ${expected.maxTokens}, run with ${prompts.maxTokens}` };
+    return { pathKey, ...what, passed: false, recorded: false, md5: actualMd5, expectedMd5: expected.md5, mismatches: [], problem: `recorded with maxTokens ${expected.maxTokens}, run with ${prompts.maxTokens}` };
   }
   const ctx = opts.contextTokens ?? 4;
   const mismatches: TranscriptMismatch[] = [];
@@ -147,7 +154,8 @@ export async function runTranscriptGate(opts: TranscriptGateOptions): Promise<Tr
       actualText: got.text,
     });
   });
-  return { pathKey, passed: mismatches.length === 0 && actualMd5 === expected.md5, recorded: false, md5: actualMd5, expectedMd5: expected.md5, mismatches };
+  return { pathKey, ...what, ...(expected.recordedAt ? { recordedAt: expected.recordedAt } : {}),
+    passed: mismatches.length === 0 && actualMd5 === expected.md5, recorded: false, md5: actualMd5, expectedMd5: expected.md5, mismatches };
 }
 
 export function formatMismatch(m: TranscriptMismatch): string {
@@ -162,11 +170,15 @@ export function formatMismatch(m: TranscriptMismatch): string {
 }
 
 export function transcriptCheck(r: TranscriptGateResult): GateCheck {
+  const of = r.numPrompts === undefined ? '' : ` (${r.numPrompts} prompts x ${r.maxTokens} greedy tokens)`;
+  const file = r.canonicalPath === undefined ? 'the recorded one' : `${basename(r.canonicalPath)} [${r.pathKey}]`;
   const detail = r.problem
     ? r.problem
-    : r.passed
-      ? `md5 ${r.md5}${r.recorded ? ' (recorded)' : ''}`
-      : `md5 ${r.md5} != ${r.expectedMd5}; ${r.mismatches.map((m) => `${m.promptId}@${m.index}`).join(', ')}`;
+    : r.recorded
+      ? `md5 ${r.md5} recorded in ${file}${of}`
+      : r.passed
+        ? `md5 ${r.md5} = ${file}${r.recordedAt ? `, recorded ${r.recordedAt.slice(0, 10)}` : ''}${of}`
+        : `md5 ${r.md5} != ${r.expectedMd5} in ${file}${of}; ${r.mismatches.map((m) => `${m.promptId}@${m.index}`).join(', ')}`;
   return { name: `transcript ${r.pathKey}`, kind: 'transcript', passed: r.passed, detail };
 }
 

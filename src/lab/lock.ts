@@ -70,7 +70,7 @@ function readLock(path: string): LockInfo | null {
   }
 }
 
-/** Creates the lock file atomically; a stale or forced lock is replaced. Released on process exit. */
+/** Creates the lock file atomically; a stale or forced lock is replaced. Released on exit, Ctrl-C or SIGTERM. */
 export function acquireBenchLock(opts: BenchLockOptions = {}): BenchLock {
   const path = join(opts.dir ?? defaultLockDir(), opts.name ?? 'gpu.lock');
   mkdirSync(dirname(path), { recursive: true });
@@ -104,12 +104,20 @@ export function acquireBenchLock(opts: BenchLockOptions = {}): BenchLock {
   throw new Error(`could not take the benchmark lock ${path}: it keeps changing hands`);
 }
 
+/** Signals that end a benchmark (Ctrl-C, kill): the lock is released, then the signal does what it would have done. */
+const ENDING_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 function makeHandle(path: string, info: LockInfo): BenchLock {
   let released = false;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    release();
+    process.kill(process.pid, signal);
+  };
   const release = () => {
     if (released) return;
     released = true;
     process.off('exit', release);
+    for (const s of ENDING_SIGNALS) process.off(s, onSignal);
     try {
       const now = readLock(path);
       if (now && now.pid === info.pid && now.startedAt === info.startedAt) unlinkSync(path);
@@ -118,6 +126,7 @@ function makeHandle(path: string, info: LockInfo): BenchLock {
     }
   };
   process.on('exit', release);
+  for (const s of ENDING_SIGNALS) process.on(s, onSignal);
   return { path, info, release };
 }
 

@@ -103,7 +103,7 @@ export function buildW5(n: number, prefixLen: number, suffixLen: number, outputL
 
 /** Runs the requests through the in-process engine at `concurrency` (all at once by default). */
 export async function runOffline(llm: LLM, workload: string, requests: OfflineRequest[],
-  opts: { concurrency?: number } & OfflineSampling = {}): Promise<OfflineResult> {
+  opts: { concurrency?: number; onRequestDone?: () => void } & OfflineSampling = {}): Promise<OfflineResult> {
   const concurrency = opts.concurrency ?? requests.length;
   const ttfts: number[] = [];
   let numOutputTokens = 0;
@@ -123,6 +123,7 @@ export async function runOffline(llm: LLM, workload: string, requests: OfflineRe
         }
         numOutputTokens += d.tokenIds.length;
       }
+      opts.onRequestDone?.();
     }
   };
   await Promise.all(Array.from({ length: Math.min(concurrency, requests.length) }, worker));

@@ -7,7 +7,7 @@ import type { BenchServeResult, LevelMetrics, LevelSummary, RatioMetric } from '
 import { formatGateSummary, type GateCheck, type GateSummary } from './gate.js';
 import { provenanceRows, type Provenance } from './hardware.js';
 import type { RatioSpread } from './stats.js';
-import { escapeXml, lineChart, type Series } from './svg-plot.js';
+import { barChart, escapeXml, lineChart, type Bar, type Series } from './svg-plot.js';
 
 export interface BenchReport {
   title?: string;
@@ -51,7 +51,10 @@ function levelRows(bench: BenchServeResult): string[][] {
 }
 
 function ratioRows(bench: BenchServeResult): string[][] {
-  return bench.ratios.map((r) => [r.level, `${r.target} / ${r.baseline}`, ...RATIO_COLUMNS.map(([k]) => formatRatio(r.metrics[k]))]);
+  return bench.ratios.map((r) => [r.level, `${r.target} / ${r.baseline}`, ...RATIO_COLUMNS.map(([k]) => {
+    const verdict = ratioVerdict(k, r.metrics[k].median);
+    return `${formatRatio(r.metrics[k])}${verdict ? ` ${verdict}` : ''}`;
+  })]);
 }
 
 function mdTable(header: string[], rows: string[][]): string {
@@ -82,9 +85,14 @@ export function reportMarkdown(r: BenchReport): string {
   return `${parts.join('\n')}\n`;
 }
 
-function htmlTable(header: string[], rows: string[][], cls = ''): string {
+/** A cell: its text, or its text and a class (better / worse). */
+type Cell = string | { text: string; cls: string };
+
+function htmlTable(header: string[], rows: Cell[][], cls = ''): string {
   const th = header.map((h) => `<th>${escapeXml(h)}</th>`).join('');
-  const trs = rows.map((row) => `<tr>${row.map((c) => `<td>${escapeXml(c)}</td>`).join('')}</tr>`).join('\n');
+  const td = (c: Cell) => (typeof c === 'string' ? `<td>${escapeXml(c)}</td>`
+    : `<td${c.cls ? ` class="${c.cls}"` : ''}>${escapeXml(c.text)}</td>`);
+  const trs = rows.map((row) => `<tr>${row.map(td).join('')}</tr>`).join('\n');
   return `<table${cls ? ` class="${cls}"` : ''}><thead><tr>${th}</tr></thead><tbody>\n${trs}\n</tbody></table>`;
 }
 
@@ -98,32 +106,87 @@ function levelX(s: LevelSummary, index: number): number {
   return s.concurrency ?? s.requestRatePerS ?? index + 1;
 }
 
+/** Whether a ratio of this metric above 1 is better (rates) or worse (latencies). */
+const HIGHER_IS_BETTER: Record<RatioMetric, boolean> = {
+  outputTokensPerS: true, promptTokensPerS: true, perSeqDecodeTokensPerS: true, ttftP50Ms: false, tpotP50Ms: false, e2eP50Ms: false,
+};
+
+/** 'better', 'worse', or '' (within half a percent of 1, or not a number). */
+export function ratioVerdict(metric: RatioMetric, median: number): 'better' | 'worse' | '' {
+  if (!Number.isFinite(median) || Math.abs(median - 1) < 0.005) return '';
+  return (median > 1) === HIGHER_IS_BETTER[metric] ? 'better' : 'worse';
+}
+
+const VERDICT_COLORS = { better: '#2a9d4b', worse: '#c0392b', '': '#888' };
+
+/** A metric's min and max over a level's rounds for one target (the spread drawn on the plots). */
+function roundSpread(b: BenchServeResult, level: string, target: string, pick: (m: LevelMetrics) => number): { lo?: number; hi?: number } {
+  const values = b.runs.filter((r) => r.level === level && r.target === target).map((r) => pick(r.metrics)).filter(Number.isFinite);
+  return values.length > 1 ? { lo: Math.min(...values), hi: Math.max(...values) } : {};
+}
+
+const PLOTTED: { id: string; title: string; unit: string; pick: (m: LevelMetrics) => number; p99?: (m: LevelMetrics) => number }[] = [
+  { id: 'plot-ttft', title: 'TTFT', unit: 'ms', pick: (m) => m.ttftMs.p50, p99: (m) => m.ttftMs.p99 },
+  { id: 'plot-tpot', title: 'TPOT', unit: 'ms', pick: (m) => m.tpotMs.p50, p99: (m) => m.tpotMs.p99 },
+  { id: 'plot-output-throughput', title: 'Output throughput', unit: 'tokens/s', pick: (m) => m.outputTokensPerS },
+  { id: 'plot-prompt-throughput', title: 'Prompt throughput', unit: 'tokens/s', pick: (m) => m.promptTokensPerS },
+];
+
+/**
+ * The report's charts: each metric against concurrency (p50 with its spread over rounds, p99 dashed), or for a
+ * run of one level, a bar per target with its spread; then the ratios to the first target, coloured better / worse.
+ */
 export function reportPlots(b: BenchServeResult): string[] {
   const levels = b.workload.levels.map((l) => l.name);
-  const allConcurrency = b.summaries.every((s) => s.concurrency !== null);
-  const xs = b.summaries.map((s) => levelX(s, levels.indexOf(s.level)));
-  const logX = xs.every((x) => x > 0) && Math.max(...xs) / Math.min(...xs) > 4;
-  const xLabel = allConcurrency ? 'concurrency' : 'level';
   const names = b.targets.map((t) => t.name);
-  const seriesOf = (pick: (m: LevelMetrics) => number, suffix: string, dashed = false): Series[] =>
-    names.map((name) => ({
-      name: suffix ? `${name} ${suffix}` : name,
-      colorKey: name,
-      dashed,
-      points: b.summaries.filter((s) => s.target === name).map((s) => ({ x: levelX(s, levels.indexOf(s.level)), y: pick(s.metrics) })),
-    }));
-  const chart = (id: string, title: string, yLabel: string, series: Series[]) => lineChart({ id, title, xLabel, yLabel, series, logX }, names);
-  return [
-    chart('plot-ttft', 'TTFT vs concurrency', 'ms', [...seriesOf((m) => m.ttftMs.p50, 'p50'), ...seriesOf((m) => m.ttftMs.p99, 'p99', true)]),
-    chart('plot-tpot', 'TPOT vs concurrency', 'ms', [...seriesOf((m) => m.tpotMs.p50, 'p50'), ...seriesOf((m) => m.tpotMs.p99, 'p99', true)]),
-    chart('plot-output-throughput', 'Output throughput vs concurrency', 'tokens/s', seriesOf((m) => m.outputTokensPerS, '')),
-    chart('plot-prompt-throughput', 'Prompt throughput vs concurrency', 'tokens/s', seriesOf((m) => m.promptTokensPerS, '')),
-  ];
+  const charts: string[] = [];
+  if (levels.length === 1) {
+    for (const p of PLOTTED) {
+      const bars = names.map((name): Bar => {
+        const sum = b.summaries.find((x) => x.target === name)!;
+        return { label: name, value: p.pick(sum.metrics), ...roundSpread(b, sum.level, name, p.pick) };
+      });
+      charts.push(barChart({ id: p.id, title: `${p.title}${p.p99 ? ' p50' : ''} at ${levels[0]} (spread over rounds)`,
+        yLabel: p.unit, bars }, names));
+    }
+  } else {
+    const allConcurrency = b.summaries.every((s) => s.concurrency !== null);
+    const xs = b.summaries.map((s) => levelX(s, levels.indexOf(s.level)));
+    const logX = xs.every((x) => x > 0) && Math.max(...xs) / Math.min(...xs) > 4;
+    const xLabel = allConcurrency ? 'concurrency' : 'level';
+    const seriesOf = (pick: (m: LevelMetrics) => number, suffix: string, dashed = false, withSpread = true): Series[] =>
+      names.map((name) => ({
+        name: suffix ? `${name} ${suffix}` : name,
+        colorKey: name,
+        dashed,
+        points: b.summaries.filter((s) => s.target === name).map((s) => ({
+          x: levelX(s, levels.indexOf(s.level)), y: pick(s.metrics), ...(withSpread ? roundSpread(b, s.level, name, pick) : {}),
+        })),
+      }));
+    for (const p of PLOTTED) {
+      const series = p.p99 ? [...seriesOf(p.pick, 'p50'), ...seriesOf(p.p99, 'p99', true, false)] : seriesOf(p.pick, '');
+      charts.push(lineChart({ id: p.id, title: `${p.title} vs ${xLabel}`, xLabel, yLabel: p.unit, series, logX }, names));
+    }
+  }
+  if (b.ratios.length > 0) {
+    for (const [metric, title] of [['outputTokensPerS', 'output throughput'], ['ttftP50Ms', 'TTFT p50'], ['tpotP50Ms', 'TPOT p50']] as const) {
+      const bars = b.ratios.map((r): Bar => {
+        const spread = r.metrics[metric];
+        const verdict = ratioVerdict(metric, spread.median);
+        return { label: levels.length === 1 ? `${r.target} / ${r.baseline}` : `${r.level}: ${r.target}`, value: spread.median,
+          lo: spread.min, hi: spread.max, color: VERDICT_COLORS[verdict], cls: verdict || 'even' };
+      });
+      charts.push(barChart({ id: `plot-ratio-${metric}`, title: `Ratio to ${names[0]}: ${title} (${HIGHER_IS_BETTER[metric]
+        ? 'higher' : 'lower'} is better)`, yLabel: 'ratio', bars, reference: 1 }));
+    }
+  }
+  return charts;
 }
 
 const CSS = `body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}td:first-child,td:nth-child(2){text-align:left}
-.plots{display:flex;flex-wrap:wrap;gap:12px}.fail{color:#b00}.pass{color:#070}`;
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:16px;width:100%}
+.plots svg{width:100%;height:auto}.fail{color:#b00}.pass{color:#070}td.better{color:#2a9d4b}td.worse{color:#c0392b}`;
 
 export function reportHtml(r: BenchReport): string {
   const b = r.bench;
@@ -137,8 +200,10 @@ export function reportHtml(r: BenchReport): string {
     htmlTable(['level', 'target', ...LEVEL_COLUMNS.map(([h]) => h)], levelRows(b), 'results'),
   ];
   if (b.ratios.length > 0) {
-    body.push(`<h2>Ratios to ${escapeXml(b.targets[0]!.name)}</h2><p>Median over rounds (min-max, relative spread); above 1 is faster for rates, slower for latencies.</p>`);
-    body.push(htmlTable(['level', 'ratio', ...RATIO_COLUMNS.map(([, h]) => h)], ratioRows(b), 'ratios'));
+    body.push(`<h2>Ratios to ${escapeXml(b.targets[0]!.name)}</h2><p>Median over rounds (min-max, relative spread); above 1 is faster for rates, slower for latencies; green is better than the first target, red worse.</p>`);
+    const cells = b.ratios.map((r): Cell[] => [r.level, `${r.target} / ${r.baseline}`,
+      ...RATIO_COLUMNS.map(([k]) => ({ text: formatRatio(r.metrics[k]), cls: ratioVerdict(k, r.metrics[k].median) }))]);
+    body.push(htmlTable(['level', 'ratio', ...RATIO_COLUMNS.map(([, h]) => h)], cells, 'ratios'));
   }
   if (r.gates) {
     body.push('<h2>Gates</h2>', htmlTable(['gate', r.gates.post.length ? 'pre' : 'result', ...(r.gates.post.length ? ['post'] : [])], gateRows(r.gates), 'gate-summary'));

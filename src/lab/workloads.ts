@@ -86,15 +86,26 @@ export interface Nonce {
   ids: number[];
 }
 
+/** Words a text nonce is drawn from: 4 of them, about a token each (230^4: 2.8e9 nonces). */
+const NONCE_WORDS = 4;
+
 export function freshNonce(vocabSize: number): Nonce {
   const bytes = randomBytes(8);
   const span = Math.max(1, vocabSize - 400);
-  return { text: bytes.toString('hex'), ids: Array.from({ length: 4 }, (_, i) => 100 + (bytes.readUInt16LE(i * 2) % span)) };
+  const words = Array.from({ length: NONCE_WORDS }, (_, i) => WORDS[bytes.readUInt16LE(i * 2) % WORDS.length]!);
+  return { text: words.join(' '), ids: Array.from({ length: 4 }, (_, i) => 100 + (bytes.readUInt16LE(i * 2) % span)) };
 }
 
-/** Puts the nonce at the very start, so no prefix of the prompt is shared with an earlier request. */
+/**
+ * Puts the nonce at the very start, so no prefix of the prompt is shared with an earlier request. It replaces the
+ * prompt's first words (ids), so the prompt keeps its length: --prompt-len 64 sends 64 tokens, not 64 and a nonce.
+ */
 export function applyNonce(prompt: string | number[], nonce: Nonce): string | number[] {
-  if (typeof prompt === 'string') return `${nonce.text} ${prompt}`;
+  if (typeof prompt === 'string') {
+    const words = prompt.split(' ');
+    const numNonceWords = nonce.text.split(' ').length;
+    return words.length >= numNonceWords ? [nonce.text, ...words.slice(numNonceWords)].join(' ') : `${nonce.text} ${prompt}`;
+  }
   return [...nonce.ids, ...prompt.slice(nonce.ids.length)];
 }
 
@@ -206,7 +217,8 @@ export interface CustomWorkloadOptions {
   outputTokens: Length;
   /** Prompts from a JSONL file instead of generated ones (cycled when fewer than numRequests). */
   jsonlPath?: string;
-  concurrency?: number;
+  /** One level per concurrency, each sending the same requests. */
+  concurrency?: number | readonly number[];
   requestRatePerS?: number;
   /** With requestRatePerS: the arrivals' gamma shape (1: Poisson). */
   burstiness?: number;
@@ -238,23 +250,26 @@ export function buildCustomWorkload(opts: CustomWorkloadOptions): Workload {
     return { prompt: makePrompt(maker, numTokens), maxTokens, approxPromptTokens: numTokens };
   });
   const burstiness = opts.burstiness === 1 ? undefined : opts.burstiness;  // 1: the Poisson level, as without one
-  const levelName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}${burstiness ? `b${burstiness}` : ''}`
-    : `c${opts.concurrency}`;
+  const rateName = opts.requestRatePerS !== undefined ? `r${opts.requestRatePerS}${burstiness ? `b${burstiness}` : ''}` : '';
+  const concurrencies: (number | null)[] = opts.concurrency === undefined ? [null]
+    : typeof opts.concurrency === 'number' ? [opts.concurrency] : [...opts.concurrency];
+  const levels = concurrencies.map((c): LevelSpec => ({
+    name: rateName !== '' && c !== null && concurrencies.length > 1 ? `${rateName}c${c}` : rateName || `c${c}`,
+    concurrency: c,
+    requestRatePerS: opts.requestRatePerS ?? null,
+    ...(burstiness !== undefined ? { burstiness } : {}),
+    nonce: opts.nonce ? 'per-request' : 'none',
+    ignoreEos: opts.ignoreEos ?? true,
+    requests,
+  }));
+  const shown = concurrencies.filter((c) => c !== null);
   return {
     name: opts.name ?? 'custom',
-    description: `custom: ${opts.numRequests} requests${opts.jsonlPath ? ` from ${opts.jsonlPath}` : ''}`,
+    description: `custom: ${opts.numRequests} requests${levels.length > 1 ? ' per level' : ''}`
+      + `${opts.jsonlPath ? ` from ${opts.jsonlPath}` : ''}${shown.length > 0 ? `, concurrency ${shown.join('/')}` : ''}`
+      + `${rateName ? `, ${opts.requestRatePerS} requests/s` : ''}`,
     promptFormat: fromFile && Array.isArray(fromFile[0]!.prompt) ? 'ids' : maker.format,
-    levels: [
-      {
-        name: levelName,
-        concurrency: opts.concurrency ?? null,
-        requestRatePerS: opts.requestRatePerS ?? null,
-        ...(burstiness !== undefined ? { burstiness } : {}),
-        nonce: opts.nonce ? 'per-request' : 'none',
-        ignoreEos: opts.ignoreEos ?? true,
-        requests,
-      },
-    ],
+    levels,
   };
 }
 

@@ -117,6 +117,13 @@ function parseEntry(file: string, name: string, raw: unknown, dataStart: number,
   return { name, dtype, shape: shape as number[], file, begin: dataStart + begin, end: dataStart + end };
 }
 
+/** Called after every read of tensor bytes (load-progress.ts shows the progress of a load from it); one per thread. */
+let onWeightsRead: ((name: string, numBytes: number) => void) | null = null;
+
+export function setWeightsReadListener(listener: ((name: string, numBytes: number) => void) | null): void {
+  onWeightsRead = listener;
+}
+
 /** Tensors of one safetensors file or of a sharded checkpoint, read on demand with positioned reads. */
 export class SafetensorsWeights implements WeightSource {
   private readonly entries: Map<string, TensorEntry>;
@@ -168,6 +175,7 @@ export class SafetensorsWeights implements WeightSource {
     } finally {
       closeSync(fd);
     }
+    onWeightsRead?.(e.name, data.byteLength);
   }
 
   read(name: string): HostTensor {

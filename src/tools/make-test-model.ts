@@ -8,6 +8,7 @@ import type { FloatDType } from '../loader/types.js';
 import { makeTestTokenizer } from './test-model/bpe.js';
 import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
 import { checkpointChunks } from './test-model/weights.js';
+import { startProgress, type Progress } from '../lab/progress.js';
 
 export { testModelShapes } from './test-model/shapes.js';
 
@@ -147,7 +148,7 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
     throw new InvalidArgumentError(`--quantization must be fp8, got ${o.quantization}`);
   }
   const startMs = Date.now();
-  let lastPercent = -1;
+  let bar: Progress | null = null;
   const info = await makeTestModel({
     shape: o.shape,
     outDir,
@@ -157,14 +158,11 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
     repeatChunks: o.fast ?? false,
     quantization: o.quantization === 'fp8' ? 'fp8' : null,
     onProgress: (done, total) => {
-      const percent = Math.floor((100 * done) / total);
-      if (percent >= lastPercent + 5 && process.stderr.isTTY) {
-        lastPercent = percent;
-        process.stderr.write(`\r${percent}% of ${(total / 2 ** 30).toFixed(2)} GiB`);
-      }
+      bar ??= startProgress({ label: 'writing weights', total: total / 2 ** 20, unit: 'MiB', format: (n) => n.toFixed(1) });
+      bar.update(done / 2 ** 20);
     },
   });
-  if (lastPercent >= 0) process.stderr.write('\n');
+  (bar as Progress | null)?.stop();
   const seconds = (Date.now() - startMs) / 1000;
   console.log(
     `${info.dir}: ${o.shape}, ${info.numTensors} tensors, ${(info.numWeightBytes / 2 ** 20).toFixed(1)} MiB of ${o.dtype}${o.quantization ? ' and block-FP8' : ''} weights in ` +

@@ -78,3 +78,50 @@ test('counts and sampling values: positive integers where a count is meant, numb
   assert.match(await errorOf('offline', ['--workload', 'w5', '--suffix-len', 'x']),
     /option '--suffix-len <n>' argument 'x' is invalid\. expected an integer of at least 0\./);
 });
+
+test('bench serve: every list flag is honoured or refused: custom --concurrency 1,4 runs both levels', async () => {
+  const { workloadFromFlags, workloadFlagError } = await import('../../src/cli/bench-serve.js');
+  const parse = async (argv: string[]): Promise<Record<string, unknown>> => {
+    let flags: Record<string, unknown> = {};
+    const serve = benchCommand().commands.find((c) => c.name() === 'serve')!;
+    serve.exitOverride().action((f: Record<string, unknown>) => { flags = f; });
+    await serve.parseAsync(['--target', 'a=http://127.0.0.1:9', '--model', 'm', ...argv], { from: 'user' });
+    return flags;
+  };
+  const custom = await parse(['--workload', 'custom', '--concurrency', '1,4', '--num-requests', '8']);
+  assert.equal(workloadFlagError(custom), null);
+  const w = workloadFromFlags(custom);
+  assert.deepEqual(w.levels.map((l) => [l.name, l.concurrency, l.requests.length]), [['c1', 1, 8], ['c4', 4, 8]]);
+  assert.match(w.description, /8 requests per level, concurrency 1\/4/);
+  for (const [argv, message] of [
+    [['--workload', 'w3', '--num-requests', '8'], /--num-requests does not apply to --workload w3/],
+    [['--workload', 'w3', '--prompt-len', '8:16'], /--prompt-len: --workload w3 takes one length, not a min:max range/],
+    [['--workload', 'w3', '--request-rate', '2'], /--request-rate does not apply to --workload w3/],
+    [['--workload', 'w5', '--concurrency', '1,4'], /--workload w5 runs one level: give one concurrency/],
+    [['--workload', 'w5', '--prompt-len', '64'], /--prompt-len does not apply to --workload w5/],
+    [['--workload', 'w3', '--no-ignore-eos'], /--no-ignore-eos does not apply to --workload w3/],
+  ] as const) {
+    assert.match(workloadFlagError(await parse([...argv])) ?? '', message, argv.join(' '));
+  }
+  const w5 = workloadFromFlags(await parse(['--workload', 'w5', '--concurrency', '4', '--output-len', '8']));
+  assert.deepEqual([w5.levels[0]!.concurrency, w5.levels[0]!.requests[0]!.maxTokens], [4, 8], 'w5 takes --concurrency and --output-len');
+});
+
+test('bench serve: text prompts are sized in the server\'s tokens; a long run is announced with a shorter one', async () => {
+  const { workloadFromFlags, estimateLines } = await import('../../src/cli/bench-serve.js');
+  const { wordsForTokens } = await import('../../src/lab/probe.js');
+  // a tokenizer of 1.1 tokens a word and a BOS: 64 tokens are 57 words
+  const speed = { target: 'a', tokensPerWord: 1.1, offsetTokens: 1, prefillTokensPerS: 500, decodeTokensPerS: 20 };
+  assert.equal(wordsForTokens(64, speed), 57);
+  const flags = { workload: 'custom', concurrency: [1], numRequests: 2, promptLen: 64, outputLen: 4, promptFormat: 'text',
+    vocabSize: 32000, nonce: true, ignoreEos: true };
+  const w = workloadFromFlags(flags, (n) => wordsForTokens(n, speed));
+  assert.equal((w.levels[0]!.requests[0]!.prompt as string).split(' ').length, 57);
+  const w3 = workloadFromFlags({ ...flags, workload: 'w3', concurrency: undefined, numRequests: undefined, promptLen: undefined,
+    outputLen: undefined });
+  const lines = estimateLines(w3, 2, [speed]);
+  assert.match(lines[0]!, /bench serve: W3 .*3424 requests over 2 round\(s\) and 1 target\(s\)/);
+  assert.match(lines[1] ?? '', /warning: this run will take at least \d+(\.\d)? h on these servers\. For a first look, try a small one: --workload custom/);
+  const small = workloadFromFlags(flags);
+  assert.equal(estimateLines(small, 1, [speed]).length, 1, 'a short run: no warning');
+});

@@ -102,9 +102,9 @@ test('integer and number flags refuse other values through commander, naming the
     return err;
   };
   assert.match(errorOf(['--seed', 'x']), /option '--seed <n>' argument 'x' is invalid\. expected an integer\./);
-  assert.match(errorOf(['--block-size', '1.5']), /option '--block-size <n>' argument '1\.5' is invalid\. expected an integer\./);
+  assert.match(errorOf(['--block-size', '1.5']), /option '--block-size <n>' argument '1\.5' is invalid\. expected a positive integer\./);
   assert.match(errorOf(['--gpu-memory-utilization', 'lots']),
-    /option '--gpu-memory-utilization <f>' argument 'lots' is invalid\. expected a number\./);
+    /option '--gpu-memory-utilization <f>' argument 'lots' is invalid\. --gpu-memory-utilization: expected a fraction in \(0, 1\]/);
   assert.match(errorOf(['--seed', '']), /argument '' is invalid\. expected an integer\./, 'an empty value is not 0');
   assert.equal(parse(['--model', '/m', '--seed', '7']).seed, 7);
 });

@@ -40,7 +40,7 @@ test('bench serve: two targets, interleaved rounds, ratios, report', async (t) =
       assert.equal(s.metrics.numOutputTokens, s.metrics.numRequests * 8);
       assert.equal(s.metrics.promptTokensReported, true);
       assert.equal(s.metrics.numCachedPromptTokens, null, 'the server did not report cached tokens');
-      assert.equal(s.metrics.numPromptTokens, s.metrics.numRequests * 33, '32 words and a nonce, as the server counted them');
+      assert.equal(s.metrics.numPromptTokens, s.metrics.numRequests * 32, '32 words, the nonce in place of the first 4, as the server counted them');
       assert.ok(s.metrics.ttftMs.p50 <= s.metrics.ttftMs.p99);
     }
     const c1 = (t: string) => result.summaries.find((s) => s.level === 'c1' && s.target === t)!.metrics;
@@ -66,7 +66,13 @@ test('bench serve: two targets, interleaved rounds, ratios, report', async (t) =
     const md = readFileSync(paths.markdownPath, 'utf8');
     assert.match(md, /\| c4 \| fast \/ slow \| \d+\.\d{3}x/);
     const html = readFileSync(paths.htmlPath, 'utf8');
-    assert.equal((html.match(/<svg /g) ?? []).length, 4);
+    assert.equal((html.match(/<svg /g) ?? []).length, 4 + 3, 'four metrics, three ratio charts');
+    assert.match(html, /<svg [^>]*width="100%"/, 'charts take the width of the page');
+    assert.match(html, /<g class="spread" data-series="fast p50">/, 'the spread over rounds is on the plots');
+    assert.match(html, /id="plot-ratio-outputTokensPerS"[^]*?<rect class="bar better"[^>]*data-series="c1: fast"/,
+      'the faster target\'s throughput ratio is a bar coloured better');
+    assert.match(html, /id="plot-ratio-tpotP50Ms"[^]*?<rect class="bar better"/, 'a lower TPOT ratio is better too');
+    assert.match(html, /<td class="better">\d/);
     assert.match(html, /data-series="fast p50"/);
     assert.match(html, /data-series="slow p99"/);
   } finally {
@@ -128,11 +134,12 @@ test('W5 over a prefix-caching server: the shared prefix is cached within a roun
   try {
     const workload = buildW5({ numRequests: 8, systemPromptTokens: 40, suffixTokens: 5, outputTokens: 2, concurrency: 1 });
     const result = await benchServe({ targets: [{ name: 'q', url: server.url, model: 'm' }], workload, numRounds: 2, progress: false });
-    // Per round: the first request computes everything; the other 7 reuse nonce + 40 system words, floored to pages of 8.
+    // Per round: the first request computes everything; the other 7 reuse the 40 system words (the nonce in place of
+    // their first 4), floored to pages of 8.
     assert.deepEqual(result.runs.map((r) => r.metrics.numCachedPromptTokens), [7 * 40, 7 * 40]);
     assert.equal(result.summaries[0]!.metrics.numCachedPromptTokens, 2 * 7 * 40);
-    assert.equal(result.summaries[0]!.metrics.numPromptTokens, 2 * 8 * 46);
-    assert.match(reportMarkdown({ bench: result }), /\| 736 \(560\) \|/);
+    assert.equal(result.summaries[0]!.metrics.numPromptTokens, 2 * 8 * 45);
+    assert.match(reportMarkdown({ bench: result }), /\| 720 \(560\) \|/);
   } finally {
     await server.close();
   }

@@ -80,3 +80,23 @@ test('the lock is released when its process exits', (t) => {
   assert.equal(path, join(dir, 'gpu.lock'));
   assert.equal(existsSync(path), false);
 });
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  test(`the lock is released when the benchmark is ended by ${signal} (Ctrl-C, kill), and the process still ends`, async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'quire-lock-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const { spawn } = await import('node:child_process');
+    const lockModule = new URL('../../src/lab/lock.js', import.meta.url).href;
+    const child = spawn(process.execPath, ['--input-type=module', '-e',
+      `const { acquireBenchLock } = await import(${JSON.stringify(lockModule)});
+       acquireBenchLock({ dir: ${JSON.stringify(dir)}, owner: 'child' });
+       console.log('locked');
+       setInterval(() => {}, 1000);`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise<void>((resolve) => child.stdout!.on('data', (d: Buffer) => { if (d.toString().includes('locked')) resolve(); }));
+    assert.equal(existsSync(join(dir, 'gpu.lock')), true);
+    const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, sig) => resolve(sig)));
+    child.kill(signal);
+    assert.equal(await exited, signal, 'the signal still ends the process');
+    assert.equal(existsSync(join(dir, 'gpu.lock')), false, 'the lock file is gone');
+  });
+}

@@ -18,11 +18,15 @@ test('prefillFlops: 2 per projection weight per token, the lm head once, causal 
   assert.notDeepEqual(reqs[0]!.promptTokenIds, reqs[1]!.promptTokenIds, 'no shared prefix');
 });
 
-test('quire bench offline --workload prefill prints prompt tokens/s and model TFLOP/s', () => {
+test('quire bench offline --workload prefill prints a table with prompt tokens/s and model TFLOP/s; --json - the raw result', () => {
   const out = execFileSync(process.execPath, [join(packageRoot(), 'dist', 'src', 'cli', 'main.js'), 'bench', 'offline',
     '--workload', 'prefill', '--num-requests', '3', '--prompt-len', '40', '--backend', 'cpu', '--cpu-threads', '1',
-    '--force'], { encoding: 'utf8' });
-  const r = JSON.parse(out.slice(out.indexOf('{'))) as Record<string, number> & { stats: { numPromptTokens: number } };
+    '--force', '--json', '-'], { encoding: 'utf8' });
+  assert.match(out, /^run +requests +prompt tok/m, 'a table first');
+  assert.match(out, /^prefill +3 +120 /m);
+  assert.match(out, /^prefill: [\d,.]+ prompt tokens\/s, [\d.]+ TFLOP\/s/m);
+  const json = JSON.parse(out.slice(out.indexOf('\n{'))) as { results: (Record<string, number> & { stats: { numPromptTokens: number } })[] };
+  const r = json.results[0]!;
   assert.equal(r.numRequests, 3);
   assert.equal(r.numPromptTokens, 120);
   assert.equal(r.numOutputTokens, 3);

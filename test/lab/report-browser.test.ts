@@ -40,7 +40,9 @@ test('the HTML report opens offline in chromium with a line and points per targe
     page.on('request', (r) => requested.push(r.url()));
     await page.goto(pathToFileURL(htmlPath).href);
     assert.deepEqual(requested.filter((u) => !u.startsWith('file:')), [], 'the report fetches nothing');
-    assert.equal(await page.locator('svg.plot').count(), 4);
+    assert.equal(await page.locator('svg.plot').count(), 4 + 3, 'four metrics and three ratio charts');
+    const plotBox = await page.locator('#plot-ttft').boundingBox();
+    assert.ok(plotBox && plotBox.width > 500, `a chart is ${plotBox?.width} px wide: half the page's width, not a fixed 520`);
     for (const target of ['vllm', 'quire']) {
       const line = page.locator(`#plot-output-throughput path.series[data-series="${target}"]`);
       assert.equal(await line.count(), 1);

@@ -55,7 +55,12 @@ test('nonces: text prefix, id prompts keep their length, fresh each time', () =>
   const a = freshNonce(32000);
   const b = freshNonce(32000);
   assert.notEqual(a.text, b.text);
-  assert.equal(applyNonce('hello world', a), `${a.text} hello world`);
+  assert.equal(applyNonce('hello world', a), `${a.text} hello world`, 'a prompt shorter than the nonce gets it in front');
+  assert.equal(a.text.split(' ').length, 4, 'a text nonce is 4 words');
+  const words = Array.from({ length: 64 }, (_, i) => `w${i}`).join(' ');
+  const withWords = applyNonce(words, a) as string;
+  assert.equal(withWords.split(' ').length, 64, 'the nonce replaces the first words: the prompt keeps its length');
+  assert.ok(withWords.startsWith(`${a.text} w4 `));
   const ids = [500, 501, 502, 503, 504, 505];
   const withNonce = applyNonce(ids, a) as number[];
   assert.equal(withNonce.length, ids.length);
