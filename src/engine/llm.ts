@@ -192,35 +192,40 @@ export class LLM {
     const c: Completion & { final: boolean } = {
       promptTokenIds, tokenIds: [], text: '', finishReason: 'length', stopReason: null, numCachedTokens: 0, final: false,
     };
-    for await (const o of client.generate({
-      requestId, promptTokenIds, sampling: params, priority: 0, cacheSalt: null, arrivalTime: Date.now(),
-    })) {
-      if (o.error) throw new Error(o.error);
-      if (o.numCachedTokens !== undefined) c.numCachedTokens = o.numCachedTokens;
-      c.tokenIds.push(...o.newTokenIds);
-      if (o.logprobs) (c.logprobs ??= []).push(...o.logprobs);
-      if (o.promptLogprobs) c.promptLogprobs = o.promptLogprobs;
-      let d = detok.push(o.newTokenIds);
-      if (d.stopped) {
-        client.abort(requestId);
+    // a consumer that stops early (a chat's Ctrl-C ends its for await) ends the request too: its pages free at once
+    try {
+      for await (const o of client.generate({
+        requestId, promptTokenIds, sampling: params, priority: 0, cacheSalt: null, arrivalTime: Date.now(),
+      })) {
+        if (o.error) throw new Error(o.error);
+        if (o.numCachedTokens !== undefined) c.numCachedTokens = o.numCachedTokens;
+        c.tokenIds.push(...o.newTokenIds);
+        if (o.logprobs) (c.logprobs ??= []).push(...o.logprobs);
+        if (o.promptLogprobs) c.promptLogprobs = o.promptLogprobs;
+        let d = detok.push(o.newTokenIds);
+        if (d.stopped) {
+          client.abort(requestId);
+          c.text += d.deltaText;
+          c.finishReason = 'stop';
+          c.stopReason = d.stopString ?? null;
+          c.final = true;
+          yield c;
+          return;
+        }
+        if (o.finished) {
+          const tail = detok.finish();
+          d = { ...d, deltaText: d.deltaText + tail.deltaText };
+          c.finishReason = o.finishReason ?? 'stop';
+          c.stopReason = tail.stopped ? tail.stopString ?? null : o.stopTokenId ?? null;
+          if (tail.stopped) c.finishReason = 'stop';
+          c.final = true;
+        }
         c.text += d.deltaText;
-        c.finishReason = 'stop';
-        c.stopReason = d.stopString ?? null;
-        c.final = true;
         yield c;
-        return;
+        if (c.final) return;
       }
-      if (o.finished) {
-        const tail = detok.finish();
-        d = { ...d, deltaText: d.deltaText + tail.deltaText };
-        c.finishReason = o.finishReason ?? 'stop';
-        c.stopReason = tail.stopped ? tail.stopString ?? null : o.stopTokenId ?? null;
-        if (tail.stopped) c.finishReason = 'stop';
-        c.final = true;
-      }
-      c.text += d.deltaText;
-      yield c;
-      if (c.final) return;
+    } finally {
+      if (!c.final) client.abort(requestId);
     }
   }
 }

@@ -65,7 +65,9 @@ try {
         if (st.numRunning !== lastRunning || st.numWaiting !== lastWaiting || Date.now() - lastStatsMs >= STATS_INTERVAL_MS) publishStats();
       }
     } catch (e) {
-      send({ type: 'failed', message: `engine step failed: ${(e as Error).stack ?? e}` });
+      // the API answers with the message alone; the stack goes to the log, for a bug report
+      process.stderr.write(`quire: engine step failed (a bug; the stack for the report follows)\n${(e as Error).stack ?? e}\n`);
+      send({ type: 'failed', message: `engine step failed: ${(e as Error).message ?? e}` });
       stopping = true;
       return;
     }
