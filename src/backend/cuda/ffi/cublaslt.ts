@@ -154,7 +154,8 @@ export class Gemm {
    * and 128 k, VEC128_32F: the block scales repeated on each of their rows).
    */
   constructor(private readonly workspace: bigint, private readonly workspaceBytes: number,
-    readonly fp8WeightScales: 'block' | 'row' = 'block', singleChainK = true) {
+    readonly fp8WeightScales: 'block' | 'row' = 'block', singleChainK = true,
+    private readonly singleChainFrom = SINGLE_CHAIN_MIN_TOKENS) {
     this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
     this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       'cublasLtMatmulDescCreate');
@@ -217,7 +218,7 @@ export class Gemm {
     const ask = (pref: Handle): number => this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, pref, 1,
       results, numReturned);
     // block-FP8 GEMMs are gated by KL, not bits: any algorithm (the FP8 kernels of some shapes all split K)
-    const single = kind !== 'fp8' && T >= SINGLE_CHAIN_MIN_TOKENS ? this.singleChainPref : null;
+    const single = kind !== 'fp8' && T >= this.singleChainFrom ? this.singleChainPref : null;
     if (single === null || ask(single) !== 0 || numReturned[0] < 1) {
       checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
     }
