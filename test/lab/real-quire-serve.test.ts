@@ -134,7 +134,7 @@ describe('bench serve against two real Quire servers', () => {
     try {
       const page = await browser.newPage({ viewport: { width: 1200, height: 1000 } });
       await page.goto(pathToFileURL(htmlPath).href);
-      assert.equal(await page.locator('svg.plot').count(), 4);
+      assert.equal(await page.locator('svg.plot').count(), 4 + 3, 'four metrics and three ratio charts');
       for (const target of ['seqs1', 'seqs8']) {
         const line = page.locator(`#plot-output-throughput path.series[data-series="${target}"]`);
         assert.equal(await line.count(), 1);
