@@ -152,8 +152,15 @@ export class Device {
     check(this.api.cuStreamSynchronize(this.stream), 'cuStreamSynchronize');
   }
 
+  /**
+   * Copies host bytes to the device and returns once they are there. cuMemcpyHtoD from pageable memory may return
+   * before its DMA lands, on the legacy stream, which our non-blocking stream does not wait for: a kernel launched
+   * next could read the old bytes (tests saw outputs of 0 from inputs uploaded just before). The context sync closes
+   * that window; no upload runs during a graph capture or on a step's hot path.
+   */
   upload(dst: bigint, src: ArrayBufferView): void {
     check(this.api.cuMemcpyHtoD_v2(dst, src, src.byteLength), 'cuMemcpyHtoD_v2');
+    check(this.api.cuCtxSynchronize(), 'cuCtxSynchronize');
   }
 
   copyToHostAsync(dst: PinnedBuffer, src: bigint, bytes: number): void {
