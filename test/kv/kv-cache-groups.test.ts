@@ -4,6 +4,7 @@ import { KVCacheManager, type KVRequest } from '../../src/kv/kv-cache-manager.js
 import { BlockPool, type BlockHash } from '../../src/kv/block-pool.js';
 import { bytesPerBlock, bytesPerKvBlock, denseGroups, groupLayerSpecs, pageSizeBytes, type KVCacheGroup,
   type KVCacheSpec } from '../../src/kv/kv-cache-spec.js';
+import { runPrompt } from './helpers.js';
 
 function req(requestId: string, tokens: number[]): KVRequest & { allTokenIds: number[] } {
   return { requestId, allTokenIds: [...tokens], cacheSalt: null, numComputedTokens: 0, blockHashes: [] };
@@ -21,15 +22,6 @@ function kvOf(groups: KVCacheGroup[], numBlocks = 13, enablePrefixCaching = true
   return new KVCacheManager({ numBlocks, blockSize: 4, enablePrefixCaching, groups });
 }
 
-/** Admits r with its prefix hit, computes its whole sequence and caches its full blocks. */
-function runPrompt(kv: KVCacheManager, r: KVRequest): number[] {
-  const computed = kv.getComputedBlocks(r);
-  const ids = kv.allocateSlots(r, r.allTokenIds.length - computed.numCachedTokens, computed);
-  assert.ok(ids !== null);
-  r.numComputedTokens = r.allTokenIds.length;
-  kv.cacheFullBlocks(r);
-  return ids;
-}
 
 /** Moves the given free pages to the tail of the free queue, in order. */
 function requeue(pool: BlockPool, ids: number[]): void {

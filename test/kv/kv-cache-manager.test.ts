@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { KVCacheManager, bytesPerKvBlock, hashBlockTokens, numBlocksForBytes, type KVRequest }
   from '../../src/kv/kv-cache-manager.js';
+import { runPrompt } from './helpers.js';
 
 function req(requestId: string, tokens: number[], cacheSalt: string | null = null): KVRequest & { allTokenIds: number[] } {
   return { requestId, allTokenIds: [...tokens], cacheSalt, numComputedTokens: 0, blockHashes: [] };
@@ -10,15 +11,6 @@ function req(requestId: string, tokens: number[], cacheSalt: string | null = nul
 
 const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
 
-/** Admits r with its prefix hit, computes its whole sequence and caches its full blocks. */
-function runPrompt(kv: KVCacheManager, r: KVRequest): number[] {
-  const computed = kv.getComputedBlocks(r);
-  const ids = kv.allocateSlots(r, r.allTokenIds.length - computed.numCachedTokens, computed);
-  assert.ok(ids !== null);
-  r.numComputedTokens = r.allTokenIds.length;
-  kv.cacheFullBlocks(r);
-  return ids;
-}
 
 test('full blocks of a computed prompt are shared by a later prompt with the same prefix; the partial block is not', () => {
   const kv = new KVCacheManager({ numBlocks: 11, blockSize: 4, enablePrefixCaching: true });

@@ -1,17 +1,8 @@
 // Seeded request bodies for the reliability fuzzer: valid bodies of five endpoints, mutated (fields dropped, values
 // swapped for wrong types, extremes, long or odd strings, deep nesting). The same seed gives the same bodies.
 
-/** mulberry32: a small seeded generator. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom as rng } from '../../src/model/random-weights.js';
+
 
 const PATHS = ['/v1/completions', '/v1/chat/completions', '/v1/responses', '/tokenize', '/v1/embeddings'] as const;
 
