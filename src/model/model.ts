@@ -14,7 +14,7 @@ import { fp8BlockBytes } from '../backend/fp8-linear.js';
 import type { DecoderLayer } from './layers/decoder-layer.js';
 import type { LayerStateSpec } from './layers/types.js';
 import { architectureBuilder } from './registry.js';
-import type { LoadOptions } from './weights.js';
+import type { LoadOptions } from './load-options.js';
 
 /** What an architecture builds: its layers and the tensors around them. */
 export interface ModelParts {

@@ -6,7 +6,7 @@
 import { bytesToF32, f32ToBytes } from '../loader/dtype.js';
 import type { DType, FloatDType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
 import { quantizeWeightBlocks } from '../backend/fp8-linear.js';
-import { expectedTensors } from './weights.js';
+import { expectedTensors } from './architectures/dense-weights.js';
 
 function hashName(name: string, seed: number): number {
   let h = (0x811c9dc5 ^ seed) >>> 0;

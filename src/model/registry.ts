@@ -6,7 +6,7 @@ import type { Backend } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { buildDenseDecoder } from './architectures/dense.js';
 import type { ModelParts } from './model.js';
-import type { LoadOptions } from './weights.js';
+import type { LoadOptions } from './load-options.js';
 
 export type ArchitectureBuilder = (config: ModelConfig, source: WeightSource, backend: Backend, opts: LoadOptions) => ModelParts;
 

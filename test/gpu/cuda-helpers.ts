@@ -9,7 +9,7 @@ import type { Backend, Tensor } from '../../src/backend/backend.js';
 import type { ModelConfig } from '../../src/loader/types.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
-import type { LoadOptions } from '../../src/model/weights.js';
+import type { LoadOptions } from '../../src/model/load-options.js';
 import { batchOf, hostF32, randomArray } from '../backend/helpers.js';
 
 const probe = cudaAvailable();

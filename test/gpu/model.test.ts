@@ -20,7 +20,7 @@ import { packageRoot } from '../../src/cli/default-model.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, prefillAndDecode as runModel } from './cuda-helpers.js';
 import type { Backend } from '../../src/backend/backend.js';
 import type { ModelConfig } from '../../src/loader/types.js';
-import type { LoadOptions } from '../../src/model/weights.js';
+import type { LoadOptions } from '../../src/model/load-options.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 
 describe('whole model on CUDA', { skip: noCuda }, () => {

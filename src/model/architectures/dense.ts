@@ -1,6 +1,6 @@
 // The dense decoder families: Qwen3, Qwen2 (and Qwen2.5, the R1 Qwen distills), Llama 3.x, Mistral and Phi-3. Each
 // layer is attention (q, k, v fused, optional qkv/o biases and Qwen3's qk-norm) and a SwiGLU MLP; they differ only
-// in config fields that loader/config.ts reads (ModelConfig) and in Phi-3's fused checkpoint names (weights.ts).
+// in config fields that loader/config.ts reads (ModelConfig) and in Phi-3's fused checkpoint names (dense-weights.ts).
 
 import type { Backend } from '../../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../../loader/types.js';
@@ -8,7 +8,8 @@ import { Attention, type AttentionShape } from '../layers/attention.js';
 import { DecoderLayer } from '../layers/decoder-layer.js';
 import { DenseMlp } from '../layers/mlp.js';
 import { ropeAttentionFactor, ropeInvFreq } from '../rope.js';
-import { loadWeights, type LoadOptions } from '../weights.js';
+import { loadWeights } from './dense-weights.js';
+import type { LoadOptions } from '../load-options.js';
 import type { ModelParts } from '../model.js';
 
 /** Attention's shape for `config`: rotary over the whole head, YaRN's attention factor folded into the scale. */

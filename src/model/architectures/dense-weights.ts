@@ -7,12 +7,13 @@
 // --quantization fp8 (LoadOptions) a float checkpoint's projections are quantized so at load.
 
 import { basename, dirname } from 'node:path';
-import type { Backend, Fp8BlockPart, Tensor } from '../backend/backend.js';
-import { bf16ToF32, bytesToF32, f32ToBf16, f32ToBytes } from '../loader/dtype.js';
-import { fp8Module } from '../loader/config.js';
-import { ModelLoadError } from '../loader/errors.js';
-import type { DType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
-import { FP8_BLOCK, quantizeWeightBlocks } from '../backend/fp8-linear.js';
+import type { Backend, Fp8BlockPart, Tensor } from '../../backend/backend.js';
+import { bf16ToF32, bytesToF32, f32ToBf16, f32ToBytes } from '../../loader/dtype.js';
+import { fp8Module } from '../../loader/config.js';
+import { ModelLoadError } from '../../loader/errors.js';
+import type { DType, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
+import { FP8_BLOCK, quantizeWeightBlocks } from '../../backend/fp8-linear.js';
+import type { LoadOptions } from '../load-options.js';
 
 export interface LayerWeights {
   inputNorm: Tensor;
@@ -134,15 +135,6 @@ function concatRows(name: string, parts: HostTensor[]): HostTensor {
   }
   const numRows = parts.reduce((n, p) => n + p.shape[0]!, 0);
   return { name, dtype: parts[0]!.dtype, shape: [numRows, ...parts[0]!.shape.slice(1)], data };
-}
-
-/** How loadWeights treats a checkpoint's float projections. */
-export interface LoadOptions {
-  /**
-   * vLLM's --quantization fp8: projections stored in a float dtype are quantized to block FP8 at load (by the backend
-   * where it can, quantizeFp8Block; else on the host), and computed W8A8 as a block-FP8 checkpoint's are.
-   */
-  quantization?: 'fp8' | null;
 }
 
 /** The bf16 parts `names` of `source` quantized to block FP8 on the host (quantizeWeightBlocks), as checkpoint parts. */

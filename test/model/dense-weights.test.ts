@@ -5,7 +5,7 @@ import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { ModelLoadError } from '../../src/loader/errors.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
-import { expectedTensors, loadWeights, validateWeights } from '../../src/model/weights.js';
+import { expectedTensors, loadWeights, validateWeights } from '../../src/model/architectures/dense-weights.js';
 
 const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
 after(() => backend.dispose());
