@@ -33,13 +33,14 @@ try {
   let lastStatsMs = 0;
   let lastRunning = -1;
   let lastWaiting = -1;
-  const publishStats = (): void => {
-    const stats = core.stats();
+  /** Notes what the gauges last showed, and returns the stats to send. */
+  const sent = (stats: ReturnType<typeof core.stats>): ReturnType<typeof core.stats> => {
     lastStatsMs = Date.now();
     lastRunning = stats.numRunning;
     lastWaiting = stats.numWaiting;
-    send({ type: 'stats', stats });
+    return stats;
   };
+  const publishStats = (): void => send({ type: 'stats', stats: sent(core.stats()) });
   // a step that emits nothing (a prefill chunk) still changes what is running and waiting
   const timer = setInterval(() => {
     if (Date.now() - lastStatsMs >= STATS_INTERVAL_MS) publishStats();
@@ -53,16 +54,13 @@ try {
     }
     try {
       const outputs = core.advance();
+      const stats = core.stats();
       if (outputs.length > 0) {
-        const stats = core.stats();
-        lastStatsMs = Date.now();
-        lastRunning = stats.numRunning;
-        lastWaiting = stats.numWaiting;
-        send({ type: 'outputs', outputs, stats });
-      } else {
+        send({ type: 'outputs', outputs, stats: sent(stats) });
+      } else if (stats.numRunning !== lastRunning || stats.numWaiting !== lastWaiting
+        || Date.now() - lastStatsMs >= STATS_INTERVAL_MS) {
         // a step that admitted, preempted or finished a request moves the gauges at once
-        const st = core.stats();
-        if (st.numRunning !== lastRunning || st.numWaiting !== lastWaiting || Date.now() - lastStatsMs >= STATS_INTERVAL_MS) publishStats();
+        send({ type: 'stats', stats: sent(stats) });
       }
     } catch (e) {
       // the API answers with the message alone; the stack goes to the log, for a bug report

@@ -75,8 +75,8 @@ export const KNOBS = {
       }
     }),
   QUIRE_PDL: bool(K, true, 'Programmatic dependent launch on sm_90+ (0: every kernel waits for the one before it).'),
-  QUIRE_CUBLAS_SPLIT_K: bool(K, false, 'Lets cuBLASLt split K in steps of 128 rows and more too (their sums then differ by GPU and from the chain kernels\').'),
-  QUIRE_CUBLAS_SINGLE_CHAIN_FROM: num(K, 128, 'Rows from which cuBLASLt sums K in one chain (no split-K).', { integer: true, min: 1 }),
+  QUIRE_CUBLAS_SINGLE_CHAIN_FROM: num(K, 128, 'Rows from which cuBLASLt sums K in one chain (no split-K; Infinity: never).',
+    { integer: true, min: 1, infinite: true }),
   QUIRE_CHAIN_GEMM: bool(K, true, 'GEMMs of up to 8 tokens on the chain kernels (0: cuBLASLt).'),
   QUIRE_CHAIN_NORM: bool(K, true, 'RMSNorms inside the chain GEMMs at hidden >= 1,024 (0: the norm kernel).'),
   QUIRE_CHAIN_SILU: oneOf(K, ['pairs', 'none'], 'pairs', 'How the bf16 chain applies silu_mul to gate_up (none: a separate kernel).', { '0': 'none' }),

@@ -30,6 +30,8 @@ export class Model {
   private lastRows: Tensor | null = null;
   /** The one KV cache shape every attention layer shares. */
   private readonly attentionState: Extract<LayerStateSpec, { kind: 'full_attention' }>;
+  /** Layers that keep KV pages (the engine reads kvBytesPerToken every step). */
+  private readonly numKvLayers: number;
 
   private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend) {
     const specs = parts.layers.map((l) => l.mixer.stateSpec()).filter((s) => s !== null);
@@ -38,6 +40,7 @@ export class Model {
       throw new Error('Model: the backends keep one KV cache shape; these layers declare none or several');
     }
     this.attentionState = first;
+    this.numKvLayers = specs.length;
   }
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
@@ -52,14 +55,13 @@ export class Model {
   /** The KV cache layout this model needs for `numBlocks` pages of `blockSize` tokens. */
   kvCacheSpec(numBlocks: number, blockSize: number): KvCacheSpec {
     const { numKvHeads, headDim } = this.attentionState;
-    const numLayers = this.layerStateSpecs().filter((s) => s !== null).length;
-    return { numBlocks, blockSize, numLayers, numKvHeads, headDim };
+    return { numBlocks, blockSize, numLayers: this.numKvLayers, numKvHeads, headDim };
   }
 
   /** Bytes of KV cache one token takes (K and V, every attention layer, in the backend's dtype). */
   kvBytesPerToken(): number {
-    const { numLayers, numKvHeads, headDim } = this.kvCacheSpec(0, 1);
-    return 2 * numLayers * numKvHeads * headDim * this.backend.kvBytesPerElement;
+    const { numKvHeads, headDim } = this.attentionState;
+    return 2 * this.numKvLayers * numKvHeads * headDim * this.backend.kvBytesPerElement;
   }
 
   /**

@@ -1,5 +1,5 @@
 // cuBLASLt's algorithms sum each output over K in one chain from SINGLE_CHAIN_MIN_TOKENS rows (no split-K,
-// QUIRE_CUBLAS_SPLIT_K unset): what makes those bits the same on every Hopper part and equal to the chain kernels'
+// QUIRE_CUBLAS_SINGLE_CHAIN_FROM): what makes those bits the same on every Hopper part and equal to the chain kernels'
 // (gemm-chain*.test.ts compare them at 256 rows). Fewer rows keep the heuristic's choice. Prints, for the record,
 // which of these shapes the heuristic would split without the preference.
 
@@ -27,7 +27,7 @@ describe('cuBLASLt without split-K', { skip: noCuda }, () => {
 
   test(`every bf16 plan of ${SINGLE_CHAIN_MIN_TOKENS} rows and more sums K in one chain; fewer keep the heuristic's`, (t) => {
     const pinned = new Gemm(ws, bytes);
-    const free = new Gemm(ws, bytes, 'block', false);
+    const free = new Gemm(ws, bytes, 'block', Infinity);
     const split: string[] = [];
     try {
       for (const [N, K] of SHAPES) {

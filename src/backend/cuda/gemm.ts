@@ -53,8 +53,7 @@ export class CudaGemms {
     this.chainSilu = { bf16: readKnob('QUIRE_CHAIN_SILU'), fp8: readKnob('QUIRE_CHAIN_SILU_FP8') };
     const cublasBytes = o.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = s.device.alloc(cublasBytes);
-    this.gemm = new Gemm(this.cublasWorkspace, cublasBytes, 'block', !readKnob('QUIRE_CUBLAS_SPLIT_K'),
-      readKnob('QUIRE_CUBLAS_SINGLE_CHAIN_FROM'));
+    this.gemm = new Gemm(this.cublasWorkspace, cublasBytes, 'block', readKnob('QUIRE_CUBLAS_SINGLE_CHAIN_FROM'));
   }
 
   rmsNorm(x: Tensor, w: Tensor, eps: number): CudaTensor {

@@ -39,7 +39,7 @@ export const CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;
 export const CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
 export const HEURISTIC_RESULT_BYTES = 96;
-/** Rows from which bf16 GEMMs sum K in one chain (Gemm's singleChainK). */
+/** Rows from which bf16 GEMMs sum K in one chain (Gemm's singleChainFrom). */
 export const SINGLE_CHAIN_MIN_TOKENS = 128;
 export const ALGO_BYTES = 64;
 
@@ -124,7 +124,7 @@ interface GemmPlan {
  * bf16 GEMMs y = x w^T (+ a bias per output column of w, added in fp32 before the rounding: the BIAS epilogue) on one
  * stream, with layouts and heuristic algo cached per (T, N, K, bias or not).
  *
- * With `singleChainK` (the default) GEMMs of SINGLE_CHAIN_MIN_TOKENS rows and more take no split-K algorithm: each
+ * bf16 GEMMs of `singleChainFrom` rows and more (SINGLE_CHAIN_MIN_TOKENS) take no split-K algorithm: each
  * output is then one chain of MMAs over K in order, whatever tile or stage count the heuristic picks on a given GPU,
  * so their bits are the same on every Hopper part (an H200's heuristic split K 12,288 at 256 rows where an H100's did
  * not) and equal the chain kernels' (the decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). Fewer rows keep the
@@ -143,7 +143,7 @@ export class Gemm {
   private readonly scalePointer = new BigUint64Array(1);
   /** The heuristic's preferences: any algorithm within the workspace. */
   private readonly pref: Handle;
-  /** The same, no split-K (bf16 GEMMs with singleChainK); null without it. */
+  /** The same, no split-K (bf16 GEMMs from singleChainFrom rows); null where that is Infinity. */
   private readonly singleChainPref: Handle | null = null;
   private readonly plans = new Map<string, GemmPlan>();
   private readonly alpha = new Float32Array([1]);
@@ -154,8 +154,7 @@ export class Gemm {
    * and 128 k, VEC128_32F: the block scales repeated on each of their rows).
    */
   constructor(private readonly workspace: bigint, private readonly workspaceBytes: number,
-    readonly fp8WeightScales: 'block' | 'row' = 'block', singleChainK = true,
-    private readonly singleChainFrom = SINGLE_CHAIN_MIN_TOKENS) {
+    readonly fp8WeightScales: 'block' | 'row' = 'block', private readonly singleChainFrom = SINGLE_CHAIN_MIN_TOKENS) {
     this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
     this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       'cublasLtMatmulDescCreate');
@@ -173,7 +172,7 @@ export class Gemm {
       return pref;
     };
     this.pref = preference();
-    if (singleChainK) {
+    if (Number.isFinite(singleChainFrom)) {
       this.singleChainPref = preference();
       checkCublas(this.api.cublasLtMatmulPreferenceSetAttribute(this.singleChainPref,
         CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, new Uint32Array([0]), 4),
