@@ -28,6 +28,26 @@ export interface Fp8BlockPart {
   scaleInv: HostTensor;
 }
 
+/**
+ * One layer's experts, stacked so that expert e's weights sit at a fixed stride: gateUp [E * 2I, H], expert e's gate
+ * rows then its up rows at rows e * 2I..; down [E * H, I], expert e's at rows e * H... Both of the compute dtype or
+ * both block FP8 (uploadFp8Block's, 2I, H and I multiples of 128 so each expert's scale blocks are its own).
+ */
+export interface MoeExperts {
+  numExperts: number;
+  /** Each expert's MLP width I (moe_intermediate_size). */
+  intermediate: number;
+  gateUp: Tensor;
+  down: Tensor;
+}
+
+/** How a router's logits pick experts. */
+export interface MoeRoute {
+  topK: number;
+  /** Divide the top-k probabilities by their sum (Qwen3-MoE's norm_topk_prob; always for Mixtral). */
+  renormalize: boolean;
+}
+
 export interface RopeSpec {
   headDim: number;
   /** [headDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). */
@@ -154,6 +174,14 @@ export interface Backend {
   siluMul(gateUp: Tensor): Tensor;
   /** siluMul(matmul(x, gateUp)), bit for bit; a backend may run it as one kernel. */
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor;
+  /**
+   * A mixture-of-experts feed-forward after its router (vLLM's fused_moe), on x [T, H] and routerLogits [T, E]:
+   * per token, softmax over the E logits in f32, the route.topK largest probabilities (ties to the lower expert),
+   * divided by their sum where route.renormalize; then out[t] = sum_j p_j * down_e(silu(gate_e x_t) * up_e x_t)
+   * over the chosen experts e = e_j, in j order -> [T, H]. A row's result depends on its own x and logits only:
+   * never on which other rows chose the same experts.
+   */
+  moeExperts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): Tensor;
   /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
   /**

@@ -7,7 +7,8 @@ import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, Fp8BlockPart, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
 import { CpuFp8Tensor, fp8BlockTensor } from './fp8.js';
@@ -290,6 +291,11 @@ export class CpuBackend implements Backend {
 
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
     return this.siluMul(this.matmul(x, gateUp));
+  }
+
+  moeExperts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
+    return moeExperts({ alloc: (shape) => this.alloc(shape), matmul: (a, w) => this.matmul(a, w),
+      siluMul: (g) => this.siluMul(g) }, x, routerLogits, experts, route);
   }
 
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {

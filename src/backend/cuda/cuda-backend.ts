@@ -6,7 +6,7 @@
 import type { HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, DeviceProbes, Fp8BlockPart, MemoryReport, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 import { Device } from './device.js';
@@ -205,6 +205,10 @@ export class CudaBackend implements Backend {
 
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
     return this.gemms.matmulSiluMul(x, gateUp);
+  }
+
+  moeExperts(_x: Tensor, _routerLogits: Tensor, _experts: MoeExperts, _route: MoeRoute): Tensor {
+    throw new Error('CudaBackend: mixture-of-experts layers are not supported on the cuda backend yet');
   }
 
   siluMul(gateUp: Tensor): Tensor {
