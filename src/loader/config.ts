@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { ModelLoadError, describeError } from './errors.js';
 import type { Architecture, FloatDType, Fp8BlockQuantization, ModelConfig, RopeScaling } from './types.js';
+import { parseMoeConfig } from './moe-config.js';
 
 /** config.json architectures -> the family whose fields parseModelConfig reads (src/model/registry.ts builds each). */
 export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
@@ -9,9 +10,12 @@ export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   LlamaForCausalLM: 'llama',
   MistralForCausalLM: 'mistral',
   Phi3ForCausalLM: 'phi3',
+  Qwen3MoeForCausalLM: 'qwen3_moe',
+  MixtralForCausalLM: 'mixtral',
 };
 
-const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral', phi3: 'phi3' };
+const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral', phi3: 'phi3',
+  qwen3_moe: 'qwen3_moe', mixtral: 'mixtral' };
 
 const DTYPES: Record<string, FloatDType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
 
@@ -202,7 +206,7 @@ function checkFusedPrecision(config: Pick<ModelConfig, 'quantization' | 'numLaye
  * Mistral and Phi-3 whenever it is set. (Quire holds the context to it: ModelConfig.slidingWindow.)
  */
 function slidingWindowOf(architecture: Architecture, r: FieldReader): number | null {
-  if ((architecture === 'qwen2' || architecture === 'qwen3') && !r.boolean('use_sliding_window', false)) return null;
+  if ((architecture === 'qwen2' || architecture === 'qwen3' || architecture === 'qwen3_moe') && !r.boolean('use_sliding_window', false)) return null;
   return r.has('sliding_window') ? r.positiveInt('sliding_window') : null;
 }
 
@@ -231,7 +235,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   // As transformers: Qwen2 always has q, k and v biases (its config has no attention_bias), Llama and Qwen3 put
   // attention_bias on q, k, v and o, Mistral and Phi-3 have none.
   const attentionBias = architecture === 'qwen2' ||
-    ((architecture === 'llama' || architecture === 'qwen3') && r.boolean('attention_bias', false));
+    ((architecture === 'llama' || architecture === 'qwen3' || architecture === 'qwen3_moe') && r.boolean('attention_bias', false));
   if (r.boolean('mlp_bias', false)) r.fail('mlp_bias', 'is true; MLP biases are not supported');
   if (r.has('partial_rotary_factor') && r.positiveNumber('partial_rotary_factor') !== 1) {
     r.fail('partial_rotary_factor', `is ${JSON.stringify(obj.partial_rotary_factor)}; only a rotation of the whole head (1) is supported`);
@@ -246,11 +250,12 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
       ? 'Qwen2 has q, k and v biases' : 'attention_bias is true'}); FP8 projections with biases are not supported`);
   }
   if (quantization && architecture !== 'phi3') checkFusedPrecision({ quantization, numLayers }, r);
+  const intermediateSize = r.positiveInt('intermediate_size');
   return {
     architecture,
     vocabSize: r.positiveInt('vocab_size'),
     hiddenSize,
-    intermediateSize: r.positiveInt('intermediate_size'),
+    intermediateSize,
     numLayers,
     numHeads,
     numKvHeads,
@@ -260,13 +265,14 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     ropeTheta: r.positiveNumber('rope_theta', 10000),
     ropeScaling: parseRopeScaling(obj.rope_scaling, file, maxPositionEmbeddings),
     tieWordEmbeddings: r.boolean('tie_word_embeddings', false),
-    qkNorm: architecture === 'qwen3',
+    qkNorm: architecture === 'qwen3' || architecture === 'qwen3_moe',
     qkvBias: attentionBias,
     oBias: attentionBias && architecture !== 'qwen2',
     slidingWindow: slidingWindowOf(architecture, r),
     fusedProjections: architecture === 'phi3',
     dtype: parseDType(obj, r),
     quantization,
+    moe: parseMoeConfig(architecture, obj, file, numLayers, intermediateSize),
   };
 }
 

@@ -6,7 +6,20 @@ export type DType = FloatDType | 'f8_e4m3';
 /** The types a checkpoint declares (torch_dtype) and a model computes in. */
 export type FloatDType = 'bf16' | 'f16' | 'f32';
 
-export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3';
+export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3' | 'qwen3_moe' | 'mixtral';
+
+/** A mixture-of-experts model's routing (loader/moe-config.ts). */
+export interface MoeConfig {
+  numExperts: number;
+  /** Experts each token is routed to (num_experts_per_tok). */
+  topK: number;
+  /** Each expert's MLP width (moe_intermediate_size; Mixtral's intermediate_size). */
+  expertIntermediateSize: number;
+  /** Divide the top-k probabilities by their sum (norm_topk_prob; Mixtral always). */
+  renormalize: boolean;
+  /** Per layer: its feed-forward is the experts (else a dense MLP of intermediateSize). */
+  sparseLayers: boolean[];
+}
 
 export interface Llama3RopeScaling {
   type: 'llama3';
@@ -80,6 +93,8 @@ export interface ModelConfig {
   dtype: FloatDType;
   /** Block-FP8 projections, or null (every weight of dtype). */
   quantization: Fp8BlockQuantization | null;
+  /** Mixture-of-experts routing, or null for a dense model (absent counts as null). */
+  moe?: MoeConfig | null;
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

@@ -4,7 +4,7 @@
 
 import type { Backend } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
-import { buildDenseDecoder } from './architectures/dense.js';
+import { buildDecoder } from './architectures/dense.js';
 import type { ModelParts } from './model.js';
 import type { LoadOptions } from './load-options.js';
 
@@ -12,11 +12,13 @@ export type ArchitectureBuilder = (config: ModelConfig, source: WeightSource, ba
 
 /** Keyed by ModelConfig.architecture (the family loader/config.ts names from config.json's architectures). */
 export const ARCHITECTURE_BUILDERS: Readonly<Record<ModelConfig['architecture'], ArchitectureBuilder>> = {
-  qwen3: buildDenseDecoder,
-  qwen2: buildDenseDecoder,
-  llama: buildDenseDecoder,
-  mistral: buildDenseDecoder,
-  phi3: buildDenseDecoder,
+  qwen3: buildDecoder,
+  qwen2: buildDecoder,
+  llama: buildDecoder,
+  mistral: buildDecoder,
+  phi3: buildDecoder,
+  qwen3_moe: buildDecoder,
+  mixtral: buildDecoder,
 };
 
 export function architectureBuilder(config: ModelConfig): ArchitectureBuilder {

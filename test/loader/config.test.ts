@@ -43,6 +43,7 @@ test('qwen3: every field normalised, qk norm on, head_dim given', () => {
     fusedProjections: false,
     dtype: 'bf16',
     quantization: null,
+    moe: null,
   });
   assert.equal(parseModelConfig(shapes['qwen3-0.6b'], 'config.json').tieWordEmbeddings, true);
 });
@@ -124,7 +125,7 @@ test('yarn (as Qwen3 and Qwen2.5 document it) and linear rope scaling', () => {
 
 test('unknown architecture or rope type: error names the file and field', () => {
   configError({ ...shapes['qwen3-8b'], architectures: ['GemmaForCausalLM'] }, '"architectures"', 'GemmaForCausalLM', 'not supported');
-  configError(shapes['qwen3-30b-a3b'], 'Qwen3MoeForCausalLM');
+  configError({ ...shapes['qwen3-30b-a3b'], architectures: ['Qwen2MoeForCausalLM'] }, 'Qwen2MoeForCausalLM', 'not supported');
   configError({ ...shapes['qwen3-8b'], architectures: undefined, model_type: undefined }, '"architectures" is missing');
   configError({ ...shapes['llama-3.1-8b'], rope_scaling: { rope_type: 'dynamic', factor: 4 } }, '"rope_scaling.rope_type"', 'dynamic');
   configError({ ...shapes['qwen3-8b'], rope_scaling: { rope_type: 'yarn' } }, '"rope_scaling.factor" is missing');

@@ -46,13 +46,13 @@ test('loading fuses q/k/v and gate/up by rows and ties lm_head to the embedding'
   const w = loadWeights(c, src, backend);
   const qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
   assert.deepEqual(w.layers[0]!.qkv.shape, [qkvRows, c.hiddenSize]);
-  assert.deepEqual(w.layers[0]!.gateUp.shape, [2 * c.intermediateSize, c.hiddenSize]);
+  assert.deepEqual(w.layers[0]!.gateUp!.shape, [2 * c.intermediateSize, c.hiddenSize]);
   assert.equal(w.lmHead, w.embedTokens);
   const fused = backend.toHost(w.layers[1]!.qkv);
   const k = backend.toHost(backend.upload(src.read('model.layers.1.self_attn.k_proj.weight')));
   const kStart = c.numHeads * c.headDim * c.hiddenSize;
   assert.deepEqual(fused.subarray(kStart, kStart + k.length), k);
-  const gateUp = backend.toHost(w.layers[1]!.gateUp);
+  const gateUp = backend.toHost(w.layers[1]!.gateUp!);
   const up = backend.toHost(backend.upload(src.read('model.layers.1.mlp.up_proj.weight')));
   assert.deepEqual(gateUp.subarray(up.length), up);
   const untied = loadWeights(tinyConfig('qwen3', { tieWordEmbeddings: false }),
@@ -121,7 +121,7 @@ test('block FP8: loading hands each fused projection\'s parts to uploadFp8Block;
   assert.deepEqual(qkv[1], { weight: src.read('model.layers.0.self_attn.k_proj.weight'), scaleInv: src.read('model.layers.0.self_attn.k_proj.weight_scale_inv') });
   assert.equal(calls.length, 2 * 3, 'down_proj is in modules_to_not_convert');
   assert.deepEqual(w.layers[0]!.qkv.shape, [512, 128]);
-  assert.equal(w.layers[0]!.down.quantized, undefined);
+  assert.equal(w.layers[0]!.down!.quantized, undefined);
   const noFp8 = Object.assign(Object.create(backend) as CpuBackend, { uploadFp8Block: undefined });
   assert.throws(() => loadWeights(c, src, noFp8), /^Error: the cpu backend cannot run block-FP8 weights \(config\.json quantization_config\)$/);
 });

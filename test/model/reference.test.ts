@@ -20,7 +20,7 @@ interface Fixture {
 const BLOCK_SIZE = 16;
 
 for (const shape of ['tiny-qwen3', 'tiny-llama', 'tiny-qwen2', 'tiny-mistral', 'tiny-llama-bias', 'tiny-qwen3-yarn',
-  'tiny-llama-linear', 'tiny-phi3']) {
+  'tiny-llama-linear', 'tiny-phi3', 'tiny-qwen3-moe', 'tiny-mixtral']) {
   test(`${shape}: logits and greedy tokens match transformers`, async (t) => {
     const fixture = JSON.parse(readFileSync(join('test', 'fixtures', 'reference', `${shape}.json`), 'utf8')) as Fixture;
     const dir = mkdtempSync(join(tmpdir(), `quire-ref-${shape}-`));

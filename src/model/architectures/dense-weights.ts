@@ -14,6 +14,7 @@ import { ModelLoadError } from '../../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { FP8_BLOCK, quantizeWeightBlocks } from '../../backend/fp8-linear.js';
 import type { LoadOptions } from '../load-options.js';
+import { addExpertTensors, expertModules, routerModule, type LayerExperts } from './moe-weights.js';
 
 export interface LayerWeights {
   inputNorm: Tensor;
@@ -25,8 +26,11 @@ export interface LayerWeights {
   o: Tensor;
   oBias: Tensor | null;
   postAttentionNorm: Tensor;
-  gateUp: Tensor;
-  down: Tensor;
+  /** The dense MLP's weights; null on a mixture-of-experts layer (`experts`). */
+  gateUp: Tensor | null;
+  down: Tensor | null;
+  /** A mixture-of-experts layer's router [E, hidden] and stacked experts (moe-weights.ts); null on a dense one. */
+  experts: LayerExperts | null;
 }
 
 export interface ModelWeights {
@@ -54,7 +58,7 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
   const add = (name: string, shape: number[]): void => void out.push({ name, shape, dtype: c.dtype });
   // a projection's weight: block FP8 (e4m3, and its scale per 128 x 128 block) or of the checkpoint's dtype
   const linear = (module: string, shape: [number, number]): void => {
-    if (!fp8Module(c, module)) return add(`${module}.weight`, shape);
+    if (!fp8Module(c, module)) return void add(`${module}.weight`, shape);
     out.push({ name: `${module}.weight`, shape, dtype: 'f8_e4m3' },
       { name: `${module}.weight_scale_inv`, shape: shape.map((d) => Math.ceil(d / FP8_BLOCK)), dtype: 'f32' });
   };
@@ -81,13 +85,15 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
       add(`${p}self_attn.k_norm.weight`, [c.headDim]);
     }
     add(`${p}post_attention_layernorm.weight`, [hidden]);
-    if (c.fusedProjections) {
+    if (c.moe?.sparseLayers[l]) {
+      addExpertTensors(c, l, add, linear);
+    } else if (c.fusedProjections) {
       linear(`${p}mlp.gate_up_proj`, [2 * c.intermediateSize, hidden]);
     } else {
       linear(`${p}mlp.gate_proj`, [c.intermediateSize, hidden]);
       linear(`${p}mlp.up_proj`, [c.intermediateSize, hidden]);
     }
-    linear(`${p}mlp.down_proj`, [hidden, c.intermediateSize]);
+    if (!c.moe?.sparseLayers[l]) linear(`${p}mlp.down_proj`, [hidden, c.intermediateSize]);
   }
   add('model.norm.weight', [hidden]);
   if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabSize, hidden]);
@@ -156,6 +162,7 @@ function onlineFp8Refusal(config: ModelConfig, backend: Backend): string | null 
   if (!backend.uploadFp8Block) return `the ${backend.name} backend cannot run block-FP8 weights (--quantization fp8)`;
   if (config.qkvBias || config.oBias) return '--quantization fp8 with attention biases (Qwen2, attention_bias) is not supported';
   const dims: [string, number][] = [['hidden_size', config.hiddenSize], ['intermediate_size', config.intermediateSize],
+    ...(config.moe ? [['moe_intermediate_size', config.moe.expertIntermediateSize] as [string, number]] : []),
     ['num_attention_heads x head_dim', config.numHeads * config.headDim],
     ['num_key_value_heads x head_dim', config.numKvHeads * config.headDim]];
   const bad = dims.find(([, d]) => d % FP8_BLOCK !== 0);
@@ -193,8 +200,14 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
     const attn = `${p}self_attn.`;
     const qkv = linear(`${attn}qkv_proj`,
       (config.fusedProjections ? ['qkv_proj'] : ['q_proj', 'k_proj', 'v_proj']).map((n) => `${attn}${n}`));
-    const gateUp = linear(`${p}mlp.gate_up_proj`,
+    const sparse = config.moe?.sparseLayers[l] ?? false;
+    const gateUp = sparse ? null : linear(`${p}mlp.gate_up_proj`,
       (config.fusedProjections ? ['gate_up_proj'] : ['gate_proj', 'up_proj']).map((n) => `${p}mlp.${n}`));
+    const experts = !sparse ? null : (() => {
+      const { gateUp: gu, down } = expertModules(config, l);
+      return { router: up(`${routerModule(config, l)}.weight`), gateUp: linear(`${p}experts.gate_up`, gu),
+        down: linear(`${p}experts.down`, down) };
+    })();
     const qkvBias = config.qkvBias
       ? upConcat(`${attn}qkv_proj.bias`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.bias`)) : null;
     layers.push({
@@ -207,7 +220,8 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
       oBias: config.oBias ? up(`${attn}o_proj.bias`) : null,
       postAttentionNorm: up(`${p}post_attention_layernorm.weight`),
       gateUp,
-      down: linear(`${p}mlp.down_proj`, [`${p}mlp.down_proj`]),
+      down: sparse ? null : linear(`${p}mlp.down_proj`, [`${p}mlp.down_proj`]),
+      experts,
     });
   }
   const finalNorm = up('model.norm.weight');

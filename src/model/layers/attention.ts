@@ -2,7 +2,7 @@
 // v written to the layer's KV pages -> GQA attention -> o, left to the layer (fused with the norm after it).
 
 import type { RopeSpec, Tensor } from '../../backend/backend.js';
-import type { LayerContext, LayerStateSpec, Linear, Mixer, SublayerOut } from './types.js';
+import type { LayerContext, LayerStateSpec, Linear, Mixer, SublayerOut, WeightRead } from './types.js';
 
 export interface AttentionShape {
   numHeads: number;
@@ -37,7 +37,7 @@ export class Attention implements Mixer {
     return { kind: 'full_attention', numKvHeads: this.shape.numKvHeads, headDim: this.shape.headDim };
   }
 
-  weightsRead(): (Tensor | null)[] {
+  weightsRead(): WeightRead[] {
     return [this.w.qkv.weight, this.w.qNorm, this.w.kNorm, this.w.o.weight];
   }
 }

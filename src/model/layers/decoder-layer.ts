@@ -4,7 +4,7 @@
 // layer's input norm. The last layer's feed-forward output is left to the model's final norm.
 
 import type { Tensor } from '../../backend/backend.js';
-import type { FeedForward, LayerContext, Mixer, SublayerOut } from './types.js';
+import type { FeedForward, LayerContext, Mixer, SublayerOut, WeightRead } from './types.js';
 
 /** What a layer hands on: the next layer's normed input, or (last layer) its feed-forward output. */
 export type LayerOut = { next: Tensor; ffnOut: null } | { next: null; ffnOut: Tensor };
@@ -20,7 +20,7 @@ export class DecoderLayer {
     return { next: null, ffnOut: 'output' in f ? f.output : ctx.backend.matmul(f.input, f.proj.weight, f.label, f.proj.bias) };
   }
 
-  weightsRead(): (Tensor | null)[] {
+  weightsRead(): WeightRead[] {
     return [this.inputNorm, ...this.mixer.weightsRead(), this.postMixerNorm, ...this.ffn.weightsRead()];
   }
 }

@@ -2,7 +2,7 @@
 // then down, left to the layer (fused with the next layer's input norm).
 
 import type { Tensor } from '../../backend/backend.js';
-import type { FeedForward, LayerContext, Linear, SublayerOut } from './types.js';
+import type { FeedForward, LayerContext, Linear, SublayerOut, WeightRead } from './types.js';
 
 export class DenseMlp implements FeedForward {
   constructor(readonly gateUp: Tensor, readonly down: Linear) {}
@@ -11,7 +11,7 @@ export class DenseMlp implements FeedForward {
     return { input: ctx.backend.matmulSiluMul(x, this.gateUp), proj: this.down, label: 'down' };
   }
 
-  weightsRead(): (Tensor | null)[] {
+  weightsRead(): WeightRead[] {
     return [this.gateUp, this.down.weight];
   }
 }

@@ -1,5 +1,5 @@
 // What a decoder layer is made of. A layer is a token mixer (attention; later gated DeltaNet) and a feed-forward
-// (a dense MLP; later a mixture of experts), each behind a pre-norm and a residual add. A sublayer may leave its
+// (a dense MLP or a mixture of experts), each behind a pre-norm and a residual add. A sublayer may leave its
 // last projection to the layer (SublayerOut 'proj'), so the layer can run it fused with the norm after it
 // (Backend.matmulAddRmsNorm): the residual add and the next norm in the projection's kernel.
 
@@ -13,6 +13,9 @@ export interface Linear {
 
 /** What a sublayer gives the layer: its output, or its input to a last projection the layer runs. */
 export type SublayerOut = { output: Tensor } | { input: Tensor; proj: Linear; label: string };
+
+/** A weight a one-token step reads: whole, or (a mixture of experts' stacked experts) the share one token routes to. */
+export type WeightRead = Tensor | null | { tensor: Tensor; share: number };
 
 /** One step's forward context. */
 export interface LayerContext {
@@ -29,10 +32,10 @@ export interface Mixer {
   /** The state it keeps per sequence, or null (a mixer that keeps none). */
   stateSpec(): LayerStateSpec | null;
   /** The weights a one-token step reads (for the bandwidth roofline). */
-  weightsRead(): (Tensor | null)[];
+  weightsRead(): WeightRead[];
 }
 
 export interface FeedForward {
   forward(x: Tensor, ctx: LayerContext): SublayerOut;
-  weightsRead(): (Tensor | null)[];
+  weightsRead(): WeightRead[];
 }

@@ -53,6 +53,16 @@ TINY_SHAPES['tiny-phi3'] = {
 };
 // position interpolation (Llama 2 long-context fine-tunes)
 TINY_SHAPES['tiny-llama-linear'] = { ...TINY_SHAPES['tiny-llama'], rope_scaling: { rope_type: 'linear', factor: 2.0 } };
+// Mixtures of experts: Qwen3-MoE's layout (norm_topk_prob; layer 1 left dense through mlp_only_layers, its MLP of
+// intermediate_size) and Mixtral's (block_sparse_moe, w1/w2/w3, top-k always renormalized)
+TINY_SHAPES['tiny-qwen3-moe'] = { ...TINY_SHAPES['tiny-qwen3'], architectures: ['Qwen3MoeForCausalLM'], model_type: 'qwen3_moe',
+  num_hidden_layers: 3, num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, norm_topk_prob: true,
+  decoder_sparse_step: 1, mlp_only_layers: [1], tie_word_embeddings: false };
+TINY_SHAPES['tiny-mixtral'] = { ...TINY_SHAPES['tiny-mistral'], architectures: ['MixtralForCausalLM'], model_type: 'mixtral',
+  num_local_experts: 4, num_experts_per_tok: 2, intermediate_size: 48 };
+// tiny-qwen3-moe with every projection dimension a multiple of 128 (--quantization fp8, block-FP8 experts)
+TINY_SHAPES['tiny-qwen3-moe-128'] = { ...TINY_SHAPES['tiny-qwen3-moe'], hidden_size: 128, intermediate_size: 256,
+  moe_intermediate_size: 128, head_dim: 64 };
 // every projection dimension a multiple of 128, as --quantization fp8 needs (q 4 x 64, k and v 2 x 64)
 TINY_SHAPES['tiny-qwen3-128'] = { ...TINY_SHAPES['tiny-qwen3'], hidden_size: 128, intermediate_size: 256, head_dim: 64 };
 
@@ -127,6 +137,7 @@ function specAdder(specs: TensorSpec[], config: HfConfig, dtype: FloatDType): (n
 }
 
 function isMoeLayer(config: HfConfig, layer: number): boolean {
+  if (config.model_type === 'mixtral') return true;
   if (config.num_experts === undefined) return false;
   const mlpOnly = (config.mlp_only_layers ?? []) as number[];
   const step = (config.decoder_sparse_step ?? 1) as number;
@@ -151,7 +162,16 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: FloatDType): Tenso
   for (let l = 0; l < num(config, 'num_hidden_layers'); l++) {
     const p = `model.layers.${l}`;
     add(`${p}.input_layernorm.weight`, [hidden]);
-    if (isMoeLayer(config, l)) {
+    if (config.model_type === 'mixtral') {
+      const numExperts = num(config, 'num_local_experts');
+      const inter = num(config, 'intermediate_size');
+      add(`${p}.block_sparse_moe.gate.weight`, [numExperts, hidden]);
+      for (let e = 0; e < numExperts; e++) {
+        add(`${p}.block_sparse_moe.experts.${e}.w1.weight`, [inter, hidden]);
+        add(`${p}.block_sparse_moe.experts.${e}.w2.weight`, [hidden, inter]);
+        add(`${p}.block_sparse_moe.experts.${e}.w3.weight`, [inter, hidden]);
+      }
+    } else if (isMoeLayer(config, l)) {
       const numExperts = num(config, 'num_experts');
       const inter = num(config, 'moe_intermediate_size');
       add(`${p}.mlp.gate.weight`, [numExperts, hidden]);
