@@ -93,8 +93,8 @@ export interface ModelConfig {
   dtype: FloatDType;
   /** Block-FP8 projections, or null (every weight of dtype). */
   quantization: Fp8BlockQuantization | null;
-  /** Mixture-of-experts routing, or null for a dense model (absent counts as null). */
-  moe?: MoeConfig | null;
+  /** Mixture-of-experts routing, or null for a dense model. */
+  moe: MoeConfig | null;
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

@@ -91,7 +91,7 @@ export function qwen3_0_6bConfig(dtype: FloatDType = 'bf16'): ModelConfig {
     architecture: 'qwen3', vocabSize: 151936, hiddenSize: 1024, intermediateSize: 3072, numLayers: 28,
     numHeads: 16, numKvHeads: 8, headDim: 128, maxPositionEmbeddings: 40960, rmsNormEps: 1e-6,
     ropeTheta: 1000000, ropeScaling: null, tieWordEmbeddings: true, qkNorm: true, qkvBias: false, oBias: false, slidingWindow: null,
-    fusedProjections: false, dtype, quantization: null,
+    fusedProjections: false, dtype, quantization: null, moe: null,
   };
 }
 
@@ -104,6 +104,6 @@ export function tinyConfig(architecture: 'qwen3' | 'qwen2' | 'llama', overrides:
       ? { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }
       : null,
     tieWordEmbeddings: architecture !== 'llama', qkNorm: architecture === 'qwen3', qkvBias: architecture === 'qwen2',
-    oBias: false, slidingWindow: null, fusedProjections: false, dtype: 'bf16', quantization: null, ...overrides,
+    oBias: false, slidingWindow: null, fusedProjections: false, dtype: 'bf16', quantization: null, moe: null, ...overrides,
   };
 }

@@ -14,7 +14,7 @@ import { ModelLoadError } from '../../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { FP8_BLOCK, quantizeWeightBlocks } from '../../backend/fp8-linear.js';
 import type { LoadOptions } from '../load-options.js';
-import { addExpertTensors, expertModules, routerModule, type LayerExperts } from './moe-weights.js';
+import { addExpertTensors, expertModules, extraExpertTensor, routerModule, type LayerExperts } from './moe-weights.js';
 
 export interface LayerWeights {
   inputNorm: Tensor;
@@ -112,6 +112,11 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 export function validateWeights(config: ModelConfig, source: WeightSource): void {
   const names = source.names();
   const checkpoint = names.length > 0 ? basename(dirname(source.info(names[0]!).file)) : 'checkpoint';
+  const extra = config.moe ? extraExpertTensor(config, names) : null;
+  if (extra !== null) {
+    throw new ModelLoadError(source.info(extra).file, `tensor ${extra} names an expert past num_experts ` +
+      `(${config.moe!.numExperts} in config.json)`);
+  }
   for (const { name, shape, dtype } of expectedTensors(config)) {
     const expected = describe(dtype, shape);
     if (!source.has(name)) {

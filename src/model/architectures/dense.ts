@@ -29,7 +29,7 @@ export function attentionShape(config: ModelConfig): AttentionShape {
 export function buildDecoder(config: ModelConfig, source: WeightSource, backend: Backend, opts: LoadOptions): ModelParts {
   const w = loadWeights(config, source, backend, opts);
   const shape = attentionShape(config);
-  const moe = config.moe ?? null;
+  const moe = config.moe;
   const feedForward = (lw: (typeof w.layers)[number]): FeedForward => {
     if (!lw.experts) return new DenseMlp(lw.gateUp!, { weight: lw.down!, bias: null });
     const { router, gateUp, down } = lw.experts;

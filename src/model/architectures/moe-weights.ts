@@ -38,6 +38,16 @@ export function expertModules(c: ModelConfig, l: number): { gateUp: string[]; do
   return { gateUp: experts.flatMap((m) => [`${m}.${gate}`, `${m}.${up}`]), down: experts.map((m) => `${m}.${down}`) };
 }
 
+/**
+ * The first checkpoint tensor naming an expert past config.json's count (num_experts / num_local_experts), or null:
+ * a checkpoint of more experts than its config says is refused rather than served with some dropped.
+ */
+export function extraExpertTensor(c: ModelConfig, names: readonly string[]): string | null {
+  const E = moeOf(c).numExperts;
+  const re = /^model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\./;
+  return names.find((n) => Number(re.exec(n)?.[1] ?? -1) >= E) ?? null;
+}
+
 /** Adds layer l's router and expert tensors (through `linear`, which knows block FP8) to a checkpoint's expected list. */
 export function addExpertTensors(c: ModelConfig, l: number, add: (name: string, shape: number[]) => void,
   linear: (module: string, shape: [number, number]) => void): void {
