@@ -4,6 +4,8 @@
 # ${OUT:-/tmp/bars}. Models are random-weight ones of bench/shapes.json, made once under /tmp.
 #   bash scripts/gpu-bars.sh            # every row
 #   ROWS="w2 w1" bash scripts/gpu-bars.sh   # some rows: w2 w1 w2-8b w1-8b prefill startup peer
+#   ROWS="w2-moe w1-moe prefill-moe serve-moe startup-moe" ...  # the mixture-of-experts issue's rows (qwen3-30b-a3b,
+#   61 GB of bf16 on disk: made alone, not beside the 8b model on a 64 GiB disk)
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -14,6 +16,7 @@ ROWS="${ROWS:-w2 w1 w2-8b w1-8b prefill startup peer}"
 QUANT="${QUANT:-}"
 M06=/tmp/m06${QUANT:+-$QUANT}
 M8=/tmp/m8${QUANT:+-$QUANT}
+M30=/tmp/m30${QUANT:+-$QUANT}
 quant=(${QUANT:+--quantization $QUANT --fast})  # quantizing real-valued random weights in JS takes minutes
 common=(--backend cuda --force --max-model-len 4096)
 
@@ -36,6 +39,10 @@ summary() {
 
 if want w2 || want w1 || want peer; then make_model "$M06" qwen3-0.6b "${quant[@]}"; fi
 if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
+
+if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want startup-moe; then
+  make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
+fi
 
 if want w2; then
   echo "== W2 qwen3-0.6b (bar 1,500 tok/s)"
@@ -67,6 +74,42 @@ if want startup; then
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
     sleep 0.05
   done
+  t1=$(date +%s%N)
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  ms=$(( (t1 - t0) / 1000000 ))
+  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+fi
+if want w2-moe; then
+  echo "== W2 qwen3-30b-a3b (bar 60% of the roofline of the bytes a token reads: router, 8 of 128 experts, attention, lm head)"
+  $Q bench decode --model "$M30" "${common[@]}" --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
+fi
+if want w1-moe; then
+  echo "== W1 qwen3-30b-a3b (bar 6,000 output tok/s)"
+  $Q bench offline --workload w1 --model "$M30" "${common[@]}" --max-num-seqs 256 --json "$OUTDIR/w1-30.json" >"$OUTDIR/w1-30.log" 2>&1; summary "$OUTDIR/w1-30.json"
+fi
+if want prefill-moe; then
+  echo "== prefill qwen3-30b-a3b, 32 x 2048 (bar 35% of the GEMM peak, active-parameter FLOPs)"
+  $Q bench offline --workload prefill --model "$M30" "${common[@]}" --json "$OUTDIR/prefill-30.json" >"$OUTDIR/prefill-30.log" 2>&1; summary "$OUTDIR/prefill-30.json"
+fi
+if want serve-moe; then
+  echo "== serving qwen3-30b-a3b, 2,048 in / 1,024 out, concurrency 10 (bars TPOT <= 8 ms, >= 1,200 output tok/s)"
+  port=18124
+  $Q serve --model "$M30" --port "$port" --max-model-len 4096 --served-model-name m30 >"$OUTDIR/serve-30.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
+  node dist/src/cli/main.js bench serve --force --target "quire=http://127.0.0.1:$port" --model m30 --workload custom \
+    --prompt-len 2048 --output-len 1024 --concurrency 10 --num-requests 30 --rounds 1 --warmup 2 --prompt-format ids \
+    --vocab-size 151936 --out "$OUTDIR/serve-30" 2>&1 | tail -15
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+fi
+if want startup-moe; then
+  echo "== start-up qwen3-30b-a3b to /health (bar 20 s, warm page cache)"
+  cat "$M30"/*.safetensors >/dev/null
+  port=18125
+  t0=$(date +%s%N)
+  $Q serve --model "$M30" --port "$port" --max-model-len 4096 >"$OUTDIR/startup-30.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.05; done
   t1=$(date +%s%N)
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   ms=$(( (t1 - t0) / 1000000 ))

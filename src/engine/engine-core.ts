@@ -8,6 +8,7 @@ import { KVCacheManager } from '../kv/kv-cache-manager.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import { Model } from '../model/model.js';
+import { weightFitRefusal } from '../model/weight-fit.js';
 import { isDeviceSamplable } from '../sampling/device-sampling.js';
 import { Sampler } from '../sampling/sampler.js';
 import type { SequenceSamplingState } from '../sampling/sequence-state.js';
@@ -452,6 +453,15 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const dir = loaded ?? loadModelDir(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
+  if (backend.name === 'cuda') {
+    const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
+    const tooBig = weightFitRefusal(dir.config, backend.computeDType, options.quantization === 'fp8',
+      { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization });
+    if (tooBig) {
+      backend.dispose();
+      throw new Error(tooBig);
+    }
+  }
   const model = Model.load(dir.config, dir.weights, backend, { quantization: options.quantization });
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
   const refusal = maxModelLenRefusal(dir.config, maxModelLen, options);

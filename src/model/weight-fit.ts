@@ -1,0 +1,49 @@
+// Whether a checkpoint's weights fit the device before any is uploaded: the bytes they will take there (in the
+// backend's compute dtype; block-FP8 projections a byte an element plus their scales; with --quantization fp8 every
+// projection so) against what --gpu-memory-utilization leaves. A 61 GB bf16 mixture of experts on a 40 GB card is
+// refused in a second with the numbers and the flags to change, not after minutes of uploading.
+
+import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
+import type { DType, ModelConfig } from '../loader/types.js';
+import { FP8_BLOCK } from '../backend/fp8-linear.js';
+import { expectedTensors } from './architectures/dense-weights.js';
+
+/** Projection weights (what --quantization fp8 quantizes): *_proj and Mixtral's expert w1/w2/w3. */
+const PROJECTION = /(?:_proj|\.w[123])\.weight$/;
+
+/** Bytes the weights take on a backend computing in `computeDType` (quantizeFp8: --quantization fp8 at load). */
+export function deviceWeightBytes(config: ModelConfig, computeDType: DType, quantizeFp8: boolean): number {
+  let bytes = 0;
+  for (const t of expectedTensors(config)) {
+    const n = t.shape.reduce((a, b) => a * b, 1);
+    if (t.dtype === 'f8_e4m3' || t.name.endsWith('_scale_inv')) {
+      bytes += n * BYTES_PER_ELEMENT[t.dtype];
+    } else if (quantizeFp8 && PROJECTION.test(t.name)) {
+      bytes += n + 4 * Math.ceil(t.shape[0]! / FP8_BLOCK) * Math.ceil(t.shape[1]! / FP8_BLOCK);
+    } else {
+      bytes += n * BYTES_PER_ELEMENT[computeDType];
+    }
+  }
+  return bytes;
+}
+
+const gb = (bytes: number): string => `${(bytes / 1e9).toFixed(1)} GB`;
+
+/**
+ * Why the weights cannot fit, or null. `budgetBytes`: what the engine may hold before loading (the device's memory
+ * times --gpu-memory-utilization, less the activation reserve: MemoryReport.availableKvBytes before the load).
+ */
+export function weightFitRefusal(config: ModelConfig, computeDType: DType, quantizeFp8: boolean,
+  m: { budgetBytes: number; totalBytes: number; gpuMemoryUtilization: number }): string | null {
+  const need = deviceWeightBytes(config, computeDType, quantizeFp8);
+  if (need <= m.budgetBytes) return null;
+  const fp8 = config.quantization === null && !quantizeFp8 ? deviceWeightBytes(config, computeDType, true) : null;
+  const ways = [
+    fp8 !== null && fp8 < m.budgetBytes ? `--quantization fp8 (block FP8 weights: ${gb(fp8)})` : null,
+    m.gpuMemoryUtilization < 0.95 ? `a higher --gpu-memory-utilization (now ${m.gpuMemoryUtilization})` : null,
+    'a GPU with more memory',
+  ].filter((w) => w !== null);
+  return `the model's weights need ${gb(need)} on the device (${config.quantization || quantizeFp8 ? 'block FP8' : computeDType}), ` +
+    `more than the ${gb(m.budgetBytes)} that --gpu-memory-utilization ${m.gpuMemoryUtilization} leaves of this GPU's ` +
+    `${gb(m.totalBytes)} after activations; use ${ways.join(', or ')}`;
+}

@@ -1,0 +1,40 @@
+// The start-up check that the weights fit the device: their bytes there, and the refusal naming the numbers and
+// what to change.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import { parseModelConfig } from '../../src/loader/config.js';
+import { Model } from '../../src/model/model.js';
+import { randomWeightSource } from '../../src/model/random-weights.js';
+import { deviceWeightBytes, weightFitRefusal } from '../../src/model/weight-fit.js';
+import { configForShape } from '../../src/tools/test-model/shapes.js';
+
+const moe30b = parseModelConfig(configForShape('qwen3-30b-a3b', 'bf16'), 'config.json');
+
+test('deviceWeightBytes is what a backend holds after loading (tiny MoE, f32 on the CPU)', () => {
+  const config = parseModelConfig(configForShape('tiny-qwen3-moe', 'f32'), 'config.json');
+  const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1, kernel: 'js' });
+  try {
+    Model.load(config, randomWeightSource(config), backend);
+    assert.equal(deviceWeightBytes(config, 'f32', false), backend.memory().weightBytes);
+  } finally {
+    backend.dispose();
+  }
+});
+
+test('Qwen3-30B-A3B: ~61 GB of bf16, ~31 GB with its projections in block FP8', () => {
+  const bf16 = deviceWeightBytes(moe30b, 'bf16', false);
+  assert.ok(bf16 > 60.5e9 && bf16 < 61.5e9, `${bf16}`);
+  const fp8 = deviceWeightBytes(moe30b, 'bf16', true);
+  assert.ok(fp8 > 30.5e9 && fp8 < 32e9, `${fp8}`);
+});
+
+test('weights that do not fit are refused with the numbers and the flags to change; weights that fit are not', () => {
+  const h100 = { totalBytes: 85e9, gpuMemoryUtilization: 0.9 };
+  assert.equal(weightFitRefusal(moe30b, 'bf16', false, { ...h100, budgetBytes: 74e9 }), null);
+  const refusal = weightFitRefusal(moe30b, 'bf16', false, { totalBytes: 48e9, gpuMemoryUtilization: 0.9, budgetBytes: 41e9 });
+  assert.match(refusal ?? '', /^the model's weights need 61\.\d GB on the device \(bf16\), more than the 41\.0 GB that --gpu-memory-utilization 0\.9 leaves of this GPU's 48\.0 GB after activations; use --quantization fp8 \(block FP8 weights: 3\d\.\d GB\), or a higher --gpu-memory-utilization \(now 0\.9\), or a GPU with more memory$/);
+  const tiny = weightFitRefusal(moe30b, 'bf16', true, { totalBytes: 24e9, gpuMemoryUtilization: 0.95, budgetBytes: 22e9 });
+  assert.match(tiny ?? '', /need 3\d\.\d GB on the device \(block FP8\).*; use a GPU with more memory$/);
+});
