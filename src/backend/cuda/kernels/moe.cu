@@ -18,7 +18,8 @@
 #include "gemm_rows.cuh"
 
 // From TypeScript (kernel-defines.ts): CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE (experts a
-// lane of moe_route holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, and the build lists.
+// lane of moe_route and of expert_tile holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, and
+// the build lists.
 
 // ---- routing ----
 
@@ -122,15 +123,24 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
 /**
  * Block y's tile: the experts' tokens in tiles of BN, expert by expert, numbered from 0. Sets the expert, its first
  * grouped position, its count and the tile's first token (of the expert's); false past the last tile. Each warp finds
- * it alone (no shared memory, no sync), 32 experts at a time.
+ * it alone (no shared memory, no sync): every expert's offsets loaded at once (one memory latency, not one per 32
+ * experts: it delays the block's first weight load), then scanned 32 experts at a time.
  */
 __device__ __forceinline__ bool expert_tile(const int* offsets, int E, int BN, int y, int& e, int& first, int& count,
                                             int& tok0) {
   const int lane = threadIdx.x & 31;
+  int lo[MOE_ROUTE_PER_LANE], n[MOE_ROUTE_PER_LANE];
+#pragma unroll
+  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
+    const int ex = 32 * i + lane;
+    lo[i] = ex < E ? offsets[ex] : 0;
+    n[i] = ex < E ? offsets[ex + 1] - lo[i] : 0;
+  }
   int base = 0;
-  for (int c = 0; c < E; c += 32) {
-    const int n = c + lane < E ? offsets[c + lane + 1] - offsets[c + lane] : 0;
-    const int tiles = (n + BN - 1) / BN;
+#pragma unroll
+  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
+    if (32 * i >= E) break;
+    const int tiles = (n[i] + BN - 1) / BN;
     int incl = tiles;
     for (int o = 1; o < 32; o <<= 1) {
       const int up = __shfl_up_sync(FULL_MASK, incl, o);
@@ -139,9 +149,9 @@ __device__ __forceinline__ bool expert_tile(const int* offsets, int E, int BN, i
     const unsigned hit = __ballot_sync(FULL_MASK, y < base + incl);
     if (hit != 0u) {
       const int f = __ffs(hit) - 1;
-      e = c + f;
-      first = offsets[e];
-      count = __shfl_sync(FULL_MASK, n, f);
+      e = 32 * i + f;
+      first = __shfl_sync(FULL_MASK, lo[i], f);
+      count = __shfl_sync(FULL_MASK, n[i], f);
       tok0 = (y - base - __shfl_sync(FULL_MASK, incl - tiles, f)) * BN;
       return true;
     }
