@@ -12,6 +12,7 @@ import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
 import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
+import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 
 /** The build lists as the kernels receive them, written out here by hand: a change to one is a change to the PTX. */
@@ -50,6 +51,15 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_WARPS', GEMM_ROWS_SPLIT_WARPS],
     ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
     ['gemm_rows.cu', 'GEMM_ROWS_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
+    ['moe.cu', 'CHUNK_K', GEMM_ROWS_CHUNK_K],
+    ['moe.cu', 'GEMM_ROWS_SPLIT_WARPS', GEMM_ROWS_SPLIT_WARPS],
+    ['moe.cu', 'MOE_ROUTE_WARPS', MOE_ROUTE_WARPS],
+    ['moe.cu', 'MOE_ROUTE_PER_LANE', MOE_ROUTE_PER_LANE],
+    ['moe.cu', 'MOE_GROUP_THREADS', MOE_GROUP_THREADS],
+    ['moe.cu', 'MOE_COMBINE_THREADS', MOE_COMBINE_THREADS],
+    ['moe.cu', 'MOE_GATE_UP_SPLIT_BUILDS(X)', 'X(2, 1, 4) X(2, 2, 2) X(2, 4, 2)'],
+    ['moe.cu', 'MOE_DOWN_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
+    ['moe.cu', 'MOE_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
     ['norm.cu', 'NORM_VEC', NORM_VEC],
     ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],

@@ -1,7 +1,7 @@
 // The CUDA backend: bf16 activations and weights, fp32 accumulation. This file composes the parts, each its own
 // file: the step's shared context (step-context.ts), weights (weights.ts), the KV cache's memory (kv-memory.ts),
-// GEMMs and norms (gemm.ts), attention (attention-ops.ts), sampling and reads (sampling.ts), CUDA graphs
-// (graphs.ts); it implements Backend by handing each op to its part.
+// GEMMs and norms (gemm.ts), attention (attention-ops.ts), mixture of experts (moe.ts), sampling and reads
+// (sampling.ts), CUDA graphs (graphs.ts); it implements Backend by handing each op to its part.
 
 import type { HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
@@ -13,6 +13,7 @@ import { Device } from './device.js';
 import { CudaGemms } from './gemm.js';
 import { CudaGraphs } from './graphs.js';
 import { KvMemory } from './kv-memory.js';
+import { CudaMoe } from './moe.js';
 import type { ProfileLogMode } from './profiler.js';
 import { CudaSampling } from './sampling.js';
 import { StepContext } from './step-context.js';
@@ -71,6 +72,8 @@ export class CudaBackend implements Backend {
   private readonly weights: CudaWeights;
   private readonly gemms: CudaGemms;
   private readonly attn: CudaAttention;
+  /** Mixture-of-experts layers; tests set moe.variant. */
+  readonly moe: CudaMoe;
   private readonly sampling: CudaSampling;
   private readonly gpuMemoryUtilization: number;
   private readonly activationReserveBytes: number;
@@ -94,6 +97,7 @@ export class CudaBackend implements Backend {
       cublasWorkspaceBytes: opts.cublasWorkspaceBytes });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
       { batchInvariant, fusedRope: opts.fusedRope });
+    this.moe = new CudaMoe(this.step);
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.probes = {
@@ -207,8 +211,8 @@ export class CudaBackend implements Backend {
     return this.gemms.matmulSiluMul(x, gateUp);
   }
 
-  moeExperts(_x: Tensor, _routerLogits: Tensor, _experts: MoeExperts, _route: MoeRoute): Tensor {
-    throw new Error('CudaBackend: mixture-of-experts layers are not supported on the cuda backend yet');
+  moeExperts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
+    return this.moe.experts(this.gemms.plain(x), routerLogits, experts, route);
   }
 
   siluMul(gateUp: Tensor): Tensor {

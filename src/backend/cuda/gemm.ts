@@ -214,6 +214,11 @@ export class CudaGemms {
     return out;
   }
 
+  /** x for an op other than a chain GEMM: a pending norm's input gets the norm kernel, any other tensor is x. */
+  plain(x: Tensor): Tensor {
+    return x instanceof NormedTensor ? this.materialize(x) : x;
+  }
+
   /** A pending norm's input for a GEMM that cannot apply its scale: the norm kernel on the updated residual. */
   private materialize(x: NormedTensor): CudaTensor {
     return this.rmsNorm(x.norm.residual, x.norm.weight, x.norm.eps);

@@ -1,0 +1,234 @@
+// The batch-invariant tensor-core GEMM's building blocks (gemm_rows.cu's contract, stated there): a chunk's two
+// mma, a slice's partial, the split variant's slices in shared memory and their ordered sum, and the tiled
+// variant's staged main loop. They take the rows they multiply as pointers (or a function giving them) and leave
+// the store to the caller, so gemm_rows.cu (rows of one weight and one x) and moe.cu (an expert's rows and the
+// tokens routed to it, reached through an index) run the same sums in the same order.
+#pragma once
+#include "common.cuh"
+#include "mma.cuh"
+
+// CHUNK_K, the k of a chunk: from TypeScript (gemm-rows.ts GEMM_ROWS_CHUNK_K, through kernel-defines.ts)
+
+__device__ __forceinline__ u32x4 load16(const bf16_t* p) {
+  u32x4 r;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+/** Lane (g, c)'s 8 k of chunk `chunk` for row `row` (zeros past K; K is a multiple of 8). */
+__device__ __forceinline__ u32x4 load_chunk(const bf16_t* row, int chunk, int K) {
+  const int k = chunk * CHUNK_K + 8 * (threadIdx.x & 3);
+  if (k >= K) return u32x4{0u, 0u, 0u, 0u};
+  return load16(row + k);
+}
+
+/**
+ * One chunk of the contract: acc[mt][nt] += the chunk's 32 k as two mma, k 8c..8c+3 then 8c+4..8c+7 of lane (g, c)'s
+ * 16 bytes. a[mt][h]: weight row g + 8h of m tile mt; b[nt]: token g of n tile nt. Every variant calls this.
+ */
+template <int MT, int NT>
+__device__ __forceinline__ void chunk_mma(float acc[MT][NT][4], const u32x4 a[MT][2], const u32x4 b[NT]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const unsigned lo[4] = {a[mt][0].x, a[mt][1].x, a[mt][0].y, a[mt][1].y};
+    const unsigned hi[4] = {a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      mma_bf16_16816(acc[mt][nt], lo, b[nt].x, b[nt].y);
+      mma_bf16_16816(acc[mt][nt], hi, b[nt].z, b[nt].w);
+    }
+  }
+}
+
+/**
+ * acc = this warp's p over chunks [c0, c1): MT x NT tiles, PF chunks loaded before their mma are issued.
+ * wRow[mt][h]: weight row g + 8h of m tile mt; xRow[nt]: token g of n tile nt (clamped rows; their outputs
+ * are never stored).
+ */
+template <int MT, int NT, int PF>
+__device__ __forceinline__ void slice_partial(float acc[MT][NT][4], const bf16_t* const wRow[MT][2],
+                                              const bf16_t* const xRow[NT], int c0, int c1, int K) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+  for (int cb = c0; cb < c1; cb += PF) {
+    u32x4 a[PF][MT][2];
+    u32x4 b[PF][NT];
+#pragma unroll
+    for (int j = 0; j < PF; j++) {
+      if (cb + j < c1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          a[j][mt][0] = load_chunk(wRow[mt][0], cb + j, K);
+          a[j][mt][1] = load_chunk(wRow[mt][1], cb + j, K);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) b[j][nt] = load_chunk(xRow[nt], cb + j, K);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < PF; j++) {
+      if (cb + j < c1) chunk_mma<MT, NT>(acc, a[j], b[j]);
+    }
+  }
+}
+
+__device__ __forceinline__ int rows_num_slices(int K, int sliceChunks) {
+  return ((K + CHUNK_K - 1) / CHUNK_K + sliceChunks - 1) / sliceChunks;
+}
+
+/**
+ * The split variant's first half: the block's warps take the tile's slices in turn (slice s to warp s mod warps),
+ * each p_s to `partials` (dynamic shared memory, numSlices * MT * NT * 4 * 32 floats), then the block syncs.
+ * Element ((mt * NT + nt) * 4 + r) * 32 + lane of slice s is accumulator r of tile (mt, nt) of `lane`.
+ */
+template <int MT, int NT, int PF>
+__device__ __forceinline__ void split_partials(float* partials, const bf16_t* const wRow[MT][2],
+                                               const bf16_t* const xRow[NT], int K, int sliceChunks) {
+  constexpr int REGS = MT * NT * 4;
+  const int lane = threadIdx.x & 31;
+  const int numChunks = (K + CHUNK_K - 1) / CHUNK_K;
+  const int numSlices = rows_num_slices(K, sliceChunks);
+  for (int s = threadIdx.x >> 5; s < numSlices; s += blockDim.x >> 5) {
+    float acc[MT][NT][4];
+    slice_partial<MT, NT, PF>(acc, wRow, xRow, s * sliceChunks, min((s + 1) * sliceChunks, numChunks), K);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) partials[(s * REGS + (mt * NT + nt) * 4 + r) * 32 + lane] = acc[mt][nt][r];
+  }
+  __syncthreads();
+}
+
+/** The split variant's second half: element `e` (split_partials' numbering) summed over the slices in order. */
+template <int MT, int NT>
+__device__ __forceinline__ float split_sum(const float* partials, int e, int numSlices) {
+  constexpr int REGS = MT * NT * 4;
+  float sum = partials[e];
+  for (int s = 1; s < numSlices; s++) sum = __fadd_rn(sum, partials[s * REGS * 32 + e]);
+  return sum;
+}
+
+__device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
+  u32x4 r;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(shared_addr(p)) : "memory");
+  return r;
+}
+
+/** fn(mt, nt, r) over a warp tile's MT x NT x 4 accumulators. */
+template <int MT, int NT, typename Fn>
+__device__ __forceinline__ void each_acc(Fn fn) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) fn(mt, nt, r);
+}
+
+/**
+ * The tiled variant's body for one block: BM = WM * MT * 16 weight rows by BN = WN * NT * 8 tokens, staged two
+ * chunks at a time (cp.async, STAGES deep) in dynamic shared memory, STAGES * (BM + BN) * 128 bytes (+ MT * NT * 4
+ * floats per thread with SMEM_SUM). rowOf(r) gives staged row r's first element: weight rows r < BM, then token
+ * r - BM (every row valid: the caller clamps). finish(wmRow, wnTok, sum) stores: the warp's tile starts at weight row
+ * wmRow and token wnTok of the block's, and sum(mt, nt, r) is accumulator r of its tile (mt, nt), the slices summed
+ * in order.
+ *
+ * A stage holds two chunks (64 k, 128 bytes) of the BM weight rows, then of the BN tokens, as eight 16-byte pieces
+ * per row, piece q of row r at q ^ 4(r & 1) (rows g and g + 1 of a quarter warp then read different banks). Lane
+ * (g, c) reads piece c (chunk 0) and 4 + c (chunk 1) of a row: the fragments the split variant loads from global
+ * memory.
+ */
+template <int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM, typename RowOf, typename Finish>
+__device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks, Finish finish) {
+  constexpr int BM = WM * MT * 16;
+  constexpr int BN = WN * NT * 8;
+  constexpr int ROWS = BM + BN;
+  constexpr int ROW_BYTES = 2 * CHUNK_K * 2;
+  extern __shared__ __align__(16) unsigned char tiles[];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int wm = warp % WM;
+  const int wn = warp / WM;
+  const int g = lane >> 2;
+  const int numChunks = (K + CHUNK_K - 1) / CHUNK_K;
+  const int numStages = (numChunks + 1) / 2;
+
+  // each thread copies the same LOADS pieces (row, piece) of every stage: their sources computed once
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int LOADS = (ROWS * 8 + THREADS - 1) / THREADS;
+  // (THREADS is a multiple of 8, so a thread's piece q is the same in every row it copies)
+  const int q8 = threadIdx.x & 7;
+  const bf16_t* src[LOADS];
+#pragma unroll
+  for (int i = 0; i < LOADS; i++) src[i] = rowOf(min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3) + 8 * q8;
+  auto load = [&](int st, int buf) {
+    const int k0 = st * 2 * CHUNK_K;
+    const bool valid = k0 + 8 * q8 < K;
+#pragma unroll
+    for (int i = 0; i < LOADS; i++) {
+      const int r = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3;
+      cp_async_16(tiles + (buf * ROWS + r) * ROW_BYTES + 16 * (q8 ^ ((r & 1) << 2)), src[i] + (valid ? k0 : 0), valid);
+    }
+  };
+  auto piece = [&](const unsigned char* stage, int r, int q) { return lds16(stage + r * ROW_BYTES + 16 * (q ^ ((r & 1) << 2))); };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < numStages) load(s, s);
+    cp_async_commit();
+  }
+  // the running slice sum: registers, or (SMEM_SUM, for wide warp tiles) this thread's slots after the tiles
+  float sumReg[SMEM_SUM ? 1 : MT][SMEM_SUM ? 1 : NT][4];
+  float* sumSmem = reinterpret_cast<float*>(tiles + STAGES * ROWS * ROW_BYTES) + threadIdx.x;
+  auto sumAt = [&](int mt, int nt, int r) -> float& {
+    if constexpr (SMEM_SUM) return sumSmem[((mt * NT + nt) * 4 + r) * THREADS];
+    else return sumReg[SMEM_SUM ? 0 : mt][SMEM_SUM ? 0 : nt][r];
+  };
+  float acc[MT][NT][4];
+  each_acc<MT, NT>([&](int mt, int nt, int r) { acc[mt][nt][r] = 0.f; });
+  // the running sum with the slice just finished added (the contract's order): the slice itself when it is the first
+  auto folded = [&](int mt, int nt, int r, bool first) {
+    return first ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
+  };
+  for (int st = 0; st < numStages; st++) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (st + STAGES - 1 < numStages) load(st + STAGES - 1, (st + STAGES - 1) % STAGES);
+    cp_async_commit();
+    const unsigned char* stage = tiles + (st % STAGES) * ROWS * ROW_BYTES;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int c = 2 * st + half;
+      if (c >= numChunks) break;
+      if (c > 0 && c % sliceChunks == 0) {
+        each_acc<MT, NT>([&](int mt, int nt, int r) {
+          sumAt(mt, nt, r) = folded(mt, nt, r, c == sliceChunks);
+          acc[mt][nt][r] = 0.f;
+        });
+      }
+      // every fragment of the chunk first: the shared loads are ordered asm, so an mma placed between them
+      // would wait for each in turn
+      const int q = 4 * half + (lane & 3);
+      u32x4 b[NT], a[MT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) b[nt] = piece(stage, BM + wn * NT * 8 + nt * 8 + g, q);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        a[mt][0] = piece(stage, wm * MT * 16 + mt * 16 + g, q);
+        a[mt][1] = piece(stage, wm * MT * 16 + mt * 16 + g + 8, q);
+      }
+      chunk_mma<MT, NT>(acc, a, b);
+    }
+  }
+  cp_async_wait<0>();
+  const bool oneSlice = numChunks <= sliceChunks;
+  finish(wm * MT * 16, wn * NT * 8, [&](int mt, int nt, int r) { return folded(mt, nt, r, oneSlice); });
+}
+
+/** The weight row (within a tile of 16) and token (within a tile of 8) of accumulator register r of `lane`. */
+__device__ __forceinline__ int acc_row(int lane, int r) { return (lane >> 2) + ((r & 2) ? 8 : 0); }
+__device__ __forceinline__ int acc_tok(int lane, int r) { return 2 * (lane & 3) + (r & 1); }

@@ -1,0 +1,302 @@
+// Mixture of experts after its router (Backend.moeExperts), all on the device with no read back to the host, so a
+// decode step's graph replays it whatever the tokens choose: every grid depends on T, E, topK, I and H alone.
+//
+//   moe_route    logits [T, E] bf16 -> per row softmax (f32), top k by repeated argmax (ties to the lower expert),
+//                optionally renormalized -> experts [T * k] int32, weights [T * k] f32 (pair = t * k + j)
+//   moe_group    one block: per-expert counts -> offsets [E + 1] (exclusive scan), the pairs grouped by expert
+//                (pairs [P]), each pair's grouped position (pos [P])
+//   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
+//   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
+//   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32, rounded once -> [T, H]
+//
+// The two GEMMs are gemm_rows' (gemm_rows.cuh) on an expert's rows, with its contract: what an output sums, and in
+// what order, depends on K alone, so a token's outputs never depend on how many tokens share its expert, which tile
+// they fall in, or the order moe_group's atomics put them in (it is not deterministic, and need not be). Their blocks
+// walk a list of tiles: expert by expert, its tokens in tiles of BN (expert_tile), the grid's y a bound on the tiles
+// of any routing (moe-plan.ts); blocks past the last tile exit at once. gate_up's warp tiles hold gate rows in their
+// first half of m tiles and the same outputs' up rows in the second, so silu(gate) * up is taken from registers.
+#include "gemm_rows.cuh"
+
+// From TypeScript (kernel-defines.ts): CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE (experts a
+// lane of moe_route and of expert_tile holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, and
+// the build lists.
+
+// ---- routing ----
+
+// grid ceil(T / MOE_ROUTE_WARPS), block 32 MOE_ROUTE_WARPS: a warp a row, lane l holding experts l, l + 32, ...
+// The top k compare the logits themselves (exp is increasing, so the order is the probabilities', ties included):
+// routeTokens' choice, which compares the probabilities in double.
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
+    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize) {
+  pdl_begin();
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
+  if (t >= T) return;
+  const bf16_t* row = logits + (size_t)t * E;
+  float v[MOE_ROUTE_PER_LANE];
+  float mx = NEG_INF;
+#pragma unroll
+  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? to_float(row[e]) : NEG_INF;
+    mx = fmaxf(mx, v[i]);
+  }
+  mx = warp_max(mx);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++)
+    if (lane + 32 * i < E) sum += expf(v[i] - mx);
+  sum = warp_sum(sum);
+  unsigned taken = 0;  // bit i: expert lane + 32 i is chosen
+  int myExpert = 0;
+  float myProb = 0.f;
+  float picked = 0.f;
+  for (int j = 0; j < topK; j++) {
+    float bv = 0.f;
+    int be = -1;
+#pragma unroll
+    for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
+      const int e = lane + 32 * i;
+      if (e < E && !((taken >> i) & 1u) && (be < 0 || v[i] > bv)) {
+        bv = v[i];
+        be = e;
+      }
+    }
+    // the warp's argmax: the larger logit, on a tie the lower expert (be < 0: nothing left on that lane)
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+      const int oe = __shfl_xor_sync(FULL_MASK, be, o);
+      if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+        bv = ov;
+        be = oe;
+      }
+    }
+    if ((be & 31) == lane) taken |= 1u << (be >> 5);
+    const float p = expf(bv - mx);
+    picked += p;
+    if (lane == j) {
+      myExpert = be;
+      myProb = p;
+    }
+  }
+  if (lane < topK) {
+    topExperts[(size_t)t * topK + lane] = myExpert;
+    topWeights[(size_t)t * topK + lane] = myProb / (renormalize ? picked : sum);
+  }
+}
+
+// grid 1, block MOE_GROUP_THREADS, dynamic shared memory E ints. One block: P = T k is at most a few tens of
+// thousands, a few shared atomics a thread.
+extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const int* __restrict__ topExperts,
+    int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos, int P, int E) {
+  extern __shared__ int cursor[];
+  pdl_begin();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cursor[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&cursor[topExperts[i]], 1);
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int base = 0;
+    for (int c = 0; c < E; c += 32) {
+      const int n = c + lane < E ? cursor[c + lane] : 0;
+      int incl = n;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int up = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += up;
+      }
+      if (c + lane < E) cursor[c + lane] = offsets[c + lane] = base + incl - n;
+      base += __shfl_sync(FULL_MASK, incl, 31);
+    }
+    if (lane == 0) offsets[E] = base;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    const int p = atomicAdd(&cursor[topExperts[i]], 1);
+    pairs[p] = i;
+    pos[i] = p;
+  }
+}
+
+// ---- the grouped GEMMs ----
+
+/**
+ * Block y's tile: the experts' tokens in tiles of BN, expert by expert, numbered from 0. Sets the expert, its first
+ * grouped position, its count and the tile's first token (of the expert's); false past the last tile. Each warp finds
+ * it alone (no shared memory, no sync): every expert's offsets loaded at once (one memory latency, not one per 32
+ * experts: it delays the block's first weight load), then scanned 32 experts at a time.
+ */
+__device__ __forceinline__ bool expert_tile(const int* offsets, int E, int BN, int y, int& e, int& first, int& count,
+                                            int& tok0) {
+  const int lane = threadIdx.x & 31;
+  int lo[MOE_ROUTE_PER_LANE], n[MOE_ROUTE_PER_LANE];
+#pragma unroll
+  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
+    const int ex = 32 * i + lane;
+    lo[i] = ex < E ? offsets[ex] : 0;
+    n[i] = ex < E ? offsets[ex + 1] - lo[i] : 0;
+  }
+  int base = 0;
+#pragma unroll
+  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
+    if (32 * i >= E) break;
+    const int tiles = (n[i] + BN - 1) / BN;
+    int incl = tiles;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int up = __shfl_up_sync(FULL_MASK, incl, o);
+      if (lane >= o) incl += up;
+    }
+    const unsigned hit = __ballot_sync(FULL_MASK, y < base + incl);
+    if (hit != 0u) {
+      const int f = __ffs(hit) - 1;
+      e = 32 * i + f;
+      first = __shfl_sync(FULL_MASK, lo[i], f);
+      count = __shfl_sync(FULL_MASK, n[i], f);
+      tok0 = (y - base - __shfl_sync(FULL_MASK, incl - tiles, f)) * BN;
+      return true;
+    }
+    base += __shfl_sync(FULL_MASK, incl, 31);
+  }
+  return false;
+}
+
+// x: gate_up, the hidden states [T, K = H] (a grouped position's token through pairs); down, act [P, K = I] in grouped
+// order (pairs unused). w: the experts' stacked rows (gate_up [E 2N, K], gate rows then up rows an expert; down
+// [E N, K]). y: [P, N] in grouped order (N = I for gate_up, H for down).
+#define MOE_GEMM_ARGS                                                                                                 \
+  const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const int *__restrict__ offsets, \
+      const int *__restrict__ pairs, int E, int topK, int N, int K, int sliceChunks
+
+/** The input row of grouped position p. */
+template <bool GATE_UP>
+__device__ __forceinline__ const bf16_t* moe_token_row(const bf16_t* x, const int* pairs, int topK, int K, int p) {
+  return x + (size_t)(GATE_UP ? pairs[p] / topK : p) * K;
+}
+
+/** gate_up's output from its two sums: activation.cu's silu_mul, on the unrounded sums. */
+__device__ __forceinline__ float moe_silu_mul(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
+
+__device__ __forceinline__ void moe_store(bf16_t* y, float v, int out, int tok, int first, int count, int N) {
+  if (out < N && tok < count) y[(size_t)(first + tok) * N + out] = from_float<bf16_t>(v);
+}
+
+// grid (ceil(N / 16), tiles bound), block: warps sharing the tile's slices; dynamic shared memory numSlices * MT * NT *
+// 4 * 32 floats. A block's 16 outputs: gate_up, m tile 0 their gate rows and m tile 1 their up rows.
+template <bool GATE_UP, int NT, int PF>
+__device__ void moe_split(MOE_GEMM_ARGS) {
+  constexpr int MT = GATE_UP ? 2 : 1;
+  extern __shared__ float partials[];
+  pdl_begin();
+  int e, first, count, tok0;
+  if (!expert_tile(offsets, E, NT * 8, blockIdx.y, e, first, count, tok0)) return;
+  const int g = (threadIdx.x & 31) >> 2;
+  const int out0 = blockIdx.x * 16;
+  const bf16_t* wRow[MT][2];
+  const bf16_t* xRow[NT];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) wRow[mt][h] = w + ((size_t)(e * MT + mt) * N + min(out0 + g + 8 * h, N - 1)) * K;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) xRow[nt] = moe_token_row<GATE_UP>(x, pairs, topK, K, first + min(tok0 + nt * 8 + g, count - 1));
+  split_partials<MT, NT, PF>(partials, wRow, xRow, K, sliceChunks);
+  const int numSlices = rows_num_slices(K, sliceChunks);
+  // j: an m tile 0 element (split_partials' numbering); its m tile 1 twin is NT * 4 * 32 further
+  for (int j = threadIdx.x; j < NT * 4 * 32; j += blockDim.x) {
+    const int lane = j & 31;
+    const int r = (j >> 5) & 3;
+    const int nt = j >> 7;
+    float v = split_sum<MT, NT>(partials, j, numSlices);
+    if constexpr (GATE_UP) v = moe_silu_mul(v, split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices));
+    moe_store(y, v, out0 + acc_row(lane, r), tok0 + nt * 8 + acc_tok(lane, r), first, count, N);
+  }
+}
+
+// grid (ceil(N / (WM HALF 16)), tiles bound), block WM x WN warps, dynamic shared memory as tiled_block says. A warp's
+// HALF m tiles of outputs: gate_up, its m tiles 0..HALF-1 their gate rows and HALF..MT-1 their up rows.
+template <bool GATE_UP, int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM>
+__device__ void moe_tiled(MOE_GEMM_ARGS) {
+  static_assert(!GATE_UP || MT % 2 == 0, "gate_up pairs a warp's gate and up m tiles");
+  constexpr int HALF = GATE_UP ? MT / 2 : MT;
+  constexpr int BM = WM * MT * 16;
+  pdl_begin();
+  int e, first, count, tok0;
+  if (!expert_tile(offsets, E, WN * NT * 8, blockIdx.y, e, first, count, tok0)) return;
+  const int out0 = blockIdx.x * WM * HALF * 16;
+  const int lane = threadIdx.x & 31;
+  const bf16_t* we = w + (size_t)e * (GATE_UP ? 2 : 1) * N * K;
+  tiled_block<WM, WN, MT, NT, STAGES, SMEM_SUM>(
+      [&](int r) {
+        if (r >= BM) return moe_token_row<GATE_UP>(x, pairs, topK, K, first + min(tok0 + r - BM, count - 1));
+        const int mt = (r % (MT * 16)) / 16;
+        const int out = out0 + (r / (MT * 16)) * HALF * 16 + (mt % HALF) * 16 + r % 16;
+        return we + ((size_t)(mt >= HALF ? N : 0) + min(out, N - 1)) * K;
+      },
+      K, sliceChunks, [&](int wmRow, int wnTok, auto sum) {
+        const int warpOut0 = out0 + (wmRow / (MT * 16)) * HALF * 16;
+#pragma unroll
+        for (int mt = 0; mt < HALF; mt++)
+#pragma unroll
+          for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+              float v = sum(mt, nt, r);
+              if constexpr (GATE_UP) v = moe_silu_mul(v, sum(mt + HALF, nt, r));
+              moe_store(y, v, warpOut0 + mt * 16 + acc_row(lane, r), tok0 + wnTok + nt * 8 + acc_tok(lane, r), first,
+                        count, N);
+            }
+      });
+}
+
+#define INSTANTIATE_SPLIT(NAME, GATE_UP, MT, NT, PF)                                                                   \
+  extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_##NAME##_split_m##MT##_n##NT(          \
+      MOE_GEMM_ARGS) {                                                                                                 \
+    moe_split<GATE_UP, NT, PF>(x, w, y, offsets, pairs, E, topK, N, K, sliceChunks);                                   \
+  }
+#define INSTANTIATE_TILED(NAME, GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM)                                             \
+  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_tiled_w##WM##x##WN##_m##MT##_n##NT(       \
+      MOE_GEMM_ARGS) {                                                                                                 \
+    moe_tiled<GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, offsets, pairs, E, topK, N, K, sliceChunks);         \
+  }
+#define SPLIT_GATE_UP(MT, NT, PF) INSTANTIATE_SPLIT(gate_up, true, MT, NT, PF)
+#define SPLIT_DOWN(MT, NT, PF) INSTANTIATE_SPLIT(down, false, MT, NT, PF)
+#define TILED_GATE_UP(WM, WN, MT, NT, STAGES, SMEM_SUM) INSTANTIATE_TILED(gate_up, true, WM, WN, MT, NT, STAGES, SMEM_SUM)
+#define TILED_DOWN(WM, WN, MT, NT, STAGES, SMEM_SUM) INSTANTIATE_TILED(down, false, WM, WN, MT, NT, STAGES, SMEM_SUM)
+
+// The builds: moe-plan.ts MOE_SPLIT_BUILDS and gemm-rows.ts's tiled variants, as X-macro lists (kernel-defines.ts).
+MOE_GATE_UP_SPLIT_BUILDS(SPLIT_GATE_UP)
+MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN)
+MOE_TILED_BUILDS(TILED_GATE_UP)
+MOE_TILED_BUILDS(TILED_DOWN)
+#undef MOE_GEMM_ARGS
+#undef INSTANTIATE_SPLIT
+#undef INSTANTIATE_TILED
+#undef SPLIT_GATE_UP
+#undef SPLIT_DOWN
+#undef TILED_GATE_UP
+#undef TILED_DOWN
+
+// ---- combine ----
+
+// grid (ceil(H / (8 MOE_COMBINE_THREADS)), T), block MOE_COMBINE_THREADS: a thread 8 columns of a row (H % 8 == 0).
+extern "C" __global__ void __launch_bounds__(MOE_COMBINE_THREADS) moe_combine(const bf16_t* __restrict__ y,
+    const int* __restrict__ pos, const float* __restrict__ weights, bf16_t* __restrict__ out, int topK, int H) {
+  pdl_begin();
+  const int t = blockIdx.y;
+  const int h = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (h >= H) return;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < topK; j++) {
+    const float wj = weights[(size_t)t * topK + j];
+    const u32x4 v = *reinterpret_cast<const u32x4*>(y + (size_t)pos[(size_t)t * topK + j] * H + h);
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      acc[2 * i] = __fmaf_rn(wj, __uint_as_float(words[i] << 16), acc[2 * i]);
+      acc[2 * i + 1] = __fmaf_rn(wj, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+    }
+  }
+  const u32x4 o = {pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]), pack_bf16x2(acc[4], acc[5]),
+                   pack_bf16x2(acc[6], acc[7])};
+  *reinterpret_cast<u32x4*>(out + (size_t)t * H + h) = o;
+}

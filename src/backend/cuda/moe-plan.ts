@@ -1,0 +1,99 @@
+// Launch plans for kernels/moe.cu (Backend.moeExperts on the device). Every grid and buffer here is a function of
+// T, E, topK, H and I, never of the routing: a decode step's graph replays them whatever its tokens choose. The
+// GEMMs are gemm_rows' variants (gemm-rows.ts) on each expert's rows: what a sum adds, and in what order, follows K
+// alone (sliceChunks), so the variant and tile picked here never change a bit.
+
+import { blockTile, defaultVariant, GEMM_ROWS_SPLIT_WARPS, GEMM_ROWS_VARIANTS, type GemmRowsVariant, numSlices,
+  sliceChunks } from './gemm-rows.js';
+
+/** Rows (tokens) of moe_route a block: a warp a row. */
+export const MOE_ROUTE_WARPS = 4;
+/** Experts a lane of moe_route keeps in registers: E up to 32 times this. */
+export const MOE_ROUTE_PER_LANE = 16;
+export const MOE_MAX_EXPERTS = 32 * MOE_ROUTE_PER_LANE;
+/** moe_route writes a row's k choices from lanes 0..k-1. */
+export const MOE_MAX_TOP_K = 32;
+/** moe_group's one block. */
+export const MOE_GROUP_THREADS = 1024;
+/** moe_combine's threads a block, 8 columns each. */
+export const MOE_COMBINE_THREADS = 128;
+
+/** gate_up's split builds: gemm_rows' split variants with two m tiles (gate, up) a warp, fewer chunks in flight. */
+const GATE_UP_SPLIT_PREFETCH: Readonly<Record<number, number>> = { 1: 4, 2: 2, 4: 2 };
+
+/** The X-macro lists moe.cu instantiates (kernel-defines.ts): X(MT, NT, PF) splits, X(WM, WN, MT, NT, STAGES, SMEM_SUM) tiles. */
+export function moeBuildLists(): { gateUpSplit: string; downSplit: string; tiled: string } {
+  const splits = GEMM_ROWS_VARIANTS.filter((v) => v.kind === 'split');
+  return {
+    gateUpSplit: splits.map((v) => `X(2, ${v.nt}, ${GATE_UP_SPLIT_PREFETCH[v.nt]!})`).join(' '),
+    downSplit: splits.map((v) => `X(1, ${v.nt}, ${v.prefetch})`).join(' '),
+    tiled: GEMM_ROWS_VARIANTS.filter((v) => v.kind === 'tiled')
+      .map((v) => `X(${v.wm}, ${v.warps / v.wm}, ${v.mt}, ${v.nt}, ${v.stages}, ${v.smemSum})`).join(' '),
+  };
+}
+
+export interface MoeGemmLaunch {
+  kernel: string;
+  grid: [number, number, number];
+  block: number;
+  sharedBytes: number;
+  sliceChunks: number;
+  variant: GemmRowsVariant;
+}
+
+export interface MoePlan {
+  gateUp: MoeGemmLaunch;
+  down: MoeGemmLaunch;
+}
+
+/**
+ * Token tiles of BN over all experts, for any routing of T rows to k experts each: an expert takes at most T rows
+ * (a row picks an expert once), and the P = T k pairs fill at most ceil(P / BN) tiles plus one part-filled tile for
+ * each of the at most min(E, P) experts chosen.
+ */
+export function maxExpertTiles(T: number, E: number, topK: number, BN: number): number {
+  const P = T * topK;
+  const experts = Math.min(E, P);
+  return Math.min(Math.ceil(P / BN) + experts, experts * Math.ceil(T / BN));
+}
+
+/** Rows an expert gets on average (at most T): what picks the variant, as T does for gemm_rows. */
+export function rowsPerExpert(T: number, E: number, topK: number): number {
+  return Math.min(T, Math.ceil((T * topK) / E));
+}
+
+function planGemm(gateUp: boolean, T: number, E: number, topK: number, N: number, K: number,
+  variant: GemmRowsVariant): MoeGemmLaunch {
+  if (K % 8 !== 0) throw new Error(`moe: K ${K} is not a multiple of 8`);
+  const name = gateUp ? 'gate_up' : 'down';
+  const tile = blockTile(variant);
+  const y = maxExpertTiles(T, E, topK, tile.tokens);
+  const chunks = sliceChunks(K);
+  if (variant.kind === 'split') {
+    const mt = gateUp ? 2 : 1;
+    const slices = numSlices(K);
+    return { kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, grid: [Math.ceil(N / 16), y, 1],
+      block: 32 * Math.min(GEMM_ROWS_SPLIT_WARPS, slices), sharedBytes: slices * mt * variant.nt * 4 * 32 * 4,
+      sliceChunks: chunks, variant };
+  }
+  // gate_up: half of a block's weight rows are gate rows, the other half the same outputs' up rows
+  const outputs = gateUp ? tile.rows / 2 : tile.rows;
+  const { wm, warps, mt, nt, stages, smemSum } = variant;
+  return { kernel: `moe_${name}_tiled_w${wm}x${warps / wm}_m${mt}_n${nt}`, grid: [Math.ceil(N / outputs), y, 1],
+    block: 32 * warps, sliceChunks: chunks, variant,
+    sharedBytes: stages * (tile.rows + tile.tokens) * 128 + (smemSum ? mt * nt * 4 * 32 * warps * 4 : 0) };
+}
+
+/**
+ * The two grouped GEMMs of T rows on E experts of width I (hidden H): gemm_rows' default variant for an expert's
+ * average rows (the split ones to 64, many warps on each weight tile: a decode step reads each routed expert once),
+ * unless `variant` names one for both (tests).
+ */
+export function planMoe(T: number, E: number, topK: number, H: number, I: number,
+  variant?: GemmRowsVariant): MoePlan {
+  const m = rowsPerExpert(T, E, topK);
+  return {
+    gateUp: planGemm(true, T, E, topK, I, H, variant ?? defaultVariant(m, 2 * I)),
+    down: planGemm(false, T, E, topK, H, I, variant ?? defaultVariant(m, H)),
+  };
+}

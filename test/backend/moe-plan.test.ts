@@ -1,0 +1,75 @@
+// Plans of the device's mixture of experts (moe-plan.ts): the grids are a function of the shapes alone, and the tile
+// bound covers every routing (adversarial ones included); the grids cover every output; the kernels named are ones
+// moe.cu builds; decode steps take the split variants, prefill chunks the tiled ones.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { blockTile, GEMM_ROWS_VARIANTS, sliceChunks } from '../../src/backend/cuda/gemm-rows.js';
+import { maxExpertTiles, moeBuildLists, planMoe } from '../../src/backend/cuda/moe-plan.js';
+import { seededRandom } from '../../src/model/random-weights.js';
+
+/** Tiles of BN the grouped GEMMs walk for this routing (each row's k experts distinct). */
+function tilesOf(chosen: number[][], E: number, BN: number): number {
+  const counts = new Array<number>(E).fill(0);
+  for (const row of chosen) for (const e of row) counts[e]!++;
+  return counts.reduce((n, c) => n + Math.ceil(c / BN), 0);
+}
+
+test('the tile bound covers any routing: random, all rows on the same experts, every expert once', () => {
+  fc.assert(fc.property(fc.integer({ min: 1, max: 400 }), fc.integer({ min: 1, max: 160 }), fc.integer({ min: 1, max: 8 }),
+    fc.constantFrom(8, 16, 32, 128), fc.integer(), (T, E0, k0, BN, seed) => {
+      const E = Math.max(E0, k0);
+      const k = Math.min(k0, E);
+      const rand = seededRandom(seed);
+      const random = Array.from({ length: T }, () => {
+        const order = Array.from({ length: E }, (_, e) => e).sort(() => rand() - 0.5);
+        return order.slice(0, k);
+      });
+      const same = Array.from({ length: T }, () => Array.from({ length: k }, (_, j) => j));
+      const spread = Array.from({ length: T }, (_, t) => Array.from({ length: k }, (_, j) => (t * k + j) % E));
+      const bound = maxExpertTiles(T, E, k, BN);
+      for (const chosen of [random, same, spread]) assert.ok(tilesOf(chosen, E, BN) <= bound, `T ${T} E ${E} k ${k} BN ${BN}`);
+    }));
+});
+
+test('every plan covers the outputs of an expert within a block\'s shared memory, on a kernel moe.cu builds', () => {
+  const lists = moeBuildLists();
+  const built = new Set<string>();
+  for (const [list, name] of [[lists.gateUpSplit, 'gate_up'], [lists.downSplit, 'down']] as const) {
+    for (const m of list.matchAll(/X\((\d+), (\d+), \d+\)/g)) built.add(`moe_${name}_split_m${m[1]}_n${m[2]}`);
+  }
+  for (const m of lists.tiled.matchAll(/X\((\d+), (\d+), (\d+), (\d+), \d+, \w+\)/g)) {
+    for (const name of ['gate_up', 'down']) built.add(`moe_${name}_tiled_w${m[1]}x${m[2]}_m${m[3]}_n${m[4]}`);
+  }
+  fc.assert(fc.property(fc.integer({ min: 1, max: 4096 }), fc.constantFrom(8, 60, 128), fc.constantFrom(1, 2, 8),
+    fc.integer({ min: 1, max: 600 }), fc.integer({ min: 1, max: 2000 }),
+    fc.integer({ min: 0, max: GEMM_ROWS_VARIANTS.length }), (T, E, k, h8, i8, v) => {
+      const [H, I] = [8 * h8, 8 * i8];
+      const variant = GEMM_ROWS_VARIANTS[v];
+      const plan = planMoe(T, E, k, H, I, variant);
+      for (const [l, outputs, K, gateUp] of [[plan.gateUp, I, H, true], [plan.down, H, I, false]] as const) {
+        assert.ok(built.has(l.kernel), `${l.kernel} is built`);
+        const tile = blockTile(l.variant);
+        const perBlock = l.variant.kind === 'split' ? 16 : gateUp ? tile.rows / 2 : tile.rows;
+        assert.ok(l.grid[0] * perBlock >= outputs && (l.grid[0] - 1) * perBlock < outputs, `${l.kernel} covers ${outputs}`);
+        assert.equal(l.grid[1], maxExpertTiles(T, E, k, l.variant.kind === 'split' ? 8 * l.variant.nt : tile.tokens));
+        assert.equal(l.sliceChunks, sliceChunks(K));
+        // gate_up's split blocks keep two m tiles of partials: up to 64 KiB (launch opts in past 48)
+        assert.ok(l.sharedBytes <= (l.variant.smemSum ? 227 : l.variant.kind === 'split' ? 64 : 48) * 1024);
+        assert.ok(l.block <= 512 && l.block % 32 === 0);
+      }
+    }));
+  assert.throws(() => planMoe(1, 8, 2, 100, 64), /K 100 is not a multiple of 8/);
+});
+
+test('decode steps stream each routed expert on the split variants, prefill chunks take the tiled ones', () => {
+  // Qwen3-30B-A3B, one token: 8 experts of 48 tiles of 16 outputs (gate and up rows), K 2048 in 8 slices (8 warps)
+  const one = planMoe(1, 128, 8, 2048, 768);
+  assert.deepEqual([one.gateUp.kernel, one.gateUp.grid, one.gateUp.block], ['moe_gate_up_split_m2_n1', [48, 8, 1], 256]);
+  assert.deepEqual([one.down.kernel, one.down.grid, one.down.block], ['moe_down_split_m1_n1', [128, 8, 1], 96]);
+  // Mixtral, 64 tokens (16 an expert on average): two token tiles of 8
+  assert.equal(planMoe(64, 8, 2, 4096, 14336).gateUp.kernel, 'moe_gate_up_split_m2_n2');
+  assert.match(planMoe(2048, 128, 8, 2048, 768).gateUp.kernel, /^moe_gate_up_tiled_/);
+  assert.match(planMoe(8192, 8, 2, 4096, 14336).down.kernel, /^moe_down_tiled_w1x4/);
+});
