@@ -69,7 +69,10 @@ export function compileToCubin(source: string, name: string, arch: number, extra
   checkNvrtc(api.nvrtcCreateProgram(prog, source, name, 0, null, null), 'nvrtcCreateProgram');
   const handle = prog[0]!;
   try {
-    const options = [`--gpu-architecture=sm_${arch}`, '--std=c++17', ...extraOptions];
+    // --device-as-default-execution-space: a generic lambda's call operator (a template) carries no annotation, and
+    // NVRTC's JIT mode would take it for a host function (gemm_rows.cuh hands one to each tile's store); every
+    // function the kernels name is annotated, so nothing else changes
+    const options = [`--gpu-architecture=sm_${arch}`, '--std=c++17', '--device-as-default-execution-space', ...extraOptions];
     const status = api.nvrtcCompileProgram(handle, options.length, options);
     if (status !== 0) checkNvrtc(status, `nvrtcCompileProgram(${name})`, programLog(handle));
     const size: Out<number> = [0];
