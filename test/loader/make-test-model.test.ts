@@ -106,15 +106,31 @@ test('a 4M-element tensor streams in chunks of bounded size', () => {
   assert.equal(numChunks, 2);
 });
 
-test('repeatChunks (--fast) repeats the first chunk of the normal stream', () => {
+test('repeatChunks (--fast) repeats one chunk-long window of its init\'s shared normal stream, at its name\'s offset', () => {
   const spec = { name: 'model.layers.0.mlp.up_proj.weight', dtype: 'bf16' as const, shape: [4096, 2100] };
-  const normal = [...randomTensorChunks(spec, 0, { mean: 0, std: 0.02 })];
-  const fast = [...randomTensorChunks(spec, 0, { mean: 0, std: 0.02 }, true)];
+  const init = { mean: 0, std: 0.02 };
+  const fast = [...randomTensorChunks(spec, 0, init, true)];
   assert.equal(fast.length, 3);
-  assert.deepEqual(fast[0], normal[0]);
-  assert.deepEqual(fast[1], normal[0]);
-  assert.deepEqual(fast[2], normal[0]!.subarray(0, normal[2]!.byteLength));
-  assert.notDeepEqual(normal[1], normal[0]);
+  assert.deepEqual(fast[1], fast[0]);
+  assert.deepEqual(fast[2], fast[0]!.subarray(0, fast[2]!.byteLength));
+  assert.equal(fast.reduce((n, c) => n + c.byteLength, 0), tensorBytes(spec));
+  // another tensor of the same init: another window of the same values
+  const other = [...randomTensorChunks({ ...spec, name: 'model.layers.1.mlp.up_proj.weight' }, 0, init, true)];
+  assert.notDeepEqual(other[0], fast[0]);
+  const values = (c: Uint8Array) => new Uint16Array(c.buffer, c.byteOffset, 64);
+  const stream = [...randomTensorChunks({ name: 'bf16 0 0 0.02', dtype: 'bf16', shape: [2 * 4 * 2 ** 20] }, 0, init)];
+  const whole = new Uint16Array(stream.reduce((n, c) => n + c.byteLength, 0) / 2);
+  let at = 0;
+  for (const c of stream) {
+    whole.set(new Uint16Array(c.buffer, c.byteOffset, c.byteLength / 2), at);
+    at += c.byteLength / 2;
+  }
+  for (const w of [fast[0]!, other[0]!]) {
+    const v = values(w);
+    const i = whole.findIndex((x, j) => x === v[0] && whole[j + 1] === v[1] && whole[j + 2] === v[2] && whole[j + 3] === v[3]);
+    assert.ok(i >= 0, 'a window of the shared stream');
+    assert.deepEqual(whole.subarray(i, i + 64), v);
+  }
 });
 
 test('CLI writes a loadable directory and rejects bad arguments', () => {
