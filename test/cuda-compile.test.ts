@@ -26,6 +26,7 @@ test('cubin cache key depends on source, arch and NVRTC version', () => {
   assert.notEqual(a, cubinCacheKey('src', 80, '13.0'));
   assert.notEqual(a, cubinCacheKey('src', 90, '12.9'));
   assert.notEqual(a, cubinCacheKey('src2', 90, '13.0'));
+  assert.notEqual(a, cubinCacheKey('src', 90, '13.0', ['--std=c++17']), 'the compile options are part of the key');
 });
 
 test('loadCubin compiles once, then reads the disk cache', () => {

@@ -1,7 +1,7 @@
 // Kernel sources (.cu files, read at run time, after the #defines they share with
 // TypeScript: kernel-defines.ts) -> CUBIN for the GPU in hand, compiled by NVRTC at
 // first use and cached on disk:
-//   $QUIRE_CACHE_DIR or ~/.cache/quire/kernels / <sha256(source + arch + nvrtc version)>.cubin
+//   $QUIRE_CACHE_DIR or ~/.cache/quire/kernels / <sha256(source + arch + nvrtc version + options)>.cubin
 
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
@@ -10,6 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readKnob } from '../../knobs/knobs.js';
 import { moduleDefines } from './kernel-defines.js';
+import { NVRTC_OPTIONS } from './ffi/nvrtc.js';
 
 const KERNELS_REL = join('src', 'backend', 'cuda', 'kernels');
 
@@ -46,8 +47,8 @@ export function expandSource(file: string, dir = kernelDir(), seen = new Set<str
   }).join('\n');
 }
 
-export function cubinCacheKey(source: string, arch: number, nvrtcVersion: string): string {
-  return createHash('sha256').update(source).update(`\0sm_${arch}\0nvrtc ${nvrtcVersion}`).digest('hex');
+export function cubinCacheKey(source: string, arch: number, nvrtcVersion: string, options: readonly string[] = NVRTC_OPTIONS): string {
+  return createHash('sha256').update(source).update(`\0sm_${arch}\0nvrtc ${nvrtcVersion}\0${options.join(' ')}`).digest('hex');
 }
 
 export function kernelCacheDir(env: NodeJS.ProcessEnv = process.env): string {

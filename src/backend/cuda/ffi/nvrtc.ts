@@ -62,6 +62,14 @@ export function nvrtcVersion(): string {
   return `${major[0]}.${minor[0]}`;
 }
 
+/**
+ * What every compile passes besides the architecture (part of the cubin cache's key). --device-as-default-execution-
+ * space: a generic lambda's call operator (a template) carries no annotation, and NVRTC's JIT mode would take it for
+ * a host function (gemm_rows.cuh hands one to each tile's store); every function the kernels name is annotated, so
+ * nothing else changes.
+ */
+export const NVRTC_OPTIONS: readonly string[] = ['--std=c++17', '--device-as-default-execution-space'];
+
 /** Compiles one translation unit to a CUBIN for sm_<arch> (e.g. 90). */
 export function compileToCubin(source: string, name: string, arch: number, extraOptions: string[] = []): Uint8Array {
   const api = nvrtcApi();
@@ -69,10 +77,7 @@ export function compileToCubin(source: string, name: string, arch: number, extra
   checkNvrtc(api.nvrtcCreateProgram(prog, source, name, 0, null, null), 'nvrtcCreateProgram');
   const handle = prog[0]!;
   try {
-    // --device-as-default-execution-space: a generic lambda's call operator (a template) carries no annotation, and
-    // NVRTC's JIT mode would take it for a host function (gemm_rows.cuh hands one to each tile's store); every
-    // function the kernels name is annotated, so nothing else changes
-    const options = [`--gpu-architecture=sm_${arch}`, '--std=c++17', '--device-as-default-execution-space', ...extraOptions];
+    const options = [`--gpu-architecture=sm_${arch}`, ...NVRTC_OPTIONS, ...extraOptions];
     const status = api.nvrtcCompileProgram(handle, options.length, options);
     if (status !== 0) checkNvrtc(status, `nvrtcCompileProgram(${name})`, programLog(handle));
     const size: Out<number> = [0];
