@@ -175,13 +175,21 @@ export interface Backend {
   /** siluMul(matmul(x, gateUp)), bit for bit; a backend may run it as one kernel. */
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor;
   /**
-   * A mixture-of-experts feed-forward after its router (vLLM's fused_moe), on x [T, H] and routerLogits [T, E]:
-   * per token, softmax over the E logits in f32, the route.topK largest probabilities (ties to the lower expert),
+   * A mixture-of-experts feed-forward (vLLM's fused_moe), on x [T, H] and the router's weight [E, H]: the router's
+   * logits matmul(x, router) (bf16, as matmul rounds them; a backend may compute them in its own kernel, within bf16
+   * rounding of its matmul's, and in the batch-invariant mode with its matmul's bits); per token, softmax over the E
+   * logits in f32, the route.topK largest probabilities (ties to the lower expert),
    * divided by their sum where route.renormalize; then out[t] = sum_j p_j * down_e(silu(gate_e x_t) * up_e x_t)
    * over the chosen experts e = e_j, in j order -> [T, H]. A row's result depends on its own x and logits only:
    * never on which other rows chose the same experts.
    */
-  moeExperts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): Tensor;
+  moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor;
+  /**
+   * Optional: addRmsNorm(moeExperts(x, router, experts, route), residual, normW, eps) bit for bit, residual included
+   * (the CUDA backend: the combine, the residual add and the norm in one kernel).
+   */
+  moeExpertsAddRmsNorm?(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute, residual: Tensor,
+    normW: Tensor, eps: number): Tensor;
   /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
   /**

@@ -60,6 +60,7 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['moe.cu', 'MOE_GATE_UP_SPLIT_BUILDS(X)', 'X(2, 1, 4) X(2, 2, 2) X(2, 4, 2)'],
     ['moe.cu', 'MOE_DOWN_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
     ['moe.cu', 'MOE_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
+    ['moe.cu', 'NORM_VEC', NORM_VEC],  // norm.cuh's register rows (moe_combine_add_rms_norm)
     ['norm.cu', 'NORM_VEC', NORM_VEC],
     ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],

@@ -73,3 +73,16 @@ test('decode steps stream each routed expert on the split variants, prefill chun
   assert.match(planMoe(2048, 128, 8, 2048, 768).gateUp.kernel, /^moe_gate_up_tiled_/);
   assert.match(planMoe(8192, 8, 2, 4096, 14336).down.kernel, /^moe_down_tiled_w1x4/);
 });
+
+test('a decode batch of up to 64 rows takes the fused router: gemm_rows\' split m1 n1 tiles over every expert and row, its shared memory the partials and E cursors', () => {
+  for (const [T, E, H] of [[1, 128, 2048], [8, 128, 2048], [9, 40, 264], [64, 512, 4096]] as const) {
+    const r = planMoe(T, E, 8, H, 96).router!;
+    assert.ok(r, `T ${T}`);
+    assert.deepEqual(r.grid, [Math.ceil(E / 16), Math.ceil(T / 8), 1]);
+    const slices = Math.ceil(Math.ceil(H / 32) / sliceChunks(H));
+    assert.equal(r.block, 32 * Math.min(16, slices));
+    assert.equal(r.sharedBytes, slices * 4 * 32 * 4 + 4 * E);
+    assert.equal(r.sliceChunks, sliceChunks(H));
+  }
+  assert.equal(planMoe(65, 128, 8, 2048, 768).router, null, 'more rows: the router GEMM, moe_route and moe_group');
+});

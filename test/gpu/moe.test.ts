@@ -1,9 +1,12 @@
 // The device's mixture of experts (Backend.moeExperts: kernels/moe.cu, moe.ts): its routing is routeTokens' (the same
-// experts, weights within 2e-6); its outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split
-// variants) and prefill chunks (the tiled ones), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden
-// sizes and widths off the tiles; a row's bits are the same alone as in a batch whose every row chose its experts, on
-// every variant; a decode step captured as a graph replays to the eager result when its tokens route elsewhere; a
-// profile names the MoE buckets; block-FP8 experts are refused by name. CUDA outputs start as NaN.
+// experts, weights within 2e-6), by moe_route and by the fused router (moe_router_fused: its logits within bf16
+// rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row routes alike at any T); its
+// outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
+// (the tiled ones), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden sizes and widths off the tiles; a
+// row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
+// with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a decode step captured as a graph
+// replays to the eager result when its tokens route elsewhere; a profile names the MoE buckets; block-FP8 experts are
+// refused by name. CUDA outputs start as NaN.
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,7 +14,7 @@ import type { MoeExperts, MoeRoute } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
-import { planMoe } from '../../src/backend/cuda/moe-plan.js';
+import { MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
@@ -27,6 +30,25 @@ function expertValues(E: number, H: number, I: number, seed: number): { gateUp: 
 function cudaExperts(c: CudaBackend, E: number, H: number, I: number, seed: number): MoeExperts {
   const v = expertValues(E, H, I, seed);
   return { numExperts: E, intermediate: I, gateUp: c.fromHost([E * 2 * I, H], v.gateUp), down: c.fromHost([E * H, I], v.down) };
+}
+
+/**
+ * A router [E, H] whose logit e is 4 x[e] (E <= H): exact in any sum order, so the CPU's f32 logits and the device's
+ * bf16 ones are equal and both route alike, ties included.
+ */
+function pickingRouter(E: number, H: number): Float32Array {
+  const r = new Float32Array(E * H);
+  for (let e = 0; e < E; e++) r[e * H + e] = 4;
+  return r;
+}
+
+/** The exclusive scan of each expert's count among `experts`: the grouping's offsets [E + 1]. */
+function offsetsOf(experts: Int32Array, E: number): number[] {
+  const counts = new Array<number>(E).fill(0);
+  for (const e of experts) counts[e]!++;
+  const out = [0];
+  for (const c of counts) out.push(out[out.length - 1]! + c);
+  return out;
 }
 
 const oneToken = batchOf([{ ids: [1], start: 0, pages: [0] }], 16);
@@ -61,6 +83,37 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     });
   }
 
+  // the fused router: T up to MOE_FUSED_ROUTER_MAX_ROWS, E not a multiple of 16, H off the slices
+  for (const [T, E, k, H, renormalize] of [[1, 128, 8, 2048, true], [5, 40, 3, 264, false], [64, 128, 8, 256, true],
+    [3, 512, 32, 512, false], [MOE_FUSED_ROUTER_MAX_ROWS + 1, 128, 8, 256, true]] as const) {
+    test(`the router of ${T} rows over ${E} experts, top ${k}, H ${H}: routeTokens' routing of its logits, grouped; the logits within bf16 of the GEMM's`, () => {
+      assert.equal(planMoe(T, E, k, H, 64).router !== null, T <= MOE_FUSED_ROUTER_MAX_ROWS);
+      const x = cuda.fromHost([T, H], randomBf16(T * H, 30 + T));
+      const router = cuda.fromHost([E, H], randomBf16(E * H, 31 + E, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+      const route: MoeRoute = { topK: k, renormalize };
+      try {
+        for (const unfused of [false, true]) {
+          cuda.moe.unfusedRouter = unfused;
+          beginPoisonedStep(cuda);
+          const got = cuda.moe.routerToHost(x, router, route);
+          const want = routeTokens(got.logits, T, E, route);
+          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (unfused ${unfused})`);
+          for (let i = 0; i < T * k; i++) {
+            assert.ok(Math.abs(got.weights[i]! - want.weights[i]!) <= 2e-6, `weight ${i}: ${got.weights[i]} != ${want.weights[i]}`);
+          }
+          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (unfused ${unfused})`);
+        }
+        cuda.moe.unfusedRouter = false;
+        beginPoisonedStep(cuda);
+        const fused = cuda.moe.routerToHost(x, router, route).logits;
+        beginPoisonedStep(cuda);
+        assertBf16Close(fused, cuda.toHost(cuda.matmul(x, router, 'router')), 'logits vs the router GEMM');
+      } finally {
+        cuda.moe.unfusedRouter = false;
+      }
+    });
+  }
+
   // [T, E, k, H, I, renormalize, the variant kind the plan takes]
   const cases = [
     [1, 128, 8, 256, 96, true, 'split'],  // decode, Qwen3-MoE's experts and top-k
@@ -81,7 +134,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       const [gc, gg] = uploadBoth(cpu, cuda, 'gate_up', [E * 2 * I, H], v.gateUp);
       const [dc, dg] = uploadBoth(cpu, cuda, 'down', [E * H, I], v.down);
       const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, H], randomBf16(T * H, 7 + T));
-      const [lc, lg] = uploadBoth(cpu, cuda, 'logits', [T, E], randomBf16(T * E, 8 + T, -4, 4));
+      const [lc, lg] = uploadBoth(cpu, cuda, 'router', [E, H], pickingRouter(E, H));
       const route: MoeRoute = { topK: k, renormalize };
       cpu.beginStep(oneToken);
       beginPoisonedStep(cuda);
@@ -94,32 +147,51 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
   test('a row has the same bits alone as in a batch of 300 rows on its experts, on every variant', () => {
     const [T, E, k, H, I] = [300, 128, 8, 256, 96];
     const ex = cudaExperts(cuda, E, H, I, 11);
-    const x = cuda.fromHost([T, H], randomBf16(T * H, 12));
-    const row0 = randomBf16(E, 13, -4, 4);
-    const logits = new Float32Array(T * E);
-    for (let t = 0; t < T; t++) logits.set(row0, t * E);  // every row routes to row 0's experts, with its weights
-    const l = cuda.fromHost([T, E], logits);
+    const xs = randomBf16(T * H, 12);
+    const row0 = randomBf16(E, 13, -1, 1);
+    for (let t = 0; t < T; t++) xs.set(row0, t * H);  // every row routes to row 0's experts, with its weights
+    const x = cuda.fromHost([T, H], xs);
+    const router = cuda.fromHost([E, H], pickingRouter(E, H));
     const route: MoeRoute = { topK: k, renormalize: true };
-    const run = (xs: CudaTensor, ls: CudaTensor) => {
+    const run = (rows: CudaTensor) => {
       beginPoisonedStep(cuda);
-      return bitsOf(cuda, cuda.moeExperts(xs, ls, ex, route));
+      return bitsOf(cuda, cuda.moeExperts(rows, router, ex, route));
     };
     try {
-      const batch = run(x, l);
+      const batch = run(x);
       for (const r of [0, 1, 150, 299]) {
-        assertSameBits(run(rowsOf(x, r, 1), rowsOf(l, r, 1)), batch.slice(r * H, (r + 1) * H), `row ${r} alone`);
+        assertSameBits(run(rowsOf(x, r, 1)), batch.slice(r * H, (r + 1) * H), `row ${r} alone`);
         const s = Math.min(r, T - 7);  // and as one of 7 rows
-        assertSameBits(run(rowsOf(x, s, 7), rowsOf(l, s, 7)).slice((r - s) * H, (r - s + 1) * H),
-          batch.slice(r * H, (r + 1) * H), `row ${r} of 7`);
+        assertSameBits(run(rowsOf(x, s, 7)).slice((r - s) * H, (r - s + 1) * H), batch.slice(r * H, (r + 1) * H), `row ${r} of 7`);
       }
       for (const variant of GEMM_ROWS_VARIANTS) {
         cuda.moe.variant = variant;
-        assertSameBits(run(x, l), batch, `the batch on ${variant.kind} m${variant.mt} n${variant.nt}`);
+        assertSameBits(run(x), batch, `the batch on ${variant.kind} m${variant.mt} n${variant.nt}`);
       }
     } finally {
       cuda.moe.variant = undefined;
     }
   });
+
+  for (const [T, H] of [[1, 256], [7, 264], [300, 256]] as const) {
+    test(`moeExpertsAddRmsNorm, T ${T}, H ${H}: the residual and the normed output have moeExperts then addRmsNorm's bits`, () => {
+      const [E, k, I] = [128, 8, 96];
+      const ex = cudaExperts(cuda, E, H, I, 40);
+      const x = cuda.fromHost([T, H], randomBf16(T * H, 41));
+      const router = cuda.fromHost([E, H], randomBf16(E * H, 42, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+      const resValues = randomBf16(T * H, 43, -4, 4);
+      const normW = cuda.fromHost([H], randomBf16(H, 44, 0.5, 1.5));
+      const route: MoeRoute = { topK: k, renormalize: true };
+      beginPoisonedStep(cuda);
+      const res1 = cuda.fromHost([T, H], resValues);
+      const want = bitsOf(cuda, cuda.addRmsNorm(cuda.moeExperts(x, router, ex, route), res1, normW, 1e-6));
+      beginPoisonedStep(cuda);
+      const res2 = cuda.fromHost([T, H], resValues);
+      const got = bitsOf(cuda, cuda.moeExpertsAddRmsNorm(x, router, ex, route, res2, normW, 1e-6));
+      assertSameBits(got, want, 'the normed output');
+      assertSameBits(bitsOf(cuda, res2), bitsOf(cuda, res1), 'the residual');
+    });
+  }
 
   test('block-FP8 experts are refused by name', () => {
     const [E, H, I] = [8, 128, 128];
@@ -127,7 +199,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     const g = ex.gateUp as CudaTensor;
     const fp8 = new CudaTensor(g.shape, g.ptr, 'f8_e4m3', g.ptr);
     beginPoisonedStep(cuda);
-    assert.throws(() => cuda.moeExperts(cuda.fromHost([1, H], randomBf16(H, 15)), cuda.fromHost([1, E], randomBf16(E, 16)),
+    assert.throws(() => cuda.moeExperts(cuda.fromHost([1, H], randomBf16(H, 15)), cuda.fromHost([E, H], randomBf16(E * H, 16)),
       { ...ex, gateUp: fp8 }, { topK: 2, renormalize: true }), /block-FP8 experts are not supported on the cuda backend/);
   });
 });
@@ -137,7 +209,7 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
   after(() => backends.forEach((b) => b.dispose()));
   const [V, E, k, H, I] = [64, 128, 8, 256, 96];
 
-  /** A decode step's MoE on `c`: embedding -> router GEMM -> moeExperts, one row a sequence. */
+  /** A decode step's MoE on `c`: embedding -> moeExperts (the fused router), one row a sequence. */
   function decodeStep(c: CudaBackend): (ids: number[]) => { batch: ReturnType<typeof batchOf>; record: () => Float32Array } {
     const table = c.fromHost([V, H], randomBf16(V * H, 21));
     const router = c.fromHost([E, H], randomBf16(E * H, 22, -0.5, 0.5));
@@ -147,7 +219,7 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
       return { batch, record: () => {
         const step = c.beginStep(batch);
         const x = c.embedding(table, step);
-        return c.toHost(c.moeExperts(x, c.matmul(x, router, 'router'), ex, { topK: k, renormalize: true }));
+        return c.toHost(c.moeExperts(x, router, ex, { topK: k, renormalize: true }));
       } };
     };
   }
@@ -165,13 +237,47 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
     assert.equal(c.numGraphReplays, 4);
   });
 
-  test('a profiled step names the router, routing, gate_up, down and combine buckets', () => {
+  test('a profiled decode step names the routing (the fused router: no router GEMM), gate_up, down and combine buckets', () => {
     const c = newCuda({ profile: true, log: () => {} });
     backends.push(c);
     decodeStep(c)([1, 2, 3]).record();
     const buckets = c.lastProfile!.rows.map((r) => r.bucket);
-    for (const b of ['gemm router', 'moe route', 'gemm expert gate_up', 'gemm expert down', 'moe combine']) {
+    for (const b of ['moe route', 'gemm expert gate_up', 'gemm expert down', 'moe combine']) {
       assert.ok(buckets.includes(b), `${b} in ${buckets.join(', ')}`);
+    }
+    assert.ok(!buckets.includes('gemm router'), `no router GEMM in ${buckets.join(', ')}`);
+  });
+});
+
+describe('CUDA mixture of experts in the batch-invariant mode', { skip: noCuda }, () => {
+  let cuda: CudaBackend;
+  before(() => {
+    cuda = newCuda({ batchInvariant: true });
+  });
+  after(() => cuda?.dispose());
+
+  test('a row\'s logits, routing and output have the same bits alone (the fused router) as in a batch of 300 (gemm_rows, moe_route, moe_group)', () => {
+    const [T, E, k, H, I] = [300, 128, 8, 256, 96];
+    const ex = cudaExperts(cuda, E, H, I, 50);
+    const x = cuda.fromHost([T, H], randomBf16(T * H, 51));
+    const router = cuda.fromHost([E, H], randomBf16(E * H, 52, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+    const route: MoeRoute = { topK: k, renormalize: true };
+    assert.equal(planMoe(T, E, k, H, I).router, null);
+    assert.notEqual(planMoe(1, E, k, H, I).router, null);
+    beginPoisonedStep(cuda);
+    const batch = cuda.moe.routerToHost(x, router, route);
+    beginPoisonedStep(cuda);
+    const out = bitsOf(cuda, cuda.moeExperts(x, router, ex, route));
+    for (const r of [0, 77, 299]) {
+      beginPoisonedStep(cuda);
+      const alone = cuda.moe.routerToHost(rowsOf(x, r, 1), router, route);
+      assertSameBits(new Uint32Array(alone.logits.buffer), new Uint32Array(batch.logits.slice(r * E, (r + 1) * E).buffer),
+        `row ${r}'s logits`);
+      assert.deepEqual(Array.from(alone.experts), Array.from(batch.experts.slice(r * k, (r + 1) * k)), `row ${r}'s experts`);
+      assert.deepEqual(Array.from(alone.weights), Array.from(batch.weights.slice(r * k, (r + 1) * k)), `row ${r}'s weights`);
+      beginPoisonedStep(cuda);
+      assertSameBits(bitsOf(cuda, cuda.moeExperts(rowsOf(x, r, 1), router, ex, route)), out.slice(r * H, (r + 1) * H),
+        `row ${r}'s output`);
     }
   });
 });

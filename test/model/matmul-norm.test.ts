@@ -1,11 +1,13 @@
 // The model hands a GEMM and the norm after it to Backend.matmulAddRmsNorm where the backend has it: o with the
 // layer's post-attention norm, and down with the next layer's input norm (the last layer's down goes to the final
-// norm as before).
+// norm as before); a mixture of experts goes to Backend.moeExpertsAddRmsNorm with the next layer's input norm alike.
 
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import type { Tensor } from '../../src/backend/backend.js';
+import type { MoeExperts, MoeRoute, Tensor } from '../../src/backend/backend.js';
+import { parseModelConfig } from '../../src/loader/config.js';
+import { configForShape } from '../../src/tools/test-model/shapes.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
 import { chunked, runSteps } from './helpers.js';
@@ -43,4 +45,32 @@ test('o and down reach matmulAddRmsNorm with the norms after them; the logits ar
     assert.equal(call.label, want.label, `call ${i}`);
     assert.equal(call.norm, want.norm, `call ${i}: the norm weight`);
   });
+});
+
+/** A CPU backend with moeExpertsAddRmsNorm as the two ops it stands for, recording each call's norm weight. */
+class MoeRecordingBackend extends CpuBackend {
+  readonly norms: Tensor[] = [];
+  moeExpertsAddRmsNorm(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute, residual: Tensor, normW: Tensor,
+    eps: number): Tensor {
+    this.norms.push(normW);
+    return this.addRmsNorm(this.moeExperts(x, router, experts, route), residual, normW, eps);
+  }
+}
+
+test('a mixture of experts reaches moeExpertsAddRmsNorm with the next layer\'s input norm; the logits are the unfused ops\'', () => {
+  const config = parseModelConfig(configForShape('tiny-qwen3-moe', 'f32'), 'config.json');
+  const plain = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
+  const recording = new MoeRecordingBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
+  backends.push(plain, recording);
+  const load = (b: CpuBackend) => Model.load(config, randomWeightSource(config, { seed: 4 }), b);
+  const fused = load(recording);
+  const prompts = { a: Array.from({ length: 20 }, (_, i) => (i * 5 + 2) % config.vocabSize) };
+  const steps = chunked('a', 20, 16);
+  assert.deepEqual(runSteps(fused, prompts, steps, 1).get('a')!, runSteps(load(plain), prompts, steps, 1).get('a')!);
+  const layers = fused.parts.layers;
+  // every sparse layer but the last (whose output goes to the final norm)
+  const perStep = layers.flatMap((lw, l) => (config.moe!.sparseLayers[l] && l + 1 < layers.length ? [layers[l + 1]!.inputNorm] : []));
+  assert.ok(perStep.length > 0, 'the model has a sparse layer before its last');
+  assert.equal(recording.norms.length, perStep.length * steps.length);
+  recording.norms.forEach((norm, i) => assert.equal(norm, perStep[i % perStep.length], `call ${i}: the norm weight`));
 });

@@ -74,22 +74,22 @@ function naiveMoe(x: Float32Array, logits: Float32Array, T: number, H: number, E
   return out;
 }
 
-test('moeExperts: each row the weighted sum of its top-k experts\' SwiGLU MLPs; a row alone gets the same bits', () => {
+test('moeExperts: the router\'s logits, then each row the weighted sum of its top-k experts\' SwiGLU MLPs; a row alone gets the same bits', () => {
   const [T, H, E, I, k] = [9, 24, 6, 10, 2];
   const xs = randoms(T * H, 1);
-  const logitsData = randoms(T * E, 2, 3);
+  const router = upload('r', [E, H], randoms(E * H, 2, 0.6));
   const gu = randoms(E * 2 * I * H, 3, 0.3);
   const dn = randoms(E * H * I, 4, 0.3);
   const experts: MoeExperts = { numExperts: E, intermediate: I, gateUp: upload('gu', [E * 2 * I, H], gu), down: upload('d', [E * H, I], dn) };
   const route = { topK: k, renormalize: true };
   backend.beginStep({ numTokens: T } as never);
-  const out = backend.toHost(backend.moeExperts(upload('x', [T, H], xs), upload('l', [T, E], logitsData), experts, route));
-  const want = naiveMoe(xs, logitsData, T, H, E, I, k, gu, dn);
+  const x = upload('x', [T, H], xs);
+  const out = backend.toHost(backend.moeExperts(x, router, experts, route));
+  const want = naiveMoe(xs, backend.toHost(backend.matmul(x, router)), T, H, E, I, k, gu, dn);
   const maxErr = want.reduce((m, v, i) => Math.max(m, Math.abs(v - out[i]!)), 0);
   assert.ok(maxErr < 1e-5, `max error ${maxErr}`);
   for (const t of [0, 4, 8]) {
-    const alone = backend.toHost(backend.moeExperts(upload('x1', [1, H], xs.slice(t * H, (t + 1) * H)),
-      upload('l1', [1, E], logitsData.slice(t * E, (t + 1) * E)), experts, route));
+    const alone = backend.toHost(backend.moeExperts(upload('x1', [1, H], xs.slice(t * H, (t + 1) * H)), router, experts, route));
     assert.deepEqual(alone, out.slice(t * H, (t + 1) * H), `row ${t} alone`);
   }
 });

@@ -293,9 +293,9 @@ export class CpuBackend implements Backend {
     return this.siluMul(this.matmul(x, gateUp));
   }
 
-  moeExperts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
+  moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
     return moeExperts({ alloc: (shape) => this.alloc(shape), matmul: (a, w) => this.matmul(a, w),
-      siluMul: (g) => this.siluMul(g) }, x, routerLogits, experts, route);
+      siluMul: (g) => this.siluMul(g) }, x, this.matmul(x, router, 'router'), experts, route);
   }
 
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {

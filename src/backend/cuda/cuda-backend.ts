@@ -13,7 +13,7 @@ import { Device } from './device.js';
 import { CudaGemms } from './gemm.js';
 import { CudaGraphs } from './graphs.js';
 import { KvMemory } from './kv-memory.js';
-import { CudaMoe } from './moe.js';
+import { combineFusesNorm, CudaMoe } from './moe.js';
 import type { ProfileLogMode } from './profiler.js';
 import { CudaSampling } from './sampling.js';
 import { StepContext } from './step-context.js';
@@ -97,7 +97,7 @@ export class CudaBackend implements Backend {
       cublasWorkspaceBytes: opts.cublasWorkspaceBytes });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
       { batchInvariant, fusedRope: opts.fusedRope });
-    this.moe = new CudaMoe(this.step);
+    this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'));
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.probes = {
@@ -211,8 +211,15 @@ export class CudaBackend implements Backend {
     return this.gemms.matmulSiluMul(x, gateUp);
   }
 
-  moeExperts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
-    return this.moe.experts(this.gemms.plain(x), routerLogits, experts, route);
+  // x's pending norm (a chain GEMM's NormedTensor) is applied once, for the router and the experts alike
+  moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
+    return this.moe.experts(this.gemms.plain(x), router, experts, route);
+  }
+
+  moeExpertsAddRmsNorm(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute, residual: Tensor, normW: Tensor,
+    eps: number): Tensor {
+    if (!combineFusesNorm(x.shape[1]!)) return this.addRmsNorm(this.moeExperts(x, router, experts, route), residual, normW, eps);
+    return this.moe.experts(this.gemms.plain(x), router, experts, route, { residual, weight: normW, eps });
   }
 
   siluMul(gateUp: Tensor): Tensor {
@@ -315,6 +322,7 @@ export class CudaBackend implements Backend {
     this.weights.dispose();
     this.kv.dispose();
     this.sampling.dispose();
+    this.moe.dispose();
     this.step.dispose();
     this.gemms.dispose();
     this.device.dispose();

@@ -30,7 +30,7 @@ export interface GemmOptions {
  * else 256. Rows of one chunk per thread sum their squares alike at any width (the extra threads hold nothing),
  * so there only occupancy changes.
  */
-function normThreads(hidden: number): number {
+export function normThreads(hidden: number): number {
   if (hidden % 8 !== 0 || hidden > 8 * 128 * NORM_VEC) return 256;
   return hidden <= 1024 ? Math.max(32, Math.ceil(hidden / 8 / 32) * 32) : 128;
 }

@@ -60,7 +60,7 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
   'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS,
     'GEMM_ROWS_SPLIT_BUILDS(X)': gemmRowsBuildLists().split, 'GEMM_ROWS_TILED_BUILDS(X)': gemmRowsBuildLists().tiled },
   'moe.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE, MOE_GROUP_THREADS,
-    MOE_COMBINE_THREADS, 'MOE_GATE_UP_SPLIT_BUILDS(X)': moeBuildLists().gateUpSplit,
+    MOE_COMBINE_THREADS, NORM_VEC, 'MOE_GATE_UP_SPLIT_BUILDS(X)': moeBuildLists().gateUpSplit,
     'MOE_DOWN_SPLIT_BUILDS(X)': moeBuildLists().downSplit, 'MOE_TILED_BUILDS(X)': moeBuildLists().tiled },
   'norm.cu': { NORM_VEC },
   'quant_fp8.cu': { FP8_BLOCK },

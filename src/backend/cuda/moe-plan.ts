@@ -17,6 +17,11 @@ export const MOE_MAX_TOP_K = 32;
 export const MOE_GROUP_THREADS = 1024;
 /** moe_combine's threads a block, 8 columns each. */
 export const MOE_COMBINE_THREADS = 128;
+/**
+ * Most rows moe_router_fused takes (router GEMM, route and group in one launch): its last block routes and groups every
+ * row alone, which costs more than the three kernels' many blocks beyond a decode batch. Above it, the router is a GEMM.
+ */
+export const MOE_FUSED_ROUTER_MAX_ROWS = 64;
 
 /** gate_up's split builds: gemm_rows' split variants with two m tiles (gate, up) a warp, fewer chunks in flight. */
 const GATE_UP_SPLIT_PREFETCH: Readonly<Record<number, number>> = { 1: 4, 2: 2, 4: 2 };
@@ -44,6 +49,8 @@ export interface MoeGemmLaunch {
 export interface MoePlan {
   gateUp: MoeGemmLaunch;
   down: MoeGemmLaunch;
+  /** moe_router_fused's launch for T rows on a router [E, H], or null (T over MOE_FUSED_ROUTER_MAX_ROWS: the GEMM path). */
+  router: { grid: [number, number, number]; block: number; sharedBytes: number; sliceChunks: number } | null;
 }
 
 /**
@@ -85,9 +92,19 @@ function planGemm(gateUp: boolean, T: number, E: number, topK: number, N: number
 }
 
 /**
+ * moe_router_fused: gemm_rows' split m1 n1 tiles (16 experts by 8 rows a block, its warps on the slices of H, as
+ * planGemmRows plans them), then E ints of shared memory for the grouping's cursor after the slices' partials.
+ */
+function planFusedRouter(T: number, E: number, H: number): NonNullable<MoePlan['router']> {
+  const slices = numSlices(H);
+  return { grid: [Math.ceil(E / 16), Math.ceil(T / 8), 1], block: 32 * Math.min(GEMM_ROWS_SPLIT_WARPS, slices),
+    sharedBytes: slices * 4 * 32 * 4 + 4 * E, sliceChunks: sliceChunks(H) };
+}
+
+/**
  * The two grouped GEMMs of T rows on E experts of width I (hidden H): gemm_rows' default variant for an expert's
  * average rows (the split ones to 64, many warps on each weight tile: a decode step reads each routed expert once),
- * unless `variant` names one for both (tests).
+ * unless `variant` names one for both (tests); and the fused router for a decode step's few rows.
  */
 export function planMoe(T: number, E: number, topK: number, H: number, I: number,
   variant?: GemmRowsVariant): MoePlan {
@@ -95,5 +112,6 @@ export function planMoe(T: number, E: number, topK: number, H: number, I: number
   return {
     gateUp: planGemm(true, T, E, topK, I, H, variant ?? defaultVariant(m, 2 * I)),
     down: planGemm(false, T, E, topK, H, I, variant ?? defaultVariant(m, H)),
+    router: T <= MOE_FUSED_ROUTER_MAX_ROWS ? planFusedRouter(T, E, H) : null,
   };
 }

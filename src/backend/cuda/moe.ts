@@ -1,14 +1,19 @@
-// Mixture of experts on the device (Backend.moeExperts): route, group, the grouped gate_up (silu * up fused) and down
-// GEMMs, and the weighted combine, as kernels/moe.cu's kernels in one stream with no read back: the routing stays on
-// the device, and every grid and buffer follows T, E, topK, H and I alone (moe-plan.ts), so a decode step's graph
-// replays whatever its tokens choose. Its profile buckets: "moe route" (routing and grouping), "gemm expert gate_up",
-// "gemm expert down", "moe combine"; the router GEMM before it is the model's matmul ("gemm router").
+// Mixture of experts on the device (Backend.moeExperts): the router GEMM, route, group, the grouped gate_up (silu * up
+// fused) and down GEMMs, and the weighted combine (optionally fused with the residual add and the next norm), as
+// kernels/moe.cu's kernels in one stream with no read back: the routing stays on the device, and every grid and buffer
+// follows T, E, topK, H and I alone (moe-plan.ts), so a decode step's graph replays whatever its tokens choose. A
+// decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe route"); more
+// rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits the fused
+// kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert down",
+// "moe combine".
 
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
 import type { GemmRowsVariant } from './gemm-rows.js';
-import { i32, ptr } from './device.js';
+import { f32, i32, ptr } from './device.js';
+import { normThreads } from './gemm.js';
+import { NORM_VEC } from './kernel-defines.js';
 import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_MAX_EXPERTS, MOE_MAX_TOP_K, MOE_ROUTE_WARPS, type MoeGemmLaunch,
-  planMoe } from './moe-plan.js';
+  type MoePlan, planMoe } from './moe-plan.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, type CudaTensor } from './tensor.js';
 
@@ -18,21 +23,53 @@ interface DeviceRouting {
   weights: bigint;
 }
 
+/** The routing and its grouping (int32 offsets [E + 1], pairs in grouped order [P], each pair's position [P]). */
+interface DeviceGroups extends DeviceRouting {
+  logits: CudaTensor;
+  offsets: bigint;
+  pairs: bigint;
+  pos: bigint;
+}
+
+/** The bf16 router GEMM of the backend (gemm.ts matmul: cuBLASLt, the chain kernels, or gemm_rows when batch-invariant). */
+export type RouterMatmul = (x: CudaTensor, router: CudaTensor) => CudaTensor;
+
+/** residual += moeExperts' output (rounded to bf16); the result: rmsnorm(residual) * weight (add_rms_norm). */
+export interface MoeAddNorm {
+  residual: Tensor;
+  weight: Tensor;
+  eps: number;
+}
+
 export class CudaMoe {
   /** Tests: both grouped GEMMs on this gemm_rows variant instead of the planned one (it changes no bit). */
   variant: GemmRowsVariant | undefined = undefined;
+  /** Tests: the router as a GEMM, route and group at every T (false: the plan's choice). */
+  unfusedRouter = false;
+  /** moe_router_fused's counter of finished blocks: 0 between launches (its last block resets it). */
+  private doneCounter = 0n;
 
-  constructor(private readonly s: StepContext) {}
+  constructor(private readonly s: StepContext, private readonly routerMatmul: RouterMatmul) {}
+
+  dispose(): void {
+    if (this.doneCounter !== 0n) this.s.device.free(this.doneCounter);
+    this.doneCounter = 0n;
+  }
+
+  private counter(): bigint {
+    if (this.doneCounter === 0n) {
+      this.doneCounter = this.s.device.alloc(4);
+      this.s.device.upload(this.doneCounter, new Uint32Array(1));
+    }
+    return this.doneCounter;
+  }
 
   /** moe_route on logits [T, E] (bf16) into int32 experts and f32 weights from the workspace. */
   private route(logits: CudaTensor, route: MoeRoute): DeviceRouting {
     const [T, E] = [logits.shape[0]!, logits.shape[1]!];
-    const { topK } = route;
     if (logits.dtype !== 'bf16') throw new Error(`moeExperts: router logits of ${logits.dtype}, not bf16`);
-    if (E > MOE_MAX_EXPERTS) throw new Error(`moeExperts: ${E} experts (the cuda backend routes up to ${MOE_MAX_EXPERTS})`);
-    if (!(topK >= 1 && topK <= Math.min(E, MOE_MAX_TOP_K))) {
-      throw new Error(`moeExperts: top-k ${topK} of ${E} experts (the cuda backend takes up to ${MOE_MAX_TOP_K})`);
-    }
+    checkRoute(E, route);
+    const { topK } = route;
     const out = { experts: this.s.act([T * topK], 'f32').ptr, weights: this.s.act([T * topK], 'f32').ptr };  // int32, f32
     this.s.device.launch('moe.cu', 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1], 32 * MOE_ROUTE_WARPS,
       [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(topK), i32(route.renormalize ? 1 : 0)],
@@ -49,9 +86,65 @@ export class CudaMoe {
       weights: new Float32Array(this.s.readToHost(r.weights, 4 * n).slice(0, 4 * n)) };
   }
 
-  experts(x: Tensor, routerLogits: Tensor, experts: MoeExperts, route: MoeRoute): CudaTensor {
+  /**
+   * The router's logits, routing and grouping of x's rows: moe_router_fused where the plan has it, else the router GEMM,
+   * moe_route and moe_group. Buffers from the workspace.
+   */
+  private groups(xs: CudaTensor, router: CudaTensor, route: MoeRoute, plan: MoePlan): DeviceGroups {
+    const [T, H] = [xs.shape[0]!, xs.shape[1]!];
+    const E = router.shape[0]!;
+    if (router.dtype !== 'bf16' || router.shape[1] !== H) {
+      throw new Error(`moeExperts: router [${router.shape.join(', ')}] ${router.dtype} for x [${xs.shape.join(', ')}]`);
+    }
+    checkRoute(E, route);
+    const P = T * route.topK;
+    const d = this.s.device;
+    const fused = this.unfusedRouter ? null : plan.router;
+    if (!fused) {
+      const logits = this.routerMatmul(xs, router);
+      let g: DeviceGroups | undefined;
+      this.s.timed('moe route', () => {
+        const r = this.route(logits, route);
+        g = { ...r, logits, offsets: this.s.act([E + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+          pos: this.s.act([P], 'f32').ptr };
+        d.launch('moe.cu', 'moe_group', [1, 1, 1], MOE_GROUP_THREADS,
+          [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(E)], 4 * E, true);
+      });
+      return g!;
+    }
+    const g: DeviceGroups = { logits: this.s.act([T, E]), experts: this.s.act([P], 'f32').ptr,
+      weights: this.s.act([P], 'f32').ptr, offsets: this.s.act([E + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+      pos: this.s.act([P], 'f32').ptr };
+    this.s.timed('moe route', () => d.launch('moe.cu', 'moe_router_fused', fused.grid, fused.block,
+      [ptr(xs.ptr), ptr(router.ptr), ptr(g.logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs),
+        ptr(g.pos), ptr(this.counter()), i32(T), i32(E), i32(H), i32(fused.sliceChunks), i32(route.topK),
+        i32(route.renormalize ? 1 : 0)], fused.sharedBytes, true));
+    return g;
+  }
+
+  /** Tests: the router's logits (bf16 as f32), routing and offsets for x's rows, by the path moeExperts takes, read back. */
+  routerToHost(x: Tensor, router: Tensor, route: MoeRoute):
+    { logits: Float32Array; experts: Int32Array; weights: Float32Array; offsets: Int32Array } {
     const xs = asCuda(x);
-    const logits = asCuda(routerLogits);
+    const r = asCuda(router);
+    const [T, H] = [xs.shape[0]!, xs.shape[1]!];
+    const E = r.shape[0]!;
+    const g = this.groups(xs, r, route, planMoe(T, E, route.topK, H, 8, this.variant));
+    const n = T * route.topK;
+    const bf16 = new Uint16Array(this.s.readToHost(g.logits.ptr, 2 * T * E).slice(0, 2 * T * E));
+    return { logits: new Float32Array(Uint32Array.from(bf16, (b) => b << 16).buffer),
+      experts: new Int32Array(this.s.readToHost(g.experts, 4 * n).slice(0, 4 * n)),
+      weights: new Float32Array(this.s.readToHost(g.weights, 4 * n).slice(0, 4 * n)),
+      offsets: new Int32Array(this.s.readToHost(g.offsets, 4 * (E + 1)).slice(0, 4 * (E + 1))) };
+  }
+
+  /**
+   * moeExperts on x [T, H] with the router [E, H]; with `addNorm` (where combineFusesNorm(H)), the combine adds into
+   * its residual and returns the norm after it (add_rms_norm's bits).
+   */
+  experts(x: Tensor, routerW: Tensor, experts: MoeExperts, route: MoeRoute, addNorm?: MoeAddNorm): CudaTensor {
+    const xs = asCuda(x);
+    const router = asCuda(routerW);
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const { numExperts: E, intermediate: I } = experts;
     const gateUp = asCuda(experts.gateUp);
@@ -60,37 +153,54 @@ export class CudaMoe {
       throw new Error('moeExperts: block-FP8 experts are not supported on the cuda backend yet (bf16 experts only)');
     }
     const shapeOk = (t: CudaTensor, rows: number, cols: number) => t.dtype === 'bf16' && t.shape[0] === rows && t.shape[1] === cols;
-    if (!shapeOk(gateUp, E * 2 * I, H) || !shapeOk(down, E * H, I) || logits.shape[0] !== T || logits.shape[1] !== E) {
-      throw new Error(`moeExperts: x [${xs.shape.join(', ')}], logits [${logits.shape.join(', ')}], gate_up ` +
+    if (!shapeOk(gateUp, E * 2 * I, H) || !shapeOk(down, E * H, I) || !shapeOk(router, E, H)) {
+      throw new Error(`moeExperts: x [${xs.shape.join(', ')}], router [${router.shape.join(', ')}], gate_up ` +
         `[${gateUp.shape.join(', ')}] ${gateUp.dtype}, down [${down.shape.join(', ')}] ${down.dtype} for ${E} experts of width ${I}`);
     }
     if (H % 8 !== 0 || I % 8 !== 0) throw new Error(`moeExperts: hidden ${H} and width ${I} must be multiples of 8 (16-byte rows)`);
+    if (addNorm && !combineFusesNorm(H)) throw new Error(`moeExperts: no fused norm at hidden ${H}`);
     const out = this.s.act([T, H]);
     if (T === 0) return out;
     const k = route.topK;
     const P = T * k;
     const plan = planMoe(T, E, k, H, I, this.variant);
     const d = this.s.device;
-    // int32 buffers: offsets [E + 1], the pairs in grouped order, each pair's grouped position
-    const offsets = this.s.act([E + 1], 'f32').ptr;
-    const pairs = this.s.act([P], 'f32').ptr;
-    const pos = this.s.act([P], 'f32').ptr;
+    const g = this.groups(xs, router, route, plan);
     const act = this.s.act([P, I]);
     const y = this.s.act([P, H]);
-    let routing: DeviceRouting | undefined;
-    this.s.timed('moe route', () => {
-      routing = this.route(logits, route);
-      d.launch('moe.cu', 'moe_group', [1, 1, 1], MOE_GROUP_THREADS,
-        [ptr(routing.experts), ptr(offsets), ptr(pairs), ptr(pos), i32(P), i32(E)], 4 * E, true);
-    });
     const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number) =>
-      d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(offsets), ptr(pairs), i32(E),
+      d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(g.offsets), ptr(g.pairs), i32(E),
         i32(k), i32(N), i32(K), i32(l.sliceChunks)], l.sharedBytes, true);
     this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H));
     this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I));
+    if (addNorm) {
+      const res = asCuda(addNorm.residual);
+      const w = asCuda(addNorm.weight);
+      if (res.numElements !== T * H || w.numElements !== H) {
+        throw new Error(`moeExperts: residual [${res.shape.join(', ')}], norm weight [${w.shape.join(', ')}] for [${T}, ${H}]`);
+      }
+      this.s.timed('moe combine', () => d.launch('moe.cu', 'moe_combine_add_rms_norm', [T, 1, 1], normThreads(H),
+        [ptr(y.ptr), ptr(g.pos), ptr(g.weights), i32(k), ptr(res.ptr), ptr(w.ptr), ptr(out.ptr), i32(H),
+          f32(addNorm.eps)], 0, true));
+      return out;
+    }
     this.s.timed('moe combine', () => d.launch('moe.cu', 'moe_combine',
       [Math.ceil(H / (8 * MOE_COMBINE_THREADS)), T, 1], MOE_COMBINE_THREADS,
-      [ptr(y.ptr), ptr(pos), ptr(routing!.weights), ptr(out.ptr), i32(k), i32(H)], 0, true));
+      [ptr(y.ptr), ptr(g.pos), ptr(g.weights), ptr(out.ptr), i32(k), i32(H)], 0, true));
     return out;
+  }
+}
+
+/** Whether moe_combine_add_rms_norm takes rows of H: add_rms_norm's register path at its block (norm_fast). */
+export function combineFusesNorm(H: number): boolean {
+  return H % 8 === 0 && H <= 8 * normThreads(H) * NORM_VEC;
+}
+
+/** The routes the kernels take: E up to MOE_MAX_EXPERTS, top-k up to MOE_MAX_TOP_K. */
+function checkRoute(E: number, route: MoeRoute): void {
+  const { topK } = route;
+  if (E > MOE_MAX_EXPERTS) throw new Error(`moeExperts: ${E} experts (the cuda backend routes up to ${MOE_MAX_EXPERTS})`);
+  if (!(topK >= 1 && topK <= Math.min(E, MOE_MAX_TOP_K))) {
+    throw new Error(`moeExperts: top-k ${topK} of ${E} experts (the cuda backend takes up to ${MOE_MAX_TOP_K})`);
   }
 }

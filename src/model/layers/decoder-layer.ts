@@ -1,7 +1,8 @@
 // A pre-norm decoder layer: h = x + mixer(norm(x)); out = h + ffn(norm(h)). The residual stream is one tensor the
 // norms add into in place. A sublayer's last projection runs fused with the norm after it where the backend has
 // that op (matmulAddRmsNorm): the mixer's with this layer's post-mixer norm, the feed-forward's with the next
-// layer's input norm. The last layer's feed-forward output is left to the model's final norm.
+// layer's input norm; a mixture of experts' combine likewise (moeExpertsAddRmsNorm). The last layer's feed-forward
+// output is left to the model's final norm.
 
 import type { Tensor } from '../../backend/backend.js';
 import type { FeedForward, LayerContext, Mixer, SublayerOut, WeightRead } from './types.js';
@@ -17,7 +18,7 @@ export class DecoderLayer {
     const h = addThenNorm(this.mixer.forward(x, ctx), residual, this.postMixerNorm, ctx);
     const f = this.ffn.forward(h, ctx);
     if (nextNorm) return { next: addThenNorm(f, residual, nextNorm, ctx), ffnOut: null };
-    return { next: null, ffnOut: 'output' in f ? f.output : ctx.backend.matmul(f.input, f.proj.weight, f.label, f.proj.bias) };
+    return { next: null, ffnOut: unfused(f, ctx) };
   }
 
   weightsRead(): WeightRead[] {
@@ -25,10 +26,25 @@ export class DecoderLayer {
   }
 }
 
-/** residual += the sublayer's output; returns rmsnorm(residual) * norm, the projection fused where the backend can. */
+/** A sublayer's output by the plain ops. */
+function unfused(out: SublayerOut, ctx: LayerContext): Tensor {
+  const b = ctx.backend;
+  if ('output' in out) return out.output;
+  if ('moe' in out) return b.moeExperts(out.moe.x, out.moe.router, out.moe.experts, out.moe.route);
+  return b.matmul(out.input, out.proj.weight, out.label, out.proj.bias);
+}
+
+/**
+ * residual += the sublayer's output; returns rmsnorm(residual) * norm, the projection (or the mixture of experts'
+ * combine) fused with it where the backend can.
+ */
 function addThenNorm(out: SublayerOut, residual: Tensor, norm: Tensor, ctx: LayerContext): Tensor {
   const b = ctx.backend;
-  if ('output' in out) return b.addRmsNorm(out.output, residual, norm, ctx.eps);
+  if ('moe' in out && b.moeExpertsAddRmsNorm) {
+    const { x, router, experts, route } = out.moe;
+    return b.moeExpertsAddRmsNorm(x, router, experts, route, residual, norm, ctx.eps);
+  }
+  if (!('input' in out)) return b.addRmsNorm(unfused(out, ctx), residual, norm, ctx.eps);
   const { input, proj, label } = out;
   return b.matmulAddRmsNorm ? b.matmulAddRmsNorm(input, proj.weight, label, proj.bias, residual, norm, ctx.eps)
     : b.addRmsNorm(b.matmul(input, proj.weight, label, proj.bias), residual, norm, ctx.eps);

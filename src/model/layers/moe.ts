@@ -1,6 +1,7 @@
-// A mixture-of-experts feed-forward (Qwen3-MoE's sparse block, Mixtral's block_sparse_moe): router logits from one
-// projection, then the backend's moeExperts (routing, the top-k experts' SwiGLU MLPs, their weighted sum). Its
-// output goes to the layer whole: the combine ends it, so there is no last projection to fuse with the next norm.
+// A mixture-of-experts feed-forward (Qwen3-MoE's sparse block, Mixtral's block_sparse_moe): the backend's moeExperts
+// on the router's weight (router logits, routing, the top-k experts' SwiGLU MLPs, their weighted sum), so a backend can
+// run the router, routing and grouping as one kernel. The call goes to the layer whole (SublayerOut 'moe'): the
+// combine ends it, and the layer runs it fused with the norm after it where the backend can.
 
 import type { MoeExperts, MoeRoute, Tensor } from '../../backend/backend.js';
 import type { FeedForward, LayerContext, SublayerOut, WeightRead } from './types.js';
@@ -8,10 +9,8 @@ import type { FeedForward, LayerContext, SublayerOut, WeightRead } from './types
 export class SparseMoe implements FeedForward {
   constructor(readonly router: Tensor, readonly experts: MoeExperts, readonly route: MoeRoute) {}
 
-  forward(x: Tensor, ctx: LayerContext): SublayerOut {
-    const b = ctx.backend;
-    const logits = b.matmul(x, this.router, 'router');
-    return { output: b.moeExperts(x, logits, this.experts, this.route) };
+  forward(x: Tensor, _ctx: LayerContext): SublayerOut {
+    return { moe: { x, router: this.router, experts: this.experts, route: this.route } };
   }
 
   weightsRead(): WeightRead[] {

@@ -1,9 +1,10 @@
 // What a decoder layer is made of. A layer is a token mixer (attention; later gated DeltaNet) and a feed-forward
 // (a dense MLP or a mixture of experts), each behind a pre-norm and a residual add. A sublayer may leave its
 // last projection to the layer (SublayerOut 'proj'), so the layer can run it fused with the norm after it
-// (Backend.matmulAddRmsNorm): the residual add and the next norm in the projection's kernel.
+// (Backend.matmulAddRmsNorm): the residual add and the next norm in the projection's kernel; a mixture of experts
+// leaves its whole call (SublayerOut 'moe', Backend.moeExpertsAddRmsNorm) for the same reason.
 
-import type { Backend, StepInputs, Tensor } from '../../backend/backend.js';
+import type { Backend, MoeExperts, MoeRoute, StepInputs, Tensor } from '../../backend/backend.js';
 
 /** A projection's weight [N, K] and optional bias [N]. */
 export interface Linear {
@@ -11,8 +12,20 @@ export interface Linear {
   bias: Tensor | null;
 }
 
-/** What a sublayer gives the layer: its output, or its input to a last projection the layer runs. */
-export type SublayerOut = { output: Tensor } | { input: Tensor; proj: Linear; label: string };
+/** A mixture of experts' call (Backend.moeExperts' arguments), left to the layer to run with the norm after it. */
+export interface MoeCall {
+  x: Tensor;
+  router: Tensor;
+  experts: MoeExperts;
+  route: MoeRoute;
+}
+
+/**
+ * What a sublayer gives the layer: its output, its input to a last projection the layer runs, or (a mixture of
+ * experts, whose combine ends it) its whole call, which the layer runs fused with the norm after it where the backend
+ * has that op (Backend.moeExpertsAddRmsNorm).
+ */
+export type SublayerOut = { output: Tensor } | { input: Tensor; proj: Linear; label: string } | { moe: MoeCall };
 
 /** A weight a one-token step reads: whole, or (a mixture of experts' stacked experts) the share one token routes to. */
 export type WeightRead = Tensor | null | { tensor: Tensor; share: number };

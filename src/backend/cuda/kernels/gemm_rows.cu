@@ -23,46 +23,7 @@
 // Their building blocks live in gemm_rows.cuh, shared with the grouped (mixture-of-experts) GEMMs of moe.cu.
 #include "gemm_rows.cuh"
 
-/** Row pointers of lane (g, c) for the tile at weight row `row0`, token `tok0`. */
-template <int MT, int NT>
-__device__ __forceinline__ void tile_rows(const bf16_t* x, const bf16_t* w, int row0, int tok0, int T, int N, int K,
-                                          const bf16_t* wRow[MT][2], const bf16_t* xRow[NT]) {
-  const int g = (threadIdx.x & 31) >> 2;
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) wRow[mt][h] = w + (size_t)min(row0 + mt * 16 + g + 8 * h, N - 1) * K;
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++) xRow[nt] = x + (size_t)min(tok0 + nt * 8 + g, T - 1) * K;
-}
-
-/** Stores accumulator register r of tile (mt, nt) held by `lane` (plus its row's bias, if any), if inside y. */
-__device__ __forceinline__ void store_out(bf16_t* y, const bf16_t* bias, float v, int row0, int tok0, int mt, int nt,
-                                          int r, int lane, int T, int N) {
-  const int row = row0 + mt * 16 + acc_row(lane, r);
-  const int tok = tok0 + nt * 8 + acc_tok(lane, r);
-  if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? v + to_float(bias[row]) : v);
-}
-
-// grid (ceil(N / 16MT), ceil(T / 8NT)), block: warps sharing the tile; dynamic shared memory
-// numSlices * MT * NT * 4 * 32 floats.
-template <int MT, int NT, int PF>
-__device__ void gemm_rows_split(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
-                                const bf16_t* __restrict__ bias, int T, int N, int K, int sliceChunks) {
-  extern __shared__ float partials[];
-  const int row0 = blockIdx.x * MT * 16;
-  const int tok0 = blockIdx.y * NT * 8;
-  const bf16_t* wRow[MT][2];
-  const bf16_t* xRow[NT];
-  tile_rows<MT, NT>(x, w, row0, tok0, T, N, K, wRow, xRow);
-  split_partials<MT, NT, PF>(partials, wRow, xRow, K, sliceChunks);
-  const int numSlices = rows_num_slices(K, sliceChunks);
-  for (int e = threadIdx.x; e < MT * NT * 4 * 32; e += blockDim.x) {
-    const int i = e >> 5;
-    store_out(y, bias, split_sum<MT, NT>(partials, e, numSlices), row0, tok0, i / (NT * 4), (i >> 2) % NT, i & 3,
-              e & 31, T, N);
-  }
-}
+// gemm_rows_split: gemm_rows.cuh (moe.cu's fused router runs it too).
 
 // grid (ceil(N / BM), ceil(T / BN)), block WM x WN warps, dynamic shared memory as tiled_block says.
 template <int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM>

@@ -1,6 +1,7 @@
 // The batch-invariant tensor-core GEMM's building blocks (gemm_rows.cu's contract, stated there): a chunk's two
 // mma, a slice's partial, the split variant's slices in shared memory and their ordered sum, and the tiled
-// variant's staged main loop. They take the rows they multiply as pointers (or a function giving them) and leave
+// variant's staged main loop; and the split variant's whole tile (gemm_rows_split: gemm_rows.cu's kernels and
+// moe.cu's fused router run it). They take the rows they multiply as pointers (or a function giving them) and leave
 // the store to the caller, so gemm_rows.cu (rows of one weight and one x) and moe.cu (an expert's rows and the
 // tokens routed to it, reached through an index) run the same sums in the same order.
 #pragma once
@@ -232,3 +233,44 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
 /** The weight row (within a tile of 16) and token (within a tile of 8) of accumulator register r of `lane`. */
 __device__ __forceinline__ int acc_row(int lane, int r) { return (lane >> 2) + ((r & 2) ? 8 : 0); }
 __device__ __forceinline__ int acc_tok(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+
+/** Row pointers of lane (g, c) for the tile at weight row `row0`, token `tok0`. */
+template <int MT, int NT>
+__device__ __forceinline__ void tile_rows(const bf16_t* x, const bf16_t* w, int row0, int tok0, int T, int N, int K,
+                                          const bf16_t* wRow[MT][2], const bf16_t* xRow[NT]) {
+  const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) wRow[mt][h] = w + (size_t)min(row0 + mt * 16 + g + 8 * h, N - 1) * K;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) xRow[nt] = x + (size_t)min(tok0 + nt * 8 + g, T - 1) * K;
+}
+
+/** Stores accumulator register r of tile (mt, nt) held by `lane` (plus its row's bias, if any), if inside y. */
+__device__ __forceinline__ void store_out(bf16_t* y, const bf16_t* bias, float v, int row0, int tok0, int mt, int nt,
+                                          int r, int lane, int T, int N) {
+  const int row = row0 + mt * 16 + acc_row(lane, r);
+  const int tok = tok0 + nt * 8 + acc_tok(lane, r);
+  if (row < N && tok < T) y[(size_t)tok * N + row] = from_float<bf16_t>(bias ? v + to_float(bias[row]) : v);
+}
+
+// grid (ceil(N / 16MT), ceil(T / 8NT)), block: warps sharing the tile; dynamic shared memory
+// numSlices * MT * NT * 4 * 32 floats.
+template <int MT, int NT, int PF>
+__device__ void gemm_rows_split(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y,
+                                const bf16_t* __restrict__ bias, int T, int N, int K, int sliceChunks) {
+  extern __shared__ float partials[];
+  const int row0 = blockIdx.x * MT * 16;
+  const int tok0 = blockIdx.y * NT * 8;
+  const bf16_t* wRow[MT][2];
+  const bf16_t* xRow[NT];
+  tile_rows<MT, NT>(x, w, row0, tok0, T, N, K, wRow, xRow);
+  split_partials<MT, NT, PF>(partials, wRow, xRow, K, sliceChunks);
+  const int numSlices = rows_num_slices(K, sliceChunks);
+  for (int e = threadIdx.x; e < MT * NT * 4 * 32; e += blockDim.x) {
+    const int i = e >> 5;
+    store_out(y, bias, split_sum<MT, NT>(partials, e, numSlices), row0, tok0, i / (NT * 4), (i >> 2) % NT, i & 3,
+              e & 31, T, N);
+  }
+}

@@ -1,6 +1,8 @@
 // Mixture of experts after its router (Backend.moeExperts), all on the device with no read back to the host, so a
 // decode step's graph replays it whatever the tokens choose: every grid depends on T, E, topK, I and H alone.
 //
+//   moe_router_fused  (small T) logits [T, E] = x router^T as gemm_rows' split tiles, then, in the grid's last block
+//                to finish, moe_route's and moe_group's work on them: one launch for the router, route and group
 //   moe_route    logits [T, E] bf16 -> per row softmax (f32), top k by repeated argmax (ties to the lower expert),
 //                optionally renormalized -> experts [T * k] int32, weights [T * k] f32 (pair = t * k + j)
 //   moe_group    one block: per-expert counts -> offsets [E + 1] (exclusive scan), the pairs grouped by expert
@@ -8,6 +10,8 @@
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
 //   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32, rounded once -> [T, H]
+//   moe_combine_add_rms_norm  residual[t] += that row, rounded; out[t] = rmsnorm(residual[t]) * w: add_rms_norm's
+//                bits on moe_combine's output (norm.cuh's row body), one launch and no [T, H] round trip fewer
 //
 // The two GEMMs are gemm_rows' (gemm_rows.cuh) on an expert's rows, with its contract: what an output sums, and in
 // what order, depends on K alone, so a token's outputs never depend on how many tokens share its expert, which tile
@@ -16,29 +20,34 @@
 // of any routing (moe-plan.ts); blocks past the last tile exit at once. gate_up's warp tiles hold gate rows in their
 // first half of m tiles and the same outputs' up rows in the second, so silu(gate) * up is taken from registers.
 #include "gemm_rows.cuh"
+#include "norm.cuh"
 
 // From TypeScript (kernel-defines.ts): CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE (experts a
-// lane of moe_route and of expert_tile holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, and
-// the build lists.
+// lane of moe_route and of expert_tile holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, NORM_VEC
+// (norm.cuh), and the build lists.
 
 // ---- routing ----
 
-// grid ceil(T / MOE_ROUTE_WARPS), block 32 MOE_ROUTE_WARPS: a warp a row, lane l holding experts l, l + 32, ...
-// The top k compare the logits themselves (exp is increasing, so the order is the probabilities', ties included):
-// routeTokens' choice, which compares the probabilities in double.
-extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
-    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize) {
-  pdl_begin();
+/** A logit as L2 holds it: moe_router_fused's last block reads what other blocks wrote in the same launch. */
+__device__ __forceinline__ float load_logit(const bf16_t* p) {
+  unsigned short bits;
+  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(bits) : "l"(p));
+  return to_float(bf16_t{bits});
+}
+
+// Row t's routing by one warp, lane l holding experts l, l + 32, ... The top k compare the logits themselves (exp is
+// increasing, so the order is the probabilities', ties included): routeTokens' choice, which compares the
+// probabilities in double.
+__device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts, float* topWeights, int t, int E,
+                                          int topK, int renormalize) {
   const int lane = threadIdx.x & 31;
-  const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
-  if (t >= T) return;
   const bf16_t* row = logits + (size_t)t * E;
   float v[MOE_ROUTE_PER_LANE];
   float mx = NEG_INF;
 #pragma unroll
   for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
     const int e = lane + 32 * i;
-    v[i] = e < E ? to_float(row[e]) : NEG_INF;
+    v[i] = e < E ? load_logit(row + e) : NEG_INF;
     mx = fmaxf(mx, v[i]);
   }
   mx = warp_max(mx);
@@ -85,12 +94,18 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(con
   }
 }
 
-// grid 1, block MOE_GROUP_THREADS, dynamic shared memory E ints. One block: P = T k is at most a few tens of
-// thousands, a few shared atomics a thread.
-extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const int* __restrict__ topExperts,
-    int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos, int P, int E) {
-  extern __shared__ int cursor[];
+// grid ceil(T / MOE_ROUTE_WARPS), block 32 MOE_ROUTE_WARPS: a warp a row.
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
+    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize) {
   pdl_begin();
+  const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
+  if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize);
+}
+
+// The grouping by one block (any multiple of 32 threads) with E ints of shared memory at `cursor`: counts, their
+// exclusive scan to offsets, each pair's slot.
+__device__ __forceinline__ void group_pairs(const int* topExperts, int* offsets, int* pairs, int* pos, int P, int E,
+                                            int* cursor) {
   for (int e = threadIdx.x; e < E; e += blockDim.x) cursor[e] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&cursor[topExperts[i]], 1);
@@ -116,6 +131,44 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
     pairs[p] = i;
     pos[i] = p;
   }
+}
+
+// grid 1, block MOE_GROUP_THREADS, dynamic shared memory E ints. One block: P = T k is at most a few tens of
+// thousands, a few shared atomics a thread.
+extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const int* __restrict__ topExperts,
+    int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos, int P, int E) {
+  extern __shared__ int cursor[];
+  pdl_begin();
+  group_pairs(topExperts, offsets, pairs, pos, P, E, cursor);
+}
+
+// grid (ceil(E / 16), ceil(T / 8)), block 32 min(GEMM_ROWS_SPLIT_WARPS, slices of H); dynamic shared memory
+// gemm_rows_split<1, 1>'s numSlices * 4 * 32 floats, then E ints. `done`: a counter that is 0 before the launch, and
+// after it (the last block resets it, so a graph replays it). The logits are gemm_rows_split_m1_n1's bits (the
+// batch-invariant mode's router GEMM at any T: its contract), rounded to bf16 as every router GEMM's are; the routing
+// and grouping are moe_route's and moe_group's, by the last block to finish once every logit is in memory. For the
+// few rows of a decode step: one launch instead of three, the router's weight read once by E / 16 blocks.
+extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_router_fused(
+    const bf16_t* __restrict__ x, const bf16_t* __restrict__ router, bf16_t* logits, int* topExperts,
+    float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos,
+    unsigned* done, int T, int E, int H, int sliceChunks, int topK, int renormalize) {
+  extern __shared__ float fusedShared[];  // gemm_rows_split's partials (its own name for the same bytes), the cursor
+  __shared__ bool last;
+  pdl_begin();
+  gemm_rows_split<1, 1, 4>(x, router, logits, nullptr, T, E, H, sliceChunks);
+  // the classic last-block pattern: each block's logits visible device-wide before it counts itself done
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int warps = blockDim.x >> 5;
+  for (int t = threadIdx.x >> 5; t < T; t += warps) route_row(logits, topExperts, topWeights, t, E, topK, renormalize);
+  __syncthreads();  // this block's topExperts, for every thread of it
+  group_pairs(topExperts, offsets, pairs, pos, T * topK, E,
+              reinterpret_cast<int*>(fusedShared + rows_num_slices(H, sliceChunks) * 4 * 32));
+  if (threadIdx.x == 0) *done = 0u;
 }
 
 // ---- the grouped GEMMs ----
@@ -278,6 +331,32 @@ MOE_TILED_BUILDS(TILED_DOWN)
 
 // ---- combine ----
 
+/**
+ * Row t's combined outputs by column: sum over j in order of w[t k + j] * y[pos[t k + j]] (fma in f32), each rounded to
+ * bf16 once (moe_combine's store). A norm.cuh Add source: moe_combine_add_rms_norm adds it to the residual.
+ */
+struct CombineRow {
+  const bf16_t* y;
+  const int* pos;
+  const float* weights;
+  int topK, H, t;
+  __device__ __forceinline__ void operator()(int h, float* f) const {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int j = 0; j < topK; j++) {
+      const float wj = weights[(size_t)t * topK + j];
+      const u32x4 v = *reinterpret_cast<const u32x4*>(y + (size_t)pos[(size_t)t * topK + j] * H + h);
+      const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        acc[2 * i] = __fmaf_rn(wj, __uint_as_float(words[i] << 16), acc[2 * i]);
+        acc[2 * i + 1] = __fmaf_rn(wj, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = to_float(from_float<bf16_t>(acc[i]));
+  }
+};
+
 // grid (ceil(H / (8 MOE_COMBINE_THREADS)), T), block MOE_COMBINE_THREADS: a thread 8 columns of a row (H % 8 == 0).
 extern "C" __global__ void __launch_bounds__(MOE_COMBINE_THREADS) moe_combine(const bf16_t* __restrict__ y,
     const int* __restrict__ pos, const float* __restrict__ weights, bf16_t* __restrict__ out, int topK, int H) {
@@ -285,18 +364,22 @@ extern "C" __global__ void __launch_bounds__(MOE_COMBINE_THREADS) moe_combine(co
   const int t = blockIdx.y;
   const int h = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
   if (h >= H) return;
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  for (int j = 0; j < topK; j++) {
-    const float wj = weights[(size_t)t * topK + j];
-    const u32x4 v = *reinterpret_cast<const u32x4*>(y + (size_t)pos[(size_t)t * topK + j] * H + h);
-    const unsigned words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      acc[2 * i] = __fmaf_rn(wj, __uint_as_float(words[i] << 16), acc[2 * i]);
-      acc[2 * i + 1] = __fmaf_rn(wj, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
-    }
-  }
-  const u32x4 o = {pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]), pack_bf16x2(acc[4], acc[5]),
-                   pack_bf16x2(acc[6], acc[7])};
-  *reinterpret_cast<u32x4*>(out + (size_t)t * H + h) = o;
+  float f[8];
+  CombineRow{y, pos, weights, topK, H, t}(h, f);
+  store8(out + (size_t)t * H + h, f);
+}
+
+// grid T, block gemm.ts normThreads(H) (add_rms_norm_bf16's, so the sums of squares fall alike); H % 8 == 0 and
+// H <= 8 blockDim NORM_VEC (norm_fast: the host checks). add_rms_norm_bf16 with moe_combine's row as its x.
+extern "C" __global__ void moe_combine_add_rms_norm(const bf16_t* __restrict__ y, const int* __restrict__ pos,
+    const float* __restrict__ weights, int topK, bf16_t* residual, const bf16_t* __restrict__ w,
+    bf16_t* __restrict__ out, int H, float eps) {
+  pdl_trigger_if(NORM_TRIGGER_EARLY);
+  float wf[NORM_VEC][8];
+  norm_weights_fast(w, H, wf);
+  pdl_wait_then_trigger(NORM_TRIGGER_EARLY);
+  const int t = blockIdx.x;
+  const CombineRow add{y, pos, weights, topK, H, t};
+  const size_t at = (size_t)t * H;
+  norm_row_fast(&add, residual + at, residual + at, nullptr, w, out + at, H, eps, wf);
 }
