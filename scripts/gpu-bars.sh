@@ -98,8 +98,8 @@ if want serve-moe; then
   pid=$!
   for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
   node dist/src/cli/main.js bench serve --force --target "quire=http://127.0.0.1:$port" --model m30 --workload custom \
-    --prompt-len 2048 --output-len 1024 --concurrency 10 --num-requests 30 --rounds 1 --warmup 2 --prompt-format ids \
-    --vocab-size 151936 --out "$OUTDIR/serve-30" >"$OUTDIR/serve-30.log" 2>&1
+    --prompt-len 2048 --output-len 1024 --concurrency 10 --num-requests 30 --rounds 1 --warmup 2 \
+    --out "$OUTDIR/serve-30" >"$OUTDIR/serve-30.log" 2>&1
   grep -iE "tpot|output tok|ttft|throughput" "$OUTDIR/serve-30.log" | head -12
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 fi

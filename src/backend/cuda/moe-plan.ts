@@ -20,6 +20,7 @@ export const MOE_COMBINE_THREADS = 128;
 /**
  * Most rows moe_router_fused takes (router GEMM, route and group in one launch): its last block routes and groups every
  * row alone, which costs more than the three kernels' many blocks beyond a decode batch. Above it, the router is a GEMM.
+ * QUIRE_MOE_FUSED_ROUTER_MAX_ROWS moves it (the engine's; this is its default).
  */
 export const MOE_FUSED_ROUTER_MAX_ROWS = 64;
 
@@ -107,11 +108,11 @@ function planFusedRouter(T: number, E: number, H: number): NonNullable<MoePlan['
  * unless `variant` names one for both (tests); and the fused router for a decode step's few rows.
  */
 export function planMoe(T: number, E: number, topK: number, H: number, I: number,
-  variant?: GemmRowsVariant): MoePlan {
+  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS): MoePlan {
   const m = rowsPerExpert(T, E, topK);
   return {
     gateUp: planGemm(true, T, E, topK, I, H, variant ?? defaultVariant(m, 2 * I)),
     down: planGemm(false, T, E, topK, H, I, variant ?? defaultVariant(m, H)),
-    router: T <= MOE_FUSED_ROUTER_MAX_ROWS ? planFusedRouter(T, E, H) : null,
+    router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H) : null,
   };
 }

@@ -10,6 +10,7 @@
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
 import type { GemmRowsVariant } from './gemm-rows.js';
 import { f32, i32, ptr } from './device.js';
+import { readKnob } from '../../knobs/knobs.js';
 import { normThreads } from './gemm.js';
 import { NORM_VEC } from './kernel-defines.js';
 import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_MAX_EXPERTS, MOE_MAX_TOP_K, MOE_ROUTE_WARPS, type MoeGemmLaunch,
@@ -44,6 +45,8 @@ export interface MoeAddNorm {
 export class CudaMoe {
   /** Tests: both grouped GEMMs on this gemm_rows variant instead of the planned one (it changes no bit). */
   variant: GemmRowsVariant | undefined = undefined;
+  /** Most rows routed by moe_router_fused (QUIRE_MOE_FUSED_ROUTER_MAX_ROWS; tests may move it). */
+  fusedRouterMaxRows = readKnob('QUIRE_MOE_FUSED_ROUTER_MAX_ROWS');
   /** Tests: the router as a GEMM, route and group at every T (false: the plan's choice). */
   unfusedRouter = false;
   /** moe_router_fused's counter of finished blocks: 0 between launches (its last block resets it). */
@@ -129,7 +132,7 @@ export class CudaMoe {
     const r = asCuda(router);
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const E = r.shape[0]!;
-    const g = this.groups(xs, r, route, planMoe(T, E, route.topK, H, 8, this.variant));
+    const g = this.groups(xs, r, route, planMoe(T, E, route.topK, H, 8, this.variant, this.fusedRouterMaxRows));
     const n = T * route.topK;
     const bf16 = new Uint16Array(this.s.readToHost(g.logits.ptr, 2 * T * E).slice(0, 2 * T * E));
     return { logits: new Float32Array(Uint32Array.from(bf16, (b) => b << 16).buffer),
@@ -163,7 +166,7 @@ export class CudaMoe {
     if (T === 0) return out;
     const k = route.topK;
     const P = T * k;
-    const plan = planMoe(T, E, k, H, I, this.variant);
+    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows);
     const d = this.s.device;
     const g = this.groups(xs, router, route, plan);
     const act = this.s.act([P, I]);
