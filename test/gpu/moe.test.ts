@@ -92,24 +92,24 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       const router = cuda.fromHost([E, H], randomBf16(E * H, 31 + E, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
       const route: MoeRoute = { topK: k, renormalize };
       try {
-        for (const unfused of [false, true]) {
-          cuda.moe.unfusedRouter = unfused;
+        for (const maxRows of [MOE_FUSED_ROUTER_MAX_ROWS, 0]) {
+          cuda.moe.fusedRouterMaxRows = maxRows;
           beginPoisonedStep(cuda);
           const got = cuda.moe.routerToHost(x, router, route);
           const want = routeTokens(got.logits, T, E, route);
-          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (unfused ${unfused})`);
+          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (fused to ${maxRows} rows)`);
           for (let i = 0; i < T * k; i++) {
             assert.ok(Math.abs(got.weights[i]! - want.weights[i]!) <= 2e-6, `weight ${i}: ${got.weights[i]} != ${want.weights[i]}`);
           }
-          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (unfused ${unfused})`);
+          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (fused to ${maxRows} rows)`);
         }
-        cuda.moe.unfusedRouter = false;
+        cuda.moe.fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS;
         beginPoisonedStep(cuda);
         const fused = cuda.moe.routerToHost(x, router, route).logits;
         beginPoisonedStep(cuda);
         assertBf16Close(fused, cuda.toHost(cuda.matmul(x, router, 'router')), 'logits vs the router GEMM');
       } finally {
-        cuda.moe.unfusedRouter = false;
+        cuda.moe.fusedRouterMaxRows = 0;
       }
     });
   }
@@ -209,7 +209,7 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
   after(() => backends.forEach((b) => b.dispose()));
   const [V, E, k, H, I] = [64, 128, 8, 256, 96];
 
-  /** A decode step's MoE on `c`: embedding -> moeExperts (the fused router), one row a sequence. */
+  /** A decode step's MoE on `c`: embedding -> moeExperts, one row a sequence. */
   function decodeStep(c: CudaBackend): (ids: number[]) => { batch: ReturnType<typeof batchOf>; record: () => Float32Array } {
     const table = c.fromHost([V, H], randomBf16(V * H, 21));
     const router = c.fromHost([E, H], randomBf16(E * H, 22, -0.5, 0.5));
@@ -224,28 +224,34 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
     };
   }
 
-  test('a step captured as a graph replays to the eager result when its tokens route elsewhere', () => {
-    const c = newCuda();
-    backends.push(c);
-    const step = decodeStep(c);
-    for (let i = 0; i < 5; i++) {
-      const { batch, record } = step([(i * 7 + 1) % V, (i * 13 + 2) % V, (i * 5 + 3) % V, (i * 11 + 4) % V]);
-      const eager = record();
-      assert.deepEqual(c.graph(4, batch, record), eager, `step ${i}`);
-    }
-    assert.equal(c.numGraphCaptures, 1);
-    assert.equal(c.numGraphReplays, 4);
-  });
+  for (const fusedRows of [0, MOE_FUSED_ROUTER_MAX_ROWS]) {
+    test(`a step captured as a graph replays to the eager result when its tokens route elsewhere (fused router to ${fusedRows} rows)`, () => {
+      const c = newCuda();
+      backends.push(c);
+      c.moe.fusedRouterMaxRows = fusedRows;
+      const step = decodeStep(c);
+      for (let i = 0; i < 5; i++) {
+        const { batch, record } = step([(i * 7 + 1) % V, (i * 13 + 2) % V, (i * 5 + 3) % V, (i * 11 + 4) % V]);
+        const eager = record();
+        assert.deepEqual(c.graph(4, batch, record), eager, `step ${i}`);
+      }
+      assert.equal(c.numGraphCaptures, 1);
+      assert.equal(c.numGraphReplays, 4);
+    });
+  }
 
-  test('a profiled decode step names the routing (the fused router: no router GEMM), gate_up, down and combine buckets', () => {
-    const c = newCuda({ profile: true, log: () => {} });
-    backends.push(c);
-    decodeStep(c)([1, 2, 3]).record();
-    const buckets = c.lastProfile!.rows.map((r) => r.bucket);
-    for (const b of ['moe route', 'gemm expert gate_up', 'gemm expert down', 'moe combine']) {
-      assert.ok(buckets.includes(b), `${b} in ${buckets.join(', ')}`);
+  test('a profiled decode step names the router, routing, gate_up, down and combine buckets (the fused router: no router GEMM)', () => {
+    for (const fusedRows of [0, MOE_FUSED_ROUTER_MAX_ROWS]) {
+      const c = newCuda({ profile: true, log: () => {} });
+      backends.push(c);
+      c.moe.fusedRouterMaxRows = fusedRows;
+      decodeStep(c)([1, 2, 3]).record();
+      const buckets = c.lastProfile!.rows.map((r) => r.bucket);
+      for (const b of ['moe route', 'gemm expert gate_up', 'gemm expert down', 'moe combine']) {
+        assert.ok(buckets.includes(b), `${b} in ${buckets.join(', ')}`);
+      }
+      assert.equal(buckets.includes('gemm router'), fusedRows === 0, `the router GEMM in ${buckets.join(', ')}`);
     }
-    assert.ok(!buckets.includes('gemm router'), `no router GEMM in ${buckets.join(', ')}`);
   });
 });
 
@@ -253,6 +259,7 @@ describe('CUDA mixture of experts in the batch-invariant mode', { skip: noCuda }
   let cuda: CudaBackend;
   before(() => {
     cuda = newCuda({ batchInvariant: true });
+    cuda.moe.fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS;
   });
   after(() => cuda?.dispose());
 

@@ -18,9 +18,10 @@ export const MOE_GROUP_THREADS = 1024;
 /** moe_combine's threads a block, 8 columns each. */
 export const MOE_COMBINE_THREADS = 128;
 /**
- * Most rows moe_router_fused takes (router GEMM, route and group in one launch): its last block routes and groups every
- * row alone, which costs more than the three kernels' many blocks beyond a decode batch. Above it, the router is a GEMM.
- * QUIRE_MOE_FUSED_ROUTER_MAX_ROWS moves it (the engine's; this is its default).
+ * Most rows moe_router_fused takes (router GEMM, route and group in one launch) where a plan is asked without the
+ * engine's QUIRE_MOE_FUSED_ROUTER_MAX_ROWS (tests): its last block routes and groups every row alone. The engine's
+ * default is 0, never: on an H200 (session 28, docs/perf-log.md) Qwen3-30B-A3B decoded 284 tok/s with it at batch 1
+ * and 302 without, 2,696 and 2,919 at batch 64: its 8 blocks read the router weight slower than cuBLASLt's.
  */
 export const MOE_FUSED_ROUTER_MAX_ROWS = 64;
 

@@ -47,8 +47,6 @@ export class CudaMoe {
   variant: GemmRowsVariant | undefined = undefined;
   /** Most rows routed by moe_router_fused (QUIRE_MOE_FUSED_ROUTER_MAX_ROWS; tests may move it). */
   fusedRouterMaxRows = readKnob('QUIRE_MOE_FUSED_ROUTER_MAX_ROWS');
-  /** Tests: the router as a GEMM, route and group at every T (false: the plan's choice). */
-  unfusedRouter = false;
   /** moe_router_fused's counter of finished blocks: 0 between launches (its last block resets it). */
   private doneCounter = 0n;
 
@@ -102,7 +100,7 @@ export class CudaMoe {
     checkRoute(E, route);
     const P = T * route.topK;
     const d = this.s.device;
-    const fused = this.unfusedRouter ? null : plan.router;
+    const fused = plan.router;
     if (!fused) {
       const logits = this.routerMatmul(xs, router);
       let g: DeviceGroups | undefined;
