@@ -214,18 +214,24 @@ test('rmsNormGated: per v head, rmsnorm(x) * w * silu(z); sigmoidMul: x * sigmoi
 
 test('qkNormRope with partial rotary: the first 2 * invFreq.length channels of each head turn, the rest pass', () => {
   const [H, KVH, D] = [2, 1, 8];
-  const qkv = randomArray((H + 2 * KVH) * D, 30);
+  const W = (H + 2 * KVH) * D;
+  const positions = [5, 9];
+  const qkv = randomArray(2 * W, 30);
   const invFreq = new Float32Array([1, 0.1]);
-  const batch = { ...seqBatch([{ n: 1, start: 5, slot: -1 }]), positions: new Int32Array([5]) };
+  const batch = { ...seqBatch([{ n: 2, start: 8, slot: -1 }]), positions: Int32Array.from(positions) };
   const step = backend.beginStep(batch);
-  const t = up('qkv', [1, (H + 2 * KVH) * D], qkv.slice());
+  const t = up('qkv', [2, W], qkv.slice());
   backend.qkNormRope(t, null, null, 1e-6, H, KVH, { headDim: D, invFreq }, step);
   const got = backend.toHost(t);
-  for (let h = 0; h < H + KVH; h++) {
-    const x = qkv.subarray(h * D, (h + 1) * D);
-    const rot = [0, 1].map((i) => [x[i]! * Math.cos(5 * invFreq[i]!) - x[i + 2]! * Math.sin(5 * invFreq[i]!),
-      x[i + 2]! * Math.cos(5 * invFreq[i]!) + x[i]! * Math.sin(5 * invFreq[i]!)]);
-    assertClose(got.subarray(h * D, (h + 1) * D), [rot[0]![0]!, rot[1]![0]!, rot[0]![1]!, rot[1]![1]!, ...x.subarray(4)], 1e-6, `head ${h}`);
-  }
-  assertClose(got.subarray((H + KVH) * D), qkv.subarray((H + KVH) * D), 0, 'v untouched');
+  positions.forEach((p, row) => {
+    for (let h = 0; h < H + KVH; h++) {
+      const off = row * W + h * D;
+      const x = qkv.subarray(off, off + D);
+      const rot = [0, 1].map((i) => [x[i]! * Math.cos(p * invFreq[i]!) - x[i + 2]! * Math.sin(p * invFreq[i]!),
+        x[i + 2]! * Math.cos(p * invFreq[i]!) + x[i]! * Math.sin(p * invFreq[i]!)]);
+      assertClose(got.subarray(off, off + D), [rot[0]![0]!, rot[1]![0]!, rot[0]![1]!, rot[1]![1]!, ...x.subarray(4)], 1e-6,
+        `row ${row} head ${h}`);
+    }
+    assertClose(got.subarray(row * W + (H + KVH) * D, (row + 1) * W), qkv.subarray(row * W + (H + KVH) * D, (row + 1) * W), 0, 'v untouched');
+  });
 });

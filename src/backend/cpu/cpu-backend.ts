@@ -421,7 +421,7 @@ export class CpuBackend implements Backend {
   private ropeTable(rope: RopeSpec, batch: ForwardBatch): { cos: Float32Array; sin: Float32Array } {
     let table = this.ropeTables.get(rope.invFreq);
     if (!table) {
-      const half = rope.headDim / 2;
+      const half = rope.invFreq.length;
       table = { cos: new Float32Array(batch.numTokens * half), sin: new Float32Array(batch.numTokens * half) };
       for (let t = 0; t < batch.numTokens; t++) {
         ropeAngles(batch.positions[t]!, rope.invFreq, table.cos.subarray(t * half, (t + 1) * half),
