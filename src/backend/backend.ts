@@ -50,8 +50,33 @@ export interface MoeRoute {
 
 export interface RopeSpec {
   headDim: number;
-  /** [headDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). */
+  /**
+   * [rotaryDim / 2] inverse frequencies, already scaled (llama3 scaling applied by the model). The rotation covers
+   * each head's first rotaryDim = 2 * invFreq.length channels (neox half-split within them); the rest pass through
+   * (partial rotary, Qwen3.5's 64 of 256). Most models rotate the whole head: invFreq.length = headDim / 2.
+   */
   invFreq: Float32Array;
+}
+
+/** A gated DeltaNet layer's sizes: q and k heads of keyDim (a k head serves numValueHeads / numKeyHeads v heads). */
+export interface DeltaNetShape {
+  numKeyHeads: number;
+  numValueHeads: number;
+  keyDim: number;
+  valueDim: number;
+  /** Causal depthwise conv1d width over the channels q | k | v (2 numKeyHeads keyDim + numValueHeads valueDim). */
+  convKernel: number;
+}
+
+/**
+ * The per-sequence recurrent state of `numLayers` equal gated DeltaNet layers, in `numSlots` slots (a slot a
+ * running sequence: ForwardBatch.stateSlots): each layer's conv window (the last convKernel - 1 inputs of its
+ * channels) and delta-rule state (numValueHeads x keyDim x valueDim), f32.
+ */
+export interface RecurrentStateLayout {
+  numSlots: number;
+  numLayers: number;
+  shape: DeltaNetShape;
 }
 
 /** Batch metadata after it has been placed where the ops can read it. */
@@ -126,6 +151,8 @@ export interface Backend {
   quantizeFp8Block?(name: string, source: WeightSource, names: readonly string[]): Tensor;
   /** Allocates the paged KV cache: K and V per layer, [numBlocks, blockSize, numKvHeads, headDim]. */
   allocateKvCache(spec: KvCacheSpec): void;
+  /** Allocates (zeroed) the recurrent states of a hybrid model's linear-attention layers. */
+  allocateRecurrentState(layout: RecurrentStateLayout): void;
   memory(): MemoryReport;
 
   /** Resets the activation workspace and stages the step's metadata. */
@@ -170,6 +197,26 @@ export interface Backend {
    */
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number,
     scale: number, step: StepInputs): Tensor;
+  /** x * sigmoid(gate), elementwise, both [T, N] (output-gated attention: Qwen3.5, Qwen3-Next). */
+  sigmoidMul(x: Tensor, gate: Tensor): Tensor;
+  /**
+   * Causal depthwise conv1d and silu over x [T, C] (a DeltaNet layer's q | k | v channels), w [C, K]: per
+   * sequence, out[t, c] = silu(sum_j w[c, j] * x[t - K + 1 + j, c]), the inputs before the step's first token read
+   * from the sequence's conv window in recurrent layer `layer` (zeros where its chunk starts at position 0), and
+   * the window updated to its last K - 1 inputs.
+   */
+  causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): Tensor;
+  /**
+   * The gated delta rule over conv [T, C] (q | k | v after causalConv1d) and ba [T, 2 Hv] (per v head: b, then
+   * a, the in_proj_b and in_proj_a outputs), token by token per sequence on its state S [Hv, Dk, Dv] in recurrent
+   * layer `layer` (zeros where its chunk starts at position 0): q, k l2-normalised (eps 1e-6), q / sqrt(Dk);
+   * g = -exp(aLog[h]) softplus(a + dtBias[h]), beta = sigmoid(b); S = exp(g) S; S += k (beta (v - S^T k))^T;
+   * out = S^T q -> [T, Hv Dv]. transformers' torch_recurrent_gated_delta_rule, the exact reference of its chunked form.
+   */
+  gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
+    step: StepInputs): Tensor;
+  /** Per group of w.length channels of x and z [T, N]: rmsnorm(x) * w * silu(z) (transformers' RMSNormGated). */
+  rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): Tensor;
   /** gateUp [T, 2I] (gate first, then up) -> silu(gate) * up [T, I] */
   siluMul(gateUp: Tensor): Tensor;
   /** siluMul(matmul(x, gateUp)), bit for bit; a backend may run it as one kernel. */

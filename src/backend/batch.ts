@@ -31,6 +31,12 @@ export interface ForwardBatch {
   maxBlocksPerSeq: number;
   /** Rows of the flat batch whose logits are wanted (usually each sequence's last token). */
   logitsIndices: Int32Array;
+  /**
+   * [numSeqs] each sequence's recurrent-state slot (hybrid models' linear-attention layers; RecurrentStateLayout),
+   * -1 for none (padding rows: computed from a zero state, nothing kept). A sequence whose chunk starts at position 0
+   * starts from a zero state. Absent on models without recurrent layers.
+   */
+  stateSlots?: Int32Array;
   /** How Backend.sampleTokens picks each logits row's token; absent: every row greedy. */
   sampling?: RowSampling;
 }

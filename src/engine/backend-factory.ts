@@ -41,6 +41,11 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
 
 /** Allocates the KV cache on the backend; returns the number of pages (block 0 included, never handed out). */
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions, maxModelLen: number): number {
+  // the scheduler and the backends do not yet give a sequence a recurrent-state slot (its KV cache group's page)
+  if (model.recurrentStateLayout(1) !== null) {
+    throw new Error('hybrid linear-attention models (Qwen3.5) do not run in the engine yet: their per-sequence ' +
+      'recurrent state has no allocation there (issue 40); Model.forward runs them on the CPU backend');
+  }
   const bytesPerBlock = bytesPerPage(kvCacheGroupsOf(model), options.blockSize, backend.kvBytesPerElement);
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);

@@ -6,7 +6,27 @@ export type DType = FloatDType | 'f8_e4m3';
 /** The types a checkpoint declares (torch_dtype) and a model computes in. */
 export type FloatDType = 'bf16' | 'f16' | 'f32';
 
-export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3' | 'qwen3_moe' | 'mixtral';
+export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3' | 'qwen3_moe' | 'mixtral' | 'qwen3_5';
+
+/** A decoder layer's token mixer in a hybrid model (config.json's layer_types). */
+export type LayerType = 'linear_attention' | 'full_attention';
+
+/**
+ * A hybrid linear-attention model's own fields (Qwen3.5 / Qwen3.6, loader/hybrid-config.ts): which layers are gated
+ * DeltaNet and their sizes, and the full-attention layers' partial rotary. Their attention is output-gated and their
+ * norms are (1 + w) RMSNorms; those are properties of the family, not fields.
+ */
+export interface HybridConfig {
+  layerTypes: LayerType[];
+  /** Channels RoPE rotates at the front of each head (head_dim x partial_rotary_factor); the rest pass through. */
+  rotaryDim: number;
+  /** Gated DeltaNet sizes (linear_num_key_heads, linear_num_value_heads, linear_*_head_dim, linear_conv_kernel_dim). */
+  linearNumKeyHeads: number;
+  linearNumValueHeads: number;
+  linearKeyHeadDim: number;
+  linearValueHeadDim: number;
+  linearConvKernel: number;
+}
 
 /** A mixture-of-experts model's routing (loader/moe-config.ts). */
 export interface MoeConfig {
@@ -95,6 +115,8 @@ export interface ModelConfig {
   quantization: Fp8BlockQuantization | null;
   /** Mixture-of-experts routing, or null for a dense model. */
   moe: MoeConfig | null;
+  /** A hybrid linear-attention model's layer kinds and DeltaNet sizes, or null (every layer full attention). */
+  hybrid: HybridConfig | null;
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

@@ -6,7 +6,7 @@
 // The residual stream lives in the embedding output; the norms add into it in place. Each layer hands the next its
 // normed input (the projection and the norm fused where the backend can: layers/decoder-layer.ts).
 
-import type { Backend, StepInputs, Tensor } from '../backend/backend.js';
+import type { Backend, DeltaNetShape, RecurrentStateLayout, StepInputs, Tensor } from '../backend/backend.js';
 import type { ForwardBatch, KvCacheSpec } from '../backend/batch.js';
 import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
@@ -32,15 +32,24 @@ export class Model {
   private readonly attentionState: Extract<LayerStateSpec, { kind: 'full_attention' }>;
   /** Layers that keep KV pages (the engine reads kvBytesPerToken every step). */
   private readonly numKvLayers: number;
+  /** A hybrid model's linear-attention layers: their one state shape and their count (none: null). */
+  private readonly recurrentState: { shape: DeltaNetShape; numLayers: number } | null;
 
   private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend) {
     const specs = parts.layers.map((l) => l.mixer.stateSpec()).filter((s) => s !== null);
-    const first = specs[0];
-    if (!first || specs.some((s) => s.numKvHeads !== first.numKvHeads || s.headDim !== first.headDim)) {
+    const attention = specs.filter((s) => s.kind === 'full_attention');
+    const first = attention[0];
+    if (!first || attention.some((s) => s.numKvHeads !== first.numKvHeads || s.headDim !== first.headDim)) {
       throw new Error('Model: the backends keep one KV cache shape; these layers declare none or several');
     }
     this.attentionState = first;
-    this.numKvLayers = specs.length;
+    this.numKvLayers = attention.length;
+    const recurrent = specs.filter((s) => s.kind === 'recurrent');
+    const shape = recurrent[0]?.shape;
+    if (shape && recurrent.some((s) => JSON.stringify(s.shape) !== JSON.stringify(shape))) {
+      throw new Error('Model: the backends keep one recurrent state shape; these layers declare several');
+    }
+    this.recurrentState = shape ? { shape, numLayers: recurrent.length } : null;
   }
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
@@ -56,6 +65,11 @@ export class Model {
   kvCacheSpec(numBlocks: number, blockSize: number): KvCacheSpec {
     const { numKvHeads, headDim } = this.attentionState;
     return { numBlocks, blockSize, numLayers: this.numKvLayers, numKvHeads, headDim };
+  }
+
+  /** The recurrent states of `numSlots` sequences (Backend.allocateRecurrentState), or null: no recurrent layers. */
+  recurrentStateLayout(numSlots: number): RecurrentStateLayout | null {
+    return this.recurrentState && { numSlots, ...this.recurrentState };
   }
 
   /** Bytes of KV cache one token takes (K and V, every attention layer, in the backend's dtype). */

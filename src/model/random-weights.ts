@@ -7,6 +7,7 @@ import { bytesToF32, f32ToBytes } from '../loader/dtype.js';
 import type { DType, FloatDType, HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
 import { quantizeWeightBlocks } from '../backend/fp8-linear.js';
 import { expectedTensors } from './architectures/dense-weights.js';
+import { qwen35ExpectedTensors } from './architectures/qwen3_5-weights.js';
 
 function hashName(name: string, seed: number): number {
   let h = (0x811c9dc5 ^ seed) >>> 0;
@@ -45,7 +46,7 @@ export function randomWeightSource(config: ModelConfig, opts: RandomWeightOption
   const seed = opts.seed ?? 0;
   const file = opts.file ?? '/models/random/model.safetensors';
   const infos = new Map<string, { dtype: DType; shape: number[] }>();
-  for (const t of expectedTensors(config)) infos.set(t.name, { dtype: t.dtype, shape: t.shape });
+  for (const t of config.hybrid ? qwen35ExpectedTensors(config) : expectedTensors(config)) infos.set(t.name, { dtype: t.dtype, shape: t.shape });
   for (const [name, info] of Object.entries(opts.overrides ?? {})) {
     if (info) infos.set(name, info);
     else infos.delete(name);
@@ -91,7 +92,7 @@ export function qwen3_0_6bConfig(dtype: FloatDType = 'bf16'): ModelConfig {
     architecture: 'qwen3', vocabSize: 151936, hiddenSize: 1024, intermediateSize: 3072, numLayers: 28,
     numHeads: 16, numKvHeads: 8, headDim: 128, maxPositionEmbeddings: 40960, rmsNormEps: 1e-6,
     ropeTheta: 1000000, ropeScaling: null, tieWordEmbeddings: true, qkNorm: true, qkvBias: false, oBias: false, slidingWindow: null,
-    fusedProjections: false, dtype, quantization: null, moe: null,
+    fusedProjections: false, dtype, quantization: null, moe: null, hybrid: null,
   };
 }
 
@@ -104,6 +105,6 @@ export function tinyConfig(architecture: 'qwen3' | 'qwen2' | 'llama', overrides:
       ? { type: 'llama3', factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }
       : null,
     tieWordEmbeddings: architecture !== 'llama', qkNorm: architecture === 'qwen3', qkvBias: architecture === 'qwen2',
-    oBias: false, slidingWindow: null, fusedProjections: false, dtype: 'bf16', quantization: null, moe: null, ...overrides,
+    oBias: false, slidingWindow: null, fusedProjections: false, dtype: 'bf16', quantization: null, moe: null, hybrid: null, ...overrides,
   };
 }

@@ -5,6 +5,7 @@
 import type { Backend } from '../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { buildDecoder } from './architectures/dense.js';
+import { buildQwen35 } from './architectures/qwen3_5.js';
 import type { ModelParts } from './model.js';
 import type { LoadOptions } from './load-options.js';
 
@@ -19,6 +20,7 @@ export const ARCHITECTURE_BUILDERS: Readonly<Record<ModelConfig['architecture'],
   phi3: buildDecoder,
   qwen3_moe: buildDecoder,
   mixtral: buildDecoder,
+  qwen3_5: buildQwen35,
 };
 
 export function architectureBuilder(config: ModelConfig): ArchitectureBuilder {

@@ -21,3 +21,23 @@ test('a dense model is one KV cache group of all its layers, its page the dense 
     backend.dispose();
   }
 });
+
+test('a hybrid model: a full-attention group and a recurrent group of its state bytes; the engine refuses it for now', async () => {
+  const { parseModelConfig } = await import('../../src/loader/config.js');
+  const { testModelShapes } = await import('../../src/tools/test-model/shapes.js');
+  const { sizeKvCache } = await import('../../src/engine/backend-factory.js');
+  const config = parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c');
+  const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
+  try {
+    const model = Model.load(config, randomWeightSource(config, { seed: 2 }), backend);
+    // conv window 3 rows of 2 * 2 * 16 + 4 * 8 channels, state 4 heads x 16 x 8, f32
+    assert.deepEqual(kvCacheGroupsOf(model), [
+      { spec: { kind: 'recurrent', stateBytes: 4 * (3 * 96 + 4 * 16 * 8) }, layers: [0, 2] },
+      { spec: { kind: 'full_attention', numKvHeads: 2, headDim: 16 }, layers: [1, 3] },
+    ]);
+    assert.throws(() => sizeKvCache(model, backend, { blockSize: 16, kvCacheBytes: null } as never, 64),
+      /hybrid linear-attention models \(Qwen3\.5\) do not run in the engine yet/);
+  } finally {
+    backend.dispose();
+  }
+});

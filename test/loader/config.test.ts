@@ -44,6 +44,7 @@ test('qwen3: every field normalised, qk norm on, head_dim given', () => {
     dtype: 'bf16',
     quantization: null,
     moe: null,
+    hybrid: null,
   });
   assert.equal(parseModelConfig(shapes['qwen3-0.6b'], 'config.json').tieWordEmbeddings, true);
 });

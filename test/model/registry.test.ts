@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { ARCHITECTURES } from '../../src/loader/config.js';
 import { ARCHITECTURE_BUILDERS, architectureBuilder } from '../../src/model/registry.js';
 import { buildDecoder } from '../../src/model/architectures/dense.js';
+import { buildQwen35 } from '../../src/model/architectures/qwen3_5.js';
 import { Model } from '../../src/model/model.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.js';
@@ -12,7 +13,8 @@ import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.j
 test('every family the config loader accepts has exactly one builder, and no builder is unreachable', () => {
   assert.deepEqual(new Set(Object.values(ARCHITECTURES)), new Set(Object.keys(ARCHITECTURE_BUILDERS)));
   for (const family of Object.values(ARCHITECTURES)) {
-    assert.equal(architectureBuilder({ ...tinyConfig('qwen3'), architecture: family }), buildDecoder, family);
+    const builder = family === 'qwen3_5' ? buildQwen35 : buildDecoder;
+    assert.equal(architectureBuilder({ ...tinyConfig('qwen3'), architecture: family }), builder, family);
   }
   assert.throws(() => architectureBuilder({ ...tinyConfig('qwen3'), architecture: 'mamba' as never }), /no model builder for architecture mamba/);
 });

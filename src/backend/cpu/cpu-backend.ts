@@ -7,7 +7,9 @@ import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
+  StepInputs, Tensor } from '../backend.js';
+import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
 import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
@@ -73,6 +75,7 @@ export class CpuBackend implements Backend {
   private readonly wasmAttention: WasmAttention | null = null;
   private readonly wasmMemory: WasmMemory | null = null;
   private kvSpec: KvCacheSpec | null = null;
+  private recurrent: RecurrentStates | null = null;
   private ropeTables = new Map<Float32Array, { cos: Float32Array; sin: Float32Array }>();
 
   constructor(opts: CpuBackendOptions) {
@@ -144,6 +147,10 @@ export class CpuBackend implements Backend {
       this.kvLayers.push({ k: k.data, v: v.data });
     }
     this.kvSpec = { ...spec };
+  }
+
+  allocateRecurrentState(layout: RecurrentStateLayout): void {
+    this.recurrent = new RecurrentStates(layout);
   }
 
   memory(): MemoryReport {
@@ -227,7 +234,9 @@ export class CpuBackend implements Backend {
     const [T, width] = q.shape as [number, number];
     const D = rope.headDim;
     if (width !== (numHeads + 2 * numKvHeads) * D) throw new Error(`qkNormRope: row width ${width}`);
-    const half = D / 2;
+    // partial rotary: the first 2 * half channels of each head rotate, the rest pass through
+    const half = rope.invFreq.length;
+    if (2 * half > D) throw new Error(`qkNormRope: ${2 * half} rotary channels in a head of ${D}`);
     const table = this.ropeTable(rope, step.batch);
     const qn = qNorm ? asCpu(qNorm).data : null;
     const kn = kNorm ? asCpu(kNorm).data : null;
@@ -278,6 +287,52 @@ export class CpuBackend implements Backend {
     } else {
       pagedAttention(q.data, kv, step.batch, shape, scale, out.data);
     }
+    return out;
+  }
+
+  sigmoidMul(x: Tensor, gate: Tensor): Tensor {
+    const [xs, gs] = [asCpu(x), asCpu(gate)];
+    if (xs.numElements !== gs.numElements) throw new Error('sigmoidMul: x and gate differ in shape');
+    const out = this.alloc([...xs.shape]);
+    const [xd, gd, o] = [xs.data, gs.data, out.data];
+    for (let i = 0; i < o.length; i++) o[i] = xd[i]! * Math.fround(1 / (1 + Math.exp(-gd[i]!)));
+    return out;
+  }
+
+  causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): Tensor {
+    const xs = asCpu(x);
+    const [T, C] = xs.shape as [number, number];
+    const [wC, K] = w.shape as [number, number];
+    if (wC !== C) throw new Error(`causalConv1d: x [${T}, ${C}] by w [${wC}, ${K}]`);
+    const out = this.alloc([T, C]);
+    const ws = asCpu(w);
+    // a 2-D bf16 weight stays bf16 under the wasm kernel: widen its few elements (C x K)
+    const wd = ws.dtype === 'f32' ? ws.data : new Float32Array(ws.numElements);
+    if (ws.dtype !== 'f32') ws.copyF32(0, ws.numElements, wd, 0);
+    causalConv1dSilu(xs.data, wd, out.data, C, K, step.batch, this.recurrentLayer(layer, step).conv[layer] ?? null);
+    return out;
+  }
+
+  gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
+    step: StepInputs): Tensor {
+    const cs = asCpu(conv);
+    const T = cs.shape[0]!;
+    if (cs.shape[1] !== convChannels(shape) || ba.shape[1] !== 2 * shape.numValueHeads) {
+      throw new Error(`gatedDeltaRule: conv [${cs.shape.join(', ')}] and ba [${ba.shape.join(', ')}] do not fit ${JSON.stringify(shape)}`);
+    }
+    const out = this.alloc([T, shape.numValueHeads * shape.valueDim]);
+    gatedDeltaRule(cs.data, asCpu(ba).data, asCpu(aLog).data, asCpu(dtBias).data, shape, step.batch,
+      this.recurrentLayer(layer, step).ssm[layer] ?? null, out.data);
+    return out;
+  }
+
+  rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): Tensor {
+    const xs = asCpu(x);
+    const [T, N] = xs.shape as [number, number];
+    const wd = asCpu(w).data;
+    if (asCpu(z).numElements !== T * N || N % wd.length !== 0) throw new Error('rmsNormGated: x, z and w do not fit');
+    const out = this.alloc([T, N]);
+    rmsNormGatedRows(xs.data, asCpu(z).data, wd, out.data, T, N, eps);
     return out;
   }
 
@@ -348,6 +403,15 @@ export class CpuBackend implements Backend {
     this.kvLayers = [];
     this.kvViews = [];
     this.kvSpec = null;
+    this.recurrent = null;
+  }
+
+  /** The recurrent states of `layer`; a step of slotless sequences (all padding or fresh) may run without any. */
+  private recurrentLayer(layer: number, step: StepInputs): { conv: (Float32Array | undefined)[]; ssm: (Float32Array | undefined)[] } {
+    const r = this.recurrent;
+    if (r && layer < r.layout.numLayers) return r;
+    if (step.batch.stateSlots?.some((s) => s >= 0)) throw new Error(`recurrent state: none allocated for layer ${layer}`);
+    return { conv: [], ssm: [] };
   }
 
   private alloc(shape: number[]): CpuTensor {
@@ -357,7 +421,7 @@ export class CpuBackend implements Backend {
   private ropeTable(rope: RopeSpec, batch: ForwardBatch): { cos: Float32Array; sin: Float32Array } {
     let table = this.ropeTables.get(rope.invFreq);
     if (!table) {
-      const half = rope.headDim / 2;
+      const half = rope.invFreq.length;
       table = { cos: new Float32Array(batch.numTokens * half), sin: new Float32Array(batch.numTokens * half) };
       for (let t = 0; t < batch.numTokens; t++) {
         ropeAngles(batch.positions[t]!, rope.invFreq, table.cos.subarray(t * half, (t + 1) * half),

@@ -6,7 +6,8 @@
 import type { HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RopeSpec, StepInputs, Tensor } from '../backend.js';
+import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
+  StepInputs, Tensor } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 import { Device } from './device.js';
@@ -228,7 +229,30 @@ export class CudaBackend implements Backend {
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
     numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
+    if (2 * rope.invFreq.length !== rope.headDim) throw notYetOnCuda('partial rotary (RopeSpec rotating part of a head)');
     this.attn.qkNormRope(qkv, qNorm, kNorm, eps, numHeads, numKvHeads, rope, step, kvLayer);
+  }
+
+  // Hybrid linear-attention models (Qwen3.5): the CPU backend is their reference until these kernels land (issue 40).
+  allocateRecurrentState(_layout: RecurrentStateLayout): void {
+    throw notYetOnCuda('recurrent state (allocateRecurrentState)');
+  }
+
+  sigmoidMul(_x: Tensor, _gate: Tensor): Tensor {
+    throw notYetOnCuda('sigmoidMul');
+  }
+
+  causalConv1d(_x: Tensor, _w: Tensor, _layer: number, _step: StepInputs): Tensor {
+    throw notYetOnCuda('causalConv1d');
+  }
+
+  gatedDeltaRule(_conv: Tensor, _ba: Tensor, _aLog: Tensor, _dtBias: Tensor, _shape: DeltaNetShape, _layer: number,
+    _step: StepInputs): Tensor {
+    throw notYetOnCuda('gatedDeltaRule');
+  }
+
+  rmsNormGated(_x: Tensor, _z: Tensor, _w: Tensor, _eps: number): Tensor {
+    throw notYetOnCuda('rmsNormGated');
   }
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number, step: StepInputs): Tensor {
@@ -329,3 +353,7 @@ export class CudaBackend implements Backend {
   }
 }
 
+/** What a hybrid model asks of the CUDA backend before its kernels exist: an error that says to run it on the CPU. */
+function notYetOnCuda(op: string): Error {
+  return new Error(`the CUDA backend has no ${op} yet (hybrid linear-attention models such as Qwen3.5 run on --backend cpu for now)`);
+}

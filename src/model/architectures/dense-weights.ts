@@ -108,8 +108,11 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((v, i) => v === b[i]);
 }
 
-/** Throws ModelLoadError naming the first tensor that is missing or has the wrong shape or dtype. */
-export function validateWeights(config: ModelConfig, source: WeightSource): void {
+/**
+ * Throws ModelLoadError naming the first tensor of `tensors` (by default the dense families' list) that is missing
+ * or has the wrong shape or dtype.
+ */
+export function validateWeights(config: ModelConfig, source: WeightSource, tensors = expectedTensors(config)): void {
   const names = source.names();
   const checkpoint = names.length > 0 ? basename(dirname(source.info(names[0]!).file)) : 'checkpoint';
   const extra = config.moe ? extraExpertTensor(config, names) : null;
@@ -117,7 +120,7 @@ export function validateWeights(config: ModelConfig, source: WeightSource): void
     throw new ModelLoadError(source.info(extra).file, `tensor ${extra} names an expert past num_experts ` +
       `(${config.moe!.numExperts} in config.json)`);
   }
-  for (const { name, shape, dtype } of expectedTensors(config)) {
+  for (const { name, shape, dtype } of tensors) {
     const expected = describe(dtype, shape);
     if (!source.has(name)) {
       throw new ModelLoadError(checkpoint, `missing tensor ${name} (expected ${expected})`);

@@ -1,10 +1,10 @@
-// What a decoder layer is made of. A layer is a token mixer (attention; later gated DeltaNet) and a feed-forward
+// What a decoder layer is made of. A layer is a token mixer (attention or gated DeltaNet) and a feed-forward
 // (a dense MLP or a mixture of experts), each behind a pre-norm and a residual add. A sublayer may leave its
 // last projection to the layer (SublayerOut 'proj'), so the layer can run it fused with the norm after it
 // (Backend.matmulAddRmsNorm): the residual add and the next norm in the projection's kernel; a mixture of experts
 // leaves its whole call (SublayerOut 'moe', Backend.moeExpertsAddRmsNorm) for the same reason.
 
-import type { Backend, MoeExperts, MoeRoute, StepInputs, Tensor } from '../../backend/backend.js';
+import type { Backend, DeltaNetShape, MoeExperts, MoeRoute, StepInputs, Tensor } from '../../backend/backend.js';
 
 /** A projection's weight [N, K] and optional bias [N]. */
 export interface Linear {
@@ -37,8 +37,19 @@ export interface LayerContext {
   eps: number;
 }
 
-/** The state a layer keeps across steps, per sequence (kv/ groups layers of equal specs into one KV cache group). */
-export type LayerStateSpec = { kind: 'full_attention'; numKvHeads: number; headDim: number };
+/**
+ * The state a layer keeps across steps, per sequence (kv/ groups layers of equal specs into one KV cache group):
+ * KV pages of its heads, or (a gated DeltaNet layer) one fixed-size recurrent state of its shape, f32 (the conv
+ * window and the delta-rule state: recurrentStateBytes).
+ */
+export type LayerStateSpec = { kind: 'full_attention'; numKvHeads: number; headDim: number }
+  | { kind: 'recurrent'; shape: DeltaNetShape };
+
+/** Bytes of one layer's recurrent state of one sequence: the conv window (K - 1 rows of C) and Hv x Dk x Dv, f32. */
+export function recurrentStateBytes(s: DeltaNetShape): number {
+  const channels = 2 * s.numKeyHeads * s.keyDim + s.numValueHeads * s.valueDim;
+  return 4 * ((s.convKernel - 1) * channels + s.numValueHeads * s.keyDim * s.valueDim);
+}
 
 export interface Mixer {
   forward(x: Tensor, ctx: LayerContext): SublayerOut;

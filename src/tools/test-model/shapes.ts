@@ -66,6 +66,17 @@ TINY_SHAPES['tiny-qwen3-moe-128'] = { ...TINY_SHAPES['tiny-qwen3-moe'], hidden_s
 // every projection dimension a multiple of 128, as --quantization fp8 needs (q 4 x 64, k and v 2 x 64)
 TINY_SHAPES['tiny-qwen3-128'] = { ...TINY_SHAPES['tiny-qwen3'], hidden_size: 128, intermediate_size: 256, head_dim: 64 };
 
+// Qwen3.5's hybrid text model (transformers' Qwen3_5ForCausalLM): gated DeltaNet and output-gated attention layers
+// interleaved (two of each, so both kinds have a second layer's state), 2 key heads serving 4 value heads of another
+// dim than the keys', partial rotary (a quarter of head_dim, as the published models)
+TINY_SHAPES['tiny-qwen3.5'] = {
+  ...TINY_SIZES, architectures: ['Qwen3_5ForCausalLM'], model_type: 'qwen3_5_text', num_hidden_layers: 4, head_dim: 16,
+  layer_types: ['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
+  linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 16, linear_value_head_dim: 8,
+  linear_conv_kernel_dim: 4, max_position_embeddings: 4096, rms_norm_eps: 1e-6, tie_word_embeddings: false,
+  attention_bias: false, rope_parameters: { rope_type: 'default', rope_theta: 10000, partial_rotary_factor: 0.25 },
+};
+
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
@@ -146,6 +157,7 @@ function isMoeLayer(config: HfConfig, layer: number): boolean {
 
 /** Every tensor of a checkpoint of this config, with Hugging Face names, in HF's order. */
 export function tensorSpecsForConfig(config: HfConfig, dtype: FloatDType): TensorSpec[] {
+  if (config.model_type === 'qwen3_5_text' || config.model_type === 'qwen3_5') return qwen35Specs(config, dtype);
   const hidden = num(config, 'hidden_size');
   const numHeads = num(config, 'num_attention_heads');
   const numKvHeads = (config.num_key_value_heads ?? numHeads) as number;
@@ -200,6 +212,59 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: FloatDType): Tenso
   }
   add('model.norm.weight', [hidden]);
   if (config.tie_word_embeddings !== true) add('lm_head.weight', [vocab, hidden]);
+  return specs;
+}
+
+/**
+ * Qwen3.5's text model, as Qwen3_5ForCausalLM names it (model.*; a config with text_config, as the published
+ * multimodal checkpoints, under model.language_model.*, with no vision tower written).
+ */
+function qwen35Specs(config: HfConfig, dtype: FloatDType): TensorSpec[] {
+  const text = (config.text_config ?? config) as HfConfig;
+  const prefix = config.text_config !== undefined ? 'model.language_model.' : 'model.';
+  const hidden = num(text, 'hidden_size');
+  const inter = num(text, 'intermediate_size');
+  const headDim = num(text, 'head_dim');
+  const heads = num(text, 'num_attention_heads');
+  const kvDim = num(text, 'num_key_value_heads') * headDim;
+  const vHeads = num(text, 'linear_num_value_heads');
+  const keyDim = num(text, 'linear_num_key_heads') * num(text, 'linear_key_head_dim');
+  const valueDim = vHeads * num(text, 'linear_value_head_dim');
+  const numLayers = num(text, 'num_hidden_layers');
+  const interval = (text.full_attention_interval ?? 4) as number;
+  const types = (text.layer_types ?? Array.from({ length: numLayers }, (_, l) =>
+    (l + 1) % interval === 0 ? 'full_attention' : 'linear_attention')) as string[];
+  const specs: TensorSpec[] = [];
+  const add = (name: string, shape: number[]): void => void specs.push({ name: `${prefix}${name}`, dtype, shape });
+  add('embed_tokens.weight', [num(text, 'vocab_size'), hidden]);
+  types.forEach((type, l) => {
+    const p = `layers.${l}.`;
+    add(`${p}input_layernorm.weight`, [hidden]);
+    if (type === 'full_attention') {
+      add(`${p}self_attn.k_norm.weight`, [headDim]);
+      add(`${p}self_attn.k_proj.weight`, [kvDim, hidden]);
+      add(`${p}self_attn.o_proj.weight`, [hidden, heads * headDim]);
+      add(`${p}self_attn.q_norm.weight`, [headDim]);
+      add(`${p}self_attn.q_proj.weight`, [2 * heads * headDim, hidden]);
+      add(`${p}self_attn.v_proj.weight`, [kvDim, hidden]);
+    } else {
+      add(`${p}linear_attn.A_log`, [vHeads]);
+      add(`${p}linear_attn.conv1d.weight`, [2 * keyDim + valueDim, 1, num(text, 'linear_conv_kernel_dim')]);
+      add(`${p}linear_attn.dt_bias`, [vHeads]);
+      add(`${p}linear_attn.in_proj_a.weight`, [vHeads, hidden]);
+      add(`${p}linear_attn.in_proj_b.weight`, [vHeads, hidden]);
+      add(`${p}linear_attn.in_proj_qkv.weight`, [2 * keyDim + valueDim, hidden]);
+      add(`${p}linear_attn.in_proj_z.weight`, [valueDim, hidden]);
+      add(`${p}linear_attn.norm.weight`, [num(text, 'linear_value_head_dim')]);
+      add(`${p}linear_attn.out_proj.weight`, [hidden, valueDim]);
+    }
+    add(`${p}mlp.down_proj.weight`, [hidden, inter]);
+    add(`${p}mlp.gate_proj.weight`, [inter, hidden]);
+    add(`${p}mlp.up_proj.weight`, [inter, hidden]);
+    add(`${p}post_attention_layernorm.weight`, [hidden]);
+  });
+  add('norm.weight', [hidden]);
+  if ((text.tie_word_embeddings ?? config.tie_word_embeddings) !== true) specs.push({ name: 'lm_head.weight', dtype, shape: [num(text, 'vocab_size'), hidden] });
   return specs;
 }
 

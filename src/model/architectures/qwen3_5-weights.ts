@@ -1,0 +1,198 @@
+// Qwen3.5 / Qwen3.6 checkpoint names (transformers' Qwen3_5ForCausalLM: model.*; the published checkpoints,
+// Qwen3_5ForConditionalGeneration: model.language_model.*, beside a vision tower model.visual.* and an MTP head
+// mtp.*, which Quire leaves unread and says so once) -> backend tensors. Per layer:
+//   full attention:  self_attn.q_proj [H * 2D, hidden] (per head: D query rows, then D output-gate rows),
+//                    k_proj / v_proj [KVH * D, hidden], o_proj [hidden, H * D], q_norm / k_norm [D]
+//   linear attention (gated DeltaNet): linear_attn.in_proj_qkv [2 Hk Dk + Hv Dv, hidden], in_proj_z [Hv Dv, hidden],
+//                    in_proj_b / in_proj_a [Hv, hidden], conv1d.weight [2 Hk Dk + Hv Dv, 1, K], A_log / dt_bias [Hv],
+//                    norm.weight [Dv], out_proj [hidden, Hv Dv]
+//   every layer:     input_layernorm, post_attention_layernorm [hidden], mlp.{gate,up,down}_proj
+// At load: q_proj's rows are split into q (fused with k and v, as the attention op takes them) and the gate; b and
+// a are fused into one [2 Hv, hidden] projection; the (1 + w) RMSNorms' weights are uploaded as 1 + w (f32 sums,
+// as transformers computes them), so the ordinary rmsNorm op applies them. The gated norm's weight is used as is.
+
+import type { Backend, Tensor } from '../../backend/backend.js';
+import { bytesToF32 } from '../../loader/dtype.js';
+import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
+import { validateWeights, type ExpectedTensor } from './dense-weights.js';
+
+export interface Qwen35AttentionWeights {
+  /** [(H + 2 KVH) D, hidden]: q, k, v rows. */
+  qkv: Tensor;
+  /** [H D, hidden]: the output gate's rows of q_proj. */
+  gate: Tensor;
+  qNorm: Tensor;
+  kNorm: Tensor;
+  o: Tensor;
+}
+
+export interface Qwen35DeltaNetWeights {
+  inProjQkv: Tensor;
+  inProjZ: Tensor;
+  /** [2 Hv, hidden]: in_proj_b's rows, then in_proj_a's. */
+  inProjBa: Tensor;
+  /** [C, K] */
+  conv: Tensor;
+  aLog: Tensor;
+  dtBias: Tensor;
+  norm: Tensor;
+  outProj: Tensor;
+}
+
+export interface Qwen35LayerWeights {
+  inputNorm: Tensor;
+  postAttentionNorm: Tensor;
+  gateUp: Tensor;
+  down: Tensor;
+  /** One of the two, as layer_types says. */
+  attention: Qwen35AttentionWeights | null;
+  deltaNet: Qwen35DeltaNetWeights | null;
+}
+
+export interface Qwen35Weights {
+  embedTokens: Tensor;
+  layers: Qwen35LayerWeights[];
+  finalNorm: Tensor;
+  lmHead: Tensor;
+}
+
+const NESTED = 'model.language_model.';
+
+/** Where the text model's tensors sit: under model.language_model. in a checkpoint with its vision tower. */
+export function qwen35Prefix(source: Pick<WeightSource, 'has'>): string {
+  return source.has(`${NESTED}embed_tokens.weight`) ? NESTED : 'model.';
+}
+
+function hybridOf(c: ModelConfig) {
+  if (!c.hybrid) throw new Error('qwen3_5-weights: not a hybrid config');
+  return c.hybrid;
+}
+
+/** Every checkpoint tensor of the text model, with its shape and dtype. */
+export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.'): ExpectedTensor[] {
+  const h = hybridOf(c);
+  const hidden = c.hiddenSize;
+  const D = c.headDim;
+  const keyDim = h.linearNumKeyHeads * h.linearKeyHeadDim;
+  const valueDim = h.linearNumValueHeads * h.linearValueHeadDim;
+  const out: ExpectedTensor[] = [];
+  const add = (name: string, shape: number[]): void => void out.push({ name, shape, dtype: c.dtype });
+  add(`${prefix}embed_tokens.weight`, [c.vocabSize, hidden]);
+  h.layerTypes.forEach((type, l) => {
+    const p = `${prefix}layers.${l}.`;
+    add(`${p}input_layernorm.weight`, [hidden]);
+    if (type === 'full_attention') {
+      add(`${p}self_attn.q_proj.weight`, [2 * c.numHeads * D, hidden]);
+      add(`${p}self_attn.k_proj.weight`, [c.numKvHeads * D, hidden]);
+      add(`${p}self_attn.v_proj.weight`, [c.numKvHeads * D, hidden]);
+      add(`${p}self_attn.o_proj.weight`, [hidden, c.numHeads * D]);
+      add(`${p}self_attn.q_norm.weight`, [D]);
+      add(`${p}self_attn.k_norm.weight`, [D]);
+    } else {
+      const a = `${p}linear_attn.`;
+      add(`${a}in_proj_qkv.weight`, [2 * keyDim + valueDim, hidden]);
+      add(`${a}in_proj_z.weight`, [valueDim, hidden]);
+      add(`${a}in_proj_b.weight`, [h.linearNumValueHeads, hidden]);
+      add(`${a}in_proj_a.weight`, [h.linearNumValueHeads, hidden]);
+      add(`${a}conv1d.weight`, [2 * keyDim + valueDim, 1, h.linearConvKernel]);
+      add(`${a}dt_bias`, [h.linearNumValueHeads]);
+      add(`${a}A_log`, [h.linearNumValueHeads]);
+      add(`${a}norm.weight`, [h.linearValueHeadDim]);
+      add(`${a}out_proj.weight`, [hidden, valueDim]);
+    }
+    add(`${p}post_attention_layernorm.weight`, [hidden]);
+    add(`${p}mlp.gate_proj.weight`, [c.intermediateSize, hidden]);
+    add(`${p}mlp.up_proj.weight`, [c.intermediateSize, hidden]);
+    add(`${p}mlp.down_proj.weight`, [hidden, c.intermediateSize]);
+  });
+  add(`${prefix}norm.weight`, [hidden]);
+  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabSize, hidden]);
+  return out;
+}
+
+/** The checkpoint tensors Quire leaves unread (vision tower, MTP head), counted by kind; null when there are none. */
+export function unreadTensorsNote(source: Pick<WeightSource, 'names'>): string | null {
+  const names = source.names();
+  const visual = names.filter((n) => n.startsWith('model.visual.') || n.startsWith('visual.')).length;
+  const mtp = names.filter((n) => n.startsWith('mtp.')).length;
+  const parts = [visual > 0 ? `${visual} vision-tower tensors (model.visual.*)` : '', mtp > 0 ? `${mtp} MTP-head tensors (mtp.*)` : '']
+    .filter((p) => p !== '');
+  return parts.length === 0 ? null : `Qwen3.5 checkpoint: serving its text model; ${parts.join(' and ')} left unread`;
+}
+
+/** Rows of a row-major host tensor of any dtype. */
+function rows(t: HostTensor, pick: (row: number) => boolean, name: string): HostTensor {
+  const numRows = t.shape[0]!;
+  const rowBytes = t.data.byteLength / numRows;
+  const kept = Array.from({ length: numRows }, (_, r) => r).filter(pick);
+  const data = new Uint8Array(kept.length * rowBytes);
+  kept.forEach((r, i) => data.set(t.data.subarray(r * rowBytes, (r + 1) * rowBytes), i * rowBytes));
+  return { name, dtype: t.dtype, shape: [kept.length, ...t.shape.slice(1)], data };
+}
+
+function concatRows(name: string, parts: HostTensor[]): HostTensor {
+  const data = new Uint8Array(parts.reduce((n, p) => n + p.data.byteLength, 0));
+  let at = 0;
+  for (const p of parts) {
+    data.set(p.data, at);
+    at += p.data.byteLength;
+  }
+  return { name, dtype: parts[0]!.dtype, shape: [parts.reduce((n, p) => n + p.shape[0]!, 0), ...parts[0]!.shape.slice(1)], data };
+}
+
+/** A (1 + w) RMSNorm's weight as the f32 values 1 + w. */
+function onePlus(t: HostTensor): HostTensor {
+  const w = bytesToF32(t.dtype, t.data).map((v) => 1 + v);
+  return { name: t.name, dtype: 'f32', shape: t.shape, data: new Uint8Array(w.buffer) };
+}
+
+let noted = false;
+
+export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend: Backend): Qwen35Weights {
+  const h = hybridOf(c);
+  const prefix = qwen35Prefix(source);
+  validateWeights(c, source, qwen35ExpectedTensors(c, prefix));
+  const note = unreadTensorsNote(source);
+  if (note !== null && !noted) {
+    noted = true;
+    process.emitWarning(note);
+  }
+  const read = (n: string): HostTensor => source.read(n);
+  const up = (n: string): Tensor => backend.upload(read(n));
+  const norm = (n: string): Tensor => backend.upload(onePlus(read(n)));
+  const D = c.headDim;
+  const layers = h.layerTypes.map((type, l): Qwen35LayerWeights => {
+    const p = `${prefix}layers.${l}.`;
+    let attention: Qwen35AttentionWeights | null = null;
+    let deltaNet: Qwen35DeltaNetWeights | null = null;
+    if (type === 'full_attention') {
+      const a = `${p}self_attn.`;
+      const q = read(`${a}q_proj.weight`);
+      // per head h: rows [2hD, 2hD + D) are its query, [2hD + D, 2hD + 2D) its gate (transformers chunks each head's 2D)
+      const isQuery = (r: number): boolean => r % (2 * D) < D;
+      attention = {
+        qkv: backend.upload(concatRows(`${a}qkv_proj.weight`,
+          [rows(q, isQuery, 'q'), read(`${a}k_proj.weight`), read(`${a}v_proj.weight`)])),
+        gate: backend.upload(rows(q, (r) => !isQuery(r), `${a}gate_proj.weight`)),
+        qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`), o: up(`${a}o_proj.weight`),
+      };
+    } else {
+      const a = `${p}linear_attn.`;
+      const conv = read(`${a}conv1d.weight`);
+      deltaNet = {
+        inProjQkv: up(`${a}in_proj_qkv.weight`), inProjZ: up(`${a}in_proj_z.weight`),
+        inProjBa: backend.upload(concatRows(`${a}in_proj_ba.weight`, [read(`${a}in_proj_b.weight`), read(`${a}in_proj_a.weight`)])),
+        conv: backend.upload({ ...conv, shape: [conv.shape[0]!, conv.shape[2]!] }),
+        aLog: up(`${a}A_log`), dtBias: up(`${a}dt_bias`), norm: up(`${a}norm.weight`), outProj: up(`${a}out_proj.weight`),
+      };
+    }
+    return {
+      inputNorm: norm(`${p}input_layernorm.weight`), postAttentionNorm: norm(`${p}post_attention_layernorm.weight`),
+      gateUp: backend.upload(concatRows(`${p}mlp.gate_up_proj.weight`, [read(`${p}mlp.gate_proj.weight`), read(`${p}mlp.up_proj.weight`)])),
+      down: up(`${p}mlp.down_proj.weight`), attention, deltaNet,
+    };
+  });
+  const embedTokens = up(`${prefix}embed_tokens.weight`);
+  return { embedTokens, layers, finalNorm: norm(`${prefix}norm.weight`),
+    lmHead: c.tieWordEmbeddings ? embedTokens : up('lm_head.weight') };
+}
