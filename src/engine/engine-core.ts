@@ -8,7 +8,7 @@ import { KVCacheManager } from '../kv/kv-cache-manager.js';
 import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import { Model } from '../model/model.js';
-import { weightFitRefusal } from '../model/weight-fit.js';
+import { fp8ExpertsRefusal, weightFitRefusal } from '../model/weight-fit.js';
 import { isDeviceSamplable } from '../sampling/device-sampling.js';
 import { Sampler } from '../sampling/sampler.js';
 import type { SequenceSamplingState } from '../sampling/sequence-state.js';
@@ -455,11 +455,13 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   if (backend.name === 'cuda') {
     const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
+    // the cuda backend's experts are bf16 only for now (moe.ts): no FP8 to offer a mixture of experts there
     const tooBig = weightFitRefusal(dir.config, backend.computeDType, options.quantization === 'fp8',
-      { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization });
-    if (tooBig) {
+      { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, dir.config.moe === null);
+    const refusal = tooBig ?? fp8ExpertsRefusal(dir.config, backend.name, options.quantization === 'fp8');
+    if (refusal) {
       backend.dispose();
-      throw new Error(tooBig);
+      throw new Error(refusal);
     }
   }
   const model = Model.load(dir.config, dir.weights, backend, { quantization: options.quantization });

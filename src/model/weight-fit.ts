@@ -32,12 +32,13 @@ const gb = (bytes: number): string => `${(bytes / 1e9).toFixed(1)} GB`;
 /**
  * Why the weights cannot fit, or null. `budgetBytes`: what the engine may hold before loading (the device's memory
  * times --gpu-memory-utilization, less the activation reserve: MemoryReport.availableKvBytes before the load).
+ * `fp8Runs`: whether the backend runs this model in block FP8 (else --quantization fp8 is not offered).
  */
 export function weightFitRefusal(config: ModelConfig, computeDType: DType, quantizeFp8: boolean,
-  m: { budgetBytes: number; totalBytes: number; gpuMemoryUtilization: number }): string | null {
+  m: { budgetBytes: number; totalBytes: number; gpuMemoryUtilization: number }, fp8Runs = true): string | null {
   const need = deviceWeightBytes(config, computeDType, quantizeFp8);
   if (need <= m.budgetBytes) return null;
-  const fp8 = config.quantization === null && !quantizeFp8 ? deviceWeightBytes(config, computeDType, true) : null;
+  const fp8 = fp8Runs && config.quantization === null && !quantizeFp8 ? deviceWeightBytes(config, computeDType, true) : null;
   const ways = [
     fp8 !== null && fp8 < m.budgetBytes ? `--quantization fp8 (block FP8 weights: ${gb(fp8)})` : null,
     m.gpuMemoryUtilization < 0.95 ? `a higher --gpu-memory-utilization (now ${m.gpuMemoryUtilization})` : null,
@@ -46,4 +47,15 @@ export function weightFitRefusal(config: ModelConfig, computeDType: DType, quant
   return `the model's weights need ${gb(need)} on the device (${config.quantization || quantizeFp8 ? 'block FP8' : computeDType}), ` +
     `more than the ${gb(m.budgetBytes)} that --gpu-memory-utilization ${m.gpuMemoryUtilization} leaves of this GPU's ` +
     `${gb(m.totalBytes)} after activations; use ${ways.join(', or ')}`;
+}
+
+/**
+ * Why this backend cannot run the model's experts in block FP8, or null: the cuda backend's grouped expert GEMMs are
+ * bf16 only for now, so an FP8 mixture-of-experts checkpoint (or --quantization fp8 on one) is refused before
+ * minutes of loading, not at its first step.
+ */
+export function fp8ExpertsRefusal(config: ModelConfig, backend: 'cpu' | 'cuda', quantizeFp8: boolean): string | null {
+  if (backend !== 'cuda' || config.moe === null || (config.quantization === null && !quantizeFp8)) return null;
+  return `block-FP8 experts (${quantizeFp8 ? '--quantization fp8' : 'config.json quantization_config'}) are not ` +
+    'supported on the cuda backend yet: serve the bf16 checkpoint' + (quantizeFp8 ? ' without --quantization fp8' : '');
 }

@@ -7,7 +7,7 @@ import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { parseModelConfig } from '../../src/loader/config.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
-import { deviceWeightBytes, weightFitRefusal } from '../../src/model/weight-fit.js';
+import { deviceWeightBytes, fp8ExpertsRefusal, weightFitRefusal } from '../../src/model/weight-fit.js';
 import { configForShape } from '../../src/tools/test-model/shapes.js';
 
 const moe30b = parseModelConfig(configForShape('qwen3-30b-a3b', 'bf16'), 'config.json');
@@ -35,6 +35,19 @@ test('weights that do not fit are refused with the numbers and the flags to chan
   assert.equal(weightFitRefusal(moe30b, 'bf16', false, { ...h100, budgetBytes: 74e9 }), null);
   const refusal = weightFitRefusal(moe30b, 'bf16', false, { totalBytes: 48e9, gpuMemoryUtilization: 0.9, budgetBytes: 41e9 });
   assert.match(refusal ?? '', /^the model's weights need 61\.\d GB on the device \(bf16\), more than the 41\.0 GB that --gpu-memory-utilization 0\.9 leaves of this GPU's 48\.0 GB after activations; use --quantization fp8 \(block FP8 weights: 3\d\.\d GB\), or a higher --gpu-memory-utilization \(now 0\.9\), or a GPU with more memory$/);
+  // a backend that cannot run the model in FP8 does not offer it
+  assert.match(weightFitRefusal(moe30b, 'bf16', false, { totalBytes: 48e9, gpuMemoryUtilization: 0.9, budgetBytes: 41e9 }, false) ?? '',
+    /after activations; use a higher --gpu-memory-utilization \(now 0\.9\), or a GPU with more memory$/);
   const tiny = weightFitRefusal(moe30b, 'bf16', true, { totalBytes: 24e9, gpuMemoryUtilization: 0.95, budgetBytes: 22e9 });
   assert.match(tiny ?? '', /need 3\d\.\d GB on the device \(block FP8\).*; use a GPU with more memory$/);
+});
+
+test('FP8 experts on the cuda backend are refused before loading, naming the flag; the CPU and bf16 run', () => {
+  assert.equal(fp8ExpertsRefusal(moe30b, 'cuda', false), null);
+  assert.equal(fp8ExpertsRefusal(moe30b, 'cpu', true), null);
+  assert.match(fp8ExpertsRefusal(moe30b, 'cuda', true) ?? '', /^block-FP8 experts \(--quantization fp8\) are not supported on the cuda backend yet: serve the bf16 checkpoint without --quantization fp8$/);
+  const fp8 = parseModelConfig(configForShape('qwen3-30b-a3b', 'bf16', 'fp8'), 'config.json');
+  assert.match(fp8ExpertsRefusal(fp8, 'cuda', false) ?? '', /config\.json quantization_config\) are not supported on the cuda backend yet/);
+  const dense = parseModelConfig(configForShape('qwen3-8b', 'bf16', 'fp8'), 'config.json');
+  assert.equal(fp8ExpertsRefusal(dense, 'cuda', false), null);
 });
