@@ -77,6 +77,11 @@ export class KVCacheManager {
     this.recurrent = this.managers.find((m): m is RecurrentStateManager => m instanceof RecurrentStateManager) ?? null;
   }
 
+  /** The first full-attention group: the one whose pages the model's attention layers read (Model: one KV shape). */
+  get pagedGroup(): number {
+    return this.managers.findIndex((m) => m.kind !== 'recurrent');
+  }
+
   /** Whether the cache has a recurrent group (a hybrid model): its requests hold a state slot each. */
   get hasStateSlots(): boolean {
     return this.recurrent !== null;
@@ -198,9 +203,9 @@ export class KVCacheManager {
     this.pool.freeBlocks(order);
   }
 
-  /** Group 0's page ids of the request, in sequence order (empty when it holds none). */
+  /** The first full-attention group's page ids of the request (pagedGroup), in sequence order (empty: none held). */
   blockTable(requestId: string): readonly number[] {
-    return this.managers[0]!.blockTable(requestId);
+    return this.managers[this.pagedGroup]!.blockTable(requestId);
   }
 
   /** The request's page ids in every group, in group order (a recurrent group's: [its state slot]). */

@@ -46,7 +46,7 @@ export interface ScheduledRequest {
   numComputedTokensBefore: number;
   /** Positions startPosition .. seqLen - 1; their slots are blockTable[p / blockSize] * blockSize + p % blockSize. */
   startPosition: number;
-  /** = blockTables[0]: the pages of KV cache group 0 (every layer of a dense model). */
+  /** = blockTables[kv.pagedGroup]: the first full-attention group's pages (every layer of a dense model). */
   blockTable: number[];
   /** The request's pages in every KV cache group, in group order (a recurrent group: [its state slot]). */
   blockTables: number[][];
@@ -363,7 +363,7 @@ export class Scheduler {
       req.numComputedTokens = seqLen;
       scheduledRequests.push({
         requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
-        numComputedTokensBefore: start, startPosition: start, blockTable: blockTables[0]!, blockTables,
+        numComputedTokensBefore: start, startPosition: start, blockTable: blockTables[this.kv.pagedGroup]!, blockTables,
         newBlockIds: row.newBlockIds, seqLen, sample, promptLogitsFrom, promptLogitsTo, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
         isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
         numCachedTokens: Math.max(0, req.numCachedTokens),

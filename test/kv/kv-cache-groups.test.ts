@@ -100,6 +100,10 @@ test('full attention + recurrent state: one state slot per request, of the group
   assert.throws(() => kvOf([...HYBRID, { spec: recurrent(64), layers: [4] }]), /more than one recurrent KV cache group/);
   const dense = new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false });
   assert.deepEqual([dense.hasStateSlots, dense.numStateSlots, dense.stateSlot('a')], [false, 0, -1]);
+  // the recurrent group first (Qwen3.5's layer 0 is linear attention): blockTable is still the attention pages
+  const first = kvOf([HYBRID[1]!, HYBRID[0]!], 13, false);
+  first.allocateSlots(req('a', range(0, 5)), 5);
+  assert.deepEqual([first.pagedGroup, first.blockTable('a'), first.blockTables('a')], [1, [1, 2], [[0], [1, 2]]]);
 });
 
 test('allocation is atomic across groups: pages or state slots short, no group takes anything', () => {

@@ -133,7 +133,7 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlot
         numLogitRows += row.promptLogitsTo - row.promptLogitsFrom;
       }
       if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
-      assert.deepEqual(row.blockTable, row.blockTables[0]);
+      assert.deepEqual(row.blockTable, row.blockTables[kv.pagedGroup], 'blockTable is the first full-attention group\'s');
       assert.equal(row.blockTables.length, kinds.length);
       // a state slot s is keyed -(s + 1): its own ids, apart from the pages'
       const pages = kinds.flatMap((kind, g) => (kind === 'recurrent' ? [-(row.blockTables[g]![0]! + 1)]
