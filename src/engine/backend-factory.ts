@@ -1,9 +1,12 @@
 // Picks the backend (cuda when a device is present under 'auto') and sizes the
-// KV page pool from the memory the backend reports.
+// KV cache from the memory the backend reports: a hybrid model's recurrent
+// state slots first (one a sequence the engine may run), then the KV pages of
+// what is left.
 
 import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
-import { bytesPerBlock as bytesPerPage, numBlocksForBytes } from '../kv/kv-cache-spec.js';
+import { bytesPerBlock as bytesPerPage, numBlocksForBytes, stateSlotBytes, type KVCacheGroup } from '../kv/kv-cache-spec.js';
+import type { ModelConfig } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
 import { DEFAULT_CPU_KV_BYTES, type EngineOptions } from './options.js';
@@ -39,26 +42,65 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
   return { backend, device: cpus()[0]?.model ?? 'cpu' };
 }
 
-/** Allocates the KV cache on the backend; returns the number of pages (block 0 included, never handed out). */
-export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions, maxModelLen: number): number {
-  // the scheduler and the backends do not yet give a sequence a recurrent-state slot (its KV cache group's page)
-  if (model.recurrentStateLayout(1) !== null) {
-    throw new Error('hybrid linear-attention models (Qwen3.5) do not run in the engine yet: their per-sequence ' +
-      'recurrent state has no allocation there (issue 40); Model.forward runs them on the CPU backend');
+/**
+ * Why this backend cannot run the model, or null. The CUDA backend has no gated DeltaNet kernels yet: a hybrid
+ * model is refused before its weights load, not by an op that throws in the first step.
+ */
+export function backendRefusal(config: ModelConfig, backend: 'cpu' | 'cuda'): string | null {
+  if (backend !== 'cuda' || config.hybrid === null) return null;
+  return `this ${config.architecture} model is a hybrid linear-attention model (gated DeltaNet layers): the CUDA backend has no `
+    + 'kernels for them yet (issue 40); serve it with --backend cpu';
+}
+
+/** How the KV cache budget is split (sizeKvCache). */
+export interface KvCachePlan {
+  /** KV pages, block 0 (never handed out) included. */
+  numBlocks: number;
+  bytesPerBlock: number;
+  /** Recurrent-state slots (0: no recurrent group), and the bytes of one: every recurrent layer of a sequence. */
+  numStateSlots: number;
+  bytesPerStateSlot: number;
+}
+
+/**
+ * Splits `budgetBytes`: with a recurrent group, one state slot per sequence the engine may run at once
+ * (maxNumSeqs; a preempted request gives its slot back and recomputes its state, a finished one at once, so
+ * no more are ever held), then KV pages of what is left.
+ */
+export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: number; kvBytesPerElement: number;
+  budgetBytes: number; maxNumSeqs: number }): KvCachePlan {
+  const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement);
+  const bytesPerStateSlot = stateSlotBytes(groups);
+  const numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
+  const stateBytes = numStateSlots * bytesPerStateSlot;
+  const numBlocks = numBlocksForBytes(o.budgetBytes - stateBytes, bytesPerBlock);
+  if (numBlocks < 2) {
+    const slots = numStateSlots > 0
+      ? ` after ${numStateSlots} recurrent state slots of ${bytesPerStateSlot} bytes (${stateBytes} bytes: one a sequence, `
+        + '--max-num-seqs; lower it)'
+      : '';
+    throw new Error(`the KV cache budget (${o.budgetBytes} bytes) holds no page of ${bytesPerBlock} bytes${slots}: raise `
+      + '--kv-cache-memory-bytes or --gpu-memory-utilization');
   }
-  const bytesPerBlock = bytesPerPage(kvCacheGroupsOf(model), options.blockSize, backend.kvBytesPerElement);
+  return { numBlocks, bytesPerBlock, numStateSlots, bytesPerStateSlot };
+}
+
+/** Allocates the KV cache (and a hybrid model's recurrent state slots) on the backend; returns how it is split. */
+export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions,
+  maxModelLen: number): KvCachePlan {
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
-  const numBlocks = numBlocksForBytes(bytes, bytesPerBlock);
+  const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
+    kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs });
+  const { numBlocks } = plan;
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
-  if (numBlocks < 2) {
-    throw new Error(`the KV cache budget (${bytes} bytes) holds no page of ${bytesPerBlock} bytes: raise --kv-cache-memory-bytes or --gpu-memory-utilization`);
-  }
   if (numBlocks < minBlocks) {
     process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context `
       + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `
       + '--gpu-memory-utilization (CUDA), or lower --max-model-len');
   }
+  const layout = model.recurrentStateLayout(plan.numStateSlots);
+  if (layout !== null) backend.allocateRecurrentState(layout);
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
-  return numBlocks;
+  return plan;
 }

@@ -15,6 +15,8 @@ export interface ScheduledSeq {
   /** Positions [promptLogitsFrom, promptLogitsTo) of this chunk whose logits are wanted too (prompt logprobs). */
   promptLogitsFrom?: number;
   promptLogitsTo?: number;
+  /** Its recurrent-state slot (a hybrid model's; the scheduler's row carries it); absent on other models. */
+  stateSlot?: number;
 }
 
 /** Extra logits rows of a sequence: its prompt positions whose logits are wanted. */
@@ -49,6 +51,8 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
   const seqLens = new Int32Array(numSeqs);
   const blockTables = new Int32Array(numSeqs * maxBlocksPerSeq);
   const logitsIndices = new Int32Array(numLogits);
+  // a hybrid model's rows name their state slots; padding rows have none (-1: a zero state, nothing kept)
+  const stateSlots = seqs.some((s) => s.stateSlot !== undefined) ? new Int32Array(numSeqs).fill(-1) : undefined;
   let t = 0;
   let l = 0;
   seqs.forEach((s, i) => {
@@ -65,6 +69,7 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
     }
     seqLens[i] = end;
     blockTables.set(s.blockTable, i * maxBlocksPerSeq);
+    if (stateSlots) stateSlots[i] = s.stateSlot ?? -1;
     if (s.sample) logitsIndices[l++] = t - 1;
   });
   // Padding rows (for fixed-shape decode graphs): one token each, position 0,
@@ -84,5 +89,5 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
     }
   });
   return { numTokens, numSeqs, inputIds, positions, slotMapping, queryStartLoc, seqLens,
-    blockTables, maxBlocksPerSeq, logitsIndices };
+    blockTables, maxBlocksPerSeq, logitsIndices, ...(stateSlots ? { stateSlots } : {}) };
 }

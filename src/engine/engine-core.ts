@@ -17,7 +17,7 @@ import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
-import { createBackend, sizeKvCache } from './backend-factory.js';
+import { backendRefusal, createBackend, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
 import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
@@ -42,11 +42,13 @@ export interface EngineCoreParts {
   model: Model;
   backend: Backend;
   numBlocks: number;
+  /** A hybrid model's recurrent-state slots (sizeKvCache); absent or 0 for others. */
+  numStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
   /** The vocabulary for structured outputs (read on first use); absent: such requests fail. */
   grammarVocab?: () => GrammarVocab;
-  info: Omit<EngineInfo, 'numBlocks' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
+  info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
 }
 
 export class EngineCore {
@@ -102,10 +104,12 @@ export class EngineCore {
       },
     };
     this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
-    this.kv = new KVCacheManager({
-      numBlocks: parts.numBlocks, blockSize: options.blockSize, enablePrefixCaching: options.enablePrefixCaching,
-      groups: kvCacheGroupsOf(parts.model),
-    });
+    const groups = kvCacheGroupsOf(parts.model);
+    // a hit would skip the prompt's recurrent state, which no page holds yet (issue 40: states saved at page ends)
+    const hybrid = groups.some((g) => g.spec.kind === 'recurrent');
+    if (hybrid && options.enablePrefixCaching) process.emitWarning('prefix caching is off for hybrid linear-attention models for now');
+    this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
+      enablePrefixCaching: options.enablePrefixCaching && !hybrid, numStateSlots: parts.numStateSlots ?? 0 });
     this.scheduler = new Scheduler({
       maxNumBatchedTokens: options.maxNumBatchedTokens,
       maxNumSeqs: options.maxNumSeqs,
@@ -117,7 +121,7 @@ export class EngineCore {
       trace: options.schedulerTrace,
     }, this.kv);
     this.info = {
-      ...parts.info, numBlocks: parts.numBlocks, blockSize: options.blockSize,
+      ...parts.info, numBlocks: parts.numBlocks, numStateSlots: this.kv.numStateSlots, blockSize: options.blockSize,
       maxModelLen: parts.maxModelLen, vocabSize: this.config.vocabSize,
       maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs,
     };
@@ -390,6 +394,8 @@ export class EngineCore {
       kvCacheUsage: this.kv.usage(),
       numFreeBlocks: this.kv.numFreeBlocks,
       numTotalBlocks,
+      numFreeStateSlots: this.kv.numFreeStateSlots,
+      numTotalStateSlots: this.kv.numStateSlots,
       prefixCacheQueries: this.kv.prefixCacheQueries,
       prefixCacheHits: this.kv.prefixCacheHits,
       numPreemptions: this.scheduler.numPreemptions,
@@ -453,6 +459,11 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const dir = loaded ?? loadModelDir(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
+  const cannot = backendRefusal(dir.config, backend.name);
+  if (cannot) {
+    backend.dispose();
+    throw new Error(cannot);
+  }
   if (backend.name === 'cuda') {
     const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
     // the cuda backend's experts are bf16 only for now (moe.ts): no FP8 to offer a mixture of experts there
@@ -472,12 +483,12 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     throw new Error(refusal);
   }
   profileRun(model, options, maxModelLen);
-  const numBlocks = sizeKvCache(model, backend, options, maxModelLen);
+  const { numBlocks, numStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options, maxModelLen);
   const core = new EngineCore({
-    model, backend, numBlocks, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
+    model, backend, numBlocks, numStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
     grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
       dir.config.vocabSize, dir.generation.eosTokenIds),
-    info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep() },
+    info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(), bytesPerStateSlot },
   }, options);
   core.runner.captureGraphs();
   core.info.loadMs = Math.round(performance.now() - t0);

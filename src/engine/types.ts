@@ -63,6 +63,9 @@ export interface EngineStats {
   kvCacheUsage: number;
   numFreeBlocks: number;
   numTotalBlocks: number;
+  /** A hybrid model's recurrent-state slots (one a running sequence); 0 for other models. */
+  numFreeStateSlots: number;
+  numTotalStateSlots: number;
   prefixCacheQueries: number;
   prefixCacheHits: number;
   numPreemptions: number;

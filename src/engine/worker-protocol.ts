@@ -7,6 +7,9 @@ export interface EngineInfo {
   backend: 'cpu' | 'cuda';
   device: string;
   numBlocks: number;
+  /** A hybrid model's recurrent-state slots (a sequence each) and the bytes of one; 0 for other models. */
+  numStateSlots: number;
+  bytesPerStateSlot: number;
   blockSize: number;
   maxModelLen: number;
   vocabSize: number;

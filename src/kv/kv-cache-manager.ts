@@ -1,14 +1,16 @@
 // Pages per request over all KV cache groups of a model, and the prefix cache
 // (vLLM's KVCacheManager and KVCacheCoordinator in one): one single-type
-// manager per group, all drawing from ONE BlockPool, so page ids are global.
-// A dense model is one full-attention group.
+// manager per group. Full-attention groups draw from ONE BlockPool, so page
+// ids are global; a recurrent group (a hybrid model's linear-attention state)
+// hands out slots of its own, numStateSlots of them. A dense model is one
+// full-attention group.
 //
 //   request r, groups A (full attention) and B (recurrent state):
-//     A: [p3][p7][p9]      one page per blockSize tokens
-//     B: [p4]              one page, whatever the length
+//     A: [p3][p7][p9]      one pool page per blockSize tokens
+//     B: [s2]              one state slot, whatever the length
 //
 // Check, then act, across groups: allocateSlots counts what every group needs
-// before any group takes a page, so a short pool changes nothing anywhere.
+// before any group takes a page or a slot, so a shortage changes nothing anywhere.
 //
 // A full block is registered when its slots are allocated, before the step
 // that computes it (as vLLM): a request admitted later in the same step may hit
@@ -20,7 +22,7 @@
 import { BlockPool, type KVBlock } from './block-pool.js';
 import { BlockHasher, type ExtraHashKeys, type KVRequest } from './block-hash.js';
 import type { KVCacheGroup } from './kv-cache-spec.js';
-import { FullAttentionManager, managerForSpec, type SingleTypeKVCacheManager }
+import { FullAttentionManager, managerForSpec, RecurrentStateManager, type SingleTypeKVCacheManager }
   from './single-type-kv-cache-manager.js';
 
 export { hashBlockTokens, type KVRequest } from './block-hash.js';
@@ -34,6 +36,8 @@ export interface KVCacheManagerOptions {
   extraHashKeys?: ExtraHashKeys;
   /** The model's KV cache groups (groupLayerSpecs); absent: one full-attention group, a dense model. */
   groups?: readonly KVCacheGroup[];
+  /** State slots of the recurrent group (a sequence each); required when there is one. */
+  numStateSlots?: number;
 }
 
 /** A prefix-cache hit: leading full blocks whose KV can be reused. */
@@ -52,6 +56,7 @@ export class KVCacheManager {
   readonly blockSize: number;
   readonly enablePrefixCaching: boolean;
   private readonly managers: readonly SingleTypeKVCacheManager[];
+  private readonly recurrent: RecurrentStateManager | null;
   /** Prompt tokens looked up in the prefix cache (vLLM's queries, in tokens). */
   prefixCacheQueries = 0;
   /** Tokens found in the prefix cache. */
@@ -64,9 +69,36 @@ export class KVCacheManager {
     this.blockSize = o.blockSize;
     this.enablePrefixCaching = o.enablePrefixCaching;
     const hasher = new BlockHasher(o.blockSize, o.extraHashKeys);
+    // the backends keep one state layout, addressed by one slot a sequence
+    if ((o.groups ?? []).filter((g) => g.spec.kind === 'recurrent').length > 1) throw new Error('more than one recurrent KV cache group');
     this.managers = o.groups === undefined
       ? [new FullAttentionManager(0, this.pool, hasher, o.enablePrefixCaching)]
-      : o.groups.map((g, i) => managerForSpec(g.spec, i, this.pool, hasher, o.enablePrefixCaching));
+      : o.groups.map((g, i) => managerForSpec(g.spec, i, this.pool, hasher, o.enablePrefixCaching, o.numStateSlots ?? 0));
+    this.recurrent = this.managers.find((m): m is RecurrentStateManager => m instanceof RecurrentStateManager) ?? null;
+  }
+
+  /** The first full-attention group: the one whose pages the model's attention layers read (Model: one KV shape). */
+  get pagedGroup(): number {
+    return this.managers.findIndex((m) => m.kind !== 'recurrent');
+  }
+
+  /** Whether the cache has a recurrent group (a hybrid model): its requests hold a state slot each. */
+  get hasStateSlots(): boolean {
+    return this.recurrent !== null;
+  }
+
+  /** The recurrent group's slots (0 without one). */
+  get numStateSlots(): number {
+    return this.recurrent?.numSlots ?? 0;
+  }
+
+  get numFreeStateSlots(): number {
+    return this.recurrent?.numFreeSlots ?? 0;
+  }
+
+  /** The request's state slot, or -1 (none held, or no recurrent group). */
+  stateSlot(requestId: string): number {
+    return this.recurrent?.blockTable(requestId)[0] ?? -1;
   }
 
   get numGroups(): number {
@@ -133,6 +165,7 @@ export class KVCacheManager {
       for (const b of hits[g]!) if (b.refCount === 0) numNeeded++;  // a free cached hit leaves the free queue
     }
     if (numNeeded > this.pool.numFreeBlocks) return null;
+    if (!this.managers.every((m) => m.hasRoomFor(id, numTokensAfter))) return null;
 
     // Every group's hit is touched before any group takes new pages: taking pages evicts from the free
     // queue, which may hold another group's hit.
@@ -140,7 +173,7 @@ export class KVCacheManager {
     const newIds: number[] = [];
     this.managers.forEach((m, g) => {
       const fresh = this.pool.getNewBlocks(numNew[g]!);
-      m.addBlocks(id, hits[g]!, fresh);
+      m.addBlocks(id, hits[g]!, fresh, numTokensAfter);
       for (const b of fresh) newIds.push(b.blockId);
     });
     this.cacheFullBlocks(req, numTokensAfter);
@@ -154,19 +187,15 @@ export class KVCacheManager {
   }
 
   /**
-   * Releases every page of the request in every group. Eviction order: pages no cache can hit first (recurrent
-   * states), then the attention groups' pages last page first, position by position across groups, so that
-   * shared prefix pages are evicted last and the groups' cached prefixes shrink together (a hit needs them
-   * all). Pages past its computed tokens lose their hash.
+   * Releases every page and state slot of the request in every group. Eviction order: the attention groups'
+   * pages last page first, position by position across groups, so that shared prefix pages are evicted last and
+   * the groups' cached prefixes shrink together (a hit needs them all). Pages past its computed tokens lose their
+   * hash.
    */
   free(req: KVRequest): void {
     const order: KVBlock[] = [];
     const attention: KVBlock[][] = [];
-    for (const m of this.managers) {
-      const blocks = m.popBlocksForFree(req);
-      if (m.kind === 'recurrent') order.push(...blocks);
-      else attention.push(blocks);
-    }
+    for (const m of this.managers) attention.push(m.popBlocksForFree(req));
     const maxLen = Math.max(0, ...attention.map((b) => b.length));
     for (let i = maxLen - 1; i >= 0; i--) {
       for (const blocks of attention) if (i < blocks.length) order.push(blocks[i]!);
@@ -174,17 +203,17 @@ export class KVCacheManager {
     this.pool.freeBlocks(order);
   }
 
-  /** Group 0's page ids of the request, in sequence order (empty when it holds none). */
+  /** The first full-attention group's page ids of the request (pagedGroup), in sequence order (empty: none held). */
   blockTable(requestId: string): readonly number[] {
-    return this.managers[0]!.blockTable(requestId);
+    return this.managers[this.pagedGroup]!.blockTable(requestId);
   }
 
-  /** The request's page ids in every group, in group order. */
+  /** The request's page ids in every group, in group order (a recurrent group's: [its state slot]). */
   blockTables(requestId: string): readonly (readonly number[])[] {
     return this.managers.map((m) => m.blockTable(requestId));
   }
 
-  /** Pages a request of numTokens tokens holds at most, per group (their sum must fit the pool). */
+  /** Pool pages a request of numTokens tokens holds at most, per group (their sum must fit the pool; 0: a recurrent group's). */
   maxNumBlocksPerGroup(numTokens: number): number[] {
     return this.managers.map((m) => m.maxNumBlocksFor(numTokens));
   }

@@ -2,11 +2,17 @@
 // those declarations make (vLLM's KVCacheSpec and KVCacheGroupSpec).
 //
 // Layers with equal specs share a group: one block table per request per
-// group, the same page ids for every layer of the group. All groups draw their
-// pages from ONE BlockPool, so page ids are global; a page holds one group's
-// state while it is held. The byte layout that makes that work (vLLM's): a
-// page id p addresses p * pageBytes in each of maxLayers tensors; tensor j
-// holds layer j of whichever group owns the page.
+// group, the same page ids for every layer of the group. The full-attention
+// groups draw their pages from ONE BlockPool, so page ids are global; a page
+// holds one group's state while it is held. The byte layout that makes that
+// work (vLLM's): a page id p addresses p * pageBytes in each of maxLayers
+// tensors; tensor j holds layer j of whichever group owns the page.
+//
+// A recurrent group (a hybrid model's linear-attention layers) is not in that
+// layout: its state per sequence is far larger than a page of tokens (Qwen3.5
+// 27B: ~3 MiB a layer against 64 KiB), so sharing would pad every page to it
+// (vLLM instead grows the attention page to the state's size). It keeps its own
+// slots, one a running sequence, of stateSlotBytes each.
 //
 //   tensor 0: | p1: A.layer0 | p2: B.layer0 | p3: A.layer0 | ...
 //   tensor 1: | p1: A.layer1 | p2: B.layer1 | p3: A.layer1 | ...
@@ -25,7 +31,7 @@ export interface FullAttentionSpec {
 }
 
 /**
- * A fixed-size state per sequence (gated DeltaNet, Mamba: conv and SSM state): one page of the group per
+ * A fixed-size state per sequence (gated DeltaNet, Mamba: conv and SSM state): one slot of the group per
  * request, held from admission to finish, whatever the sequence length. No prefix caching yet.
  */
 export interface RecurrentStateSpec {
@@ -74,16 +80,28 @@ export function pageSizeBytes(spec: KVCacheSpec, blockSize: number, kvBytesPerEl
   return 2 * blockSize * spec.numKvHeads * spec.headDim * (spec.bytesPerElement ?? kvBytesPerElement);
 }
 
-/** Bytes one page id costs in the shared layout above: the largest page times the most layers of a group. */
+/**
+ * Bytes one page id costs in the shared layout above: the largest page times the most layers of a group (the
+ * full-attention groups: a recurrent group takes no page).
+ */
 export function bytesPerBlock(groups: readonly KVCacheGroup[], blockSize: number, kvBytesPerElement: number): number {
   if (groups.length === 0) throw new Error('no KV cache groups');
+  const paged = groups.filter((g) => g.spec.kind !== 'recurrent');
+  if (paged.length === 0) throw new Error('no full-attention KV cache group');
   let maxPageBytes = 0;
   let maxLayers = 0;
-  for (const g of groups) {
+  for (const g of paged) {
     maxPageBytes = Math.max(maxPageBytes, pageSizeBytes(g.spec, blockSize, kvBytesPerElement));
     maxLayers = Math.max(maxLayers, g.layers.length);
   }
   return maxPageBytes * maxLayers;
+}
+
+/** Bytes of one state slot: every layer of the recurrent groups, one sequence (0: no recurrent group). */
+export function stateSlotBytes(groups: readonly KVCacheGroup[]): number {
+  let bytes = 0;
+  for (const g of groups) if (g.spec.kind === 'recurrent') bytes += g.spec.stateBytes * g.layers.length;
+  return bytes;
 }
 
 /** K and V of one page over all layers of a dense model. */

@@ -1,8 +1,10 @@
 // The pages of one KV cache group (vLLM's SingleTypeKVCacheManager): which
 // pages each request holds in this group, how many more it needs, and the
-// group's prefix cache. Every group draws from the one BlockPool the
-// KVCacheManager owns; the manager checks a request's need over all groups
-// before any group takes a page, so a manager here never decides alone.
+// group's prefix cache. Full-attention groups draw from the one BlockPool the
+// KVCacheManager owns; a recurrent group hands out slots of its own (a state is
+// far larger than a page of tokens: sharing the pool would pad every page to
+// it). The KVCacheManager checks a request's need over all groups before any
+// group takes a page or a slot, so a manager here never decides alone.
 
 import type { BlockPool, KVBlock } from './block-pool.js';
 import type { BlockHasher, KVRequest } from './block-hash.js';
@@ -15,15 +17,20 @@ export interface SingleTypeKVCacheManager {
   findLongestCacheHit(req: KVRequest, maxBlocks: number): KVBlock[];
   /** Pages to take from the free queue so the request holds `numTokens` tokens (after `numHitBlocks` hit pages). */
   numNewBlocksFor(requestId: string, numTokens: number, numHitBlocks: number): number;
-  /** Appends hit pages (already touched) and new pages to the request's table. */
-  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[]): void;
+  /** Whether what the group keeps outside the pool (a recurrent group's slots) can serve the request. */
+  hasRoomFor(requestId: string, numTokens: number): boolean;
+  /** Appends hit pages (already touched) and new pages to the request's table; takes what hasRoomFor promised. */
+  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[], numTokens: number): void;
   /** Registers the request's full pages among its first numTokens tokens. */
   cacheFullBlocks(req: KVRequest, numTokens: number): void;
-  /** Forgets the request; returns its pages in sequence order (pages past its computed tokens lose their hash). */
+  /**
+   * Forgets the request; returns its pool pages in sequence order (pages past its computed tokens lose their hash).
+   * What it held outside the pool goes back at once.
+   */
   popBlocksForFree(req: KVRequest): KVBlock[];
   blockTable(requestId: string): readonly number[];
   requestIds(): Iterable<string>;
-  /** Pages a request of numTokens tokens holds at most in this group. */
+  /** Pool pages a request of numTokens tokens holds at most in this group. */
   maxNumBlocksFor(numTokens: number): number;
 }
 
@@ -62,6 +69,10 @@ export class FullAttentionManager implements SingleTypeKVCacheManager {
   numNewBlocksFor(requestId: string, numTokens: number, numHitBlocks: number): number {
     const numHeld = this.blocksOf.get(requestId)?.length ?? 0;
     return Math.max(0, Math.ceil(numTokens / this.blockSize) - numHeld - numHitBlocks);
+  }
+
+  hasRoomFor(): boolean {
+    return true;
   }
 
   addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[]): void {
@@ -121,58 +132,74 @@ export class FullAttentionManager implements SingleTypeKVCacheManager {
 }
 
 /**
- * A fixed-size state per sequence: one page from admission to finish, written in place every step (so never
- * shared, never cached). A preempted request loses it and recomputes it from its first token.
+ * A fixed-size state per sequence: one slot of the group's own `numSlots` (not a pool page) from admission to
+ * finish, written in place every step (so never shared, never cached). Its table is [slot]. A preempted request
+ * loses it and recomputes its state from its first token (a chunk at position 0 starts from zeros), so preemption
+ * needs no spare slot: the engine sizes one per sequence it may run.
  */
 export class RecurrentStateManager implements SingleTypeKVCacheManager {
   readonly kind = 'recurrent';
-  private readonly blockOf = new Map<string, KVBlock>();
-  private readonly blockIdsOf = new Map<string, readonly number[]>();
+  private readonly tableOf = new Map<string, readonly number[]>();
+  /** Free slots, the longest free first (a freed slot goes to the back). */
+  private readonly free: number[];
 
-  constructor(readonly groupId: number) {}
+  constructor(readonly groupId: number, readonly numSlots: number) {
+    if (!Number.isInteger(numSlots) || numSlots < 1) throw new Error(`a recurrent KV cache group needs state slots, got ${numSlots}`);
+    this.free = Array.from({ length: numSlots }, (_, i) => i);
+  }
+
+  get numFreeSlots(): number {
+    return this.free.length;
+  }
 
   findLongestCacheHit(): KVBlock[] {
     return [];
   }
 
-  numNewBlocksFor(requestId: string, numTokens: number): number {
-    return numTokens > 0 && !this.blockOf.has(requestId) ? 1 : 0;
+  numNewBlocksFor(): number {
+    return 0;
   }
 
-  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[]): void {
-    if (hit.length > 0) throw new Error(`request ${requestId}: a recurrent state has no prefix hit`);
-    if (fresh.length === 0) return;
-    if (fresh.length > 1 || this.blockOf.has(requestId)) throw new Error(`request ${requestId}: one state page`);
-    this.blockOf.set(requestId, fresh[0]!);
-    this.blockIdsOf.set(requestId, [fresh[0]!.blockId]);
+  hasRoomFor(requestId: string, numTokens: number): boolean {
+    return numTokens <= 0 || this.tableOf.has(requestId) || this.free.length > 0;
+  }
+
+  addBlocks(requestId: string, hit: readonly KVBlock[], fresh: readonly KVBlock[], numTokens: number): void {
+    if (hit.length > 0 || fresh.length > 0) throw new Error(`request ${requestId}: a recurrent state takes no pool page`);
+    if (numTokens <= 0 || this.tableOf.has(requestId)) return;
+    const slot = this.free.shift();
+    if (slot === undefined) throw new Error(`request ${requestId}: no free state slot`);
+    this.tableOf.set(requestId, [slot]);
   }
 
   cacheFullBlocks(): void {}
 
   popBlocksForFree(req: KVRequest): KVBlock[] {
-    const block = this.blockOf.get(req.requestId);
-    this.blockOf.delete(req.requestId);
-    this.blockIdsOf.delete(req.requestId);
-    return block === undefined ? [] : [block];
+    const table = this.tableOf.get(req.requestId);
+    if (table !== undefined) {
+      this.free.push(table[0]!);
+      this.tableOf.delete(req.requestId);
+    }
+    return [];
   }
 
   blockTable(requestId: string): readonly number[] {
-    return this.blockIdsOf.get(requestId) ?? [];
+    return this.tableOf.get(requestId) ?? [];
   }
 
   requestIds(): Iterable<string> {
-    return this.blockOf.keys();
+    return this.tableOf.keys();
   }
 
   maxNumBlocksFor(): number {
-    return 1;
+    return 0;
   }
 }
 
 export function managerForSpec(spec: KVCacheSpec, groupId: number, pool: BlockPool, hasher: BlockHasher,
-  enablePrefixCaching: boolean): SingleTypeKVCacheManager {
+  enablePrefixCaching: boolean, numStateSlots: number): SingleTypeKVCacheManager {
   switch (spec.kind) {
     case 'full_attention': return new FullAttentionManager(groupId, pool, hasher, enablePrefixCaching);
-    case 'recurrent': return new RecurrentStateManager(groupId);
+    case 'recurrent': return new RecurrentStateManager(groupId, numStateSlots);
   }
 }

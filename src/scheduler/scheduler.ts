@@ -46,10 +46,12 @@ export interface ScheduledRequest {
   numComputedTokensBefore: number;
   /** Positions startPosition .. seqLen - 1; their slots are blockTable[p / blockSize] * blockSize + p % blockSize. */
   startPosition: number;
-  /** = blockTables[0]: the pages of KV cache group 0 (every layer of a dense model). */
+  /** = blockTables[kv.pagedGroup]: the first full-attention group's pages (every layer of a dense model). */
   blockTable: number[];
-  /** The request's pages in every KV cache group, in group order (a recurrent group: its one state page). */
+  /** The request's pages in every KV cache group, in group order (a recurrent group: [its state slot]). */
   blockTables: number[][];
+  /** Its recurrent-state slot (a KV cache with a recurrent group: a hybrid model); absent without one. */
+  stateSlot?: number;
   /** Pages newly taken from the pool this step, every group (page ids are global). */
   newBlockIds: number[];
   /** KV length after this step. */
@@ -136,7 +138,7 @@ export class Scheduler {
   addRequest(req: Request): void {
     if (this.requests.has(req.requestId)) throw new Error(`duplicate request id ${req.requestId}`);
     // Groups share one pool: a request alone must fit with every group's pages together.
-    const perGroup = this.kv.maxNumBlocksPerGroup(req.numPromptTokens + req.maxTokens);
+    const perGroup = this.kv.maxNumBlocksPerGroup(req.numPromptTokens + req.maxTokens).filter((n) => n > 0);
     const numBlocksAtMost = perGroup.reduce((a, n) => a + n, 0);
     if (numBlocksAtMost > this.kv.pool.numUsableBlocks) {
       const split = perGroup.length > 1 ? ` (${perGroup.join(' + ')} in its ${perGroup.length} groups)` : '';
@@ -361,10 +363,11 @@ export class Scheduler {
       req.numComputedTokens = seqLen;
       scheduledRequests.push({
         requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
-        numComputedTokensBefore: start, startPosition: start, blockTable: blockTables[0]!, blockTables,
+        numComputedTokensBefore: start, startPosition: start, blockTable: blockTables[this.kv.pagedGroup]!, blockTables,
         newBlockIds: row.newBlockIds, seqLen, sample, promptLogitsFrom, promptLogitsTo, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
         isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
         numCachedTokens: Math.max(0, req.numCachedTokens),
+        ...(this.kv.hasStateSlots ? { stateSlot: this.kv.stateSlot(req.requestId) } : {}),
       });
       total += row.numNew;
     }

@@ -18,6 +18,16 @@ test('flat batch of a prefill chunk and a decode token', () => {
   assert.deepEqual([...b.logitsIndices], [3]);
 });
 
+test('a hybrid model\'s rows carry their state slots into the batch; padding rows none; other models no stateSlots', () => {
+  const rows = [
+    { tokenIds: [10, 11], startPosition: 0, blockTable: [7], sample: true, stateSlot: 3 },
+    { tokenIds: [99], startPosition: 5, blockTable: [4, 9], sample: true, stateSlot: 0 },
+  ];
+  assert.deepEqual([...buildForwardBatch(rows, 4).stateSlots!], [3, 0]);
+  assert.deepEqual([...buildForwardBatch(rows, 4, 4, true).stateSlots!], [3, 0, -1, -1]);
+  assert.equal(buildForwardBatch(rows.map(({ stateSlot: _, ...r }) => r), 4).stateSlots, undefined);
+});
+
 test('padding rows write no KV and keep a fixed shape', () => {
   const b = buildForwardBatch([{ tokenIds: [5], startPosition: 0, blockTable: [3], sample: true }], 16, 4);
   assert.equal(b.numSeqs, 4);

@@ -1,5 +1,6 @@
 // The engine's KV cache groups come from the layers' declared state: a dense model is one full-attention group of
-// every layer, and its pages cost what the dense formula says.
+// every layer, and its pages cost what the dense formula says; a hybrid model adds a recurrent group whose state
+// slots the sizing takes out of the budget first.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,7 +23,8 @@ test('a dense model is one KV cache group of all its layers, its page the dense 
   }
 });
 
-test('a hybrid model: a full-attention group and a recurrent group of its state bytes; the engine refuses it for now', async () => {
+test('a hybrid model: a full-attention group and a recurrent group of its state bytes; the engine sizes both on ' +
+  'the CPU', async () => {
   const { parseModelConfig } = await import('../../src/loader/config.js');
   const { testModelShapes } = await import('../../src/tools/test-model/shapes.js');
   const { sizeKvCache } = await import('../../src/engine/backend-factory.js');
@@ -31,13 +33,47 @@ test('a hybrid model: a full-attention group and a recurrent group of its state 
   try {
     const model = Model.load(config, randomWeightSource(config, { seed: 2 }), backend);
     // conv window 3 rows of 2 * 2 * 16 + 4 * 8 channels, state 4 heads x 16 x 8, f32
+    const stateBytes = 4 * (3 * 96 + 4 * 16 * 8);
     assert.deepEqual(kvCacheGroupsOf(model), [
-      { spec: { kind: 'recurrent', stateBytes: 4 * (3 * 96 + 4 * 16 * 8) }, layers: [0, 2] },
+      { spec: { kind: 'recurrent', stateBytes }, layers: [0, 2] },
       { spec: { kind: 'full_attention', numKvHeads: 2, headDim: 16 }, layers: [1, 3] },
     ]);
-    assert.throws(() => sizeKvCache(model, backend, { blockSize: 16, kvCacheBytes: null } as never, 64),
-      /hybrid linear-attention models \(Qwen3\.5\) do not run in the engine yet/);
+    const plan = sizeKvCache(model, backend, { blockSize: 16, kvCacheBytes: null, maxNumSeqs: 8 } as never, 64);
+    const pageBytes = 2 * 16 * 2 * 16 * 4 * 2;
+    assert.deepEqual(plan, { numBlocks: Math.floor(((1 << 20) - 8 * 2 * stateBytes) / pageBytes), bytesPerBlock: pageBytes,
+      numStateSlots: 8, bytesPerStateSlot: 2 * stateBytes });
+    // the backend holds both against its budget
+    assert.equal(backend.memory().availableKvBytes, (1 << 20) - 8 * 2 * stateBytes - plan.numBlocks * pageBytes);
   } finally {
     backend.dispose();
   }
 });
+
+test('sizing: state slots (one a sequence, maxNumSeqs) come out of the budget before the pages; too many is a clear ' +
+  'error; a dense model has none', async () => {
+  const { planKvCache } = await import('../../src/engine/backend-factory.js');
+  const groups = [{ spec: { kind: 'recurrent', stateBytes: 1000 }, layers: [0, 2, 3] },
+    { spec: { kind: 'full_attention', numKvHeads: 2, headDim: 8 }, layers: [1] }] as const;
+  const page = 2 * 4 * 2 * 8 * 2;  // 256 bytes
+  const o = { blockSize: 4, kvBytesPerElement: 2, maxNumSeqs: 4 };
+  assert.deepEqual(planKvCache(groups, { ...o, budgetBytes: 4 * 3000 + 10 * page + 100 }),
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000 });
+  assert.throws(() => planKvCache(groups, { ...o, budgetBytes: 4 * 3000 + page }),
+    /budget \(12256 bytes\) holds no page of 256 bytes after 4 recurrent state slots of 3000 bytes \(12000 bytes.*--max-num-seqs/);
+  assert.deepEqual(planKvCache(denseGroupsOf(), { ...o, budgetBytes: 10 * page }),
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 0, bytesPerStateSlot: 0 });
+});
+
+test('CUDA refuses a hybrid model at start-up, before its weights load, naming the way to serve it', async () => {
+  const { parseModelConfig } = await import('../../src/loader/config.js');
+  const { testModelShapes } = await import('../../src/tools/test-model/shapes.js');
+  const { backendRefusal } = await import('../../src/engine/backend-factory.js');
+  const hybrid = parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c');
+  assert.match(backendRefusal(hybrid, 'cuda') ?? '', /this qwen3_5 model is a hybrid linear-attention model .* no kernels .* --backend cpu/);
+  assert.equal(backendRefusal(hybrid, 'cpu'), null);
+  assert.equal(backendRefusal(tinyConfig('qwen2'), 'cuda'), null);
+});
+
+function denseGroupsOf() {
+  return [{ spec: { kind: 'full_attention', numKvHeads: 2, headDim: 8 }, layers: [0] }] as const;
+}

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { KVCacheManager, type KVRequest } from '../../src/kv/kv-cache-manager.js';
 import { BlockPool, type BlockHash } from '../../src/kv/block-pool.js';
-import { bytesPerBlock, bytesPerKvBlock, denseGroups, groupLayerSpecs, pageSizeBytes, type KVCacheGroup,
+import { bytesPerBlock, bytesPerKvBlock, denseGroups, groupLayerSpecs, pageSizeBytes, stateSlotBytes, type KVCacheGroup,
   type KVCacheSpec } from '../../src/kv/kv-cache-spec.js';
 import { runPrompt } from './helpers.js';
 
@@ -18,8 +18,8 @@ const TWO_FULL: KVCacheGroup[] = [{ spec: full(8, 128), layers: [0, 2] }, { spec
 /** Full attention and a recurrent state (a hybrid model). */
 const HYBRID: KVCacheGroup[] = [{ spec: full(8, 128), layers: [3] }, { spec: recurrent(4096), layers: [0, 1, 2] }];
 
-function kvOf(groups: KVCacheGroup[], numBlocks = 13, enablePrefixCaching = true): KVCacheManager {
-  return new KVCacheManager({ numBlocks, blockSize: 4, enablePrefixCaching, groups });
+function kvOf(groups: KVCacheGroup[], numBlocks = 13, enablePrefixCaching = true, numStateSlots = 3): KVCacheManager {
+  return new KVCacheManager({ numBlocks, blockSize: 4, enablePrefixCaching, groups, numStateSlots });
 }
 
 
@@ -55,9 +55,12 @@ test('bytes per page id: a dense model as before; groups share tensors of the la
   assert.equal(bytesPerBlock(denseGroups(28, 8, 128), 16, 2), bytesPerKvBlock(16, 28, 8, 128, 2));
   // 2 layers at most in a group, pages of 2*4*8*128*2 = 16384 bytes at most
   assert.equal(bytesPerBlock(TWO_FULL, 4, 2), 2 * 16384);
-  // 3 recurrent layers, the attention page (16384) larger than the state (4096)
-  assert.equal(bytesPerBlock(HYBRID, 4, 2), 3 * 16384);
+  // the recurrent layers take no page: one attention layer's page; their state is a slot of 3 layers' states
+  assert.equal(bytesPerBlock(HYBRID, 4, 2), 16384);
+  assert.equal(stateSlotBytes(HYBRID), 3 * 4096);
+  assert.equal(stateSlotBytes(TWO_FULL), 0);
   assert.throws(() => bytesPerBlock([], 4, 2), /no KV cache groups/);
+  assert.throws(() => bytesPerBlock([HYBRID[1]!], 4, 2), /no full-attention KV cache group/);
 });
 
 test('two full-attention groups: each group its own pages of one shared pool, page ids global', () => {
@@ -76,38 +79,59 @@ test('two full-attention groups: each group its own pages of one shared pool, pa
   assert.deepEqual(kv.maxNumBlocksPerGroup(13), [4, 4]);
 });
 
-test('full attention + recurrent state: one state page per request, held whatever the length', () => {
+test('full attention + recurrent state: one state slot per request, of the group\'s own, held whatever the length', () => {
   const kv = kvOf(HYBRID, 13, false);
+  assert.deepEqual([kv.hasStateSlots, kv.numStateSlots, kv.numFreeStateSlots], [true, 3, 3]);
   const a = req('a', range(0, 10));
-  assert.deepEqual(kv.allocateSlots(a, 10), [1, 2, 3, 4]);
-  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3], [4]]);
+  assert.deepEqual(kv.allocateSlots(a, 10), [1, 2, 3]);
+  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3], [0]]);
+  assert.equal(kv.stateSlot('a'), 0);
   a.numComputedTokens = 10;
-  assert.deepEqual(kv.allocateSlots(a, 3), [5]);
-  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3, 5], [4]]);
+  assert.deepEqual(kv.allocateSlots(a, 3), [4]);
+  assert.deepEqual(kv.blockTables('a'), [[1, 2, 3, 4], [0]]);
   const b = req('b', range(0, 1));
-  assert.deepEqual(kv.allocateSlots(b, 1), [6, 7]);
-  assert.deepEqual(kv.blockTables('b'), [[6], [7]]);
-  assert.deepEqual(kv.maxNumBlocksPerGroup(13), [4, 1]);
+  assert.deepEqual(kv.allocateSlots(b, 1), [5]);
+  assert.deepEqual(kv.blockTables('b'), [[5], [1]]);
+  assert.deepEqual([kv.stateSlot('b'), kv.stateSlot('nobody'), kv.numFreeStateSlots, kv.numFreeBlocks], [1, -1, 1, 7]);
+  assert.deepEqual(kv.maxNumBlocksPerGroup(13), [4, 0]);
   assert.deepEqual(kv.requestIds(), ['a', 'b']);
+  assert.throws(() => new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false, groups: HYBRID }),
+    /a recurrent KV cache group needs state slots/);
+  assert.throws(() => kvOf([...HYBRID, { spec: recurrent(64), layers: [4] }]), /more than one recurrent KV cache group/);
+  const dense = new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false });
+  assert.deepEqual([dense.hasStateSlots, dense.numStateSlots, dense.stateSlot('a')], [false, 0, -1]);
+  // the recurrent group first (Qwen3.5's layer 0 is linear attention): blockTable is still the attention pages
+  const first = kvOf([HYBRID[1]!, HYBRID[0]!], 13, false);
+  first.allocateSlots(req('a', range(0, 5)), 5);
+  assert.deepEqual([first.pagedGroup, first.blockTable('a'), first.blockTables('a')], [1, [1, 2], [[0], [1, 2]]]);
 });
 
-test('allocation is atomic across groups: short in total, no group takes a page', () => {
-  for (const [groups, numBlocks, numTokens] of [[TWO_FULL, 8, 12], [HYBRID, 7, 16]] as const) {
-    const kv = kvOf(groups, numBlocks, false);
-    assert.ok(kv.allocateSlots(req('a', range(0, numTokens)), numTokens) !== null);
-    assert.equal(kv.numFreeBlocks, 1);
-    // group 0's page would fit in the one free page; the other group's would not
-    const b = req('b', [7]);
-    const before = kv.pool.freeBlockIds();
-    assert.equal(kv.allocateSlots(b, 1), null);
-    assert.deepEqual(kv.pool.freeBlockIds(), before);
-    assert.deepEqual(kv.blockTables('b'), [[], []]);
-    assert.deepEqual(kv.requestIds(), ['a']);
-  }
+test('allocation is atomic across groups: pages or state slots short, no group takes anything', () => {
+  const two = kvOf(TWO_FULL, 8, false);
+  assert.ok(two.allocateSlots(req('a', range(0, 12)), 12) !== null);
+  assert.equal(two.numFreeBlocks, 1);
+  // group 0's page would fit in the one free page; the other group's would not
+  const before = two.pool.freeBlockIds();
+  assert.equal(two.allocateSlots(req('b', [7]), 1), null);
+  assert.deepEqual(two.pool.freeBlockIds(), before);
+  assert.deepEqual(two.blockTables('b'), [[], []]);
+  assert.deepEqual(two.requestIds(), ['a']);
+
+  // pages to spare, but the one state slot is a's
+  const hybrid = kvOf(HYBRID, 13, false, 1);
+  assert.ok(hybrid.allocateSlots(req('a', range(0, 5)), 5) !== null);
+  assert.equal(hybrid.allocateSlots(req('b', [7]), 1), null);
+  assert.deepEqual([hybrid.numFreeBlocks, hybrid.numFreeStateSlots], [10, 0]);
+  assert.deepEqual(hybrid.blockTables('b'), [[], []]);
+  // and a slot to spare, but no page: b takes neither
+  const short = kvOf(HYBRID, 3, false, 2);
+  assert.ok(short.allocateSlots(req('a', range(0, 8)), 8) !== null);
+  assert.equal(short.allocateSlots(req('b', [7]), 1), null);
+  assert.deepEqual([short.numFreeBlocks, short.numFreeStateSlots, short.requestIds()], [0, 1, ['a']]);
 });
 
-test('free returns every page of every group: state pages first, then attention pages position by position ' +
-  'from the tail', () => {
+test('free returns every page of every group, attention pages position by position from the tail, and the state ' +
+  'slot', () => {
   const two = kvOf(TWO_FULL, 13, false);
   const a = req('a', range(0, 10));
   two.allocateSlots(a, 10);
@@ -122,13 +146,18 @@ test('free returns every page of every group: state pages first, then attention 
   dense.free(c);
   assert.deepEqual(dense.pool.freeBlockIds(), [4, 5, 3, 2, 1]);
 
-  const hybrid = kvOf(HYBRID, 13, false);
+  const hybrid = kvOf(HYBRID, 13, false, 2);
   const b = req('b', range(0, 10));
   hybrid.allocateSlots(b, 10);
+  hybrid.allocateSlots(req('c', [1]), 1);
+  assert.deepEqual([hybrid.stateSlot('b'), hybrid.numFreeStateSlots], [0, 0]);
   hybrid.free(b);
-  assert.deepEqual(hybrid.pool.freeBlockIds(), [5, 6, 7, 8, 9, 10, 11, 12, 4, 3, 2, 1]);
-  assert.equal(hybrid.numFreeBlocks, 12);
-  assert.deepEqual(hybrid.requestIds(), []);
+  assert.deepEqual(hybrid.pool.freeBlockIds(), [5, 6, 7, 8, 9, 10, 11, 12, 3, 2, 1]);
+  assert.deepEqual([hybrid.numFreeBlocks, hybrid.numFreeStateSlots, hybrid.stateSlot('b')], [11, 1, -1]);
+  assert.deepEqual(hybrid.requestIds(), ['c']);
+  // the freed slot is the next one handed out
+  hybrid.allocateSlots(req('d', [1]), 1);
+  assert.equal(hybrid.stateSlot('d'), 0);
 });
 
 test('two full-attention groups: a prefix hit takes each group\'s own cached pages', () => {
@@ -189,18 +218,18 @@ test('every group\'s hit is taken before any group takes new pages (taking one m
   assert.equal(kv.numFreeBlocks, 0);
 });
 
-test('a recurrent group caches no state: a hybrid model never hits, and its state page is never hashed', () => {
+test('a recurrent group caches no state: a hybrid model never hits', () => {
   const kv = kvOf(HYBRID);
   const a = req('a', range(0, 10));
-  assert.deepEqual(runPrompt(kv, a), [1, 2, 3, 4]);
-  // the attention pages are registered (for when states are cached too), the state page is not
-  assert.deepEqual([1, 2, 3, 4].map((i) => kv.pool.block(i).blockHash !== null), [true, true, false, false]);
+  assert.deepEqual(runPrompt(kv, a), [1, 2, 3]);
+  // the attention pages are registered (for when states are cached too)
+  assert.deepEqual([1, 2, 3].map((i) => kv.pool.block(i).blockHash !== null), [true, true, false]);
   const b = req('b', range(0, 10));
   assert.deepEqual(kv.getComputedBlocks(b), { blockIds: [], numCachedTokens: 0, groupBlockIds: [[], []] });
   assert.equal(kv.prefixCacheQueries, 20);
   assert.equal(kv.prefixCacheHits, 0);
-  assert.deepEqual(kv.allocateSlots(b, 10), [5, 6, 7, 8]);
-  assert.deepEqual(kv.blockTables('b'), [[5, 6, 7], [8]]);
+  assert.deepEqual(kv.allocateSlots(b, 10), [4, 5, 6]);
+  assert.deepEqual(kv.blockTables('b'), [[4, 5, 6], [1]]);
   assert.throws(() => kv.allocateSlots(req('c', range(0, 10)), 2,
     { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], [2]] }), /caches nothing/);
 });

@@ -4,9 +4,10 @@
 // token prefix up to that position), written in batch order as the forward
 // pass does, so a page handed to two writers, or a prefix hit on the wrong (or
 // never written) page, shows up as a wrong label. With several KV cache groups
-// every attention group writes its own pages, and a recurrent group's page
-// holds the label of the last position folded into the state: a row must find
-// there the state its first position continues from.
+// every attention group writes its own pages, and a recurrent group's state
+// slot (its own ids, not pages) holds the label of the last position folded
+// into the state: a row must find there the state its first position
+// continues from.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -58,11 +59,18 @@ const groupsArb = fc.constantFrom<KVCacheGroup[]>(
 const PREFIXES = [0, 1, 2].map((k) => Array.from({ length: 14 }, (_, j) => 10 * k + (j % 3)));
 const label = (r: Request, pos: number) => `${r.cacheSalt}|${r.allTokenIds.slice(0, pos + 1).join(',')}`;
 
-function checkPages(kv: KVCacheManager, sched: Scheduler): void {
+function checkPages(kv: KVCacheManager, sched: Scheduler, kinds: readonly string[]): void {
   const owners = new Array<number>(kv.numBlocks).fill(0);
   assert.deepEqual(new Set(kv.requestIds()), new Set(sched.running.map((r) => r.requestId)));
+  const slots = sched.running.map((r) => kv.stateSlot(r.requestId)).filter((slot) => slot >= 0);
+  assert.equal(new Set(slots).size, slots.length, 'a state slot held twice');
+  if (kv.hasStateSlots) {
+    assert.equal(slots.length, sched.running.length, 'a running request without a state slot');
+    assert.equal(kv.numFreeStateSlots + slots.length, kv.numStateSlots, 'state slots leaked');
+  }
   for (const id of kv.requestIds()) {
-    for (const table of kv.blockTables(id)) {
+    for (const [g, table] of kv.blockTables(id).entries()) {
+      if (kinds[g] === 'recurrent') continue;
       assert.equal(new Set(table).size, table.length, 'a page twice in one table');
       for (const b of table) owners[b]!++;
     }
@@ -80,9 +88,9 @@ function checkPages(kv: KVCacheManager, sched: Scheduler): void {
 
 type Config = typeof configArb extends fc.Arbitrary<infer T> ? T : never;
 
-function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
+function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlots = cfg.maxNumSeqs): void {
   const { blockSize, numBlocks, enablePrefixCaching, ...rest } = cfg;
-  const kv = new KVCacheManager({ numBlocks, blockSize, enablePrefixCaching, ...(groups ? { groups } : {}) });
+  const kv = new KVCacheManager({ numBlocks, blockSize, enablePrefixCaching, ...(groups ? { groups } : {}), numStateSlots });
   const kinds = groups?.map((g) => g.spec.kind) ?? ['full_attention'];
   const options: SchedulerOptions = { ...rest, blockSize };
   const sched = new Scheduler(options, kv);
@@ -102,6 +110,8 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
     const allocatedNow = new Set(out.scheduledRequests.flatMap((r) => r.newBlockIds));
     // A page handed out afresh holds garbage until written.
     for (const page of allocatedNow) for (let o = 0; o < blockSize; o++) store.delete(page * blockSize + o);
+    // so does the state slot of a request admitted (or resumed) this step
+    for (const r of out.scheduledRequests) if (r.isNewlyAdmitted && r.stateSlot !== undefined) store.delete(-(r.stateSlot + 1));
     assert.ok(out.numScheduledTokensTotal <= cfg.maxNumBatchedTokens, 'token budget exceeded');
     assert.equal(out.numScheduledTokensTotal, out.scheduledRequests.reduce((a, r) => a + r.numScheduledTokens, 0));
     assert.ok(out.scheduledRequests.length <= cfg.maxNumSeqs && sched.numRunning <= cfg.maxNumSeqs, 'maxNumSeqs exceeded');
@@ -123,9 +133,10 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
         numLogitRows += row.promptLogitsTo - row.promptLogitsFrom;
       }
       if (cfg.longPrefillTokenThreshold > 0) assert.ok(row.numScheduledTokens <= cfg.longPrefillTokenThreshold);
-      assert.deepEqual(row.blockTable, row.blockTables[0]);
+      assert.deepEqual(row.blockTable, row.blockTables[kv.pagedGroup], 'blockTable is the first full-attention group\'s');
       assert.equal(row.blockTables.length, kinds.length);
-      const pages = kinds.flatMap((kind, g) => (kind === 'recurrent' ? [row.blockTables[g]![0]!]
+      // a state slot s is keyed -(s + 1): its own ids, apart from the pages'
+      const pages = kinds.flatMap((kind, g) => (kind === 'recurrent' ? [-(row.blockTables[g]![0]! + 1)]
         : rowSlots({ ...row, blockTable: row.blockTables[g]! }, blockSize).slots.map((slot) => Math.floor(slot / blockSize))));
       for (const page of pages) {
         assert.equal(writerOf.get(page) ?? row.requestId, row.requestId, `page ${page} has two writers`);
@@ -133,7 +144,9 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
         assert.ok(!hashedBefore.has(page) || allocatedNow.has(page), `cached page ${page} written again`);
       }
       kinds.forEach((kind, g) => {
-        if (kind === 'recurrent') assert.equal(row.blockTables[g]!.length, 1, 'one state page a request');
+        if (kind !== 'recurrent') return;
+        assert.equal(row.blockTables[g]!.length, 1, 'one state slot a request');
+        assert.equal(row.stateSlot, row.blockTables[g]![0], 'the row\'s state slot is its recurrent group\'s');
       });
       if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
     }
@@ -146,7 +159,7 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
         kinds.forEach((kind, g) => {
           const table = row.blockTables[g]!;
           if (kind === 'recurrent') {
-            const slot = table[0]! * blockSize;
+            const slot = -(table[0]! + 1);
             if (row.startPosition > 0) {
               assert.equal(store.get(slot), label(req, row.startPosition - 1), `${req.requestId} continues a wrong state`);
             }
@@ -179,7 +192,7 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
     for (const req of sched.running) {
       kv.blockTables(req.requestId).forEach((table, g) => {
         if (kinds[g] === 'recurrent') {
-          assert.equal(store.get(table[0]! * blockSize), label(req, req.numComputedTokens - 1),
+          assert.equal(store.get(-(table[0]! + 1)), label(req, req.numComputedTokens - 1),
             `request ${req.requestId} holds a wrong state`);
           return;
         }
@@ -224,14 +237,15 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[]): void {
       if (op.kind === 'abort') sched.abortRequest(id);
       else sched.finishRequests([id], 'FINISHED_STOPPED');
     }
-    checkPages(kv, sched);
+    checkPages(kv, sched, kinds);
   }
   for (let n = 0; sched.hasUnfinishedRequests(); n++) {
     assert.ok(n < 2000, 'requests never finished');
     doStep();
-    checkPages(kv, sched);
+    checkPages(kv, sched, kinds);
   }
   assert.equal(kv.numFreeBlocks, numBlocks - 1, 'leaked pages');
+  assert.equal(kv.numFreeStateSlots, kv.numStateSlots, 'leaked state slots');
   for (let b = 1; b < numBlocks; b++) assert.equal(kv.pool.block(b).refCount, 0);
 }
 
@@ -243,6 +257,8 @@ test('random request streams: one writer per page, exact ref counts, budgets hel
 });
 
 test('the same streams over two and three KV cache groups (full attention of two shapes, recurrent states): a ' +
-  'page to one writer in one group, every group\'s pages freed, states continued from the right page', () => {
-  fc.assert(fc.property(configArbWith(24), fc.array(opArb, { maxLength: 80 }), groupsArb, runStream), { numRuns: 1000 });
+  'page or state slot to one writer, every group\'s pages and slots freed, states continued from the right slot', () => {
+  // state slots from 1 (admission waits for one) to more than maxNumSeqs
+  fc.assert(fc.property(configArbWith(24), fc.array(opArb, { maxLength: 80 }), groupsArb, fc.integer({ min: 1, max: 6 }),
+    (cfg, ops, groups, numStateSlots) => runStream(cfg, ops, groups, numStateSlots)), { numRuns: 1000 });
 });

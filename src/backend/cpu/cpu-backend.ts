@@ -133,8 +133,9 @@ export class CpuBackend implements Backend {
   allocateKvCache(spec: KvCacheSpec): void {
     const numLayerElements = spec.numBlocks * spec.blockSize * spec.numKvHeads * spec.headDim;
     const numBytes = 2 * spec.numLayers * numLayerElements * 4;
-    if (numBytes > this.kvCacheBytes) {
-      throw new Error(`KV cache of ${numBytes} bytes exceeds the budget of ${this.kvCacheBytes}`);
+    if (numBytes + this.recurrentBytes > this.kvCacheBytes) {
+      const states = this.recurrentBytes > 0 ? ` with ${this.recurrentBytes} bytes of recurrent states` : '';
+      throw new Error(`KV cache of ${numBytes} bytes${states} exceeds the budget of ${this.kvCacheBytes}`);
     }
     for (let i = this.kvViews.length - 1; i >= 0; i--) this.heap.release(this.kvViews[i]!);
     this.kvViews = [];
@@ -149,13 +150,29 @@ export class CpuBackend implements Backend {
     this.kvSpec = { ...spec };
   }
 
+  /** The states count against the KV cache budget, as the pages do (the engine sizes both from it). */
   allocateRecurrentState(layout: RecurrentStateLayout): void {
+    this.recurrent = null;
+    const s = layout.shape;
+    const numBytes = 4 * layout.numSlots * layout.numLayers * ((s.convKernel - 1) * convChannels(s) + s.numValueHeads * s.keyDim * s.valueDim);
+    if (numBytes + this.kvBytes() > this.kvCacheBytes) {
+      throw new Error(`recurrent states of ${numBytes} bytes and a KV cache of ${this.kvBytes()} exceed the budget of `
+        + `${this.kvCacheBytes}`);
+    }
     this.recurrent = new RecurrentStates(layout);
   }
 
-  memory(): MemoryReport {
+  private get recurrentBytes(): number {
+    return this.recurrent ? this.recurrent.bytesPerSlot * this.recurrent.layout.numSlots : 0;
+  }
+
+  private kvBytes(): number {
     const s = this.kvSpec;
-    const kvBytes = s ? 2 * s.numLayers * s.numBlocks * s.blockSize * s.numKvHeads * s.headDim * 4 : 0;
+    return s ? 2 * s.numLayers * s.numBlocks * s.blockSize * s.numKvHeads * s.headDim * 4 : 0;
+  }
+
+  memory(): MemoryReport {
+    const kvBytes = this.kvBytes() + this.recurrentBytes;
     let availableKvBytes = this.kvCacheBytes - kvBytes;
     if (this.heap instanceof WasmHeap) {
       availableKvBytes = Math.max(0, Math.min(availableKvBytes, this.heap.numFreeBytes - WASM_ACTIVATION_RESERVE_BYTES));
