@@ -353,4 +353,39 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       }
     }
   });
+
+  // a mixture of experts: its engines here, one at a time (the suite runs two files at once; each engine takes 0.9)
+  for (const batchInvariant of [false, true]) {
+    test(`MoE test model${batchInvariant ? ', batch-invariant mode' : ''}: greedy transcripts identical alone, in batches (and chunked: batch-invariant), eager and graphed`, async () => {
+      // head_dim 64 (the CUDA attention's smallest; tiny-qwen3-moe's 16 runs on the CPU only)
+      const moeModel = mkdtempSync(join(tmpdir(), 'quire-gpu-moe-'));
+      await makeTestModel({ shape: 'tiny-qwen3-moe-128', outDir: moeModel, dtype: 'bf16', seed: 0 });
+      const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
+        { maxTokens: number; prompts: { prompt: string }[] };
+      const prompts = Array.from({ length: 64 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
+      const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number }> = {
+        'graphs, batch 64': { maxNumSeqs: 64, enforceEager: false, maxNumBatchedTokens: 2048 },
+        // chunks sharing steps with decode rows: only the batch-invariant mode promises the same bits for them
+        ...(batchInvariant ? { 'graphs, batch 16, 24-token steps': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 24 } } : {}),
+        'graphs, batch 16': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 2048 },
+        'eager, batch 64': { maxNumSeqs: 64, enforceEager: true, maxNumBatchedTokens: 2048 },
+        'graphs, one at a time': { maxNumSeqs: 1, enforceEager: false, maxNumBatchedTokens: 2048 },
+      };
+      let reference: number[][] | null = null;
+      for (const [name, p] of Object.entries(paths)) {
+        const llm = new LLM(moeModel, { backend: 'cuda', batchInvariant, maxModelLen: 512, ...p });
+        try {
+          const out = await llm.generate(prompts, { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
+          const t = out.map((c) => c.tokenIds);
+          console.log(`# transcript md5 ${transcriptMd5(t)} (gate prompts ${transcriptMd5(t.slice(0, 8))})  ` +
+            `tiny-qwen3-moe-128 cuda-bf16${batchInvariant ? ' batch-invariant' : ''} ${name}`);
+          reference ??= t;
+          assert.deepEqual(t, reference, name);
+        } finally {
+          await llm.close();
+        }
+      }
+      rmSync(moeModel, { recursive: true, force: true });
+    });
+  }
 });
