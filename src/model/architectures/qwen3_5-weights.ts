@@ -15,6 +15,7 @@ import type { Backend, Tensor } from '../../backend/backend.js';
 import { bytesToF32 } from '../../loader/dtype.js';
 import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { validateWeights, type ExpectedTensor } from './dense-weights.js';
+import type { DeltaNetLayerWeights } from '../layers/deltanet.js';
 
 export interface Qwen35AttentionWeights {
   /** [(H + 2 KVH) D, hidden]: q, k, v rows. */
@@ -26,18 +27,8 @@ export interface Qwen35AttentionWeights {
   o: Tensor;
 }
 
-export interface Qwen35DeltaNetWeights {
-  inProjQkv: Tensor;
-  inProjZ: Tensor;
-  /** [2 Hv, hidden]: in_proj_b's rows, then in_proj_a's. */
-  inProjBa: Tensor;
-  /** [C, K] */
-  conv: Tensor;
-  aLog: Tensor;
-  dtBias: Tensor;
-  norm: Tensor;
-  outProj: Tensor;
-}
+/** A gated DeltaNet layer's tensors: the layer's weights, its out_proj a bare weight (no bias in these checkpoints). */
+export type Qwen35DeltaNetWeights = Omit<DeltaNetLayerWeights, 'outProj'> & { outProj: Tensor };
 
 export interface Qwen35LayerWeights {
   inputNorm: Tensor;
