@@ -44,6 +44,8 @@ export interface EngineCoreParts {
   numBlocks: number;
   /** A hybrid model's recurrent-state slots (sizeKvCache); absent or 0 for others. */
   numStateSlots?: number;
+  /** Its slots for states saved for the prefix cache (sizeKvCache), after the numStateSlots; absent or 0: none. */
+  numCachedStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
   /** The vocabulary for structured outputs (read on first use); absent: such requests fail. */
@@ -105,11 +107,9 @@ export class EngineCore {
     };
     this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
     const groups = kvCacheGroupsOf(parts.model);
-    // a hit would skip the prompt's recurrent state, which no page holds yet (issue 40: states saved at page ends)
-    const hybrid = groups.some((g) => g.spec.kind === 'recurrent');
-    if (hybrid && options.enablePrefixCaching) process.emitWarning('prefix caching is off for hybrid linear-attention models for now');
     this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
-      enablePrefixCaching: options.enablePrefixCaching && !hybrid, numStateSlots: parts.numStateSlots ?? 0 });
+      enablePrefixCaching: options.enablePrefixCaching, numStateSlots: parts.numStateSlots ?? 0,
+      numCachedStateSlots: parts.numCachedStateSlots ?? 0 });
     this.scheduler = new Scheduler({
       maxNumBatchedTokens: options.maxNumBatchedTokens,
       maxNumSeqs: options.maxNumSeqs,
@@ -280,7 +280,15 @@ export class EngineCore {
       if (so.scheduledRequests.length === 0) return { outputs, work: null };
       const rows = this.countStep(so);
       const te = performance.now();
+      const backend = this.model.backend;
+      // prefix-cache hits of a hybrid model start from a saved state; states at page ends are saved after the step
+      for (const r of so.scheduledRequests) {
+        if (r.restoreStateFrom !== undefined) backend.copyRecurrentState(r.restoreStateFrom, r.stateSlot!);
+      }
       const { wait, sampledOnDevice } = this.runner.execute(so.scheduledRequests, rows.map((r) => r.sampling!), this.rowRequests);
+      for (const r of so.scheduledRequests) {
+        if (r.saveStateTo !== undefined) backend.copyRecurrentState(r.stateSlot!, r.saveStateTo);
+      }
       this.executeMs += performance.now() - te;
       return { outputs, work: { so, rows, wait, sampledOnDevice } };
     } finally {
@@ -396,6 +404,8 @@ export class EngineCore {
       numTotalBlocks,
       numFreeStateSlots: this.kv.numFreeStateSlots,
       numTotalStateSlots: this.kv.numStateSlots,
+      numCachedStates: this.kv.numCachedStates,
+      numCachedStateSlots: this.kv.numCachedStateSlots,
       prefixCacheQueries: this.kv.prefixCacheQueries,
       prefixCacheHits: this.kv.prefixCacheHits,
       numPreemptions: this.scheduler.numPreemptions,
@@ -483,9 +493,10 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     throw new Error(refusal);
   }
   profileRun(model, options, maxModelLen);
-  const { numBlocks, numStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options, maxModelLen);
+  const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
+    maxModelLen);
   const core = new EngineCore({
-    model, backend, numBlocks, numStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
+    model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
     grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
       dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(), bytesPerStateSlot },
