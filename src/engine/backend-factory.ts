@@ -68,15 +68,16 @@ export interface KvCachePlan {
 /**
  * Splits `budgetBytes`: with a recurrent group, one state slot per sequence the engine may run at once
  * (maxNumSeqs; a preempted request gives its slot back and recomputes its state, a finished one at once, so
- * no more are ever held), with prefix caching as many again for saved states (a fixed share: an LRU pool of
- * maxNumSeqs states, enough for each running sequence's prompt to leave one), then KV pages of what is left.
+ * no more are ever held), with prefix caching slots for saved states (an LRU pool; cachedStateSlots, by default
+ * maxNumSeqs: as many again, so each running sequence's prompt can leave one), then KV pages of what is left.
  */
 export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: number; kvBytesPerElement: number;
-  budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean }): KvCachePlan {
+  budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null }): KvCachePlan {
   const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement);
   const bytesPerStateSlot = stateSlotBytes(groups);
   const numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
-  const numCachedStateSlots = o.enablePrefixCaching === true ? numStateSlots : 0;
+  const numCachedStateSlots = o.enablePrefixCaching === true && numStateSlots > 0 ? o.cachedStateSlots ?? numStateSlots : 0;
+  if (!Number.isInteger(numCachedStateSlots) || numCachedStateSlots < 0) throw new Error(`bad cachedStateSlots ${numCachedStateSlots}`);
   const stateBytes = (numStateSlots + numCachedStateSlots) * bytesPerStateSlot;
   const numBlocks = numBlocksForBytes(o.budgetBytes - stateBytes, bytesPerBlock);
   if (numBlocks < 2) {
@@ -97,7 +98,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
   const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
-    enablePrefixCaching: options.enablePrefixCaching });
+    enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots });
   const { numBlocks } = plan;
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
   if (numBlocks < minBlocks) {
