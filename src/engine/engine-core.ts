@@ -50,7 +50,7 @@ export interface EngineCoreParts {
   maxModelLen: number;
   /** The vocabulary for structured outputs (read on first use); absent: such requests fail. */
   grammarVocab?: () => GrammarVocab;
-  info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
+  info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'numCachedStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
 }
 
 export class EngineCore {
@@ -121,7 +121,8 @@ export class EngineCore {
       trace: options.schedulerTrace,
     }, this.kv);
     this.info = {
-      ...parts.info, numBlocks: parts.numBlocks, numStateSlots: this.kv.numStateSlots, blockSize: options.blockSize,
+      ...parts.info, numBlocks: parts.numBlocks, numStateSlots: this.kv.numStateSlots,
+      numCachedStateSlots: this.kv.numCachedStateSlots, blockSize: options.blockSize,
       maxModelLen: parts.maxModelLen, vocabSize: this.config.vocabSize,
       maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs,
     };
