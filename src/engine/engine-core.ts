@@ -281,15 +281,7 @@ export class EngineCore {
       if (so.scheduledRequests.length === 0) return { outputs, work: null };
       const rows = this.countStep(so);
       const te = performance.now();
-      const backend = this.model.backend;
-      // prefix-cache hits of a hybrid model start from a saved state; states at page ends are saved after the step
-      for (const r of so.scheduledRequests) {
-        if (r.restoreStateFrom !== undefined) backend.copyRecurrentState(r.restoreStateFrom, r.stateSlot!);
-      }
       const { wait, sampledOnDevice } = this.runner.execute(so.scheduledRequests, rows.map((r) => r.sampling!), this.rowRequests);
-      for (const r of so.scheduledRequests) {
-        if (r.saveStateTo !== undefined) backend.copyRecurrentState(r.stateSlot!, r.saveStateTo);
-      }
       this.executeMs += performance.now() - te;
       return { outputs, work: { so, rows, wait, sampledOnDevice } };
     } finally {
