@@ -153,6 +153,12 @@ export interface Backend {
   allocateKvCache(spec: KvCacheSpec): void;
   /** Allocates (zeroed) the recurrent states of a hybrid model's linear-attention layers. */
   allocateRecurrentState(layout: RecurrentStateLayout): void;
+  /**
+   * Copies slot `src`'s recurrent state (every layer's conv window and delta-rule state) over slot `dst`, after the
+   * work already launched and before any launched later: prefix caching saves a state at a page end and restores it
+   * into a hit request's slot.
+   */
+  copyRecurrentState(src: number, dst: number): void;
   memory(): MemoryReport;
 
   /** Resets the activation workspace and stages the step's metadata. */

@@ -187,7 +187,8 @@ export function serveCommand(): Command {
       + (options.kvCacheDtype === 'fp8_e4m3' ? '(FP8 E4M3) ' : '')
       + `(${(i.numBlocks - 1) * i.blockSize} tokens), `
       + (i.numStateSlots > 0 ? `${i.numStateSlots} recurrent state slots of ${(i.bytesPerStateSlot / 1024).toFixed(1)} KiB `
-        + '(one a sequence), ' : '')
+        + '(one a sequence)' + (i.numCachedStateSlots > 0 ? ` and ${i.numCachedStateSlots} for states saved for the prefix `
+        + 'cache' : '') + ', ' : '')
       + `max model len ${i.maxModelLen}, max num batched tokens `
       + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`
       + (options.quantization === 'fp8' ? ', projections quantized to block FP8 at load (--quantization fp8)' : ''));

@@ -1,7 +1,8 @@
 // Picks the backend (cuda when a device is present under 'auto') and sizes the
 // KV cache from the memory the backend reports: a hybrid model's recurrent
-// state slots first (one a sequence the engine may run), then the KV pages of
-// what is left.
+// state slots first (one a sequence the engine may run, and as many again for
+// states saved for the prefix cache when it is on), then the KV pages of what
+// is left.
 
 import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
@@ -60,29 +61,34 @@ export interface KvCachePlan {
   /** Recurrent-state slots (0: no recurrent group), and the bytes of one: every recurrent layer of a sequence. */
   numStateSlots: number;
   bytesPerStateSlot: number;
+  /** Slots for recurrent states saved at page ends (prefix caching on a hybrid model), after the numStateSlots. */
+  numCachedStateSlots: number;
 }
 
 /**
  * Splits `budgetBytes`: with a recurrent group, one state slot per sequence the engine may run at once
  * (maxNumSeqs; a preempted request gives its slot back and recomputes its state, a finished one at once, so
- * no more are ever held), then KV pages of what is left.
+ * no more are ever held), with prefix caching slots for saved states (an LRU pool; cachedStateSlots, by default
+ * maxNumSeqs: as many again, so each running sequence's prompt can leave one), then KV pages of what is left.
  */
 export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: number; kvBytesPerElement: number;
-  budgetBytes: number; maxNumSeqs: number }): KvCachePlan {
+  budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null }): KvCachePlan {
   const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement);
   const bytesPerStateSlot = stateSlotBytes(groups);
   const numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
-  const stateBytes = numStateSlots * bytesPerStateSlot;
+  const numCachedStateSlots = o.enablePrefixCaching === true && numStateSlots > 0 ? o.cachedStateSlots ?? numStateSlots : 0;
+  if (!Number.isInteger(numCachedStateSlots) || numCachedStateSlots < 0) throw new Error(`bad cachedStateSlots ${numCachedStateSlots}`);
+  const stateBytes = (numStateSlots + numCachedStateSlots) * bytesPerStateSlot;
   const numBlocks = numBlocksForBytes(o.budgetBytes - stateBytes, bytesPerBlock);
   if (numBlocks < 2) {
     const slots = numStateSlots > 0
-      ? ` after ${numStateSlots} recurrent state slots of ${bytesPerStateSlot} bytes (${stateBytes} bytes: one a sequence, `
-        + '--max-num-seqs; lower it)'
+      ? ` after ${numStateSlots + numCachedStateSlots} recurrent state slots of ${bytesPerStateSlot} bytes (${stateBytes} `
+        + `bytes: one a sequence, --max-num-seqs${numCachedStateSlots > 0 ? ', twice with prefix caching' : ''}; lower it)`
       : '';
     throw new Error(`the KV cache budget (${o.budgetBytes} bytes) holds no page of ${bytesPerBlock} bytes${slots}: raise `
       + '--kv-cache-memory-bytes or --gpu-memory-utilization');
   }
-  return { numBlocks, bytesPerBlock, numStateSlots, bytesPerStateSlot };
+  return { numBlocks, bytesPerBlock, numStateSlots, bytesPerStateSlot, numCachedStateSlots };
 }
 
 /** Allocates the KV cache (and a hybrid model's recurrent state slots) on the backend; returns how it is split. */
@@ -91,7 +97,8 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
   const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
-    kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs });
+    kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
+    enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots });
   const { numBlocks } = plan;
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
   if (numBlocks < minBlocks) {
@@ -99,7 +106,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
       + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `
       + '--gpu-memory-utilization (CUDA), or lower --max-model-len');
   }
-  const layout = model.recurrentStateLayout(plan.numStateSlots);
+  const layout = model.recurrentStateLayout(plan.numStateSlots + plan.numCachedStateSlots);
   if (layout !== null) backend.allocateRecurrentState(layout);
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
   return plan;

@@ -44,11 +44,13 @@ export interface EngineCoreParts {
   numBlocks: number;
   /** A hybrid model's recurrent-state slots (sizeKvCache); absent or 0 for others. */
   numStateSlots?: number;
+  /** Its slots for states saved for the prefix cache (sizeKvCache), after the numStateSlots; absent or 0: none. */
+  numCachedStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
   /** The vocabulary for structured outputs (read on first use); absent: such requests fail. */
   grammarVocab?: () => GrammarVocab;
-  info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
+  info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'numCachedStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
 }
 
 export class EngineCore {
@@ -105,11 +107,9 @@ export class EngineCore {
     };
     this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
     const groups = kvCacheGroupsOf(parts.model);
-    // a hit would skip the prompt's recurrent state, which no page holds yet (issue 40: states saved at page ends)
-    const hybrid = groups.some((g) => g.spec.kind === 'recurrent');
-    if (hybrid && options.enablePrefixCaching) process.emitWarning('prefix caching is off for hybrid linear-attention models for now');
     this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
-      enablePrefixCaching: options.enablePrefixCaching && !hybrid, numStateSlots: parts.numStateSlots ?? 0 });
+      enablePrefixCaching: options.enablePrefixCaching, numStateSlots: parts.numStateSlots ?? 0,
+      numCachedStateSlots: parts.numCachedStateSlots ?? 0 });
     this.scheduler = new Scheduler({
       maxNumBatchedTokens: options.maxNumBatchedTokens,
       maxNumSeqs: options.maxNumSeqs,
@@ -121,7 +121,8 @@ export class EngineCore {
       trace: options.schedulerTrace,
     }, this.kv);
     this.info = {
-      ...parts.info, numBlocks: parts.numBlocks, numStateSlots: this.kv.numStateSlots, blockSize: options.blockSize,
+      ...parts.info, numBlocks: parts.numBlocks, numStateSlots: this.kv.numStateSlots,
+      numCachedStateSlots: this.kv.numCachedStateSlots, blockSize: options.blockSize,
       maxModelLen: parts.maxModelLen, vocabSize: this.config.vocabSize,
       maxNumBatchedTokens: options.maxNumBatchedTokens, maxNumSeqs: options.maxNumSeqs,
     };
@@ -396,6 +397,8 @@ export class EngineCore {
       numTotalBlocks,
       numFreeStateSlots: this.kv.numFreeStateSlots,
       numTotalStateSlots: this.kv.numStateSlots,
+      numCachedStates: this.kv.numCachedStates,
+      numCachedStateSlots: this.kv.numCachedStateSlots,
       prefixCacheQueries: this.kv.prefixCacheQueries,
       prefixCacheHits: this.kv.prefixCacheHits,
       numPreemptions: this.scheduler.numPreemptions,
@@ -483,9 +486,10 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     throw new Error(refusal);
   }
   profileRun(model, options, maxModelLen);
-  const { numBlocks, numStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options, maxModelLen);
+  const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
+    maxModelLen);
   const core = new EngineCore({
-    model, backend, numBlocks, numStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
+    model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
     grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
       dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(), bytesPerStateSlot },

@@ -19,6 +19,11 @@ export interface EngineOptions {
   /** Context length served; defaults to the model's (defaultMaxModelLen: max_position_embeddings, or as its RoPE scaling stretches it). */
   maxModelLen: number | null;
   enablePrefixCaching: boolean;
+  /**
+   * A hybrid model with prefix caching: recurrent states saved at page ends for hits (an LRU pool, counted in the KV
+   * budget); null: maxNumSeqs of them. Not a CLI flag yet.
+   */
+  cachedStateSlots: number | null;
   /** Prompts longer than a step's budget are prefilled over several steps (vLLM's --enable-chunked-prefill). */
   enableChunkedPrefill: boolean;
   /** Most prompt tokens one request gets per step; 0 = the budget (vLLM's --long-prefill-token-threshold). */
@@ -70,6 +75,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     usageContext: 'llm-class',
     maxModelLen: null,
     enablePrefixCaching: true,
+    cachedStateSlots: null,
     enableChunkedPrefill: true,
     longPrefillTokenThreshold: 0,
     schedulingPolicy: 'fcfs',

@@ -66,6 +66,9 @@ export interface EngineStats {
   /** A hybrid model's recurrent-state slots (one a running sequence); 0 for other models. */
   numFreeStateSlots: number;
   numTotalStateSlots: number;
+  /** A hybrid model's recurrent states saved for prefix-cache hits now, and the slots for them (0: none). */
+  numCachedStates: number;
+  numCachedStateSlots: number;
   prefixCacheQueries: number;
   prefixCacheHits: number;
   numPreemptions: number;

@@ -10,6 +10,8 @@ export interface EngineInfo {
   /** A hybrid model's recurrent-state slots (a sequence each) and the bytes of one; 0 for other models. */
   numStateSlots: number;
   bytesPerStateSlot: number;
+  /** Its slots for states saved for prefix-cache hits, of the same bytes (0: none). */
+  numCachedStateSlots: number;
   blockSize: number;
   maxModelLen: number;
   vocabSize: number;

@@ -18,6 +18,14 @@
 // backend writes a layer's slots before that layer's attention). A request
 // freed before its blocks were computed (preempted in the step that allocated
 // them) unregisters them, so no hit ever reads a page that was never written.
+//
+// A recurrent group's prefix cache holds states, not pages (vLLM's Mamba prefix
+// caching): a state saved when a step ended exactly at a page end of a prompt
+// (saveStateSlot), keyed by that page's hash. A hit on a hybrid model is the
+// longest run of attention pages whose last page has a saved state; the
+// request's own slot starts as a copy of it (ComputedBlocks.stateSlot). States
+// are registered when the step that computes them is built, after its
+// admissions, so no hit reads a state before the step that saves it has run.
 
 import { BlockPool, type KVBlock } from './block-pool.js';
 import { BlockHasher, type ExtraHashKeys, type KVRequest } from './block-hash.js';
@@ -38,6 +46,8 @@ export interface KVCacheManagerOptions {
   groups?: readonly KVCacheGroup[];
   /** State slots of the recurrent group (a sequence each); required when there is one. */
   numStateSlots?: number;
+  /** Slots for states saved at page ends (after numStateSlots in the backend's store); 0: a hybrid never hits. */
+  numCachedStateSlots?: number;
 }
 
 /** A prefix-cache hit: leading full blocks whose KV can be reused. */
@@ -47,6 +57,8 @@ export interface ComputedBlocks {
   numCachedTokens: number;
   /** Every group's hit pages, in group order; absent when the cache has one group. */
   groupBlockIds?: readonly (readonly number[])[];
+  /** A hybrid hit: the cached-state slot holding the recurrent state at numCachedTokens (copied into the request's). */
+  stateSlot?: number;
 }
 
 export const NO_COMPUTED_BLOCKS: ComputedBlocks = Object.freeze({ blockIds: [], numCachedTokens: 0 });
@@ -57,6 +69,7 @@ export class KVCacheManager {
   readonly enablePrefixCaching: boolean;
   private readonly managers: readonly SingleTypeKVCacheManager[];
   private readonly recurrent: RecurrentStateManager | null;
+  private readonly hasher: BlockHasher;
   /** Prompt tokens looked up in the prefix cache (vLLM's queries, in tokens). */
   prefixCacheQueries = 0;
   /** Tokens found in the prefix cache. */
@@ -69,11 +82,13 @@ export class KVCacheManager {
     this.blockSize = o.blockSize;
     this.enablePrefixCaching = o.enablePrefixCaching;
     const hasher = new BlockHasher(o.blockSize, o.extraHashKeys);
+    this.hasher = hasher;
     // the backends keep one state layout, addressed by one slot a sequence
     if ((o.groups ?? []).filter((g) => g.spec.kind === 'recurrent').length > 1) throw new Error('more than one recurrent KV cache group');
     this.managers = o.groups === undefined
       ? [new FullAttentionManager(0, this.pool, hasher, o.enablePrefixCaching)]
-      : o.groups.map((g, i) => managerForSpec(g.spec, i, this.pool, hasher, o.enablePrefixCaching, o.numStateSlots ?? 0));
+      : o.groups.map((g, i) => managerForSpec(g.spec, i, this.pool, hasher, o.enablePrefixCaching, o.numStateSlots ?? 0,
+        o.numCachedStateSlots ?? 0));
     this.recurrent = this.managers.find((m): m is RecurrentStateManager => m instanceof RecurrentStateManager) ?? null;
   }
 
@@ -87,7 +102,22 @@ export class KVCacheManager {
     return this.recurrent !== null;
   }
 
-  /** The recurrent group's slots (0 without one). */
+  /** Whether recurrent states are saved at page ends and hit (a hybrid model with prefix caching and cached-state slots). */
+  get cachesStates(): boolean {
+    return this.recurrent?.cache != null;
+  }
+
+  /** The recurrent group's cached-state slots (0: none). */
+  get numCachedStateSlots(): number {
+    return this.recurrent?.cache?.numSlots ?? 0;
+  }
+
+  /** States saved for prefix-cache hits now. */
+  get numCachedStates(): number {
+    return this.recurrent?.cache?.numCached ?? 0;
+  }
+
+  /** The recurrent group's slots for running sequences (0 without one). */
   get numStateSlots(): number {
     return this.recurrent?.numSlots ?? 0;
   }
@@ -120,8 +150,8 @@ export class KVCacheManager {
   /**
    * The longest run of leading full blocks that EVERY group finds in its prefix cache (full attention is
    * prefix-closed: a shorter hit of one group cuts the others to it). Never the whole sequence: its last token
-   * is always recomputed so that it yields logits. A recurrent group caches no state yet, so a model with one
-   * (a hybrid) never hits.
+   * is always recomputed so that it yields logits. With a recurrent group the run is cut back to the longest one
+   * whose last page has a saved state (none: no hit), and that state's slot is returned.
    */
   getComputedBlocks(req: KVRequest): ComputedBlocks {
     if (!this.enablePrefixCaching) return NO_COMPUTED_BLOCKS;
@@ -130,15 +160,37 @@ export class KVCacheManager {
     const hits: KVBlock[][] = [];
     for (const m of this.managers) {
       const hit = m.findLongestCacheHit(req, numHitBlocks);
-      numHitBlocks = Math.min(numHitBlocks, hit.length);
+      if (m.kind !== 'recurrent') numHitBlocks = Math.min(numHitBlocks, hit.length);
       hits.push(hit);
+    }
+    let stateSlot = -1;
+    const cache = this.recurrent?.cache;
+    if (this.recurrent !== null) {
+      // no state cache: a hit would skip the state of the prompt it covers
+      while (numHitBlocks > 0 && (stateSlot = cache?.peek(req.blockHashes[numHitBlocks - 1]!) ?? -1) < 0) numHitBlocks--;
+      if (stateSlot >= 0) cache!.touch(req.blockHashes[numHitBlocks - 1]!);
     }
     const groupBlockIds = hits.map((hit) => hit.slice(0, numHitBlocks).map((b) => b.blockId));
     const numCachedTokens = numHitBlocks * this.blockSize;
     this.prefixCacheQueries += numTokens;
     this.prefixCacheHits += numCachedTokens;
     const blockIds = groupBlockIds[0]!;
-    return this.managers.length === 1 ? { blockIds, numCachedTokens } : { blockIds, numCachedTokens, groupBlockIds };
+    if (this.managers.length === 1) return { blockIds, numCachedTokens };
+    return { blockIds, numCachedTokens, groupBlockIds, ...(stateSlot >= 0 ? { stateSlot } : {}) };
+  }
+
+  /**
+   * Where to save the request's recurrent state once the step computing its first `numTokens` tokens has run: a
+   * cached-state slot keyed by the hash of the page ending at numTokens, or null (no state cache, not a page end,
+   * or that state is saved already). The state counts as cached from now on: call it after the step's admissions.
+   */
+  saveStateSlot(req: KVRequest, numTokens: number): number | null {
+    const cache = this.recurrent?.cache;
+    if (cache == null || numTokens <= 0 || numTokens % this.blockSize !== 0) return null;
+    const numBlocks = numTokens / this.blockSize;
+    if (numBlocks > Math.floor((req.allTokenIds.length - (req.numPlaceholders ?? 0)) / this.blockSize)) return null;
+    this.hasher.ensureBlockHashes(req, numBlocks);
+    return cache.reserve(req.blockHashes[numBlocks - 1]!);
   }
 
   /**
@@ -154,7 +206,7 @@ export class KVCacheManager {
       if (ids.length > 0 && m.blockTable(id).length > 0) {
         throw new Error(`request ${id}: a prefix hit can only start a request with no pages`);
       }
-      if (ids.length > 0 && m.kind === 'recurrent') throw new Error(`request ${id}: group ${g} caches nothing`);
+      if (ids.length > 0 && m.kind === 'recurrent') throw new Error(`request ${id}: group ${g} caches states, not pages`);
       return ids.map((b) => this.pool.block(b));
     });
     const numTokensAfter = req.numComputedTokens + computed.numCachedTokens + numNewTokens;
@@ -226,7 +278,9 @@ export class KVCacheManager {
   }
 
   resetPrefixCache(): boolean {
-    return this.pool.resetPrefixCache();
+    if (!this.pool.resetPrefixCache()) return false;
+    this.recurrent?.cache?.reset();
+    return true;
   }
 
   private hitOf(computed: ComputedBlocks, g: number): readonly number[] {

@@ -9,6 +9,7 @@
 import type { BlockPool, KVBlock } from './block-pool.js';
 import type { BlockHasher, KVRequest } from './block-hash.js';
 import type { KVCacheSpec } from './kv-cache-spec.js';
+import { CachedStatePool } from './state-cache.js';
 
 export interface SingleTypeKVCacheManager {
   readonly kind: KVCacheSpec['kind'];
@@ -133,19 +134,23 @@ export class FullAttentionManager implements SingleTypeKVCacheManager {
 
 /**
  * A fixed-size state per sequence: one slot of the group's own `numSlots` (not a pool page) from admission to
- * finish, written in place every step (so never shared, never cached). Its table is [slot]. A preempted request
- * loses it and recomputes its state from its first token (a chunk at position 0 starts from zeros), so preemption
- * needs no spare slot: the engine sizes one per sequence it may run.
+ * finish, written in place every step (so never shared). Its table is [slot]. A preempted request loses it and
+ * recomputes its state from its first token (a chunk at position 0 starts from zeros) or from a cached state, so
+ * preemption needs no spare slot: the engine sizes one per sequence it may run. With prefix caching, copies of
+ * states at page ends live in `cache`: slots numSlots .. numSlots + numCachedSlots - 1 of the same store.
  */
 export class RecurrentStateManager implements SingleTypeKVCacheManager {
   readonly kind = 'recurrent';
   private readonly tableOf = new Map<string, readonly number[]>();
   /** Free slots, the longest free first (a freed slot goes to the back). */
   private readonly free: number[];
+  /** Saved states for prefix-cache hits; null: prefix caching off or no slot for it. */
+  readonly cache: CachedStatePool | null;
 
-  constructor(readonly groupId: number, readonly numSlots: number) {
+  constructor(readonly groupId: number, readonly numSlots: number, numCachedSlots = 0) {
     if (!Number.isInteger(numSlots) || numSlots < 1) throw new Error(`a recurrent KV cache group needs state slots, got ${numSlots}`);
     this.free = Array.from({ length: numSlots }, (_, i) => i);
+    this.cache = numCachedSlots > 0 ? new CachedStatePool(numSlots, numCachedSlots) : null;
   }
 
   get numFreeSlots(): number {
@@ -197,9 +202,9 @@ export class RecurrentStateManager implements SingleTypeKVCacheManager {
 }
 
 export function managerForSpec(spec: KVCacheSpec, groupId: number, pool: BlockPool, hasher: BlockHasher,
-  enablePrefixCaching: boolean, numStateSlots: number): SingleTypeKVCacheManager {
+  enablePrefixCaching: boolean, numStateSlots: number, numCachedStateSlots: number): SingleTypeKVCacheManager {
   switch (spec.kind) {
     case 'full_attention': return new FullAttentionManager(groupId, pool, hasher, enablePrefixCaching);
-    case 'recurrent': return new RecurrentStateManager(groupId, numStateSlots);
+    case 'recurrent': return new RecurrentStateManager(groupId, numStateSlots, enablePrefixCaching ? numCachedStateSlots : 0);
   }
 }

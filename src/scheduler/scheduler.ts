@@ -3,6 +3,9 @@
 // min(numTokens - numComputedTokens, budget left), running requests first,
 // then waiting ones. Chunked prefill falls out of the budget; preemption is by
 // recompute (pages freed, numComputedTokens back to 0, requeued at the front).
+// A hybrid model's recurrent state can only be saved for the prefix cache where
+// a step ends, so with a state cache a prompt chunk that crosses a page end is
+// cut at its last one (vLLM's align mode): one more step per prompt, at most.
 
 import { NO_COMPUTED_BLOCKS, type KVCacheManager } from '../kv/kv-cache-manager.js';
 import type { FinishedStatus, Request } from './request.js';
@@ -52,6 +55,10 @@ export interface ScheduledRequest {
   blockTables: number[][];
   /** Its recurrent-state slot (a KV cache with a recurrent group: a hybrid model); absent without one. */
   stateSlot?: number;
+  /** A prefix-cache hit on a hybrid model: before the step, the cached-state slot copied into stateSlot. */
+  restoreStateFrom?: number;
+  /** After the step (which ends at a page end of the prompt), stateSlot is copied into this cached-state slot. */
+  saveStateTo?: number;
   /** Pages newly taken from the pool this step, every group (page ids are global). */
   newBlockIds: number[];
   /** KV length after this step. */
@@ -90,6 +97,8 @@ interface Row {
   numComputedBefore: number;
   newBlockIds: number[];
   isNewlyAdmitted: boolean;
+  /** The hit's cached-state slot (ComputedBlocks.stateSlot), or -1. */
+  restoreStateFrom: number;
 }
 
 interface StepState {
@@ -277,7 +286,8 @@ export class Scheduler {
         if (victim === req) break;
       }
       if (newBlockIds === null) continue;
-      s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: false });
+      s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: false,
+        restoreStateFrom: -1 });
       s.budget -= numNew;
       s.logitRows -= promptLogitRows(req, req.numComputedTokens, numNew);
     }
@@ -301,7 +311,8 @@ export class Scheduler {
       req.status = 'RUNNING';
       req.numComputedTokens = computed.numCachedTokens;
       if (req.numCachedTokens < 0) req.numCachedTokens = computed.numCachedTokens;
-      s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: true });
+      s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: true,
+        restoreStateFrom: computed.stateSlot ?? -1 });
       s.budget -= numNew;
       s.logitRows -= promptLogitRows(req, req.numComputedTokens, numNew);
       s.numStarted++;
@@ -315,6 +326,12 @@ export class Scheduler {
     // A chunk that would compute wanted prompt logits stops where this step's rows run out.
     const from = Math.max(numComputed, req.promptLogitsDone);
     if (from < req.numPromptTokens - 1 && from < numComputed + n) n = Math.min(n, from - numComputed + Math.max(0, s.logitRows));
+    if (this.kv.cachesStates) {
+      // the state is saved where the step ends: end at the chunk's last page end within the prompt
+      const bs = this.o.blockSize;
+      const lastPageEnd = Math.floor(Math.min(numComputed + n, req.numPromptTokens) / bs) * bs;
+      if (lastPageEnd > numComputed) n = lastPageEnd - numComputed;
+    }
     return n;
   }
 
@@ -370,6 +387,14 @@ export class Scheduler {
         ...(this.kv.hasStateSlots ? { stateSlot: this.kv.stateSlot(req.requestId) } : {}),
       });
       total += row.numNew;
+    }
+    // after every admission of this step: a state saved by this step is no hit before the next one
+    for (const r of scheduledRequests) {
+      const req = this.requests.get(r.requestId)!;
+      const row = s.rows.get(req)!;
+      if (row.restoreStateFrom >= 0) r.restoreStateFrom = row.restoreStateFrom;
+      const slot = r.seqLen <= req.numPromptTokens ? this.kv.saveStateSlot(req, r.seqLen) : null;
+      if (slot !== null) r.saveStateTo = slot;
     }
     const out: SchedulerOutput = {
       stepIndex: this.numSteps, scheduledRequests, numScheduledTokensTotal: total,

@@ -167,6 +167,20 @@ test('the state carries across chunks and decode steps; position 0 starts from z
   assertClose(Float32Array.from(outs.flatMap((o) => [...o])), ref.out, 1e-5, 'chunked prefill + decode');
 });
 
+test('copyRecurrentState: the destination slot continues exactly as the source would, every layer; bad slots throw', () => {
+  const n = 11;
+  const { x, ba } = inputs(n, 5);
+  const rows = (a: Float32Array, width: number, from: number, to: number) => a.slice(from * width, to * width);
+  const tail = (slot: number, layer: number) => runOps(seqBatch([{ n: n - 6, start: 6, slot }]), rows(x, C, 6, n),
+    rows(ba, 2 * Hv, 6, n), layer).out;
+  for (const layer of [0, 1]) runOps(seqBatch([{ n: 6, start: 0, slot: 0 }]), rows(x, C, 0, 6), rows(ba, 2 * Hv, 0, 6), layer);
+  runOps(seqBatch([{ n: 3, start: 0, slot: 3 }]), inputs(3, 41).x, inputs(3, 41).ba, 1);  // slot 3 left dirty
+  backend.copyRecurrentState(0, 3);
+  for (const layer of [0, 1]) assert.deepEqual(tail(3, layer), tail(0, layer), `layer ${layer}`);
+  assert.throws(() => backend.copyRecurrentState(0, 4), /outside the 4 allocated/);
+  assert.throws(() => new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 }).copyRecurrentState(0, 1), /no recurrent state/);
+});
+
 test('sequences of a batch keep to their own slots and rows; a slotless padding row starts from zeros and keeps nothing', () => {
   const a = inputs(6, 3);
   const b = inputs(2, 4);

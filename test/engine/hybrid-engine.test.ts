@@ -1,7 +1,8 @@
 // A hybrid linear-attention model (tiny Qwen3.5: gated DeltaNet + gated attention, CPU, f32) in the engine: its
 // recurrent state is a slot per running sequence, carried across prompt chunks and dropped on preemption, so a
 // greedy transcript depends only on the model and the prompt, never on batching, chunking or preemption; slots come
-// back on finish and abort; prefix caching is off (a hit would skip the prompt's state).
+// back on finish and abort. With prefix caching a hit restores the state saved at the end of its last page, and
+// gives exactly the tokens a miss gives.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,18 +23,24 @@ const MAX_TOKENS = 12;
 /** tiny-qwen3.5: a page is K and V of 2 attention layers (2 heads x 16, f32); a slot 2 DeltaNet layers' states. */
 const PAGE_BYTES = 2 * 16 * 2 * 16 * 4 * 2;
 const SLOT_BYTES = 2 * 4 * (3 * 96 + 4 * 16 * 8);
+/** Prompts sharing a 72-token prefix (4.5 pages), and follow-ups extending whole prompts (a multi-turn chat). */
+const sharedPages: number[][] = [];
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'quire-hybrid-'));
   await makeTestModel({ shape: 'tiny-qwen3.5', outDir: dir, dtype: 'f32', seed: 3 });
   prompts.push(...sharedPrefixPrompts(4242, 9, 60, 3));
+  const shared = Array.from({ length: 72 }, (_, i) => (i * 37 + 11) % 400);
+  const tail = (n: number, seed: number) => Array.from({ length: n }, (_, i) => (i * 53 + seed) % 400);
+  sharedPages.push([...shared, ...tail(10, 1)], [...shared, ...tail(21, 2)], [...shared, ...tail(10, 1), ...tail(30, 3)],
+    tail(20, 4), [...shared, ...tail(21, 2), ...tail(5, 5)], [...shared, ...tail(3, 6)]);
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-async function run(opts: Partial<EngineOptions>, which: number[]): Promise<{ t: string[]; stats: EngineStats }> {
+async function run(opts: Partial<EngineOptions>, which: number[], set = prompts): Promise<{ t: string[]; stats: EngineStats }> {
   const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1, ...opts });
   try {
-    const out = await llm.generate(which.map((i) => prompts[i]!), { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true });
+    const out = await llm.generate(which.map((i) => set[i]!), { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true });
     return { t: out.map((c) => c.tokenIds.join(',')), stats: await llm.stats() };
   } finally {
     await llm.close();
@@ -44,13 +51,16 @@ test('hybrid: greedy transcripts identical alone, batched, chunked and preempted
   async () => {
     const all = prompts.map((_, i) => i);
     const alone: string[] = [];
-    for (const i of all) alone.push(...(await run({}, [i])).t);
+    for (const i of all) alone.push(...(await run({ enablePrefixCaching: false }, [i])).t);
     const paths: Record<string, Partial<EngineOptions>> = {
       'batch of 9': {},
       'chunk 5': { maxNumBatchedTokens: 5 },
       'chunk 7, 3 seqs': { maxNumBatchedTokens: 7, maxNumSeqs: 3 },
-      // 8 pages of 16 tokens after 4 slots: the running set cannot all fit, so requests are preempted and recomputed
-      'tiny pool (preemption)': { maxNumSeqs: 4, kvCacheBytes: 4 * SLOT_BYTES + 8 * PAGE_BYTES, maxModelLen: 128 },
+      // 8 pages of 16 tokens after 4 slots and 4 for saved states: the running set cannot all fit, so requests are
+      // preempted and recomputed (from a saved state where one was left)
+      'tiny pool (preemption)': { maxNumSeqs: 4, kvCacheBytes: 8 * SLOT_BYTES + 8 * PAGE_BYTES, maxModelLen: 128 },
+      'tiny pool, no prefix cache': { maxNumSeqs: 4, kvCacheBytes: 4 * SLOT_BYTES + 8 * PAGE_BYTES, maxModelLen: 128,
+        enablePrefixCaching: false },
     };
     const stats = new Map<string, EngineStats>();
     for (const [name, opts] of Object.entries(paths)) {
@@ -60,6 +70,8 @@ test('hybrid: greedy transcripts identical alone, batched, chunked and preempted
       assert.equal(r.stats.numFreeStateSlots, r.stats.numTotalStateSlots, `path "${name}" leaked a state slot`);
     }
     assert.ok(stats.get('tiny pool (preemption)')!.numPreemptions > 0, 'the tiny pool preempted nothing');
+    assert.ok(stats.get('tiny pool, no prefix cache')!.numPreemptions > 0, 'the tiny pool preempted nothing');
+    assert.ok(stats.get('chunk 5')!.prefixCacheHits > 0, 'chunks ending at page ends left no state to hit');
     assert.equal(stats.get('tiny pool (preemption)')!.numTotalStateSlots, 4);
     assert.equal(stats.get('batch of 9')!.numTotalStateSlots, 256, 'one slot a sequence the engine may run');
   });
@@ -93,10 +105,39 @@ test('hybrid: a state slot is taken on admission, kept across prompt chunks, and
   }
 });
 
-test('hybrid: prefix caching is off, so a repeated prompt takes no cache hit and gives the same tokens', async () => {
+test('hybrid prefix caching: a repeated prompt hits its pages and the state saved at its last page end, computes ' +
+  'fewer prompt tokens and gives the same tokens; off, it hits nothing', async () => {
   const same = [0, 0, 3, 3];
-  const r = await run({ maxNumSeqs: 1, enablePrefixCaching: true }, same);
-  assert.deepEqual([r.stats.prefixCacheQueries, r.stats.prefixCacheHits], [0, 0]);
-  assert.equal(r.t[0], r.t[1]);
-  assert.equal(r.t[2], r.t[3]);
+  const on = await run({ maxNumSeqs: 1 }, same);
+  const off = await run({ maxNumSeqs: 1, enablePrefixCaching: false }, same);
+  assert.deepEqual(on.t, off.t);
+  assert.equal(on.t[0], on.t[1]);
+  const p0 = prompts[0]!.length;
+  const p3 = prompts[3]!.length;
+  const hits = 16 * Math.floor((p0 - 1) / 16) + 16 * Math.floor((p3 - 1) / 16);
+  assert.equal(on.stats.prefixCacheHits, hits, 'each repeat hits its last page end before its last token');
+  assert.equal(on.stats.numPromptTokens, off.stats.numPromptTokens - hits);
+  assert.deepEqual([off.stats.prefixCacheHits, off.stats.numCachedStateSlots, on.stats.numCachedStateSlots], [0, 0, 1]);
+  assert.ok(on.stats.numCachedStates > 0);
+});
+
+test('hybrid prefix caching: shared prefixes of several pages, follow-ups, chunked prefill across page ends and ' +
+  'preemption give the transcripts of a cache miss, with hits taken', async () => {
+  const all = sharedPages.map((_, i) => i);
+  const miss: string[] = [];
+  for (const i of all) miss.push(...(await run({ enablePrefixCaching: false }, [i], sharedPages)).t);
+  const paths: Record<string, Partial<EngineOptions>> = {
+    'one at a time': { maxNumSeqs: 1, cachedStateSlots: 8 },
+    'chunk 5, 2 seqs': { maxNumBatchedTokens: 5, maxNumSeqs: 2 },
+    'chunk 20, 3 seqs': { maxNumBatchedTokens: 20, maxNumSeqs: 3 },
+    'tiny pool (preemption)': { maxNumSeqs: 3, kvCacheBytes: 6 * SLOT_BYTES + 9 * PAGE_BYTES, maxModelLen: 160 },
+    'two saved states (eviction, hits cut back)': { maxNumSeqs: 1, maxNumBatchedTokens: 16, cachedStateSlots: 2 },
+  };
+  for (const [name, opts] of Object.entries(paths)) {
+    const r = await run(opts, all, sharedPages);
+    assert.deepEqual(r.t, miss, `path "${name}" changed a transcript`);
+    assert.ok(r.stats.prefixCacheHits > 0, `path "${name}" took no hit`);
+    assert.equal(r.stats.numFreeStateSlots, r.stats.numTotalStateSlots, `path "${name}" leaked a state slot`);
+    if (name.startsWith('tiny pool')) assert.ok(r.stats.numPreemptions > 0, 'the tiny pool preempted nothing');
+  }
 });

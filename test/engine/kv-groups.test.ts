@@ -41,7 +41,7 @@ test('a hybrid model: a full-attention group and a recurrent group of its state 
     const plan = sizeKvCache(model, backend, { blockSize: 16, kvCacheBytes: null, maxNumSeqs: 8 } as never, 64);
     const pageBytes = 2 * 16 * 2 * 16 * 4 * 2;
     assert.deepEqual(plan, { numBlocks: Math.floor(((1 << 20) - 8 * 2 * stateBytes) / pageBytes), bytesPerBlock: pageBytes,
-      numStateSlots: 8, bytesPerStateSlot: 2 * stateBytes });
+      numStateSlots: 8, bytesPerStateSlot: 2 * stateBytes, numCachedStateSlots: 0 });
     // the backend holds both against its budget
     assert.equal(backend.memory().availableKvBytes, (1 << 20) - 8 * 2 * stateBytes - plan.numBlocks * pageBytes);
   } finally {
@@ -57,11 +57,19 @@ test('sizing: state slots (one a sequence, maxNumSeqs) come out of the budget be
   const page = 2 * 4 * 2 * 8 * 2;  // 256 bytes
   const o = { blockSize: 4, kvBytesPerElement: 2, maxNumSeqs: 4 };
   assert.deepEqual(planKvCache(groups, { ...o, budgetBytes: 4 * 3000 + 10 * page + 100 }),
-    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000 });
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 0 });
+  // prefix caching: as many slots again for saved states (or cachedStateSlots), before the pages too
+  assert.deepEqual(planKvCache(groups, { ...o, enablePrefixCaching: true, budgetBytes: 8 * 3000 + 10 * page + 100 }),
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 4 });
+  assert.equal(planKvCache(groups, { ...o, enablePrefixCaching: true, cachedStateSlots: 1, budgetBytes: 5 * 3000 + 10 * page })
+    .numCachedStateSlots, 1);
+  assert.throws(() => planKvCache(groups, { ...o, enablePrefixCaching: true, budgetBytes: 4 * 3000 + 10 * page }),
+    /after 8 recurrent state slots .*twice with prefix caching/);
   assert.throws(() => planKvCache(groups, { ...o, budgetBytes: 4 * 3000 + page }),
     /budget \(12256 bytes\) holds no page of 256 bytes after 4 recurrent state slots of 3000 bytes \(12000 bytes.*--max-num-seqs/);
   assert.deepEqual(planKvCache(denseGroupsOf(), { ...o, budgetBytes: 10 * page }),
-    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 0, bytesPerStateSlot: 0 });
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 0, bytesPerStateSlot: 0, numCachedStateSlots: 0 });
+  assert.equal(planKvCache(denseGroupsOf(), { ...o, enablePrefixCaching: true, budgetBytes: 10 * page }).numCachedStateSlots, 0);
 });
 
 test('CUDA refuses a hybrid model at start-up, before its weights load, naming the way to serve it', async () => {

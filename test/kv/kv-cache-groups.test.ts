@@ -218,7 +218,7 @@ test('every group\'s hit is taken before any group takes new pages (taking one m
   assert.equal(kv.numFreeBlocks, 0);
 });
 
-test('a recurrent group caches no state: a hybrid model never hits', () => {
+test('a recurrent group without cached-state slots saves no state: a hybrid model never hits', () => {
   const kv = kvOf(HYBRID);
   const a = req('a', range(0, 10));
   assert.deepEqual(runPrompt(kv, a), [1, 2, 3]);
@@ -231,7 +231,36 @@ test('a recurrent group caches no state: a hybrid model never hits', () => {
   assert.deepEqual(kv.allocateSlots(b, 10), [4, 5, 6]);
   assert.deepEqual(kv.blockTables('b'), [[4, 5, 6], [1]]);
   assert.throws(() => kv.allocateSlots(req('c', range(0, 10)), 2,
-    { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], [2]] }), /caches nothing/);
+    { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], [2]] }), /caches states, not pages/);
+  assert.equal(kv.saveStateSlot(b, 8), null);
+});
+
+test('a recurrent group with cached-state slots: states saved at page ends only, a hit is the longest run of pages ' +
+  'whose last page has a state, restored from its slot; reset forgets the states', () => {
+  const kv = new KVCacheManager({ numBlocks: 13, blockSize: 4, enablePrefixCaching: true, groups: HYBRID,
+    numStateSlots: 3, numCachedStateSlots: 2 });
+  assert.deepEqual([kv.cachesStates, kv.numCachedStateSlots, kv.numCachedStates], [true, 2, 0]);
+  const a = req('a', range(0, 13));
+  runPrompt(kv, a);
+  assert.deepEqual([kv.saveStateSlot(a, 6), kv.saveStateSlot(a, 0), kv.saveStateSlot(a, 16)], [null, null, null],
+    'not a page end, or past the known tokens');
+  assert.deepEqual([kv.saveStateSlot(a, 4), kv.saveStateSlot(a, 4), kv.numCachedStates], [3, null, 1],
+    'slots after the 3 running ones; a saved state is not saved twice');
+  // pages hit up to 12 (3 pages), the only state at 4: a hit of one page from slot 3
+  const b = req('b', range(0, 13));
+  assert.deepEqual(kv.getComputedBlocks(b), { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], []], stateSlot: 3 });
+  assert.equal(kv.saveStateSlot(a, 12), 4);
+  assert.deepEqual(kv.getComputedBlocks(req('c', range(0, 13))).stateSlot, 4, 'the longest wins');
+  assert.deepEqual(kv.getComputedBlocks(req('d', range(0, 12))).numCachedTokens, 4, 'never the whole prompt');
+  assert.deepEqual(kv.getComputedBlocks(req('e', [9, ...range(1, 13)])).numCachedTokens, 0, 'pages first');
+  const computed = kv.getComputedBlocks(b);
+  assert.equal(computed.numCachedTokens, 12);
+  assert.deepEqual(kv.allocateSlots(b, 1, computed), [5]);
+  assert.deepEqual(kv.blockTables('b'), [[1, 2, 3, 5], [1]], 'the hit pages, and its own state slot');
+  kv.free(a);
+  kv.free(b);
+  assert.ok(kv.resetPrefixCache());
+  assert.equal(kv.numCachedStates, 0);
 });
 
 test('the pool keys its cache by group: one hash in two groups, each page under its own group', () => {

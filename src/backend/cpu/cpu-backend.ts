@@ -162,6 +162,19 @@ export class CpuBackend implements Backend {
     this.recurrent = new RecurrentStates(layout);
   }
 
+  copyRecurrentState(src: number, dst: number): void {
+    const r = this.recurrent;
+    if (r === null) throw new Error('copyRecurrentState: no recurrent state allocated');
+    const n = r.layout.numSlots;
+    if (!(Number.isInteger(src) && Number.isInteger(dst) && src >= 0 && dst >= 0 && src < n && dst < n)) {
+      throw new Error(`copyRecurrentState: slots ${src} -> ${dst} outside the ${n} allocated`);
+    }
+    if (src === dst) return;
+    for (const [stores, size] of [[r.conv, r.convSize], [r.ssm, r.ssmSize]] as const) {
+      for (const a of stores) a.copyWithin(dst * size, src * size, (src + 1) * size);
+    }
+  }
+
   private get recurrentBytes(): number {
     return this.recurrent ? this.recurrent.bytesPerSlot * this.recurrent.layout.numSlots : 0;
   }

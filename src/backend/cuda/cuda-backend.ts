@@ -238,6 +238,10 @@ export class CudaBackend implements Backend {
     throw notYetOnCuda('recurrent state (allocateRecurrentState)');
   }
 
+  copyRecurrentState(_src: number, _dst: number): void {
+    throw notYetOnCuda('recurrent state (copyRecurrentState)');
+  }
+
   sigmoidMul(_x: Tensor, _gate: Tensor): Tensor {
     throw notYetOnCuda('sigmoidMul');
   }

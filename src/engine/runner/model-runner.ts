@@ -14,7 +14,11 @@ import { buildForwardBatch, numPromptLogitRows, type ScheduledSeq } from '../bat
 import { graphBucket, graphBuckets, largestStep } from './graph-buckets.js';
 
 /** A scheduled row as the runner needs it. */
-export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string };
+export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string;
+  /** A hybrid prefix-cache hit: the cached-state slot copied into stateSlot before the forward (ScheduledRequest). */
+  restoreStateFrom?: number;
+  /** The cached-state slot stateSlot is copied into after the forward (its state at a page end). */
+  saveStateTo?: number };
 
 /** A step's sampled tokens and, for embedding requests whose prompt it finished, their final hidden states. */
 export type StepOutput = SampleOutput & { pooled?: Map<string, Float32Array> };
@@ -54,6 +58,14 @@ export class ModelRunner {
    * comes to the host too (such steps are never graphed: the row is a prompt's).
    */
   execute(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[], requests: RowRequests): LaunchedStep {
+    // the copies are ordered with the forward on the device: a saved state is the one this step leaves
+    for (const r of rows) if (r.restoreStateFrom !== undefined) this.backend.copyRecurrentState(r.restoreStateFrom, r.stateSlot!);
+    const launched = this.launch(rows, states, requests);
+    for (const r of rows) if (r.saveStateTo !== undefined) this.backend.copyRecurrentState(r.stateSlot!, r.saveStateTo);
+    return launched;
+  }
+
+  private launch(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[], requests: RowRequests): LaunchedStep {
     if (!requests.hasPooling) return this.launchForward(rows, states, requests);
     const sampledRows = rows.filter((r) => r.sample);
     const pooledAt = sampledRows.flatMap((r, i) => (!r.isDecode && requests.isPooling(r.requestId) ? [i] : []));

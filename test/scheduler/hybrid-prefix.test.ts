@@ -1,0 +1,80 @@
+// Prefix caching on a hybrid model in the scheduler and KV manager: a recurrent state can only be saved where a
+// step ends, so prompt chunks are cut at page ends; a state saved by a step is hit from the next step on; a hit is
+// the longest run of attention pages whose last page has a saved state; saved states are an LRU pool.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { BlockHash } from '../../src/kv/block-pool.js';
+import type { KVCacheGroup } from '../../src/kv/kv-cache-spec.js';
+import { CachedStatePool } from '../../src/kv/state-cache.js';
+import { makeRequest, makeScheduler, step } from './helpers.js';
+
+const HYBRID: KVCacheGroup[] = [
+  { spec: { kind: 'full_attention', numKvHeads: 2, headDim: 64 }, layers: [3] },
+  { spec: { kind: 'recurrent', stateBytes: 4096 }, layers: [0, 1, 2] },
+];
+const tokens = (n: number, from = 0) => Array.from({ length: n }, (_, i) => 100 + from + i);
+const setup = { groups: HYBRID, enablePrefixCaching: true, numStateSlots: 2, maxNumSeqs: 2 };
+
+test('hybrid prefix cache: a prompt chunk crossing a page end is cut at its last one and the step saves the state ' +
+  'there; without a state cache nothing is cut or saved', () => {
+  const { sched } = makeScheduler({ ...setup, numCachedStateSlots: 2 });
+  sched.addRequest(makeRequest('a', 10, 2, { tokens: tokens(10) }));
+  const r1 = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([r1.numScheduledTokens, r1.saveStateTo, r1.restoreStateFrom], [8, 2, undefined], 'cut at 8, saved in slot 2');
+  const r2 = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([r2.numScheduledTokens, r2.saveStateTo], [2, undefined], 'the tail: no page end');
+  const r3 = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([r3.isDecode, r3.seqLen, r3.saveStateTo], [true, 11, undefined], 'decode never saves');
+
+  const off = makeScheduler({ ...setup }).sched;
+  off.addRequest(makeRequest('a', 10, 2, { tokens: tokens(10) }));
+  const r = step(off).scheduledRequests[0]!;
+  assert.deepEqual([r.numScheduledTokens, r.saveStateTo], [10, undefined]);
+});
+
+test('hybrid prefix cache: a state saved by a step is hit from the next step on (restored, fewer tokens), never in ' +
+  'the same step; the hit is cut back to the last page with a saved state', () => {
+  const { sched, kv } = makeScheduler({ ...setup, numStateSlots: 3, maxNumSeqs: 3, numCachedStateSlots: 2,
+    maxNumBatchedTokens: 20 });
+  sched.addRequest(makeRequest('a', 10, 1, { tokens: tokens(10) }));
+  sched.addRequest(makeRequest('same-step', 10, 1, { tokens: tokens(10) }));
+  let out = step(sched);
+  assert.deepEqual(out.scheduledRequests.map((r) => [r.requestId, r.numComputedTokensBefore, r.numScheduledTokens,
+    r.restoreStateFrom]), [['a', 0, 8, undefined], ['same-step', 0, 8, undefined]], 'its state was not saved yet');
+  assert.equal(out.scheduledRequests[0]!.saveStateTo, 3);
+  assert.equal(out.scheduledRequests[1]!.saveStateTo, undefined, 'saved already by a');
+  // 13 tokens sharing a's first 8 (2 pages): pages hit up to 8, the state at 8 restored
+  sched.addRequest(makeRequest('b', 13, 1, { tokens: [...tokens(8), ...tokens(5, 50)] }));
+  out = step(sched);
+  const b = out.scheduledRequests.find((r) => r.requestId === 'b')!;
+  assert.deepEqual([b.numComputedTokensBefore, b.numScheduledTokens, b.restoreStateFrom, b.numCachedTokens, b.saveStateTo],
+    [8, 4, 3, 8, 4], 'from 8, cut at 12, saved in the second cached slot');
+  assert.equal(kv.prefixCacheHits, 8);
+  while (sched.hasUnfinishedRequests()) step(sched);
+  // 11 tokens sharing a's first 8 only: the state at 8 restored (and touched)
+  sched.addRequest(makeRequest('c', 11, 1, { tokens: [...tokens(8), ...tokens(3, 70)] }));
+  const c = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([c.numComputedTokensBefore, c.restoreStateFrom], [8, 3]);
+  while (sched.hasUnfinishedRequests()) step(sched);
+  sched.addRequest(makeRequest('d', 9, 1, { tokens: tokens(9, 500) }));
+  assert.equal(step(sched).scheduledRequests[0]!.saveStateTo, 4, 'evicts the least recently used state (b\'s at 12)');
+  while (sched.hasUnfinishedRequests()) step(sched);
+  // 14 tokens sharing b's first 13: pages hit up to 12, but the state at 12 is gone: from 8
+  sched.addRequest(makeRequest('e', 14, 1, { tokens: [...tokens(8), ...tokens(6, 50)] }));
+  const e = step(sched).scheduledRequests[0]!;
+  assert.deepEqual([e.numComputedTokensBefore, e.restoreStateFrom], [8, 3], 'cut back to the page with a state');
+});
+
+test('cached-state pool: least recently used evicted first, a hit touches, a saved hash is not saved twice, reset ' +
+  'frees all', () => {
+  const pool = new CachedStatePool(4, 2);
+  const h = (s: string) => s as BlockHash;
+  assert.deepEqual([pool.reserve(h('a')), pool.reserve(h('b')), pool.reserve(h('a'))], [4, 5, null]);
+  pool.touch(h('a'));
+  assert.equal(pool.reserve(h('c')), 5, 'b was the least recently used');
+  assert.deepEqual([pool.peek(h('a')), pool.peek(h('b')), pool.peek(h('c')), pool.numCached], [4, -1, 5, 2]);
+  pool.reset();
+  assert.deepEqual([pool.peek(h('a')), pool.numCached], [-1, 0]);
+  assert.equal(new CachedStatePool(0, 0).reserve(h('a')), null, 'no slot at all');
+});
