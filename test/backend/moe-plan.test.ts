@@ -1,12 +1,13 @@
 // Plans of the device's mixture of experts (moe-plan.ts): the grids are a function of the shapes alone, and the tile
 // bound covers every routing (adversarial ones included); the grids cover every output; the kernels named are ones
-// moe.cu builds; decode steps take the split variants, prefill chunks the tiled ones.
+// moe.cu builds; decode steps take the split variants, prefill chunks the tiled ones; the tile lists the grouping writes
+// give every grouped position to exactly one block, in order, within the grid.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { blockTile, GEMM_ROWS_VARIANTS, sliceChunks } from '../../src/backend/cuda/gemm-rows.js';
-import { maxExpertTiles, moeBuildLists, planMoe } from '../../src/backend/cuda/moe-plan.js';
+import { expertTileList, maxExpertTiles, moeBuildLists, planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 
 /** Tiles of BN the grouped GEMMs walk for this routing (each row's k experts distinct). */
@@ -31,6 +32,41 @@ test('the tile bound covers any routing: random, all rows on the same experts, e
       const bound = maxExpertTiles(T, E, k, BN);
       for (const chosen of [random, same, spread]) assert.ok(tilesOf(chosen, E, BN) <= bound, `T ${T} E ${E} k ${k} BN ${BN}`);
     }));
+});
+
+test('a tile list gives each grouped position to one block, experts and tiles in order, then empty entries to the grid', () => {
+  fc.assert(fc.property(fc.array(fc.integer({ min: 0, max: 70 }), { minLength: 1, maxLength: 40 }),
+    fc.constantFrom(8, 16, 32, 128), fc.integer({ min: 0, max: 5 }), (counts, BN, spare) => {
+      const P = counts.reduce((a, b) => a + b, 0);
+      const real = counts.reduce((n, c) => n + Math.ceil(c / BN), 0);
+      const list = expertTileList(counts, BN, real + spare);
+      const owner = new Array<number>(P).fill(0);
+      let last = -1;
+      for (let y = 0; y < list.length / 4; y++) {
+        const [e, first, count, tok0] = list.subarray(4 * y, 4 * y + 4);
+        if (y >= real) {
+          assert.deepEqual([e, first, count, tok0], [-1, 0, 0, 0]);
+          continue;
+        }
+        assert.ok(e! >= last, 'experts in order');
+        last = e!;
+        assert.equal(count, counts[e!]);
+        assert.equal(first, counts.slice(0, e!).reduce((a, b) => a + b, 0));
+        assert.ok(tok0! % BN === 0 && tok0! < count!);
+        for (let t = tok0!; t < Math.min(tok0! + BN, count!); t++) owner[first! + t]!++;
+      }
+      assert.ok(owner.every((n) => n === 1), 'each grouped position once');
+    }));
+  assert.throws(() => expertTileList([9], 8, 1), /more than 1 tiles of 8/);
+});
+
+test('one tile list serves both GEMMs where their tiles match, else each has its own of its grid\'s height', () => {
+  const one = planMoe(1, 128, 8, 2048, 768);
+  assert.deepEqual(tileLists(one), [{ tokens: 8, entries: 8 }]);
+  const two = planMoe(300, 8, 2, 2304, 64);
+  assert.deepEqual(tileLists(two), [{ tokens: two.gateUp.tokens, entries: two.gateUp.grid[1] },
+    { tokens: two.down.tokens, entries: two.down.grid[1] }]);
+  assert.notEqual(two.gateUp.tokens, two.down.tokens);
 });
 
 test('every plan covers the outputs of an expert within a block\'s shared memory, on a kernel moe.cu builds', () => {
@@ -81,7 +117,7 @@ test('a decode batch of up to 64 rows takes the fused router: gemm_rows\' split 
     assert.deepEqual(r.grid, [Math.ceil(E / 16), Math.ceil(T / 8), 1]);
     const slices = Math.ceil(Math.ceil(H / 32) / sliceChunks(H));
     assert.equal(r.block, 32 * Math.min(16, slices));
-    assert.equal(r.sharedBytes, slices * 4 * 32 * 4 + 4 * E);
+    assert.equal(r.sharedBytes, slices * 4 * 32 * 4 + 4 * (3 * E + 2));
     assert.equal(r.sliceChunks, sliceChunks(H));
   }
   assert.equal(planMoe(65, 128, 8, 2048, 768).router, null, 'more rows: the router GEMM, moe_route and moe_group');

@@ -6,7 +6,7 @@
 // row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
 // with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a decode step captured as a graph
 // replays to the eager result when its tokens route elsewhere; a profile names the MoE buckets; block-FP8 experts are
-// refused by name. CUDA outputs start as NaN.
+// refused by name; the grouping's tile lists (one per GEMM tile height) are expertTileList's of its offsets. CUDA outputs start as NaN.
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,7 +14,7 @@ import type { MoeExperts, MoeRoute } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { CudaTensor, type CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
-import { MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
+import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
@@ -49,6 +49,15 @@ function offsetsOf(experts: Int32Array, E: number): number[] {
   const out = [0];
   for (const c of counts) out.push(out[out.length - 1]! + c);
   return out;
+}
+
+/** Each tile list the grouping wrote is expertTileList's for its offsets' counts (entry y: block y's work). */
+function assertTileLists(got: { offsets: Int32Array; tiles: { tokens: number; list: Int32Array }[] }, E: number,
+  what: string): void {
+  const counts = Array.from({ length: E }, (_, e) => got.offsets[e + 1]! - got.offsets[e]!);
+  for (const { tokens, list } of got.tiles) {
+    assert.deepEqual(Array.from(list), Array.from(expertTileList(counts, tokens, list.length / 4)), `tiles of ${tokens} (${what})`);
+  }
 }
 
 const oneToken = batchOf([{ ids: [1], start: 0, pages: [0] }], 16);
@@ -102,6 +111,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
             assert.ok(Math.abs(got.weights[i]! - want.weights[i]!) <= 2e-6, `weight ${i}: ${got.weights[i]} != ${want.weights[i]}`);
           }
           assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (fused to ${maxRows} rows)`);
+          assertTileLists(got, E, `fused to ${maxRows} rows`);
         }
         cuda.moe.fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS;
         beginPoisonedStep(cuda);
@@ -113,6 +123,18 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       }
     });
   }
+
+  test('where gate_up\'s and down\'s tiles differ the grouping writes a tile list for each: expertTileList\'s', () => {
+    const [T, E, k, H, I] = [300, 8, 2, 2304, 64];  // 75 rows an expert: gate_up 128 outputs wide, down 2304
+    const plan = planMoe(T, E, k, H, I);
+    assert.notEqual(plan.gateUp.tokens, plan.down.tokens);
+    const x = cuda.fromHost([T, H], randomBf16(T * H, 60));
+    const router = cuda.fromHost([E, H], randomBf16(E * H, 61, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+    beginPoisonedStep(cuda);
+    const got = cuda.moe.routerToHost(x, router, { topK: k, renormalize: true }, I);
+    assert.deepEqual(got.tiles.map((t) => t.tokens), [plan.gateUp.tokens, plan.down.tokens]);
+    assertTileLists(got, E, 'two lists');
+  });
 
   // [T, E, k, H, I, renormalize, the variant kind the plan takes]
   const cases = [

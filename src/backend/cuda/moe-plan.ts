@@ -41,6 +41,8 @@ export function moeBuildLists(): { gateUpSplit: string; downSplit: string; tiled
 
 export interface MoeGemmLaunch {
   kernel: string;
+  /** Tokens of a block's tile (BN): its tile list's (expertTileList), grid[1] entries long. */
+  tokens: number;
   grid: [number, number, number];
   block: number;
   sharedBytes: number;
@@ -66,6 +68,41 @@ export function maxExpertTiles(T: number, E: number, topK: number, BN: number): 
   return Math.min(Math.ceil(P / BN) + experts, experts * Math.ceil(T / BN));
 }
 
+/**
+ * The tile list moe_group writes for a grouped GEMM of token tiles of BN (moe.cu TileList), as int32 quadruples: entry
+ * y is (expert, its first grouped position, its count, the tile's first token of the expert's), experts in order, an
+ * expert's tiles in order, then (-1, 0, 0, 0) to `entries` (the GEMM's grid y). Block y of the GEMM runs entry y.
+ */
+export function expertTileList(counts: readonly number[], BN: number, entries: number): Int32Array {
+  const out = new Int32Array(4 * entries);
+  let y = 0;
+  let first = 0;
+  counts.forEach((count, e) => {
+    for (let tok0 = 0; tok0 < count; tok0 += BN, y++) {
+      if (y >= entries) throw new Error(`expertTileList: more than ${entries} tiles of ${BN}`);
+      out.set([e, first, count, tok0], 4 * y);
+    }
+    first += count;
+  });
+  for (; y < entries; y++) out.set([-1, 0, 0, 0], 4 * y);
+  return out;
+}
+
+/**
+ * The tile lists a plan's GEMMs read, gate_up's then down's where its tiles differ (one list serves both where they
+ * match): moe_group's and moe_router_fused's (tilesA, bnA, entriesA, tilesB, bnB, entriesB), bnB 0 for none.
+ */
+export function tileLists(plan: MoePlan): { tokens: number; entries: number }[] {
+  const { gateUp, down } = plan;
+  const a = { tokens: gateUp.tokens, entries: gateUp.grid[1] };
+  return down.tokens === gateUp.tokens ? [a] : [a, { tokens: down.tokens, entries: down.grid[1] }];
+}
+
+/** moe_group's shared memory for E experts: its cursors, then each list's first tile of every expert and the total. */
+export function moeGroupSharedBytes(E: number): number {
+  return 4 * (3 * E + 2);
+}
+
 /** Rows an expert gets on average (at most T): what picks the variant, as T does for gemm_rows. */
 export function rowsPerExpert(T: number, E: number, topK: number): number {
   return Math.min(T, Math.ceil((T * topK) / E));
@@ -81,26 +118,27 @@ function planGemm(gateUp: boolean, T: number, E: number, topK: number, N: number
   if (variant.kind === 'split') {
     const mt = gateUp ? 2 : 1;
     const slices = numSlices(K);
-    return { kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, grid: [Math.ceil(N / 16), y, 1],
+    return { kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, tokens: tile.tokens, grid: [Math.ceil(N / 16), y, 1],
       block: 32 * Math.min(GEMM_ROWS_SPLIT_WARPS, slices), sharedBytes: slices * mt * variant.nt * 4 * 32 * 4,
       sliceChunks: chunks, variant };
   }
   // gate_up: half of a block's weight rows are gate rows, the other half the same outputs' up rows
   const outputs = gateUp ? tile.rows / 2 : tile.rows;
   const { wm, warps, mt, nt, stages, smemSum } = variant;
-  return { kernel: `moe_${name}_tiled_w${wm}x${warps / wm}_m${mt}_n${nt}`, grid: [Math.ceil(N / outputs), y, 1],
+  return { kernel: `moe_${name}_tiled_w${wm}x${warps / wm}_m${mt}_n${nt}`, tokens: tile.tokens,
+    grid: [Math.ceil(N / outputs), y, 1],
     block: 32 * warps, sliceChunks: chunks, variant,
     sharedBytes: stages * (tile.rows + tile.tokens) * 128 + (smemSum ? mt * nt * 4 * 32 * warps * 4 : 0) };
 }
 
 /**
  * moe_router_fused: gemm_rows' split m1 n1 tiles (16 experts by 8 rows a block, its warps on the slices of H, as
- * planGemmRows plans them), then E ints of shared memory for the grouping's cursor after the slices' partials.
+ * planGemmRows plans them), then moe_group's shared memory (moeGroupSharedBytes) after the slices' partials.
  */
 function planFusedRouter(T: number, E: number, H: number): NonNullable<MoePlan['router']> {
   const slices = numSlices(H);
   return { grid: [Math.ceil(E / 16), Math.ceil(T / 8), 1], block: 32 * Math.min(GEMM_ROWS_SPLIT_WARPS, slices),
-    sharedBytes: slices * 4 * 32 * 4 + 4 * E, sliceChunks: sliceChunks(H) };
+    sharedBytes: slices * 4 * 32 * 4 + moeGroupSharedBytes(E), sliceChunks: sliceChunks(H) };
 }
 
 /**

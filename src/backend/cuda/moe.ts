@@ -14,7 +14,7 @@ import { readKnob } from '../../knobs/knobs.js';
 import { normThreads } from './gemm.js';
 import { NORM_VEC } from './kernel-defines.js';
 import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_MAX_EXPERTS, MOE_MAX_TOP_K, MOE_ROUTE_WARPS, type MoeGemmLaunch,
-  type MoePlan, planMoe } from './moe-plan.js';
+  moeGroupSharedBytes, type MoePlan, planMoe, tileLists } from './moe-plan.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, type CudaTensor } from './tensor.js';
 
@@ -24,12 +24,16 @@ interface DeviceRouting {
   weights: bigint;
 }
 
-/** The routing and its grouping (int32 offsets [E + 1], pairs in grouped order [P], each pair's position [P]). */
+/**
+ * The routing and its grouping (int32 offsets [E + 1], pairs in grouped order [P], each pair's position [P]), and the
+ * GEMMs' tile lists (moe-plan.ts tileLists: int32 [entries, 4] each, gate_up's first, down's last).
+ */
 interface DeviceGroups extends DeviceRouting {
   logits: CudaTensor;
   offsets: bigint;
   pairs: bigint;
   pos: bigint;
+  tiles: bigint[];
 }
 
 /** The bf16 router GEMM of the backend (gemm.ts matmul: cuBLASLt, the chain kernels, or gemm_rows when batch-invariant). */
@@ -101,42 +105,52 @@ export class CudaMoe {
     const P = T * route.topK;
     const d = this.s.device;
     const fused = plan.router;
+    // the tile lists' arguments (tilesA, bnA, entriesA, tilesB, bnB, entriesB): bnB 0 where one list serves both
+    const lists = tileLists(plan).map((l) => ({ ...l, ptr: this.s.act([l.entries, 4], 'f32').ptr }));
+    const listArgs = [lists[0]!, lists[1] ?? { ptr: 0n, tokens: 0, entries: 0 }]
+      .flatMap((l) => [ptr(l.ptr), i32(l.tokens), i32(l.entries)]);
+    const tiles = lists.map((l) => l.ptr);
     if (!fused) {
       const logits = this.routerMatmul(xs, router);
       let g: DeviceGroups | undefined;
       this.s.timed('moe route', () => {
         const r = this.route(logits, route);
         g = { ...r, logits, offsets: this.s.act([E + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
-          pos: this.s.act([P], 'f32').ptr };
+          pos: this.s.act([P], 'f32').ptr, tiles };
         d.launch('moe.cu', 'moe_group', [1, 1, 1], MOE_GROUP_THREADS,
-          [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(E)], 4 * E, true);
+          [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(E), ...listArgs],
+          moeGroupSharedBytes(E), true);
       });
       return g!;
     }
     const g: DeviceGroups = { logits: this.s.act([T, E]), experts: this.s.act([P], 'f32').ptr,
       weights: this.s.act([P], 'f32').ptr, offsets: this.s.act([E + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
-      pos: this.s.act([P], 'f32').ptr };
+      pos: this.s.act([P], 'f32').ptr, tiles };
     this.s.timed('moe route', () => d.launch('moe.cu', 'moe_router_fused', fused.grid, fused.block,
       [ptr(xs.ptr), ptr(router.ptr), ptr(g.logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs),
         ptr(g.pos), ptr(this.counter()), i32(T), i32(E), i32(H), i32(fused.sliceChunks), i32(route.topK),
-        i32(route.renormalize ? 1 : 0)], fused.sharedBytes, true));
+        i32(route.renormalize ? 1 : 0), ...listArgs], fused.sharedBytes, true));
     return g;
   }
 
-  /** Tests: the router's logits (bf16 as f32), routing and offsets for x's rows, by the path moeExperts takes, read back. */
-  routerToHost(x: Tensor, router: Tensor, route: MoeRoute):
-    { logits: Float32Array; experts: Int32Array; weights: Float32Array; offsets: Int32Array } {
+  /**
+   * Tests: the router's logits (bf16 as f32), routing, offsets and tile lists (with each one's BN) for x's rows, by
+   * the path moeExperts takes for experts of width I, read back.
+   */
+  routerToHost(x: Tensor, router: Tensor, route: MoeRoute, I = 8): { logits: Float32Array; experts: Int32Array;
+    weights: Float32Array; offsets: Int32Array; tiles: { tokens: number; list: Int32Array }[] } {
     const xs = asCuda(x);
     const r = asCuda(router);
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const E = r.shape[0]!;
-    const g = this.groups(xs, r, route, planMoe(T, E, route.topK, H, 8, this.variant, this.fusedRouterMaxRows));
+    const plan = planMoe(T, E, route.topK, H, I, this.variant, this.fusedRouterMaxRows);
+    const g = this.groups(xs, r, route, plan);
     const n = T * route.topK;
+    const ints = (p: bigint, count: number) => new Int32Array(this.s.readToHost(p, 4 * count).slice(0, 4 * count));
     const bf16 = new Uint16Array(this.s.readToHost(g.logits.ptr, 2 * T * E).slice(0, 2 * T * E));
-    return { logits: new Float32Array(Uint32Array.from(bf16, (b) => b << 16).buffer),
-      experts: new Int32Array(this.s.readToHost(g.experts, 4 * n).slice(0, 4 * n)),
-      weights: new Float32Array(this.s.readToHost(g.weights, 4 * n).slice(0, 4 * n)),
-      offsets: new Int32Array(this.s.readToHost(g.offsets, 4 * (E + 1)).slice(0, 4 * (E + 1))) };
+    return { logits: new Float32Array(Uint32Array.from(bf16, (b) => b << 16).buffer), experts: ints(g.experts, n),
+      weights: new Float32Array(this.s.readToHost(g.weights, 4 * n).slice(0, 4 * n)), offsets: ints(g.offsets, E + 1),
+      tiles: tileLists(plan).map((l, i) => ({ tokens: l.tokens, list: ints(g.tiles[i]!, 4 * l.entries) })) };
   }
 
   /**
@@ -169,11 +183,11 @@ export class CudaMoe {
     const g = this.groups(xs, router, route, plan);
     const act = this.s.act([P, I]);
     const y = this.s.act([P, H]);
-    const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number) =>
-      d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(g.offsets), ptr(g.pairs), i32(E),
+    const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint) =>
+      d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs),
         i32(k), i32(N), i32(K), i32(l.sliceChunks)], l.sharedBytes, true);
-    this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H));
-    this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I));
+    this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, g.tiles[0]!));
+    this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I, g.tiles[g.tiles.length - 1]!));
     if (addNorm) {
       const res = asCuda(addNorm.residual);
       const w = asCuda(addNorm.weight);

@@ -6,7 +6,7 @@
 //   moe_route    logits [T, E] bf16 -> per row softmax (f32), top k by repeated argmax (ties to the lower expert),
 //                optionally renormalized -> experts [T * k] int32, weights [T * k] f32 (pair = t * k + j)
 //   moe_group    one block: per-expert counts -> offsets [E + 1] (exclusive scan), the pairs grouped by expert
-//                (pairs [P]), each pair's grouped position (pos [P])
+//                (pairs [P]), each pair's grouped position (pos [P]), and each GEMM's tile list (expert_tile)
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
 //   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32, rounded once -> [T, H]
@@ -16,14 +16,15 @@
 // The two GEMMs are gemm_rows' (gemm_rows.cuh) on an expert's rows, with its contract: what an output sums, and in
 // what order, depends on K alone, so a token's outputs never depend on how many tokens share its expert, which tile
 // they fall in, or the order moe_group's atomics put them in (it is not deterministic, and need not be). Their blocks
-// walk a list of tiles: expert by expert, its tokens in tiles of BN (expert_tile), the grid's y a bound on the tiles
-// of any routing (moe-plan.ts); blocks past the last tile exit at once. gate_up's warp tiles hold gate rows in their
+// walk a list of tiles: expert by expert, its tokens in tiles of BN, written by moe_group (one entry a block: no block
+// searches the offsets), the grid's y a bound on the tiles of any routing (moe-plan.ts); blocks past the last tile
+// exit after one load. gate_up's warp tiles hold gate rows in their
 // first half of m tiles and the same outputs' up rows in the second, so silu(gate) * up is taken from registers.
 #include "gemm_rows.cuh"
 #include "norm.cuh"
 
 // From TypeScript (kernel-defines.ts): CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE (experts a
-// lane of moe_route and of expert_tile holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, NORM_VEC
+// lane of moe_route holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, NORM_VEC
 // (norm.cuh), and the build lists.
 
 // ---- routing ----
@@ -102,30 +103,74 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(con
   if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize);
 }
 
-// The grouping by one block (any multiple of 32 threads) with E ints of shared memory at `cursor`: counts, their
-// exclusive scan to offsets, each pair's slot.
+/** An exclusive scan of v over a warp's lanes, after `base`; base moves past the warp's total. */
+__device__ __forceinline__ int warp_exclusive_scan(int v, int& base) {
+  const int lane = threadIdx.x & 31;
+  int incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(FULL_MASK, incl, o);
+    if (lane >= o) incl += up;
+  }
+  const int excl = base + incl - v;
+  base += __shfl_sync(FULL_MASK, incl, 31);
+  return excl;
+}
+
+/**
+ * Where a grouped GEMM of token tiles of `bn` finds its blocks' work: entry y (int4) of `list` is (expert, its first
+ * grouped position, its count, the tile's first token of the expert's), experts in order, an expert's tiles in order;
+ * (-1, 0, 0, 0) from the last tile to `entries` (the GEMM's grid y, moe-plan.ts maxExpertTiles). moe-plan.ts
+ * expertTileList is the same list on the host. `bn` 0: no list.
+ */
+struct TileList {
+  int4* list;
+  int bn, entries;
+};
+
+// The grouping by one block (any multiple of 32 threads) with 3 E + 2 ints of shared memory at `cursor`: counts, their
+// exclusive scan to offsets, each pair's slot; and the two GEMMs' tile lists (the same list twice where their tiles
+// match: b.bn 0).
 __device__ __forceinline__ void group_pairs(const int* topExperts, int* offsets, int* pairs, int* pos, int P, int E,
-                                            int* cursor) {
+                                            int* cursor, TileList a, TileList b) {
+  int* tileBase[2] = {cursor + E, cursor + 2 * E + 1};  // each list's first entry of expert e; [E]: the tiles in all
   for (int e = threadIdx.x; e < E; e += blockDim.x) cursor[e] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&cursor[topExperts[i]], 1);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
-    int base = 0;
+    int base = 0, baseA = 0, baseB = 0;
     for (int c = 0; c < E; c += 32) {
       const int n = c + lane < E ? cursor[c + lane] : 0;
-      int incl = n;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int up = __shfl_up_sync(FULL_MASK, incl, o);
-        if (lane >= o) incl += up;
+      const int off = warp_exclusive_scan(n, base);
+      const int tA = warp_exclusive_scan(a.bn > 0 ? (n + a.bn - 1) / max(a.bn, 1) : 0, baseA);
+      const int tB = warp_exclusive_scan(b.bn > 0 ? (n + b.bn - 1) / max(b.bn, 1) : 0, baseB);
+      if (c + lane < E) {
+        cursor[c + lane] = offsets[c + lane] = off;
+        tileBase[0][c + lane] = tA;
+        tileBase[1][c + lane] = tB;
       }
-      if (c + lane < E) cursor[c + lane] = offsets[c + lane] = base + incl - n;
-      base += __shfl_sync(FULL_MASK, incl, 31);
     }
-    if (lane == 0) offsets[E] = base;
+    if (lane == 0) {
+      offsets[E] = base;
+      tileBase[0][E] = baseA;
+      tileBase[1][E] = baseB;
+    }
   }
   __syncthreads();
+  // the lists first: they read the offsets from memory (this block's writes, visible after the sync), as the loop
+  // after them moves the cursors
+  const TileList lists[2] = {a, b};
+#pragma unroll
+  for (int l = 0; l < 2; l++) {
+    const TileList t = lists[l];
+    if (t.bn <= 0) continue;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      const int first = offsets[e], count = offsets[e + 1] - first;
+      for (int j = 0, y = tileBase[l][e]; j * t.bn < count; j++, y++) t.list[y] = make_int4(e, first, count, j * t.bn);
+    }
+    for (int y = tileBase[l][E] + threadIdx.x; y < t.entries; y += blockDim.x) t.list[y] = make_int4(-1, 0, 0, 0);
+  }
   for (int i = threadIdx.x; i < P; i += blockDim.x) {
     const int p = atomicAdd(&cursor[topExperts[i]], 1);
     pairs[p] = i;
@@ -133,17 +178,19 @@ __device__ __forceinline__ void group_pairs(const int* topExperts, int* offsets,
   }
 }
 
-// grid 1, block MOE_GROUP_THREADS, dynamic shared memory E ints. One block: P = T k is at most a few tens of
-// thousands, a few shared atomics a thread.
+// grid 1, block MOE_GROUP_THREADS, dynamic shared memory 3 E + 2 ints. One block: P = T k is at most a few tens of
+// thousands, a few shared atomics a thread. tilesA, tilesB: the gate_up and down GEMMs' tile lists (TileList).
 extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const int* __restrict__ topExperts,
-    int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos, int P, int E) {
+    int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos, int P, int E, int4* tilesA, int bnA,
+    int entriesA, int4* tilesB, int bnB, int entriesB) {
   extern __shared__ int cursor[];
   pdl_begin();
-  group_pairs(topExperts, offsets, pairs, pos, P, E, cursor);
+  group_pairs(topExperts, offsets, pairs, pos, P, E, cursor, TileList{tilesA, bnA, entriesA},
+              TileList{tilesB, bnB, entriesB});
 }
 
 // grid (ceil(E / 16), ceil(T / 8)), block 32 min(GEMM_ROWS_SPLIT_WARPS, slices of H); dynamic shared memory
-// gemm_rows_split<1, 1>'s numSlices * 4 * 32 floats, then E ints. `done`: a counter that is 0 before the launch, and
+// gemm_rows_split<1, 1>'s numSlices * 4 * 32 floats, then 3 E + 2 ints (moe_group's). `done`: a counter that is 0 before the launch, and
 // after it (the last block resets it, so a graph replays it). The logits are gemm_rows_split_m1_n1's bits (the
 // batch-invariant mode's router GEMM at any T: its contract), rounded to bf16 as every router GEMM's are; the routing
 // and grouping are moe_route's and moe_group's, by the last block to finish once every logit is in memory. For the
@@ -151,7 +198,8 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
 extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_router_fused(
     const bf16_t* __restrict__ x, const bf16_t* __restrict__ router, bf16_t* logits, int* topExperts,
     float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos,
-    unsigned* done, int T, int E, int H, int sliceChunks, int topK, int renormalize) {
+    unsigned* done, int T, int E, int H, int sliceChunks, int topK, int renormalize, int4* tilesA, int bnA,
+    int entriesA, int4* tilesB, int bnB, int entriesB) {
   extern __shared__ float fusedShared[];  // gemm_rows_split's partials (its own name for the same bytes), the cursor
   __shared__ bool last;
   pdl_begin();
@@ -167,58 +215,33 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
   for (int t = threadIdx.x >> 5; t < T; t += warps) route_row(logits, topExperts, topWeights, t, E, topK, renormalize);
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, E,
-              reinterpret_cast<int*>(fusedShared + rows_num_slices(H, sliceChunks) * 4 * 32));
+              reinterpret_cast<int*>(fusedShared + rows_num_slices(H, sliceChunks) * 4 * 32),
+              TileList{tilesA, bnA, entriesA}, TileList{tilesB, bnB, entriesB});
   if (threadIdx.x == 0) *done = 0u;
 }
 
 // ---- the grouped GEMMs ----
 
 /**
- * Block y's tile: the experts' tokens in tiles of BN, expert by expert, numbered from 0. Sets the expert, its first
- * grouped position, its count and the tile's first token (of the expert's); false past the last tile. Each warp finds
- * it alone (no shared memory, no sync): every expert's offsets loaded at once (one memory latency, not one per 32
- * experts: it delays the block's first weight load), then scanned 32 experts at a time.
+ * Block y's tile from its GEMM's list (moe_group's TileList): the expert, its first grouped position, its count and the
+ * tile's first token (of the expert's); false past the last tile. One load, the first of the block: before the list,
+ * each warp scanned every expert's offsets for it (two dependent loads and a scan before its first weight byte).
  */
-__device__ __forceinline__ bool expert_tile(const int* offsets, int E, int BN, int y, int& e, int& first, int& count,
-                                            int& tok0) {
-  const int lane = threadIdx.x & 31;
-  int lo[MOE_ROUTE_PER_LANE], n[MOE_ROUTE_PER_LANE];
-#pragma unroll
-  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
-    const int ex = 32 * i + lane;
-    lo[i] = ex < E ? offsets[ex] : 0;
-    n[i] = ex < E ? offsets[ex + 1] - lo[i] : 0;
-  }
-  int base = 0;
-#pragma unroll
-  for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
-    if (32 * i >= E) break;
-    const int tiles = (n[i] + BN - 1) / BN;
-    int incl = tiles;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int up = __shfl_up_sync(FULL_MASK, incl, o);
-      if (lane >= o) incl += up;
-    }
-    const unsigned hit = __ballot_sync(FULL_MASK, y < base + incl);
-    if (hit != 0u) {
-      const int f = __ffs(hit) - 1;
-      e = 32 * i + f;
-      first = __shfl_sync(FULL_MASK, lo[i], f);
-      count = __shfl_sync(FULL_MASK, n[i], f);
-      tok0 = (y - base - __shfl_sync(FULL_MASK, incl - tiles, f)) * BN;
-      return true;
-    }
-    base += __shfl_sync(FULL_MASK, incl, 31);
-  }
-  return false;
+__device__ __forceinline__ bool expert_tile(const int4* tiles, int y, int& e, int& first, int& count, int& tok0) {
+  const int4 t = tiles[y];
+  e = t.x;
+  first = t.y;
+  count = t.z;
+  tok0 = t.w;
+  return e >= 0;
 }
 
 // x: gate_up, the hidden states [T, K = H] (a grouped position's token through pairs); down, act [P, K = I] in grouped
 // order (pairs unused). w: the experts' stacked rows (gate_up [E 2N, K], gate rows then up rows an expert; down
 // [E N, K]). y: [P, N] in grouped order (N = I for gate_up, H for down).
 #define MOE_GEMM_ARGS                                                                                                 \
-  const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const int *__restrict__ offsets, \
-      const int *__restrict__ pairs, int E, int topK, int N, int K, int sliceChunks
+  const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const int4 *__restrict__ tiles, \
+      const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks
 
 /** The input row of grouped position p. */
 template <bool GATE_UP>
@@ -241,7 +264,7 @@ __device__ void moe_split(MOE_GEMM_ARGS) {
   extern __shared__ float partials[];
   pdl_begin();
   int e, first, count, tok0;
-  if (!expert_tile(offsets, E, NT * 8, blockIdx.y, e, first, count, tok0)) return;
+  if (!expert_tile(tiles, blockIdx.y, e, first, count, tok0)) return;
   const int g = (threadIdx.x & 31) >> 2;
   const int out0 = blockIdx.x * 16;
   const bf16_t* wRow[MT][2];
@@ -274,7 +297,7 @@ __device__ void moe_tiled(MOE_GEMM_ARGS) {
   constexpr int BM = WM * MT * 16;
   pdl_begin();
   int e, first, count, tok0;
-  if (!expert_tile(offsets, E, WN * NT * 8, blockIdx.y, e, first, count, tok0)) return;
+  if (!expert_tile(tiles, blockIdx.y, e, first, count, tok0)) return;
   const int out0 = blockIdx.x * WM * HALF * 16;
   const int lane = threadIdx.x & 31;
   const bf16_t* we = w + (size_t)e * (GATE_UP ? 2 : 1) * N * K;
@@ -304,12 +327,12 @@ __device__ void moe_tiled(MOE_GEMM_ARGS) {
 #define INSTANTIATE_SPLIT(NAME, GATE_UP, MT, NT, PF)                                                                   \
   extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_##NAME##_split_m##MT##_n##NT(          \
       MOE_GEMM_ARGS) {                                                                                                 \
-    moe_split<GATE_UP, NT, PF>(x, w, y, offsets, pairs, E, topK, N, K, sliceChunks);                                   \
+    moe_split<GATE_UP, NT, PF>(x, w, y, tiles, pairs, topK, N, K, sliceChunks);                                   \
   }
 #define INSTANTIATE_TILED(NAME, GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM)                                             \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_tiled_w##WM##x##WN##_m##MT##_n##NT(       \
       MOE_GEMM_ARGS) {                                                                                                 \
-    moe_tiled<GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, offsets, pairs, E, topK, N, K, sliceChunks);         \
+    moe_tiled<GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, tiles, pairs, topK, N, K, sliceChunks);         \
   }
 #define SPLIT_GATE_UP(MT, NT, PF) INSTANTIATE_SPLIT(gate_up, true, MT, NT, PF)
 #define SPLIT_DOWN(MT, NT, PF) INSTANTIATE_SPLIT(down, false, MT, NT, PF)
