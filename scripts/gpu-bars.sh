@@ -6,6 +6,8 @@
 #   ROWS="w2 w1" bash scripts/gpu-bars.sh   # some rows: w2 w1 w2-8b w1-8b prefill startup peer
 #   ROWS="w2-moe w1-moe prefill-moe serve-moe startup-moe" ...  # the mixture-of-experts issue's rows (qwen3-30b-a3b,
 #   61 GB of bf16 on disk: made alone, not beside the 8b model on a 64 GiB disk)
+#   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
+#   54 GB under /dev/shm: not beside qwen3-30b-a3b there)
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -17,6 +19,7 @@ QUANT="${QUANT:-}"
 M06=/tmp/m06${QUANT:+-$QUANT}
 M8=/tmp/m8${QUANT:+-$QUANT}
 M30=${M30:-/dev/shm/m30${QUANT:+-$QUANT}}  # tmpfs: the host disk writes ~120 MB/s, 8 minutes for 58 GB
+M35=${M35:-/dev/shm/m35${QUANT:+-$QUANT}}
 quant=(${QUANT:+--quantization $QUANT --fast})  # quantizing real-valued random weights in JS takes minutes
 common=(--backend cuda --force --max-model-len 4096)
 
@@ -42,6 +45,10 @@ if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M
 
 if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want startup-moe; then
   make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
+fi
+
+if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid; then
+  make_model "$M35" qwen3.5-27b --fast "${quant[@]}"
 fi
 
 if want w2; then
@@ -115,6 +122,27 @@ if want startup-moe; then
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   ms=$(( (t1 - t0) / 1000000 ))
   printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+fi
+if want w2-hybrid; then
+  echo "== W2 qwen3.5-27b at 1k of context (bar 85% of the weight-bandwidth roofline)"
+  $Q bench decode --model "$M35" "${common[@]}" --prompt-len 1000 --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
+fi
+if want w2-hybrid-32k; then
+  echo "== W2 qwen3.5-27b at 32k of context (bar 90% of its W2 at 1k)"
+  $Q bench decode --model "$M35" --backend cuda --force --max-model-len 33000 --prompt-len 32000 --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
+fi
+if want w1-hybrid; then
+  echo "== W1 qwen3.5-27b (bar 50% of its bandwidth floor)"
+  $Q bench offline --workload w1 --model "$M35" "${common[@]}" --max-num-seqs 256 --json "$OUTDIR/w1-35.json" >"$OUTDIR/w1-35.log" 2>&1; summary "$OUTDIR/w1-35.json"
+fi
+if want prefill-hybrid; then
+  echo "== prefill qwen3.5-27b, 32 x 2048 (bar 45% of the GEMM peak)"
+  $Q bench offline --workload prefill --model "$M35" "${common[@]}" --json "$OUTDIR/prefill-35.json" >"$OUTDIR/prefill-35.log" 2>&1; summary "$OUTDIR/prefill-35.json"
+fi
+if want prefix-hybrid; then
+  echo "== prefix-cache hit vs miss on a 4k shared prompt, qwen3.5-27b, one request at a time (bar TTFT of a hit <= 25% of a miss)"
+  $Q bench offline --workload w5 --model "$M35" --backend cuda --force --max-model-len 8192 --prefix-len 4000 --suffix-len 100 \
+    --concurrency 1 --num-requests 8 --output-len 1 >"$OUTDIR/prefix-35.log" 2>&1; grep -iE "ttft|prefix" "$OUTDIR/prefix-35.log" | tail -3
 fi
 if want peer; then
   echo "== peer: W1 first 64 x 128, qwen3-0.6b, Quire vs transformers continuous batching"

@@ -68,6 +68,11 @@ export interface DeltaNetShape {
   convKernel: number;
 }
 
+/** Channels of a DeltaNet layer's causal conv1d: q | k | v. */
+export function convChannels(s: DeltaNetShape): number {
+  return 2 * s.numKeyHeads * s.keyDim + s.numValueHeads * s.valueDim;
+}
+
 /**
  * The per-sequence recurrent state of `numLayers` equal gated DeltaNet layers, in `numSlots` slots (a slot a
  * running sequence: ForwardBatch.stateSlots): each layer's conv window (the last convKernel - 1 inputs of its

@@ -25,3 +25,14 @@ test('stepLayout cuts the capacity layout to the step: a small copy, the same se
   assert.throws(() => stepLayout(batchOf(Array.from({ length: 300 }, (_, i) => ({ ids: [1], start: 0, pages: [i] })), 16,
     Array.from({ length: 300 }, (_, i) => i)), capacity), /300 sequences over the capacity's 8192 \/ 256/);
 });
+
+test('packStep writes each sequence\'s recurrent-state slot, and -1 (no slot) for a batch without them', () => {
+  const capacity = layoutAtLeast(null, 256, 64, 64);
+  const batch = batchOf([{ ids: [1, 2], start: 0, pages: [0] }, { ids: [3], start: 4, pages: [1] }], 16, [1, 2]);
+  const layout = stepLayout(batch, capacity);
+  const words = new Int32Array(capacity.totalWords).fill(-7);
+  packStep(batch, layout, words);
+  assert.deepEqual([...words.subarray(layout.stateSlots, layout.stateSlots + 2)], [-1, -1]);
+  packStep({ ...batch, stateSlots: Int32Array.from([5, 0]) }, layout, words);
+  assert.deepEqual([...words.subarray(layout.stateSlots, layout.stateSlots + 2)], [5, 0]);
+});

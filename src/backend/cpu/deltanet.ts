@@ -7,7 +7,7 @@
 // arithmetic reads only its own rows and state: the ops are batch-invariant like the rest of the backend.
 
 import type { ForwardBatch } from '../batch.js';
-import type { DeltaNetShape, RecurrentStateLayout } from '../backend.js';
+import { convChannels, type DeltaNetShape, type RecurrentStateLayout } from '../backend.js';
 
 /** The conv windows and delta-rule states of every recurrent layer, a slot per sequence. */
 export class RecurrentStates {
@@ -32,9 +32,7 @@ export class RecurrentStates {
   }
 }
 
-export function convChannels(s: DeltaNetShape): number {
-  return 2 * s.numKeyHeads * s.keyDim + s.numValueHeads * s.valueDim;
-}
+export { convChannels };
 
 /** Sequence i's rows [start, end), its first position, and its slot (-1: none). */
 function seqRange(batch: ForwardBatch, i: number): { start: number; end: number; pos0: number; slot: number } {

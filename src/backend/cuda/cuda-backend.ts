@@ -1,6 +1,7 @@
 // The CUDA backend: bf16 activations and weights, fp32 accumulation. This file composes the parts, each its own
 // file: the step's shared context (step-context.ts), weights (weights.ts), the KV cache's memory (kv-memory.ts),
-// GEMMs and norms (gemm.ts), attention (attention-ops.ts), mixture of experts (moe.ts), sampling and reads
+// GEMMs and norms (gemm.ts), attention (attention-ops.ts), mixture of experts (moe.ts), gated DeltaNet
+// (deltanet.ts, its states in kv-memory.ts), sampling and reads
 // (sampling.ts), CUDA graphs (graphs.ts); it implements Backend by handing each op to its part.
 
 import type { HostTensor, WeightSource } from '../../loader/types.js';
@@ -9,6 +10,7 @@ import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
   StepInputs, Tensor } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
+import { CudaDeltaNet } from './deltanet.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 import { Device } from './device.js';
 import { CudaGemms } from './gemm.js';
@@ -75,6 +77,7 @@ export class CudaBackend implements Backend {
   private readonly attn: CudaAttention;
   /** Mixture-of-experts layers; tests set moe.variant. */
   readonly moe: CudaMoe;
+  private readonly deltanet: CudaDeltaNet;
   private readonly sampling: CudaSampling;
   private readonly gpuMemoryUtilization: number;
   private readonly activationReserveBytes: number;
@@ -99,6 +102,7 @@ export class CudaBackend implements Backend {
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
       { batchInvariant, fusedRope: opts.fusedRope });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'));
+    this.deltanet = new CudaDeltaNet(this.step, this.kv);
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.probes = {
@@ -233,30 +237,32 @@ export class CudaBackend implements Backend {
     this.attn.qkNormRope(qkv, qNorm, kNorm, eps, numHeads, numKvHeads, rope, step, kvLayer);
   }
 
-  // Hybrid linear-attention models (Qwen3.5): the CPU backend is their reference until these kernels land (issue 40).
-  allocateRecurrentState(_layout: RecurrentStateLayout): void {
-    throw notYetOnCuda('recurrent state (allocateRecurrentState)');
+  // ---- hybrid linear-attention models (Qwen3.5): the recurrent group's state slots and the DeltaNet ops ----
+
+  allocateRecurrentState(layout: RecurrentStateLayout): void {
+    this.weights.dropUploader();
+    this.kv.allocateRecurrent(layout);
   }
 
-  copyRecurrentState(_src: number, _dst: number): void {
-    throw notYetOnCuda('recurrent state (copyRecurrentState)');
+  copyRecurrentState(src: number, dst: number): void {
+    this.kv.copyRecurrent(src, dst);
   }
 
   sigmoidMul(_x: Tensor, _gate: Tensor): Tensor {
     throw notYetOnCuda('sigmoidMul');
   }
 
-  causalConv1d(_x: Tensor, _w: Tensor, _layer: number, _step: StepInputs): Tensor {
-    throw notYetOnCuda('causalConv1d');
+  causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): Tensor {
+    return this.deltanet.causalConv1d(x, w, layer, step);
   }
 
-  gatedDeltaRule(_conv: Tensor, _ba: Tensor, _aLog: Tensor, _dtBias: Tensor, _shape: DeltaNetShape, _layer: number,
-    _step: StepInputs): Tensor {
-    throw notYetOnCuda('gatedDeltaRule');
+  gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
+    step: StepInputs): Tensor {
+    return this.deltanet.gatedDeltaRule(conv, ba, aLog, dtBias, shape, layer, step);
   }
 
-  rmsNormGated(_x: Tensor, _z: Tensor, _w: Tensor, _eps: number): Tensor {
-    throw notYetOnCuda('rmsNormGated');
+  rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): Tensor {
+    return this.deltanet.rmsNormGated(x, z, w, eps);
   }
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number, step: StepInputs): Tensor {

@@ -1,8 +1,10 @@
-// The paged KV cache's device memory: K and V of every layer, [numBlocks, blockSize, numKvHeads, headDim] each,
-// in one allocation, and what the memory budget leaves the cache.
+// The KV cache's device memory: the paged group's K and V of every layer, [numBlocks, blockSize, numKvHeads, headDim]
+// each, in one allocation; a hybrid model's recurrent group (its state slots, kernels/deltanet.cu's layout) in
+// another; and what the memory budget leaves the cache. Replacing either bumps the generation (graphs name both by
+// address).
 
 import type { KvCacheSpec } from '../batch.js';
-import type { MemoryReport } from '../backend.js';
+import { convChannels, type MemoryReport, type RecurrentStateLayout } from '../backend.js';
 import { Device } from './device.js';
 import { kvCacheBudget } from './memory-budget.js';
 
@@ -14,8 +16,21 @@ interface KvCache {
   layerBytes: number;
 }
 
+/**
+ * The recurrent states: slot s at base + s * slotFloats floats; in it every layer's conv window ([K - 1, C],
+ * convFloats each), then every layer's delta-rule state ([Hv, Dk, Dv], ssmFloats each), f32.
+ */
+export interface RecurrentMemory {
+  layout: RecurrentStateLayout;
+  base: bigint;
+  convFloats: number;
+  ssmFloats: number;
+  slotFloats: number;
+}
+
 export class KvMemory {
   private kv: KvCache | null = null;
+  private states: RecurrentMemory | null = null;
   /** Bumped whenever the cache is replaced (a captured graph names its pages by address). */
   generation = 0;
   /** Free device memory before the backend allocated anything (memory-budget.ts). */
@@ -50,6 +65,41 @@ export class KvMemory {
     return { k, v: k + BigInt(this.kv.layerBytes), spec: this.kv.spec };
   }
 
+  /** Allocates (zeroed) the recurrent state slots (Backend.allocateRecurrentState). */
+  allocateRecurrent(layout: RecurrentStateLayout): void {
+    const sh = layout.shape;
+    if (this.states) {
+      this.device.synchronize();
+      this.device.free(this.states.base);
+      this.states = null;
+    }
+    const convFloats = (sh.convKernel - 1) * convChannels(sh);
+    const ssmFloats = sh.numValueHeads * sh.keyDim * sh.valueDim;
+    const slotFloats = layout.numLayers * (convFloats + ssmFloats);
+    const bytes = 4 * layout.numSlots * slotFloats;
+    const base = this.device.alloc(bytes);
+    this.device.fillBytesAsync(base, 0, bytes);
+    this.states = { layout: { ...layout, shape: { ...sh } }, base, convFloats, ssmFloats, slotFloats };
+    this.generation++;
+  }
+
+  recurrent(): RecurrentMemory {
+    if (!this.states) throw new Error('CudaBackend: allocateRecurrentState() first');
+    return this.states;
+  }
+
+  /** Slot src's state over slot dst's, in stream order (Backend.copyRecurrentState): one copy, a slot is contiguous. */
+  copyRecurrent(src: number, dst: number): void {
+    const r = this.recurrent();
+    const n = r.layout.numSlots;
+    if (!(Number.isInteger(src) && Number.isInteger(dst) && src >= 0 && dst >= 0 && src < n && dst < n)) {
+      throw new Error(`copyRecurrentState: slots ${src} -> ${dst} outside the ${n} allocated`);
+    }
+    if (src === dst) return;
+    const bytes = 4 * r.slotFloats;
+    this.device.copyDeviceAsync(r.base + BigInt(dst * bytes), r.base + BigInt(src * bytes), bytes);
+  }
+
   /** Tests: fills the KV cache with `byte` (0xff: bf16 NaN) so a read of an unwritten slot shows. */
   fill(byte: number): void {
     if (!this.kv) throw new Error('CudaBackend: allocateKvCache() first');
@@ -66,6 +116,8 @@ export class KvMemory {
 
   dispose(): void {
     if (this.kv) this.device.free(this.kv.base);
+    if (this.states) this.device.free(this.states.base);
     this.kv = null;
+    this.states = null;
   }
 }

@@ -6,7 +6,8 @@
 // to its bucket, replays the same offsets; counts live in the header:
 //
 //   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices | rowOrder |   <- capTokens each
-//   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | tiles (2 capTiles) | blockTables (capSeqs * stride) |
+//   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | stateSlots (capSeqs) | tiles (2 capTiles) |
+//   | blockTables (capSeqs * stride) |
 //   | sampling: temperature, topK, topP, minP, uniform (capTokens each; floats as f32 bits) |
 
 import type { ForwardBatch } from '../batch.js';
@@ -40,6 +41,8 @@ export interface MetaLayout {
   rowOrder: number;
   queryStartLoc: number;
   seqLens: number;
+  /** A hybrid model's recurrent-state slot per sequence (-1: none; every sequence of other models). */
+  stateSlots: number;
   tiles: number;
   blockTables: number;
   /** RowSampling, SAMPLING_FIELDS sections of capTokens words (kernels/sample.cu). */
@@ -65,12 +68,13 @@ export function metaLayout(capTokens: number, capSeqs: number, blockTableStride:
   const rowOrder = take(capTokens);
   const queryStartLoc = take(capSeqs + 1);
   const seqLens = take(capSeqs);
+  const stateSlots = take(capSeqs);
   const tiles = take(2 * capTiles);
   const blockTables = take(capSeqs * blockTableStride);
   const sampling = take(SAMPLING_FIELDS * capTokens);
   return {
     capTokens, capSeqs, capTiles, blockTableStride, inputIds, positions, slotMapping, tokenToSeq, logitsIndices,
-    rowOrder, queryStartLoc, seqLens, tiles, blockTables, sampling, totalWords: at,
+    rowOrder, queryStartLoc, seqLens, stateSlots, tiles, blockTables, sampling, totalWords: at,
   };
 }
 
@@ -135,6 +139,8 @@ export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Ar
   words.set(batch.logitsIndices, layout.logitsIndices);
   words.set(batch.queryStartLoc.subarray(0, numSeqs + 1), layout.queryStartLoc);
   words.set(batch.seqLens.subarray(0, numSeqs), layout.seqLens);
+  if (batch.stateSlots) words.set(batch.stateSlots.subarray(0, numSeqs), layout.stateSlots);
+  else words.fill(-1, layout.stateSlots, layout.stateSlots + numSeqs);
   words.fill(-1, layout.tokenToSeq, layout.tokenToSeq + numTokens);
   for (let s = 0; s < numSeqs; s++) {
     const start = batch.queryStartLoc[s]!;

@@ -76,6 +76,11 @@ TINY_SHAPES['tiny-qwen3.5'] = {
   linear_conv_kernel_dim: 4, max_position_embeddings: 4096, rms_norm_eps: 1e-6, tie_word_embeddings: false,
   attention_bias: false, rope_parameters: { rope_type: 'default', rope_theta: 10000, partial_rotary_factor: 0.25 },
 };
+// The same layer kinds at the published layer sizes the CUDA kernels are built for: attention heads of 256 with a
+// rotary quarter (64 channels), DeltaNet key and value heads of 128, 3 value heads a key head
+TINY_SHAPES['tiny-qwen3.5-128'] = { ...TINY_SHAPES['tiny-qwen3.5'], hidden_size: 256, intermediate_size: 512,
+  num_attention_heads: 2, num_key_value_heads: 1, head_dim: 256, linear_num_key_heads: 2, linear_num_value_heads: 6,
+  linear_key_head_dim: 128, linear_value_head_dim: 128 };
 
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));

@@ -1,0 +1,83 @@
+// Gated DeltaNet on the device (Backend.causalConv1d, gatedDeltaRule, rmsNormGated): kernels/deltanet.cu's kernels
+// on the recurrent state slots kv-memory.ts keeps, read and written in place through the step's stateSlots
+// section, so a decode step's graph replays whatever slots its sequences hold. Profile buckets: "deltanet conv",
+// "deltanet rule", "deltanet norm".
+
+import { convChannels, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
+import { f32, i32, ptr } from './device.js';
+import { DELTANET_KEY_DIMS } from './kernel-defines.js';
+import type { KvMemory, RecurrentMemory } from './kv-memory.js';
+import { metaPtr } from './step-buffers.js';
+import type { StepContext } from './step-context.js';
+import { asCuda, type CudaTensor } from './tensor.js';
+
+/** The most conv taps kernels/deltanet.cu keeps in registers (CONV_MAX_TAPS); published models have 4. */
+const CONV_MAX_TAPS = 8;
+
+export class CudaDeltaNet {
+  constructor(private readonly s: StepContext, private readonly kv: KvMemory) {}
+
+  /** The state of recurrent layer `layer`, checked against the slots' layout. */
+  private layerState(layer: number, shape: DeltaNetShape | null, op: string): RecurrentMemory {
+    const r = this.kv.recurrent();
+    if (!(Number.isInteger(layer) && layer >= 0 && layer < r.layout.numLayers)) {
+      throw new Error(`${op}: recurrent layer ${layer} outside the ${r.layout.numLayers} allocated`);
+    }
+    if (shape !== null && JSON.stringify(shape) !== JSON.stringify(r.layout.shape)) {
+      throw new Error(`${op}: shape ${JSON.stringify(shape)}, the states hold ${JSON.stringify(r.layout.shape)}`);
+    }
+    return r;
+  }
+
+  causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): CudaTensor {
+    const xs = asCuda(x);
+    const [T, C] = [xs.shape[0]!, xs.shape[1]!];
+    const [wC, K] = [w.shape[0]!, w.shape[1]!];
+    const r = this.layerState(layer, null, 'causalConv1d');
+    if (wC !== C || C !== convChannels(r.layout.shape) || K !== r.layout.shape.convKernel) {
+      throw new Error(`causalConv1d: x [${T}, ${C}] by w [${wC}, ${K}] for states of ${JSON.stringify(r.layout.shape)}`);
+    }
+    if (K < 2 || K > CONV_MAX_TAPS) throw new Error(`causalConv1d: ${K} taps (2 to ${CONV_MAX_TAPS} on CUDA)`);
+    const { batch, meta, layout } = this.s.of(step);
+    const out = this.s.act([T, C]);
+    this.s.timed('deltanet conv', () => this.s.device.launch('deltanet.cu', 'conv1d_silu_bf16',
+      [batch.numSeqs, Math.ceil(C / 128), 1], 128, [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), ptr(r.base),
+        ptr(metaPtr(meta, layout.queryStartLoc)), ptr(metaPtr(meta, layout.seqLens)), ptr(metaPtr(meta, layout.stateSlots)),
+        i32(C), i32(K), i32(r.slotFloats), i32(layer * r.convFloats)], 0, true));
+    return out;
+  }
+
+  gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
+    step: StepInputs): CudaTensor {
+    const cs = asCuda(conv);
+    const T = cs.shape[0]!;
+    const { numKeyHeads: Hk, numValueHeads: Hv, keyDim: Dk, valueDim: Dv } = shape;
+    if (cs.shape[1] !== convChannels(shape) || ba.shape[1] !== 2 * Hv || ba.shape[0] !== T) {
+      throw new Error(`gatedDeltaRule: conv [${cs.shape.join(', ')}] and ba [${ba.shape.join(', ')}] do not fit ${JSON.stringify(shape)}`);
+    }
+    if (!DELTANET_KEY_DIMS.includes(Dk)) throw new Error(`gatedDeltaRule: key head dim ${Dk} (${DELTANET_KEY_DIMS.join(', ')} on CUDA)`);
+    if (Hv % Hk !== 0) throw new Error(`gatedDeltaRule: ${Hv} value heads over ${Hk} key heads`);
+    const r = this.layerState(layer, shape, 'gatedDeltaRule');
+    const { batch, meta, layout } = this.s.of(step);
+    const out = this.s.act([T, Hv * Dv]);
+    const ssmAt = r.layout.numLayers * r.convFloats + layer * r.ssmFloats;
+    this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}`,
+      [batch.numSeqs, Hv, Math.ceil(Dv / (32 / (Dk / 32)))], 32, [ptr(cs.ptr), ptr(asCuda(ba).ptr), ptr(asCuda(aLog).ptr),
+        ptr(asCuda(dtBias).ptr), ptr(out.ptr), ptr(r.base), ptr(metaPtr(meta, layout.queryStartLoc)),
+        ptr(metaPtr(meta, layout.seqLens)), ptr(metaPtr(meta, layout.stateSlots)), i32(Hk), i32(Hv), i32(Dv),
+        i32(r.slotFloats), i32(ssmAt)], 0, true));
+    return out;
+  }
+
+  rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): CudaTensor {
+    const xs = asCuda(x);
+    const [T, N] = [xs.shape[0]!, xs.shape[1]!];
+    const G = w.shape[0]!;
+    if (z.shape[0] !== T || z.shape[1] !== N || N % G !== 0) throw new Error('rmsNormGated: x, z and w do not fit');
+    const out = this.s.act([T, N]);
+    this.s.timed('deltanet norm', () => this.s.device.launch('deltanet.cu', 'rms_norm_gated_bf16',
+      [T, Math.ceil(N / G / 4), 1], 128, [ptr(xs.ptr), ptr(asCuda(z).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(N),
+        i32(G), f32(eps)], 0, true));
+    return out;
+  }
+}

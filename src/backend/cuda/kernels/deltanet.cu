@@ -1,0 +1,214 @@
+// Gated DeltaNet on the device (Backend.causalConv1d, gatedDeltaRule, rmsNormGated; cpu/deltanet.ts is their
+// reference), on each sequence's recurrent state in place: a step reads a sequence's state from its slot and writes
+// it back there, never copying or gathering whole states.
+//
+// State (kv-memory.ts allocates it): a slot per sequence, slot s at state + s * slotFloats, f32; in it, layer l's conv
+// window at l * convFloats ([K - 1, C], oldest row first), then, after every layer's window, layer l's delta-rule
+// state at numLayers * convFloats + l * ssmFloats ([Hv, Dk, Dv]). A slot is contiguous, so copyRecurrentState is one
+// copy. A sequence whose chunk starts at position 0 reads zeros, never what its slot held; a row with no slot (-1:
+// graph padding) reads zeros and keeps nothing.
+//
+// The step's sections come as pointers: queryStartLoc [S + 1], seqLens [S], stateSlots [S].
+//
+//   conv1d_silu: out[t, c] = silu(sum_j w[c, j] in[t - K + 1 + j, c]), in = the window, then the chunk's rows x.
+//     A thread owns one (sequence, channel) and walks its chunk with the last K - 1 inputs in registers, then stores
+//     them as the new window: no other thread reads that window, so the update needs no second launch.
+//     grid (S, ceil(C / 128)), block 128.
+//   deltanet_recurrent: the gated delta rule token by token (the exact definition; the CPU's recurrent form). A warp
+//     serves COLS = 32 / (Dk / 32) columns j of one v head's state, each column S[:, j] spread over Dk / 32 lanes
+//     of 32 rows (registers: 32 floats a lane whatever Dk, and more warps to a step), kept in registers for the whole
+//     chunk, so the state is read and written once a step. Per token the warp l2-normalises q and k of the head's
+//     key head (a butterfly each), computes decay = exp(-exp(aLog) softplus(a + dtBias)) and beta = sigmoid(b), then
+//     S = decay S; delta_j = beta (v_j - S[:, j] . k); S[:, j] += k delta_j; out_j = S[:, j] . q (a column's dot
+//     products summed over its lanes by shuffles). The next token's inputs are loaded while this one computes.
+//     grid (S, Hv, ceil(Dv / COLS)), block 32; Dk in DELTANET_KEY_DIMS.
+//   rms_norm_gated: per group of G channels, rmsnorm(x) * w * silu(z): a warp a group.
+//     grid (T, ceil(N / G / 4)), block 128.
+#include "common.cuh"
+
+#define CONV_MAX_TAPS 8
+
+template <typename T>
+__device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, float* state, const int* qsl,
+                                            const int* seqLens, const int* slots, int C, int K, int slotFloats,
+                                            int windowAt) {
+  const int s = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int start = qsl[s], end = qsl[s + 1];
+  const int pos0 = seqLens[s] - (end - start);
+  const int slot = slots[s];
+  float* win = slot >= 0 ? state + (long long)slot * slotFloats + windowAt : nullptr;
+  float taps[CONV_MAX_TAPS], hist[CONV_MAX_TAPS];  // hist[0 .. K-2]: the last K - 1 inputs, oldest first
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS; j++) {
+    taps[j] = j < K ? to_float(w[(long long)c * K + j]) : 0.f;
+    hist[j] = j < K - 1 && win != nullptr && pos0 > 0 ? win[(long long)j * C + c] : 0.f;
+  }
+  for (int t = start; t < end; t++) {
+    const float in = to_float(x[(long long)t * C + c]);
+    float acc = 0.f;  // the taps in order, as the CPU sums them (registers indexed by unrolled constants only)
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) acc = fmaf(taps[j], hist[j], acc);
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS; j++) if (j == K - 1) acc = fmaf(taps[j], in, acc);
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS - 1; j++) {
+      if (j < K - 2) hist[j] = hist[j + 1];
+      else if (j == K - 2) hist[j] = in;
+    }
+    out[(long long)t * C + c] = from_float<T>(acc / (1.f + expf(-acc)));
+  }
+  if (win == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) win[(long long)j * C + c] = hist[j];
+}
+
+/** One token's inputs of a warp's columns: its key head's q and k (lane's DK / 32 each), v_j, and the gate inputs. */
+template <int DK>
+struct TokenIn {
+  float q[DK / 32], k[DK / 32];
+  float v, a, b;
+};
+
+template <typename T, int DK>
+__device__ __forceinline__ void load_token(const T* conv, const T* ba, long long t, int C, int Hk, int Hv, int Dv,
+                                           int kh, int h, int j, TokenIn<DK>& in) {
+  const int lane = threadIdx.x & 31;
+  const T* row = conv + t * C;
+#pragma unroll
+  for (int i = 0; i < DK / 32; i++) {
+    in.q[i] = to_float(row[kh * DK + lane + 32 * i]);
+    in.k[i] = to_float(row[(Hk + kh) * DK + lane + 32 * i]);
+  }
+  in.v = j < Dv ? to_float(row[2 * Hk * DK + h * Dv + j]) : 0.f;
+  in.b = to_float(ba[t * 2 * Hv + h]);
+  in.a = to_float(ba[t * 2 * Hv + Hv + h]);
+}
+
+/** 1 / sqrt(sum of squares + 1e-6) of a head spread DK / 32 a lane (transformers' l2norm, as FLA computes it). */
+template <int DK>
+__device__ __forceinline__ float l2_inv(const float* x) {
+  float p = 0.f;
+#pragma unroll
+  for (int i = 0; i < DK / 32; i++) p = fmaf(x[i], x[i], p);
+  return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(warp_sum(p), 1e-6f)));
+}
+
+/** torch's softplus (beta 1, threshold 20). */
+__device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+
+/** Sum over the lanes that share lane's column (lanes COLS apart): the parts of a column's dot product. */
+template <int COLS>
+__device__ __forceinline__ float column_sum(float v) {
+#pragma unroll
+  for (int o = COLS; o < 32; o <<= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+  return v;
+}
+
+template <typename T, int DK>
+__device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, const T* aLog, const T* dtBias, T* out,
+                                                   float* state, const int* qsl, const int* seqLens, const int* slots,
+                                                   int Hk, int Hv, int Dv, int slotFloats, int ssmAt) {
+  constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
+  __shared__ float qs[DK], ks[DK];
+  const int s = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x;
+  const int part = lane / COLS;  // lane holds rows d = part + PARTS i (interleaved: no bank conflicts on qs, ks)
+  const int j = blockIdx.z * COLS + lane % COLS;
+  const int kh = h / (Hv / Hk);
+  const int C = 2 * Hk * DK + Hv * Dv;
+  const int start = qsl[s], end = qsl[s + 1];
+  if (start == end) return;
+  const int pos0 = seqLens[s] - (end - start);
+  const int slot = slots[s];
+  float* S = slot >= 0 ? state + (long long)slot * slotFloats + ssmAt + (long long)h * DK * Dv : nullptr;
+  float col[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    col[i] = S != nullptr && pos0 > 0 && j < Dv ? S[(long long)(part + PARTS * i) * Dv + j] : 0.f;
+  }
+  const float A = -expf(to_float(aLog[h]));
+  const float bias = to_float(dtBias[h]);
+  const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
+  TokenIn<DK> next;
+  load_token<T, DK>(conv, ba, start, C, Hk, Hv, Dv, kh, h, j, next);
+  for (int t = start; t < end; t++) {
+    const TokenIn<DK> in = next;
+    if (t + 1 < end) load_token<T, DK>(conv, ba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
+    const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < DK / 32; i++) {
+      qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
+      ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
+    }
+    __syncwarp();
+    const float decay = expf(A * softplus(in.a + bias));
+    const float beta = 1.f / (1.f + expf(-in.b));
+    float m[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      col[i] = __fmul_rn(col[i], decay);
+      m[i & 3] = fmaf(col[i], ks[part + PARTS * i], m[i & 3]);
+    }
+    const float delta = __fmul_rn(in.v - column_sum<COLS>((m[0] + m[1]) + (m[2] + m[3])), beta);
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      col[i] = fmaf(ks[part + PARTS * i], delta, col[i]);
+      o[i & 3] = fmaf(col[i], qs[part + PARTS * i], o[i & 3]);
+    }
+    const float outJ = column_sum<COLS>((o[0] + o[1]) + (o[2] + o[3]));
+    if (part == 0 && j < Dv) out[(long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
+  }
+  if (S == nullptr || j >= Dv) return;
+#pragma unroll
+  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = col[i];
+}
+
+template <typename T>
+__device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, const T* w, T* out, int N, int G, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int group = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (group * G >= N) return;
+  const long long at = (long long)blockIdx.x * N + (long long)group * G;
+  float p = 0.f;
+  for (int i = lane; i < G; i += 32) {
+    const float v = to_float(x[at + i]);
+    p = fmaf(v, v, p);
+  }
+  const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(warp_sum(p), (float)G), eps)));
+  for (int i = lane; i < G; i += 32) {
+    const float zf = to_float(z[at + i]);
+    const float gate = zf / (1.f + expf(-zf));
+    out[at + i] = from_float<T>(__fmul_rn(__fmul_rn(__fmul_rn(to_float(x[at + i]), inv), to_float(w[i])), gate));
+  }
+}
+
+#define INSTANTIATE_DK(suffix, T, DK)                                                                            \
+  extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK(                           \
+      const T* conv, const T* ba, const T* aLog, const T* dtBias, T* out, float* state, const int* qsl,          \
+      const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) {                 \
+    pdl_begin();                                                                                                 \
+    deltanet_recurrent<T, DK>(conv, ba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,   \
+                              ssmAt);                                                                            \
+  }
+
+#define INSTANTIATE(suffix, T)                                                                                   \
+  extern "C" __global__ void conv1d_silu_##suffix(const T* x, const T* w, T* out, float* state, const int* qsl,  \
+                                                  const int* seqLens, const int* slots, int C, int K,            \
+                                                  int slotFloats, int windowAt) {                                \
+    pdl_begin();                                                                                                 \
+    conv1d_silu<T>(x, w, out, state, qsl, seqLens, slots, C, K, slotFloats, windowAt);                           \
+  }                                                                                                              \
+  extern "C" __global__ void rms_norm_gated_##suffix(const T* x, const T* z, const T* w, T* out, int N, int G,    \
+                                                     float eps) {                                                \
+    pdl_begin();                                                                                                 \
+    rms_norm_gated<T>(x, z, w, out, N, G, eps);                                                                  \
+  }                                                                                                              \
+  DELTANET_KEY_DIMS(INSTANTIATE_DK, suffix, T)
+
+INSTANTIATE(bf16, bf16_t)
+#undef INSTANTIATE
+#undef INSTANTIATE_DK

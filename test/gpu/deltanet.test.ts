@@ -1,0 +1,154 @@
+// The CUDA gated DeltaNet ops (kernels/deltanet.cu) against the CPU reference on the same bf16 inputs, over steps that
+// carry each sequence's state in its slot: prompt chunks from position 0 and continuing ones, decode rows, a padding
+// row with no slot, two layers' states side by side, and copyRecurrentState. The workspace is poisoned (NaN) at
+// each step, so an output never written shows.
+
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ForwardBatch } from '../../src/backend/batch.js';
+import type { DeltaNetShape, Tensor } from '../../src/backend/backend.js';
+import { convChannels } from '../../src/backend/backend.js';
+import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { assertBf16Close, bitsOf, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
+
+/** The ops read only these of a batch: each sequence's rows, its kv length after the step, its slot. */
+function seqBatch(seqs: { n: number; start: number; slot: number }[]): ForwardBatch {
+  const q = new Int32Array(seqs.length + 1);
+  seqs.forEach((s, i) => (q[i + 1] = q[i]! + s.n));
+  const T = q[seqs.length]!;
+  return { numTokens: T, numSeqs: seqs.length, inputIds: new Int32Array(T), positions: new Int32Array(T),
+    slotMapping: new Int32Array(T).fill(-1), queryStartLoc: q, seqLens: Int32Array.from(seqs, (s) => s.start + s.n),
+    blockTables: new Int32Array(seqs.length), maxBlocksPerSeq: 1, logitsIndices: new Int32Array(0),
+    stateSlots: Int32Array.from(seqs, (s) => s.slot) };
+}
+
+// Qwen3.5's layer (Dk = Dv = 128, 3 v heads a k head), a Dv that no warp's columns divide (Dk 64: 16 columns a
+// warp), and the smallest key dim the kernel takes
+const SHAPES: { name: string; shape: DeltaNetShape }[] = [
+  { name: 'Dk 128, Dv 128', shape: { numKeyHeads: 2, numValueHeads: 6, keyDim: 128, valueDim: 128, convKernel: 4 } },
+  { name: 'Dk 64, Dv 40', shape: { numKeyHeads: 2, numValueHeads: 4, keyDim: 64, valueDim: 40, convKernel: 4 } },
+  { name: 'Dk 32, Dv 8, 3 taps', shape: { numKeyHeads: 1, numValueHeads: 2, keyDim: 32, valueDim: 8, convKernel: 3 } },
+];
+
+describe('CUDA gated DeltaNet vs CPU', { skip: noCuda }, () => {
+  let cpu: CpuBackend;
+  let cuda: CudaBackend;
+
+  before(() => {
+    cpu = newCpu();
+    cuda = newCuda();
+  });
+  after(() => {
+    cpu?.dispose();
+    cuda?.dispose();
+  });
+
+  for (const { name, shape } of SHAPES) {
+    describe(name, () => {
+      const C = convChannels(shape);
+      const Hv = shape.numValueHeads;
+      const K = shape.convKernel;
+      let weights: { w: [Tensor, Tensor][]; aLog: [Tensor, Tensor][]; dtBias: [Tensor, Tensor][] };
+      let seed = 100;
+
+      before(() => {
+        cpu.allocateRecurrentState({ numSlots: 4, numLayers: 2, shape });
+        cuda.allocateRecurrentState({ numSlots: 4, numLayers: 2, shape });
+        weights = { w: [], aLog: [], dtBias: [] };
+        for (let l = 0; l < 2; l++) {
+          weights.w.push(uploadBoth(cpu, cuda, 'conv', [C, K], randomBf16(C * K, 10 + l, -0.6, 0.6)));
+          weights.aLog.push(uploadBoth(cpu, cuda, 'A_log', [Hv], randomBf16(Hv, 20 + l, -1, 1)));
+          weights.dtBias.push(uploadBoth(cpu, cuda, 'dt_bias', [Hv], randomBf16(Hv, 30 + l, -1, 1)));
+        }
+      });
+
+      /** One step of layer `layer` on both backends: its conv outputs, then the rule's on the GPU's conv (bf16). */
+      const step = (seqs: { n: number; start: number; slot: number }[], layer: number) => {
+        const batch = seqBatch(seqs);
+        const T = batch.numTokens;
+        const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, C], randomBf16(T * C, seed++, -2, 2));
+        const [bac, bag] = uploadBoth(cpu, cuda, 'ba', [T, 2 * Hv], randomBf16(T * 2 * Hv, seed++, -3, 3));
+        const [sc, sg] = [cpu.beginStep(batch), cuda.beginStep(batch)];
+        cuda.fillWorkspace(0xff);
+        const convG = cuda.toHost(cuda.causalConv1d(xg, weights.w[layer]![1], layer, sg));
+        const convC = cpu.toHost(cpu.causalConv1d(xc, weights.w[layer]![0], layer, sc));
+        assertBf16Close(convG, convC, `causalConv1d layer ${layer}`);
+        const [cc, cg] = uploadBoth(cpu, cuda, 'conv', [T, C], convG);
+        const ruleG = cuda.gatedDeltaRule(cg, bag, weights.aLog[layer]![1], weights.dtBias[layer]![1], shape, layer, sg);
+        const ruleC = cpu.gatedDeltaRule(cc, bac, weights.aLog[layer]![0], weights.dtBias[layer]![0], shape, layer, sc);
+        const outG = cuda.toHost(ruleG);
+        assertBf16Close(outG, cpu.toHost(ruleC), `gatedDeltaRule layer ${layer}`);
+        return { outG, bits: bitsOf(cuda, ruleG) };
+      };
+
+      test('prompt chunks, decode rows and a padding row, each state carried in its slot, two layers apart', () => {
+        // a 7-token prompt (slot 2), a 1-token prompt (slot 0), a padding row (no slot)
+        step([{ n: 7, start: 0, slot: 2 }, { n: 1, start: 0, slot: 0 }, { n: 1, start: 0, slot: -1 }], 0);
+        step([{ n: 7, start: 0, slot: 2 }, { n: 1, start: 0, slot: 0 }, { n: 1, start: 0, slot: -1 }], 1);
+        // the prompt continues (its window and state read back), slot 0 decodes, a new prompt starts in slot 1
+        step([{ n: 1, start: 1, slot: 0 }, { n: 5, start: 7, slot: 2 }, { n: 3, start: 0, slot: 1 }], 0);
+        // decode rows only, the order of the slots shuffled; then a long chunk (several warps' worth of tokens)
+        step([{ n: 1, start: 3, slot: 1 }, { n: 1, start: 12, slot: 2 }, { n: 1, start: 2, slot: 0 }], 0);
+        step([{ n: 40, start: 13, slot: 2 }, { n: 1, start: 7, slot: 1 }], 1);
+      });
+
+      test('a slot restarted at position 0 reads zeros, not what it held', () => {
+        step([{ n: 4, start: 0, slot: 3 }], 0);
+        step([{ n: 4, start: 0, slot: 3 }], 0);
+      });
+
+      test('copyRecurrentState: the copy continues exactly as its source', () => {
+        step([{ n: 6, start: 0, slot: 1 }], 0);
+        cpu.copyRecurrentState(1, 3);
+        cuda.copyRecurrentState(1, 3);
+        // the same input rows for both sequences: the same bits from the copy as from the source
+        const batch = seqBatch([{ n: 2, start: 6, slot: 1 }, { n: 2, start: 6, slot: 3 }]);
+        const row = randomBf16(2 * C, seed++, -2, 2);
+        const x = new Float32Array(4 * C);
+        x.set(row, 0);
+        x.set(row, 2 * C);
+        const ba = randomBf16(2 * 2 * Hv, seed++, -3, 3);
+        const bas = new Float32Array(4 * 2 * Hv);
+        bas.set(ba, 0);
+        bas.set(ba, 2 * 2 * Hv);
+        const [xc, xg] = uploadBoth(cpu, cuda, 'x', [4, C], x);
+        const [bac, bag] = uploadBoth(cpu, cuda, 'ba', [4, 2 * Hv], bas);
+        const [sc, sg] = [cpu.beginStep(batch), cuda.beginStep(batch)];
+        cuda.fillWorkspace(0xff);
+        const convG = cuda.causalConv1d(xg, weights.w[0]![1], 0, sg);
+        const ruleG = cuda.gatedDeltaRule(convG, bag, weights.aLog[0]![1], weights.dtBias[0]![1], shape, 0, sg);
+        const bits = bitsOf(cuda, ruleG);
+        const n = 2 * Hv * shape.valueDim;
+        assert.deepEqual(bits.subarray(n), bits.subarray(0, n), 'the copied slot gave other bits than its source');
+        const ruleC = cpu.gatedDeltaRule(cpu.causalConv1d(xc, weights.w[0]![0], 0, sc), bac, weights.aLog[0]![0],
+          weights.dtBias[0]![0], shape, 0, sc);
+        assertBf16Close(cuda.toHost(ruleG), cpu.toHost(ruleC), 'gatedDeltaRule after the copy', 3e-2);
+      });
+
+      test('a state slot or layer outside those allocated is an error', () => {
+        assert.throws(() => cuda.copyRecurrentState(0, 4), /outside the 4 allocated/);
+        const batch = seqBatch([{ n: 1, start: 0, slot: 0 }]);
+        const [, xg] = uploadBoth(cpu, cuda, 'x', [1, C], randomBf16(C, 1));
+        const sg = cuda.beginStep(batch);
+        assert.throws(() => cuda.causalConv1d(xg, weights.w[0]![1], 2, sg), /recurrent layer 2 outside the 2/);
+      });
+    });
+  }
+
+  for (const G of [128, 40]) {
+    test(`rmsNormGated, groups of ${G}`, () => {
+      const T = 5;
+      const N = 3 * G;
+      const batch = seqBatch([{ n: T, start: 0, slot: -1 }]);
+      const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, N], randomBf16(T * N, 1 + G, -3, 3));
+      const [zc, zg] = uploadBoth(cpu, cuda, 'z', [T, N], randomBf16(T * N, 2 + G, -3, 3));
+      const [wc, wg] = uploadBoth(cpu, cuda, 'w', [G], randomBf16(G, 3 + G, 0.5, 1.5));
+      cpu.beginStep(batch);
+      cuda.beginStep(batch);
+      cuda.fillWorkspace(0xff);
+      assertBf16Close(cuda.toHost(cuda.rmsNormGated(xg, zg, wg, 1e-6)), cpu.toHost(cpu.rmsNormGated(xc, zc, wc, 1e-6)),
+        'rmsNormGated');
+    });
+  }
+});

@@ -1,0 +1,58 @@
+// Qwen3.5's hybrid text model on CUDA, whole model: logits against the CPU backend over prompts, a continuing chunk
+// and decode steps, every sequence's DeltaNet state in its slot (tiny-qwen3.5-128: the published layer sizes the
+// kernels are built for, partial rotary on heads of 256).
+
+import { after, describe, test } from 'node:test';
+import type { Backend } from '../../src/backend/backend.js';
+import { buildForwardBatch, type ScheduledSeq } from '../../src/engine/batch-builder.js';
+import { parseModelConfig } from '../../src/loader/config.js';
+import { Model } from '../../src/model/model.js';
+import { randomWeightSource } from '../../src/model/random-weights.js';
+import { testModelShapes } from '../../src/tools/test-model/shapes.js';
+import { assertBf16Close, newCpu, newCuda, noCuda } from './cuda-helpers.js';
+
+const BLOCK = 16;
+
+describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
+  const backends: Backend[] = [];
+  after(() => backends.forEach((b) => b.dispose()));
+
+  /** Two prompts (the first in two chunks), then three decode steps with a third sequence joining: every step's logits. */
+  const run = (backend: Backend): Float32Array[] => {
+    backends.push(backend);
+    const config = parseModelConfig(testModelShapes()['tiny-qwen3.5-128'], 'tiny-qwen3.5-128');
+    const model = Model.load(config, randomWeightSource(config, { seed: 7 }), backend);
+    backend.allocateKvCache(model.kvCacheSpec(32, BLOCK));
+    backend.allocateRecurrentState(model.recurrentStateLayout(4)!);
+    const vocab = config.vocabSize;
+    const prompt = (n: number, mul: number) => Array.from({ length: n }, (_, i) => (i * mul + 3) % vocab);
+    const [a, b, c] = [prompt(37, 17), prompt(70, 29), prompt(5, 11)];
+    const step = (seqs: (ScheduledSeq & { slot: number })[]) => {
+      const batch = buildForwardBatch(seqs, BLOCK);
+      batch.stateSlots = Int32Array.from(seqs, (s) => s.slot);
+      return model.forward(batch);
+    };
+    const out = [step([
+      { tokenIds: a.slice(0, 20), startPosition: 0, blockTable: [3, 7, 1], sample: false, slot: 2 },
+      { tokenIds: b, startPosition: 0, blockTable: [2, 9, 4, 12, 5], sample: true, slot: 0 },
+    ])];
+    out.push(step([{ tokenIds: a.slice(20), startPosition: 20, blockTable: [3, 7, 1], sample: true, slot: 2 }]));
+    for (let i = 0; i < 3; i++) {
+      const seqs = [
+        { tokenIds: [(i * 13) % vocab], startPosition: 37 + i, blockTable: [3, 7, 1], sample: true, slot: 2 },
+        { tokenIds: [(i * 13 + 1) % vocab], startPosition: 70 + i, blockTable: [2, 9, 4, 12, 5], sample: true, slot: 0 },
+      ];
+      // the third sequence's prompt joins the second decode step, then decodes
+      if (i === 1) seqs.push({ tokenIds: c, startPosition: 0, blockTable: [20], sample: true, slot: 3 });
+      if (i === 2) seqs.push({ tokenIds: [9], startPosition: 5, blockTable: [20], sample: true, slot: 3 });
+      out.push(step(seqs));
+    }
+    return out;
+  };
+
+  test('prefill, a continuing chunk and decode: logits match the CPU backend', () => {
+    const expected = run(newCpu());
+    const actual = run(newCuda());
+    actual.forEach((logits, i) => assertBf16Close(logits, expected[i]!, `step ${i}`, 0.05));
+  });
+});
