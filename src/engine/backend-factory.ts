@@ -6,6 +6,7 @@
 
 import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
+import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from '../backend/cuda/kernel-defines.js';
 import { bytesPerBlock as bytesPerPage, numBlocksForBytes, stateSlotBytes, type KVCacheGroup } from '../kv/kv-cache-spec.js';
 import type { ModelConfig } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
@@ -44,13 +45,21 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
 }
 
 /**
- * Why this backend cannot run the model, or null. The CUDA backend has no gated DeltaNet kernels yet: a hybrid
- * model is refused before its weights load, not by an op that throws in the first step.
+ * Why this backend cannot run the model, or null: a hybrid model whose DeltaNet sizes the CUDA kernels are not built
+ * for is refused before its weights load, naming the field, not by an op that throws in the first step.
  */
 export function backendRefusal(config: ModelConfig, backend: 'cpu' | 'cuda'): string | null {
-  if (backend !== 'cuda' || config.hybrid === null) return null;
-  return `this ${config.architecture} model is a hybrid linear-attention model (gated DeltaNet layers): the CUDA backend has no `
-    + 'kernels for them yet (issue 40); serve it with --backend cpu';
+  const h = config.hybrid;
+  if (backend !== 'cuda' || h === null) return null;
+  const problems: string[] = [];
+  if (!DELTANET_KEY_DIMS.includes(h.linearKeyHeadDim)) {
+    problems.push(`linear_key_head_dim ${h.linearKeyHeadDim} (the CUDA DeltaNet kernel takes ${DELTANET_KEY_DIMS.join(', ')})`);
+  }
+  if (h.linearConvKernel < 2 || h.linearConvKernel > CONV_MAX_TAPS) {
+    problems.push(`linear_conv_kernel_dim ${h.linearConvKernel} (2 to ${CONV_MAX_TAPS} on CUDA)`);
+  }
+  if (problems.length === 0) return null;
+  return `this ${config.architecture} model's ${problems.join(' and ')}: serve it with --backend cpu`;
 }
 
 /** How the KV cache budget is split (sizeKvCache). */
@@ -72,12 +81,26 @@ export interface KvCachePlan {
  * maxNumSeqs: as many again, so each running sequence's prompt can leave one), then KV pages of what is left.
  */
 export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: number; kvBytesPerElement: number;
-  budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null }): KvCachePlan {
+  budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null;
+  lowerToFit?: boolean }): KvCachePlan {
   const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement);
   const bytesPerStateSlot = stateSlotBytes(groups);
-  const numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
-  const numCachedStateSlots = o.enablePrefixCaching === true && numStateSlots > 0 ? o.cachedStateSlots ?? numStateSlots : 0;
+  let numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
+  let numCachedStateSlots = o.enablePrefixCaching === true && numStateSlots > 0 ? o.cachedStateSlots ?? numStateSlots : 0;
   if (!Number.isInteger(numCachedStateSlots) || numCachedStateSlots < 0) throw new Error(`bad cachedStateSlots ${numCachedStateSlots}`);
+  // With lowerToFit (the engine's sizing), states that leave no room for pages give up sequences instead of failing:
+  // the running sequences (and their saved states, unless cachedStateSlots fixes those) are lowered to what half
+  // the budget holds, the other half left to pages. qwen3.5-27b holds 151 MB of state a sequence: 256 of them,
+  // twice with prefix caching, are more than an H200's whole budget.
+  const stateBytesOf = (running: number, cached: number) => (running + cached) * bytesPerStateSlot;
+  if (o.lowerToFit === true && numStateSlots > 0 &&
+    o.budgetBytes - stateBytesOf(numStateSlots, numCachedStateSlots) < 2 * bytesPerBlock) {
+    const fixedCached = o.cachedStateSlots ?? null;
+    const half = o.budgetBytes / 2 - (fixedCached !== null ? stateBytesOf(0, numCachedStateSlots) : 0);
+    const perSeq = bytesPerStateSlot * (fixedCached === null && numCachedStateSlots > 0 ? 2 : 1);
+    numStateSlots = Math.max(1, Math.min(numStateSlots, Math.floor(half / perSeq)));
+    if (fixedCached === null && numCachedStateSlots > 0) numCachedStateSlots = numStateSlots;
+  }
   const stateBytes = (numStateSlots + numCachedStateSlots) * bytesPerStateSlot;
   const numBlocks = numBlocksForBytes(o.budgetBytes - stateBytes, bytesPerBlock);
   if (numBlocks < 2) {
@@ -98,9 +121,15 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
   const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
-    enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots });
+    enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true });
   const { numBlocks } = plan;
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
+  if (plan.numStateSlots > 0 && plan.numStateSlots < options.maxNumSeqs) {
+    process.emitWarning(`--max-num-seqs ${options.maxNumSeqs} lowered to ${plan.numStateSlots}: a sequence of this hybrid `
+      + `model holds ${plan.bytesPerStateSlot} bytes of recurrent state${plan.numCachedStateSlots > 0 ? ' (twice with prefix caching: its saved states)' : ''}, `
+      + `and ${options.maxNumSeqs} of them would leave no room for the KV cache; half the budget now holds the states `
+      + '(raise --gpu-memory-utilization for more)');
+  }
   if (numBlocks < minBlocks) {
     process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context `
       + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `

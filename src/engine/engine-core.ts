@@ -488,12 +488,14 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   profileRun(model, options, maxModelLen);
   const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
     maxModelLen);
+  // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
+  const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
   const core = new EngineCore({
     model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
     grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
       dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(), bytesPerStateSlot },
-  }, options);
+  }, engineOptions);
   core.runner.captureGraphs();
   core.info.loadMs = Math.round(performance.now() - t0);
   return core;

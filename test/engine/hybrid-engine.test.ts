@@ -105,6 +105,26 @@ test('hybrid: a state slot is taken on admission, kept across prompt chunks, and
   }
 });
 
+test('hybrid: states that would leave no KV page lower --max-num-seqs to what half the budget holds, and it serves',
+  async () => {
+    // 32 sequences' states (twice, with prefix caching) are more than the budget: 15 sequences in half of it
+    const core = await createEngineCore(engineOptions({ model: dir, backend: 'cpu', cpuThreads: 1, maxNumSeqs: 32,
+      kvCacheBytes: 40 * SLOT_BYTES + 16 * PAGE_BYTES, maxModelLen: 128 }));
+    try {
+      assert.deepEqual([core.info.maxNumSeqs, core.info.numStateSlots, core.info.numCachedStateSlots], [15, 15, 15]);
+      for (const [i, p] of prompts.slice(0, 4).entries()) {
+        core.addRequest({ requestId: `r${i}`, promptTokenIds: p, arrivalTime: 0, priority: 0, cacheSalt: null,
+          sampling: defaultSamplingParams({ temperature: 0, maxTokens: 3, ignoreEos: true }) });
+      }
+      let steps = 0;
+      while (core.hasWork() && steps++ < 500) core.step();
+      assert.equal(core.hasWork(), false, 'every request finished');
+      assert.equal(core.stats().numFreeStateSlots, 15);
+    } finally {
+      core.dispose();
+    }
+  });
+
 test('hybrid prefix caching: a repeated prompt hits its pages and the state saved at its last page end, computes ' +
   'fewer prompt tokens and gives the same tokens; off, it hits nothing', async () => {
   const same = [0, 0, 3, 3];

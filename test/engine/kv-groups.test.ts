@@ -72,14 +72,38 @@ test('sizing: state slots (one a sequence, maxNumSeqs) come out of the budget be
   assert.equal(planKvCache(denseGroupsOf(), { ...o, enablePrefixCaching: true, budgetBytes: 10 * page }).numCachedStateSlots, 0);
 });
 
-test('CUDA refuses a hybrid model at start-up, before its weights load, naming the way to serve it', async () => {
+test('CUDA refuses at start-up, naming the field, a hybrid model whose DeltaNet sizes its kernels are not built for', async () => {
   const { parseModelConfig } = await import('../../src/loader/config.js');
   const { testModelShapes } = await import('../../src/tools/test-model/shapes.js');
   const { backendRefusal } = await import('../../src/engine/backend-factory.js');
-  const hybrid = parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c');
-  assert.match(backendRefusal(hybrid, 'cuda') ?? '', /this qwen3_5 model is a hybrid linear-attention model .* no kernels .* --backend cpu/);
-  assert.equal(backendRefusal(hybrid, 'cpu'), null);
+  const tiny = parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c');
+  assert.match(backendRefusal(tiny, 'cuda') ?? '', /this qwen3_5 model's linear_key_head_dim 16 \(the CUDA DeltaNet kernel takes 32, 64, 128\): serve it with --backend cpu/);
+  assert.equal(backendRefusal(tiny, 'cpu'), null);
+  const taps = { ...tiny, hybrid: { ...tiny.hybrid!, linearKeyHeadDim: 128, linearConvKernel: 12 } };
+  assert.match(backendRefusal(taps, 'cuda') ?? '', /linear_conv_kernel_dim 12 \(2 to 8 on CUDA\)/);
+  assert.equal(backendRefusal(parseModelConfig(testModelShapes()['tiny-qwen3.5-128'], 'c'), 'cuda'), null);
+  assert.equal(backendRefusal(parseModelConfig(testModelShapes()['qwen3.5-27b'], 'c'), 'cuda'), null);
   assert.equal(backendRefusal(tinyConfig('qwen2'), 'cuda'), null);
+});
+
+test('sizing with lowerToFit: states that would leave no page lower the running sequences to what half the budget ' +
+  'holds', async () => {
+  const { planKvCache } = await import('../../src/engine/backend-factory.js');
+  const groups = [{ spec: { kind: 'recurrent', stateBytes: 1000 }, layers: [0, 2, 3] },
+    { spec: { kind: 'full_attention', numKvHeads: 2, headDim: 8 }, layers: [1] }] as const;
+  const page = 256;
+  const o = { blockSize: 4, kvBytesPerElement: 2, maxNumSeqs: 256, lowerToFit: true };
+  // 256 x 3000 bytes of state leave 1 page (block 0 is never handed out): 128 sequences, half the budget in 3000-byte slots
+  const budgetBytes = 256 * 3000 + page;
+  assert.deepEqual(planKvCache(groups, { ...o, budgetBytes }),
+    { numBlocks: Math.floor((budgetBytes - 128 * 3000) / page), bytesPerBlock: page, numStateSlots: 128,
+      bytesPerStateSlot: 3000, numCachedStateSlots: 0 });
+  // with prefix caching each keeps a saved state too: half the budget over 6000 bytes
+  const cached = planKvCache(groups, { ...o, budgetBytes, enablePrefixCaching: true });
+  assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [64, 64]);
+  // where they leave pages, nothing changes; without lowerToFit it is the error it was
+  assert.equal(planKvCache(groups, { ...o, budgetBytes: 256 * 3000 + 2 * page }).numStateSlots, 256);
+  assert.throws(() => planKvCache(groups, { ...o, lowerToFit: false, budgetBytes }), /holds no page/);
 });
 
 function denseGroupsOf() {

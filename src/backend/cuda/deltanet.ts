@@ -5,14 +5,11 @@
 
 import { convChannels, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
 import { f32, i32, ptr } from './device.js';
-import { DELTANET_KEY_DIMS } from './kernel-defines.js';
+import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from './kernel-defines.js';
 import type { KvMemory, RecurrentMemory } from './kv-memory.js';
 import { metaPtr } from './step-buffers.js';
 import type { StepContext } from './step-context.js';
 import { asCuda, type CudaTensor } from './tensor.js';
-
-/** The most conv taps kernels/deltanet.cu keeps in registers (CONV_MAX_TAPS); published models have 4. */
-const CONV_MAX_TAPS = 8;
 
 export class CudaDeltaNet {
   constructor(private readonly s: StepContext, private readonly kv: KvMemory) {}

@@ -18,6 +18,8 @@ export const DECODE_WARPS = 4;
 export const NORM_VEC = 4;
 /** Key head dims kernels/deltanet.cu's recurrent kernel is built for (a lane holds Dk / 32 of q and k, and Dk state floats). */
 export const DELTANET_KEY_DIMS: readonly number[] = [32, 64, 128];
+/** The most causal-conv taps kernels/deltanet.cu keeps in registers; published models have 4. */
+export const CONV_MAX_TAPS = 8;
 
 /** Threads of a sample_tokens block (kernels/sample.cu): one block a row. */
 export const SAMPLE_THREADS = 1024;
@@ -59,7 +61,7 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
   'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
     DECODE_MAX_CLUSTER: MAX_CLUSTER },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
-  'deltanet.cu': { 'DELTANET_KEY_DIMS(X, s, T)': DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ') },
+  'deltanet.cu': { CONV_MAX_TAPS, 'DELTANET_KEY_DIMS(X, s, T)': DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ') },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
   'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS,
     'GEMM_ROWS_SPLIT_BUILDS(X)': gemmRowsBuildLists().split, 'GEMM_ROWS_TILED_BUILDS(X)': gemmRowsBuildLists().tiled },

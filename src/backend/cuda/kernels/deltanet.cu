@@ -26,7 +26,7 @@
 //     grid (T, ceil(N / G / 4)), block 128.
 #include "common.cuh"
 
-#define CONV_MAX_TAPS 8
+// CONV_MAX_TAPS, DELTANET_KEY_DIMS(X, s, T): from TypeScript (kernel-defines.ts)
 
 template <typename T>
 __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, float* state, const int* qsl,
