@@ -229,7 +229,6 @@ export class CudaBackend implements Backend {
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
     numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
-    if (2 * rope.invFreq.length !== rope.headDim) throw notYetOnCuda('partial rotary (RopeSpec rotating part of a head)');
     this.attn.qkNormRope(qkv, qNorm, kNorm, eps, numHeads, numKvHeads, rope, step, kvLayer);
   }
 
