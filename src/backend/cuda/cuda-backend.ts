@@ -241,8 +241,8 @@ export class CudaBackend implements Backend {
     throw notYetOnCuda('recurrent state (copyRecurrentState)');
   }
 
-  sigmoidMul(_x: Tensor, _gate: Tensor): Tensor {
-    throw notYetOnCuda('sigmoidMul');
+  sigmoidMul(x: Tensor, gate: Tensor): Tensor {
+    return this.gemms.sigmoidMul(x, gate);
   }
 
   causalConv1d(_x: Tensor, _w: Tensor, _layer: number, _step: StepInputs): Tensor {
