@@ -68,15 +68,17 @@ for (const kvCacheDtype of ['auto', 'fp8_e4m3'] as const) describe(`CUDA paged a
 
   // Layer 0 takes qkNormRope's cache write (a decode-only step: inside the decode attention kernel, rope.cu's kernel
   // not launched), layer 1 the rope kernel then attention's kv_write: the same outputs and the same cache bytes, rows
-  // of one split and of several (short and long splits), one query head a block and the kv head's group.
-  for (const [D, H, KV] of [[128, 16, 8], [64, 12, 2]]) {
-    test(`head dim ${D}: qkNormRope given the layer writes k and v to the cache, bit for bit as kv_write does (${kvCacheDtype})`, () => {
+  // of one split and of several (short and long splits), one query head a block and the kv head's group; also with
+  // partial rotary (Qwen3.5's 64 of 256 channels; a quarter, a half of a head), the fused prologue's pass-through pairs.
+  for (const [D, H, KV, rot] of [[128, 16, 8, 128], [64, 12, 2, 64], [256, 16, 2, 64], [128, 16, 4, 32], [64, 12, 2, 32]]) {
+    const partial = rot < D ? `, ${rot} rotary channels` : '';
+    test(`head dim ${D}${partial}: qkNormRope given the layer writes k and v to the cache, bit for bit as kv_write does (${kvCacheDtype})`, () => {
       const [blockSize, numBlocks] = [16, 160];
       const spec = { numBlocks, blockSize, numLayers: 2, numKvHeads: KV, headDim: D };
       cuda!.allocateKvCache(spec);
       cuda!.fillKvCache(0xff);
       const perm = shuffled(numBlocks, D + 1);
-      const rope = { headDim: D, invFreq: defaultInvFreq(D, 1e6) };
+      const rope = { headDim: D, invFreq: defaultInvFreq(rot, 1e6) };
       const ids = (n: number) => Array.from({ length: n }, (_, i) => (i * 5) % 50);
       let used = 0;
       const seqs = [37, 200, 430, 1000, ...Array<number>(40).fill(4)].map((len) => {

@@ -4,7 +4,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { defaultInvFreq } from '../../src/model/rope.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
@@ -96,6 +96,21 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
       const [gc, gg] = uploadBoth(cpu, cuda, 'gu', [T, 2 * I], randomBf16(T * 2 * I, 12, -4, 4));
       begin();
       assertBf16Close(cuda.toHost(cuda.siluMul(gg)), cpu.toHost(cpu.siluMul(gc)), 'siluMul');
+    });
+  }
+
+  // 4096 columns: 16-byte chunks per thread; 350 (13 x 350 not a multiple of 8): one element per thread. Gates far
+  // out on both sides saturate the sigmoid at 0 and 1.
+  for (const N of [4096, 350]) {
+    test(`sigmoidMul, ${N} columns, into a new tensor`, () => {
+      const x = randomBf16(T * N, 14 + N, -3, 3);
+      const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, N], x);
+      const [gc, gg] = uploadBoth(cpu, cuda, 'g', [T, N], randomBf16(T * N, 15 + N, -30, 30));
+      begin();
+      const out = cuda.sigmoidMul(xg, gg);
+      assert.notEqual((out as CudaTensor).ptr, (xg as CudaTensor).ptr);
+      assertBf16Close(cuda.toHost(out), cpu.toHost(cpu.sigmoidMul(xc, gc)), 'sigmoidMul');
+      assert.deepEqual(cuda.toHost(xg), x, 'x untouched');
     });
   }
 

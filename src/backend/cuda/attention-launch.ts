@@ -105,6 +105,8 @@ export interface DecodeRope {
   qNorm: bigint;
   kNorm: bigint;
   eps: number;
+  /** Rotated pairs of a head: headDim / 2, or fewer (partial rotary: the table's angles past them are 0). */
+  rotPairs: number;
 }
 
 /**
@@ -127,5 +129,6 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
       i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),
       ptr(rope?.table ?? 0n), ptr(rope?.qNorm ?? 0n), ptr(rope?.kNorm ?? 0n), word(a, L.slotMapping),
-      f32(rope?.eps ?? 0)], 0, g.dependent, decodeCluster(pre && d.arch >= 90, g.gridZ));
+      f32(rope?.eps ?? 0), i32(rope?.rotPairs ?? a.headDim / 2)], 0, g.dependent,
+    decodeCluster(pre && d.arch >= 90, g.gridZ));
 }

@@ -1,7 +1,9 @@
 // qk-norm + rope, KV writes and paged attention on the device. One-token rows (decode rows, also those of a mixed
 // step) go through the decode kernel, so a decode row's bits do not depend on whether prompt chunks share its step;
 // the prefill kernel takes the other rows' tiles. A decode-only step's qk-norm + rope + KV write runs inside the
-// decode attention kernel (fusedRope): qkNormRope then only leaves its parameters for attention().
+// decode attention kernel (fusedRope): qkNormRope then only leaves its parameters for attention(). Partial rotary
+// (Qwen3.5) takes the same kernels: invFreq padded with zeros to headDim / 2 and the rotated pairs passed along
+// (kernels/rope.cuh).
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
@@ -51,12 +53,18 @@ export class CudaAttention {
     this.kvWrittenFor = null;
   }
 
+  /**
+   * rope.invFreq on the device, zeros appended to headDim / 2 (partial rotary): a pass-through pair's angle is then 0,
+   * its cos 1 and sin 0 exactly, and the kernels treat every pair alike (kernels/rope.cuh).
+   */
   private invFreqPtr(rope: RopeSpec): bigint {
     let p = this.invFreqs.get(rope.invFreq);
     if (p === undefined) {
       if (this.s.capturing) throw new Error('rope table first seen during graph capture');
-      p = this.s.device.alloc(rope.invFreq.byteLength);
-      this.s.device.upload(p, rope.invFreq);
+      const padded = new Float32Array(rope.headDim / 2);
+      padded.set(rope.invFreq);
+      p = this.s.device.alloc(padded.byteLength);
+      this.s.device.upload(p, padded);
       this.invFreqs.set(rope.invFreq, p);
       this.weights.track(p);
     }
@@ -83,6 +91,8 @@ export class CudaAttention {
     const q = asCuda(qkv);
     const D = rope.headDim;
     if (D % 64 !== 0 || D > 256) throw new Error(`qkNormRope: head dim ${D} is not a multiple of 64 up to 256`);
+    const rotPairs = rope.invFreq.length;
+    if (rotPairs < 1 || 2 * rotPairs > D) throw new Error(`qkNormRope: ${2 * rotPairs} rotary channels in a head of ${D}`);
     const applyNorm = qNorm !== null && kNorm !== null;
     const invFreq = this.invFreqPtr(rope);
     const cache = kvLayer === undefined ? { k: 0n, v: 0n } : this.kv.layer(kvLayer);
@@ -94,7 +104,7 @@ export class CudaAttention {
     this.s.timed('rope', () => {
       const table = this.ropeTable(invFreq, T, D / 2, positions);
       if (fuse) {
-        this.ropeForAttention = { qkv: q.ptr, layer: kvLayer, rope: { table, eps,
+        this.ropeForAttention = { qkv: q.ptr, layer: kvLayer, rope: { table, eps, rotPairs,
           qNorm: applyNorm ? asCuda(qNorm).ptr : 0n, kNorm: applyNorm ? asCuda(kNorm).ptr : 0n } };
         this.numFusedRopes++;
         return;
@@ -102,7 +112,7 @@ export class CudaAttention {
       this.s.device.launch('rope.cu', `qk_norm_rope_${this.kvKernels}`, grid, ROPE_WARPS * 32, [ptr(q.ptr),
         ptr(qNorm ? asCuda(qNorm).ptr : 0n), ptr(kNorm ? asCuda(kNorm).ptr : 0n), i32(applyNorm ? 1 : 0), ptr(invFreq),
         positions, ptr(cache.k), ptr(cache.v), ptr(metaPtr(meta, layout.slotMapping)), i32(numHeads),
-        i32(numKvHeads), i32(D), f32(eps), ptr(table)], 0, true);
+        i32(numKvHeads), i32(D), i32(rotPairs), f32(eps), ptr(table)], 0, true);
     });
     this.kvWrittenFor = kvLayer === undefined ? null : { qkv: q.ptr, layer: kvLayer };
   }

@@ -233,7 +233,6 @@ export class CudaBackend implements Backend {
 
   qkNormRope(qkv: Tensor, qNorm: Tensor | null, kNorm: Tensor | null, eps: number, numHeads: number,
     numKvHeads: number, rope: RopeSpec, step: StepInputs, kvLayer?: number): void {
-    if (2 * rope.invFreq.length !== rope.headDim) throw notYetOnCuda('partial rotary (RopeSpec rotating part of a head)');
     this.attn.qkNormRope(qkv, qNorm, kNorm, eps, numHeads, numKvHeads, rope, step, kvLayer);
   }
 
@@ -248,8 +247,8 @@ export class CudaBackend implements Backend {
     this.kv.copyRecurrent(src, dst);
   }
 
-  sigmoidMul(_x: Tensor, _gate: Tensor): Tensor {
-    throw notYetOnCuda('sigmoidMul');
+  sigmoidMul(x: Tensor, gate: Tensor): Tensor {
+    return this.gemms.sigmoidMul(x, gate);
   }
 
   causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): Tensor {

@@ -255,6 +255,21 @@ export class CudaGemms {
     return out;
   }
 
+  /** x * sigmoid(gate), both [T, N] (output-gated attention): kernels/activation.cu's sigmoid_mul, into a new tensor. */
+  sigmoidMul(x: Tensor, gate: Tensor): CudaTensor {
+    const [xs, gs] = [asCuda(this.plain(x)), asCuda(this.plain(gate))];
+    const [T, N] = [xs.shape[0]!, xs.shape[1]!];
+    if (gs.shape[0] !== T || gs.shape[1] !== N) {
+      throw new Error(`sigmoidMul: x [${xs.shape.join(', ')}] and gate [${gs.shape.join(', ')}] differ in shape`);
+    }
+    const out = this.s.act([T, N]);
+    const perThread = (T * N) % 8 === 0 ? 8 : 1;  // bf16 elements per thread: 16-byte loads
+    this.s.timed('activation', () => this.s.device.launch('activation.cu', 'sigmoid_mul_bf16',
+      [Math.ceil((T * N) / (256 * perThread)), 1, 1], 256, [ptr(xs.ptr), ptr(gs.ptr), ptr(out.ptr), i32(T), i32(N)], 0,
+      true));
+    return out;
+  }
+
   /** The backend's bf16 GEMM on x [n, n], w [n, n] into y (the roofline probe). */
   runSquare(x: bigint, w: bigint, y: bigint, n: number): void {
     this.gemm.run(x, w, y, n, n, n, this.s.device.stream);

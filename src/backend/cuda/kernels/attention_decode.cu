@@ -46,7 +46,8 @@
 // norm weights and angles (rope.cuh's rope_consts): their latency hides under the kernel before's end.
 //
 // Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; caches [numBlocks, blockSize, numKvHeads, D];
-//   ropeTable [numTokens, 2, D/2] f32 (rope.cu's rope_table) or null; qNorm, kNorm [D] or null;
+//   ropeTable [numTokens, 2, D/2] f32 (rope.cu's rope_table) or null; qNorm, kNorm [D] or null; ropePairs, the
+//   rotated pairs of a head (D/2, or fewer: partial rotary, rope.cuh);
 //   out [numTokens, numHeads D]; partialOut [numRows, numHeads, maxSplits, D] f32 (unnormalized);
 //   partialMl [numRows, numHeads, maxSplits, 2] f32 (max, sum of exp); rowCounters [numRows, numHeads / G]: indexed
 //   by the grid row (slot), not the token, so a mixed step's few decode rows need partials for them alone.
@@ -266,7 +267,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
                                                  int qHeadsPerKv, int bx, int t, int slot, int bz, int gx, int gz,
                                                  const float* ropeTable = nullptr, const T* qNorm = nullptr,
                                                  const T* kNorm = nullptr, const int* slotMapping = nullptr,
-                                                 float eps = 0.f) {
+                                                 float eps = 0.f, int ropePairs = D / 2) {
   using Lanes = DecodeLanes<VEC, D>;
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
@@ -341,7 +342,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     }
     if (ropeTable != nullptr && warp < items) {
       rope_consts<T>(warp < G ? qNorm : kNorm, ropeTable + (long long)t * D, ropeTable + (long long)t * D + D / 2, D,
-                     rc0);
+                     ropePairs, rc0);
     }
   }
   // PDL (a dependent launch): the step's metadata above was written before the kernel before began, and the cache
@@ -364,17 +365,26 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     T* qs = reinterpret_cast<T*>(&warpAcc[0][0][0]);
     const T* row = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D;
     const float* cosRow = ropeTable + (long long)t * D;
-    for (int item = warp; item < items; item += DECODE_WARPS) {
-      const RopeConsts* rc = EARLY && item == warp ? &rc0 : nullptr;
-      if (item < G) {
-        rope_head<T, C>(row + (long long)(h0 + item) * D, qs + item * D, qNorm, cosRow, cosRow + D / 2, D, eps,
-                        nullptr, nullptr, nullptr, rc);
-      } else {
-        const T* k = row + (long long)(numHeads + kvh) * D;
-        const long long at = (kvSlot * numKvHeads + kvh) * D;
-        rope_head<T, C>(k, nullptr, kNorm, cosRow, cosRow + D / 2, D, eps, const_cast<C*>(kCache) + at,
-                        const_cast<C*>(vCache) + at, k + (long long)numKvHeads * D, rc);
+    auto rope_items = [&](int rotPairs) {
+      for (int item = warp; item < items; item += DECODE_WARPS) {
+        const RopeConsts* rc = EARLY && item == warp ? &rc0 : nullptr;
+        if (item < G) {
+          rope_head<T, C>(row + (long long)(h0 + item) * D, qs + item * D, qNorm, cosRow, cosRow + D / 2, D, rotPairs,
+                          eps, nullptr, nullptr, nullptr, rc);
+        } else {
+          const T* k = row + (long long)(numHeads + kvh) * D;
+          const long long at = (kvSlot * numKvHeads + kvh) * D;
+          rope_head<T, C>(k, nullptr, kNorm, cosRow, cosRow + D / 2, D, rotPairs, eps, const_cast<C*>(kCache) + at,
+                          const_cast<C*>(vCache) + at, k + (long long)numKvHeads * D, rc);
+        }
       }
+    };
+    // A whole-head rotation (most models) as a constant: its pairs' elements fold to fixed offsets, where partial
+    // rotary's computed ones would cost the G 4 and 8 builds registers (spills); the same bits either way.
+    if (ropePairs == D / 2) {
+      rope_items(D / 2);
+    } else {
+      rope_items(ropePairs);
     }
     __syncthreads();
 #pragma unroll
@@ -630,12 +640,12 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
-      const T* qNorm, const T* kNorm, const int* slotMapping, float eps) {                                        \
+      const T* qNorm, const T* kNorm, const int* slotMapping, float eps, int ropePairs) {                         \
     attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB, PRE), PRE, PRE && DECODE_PIPE>(                    \
         qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
         numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
         qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
-        qNorm, kNorm, slotMapping, eps);                                                                             \
+        qNorm, kNorm, slotMapping, eps, ropePairs);                                                                  \
   }
 #define INSTANTIATE_DG(suffix, T, C, V, D, G) INSTANTIATE_DGMV(suffix, T, C, V, D, G, G <= 4 ? 4 : 2, )
 

@@ -2,8 +2,11 @@
 // (neox half-split), in place on the q and k heads of the fused qkv buffer.
 //
 //   qkv row t: | q head 0 .. numHeads-1 | k head 0 .. numKvHeads-1 | v heads (untouched) |
-//   each head: | x1 = [0, D/2) | x2 = [D/2, D) |
+//   each head: | x1 = [0, rh) | x2 = [rh, 2 rh) | pass-through [2 rh, D) |   rh = rotPairs (D/2: the whole head)
 //   angle_i = positions[t] * invFreq[i];  x1' = x1 cos - x2 sin;  x2' = x2 cos + x1 sin
+//
+// Partial rotary (Qwen3.5: 64 of 256 channels, rh 32): the norm is over all D channels, the rotation over the first
+// 2 rh; invFreq holds zeros from rh to D/2, whose angle 0 leaves the pass-through channels as they are (rope.cuh).
 //
 // With kCache non-null, the k heads also write the roped k and the v head into the paged cache at
 // slotMapping[t] (as kv_write.cu does: [numBlocks, blockSize, numKvHeads, D], slot < 0 not written).
@@ -13,7 +16,7 @@
 // as the CPU backend does, rounded to float) come from the step's table (rope_table: once per step, not once per
 // block and layer, whose double sincos was most of a block's time).
 //
-// Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2];
+// Shapes: qkv [numTokens, (numHeads + 2 numKvHeads) D]; qNorm, kNorm [D]; invFreq [D/2] (zeros from rotPairs on);
 //   ropeTable [numTokens, 2, D/2] f32 (cos, then sin) or null.
 // Launch: grid (numTokens, ceil((numHeads + numKvHeads) / ROPE_WARPS)), block ROPE_WARPS * 32;
 //   D/2 a multiple of 32, D <= 256. rope_table: grid ceil(numTokens D/2 / 256), block 256.
@@ -26,7 +29,8 @@ template <typename T, typename C = T>
 __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,
                                              const float* invFreq, const int* positions, C* kCache, C* vCache,
                                              const int* slotMapping, int numHeads, int numKvHeads, int headDim,
-                                             float eps, int t, int headBlock, const float* ropeTable = nullptr) {
+                                             int rotPairs, float eps, int t, int headBlock,
+                                             const float* ropeTable = nullptr) {
   __shared__ float cosOf[ROPE_MAX_PAIRS * 32], sinOf[ROPE_MAX_PAIRS * 32];
   const int half = headDim >> 1;
   const float* cosRow = ropeTable + (long long)t * headDim;
@@ -42,7 +46,7 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   const T* w = !applyNorm ? nullptr : head < numHeads ? qNorm : kNorm;
   const long long slot = kCache != nullptr && head >= numHeads ? (long long)slotMapping[t] : -1;
   const long long at = (slot * numKvHeads + (head - numHeads)) * headDim;
-  rope_head<T, C>(x, x, w, cosRow, sinRow, headDim, eps, slot >= 0 ? kCache + at : nullptr,
+  rope_head<T, C>(x, x, w, cosRow, sinRow, headDim, rotPairs, eps, slot >= 0 ? kCache + at : nullptr,
                slot >= 0 ? vCache + at : nullptr, x + (long long)numKvHeads * headDim);
 }
 
@@ -51,11 +55,11 @@ __device__ __forceinline__ void qk_norm_rope(T* qkv, const T* qNorm, const T* kN
   extern "C" __global__ void qk_norm_rope_##suffix(T* qkv, const T* qNorm, const T* kNorm, int applyNorm,      \
                                                    const float* invFreq, const int* positions, C* kCache,      \
                                                    C* vCache, const int* slotMapping, int numHeads,            \
-                                                   int numKvHeads, int headDim, float eps,                     \
+                                                   int numKvHeads, int headDim, int rotPairs, float eps,       \
                                                    const float* ropeTable) {                                   \
     pdl_begin();                                                                                               \
     qk_norm_rope<T, C>(qkv, qNorm, kNorm, applyNorm, invFreq, positions, kCache, vCache, slotMapping, numHeads, \
-                       numKvHeads, headDim, eps, blockIdx.x, blockIdx.y, ropeTable);                           \
+                       numKvHeads, headDim, rotPairs, eps, blockIdx.x, blockIdx.y, ropeTable);                 \
   }
 
 INSTANTIATE(bf16, bf16_t, bf16_t)
