@@ -361,8 +361,3 @@ export class CudaBackend implements Backend {
     this.device.dispose();
   }
 }
-
-/** What a hybrid model asks of the CUDA backend before its kernels exist: an error that says to run it on the CPU. */
-function notYetOnCuda(op: string): Error {
-  return new Error(`the CUDA backend has no ${op} yet (hybrid linear-attention models such as Qwen3.5 run on --backend cpu for now)`);
-}
