@@ -388,4 +388,40 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       rmSync(moeModel, { recursive: true, force: true });
     });
   }
+  // a hybrid (gated DeltaNet + gated attention): its engines here too, one at a time
+  for (const batchInvariant of [false, true]) {
+    test(`hybrid test model${batchInvariant ? ', batch-invariant mode' : ''}: greedy transcripts identical alone, in batches (and chunked: batch-invariant), eager and graphed, prefix-cache hits as misses`, async () => {
+      // tiny-qwen3.5-128: attention heads of 256 with a rotary quarter, DeltaNet heads of 128 (tiny-qwen3.5's run on the CPU only)
+      const hybridModel = mkdtempSync(join(tmpdir(), 'quire-gpu-hybrid-'));
+      await makeTestModel({ shape: 'tiny-qwen3.5-128', outDir: hybridModel, dtype: 'bf16', seed: 0 });
+      const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
+        { maxTokens: number; prompts: { prompt: string }[] };
+      // prompts 8.. repeat the first 8 with a suffix: with prefix caching they hit the pages (and saved states) of those
+      const prompts = Array.from({ length: 48 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
+      const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number; enablePrefixCaching: boolean }> = {
+        'graphs, batch 48, no prefix cache': { maxNumSeqs: 48, enforceEager: false, maxNumBatchedTokens: 2048, enablePrefixCaching: false },
+        ...(batchInvariant ? { 'graphs, batch 16, 24-token steps': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 24, enablePrefixCaching: false } } : {}),
+        'graphs, batch 16, prefix cache': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 2048, enablePrefixCaching: true },
+        'eager, batch 48': { maxNumSeqs: 48, enforceEager: true, maxNumBatchedTokens: 2048, enablePrefixCaching: false },
+        'graphs, one at a time, prefix cache': { maxNumSeqs: 1, enforceEager: false, maxNumBatchedTokens: 2048, enablePrefixCaching: true },
+      };
+      let reference: number[][] | null = null;
+      for (const [name, p] of Object.entries(paths)) {
+        const llm = new LLM(hybridModel, { backend: 'cuda', batchInvariant, maxModelLen: 512, ...p });
+        try {
+          const out = await llm.generate(prompts, { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
+          const t = out.map((c) => c.tokenIds);
+          const stats = await llm.stats();
+          console.log(`# transcript md5 ${transcriptMd5(t)} (gate prompts ${transcriptMd5(t.slice(0, 8))})  ` +
+            `tiny-qwen3.5-128 cuda-bf16${batchInvariant ? ' batch-invariant' : ''} ${name}; prefix hits ${stats.prefixCacheHits}`);
+          if (p.enablePrefixCaching && p.maxNumSeqs === 1) assert.ok(stats.prefixCacheHits > 0, `${name}: no prefix-cache hit`);
+          reference ??= t;
+          assert.deepEqual(t, reference, name);
+        } finally {
+          await llm.close();
+        }
+      }
+      rmSync(hybridModel, { recursive: true, force: true });
+    });
+  }
 });

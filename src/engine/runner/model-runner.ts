@@ -184,6 +184,9 @@ export function profileRun(model: Model, options: RunnerOptions & { maxNumBatche
   if (!probes) return;
   const { maxNumSeqs, blockSize, maxNumBatchedTokens } = options;
   model.backend.allocateKvCache(model.kvCacheSpec(1, blockSize));
+  // a hybrid model's DeltaNet layers need their states allocated; the step's rows have no slot (zeros, nothing kept)
+  const states = model.recurrentStateLayout(1);
+  if (states !== null) model.backend.allocateRecurrentState(states);
   if (!options.enforceEager) {
     probes.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
   }
