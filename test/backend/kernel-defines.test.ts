@@ -10,7 +10,7 @@ import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/ba
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
-import { DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
+import { CONV_MAX_TAPS, DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
 import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
@@ -44,6 +44,8 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['attention_decode.cu', 'DECODE_MAX_CLUSTER', MAX_CLUSTER],
     ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
     ['attention_prefill.cu', 'PREFILL_BUILDS(X)', PREFILL_BUILD_LIST],
+    ['deltanet.cu', 'CONV_MAX_TAPS', CONV_MAX_TAPS],
+    ['deltanet.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
     ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],
     ['gemm_chain.cu', 'FP8_BLOCK', FP8_BLOCK],
