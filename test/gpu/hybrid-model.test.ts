@@ -67,7 +67,7 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
         err += (logits[j]! - ref[j]!) ** 2;
         norm += ref[j]! ** 2;
       }
-      assert.ok(Math.sqrt(err / norm) < 0.03, `step ${i}: relative RMS error ${Math.sqrt(err / norm).toFixed(4)}`);
+      assert.ok(Math.sqrt(err / norm) < 0.05, `step ${i}: relative RMS error ${Math.sqrt(err / norm).toFixed(4)}`);
     });
   });
 });
