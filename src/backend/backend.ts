@@ -243,6 +243,13 @@ export interface Backend {
    */
   moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor;
   /**
+   * acc[t, :] += sigmoid(gate[t]) * y[t, :], in place, for acc and y [T, N] and gate [T, 1]: a shared expert's output
+   * y, scaled per token by the sigmoid of its gate's logit (matmul(x, shared_expert_gate)), added to the routed
+   * experts' sum acc (transformers' Qwen2MoeSparseMoeBlock, as Qwen3-Next and Qwen3.5-MoE use it). f32: the gate
+   * and each product rounded once, then the sum.
+   */
+  addSigmoidGated(acc: Tensor, gate: Tensor, y: Tensor): void;
+  /**
    * Optional: addRmsNorm(moeExperts(x, router, experts, route), residual, normW, eps) bit for bit, residual included
    * (the CUDA backend: the combine, the residual add and the norm in one kernel).
    */

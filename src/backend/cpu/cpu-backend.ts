@@ -383,6 +383,19 @@ export class CpuBackend implements Backend {
       siluMul: (g) => this.siluMul(g) }, x, this.matmul(x, router, 'router'), experts, route);
   }
 
+  addSigmoidGated(acc: Tensor, gate: Tensor, y: Tensor): void {
+    const [cs, gs, ys] = [asCpu(acc), asCpu(gate), asCpu(y)];
+    const [T, N] = cs.shape as [number, number];
+    if (gs.numElements !== T || ys.numElements !== T * N) {
+      throw new Error(`addSigmoidGated: acc [${cs.shape.join(', ')}], gate [${gs.shape.join(', ')}], y [${ys.shape.join(', ')}]`);
+    }
+    const [a, g, yd] = [cs.data, gs.data, ys.data];
+    for (let t = 0; t < T; t++) {
+      const s = Math.fround(1 / (1 + Math.exp(-g[t]!)));
+      for (let i = t * N; i < (t + 1) * N; i++) a[i] = a[i]! + Math.fround(s * yd[i]!);
+    }
+  }
+
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {
     const xs = asCpu(x);
     const H = xs.shape[1]!;
