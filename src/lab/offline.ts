@@ -72,15 +72,17 @@ export function buildPrefill(n: number, promptLen: number, vocabSize: number): O
 }
 
 /**
- * Model FLOPs of prefilling `promptLens` (no cache hits): 2 per weight per token for the
- * projections (of a mixture of experts, the active ones: the router and top-k experts), the lm head once per
+ * Model FLOPs of prefilling `promptLens` (no cache hits): 2 per weight per token for the projections (of a mixture
+ * of experts, the active ones: the router, the top-k experts and a shared expert with its gate), the lm head once per
  * prompt, and causal attention (QK^T and PV over L(L+1)/2 query-key pairs per head and layer).
  */
 export function prefillFlops(c: ModelConfig, promptLens: readonly number[]): number {
   const qkvN = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
   const attention = c.hiddenSize * qkvN + c.numHeads * c.headDim * c.hiddenSize;
+  const shared = c.moe?.sharedExpertIntermediateSize ?? null;
   const ffn = (l: number) => !c.moe?.sparseLayers[l] ? 3 * c.hiddenSize * c.intermediateSize
-    : c.moe.numExperts * c.hiddenSize + c.moe.topK * 3 * c.hiddenSize * c.moe.expertIntermediateSize;
+    : c.moe.numExperts * c.hiddenSize + c.moe.topK * 3 * c.hiddenSize * c.moe.expertIntermediateSize
+      + (shared === null ? 0 : 3 * c.hiddenSize * shared + c.hiddenSize);
   let linear = 0;
   for (let l = 0; l < c.numLayers; l++) linear += attention + ffn(l);
   let flops = 0;

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { ModelLoadError, describeError } from './errors.js';
 import type { Architecture, FloatDType, Fp8BlockQuantization, ModelConfig, RopeScaling } from './types.js';
 import { parseMoeConfig } from './moe-config.js';
-import { parseQwen35Config, REFUSED_ARCHITECTURES, REFUSED_MODEL_TYPES } from './hybrid-config.js';
+import { isHybridArchitecture, parseHybridConfig } from './hybrid-config.js';
 
 /** config.json architectures -> the family whose fields parseModelConfig reads (src/model/registry.ts builds each). */
 export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
@@ -16,10 +16,14 @@ export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   // the text model alone, and (the published checkpoints) with its vision tower, which Quire leaves unread
   Qwen3_5ForCausalLM: 'qwen3_5',
   Qwen3_5ForConditionalGeneration: 'qwen3_5',
+  Qwen3_5MoeForCausalLM: 'qwen3_5_moe',
+  Qwen3_5MoeForConditionalGeneration: 'qwen3_5_moe',
+  Qwen3NextForCausalLM: 'qwen3_next',
 };
 
 const MODEL_TYPES: Record<string, Architecture> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', mistral: 'mistral', phi3: 'phi3',
-  qwen3_moe: 'qwen3_moe', mixtral: 'mixtral', qwen3_5: 'qwen3_5', qwen3_5_text: 'qwen3_5' };
+  qwen3_moe: 'qwen3_moe', mixtral: 'mixtral', qwen3_5: 'qwen3_5', qwen3_5_text: 'qwen3_5', qwen3_5_moe: 'qwen3_5_moe',
+  qwen3_5_moe_text: 'qwen3_5_moe', qwen3_next: 'qwen3_next' };
 
 const DTYPES: Record<string, FloatDType> = { bfloat16: 'bf16', float16: 'f16', float32: 'f32', bf16: 'bf16', f16: 'f16', f32: 'f32' };
 
@@ -75,8 +79,6 @@ function parseArchitecture(json: Json, r: FieldReader): Architecture {
       r.fail('architectures', `must be a list of class names, got ${JSON.stringify(archs)}`);
     }
     const arch = ARCHITECTURES[archs[0]];
-    const refused = REFUSED_ARCHITECTURES[archs[0]];
-    if (refused !== undefined) r.fail('architectures', `names ${archs[0]}: ${refused} is not supported yet`);
     if (arch === undefined) {
       r.fail('architectures', `names ${archs[0]}, which is not supported (supported: ${Object.keys(ARCHITECTURES).join(', ')})`);
     }
@@ -85,8 +87,6 @@ function parseArchitecture(json: Json, r: FieldReader): Architecture {
   const modelType = json.model_type;
   if (typeof modelType !== 'string') r.fail('architectures', 'is missing (and so is model_type)');
   const arch = MODEL_TYPES[modelType];
-  const refused = REFUSED_MODEL_TYPES[modelType];
-  if (refused !== undefined) r.fail('model_type', `is ${modelType}: ${refused} is not supported yet`);
   if (arch === undefined) r.fail('model_type', `is ${modelType}, which is not supported (supported: ${Object.keys(MODEL_TYPES).join(', ')})`);
   return arch;
 }
@@ -214,7 +214,8 @@ function checkFusedPrecision(config: Pick<ModelConfig, 'quantization' | 'numLaye
  * Mistral and Phi-3 whenever it is set. (Quire holds the context to it: ModelConfig.slidingWindow.)
  */
 function slidingWindowOf(architecture: Architecture, r: FieldReader): number | null {
-  if ((architecture === 'qwen2' || architecture === 'qwen3' || architecture === 'qwen3_moe' || architecture === 'qwen3_5') && !r.boolean('use_sliding_window', false)) return null;
+  if ((architecture === 'qwen2' || architecture === 'qwen3' || architecture === 'qwen3_moe' || isHybridArchitecture(architecture)) &&
+    !r.boolean('use_sliding_window', false)) return null;
   return r.has('sliding_window') ? r.positiveInt('sliding_window') : null;
 }
 
@@ -225,9 +226,9 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   }
   const architecture = parseArchitecture(json as Json, new FieldReader(json as Json, file));
   // a hybrid model's text fields (nested under text_config where the checkpoint carries a vision tower)
-  const qwen35 = architecture === 'qwen3_5' ? parseQwen35Config(json as Json, file) : null;
-  const obj = qwen35?.json ?? json as Json;
-  const r = new FieldReader(obj, file, qwen35?.prefix ?? '');
+  const hybrid = isHybridArchitecture(architecture) ? parseHybridConfig(json as Json, file, architecture) : null;
+  const obj = hybrid?.json ?? json as Json;
+  const r = new FieldReader(obj, file, hybrid?.prefix ?? '');
   const hiddenSize = r.positiveInt('hidden_size');
   const numHeads = r.positiveInt('num_attention_heads');
   const numKvHeads = r.positiveInt('num_key_value_heads', numHeads);
@@ -275,15 +276,15 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     ropeTheta: r.positiveNumber('rope_theta', 10000),
     ropeScaling: parseRopeScaling(obj.rope_scaling, file, maxPositionEmbeddings),
     tieWordEmbeddings: r.boolean('tie_word_embeddings', false),
-    qkNorm: architecture === 'qwen3' || architecture === 'qwen3_moe' || architecture === 'qwen3_5',
+    qkNorm: architecture === 'qwen3' || architecture === 'qwen3_moe' || isHybridArchitecture(architecture),
     qkvBias: attentionBias,
     oBias: attentionBias && architecture !== 'qwen2',
     slidingWindow: slidingWindowOf(architecture, r),
     fusedProjections: architecture === 'phi3',
     dtype: parseDType(obj, r),
     quantization,
-    moe: parseMoeConfig(architecture, obj, file, numLayers, intermediateSize),
-    hybrid: qwen35?.hybrid ?? null,
+    moe: parseMoeConfig(architecture, obj, file, numLayers, intermediateSize, hybrid?.prefix ?? ''),
+    hybrid: hybrid?.hybrid ?? null,
   };
 }
 

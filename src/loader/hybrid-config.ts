@@ -1,40 +1,48 @@
-// The fields of Qwen3.5 / Qwen3.6 (transformers' Qwen3_5TextConfig, model_type qwen3_5_text) as transformers 5.x
-// reads them. A checkpoint published with its vision tower (Qwen3_5ForConditionalGeneration, model_type qwen3_5)
-// nests the text model's fields under text_config; Quire serves that text model. What parseModelConfig reads in
-// common with the other families (sizes, eps, vocabulary, dtype) is handed back flattened; what only a hybrid model
-// has (layer_types, the linear_* DeltaNet sizes, the partial rotary) becomes HybridConfig. What Quire does not run
-// yet is refused here, naming the field.
+// The fields of the hybrid linear-attention families as transformers 5.x reads them: Qwen3.5 / Qwen3.6
+// (Qwen3_5TextConfig, model_type qwen3_5_text), their mixture-of-experts variant (Qwen3_5MoeTextConfig,
+// qwen3_5_moe_text) and Qwen3-Next (Qwen3NextConfig, qwen3_next), whose hybrid fields and defaults they share. A
+// Qwen3.5 checkpoint published with its vision tower (Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditional-
+// Generation, model_type qwen3_5 / qwen3_5_moe) nests the text model's fields under text_config; Quire serves that
+// text model. What parseModelConfig reads in common with the other families (sizes, eps, vocabulary, dtype) is handed
+// back flattened; what only a hybrid model has (layer_types, the linear_* DeltaNet sizes, the partial rotary) becomes
+// HybridConfig; the experts' fields are moe-config.ts's. What Quire does not run is refused here, naming the field.
 
 import { ModelLoadError } from './errors.js';
-import type { HybridConfig, LayerType } from './types.js';
+import type { Architecture, HybridArchitecture, HybridConfig, LayerType } from './types.js';
 
 type Json = Record<string, unknown>;
 
-/** Qwen3-Next and the Qwen3.5 MoE variant: named so a user learns they are known and not run yet. */
-export const REFUSED_ARCHITECTURES: Readonly<Record<string, string>> = {
-  Qwen3NextForCausalLM: 'Qwen3-Next (hybrid linear attention with a shared-expert mixture of experts)',
-  Qwen3_5MoeForCausalLM: 'the Qwen3.5 / Qwen3.6 mixture-of-experts variant',
-  Qwen3_5MoeForConditionalGeneration: 'the Qwen3.5 / Qwen3.6 mixture-of-experts variant',
-};
-
-export const REFUSED_MODEL_TYPES: Readonly<Record<string, string>> = {
-  qwen3_next: REFUSED_ARCHITECTURES.Qwen3NextForCausalLM!,
-  qwen3_5_moe: REFUSED_ARCHITECTURES.Qwen3_5MoeForCausalLM!,
-  qwen3_5_moe_text: REFUSED_ARCHITECTURES.Qwen3_5MoeForCausalLM!,
-};
-
 const LAYER_TYPES: readonly LayerType[] = ['linear_attention', 'full_attention'];
+
+/** Each family's name in messages and its text model's model_type. */
+const FAMILIES: Readonly<Record<HybridArchitecture, { name: string; textModelType: string }>> = {
+  qwen3_5: { name: 'Qwen3.5', textModelType: 'qwen3_5_text' },
+  qwen3_5_moe: { name: 'Qwen3.5-MoE', textModelType: 'qwen3_5_moe_text' },
+  qwen3_next: { name: 'Qwen3-Next', textModelType: 'qwen3_next' },
+};
+
+export function isHybridArchitecture(a: Architecture): a is HybridArchitecture {
+  return a in FAMILIES;
+}
+
+/** The family's name in messages: Qwen3.5, Qwen3.5-MoE, Qwen3-Next. */
+export function hybridFamilyName(a: HybridArchitecture): string {
+  return FAMILIES[a].name;
+}
 
 function isObject(v: unknown): v is Json {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /**
- * config.json of a Qwen3.5-family checkpoint -> the text model's fields, flattened for parseModelConfig (`json`,
- * whose errors name fields under `prefix`), and its hybrid fields.
+ * config.json of a hybrid checkpoint -> the text model's fields, flattened for parseModelConfig (`json`, whose errors
+ * name fields under `prefix`), and its hybrid fields.
  */
-export function parseQwen35Config(top: Json, file: string): { json: Json; prefix: string; hybrid: HybridConfig } {
-  const nested = isObject(top.text_config);
+export function parseHybridConfig(top: Json, file: string, architecture: HybridArchitecture): { json: Json; prefix: string;
+  hybrid: HybridConfig } {
+  const family = FAMILIES[architecture].name;
+  // Qwen3-Next has no multimodal checkpoint: its fields are always at the top
+  const nested = architecture !== 'qwen3_next' && isObject(top.text_config);
   const text: Json = nested ? { ...(top.text_config as Json) } : { ...top };
   const prefix = nested ? 'text_config.' : '';
   const fail = (field: string, problem: string): never => {
@@ -46,25 +54,30 @@ export function parseQwen35Config(top: Json, file: string): { json: Json; prefix
     return v as number;
   };
   if (top.quantization_config !== undefined && top.quantization_config !== null) {
-    fail('quantization_config', 'is set: quantized Qwen3.5 checkpoints (e.g. the -FP8 ones) are not supported yet; use the bf16 checkpoint');
+    fail('quantization_config', `is set: quantized ${family} checkpoints (e.g. the -FP8 ones) are not supported yet; use the bf16 checkpoint`);
   }
-  for (const field of ['num_experts', 'shared_expert_intermediate_size']) {
-    const v = text[field];
-    if (v !== undefined && v !== null && v !== 0) fail(prefix + field, `is ${JSON.stringify(v)}: the Qwen3.5 mixture-of-experts variant is not supported yet`);
+  if (architecture === 'qwen3_5') {
+    for (const field of ['num_experts', 'shared_expert_intermediate_size']) {
+      const v = text[field];
+      if (v !== undefined && v !== null && v !== 0) {
+        fail(prefix + field, `is ${JSON.stringify(v)} in a dense Qwen3.5 config (Qwen3_5ForCausalLM); the mixture-of-experts ` +
+          'variant is Qwen3_5MoeForCausalLM, model_type qwen3_5_moe_text');
+      }
+    }
   }
-  if (text.attention_bias === true) fail(`${prefix}attention_bias`, 'is true; Qwen3.5 attention biases are not supported');
+  if (text.attention_bias === true) fail(`${prefix}attention_bias`, `is true; ${family} attention biases are not supported`);
 
-  // transformers 5 keeps rope_theta and partial_rotary_factor in rope_parameters; older configs at the top level.
-  // mrope_section / mrope_interleaved only matter where positions differ per axis (images and video): for text
-  // the three position streams are equal and multimodal RoPE is plain RoPE.
+  // transformers 5 keeps rope_theta and partial_rotary_factor in rope_parameters; older configs (Qwen3-Next's) at the
+  // top level. mrope_section / mrope_interleaved only matter where positions differ per axis (images and video): for
+  // text the three position streams are equal and multimodal RoPE is plain RoPE.
   const rope = isObject(text.rope_parameters) ? text.rope_parameters : {};
   const ropeType = rope.rope_type ?? 'default';
-  if (ropeType !== 'default') fail(`${prefix}rope_parameters.rope_type`, `is ${JSON.stringify(ropeType)}; only default RoPE is supported for Qwen3.5 yet`);
+  if (ropeType !== 'default') fail(`${prefix}rope_parameters.rope_type`, `is ${JSON.stringify(ropeType)}; only default RoPE is supported for ${family} yet`);
   if (isObject(text.rope_scaling) && (text.rope_scaling.rope_type ?? text.rope_scaling.type) !== 'default') {
-    fail(`${prefix}rope_scaling`, `is ${JSON.stringify(text.rope_scaling)}; only default RoPE is supported for Qwen3.5 yet`);
+    fail(`${prefix}rope_scaling`, `is ${JSON.stringify(text.rope_scaling)}; only default RoPE is supported for ${family} yet`);
   }
   const theta = rope.rope_theta ?? text.rope_theta ?? 10000;
-  // Qwen3_5TextConfig defaults the factor to 0.25 and head_dim to 256
+  // each family's config defaults the factor to 0.25 and head_dim to 256
   const factor = rope.partial_rotary_factor ?? text.partial_rotary_factor ?? 0.25;
   if (typeof factor !== 'number' || !(factor > 0 && factor <= 1)) fail(`${prefix}partial_rotary_factor`, `must be in (0, 1], got ${JSON.stringify(factor)}`);
   const headDim = int('head_dim', 256);
@@ -81,7 +94,7 @@ export function parseQwen35Config(top: Json, file: string): { json: Json; prefix
     }
     layerTypes = lt as LayerType[];
   } else {
-    // Qwen3_5TextConfig: every full_attention_interval-th layer is full attention (default 4)
+    // every full_attention_interval-th layer is full attention (default 4), in each family's config
     const interval = int('full_attention_interval', 4);
     layerTypes = Array.from({ length: numLayers }, (_, i) => (i + 1) % interval === 0 ? 'full_attention' : 'linear_attention');
   }
@@ -100,7 +113,13 @@ export function parseQwen35Config(top: Json, file: string): { json: Json; prefix
   // the flattened fields parseModelConfig reads: RoPE normalised, the dtype and tying from the top where the text
   // config leaves them out (transformers reads the text config's own first)
   const json: Json = { ...text, head_dim: headDim, rope_theta: theta, rope_scaling: null, partial_rotary_factor: undefined,
-    architectures: undefined, model_type: 'qwen3_5_text' };
+    architectures: undefined, model_type: FAMILIES[architecture].textModelType };
+  if (architecture === 'qwen3_5_moe') {
+    // Qwen3_5MoeTextConfig has no intermediate_size (every layer's MLP is the experts, and a config's is ignored): the
+    // one dense-shaped MLP a layer has is its shared expert, whose width (default 512, as moe-config.ts reads it)
+    // stands in for it
+    json.intermediate_size = int('shared_expert_intermediate_size', 512);
+  }
   if (nested) {
     if (json.torch_dtype === undefined && json.dtype === undefined) [json.torch_dtype, json.dtype] = [top.torch_dtype, top.dtype];
     if (json.tie_word_embeddings === undefined) json.tie_word_embeddings = top.tie_word_embeddings;

@@ -6,15 +6,21 @@ export type DType = FloatDType | 'f8_e4m3';
 /** The types a checkpoint declares (torch_dtype) and a model computes in. */
 export type FloatDType = 'bf16' | 'f16' | 'f32';
 
-export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3' | 'qwen3_moe' | 'mixtral' | 'qwen3_5';
+export type Architecture = 'qwen3' | 'qwen2' | 'llama' | 'mistral' | 'phi3' | 'qwen3_moe' | 'mixtral' | HybridArchitecture;
+
+/**
+ * The hybrid linear-attention families (loader/hybrid-config.ts): Qwen3.5 / Qwen3.6 dense, their mixture-of-experts
+ * variant, and Qwen3-Next, the one before them (its DeltaNet input projections stored fused per key head).
+ */
+export type HybridArchitecture = 'qwen3_5' | 'qwen3_5_moe' | 'qwen3_next';
 
 /** A decoder layer's token mixer in a hybrid model (config.json's layer_types). */
 export type LayerType = 'linear_attention' | 'full_attention';
 
 /**
- * A hybrid linear-attention model's own fields (Qwen3.5 / Qwen3.6, loader/hybrid-config.ts): which layers are gated
- * DeltaNet and their sizes, and the full-attention layers' partial rotary. Their attention is output-gated and their
- * norms are (1 + w) RMSNorms; those are properties of the family, not fields.
+ * A hybrid linear-attention model's own fields (Qwen3.5 / Qwen3.6, Qwen3-Next: loader/hybrid-config.ts): which layers
+ * are gated DeltaNet and their sizes, and the full-attention layers' partial rotary. Their attention is output-gated
+ * and their norms are (1 + w) RMSNorms; those are properties of the families, not fields.
  */
 export interface HybridConfig {
   layerTypes: LayerType[];
@@ -35,8 +41,14 @@ export interface MoeConfig {
   topK: number;
   /** Each expert's MLP width (moe_intermediate_size; Mixtral's intermediate_size). */
   expertIntermediateSize: number;
-  /** Divide the top-k probabilities by their sum (norm_topk_prob; Mixtral always). */
+  /** Divide the top-k probabilities by their sum (norm_topk_prob; Mixtral and Qwen3.5-MoE always). */
   renormalize: boolean;
+  /**
+   * The shared expert's MLP width (shared_expert_intermediate_size): a SwiGLU MLP every token of a sparse layer runs
+   * beside its routed experts, scaled by sigmoid(x shared_expert_gate^T) (Qwen3-Next, Qwen3.5-MoE); null where the
+   * family has none (Qwen3-MoE, Mixtral).
+   */
+  sharedExpertIntermediateSize: number | null;
   /** Per layer: its feed-forward is the experts (else a dense MLP of intermediateSize). */
   sparseLayers: boolean[];
 }

@@ -21,6 +21,8 @@ export const ARCHITECTURE_BUILDERS: Readonly<Record<ModelConfig['architecture'],
   qwen3_moe: buildDecoder,
   mixtral: buildDecoder,
   qwen3_5: buildQwen35,
+  qwen3_5_moe: buildQwen35,
+  qwen3_next: buildQwen35,
 };
 
 export function architectureBuilder(config: ModelConfig): ArchitectureBuilder {

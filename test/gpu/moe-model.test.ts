@@ -15,7 +15,7 @@ describe('mixture of experts on CUDA', { skip: noCuda }, () => {
   });
 
   const moe = (numExperts: number, topK: number, sparseLayers: boolean[], renormalize: boolean): ModelConfig['moe'] =>
-    ({ numExperts, topK, expertIntermediateSize: 128, renormalize, sparseLayers });
+    ({ numExperts, topK, expertIntermediateSize: 128, renormalize, sharedExpertIntermediateSize: null, sparseLayers });
   for (const [name, arch, route] of [
     ['qwen3_moe, 16 experts top 4, layer 1 dense', 'qwen3', moe(16, 4, [true, false, true], false)],
     ['mixtral, 8 experts top 2', 'llama', moe(8, 2, [true, true, true], true)],

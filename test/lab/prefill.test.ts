@@ -14,9 +14,13 @@ test('prefillFlops: 2 per projection weight per token, the lm head once, causal 
   const attention = (L: number) => 3 * 4 * 4 * 16 * (L * (L + 1)) / 2;
   assert.equal(prefillFlops(c, [10, 1]), perToken * 11 + 2 * 2 * 64 * 100 + attention(10) + attention(1));
   // a mixture of experts counts its active weights: the router and the top-k experts, on its sparse layers only
-  const moe = { ...c, moe: { numExperts: 8, topK: 2, expertIntermediateSize: 32, renormalize: true, sparseLayers: [true, false, true] } };
+  const moe = { ...c, moe: { numExperts: 8, topK: 2, expertIntermediateSize: 32, renormalize: true,
+    sharedExpertIntermediateSize: null, sparseLayers: [true, false, true] } };
   const activeFfn = 8 * 64 + 2 * 3 * 64 * 32;
   assert.equal(prefillFlops(moe, [10]) - prefillFlops(c, [10]), 2 * 10 * 2 * (activeFfn - 3 * 64 * 96));
+  // a shared expert (Qwen3-Next, Qwen3.5-MoE): its SwiGLU MLP and its gate, every token of a sparse layer
+  const shared = { ...moe, moe: { ...moe.moe, sharedExpertIntermediateSize: 48 } };
+  assert.equal(prefillFlops(shared, [10]) - prefillFlops(moe, [10]), 2 * 10 * 2 * (3 * 64 * 48 + 64));
   const reqs = buildPrefill(3, 7, 50);
   assert.deepEqual(reqs.map((r) => [r.promptTokenIds.length, r.maxTokens]), [[7, 1], [7, 1], [7, 1]]);
   assert.notDeepEqual(reqs[0]!.promptTokenIds, reqs[1]!.promptTokenIds, 'no shared prefix');

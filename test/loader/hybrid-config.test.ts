@@ -74,11 +74,9 @@ test('a nested config takes the dtype and tying from the top where text_config l
   assert.equal(c.tieWordEmbeddings, true);
 });
 
-test('refused, naming the field: the MoE variant, Qwen3-Next, quantized checkpoints, rope scaling, bad layer_types', () => {
-  configError({ ...tiny, architectures: ['Qwen3NextForCausalLM'] }, 'field "architectures"', 'Qwen3-Next', 'not supported yet');
-  configError({ ...tiny, architectures: ['Qwen3_5MoeForConditionalGeneration'] }, 'mixture-of-experts variant');
-  configError({ model_type: 'qwen3_next' }, 'field "model_type"', 'Qwen3-Next');
-  configError({ ...tiny, num_experts: 256 }, 'field "num_experts"', 'mixture-of-experts');
+test('refused, naming the field: experts in a dense config, quantized checkpoints, rope scaling, bad layer_types', () => {
+  configError({ ...tiny, num_experts: 256 }, 'field "num_experts"', 'dense Qwen3.5 config', 'Qwen3_5MoeForCausalLM');
+  configError({ ...tiny, shared_expert_intermediate_size: 512 }, 'field "shared_expert_intermediate_size"', 'qwen3_5_moe_text');
   configError({ ...shapes['qwen3.5-27b'], quantization_config: { quant_method: 'fp8' } }, 'field "quantization_config"', 'bf16');
   configError({ ...tiny, rope_parameters: { rope_type: 'yarn', factor: 4 } }, 'field "rope_parameters.rope_type"', 'yarn');
   configError({ ...tiny, layer_types: ['linear_attention', 'full_attention'] }, 'field "layer_types"', 'must list 4');

@@ -32,7 +32,7 @@ test('Qwen3-30B-A3B: 128 experts, 8 routed, renormalized, every layer sparse; at
   assert.equal(c.architecture, 'qwen3_moe');
   assert.equal(c.qkNorm, true);
   assert.deepEqual(c.moe, { numExperts: 128, topK: 8, expertIntermediateSize: 768, renormalize: true,
-    sparseLayers: Array(48).fill(true) });
+    sharedExpertIntermediateSize: null, sparseLayers: Array(48).fill(true) });
   assert.equal(parseModelConfig({ ...qwen3Moe, architectures: undefined }, 'c').architecture, 'qwen3_moe', 'model_type alone');
 });
 
@@ -50,7 +50,7 @@ test('Mixtral: num_local_experts, top 2, always renormalized, every layer sparse
   assert.equal(c.qkNorm, false);
   assert.equal(c.slidingWindow, null);
   assert.deepEqual(c.moe, { numExperts: 8, topK: 2, expertIntermediateSize: 14336, renormalize: true,
-    sparseLayers: Array(32).fill(true) });
+    sharedExpertIntermediateSize: null, sparseLayers: Array(32).fill(true) });
   assert.equal(parseModelConfig({ ...mixtral, sliding_window: 4096 }, 'c').slidingWindow, 4096, 'as Mistral: used when set');
 });
 

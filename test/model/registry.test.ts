@@ -13,7 +13,7 @@ import { randomWeightSource, tinyConfig } from '../../src/model/random-weights.j
 test('every family the config loader accepts has exactly one builder, and no builder is unreachable', () => {
   assert.deepEqual(new Set(Object.values(ARCHITECTURES)), new Set(Object.keys(ARCHITECTURE_BUILDERS)));
   for (const family of Object.values(ARCHITECTURES)) {
-    const builder = family === 'qwen3_5' ? buildQwen35 : buildDecoder;
+    const builder = ['qwen3_5', 'qwen3_5_moe', 'qwen3_next'].includes(family) ? buildQwen35 : buildDecoder;
     assert.equal(architectureBuilder({ ...tinyConfig('qwen3'), architecture: family }), builder, family);
   }
   assert.throws(() => architectureBuilder({ ...tinyConfig('qwen3'), architecture: 'mamba' as never }), /no model builder for architecture mamba/);

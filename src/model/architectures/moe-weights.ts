@@ -44,7 +44,8 @@ export function expertModules(c: ModelConfig, l: number): { gateUp: string[]; do
  */
 export function extraExpertTensor(c: ModelConfig, names: readonly string[]): string | null {
   const E = moeOf(c).numExperts;
-  const re = /^model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\./;
+  // under model.language_model. in a multimodal checkpoint (Qwen3.5-MoE); its MTP head's own experts (mtp.*) unread
+  const re = /^model\.(?:language_model\.)?layers\.\d+\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\./;
   return names.find((n) => Number(re.exec(n)?.[1] ?? -1) >= E) ?? null;
 }
 

@@ -1,21 +1,29 @@
-// Qwen3.5 / Qwen3.6 checkpoint names (transformers' Qwen3_5ForCausalLM: model.*; the published checkpoints,
-// Qwen3_5ForConditionalGeneration: model.language_model.*, beside a vision tower model.visual.* and an MTP head
-// mtp.*, which Quire leaves unread and says so once) -> backend tensors. Per layer:
+// The hybrid families' checkpoint names -> backend tensors: Qwen3.5 / Qwen3.6 and their mixture-of-experts variant
+// (transformers' Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM: model.*; the published checkpoints,
+// Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration: model.language_model.*, beside a vision tower
+// model.visual.* and an MTP head mtp.*, which Quire leaves unread and says so once) and Qwen3-Next (model.*, and an
+// MTP head). Per layer:
 //   full attention:  self_attn.q_proj [H * 2D, hidden] (per head: D query rows, then D output-gate rows),
 //                    k_proj / v_proj [KVH * D, hidden], o_proj [hidden, H * D], q_norm / k_norm [D]
 //   linear attention (gated DeltaNet): linear_attn.in_proj_qkv [2 Hk Dk + Hv Dv, hidden], in_proj_z [Hv Dv, hidden],
-//                    in_proj_b / in_proj_a [Hv, hidden], conv1d.weight [2 Hk Dk + Hv Dv, 1, K], A_log / dt_bias [Hv],
-//                    norm.weight [Dv], out_proj [hidden, Hv Dv]
-//   every layer:     input_layernorm, post_attention_layernorm [hidden], mlp.{gate,up,down}_proj
+//                    in_proj_b / in_proj_a [Hv, hidden] (Qwen3-Next: in_proj_qkvz and in_proj_ba instead, their rows
+//                    grouped per key head: qwen3_next-weights.ts), conv1d.weight [2 Hk Dk + Hv Dv, 1, K],
+//                    A_log / dt_bias [Hv], norm.weight [Dv], out_proj [hidden, Hv Dv]
+//   every layer:     input_layernorm, post_attention_layernorm [hidden], and the MLP: a dense one or the experts
+//                    (hybrid-moe-weights.ts)
 // At load: q_proj's rows are split into q (fused with k and v, as the attention op takes them) and the gate; b and
 // a are fused into one [2 Hv, hidden] projection; the (1 + w) RMSNorms' weights are uploaded as 1 + w (f32 sums,
 // as transformers computes them), so the ordinary rmsNorm op applies them. The gated norm's weight is used as is.
 
 import type { Backend, Tensor } from '../../backend/backend.js';
 import { bytesToF32 } from '../../loader/dtype.js';
+import { hybridFamilyName, isHybridArchitecture } from '../../loader/hybrid-config.js';
 import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { validateWeights, type ExpectedTensor } from './dense-weights.js';
 import type { DeltaNetLayerWeights } from '../layers/deltanet.js';
+import { concatRows, pickRows, rows } from './host-rows.js';
+import { addFeedForwardTensors, expertLayout, loadFeedForward, type ExpertLayout, type HybridFeedForwardWeights } from './hybrid-moe-weights.js';
+import { qwen3NextInProjOrder } from './qwen3_next-weights.js';
 
 export interface Qwen35AttentionWeights {
   /** [(H + 2 KVH) D, hidden]: q, k, v rows. */
@@ -30,15 +38,13 @@ export interface Qwen35AttentionWeights {
 /** A gated DeltaNet layer's tensors: the layer's weights, its out_proj a bare weight (no bias in these checkpoints). */
 export type Qwen35DeltaNetWeights = Omit<DeltaNetLayerWeights, 'outProj'> & { outProj: Tensor };
 
-export interface Qwen35LayerWeights {
+export type Qwen35LayerWeights = {
   inputNorm: Tensor;
   postAttentionNorm: Tensor;
-  gateUp: Tensor;
-  down: Tensor;
   /** One of the two, as layer_types says. */
   attention: Qwen35AttentionWeights | null;
   deltaNet: Qwen35DeltaNetWeights | null;
-}
+} & HybridFeedForwardWeights;
 
 export interface Qwen35Weights {
   embedTokens: Tensor;
@@ -59,8 +65,11 @@ function hybridOf(c: ModelConfig) {
   return c.hybrid;
 }
 
-/** Every checkpoint tensor of the text model, with its shape and dtype. */
-export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.'): ExpectedTensor[] {
+/**
+ * Every checkpoint tensor of the text model, with its shape and dtype; the routed experts in `experts`' layout (by
+ * default the family's published one: hybrid-moe-weights.ts).
+ */
+export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts: ExpertLayout = expertLayout(c, prefix, null)): ExpectedTensor[] {
   const h = hybridOf(c);
   const hidden = c.hiddenSize;
   const D = c.headDim;
@@ -81,10 +90,15 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.'): Expect
       add(`${p}self_attn.k_norm.weight`, [D]);
     } else {
       const a = `${p}linear_attn.`;
-      add(`${a}in_proj_qkv.weight`, [2 * keyDim + valueDim, hidden]);
-      add(`${a}in_proj_z.weight`, [valueDim, hidden]);
-      add(`${a}in_proj_b.weight`, [h.linearNumValueHeads, hidden]);
-      add(`${a}in_proj_a.weight`, [h.linearNumValueHeads, hidden]);
+      if (c.architecture === 'qwen3_next') {
+        add(`${a}in_proj_qkvz.weight`, [2 * keyDim + 2 * valueDim, hidden]);
+        add(`${a}in_proj_ba.weight`, [2 * h.linearNumValueHeads, hidden]);
+      } else {
+        add(`${a}in_proj_qkv.weight`, [2 * keyDim + valueDim, hidden]);
+        add(`${a}in_proj_z.weight`, [valueDim, hidden]);
+        add(`${a}in_proj_b.weight`, [h.linearNumValueHeads, hidden]);
+        add(`${a}in_proj_a.weight`, [h.linearNumValueHeads, hidden]);
+      }
       add(`${a}conv1d.weight`, [2 * keyDim + valueDim, 1, h.linearConvKernel]);
       add(`${a}dt_bias`, [h.linearNumValueHeads]);
       add(`${a}A_log`, [h.linearNumValueHeads]);
@@ -92,9 +106,7 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.'): Expect
       add(`${a}out_proj.weight`, [hidden, valueDim]);
     }
     add(`${p}post_attention_layernorm.weight`, [hidden]);
-    add(`${p}mlp.gate_proj.weight`, [c.intermediateSize, hidden]);
-    add(`${p}mlp.up_proj.weight`, [c.intermediateSize, hidden]);
-    add(`${p}mlp.down_proj.weight`, [hidden, c.intermediateSize]);
+    addFeedForwardTensors(c, l, p, experts, add);
   });
   add(`${prefix}norm.weight`, [hidden]);
   if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabSize, hidden]);
@@ -102,33 +114,13 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.'): Expect
 }
 
 /** The checkpoint tensors Quire leaves unread (vision tower, MTP head), counted by kind; null when there are none. */
-export function unreadTensorsNote(source: Pick<WeightSource, 'names'>): string | null {
+export function unreadTensorsNote(source: Pick<WeightSource, 'names'>, family = 'Qwen3.5'): string | null {
   const names = source.names();
   const visual = names.filter((n) => n.startsWith('model.visual.') || n.startsWith('visual.')).length;
   const mtp = names.filter((n) => n.startsWith('mtp.')).length;
   const parts = [visual > 0 ? `${visual} vision-tower tensors (model.visual.*)` : '', mtp > 0 ? `${mtp} MTP-head tensors (mtp.*)` : '']
     .filter((p) => p !== '');
-  return parts.length === 0 ? null : `Qwen3.5 checkpoint: serving its text model; ${parts.join(' and ')} left unread`;
-}
-
-/** Rows of a row-major host tensor of any dtype. */
-function rows(t: HostTensor, pick: (row: number) => boolean, name: string): HostTensor {
-  const numRows = t.shape[0]!;
-  const rowBytes = t.data.byteLength / numRows;
-  const kept = Array.from({ length: numRows }, (_, r) => r).filter(pick);
-  const data = new Uint8Array(kept.length * rowBytes);
-  kept.forEach((r, i) => data.set(t.data.subarray(r * rowBytes, (r + 1) * rowBytes), i * rowBytes));
-  return { name, dtype: t.dtype, shape: [kept.length, ...t.shape.slice(1)], data };
-}
-
-function concatRows(name: string, parts: HostTensor[]): HostTensor {
-  const data = new Uint8Array(parts.reduce((n, p) => n + p.data.byteLength, 0));
-  let at = 0;
-  for (const p of parts) {
-    data.set(p.data, at);
-    at += p.data.byteLength;
-  }
-  return { name, dtype: parts[0]!.dtype, shape: [parts.reduce((n, p) => n + p.shape[0]!, 0), ...parts[0]!.shape.slice(1)], data };
+  return parts.length === 0 ? null : `${family} checkpoint: serving its text model; ${parts.join(' and ')} left unread`;
 }
 
 /** A (1 + w) RMSNorm's weight as the f32 values 1 + w. */
@@ -137,15 +129,31 @@ function onePlus(t: HostTensor): HostTensor {
   return { name: t.name, dtype: 'f32', shape: t.shape, data: new Uint8Array(w.buffer) };
 }
 
-let noted = false;
+const noted = new Set<string>();
+
+/** A gated DeltaNet layer's in_proj_qkv, in_proj_z and in_proj_ba: read as they are, or (Qwen3-Next) reordered. */
+function deltaNetInProj(c: ModelConfig, a: string, read: (n: string) => HostTensor, backend: Backend):
+  Pick<Qwen35DeltaNetWeights, 'inProjQkv' | 'inProjZ' | 'inProjBa'> {
+  if (c.architecture !== 'qwen3_next') {
+    return { inProjQkv: backend.upload(read(`${a}in_proj_qkv.weight`)), inProjZ: backend.upload(read(`${a}in_proj_z.weight`)),
+      inProjBa: backend.upload(concatRows(`${a}in_proj_ba.weight`, [read(`${a}in_proj_b.weight`), read(`${a}in_proj_a.weight`)])) };
+  }
+  const order = qwen3NextInProjOrder(hybridOf(c));
+  const qkvz = read(`${a}in_proj_qkvz.weight`);
+  return { inProjQkv: backend.upload(pickRows(qkvz, order.qkv, `${a}in_proj_qkv.weight`)),
+    inProjZ: backend.upload(pickRows(qkvz, order.z, `${a}in_proj_z.weight`)),
+    inProjBa: backend.upload(pickRows(read(`${a}in_proj_ba.weight`), order.ba, `${a}in_proj_ba.weight`)) };
+}
 
 export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend: Backend): Qwen35Weights {
   const h = hybridOf(c);
   const prefix = qwen35Prefix(source);
-  validateWeights(c, source, qwen35ExpectedTensors(c, prefix));
-  const note = unreadTensorsNote(source);
-  if (note !== null && !noted) {
-    noted = true;
+  const experts = expertLayout(c, prefix, source);
+  validateWeights(c, source, qwen35ExpectedTensors(c, prefix, experts));
+  const family = isHybridArchitecture(c.architecture) ? hybridFamilyName(c.architecture) : c.architecture;
+  const note = unreadTensorsNote(source, family);
+  if (note !== null && !noted.has(family)) {
+    noted.add(family);
     process.emitWarning(note);
   }
   const read = (n: string): HostTensor => source.read(n);
@@ -171,16 +179,14 @@ export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend:
       const a = `${p}linear_attn.`;
       const conv = read(`${a}conv1d.weight`);
       deltaNet = {
-        inProjQkv: up(`${a}in_proj_qkv.weight`), inProjZ: up(`${a}in_proj_z.weight`),
-        inProjBa: backend.upload(concatRows(`${a}in_proj_ba.weight`, [read(`${a}in_proj_b.weight`), read(`${a}in_proj_a.weight`)])),
+        ...deltaNetInProj(c, a, read, backend),
         conv: backend.upload({ ...conv, shape: [conv.shape[0]!, conv.shape[2]!] }),
         aLog: up(`${a}A_log`), dtBias: up(`${a}dt_bias`), norm: up(`${a}norm.weight`), outProj: up(`${a}out_proj.weight`),
       };
     }
     return {
       inputNorm: norm(`${p}input_layernorm.weight`), postAttentionNorm: norm(`${p}post_attention_layernorm.weight`),
-      gateUp: backend.upload(concatRows(`${p}mlp.gate_up_proj.weight`, [read(`${p}mlp.gate_proj.weight`), read(`${p}mlp.up_proj.weight`)])),
-      down: up(`${p}mlp.down_proj.weight`), attention, deltaNet,
+      attention, deltaNet, ...loadFeedForward(c, l, p, experts, read, backend),
     };
   });
   const embedTokens = up(`${prefix}embed_tokens.weight`);

@@ -1,7 +1,10 @@
-// Qwen3.5 / Qwen3.6 dense text model (transformers' Qwen3_5TextModel): a hybrid of gated DeltaNet layers
-// (linear attention, a fixed-size state per sequence) and output-gated full-attention layers, as layer_types says
-// (three to one in the published models), each followed by a SwiGLU MLP. Its RMSNorms scale by (1 + w) (the
-// weights are loaded as 1 + w: qwen3_5-weights.ts), its RoPE turns the first rotary channels of each head only.
+// The hybrid text models: Qwen3.5 / Qwen3.6 (transformers' Qwen3_5TextModel), their mixture-of-experts variant
+// (Qwen3_5MoeTextModel) and Qwen3-Next (Qwen3NextModel). Each is a hybrid of gated DeltaNet layers (linear
+// attention, a fixed-size state per sequence) and output-gated full-attention layers, as layer_types says (three to
+// one in the published models), each followed by a SwiGLU MLP (Qwen3.5; Qwen3-Next's mlp_only_layers) or a mixture of
+// experts with a shared expert (Qwen3.5-MoE's every layer, Qwen3-Next's sparse ones). Their RMSNorms scale by (1 + w)
+// (the weights are loaded as 1 + w: qwen3_5-weights.ts), their RoPE turns the first rotary channels of each head only.
+// They differ in checkpoint layout alone (qwen3_5-weights.ts), so one builder makes all three.
 
 import type { Backend } from '../../backend/backend.js';
 import type { ModelConfig, WeightSource } from '../../loader/types.js';
@@ -9,16 +12,17 @@ import { DecoderLayer } from '../layers/decoder-layer.js';
 import { GatedAttention } from '../layers/gated-attention.js';
 import { GatedDeltaNet } from '../layers/deltanet.js';
 import { DenseMlp } from '../layers/mlp.js';
-import type { Mixer } from '../layers/types.js';
+import { SparseMoe } from '../layers/moe.js';
+import type { FeedForward, Mixer } from '../layers/types.js';
 import { defaultInvFreq } from '../rope.js';
 import type { LoadOptions } from '../load-options.js';
 import type { ModelParts } from '../model.js';
-import { loadQwen35Weights } from './qwen3_5-weights.js';
+import { loadQwen35Weights, type Qwen35LayerWeights } from './qwen3_5-weights.js';
 
 export function buildQwen35(config: ModelConfig, source: WeightSource, backend: Backend, opts: LoadOptions): ModelParts {
   const h = config.hybrid;
   if (!h) throw new Error('buildQwen35: config has no hybrid fields');
-  if (opts.quantization) throw new Error('--quantization fp8 is not supported for Qwen3.5 yet');
+  if (opts.quantization) throw new Error(`--quantization fp8 is not supported for ${config.architecture} yet`);
   const w = loadQwen35Weights(config, source, backend);
   // transformers: inv_freq over the rotary dimension (head_dim x partial_rotary_factor), not the head's
   const rope = { headDim: config.headDim, invFreq: defaultInvFreq(h.rotaryDim, config.ropeTheta) };
@@ -26,6 +30,12 @@ export function buildQwen35(config: ModelConfig, source: WeightSource, backend: 
     scale: 1 / Math.sqrt(config.headDim), rope };
   const deltaNet = { numKeyHeads: h.linearNumKeyHeads, numValueHeads: h.linearNumValueHeads, keyDim: h.linearKeyHeadDim,
     valueDim: h.linearValueHeadDim, convKernel: h.linearConvKernel };
+  const feedForward = (lw: Qwen35LayerWeights): FeedForward => {
+    if (lw.moe === null) return new DenseMlp(lw.gateUp, { weight: lw.down, bias: null });
+    const moe = config.moe!;
+    return new SparseMoe(lw.moe.router, { numExperts: moe.numExperts, intermediate: moe.expertIntermediateSize,
+      gateUp: lw.moe.gateUp, down: lw.moe.down }, { topK: moe.topK, renormalize: moe.renormalize }, lw.moe.shared);
+  };
   let numAttention = 0;
   let numRecurrent = 0;
   const layers = w.layers.map((lw) => {
@@ -38,7 +48,7 @@ export function buildQwen35(config: ModelConfig, source: WeightSource, backend: 
       const d = lw.deltaNet!;
       mixer = new GatedDeltaNet(deltaNet, { ...d, outProj: { weight: d.outProj, bias: null } }, numRecurrent++);
     }
-    return new DecoderLayer(lw.inputNorm, mixer, lw.postAttentionNorm, new DenseMlp(lw.gateUp, { weight: lw.down, bias: null }));
+    return new DecoderLayer(lw.inputNorm, mixer, lw.postAttentionNorm, feedForward(lw));
   });
   return { embedTokens: w.embedTokens, layers, finalNorm: w.finalNorm, lmHead: w.lmHead };
 }

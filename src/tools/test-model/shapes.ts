@@ -82,6 +82,28 @@ TINY_SHAPES['tiny-qwen3.5-128'] = { ...TINY_SHAPES['tiny-qwen3.5'], hidden_size:
   num_attention_heads: 2, num_key_value_heads: 1, head_dim: 256, linear_num_key_heads: 2, linear_num_value_heads: 6,
   linear_key_head_dim: 128, linear_value_head_dim: 128 };
 
+// The Qwen3.5 / Qwen3.6 mixture-of-experts variant (transformers' Qwen3_5MoeForCausalLM): tiny-qwen3.5's layers, each
+// with a sparse MLP of 8 experts (3 routed, always renormalized) and a shared expert of another width than the
+// routed ones'; its experts stored fused (mlp.experts.gate_up_proj [E, 2I, H]) as the published checkpoints store
+// them. Its config has no intermediate_size, norm_topk_prob, decoder_sparse_step or mlp_only_layers.
+{
+  const { intermediate_size: _, ...sizes } = TINY_SHAPES['tiny-qwen3.5']!;
+  TINY_SHAPES['tiny-qwen3.5-moe'] = { ...sizes, architectures: ['Qwen3_5MoeForCausalLM'], model_type: 'qwen3_5_moe_text',
+    num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, shared_expert_intermediate_size: 48 };
+}
+// Qwen3-Next (Qwen3NextForCausalLM) as its checkpoints are laid out: DeltaNet input projections fused per key head
+// (in_proj_qkvz, in_proj_ba; 2 key heads of 2 value heads each, so the reordering shows), experts one module each,
+// layer_types from full_attention_interval, RoPE at the top level (rope_theta, partial_rotary_factor), layer 2 a dense
+// MLP through mlp_only_layers, and top-k not renormalized (norm_topk_prob false; its default is true).
+TINY_SHAPES['tiny-qwen3-next'] = {
+  ...TINY_SIZES, architectures: ['Qwen3NextForCausalLM'], model_type: 'qwen3_next', num_hidden_layers: 4, head_dim: 16,
+  full_attention_interval: 2, linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 16,
+  linear_value_head_dim: 8, linear_conv_kernel_dim: 4, max_position_embeddings: 4096, rope_theta: 10000,
+  partial_rotary_factor: 0.25, rms_norm_eps: 1e-6, tie_word_embeddings: false, attention_bias: false,
+  num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, shared_expert_intermediate_size: 48,
+  norm_topk_prob: false, decoder_sparse_step: 1, mlp_only_layers: [2],
+};
+
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
@@ -153,7 +175,7 @@ function specAdder(specs: TensorSpec[], config: HfConfig, dtype: FloatDType): (n
 }
 
 function isMoeLayer(config: HfConfig, layer: number): boolean {
-  if (config.model_type === 'mixtral') return true;
+  if (config.model_type === 'mixtral' || config.model_type === 'qwen3_5_moe_text') return true;
   if (config.num_experts === undefined) return false;
   const mlpOnly = (config.mlp_only_layers ?? []) as number[];
   const step = (config.decoder_sparse_step ?? 1) as number;
@@ -162,7 +184,7 @@ function isMoeLayer(config: HfConfig, layer: number): boolean {
 
 /** Every tensor of a checkpoint of this config, with Hugging Face names, in HF's order. */
 export function tensorSpecsForConfig(config: HfConfig, dtype: FloatDType): TensorSpec[] {
-  if (config.model_type === 'qwen3_5_text' || config.model_type === 'qwen3_5') return qwen35Specs(config, dtype);
+  if (HYBRID_MODEL_TYPES.includes(config.model_type as string)) return qwen35Specs(config, dtype);
   const hidden = num(config, 'hidden_size');
   const numHeads = num(config, 'num_attention_heads');
   const numKvHeads = (config.num_key_value_heads ?? numHeads) as number;
@@ -220,15 +242,19 @@ export function tensorSpecsForConfig(config: HfConfig, dtype: FloatDType): Tenso
   return specs;
 }
 
+const HYBRID_MODEL_TYPES = ['qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text', 'qwen3_next'];
+
 /**
- * Qwen3.5's text model, as Qwen3_5ForCausalLM names it (model.*; a config with text_config, as the published
- * multimodal checkpoints, under model.language_model.*, with no vision tower written).
+ * The hybrid text models, as Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and Qwen3NextForCausalLM name them (model.*; a
+ * config with text_config, as the published multimodal checkpoints, under model.language_model.*, with no vision
+ * tower written). Qwen3-Next's DeltaNet projections fused per key head, its experts one module each; Qwen3.5-MoE's
+ * experts fused.
  */
 function qwen35Specs(config: HfConfig, dtype: FloatDType): TensorSpec[] {
   const text = (config.text_config ?? config) as HfConfig;
   const prefix = config.text_config !== undefined ? 'model.language_model.' : 'model.';
+  const next = text.model_type === 'qwen3_next';
   const hidden = num(text, 'hidden_size');
-  const inter = num(text, 'intermediate_size');
   const headDim = num(text, 'head_dim');
   const heads = num(text, 'num_attention_heads');
   const kvDim = num(text, 'num_key_value_heads') * headDim;
@@ -256,21 +282,51 @@ function qwen35Specs(config: HfConfig, dtype: FloatDType): TensorSpec[] {
       add(`${p}linear_attn.A_log`, [vHeads]);
       add(`${p}linear_attn.conv1d.weight`, [2 * keyDim + valueDim, 1, num(text, 'linear_conv_kernel_dim')]);
       add(`${p}linear_attn.dt_bias`, [vHeads]);
-      add(`${p}linear_attn.in_proj_a.weight`, [vHeads, hidden]);
-      add(`${p}linear_attn.in_proj_b.weight`, [vHeads, hidden]);
-      add(`${p}linear_attn.in_proj_qkv.weight`, [2 * keyDim + valueDim, hidden]);
-      add(`${p}linear_attn.in_proj_z.weight`, [valueDim, hidden]);
+      if (next) {
+        add(`${p}linear_attn.in_proj_ba.weight`, [2 * vHeads, hidden]);
+        add(`${p}linear_attn.in_proj_qkvz.weight`, [2 * keyDim + 2 * valueDim, hidden]);
+      } else {
+        add(`${p}linear_attn.in_proj_a.weight`, [vHeads, hidden]);
+        add(`${p}linear_attn.in_proj_b.weight`, [vHeads, hidden]);
+        add(`${p}linear_attn.in_proj_qkv.weight`, [2 * keyDim + valueDim, hidden]);
+        add(`${p}linear_attn.in_proj_z.weight`, [valueDim, hidden]);
+      }
       add(`${p}linear_attn.norm.weight`, [num(text, 'linear_value_head_dim')]);
       add(`${p}linear_attn.out_proj.weight`, [hidden, valueDim]);
     }
-    add(`${p}mlp.down_proj.weight`, [hidden, inter]);
-    add(`${p}mlp.gate_proj.weight`, [inter, hidden]);
-    add(`${p}mlp.up_proj.weight`, [inter, hidden]);
+    if (isMoeLayer(text, l)) {
+      hybridExpertSpecs(text, hidden, `${p}mlp.`, add);
+    } else {
+      const inter = num(text, 'intermediate_size');
+      add(`${p}mlp.down_proj.weight`, [hidden, inter]);
+      add(`${p}mlp.gate_proj.weight`, [inter, hidden]);
+      add(`${p}mlp.up_proj.weight`, [inter, hidden]);
+    }
     add(`${p}post_attention_layernorm.weight`, [hidden]);
   });
   add('norm.weight', [hidden]);
   if ((text.tie_word_embeddings ?? config.tie_word_embeddings) !== true) specs.push({ name: 'lm_head.weight', dtype, shape: [num(text, 'vocab_size'), hidden] });
   return specs;
+}
+
+/** A hybrid sparse MLP's tensors under `m` (a layer's mlp.): router, experts (Qwen3.5-MoE's fused), shared expert. */
+function hybridExpertSpecs(text: HfConfig, hidden: number, m: string, add: (name: string, shape: number[]) => void): void {
+  const [E, I, Is] = [num(text, 'num_experts'), num(text, 'moe_intermediate_size'), num(text, 'shared_expert_intermediate_size')];
+  if (text.model_type === 'qwen3_next') {
+    for (let e = 0; e < E; e++) {
+      add(`${m}experts.${e}.down_proj.weight`, [hidden, I]);
+      add(`${m}experts.${e}.gate_proj.weight`, [I, hidden]);
+      add(`${m}experts.${e}.up_proj.weight`, [I, hidden]);
+    }
+  } else {
+    add(`${m}experts.down_proj`, [E, hidden, I]);
+    add(`${m}experts.gate_up_proj`, [E, 2 * I, hidden]);
+  }
+  add(`${m}gate.weight`, [E, hidden]);
+  add(`${m}shared_expert.down_proj.weight`, [hidden, Is]);
+  add(`${m}shared_expert.gate_proj.weight`, [Is, hidden]);
+  add(`${m}shared_expert.up_proj.weight`, [Is, hidden]);
+  add(`${m}shared_expert_gate.weight`, [1, hidden]);
 }
 
 /** Phi-3's layers: qkv_proj and gate_up_proj stored fused. */

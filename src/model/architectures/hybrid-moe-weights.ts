@@ -1,0 +1,104 @@
+// The feed-forward of a hybrid family's layer as its checkpoints name it (under the text model's prefix, see
+// qwen3_5-weights.ts), and what the loader makes of it:
+//   dense layer (Qwen3.5; Qwen3-Next's mlp_only_layers):  mlp.{gate,up}_proj [I, hidden], mlp.down_proj [hidden, I]
+//   sparse layer (Qwen3.5-MoE, Qwen3-Next):  mlp.gate [E, hidden] (the router), the routed experts, and the shared
+//     expert mlp.shared_expert.{gate,up}_proj [Is, hidden], mlp.shared_expert.down_proj [hidden, Is] with its gate
+//     mlp.shared_expert_gate [1, hidden]
+// The routed experts come in two layouts: fused, as transformers 5 holds them and the published Qwen3.5-MoE
+// checkpoints store them (mlp.experts.gate_up_proj [E, 2I, hidden], each expert's gate rows then its up rows;
+// mlp.experts.down_proj [E, hidden, I]), or one module an expert (mlp.experts.{e}.{gate,up,down}_proj.weight, as
+// Qwen3-Next's checkpoints store them and transformers fuses at load). Either becomes Backend's MoeExperts stacking
+// ([E 2I, hidden] and [E hidden, I]), which the fused tensors' bytes already are. gate and up are fused into one
+// weight (gate rows first) for the dense MLP and the shared expert alike.
+
+import type { Backend, Tensor } from '../../backend/backend.js';
+import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
+import type { SharedExpert } from '../layers/moe.js';
+import { concatRows, flattenRows } from './host-rows.js';
+
+/** How a checkpoint stores its routed experts. */
+export type ExpertLayout = 'fused' | 'per-expert';
+
+/** A sparse layer's tensors: its router, its routed experts stacked, its shared expert. */
+export interface HybridMoeWeights {
+  router: Tensor;
+  /** [E 2I, hidden] */
+  gateUp: Tensor;
+  /** [E hidden, I] */
+  down: Tensor;
+  shared: SharedExpert;
+}
+
+/** A layer's feed-forward: a dense MLP's fused gate_up and down, or a sparse layer's experts. */
+export type HybridFeedForwardWeights = { gateUp: Tensor; down: Tensor; moe: null } | { gateUp: null; down: null; moe: HybridMoeWeights };
+
+/**
+ * The checkpoint's expert layout: fused where its first sparse layer has mlp.experts.gate_up_proj. Without a
+ * checkpoint (the names a test model is written with), the family's published one: fused for Qwen3.5-MoE, one module
+ * an expert for Qwen3-Next.
+ */
+export function expertLayout(c: ModelConfig, prefix: string, source: Pick<WeightSource, 'has'> | null): ExpertLayout {
+  const first = c.moe?.sparseLayers.indexOf(true) ?? -1;
+  if (source === null || first < 0) return c.architecture === 'qwen3_5_moe' ? 'fused' : 'per-expert';
+  return source.has(`${prefix}layers.${first}.mlp.experts.gate_up_proj`) ? 'fused' : 'per-expert';
+}
+
+/** Adds layer l's feed-forward tensors (`p`: the layer's prefix, e.g. model.layers.3.) to a checkpoint's expected list. */
+export function addFeedForwardTensors(c: ModelConfig, l: number, p: string, layout: ExpertLayout,
+  add: (name: string, shape: number[]) => void): void {
+  const H = c.hiddenSize;
+  const moe = c.moe;
+  if (!moe?.sparseLayers[l]) {
+    add(`${p}mlp.gate_proj.weight`, [c.intermediateSize, H]);
+    add(`${p}mlp.up_proj.weight`, [c.intermediateSize, H]);
+    add(`${p}mlp.down_proj.weight`, [H, c.intermediateSize]);
+    return;
+  }
+  const { numExperts: E, expertIntermediateSize: I } = moe;
+  const Is = sharedWidth(c);
+  add(`${p}mlp.gate.weight`, [E, H]);
+  if (layout === 'fused') {
+    add(`${p}mlp.experts.gate_up_proj`, [E, 2 * I, H]);
+    add(`${p}mlp.experts.down_proj`, [E, H, I]);
+  } else {
+    for (let e = 0; e < E; e++) {
+      add(`${p}mlp.experts.${e}.gate_proj.weight`, [I, H]);
+      add(`${p}mlp.experts.${e}.up_proj.weight`, [I, H]);
+      add(`${p}mlp.experts.${e}.down_proj.weight`, [H, I]);
+    }
+  }
+  add(`${p}mlp.shared_expert.gate_proj.weight`, [Is, H]);
+  add(`${p}mlp.shared_expert.up_proj.weight`, [Is, H]);
+  add(`${p}mlp.shared_expert.down_proj.weight`, [H, Is]);
+  add(`${p}mlp.shared_expert_gate.weight`, [1, H]);
+}
+
+function sharedWidth(c: ModelConfig): number {
+  const Is = c.moe?.sharedExpertIntermediateSize;
+  if (Is === null || Is === undefined) throw new Error(`${c.architecture}: a sparse hybrid layer needs a shared expert`);
+  return Is;
+}
+
+/** Loads layer l's feed-forward (validated already: validateWeights). */
+export function loadFeedForward(c: ModelConfig, l: number, p: string, layout: ExpertLayout, read: (name: string) => HostTensor,
+  backend: Backend): HybridFeedForwardWeights {
+  const up = (n: string): Tensor => backend.upload(read(n));
+  const gateUp = (m: string): Tensor => backend.upload(concatRows(`${m}gate_up_proj.weight`,
+    [read(`${m}gate_proj.weight`), read(`${m}up_proj.weight`)]));
+  const moe = c.moe;
+  if (!moe?.sparseLayers[l]) return { gateUp: gateUp(`${p}mlp.`), down: up(`${p}mlp.down_proj.weight`), moe: null };
+  const x = `${p}mlp.experts.`;
+  const experts = Array.from({ length: moe.numExperts }, (_, e) => `${x}${e}.`);
+  return {
+    gateUp: null, down: null,
+    moe: {
+      router: up(`${p}mlp.gate.weight`),
+      gateUp: backend.upload(layout === 'fused' ? flattenRows(read(`${x}gate_up_proj`))
+        : concatRows(`${x}gate_up_proj`, experts.flatMap((m) => [read(`${m}gate_proj.weight`), read(`${m}up_proj.weight`)]))),
+      down: backend.upload(layout === 'fused' ? flattenRows(read(`${x}down_proj`))
+        : concatRows(`${x}down_proj`, experts.map((m) => read(`${m}down_proj.weight`)))),
+      shared: { gateUp: gateUp(`${p}mlp.shared_expert.`), down: up(`${p}mlp.shared_expert.down_proj.weight`),
+        gate: up(`${p}mlp.shared_expert_gate.weight`) },
+    },
+  };
+}
