@@ -140,3 +140,14 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
   return plan;
 }
+
+/**
+ * Why this backend cannot run the model's shared experts, or null: the CUDA backend has no addSigmoidGated yet (the
+ * gated shared expert of Qwen3-Next and Qwen3.5-MoE), so such a model is refused before its weights load, not by the
+ * op at the first step.
+ */
+export function sharedExpertRefusal(config: ModelConfig, backend: 'cpu' | 'cuda'): string | null {
+  if (backend !== 'cuda' || (config.moe?.sharedExpertIntermediateSize ?? null) === null) return null;
+  return `this ${config.architecture} model's shared experts (shared_expert_intermediate_size) have no CUDA kernel yet: `
+    + 'serve it with --backend cpu';
+}

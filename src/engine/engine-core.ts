@@ -17,7 +17,7 @@ import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
-import { backendRefusal, createBackend, sizeKvCache } from './backend-factory.js';
+import { backendRefusal, createBackend, sharedExpertRefusal, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
 import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
@@ -462,7 +462,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const dir = loaded ?? loadModelDir(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const cannot = backendRefusal(dir.config, backend.name);
+  const cannot = backendRefusal(dir.config, backend.name) ?? sharedExpertRefusal(dir.config, backend.name);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);
