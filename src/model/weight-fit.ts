@@ -7,6 +7,7 @@ import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { DType, ModelConfig } from '../loader/types.js';
 import { FP8_BLOCK } from '../backend/fp8-linear.js';
 import { expectedTensors } from './architectures/dense-weights.js';
+import { qwen35ExpectedTensors } from './architectures/qwen3_5-weights.js';
 
 /** Projection weights (what --quantization fp8 quantizes): *_proj and Mixtral's expert w1/w2/w3. */
 const PROJECTION = /(?:_proj|\.w[123])\.weight$/;
@@ -14,7 +15,8 @@ const PROJECTION = /(?:_proj|\.w[123])\.weight$/;
 /** Bytes the weights take on a backend computing in `computeDType` (quantizeFp8: --quantization fp8 at load). */
 export function deviceWeightBytes(config: ModelConfig, computeDType: DType, quantizeFp8: boolean): number {
   let bytes = 0;
-  for (const t of expectedTensors(config)) {
+  // a hybrid model's own tensors (DeltaNet layers, shared experts), the layer kinds layer_types gives
+  for (const t of config.hybrid ? qwen35ExpectedTensors(config) : expectedTensors(config)) {
     const n = t.shape.reduce((a, b) => a * b, 1);
     if (t.dtype === 'f8_e4m3' || t.name.endsWith('_scale_inv')) {
       bytes += n * BYTES_PER_ELEMENT[t.dtype];

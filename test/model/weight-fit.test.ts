@@ -23,6 +23,19 @@ test('deviceWeightBytes is what a backend holds after loading (tiny MoE, f32 on 
   }
 });
 
+test('deviceWeightBytes of the hybrid families (DeltaNet layers, experts and shared experts) is what the CPU holds after loading', () => {
+  for (const shape of ['tiny-qwen3.5', 'tiny-qwen3.5-moe', 'tiny-qwen3-next']) {
+    const config = parseModelConfig(configForShape(shape, 'f32'), 'config.json');
+    const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1, kernel: 'js' });
+    try {
+      Model.load(config, randomWeightSource(config), backend);
+      assert.equal(deviceWeightBytes(config, 'f32', false), backend.memory().weightBytes, shape);
+    } finally {
+      backend.dispose();
+    }
+  }
+});
+
 test('Qwen3-30B-A3B: ~61 GB of bf16, ~31 GB with its projections in block FP8', () => {
   const bf16 = deviceWeightBytes(moe30b, 'bf16', false);
   assert.ok(bf16 > 60.5e9 && bf16 < 61.5e9, `${bf16}`);
