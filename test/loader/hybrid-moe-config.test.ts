@@ -74,7 +74,7 @@ test('tiny shapes: Qwen3-Next\'s mlp_only_layers dense and norm_topk_prob false 
   assert.deepEqual(n.hybrid!.layerTypes, ['linear_attention', 'full_attention', 'linear_attention', 'full_attention']);
   assert.equal(n.hybrid!.rotaryDim, 4);
   const m = parseModelConfig(tinyMoe, 'c');
-  assert.deepEqual(m.moe, { numExperts: 8, topK: 3, expertIntermediateSize: 32, renormalize: true, sharedExpertIntermediateSize: 48,
+  assert.deepEqual(m.moe, { numExperts: 8, topK: 3, expertIntermediateSize: 24, renormalize: true, sharedExpertIntermediateSize: 48,
     sparseLayers: allSparse(4) });
   assert.equal(m.intermediateSize, 48);
 });

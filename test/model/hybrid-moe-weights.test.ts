@@ -56,7 +56,7 @@ test('Qwen3-Next loading: the DeltaNet layer gets the reordered rows; attention 
 test('expected tensors as transformers names them, and make-test-model writes the same set', () => {
   const names = (c: typeof moeConfig) => qwen35ExpectedTensors(c).map((t) => `${t.name} ${t.shape.join('x')}`).sort();
   const moe = names(moeConfig);
-  for (const n of ['mlp.gate.weight 8x64', 'mlp.experts.gate_up_proj 8x64x64', 'mlp.experts.down_proj 8x64x32',
+  for (const n of ['mlp.gate.weight 8x64', 'mlp.experts.gate_up_proj 8x48x64', 'mlp.experts.down_proj 8x64x24',
     'mlp.shared_expert.gate_proj.weight 48x64', 'mlp.shared_expert.up_proj.weight 48x64', 'mlp.shared_expert.down_proj.weight 64x48',
     'mlp.shared_expert_gate.weight 1x64', 'linear_attn.in_proj_qkv.weight 96x64']) assert.ok(moe.includes(`model.layers.0.${n}`), n);
   assert.ok(!moe.some((n) => n.includes('mlp.gate_proj') || n.includes('experts.0.')));
@@ -120,14 +120,14 @@ function perExpert(base: WeightSource, E: number, I: number, H: number): WeightS
 
 test('fused and per-expert checkpoints load the same stacked experts and give the same logits; the shared expert fused', () => {
   const fused = randomWeightSource(moeConfig, { seed: 9 });
-  const split = perExpert(fused, 8, 32, 64);
+  const split = perExpert(fused, 8, 24, 64);
   assert.ok(split.has('model.layers.3.mlp.experts.7.up_proj.weight') && !split.has('model.layers.3.mlp.experts.gate_up_proj'));
   const a = loadQwen35Weights(moeConfig, fused, backend);
   const b = loadQwen35Weights(moeConfig, split, backend);
   for (const l of [0, 3]) {
     const [ma, mb] = [a.layers[l]!.moe!, b.layers[l]!.moe!];
-    assert.deepEqual(ma.gateUp.shape, [8 * 64, 64]);
-    assert.deepEqual(ma.down.shape, [8 * 64, 32]);
+    assert.deepEqual(ma.gateUp.shape, [8 * 48, 64]);
+    assert.deepEqual(ma.down.shape, [8 * 64, 24]);
     assert.deepEqual(backend.toHost(ma.gateUp), backend.toHost(mb.gateUp));
     assert.deepEqual(backend.toHost(ma.down), backend.toHost(mb.down));
     assert.deepEqual(backend.toHost(ma.gateUp), f32(fused.read(`model.layers.${l}.mlp.experts.gate_up_proj`)), 'the fused bytes as they are');
@@ -157,7 +157,7 @@ test('a multimodal Qwen3.5-MoE checkpoint: its text model under model.language_m
   };
   const w = loadQwen35Weights(moeConfig, nested, backend);
   assert.deepEqual(backend.toHost(w.layers[2]!.moe!.down), f32(src.read('model.layers.2.mlp.experts.down_proj')));
-  const split = perExpert(nested, 8, 32, 64);
+  const split = perExpert(nested, 8, 24, 64);
   const ninth = 'model.language_model.layers.1.mlp.experts.8.up_proj.weight';
   const extra: WeightSource = { ...split, names: () => [...split.names(), ninth],
     info: (n) => split.info(n === ninth ? n.replace('.8.', '.7.') : n) };
@@ -168,8 +168,8 @@ test('a multimodal Qwen3.5-MoE checkpoint: its text model under model.language_m
 test('a missing or misshapen expert, shared expert or fused projection is a load error naming the tensor', () => {
   const cases: [typeof moeConfig, Record<string, { dtype: 'f32'; shape: number[] } | null>, RegExp][] = [
     [moeConfig, { 'model.layers.1.mlp.shared_expert_gate.weight': null }, /missing tensor model\.layers\.1\.mlp\.shared_expert_gate\.weight \(expected f32 \[1, 64\]\)/],
-    [moeConfig, { 'model.layers.0.mlp.experts.gate_up_proj': { dtype: 'f32', shape: [7, 64, 64] } },
-      /tensor model\.layers\.0\.mlp\.experts\.gate_up_proj is f32 \[7, 64, 64\], expected f32 \[8, 64, 64\]/],
+    [moeConfig, { 'model.layers.0.mlp.experts.gate_up_proj': { dtype: 'f32', shape: [8, 64, 48] } },
+      /tensor model\.layers\.0\.mlp\.experts\.gate_up_proj is f32 \[8, 64, 48\], expected f32 \[8, 48, 64\]/],
     [moeConfig, { 'model.layers.3.mlp.shared_expert.down_proj.weight': { dtype: 'f32', shape: [64, 32] } },
       /shared_expert\.down_proj\.weight is f32 \[64, 32\], expected f32 \[64, 48\]/],
     [nextConfig, { 'model.layers.0.linear_attn.in_proj_qkvz.weight': null }, /missing tensor model\.layers\.0\.linear_attn\.in_proj_qkvz\.weight \(expected f32 \[128, 64\]\)/],

@@ -85,11 +85,12 @@ TINY_SHAPES['tiny-qwen3.5-128'] = { ...TINY_SHAPES['tiny-qwen3.5'], hidden_size:
 // The Qwen3.5 / Qwen3.6 mixture-of-experts variant (transformers' Qwen3_5MoeForCausalLM): tiny-qwen3.5's layers, each
 // with a sparse MLP of 8 experts (3 routed, always renormalized) and a shared expert of another width than the
 // routed ones'; its experts stored fused (mlp.experts.gate_up_proj [E, 2I, H]) as the published checkpoints store
-// them. Its config has no intermediate_size, norm_topk_prob, decoder_sparse_step or mlp_only_layers.
+// them, 2I unlike H so that a transposed reading would fail loudly. Its config has no intermediate_size,
+// norm_topk_prob, decoder_sparse_step or mlp_only_layers.
 {
   const { intermediate_size: _, ...sizes } = TINY_SHAPES['tiny-qwen3.5']!;
   TINY_SHAPES['tiny-qwen3.5-moe'] = { ...sizes, architectures: ['Qwen3_5MoeForCausalLM'], model_type: 'qwen3_5_moe_text',
-    num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, shared_expert_intermediate_size: 48 };
+    num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 24, shared_expert_intermediate_size: 48 };
 }
 // Qwen3-Next (Qwen3NextForCausalLM) as its checkpoints are laid out: DeltaNet input projections fused per key head
 // (in_proj_qkvz, in_proj_ba; 2 key heads of 2 value heads each, so the reordering shows), experts one module each,
