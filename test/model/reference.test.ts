@@ -27,7 +27,7 @@ function fixtureCommand(shape: string): string {
 }
 
 for (const shape of ['tiny-qwen3', 'tiny-llama', 'tiny-qwen2', 'tiny-mistral', 'tiny-llama-bias', 'tiny-qwen3-yarn',
-  'tiny-llama-linear', 'tiny-phi3', 'tiny-qwen3-moe', 'tiny-mixtral', 'tiny-qwen3.5']) {
+  'tiny-llama-linear', 'tiny-phi3', 'tiny-qwen3-moe', 'tiny-mixtral', 'tiny-qwen3.5', 'tiny-qwen3.5-moe', 'tiny-qwen3-next']) {
   const file = join('test', 'fixtures', 'reference', `${shape}.json`);
   const skip = existsSync(file) ? false : `no ${file} yet: on the GPU host, ${fixtureCommand(shape)}`;
   test(`${shape}: logits and greedy tokens match transformers`, { skip }, async (t) => {

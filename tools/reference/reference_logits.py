@@ -8,6 +8,11 @@ and fixed prompts (token id lists), writes one JSON file with, per prompt:
 computed in float32 on the CPU (default) so that they are an exact-as-possible
 reference for Quire's CPU backend.
 
+The model must load whole: a checkpoint tensor the model does not find, or a model
+weight the checkpoint lacks or gives another shape (which transformers would fill
+with random values, a warning at most), stops the script instead of writing a
+reference of other weights than Quire's.
+
 usage: python3 tools/reference/reference_logits.py MODEL_DIR OUT.json
          [--prompts prompts.json] [--greedy 32] [--logit-steps 4] [--device cpu]
 """
@@ -16,10 +21,6 @@ import json
 import sys
 import time
 
-import torch
-import transformers
-from transformers import AutoModelForCausalLM
-
 DEFAULT_PROMPTS = [
     [1, 2, 3, 4, 5, 6, 7, 8],
     [100, 37, 250, 11, 9, 301, 77, 5, 64, 128, 3, 200, 17, 42, 99, 150, 310, 8, 20, 33],
@@ -27,7 +28,22 @@ DEFAULT_PROMPTS = [
 ]
 
 
+def check_loading_info(info: dict) -> None:
+    """Raises unless from_pretrained(output_loading_info=True) read every weight of the model, and only those."""
+    problems = [f"{what}: {', '.join(str(k) for k in keys)}" for what, keys in (
+        ("model weights the checkpoint lacks", info.get("missing_keys") or []),
+        ("checkpoint tensors the model does not take", info.get("unexpected_keys") or []),
+        ("weights of another shape", info.get("mismatched_keys") or []),
+    ) if len(keys) > 0]
+    if problems:
+        raise ValueError("the checkpoint does not load whole; " + "; ".join(problems))
+
+
 def main() -> int:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
     ap = argparse.ArgumentParser()
     ap.add_argument("model_dir")
     ap.add_argument("out")
@@ -43,7 +59,8 @@ def main() -> int:
             prompts = json.load(f)
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
+    model, info = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32, output_loading_info=True)
+    check_loading_info(info)
     model.to(args.device).eval()
     vocab = model.config.vocab_size
     prompts = [[t % vocab for t in p] for p in prompts]
