@@ -114,6 +114,20 @@ describe('CUDA ops vs CPU', { skip: noCuda }, () => {
     });
   }
 
+  for (const N of [256, 350]) {
+    test(`addSigmoidGated adds sigmoid(gate) * y to acc in place, ${N} columns (a gated shared expert)`, () => {
+      const [ac, ag] = uploadBoth(cpu, cuda, 'acc', [T, N], randomBf16(T * N, 16 + N, -2, 2));
+      const [gc, gg] = uploadBoth(cpu, cuda, 'g', [T, 1], randomBf16(T, 17 + N, -8, 8));
+      const y = randomBf16(T * N, 18 + N, -2, 2);
+      const [yc, yg] = uploadBoth(cpu, cuda, 'y', [T, N], y);
+      begin();
+      cuda.addSigmoidGated(ag, gg, yg);
+      cpu.addSigmoidGated(ac, gc, yc);
+      assertBf16Close(cuda.toHost(ag), cpu.toHost(ac), 'addSigmoidGated');
+      assert.deepEqual(cuda.toHost(yg), y, 'y untouched');
+    });
+  }
+
   test('gatherLogitRows picks the logits rows in order', () => {
     const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, 160], randomBf16(T * 160, 13));
     const [sc, sg] = begin();

@@ -252,9 +252,8 @@ export class CudaBackend implements Backend {
   }
 
   /** Not yet on CUDA: the engine refuses a model with shared experts here before it loads (sharedExpertRefusal). */
-  addSigmoidGated(_acc: Tensor, _gate: Tensor, _y: Tensor): void {
-    throw new Error('the CUDA backend has no addSigmoidGated yet (the gated shared expert of Qwen3-Next and Qwen3.5-MoE): '
-      + 'run these models with --backend cpu for now');
+  addSigmoidGated(acc: Tensor, gate: Tensor, y: Tensor): void {
+    this.gemms.addSigmoidGated(acc, gate, y);
   }
 
   causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): Tensor {

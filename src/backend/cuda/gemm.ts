@@ -270,6 +270,17 @@ export class CudaGemms {
     return out;
   }
 
+  /** acc += sigmoid(gate) * y per row, in place (Backend.addSigmoidGated: a gated shared expert). */
+  addSigmoidGated(acc: Tensor, gate: Tensor, y: Tensor): void {
+    const [as, gs, ys] = [asCuda(acc), asCuda(this.plain(gate)), asCuda(this.plain(y))];
+    const [T, N] = [as.shape[0]!, as.shape[1]!];
+    if (gs.shape[0] !== T || gs.numElements !== T || ys.shape[0] !== T || ys.shape[1] !== N) {
+      throw new Error(`addSigmoidGated: acc [${as.shape.join(', ')}], gate [${gs.shape.join(', ')}], y [${ys.shape.join(', ')}]`);
+    }
+    this.s.timed('activation', () => this.s.device.launch('activation.cu', 'add_sigmoid_gated_bf16',
+      [Math.ceil((T * N) / 256), 1, 1], 256, [ptr(as.ptr), ptr(gs.ptr), ptr(ys.ptr), i32(T), i32(N)], 0, true));
+  }
+
   /** The backend's bf16 GEMM on x [n, n], w [n, n] into y (the roofline probe). */
   runSquare(x: bigint, w: bigint, y: bigint, n: number): void {
     this.gemm.run(x, w, y, n, n, n, this.s.device.stream);

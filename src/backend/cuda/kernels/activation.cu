@@ -7,6 +7,10 @@
 //             backend's (in double, rounded to f32), then one rounded product; a thread takes VEC consecutive
 //             elements (16-byte loads and stores) when n % VEC == 0, else one;
 //             launch: grid ceil(n / (256 * per)), block 256, per = n % VEC == 0 ? VEC : 1
+//   add_sigmoid_gated: acc[t, i] += sigmoid(gate[t]) * y[t, i]    acc, y [T, N], gate [T, 1] (a shared expert's output
+//             scaled by its gate and added to the routed experts' sum: Qwen3-Next, Qwen3.5-MoE); the sigmoid as
+//             sigmoid_mul's, its product with y rounded once, then the sum rounded to acc's type; one element a thread;
+//             launch: grid ceil(T N / 256), block 256
 #include "common.cuh"
 
 template <typename T>
@@ -65,6 +69,14 @@ __device__ __forceinline__ void sigmoid_mul(const T* x, const T* gate, T* out, i
   out[i] = from_float<T>(sigmoid_mul_of(x[i], gate[i]));
 }
 
+template <typename T>
+__device__ __forceinline__ void add_sigmoid_gated(T* acc, const T* gate, const T* y, int numTokens, int cols) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (long long)numTokens * cols) return;
+  const float s = __fdiv_rn(1.f, __fadd_rn(1.f, expf(-to_float(gate[i / cols]))));
+  acc[i] = from_float<T>(__fadd_rn(to_float(acc[i]), __fmul_rn(s, to_float(y[i]))));
+}
+
 #ifndef QUIRE_DEVICE_ONLY  // gemm_chain.cu includes the device functions alone
 #define INSTANTIATE(suffix, T)                                                                          \
   extern "C" __global__ void silu_mul_##suffix(const T* gateUp, T* out, int numTokens, int inter) {     \
@@ -75,6 +87,11 @@ __device__ __forceinline__ void sigmoid_mul(const T* x, const T* gate, T* out, i
                                                   int cols) {                                           \
     pdl_begin();                                                                                        \
     sigmoid_mul<T>(x, gate, out, numTokens, cols);                                                      \
+  }                                                                                                     \
+  extern "C" __global__ void add_sigmoid_gated_##suffix(T* acc, const T* gate, const T* y, int numTokens, \
+                                                        int cols) {                                     \
+    pdl_begin();                                                                                        \
+    add_sigmoid_gated<T>(acc, gate, y, numTokens, cols);                                                \
   }
 
 INSTANTIATE(bf16, bf16_t)
