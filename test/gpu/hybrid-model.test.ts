@@ -1,6 +1,6 @@
-// Qwen3.5's hybrid text model on CUDA, whole model: logits against the CPU backend over prompts, a continuing chunk
-// and decode steps, every sequence's DeltaNet state in its slot (tiny-qwen3.5-128: the published layer sizes the
-// kernels are built for, partial rotary on heads of 256).
+// Hybrid text models on CUDA, whole model: logits against the CPU backend over prompts, a continuing chunk and decode
+// steps, every sequence's DeltaNet state in its slot (tiny-qwen3.5-128: the published layer sizes the kernels are built
+// for, partial rotary on heads of 256; tiny-qwen3-next-128: the same with experts and a gated shared expert).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,9 +19,9 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
   after(() => backends.forEach((b) => b.dispose()));
 
   /** Two prompts (the first in two chunks), then three decode steps with a third sequence joining: every step's logits. */
-  const run = (backend: Backend): Float32Array[] => {
+  const run = (backend: Backend, shape: string): Float32Array[] => {
     backends.push(backend);
-    const config = parseModelConfig(testModelShapes()['tiny-qwen3.5-128'], 'tiny-qwen3.5-128');
+    const config = parseModelConfig(testModelShapes()[shape], shape);
     const model = Model.load(config, randomWeightSource(config, { seed: 7 }), backend);
     backend.allocateKvCache(model.kvCacheSpec(32, BLOCK));
     backend.allocateRecurrentState(model.recurrentStateLayout(4)!);
@@ -55,19 +55,31 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
   // bound 0.116, of logits of rms 1.96): the DeltaNet layers take their q, k, v rounded to bf16 where the CPU keeps
   // f32, and the (1 + w) norms' weights are bf16 sums on CUDA, f32 on the CPU. So each step's logits are held to a
   // relative RMS error (a wrong state, slot or layout gives errors of the order of the logits themselves).
-  test('prefill, a continuing chunk and decode: logits match the CPU backend', () => {
-    const expected = run(newCpu());
-    const actual = run(newCuda());
-    actual.forEach((logits, i) => {
-      const ref = expected[i]!;
-      let err = 0;
-      let norm = 0;
-      for (let j = 0; j < ref.length; j++) {
-        assert.ok(Number.isFinite(logits[j]!), `step ${i}: logit ${j} is ${logits[j]}`);
-        err += (logits[j]! - ref[j]!) ** 2;
-        norm += ref[j]! ** 2;
-      }
-      assert.ok(Math.sqrt(err / norm) < 0.05, `step ${i}: relative RMS error ${Math.sqrt(err / norm).toFixed(4)}`);
+  // tiny-qwen3-next-128 adds routed experts and the gated shared expert (addSigmoidGated), which the engine refuses on
+  // CUDA until this test has passed on a GPU
+  for (const [shape, mayBeOff] of [['tiny-qwen3.5-128', 0], ['tiny-qwen3-next-128', 1]] as const) {
+    test(`${shape}: prefill, a continuing chunk and decode: logits match the CPU backend`, () => {
+      const expected = run(newCpu(), shape);
+      const actual = run(newCuda(), shape);
+      // per logits row; with experts, a row whose router had a near-tie may pick another expert on bf16 activations
+      // than on the CPU's f32 ones (as moe-model.test allows): at most one row then
+      const vocab = parseModelConfig(testModelShapes()[shape], shape).vocabSize;
+      const off: string[] = [];
+      actual.forEach((logits, i) => {
+        for (let r = 0; r < logits.length / vocab; r++) {
+          let err = 0;
+          let norm = 0;
+          for (let j = r * vocab; j < (r + 1) * vocab; j++) {
+            assert.ok(Number.isFinite(logits[j]!), `step ${i}: logit ${j} is ${logits[j]}`);
+            err += (logits[j]! - expected[i]![j]!) ** 2;
+            norm += expected[i]![j]! ** 2;
+          }
+          const rel = Math.sqrt(err / norm);
+          if (!(rel < 0.05)) off.push(`step ${i} row ${r}: relative RMS error ${rel.toFixed(4)}`);
+        }
+      });
+      if (off.length > 0) console.log(`# ${shape}: ${off.join('; ')}`);
+      assert.ok(off.length <= mayBeOff, off.join('; '));
     });
-  });
+  }
 });

@@ -104,6 +104,10 @@ TINY_SHAPES['tiny-qwen3-next'] = {
   num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, shared_expert_intermediate_size: 48,
   norm_topk_prob: false, decoder_sparse_step: 1, mlp_only_layers: [2],
 };
+// Qwen3-Next at sizes the CUDA kernels are built for (attention heads of 256, DeltaNet heads of 128, experts of 128)
+TINY_SHAPES['tiny-qwen3-next-128'] = { ...TINY_SHAPES['tiny-qwen3-next'], hidden_size: 256, intermediate_size: 512,
+  num_attention_heads: 2, num_key_value_heads: 1, head_dim: 256, linear_key_head_dim: 128, linear_value_head_dim: 128,
+  moe_intermediate_size: 128, shared_expert_intermediate_size: 256 };
 
 function findBenchShapesFile(): string | null {
   let dir = dirname(fileURLToPath(import.meta.url));
