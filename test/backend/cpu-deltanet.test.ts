@@ -8,24 +8,13 @@ import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/backend/batch.js';
 import type { DeltaNetShape } from '../../src/backend/backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import { assertClose, hostF32, randomArray } from './helpers.js';
+import { assertClose, hostF32, randomArray, seqBatch } from './helpers.js';
 
 const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
 after(() => backend.dispose());
 const shape: DeltaNetShape = { numKeyHeads: 2, numValueHeads: 4, keyDim: 8, valueDim: 4, convKernel: 4 };
 const C = 2 * 2 * 8 + 4 * 4;
 const Hv = 4;
-
-/** The ops read only these of a batch: each sequence's rows, its kv length after the step, its slot. */
-function seqBatch(seqs: { n: number; start: number; slot: number }[]): ForwardBatch {
-  const q = new Int32Array(seqs.length + 1);
-  seqs.forEach((s, i) => (q[i + 1] = q[i]! + s.n));
-  const T = q[seqs.length]!;
-  return { numTokens: T, numSeqs: seqs.length, inputIds: new Int32Array(T), positions: new Int32Array(T),
-    slotMapping: new Int32Array(T).fill(-1), queryStartLoc: q, seqLens: Int32Array.from(seqs, (s) => s.start + s.n),
-    blockTables: new Int32Array(seqs.length), maxBlocksPerSeq: 1, logitsIndices: new Int32Array(0),
-    stateSlots: Int32Array.from(seqs, (s) => s.slot) };
-}
 
 const up = (name: string, shp: number[], v: Float32Array) => backend.upload(hostF32(name, shp, v));
 const silu = (v: number) => v / (1 + Math.exp(-v));

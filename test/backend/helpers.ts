@@ -61,3 +61,14 @@ export function shuffled(n: number, seed: number): number[] {
   }
   return a;
 }
+
+/** A batch of the fields the DeltaNet ops read: each sequence's rows, its kv length after the step, its state slot. */
+export function seqBatch(seqs: { n: number; start: number; slot: number }[]): ForwardBatch {
+  const q = new Int32Array(seqs.length + 1);
+  seqs.forEach((s, i) => (q[i + 1] = q[i]! + s.n));
+  const T = q[seqs.length]!;
+  return { numTokens: T, numSeqs: seqs.length, inputIds: new Int32Array(T), positions: new Int32Array(T),
+    slotMapping: new Int32Array(T).fill(-1), queryStartLoc: q, seqLens: Int32Array.from(seqs, (s) => s.start + s.n),
+    blockTables: new Int32Array(seqs.length), maxBlocksPerSeq: 1, logitsIndices: new Int32Array(0),
+    stateSlots: Int32Array.from(seqs, (s) => s.slot) };
+}

@@ -5,23 +5,12 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ForwardBatch } from '../../src/backend/batch.js';
 import type { DeltaNetShape, Tensor } from '../../src/backend/backend.js';
 import { convChannels } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
+import { seqBatch } from '../backend/helpers.js';
 import { assertBf16Close, bitsOf, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
-
-/** The ops read only these of a batch: each sequence's rows, its kv length after the step, its slot. */
-function seqBatch(seqs: { n: number; start: number; slot: number }[]): ForwardBatch {
-  const q = new Int32Array(seqs.length + 1);
-  seqs.forEach((s, i) => (q[i + 1] = q[i]! + s.n));
-  const T = q[seqs.length]!;
-  return { numTokens: T, numSeqs: seqs.length, inputIds: new Int32Array(T), positions: new Int32Array(T),
-    slotMapping: new Int32Array(T).fill(-1), queryStartLoc: q, seqLens: Int32Array.from(seqs, (s) => s.start + s.n),
-    blockTables: new Int32Array(seqs.length), maxBlocksPerSeq: 1, logitsIndices: new Int32Array(0),
-    stateSlots: Int32Array.from(seqs, (s) => s.slot) };
-}
 
 // Qwen3.5's layer (Dk = Dv = 128, 3 v heads a k head), a Dv that no warp's columns divide (Dk 64: 16 columns a
 // warp), and the smallest key dim the kernel takes
