@@ -178,6 +178,8 @@ export class Scheduler {
     const s: StepState = {
       budget: this.o.maxNumBatchedTokens, logitRows: this.o.maxPromptLogitRows, rows: new Map(), preempted: [], numStarted: 0,
     };
+    // proposals follow the last token: while a step is outstanding that token is not known (async scheduling)
+    if (this.outstanding.length > 0) for (const r of this.running) r.specTokenIds = [];
     const { primary, admit, fallback } = this.planStep();
     this.scheduleRunning(s, primary);
     if (admit && s.preempted.length === 0) this.admitWaiting(s);
