@@ -24,3 +24,11 @@ test('spec_decode counters: drafts, draft tokens, accepted tokens and accepted t
   const off = await new ApiMetrics({ stats: () => emptyStats() } as unknown as EngineClient).text();
   assert.ok(!off.includes('spec_decode'), 'no spec_decode metrics when speculation is off');
 });
+
+test('an engine still loading when the server started: the spec_decode counters appear at the first scrape after it is up', async () => {
+  let s = emptyStats();
+  const metrics = new ApiMetrics({ stats: () => s } as unknown as EngineClient, 'quire');
+  assert.ok(!(await metrics.text()).includes('spec_decode'));
+  s = { ...emptyStats(), specDecoding: { numDrafts: 2, numDraftTokens: 4, numAcceptedTokens: 3, numAcceptedTokensPerPos: [2, 1] } };
+  assert.ok((await metrics.text()).includes('quire:spec_decode_num_accepted_tokens_total 3'));
+});
