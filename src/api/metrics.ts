@@ -44,6 +44,7 @@ export class ApiMetrics {
   private readonly iterationTokens: Histogram;
   private lastNumSteps: number;
   private lastNumStepTokens: number;
+  private specRegistered = false;
 
   constructor(private readonly engine: EngineClient, private readonly names: MetricsNames = 'both',
     private readonly modelName = '') {
@@ -55,6 +56,7 @@ export class ApiMetrics {
     engineCounter('quire:prefix_cache_queries_total', 'Prefix cache queries, in tokens.', registers, () => stats().prefixCacheQueries);
     engineCounter('quire:prefix_cache_hits_total', 'Prefix cache hits, in tokens.', registers, () => stats().prefixCacheHits);
     engineCounter('quire:num_preemptions_total', 'Preemptions.', registers, () => stats().numPreemptions);
+    this.registerSpecDecoding();
     this.promptTokens = new Counter({ name: 'quire:prompt_tokens_total', help: 'Prompt tokens of served requests.', registers });
     this.generationTokens = new Counter({ name: 'quire:generation_tokens_total', help: 'Generated tokens of served requests.', registers });
     this.requestSuccess = new Counter({ name: 'quire:request_success_total', help: 'Finished requests by finish reason.', labelNames: ['finished_reason'], registers });
@@ -94,7 +96,32 @@ export class ApiMetrics {
     for (let i = 0; i < Math.min(numSteps, MAX_STEPS_OBSERVED_AT_ONCE); i++) this.iterationTokens.observe(perStep);
   }
 
+  /**
+   * vLLM's speculative-decoding counters, registered (as vLLM's) only when speculation is on: at the first scrape
+   * whose stats carry them where the engine was still loading when the server started (a deferred client).
+   */
+  private registerSpecDecoding(): void {
+    const stats = () => this.engine.stats();
+    const registers = [this.registry];
+    const spec = () => stats().specDecoding;
+    const numPositions = spec()?.numAcceptedTokensPerPos.length ?? 0;
+    if (this.specRegistered || numPositions === 0) return;
+    this.specRegistered = true;
+    engineCounter('quire:spec_decode_num_drafts_total', 'Verify rows: steps of a request with proposals.', registers, () => spec()!.numDrafts);
+    engineCounter('quire:spec_decode_num_draft_tokens_total', 'Proposed tokens.', registers, () => spec()!.numDraftTokens);
+    engineCounter('quire:spec_decode_num_accepted_tokens_total', 'Accepted proposed tokens.', registers, () => spec()!.numAcceptedTokens);
+    let last: number[] = new Array<number>(numPositions).fill(0);
+    new Counter({ name: 'quire:spec_decode_num_accepted_tokens_per_pos_total', help: 'Accepted proposed tokens by position.',
+      labelNames: ['position'], registers,
+      collect() {
+        const now = spec()!.numAcceptedTokensPerPos;
+        now.forEach((v, j) => this.inc({ position: String(j) }, Math.max(0, v - last[j]!)));
+        last = now.map((v, j) => Math.max(v, last[j]!));
+      } });
+  }
+
   async text(): Promise<string> {
+    this.registerSpecDecoding();
     const text = await this.registry.metrics();
     if (this.names === 'quire') return text;
     const vllm = asVllmMetrics(text, this.modelName);

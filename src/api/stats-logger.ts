@@ -12,6 +12,8 @@ interface Totals {
   generationTokens: number;
   queries: number;
   hits: number;
+  /** Speculative decoding's counters (absent: off). */
+  spec?: { drafts: number; drafted: number; accepted: number; perPos: number[] };
 }
 
 export class StatsLogger {
@@ -41,6 +43,8 @@ export class StatsLogger {
     const t: Totals = {
       atMs: this.now(), promptTokens: s.numPromptTokens, generationTokens: s.numGenerationTokens,
       queries: s.prefixCacheQueries, hits: s.prefixCacheHits,
+      ...(s.specDecoding ? { spec: { drafts: s.specDecoding.numDrafts, drafted: s.specDecoding.numDraftTokens,
+        accepted: s.specDecoding.numAcceptedTokens, perPos: s.specDecoding.numAcceptedTokensPerPos } } : {}),
     };
     const prev = this.last;
     this.last = t;
@@ -56,6 +60,22 @@ export class StatsLogger {
       + `Running: ${s.numRunning} reqs, Waiting: ${s.numWaiting} reqs, `
       + `KV cache usage: ${(100 * s.kvCacheUsage).toFixed(1)}%, Prefix cache hit rate: ${hitRate.toFixed(1)}%`;
     this.log(line);
-    return line;
+    const spec = specLine(prev, t, seconds);
+    if (spec !== null) this.log(spec);
+    return spec === null ? line : `${line}\n${spec}`;
   }
+}
+
+/** vLLM's SpecDecoding metrics line over the interval, or null (speculation off, or no proposal in it). */
+function specLine(prev: Totals, t: Totals, seconds: number): string | null {
+  if (!prev.spec || !t.spec) return null;
+  const drafts = t.spec.drafts - prev.spec.drafts;
+  if (drafts <= 0) return null;
+  const drafted = t.spec.drafted - prev.spec.drafted;
+  const accepted = t.spec.accepted - prev.spec.accepted;
+  const perPos = t.spec.perPos.map((v, j) => ((v - (prev.spec!.perPos[j] ?? 0)) / drafts).toFixed(3));
+  return `SpecDecoding metrics: Mean acceptance length: ${(1 + accepted / drafts).toFixed(2)}, `
+    + `Accepted throughput: ${(accepted / seconds).toFixed(2)} tokens/s, Drafted throughput: ${(drafted / seconds).toFixed(2)} tokens/s, `
+    + `Accepted: ${accepted} tokens, Drafted: ${drafted} tokens, Per-position acceptance rate: ${perPos.join(', ')}, `
+    + `Avg Draft acceptance rate: ${(drafted > 0 ? (100 * accepted) / drafted : 0).toFixed(1)}%`;
 }

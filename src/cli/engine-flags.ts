@@ -5,6 +5,17 @@ import { engineOptions, type EngineOptions } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
 import { atLeast, int } from './option-parsers.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
+import { parseSpeculativeConfig, SpeculativeConfigError, type SpeculativeConfig } from '../engine/spec/config.js';
+
+/** --speculative-config: vLLM's JSON, checked here so that a bad one fails before the model loads. */
+function speculativeConfigArg(v: string): SpeculativeConfig {
+  try {
+    return parseSpeculativeConfig(v);
+  } catch (e) {
+    if (e instanceof SpeculativeConfigError) throw new InvalidArgumentError(e.message.replace(/^--speculative-config: /, ''));
+    throw e;
+  }
+}
 
 /** vLLM's human-readable sizes: 1k = 1,000, 1K = 1,024 (m / M and g / G likewise); a plain integer as it is. */
 export function parseHumanInt(name: string, v: string): number {
@@ -130,6 +141,9 @@ export function addEngineFlags(cmd: Command): Command {
   cmd.optionsGroup(HELP_GROUPS.engine)
     .option('--block-size <n>', 'KV page size in tokens', atLeast(1), 16);
   addBooleanPair(cmd, '--enable-prefix-caching', 'reuse the KV pages of cached prompt prefixes', true, HELP_GROUPS.engine);
+  cmd.option('--speculative-config <json>', 'speculative decoding, as vLLM: \'{"method": "ngram", '
+    + '"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}\' (ngram only so far)',
+  speculativeConfigArg);
   cmd.optionsGroup(HELP_GROUPS.scheduling)
     .option('--max-num-seqs <n>', 'most sequences running at once (default 256)', atLeast(1))
     .option('--max-num-batched-tokens <n>', 'token budget per step (default as vLLM: 8192 for serve and 16384 '
@@ -192,6 +206,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     hfOverrides: (f.hfOverrides as Record<string, unknown> | undefined) ?? null,
     tokenizer: (f.tokenizer as string | undefined) ?? null,
     maxNumSeqs: f.maxNumSeqs as number | undefined,
+    speculativeConfig: (f.speculativeConfig as SpeculativeConfig | undefined) ?? null,
   };
   for (const k of Object.keys(given) as (keyof EngineOptions)[]) if (given[k] === undefined) delete given[k];
   return engineOptions({ ...given, model: (f.model as string | undefined) ?? defaultModelDir() });

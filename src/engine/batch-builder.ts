@@ -17,6 +17,16 @@ export interface ScheduledSeq {
   promptLogitsTo?: number;
   /** Its recurrent-state slot (a hybrid model's; the scheduler's row carries it); absent on other models. */
   stateSlot?: number;
+  /**
+   * Proposed tokens at the end of tokenIds (speculative decoding): a sampled row then wants the logits of its last
+   * 1 + specTokenIds.length positions, to verify each proposal and pick the token after them.
+   */
+  specTokenIds?: readonly number[];
+}
+
+/** Logits rows a sampled sequence takes: one, or one per verified position with proposals. */
+export function numSampleRows(s: ScheduledSeq): number {
+  return s.sample ? 1 + (s.specTokenIds?.length ?? 0) : 0;
 }
 
 /** Extra logits rows of a sequence: its prompt positions whose logits are wanted. */
@@ -26,8 +36,9 @@ export function numPromptLogitRows(s: ScheduledSeq): number {
 
 /**
  * Pads to `padToNumSeqs` one-token rows; with `samplePadding` they yield logits too (fixed-shape graphs).
- * logitsIndices: the sampled rows (a sequence each, in order), then the padding's, then every sequence's prompt
- * logit positions (numPromptLogitRows each, in sequence and position order).
+ * logitsIndices: the sampled rows (a sequence each, in order; numSampleRows consecutive positions for one with
+ * proposals), then the padding's, then every sequence's prompt logit positions (numPromptLogitRows each, in
+ * sequence and position order).
  */
 export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: number,
   padToNumSeqs = seqs.length, samplePadding = false): ForwardBatch {
@@ -37,8 +48,7 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
   for (const s of seqs) {
     numTokens += s.tokenIds.length;
     maxBlocksPerSeq = Math.max(maxBlocksPerSeq, s.blockTable.length);
-    if (s.sample) numLogits++;
-    numLogits += numPromptLogitRows(s);
+    numLogits += numSampleRows(s) + numPromptLogitRows(s);
   }
   const numPad = padToNumSeqs - seqs.length;
   numTokens += numPad;
@@ -70,7 +80,7 @@ export function buildForwardBatch(seqs: readonly ScheduledSeq[], blockSize: numb
     seqLens[i] = end;
     blockTables.set(s.blockTable, i * maxBlocksPerSeq);
     if (stateSlots) stateSlots[i] = s.stateSlot ?? -1;
-    if (s.sample) logitsIndices[l++] = t - 1;
+    for (let j = numSampleRows(s); j > 0; j--) logitsIndices[l++] = t - j;
   });
   // Padding rows (for fixed-shape decode graphs): one token each, position 0,
   // no KV write, attending to nothing but themselves through page 0.

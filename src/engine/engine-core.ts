@@ -23,10 +23,14 @@ import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
-import { defaultMaxModelLen, maxModelLenCap } from '../model/rope.js';
+import { defaultMaxModelLen } from '../model/rope.js';
+import { maxModelLenRefusal } from './max-model-len.js';
+import { parseSpeculativeConfig } from './spec/config.js';
+import { SpecDecoding, speculativeRefusal } from './spec/spec-decode.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
-import { readKnob } from '../knobs/knobs.js';
+
+export { maxModelLenRefusal } from './max-model-len.js';
 
 type EngineReq = Request<SequenceSamplingState>;
 
@@ -79,6 +83,8 @@ export class EngineCore {
   private readonly config: ModelConfig;
   private readonly eosTokenIds: readonly number[];
   private readonly sampler: Sampler;
+  /** Speculative decoding (--speculative-config); null: off. */
+  private readonly spec: SpecDecoding | null;
   private numPromptTokens = 0;
   private numGenerationTokens = 0;
   private numSteps = 0;
@@ -94,6 +100,7 @@ export class EngineCore {
     this.eosTokenIds = [...parts.eosTokenIds];
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
     this.runner = new ModelRunner(parts.model, this.sampler, options, this.eosTokenIds);
+    this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig) : null;
     const poolingOf = this.poolingOf;
     this.rowRequests = {
       promptOf: (id) => {
@@ -260,6 +267,8 @@ export class EngineCore {
    */
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
+    // proposals are made from the tokens on the host (spec/spec-decode.ts)
+    if (this.spec?.mayPropose(this.scheduler.running as EngineReq[])) return false;
     return this.scheduler.running.every((r) => {
       const st = (r as EngineReq).sampling!;
       return isDeviceSamplable(st, this.eosTokenIds) && st.numOutputTokens >= st.params.minTokens;
@@ -277,6 +286,7 @@ export class EngineCore {
     if (!this.scheduler.hasUnfinishedRequests()) return { outputs, work: null };
     const t0 = performance.now();
     try {
+      this.spec?.propose(this.scheduler.running as EngineReq[]);
       const so = this.scheduler.schedule();
       if (so.scheduledRequests.length === 0) return { outputs, work: null };
       const rows = this.countStep(so);
@@ -310,7 +320,7 @@ export class EngineCore {
     if (!work) return outputs;
     const t0 = performance.now();
     const { so, rows } = work;
-    const { tokenIds, logprobs, promptLogprobs, pooled } = work.wait();
+    const { tokenIds, logprobs, promptLogprobs, pooled, verified } = work.wait();
     this.executeMs += performance.now() - t0;
     if (pooled) outputs.push(...this.finishPooled(pooled));
     for (const [id, lps] of promptLogprobs ?? []) {
@@ -322,12 +332,17 @@ export class EngineCore {
     }
     const sampled = new Map<string, number[]>();
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
+    const numDraftsOf = verified ? new Map(so.scheduledRequests.map((r) => [r.requestId, r.specTokenIds.length])) : null;
     rows.forEach((req, i) => {
       if (pooled?.has(req.requestId)) return;
-      sampled.set(req.requestId, [tokenIds[i]!]);
-      req.sampling!.appendOutputTokens([tokenIds[i]!]);
-      const lp = logprobs[i];
-      if (lp) logprobsOf.set(req.requestId, [lp]);
+      const v = verified?.[i];
+      // a verify row's accepted tokens, cut at a stop; their logprobs are the target's
+      const tokens = v ? this.spec!.accept(req, numDraftsOf!.get(req.requestId)!, v.tokenIds, this.eosTokenIds,
+        this.info.maxModelLen) : [tokenIds[i]!];
+      sampled.set(req.requestId, tokens);
+      req.sampling!.appendOutputTokens(tokens);
+      const lps = v ? v.logprobs.slice(0, tokens.length) : [logprobs[i] ?? null];
+      if (lps[0]) logprobsOf.set(req.requestId, lps as TokenLogprob[]);
     });
 
     const news = this.scheduler.updateFromOutput(sampled);
@@ -411,6 +426,7 @@ export class EngineCore {
       minBytesRead: this.minBytesRead,
       numGraphCaptures: this.runner.numGraphCaptures,
       graphCaptureMs: this.runner.graphCaptureMs,
+      ...(this.spec ? { specDecoding: this.spec.stats() } : {}),
     };
   }
 
@@ -436,33 +452,16 @@ export class EngineCore {
   }
 }
 
-/** Why the engine cannot serve contexts of maxModelLen tokens for this model and options, or null. */
-export function maxModelLenRefusal(config: ModelConfig, maxModelLen: number,
-  options: Pick<ResolvedEngineOptions, 'enableChunkedPrefill' | 'maxNumBatchedTokens'>,
-  allowLong = readKnob('QUIRE_ALLOW_LONG_MAX_MODEL_LEN')): string | null {
-  if (maxModelLen > maxModelLenCap(config)) {
-    return `max_model_len (${maxModelLen}) is longer than the model's sliding window (${config.slidingWindow} tokens): `
-      + `Quire computes full attention, which is the model's only within the window; pass --max-model-len ${config.slidingWindow} or less`;
-  }
-  const derived = defaultMaxModelLen(config);
-  if (maxModelLen > derived && !allowLong) {
-    return `max_model_len (${maxModelLen}) is longer than the model's context (${derived}: max_position_embeddings `
-      + 'and its RoPE scaling), past which it was never trained; as vLLM, QUIRE_ALLOW_LONG_MAX_MODEL_LEN=1 allows it';
-  }
-  if (!options.enableChunkedPrefill && options.maxNumBatchedTokens < maxModelLen) {
-    return `max_num_batched_tokens (${options.maxNumBatchedTokens}) is smaller than max_model_len (${maxModelLen}): `
-      + 'with chunked prefill off a prompt must fit one step; raise --max-num-batched-tokens or lower --max-model-len';
-  }
-  return null;
-}
-
 /** Loads the model directory, picks and sizes the backend, and builds the engine core. */
 export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
   const t0 = performance.now();
+  // a bad --speculative-config fails before anything loads (resolveEngineOptions parses it again, to itself)
+  if (given.speculativeConfig != null) parseSpeculativeConfig(given.speculativeConfig);
   const dir = loaded ?? loadModelDir(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const cannot = backendRefusal(dir.config, backend.name) ?? sharedExpertRefusal(dir.config, backend.name);
+  const cannot = backendRefusal(dir.config, backend.name) ?? sharedExpertRefusal(dir.config, backend.name)
+    ?? speculativeRefusal(dir.config, options.speculativeConfig);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);

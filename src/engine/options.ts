@@ -1,6 +1,7 @@
 // Engine configuration, named after vLLM's engine arguments.
 
 import type { KvCacheDtype } from '../loader/fp8.js';
+import { parseSpeculativeConfig, type SpeculativeConfig, type SpeculativeConfigInput } from './spec/config.js';
 
 export type BackendKind = 'auto' | 'cpu' | 'cuda';
 export type StepPolicy = 'decode-first' | 'prefill-first' | 'decode-shape-stable';
@@ -62,6 +63,11 @@ export interface EngineOptions {
   hfOverrides: Record<string, unknown> | null;
   /** A directory (or cached repo id) to take the tokenizer and chat template from (vLLM's --tokenizer). */
   tokenizer: string | null;
+  /**
+   * Speculative decoding (vLLM's --speculative-config, spec/config.ts): proposals verified in the same forward as
+   * each decode token; null: off. The LLM class may pass vLLM's dict ({"method": "ngram", ...}): checked at start-up.
+   */
+  speculativeConfig: SpeculativeConfigInput | null;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -93,12 +99,16 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     cpuThreads: 0,
     hfOverrides: null,
     tokenizer: null,
+    speculativeConfig: null,
     ...o,
   };
 }
 
 /** EngineOptions with the per-device defaults filled in (createEngineCore). */
-export type ResolvedEngineOptions = EngineOptions & { maxNumBatchedTokens: number };
+export type ResolvedEngineOptions = Omit<EngineOptions, 'speculativeConfig'> & {
+  maxNumBatchedTokens: number;
+  speculativeConfig: SpeculativeConfig | null;
+};
 
 /** What picks the per-device defaults. */
 export interface DeviceFacts {
@@ -123,5 +133,6 @@ export function defaultMaxNumBatchedTokens(usage: UsageContext, device: DeviceFa
 }
 
 export function resolveEngineOptions(o: EngineOptions, device: DeviceFacts): ResolvedEngineOptions {
-  return { ...o, maxNumBatchedTokens: o.maxNumBatchedTokens ?? defaultMaxNumBatchedTokens(o.usageContext, device) };
+  return { ...o, maxNumBatchedTokens: o.maxNumBatchedTokens ?? defaultMaxNumBatchedTokens(o.usageContext, device),
+    speculativeConfig: o.speculativeConfig == null ? null : parseSpeculativeConfig(o.speculativeConfig) };
 }

@@ -2,6 +2,7 @@
 // engine core, which may run in a worker thread.
 
 import type { SamplingParams } from '../sampling/params.js';
+import type { SpecDecodingStats } from './spec/spec-decode.js';
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
 
@@ -84,6 +85,8 @@ export interface EngineStats {
   /** CUDA graphs captured, and the wall time of the steps that captured them (part of executeMs). */
   numGraphCaptures: number;
   graphCaptureMs: number;
+  /** Speculative decoding's counters (vLLM's spec_decode metrics); absent when it is off. */
+  specDecoding?: SpecDecodingStats;
   /**
    * Bytes the steps so far had to read at the least: the weights once per step and
    * every scheduled sequence's KV cache once (the bandwidth floor's numerator).

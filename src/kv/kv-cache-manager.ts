@@ -239,6 +239,17 @@ export class KVCacheManager {
   }
 
   /**
+   * Gives back the request's pages past its computed tokens (rejected speculative tokens were rolled back), last
+   * page first. Such pages were never registered in the prefix cache: a page is registered only once every one of
+   * its tokens is known (accepted), and proposals are not. Recurrent groups keep their slot.
+   */
+  removeTail(req: KVRequest): void {
+    const freed: KVBlock[] = [];
+    for (const m of this.managers) freed.push(...m.removeTail(req.requestId, req.numComputedTokens).reverse());
+    this.pool.freeBlocks(freed);
+  }
+
+  /**
    * Releases every page and state slot of the request in every group. Eviction order: the attention groups'
    * pages last page first, position by position across groups, so that shared prefix pages are evicted last and
    * the groups' cached prefixes shrink together (a hit needs them all). Pages past its computed tokens lose their

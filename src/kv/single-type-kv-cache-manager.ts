@@ -29,6 +29,8 @@ export interface SingleTypeKVCacheManager {
    * What it held outside the pool goes back at once.
    */
   popBlocksForFree(req: KVRequest): KVBlock[];
+  /** Drops the request's pool pages past its first numTokens tokens from its table; returns them in sequence order. */
+  removeTail(requestId: string, numTokens: number): KVBlock[];
   blockTable(requestId: string): readonly number[];
   requestIds(): Iterable<string>;
   /** Pool pages a request of numTokens tokens holds at most in this group. */
@@ -107,6 +109,17 @@ export class FullAttentionManager implements SingleTypeKVCacheManager {
     this.numCachedBlocksOf.set(req.requestId, numFull);
   }
 
+  removeTail(requestId: string, numTokens: number): KVBlock[] {
+    const blocks = this.blocksOf.get(requestId);
+    if (blocks === undefined) return [];
+    const keep = Math.ceil(numTokens / this.blockSize);
+    if (blocks.length <= keep) return [];
+    const tail = blocks.splice(keep);
+    this.blockIdsOf.get(requestId)!.length = keep;
+    for (const b of tail) if (b.blockHash !== null) throw new Error(`page ${b.blockId} rolled back while registered in the prefix cache`);
+    return tail;
+  }
+
   popBlocksForFree(req: KVRequest): KVBlock[] {
     const id = req.requestId;
     const blocks = this.blocksOf.get(id) ?? [];
@@ -178,6 +191,10 @@ export class RecurrentStateManager implements SingleTypeKVCacheManager {
   }
 
   cacheFullBlocks(): void {}
+
+  removeTail(): KVBlock[] {
+    return [];
+  }
 
   popBlocksForFree(req: KVRequest): KVBlock[] {
     const table = this.tableOf.get(req.requestId);

@@ -52,6 +52,11 @@ export class Request<S = unknown> implements KVRequest {
    * recompute makes none twice. Starts at numPromptTokens - 1 (nothing wanted) unless init.promptLogits.
    */
   promptLogitsDone: number;
+  /**
+   * Proposed next tokens (speculative decoding) the next step may feed after its last token, to be verified;
+   * set by the engine's proposer before each schedule() of a decoding request, consumed (cleared) when scheduled.
+   */
+  specTokenIds: number[] = [];
 
   constructor(init: RequestInit<S>) {
     if (init.promptTokenIds.length === 0) throw new Error(`request ${init.requestId}: empty prompt`);
@@ -104,6 +109,13 @@ export class Request<S = unknown> implements KVRequest {
     this.allTokenIds.push(-(row + 1));
     this.numPlaceholders++;
     return this.allTokenIds.length - 1;
+  }
+
+  /** Accepted tokens after the sampled one of a verify step (speculative decoding), known at once. */
+  appendTokens(tokenIds: readonly number[]): void {
+    if (this.numPlaceholders > 0) throw new Error(`request ${this.requestId}: tokens appended behind a placeholder`);
+    this.outputTokenIds.push(...tokenIds);
+    this.allTokenIds.push(...tokenIds);
   }
 
   /** The sampled token in the place appendPlaceholder returned (placeholders are filled in order). */

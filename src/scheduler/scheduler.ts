@@ -59,6 +59,11 @@ export interface ScheduledRequest {
   restoreStateFrom?: number;
   /** After the step (which ends at a page end of the prompt), stateSlot is copied into this cached-state slot. */
   saveStateTo?: number;
+  /**
+   * Proposed tokens fed after the request's last token (speculative decoding; empty for others): tokenIds ends
+   * with them, seqLen counts them, and the row wants logits for its last 1 + specTokenIds.length positions.
+   */
+  specTokenIds: number[];
   /** Pages newly taken from the pool this step, every group (page ids are global). */
   newBlockIds: number[];
   /** KV length after this step. */
@@ -173,6 +178,8 @@ export class Scheduler {
     const s: StepState = {
       budget: this.o.maxNumBatchedTokens, logitRows: this.o.maxPromptLogitRows, rows: new Map(), preempted: [], numStarted: 0,
     };
+    // proposals follow the last token: while a step is outstanding that token is not known (async scheduling)
+    if (this.outstanding.length > 0) for (const r of this.running) r.specTokenIds = [];
     const { primary, admit, fallback } = this.planStep();
     this.scheduleRunning(s, primary);
     if (admit && s.preempted.length === 0) this.admitWaiting(s);
@@ -197,7 +204,9 @@ export class Scheduler {
   /**
    * The sampled tokens of the oldest outstanding step, one per sampling row, in place of its placeholders.
    * Requests finished or aborted since it was scheduled are skipped; a request preempted since keeps its
-   * token (its row ran before its pages were given away).
+   * token (its row ran before its pages were given away). A row with k proposed tokens takes 1 .. k + 1 tokens
+   * (the accepted proposals, then the target's next one): the KV of the rejected proposals is rolled back
+   * (numComputedTokens rewinds, pages left empty go back to the pool).
    */
   updateFromOutput(sampled: ReadonlyMap<string, readonly number[]> | Readonly<Record<string, readonly number[]>>):
     NewTokens[] {
@@ -210,11 +219,19 @@ export class Scheduler {
       const req = this.requests.get(row.requestId);
       if (req === undefined || !row.sample) continue;
       const tokens = get(row.requestId);
-      if (tokens === undefined || tokens.length !== 1) {
-        throw new Error(`request ${row.requestId}: ${tokens?.length ?? 0} sampled tokens, expected 1`);
+      const numSpec = row.specTokenIds.length;
+      if (tokens === undefined || tokens.length < 1 || tokens.length > 1 + numSpec) {
+        throw new Error(`request ${row.requestId}: ${tokens?.length ?? 0} sampled tokens, expected ${numSpec > 0 ? `1 to ${1 + numSpec}` : 1}`);
       }
       req.fillPlaceholder(row.placeholderAt, tokens[0]!);
-      news.push({ requestId: row.requestId, newTokenIds: [tokens[0]!] });
+      if (tokens.length > 1) req.appendTokens(tokens.slice(1));
+      const numRejected = numSpec - (tokens.length - 1);
+      // a request preempted since holds no pages and recomputes from 0
+      if (numRejected > 0 && req.status === 'RUNNING') {
+        req.numComputedTokens -= numRejected;
+        this.kv.removeTail(req);
+      }
+      news.push({ requestId: row.requestId, newTokenIds: [...tokens] });
     }
     return news;
   }
@@ -275,12 +292,22 @@ export class Scheduler {
       if (s.budget <= 0) break;
       if (req.status !== 'RUNNING' || s.rows.has(req) || !accept(req)) continue;
       if (req.numOutputTokens >= req.maxTokens) continue;  // its last token is scheduled: it ends when that comes
-      const numNew = this.numTokensFor(req, req.numComputedTokens, s);
+      if (req.specTokenIds.length > 0 && !req.isDecoding) req.specTokenIds = [];
+      let numNew = this.numTokensFor(req, req.numComputedTokens, s);
       if (numNew <= 0) continue;
+      // proposals past the budget are dropped (they are only guesses), never the token they follow
+      const numSpec = Math.max(0, numNew - (req.numTokens - req.numComputedTokens));
+      if (numSpec < req.specTokenIds.length) req.specTokenIds = req.specTokenIds.slice(0, numSpec);
       let newBlockIds: number[] | null = null;
       for (;;) {
         newBlockIds = this.kv.allocateSlots(req, numNew);
         if (newBlockIds !== null) break;
+        if (req.specTokenIds.length > 0) {
+          // short of pages: the proposals go before anyone is preempted for them
+          numNew -= req.specTokenIds.length;
+          req.specTokenIds = [];
+          continue;
+        }
         const victim = this.pickVictim();
         this.preempt(victim, s);
         if (victim === req) break;
@@ -296,7 +323,8 @@ export class Scheduler {
   private admitWaiting(s: StepState): void {
     while (this.waiting.length > 0 && s.budget > 0 && this.running.length < this.o.maxNumSeqs) {
       const req = this.peekWaiting();
-      if (req.numPlaceholders > 0) break;  // preempted with a token still to come: resumes once it has it
+      if (req.numPlaceholders > 0) break;
+      req.specTokenIds = [];  // preempted with a token still to come: resumes once it has it
       // prompt logits still wanted: every position is computed (vLLM skips the prefix cache the same way)
       const computed = req.numPromptLogitsLeft > 0 ? NO_COMPUTED_BLOCKS : this.kv.getComputedBlocks(req);
       const numUncached = req.numTokens - computed.numCachedTokens;
@@ -320,7 +348,7 @@ export class Scheduler {
   }
 
   private numTokensFor(req: Request, numComputed: number, s: StepState): number {
-    let n = req.numTokens - numComputed;
+    let n = req.numTokens + req.specTokenIds.length - numComputed;
     if (this.o.longPrefillTokenThreshold > 0) n = Math.min(n, this.o.longPrefillTokenThreshold);
     n = Math.min(n, s.budget);
     // A chunk that would compute wanted prompt logits stops where this step's rows run out.
@@ -355,6 +383,7 @@ export class Scheduler {
     }
     this.kv.free(victim);
     victim.numComputedTokens = 0;
+    victim.specTokenIds = [];
     victim.status = 'PREEMPTED';
     victim.numPreemptions++;
     this.waiting.unshift(victim);
@@ -370,9 +399,11 @@ export class Scheduler {
       const start = row.numComputedBefore;
       const seqLen = start + row.numNew;
       const blockTables = this.kv.blockTables(req.requestId).map((t) => t.slice());
-      const sample = seqLen === req.numTokens;
+      const specTokenIds = req.specTokenIds;
+      req.specTokenIds = [];
+      const sample = seqLen - specTokenIds.length === req.numTokens;
       const isDecode = req.isDecoding;
-      const tokenIds = req.allTokenIds.slice(start, seqLen);
+      const tokenIds = req.allTokenIds.slice(start, seqLen - specTokenIds.length).concat(specTokenIds);
       const promptLogitsFrom = Math.max(start, req.promptLogitsDone);
       const promptLogitsTo = Math.max(promptLogitsFrom, Math.min(seqLen, req.numPromptTokens - 1));
       req.promptLogitsDone = Math.max(req.promptLogitsDone, promptLogitsTo);
@@ -381,7 +412,7 @@ export class Scheduler {
       scheduledRequests.push({
         requestId: req.requestId, tokenIds, numScheduledTokens: row.numNew,
         numComputedTokensBefore: start, startPosition: start, blockTable: blockTables[this.kv.pagedGroup]!, blockTables,
-        newBlockIds: row.newBlockIds, seqLen, sample, promptLogitsFrom, promptLogitsTo, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
+        specTokenIds, newBlockIds: row.newBlockIds, seqLen, sample, promptLogitsFrom, promptLogitsTo, placeholderAt: sample ? req.appendPlaceholder(numSampled++) : -1,
         isPrefillChunk: !sample, isDecode, isNewlyAdmitted: row.isNewlyAdmitted,
         numCachedTokens: Math.max(0, req.numCachedTokens),
         ...(this.kv.hasStateSlots ? { stateSlot: this.kv.stateSlot(req.requestId) } : {}),

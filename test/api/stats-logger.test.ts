@@ -26,3 +26,22 @@ test('logs the interval\'s throughput, queue, KV usage and prefix hit rate; says
   assert.equal(logger.tick(), null);
   assert.equal(lines.length, 2);
 });
+
+test('with speculative decoding, vLLM\'s SpecDecoding line follows: acceptance length, throughputs, per-position rates', () => {
+  const s = { ...emptyStats(), specDecoding: { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0, numAcceptedTokensPerPos: [0, 0] } };
+  let now = 0;
+  const lines: string[] = [];
+  const logger = new StatsLogger({ stats: () => structuredClone(s) }, (l) => lines.push(l), () => now);
+  logger.tick();
+  Object.assign(s, { numGenerationTokens: 300, numRunning: 1 });
+  s.specDecoding = { numDrafts: 100, numDraftTokens: 200, numAcceptedTokens: 150, numAcceptedTokensPerPos: [90, 60] };
+  now += 10_000;
+  logger.tick();
+  assert.equal(lines[1], 'SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 15.00 tokens/s, '
+    + 'Drafted throughput: 20.00 tokens/s, Accepted: 150 tokens, Drafted: 200 tokens, Per-position acceptance rate: '
+    + '0.900, 0.600, Avg Draft acceptance rate: 75.0%');
+  s.numGenerationTokens = 400;
+  now += 10_000;
+  logger.tick();
+  assert.equal(lines.length, 3, 'no proposal in the interval: no SpecDecoding line');
+});

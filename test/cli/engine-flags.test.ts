@@ -108,3 +108,14 @@ test('integer and number flags refuse other values through commander, naming the
   assert.match(errorOf(['--seed', '']), /argument '' is invalid\. expected an integer\./, 'an empty value is not 0');
   assert.equal(parse(['--model', '/m', '--seed', '7']).seed, 7);
 });
+
+test('--speculative-config: vLLM\'s JSON reaches EngineOptions parsed; an unknown field or method is refused by name', () => {
+  const o = engineOptionsFromFlags(parse(['--model', '/m', '--speculative-config',
+    '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}']));
+  assert.deepEqual(o.speculativeConfig, { method: 'ngram', numSpeculativeTokens: 3, promptLookupMin: 4, promptLookupMax: 4 });
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).speculativeConfig, null);
+  assert.throws(() => parse(['--speculative-config', '{"method": "ngram", "num_speculative_tokens": 3, "k": 1}']),
+    /--speculative-config <json>' argument .*unknown or unsupported field "k"/);
+  assert.throws(() => parse(['--speculative-config', '{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}']),
+    /method "draft_model" is not supported yet/);
+});

@@ -88,7 +88,12 @@ function checkPages(kv: KVCacheManager, sched: Scheduler, kinds: readonly string
 
 type Config = typeof configArb extends fc.Arbitrary<infer T> ? T : never;
 
-function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlots = cfg.maxNumSeqs): void {
+/**
+ * With `spec`, each synchronous step first gives decoding requests proposals (as the engine's proposer, never past
+ * max_tokens) and the fake verifier accepts a prefix of them: rejected positions roll back (pages freed), and the
+ * KV labels below are written from the tokens the step fed, proposals included.
+ */
+function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlots = cfg.maxNumSeqs, spec = 0): void {
   const { blockSize, numBlocks, enablePrefixCaching, ...rest } = cfg;
   const kv = new KVCacheManager({ numBlocks, blockSize, enablePrefixCaching, ...(groups ? { groups } : {}), numStateSlots });
   const kinds = groups?.map((g) => g.spec.kind) ?? ['full_attention'];
@@ -102,7 +107,14 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlot
   const hadFirstToken = new Set<string>();
 
   // schedule a step: check its rows, and return its KV writes (run as the device would) and its tokens
-  const schedule = () => {
+  const schedule = (propose = false) => {
+    if (propose) {
+      for (const req of sched.running) {
+        const room = Math.min(spec, req.maxTokens - req.numOutputTokens - 1);
+        req.specTokenIds = req.isDecoding && room > 0
+          ? Array.from({ length: 1 + ((req.numTokens + numArrived) % room) }, (_, j) => (req.numTokens + j) % 4) : [];
+      }
+    }
     const hashedBefore = new Set<number>();
     for (let b = 1; b < numBlocks; b++) if (kv.pool.block(b).blockHash !== null) hashedBefore.add(b);
     const out = sched.schedule();
@@ -148,7 +160,11 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlot
         assert.equal(row.blockTables[g]!.length, 1, 'one state slot a request');
         assert.equal(row.stateSlot, row.blockTables[g]![0], 'the row\'s state slot is its recurrent group\'s');
       });
-      if (row.sample) sampled.set(row.requestId, [(row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
+      assert.ok(row.specTokenIds.length === 0 || (spec > 0 && row.isDecode && row.sample), 'proposals on a row that cannot verify them');
+      assert.deepEqual(row.tokenIds.slice(row.tokenIds.length - row.specTokenIds.length), row.specTokenIds);
+      // a verify row keeps a prefix of its proposals (how many: any, from the step), then the target's token
+      const numKept = row.specTokenIds.length === 0 ? 0 : (row.seqLen + numArrived) % (row.specTokenIds.length + 1);
+      if (row.sample) sampled.set(row.requestId, [...row.specTokenIds.slice(0, numKept), (row.seqLen * 3 + (req.promptTokenIds[0]! % 4)) % 4]);
     }
     assert.ok(numLogitRows <= cfg.maxPromptLogitRows, `${numLogitRows} prompt logit rows in a step`);
     // labels from the tokens as they are when the step runs (a token scheduled ahead is known by then)
@@ -167,7 +183,9 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlot
             return;
           }
           const { positions, slots } = rowSlots({ ...row, blockTable: table }, blockSize);
-          slots.forEach((slot, j) => store.set(slot, label(req, positions[j]!)));
+          // a proposal's position is labelled with the proposed tokens (what the forward computes there)
+          const fed = [...req.allTokenIds.slice(0, row.seqLen - row.specTokenIds.length), ...row.specTokenIds];
+          slots.forEach((slot, j) => store.set(slot, `${req.cacheSalt}|${fed.slice(0, positions[j]! + 1).join(',')}`));
         });
       }
     };
@@ -190,6 +208,8 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlot
     sched.finishRequests(done, 'FINISHED_LENGTH');
     if (!checkReads) return;
     for (const req of sched.running) {
+      // rejected proposals' pages went back: a running request holds the pages of its computed tokens only
+      if (spec > 0) assert.equal(kv.blockTable(req.requestId).length, Math.ceil(req.numComputedTokens / blockSize), `${req.requestId} kept a rolled-back page`);
       kv.blockTables(req.requestId).forEach((table, g) => {
         if (kinds[g] === 'recurrent') {
           assert.equal(store.get(-(table[0]! + 1)), label(req, req.numComputedTokens - 1),
@@ -204,7 +224,7 @@ function runStream(cfg: Config, ops: Op[], groups?: KVCacheGroup[], numStateSlot
     }
   };
   const doStep = () => {
-    const s = schedule();
+    const s = schedule(spec > 0);
     s.write();
     complete(s, true);
   };
@@ -261,4 +281,11 @@ test('the same streams over two and three KV cache groups (full attention of two
   // state slots from 1 (admission waits for one) to more than maxNumSeqs
   fc.assert(fc.property(configArbWith(24), fc.array(opArb, { maxLength: 80 }), groupsArb, fc.integer({ min: 1, max: 6 }),
     (cfg, ops, groups, numStateSlots) => runStream(cfg, ops, groups, numStateSlots)), { numRuns: 1000 });
+});
+
+test('the same streams with speculative decoding: proposals fed after the last token, a prefix of them kept; the KV '
+  + 'of the rest rolled back and its pages freed, every computed position holding what its tokens say, no leak', () => {
+  fc.assert(fc.property(configArb, fc.array(opArb, { maxLength: 80 }), fc.integer({ min: 1, max: 4 }),
+    fc.constantFrom<KVCacheGroup[] | undefined>(undefined, [{ spec: full(8), layers: [0] }, { spec: full(2), layers: [1] }]),
+    (cfg, ops, k, groups) => runStream(cfg, ops, groups, cfg.maxNumSeqs, k)), { numRuns: 1000 });
 });

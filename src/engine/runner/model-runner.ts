@@ -10,7 +10,7 @@ import { buildRowSampling, isDeviceSamplable } from '../../sampling/device-sampl
 import type { Sampler, SampleOutput } from '../../sampling/sampler.js';
 import type { SequenceSamplingState } from '../../sampling/sequence-state.js';
 import type { TokenLogprob } from '../../sampling/types.js';
-import { buildForwardBatch, numPromptLogitRows, type ScheduledSeq } from '../batch-builder.js';
+import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
 import { graphBucket, graphBuckets, largestStep } from './graph-buckets.js';
 
 /** A scheduled row as the runner needs it. */
@@ -87,18 +87,22 @@ export class ModelRunner {
    */
   private launchForward(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[],
     requests: RowRequests): LaunchedStep {
-    const onDevice = states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
+    // rows with proposals (speculative decoding) are verified on the host from their positions' logits; such a
+    // step is never graphed (a graph's rows are one token each)
+    const drafts = rows.some((r) => (r.specTokenIds?.length ?? 0) > 0)
+      ? rows.filter((r) => r.sample).map((r) => r.specTokenIds) : undefined;
+    const onDevice = drafts === undefined && states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
       rows.every((r) => numPromptLogitRows(r) === 0);
     const graphs = this.options.enforceEager ? undefined : this.backend.graphs;
-    const bucket = rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
+    const bucket = drafts === undefined && rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
     const batch = graphs && bucket !== null ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
     const graphed = bucket !== null ? graphs : undefined;
     if (!onDevice) {
-      const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests) : null;
+      const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests, drafts) : null;
       if (scored) return { wait: () => scored, sampledOnDevice: false };
       const logits = graphed ? graphed.run(-bucket!, batch, () => this.model.forward(batch)) : this.model.forward(batch);
-      const result = this.sampler.sample(logits, states);
+      const result = this.sampler.sample(logits, states, drafts);
       return { wait: () => result, sampledOnDevice: false };
     }
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
@@ -118,12 +122,13 @@ export class ModelRunner {
    * logits reach the host.
    */
   private forwardScored(batch: ForwardBatch, rows: readonly RunnerRow[], states: readonly SequenceSamplingState[],
-    requests: RowRequests): SampleOutput {
+    requests: RowRequests, drafts: readonly (readonly number[] | undefined)[] | undefined): SampleOutput {
     const wanted = rows.filter((r) => numPromptLogitRows(r) > 0).map((r) => ({ r, req: requests.promptOf(r.requestId) }));
     const numTop = Math.max(...wanted.map(({ req }) => req.promptLogprobs ?? 0));
     const targets = Int32Array.from(wanted.flatMap(({ r, req }) => req.promptTokenIds.slice(r.promptLogitsFrom! + 1, r.promptLogitsTo! + 1)));
-    const out = this.model.forwardScored(batch, states.length, targets, numTop);
-    const result = this.sampler.sample(out.logits, states);
+    const numSampled = rows.reduce((a, r) => a + numSampleRows(r), 0);
+    const out = this.model.forwardScored(batch, numSampled, targets, numTop);
+    const result = this.sampler.sample(out.logits, states, drafts);
     const ints = out.scored;
     const floats = new Float32Array(ints.buffer, ints.byteOffset, ints.length);
     const width = 2 + 2 * numTop;

@@ -1,0 +1,88 @@
+// Speculative decoding in the engine (issue 41): before each schedule() every running request that decodes gets
+// proposals (the n-gram proposer's), which the scheduler feeds after its last token as more tokens of that request
+// in the flat batch; the runner verifies them (sampler.ts, rejection-sampler.ts) and the engine keeps the accepted
+// ones, cut at the first stop, then counts them as vLLM's SpecDecodingStats do.
+//
+// Proposals need the request's tokens on the host, so no step is scheduled ahead of one whose tokens are unknown
+// while a request could propose (EngineCore.canScheduleAhead): async scheduling's overlap is off for such steps.
+// Structured-output requests are not speculated (their grammar matcher cannot take tokens back).
+
+import type { ModelConfig } from '../../loader/types.js';
+import type { SequenceSamplingState } from '../../sampling/sequence-state.js';
+import { checkStop } from '../../sampling/stop.js';
+import type { Request } from '../../scheduler/request.js';
+import type { SpeculativeConfig } from './config.js';
+import { proposeNgram } from './ngram-proposer.js';
+
+type EngineReq = Request<SequenceSamplingState>;
+
+/** vLLM's spec-decoding counters, cumulative. */
+export interface SpecDecodingStats {
+  /** Verify rows (a request's step with at least one proposal). */
+  numDrafts: number;
+  numDraftTokens: number;
+  numAcceptedTokens: number;
+  /** Per proposal position: how many times it was accepted (length numSpeculativeTokens). */
+  numAcceptedTokensPerPos: number[];
+}
+
+/** Why the model cannot run with speculative decoding, or null. */
+export function speculativeRefusal(config: ModelConfig, spec: SpeculativeConfig | null): string | null {
+  if (spec === null || config.hybrid === null) return null;
+  return 'speculative decoding is not supported for hybrid models yet: their recurrent (DeltaNet) state cannot be '
+    + 'rolled back past rejected proposals (issue 41); drop --speculative-config';
+}
+
+export class SpecDecoding {
+  private readonly counts: SpecDecodingStats;
+
+  constructor(readonly config: SpeculativeConfig) {
+    this.counts = { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0,
+      numAcceptedTokensPerPos: new Array<number>(config.numSpeculativeTokens).fill(0) };
+  }
+
+  /** Whether the request may get proposals: running, decoding its known last token, no grammar. */
+  private eligible(req: EngineReq): boolean {
+    return req.status === 'RUNNING' && req.isDecoding && req.numPlaceholders === 0 && req.sampling?.constraint === null;
+  }
+
+  /** Whether any running request could get proposals (their tokens must then be on the host before scheduling). */
+  mayPropose(running: readonly EngineReq[]): boolean {
+    return running.some((r) => r.sampling?.constraint === null);
+  }
+
+  /** Sets every running request's proposals for the next schedule(): at most k, none past its max_tokens. */
+  propose(running: readonly EngineReq[]): void {
+    const { numSpeculativeTokens: k, promptLookupMin, promptLookupMax } = this.config;
+    for (const req of running) {
+      const room = Math.min(k, req.maxTokens - req.numOutputTokens - 1);
+      req.specTokenIds = room > 0 && this.eligible(req)
+        ? proposeNgram(req.allTokenIds, room, { promptLookupMin, promptLookupMax }) : [];
+    }
+  }
+
+  /**
+   * The tokens a verify row emits, cut after the first that ends the request (a stop token, max_tokens, the
+   * context): nothing is emitted past a stop. Counts the row's proposals and acceptances (before the cut, as
+   * vLLM counts them).
+   */
+  accept(req: EngineReq, numDraftTokens: number, tokenIds: readonly number[], eosTokenIds: readonly number[],
+    maxModelLen: number): number[] {
+    const numAccepted = tokenIds.length - 1;
+    this.counts.numDrafts++;
+    this.counts.numDraftTokens += numDraftTokens;
+    this.counts.numAcceptedTokens += numAccepted;
+    for (let j = 0; j < numAccepted; j++) this.counts.numAcceptedTokensPerPos[j]!++;
+    const base = req.numSampledOutputTokens;
+    for (let j = 0; j < tokenIds.length - 1; j++) {
+      const stop = checkStop({ sampling: req.sampling!.params, numPromptTokens: req.numPromptTokens,
+        numOutputTokens: base + j + 1, maxModelLen }, tokenIds[j]!, eosTokenIds);
+      if (stop) return tokenIds.slice(0, j + 1);
+    }
+    return [...tokenIds];
+  }
+
+  stats(): SpecDecodingStats {
+    return { ...this.counts, numAcceptedTokensPerPos: [...this.counts.numAcceptedTokensPerPos] };
+  }
+}

@@ -1,0 +1,49 @@
+// --speculative-config: vLLM's fields, refused by name when unknown or not yet supported; the n-gram proposer.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { parseSpeculativeConfig } from '../../src/engine/spec/config.js';
+import { proposeNgram } from '../../src/engine/spec/ngram-proposer.js';
+
+test('an ngram config parses with vLLM\'s defaults (lookup 5..5; one bound given sets the other), camelCase too', () => {
+  assert.deepEqual(parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 3}'),
+    { method: 'ngram', numSpeculativeTokens: 3, promptLookupMin: 5, promptLookupMax: 5 });
+  assert.deepEqual(parseSpeculativeConfig({ method: 'ngram', num_speculative_tokens: 2, prompt_lookup_max: 4 }),
+    { method: 'ngram', numSpeculativeTokens: 2, promptLookupMin: 4, promptLookupMax: 4 });
+  const parsed = parseSpeculativeConfig('{"model": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 3}');
+  assert.deepEqual(parsed, { method: 'ngram', numSpeculativeTokens: 4, promptLookupMin: 2, promptLookupMax: 3 });
+  assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
+});
+
+test('a config is refused naming the method or field at fault', () => {
+  const refused: [string, RegExp][] = [
+    ['{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}', /field "draft_tensor_parallel_size"/],
+    ['{"method": "lookahead", "num_speculative_tokens": 3}', /method "lookahead" is unknown/],
+    ['{"method": "draft_model", "model": "/m", "num_speculative_tokens": 3}', /method "draft_model" is not supported yet/],
+    ['{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}', /method "eagle3" is not supported yet/],
+    ['{"method": "mtp", "num_speculative_tokens": 1}', /method "mtp" is not supported yet/],
+    ['{"method": "ngram"}', /num_speculative_tokens is required/],
+    ['{"method": "ngram", "num_speculative_tokens": 0}', /num_speculative_tokens must be a positive integer/],
+    ['{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}', /prompt_lookup_min \(4\) is larger/],
+    ['{"num_speculative_tokens": 2}', /method is required/],
+    ['[1]', /expected a JSON object/],
+    ['{method', /not JSON/],
+  ];
+  for (const [json, why] of refused) assert.throws(() => parseSpeculativeConfig(json), why, json);
+});
+
+test('n-gram proposals: the longest recurring suffix (prompt_lookup_max down to _min), its earliest occurrence, the k tokens after it', () => {
+  const o = { promptLookupMin: 1, promptLookupMax: 3 };
+  // suffix [1, 2, 3] recurs at 0: propose what followed it
+  assert.deepEqual(proposeNgram([1, 2, 3, 4, 5, 9, 1, 2, 3], 2, o), [4, 5]);
+  // the 3-gram [7, 1, 2] does not recur; the 2-gram [1, 2] does, earliest at 0 (not at 4)
+  assert.deepEqual(proposeNgram([1, 2, 8, 8, 1, 2, 6, 7, 1, 2], 3, o), [8, 8, 1]);
+  // a longer match wins over an earlier shorter one
+  assert.deepEqual(proposeNgram([2, 9, 5, 2, 1, 5, 2], 1, { promptLookupMin: 1, promptLookupMax: 2 }), [1]);
+  // proposals stop at the end of what is known (an overlap with the suffix itself)
+  assert.deepEqual(proposeNgram([3, 3, 3], 5, o), [3]);
+  // nothing recurs at min length: no proposal
+  assert.deepEqual(proposeNgram([1, 2, 3, 4], 3, { promptLookupMin: 2, promptLookupMax: 3 }), []);
+  assert.deepEqual(proposeNgram([1, 2, 1, 2], 0, o), []);
+  assert.deepEqual(proposeNgram([1], 3, { promptLookupMin: 2, promptLookupMax: 2 }), []);
+});
