@@ -1,0 +1,44 @@
+// n-gram speculative decoding on CUDA with the bundled demo model (trained: its proposals get accepted). In the
+// batch-invariant mode a verify step's rows have the bits of one-token decode steps, so greedy transcripts are
+// identical with speculation on and off; in the default mode the k + 1 rows of a verify step take the prompt-chunk
+// GEMMs and attention, so the transcripts are printed (their md5s), and acceptance is checked to happen.
+
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { LLM } from '../../src/engine/llm.js';
+import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
+import { defaultModelDir } from '../../src/loader/default-model.js';
+import { noCuda } from './cuda-helpers.js';
+
+const PROMPTS = [
+  'And God said, Let there be light: and there was light. And God said, Let there be light: and there was',
+  'In the beginning God created the heaven and the earth. And the earth was without form',
+  'The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures',
+  'And he said unto them, Go ye into all the world. And he said unto them,',
+];
+const SPEC = { method: 'ngram', num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 4 };
+
+describe('n-gram speculative decoding on CUDA', { skip: noCuda }, () => {
+  const run = async (batchInvariant: boolean, spec: boolean) => {
+    const llm = new LLM(defaultModelDir(), { backend: 'cuda', batchInvariant, maxModelLen: 512,
+      ...(spec ? { speculativeConfig: SPEC } : {}) });
+    try {
+      const out = await llm.generate(PROMPTS, { maxTokens: 64, temperature: 0, ignoreEos: true });
+      return { t: out.map((c) => c.tokenIds), stats: await llm.stats() };
+    } finally {
+      await llm.close();
+    }
+  };
+
+  for (const batchInvariant of [true, false]) {
+    test(`greedy, ${batchInvariant ? 'batch-invariant mode: identical transcripts' : 'default mode'} with speculation on and off; proposals accepted`, async () => {
+      const off = await run(batchInvariant, false);
+      const on = await run(batchInvariant, true);
+      const accepted = on.stats.specDecoding?.numAcceptedTokens ?? 0;
+      console.log(`# transcript md5 off ${transcriptMd5(off.t)} on ${transcriptMd5(on.t)}  demo cuda-bf16` +
+        `${batchInvariant ? ' batch-invariant' : ''}; ${accepted} of ${on.stats.specDecoding?.numDraftTokens ?? 0} drafts accepted`);
+      assert.ok(accepted > 0, 'no proposal accepted');
+      if (batchInvariant) assert.deepEqual(on.t, off.t);
+    });
+  }
+});
