@@ -4,6 +4,7 @@
 # ${OUT:-/tmp/bars}. Models are random-weight ones of bench/shapes.json, made once under /tmp.
 #   bash scripts/gpu-bars.sh            # every row
 #   ROWS="w2 w1" bash scripts/gpu-bars.sh   # some rows: w2 w1 w2-8b w1-8b prefill startup peer
+#   ROWS="w2-ctx w2-8b-ctx" ...  # the decode issue's rows: batch 1 at 128, 4k, 16k and 32k of context (weights + K/V)
 #   ROWS="w2-moe w1-moe prefill-moe serve-moe startup-moe" ...  # the mixture-of-experts issue's rows (qwen3-30b-a3b,
 #   61 GB of bf16 on disk: made alone, not beside the 8b model on a 64 GiB disk)
 #   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
@@ -40,8 +41,8 @@ summary() {
     ].filter(Boolean).join(", "));' "$1"
 }
 
-if want w2 || want w1 || want peer; then make_model "$M06" qwen3-0.6b "${quant[@]}"; fi
-if want w2-8b || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
+if want w2 || want w1 || want peer || want w2-ctx; then make_model "$M06" qwen3-0.6b "${quant[@]}"; fi
+if want w2-8b || want w2-8b-ctx || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
 
 if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want startup-moe; then
   make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
@@ -59,6 +60,13 @@ if want w1; then
   echo "== W1 qwen3-0.6b (bar 20,000 output tok/s)"
   $Q bench offline --workload w1 --model "$M06" "${common[@]}" --max-num-seqs 256 --json "$OUTDIR/w1-06.json" >"$OUTDIR/w1-06.log" 2>&1; summary "$OUTDIR/w1-06.json"
 fi
+for row in w2-ctx w2-8b-ctx; do
+  want $row || continue
+  m=$([[ $row == w2-ctx ]] && echo "$M06" || echo "$M8")
+  echo "== W2 $([[ $row == w2-ctx ]] && echo qwen3-0.6b || echo qwen3-8b), batch 1 by context (bar 80% of the roofline of weights + K/V at 4k, 16k, 32k)"
+  $Q bench decode --model "$m" --backend cuda --force --max-model-len 33000 --context-lens 128,4096,16384,32000 --batch-sizes 1 2>&1 \
+    | grep -E "roofline|tokens/s"
+done
 if want w2-8b; then
   echo "== W2 qwen3-8b (bar 165 tok/s)"
   $Q bench decode --model "$M8" "${common[@]}" --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type { LLM } from '../engine/llm.js';
 import { loadLLM } from './load-progress.js';
-import { acquireBenchLock, benchDecode, collectProvenance, describeGpuProcesses, gpuPreflight } from '../lab/index.js';
+import { acquireBenchLock, benchDecode, collectProvenance, decodeRooflineStepsPerS, describeGpuProcesses, gpuPreflight,
+  meanMeasuredContext } from '../lab/index.js';
 import { loadModelConfig } from '../loader/config.js';
 import { resolveModelPath } from '../loader/hub-cache.js';
 import type { ModelDir } from '../loader/model-dir.js';
@@ -175,9 +176,10 @@ function offlineCommand(): Command {
 
 function decodeCommand(): Command {
   const cmd = new Command('decode')
-    .description('W2 decode rate by the difference method, in-process, at several batch sizes')
+    .description('W2 decode rate by the difference method, in-process, at several batch sizes (and context lengths)')
     .option('--batch-sizes <list>', 'batch sizes', ints, [1])
     .option('--prompt-len <n>', 'prompt tokens', count, 128)
+    .option('--context-lens <list>', 'prompt tokens, one run each (replaces --prompt-len), e.g. 128,1024,4096,16384', ints)
     .option('--g1 <n>', 'short generation', count, 64)
     .option('--g2 <n>', 'long generation', count, 320)
     .option('--repeats <n>', 'measured repeats', count, 2)
@@ -187,32 +189,41 @@ function decodeCommand(): Command {
   addLockFlags(addEngineFlags(cmd));
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
+    const contextLens = (f.contextLens as number[] | undefined) ?? null;
     await withLock(f, async () => {
       const llm = await loadLLM(model, options);
       try {
         const dir = await llm.ready();
         const bandwidth = await llm.copyBandwidth();
-        const rooflineTokensPerS = bandwidth === null ? null : bandwidth / llm.engineInfo().weightBytesPerStep;
-        if (bandwidth !== null && rooflineTokensPerS !== null) {
-          console.log(`copy bandwidth ${(bandwidth / 1e12).toFixed(2)} TB/s, ${(llm.engineInfo().weightBytesPerStep / 2 ** 30)
-            .toFixed(2)} GiB of weights per step: roofline ${rooflineTokensPerS.toFixed(0)} steps/s`);
+        const info = llm.engineInfo();
+        const bytes = { weightBytes: info.weightBytesPerStep, kvBytesPerToken: info.kvBytesPerToken,
+          stateBytesPerSeq: info.bytesPerStateSlot };
+        if (bandwidth !== null) {
+          console.log(`copy bandwidth ${(bandwidth / 1e12).toFixed(2)} TB/s, ${(info.weightBytesPerStep / 2 ** 30)
+            .toFixed(2)} GiB of weights per step: roofline ${(bandwidth / info.weightBytesPerStep).toFixed(0)} steps/s `
+            + `(less with each row's K/V: ${(info.kvBytesPerToken / 1024).toFixed(1)} KiB a token of context)`);
         }
-        for (const batchSize of f.batchSizes as number[]) {
-          const before = await llm.stats();
-          const r = await benchDecode({
-            targets: [{ name: 'quire', run: llmBatchRunner(llm, { temperature: f.temperature as number,
-              ...(f.topP !== undefined ? { topP: f.topP as number } : {}), ...(f.topK !== undefined ? { topK: f.topK as number } : {}) }) }],
-            batchSize, promptTokens: f.promptLen as number,
-            g1: f.g1 as number, g2: f.g2 as number, numRepeats: f.repeats as number, vocabSize: dir.config.vocabSize,
-          });
-          const t = r.targets[0]!;
-          const after = await llm.stats();
-          const hostMs = after.hostMs - before.hostMs;
-          const hostShare = hostMs / (hostMs + after.executeMs - before.executeMs);
-          const roofline = rooflineTokensPerS === null ? ''
-            : `, ${(100 * t.perSeqTokensPerS / rooflineTokensPerS).toFixed(1)}% of the per-sequence roofline`;
-          console.log(`batch ${batchSize}: ${t.medianTokensPerS.toFixed(1)} tokens/s (${t.perSeqTokensPerS.toFixed(1)} per sequence${roofline}; `
-            + `engine host time ${(100 * hostShare).toFixed(1)}% of step time)`);
+        for (const promptTokens of contextLens ?? [f.promptLen as number]) {
+          for (const batchSize of f.batchSizes as number[]) {
+            const before = await llm.stats();
+            const r = await benchDecode({
+              targets: [{ name: 'quire', run: llmBatchRunner(llm, { temperature: f.temperature as number,
+                ...(f.topP !== undefined ? { topP: f.topP as number } : {}), ...(f.topK !== undefined ? { topK: f.topK as number } : {}) }) }],
+              batchSize, promptTokens, g1: f.g1 as number, g2: f.g2 as number, numRepeats: f.repeats as number,
+              vocabSize: dir.config.vocabSize,
+            });
+            const t = r.targets[0]!;
+            const after = await llm.stats();
+            const hostMs = after.hostMs - before.hostMs;
+            const hostShare = hostMs / (hostMs + after.executeMs - before.executeMs);
+            const context = meanMeasuredContext(promptTokens, r.g1, r.g2);
+            const roofline = bandwidth === null ? ''
+              : `, ${(100 * t.perSeqTokensPerS / decodeRooflineStepsPerS(bandwidth, bytes, batchSize, context)).toFixed(1)}% `
+                + 'of the per-sequence roofline of weights, K/V and state '
+                + `(${(100 * t.perSeqTokensPerS * info.weightBytesPerStep / bandwidth).toFixed(1)}% of the weights-only one)`;
+            console.log(`${contextLens ? `context ${promptTokens}, ` : ''}batch ${batchSize}: ${t.medianTokensPerS.toFixed(1)} tokens/s `
+              + `(${t.perSeqTokensPerS.toFixed(1)} per sequence${roofline}; engine host time ${(100 * hostShare).toFixed(1)}% of step time)`);
+          }
         }
       } finally {
         await llm.close();

@@ -493,7 +493,8 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
     grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
       dir.config.vocabSize, dir.generation.eosTokenIds),
-    info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(), bytesPerStateSlot },
+    info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
+      kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
   }, engineOptions);
   core.runner.captureGraphs();
   core.info.loadMs = Math.round(performance.now() - t0);

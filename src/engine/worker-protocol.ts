@@ -18,6 +18,8 @@ export interface EngineInfo {
   loadMs: number;
   /** Bytes of weights one decode step reads (the bandwidth roofline's numerator). */
   weightBytesPerStep: number;
+  /** Bytes of K and V a token of context holds over every attention layer (a decode step reads them all). */
+  kvBytesPerToken: number;
   /** The token budget per step in effect (the flag's value, or the default for this device). */
   maxNumBatchedTokens: number;
   maxNumSeqs: number;

@@ -99,3 +99,27 @@ export function httpBatchRunner(url: string, model: string, extraBody: Record<st
     return elapsedMs;
   };
 }
+
+/** What one decode step reads: the weights, each row's K and V of its context, and a hybrid's recurrent state. */
+export interface DecodeStepBytes {
+  weightBytes: number;
+  kvBytesPerToken: number;
+  /** Bytes of recurrent state a sequence holds (read and written every step); 0 for other models. */
+  stateBytesPerSeq: number;
+}
+
+/**
+ * The per-sequence roofline, in steps/s, of a batch of `batchSize` rows at `contextTokens` of context each (the
+ * mean over the measured tokens): copy bandwidth over the bytes a step moves, the weights once and each row's K/V
+ * of its context and its state (read and written). A share of it is a row's tokens/s over this.
+ */
+export function decodeRooflineStepsPerS(bandwidth: number, b: DecodeStepBytes, batchSize: number,
+  contextTokens: number): number {
+  return bandwidth / (b.weightBytes + batchSize * (contextTokens * b.kvBytesPerToken + 2 * b.stateBytesPerSeq));
+}
+
+/** The mean context of the tokens the difference method counts: the prompt plus the middle of (g1, g2]. */
+export function meanMeasuredContext(promptTokens: number, g1: number, g2: number): number {
+  return promptTokens + (g1 + g2) / 2;
+}
+

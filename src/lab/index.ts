@@ -2,8 +2,8 @@
 
 export { benchServe, levelMetrics, levelRatios, RATIO_METRICS } from './bench-serve.js';
 export type { BenchServeOptions, BenchServeResult, BenchTarget, LevelMetrics, LevelRatio, LevelRun, LevelSummary, RatioMetric } from './bench-serve.js';
-export { benchDecode, httpBatchRunner } from './bench-decode.js';
-export type { BatchRunner, BenchDecodeOptions, BenchDecodeResult, DecodeTarget } from './bench-decode.js';
+export { benchDecode, decodeRooflineStepsPerS, httpBatchRunner, meanMeasuredContext } from './bench-decode.js';
+export type { BatchRunner, BenchDecodeOptions, BenchDecodeResult, DecodeStepBytes, DecodeTarget } from './bench-decode.js';
 export { streamCompletion } from './client.js';
 export type { CompletionRequest, RequestResult } from './client.js';
 export * from './gate.js';

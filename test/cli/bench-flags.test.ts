@@ -70,6 +70,7 @@ test('counts and sampling values: positive integers where a count is meant, numb
     /option '--warmup <n>' argument '-1' is invalid\. expected an integer of at least 0\./);
   assert.match(await benchServeError([...base, '--concurrency', '2', '--num-requests', 'many']),
     /option '--num-requests <n>' argument 'many' is invalid\. expected a positive integer\./);
+  assert.match(await errorOf('decode', ['--context-lens', '128,4k']), /option '--context-lens <list>' argument '128,4k' is invalid\. expected a comma-separated list of positive integers\./);
   assert.match(await errorOf('decode', ['--g1', '0']), /option '--g1 <n>' argument '0' is invalid\. expected a positive integer\./);
   assert.match(await errorOf('decode', ['--temperature', 'warm']),
     /option '--temperature <t>' argument 'warm' is invalid\. expected a number\./);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { benchDecode, httpBatchRunner, type BatchRunner } from '../../src/lab/bench-decode.js';
+import { benchDecode, decodeRooflineStepsPerS, httpBatchRunner, meanMeasuredContext, type BatchRunner } from '../../src/lab/bench-decode.js';
 import { startMockServer } from './mock-openai.js';
 
 function linearRunner(startupMs: number, msPerToken: number, seen: { batch: number; maxTokens: number; first: number }[]): BatchRunner {
@@ -44,3 +44,16 @@ test('HTTP batch runner sends id prompts, EOS ignored, and times the batch', asy
   }
   await assert.rejects(httpBatchRunner('http://127.0.0.1:9', 'm')([[1]], 2), /decode batch against/);
 });
+
+test('the decode roofline counts each row\'s K/V of its mean measured context and its state, beside the weights', () => {
+  // 1 GB of weights, 100 KB of K/V a token, no state: one row at 4,000 tokens of context reads 1.4 GB a step
+  const b = { weightBytes: 1e9, kvBytesPerToken: 1e5, stateBytesPerSeq: 0 };
+  assert.equal(decodeRooflineStepsPerS(2.8e12, b, 1, 4000), 2000);
+  // 8 rows: 1 GB + 8 x 0.4 GB
+  assert.equal(decodeRooflineStepsPerS(4.2e12, b, 8, 4000), 1000);
+  // a hybrid's state is read and written every step, by each row
+  assert.equal(decodeRooflineStepsPerS(2e12, { ...b, kvBytesPerToken: 0, stateBytesPerSeq: 0.25e9 }, 2, 4000), 1000);
+  // the difference method counts the tokens between g1 and g2: their mean context
+  assert.equal(meanMeasuredContext(1000, 64, 320), 1192);
+});
+
