@@ -14,7 +14,7 @@ import {
   buildPrefill, buildW4, buildW5 as buildOfflineW5, llmBatchRunner, loadW1, offlinePromptsFile, prefillFlops, randomTokens, runOffline,
   type OfflineResult,
 } from '../lab/offline.js';
-import { offlineSummary, type OfflineRun } from '../lab/offline-summary.js';
+import { offlineSummary, type OfflineRun, specDecodingLine } from '../lab/offline-summary.js';
 import { startProgress } from '../lab/progress.js';
 import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
@@ -221,8 +221,10 @@ function decodeCommand(): Command {
               : `, ${(100 * t.perSeqTokensPerS / decodeRooflineStepsPerS(bandwidth, bytes, batchSize, context)).toFixed(1)}% `
                 + 'of the per-sequence roofline of weights, K/V and state '
                 + `(${(100 * t.perSeqTokensPerS * info.weightBytesPerStep / bandwidth).toFixed(1)}% of the weights-only one)`;
+            const spec = specDecodingLine(after.specDecoding, before.specDecoding);
             console.log(`${contextLens ? `context ${promptTokens}, ` : ''}batch ${batchSize}: ${t.medianTokensPerS.toFixed(1)} tokens/s `
-              + `(${t.perSeqTokensPerS.toFixed(1)} per sequence${roofline}; engine host time ${(100 * hostShare).toFixed(1)}% of step time)`);
+              + `(${t.perSeqTokensPerS.toFixed(1)} per sequence${roofline}; engine host time ${(100 * hostShare).toFixed(1)}% of step time)`
+              + (spec === null ? '' : `; ${spec}`));
           }
         }
       } finally {

@@ -1,6 +1,7 @@
 // The human end of quire bench offline: one table row per run, and for W5 the prefix cache on against off (the
 // comparison the run exists for). The raw results go to --json.
 
+import type { SpecDecodingStats } from '../engine/spec/spec-decode.js';
 import type { OfflineResult } from './offline.js';
 
 export type OfflineRun = OfflineResult & Record<string, unknown>;
@@ -47,6 +48,8 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
       lines.push(`${r.workload}: ${fmt(r.promptTokensPerS as number)} prompt tokens/s, ${fmt(r.modelTflopPerS, 3)} TFLOP/s`
         + (typeof r.shareOfGemmPeak === 'number' ? `, ${fmt(100 * r.shareOfGemmPeak)}% of the GEMM peak` : ''));
     }
+    const spec = specDecodingLine(r.stats.specDecoding);
+    if (spec !== null) lines.push(`${r.workload}: ${spec}`);
     if (typeof r.reservedFullContextSeqs === 'number') {
       lines.push(`${r.workload}: ${int(r.stats.numRunningPeak)} sequences ran at once where a full-context reservation `
         + `would allow ${int(r.reservedFullContextSeqs)} (${fmt(r.ratioVsReserved as number, 2)}x); ${int(r.stats.numPreemptions)} preemptions`);
@@ -54,3 +57,20 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
   }
   return lines.join('\n');
 }
+
+/**
+ * Speculative decoding's counters since `since` (or since start) in one line, with vLLM's mean acceptance length:
+ * 1 + accepted / drafts, the tokens a verify step yields on average. null without drafts.
+ */
+export function specDecodingLine(now: SpecDecodingStats | undefined, since?: SpecDecodingStats): string | null {
+  if (now === undefined) return null;
+  const drafts = now.numDrafts - (since?.numDrafts ?? 0);
+  const draftTokens = now.numDraftTokens - (since?.numDraftTokens ?? 0);
+  const accepted = now.numAcceptedTokens - (since?.numAcceptedTokens ?? 0);
+  if (drafts <= 0) return null;
+  const perPos = now.numAcceptedTokensPerPos.map((n, i) => fmt((n - (since?.numAcceptedTokensPerPos[i] ?? 0)) / drafts, 2));
+  return `speculative decoding: mean acceptance length ${fmt(1 + accepted / drafts, 2)} (${int(accepted)} of `
+    + `${int(draftTokens)} draft tokens accepted, ${fmt(100 * accepted / Math.max(1, draftTokens))}%, over ${int(drafts)} `
+    + `drafts; per position ${perPos.join(', ')})`;
+}
+

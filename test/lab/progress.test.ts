@@ -65,3 +65,18 @@ test('bench offline ends with a table, and W5 compares the prefix cache on again
   assert.match(text, /w5 prefix cache on +8 +1,760 +64 +1\.50/);
   assert.match(text, /prefix cache on vs off: 3\.00x faster \(1\.50 s against 4\.50 s\); it computed 416 of the 1,760 prompt tokens sent \(23\.6%\), against 1,760 without it/);
 });
+
+test('the offline summary and bench decode give speculative decoding\'s mean acceptance length (vLLM\'s 1 + accepted / drafts)', async () => {
+  const { specDecodingLine } = await import('../../src/lab/offline-summary.js');
+  const before = { numDrafts: 10, numDraftTokens: 40, numAcceptedTokens: 20, numAcceptedTokensPerPos: [8, 6, 4, 2] };
+  const now = { numDrafts: 30, numDraftTokens: 120, numAcceptedTokens: 70, numAcceptedTokensPerPos: [26, 20, 16, 8] };
+  assert.equal(specDecodingLine(now), 'speculative decoding: mean acceptance length 3.33 (70 of 120 draft tokens '
+    + 'accepted, 58.3%, over 30 drafts; per position 0.87, 0.67, 0.53, 0.27)');
+  // since an earlier reading: 20 drafts, 50 of 80 accepted
+  assert.match(specDecodingLine(now, before) ?? '', /mean acceptance length 3\.50 \(50 of 80 draft tokens accepted, 62\.5%, over 20 drafts; per position 0\.90, 0\.70, 0\.60, 0\.30\)/);
+  assert.equal(specDecodingLine(undefined), null);
+  assert.equal(specDecodingLine(now, now), null, 'no drafts since');
+  const run: OfflineRun = { engine: 'quire', workload: 'w1', numRequests: 1, numPromptTokens: 10, numOutputTokens: 10,
+    wallS: 1, outputTokensPerS: 10, ttftP50Ms: 1, stats: { ...emptyStats(), specDecoding: now } };
+  assert.match(offlineSummary([run]), /w1: speculative decoding: mean acceptance length 3\.33/);
+});
