@@ -13,6 +13,11 @@ test('an ngram config parses with vLLM\'s defaults (lookup 5..5; one bound given
   const parsed = parseSpeculativeConfig('{"model": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 3}');
   assert.deepEqual(parsed, { method: 'ngram', numSpeculativeTokens: 4, promptLookupMin: 2, promptLookupMax: 3 });
   assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
+  const capped = parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 8}');
+  assert.equal(capped.disableByBatchSize, 8);
+  assert.deepEqual(parseSpeculativeConfig(capped), capped);
+  assert.throws(() => parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}'),
+    /disable_by_batch_size must be a positive integer/);
 });
 
 test('a config is refused naming the method or field at fault', () => {

@@ -85,6 +85,20 @@ test('the same prompt several times (as n > 1 runs it, sharing cached pages) and
   assert.ok(on.stats.numSteps < off.stats.numSteps);
 });
 
+test('disable_by_batch_size: no proposals in a step of that many running requests or more', async () => {
+  const off = await generate(DEMO, {}, PROMPTS, { maxTokens: 20 });
+  const at = (n: number, opts: Partial<EngineOptions> = {}) =>
+    generate(DEMO, { speculativeConfig: { ...SPEC, disable_by_batch_size: n }, ...opts }, PROMPTS, { maxTokens: 20 });
+  // one running request is already too many: speculation never runs, and the transcripts are as without it
+  const never = await at(1);
+  assert.deepEqual(never.tokenIds, off.tokenIds);
+  assert.equal(never.stats.specDecoding!.numDrafts, 0);
+  // one request at a time stays below 2: every step may speculate
+  const single = await at(2, { maxNumSeqs: 1 });
+  assert.deepEqual(single.tokenIds, off.tokenIds);
+  assert.ok(single.stats.specDecoding!.numAcceptedTokens > 0);
+});
+
 test('stops apply to accepted tokens in order: max_tokens, a stop token and a stop string end where they do without speculation', async () => {
   const off = await generate(DEMO, {}, PROMPTS, { maxTokens: 40 });
   // a token the transcripts produce midway, as a stop token: the request must end on its first occurrence

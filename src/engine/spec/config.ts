@@ -4,7 +4,8 @@
 
 /** The methods vLLM names; only 'ngram' is implemented. */
 const KNOWN_METHODS = ['ngram', 'draft_model', 'eagle', 'eagle3', 'mtp', 'medusa', 'mlp_speculator'] as const;
-const FIELDS = ['method', 'model', 'num_speculative_tokens', 'prompt_lookup_min', 'prompt_lookup_max'] as const;
+const FIELDS = ['method', 'model', 'num_speculative_tokens', 'prompt_lookup_min', 'prompt_lookup_max',
+  'disable_by_batch_size'] as const;
 
 /** A checked speculative-decoding configuration (the n-gram proposer's). */
 export interface SpeculativeConfig {
@@ -14,11 +15,17 @@ export interface SpeculativeConfig {
   /** The shortest and longest suffix n-gram looked up in the request's tokens. */
   promptLookupMin: number;
   promptLookupMax: number;
+  /**
+   * vLLM's disable_by_batch_size: no proposals in a step where this many requests or more are running (a large batch
+   * is compute-bound already, and its verify rows would cost more than the accepted tokens save). Absent: always on.
+   */
+  disableByBatchSize?: number;
 }
 
 /** What a program may give: vLLM's dict (snake_case keys), its camelCase form, or a parsed config. */
 export type SpeculativeConfigInput = SpeculativeConfig | {
   method?: string; model?: string; num_speculative_tokens?: number; prompt_lookup_min?: number; prompt_lookup_max?: number;
+  disable_by_batch_size?: number;
 };
 
 /** Thrown for a configuration the engine cannot run; the message names the field. */
@@ -68,5 +75,7 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
   min ??= max!;
   max ??= min;
   if (min > max) fail(`prompt_lookup_min (${min}) is larger than prompt_lookup_max (${max})`);
-  return { method: 'ngram', numSpeculativeTokens: k, promptLookupMin: min, promptLookupMax: max };
+  const disableByBatchSize = positiveInt(obj, 'disable_by_batch_size');
+  return { method: 'ngram', numSpeculativeTokens: k, promptLookupMin: min, promptLookupMax: max,
+    ...(disableByBatchSize !== null ? { disableByBatchSize } : {}) };
 }

@@ -46,17 +46,26 @@ export class SpecDecoding {
     return req.status === 'RUNNING' && req.isDecoding && req.numPlaceholders === 0 && req.sampling?.constraint === null;
   }
 
-  /** Whether any running request could get proposals (their tokens must then be on the host before scheduling). */
-  mayPropose(running: readonly EngineReq[]): boolean {
-    return running.some((r) => r.sampling?.constraint === null);
+  /** Speculation is off for a step of this many running requests (disable_by_batch_size). */
+  private offFor(running: readonly EngineReq[]): boolean {
+    return this.config.disableByBatchSize !== undefined && running.length >= this.config.disableByBatchSize;
   }
 
-  /** Sets every running request's proposals for the next schedule(): at most k, none past its max_tokens. */
+  /** Whether any running request could get proposals (their tokens must then be on the host before scheduling). */
+  mayPropose(running: readonly EngineReq[]): boolean {
+    return !this.offFor(running) && running.some((r) => r.sampling?.constraint === null);
+  }
+
+  /**
+   * Sets every running request's proposals for the next schedule(): at most k, none past its max_tokens; none at
+   * all in a step of disable_by_batch_size running requests or more.
+   */
   propose(running: readonly EngineReq[]): void {
     const { numSpeculativeTokens: k, promptLookupMin, promptLookupMax } = this.config;
+    const off = this.offFor(running);
     for (const req of running) {
       const room = Math.min(k, req.maxTokens - req.numOutputTokens - 1);
-      req.specTokenIds = room > 0 && this.eligible(req)
+      req.specTokenIds = !off && room > 0 && this.eligible(req)
         ? proposeNgram(req.allTokenIds, room, { promptLookupMin, promptLookupMax }) : [];
     }
   }
