@@ -72,20 +72,23 @@ for (const [what, lossy] of [['FP8-cache path (cpu-f32-fp8kv)', { kvCacheDtype: 
   });
 }
 
-// a mixture of experts (make-test-model --shape tiny-qwen3-moe, seed 0): the recorded transcript is the engine's
-test('the MoE test model\'s recorded cpu-f32 transcript (bench/gates/tiny-qwen3-moe.json) is what the CPU engine gives', async () => {
-  const { packageRoot } = await import('../../src/cli/default-model.js');
-  const { loadGatePrompts } = await import('../../src/lab/index.js');
-  const root = packageRoot();
-  const dir = mkdtempSync(join(tmpdir(), 'quire-gate-moe-'));
-  await makeTestModel({ shape: 'tiny-qwen3-moe', outDir: dir, dtype: 'bf16', seed: 0 });
-  const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1 });
-  try {
-    const r = await runTranscriptGate({ generator: llmGenerator(llm), prompts: loadGatePrompts(join(root, 'bench', 'gate-prompts.json')),
-      pathKey: 'cpu-f32', canonicalPath: join(root, 'bench', 'gates', 'tiny-qwen3-moe.json'), mode: 'check' });
-    assert.equal(r.passed, true, `mismatches: ${JSON.stringify(r.mismatches.slice(0, 2))}`);
-  } finally {
-    await llm.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+// a mixture of experts, a hybrid (gated DeltaNet + gated attention) and a hybrid with experts and a shared expert
+// (make-test-model --shape <name>, seed 0): each recorded transcript is the CPU engine's
+for (const shape of ['tiny-qwen3-moe', 'tiny-qwen3.5', 'tiny-qwen3-next']) {
+  test(`the ${shape} test model's recorded cpu-f32 transcript (bench/gates/${shape}.json) is what the CPU engine gives`, async () => {
+    const { packageRoot } = await import('../../src/cli/default-model.js');
+    const { loadGatePrompts } = await import('../../src/lab/index.js');
+    const root = packageRoot();
+    const dir = mkdtempSync(join(tmpdir(), 'quire-gate-model-'));
+    await makeTestModel({ shape, outDir: dir, dtype: 'bf16', seed: 0 });
+    const llm = new LLM(dir, { backend: 'cpu', cpuThreads: 1 });
+    try {
+      const r = await runTranscriptGate({ generator: llmGenerator(llm), prompts: loadGatePrompts(join(root, 'bench', 'gate-prompts.json')),
+        pathKey: 'cpu-f32', canonicalPath: join(root, 'bench', 'gates', `${shape}.json`), mode: 'check' });
+      assert.equal(r.passed, true, `mismatches: ${JSON.stringify(r.mismatches.slice(0, 2))}`);
+    } finally {
+      await llm.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
