@@ -38,7 +38,7 @@ export class GgufMeta {
     }
     const n = typeof v === 'bigint' ? Number(v) : v;
     if (typeof n !== 'number' || !Number.isFinite(n)) this.fail(key, `must be a number, got ${describe(v)}`);
-    return n;
+    return shortestF32Decimal(n);
   }
 
   string(key: string): string | undefined {
@@ -62,6 +62,19 @@ export class GgufMeta {
   }
 }
 
+/**
+ * GGUF keeps float fields as f32 (1e-5 as 0.0000099999997): the shortest decimal that rounds to the same f32 is the
+ * value config.json held, so a GGUF model computes with the same epsilon and theta as its Hugging Face original.
+ */
+export function shortestF32Decimal(x: number): number {
+  if (Number.isInteger(x) || Math.fround(x) !== x) return x;
+  for (let digits = 1; digits <= 9; digits++) {
+    const d = Number(x.toPrecision(digits));
+    if (Math.fround(d) === x) return d;
+  }
+  return x;
+}
+
 function describe(v: GgufValue | undefined): string {
   if (Array.isArray(v)) return `an array of ${v.length}`;
   return typeof v === 'bigint' ? String(v) : JSON.stringify(v);
@@ -73,7 +86,7 @@ function llama3ScalingFromFactors(m: GgufMeta, factors: Float32Array, headDim: n
   // Llama 3.1 / 3.2's published values; the factors are checked against them, so another setting is refused, not guessed
   const low = 1, high = 4, orig = m.number(`llama.rope.scaling.original_context_length`, 8192);
   for (let i = 0; i < factors.length; i++) {
-    const wavelen = (2 * Math.PI) / theta ** ((2 * i) / headDim);
+    const wavelen = 2 * Math.PI * theta ** ((2 * i) / headDim);
     let want: number;
     if (wavelen < orig / high) want = 1;
     else if (wavelen > orig / low) want = factor;

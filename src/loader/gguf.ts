@@ -45,6 +45,11 @@ export class GgufFile {
     const fileBytes = fstatSync(fd).size;
     closeSync(fd);
     const dataStart = Number(parsed.tensorDataOffset);
+    // the parser does not notice a header cut short (it reads zeros past the end): its own end must lie in the file
+    if (parsed.tensorInfoByteRange[1] > fileBytes || dataStart > fileBytes) {
+      throw new ModelLoadError(file, `the header is truncated: it runs to byte ${Math.max(parsed.tensorInfoByteRange[1], dataStart)}, ` +
+        `the file has ${fileBytes}`);
+    }
     const tensors = new Map<string, GgufTensor>();
     for (const t of parsed.tensorInfos) {
       const type = ggmlTypeName(t.dtype);
