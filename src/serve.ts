@@ -9,7 +9,7 @@ import { toEngineOptions, type LLMOptions } from './engine/llm-params.js';
 import { engineOptions } from './engine/options.js';
 import { WorkerEngineClient } from './engine/worker-client.js';
 import { defaultModelDir } from './loader/default-model.js';
-import { loadModelDir } from './loader/model-dir.js';
+import { loadModel } from './loader/model-dir.js';
 import { defaultMaxModelLen } from './model/rope.js';
 
 export interface ServeOptions {
@@ -46,7 +46,7 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
   }
   const opts = engineOptions({ ...toEngineOptions(options.engine), model: options.model ?? defaultModelDir(),
     usageContext: 'api-server' });
-  const dir = loadModelDir(opts.model, opts);
+  const dir = await loadModel(opts.model, opts);
   const modelName = options.servedModelName ?? basename(dir.dir);
   const engine = new DeferredEngineClient();
   const server = createServer({

@@ -12,7 +12,7 @@ import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
 import { loadChatTemplateArg } from '../loader/chat-template.js';
-import { loadModelDir } from '../loader/model-dir.js';
+import { loadModel } from '../loader/model-dir.js';
 import { describeSamplingDefaults, parseGenerationOverride, samplingDefaults, type SamplingDefaults } from '../api/sampling-defaults.js';
 import { addBooleanPair, addEngineFlags, engineOptionsFromFlags, HELP_GROUPS } from './engine-flags.js';
 import { addVllmCompatFlags } from './vllm-flags.js';
@@ -100,7 +100,7 @@ export function serveCommand(): Command {
         cmd.error(`quire serve: ${(e as Error).message}`);
       }
     }
-    const dir = loadModelDir(options.model, options);
+    const dir = await loadModel(options.model, options);
     let defaults: SamplingDefaults = {};
     try {
       defaults = samplingDefaults(flags.generationConfig as string, dir.dir, flags.overrideGenerationConfig as SamplingDefaults | undefined);

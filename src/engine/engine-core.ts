@@ -5,7 +5,7 @@
 
 import type { Backend } from '../backend/backend.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
-import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
+import { loadModel, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import { Model } from '../model/model.js';
 import { fp8ExpertsRefusal, weightFitRefusal } from '../model/weight-fit.js';
@@ -457,7 +457,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const t0 = performance.now();
   // a bad --speculative-config fails before anything loads (resolveEngineOptions parses it again, to itself)
   if (given.speculativeConfig != null) parseSpeculativeConfig(given.speculativeConfig);
-  const dir = loaded ?? loadModelDir(given.model, given);
+  const dir = loaded ?? await loadModel(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const cannot = backendRefusal(dir.config, backend.name) ?? sharedExpertRefusal(dir.config, backend.name)
@@ -491,7 +491,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
   const core = new EngineCore({
     model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    grammarVocab: () => grammarVocabFromTokenizerJson(readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')) as Record<string, unknown>,
+    grammarVocab: () => grammarVocabFromTokenizerJson(dir.tokenizerJson ?? readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')),
       dir.config.vocabSize, dir.generation.eosTokenIds),
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
       kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },

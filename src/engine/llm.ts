@@ -4,7 +4,7 @@
 // incremental detokenizer (stop strings).
 
 import { renderChat } from '../loader/chat-template.js';
-import { loadModelDir, type ModelDir } from '../loader/model-dir.js';
+import { loadModel, type ModelDir } from '../loader/model-dir.js';
 import type { ChatMessage } from '../loader/types.js';
 import { defaultSamplingParams, type SamplingParams } from '../sampling/params.js';
 import { modelPoolerConfig } from '../loader/pooler-config.js';
@@ -72,7 +72,7 @@ export class LLM {
     const opts = engineOptions({ ...toEngineOptions(options), model: modelDir });
     this.hfOverrides = opts.hfOverrides;
     this.started = (async () => {
-      const dir = loadModelDir(modelDir, opts);
+      const dir = await loadModel(modelDir, opts);
       const core = await createEngineCore(opts, dir);
       this.info = core.info;
       return { dir, client: new InProcessEngineClient(core) };

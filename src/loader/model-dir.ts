@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chatTemplateFromConfig } from './chat-template.js';
 import { loadModelConfig } from './config.js';
@@ -6,8 +6,12 @@ import { ModelLoadError } from './errors.js';
 import { resolveModelPath } from './hub-cache.js';
 import { loadGenerationConfig } from './generation-config.js';
 import { openSafetensors, openShardedSafetensors } from './safetensors.js';
-import { loadTokenizer, readJsonFile, specialTokenContent } from './tokenizer.js';
+import { loadTokenizer, readJsonFile, specialTokenContent, tokenizerFromJson } from './tokenizer.js';
 import type { GenerationDefaults, ModelConfig, Tokenizer, WeightSource } from './types.js';
+import { GgufFile } from './gguf.js';
+import { ggufModelConfig, ggufPermutesQk } from './gguf-config.js';
+import { ggufTokenizerFiles } from './gguf-tokenizer.js';
+import { ggufWeightSource } from './gguf-weights.js';
 
 export interface ModelDir {
   dir: string;
@@ -21,6 +25,8 @@ export interface ModelDir {
   generation: GenerationDefaults;
   bosToken: string | null;
   eosToken: string | null;
+  /** The tokenizer.json object where it came from no file (a GGUF file's metadata); else read it from tokenizerDir. */
+  tokenizerJson?: Record<string, unknown>;
 }
 
 export function openWeights(dir: string): WeightSource {
@@ -74,4 +80,56 @@ export function loadModelDir(dirArg: string, opts: ModelDirOptions = {}): ModelD
     bosToken: specialTokenContent(tokenizerConfig.bos_token),
     eosToken: specialTokenContent(tokenizerConfig.eos_token),
   };
+}
+
+/** A .gguf file, or a directory with no config.json holding exactly one: the file; else null (a Hugging Face directory). */
+export function ggufPath(path: string): string | null {
+  if (!existsSync(path)) return null;
+  if (!statSync(path).isDirectory()) return path.endsWith('.gguf') ? path : null;
+  if (existsSync(join(path, 'config.json'))) return null;
+  const files = readdirSync(path).filter((f) => f.endsWith('.gguf'));
+  if (files.length > 1) {
+    throw new ModelLoadError(path, `holds ${files.length} GGUF files (${files.join(', ')}) and no config.json: name the file to load ` +
+      '(split GGUF files, -00001-of-0000N.gguf, are not supported yet)');
+  }
+  return files.length === 1 ? join(path, files[0]!) : null;
+}
+
+/**
+ * A GGUF file (llama.cpp's format): config, weights, tokenizer and chat template all from the file, unless
+ * --tokenizer names a Hugging Face directory whose tokenizer and chat template are used instead.
+ */
+export async function loadGgufModel(fileArg: string, opts: ModelDirOptions = {}): Promise<ModelDir> {
+  const file = resolve(fileArg);
+  const gguf = await GgufFile.open(file);
+  const config = ggufModelConfig(gguf, opts.hfOverrides ?? null);
+  const weights = ggufWeightSource(gguf, config, ggufPermutesQk(String(gguf.metadata.get('general.architecture'))));
+  if (opts.tokenizer) {
+    const dir = loadModelDirTokenizer(resolve(resolveModelPath(opts.tokenizer)));
+    return { dir: file, config, weights, ...dir };
+  }
+  const t = ggufTokenizerFiles(gguf);
+  const tokenizer = tokenizerFromJson(t.tokenizerJson, t.tokenizerConfig, file);
+  return {
+    dir: file, tokenizerDir: file, config, weights, tokenizer, chatTemplate: t.chatTemplate,
+    generation: { eosTokenIds: t.eosTokenIds, bosTokenId: t.bosTokenId },
+    bosToken: t.bosToken, eosToken: t.eosToken, tokenizerJson: t.tokenizerJson,
+  };
+}
+
+function loadModelDirTokenizer(tokDir: string): Omit<ModelDir, 'dir' | 'config' | 'weights'> {
+  const tokenizer = loadTokenizer(tokDir);
+  const tokenizerConfigFile = join(tokDir, 'tokenizer_config.json');
+  const tokenizerConfig = existsSync(tokenizerConfigFile) ? readJsonFile(tokenizerConfigFile) : {};
+  return {
+    tokenizerDir: tokDir, tokenizer, chatTemplate: readChatTemplate(tokDir, tokenizerConfig.chat_template),
+    generation: { eosTokenIds: tokenizer.eosTokenIds, bosTokenId: tokenizer.bosTokenId },
+    bosToken: specialTokenContent(tokenizerConfig.bos_token), eosToken: specialTokenContent(tokenizerConfig.eos_token),
+  };
+}
+
+/** A model directory or repo id (loadModelDir), or a GGUF file or a directory holding one (loadGgufModel). */
+export async function loadModel(pathArg: string, opts: ModelDirOptions = {}): Promise<ModelDir> {
+  const gguf = ggufPath(resolve(resolveModelPath(pathArg)));
+  return gguf !== null ? loadGgufModel(gguf, opts) : loadModelDir(pathArg, opts);
 }

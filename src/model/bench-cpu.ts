@@ -9,13 +9,12 @@
 // of one token per sequence. Achieved GFLOP/s counts the matmuls (2 flops per
 // weight per token, lm_head only on logit rows) and leaves attention out.
 
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import { readFileSync } from 'node:fs';
-import { loadModelConfig, parseModelConfig } from '../loader/config.js';
-import { openWeights } from '../loader/model-dir.js';
+import { parseModelConfig } from '../loader/config.js';
+import { loadModel } from '../loader/model-dir.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import type { ForwardBatch } from '../backend/batch.js';
 import { Model } from './model.js';
@@ -121,7 +120,7 @@ export function benchCpu(opts: CpuBenchOptions): CpuBenchResult {
   }
 }
 
-function main(): void {
+async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       model: { type: 'string' },
@@ -137,8 +136,8 @@ function main(): void {
   let config: ModelConfig;
   let weights: WeightSource;
   if (values.model) {
-    config = loadModelConfig(join(values.model, 'config.json'));
-    weights = openWeights(values.model);
+    // a model directory or a GGUF file
+    ({ config, weights } = await loadModel(values.model));
   } else {
     const shapes: Record<string, () => ModelConfig> = {
       tiny: () => tinyConfig('qwen3', { hiddenSize: 256, intermediateSize: 768, numLayers: 4, vocabSize: 4096, headDim: 32, numHeads: 8, numKvHeads: 4 }),
@@ -167,4 +166,4 @@ function main(): void {
   console.log(`  decode  ${f(result.decodeTokensPerS)} tok/s (${f(result.decodeMsPerStep)} ms/step, ${f(result.decodeGflopsPerS)} GFLOP/s)`);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) main();
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main();

@@ -1,0 +1,91 @@
+// A GGUF file's tensors under the Hugging Face names the model loaders read, as f32 (dequantized), with llama.cpp's
+// q/k row permutation undone where convert_hf_to_gguf.py applied it.
+import { ModelLoadError } from './errors.js';
+import type { GgufFile } from './gguf.js';
+import type { DType, HostTensor, ModelConfig, WeightSource } from './types.js';
+
+const GLOBAL: Record<string, string> = {
+  'token_embd.weight': 'model.embed_tokens.weight',
+  'output_norm.weight': 'model.norm.weight',
+  'output.weight': 'lm_head.weight',
+};
+
+/** blk.N.<name> -> model.layers.N.<HF module>; a .weight or .bias suffix carries over. */
+const LAYER: Record<string, string> = {
+  attn_norm: 'input_layernorm',
+  attn_q: 'self_attn.q_proj',
+  attn_k: 'self_attn.k_proj',
+  attn_v: 'self_attn.v_proj',
+  attn_output: 'self_attn.o_proj',
+  attn_q_norm: 'self_attn.q_norm',
+  attn_k_norm: 'self_attn.k_norm',
+  ffn_norm: 'post_attention_layernorm',
+  ffn_gate: 'mlp.gate_proj',
+  ffn_up: 'mlp.up_proj',
+  ffn_down: 'mlp.down_proj',
+};
+
+/** Tensors the config consumes rather than the model (rope_freqs: Llama 3's RoPE scaling, read by gguf-config.ts). */
+const CONSUMED = new Set(['rope_freqs.weight']);
+
+/** llama.cpp's tensor name -> the Hugging Face one, or null where Quire has no such tensor. */
+export function hfTensorName(gguf: string): string | null {
+  const global = GLOBAL[gguf];
+  if (global !== undefined) return global;
+  const m = /^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$/.exec(gguf);
+  const module = m ? LAYER[m[2]!] : undefined;
+  return module === undefined ? null : `model.layers.${m![1]}.${module}.${m![3]}`;
+}
+
+/**
+ * Undoes convert_hf_to_gguf.py's LlamaModel.permute on `rows` of `cols`: within each head of `headDim` rows, GGUF row
+ * 2i + j holds HF row j * headDim / 2 + i (HF rotates halves, llama.cpp interleaved pairs).
+ */
+export function unpermuteQk(src: Float32Array, rows: number, cols: number, headDim: number): Float32Array {
+  const out = new Float32Array(src.length);
+  const halfDim = headDim / 2;
+  for (let r = 0; r < rows; r++) {
+    const head = Math.floor(r / headDim), within = r % headDim;
+    const hf = head * headDim + (within % 2) * halfDim + (within >> 1);
+    out.set(src.subarray(r * cols, (r + 1) * cols), hf * cols);
+  }
+  return out;
+}
+
+export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk: boolean): WeightSource {
+  const byHf = new Map<string, string>();
+  for (const name of gguf.tensors.keys()) {
+    if (CONSUMED.has(name)) continue;
+    const hf = hfTensorName(name);
+    if (hf === null) throw new ModelLoadError(gguf.file, `tensor ${name} is not one Quire knows (a ${config.architecture} model has none such)`);
+    byHf.set(hf, name);
+  }
+  const get = (name: string): string => {
+    const g = byHf.get(name);
+    if (g === undefined) throw new ModelLoadError(gguf.file, `missing tensor ${name}`);
+    return g;
+  };
+  const info = (name: string): { dtype: DType; shape: number[]; file: string } =>
+    ({ dtype: 'f32', shape: gguf.tensors.get(get(name))!.shape, file: gguf.file });
+  return {
+    names: () => [...byHf.keys()],
+    has: (name) => byHf.has(name),
+    info,
+    read(name: string): HostTensor {
+      const { shape } = info(name);
+      let values = gguf.readF32(get(name));
+      if (permutedQk && /self_attn\.[qk]_proj\.(weight|bias)$/.test(name)) {
+        values = unpermuteQk(values, shape[0]!, shape.length > 1 ? shape[1]! : 1, config.headDim);
+      }
+      return { name, dtype: 'f32', shape, data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+    },
+  };
+}
+
+/** The Hugging Face name -> llama.cpp's (the inverse of hfTensorName), or null. */
+export function ggufTensorName(hf: string): string | null {
+  for (const [g, h] of Object.entries(GLOBAL)) if (h === hf) return g;
+  const m = /^model\.layers\.(\d+)\.(.+)\.(weight|bias)$/.exec(hf);
+  const entry = m ? Object.entries(LAYER).find(([, module]) => module === m[2]) : undefined;
+  return entry === undefined ? null : `blk.${m![1]}.${entry[0]}.${m![3]}`;
+}

@@ -1,0 +1,94 @@
+// A GGUF file (llama.cpp's format): the header through @huggingface/gguf, the tensor data by positioned fs reads.
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { gguf } from '@huggingface/gguf';
+import { ModelLoadError, describeError } from './errors.js';
+import { dequantize, ggmlBytes, ggmlTypeName, GGML_TYPES, type GgmlTypeName } from './gguf-quants.js';
+
+export type GgufValue = string | number | bigint | boolean | GgufValue[];
+
+export interface GgufTensor {
+  name: string;
+  type: GgmlTypeName;
+  /** Row-major, outermost first (GGUF stores ne[0], the innermost, first: reversed here). */
+  shape: number[];
+  numElements: number;
+  /** Absolute byte offset in the file, and the byte count. */
+  offset: number;
+  numBytes: number;
+}
+
+const SUPPORTED = Object.keys(GGML_TYPES).join(', ');
+
+export class GgufFile {
+  private constructor(
+    readonly file: string,
+    readonly metadata: ReadonlyMap<string, GgufValue>,
+    readonly tensors: ReadonlyMap<string, GgufTensor>,
+  ) {}
+
+  /** Parses the header and checks every tensor's type and that its data lies inside the file. */
+  static async open(file: string): Promise<GgufFile> {
+    let parsed: Awaited<ReturnType<typeof gguf>>;
+    try {
+      parsed = await gguf(file, { allowLocalFile: true });
+    } catch (err) {
+      const why = describeError(err);
+      // the parser reads past the end of a truncated header as a RangeError (DataView)
+      const truncated = err instanceof RangeError || /out of bounds|outside the bounds/i.test(why);
+      throw new ModelLoadError(file, truncated ? `the header is truncated (${why})`
+        : /magic/i.test(why) ? 'bad magic: not a GGUF file (it does not start with "GGUF")' : `cannot parse the GGUF header: ${why}`,
+      { cause: err });
+    }
+    const metadata = new Map<string, GgufValue>();
+    for (const [k, v] of Object.entries(parsed.metadata)) metadata.set(k, v as GgufValue);
+    const fd = openSync(file, 'r');
+    const fileBytes = fstatSync(fd).size;
+    closeSync(fd);
+    const dataStart = Number(parsed.tensorDataOffset);
+    // the parser does not notice a header cut short (it reads zeros past the end): its own end must lie in the file
+    if (parsed.tensorInfoByteRange[1] > fileBytes || dataStart > fileBytes) {
+      throw new ModelLoadError(file, `the header is truncated: it runs to byte ${Math.max(parsed.tensorInfoByteRange[1], dataStart)}, ` +
+        `the file has ${fileBytes}`);
+    }
+    const tensors = new Map<string, GgufTensor>();
+    for (const t of parsed.tensorInfos) {
+      const type = ggmlTypeName(t.dtype);
+      if (type === undefined) {
+        throw new ModelLoadError(file, `tensor ${t.name} has GGML type ${t.dtype}, which is not supported (supported: ${SUPPORTED})`);
+      }
+      const shape = t.shape.map(Number).reverse();
+      const numElements = shape.reduce((a, b) => a * b, 1);
+      const block = GGML_TYPES[type].blockElems;
+      if (shape.at(-1)! % block !== 0) {
+        throw new ModelLoadError(file, `tensor ${t.name} is ${type} [${shape.join(', ')}]: its rows are not whole blocks of ${block}`);
+      }
+      const offset = dataStart + Number(t.offset);
+      const numBytes = ggmlBytes(type, numElements);
+      if (offset + numBytes > fileBytes) {
+        throw new ModelLoadError(file, `tensor ${t.name}'s data ends at byte ${offset + numBytes}, past the end of the file ` +
+          `(${fileBytes} bytes): the file is truncated`);
+      }
+      tensors.set(t.name, { name: t.name, type, shape, numElements, offset, numBytes });
+    }
+    return new GgufFile(file, metadata, tensors);
+  }
+
+  /** Tensor `name`'s values as f32 (dequantized as ggml does). */
+  readF32(name: string): Float32Array {
+    const t = this.tensors.get(name);
+    if (t === undefined) throw new ModelLoadError(this.file, `no tensor ${name}`);
+    const bytes = new Uint8Array(t.numBytes);
+    const fd = openSync(this.file, 'r');
+    try {
+      let done = 0;
+      while (done < t.numBytes) {
+        const n = readSync(fd, bytes, done, t.numBytes - done, t.offset + done);
+        if (n === 0) throw new ModelLoadError(this.file, `tensor ${name}: the file ended while reading it (truncated)`);
+        done += n;
+      }
+    } finally {
+      closeSync(fd);
+    }
+    return dequantize(t.type, bytes, t.numElements);
+  }
+}

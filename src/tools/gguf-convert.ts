@@ -1,0 +1,137 @@
+// A Hugging Face model directory (a test model) -> a GGUF file as convert_hf_to_gguf.py and llama-quantize would
+// write it: llama.cpp's names and metadata keys, q/k rows permuted for Llama, the tokenizer in tokenizer.ggml.*.
+import { join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { bytesToF32 } from '../loader/dtype.js';
+import { ggufPermutesQk } from '../loader/gguf-config.js';
+import { ggufTensorName } from '../loader/gguf-weights.js';
+import type { GgmlTypeName } from '../loader/gguf-quants.js';
+import { loadModelDir } from '../loader/model-dir.js';
+import { readJsonFile } from '../loader/tokenizer.js';
+import { quantize, writeGguf, type GgufMetaValue } from './gguf-write.js';
+
+/** llama.cpp's file types Quire's tests write; a K-quant mix as llama-quantize's _M presets (simplified, below). */
+export const GGUF_QUANTIZATIONS = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k_m', 'q5_k_m', 'q6_k'] as const;
+export type GgufQuantization = (typeof GGUF_QUANTIZATIONS)[number];
+
+/** The inverse of gguf-weights.ts's unpermuteQk: HF row j * D/2 + i of each head goes to row 2i + j. */
+function permuteQk(src: Float32Array, rows: number, cols: number, headDim: number): Float32Array {
+  const out = new Float32Array(src.length);
+  const half = headDim / 2;
+  for (let r = 0; r < rows; r++) {
+    const head = Math.floor(r / headDim), within = r % headDim;
+    const g = head * headDim + 2 * (within % half) + Math.floor(within / half);
+    out.set(src.subarray(r * cols, (r + 1) * cols), g * cols);
+  }
+  return out;
+}
+
+/** The GGML type of tensor `name` (llama.cpp's name) of `cols` columns in quantization q. */
+function tensorType(q: GgufQuantization, name: string, dims: number, cols: number): GgmlTypeName {
+  if (dims === 1) return 'F32';
+  const base: Record<GgufQuantization, GgmlTypeName> = { f32: 'F32', f16: 'F16', bf16: 'BF16', q8_0: 'Q8_0', q4_0: 'Q4_0',
+    q4_k_m: 'Q4_K', q5_k_m: 'Q5_K', q6_k: 'Q6_K' };
+  let t = base[q];
+  // llama-quantize's _M mixes keep the output, attn_v and ffn_down a type higher (it does so on half the layers)
+  if ((q === 'q4_k_m' || q === 'q5_k_m') && /^(output\.weight|blk\.\d+\.(attn_v|ffn_down)\.weight)$/.test(name)) t = 'Q6_K';
+  // as llama-quantize: rows that are not whole K-quant blocks fall back to Q8_0, or to F32 past Q8_0's block
+  if (t.endsWith('_K') && cols % 256 !== 0) t = 'Q8_0';
+  if (t.startsWith('Q') && cols % 32 !== 0) t = 'F32';
+  return t;
+}
+
+const PRE_BY_REGEX: Record<string, string> = {
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": 'qwen2',
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": 'llama-bpe',
+};
+
+type Json = Record<string, unknown>;
+
+/** tokenizer.json (byte-level BPE) -> tokenizer.ggml.* entries. */
+export function tokenizerMetadata(tokenizerJson: Json, opts: { bos: number | null; eos: number | null; addBos: boolean;
+  chatTemplate: string | null }): [string, GgufMetaValue][] {
+  const model = tokenizerJson.model as { vocab: Record<string, number>; merges: (string | [string, string])[] };
+  const added = (tokenizerJson.added_tokens ?? []) as { id: number; content: string; special?: boolean }[];
+  const tokens: string[] = [];
+  const types: number[] = [];
+  for (const [t, id] of Object.entries(model.vocab)) { tokens[id] = t; types[id] = 1; }
+  for (const a of added) { tokens[a.id] = a.content; types[a.id] = a.special ? 3 : 4; }
+  const pre = tokenizerJson.pre_tokenizer as { pretokenizers?: { pattern?: { Regex?: string } }[] } | null;
+  const regex = pre?.pretokenizers?.[0]?.pattern?.Regex;
+  const preName = regex !== undefined ? PRE_BY_REGEX[regex] : undefined;
+  if (preName === undefined) throw new Error(`tokenizer.json: its pre-tokenizer is not one gguf-convert knows (qwen2, llama-bpe)`);
+  const out: [string, GgufMetaValue][] = [
+    ['tokenizer.ggml.model', { type: 'string', value: 'gpt2' }],
+    ['tokenizer.ggml.pre', { type: 'string', value: preName }],
+    ['tokenizer.ggml.tokens', { type: 'array', of: 'string', value: tokens }],
+    ['tokenizer.ggml.token_type', { type: 'array', of: 'i32', value: types }],
+    ['tokenizer.ggml.merges', { type: 'array', of: 'string', value: model.merges.map((m) => Array.isArray(m) ? m.join(' ') : m) }],
+    ['tokenizer.ggml.add_bos_token', { type: 'bool', value: opts.addBos }],
+  ];
+  if (opts.bos !== null) out.push(['tokenizer.ggml.bos_token_id', { type: 'u32', value: opts.bos }]);
+  if (opts.eos !== null) out.push(['tokenizer.ggml.eos_token_id', { type: 'u32', value: opts.eos }]);
+  if (opts.chatTemplate !== null) out.push(['tokenizer.chat_template', { type: 'string', value: opts.chatTemplate }]);
+  return out;
+}
+
+/** Writes `dir`'s model (qwen3, qwen2 or llama) as a GGUF file of quantization q. */
+export function modelDirToGguf(dir: string, file: string, q: GgufQuantization): void {
+  const m = loadModelDir(dir);
+  const c = m.config;
+  if (c.architecture !== 'qwen3' && c.architecture !== 'qwen2' && c.architecture !== 'llama') {
+    throw new Error(`gguf-convert: ${c.architecture} models are not written as GGUF (qwen3, qwen2, llama)`);
+  }
+  const a = c.architecture;
+  const meta: [string, GgufMetaValue][] = [
+    ['general.architecture', { type: 'string', value: a }],
+    ['general.alignment', { type: 'u32', value: 32 }],
+    [`${a}.block_count`, { type: 'u32', value: c.numLayers }],
+    [`${a}.context_length`, { type: 'u32', value: c.maxPositionEmbeddings }],
+    [`${a}.embedding_length`, { type: 'u32', value: c.hiddenSize }],
+    [`${a}.feed_forward_length`, { type: 'u32', value: c.intermediateSize }],
+    [`${a}.attention.head_count`, { type: 'u32', value: c.numHeads }],
+    [`${a}.attention.head_count_kv`, { type: 'u32', value: c.numKvHeads }],
+    [`${a}.attention.key_length`, { type: 'u32', value: c.headDim }],
+    [`${a}.attention.value_length`, { type: 'u32', value: c.headDim }],
+    [`${a}.rope.dimension_count`, { type: 'u32', value: c.headDim }],
+    [`${a}.rope.freq_base`, { type: 'f32', value: c.ropeTheta }],
+    [`${a}.attention.layer_norm_rms_epsilon`, { type: 'f32', value: c.rmsNormEps }],
+  ];
+  const extra: { name: string; type: GgmlTypeName; shape: number[]; data: Uint8Array }[] = [];
+  const rs = c.ropeScaling;
+  if (rs?.type === 'llama3') {
+    // as convert_hf_to_gguf.py: Llama 3's scaling as a tensor of per-frequency divisors
+    const factors = new Float32Array(c.headDim / 2).map((_, i) => {
+      const wavelen = 2 * Math.PI * c.ropeTheta ** ((2 * i) / c.headDim);
+      const orig = rs.originalMaxPositionEmbeddings;
+      if (wavelen < orig / rs.highFreqFactor) return 1;
+      if (wavelen > orig / rs.lowFreqFactor) return rs.factor;
+      const smooth = (orig / wavelen - rs.lowFreqFactor) / (rs.highFreqFactor - rs.lowFreqFactor);
+      return 1 / ((1 - smooth) / rs.factor + smooth);
+    });
+    extra.push({ name: 'rope_freqs.weight', type: 'F32', shape: [factors.length], data: quantize('F32', factors) });
+    meta.push([`${a}.rope.scaling.original_context_length`, { type: 'u32', value: rs.originalMaxPositionEmbeddings }]);
+  } else if (rs !== null) {
+    meta.push([`${a}.rope.scaling.type`, { type: 'string', value: rs.type }], [`${a}.rope.scaling.factor`, { type: 'f32', value: rs.factor }]);
+    if (rs.type === 'yarn') {
+      meta.push([`${a}.rope.scaling.original_context_length`, { type: 'u32', value: rs.originalMaxPositionEmbeddings }]);
+    }
+  }
+  const tokConfigFile = join(m.tokenizerDir, 'tokenizer_config.json');
+  const tokConfig = existsSync(tokConfigFile) ? readJsonFile(tokConfigFile) : {};
+  meta.push(...tokenizerMetadata(readJsonFile(join(m.tokenizerDir, 'tokenizer.json')), {
+    bos: m.generation.bosTokenId, eos: m.tokenizer.eosTokenIds[0] ?? null, addBos: tokConfig.add_bos_token === true,
+    chatTemplate: m.chatTemplate }));
+  const tensors = m.weights.names().flatMap((hf) => {
+    const name = ggufTensorName(hf);
+    if (name === null) throw new Error(`gguf-convert: no GGUF name for tensor ${hf}`);
+    const t = m.weights.read(hf);
+    let values = bytesToF32(t.dtype, t.data);
+    if (ggufPermutesQk(a) && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
+      values = permuteQk(values, t.shape[0]!, t.shape[1] ?? 1, c.headDim);
+    }
+    const type = tensorType(q, name, t.shape.length, t.shape.at(-1)!);
+    return [{ name, type, shape: t.shape, data: quantize(type, values) }];
+  });
+  writeGguf(file, meta, [...extra, ...tensors]);
+}

@@ -1,0 +1,80 @@
+// GGUF files (src/loader/gguf*.ts): llama.cpp's q/k permutation undone, the tokenizer from the metadata against the
+// demo model's tokenizer.json, and bad files refused naming the file and the field.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { defaultModelDir } from '../../src/loader/default-model.js';
+import { ModelLoadError } from '../../src/loader/errors.js';
+import { unpermuteQk } from '../../src/loader/gguf-weights.js';
+import { loadModel, loadModelDir } from '../../src/loader/model-dir.js';
+import { modelDirToGguf } from '../../src/tools/gguf-convert.js';
+import { writeGguf, type GgufMetaValue } from '../../src/tools/gguf-write.js';
+
+const root = mkdtempSync(join(tmpdir(), 'quire-gguf-'));
+after(() => rmSync(root, { recursive: true, force: true }));
+const demoGguf = join(root, 'demo.gguf');
+modelDirToGguf(defaultModelDir(), demoGguf, 'q8_0');
+
+test('unpermuteQk undoes convert_hf_to_gguf.py permute: a head of 4 rows stored r0 r2 r1 r3', () => {
+  const stored = new Float32Array([0, 2, 1, 3, 10, 12, 11, 13]); // two heads of one column
+  assert.deepEqual([...unpermuteQk(stored, 8, 1, 4)], [0, 1, 2, 3, 10, 11, 12, 13]);
+});
+
+test('the tokenizer built from GGUF metadata encodes and decodes as the demo model\'s tokenizer.json', async () => {
+  const hf = loadModelDir(defaultModelDir());
+  const gguf = await loadModel(demoGguf);
+  for (const text of ['In the beginning God created the heaven and the earth.', '  spaces,\ttabs\nand 12345 numbers — ünïcödé ',
+    '<|im_start|>user\nhello<|im_end|>\n', "it's THEY'RE we'll"]) {
+    const ids = hf.tokenizer.encode(text);
+    assert.deepEqual(gguf.tokenizer.encode(text), ids, text);
+    assert.equal(gguf.tokenizer.decode(ids), hf.tokenizer.decode(ids));
+    assert.equal(gguf.tokenizer.decode(ids, { skipSpecialTokens: true }), hf.tokenizer.decode(ids, { skipSpecialTokens: true }));
+  }
+  assert.equal(gguf.tokenizer.vocabSize, hf.tokenizer.vocabSize);
+  assert.deepEqual([...gguf.tokenizer.specialTokenIds].sort(), [...hf.tokenizer.specialTokenIds].sort());
+  assert.equal(gguf.chatTemplate, hf.chatTemplate);
+  assert.equal(gguf.eosToken, '<|im_end|>');
+  assert.deepEqual(gguf.generation.eosTokenIds, [2]);
+  assert.equal(gguf.generation.bosTokenId, 0);
+  assert.deepEqual(gguf.config, { ...hf.config, dtype: 'f32' });
+});
+
+test('a directory holding one GGUF file and no config.json loads that file', async () => {
+  const dir = join(root, 'only');
+  rmSync(dir, { recursive: true, force: true });
+  (await import('node:fs')).mkdirSync(dir);
+  writeFileSync(join(dir, 'm.gguf'), readFileSync(demoGguf));
+  assert.equal((await loadModel(dir)).dir, join(dir, 'm.gguf'));
+});
+
+async function refused(bytes: Uint8Array, pattern: RegExp): Promise<void> {
+  const file = join(root, `bad-${Math.random().toString(36).slice(2)}.gguf`);
+  writeFileSync(file, bytes);
+  await assert.rejects(loadModel(file), (err: unknown) => {
+    assert.ok(err instanceof ModelLoadError, String(err));
+    assert.ok(err.message.startsWith(file.split('/').at(-1)!), err.message);
+    assert.match(err.message, pattern);
+    return true;
+  });
+}
+
+const meta = (arch: string): [string, GgufMetaValue][] => [['general.architecture', { type: 'string', value: arch }],
+  [`${arch}.block_count`, { type: 'u32', value: 1 }]];
+
+test('bad files are refused naming the file and what is wrong', async () => {
+  const good = readFileSync(demoGguf);
+  await refused(new Uint8Array([...Buffer.from('GGUX'), ...good.subarray(4, 64)]), /bad magic/);
+  await refused(good.subarray(0, 200), /header is truncated/);
+  await refused(good.subarray(0, good.length - 100), /tensor output_norm\.weight's data ends .* truncated/);
+  const unknownType = join(root, 'type.gguf');
+  writeGguf(unknownType, meta('qwen3'), [{ name: 'token_embd.weight', type: 'F32', shape: [1, 4], data: new Uint8Array(16) }]);
+  const bytes = readFileSync(unknownType);
+  const at = bytes.indexOf(Buffer.from('token_embd.weight')) + 'token_embd.weight'.length + 4 + 16;
+  bytes.writeUInt32LE(23, at); // IQ4_XS
+  await refused(bytes, /tensor token_embd\.weight has GGML type 23, which is not supported/);
+  const arch = join(root, 'arch.gguf');
+  writeGguf(arch, meta('gemma2'), []);
+  await refused(readFileSync(arch), /metadata "general\.architecture" is "gemma2", which is not supported \(supported: qwen3, qwen2, llama\)/);
+});
