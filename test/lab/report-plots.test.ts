@@ -9,7 +9,8 @@ import { reportPlots, ratioVerdict } from '../../src/lab/report.js';
 import { startMockServer } from './mock-openai.js';
 
 test('a single-level run is charted as bars with their spread, and ratios as bars against 1', async () => {
-  const slow = await startMockServer({ prefillDelayMs: 6, tokenDelayMs: 4 });
+  // far apart (30 ms against 1 ms a token): a loaded machine's timers stretch a 1 ms delay, never past 30
+  const slow = await startMockServer({ prefillDelayMs: 30, tokenDelayMs: 30 });
   const fast = await startMockServer({ prefillDelayMs: 1, tokenDelayMs: 1 });
   try {
     const result = await benchServe({
