@@ -130,7 +130,9 @@ export function addModelFlags(cmd: Command): Command {
     .addOption(new Option('--kv-cache-memory <bytes>').argParser(humanInt('--kv-cache-memory')).hideHelp())
     .option('--kv-cache-dtype <t>', 'auto (the compute dtype) or fp8 (= fp8_e4m3: twice the tokens in the same '
       + 'memory; lossy, scale 1)', kvCacheDtypeArg, 'auto')
-    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', atLeast(0), 0);
+    .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', atLeast(0), 0)
+    .option('--grammar-hosts <n>', 'most threads that compile structured outputs\' grammars and hold their matchers, '
+      + 'off the engine thread (each holds the vocabulary)', atLeast(1), 4);
   addBooleanPair(cmd, '--enforce-eager', 'CUDA: no CUDA graphs', false, HELP_GROUPS.engine);
   return cmd.optionsGroup('Options:');
 }
@@ -203,6 +205,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     seed: f.seed as number,
     schedulerTrace: f.schedulerTrace as boolean,
     cpuThreads: f.cpuThreads as number,
+    grammarHosts: f.grammarHosts as number | undefined,
     hfOverrides: (f.hfOverrides as Record<string, unknown> | undefined) ?? null,
     tokenizer: (f.tokenizer as string | undefined) ?? null,
     maxNumSeqs: f.maxNumSeqs as number | undefined,

@@ -18,7 +18,8 @@ import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import { backendRefusal, createBackend, sharedExpertRefusal, sizeKvCache } from './backend-factory.js';
-import { grammarVocabFromTokenizerJson, StructuredOutputs, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
+import { grammarVocabFromTokenizerJson, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
+import { RequestGrammars } from './request-grammars.js';
 import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -62,13 +63,10 @@ export class EngineCore {
   readonly kv: KVCacheManager;
   readonly info: EngineInfo;
   private readonly pending: EngineOutput[] = [];
-  /** Called when work arrives outside addRequest (a structured output's grammar compiled): the driver's kick. */
+  /** Called when work arrives outside addRequest (a structured output's matcher is ready): the driver's kick. */
   onWork: (() => void) | null = null;
-  private readonly structured: StructuredOutputs | null;
-  /** Requests whose grammar is compiling (not yet scheduled). */
-  private readonly compiling = new Set<string>();
-  /** Matchers of scheduled structured-output requests, released when they end. */
-  private readonly constraints = new Map<string, TokenConstraint>();
+  /** Structured outputs' matchers, made in grammar hosts off this thread; null without a vocabulary. */
+  readonly grammars: RequestGrammars | null;
   /** Prompt logprobs made so far of requests that have not had their first token yet. */
   private readonly promptLogprobsOf = new WeakMap<EngineReq, TokenLogprob[]>();
   /** Embedding requests not yet finished, with how their hidden state is pooled. */
@@ -112,7 +110,7 @@ export class EngineCore {
         return poolingOf.size > 0;
       },
     };
-    this.structured = parts.grammarVocab ? new StructuredOutputs(parts.grammarVocab) : null;
+    this.grammars = parts.grammarVocab ? new RequestGrammars(parts.grammarVocab, { maxHosts: options.grammarHosts }) : null;
     const groups = kvCacheGroupsOf(parts.model);
     this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
       enablePrefixCaching: options.enablePrefixCaching, numStateSlots: parts.numStateSlots ?? 0,
@@ -164,19 +162,17 @@ export class EngineCore {
       this.schedule(r, null);
       return;
     }
-    if (this.structured === null) {
+    if (this.grammars === null) {
       this.pending.push(this.errorOutput(r.requestId, 'structured outputs need the model\'s tokenizer.json'));
       return;
     }
-    // The grammar compiles off the step loop (vLLM's requests wait for theirs too); the request joins when it is ready.
-    this.compiling.add(r.requestId);
-    this.structured.constraintFor(spec).then((c) => {
-      if (!this.compiling.delete(r.requestId)) return c.dispose();
+    // The grammar compiles in a grammar host, never on this thread (vLLM's requests wait for theirs too); the request
+    // is scheduled once its matcher is ready, and the others step on meanwhile.
+    this.grammars.start(r.requestId, spec, (c) => {
       this.schedule(r, c);
       this.onWork?.();
-    }, (e: unknown) => {
-      if (!this.compiling.delete(r.requestId)) return;
-      this.pending.push(this.errorOutput(r.requestId, `the structured output does not compile: ${(e as Error).message ?? e}`));
+    }, (why) => {
+      this.pending.push(this.errorOutput(r.requestId, `the structured output does not compile: ${why}`));
       this.onWork?.();
     });
   }
@@ -184,10 +180,7 @@ export class EngineCore {
   private schedule(r: EngineRequest, constraint: TokenConstraint | null): void {
     if (r.pooling) this.poolingOf.set(r.requestId, r.pooling);
     const sampler = this.sampler.newSequenceState(r.sampling, r.promptTokenIds);
-    if (constraint !== null) {
-      sampler.constraint = constraint;
-      this.constraints.set(r.requestId, constraint);
-    }
+    sampler.constraint = constraint;
     this.scheduler.addRequest(new Request<SequenceSamplingState>({
       requestId: r.requestId, promptTokenIds: r.promptTokenIds, maxTokens: r.sampling.maxTokens,
       priority: r.priority, arrivalTime: r.arrivalTime, cacheSalt: r.cacheSalt, sampling: sampler,
@@ -195,26 +188,28 @@ export class EngineCore {
     }));
   }
 
-  /** Frees a finished request's grammar matcher. */
-  private releaseConstraint(requestId: string): void {
-    const c = this.constraints.get(requestId);
-    if (c === undefined) return;
-    this.constraints.delete(requestId);
-    c.dispose();
+  /** Structured-output matchers held or awaited (tests: none leak). */
+  get numConstraints(): number {
+    return this.grammars === null ? 0 : this.grammars.numHeld + this.grammars.numWaiting;
   }
 
-  /** Structured-output matchers held (tests: none leak). */
-  get numConstraints(): number {
-    return this.constraints.size + this.compiling.size;
+  /** Ends the requests whose grammar host failed under them, each with an error; the others step on. */
+  private failBroken(): EngineOutput[] {
+    if (this.grammars === null || this.grammars.numHeld === 0) return [];
+    return this.grammars.broken().map(([requestId, why]) => {
+      this.scheduler.finishRequests([requestId], 'FINISHED_ERROR');
+      this.grammars!.release(requestId);
+      return this.errorOutput(requestId, why);
+    });
   }
 
   /** Frees the request's pages at once; returns its final output. */
   abortRequest(requestId: string): EngineOutput[] {
-    if (this.compiling.delete(requestId)) return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
+    if (this.grammars?.cancel(requestId)) return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
     if (!this.scheduler.getRequest(requestId)) return [];
     this.scheduler.abortRequest(requestId);
     this.poolingOf.delete(requestId);
-    this.releaseConstraint(requestId);
+    this.grammars?.release(requestId);
     return [{ requestId, newTokenIds: [], finished: true, finishReason: 'abort' }];
   }
 
@@ -282,7 +277,7 @@ export class EngineCore {
    * add or abort requests.
    */
   beginStep(): PendingStep {
-    const outputs = this.pending.splice(0);
+    const outputs = this.pending.splice(0).concat(this.failBroken());
     if (!this.scheduler.hasUnfinishedRequests()) return { outputs, work: null };
     const t0 = performance.now();
     try {
@@ -322,6 +317,8 @@ export class EngineCore {
     const { so, rows } = work;
     const { tokenIds, logprobs, promptLogprobs, pooled, verified } = work.wait();
     this.executeMs += performance.now() - t0;
+    // a row whose matcher's host failed during the step was sampled unmasked: its request ends here, its token unsent
+    outputs.push(...this.failBroken());
     if (pooled) outputs.push(...this.finishPooled(pooled));
     for (const [id, lps] of promptLogprobs ?? []) {
       const req = this.scheduler.getRequest(id) as EngineReq | undefined;
@@ -334,7 +331,7 @@ export class EngineCore {
     const logprobsOf = new Map<string, NonNullable<EngineOutput['logprobs']>>();
     const numDraftsOf = verified ? new Map(so.scheduledRequests.map((r) => [r.requestId, r.specTokenIds.length])) : null;
     rows.forEach((req, i) => {
-      if (pooled?.has(req.requestId)) return;
+      if (pooled?.has(req.requestId) || this.scheduler.getRequest(req.requestId) !== req) return;
       const v = verified?.[i];
       // a verify row's accepted tokens, cut at a stop; their logprobs are the target's
       const tokens = v ? this.spec!.accept(req, numDraftsOf!.get(req.requestId)!, v.tokenIds, this.eosTokenIds,
@@ -374,7 +371,7 @@ export class EngineCore {
     }
     this.scheduler.finishRequests(finished.get('stop')!, 'FINISHED_STOPPED');
     this.scheduler.finishRequests(finished.get('length')!, 'FINISHED_LENGTH');
-    if (this.constraints.size > 0) for (const ids of finished.values()) for (const id of ids) this.releaseConstraint(id);
+    if (this.grammars !== null && this.grammars.numHeld > 0) for (const ids of finished.values()) for (const id of ids) this.grammars.release(id);
     this.stepMs += performance.now() - t0;
     return outputs;
   }
@@ -445,8 +442,8 @@ export class EngineCore {
   }
 
   dispose(): void {
-    for (const id of [...this.constraints.keys()]) this.releaseConstraint(id);
-    this.compiling.clear();
+    // ends the grammar hosts at once, whatever they are compiling
+    void this.grammars?.dispose();
     this.inFlight = null;
     this.model.backend.dispose();
   }

@@ -68,6 +68,11 @@ export interface EngineOptions {
    * each decode token; null: off. The LLM class may pass vLLM's dict ({"method": "ngram", ...}): checked at start-up.
    */
   speculativeConfig: SpeculativeConfigInput | null;
+  /**
+   * Most grammar hosts: threads that compile structured outputs' grammars and hold their matchers, off the engine
+   * thread (sampling/grammar-hosts.ts). Each holds the vocabulary (some 120 MB for a 151k-token one).
+   */
+  grammarHosts: number;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -100,6 +105,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     hfOverrides: null,
     tokenizer: null,
     speculativeConfig: null,
+    grammarHosts: 4,
     ...o,
   };
 }

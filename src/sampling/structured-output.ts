@@ -1,7 +1,9 @@
 // Structured outputs (vLLM's response_format / structured_outputs) through xgrammar, the grammar engine vLLM
-// uses, in its WebAssembly build: a request's JSON schema or choice list compiles once per engine (cached) against
-// the model's vocabulary; each request gets a matcher that masks the tokens its grammar does not allow at every
-// step and advances on the token sampled. Masked rows are sampled on the host (see device-sampling.ts).
+// uses, in its WebAssembly build: a request's JSON schema or choice list compiles against the model's vocabulary; each
+// request gets a matcher that masks the tokens its grammar does not allow at every step and advances on the token
+// sampled. Masked rows are sampled on the host (see device-sampling.ts). Compiles and matchers live in grammar hosts,
+// worker threads of their own (grammar-hosts.ts), never on the engine thread; this file holds what they share with
+// the API's compile check (api/pool-worker.ts): loading xgrammar, compiling a spec, reading a failure.
 
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -22,8 +24,13 @@ export type StructuredOutputSpec = ({ type: 'json'; schema: string } | { type: '
 export interface TokenConstraint {
   /** Sets the logits of the tokens the grammar does not allow next to -Infinity. */
   maskLogits(row: Float32Array, vocab: number): void;
-  /** Advances past a sampled token; false when the grammar refused it. */
-  accept(tokenId: number): boolean;
+  /**
+   * Advances past a sampled token. It returns nothing: a matcher in a grammar host takes the token without the
+   * engine waiting for it (a sampled token was allowed by the mask, so the grammar takes it).
+   */
+  accept(tokenId: number): void;
+  /** Why the constraint can no longer be used (its grammar host failed); null while it works. */
+  failure(): string | null;
   dispose(): void;
 }
 
@@ -166,82 +173,6 @@ export function grammarVocabFromTokenizerJson(json: Record<string, unknown>, voc
   return { encodedVocab, vocabType, vocabSize, stopTokenIds };
 }
 
-const MAX_CACHED = 64;
-
-/** One engine's grammars: the compiler (built on first use) and the compiled grammars by spec. */
-export class StructuredOutputs {
-  private compiler: Promise<XG.GrammarCompiler> | null = null;
-  private readonly compiled = new Map<string, Promise<XG.CompiledGrammar>>();
-
-  constructor(private readonly vocab: () => GrammarVocab) {}
-
-  /** A fresh matcher for `spec` (compiles it, or takes it from the cache). */
-  async constraintFor(spec: StructuredOutputSpec): Promise<TokenConstraint> {
-    const xg = xgrammar();
-    const grammar = await this.compile(spec);
-    const matcher = new GrammarConstraint(await xg.GrammarMatcher.createGrammarMatcher(grammar));
-    return spec.afterTokenId === undefined ? matcher : new ConstraintAfterToken(matcher, spec.afterTokenId);
-  }
-
-  private compile(spec: StructuredOutputSpec): Promise<XG.CompiledGrammar> {
-    const key = JSON.stringify({ ...spec, afterTokenId: undefined });
-    let p = this.compiled.get(key);
-    if (p === undefined) {
-      p = this.compilerOnce().then((c) => compileSpec(c, spec));
-      p.catch((e: unknown) => {
-        this.compiled.delete(key);
-        // a trapped instance is never used again: later grammars compile in a fresh one
-        if (e instanceof GrammarCompileError && e.trapped) this.reset();
-      });
-      if (this.compiled.size >= MAX_CACHED) this.compiled.delete(this.compiled.keys().next().value!);
-      this.compiled.set(key, p);
-    }
-    return p;
-  }
-
-  private compilerOnce(): Promise<XG.GrammarCompiler> {
-    this.compiler ??= createGrammarCompiler(this.vocab());
-    return this.compiler;
-  }
-
-  private reset(): void {
-    resetXgrammar();
-    this.compiler = null;
-    this.compiled.clear();
-  }
-}
-
-/** The bitmask call without the package's `await` (it only waits for an init that has long finished). */
-interface MatcherHandle {
-  GetNextTokenBitmask(vocabSize: number): { size(): number; get(i: number): number; delete(): void };
-}
-
-class GrammarConstraint implements TokenConstraint {
-  constructor(private readonly matcher: XG.GrammarMatcher) {}
-
-  maskLogits(row: Float32Array, vocab: number): void {
-    const words = (this.matcher as unknown as { handle: MatcherHandle }).handle.GetNextTokenBitmask(vocab);
-    try {
-      const n = Math.min(words.size() * 32, vocab);
-      for (let w = 0; w * 32 < n; w++) {
-        const bits = words.get(w);
-        if (bits === -1) continue;
-        for (let b = 0; b < 32 && w * 32 + b < n; b++) if (((bits >>> b) & 1) === 0) row[w * 32 + b] = -Infinity;
-      }
-    } finally {
-      words.delete();
-    }
-  }
-
-  accept(tokenId: number): boolean {
-    return this.matcher.acceptToken(tokenId);
-  }
-
-  dispose(): void {
-    this.matcher.dispose();
-  }
-}
-
 /** A constraint that holds from the token after `endTokenId` on (free text before it). */
 export class ConstraintAfterToken implements TokenConstraint {
   private active = false;
@@ -252,10 +183,13 @@ export class ConstraintAfterToken implements TokenConstraint {
     if (this.active) this.inner.maskLogits(row, vocab);
   }
 
-  accept(tokenId: number): boolean {
-    if (this.active) return this.inner.accept(tokenId);
-    if (tokenId === this.endTokenId) this.active = true;
-    return true;
+  accept(tokenId: number): void {
+    if (this.active) this.inner.accept(tokenId);
+    else if (tokenId === this.endTokenId) this.active = true;
+  }
+
+  failure(): string | null {
+    return this.inner.failure();
   }
 
   dispose(): void {

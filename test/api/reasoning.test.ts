@@ -166,7 +166,7 @@ describe('without --reasoning-parser', () => {
 describe('structured outputs after the thinking', () => {
   it('a grammar waits for the end-of-thinking token, then holds', () => {
     const log: string[] = [];
-    const inner = { maskLogits: () => log.push('mask'), accept: (t: number) => (log.push(`accept ${t}`), true), dispose: () => log.push('dispose') };
+    const inner = { maskLogits: () => log.push('mask'), accept: (t: number) => (log.push(`accept ${t}`), true), failure: () => null, dispose: () => log.push('dispose') };
     const c = new ConstraintAfterToken(inner, 9);
     c.maskLogits(new Float32Array(4), 4);
     c.accept(5);
