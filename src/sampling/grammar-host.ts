@@ -25,6 +25,8 @@ export type ToHost =
   | { type: 'drop'; key: string };
 
 export type FromHost =
+  /** A compile begins (the host has finished what was before it). */
+  | { type: 'compiling'; key: string }
   | { type: 'compiled'; key: string; ok: true }
   /** `reason`: xgrammar's, for the input (null: a server error); `trapped`: the host is spent. */
   | { type: 'compiled'; key: string; ok: false; reason: string | null; trapped: boolean }
@@ -81,6 +83,7 @@ async function fillMask(h: Held): Promise<void> {
 async function handle(m: ToHost): Promise<void> {
   switch (m.type) {
     case 'compile':
+      post({ type: 'compiling', key: m.key });
       try {
         grammars.set(m.key, await compileSpec(compiler!, m.spec));
         post({ type: 'compiled', key: m.key, ok: true });

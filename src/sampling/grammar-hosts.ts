@@ -106,6 +106,8 @@ export class GrammarHosts {
   numEnded = 0;
   /** Compiles sent to hosts (tests: a grammar a host already has is not compiled again). */
   numCompiles = 0;
+  /** Compiles hosts have begun. */
+  numCompilesBegun = 0;
 
   constructor(private readonly vocab: () => GrammarVocab, o: GrammarHostsOptions = {}) {
     this.maxHosts = o.maxHosts ?? 4;
@@ -257,6 +259,9 @@ export class GrammarHosts {
   private onMessage(h: Host, m: FromHost): void {
     if (h.dead) return;
     switch (m.type) {
+      case 'compiling':
+        this.numCompilesBegun++;
+        break;
       case 'compiled': {
         const jobs = h.compiling.get(m.key) ?? [];
         h.compiling.delete(m.key);
