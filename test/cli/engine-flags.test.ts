@@ -38,6 +38,12 @@ test('--batch-invariant sets EngineOptions.batchInvariant and names its own gate
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).quantization, null);
 });
 
+test('--grammar-hosts sets EngineOptions.grammarHosts (default 4, at least 1)', () => {
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).grammarHosts, 4);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--grammar-hosts', '2'])).grammarHosts, 2);
+  assert.throws(() => parse(['--model', '/m', '--grammar-hosts', '0']), /at least 1|positive integer/);
+});
+
 test('--max-num-batched-tokens: unset leaves the per-device default (null); serve runs as the API server', async () => {
   const { serveEngineOptions } = await import('../../src/cli/serve.js');
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).maxNumBatchedTokens, null);
