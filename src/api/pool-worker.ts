@@ -4,12 +4,11 @@
 // kills this thread when a task overruns its time limit, and replaces it after a trap, so each worker's xgrammar
 // instance has only ever seen inputs that compiled cleanly.
 
-import { readFileSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import type * as XG from '@mlc-ai/web-xgrammar';
 import { ChatTemplateError, renderChat } from '../loader/chat-template.js';
 import {
-  checkStructuredOutput, compileSpec, createGrammarCompiler, GrammarCompileError, grammarVocabFromTokenizerJson,
+  checkStructuredOutput, compileSpec, createGrammarCompiler, GrammarCompileError, readGrammarVocab,
 } from '../sampling/structured-output.js';
 import type { PoolTask, PoolWorkerData, PoolWorkerMessage, TaskResult } from './worker-pool.js';
 
@@ -20,8 +19,7 @@ let compiler: Promise<XG.GrammarCompiler> | null = null;
 function compilerOnce(): Promise<XG.GrammarCompiler> | null {
   const v = init.grammarVocab;
   if (v === null) return null;
-  compiler ??= createGrammarCompiler(grammarVocabFromTokenizerJson(
-    JSON.parse(readFileSync(v.tokenizerJsonPath, 'utf8')) as Record<string, unknown>, v.vocabSize, v.stopTokenIds));
+  compiler ??= createGrammarCompiler(readGrammarVocab(v));
   return compiler;
 }
 

@@ -18,9 +18,8 @@ import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import { backendRefusal, createBackend, sharedExpertRefusal, sizeKvCache } from './backend-factory.js';
-import { grammarVocabFromTokenizerJson, type GrammarVocab, type TokenConstraint } from '../sampling/structured-output.js';
+import { grammarVocabFromTokenizerJson, type GrammarVocab, type GrammarVocabFile, type TokenConstraint } from '../sampling/structured-output.js';
 import { RequestGrammars } from './request-grammars.js';
-import { readJsonFile } from '../loader/tokenizer.js';
 import { join } from 'node:path';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
@@ -53,8 +52,8 @@ export interface EngineCoreParts {
   numCachedStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
-  /** The vocabulary for structured outputs (read on first use); absent: such requests fail. */
-  grammarVocab?: () => GrammarVocab;
+  /** The vocabulary for structured outputs (read by each grammar host, or on first use); absent: such requests fail. */
+  grammarVocab?: GrammarVocabFile | (() => GrammarVocab);
   info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'numCachedStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
 }
 
@@ -488,8 +487,11 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
   const core = new EngineCore({
     model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    grammarVocab: () => grammarVocabFromTokenizerJson(dir.tokenizerJson ?? readJsonFile(join(dir.tokenizerDir, 'tokenizer.json')),
-      dir.config.vocabSize, dir.generation.eosTokenIds),
+    // a GGUF file's tokenizer is in memory; otherwise each grammar host reads tokenizer.json in its own thread
+    grammarVocab: dir.tokenizerJson !== undefined
+      ? () => grammarVocabFromTokenizerJson(dir.tokenizerJson!, dir.config.vocabSize, dir.generation.eosTokenIds)
+      : { tokenizerJsonPath: join(dir.tokenizerDir, 'tokenizer.json'), vocabSize: dir.config.vocabSize,
+        stopTokenIds: [...dir.generation.eosTokenIds] },
     info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
       kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
   }, engineOptions);

@@ -3,7 +3,9 @@
 // broken() and ended by the engine with an error; the others never notice.
 
 import { GrammarHosts, GrammarRequestEnded, type GrammarHostsOptions, type GrammarRequest } from '../sampling/grammar-hosts.js';
-import { ConstraintAfterToken, type GrammarVocab, type StructuredOutputSpec, type TokenConstraint } from '../sampling/structured-output.js';
+import {
+  ConstraintAfterToken, type GrammarVocab, type GrammarVocabFile, type StructuredOutputSpec, type TokenConstraint,
+} from '../sampling/structured-output.js';
 
 export class RequestGrammars {
   readonly hosts: GrammarHosts;
@@ -12,7 +14,7 @@ export class RequestGrammars {
   /** Matchers of scheduled requests. */
   private readonly held = new Map<string, TokenConstraint>();
 
-  constructor(vocab: () => GrammarVocab, options: GrammarHostsOptions) {
+  constructor(vocab: GrammarVocabFile | (() => GrammarVocab), options: GrammarHostsOptions) {
     this.hosts = new GrammarHosts(vocab, options);
   }
 

@@ -8,12 +8,14 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type * as XG from '@mlc-ai/web-xgrammar';
 import {
-  compileSpec, createGrammarCompiler, GrammarCompileError, withReason, xgrammar, type GrammarVocab, type StructuredOutputSpec,
+  compileSpec, createGrammarCompiler, GrammarCompileError, readGrammarVocab, withReason, xgrammar, type GrammarVocab,
+  type GrammarVocabFile, type StructuredOutputSpec,
 } from './structured-output.js';
 import { BELL_DEAD, BELL_RING, CH_DONE, CH_SENT, channelMask, channelToken } from './grammar-channel.js';
 
 export interface GrammarHostInit {
-  vocab: GrammarVocab;
+  /** The vocabulary, or where this thread reads it (so that the engine's thread does not). */
+  vocab: GrammarVocab | GrammarVocabFile;
   /** The host's doorbell (grammar-channel.ts). */
   bell: Int32Array;
 }
@@ -61,7 +63,7 @@ function spend(): void {
 // Messages and the doorbell's work run one at a time, in order (xgrammar's calls are async in name only).
 let chain: Promise<void> = (async () => {
   try {
-    compiler = await createGrammarCompiler(vocab);
+    compiler = await createGrammarCompiler('tokenizerJsonPath' in vocab ? readGrammarVocab(vocab) : vocab);
   } catch (e) {
     spent = true;
     post({ type: 'broken', message: String((e as Error)?.message ?? e).slice(0, 400) });

@@ -15,7 +15,9 @@
 //   close(), at once, whatever is compiling.
 
 import { Worker } from 'node:worker_threads';
-import { GrammarCompileError, type GrammarVocab, type StructuredOutputSpec, type TokenConstraint } from './structured-output.js';
+import {
+  GrammarCompileError, type GrammarVocab, type GrammarVocabFile, type StructuredOutputSpec, type TokenConstraint,
+} from './structured-output.js';
 import { HostedConstraint, HOST_FAILED, newChannel, newDoorbell } from './grammar-channel.js';
 import type { FromHost, GrammarHostInit, ToHost } from './grammar-host.js';
 
@@ -98,7 +100,7 @@ export class GrammarHosts {
   private nextId = 1;
   private closed = false;
   private broken: string | null = null;
-  private vocabulary: GrammarVocab | null = null;
+  private vocabulary: GrammarVocab | GrammarVocabFile | null = null;
   private readonly maxHosts: number;
   private readonly maxGrammarsPerHost: number;
   private readonly maskWaitMs: number;
@@ -109,7 +111,8 @@ export class GrammarHosts {
   /** Compiles hosts have begun. */
   numCompilesBegun = 0;
 
-  constructor(private readonly vocab: () => GrammarVocab, o: GrammarHostsOptions = {}) {
+  /** `vocab`: a file each host reads in its own thread, or the vocabulary itself (read once, on first use). */
+  constructor(private readonly vocab: GrammarVocabFile | (() => GrammarVocab), o: GrammarHostsOptions = {}) {
     this.maxHosts = o.maxHosts ?? 4;
     this.maxGrammarsPerHost = o.maxGrammarsPerHost ?? 16;
     this.maskWaitMs = o.maskWaitMs ?? 5000;
@@ -229,7 +232,7 @@ export class GrammarHosts {
   /** A new host; undefined when the vocabulary cannot be read (the job is failed). */
   private spawn(job: Job): Host | undefined {
     try {
-      this.vocabulary ??= this.vocab();
+      this.vocabulary ??= typeof this.vocab === 'function' ? this.vocab() : this.vocab;
     } catch (e) {
       job.reject(e as Error);
       return undefined;

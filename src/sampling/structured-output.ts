@@ -161,6 +161,19 @@ export interface GrammarVocab {
   stopTokenIds: number[];
 }
 
+/** Where a thread reads the vocabulary itself (a 151k-token tokenizer.json takes the best part of a second). */
+export interface GrammarVocabFile {
+  tokenizerJsonPath: string;
+  /** Width of a logits row. */
+  vocabSize: number;
+  stopTokenIds: number[];
+}
+
+export function readGrammarVocab(f: GrammarVocabFile): GrammarVocab {
+  const json = JSON.parse(readFileSync(f.tokenizerJsonPath, 'utf8')) as Record<string, unknown>;
+  return grammarVocabFromTokenizerJson(json, f.vocabSize, f.stopTokenIds);
+}
+
 /** tokenizer.json -> GrammarVocab. */
 export function grammarVocabFromTokenizerJson(json: Record<string, unknown>, vocabSize: number, stopTokenIds: number[]): GrammarVocab {
   const model = json.model as { vocab?: Record<string, number> } | undefined;
