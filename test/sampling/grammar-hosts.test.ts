@@ -1,7 +1,7 @@
 // Grammar hosts: matchers made in worker threads mask and advance exactly as xgrammar does on the calling thread; a
 // host is sent a compile only while it holds no matcher (another host compiles meanwhile, or the grammar waits while
 // the host drains); a host that traps, crashes or does not answer fails its own matchers alone; a compile nobody
-// waits for any more, and close(), end the host's thread whatever it is compiling.
+// waits for any more, and close(), end the host's thread whatever it is compiling; a host reads the vocabulary itself.
 
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -61,8 +61,8 @@ async function walkBesideReference(c: TokenConstraint, spec: StructuredOutputSpe
 
 describe('grammar hosts', () => {
   const opened: GrammarHosts[] = [];
-  const hostsOf = (o: ConstructorParameters<typeof GrammarHosts>[1]) => {
-    const h = new GrammarHosts(demoVocab, o);
+  const hostsOf = (o: ConstructorParameters<typeof GrammarHosts>[1], vocab: ConstructorParameters<typeof GrammarHosts>[0] = demoVocab) => {
+    const h = new GrammarHosts(vocab, o);
     opened.push(h);
     return h;
   };
@@ -157,6 +157,13 @@ describe('grammar hosts', () => {
     assert.equal(hosts.numHosts, 0);
     await rejected;
     await assert.rejects(hosts.request(CHOICE).constraint, /closed/);
+  });
+
+  it('reads the vocabulary in the host: a file that cannot be read fails every request, and leaves no thread', async () => {
+    const hosts = hostsOf({}, { tokenizerJsonPath: join(repoRoot(), 'models', 'no-such-model', 'tokenizer.json'), vocabSize: 8, stopTokenIds: [] });
+    await assert.rejects(hosts.request(CHOICE).constraint, /structured outputs cannot start: ENOENT/);
+    await assert.rejects(hosts.request(SCHEMA).constraint, /structured outputs cannot start/);
+    assert.equal(hosts.numHosts, 0);
   });
 
   it('bounds the wait for a mask: a host that never answers fails the matcher, not the caller', () => {
