@@ -9,6 +9,7 @@ import { makeTestTokenizer } from './test-model/bpe.js';
 import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
 import { checkpointChunks } from './test-model/weights.js';
 import { startProgress, type Progress } from '../lab/progress.js';
+import { GGUF_QUANTIZATIONS, modelDirToGguf, type GgufQuantization } from './gguf-convert.js';
 
 export { testModelShapes } from './test-model/shapes.js';
 
@@ -131,12 +132,13 @@ export function makeTestModelCommand(): Command {
     .option('--shards <n>', 'number of safetensors shards', nonNegativeInt, 1)
     .option('--fast', 'repeat each tensor\'s first 4 Mi random values (big benchmark models at disk speed)')
     .option('--quantization <method>', 'fp8: block-FP8 projections (F8_E4M3 and weight_scale_inv), as Qwen3-*-FP8')
+    .option('--gguf <type>', `also write the model as one GGUF file, <out>.<type>.gguf (qwen3, qwen2, llama shapes; ${GGUF_QUANTIZATIONS.join(', ')})`)
     .option('--list', 'list the shapes and exit')
     .action(runMakeTestModel);
 }
 
 async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number;
-  list?: boolean; fast?: boolean; quantization?: string }): Promise<void> {
+  list?: boolean; fast?: boolean; quantization?: string; gguf?: string }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
@@ -146,6 +148,10 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   if (!['bf16', 'f16', 'f32'].includes(o.dtype)) throw new InvalidArgumentError(`--dtype must be bf16, f16 or f32, got ${o.dtype}`);
   if (o.quantization !== undefined && o.quantization !== 'fp8') {
     throw new InvalidArgumentError(`--quantization must be fp8, got ${o.quantization}`);
+  }
+  const gguf = o.gguf;
+  if (gguf !== undefined && !(GGUF_QUANTIZATIONS as readonly string[]).includes(gguf)) {
+    throw new InvalidArgumentError(`--gguf must be one of ${GGUF_QUANTIZATIONS.join(', ')}, got ${gguf}`);
   }
   const startMs = Date.now();
   let bar: Progress | null = null;
@@ -168,6 +174,11 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
     `${info.dir}: ${o.shape}, ${info.numTensors} tensors, ${(info.numWeightBytes / 2 ** 20).toFixed(1)} MiB of ${o.dtype}${o.quantization ? ' and block-FP8' : ''} weights in ` +
       `${info.files.length} file(s), ${seconds.toFixed(1)} s`,
   );
+  if (gguf !== undefined) {
+    const file = `${resolve(outDir)}.${gguf}.gguf`;
+    modelDirToGguf(info.dir, file, gguf as GgufQuantization);
+    console.log(`${file}: the same weights as one ${gguf} GGUF file`);
+  }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {

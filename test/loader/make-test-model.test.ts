@@ -133,7 +133,7 @@ test('repeatChunks (--fast) repeats one chunk-long window of its init\'s shared 
   }
 });
 
-test('CLI writes a loadable directory and rejects bad arguments', () => {
+test('CLI writes a loadable directory (and a GGUF file) and rejects bad arguments', async () => {
   const out = join(tempDir(), 'cli');
   const script = join(repoRoot(), 'dist', 'src', 'tools', 'make-test-model.js');
   const ok = spawnSync(process.execPath, [script, '--shape', 'tiny-llama', '--out', out, '--seed', '5', '--shards', '2'], { encoding: 'utf8' });
@@ -149,6 +149,16 @@ test('CLI writes a loadable directory and rejects bad arguments', () => {
   const fp8 = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3-128', '--quantization', 'fp8', '--fast', '--out', join(out, 'fp8')], { encoding: 'utf8' });
   assert.equal(fp8.status, 0, fp8.stderr);
   assert.match(fp8.stdout, /tiny-qwen3-128, 38 tensors, .* MiB of bf16 and block-FP8 weights/);
+  // --gguf: the same model as one GGUF file beside the directory, which loads as the directory's model
+  const g = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3', '--gguf', 'q8_0', '--out', join(out, 'g')], { encoding: 'utf8' });
+  assert.equal(g.status, 0, g.stderr);
+  assert.match(g.stdout, /g\.q8_0\.gguf: the same weights as one q8_0 GGUF file/);
+  const { loadModel } = await import('../../src/loader/model-dir.js');
+  const [fromGguf, fromDir] = [await loadModel(`${join(out, 'g')}.q8_0.gguf`), await loadModel(join(out, 'g'))];
+  assert.deepEqual({ ...fromGguf.config, dtype: null }, { ...fromDir.config, dtype: null });
+  const badGguf = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3', '--gguf', 'q3_k', '--out', join(out, 'h')], { encoding: 'utf8' });
+  assert.notEqual(badGguf.status, 0);
+  assert.match(badGguf.stderr, /--gguf must be one of f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m, q6_k, got q3_k/);
 });
 
 test('--quantization fp8: Qwen3-FP8\'s quantization_config, and the projections of the same seed\'s model quantized per block', async () => {
