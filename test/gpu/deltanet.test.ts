@@ -121,6 +121,9 @@ describe('CUDA gated DeltaNet vs CPU', { skip: noCuda }, () => {
         const [, xg] = uploadBoth(cpu, cuda, 'x', [1, C], randomBf16(C, 1));
         const sg = cuda.beginStep(batch);
         assert.throws(() => cuda.causalConv1d(xg, weights.w[0]![1], 2, sg), /recurrent layer 2 outside the 2/);
+        const [, bag] = uploadBoth(cpu, cuda, 'ba', [1, 2 * Hv], randomBf16(2 * Hv, 2));
+        assert.throws(() => cuda.gatedDeltaRule(xg, bag, weights.aLog[0]![1], weights.dtBias[0]![1],
+          { ...shape, convKernel: K + 1 }, 0, sg), /the states hold/);
       });
     });
   }

@@ -20,7 +20,9 @@ export class CudaDeltaNet {
     if (!(Number.isInteger(layer) && layer >= 0 && layer < r.layout.numLayers)) {
       throw new Error(`${op}: recurrent layer ${layer} outside the ${r.layout.numLayers} allocated`);
     }
-    if (shape !== null && JSON.stringify(shape) !== JSON.stringify(r.layout.shape)) {
+    const held = r.layout.shape;
+    if (shape !== null && (shape.numKeyHeads !== held.numKeyHeads || shape.numValueHeads !== held.numValueHeads
+      || shape.keyDim !== held.keyDim || shape.valueDim !== held.valueDim || shape.convKernel !== held.convKernel)) {
       throw new Error(`${op}: shape ${JSON.stringify(shape)}, the states hold ${JSON.stringify(r.layout.shape)}`);
     }
     return r;
