@@ -19,7 +19,7 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
   after(() => backends.forEach((b) => b.dispose()));
 
   /** Two prompts (the first in two chunks), then three decode steps with a third sequence joining: every step's logits. */
-  const run = (backend: Backend, shape: string): Float32Array[] => {
+  const run = (backend: Backend, shape: string, steps: { slot: number; tokens: number; sample: boolean }[][] = []): Float32Array[] => {
     backends.push(backend);
     const config = parseModelConfig(testModelShapes()[shape], shape);
     const model = Model.load(config, randomWeightSource(config, { seed: 7 }), backend);
@@ -31,6 +31,7 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
     const step = (seqs: (ScheduledSeq & { slot: number })[]) => {
       const batch = buildForwardBatch(seqs, BLOCK);
       batch.stateSlots = Int32Array.from(seqs, (s) => s.slot);
+      steps.push(seqs.map((s) => ({ slot: s.slot, tokens: s.tokenIds.length, sample: s.sample })));
       return model.forward(batch);
     };
     const out = [step([
@@ -57,16 +58,51 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
   // relative RMS error, row by row (a wrong state, slot or layout gives errors of the order of the logits themselves).
   // tiny-qwen3-next-128 adds routed experts and the gated shared expert (addSigmoidGated), which the engine refuses on
   // CUDA until this test has passed on a GPU
-  for (const [shape, mayBeOff] of [['tiny-qwen3.5-128', 0], ['tiny-qwen3-next-128', 1]] as const) {
+  for (const shape of ['tiny-qwen3.5-128', 'tiny-qwen3-next-128']) {
     test(`${shape}: prefill, a continuing chunk and decode: logits match the CPU backend`, () => {
-      const expected = run(newCpu(), shape);
+      const cpu = newCpu();
+      // A token whose router had a near-tie (the k-th and the next expert's logits within 1% of the logits' range)
+      // may pick another expert on CUDA's bf16 activations than on the CPU's f32 ones: from that step on, its
+      // sequence (its KV and DeltaNet state) may differ. Each step's tokens are the batch's rows in sequence order, so
+      // a step's near-tie tokens name their sequences' slots. Over this test's ~110 tokens x 3 sparse layers most
+      // sequences see such a tie somewhere (session 30, H200: a flip gave one row 0.42 and the next 0.22), so the rule
+      // is: a row over the bound must belong to a sequence with a near-tie, and at most 3 of the rows may be over it (a
+      // wrong layout, gate or state is wrong on every row)
+      const tiedSlots = new Set<number>();
+      const tiesByStep: Set<number>[] = [];
+      const plain = cpu.moeExperts.bind(cpu);
+      cpu.moeExperts = (x, router, experts, route) => {
+        const logits = cpu.toHost(cpu.matmul(x, router, 'router'));
+        const E = experts.numExperts;
+        const ties = new Set<number>();
+        for (let t = 0; t < logits.length / E; t++) {
+          const row = Array.from(logits.subarray(t * E, (t + 1) * E)).sort((p, q) => q - p);
+          if (row[route.topK - 1]! - row[route.topK]! < 0.01 * (row[0]! - row[E - 1]!)) ties.add(t);
+        }
+        tiesByStep.push(ties);
+        return plain(x, router, experts, route);
+      };
+      const steps: { slot: number; tokens: number; sample: boolean }[][] = [];
+      const expected = run(cpu, shape, steps);
       const actual = run(newCuda(), shape);
-      // per logits row; with experts, a row whose router had a near-tie may pick another expert on bf16 activations
-      // than on the CPU's f32 ones (as moe-model.test allows): at most one row then
       const vocab = parseModelConfig(testModelShapes()[shape], shape).vocabSize;
+      const layersPerStep = tiesByStep.length / expected.length;
       const off: string[] = [];
+      const excused: string[] = [];
+      let checked = 0;
       actual.forEach((logits, i) => {
+        // this step's near-tie tokens (any layer) taint their sequences from here on
+        const seqs = steps[i]!;
+        for (let l = 0; l < layersPerStep; l++) {
+          for (const t of tiesByStep[i * layersPerStep + l]!) {
+            let s = 0;
+            for (let end = seqs[0]!.tokens; t >= end; end += seqs[++s]!.tokens);
+            tiedSlots.add(seqs[s]!.slot);
+          }
+        }
+        const rowSlots = seqs.filter((s) => s.sample).map((s) => s.slot);
         for (let r = 0; r < logits.length / vocab; r++) {
+          checked++;
           let err = 0;
           let norm = 0;
           for (let j = r * vocab; j < (r + 1) * vocab; j++) {
@@ -75,11 +111,13 @@ describe('Qwen3.5 hybrid model on CUDA', { skip: noCuda }, () => {
             norm += expected[i]![j]! ** 2;
           }
           const rel = Math.sqrt(err / norm);
-          if (!(rel < 0.05)) off.push(`step ${i} row ${r}: relative RMS error ${rel.toFixed(4)}`);
+          if (rel < 0.05) continue;
+          (tiedSlots.has(rowSlots[r]!) ? excused : off).push(`step ${i} row ${r}: relative RMS error ${rel.toFixed(4)}`);
         }
       });
-      if (off.length > 0) console.log(`# ${shape}: ${off.join('; ')}`);
-      assert.ok(off.length <= mayBeOff, off.join('; '));
+      console.log(`# ${shape}: ${checked} rows; over the bound after a router near-tie: ${excused.join('; ') || 'none'}`);
+      assert.deepEqual(off, []);
+      assert.ok(excused.length <= 3, `${excused.length} rows over the bound`);
     });
   }
 });
