@@ -226,6 +226,12 @@ export interface Backend {
    */
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
     step: StepInputs): Tensor;
+  /**
+   * Columns [start, start + width) of x [T, N] as a [T, width] tensor: one GEMM's output split among its consumers
+   * (a DeltaNet layer's qkv | z | b | a). On CUDA a view with x's row stride, which only causalConv1d's x,
+   * gatedDeltaRule's ba and rmsNormGated's z accept (any other op refuses it); on the CPU a copy.
+   */
+  columns(x: Tensor, start: number, width: number): Tensor;
   /** Per group of w.length channels of x and z [T, N]: rmsnorm(x) * w * silu(z) (transformers' RMSNormGated). */
   rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): Tensor;
   /** gateUp [T, 2I] (gate first, then up) -> silu(gate) * up [T, I] */

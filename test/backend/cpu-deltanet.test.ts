@@ -215,6 +215,14 @@ test('rmsNormGated: per v head, rmsnorm(x) * w * silu(z); sigmoidMul: x * sigmoi
   assertClose(sig, Array.from(x, (e, i) => e / (1 + Math.exp(-z[i]!))), 1e-6, 'sigmoidMul');
 });
 
+test('columns: a [T, width] copy of x\'s columns [start, start + width); outside x, an error naming the range', () => {
+  const [T, N] = [3, 7];
+  const x = randomArray(T * N, 40);
+  const got = backend.toHost(backend.columns(up('x', [T, N], x), 2, 4));
+  assert.deepEqual(got, Float32Array.from({ length: T * 4 }, (_, i) => x[Math.floor(i / 4) * N + 2 + (i % 4)]!));
+  assert.throws(() => backend.columns(up('x', [T, N], x), 5, 3), /columns: \[5, 8\) of \[3, 7\]/);
+});
+
 test('qkNormRope with partial rotary: the first 2 * invFreq.length channels of each head turn, the rest pass', () => {
   const [H, KVH, D] = [2, 1, 8];
   const W = (H + 2 * KVH) * D;

@@ -115,6 +115,61 @@ describe('CUDA gated DeltaNet vs CPU', { skip: noCuda }, () => {
         assertBf16Close(cuda.toHost(ruleG), cpu.toHost(ruleC), 'gatedDeltaRule after the copy', 3e-2);
       });
 
+      test('a chunk\'s conv (a thread per token, then the window update) gives the bits of its tokens one by one', () => {
+        // slot 1 takes 3 tokens (a window to read), is copied to slot 3; then 9 more tokens: slot 1 as one chunk beside
+        // a decode row, slot 3 a token a step (the decode kernel); the outputs and, through a last token, the windows
+        // left behind must agree bit for bit
+        const conv = (seqs: { n: number; start: number; slot: number }[], x: Float32Array) => {
+          const batch = seqBatch(seqs);
+          const [, xg] = uploadBoth(cpu, cuda, 'x', [batch.numTokens, C], x);
+          const sg = cuda.beginStep(batch);
+          cuda.fillWorkspace(0xff);
+          return bitsOf(cuda, cuda.causalConv1d(xg, weights.w[0]![1], 0, sg));
+        };
+        conv([{ n: 3, start: 0, slot: 1 }], randomBf16(3 * C, seed++, -2, 2));
+        cuda.copyRecurrentState(1, 3);
+        const rows = randomBf16(9 * C, seed++, -2, 2);
+        const other = randomBf16(C, seed++, -2, 2);
+        const x = new Float32Array(10 * C);
+        x.set(other, 0);
+        x.set(rows, C);
+        const chunk = conv([{ n: 1, start: 0, slot: 0 }, { n: 9, start: 3, slot: 1 }], x).subarray(C);
+        for (let i = 0; i < 9; i++) {
+          const one = conv([{ n: 1, start: 3 + i, slot: 3 }], rows.subarray(i * C, (i + 1) * C));
+          assert.deepEqual(one, chunk.subarray(i * C, (i + 1) * C), `token ${i}`);
+        }
+        const last = randomBf16(C, seed++, -2, 2);
+        const both = new Float32Array(2 * C);
+        both.set(last, 0);
+        both.set(last, C);
+        const after = conv([{ n: 1, start: 12, slot: 1 }, { n: 1, start: 12, slot: 3 }], both);
+        assert.deepEqual(after.subarray(C), after.subarray(0, C), 'the windows the chunk and the single tokens left');
+      });
+
+      test('conv, rule and gated norm on columns of one wider tensor (Backend.columns) give the bits of contiguous inputs', () => {
+        const Z = Hv * shape.valueDim;
+        const W = C + Z + 2 * Hv + 5;  // 5 columns the ops must not read
+        const T = 6;
+        const all = randomBf16(T * W, seed++, -2, 2);
+        const part = (start: number, width: number) =>
+          Float32Array.from({ length: T * width }, (_, i) => all[Math.floor(i / width) * W + start + (i % width)]!);
+        const run = (views: boolean, slot: number) => {
+          const [, wide] = uploadBoth(cpu, cuda, 'all', [T, W], all);
+          const pick = (start: number, width: number) =>
+            views ? cuda.columns(wide, start, width) : uploadBoth(cpu, cuda, 'part', [T, width], part(start, width))[1];
+          const [x, z, ba] = [pick(0, C), pick(C, Z), pick(C + Z, 2 * Hv)];
+          const sg = cuda.beginStep(seqBatch([{ n: 2, start: 0, slot }, { n: 4, start: 0, slot: slot + 1 }]));
+          cuda.fillWorkspace(0xff);
+          const conv = cuda.causalConv1d(x, weights.w[0]![1], 0, sg);
+          const rule = cuda.gatedDeltaRule(conv, ba, weights.aLog[0]![1], weights.dtBias[0]![1], shape, 0, sg);
+          const [, wn] = uploadBoth(cpu, cuda, 'norm', [shape.valueDim], randomBf16(shape.valueDim, 77, 0.5, 1.5));
+          return [conv, rule, cuda.rmsNormGated(rule, z, wn, 1e-6)].map((t) => bitsOf(cuda, t));
+        };
+        assert.deepEqual(run(true, 0), run(false, 2));
+        const [, wide] = uploadBoth(cpu, cuda, 'all', [T, W], all);
+        assert.throws(() => cuda.sigmoidMul(cuda.columns(wide, 0, 8), cuda.columns(wide, 8, 8)), /column view/);
+      });
+
       test('a state slot or layer outside those allocated is an error', () => {
         assert.throws(() => cuda.copyRecurrentState(0, 4), /outside the 4 allocated/);
         const batch = seqBatch([{ n: 1, start: 0, slot: 0 }]);

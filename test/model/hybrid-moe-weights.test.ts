@@ -46,10 +46,10 @@ test('Qwen3-Next loading: the DeltaNet layer gets the reordered rows; attention 
   const baRows = f32(src.read('model.layers.2.linear_attn.in_proj_ba.weight'));
   const pick = (m: Float32Array, rows: number[]) => Float32Array.from(rows.flatMap((r) => [...m.subarray(r * H, (r + 1) * H)]));
   const d = w.layers[2]!.deltaNet!;
-  assert.deepEqual(backend.toHost(d.inProjQkv), pick(qkvz, order.qkv));
-  assert.deepEqual(backend.toHost(d.inProjZ), pick(qkvz, order.z));
-  assert.deepEqual(backend.toHost(d.inProjBa), pick(baRows, order.ba));
-  assert.deepEqual([d.inProjQkv.shape, d.inProjZ.shape, d.inProjBa.shape, d.conv.shape], [[96, 64], [32, 64], [8, 64], [96, 4]]);
+  // one in_proj: qkv's rows, z's, then b's and a's
+  assert.deepEqual(backend.toHost(d.inProj), Float32Array.from([...pick(qkvz, order.qkv), ...pick(qkvz, order.z),
+    ...pick(baRows, order.ba)]));
+  assert.deepEqual([d.inProj.shape, d.conv.shape], [[96 + 32 + 8, 64], [96, 4]]);
   assert.deepEqual(backend.toHost(w.layers[0]!.inputNorm), f32(src.read('model.layers.0.input_layernorm.weight')).map((v) => 1 + v));
 });
 

@@ -76,8 +76,8 @@ test('loading: q_proj split per head into q and gate, b and a fused, (1 + w) nor
   const d = w.layers[0]!.deltaNet!;
   // the gated norm's weight is used as is
   assert.deepEqual(host(d.norm), f32('model.layers.0.linear_attn.norm.weight'));
-  assert.deepEqual(host(d.inProjBa), new Float32Array([...f32('model.layers.0.linear_attn.in_proj_b.weight'),
-    ...f32('model.layers.0.linear_attn.in_proj_a.weight')]));
+  // in_proj: in_proj_qkv's rows, in_proj_z's, in_proj_b's, in_proj_a's
+  assert.deepEqual(host(d.inProj), new Float32Array(['qkv', 'z', 'b', 'a'].flatMap((p) => [...f32(`model.layers.0.linear_attn.in_proj_${p}.weight`)])));
   assert.deepEqual(d.conv.shape, [96, 4]);
   assert.equal(w.layers[1]!.deltaNet, null);
   assert.equal(w.layers[0]!.attention, null);
@@ -88,7 +88,7 @@ test('a multimodal checkpoint loads its text model from model.language_model.*, 
   const nested = renamed(src, (n) => n.replace(/^model\./, 'model.language_model.'), ['model.visual.patch_embed.proj.weight']);
   const a = loadQwen35Weights(config, src, backend);
   const b = loadQwen35Weights(config, nested, backend);
-  assert.deepEqual(backend.toHost(b.layers[2]!.deltaNet!.inProjQkv), backend.toHost(a.layers[2]!.deltaNet!.inProjQkv));
+  assert.deepEqual(backend.toHost(b.layers[2]!.deltaNet!.inProj), backend.toHost(a.layers[2]!.deltaNet!.inProj));
   assert.deepEqual(backend.toHost(b.lmHead), backend.toHost(a.lmHead));
 });
 

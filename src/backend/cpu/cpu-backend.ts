@@ -356,6 +356,15 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  columns(x: Tensor, start: number, width: number): Tensor {
+    const xs = asCpu(x);
+    const [T, N] = xs.shape as [number, number];
+    if (!(start >= 0 && width > 0 && start + width <= N)) throw new Error(`columns: [${start}, ${start + width}) of [${T}, ${N}]`);
+    const out = this.alloc([T, width]);
+    for (let t = 0; t < T; t++) out.data.set(xs.data.subarray(t * N + start, t * N + start + width), t * width);
+    return out;
+  }
+
   rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): Tensor {
     const xs = asCpu(x);
     const [T, N] = xs.shape as [number, number];

@@ -269,6 +269,10 @@ export class CudaBackend implements Backend {
     return this.deltanet.rmsNormGated(x, z, w, eps);
   }
 
+  columns(x: Tensor, start: number, width: number): Tensor {
+    return this.deltanet.columns(x, start, width);
+  }
+
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number, step: StepInputs): Tensor {
     return this.attn.attention(qkv, layer, numHeads, numKvHeads, scale, step);
   }

@@ -9,7 +9,10 @@ import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from './kernel-defines.js';
 import type { KvMemory, RecurrentMemory } from './kv-memory.js';
 import { metaPtr } from './step-buffers.js';
 import type { StepContext } from './step-context.js';
-import { asCuda, type CudaTensor } from './tensor.js';
+import { asCuda, asStrided, ColumnView, type CudaTensor } from './tensor.js';
+
+/** Tokens a thread of conv1d_silu_tokens serves (kernels/deltanet.cu's CONV_TOKENS). */
+const CONV_TOKENS = 8;
 
 export class CudaDeltaNet {
   constructor(private readonly s: StepContext, private readonly kv: KvMemory) {}
@@ -28,8 +31,19 @@ export class CudaDeltaNet {
     return r;
   }
 
+  /** Backend.columns: a view whose rows keep x's stride (ColumnView). */
+  columns(x: Tensor, start: number, width: number): CudaTensor {
+    const { ptr: base, ld } = asStrided(x);
+    const [T, N] = [x.shape[0]!, x.shape[1]!];
+    if ((x as CudaTensor).dtype !== 'bf16') throw new Error(`columns: a ${(x as CudaTensor).dtype} tensor (bf16 only)`);
+    if (!(Number.isInteger(start) && start >= 0 && width > 0 && start + width <= N)) {
+      throw new Error(`columns: [${start}, ${start + width}) of [${T}, ${N}]`);
+    }
+    return new ColumnView([T, width], base + BigInt(start * 2), ld);
+  }
+
   causalConv1d(x: Tensor, w: Tensor, layer: number, step: StepInputs): CudaTensor {
-    const xs = asCuda(x);
+    const xs = { shape: x.shape, ...asStrided(x) };
     const [T, C] = [xs.shape[0]!, xs.shape[1]!];
     const [wC, K] = [w.shape[0]!, w.shape[1]!];
     const r = this.layerState(layer, null, 'causalConv1d');
@@ -39,16 +53,32 @@ export class CudaDeltaNet {
     if (K < 2 || K > CONV_MAX_TAPS) throw new Error(`causalConv1d: ${K} taps (2 to ${CONV_MAX_TAPS} on CUDA)`);
     const { batch, meta, layout } = this.s.of(step);
     const out = this.s.act([T, C]);
-    this.s.timed('deltanet conv', () => this.s.device.launch('deltanet.cu', 'conv1d_silu_bf16',
-      [batch.numSeqs, Math.ceil(C / 128), 1], 128, [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), ptr(r.base),
-        ptr(metaPtr(meta, layout.queryStartLoc)), ptr(metaPtr(meta, layout.seqLens)), ptr(metaPtr(meta, layout.stateSlots)),
-        i32(C), i32(K), i32(r.slotFloats), i32(layer * r.convFloats)], 0, true));
+    const sections = [ptr(metaPtr(meta, layout.queryStartLoc)), ptr(metaPtr(meta, layout.seqLens)),
+      ptr(metaPtr(meta, layout.stateSlots))];
+    const tail = [i32(C), i32(xs.ld), i32(K), i32(r.slotFloats), i32(layer * r.convFloats)];
+    const perSeq = [batch.numSeqs, Math.ceil(C / 128), 1] as const;
+    this.s.timed('deltanet conv', () => {
+      const d = this.s.device;
+      // decode rows walk their one token per (sequence, channel); a step with prompt chunks takes a thread per
+      // (token, channel) and updates the windows after (kernels/deltanet.cu: the same bits either way)
+      if (T === batch.numSeqs) {
+        d.launch('deltanet.cu', 'conv1d_silu_bf16', [...perSeq], 128, [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr),
+          ptr(r.base), ...sections, ...tail], 0, true);
+        return;
+      }
+      d.launch('deltanet.cu', 'conv1d_silu_tokens_bf16', [Math.ceil(T / CONV_TOKENS), Math.ceil(C / 128), 1], 128,
+        [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), ptr(r.base), ...sections, i32(batch.numSeqs), i32(T), ...tail],
+        0, true);
+      d.launch('deltanet.cu', 'conv1d_window_bf16', [...perSeq], 128, [ptr(xs.ptr), ptr(r.base), ...sections, ...tail],
+        0, true);
+    });
     return out;
   }
 
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
     step: StepInputs): CudaTensor {
     const cs = asCuda(conv);
+    const bas = asStrided(ba);
     const T = cs.shape[0]!;
     const { numKeyHeads: Hk, numValueHeads: Hv, keyDim: Dk, valueDim: Dv } = shape;
     if (cs.shape[1] !== convChannels(shape) || ba.shape[1] !== 2 * Hv || ba.shape[0] !== T) {
@@ -61,7 +91,7 @@ export class CudaDeltaNet {
     const out = this.s.act([T, Hv * Dv]);
     const ssmAt = r.layout.numLayers * r.convFloats + layer * r.ssmFloats;
     this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}`,
-      [batch.numSeqs, Hv, Math.ceil(Dv / (32 / (Dk / 32)))], 32, [ptr(cs.ptr), ptr(asCuda(ba).ptr), ptr(asCuda(aLog).ptr),
+      [batch.numSeqs, Hv, Math.ceil(Dv / (32 / (Dk / 32)))], 32, [ptr(cs.ptr), ptr(bas.ptr), i32(bas.ld), ptr(asCuda(aLog).ptr),
         ptr(asCuda(dtBias).ptr), ptr(out.ptr), ptr(r.base), ptr(metaPtr(meta, layout.queryStartLoc)),
         ptr(metaPtr(meta, layout.seqLens)), ptr(metaPtr(meta, layout.stateSlots)), i32(Hk), i32(Hv), i32(Dv),
         i32(r.slotFloats), i32(ssmAt)], 0, true));
@@ -73,9 +103,10 @@ export class CudaDeltaNet {
     const [T, N] = [xs.shape[0]!, xs.shape[1]!];
     const G = w.shape[0]!;
     if (z.shape[0] !== T || z.shape[1] !== N || N % G !== 0) throw new Error('rmsNormGated: x, z and w do not fit');
+    const zs = asStrided(z);
     const out = this.s.act([T, N]);
     this.s.timed('deltanet norm', () => this.s.device.launch('deltanet.cu', 'rms_norm_gated_bf16',
-      [T, Math.ceil(N / G / 4), 1], 128, [ptr(xs.ptr), ptr(asCuda(z).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), i32(N),
+      [T, Math.ceil(N / G / 4), 1], 128, [ptr(xs.ptr), ptr(zs.ptr), i32(zs.ld), ptr(asCuda(w).ptr), ptr(out.ptr), i32(N),
         i32(G), f32(eps)], 0, true));
     return out;
   }

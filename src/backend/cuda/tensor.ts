@@ -47,9 +47,27 @@ export class NormedTensor extends CudaTensor {
   }
 }
 
-/** A plain CUDA tensor; throws on another backend's tensor and on a NormedTensor (its scale is not applied). */
+/**
+ * Backend.columns' view: [T, width] columns of a wider bf16 tensor whose rows are `rowStride` elements apart. Only
+ * the ops that read it through asStrided take it (the DeltaNet kernels, which index rows with the stride).
+ */
+export class ColumnView extends CudaTensor {
+  constructor(shape: readonly number[], ptr: bigint, readonly rowStride: number) {
+    super(shape, ptr);
+  }
+}
+
+/** A plain CUDA tensor; throws on another backend's tensor, on a NormedTensor (its scale is not applied) and on a view. */
 export function asCuda(t: Tensor): CudaTensor {
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
   if (t instanceof NormedTensor) throw new Error('CudaBackend: a GEMM input whose norm is left to that GEMM reached another op');
+  if (t instanceof ColumnView) throw new Error('CudaBackend: a column view reached an op that reads rows contiguously');
   return t;
+}
+
+/** A [T, N] bf16 tensor's pointer and row stride in elements: a ColumnView's, or a plain tensor's N. */
+export function asStrided(t: Tensor): { ptr: bigint; ld: number } {
+  if (t instanceof ColumnView) return { ptr: t.ptr, ld: t.rowStride };
+  const c = asCuda(t);
+  return { ptr: c.ptr, ld: c.shape[1]! };
 }

@@ -131,18 +131,20 @@ function onePlus(t: HostTensor): HostTensor {
 
 const noted = new Set<string>();
 
-/** A gated DeltaNet layer's in_proj_qkv, in_proj_z and in_proj_ba: read as they are, or (Qwen3-Next) reordered. */
-function deltaNetInProj(c: ModelConfig, a: string, read: (n: string) => HostTensor, backend: Backend):
-  Pick<Qwen35DeltaNetWeights, 'inProjQkv' | 'inProjZ' | 'inProjBa'> {
+/**
+ * A gated DeltaNet layer's input projections as one weight (DeltaNetLayerWeights.inProj): in_proj_qkv, in_proj_z,
+ * in_proj_b, in_proj_a, read as they are, or (Qwen3-Next's in_proj_qkvz, in_proj_ba) reordered.
+ */
+function deltaNetInProj(c: ModelConfig, a: string, read: (n: string) => HostTensor, backend: Backend): Tensor {
+  const name = `${a}in_proj.weight`;
   if (c.architecture !== 'qwen3_next') {
-    return { inProjQkv: backend.upload(read(`${a}in_proj_qkv.weight`)), inProjZ: backend.upload(read(`${a}in_proj_z.weight`)),
-      inProjBa: backend.upload(concatRows(`${a}in_proj_ba.weight`, [read(`${a}in_proj_b.weight`), read(`${a}in_proj_a.weight`)])) };
+    return backend.upload(concatRows(name, [read(`${a}in_proj_qkv.weight`), read(`${a}in_proj_z.weight`),
+      read(`${a}in_proj_b.weight`), read(`${a}in_proj_a.weight`)]));
   }
   const order = qwen3NextInProjOrder(hybridOf(c));
   const qkvz = read(`${a}in_proj_qkvz.weight`);
-  return { inProjQkv: backend.upload(pickRows(qkvz, order.qkv, `${a}in_proj_qkv.weight`)),
-    inProjZ: backend.upload(pickRows(qkvz, order.z, `${a}in_proj_z.weight`)),
-    inProjBa: backend.upload(pickRows(read(`${a}in_proj_ba.weight`), order.ba, `${a}in_proj_ba.weight`)) };
+  return backend.upload(concatRows(name, [pickRows(qkvz, order.qkv, `${a}in_proj_qkv.weight`),
+    pickRows(qkvz, order.z, `${a}in_proj_z.weight`), pickRows(read(`${a}in_proj_ba.weight`), order.ba, `${a}in_proj_ba.weight`)]));
 }
 
 export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend: Backend): Qwen35Weights {
@@ -179,7 +181,7 @@ export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend:
       const a = `${p}linear_attn.`;
       const conv = read(`${a}conv1d.weight`);
       deltaNet = {
-        ...deltaNetInProj(c, a, read, backend),
+        inProj: deltaNetInProj(c, a, read, backend),
         conv: backend.upload({ ...conv, shape: [conv.shape[0]!, conv.shape[2]!] }),
         aLog: up(`${a}A_log`), dtBias: up(`${a}dt_bias`), norm: up(`${a}norm.weight`), outProj: up(`${a}out_proj.weight`),
       };

@@ -7,14 +7,15 @@
 //
 // Its state is a fixed size per sequence whatever the context: the conv window and Hv x Dk x Dv of the rule.
 
-import type { DeltaNetShape, Tensor } from '../../backend/backend.js';
+import { convChannels, type DeltaNetShape, type Tensor } from '../../backend/backend.js';
 import type { LayerContext, LayerStateSpec, Linear, Mixer, SublayerOut, WeightRead } from './types.js';
 
 export interface DeltaNetLayerWeights {
-  inProjQkv: Tensor;
-  inProjZ: Tensor;
-  /** [2 Hv, hidden]: in_proj_b's rows, then in_proj_a's. */
-  inProjBa: Tensor;
+  /**
+   * [C + Hv Dv + 2 Hv, hidden]: in_proj_qkv's rows, in_proj_z's, in_proj_b's, in_proj_a's, as one GEMM (three
+   * skinny ones at decode read the same bytes slower: docs/perf-log.md, session 30); its output split by columns.
+   */
+  inProj: Tensor;
   /** [C, K] depthwise conv taps. */
   conv: Tensor;
   aLog: Tensor;
@@ -30,11 +31,13 @@ export class GatedDeltaNet implements Mixer {
 
   forward(x: Tensor, ctx: LayerContext): SublayerOut {
     const { backend: b, step, eps } = ctx;
-    const conv = b.causalConv1d(b.matmul(x, this.w.inProjQkv, 'in_proj_qkv'), this.w.conv, this.stateLayer, step);
-    const ba = b.matmul(x, this.w.inProjBa, 'in_proj_ba');
+    const C = convChannels(this.shape);
+    const Z = this.shape.numValueHeads * this.shape.valueDim;
+    const all = b.matmul(x, this.w.inProj, 'in_proj');
+    const conv = b.causalConv1d(b.columns(all, 0, C), this.w.conv, this.stateLayer, step);
+    const ba = b.columns(all, C + Z, 2 * this.shape.numValueHeads);
     const core = b.gatedDeltaRule(conv, ba, this.w.aLog, this.w.dtBias, this.shape, this.stateLayer, step);
-    const z = b.matmul(x, this.w.inProjZ, 'in_proj_z');
-    return { input: b.rmsNormGated(core, z, this.w.norm, eps), proj: this.w.outProj, label: 'out_proj' };
+    return { input: b.rmsNormGated(core, b.columns(all, C, Z), this.w.norm, eps), proj: this.w.outProj, label: 'out_proj' };
   }
 
   stateSpec(): LayerStateSpec {
@@ -42,7 +45,7 @@ export class GatedDeltaNet implements Mixer {
   }
 
   weightsRead(): WeightRead[] {
-    return [this.w.inProjQkv, this.w.inProjZ, this.w.inProjBa, this.w.conv, this.w.aLog, this.w.dtBias, this.w.norm,
+    return [this.w.inProj, this.w.conv, this.w.aLog, this.w.dtBias, this.w.norm,
       this.w.outProj.weight];
   }
 }

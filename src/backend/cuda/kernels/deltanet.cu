@@ -8,12 +8,20 @@
 // copy. A sequence whose chunk starts at position 0 reads zeros, never what its slot held; a row with no slot (-1:
 // graph padding) reads zeros and keeps nothing.
 //
-// The step's sections come as pointers: queryStartLoc [S + 1], seqLens [S], stateSlots [S].
+// The step's sections come as pointers: queryStartLoc [S + 1], seqLens [S], stateSlots [S]. The conv's x, the rule's
+// ba and the norm's z may be columns of one wider GEMM output (the layer's in_proj, Backend.columns): their rows are
+// ldx, ldba, ldz elements apart.
 //
 //   conv1d_silu: out[t, c] = silu(sum_j w[c, j] in[t - K + 1 + j, c]), in = the window, then the chunk's rows x.
 //     A thread owns one (sequence, channel) and walks its chunk with the last K - 1 inputs in registers, then stores
 //     them as the new window: no other thread reads that window, so the update needs no second launch.
-//     grid (S, ceil(C / 128)), block 128.
+//     grid (S, ceil(C / 128)), block 128. Decode rows take it (one token each).
+//   conv1d_silu_tokens + conv1d_window: the same outputs, bit for bit (the same fmaf chain in the same order), for
+//     steps with prompt chunks, where a thread per (sequence, channel) walked a long chunk alone (session 30, H200:
+//     29 of a 1000-token prompt's 164 ms on qwen3.5-27b). conv1d_silu_tokens: a thread per (token, channel), its
+//     sequence found by a binary search of queryStartLoc, its K inputs read from x or the window (grid
+//     (ceil(T / CONV_TOKENS), ceil(C / 128)), block 128, CONV_TOKENS tokens a thread). conv1d_window then writes
+//     each sequence's new window after every read of the old one (a second launch: same grid as conv1d_silu).
 //   deltanet_recurrent: the gated delta rule token by token (the exact definition; the CPU's recurrent form). A warp
 //     serves COLS = 32 / (Dk / 32) columns j of one v head's state, each column S[:, j] spread over Dk / 32 lanes
 //     of 32 rows (registers: 32 floats a lane whatever Dk, and more warps to a step), kept in registers for the whole
@@ -30,8 +38,8 @@
 
 template <typename T>
 __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, float* state, const int* qsl,
-                                            const int* seqLens, const int* slots, int C, int K, int slotFloats,
-                                            int windowAt) {
+                                            const int* seqLens, const int* slots, int C, int ldx, int K,
+                                            int slotFloats, int windowAt) {
   const int s = blockIdx.x;
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -46,7 +54,7 @@ __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, floa
     hist[j] = j < K - 1 && win != nullptr && pos0 > 0 ? win[(long long)j * C + c] : 0.f;
   }
   for (int t = start; t < end; t++) {
-    const float in = to_float(x[(long long)t * C + c]);
+    const float in = to_float(x[(long long)t * ldx + c]);
     float acc = 0.f;  // the taps in order, as the CPU sums them (registers indexed by unrolled constants only)
 #pragma unroll
     for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) acc = fmaf(taps[j], hist[j], acc);
@@ -64,6 +72,65 @@ __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, floa
   for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) win[(long long)j * C + c] = hist[j];
 }
 
+constexpr int CONV_TOKENS = 8;
+
+template <typename T>
+__device__ __forceinline__ void conv1d_silu_tokens(const T* x, const T* w, T* out, const float* state, const int* qsl,
+                                                   const int* seqLens, const int* slots, int S, int T_, int C,
+                                                   int ldx, int K, int slotFloats, int windowAt) {
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int t0 = blockIdx.x * CONV_TOKENS;
+  if (c >= C || t0 >= T_) return;
+  float taps[CONV_MAX_TAPS];
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS; j++) taps[j] = j < K ? to_float(w[(long long)c * K + j]) : 0.f;
+  int lo = 0, hi = S - 1;  // the sequence of t0: the last s with qsl[s] <= t0
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (qsl[mid] <= t0) lo = mid; else hi = mid - 1;
+  }
+  int s = lo;
+  for (int t = t0; t < t0 + CONV_TOKENS && t < T_; t++) {
+    while (t >= qsl[s + 1]) s++;
+    const int start = qsl[s];
+    const int pos0 = seqLens[s] - (qsl[s + 1] - start);
+    const int slot = slots[s];
+    const float* win = slot >= 0 && pos0 > 0 ? state + (long long)slot * slotFloats + windowAt : nullptr;
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS; j++) {
+      if (j >= K) continue;
+      const int u = t - (K - 1) + j;  // this tap's input: a row of x, or (before the chunk) of the window
+      float in;
+      if (u >= start) in = to_float(x[(long long)u * ldx + c]);
+      else in = win != nullptr ? win[(long long)(u - start + K - 1) * C + c] : 0.f;
+      acc = fmaf(taps[j], in, acc);
+    }
+    out[(long long)t * C + c] = from_float<T>(acc / (1.f + expf(-acc)));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void conv1d_window(const T* x, float* state, const int* qsl, const int* seqLens,
+                                              const int* slots, int C, int ldx, int K, int slotFloats, int windowAt) {
+  const int s = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int slot = slots[s];
+  if (c >= C || slot < 0) return;
+  const int start = qsl[s], len = qsl[s + 1] - start;
+  const int pos0 = seqLens[s] - len;
+  float* win = state + (long long)slot * slotFloats + windowAt;
+  float next[CONV_MAX_TAPS];
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS - 1; j++) {
+    if (j >= K - 1) continue;
+    const int u = len - (K - 1) + j;  // the chunk's row u, or (u < 0) the old window's row K - 1 + u
+    next[j] = u >= 0 ? to_float(x[(long long)(start + u) * ldx + c]) : pos0 > 0 ? win[(long long)(K - 1 + u) * C + c] : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) win[(long long)j * C + c] = next[j];
+}
+
 /** One token's inputs of a warp's columns: its key head's q and k (lane's DK / 32 each), v_j, and the gate inputs. */
 template <int DK>
 struct TokenIn {
@@ -72,8 +139,8 @@ struct TokenIn {
 };
 
 template <typename T, int DK>
-__device__ __forceinline__ void load_token(const T* conv, const T* ba, long long t, int C, int Hk, int Hv, int Dv,
-                                           int kh, int h, int j, TokenIn<DK>& in) {
+__device__ __forceinline__ void load_token(const T* conv, const T* ba, int ldba, long long t, int C, int Hk, int Hv,
+                                           int Dv, int kh, int h, int j, TokenIn<DK>& in) {
   const int lane = threadIdx.x & 31;
   const T* row = conv + t * C;
 #pragma unroll
@@ -82,8 +149,8 @@ __device__ __forceinline__ void load_token(const T* conv, const T* ba, long long
     in.k[i] = to_float(row[(Hk + kh) * DK + lane + 32 * i]);
   }
   in.v = j < Dv ? to_float(row[2 * Hk * DK + h * Dv + j]) : 0.f;
-  in.b = to_float(ba[t * 2 * Hv + h]);
-  in.a = to_float(ba[t * 2 * Hv + Hv + h]);
+  in.b = to_float(ba[t * ldba + h]);
+  in.a = to_float(ba[t * ldba + Hv + h]);
 }
 
 /** 1 / sqrt(sum of squares + 1e-6) of a head spread DK / 32 a lane (transformers' l2norm, as FLA computes it). */
@@ -107,7 +174,7 @@ __device__ __forceinline__ float column_sum(float v) {
 }
 
 template <typename T, int DK>
-__device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, const T* aLog, const T* dtBias, T* out,
+__device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out,
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
                                                    int Hk, int Hv, int Dv, int slotFloats, int ssmAt) {
   constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
@@ -132,10 +199,10 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, c
   const float bias = to_float(dtBias[h]);
   const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
   TokenIn<DK> next;
-  load_token<T, DK>(conv, ba, start, C, Hk, Hv, Dv, kh, h, j, next);
+  load_token<T, DK>(conv, ba, ldba, start, C, Hk, Hv, Dv, kh, h, j, next);
   for (int t = start; t < end; t++) {
     const TokenIn<DK> in = next;
-    if (t + 1 < end) load_token<T, DK>(conv, ba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
+    if (t + 1 < end) load_token<T, DK>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
     const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
     __syncwarp();
 #pragma unroll
@@ -168,7 +235,8 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, c
 }
 
 template <typename T>
-__device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, const T* w, T* out, int N, int G, float eps) {
+__device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, const T* w, T* out, int N, int G,
+                                               float eps) {
   const int lane = threadIdx.x & 31;
   const int group = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (group * G >= N) return;
@@ -180,7 +248,7 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, const T* 
   }
   const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(warp_sum(p), (float)G), eps)));
   for (int i = lane; i < G; i += 32) {
-    const float zf = to_float(z[at + i]);
+    const float zf = to_float(z[(long long)blockIdx.x * ldz + (long long)group * G + i]);
     const float gate = zf / (1.f + expf(-zf));
     out[at + i] = from_float<T>(__fmul_rn(__fmul_rn(__fmul_rn(to_float(x[at + i]), inv), to_float(w[i])), gate));
   }
@@ -188,24 +256,37 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, const T* 
 
 #define INSTANTIATE_DK(suffix, T, DK)                                                                            \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK(                           \
-      const T* conv, const T* ba, const T* aLog, const T* dtBias, T* out, float* state, const int* qsl,          \
-      const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) {                 \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
     pdl_begin();                                                                                                 \
-    deltanet_recurrent<T, DK>(conv, ba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,   \
+    deltanet_recurrent<T, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,   \
                               ssmAt);                                                                            \
   }
 
 #define INSTANTIATE(suffix, T)                                                                                   \
   extern "C" __global__ void conv1d_silu_##suffix(const T* x, const T* w, T* out, float* state, const int* qsl,  \
-                                                  const int* seqLens, const int* slots, int C, int K,            \
+                                                  const int* seqLens, const int* slots, int C, int ldx, int K,   \
                                                   int slotFloats, int windowAt) {                                \
     pdl_begin();                                                                                                 \
-    conv1d_silu<T>(x, w, out, state, qsl, seqLens, slots, C, K, slotFloats, windowAt);                           \
+    conv1d_silu<T>(x, w, out, state, qsl, seqLens, slots, C, ldx, K, slotFloats, windowAt);                           \
   }                                                                                                              \
-  extern "C" __global__ void rms_norm_gated_##suffix(const T* x, const T* z, const T* w, T* out, int N, int G,    \
-                                                     float eps) {                                                \
+  extern "C" __global__ void conv1d_silu_tokens_##suffix(const T* x, const T* w, T* out, const float* state,      \
+                                                         const int* qsl, const int* seqLens, const int* slots,  \
+                                                         int S, int T_, int C, int ldx, int K, int slotFloats,   \
+                                                         int windowAt) {                                         \
     pdl_begin();                                                                                                 \
-    rms_norm_gated<T>(x, z, w, out, N, G, eps);                                                                  \
+    conv1d_silu_tokens<T>(x, w, out, state, qsl, seqLens, slots, S, T_, C, ldx, K, slotFloats, windowAt);             \
+  }                                                                                                              \
+  extern "C" __global__ void conv1d_window_##suffix(const T* x, float* state, const int* qsl, const int* seqLens, \
+                                                    const int* slots, int C, int ldx, int K, int slotFloats,     \
+                                                    int windowAt) {                                              \
+    pdl_begin();                                                                                                 \
+    conv1d_window<T>(x, state, qsl, seqLens, slots, C, ldx, K, slotFloats, windowAt);                                 \
+  }                                                                                                              \
+  extern "C" __global__ void rms_norm_gated_##suffix(const T* x, const T* z, int ldz, const T* w, T* out, int N,  \
+                                                     int G, float eps) {                                         \
+    pdl_begin();                                                                                                 \
+    rms_norm_gated<T>(x, z, ldz, w, out, N, G, eps);                                                                  \
   }                                                                                                              \
   DELTANET_KEY_DIMS(INSTANTIATE_DK, suffix, T)
 
