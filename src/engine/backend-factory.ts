@@ -140,15 +140,3 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
   return plan;
 }
-
-/**
- * Why this backend cannot run the model's shared experts, or null. The CUDA backend's addSigmoidGated (the gated
- * shared expert of Qwen3-Next and Qwen3.5-MoE) is written and compiles, but no GPU has run it against the CPU yet
- * (test/gpu/ops.test.ts; session 29 ran out of device time): until one has, such a model is refused before its
- * weights load, rather than served unverified.
- */
-export function sharedExpertRefusal(config: ModelConfig, backend: 'cpu' | 'cuda'): string | null {
-  if (backend !== 'cuda' || (config.moe?.sharedExpertIntermediateSize ?? null) === null) return null;
-  return `this ${config.architecture} model's shared experts (shared_expert_intermediate_size) are not verified on CUDA `
-    + 'yet: serve it with --backend cpu';
-}

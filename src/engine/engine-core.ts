@@ -17,7 +17,7 @@ import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
-import { backendRefusal, createBackend, sharedExpertRefusal, sizeKvCache } from './backend-factory.js';
+import { backendRefusal, createBackend, sizeKvCache } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, type GrammarVocab, type GrammarVocabFile, type TokenConstraint } from '../sampling/structured-output.js';
 import { RequestGrammars } from './request-grammars.js';
 import { join } from 'node:path';
@@ -456,8 +456,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const dir = loaded ?? await loadModel(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const cannot = backendRefusal(dir.config, backend.name) ?? sharedExpertRefusal(dir.config, backend.name)
-    ?? speculativeRefusal(dir.config, options.speculativeConfig);
+  const cannot = backendRefusal(dir.config, backend.name) ?? speculativeRefusal(dir.config, options.speculativeConfig);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);

@@ -399,8 +399,11 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       // prompts 8.. repeat the first 8 with a suffix: with prefix caching they hit the pages (and saved states) of those
       const prompts = Array.from({ length: 48 }, (_, i) => `${gate.prompts[i % gate.prompts.length]!.prompt}${i < 8 ? '' : ` ${i}`}`);
       // Prefix-cache hits compute a prompt's rest in a chunk of its own: only the batch-invariant mode promises those
-      // the bits of a whole prompt, so only there do paths with and without the cache meet (elsewhere every path hits).
-      const cache = (on: boolean) => ({ enablePrefixCaching: on || !batchInvariant, cachedStateSlots: 64 });
+      // the bits of a whole prompt, so only there must paths with and without the cache meet. In the default mode
+      // the cached paths' hits differ (592 batched, 736 one at a time), so their chunks do too: session 29 made every
+      // default path hit and they met by luck; with one in_proj GEMM (session 30) one at a time no longer did. There
+      // a cached path is checked for its hits and its md5 logged, and the paths without the cache must meet.
+      const cache = (on: boolean) => ({ enablePrefixCaching: on, cachedStateSlots: 64 });
       const paths: Record<string, { maxNumSeqs: number; enforceEager: boolean; maxNumBatchedTokens: number; enablePrefixCaching: boolean; cachedStateSlots: number }> = {
         'graphs, batch 48': { maxNumSeqs: 48, enforceEager: false, maxNumBatchedTokens: 2048, ...cache(false) },
         ...(batchInvariant ? { 'graphs, batch 16, 24-token steps': { maxNumSeqs: 16, enforceEager: false, maxNumBatchedTokens: 24, ...cache(false) } } : {}),
@@ -418,6 +421,7 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
           console.log(`# transcript md5 ${transcriptMd5(t)} (gate prompts ${transcriptMd5(t.slice(0, 8))})  ` +
             `tiny-qwen3.5-128 cuda-bf16${batchInvariant ? ' batch-invariant' : ''} ${name}; prefix hits ${stats.prefixCacheHits}`);
           if (p.enablePrefixCaching && p.maxNumSeqs === 1) assert.ok(stats.prefixCacheHits > 0, `${name}: no prefix-cache hit`);
+          if (p.enablePrefixCaching && !batchInvariant) continue;
           reference ??= t;
           assert.deepEqual(t, reference, name);
         } finally {

@@ -251,7 +251,7 @@ export class CudaBackend implements Backend {
     return this.gemms.sigmoidMul(x, gate);
   }
 
-  /** Not yet on CUDA: the engine refuses a model with shared experts here before it loads (sharedExpertRefusal). */
+  /** The gated shared expert (Qwen3-Next, Qwen3.5-MoE): test/gpu/ops.test.ts and hybrid-model.test.ts against the CPU. */
   addSigmoidGated(acc: Tensor, gate: Tensor, y: Tensor): void {
     this.gemms.addSigmoidGated(acc, gate, y);
   }
