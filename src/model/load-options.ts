@@ -1,5 +1,7 @@
 // How an architecture's builder loads a checkpoint (every architecture takes the same options).
 
+import type { TensorParallelRank } from './layers/types.js';
+
 /** How a checkpoint's float projections are loaded. */
 export interface LoadOptions {
   /**
@@ -7,4 +9,9 @@ export interface LoadOptions {
    * where it can, quantizeFp8Block; else on the host), and computed W8A8 as a block-FP8 checkpoint's are.
    */
   quantization?: 'fp8' | null;
+  /**
+   * Tensor parallelism: this rank's collective. The config and weights given are already this rank's shard
+   * (parallel/sharded-source.ts): local heads and widths, row-parallel projections' partial inputs.
+   */
+  tensorParallel?: TensorParallelRank | null;
 }

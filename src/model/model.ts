@@ -12,7 +12,7 @@ import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { fp8BlockBytes } from '../backend/fp8-linear.js';
 import type { DecoderLayer } from './layers/decoder-layer.js';
-import type { LayerStateSpec } from './layers/types.js';
+import type { LayerStateSpec, TensorParallelRank } from './layers/types.js';
 import { architectureBuilder } from './registry.js';
 import type { LoadOptions } from './load-options.js';
 
@@ -35,7 +35,8 @@ export class Model {
   /** A hybrid model's linear-attention layers: their one state shape and their count (none: null). */
   private readonly recurrentState: { shape: DeltaNetShape; numLayers: number } | null;
 
-  private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend) {
+  private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend,
+    private readonly tp: TensorParallelRank | null = null) {
     const specs = parts.layers.map((l) => l.mixer.stateSpec()).filter((s) => s !== null);
     const attention = specs.filter((s) => s.kind === 'full_attention');
     const first = attention[0];
@@ -53,7 +54,8 @@ export class Model {
   }
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
-    return new Model(config, architectureBuilder(config)(config, weights, backend, opts), backend);
+    const tp = opts.tensorParallel && opts.tensorParallel.size > 1 ? opts.tensorParallel : null;
+    return new Model(config, architectureBuilder(config)(config, weights, backend, opts), backend, tp);
   }
 
   /** The state each layer keeps per sequence (kv/ groups layers of equal specs). */
@@ -146,7 +148,7 @@ export class Model {
     const { layers, embedTokens, finalNorm, lmHead } = this.parts;
     const eps = this.config.rmsNormEps;
     const step = b.beginStep(batch);
-    const ctx = { backend: b, step, eps };
+    const ctx = { backend: b, step, eps, tp: this.tp };
     const residual = b.embedding(embedTokens, step);
     let x: Tensor | null = null;  // the next layer's normed input, where the layer before normed it
     let ffnOut: Tensor | null = null;

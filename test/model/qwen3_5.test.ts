@@ -45,7 +45,7 @@ test('gated attention of one token at position 0: o(sigmoid(x gate^T) * v of its
   const batch = buildForwardBatch([{ tokenIds: [1], startPosition: 0, blockTable: [1], sample: true }], BLOCK);
   const st = backend.beginStep(batch);
   const out = layer.forward(backend.upload({ name: 'x', dtype: 'f32', shape: [1, hidden], data: new Uint8Array(x.buffer) }),
-    { backend, step: st, eps: config.rmsNormEps });
+    { backend, step: st, eps: config.rmsNormEps, tp: null });
   assert.ok('input' in out);
   const got = backend.toHost(out.input);
   const w = (n: string) => bytesToF32('f32', source.read(`model.layers.1.self_attn.${n}.weight`).data);

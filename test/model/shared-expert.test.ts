@@ -34,7 +34,7 @@ test('a sparse layer with a shared expert: the routed experts\' weighted sum plu
     down: up('d', [E * H, I], dn) }, { topK: k, renormalize: false },
   { gateUp: up('sgu', [2 * Is, H], sgu), down: up('sd', [H, Is], sdn), gate: up('sg', [1, H], sg) });
   const step = backend.beginStep({ numTokens: T } as never);
-  const out = layer.forward(up('x', [T, H], x), { backend, step, eps: 1e-6 });
+  const out = layer.forward(up('x', [T, H], x), { backend, step, eps: 1e-6, tp: null });
   assert.ok('output' in out, 'with a shared expert the layer computes its output itself');
   const got = backend.toHost(out.output);
   const dot = (w: Float32Array, row: number, v: ArrayLike<number>, n: number, off = 0) => {

@@ -30,11 +30,24 @@ export type SublayerOut = { output: Tensor } | { input: Tensor; proj: Linear; la
 /** A weight a one-token step reads: whole, or (a mixture of experts' stacked experts) the share one token routes to. */
 export type WeightRead = Tensor | null | { tensor: Tensor; share: number };
 
+/**
+ * This rank's share of tensor parallelism: every sublayer's output is then a partial sum (its last projection
+ * row-parallel: attention's o, the MLP's down, the experts' down), which allReduce sums over the ranks in place
+ * before the residual add. size 1 never reaches a layer (LayerContext.tp null).
+ */
+export interface TensorParallelRank {
+  rank: number;
+  size: number;
+  allReduce(x: Tensor): void;
+}
+
 /** One step's forward context. */
 export interface LayerContext {
   backend: Backend;
   step: StepInputs;
   eps: number;
+  /** Tensor parallelism across ranks, or null on one GPU. */
+  tp: TensorParallelRank | null;
 }
 
 /**
