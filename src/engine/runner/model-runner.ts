@@ -11,6 +11,7 @@ import type { Sampler, SampleOutput } from '../../sampling/sampler.js';
 import type { SequenceSamplingState } from '../../sampling/sequence-state.js';
 import type { TokenLogprob } from '../../sampling/types.js';
 import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
+import { runDeviceStep, type DeviceResult, type DeviceStep } from './device-steps.js';
 import { graphBucket, graphBuckets, largestStep } from './graph-buckets.js';
 
 /** A scheduled row as the runner needs it. */
@@ -43,6 +44,11 @@ export interface RunnerOptions {
   maxNumSeqs: number;
   blockSize: number;
   enforceEager: boolean;
+  /**
+   * Tensor parallelism: hands each step's device work to the other ranks before this rank runs it
+   * (device-steps.ts; parallel/tp-leader.ts). Absent on one GPU.
+   */
+  mirror?: ((step: DeviceStep) => void) | null;
 }
 
 export class ModelRunner {
@@ -59,10 +65,16 @@ export class ModelRunner {
    */
   execute(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[], requests: RowRequests): LaunchedStep {
     // the copies are ordered with the forward on the device: a saved state is the one this step leaves
-    for (const r of rows) if (r.restoreStateFrom !== undefined) this.backend.copyRecurrentState(r.restoreStateFrom, r.stateSlot!);
+    for (const r of rows) if (r.restoreStateFrom !== undefined) this.run({ op: 'copyState', src: r.restoreStateFrom, dst: r.stateSlot! });
     const launched = this.launch(rows, states, requests);
-    for (const r of rows) if (r.saveStateTo !== undefined) this.backend.copyRecurrentState(r.stateSlot!, r.saveStateTo);
+    for (const r of rows) if (r.saveStateTo !== undefined) this.run({ op: 'copyState', src: r.stateSlot!, dst: r.saveStateTo });
     return launched;
+  }
+
+  /** Runs a step's device work here, after handing it to the other ranks (tensor parallelism). */
+  private run<Op extends DeviceStep['op']>(step: Extract<DeviceStep, { op: Op }>): Extract<DeviceResult, { op: Op }> {
+    this.options.mirror?.(step);
+    return runDeviceStep(this.model, this.options.enforceEager ? undefined : this.backend.graphs, step) as Extract<DeviceResult, { op: Op }>;
   }
 
   private launch(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[], requests: RowRequests): LaunchedStep {
@@ -97,23 +109,17 @@ export class ModelRunner {
     const bucket = drafts === undefined && rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
     const batch = graphs && bucket !== null ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
-    const graphed = bucket !== null ? graphs : undefined;
+    const graphKey = graphs && bucket !== null ? bucket : null;
     if (!onDevice) {
       const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests, drafts) : null;
       if (scored) return { wait: () => scored, sampledOnDevice: false };
-      const logits = graphed ? graphed.run(-bucket!, batch, () => this.model.forward(batch)) : this.model.forward(batch);
+      const { logits } = this.run({ op: 'logits', batch, graphKey: graphKey === null ? null : -graphKey });
       const result = this.sampler.sample(logits, states, drafts);
       return { wait: () => result, sampledOnDevice: false };
     }
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
-    const waitTokens = graphed?.launch(bucket!, batch);
-    if (waitTokens) return { wait: () => ({ tokenIds: waitTokens() as Int32Array, logprobs: [] }), sampledOnDevice: true };
-    if (!graphed) {
-      const waitIds = this.model.forwardTokensAsync(batch);
-      return { wait: () => ({ tokenIds: waitIds(), logprobs: [] }), sampledOnDevice: true };
-    }
-    const tokenIds = graphed.run(bucket!, batch, () => this.model.forwardTokens(batch));
-    return { wait: () => ({ tokenIds, logprobs: [] }), sampledOnDevice: true };
+    const { wait } = this.run({ op: 'tokens', batch, graphKey });
+    return { wait: () => ({ tokenIds: wait(), logprobs: [] }), sampledOnDevice: true };
   }
 
   /**
@@ -127,7 +133,7 @@ export class ModelRunner {
     const numTop = Math.max(...wanted.map(({ req }) => req.promptLogprobs ?? 0));
     const targets = Int32Array.from(wanted.flatMap(({ r, req }) => req.promptTokenIds.slice(r.promptLogitsFrom! + 1, r.promptLogitsTo! + 1)));
     const numSampled = rows.reduce((a, r) => a + numSampleRows(r), 0);
-    const out = this.model.forwardScored(batch, numSampled, targets, numTop);
+    const out = this.run({ op: 'scored', batch, numSampled, targets, numTop });
     const result = this.sampler.sample(out.logits, states, drafts);
     const ints = out.scored;
     const floats = new Float32Array(ints.buffer, ints.byteOffset, ints.length);
