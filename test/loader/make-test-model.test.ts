@@ -54,7 +54,8 @@ test('sharded output holds the same tensors and bytes as a single file', async (
 
 test('every shape has HF tensor names; bench shapes match their public parameter counts', () => {
   const shapes = testModelShapes();
-  for (const name of ['tiny-qwen3', 'tiny-llama', 'qwen3-0.6b', 'qwen3-8b', 'llama-3.2-1b', 'llama-3.1-8b', 'qwen3-30b-a3b']) {
+  for (const name of ['tiny-qwen3', 'tiny-llama', 'qwen3-0.6b', 'qwen3-8b', 'llama-3.2-1b', 'llama-3.1-8b', 'llama-3.1-70b',
+    'qwen3-30b-a3b']) {
     assert.ok(shapes[name], name);
   }
   const numParams = (shape: string) => tensorSpecsForConfig(shapes[shape]!, 'bf16').reduce((a, s) => a + tensorBytes(s) / 2, 0);
@@ -63,6 +64,7 @@ test('every shape has HF tensor names; bench shapes match their public parameter
     'qwen3-8b': 8.19e9,
     'llama-3.2-1b': 1.236e9,
     'llama-3.1-8b': 8.03e9,
+    'llama-3.1-70b': 70.55e9,
     'qwen3-30b-a3b': 30.5e9,
   };
   for (const [shape, count] of Object.entries(published)) {
@@ -77,7 +79,7 @@ test('every shape has HF tensor names; bench shapes match their public parameter
   assert.ok(llamaNames.includes('lm_head.weight') && !llamaNames.some((n) => n.includes('q_norm')));
   const moe = tensorSpecsForConfig(shapes['qwen3-30b-a3b']!, 'bf16').map((s) => s.name);
   assert.ok(moe.includes('model.layers.47.mlp.experts.127.down_proj.weight') && moe.includes('model.layers.0.mlp.gate.weight'));
-  for (const shape of ['tiny-qwen3', 'tiny-llama', 'qwen3-0.6b', 'llama-3.2-1b']) parseModelConfig(shapes[shape], shape);
+  for (const shape of ['tiny-qwen3', 'tiny-llama', 'qwen3-0.6b', 'llama-3.2-1b', 'llama-3.1-70b']) parseModelConfig(shapes[shape], shape);
 });
 
 test('tiny-llama rope scaling changes some frequencies and keeps others', () => {

@@ -1,23 +1,27 @@
 // Finds the CUDA shared libraries: the driver (libcuda, from the GPU driver),
-// NVRTC and cuBLASLt (from a CUDA toolkit or the Python nvidia-* wheels).
+// NVRTC, cuBLASLt and NCCL (from a CUDA toolkit or the Python nvidia-* wheels).
 // Runs no Python: site-packages folders are found by globbing known prefixes.
 
 import { existsSync, readdirSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 
-export type CudaLibrary = 'cuda' | 'nvrtc' | 'cublasLt';
+export type CudaLibrary = 'cuda' | 'nvrtc' | 'cublasLt' | 'nccl';
 
 export const SONAMES: Record<CudaLibrary, string[]> = {
   cuda: ['libcuda.so.1', 'libcuda.so'],
   nvrtc: ['libnvrtc.so.13', 'libnvrtc.so.12', 'libnvrtc.so'],
   cublasLt: ['libcublasLt.so.13', 'libcublasLt.so.12', 'libcublasLt.so'],
+  // one soname for every CUDA major: the nvidia-nccl-cu12 and -cu13 wheels both put it in nvidia/nccl/lib
+  nccl: ['libnccl.so.2', 'libnccl.so'],
 };
 
 const HOW_TO_GET: Record<CudaLibrary, string> = {
   cuda: 'install the NVIDIA driver (libcuda.so.1 ships with it), or check that this machine has a GPU',
   nvrtc: 'install the CUDA toolkit (and set CUDA_HOME), or `pip install nvidia-cuda-nvrtc`',
   cublasLt: 'install the CUDA toolkit (and set CUDA_HOME), or `pip install nvidia-cublas`',
+  nccl: '`pip install nvidia-nccl-cu12` (nvidia-nccl-cu13 beside CUDA 13), or install NCCL beside the CUDA toolkit ' +
+    '(libnccl2 from NVIDIA\'s package repository); only tensor-parallel serving (more than one GPU) needs it',
 };
 
 export class LibraryNotFoundError extends Error {
