@@ -7,7 +7,7 @@ import { samplingDefaults } from './api/sampling-defaults.js';
 import { DeferredEngineClient } from './engine/deferred-client.js';
 import { toEngineOptions, type LLMOptions } from './engine/llm-params.js';
 import { engineOptions } from './engine/options.js';
-import { WorkerEngineClient } from './engine/worker-client.js';
+import { startEngineClient } from './engine/data-parallel-client.js';
 import { defaultModelDir } from './loader/default-model.js';
 import { loadModel } from './loader/model-dir.js';
 import { defaultMaxModelLen } from './model/rope.js';
@@ -56,9 +56,10 @@ export async function serve(options: ServeOptions = {}): Promise<RunningServer> 
     samplingDefaults: samplingDefaults('auto', dir.dir), hiddenSize: dir.config.hiddenSize,
   });
   const url = await server.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 8000 });
-  let client: WorkerEngineClient;
+  let client: Awaited<ReturnType<typeof startEngineClient>>;
   try {
-    client = await WorkerEngineClient.start({ ...opts, model: dir.dir });
+    // data_parallel_size N > 1: N engines behind one router; a replica's failure fails the engine (503s), it does not end the program
+    client = await startEngineClient({ ...opts, model: dir.dir });
   } catch (e) {
     await server.app.close();
     throw e;

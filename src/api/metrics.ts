@@ -3,9 +3,16 @@
 // the server's own. Engine gauges and engine counters are read from
 // engine.stats() at scrape time; request counters and latency histograms are
 // observed here as requests are served.
+//
+// A data-parallel engine (--data-parallel-size N > 1) adds, to each engine gauge and counter, one series per
+// replica labelled as vLLM labels them, engine="0" to engine="N-1" (engine.replicaStats()); the unlabelled series
+// stays the total over the replicas, as with one engine, so what reads it today reads the same. A sum over the
+// whole family therefore counts twice: sum the {engine!=""} series, or read the unlabelled one.
 
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineClient } from '../engine/client.js';
+import type { SpecDecodingStats } from '../engine/spec/spec-decode.js';
+import type { EngineStats } from '../engine/types.js';
 
 const TTFT_BUCKETS_S = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const ITL_BUCKETS_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80];
@@ -50,12 +57,16 @@ export class ApiMetrics {
     private readonly modelName = '') {
     const registers = [this.registry];
     const stats = () => engine.stats();
-    new Gauge({ name: 'quire:num_requests_running', help: 'Requests in the running batch.', registers, collect() { this.set(stats().numRunning); } });
-    new Gauge({ name: 'quire:num_requests_waiting', help: 'Requests waiting to be scheduled.', registers, collect() { this.set(stats().numWaiting); } });
-    new Gauge({ name: 'quire:kv_cache_usage_perc', help: 'KV cache usage (1 = 100%).', registers, collect() { this.set(stats().kvCacheUsage); } });
-    engineCounter('quire:prefix_cache_queries_total', 'Prefix cache queries, in tokens.', registers, () => stats().prefixCacheQueries);
-    engineCounter('quire:prefix_cache_hits_total', 'Prefix cache hits, in tokens.', registers, () => stats().prefixCacheHits);
-    engineCounter('quire:num_preemptions_total', 'Preemptions.', registers, () => stats().numPreemptions);
+    const replicas = () => perReplica(engine);
+    engineGauge('quire:num_requests_running', 'Requests in the running batch.', registers, stats, replicas, (s) => s.numRunning);
+    engineGauge('quire:num_requests_waiting', 'Requests waiting to be scheduled.', registers, stats, replicas, (s) => s.numWaiting);
+    engineGauge('quire:kv_cache_usage_perc', 'KV cache usage (1 = 100%).', registers, stats, replicas, (s) => s.kvCacheUsage);
+    engineCounter('quire:prefix_cache_queries_total', 'Prefix cache queries, in tokens.', registers, () => stats().prefixCacheQueries,
+      () => replicas()?.map((s) => s.prefixCacheQueries) ?? null);
+    engineCounter('quire:prefix_cache_hits_total', 'Prefix cache hits, in tokens.', registers, () => stats().prefixCacheHits,
+      () => replicas()?.map((s) => s.prefixCacheHits) ?? null);
+    engineCounter('quire:num_preemptions_total', 'Preemptions.', registers, () => stats().numPreemptions,
+      () => replicas()?.map((s) => s.numPreemptions) ?? null);
     this.registerSpecDecoding();
     this.promptTokens = new Counter({ name: 'quire:prompt_tokens_total', help: 'Prompt tokens of served requests.', registers });
     this.generationTokens = new Counter({ name: 'quire:generation_tokens_total', help: 'Generated tokens of served requests.', registers });
@@ -107,9 +118,14 @@ export class ApiMetrics {
     const numPositions = spec()?.numAcceptedTokensPerPos.length ?? 0;
     if (this.specRegistered || numPositions === 0) return;
     this.specRegistered = true;
-    engineCounter('quire:spec_decode_num_drafts_total', 'Verify rows: steps of a request with proposals.', registers, () => spec()!.numDrafts);
-    engineCounter('quire:spec_decode_num_draft_tokens_total', 'Proposed tokens.', registers, () => spec()!.numDraftTokens);
-    engineCounter('quire:spec_decode_num_accepted_tokens_total', 'Accepted proposed tokens.', registers, () => spec()!.numAcceptedTokens);
+    const perEngine = (read: (s: SpecDecodingStats) => number) => () =>
+      perReplica(this.engine)?.map((s) => (s.specDecoding ? read(s.specDecoding) : 0)) ?? null;
+    engineCounter('quire:spec_decode_num_drafts_total', 'Verify rows: steps of a request with proposals.', registers,
+      () => spec()!.numDrafts, perEngine((s) => s.numDrafts));
+    engineCounter('quire:spec_decode_num_draft_tokens_total', 'Proposed tokens.', registers, () => spec()!.numDraftTokens,
+      perEngine((s) => s.numDraftTokens));
+    engineCounter('quire:spec_decode_num_accepted_tokens_total', 'Accepted proposed tokens.', registers,
+      () => spec()!.numAcceptedTokens, perEngine((s) => s.numAcceptedTokens));
     let last: number[] = new Array<number>(numPositions).fill(0);
     new Counter({ name: 'quire:spec_decode_num_accepted_tokens_per_pos_total', help: 'Accepted proposed tokens by position.',
       labelNames: ['position'], registers,
@@ -133,15 +149,44 @@ export class ApiMetrics {
   }
 }
 
-/** A counter that mirrors a cumulative engine statistic. */
-function engineCounter(name: string, help: string, registers: Registry[], read: () => number): void {
+/** A data-parallel engine's per-replica stats (two or more), or null for one engine. */
+function perReplica(engine: EngineClient): EngineStats[] | null {
+  const all = engine.replicaStats?.() ?? null;
+  return all !== null && all.length > 1 ? all : null;
+}
+
+/** A gauge of an engine statistic: the total unlabelled, and each replica's under engine="i" when data parallel. */
+function engineGauge(name: string, help: string, registers: Registry[], stats: () => EngineStats,
+  replicas: () => EngineStats[] | null, read: (s: EngineStats) => number): void {
+  new Gauge({
+    name, help, registers, labelNames: ['engine'],
+    collect() {
+      this.set(read(stats()));
+      replicas()?.forEach((s, i) => this.set({ engine: String(i) }, read(s)));
+    },
+  });
+}
+
+/**
+ * A counter that mirrors a cumulative engine statistic (the total unlabelled; data parallel, each replica's under
+ * engine="i" too).
+ */
+function engineCounter(name: string, help: string, registers: Registry[], read: () => number,
+  readReplicas: () => number[] | null = () => null): void {
   let last = 0;
+  const lastOf: number[] = [];
   new Counter({
-    name, help, registers,
+    name, help, registers, labelNames: ['engine'],
     collect() {
       const v = read();
-      if (v > last) this.inc(v - last);
+      // inc(0) too: with the engine label declared, the unlabelled series shows only once it has been touched
+      this.inc(Math.max(0, v - last));
       last = Math.max(last, v);
+      readReplicas()?.forEach((r, i) => {
+        const before = lastOf[i] ?? 0;
+        this.inc({ engine: String(i) }, Math.max(0, r - before));
+        lastOf[i] = Math.max(before, r);
+      });
     },
   });
 }

@@ -70,9 +70,10 @@ export function quantizationArg(v: string): 'fp8' {
     + 'projections to block FP8 at load; checkpoints already quantized as block FP8 need no flag)');
 }
 
-/** vLLM's short forms that commander cannot declare (-tp, -pp): their long names. */
+/** vLLM's short forms that commander cannot declare (-tp, -pp, -dp): their long names. */
 export function vllmShortFlags(argv: readonly string[]): string[] {
-  const long: Record<string, string> = { '-tp': '--tensor-parallel-size', '-pp': '--pipeline-parallel-size' };
+  const long: Record<string, string> = { '-tp': '--tensor-parallel-size', '-pp': '--pipeline-parallel-size',
+    '-dp': '--data-parallel-size' };
   return argv.map((a) => long[a] ?? a);
 }
 
@@ -162,7 +163,10 @@ export function addEngineFlags(cmd: Command): Command {
   cmd.option('--tensor-parallel-size <n>', 'as vLLM (-tp); one GPU per engine',
     only('--tensor-parallel-size', ['1'], 'tensor parallelism is not supported yet: one GPU per engine'), '1')
     .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
-      only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1');
+      only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1')
+    .option('--data-parallel-size <n>', 'engine replicas, each a whole engine on its own GPU (replica i on CUDA device '
+      + 'i; any number on the CPU), as vLLM (-dp); each request goes to the least-loaded one, or to the one holding '
+      + 'its prompt\'s prefix in cache', atLeast(1), 1);
   cmd.optionsGroup(HELP_GROUPS.lab);
   addBooleanPair(cmd, '--batch-invariant', 'CUDA: sums that do not depend on the batch, so a greedy transcript '
     + 'does not change with batch size, chunking, preemption or cache hits (slower at large batches)', false, HELP_GROUPS.lab);
@@ -210,6 +214,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     tokenizer: (f.tokenizer as string | undefined) ?? null,
     maxNumSeqs: f.maxNumSeqs as number | undefined,
     speculativeConfig: (f.speculativeConfig as SpeculativeConfig | undefined) ?? null,
+    dataParallelSize: f.dataParallelSize as number | undefined,
   };
   for (const k of Object.keys(given) as (keyof EngineOptions)[]) if (given[k] === undefined) delete given[k];
   return engineOptions({ ...given, model: (f.model as string | undefined) ?? defaultModelDir() });

@@ -10,6 +10,7 @@ import { StatsLogger } from '../api/stats-logger.js';
 import { REASONING_PARSERS, type ReasoningParserName } from '../api/reasoning.js';
 import { TOOL_CALL_PARSERS, type ToolCallParserName } from '../api/tools.js';
 import { DeferredEngineClient } from '../engine/deferred-client.js';
+import { DataParallelClient, startEngineClient } from '../engine/data-parallel-client.js';
 import { WorkerEngineClient } from '../engine/worker-client.js';
 import { loadChatTemplateArg } from '../loader/chat-template.js';
 import { loadModel } from '../loader/model-dir.js';
@@ -161,9 +162,9 @@ export function serveCommand(): Command {
       console.log(`quire: default sampling parameters ${describeSamplingDefaults(defaults)}, from the model's generation `
         + 'config (as vLLM); --generation-config vllm leaves requests the OpenAI defaults');
     }
-    let client: WorkerEngineClient;
+    let client: WorkerEngineClient | DataParallelClient;
     try {
-      client = await WorkerEngineClient.start({ ...options, model: dir.dir });
+      client = await startEngineClient({ ...options, model: dir.dir });
     } catch (e) {
       engine.failed((e as Error).message);
       console.error(`quire: the model failed to load: ${(e as Error).message}`);
@@ -172,6 +173,12 @@ export function serveCommand(): Command {
       return;
     }
     engine.attach(client);
+    if (client instanceof DataParallelClient) {
+      stopOnReplicaFailure(client, (line) => console.error(line), async () => {
+        await server.app.close();
+        process.exit(1);
+      });
+    }
     const kvCacheTokens = (client.info.numBlocks - 1) * client.info.blockSize;
     const refusal = kvCacheRefusal(kvCacheTokens, client.info.maxModelLen);
     if (refusal !== null) {
@@ -192,6 +199,11 @@ export function serveCommand(): Command {
       + `max model len ${i.maxModelLen}, max num batched tokens `
       + `${i.maxNumBatchedTokens}, max num seqs ${i.maxNumSeqs}, loaded in ${i.loadMs} ms`
       + (options.quantization === 'fp8' ? ', projections quantized to block FP8 at load (--quantization fp8)' : ''));
+    if (client instanceof DataParallelClient) {
+      console.log(`quire: data parallel: ${client.replicas.length} engine replicas (engine="0" to "${client.replicas.length - 1}" `
+        + 'in /metrics), the KV pages, sequences and token budget above are each one\'s; a request goes to the least-loaded '
+        + 'replica, or to the one holding its prompt prefix in cache');
+    }
     if (pooler) {
       console.log(`quire: pooling runner: ${pooler.poolingType} token, ${pooler.normalize ? '' : 'not '}normalized`);
       console.log(`quire: ready on ${address} as "${names[0]}"  try: curl ${address}/v1/embeddings `
@@ -222,6 +234,20 @@ export function serveCommand(): Command {
     process.on('SIGTERM', () => void stop('SIGTERM'));
     process.on('SIGINT', () => void stop('SIGINT'));
   });
+}
+
+/**
+ * A data-parallel engine whose replica fails ends the server (as vLLM's API server does when an engine core dies),
+ * rather than serving 503s from a process that is half gone: the message, which names the replica, is logged, then
+ * `stop` runs (it closes the server and exits 1), and the process ends within 5 s whatever `stop` waits on.
+ */
+export function stopOnReplicaFailure(client: DataParallelClient, log: (line: string) => void,
+  stop: () => Promise<void>, exit: (code: number) => void = (code) => process.exit(code)): void {
+  client.onFailure = (message) => {
+    log(`quire serve: ${message}; the data-parallel engine has stopped, and the server with it`);
+    setTimeout(() => exit(1), 5000).unref();
+    void stop();
+  };
 }
 
 /** The engine options of `quire serve`: the flags, run as vLLM's API server (its default token budget). */

@@ -12,4 +12,9 @@ export interface EngineClient {
   stats(): EngineStats;
   /** Stops the step loop and frees the backend. */
   shutdown(): Promise<void>;
+  /**
+   * A data-parallel engine's stats, one entry per replica (stats() is their sum); absent, or null, for one engine.
+   * The metrics label each replica's series with it (engine="i").
+   */
+  replicaStats?(): EngineStats[] | null;
 }

@@ -35,6 +35,10 @@ export class DeferredEngineClient implements EngineClient {
     return this.target?.stats() ?? emptyStats();
   }
 
+  replicaStats(): EngineStats[] | null {
+    return this.target?.replicaStats?.() ?? null;
+  }
+
   async shutdown(): Promise<void> {
     await this.target?.shutdown();
   }

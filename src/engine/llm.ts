@@ -1,7 +1,9 @@
 // The offline API, as vLLM's: new LLM(modelDir, options).generate(prompts, params), and a
 // streaming form; without a model, the bundled demo model (models/quire-demo). Requests run
 // concurrently through the same engine step loop the server uses; text comes from the
-// incremental detokenizer (stop strings).
+// incremental detokenizer (stop strings). One engine runs on this thread (InProcessEngineClient);
+// with data_parallel_size N > 1, N engines run in worker threads behind a DataParallelClient, and
+// this thread only tokenizes and detokenizes.
 
 import { renderChat } from '../loader/chat-template.js';
 import { loadModel, type ModelDir } from '../loader/model-dir.js';
@@ -11,7 +13,9 @@ import { modelPoolerConfig } from '../loader/pooler-config.js';
 import { validateSamplingParams, type RawSamplingParams } from '../sampling/validate.js';
 import { defaultModelDir } from '../loader/default-model.js';
 import { IncrementalDetokenizer } from './detokenizer.js';
-import { createEngineCore } from './engine-core.js';
+import type { EngineClient } from './client.js';
+import { checkDataParallelSize, DataParallelClient } from './data-parallel-client.js';
+import { createEngineCore, type EngineCore } from './engine-core.js';
 import { InProcessEngineClient } from './inprocess-client.js';
 import { toEngineOptions, toRawSamplingParams, type LLMOptions, type LLMSamplingParams } from './llm-params.js';
 import { engineOptions } from './options.js';
@@ -50,8 +54,16 @@ export interface CompletionDelta {
 
 const LIMITS = { maxLogprobs: 20, maxStopStrings: 64 };
 
+/** The loaded engine: one on this thread (core), or a data-parallel one (dp). */
+interface Started {
+  dir: ModelDir;
+  client: EngineClient;
+  core: EngineCore | null;
+  dp: DataParallelClient | null;
+}
+
 export class LLM {
-  private readonly started: Promise<{ dir: ModelDir; client: InProcessEngineClient }>;
+  private readonly started: Promise<Started>;
   private numRequests = 0;
   private info: EngineInfo | null = null;
   private readonly hfOverrides: Record<string, unknown> | null;
@@ -70,12 +82,18 @@ export class LLM {
       modelDir = model ?? defaultModelDir();
     }
     const opts = engineOptions({ ...toEngineOptions(options), model: modelDir });
+    checkDataParallelSize(opts.dataParallelSize);
     this.hfOverrides = opts.hfOverrides;
-    this.started = (async () => {
+    this.started = (async (): Promise<Started> => {
       const dir = await loadModel(modelDir, opts);
+      if (opts.dataParallelSize > 1) {
+        const dp = await DataParallelClient.start({ ...opts, model: dir.dir });
+        this.info = dp.info;
+        return { dir, client: dp, core: null, dp };
+      }
       const core = await createEngineCore(opts, dir);
       this.info = core.info;
-      return { dir, client: new InProcessEngineClient(core) };
+      return { dir, client: new InProcessEngineClient(core), core, dp: null };
     })();
   }
 
@@ -152,23 +170,25 @@ export class LLM {
     });
   }
 
-  /** Backend, device and KV pool of the loaded engine (after ready()). */
+  /** Backend, device and KV pool of the loaded engine (after ready(); data parallel: a replica's, the smallest pool). */
   engineInfo(): EngineInfo {
     if (!this.info) throw new Error('engineInfo() before ready()');
     return this.info;
   }
 
-  /** Device copy bandwidth in bytes/s (CUDA), for the roofline; null on the CPU. */
+  /** Device copy bandwidth in bytes/s (CUDA; data parallel: all the devices'), for the roofline; null on the CPU. */
   async copyBandwidth(): Promise<number | null> {
-    return (await this.started).client.core.copyBandwidth();
+    const { core, dp } = await this.started;
+    return core ? core.copyBandwidth() : dp!.probe('copyBandwidth');
   }
 
-  /** bf16 GEMM FLOP/s on 8192^3 (CUDA), for the prefill roofline; null on the CPU. */
+  /** bf16 GEMM FLOP/s on 8192^3 (CUDA; data parallel: all the devices'), for the prefill roofline; null on the CPU. */
   async gemmPeak(): Promise<number | null> {
-    return (await this.started).client.core.gemmPeak();
+    const { core, dp } = await this.started;
+    return core ? core.gemmPeak() : dp!.probe('gemmPeak');
   }
 
-  /** Engine counters (pages, prefix cache, preemptions, tokens). */
+  /** Engine counters (pages, prefix cache, preemptions, tokens); data parallel: summed over the replicas. */
   async stats(): Promise<EngineStats> {
     return (await this.started).client.stats();
   }

@@ -73,6 +73,17 @@ export interface EngineOptions {
    * thread (sampling/grammar-hosts.ts). Each holds the vocabulary (some 120 MB for a 151k-token one).
    */
   grammarHosts: number;
+  /**
+   * Engine replicas, each a whole engine in its own worker thread on its own device (vLLM's --data-parallel-size):
+   * requests are spread over them by load and prefix-cache affinity (data-parallel-client.ts). 1: one engine, as
+   * before (no router in front of it).
+   */
+  dataParallelSize: number;
+  /**
+   * CUDA: the device this engine runs on (replica i of a data-parallel engine: deviceOrdinal + i); the CPU backend
+   * ignores it.
+   */
+  deviceOrdinal: number;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -106,6 +117,8 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     tokenizer: null,
     speculativeConfig: null,
     grammarHosts: 4,
+    dataParallelSize: 1,
+    deviceOrdinal: 0,
     ...o,
   };
 }

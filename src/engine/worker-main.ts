@@ -92,6 +92,15 @@ try {
         else publishStats();
         break;
       }
+      case 'probe':
+        try {
+          send({ type: 'probe', what: m.what, value: m.what === 'copyBandwidth' ? core.copyBandwidth() : core.gemmPeak() });
+        } catch (e) {
+          // a figure for a report: its failure is logged, and the engine serves on
+          process.stderr.write(`quire: measuring ${m.what} failed: ${(e as Error).message}\n`);
+          send({ type: 'probe', what: m.what, value: null });
+        }
+        break;
       case 'shutdown':
         clearInterval(timer);
         stopping = true;

@@ -25,9 +25,13 @@ export interface EngineInfo {
   maxNumSeqs: number;
 }
 
+export type ProbeKind = 'copyBandwidth' | 'gemmPeak';
+
 export type ToWorker =
   | { type: 'add'; req: EngineRequest }
   | { type: 'abort'; requestId: string }
+  /** A figure of the device for the bench's rooflines (EngineCore.copyBandwidth / gemmPeak), answered by a 'probe'. */
+  | { type: 'probe'; what: ProbeKind }
   | { type: 'shutdown' };
 
 export type FromWorker =
@@ -36,6 +40,7 @@ export type FromWorker =
   /** Stats alone: on a timer, and when a request is admitted or aborted, so gauges never wait for outputs. */
   | { type: 'stats'; stats: EngineStats }
   | { type: 'failed'; message: string }
+  | { type: 'probe'; what: ProbeKind; value: number | null }
   | { type: 'closed'; traceSummary: string | null };
 
 export interface WorkerInit {

@@ -125,3 +125,9 @@ test('--speculative-config: vLLM\'s JSON reaches EngineOptions parsed; an unknow
   assert.throws(() => parse(['--speculative-config', '{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}']),
     /method "draft_model" is not supported yet/);
 });
+
+test('--data-parallel-size reaches EngineOptions.dataParallelSize for every engine command (bench, gate)', () => {
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).dataParallelSize, 1);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--data-parallel-size', '2'])).dataParallelSize, 2);
+  assert.throws(() => parse(['--model', '/m', '--data-parallel-size', '0']), /--data-parallel-size.*positive integer/);
+});

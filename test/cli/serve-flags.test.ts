@@ -108,3 +108,48 @@ test('issue 38: the limit flags reach the server limits; a KV cache under one --
   assert.equal(kvCacheRefusal(2048, 2048), null);
   assert.match(kvCacheRefusal(176, 2048)!, /holds 176 tokens, less than one sequence of --max-model-len 2048: raise --kv-cache-memory .* lower --max-model-len to at most 176/);
 });
+
+test('--data-parallel-size / -dp: a positive integer (default 1) into the engine options; 0, -1 and x are CLI errors naming the flag', async () => {
+  const { vllmShortFlags } = await import('../../src/cli/engine-flags.js');
+  const { serveEngineOptions } = await import('../../src/cli/serve.js');
+  const parsed = async (argv: string[]) => {
+    let flags: Record<string, unknown> = {};
+    const cmd = serveCommand().exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+    cmd.action((_m: unknown, f: Record<string, unknown>) => { flags = f; });
+    await cmd.parseAsync(vllmShortFlags(argv), { from: 'user' });
+    return serveEngineOptions(flags);
+  };
+  assert.equal((await parsed(['--model', '/m'])).dataParallelSize, 1);
+  assert.equal((await parsed(['--model', '/m', '--data-parallel-size', '2'])).dataParallelSize, 2);
+  assert.equal((await parsed(['--model', '/m', '-dp', '4'])).dataParallelSize, 4);
+  assert.equal((await parsed(['--model', '/m', '-dp', '4'])).deviceOrdinal, 0);
+  for (const bad of ['0', '-1', 'x', '1.5']) {
+    const err = await serveError(vllmShortFlags(['--model', '/nonexistent', '-dp', bad]));
+    assert.match(err, new RegExp(`'--data-parallel-size <n>' argument '${bad.replace('.', '\\.')}' is invalid\\. expected a positive integer`), bad);
+  }
+});
+
+test('a data-parallel replica that fails ends quire serve, with a message naming the replica', async () => {
+  const { stopOnReplicaFailure } = await import('../../src/cli/serve.js');
+  const { DataParallelClient } = await import('../../src/engine/data-parallel-client.js');
+  const { OutputRouter } = await import('../../src/engine/output-stream.js');
+  const replica = () => ({
+    info: { backend: 'cpu' as const, device: 'cpu', numBlocks: 10, numStateSlots: 0, bytesPerStateSlot: 0, numCachedStateSlots: 0,
+      blockSize: 16, maxModelLen: 64, vocabSize: 100, loadMs: 0, weightBytesPerStep: 0, kvBytesPerToken: 0,
+      maxNumBatchedTokens: 64, maxNumSeqs: 4 },
+    error: null, onOutputs: null, onFailure: null as ((m: string) => void) | null, router: new OutputRouter(),
+    generate(req: { requestId: string }) { return this.router.open(req.requestId); },
+    abort() {}, stats: emptyStats, fail(m: string) { this.onFailure?.(m); }, probe: async () => null,
+    shutdown: async () => {}, shutdownWithTrace: async () => null,
+  });
+  const replicas = [replica(), replica()];
+  const dp = new DataParallelClient(replicas, { enablePrefixCaching: true });
+  const logged: string[] = [];
+  let stopped = 0;
+  // the watchdog's exit is this test's no-op (the real one ends the process 5 s on, whatever stop() waits for)
+  stopOnReplicaFailure(dp, (line) => logged.push(line), async () => { stopped++; }, () => {});
+  replicas[1]!.fail('data-parallel replica 1 failed: engine worker exited with code 1');
+  assert.equal(stopped, 1);
+  assert.deepEqual(logged, ['quire serve: data-parallel replica 1 failed: engine worker exited with code 1; the data-parallel '
+    + 'engine has stopped, and the server with it']);
+});

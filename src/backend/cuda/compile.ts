@@ -5,6 +5,7 @@
 
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { threadId } from 'node:worker_threads';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -89,7 +90,8 @@ export function loadCubin(file: string, arch: number, compiler: Compiler, cacheD
   const cubin = compiler.compile(source, file, arch);
   try {
     mkdirSync(cacheDir, { recursive: true });
-    const tmp = `${path}.${process.pid}.tmp`;
+    // the thread too: data-parallel replicas are threads of one process, and may compile the same kernel at once
+    const tmp = `${path}.${process.pid}.${threadId}.tmp`;
     writeFileSync(tmp, cubin);
     renameSync(tmp, path);
   } catch {
