@@ -84,6 +84,17 @@ export interface RecurrentStateLayout {
   shape: DeltaNetShape;
 }
 
+/**
+ * A rank's share of tensor parallelism, on this backend's tensors: every sublayer's output is then a partial sum (its
+ * last projection row-parallel: attention's o, the MLP's down, the experts' down), which allReduce sums over the
+ * ranks in place before the residual add (model/layers/decoder-layer.ts; parallel/tp-rank.ts makes one).
+ */
+export interface TensorParallelRank {
+  rank: number;
+  size: number;
+  allReduce(x: Tensor): void;
+}
+
 /** Batch metadata after it has been placed where the ops can read it. */
 export interface StepInputs {
   readonly batch: ForwardBatch;

@@ -157,12 +157,7 @@ export class ModelRunner {
    * largest step: no step of a run pays for a capture, and no later step grows memory under a captured graph.
    */
   captureGraphs(): void {
-    const graphs = this.backend.graphs;
-    if (!graphs || this.options.enforceEager) return;
-    for (const bucket of graphBuckets(this.options.maxNumSeqs).reverse()) {
-      const batch = buildForwardBatch([], this.options.blockSize, bucket, true);
-      graphs.run(bucket, batch, () => this.model.forwardTokens(batch));
-    }
+    captureDecodeGraphs(this.model, this.options);
   }
 
   get numGraphCaptures(): number {
@@ -181,6 +176,16 @@ export class ModelRunner {
   /** bf16 GEMM FLOP/s on 8192^3 (the prefill roofline's denominator); null on the CPU backend. */
   gemmPeak(): number | null {
     return this.backend.probes?.gemmPeak() ?? null;
+  }
+}
+
+/** ModelRunner.captureGraphs for `model` (every rank of tensor parallelism captures the same buckets). */
+export function captureDecodeGraphs(model: Model, options: RunnerOptions): void {
+  const graphs = model.backend.graphs;
+  if (!graphs || options.enforceEager) return;
+  for (const bucket of graphBuckets(options.maxNumSeqs).reverse()) {
+    const batch = buildForwardBatch([], options.blockSize, bucket, true);
+    graphs.run(bucket, batch, () => model.forwardTokens(batch));
   }
 }
 

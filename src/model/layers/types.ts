@@ -4,7 +4,9 @@
 // (Backend.matmulAddRmsNorm): the residual add and the next norm in the projection's kernel; a mixture of experts
 // leaves its whole call (SublayerOut 'moe', Backend.moeExpertsAddRmsNorm) for the same reason.
 
-import type { Backend, DeltaNetShape, MoeExperts, MoeRoute, StepInputs, Tensor } from '../../backend/backend.js';
+import type { Backend, DeltaNetShape, MoeExperts, MoeRoute, StepInputs, Tensor, TensorParallelRank } from '../../backend/backend.js';
+
+export type { TensorParallelRank } from '../../backend/backend.js';
 
 /** A projection's weight [N, K] and optional bias [N]. */
 export interface Linear {
@@ -29,17 +31,6 @@ export type SublayerOut = { output: Tensor } | { input: Tensor; proj: Linear; la
 
 /** A weight a one-token step reads: whole, or (a mixture of experts' stacked experts) the share one token routes to. */
 export type WeightRead = Tensor | null | { tensor: Tensor; share: number };
-
-/**
- * This rank's share of tensor parallelism: every sublayer's output is then a partial sum (its last projection
- * row-parallel: attention's o, the MLP's down, the experts' down), which allReduce sums over the ranks in place
- * before the residual add. size 1 never reaches a layer (LayerContext.tp null).
- */
-export interface TensorParallelRank {
-  rank: number;
-  size: number;
-  allReduce(x: Tensor): void;
-}
 
 /** One step's forward context. */
 export interface LayerContext {

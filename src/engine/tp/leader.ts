@@ -1,0 +1,144 @@
+// Tensor parallelism's rank 0 (vLLM's -tp N): the engine core's thread loads rank 0's shard on its device and starts
+// the other ranks, a worker thread each on devices deviceOrdinal + 1 .. + N - 1 (follower-main.ts). The scheduler,
+// KV bookkeeping and sampling run once, here; each step's device work goes to every rank as its DeviceStep
+// (ModelRunner's mirror) before rank 0 runs it, and the ranks' all-reduces meet inside the forward (NCCL on CUDA,
+// shared memory between threads on the CPU backend). Threads rather than processes: a CUDA context is per device
+// and per thread's current context, NCCL takes one communicator per thread, and the step reaches a thread without
+// serializing anything but its flat batch.
+//
+// A rank that fails ends the engine: at start-up its error is the engine's; later, the next step's mirror throws
+// it. Every rank's communicator is aborted first, so none waits on the one that failed.
+
+import { Worker } from 'node:worker_threads';
+import type { Backend, TensorParallelRank } from '../../backend/backend.js';
+import type { ModelDir } from '../../loader/model-dir.js';
+import { Model } from '../../model/model.js';
+import { createNcclUniqueId } from '../../parallel/comm.js';
+import { createCpuCommGroup } from '../../parallel/cpu-comm.js';
+import { shardedConfig, shardedSource, tensorParallelSourceRefusal } from '../../parallel/sharded-source.js';
+import { joinRanks, type CommInit, type RankComm } from '../../parallel/tp-rank.js';
+import { tensorParallelRefusal } from '../../parallel/validate.js';
+import type { EngineOptions, ResolvedEngineOptions } from '../options.js';
+import type { DeviceStep } from '../runner/device-steps.js';
+import type { FollowerInit, FromFollower, ToFollower } from './protocol.js';
+
+/** How long a rank may take to load its shard before the engine gives up on it. */
+const LOAD_TIMEOUT_MS = 15 * 60_000;
+
+export class TensorParallelLeader {
+  private failure: string | null = null;
+  /** The ranks that have reported each message type (a report may come before anyone waits for it). */
+  private readonly reported = new Map<FromFollower['type'], Set<number>>();
+  private readonly waiters = new Set<() => void>();
+  private comm: RankComm | null = null;
+
+  private constructor(readonly size: number, private readonly workers: Worker[]) {
+    workers.forEach((w, i) => {
+      const rank = i + 1;
+      w.on('message', (m: FromFollower) => this.receive(m, rank));
+      w.on('error', (err: Error) => this.receive({ type: 'failed', message: `tensor-parallel rank ${rank}: ${err.message}` }, rank));
+      w.on('exit', (code) => {
+        if (code !== 0) this.receive({ type: 'failed', message: `tensor-parallel rank ${rank} exited with code ${code}` }, rank);
+      });
+    });
+  }
+
+  get rank0(): TensorParallelRank {
+    return this.comm!.tp;
+  }
+
+  /** Starts ranks 1..size-1 and joins them as rank 0 (`backend`: rank 0's, already on its device). */
+  static async start(options: EngineOptions, size: number, backend: Backend): Promise<TensorParallelLeader> {
+    if (backend.name === 'cuda') process.env.NCCL_NVLS_ENABLE ??= '0';  // NVLink multicast stays off (issue 42)
+    const comm: CommInit = backend.name === 'cpu' ? { kind: 'cpu', group: createCpuCommGroup(size, { timeoutMs: LOAD_TIMEOUT_MS }) }
+      : { kind: 'nccl', id: await createNcclUniqueId() };
+    const workers = Array.from({ length: size - 1 }, (_, i) => new Worker(new URL('./follower-main.js', import.meta.url),
+      { workerData: { rank: i + 1, size, options, comm } satisfies FollowerInit }));
+    const leader = new TensorParallelLeader(size, workers);
+    try {
+      // every rank's backend up before rank 0 blocks in the communicator's init (NCCL waits for all of them)
+      await leader.waitAll('ready', LOAD_TIMEOUT_MS);
+      leader.comm = await joinRanks(comm, 0, size, backend);
+    } catch (err) {
+      await Promise.all(workers.map((w) => w.terminate()));
+      throw err;
+    }
+    return leader;
+  }
+
+  private receive(m: FromFollower, rank: number): void {
+    if (m.type === 'failed' && this.failure === null) {
+      this.failure = m.message;
+      this.comm?.abort();
+    }
+    if (!this.reported.has(m.type)) this.reported.set(m.type, new Set());
+    this.reported.get(m.type)!.add(rank);
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** Resolves once every other rank has reported `type`; rejects with the first failure, or after timeoutMs. */
+  private waitAll(type: FromFollower['type'], timeoutMs: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const seen = (): Set<number> => this.reported.get(type) ?? new Set();
+      const timer = setTimeout(() => finish(new Error(`tensor parallelism: ranks ${this.missing(seen())} did not ` +
+        `report '${type}' within ${timeoutMs / 1000} s`)), timeoutMs);
+      const finish = (err: Error | null): void => {
+        clearTimeout(timer);
+        this.waiters.delete(check);
+        if (err) reject(err); else resolve();
+      };
+      const check = (): void => {
+        if (this.failure !== null) finish(new Error(this.failure));
+        else if (seen().size === this.size - 1) finish(null);
+      };
+      this.waiters.add(check);
+      check();
+    });
+  }
+
+  private missing(seen: Set<number>): string {
+    return Array.from({ length: this.size - 1 }, (_, i) => i + 1).filter((r) => !seen.has(r)).join(', ');
+  }
+
+  private send(m: ToFollower): void {
+    if (this.failure !== null) throw new Error(this.failure);
+    for (const w of this.workers) w.postMessage(m);
+  }
+
+  /** Rank 0's shard; resolves once every rank has loaded its own. */
+  async load(dir: ModelDir, backend: Backend, options: EngineOptions): Promise<Model> {
+    const model = Model.load(shardedConfig(dir.config, 0, this.size), shardedSource(dir.weights, dir.config, 0, this.size),
+      backend, { quantization: options.quantization, tensorParallel: this.rank0 });
+    await this.waitAll('loaded', LOAD_TIMEOUT_MS);
+    return model;
+  }
+
+  /** The other ranks run the start-up profile step with rank 0's (call just before rank 0's profileRun). */
+  profile(options: ResolvedEngineOptions, maxModelLen: number): void {
+    this.send({ type: 'profile', options, maxModelLen });
+  }
+
+  /** The other ranks allocate what rank 0 sized and capture their decode graphs (before rank 0 captures its own). */
+  sized(numBlocks: number, numStateSlots: number, options: ResolvedEngineOptions): void {
+    this.send({ type: 'sized', numBlocks, numStateSlots, options });
+  }
+
+  /** ModelRunner's mirror: the step's device work to every other rank. */
+  readonly mirror = (step: DeviceStep): void => this.send({ type: 'step', step });
+
+  /** Ends every rank (a collective: each destroys its communicator). */
+  async shutdown(): Promise<void> {
+    if (this.failure === null) {
+      const closed = this.waitAll('closed', 30_000).catch(() => {});
+      this.send({ type: 'shutdown' });
+      this.comm?.destroy();
+      await closed;
+    }
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+/** Why `dir`'s model cannot run over `size` tensor-parallel ranks, or null. */
+export function tensorParallelStartRefusal(dir: ModelDir, size: number): string | null {
+  return tensorParallelRefusal(dir.config, size)?.message ?? tensorParallelSourceRefusal(dir.config);
+}

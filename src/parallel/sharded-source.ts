@@ -1,0 +1,99 @@
+// A rank's view of a checkpoint under tensor parallelism: its config (local heads and widths) and a WeightSource
+// whose tensors are its shards (sharding.ts's layout), so the architectures' loaders load a shard as they load a
+// whole model, unchanged. Column-parallel: q/k/v (KV heads replicated when fewer than the ranks), gate/up, each
+// expert's gate/up; row-parallel: o, down, each expert's down (their outputs all-reduced: LayerContext.tp); o's bias
+// on rank 0 only (the all-reduce adds it once). Replicated: embeddings, lm_head, norms, routers.
+//
+// A shard is read through WeightSource.readInto where the source has it, byte range by byte range, so a rank reads
+// only its slice of each tensor; else the tensor is read whole and sliced.
+//
+// Not yet sharded (tensorParallelSourceRefusal says so first): hybrid models' DeltaNet layers, shared experts, fused
+// expert tensors (Qwen3.5-MoE's experts.gate_up_proj), block-FP8 checkpoints.
+
+import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
+import type { HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
+import {
+  attentionOutParallel, byteRanges, columnParallel, mergedColumnParallel, numShardElements, qkvParallel, readShard,
+  rowParallel, type Shard,
+} from './sharding.js';
+
+/** Why this model cannot be split by shardedSource yet, or null. */
+export function tensorParallelSourceRefusal(c: ModelConfig): string | null {
+  if (c.hybrid) return `tensor parallelism does not split ${c.architecture}'s linear-attention layers yet`;
+  if (c.moe?.sharedExpertIntermediateSize != null) return `tensor parallelism does not split shared experts yet (${c.architecture})`;
+  if (c.quantization !== null) return 'tensor parallelism does not split block-FP8 checkpoints yet';
+  return null;
+}
+
+/** The config a rank's layers are built from: its heads, KV heads and MLP widths. */
+export function shardedConfig(c: ModelConfig, rank: number, tp: number): ModelConfig {
+  const qkv = qkvParallel(c, 1, rank, tp);
+  return {
+    ...c, numHeads: qkv.numLocalHeads, numKvHeads: qkv.numLocalKvHeads, intermediateSize: c.intermediateSize / tp,
+    moe: c.moe && { ...c.moe, expertIntermediateSize: c.moe.expertIntermediateSize / tp },
+  };
+}
+
+/** How rank `rank` of `tp` reads tensor `name` of the full model `c`, or null: whole (replicated). */
+function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: number, tp: number): Shard | 'first' | null {
+  const m = /^(?:model\.)?layers\.\d+\.(.+)\.(weight|bias)$/.exec(name);
+  if (!m) return null;
+  const [module, kind] = [m[1]!, m[2]!];
+  const cols = kind === 'bias' ? 1 : shape[1]!;
+  const attn = /^self_attn\.(q|k|v|qkv|o)_proj$/.exec(module)?.[1];
+  if (attn === 'o') return kind === 'bias' ? 'first' : attentionOutParallel(c, shape[0]!, rank, tp);
+  if (attn !== undefined) {
+    const s = qkvParallel(c, cols, rank, tp);
+    return attn === 'qkv' ? s.fused : s[attn as 'q' | 'k' | 'v'];
+  }
+  // a dense MLP, or one expert of a mixture (Qwen3-MoE's mlp.experts.E.*, Mixtral's block_sparse_moe.experts.E.w1..3)
+  const proj = /^(?:mlp|block_sparse_moe)(?:\.experts\.\d+)?\.(gate_proj|up_proj|gate_up_proj|down_proj|w1|w2|w3)$/.exec(module)?.[1];
+  if (proj === undefined || kind === 'bias') return null;
+  if (proj === 'down_proj' || proj === 'w2') return rowParallel(shape[0]!, shape[1]!, rank, tp);
+  if (proj === 'gate_up_proj') return mergedColumnParallel([shape[0]! / 2, shape[0]! / 2], shape[1]!, rank, tp);
+  return columnParallel(shape[0]!, shape[1]!, rank, tp);
+}
+
+/** A shard's shape as the tensor's: a bias [n] stays 1-D (its shard is planned as [n / tp, 1]). */
+function shapeOf(s: Shard, full: readonly number[]): number[] {
+  return full.length === 1 ? [s.shape[0]!] : [...s.shape];
+}
+
+/** Rank `rank` of `tp`'s tensors of `source` (the full model `c`'s checkpoint). */
+export function shardedSource(source: WeightSource, c: ModelConfig, rank: number, tp: number): WeightSource {
+  const plan = (name: string) => shardOf(c, name, source.info(name).shape, rank, tp);
+  return {
+    names: () => source.names(),
+    has: (name) => source.has(name),
+    info: (name) => {
+      const info = source.info(name);
+      const s = plan(name);
+      return s === null || s === 'first' ? info : { ...info, shape: shapeOf(s, info.shape) };
+    },
+    read: (name): HostTensor => {
+      const s = plan(name);
+      if (s === null) return source.read(name);
+      if (s === 'first') {
+        const t = source.read(name);
+        return rank === 0 ? t : { ...t, data: new Uint8Array(t.data.length) };
+      }
+      const info = source.info(name);
+      const bpe = BYTES_PER_ELEMENT[info.dtype];
+      let data: Uint8Array;
+      if (source.readInto) {
+        data = new Uint8Array(numShardElements(s) * bpe);
+        let at = 0;
+        for (const r of byteRanges(s, bpe)) {
+          source.readInto(name, r.offset, data.subarray(at, at + r.bytes));
+          at += r.bytes;
+        }
+      } else {
+        // the shard's runs in bytes: one element of a byte array per byte
+        const bytes = (n: number) => n * bpe;
+        data = readShard(source.read(name).data, { shape: s.shape, numPadElements: bytes(s.numPadElements),
+          runs: s.runs.map((r) => ({ start: bytes(r.start), length: bytes(r.length), stride: bytes(r.stride), count: r.count })) });
+      }
+      return { name, dtype: info.dtype, shape: shapeOf(s, info.shape), data };
+    },
+  };
+}

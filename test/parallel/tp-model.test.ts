@@ -1,0 +1,48 @@
+// A whole test model split over tensor-parallel ranks (threads on the CPU backend, parallel/sharded-source.ts and
+// tp-rank.ts, the layers' all-reduces): every rank's logits are the unsplit model's, within f32 summation order.
+// Covered: q heads split, KV heads split and replicated (tp above num_key_value_heads), o and down row-parallel,
+// qkv biases (Qwen2), Phi-3's fused qkv_proj and gate_up_proj, a mixture of experts' experts split on their width.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import { buildForwardBatch } from '../../src/engine/batch-builder.js';
+import { parseModelConfig } from '../../src/loader/config.js';
+import { Model } from '../../src/model/model.js';
+import { randomWeightSource } from '../../src/model/random-weights.js';
+import { createCpuCommGroup } from '../../src/parallel/cpu-comm.js';
+import { testModelShapes } from '../../src/tools/test-model/shapes.js';
+import { runRanks } from './ranks.js';
+
+type RankOut = { logits: Float32Array; numHeads: number; numKvHeads: number; kvBytesPerToken: number };
+
+function unsplit(shape: string): Float32Array {
+  const config = { ...parseModelConfig(testModelShapes()[shape], shape), dtype: 'f32' as const };
+  const backend = new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1 });
+  const model = Model.load(config, randomWeightSource(config, { seed: 5 }), backend);
+  backend.allocateKvCache(model.kvCacheSpec(8, 16));
+  const logits = model.forward(buildForwardBatch([
+    { tokenIds: [3, 14, 15, 92, 65, 35], startPosition: 0, blockTable: [1], sample: true },
+    { tokenIds: [8, 9, 7], startPosition: 0, blockTable: [2], sample: true },
+  ], 16));
+  backend.dispose();
+  return logits;
+}
+
+for (const [shape, sizes] of [['tiny-qwen3', [2, 4]], ['tiny-qwen2', [2]], ['tiny-phi3', [2]], ['tiny-qwen3-moe', [2]]] as const) {
+  for (const size of sizes) {
+    test(`${shape} over ${size} tensor-parallel ranks: every rank's logits are the unsplit model's`, async () => {
+      const c = parseModelConfig(testModelShapes()[shape], shape);
+      const expected = unsplit(shape);
+      const group = createCpuCommGroup(size, { timeoutMs: 30_000 });
+      const ranks = await runRanks<RankOut>(new URL('./tp-model-worker.js', import.meta.url), size, (rank) => ({ shape, rank, size, group }));
+      const scale = Math.max(...expected.map(Math.abs));
+      ranks.forEach((r, rank) => {
+        assert.equal(r.numHeads, c.numHeads / size, `rank ${rank}'s heads`);
+        assert.equal(r.numKvHeads, Math.max(1, c.numKvHeads / size), `rank ${rank}'s KV heads`);
+        assert.equal(r.logits.length, expected.length);
+        r.logits.forEach((v, i) => assert.ok(Math.abs(v - expected[i]!) <= 1e-5 * scale, `rank ${rank}, logit ${i}: ${v} against ${expected[i]}`));
+      });
+    });
+  }
+}
