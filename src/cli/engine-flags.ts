@@ -160,8 +160,8 @@ export function addEngineFlags(cmd: Command): Command {
     + 'which needs --max-num-batched-tokens >= --max-model-len)', true, HELP_GROUPS.scheduling);
   addBooleanPair(cmd, '--async-scheduling', 'schedule and launch a step while the previous one runs', true,
     HELP_GROUPS.scheduling);
-  cmd.option('--tensor-parallel-size <n>', 'as vLLM (-tp); one GPU per engine',
-    only('--tensor-parallel-size', ['1'], 'tensor parallelism is not supported yet: one GPU per engine'), '1')
+  cmd.option('--tensor-parallel-size <n>', 'GPUs each engine\'s model is split over, as vLLM (-tp): heads and MLP '
+    + 'widths split, rank r on CUDA device r, all-reduces over NCCL', atLeast(1), 1)
     .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
       only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1')
     .option('--data-parallel-size <n>', 'engine replicas, each a whole engine on its own GPU (replica i on CUDA device '
@@ -215,6 +215,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     maxNumSeqs: f.maxNumSeqs as number | undefined,
     speculativeConfig: (f.speculativeConfig as SpeculativeConfig | undefined) ?? null,
     dataParallelSize: f.dataParallelSize as number | undefined,
+    tensorParallelSize: f.tensorParallelSize as number | undefined,
   };
   for (const k of Object.keys(given) as (keyof EngineOptions)[]) if (given[k] === undefined) delete given[k];
   return engineOptions({ ...given, model: (f.model as string | undefined) ?? defaultModelDir() });

@@ -97,7 +97,7 @@ const IMPLEMENTED: readonly VllmFlagRow[] = [
   { flag: '--long-prefill-token-threshold', status: 'same', quire: 'most prompt tokens a request gets per step', argv: [['--long-prefill-token-threshold', '512']] },
   { flag: '--scheduling-policy', status: 'same', quire: 'fcfs or priority', argv: [['--scheduling-policy', 'priority']] },
   { flag: '--async-scheduling / --no-async-scheduling', status: 'same', quire: 'overlap scheduling with the running step, on by default', argv: [['--async-scheduling'], ['--no-async-scheduling']] },
-  { flag: '--tensor-parallel-size / -tp', status: 'mapped', quire: '1 only: one GPU per engine; more refused', argv: [['--tensor-parallel-size', '1'], ['-tp', '1']] },
+  { flag: '--tensor-parallel-size / -tp', status: 'same', quire: 'the model split over N GPUs (rank r on CUDA device r, a worker thread each; all-reduces over NCCL; threads in shared memory on the CPU backend); dense and mixture-of-experts models, bf16; hybrid, shared-expert and block-FP8 models refused for now', argv: [['--tensor-parallel-size', '2'], ['-tp', '2'], ['-tp', '1']] },
   { flag: '--pipeline-parallel-size / -pp', status: 'mapped', quire: '1 only: one GPU per engine; more refused', argv: [['-pp', '1']] },
   { flag: '--data-parallel-size / -dp', status: 'same', quire: 'N engine replicas, one per GPU (replica i on CUDA device i; any number on the CPU backend), each request sent to the least-loaded one or to the one holding its prompt prefix in cache; more than the visible GPUs is a start-up error', argv: [['--data-parallel-size', '2'], ['-dp', '2'], ['--data-parallel-size', '1']] },
   { flag: '--chat-template', status: 'same', quire: 'a template file, or the template itself', argv: [['--chat-template', '{{ messages[0].content }}']] },

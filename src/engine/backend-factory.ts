@@ -11,7 +11,11 @@ import { bytesPerBlock as bytesPerPage, numBlocksForBytes, stateSlotBytes, type 
 import type { ModelConfig } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
-import { DEFAULT_CPU_KV_BYTES, type EngineOptions } from './options.js';
+import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import { fp8ExpertsRefusal, weightFitRefusal } from '../model/weight-fit.js';
+import { shardedConfig } from '../parallel/sharded-source.js';
+import { tensorParallelRefusal } from '../parallel/validate.js';
+import { speculativeRefusal } from './spec/spec-decode.js';
 import { cpus } from 'node:os';
 
 export interface CreatedBackend {
@@ -139,4 +143,20 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   if (layout !== null) backend.allocateRecurrentState(layout);
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
   return plan;
+}
+
+/**
+ * Why the engine cannot start this model on this backend, or null: the backend's own refusal, speculative decoding's,
+ * then on CUDA weights that do not fit the device (under tensor parallelism, rank 0's shard) or FP8 experts.
+ */
+export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions): string | null {
+  const cannot = backendRefusal(config, backend.name) ?? speculativeRefusal(config, options.speculativeConfig);
+  if (cannot || backend.name !== 'cuda') return cannot;
+  const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
+  const tp = options.tensorParallelSize;
+  const shard = tp > 1 && tensorParallelRefusal(config, tp) === null ? shardedConfig(config, 0, tp) : config;
+  // the cuda backend's experts are bf16 only for now (moe.ts): no FP8 to offer a mixture of experts there
+  return weightFitRefusal(shard, backend.computeDType, options.quantization === 'fp8',
+    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.moe === null)
+    ?? fp8ExpertsRefusal(config, backend.name, options.quantization === 'fp8');
 }

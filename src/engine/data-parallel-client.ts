@@ -64,17 +64,18 @@ export function checkDataParallelSize(n: unknown): number {
  * silent fall back to the CPU. The replicas then ask for 'cuda' itself, so none of them falls back alone.
  */
 export async function dataParallelBackend(size: number, backend: BackendKind, firstOrdinal: number,
-  probeCuda: () => CudaProbe | Promise<CudaProbe>): Promise<'cpu' | 'cuda'> {
+  probeCuda: () => CudaProbe | Promise<CudaProbe>, tensorParallelSize = 1): Promise<'cpu' | 'cuda'> {
   if (backend === 'cpu') return 'cpu';
   const probe = await probeCuda();
   if (!probe.ok) {
     if (backend === 'auto') return 'cpu';
     throw new Error(`--data-parallel-size ${size} needs ${size} CUDA devices (one per replica), but CUDA is not usable: ${probe.reason}`);
   }
-  const needed = firstOrdinal + size;
+  const needed = firstOrdinal + size * tensorParallelSize;
   if (probe.numDevices < needed) {
     const from = firstOrdinal > 0 ? ` from device ${firstOrdinal} on (${needed} in all)` : '';
-    throw new Error(`--data-parallel-size ${size} needs ${size} CUDA devices (one per replica)${from}, but `
+    const per = tensorParallelSize > 1 ? `${tensorParallelSize} per replica: --tensor-parallel-size` : 'one per replica';
+    throw new Error(`--data-parallel-size ${size} needs ${size * tensorParallelSize} CUDA devices (${per})${from}, but `
       + `${probe.numDevices} ${probe.numDevices === 1 ? 'is' : 'are'} visible (CUDA_VISIBLE_DEVICES decides which): `
       + `lower --data-parallel-size to ${Math.max(1, probe.numDevices - firstOrdinal)} or make more devices visible`);
   }
@@ -120,10 +121,10 @@ export class DataParallelClient implements EngineClient {
   static async start(options: EngineOptions, deps: DataParallelDeps = {}): Promise<DataParallelClient> {
     const size = checkDataParallelSize(options.dataParallelSize);
     const probeCuda = deps.probeCuda ?? (async () => (await import('../backend/cuda/probe.js')).cudaAvailable());
-    const backend = await dataParallelBackend(size, options.backend, options.deviceOrdinal, probeCuda);
+    const backend = await dataParallelBackend(size, options.backend, options.deviceOrdinal, probeCuda, options.tensorParallelSize);
     const startReplica = deps.startReplica ?? ((o: EngineOptions, label: string) => WorkerEngineClient.start(o, label));
     const settled = await Promise.allSettled(Array.from({ length: size }, (_, i) =>
-      startReplica({ ...options, backend, deviceOrdinal: options.deviceOrdinal + i }, replicaLabel(i))));
+      startReplica({ ...options, backend, deviceOrdinal: options.deviceOrdinal + i * options.tensorParallelSize }, replicaLabel(i))));
     const failedAt = settled.findIndex((s) => s.status === 'rejected');
     if (failedAt >= 0) {
       await Promise.all(settled.map((s) => (s.status === 'fulfilled' ? s.value.shutdown() : undefined)));

@@ -7,8 +7,7 @@ import type { Backend } from '../backend/backend.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
 import { loadModel, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
-import { Model } from '../model/model.js';
-import { fp8ExpertsRefusal, weightFitRefusal } from '../model/weight-fit.js';
+import type { Model } from '../model/model.js';
 import { isDeviceSamplable } from '../sampling/device-sampling.js';
 import { Sampler } from '../sampling/sampler.js';
 import type { SequenceSamplingState } from '../sampling/sequence-state.js';
@@ -17,7 +16,7 @@ import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
-import { backendRefusal, createBackend, sizeKvCache } from './backend-factory.js';
+import { createBackend, sizeKvCache, startupRefusal } from './backend-factory.js';
 import { grammarVocabFromTokenizerJson, type GrammarVocab, type GrammarVocabFile, type TokenConstraint } from '../sampling/structured-output.js';
 import { RequestGrammars } from './request-grammars.js';
 import { join } from 'node:path';
@@ -26,9 +25,10 @@ import type { EngineInfo } from './worker-protocol.js';
 import { defaultMaxModelLen } from '../model/rope.js';
 import { maxModelLenRefusal } from './max-model-len.js';
 import { parseSpeculativeConfig } from './spec/config.js';
-import { SpecDecoding, speculativeRefusal } from './spec/spec-decode.js';
+import { SpecDecoding } from './spec/spec-decode.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
+import { loadEngineModel, type TensorParallelLeader } from './tp/leader.js';
 
 export { maxModelLenRefusal } from './max-model-len.js';
 
@@ -52,6 +52,8 @@ export interface EngineCoreParts {
   numCachedStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
+  /** Tensor parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
+  tp?: TensorParallelLeader | null;
   /** The vocabulary for structured outputs (read by each grammar host, or on first use); absent: such requests fail. */
   grammarVocab?: GrammarVocabFile | (() => GrammarVocab);
   info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'numCachedStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
@@ -73,6 +75,7 @@ export class EngineCore {
   /** The step advance() launched last and has not completed. */
   private inFlight: PendingStep | null = null;
   private readonly model: Model;
+  private readonly tp: TensorParallelLeader | null;
   /** Runs each scheduled step on the device (flat batch, graphs, launch path). */
   readonly runner: ModelRunner;
   /** What the runner asks about a row's request. */
@@ -96,7 +99,8 @@ export class EngineCore {
     this.config = parts.model.config;
     this.eosTokenIds = [...parts.eosTokenIds];
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
-    this.runner = new ModelRunner(parts.model, this.sampler, options, this.eosTokenIds);
+    this.tp = parts.tp ?? null;
+    this.runner = new ModelRunner(parts.model, this.sampler, { ...options, mirror: this.tp?.mirror }, this.eosTokenIds);
     this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig) : null;
     const poolingOf = this.poolingOf;
     this.rowRequests = {
@@ -444,6 +448,7 @@ export class EngineCore {
     // ends the grammar hosts at once, whatever they are compiling
     void this.grammars?.dispose();
     this.inFlight = null;
+    void this.tp?.shutdown();
     this.model.backend.dispose();
   }
 }
@@ -456,45 +461,40 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const dir = loaded ?? await loadModel(given.model, given);
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const cannot = backendRefusal(dir.config, backend.name) ?? speculativeRefusal(dir.config, options.speculativeConfig);
+  const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
+  const cannot = startupRefusal(dir.config, backend, options) ?? maxModelLenRefusal(dir.config, maxModelLen, options);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);
   }
-  if (backend.name === 'cuda') {
-    const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
-    // the cuda backend's experts are bf16 only for now (moe.ts): no FP8 to offer a mixture of experts there
-    const tooBig = weightFitRefusal(dir.config, backend.computeDType, options.quantization === 'fp8',
-      { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, dir.config.moe === null);
-    const refusal = tooBig ?? fp8ExpertsRefusal(dir.config, backend.name, options.quantization === 'fp8');
-    if (refusal) {
-      backend.dispose();
-      throw new Error(refusal);
-    }
-  }
-  const model = Model.load(dir.config, dir.weights, backend, { quantization: options.quantization });
-  const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
-  const refusal = maxModelLenRefusal(dir.config, maxModelLen, options);
-  if (refusal) {
+  // tensor parallelism: rank 0's shard here, the other ranks in threads that run each step as this one does
+  const { model, tp } = await loadEngineModel(dir, backend, options).catch((err: unknown) => {
     backend.dispose();
-    throw new Error(refusal);
+    throw err;
+  });
+  try {
+    tp?.profile(options, maxModelLen);
+    profileRun(model, options, maxModelLen);
+    const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
+      maxModelLen);
+    // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
+    const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
+    tp?.sized(numBlocks, numStateSlots + numCachedStateSlots, engineOptions);
+    const core = new EngineCore({
+      model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp,
+      // a GGUF file's tokenizer is in memory; otherwise each grammar host reads tokenizer.json in its own thread
+      grammarVocab: dir.tokenizerJson !== undefined
+        ? () => grammarVocabFromTokenizerJson(dir.tokenizerJson!, dir.config.vocabSize, dir.generation.eosTokenIds)
+        : { tokenizerJsonPath: join(dir.tokenizerDir, 'tokenizer.json'), vocabSize: dir.config.vocabSize,
+          stopTokenIds: [...dir.generation.eosTokenIds] },
+      info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
+        kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
+    }, engineOptions);
+    core.runner.captureGraphs();
+    core.info.loadMs = Math.round(performance.now() - t0);
+    return core;
+  } catch (err) {
+    await tp?.shutdown();
+    throw err;
   }
-  profileRun(model, options, maxModelLen);
-  const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
-    maxModelLen);
-  // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
-  const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
-  const core = new EngineCore({
-    model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds,
-    // a GGUF file's tokenizer is in memory; otherwise each grammar host reads tokenizer.json in its own thread
-    grammarVocab: dir.tokenizerJson !== undefined
-      ? () => grammarVocabFromTokenizerJson(dir.tokenizerJson!, dir.config.vocabSize, dir.generation.eosTokenIds)
-      : { tokenizerJsonPath: join(dir.tokenizerDir, 'tokenizer.json'), vocabSize: dir.config.vocabSize,
-        stopTokenIds: [...dir.generation.eosTokenIds] },
-    info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
-      kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
-  }, engineOptions);
-  core.runner.captureGraphs();
-  core.info.loadMs = Math.round(performance.now() - t0);
-  return core;
 }

@@ -80,10 +80,15 @@ export interface EngineOptions {
    */
   dataParallelSize: number;
   /**
-   * CUDA: the device this engine runs on (replica i of a data-parallel engine: deviceOrdinal + i); the CPU backend
-   * ignores it.
+   * CUDA: the device this engine runs on (replica i of a data-parallel engine: deviceOrdinal + i x
+   * tensorParallelSize); the CPU backend ignores it.
    */
   deviceOrdinal: number;
+  /**
+   * Ranks each engine's model is split over (vLLM's --tensor-parallel-size): rank r on device deviceOrdinal + r, a
+   * worker thread each beside the engine's (engine/tp/). On the CPU backend, threads meeting in shared memory.
+   */
+  tensorParallelSize: number;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -119,6 +124,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     grammarHosts: 4,
     dataParallelSize: 1,
     deviceOrdinal: 0,
+    tensorParallelSize: 1,
     ...o,
   };
 }

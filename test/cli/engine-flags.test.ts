@@ -60,7 +60,7 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
   const o = engineOptionsFromFlags(parse(argv));
   assert.equal(o.enableChunkedPrefill, true);
   for (const [flags, message] of [
-    [['-tp', '2'], /--tensor-parallel-size 2: tensor parallelism is not supported yet/],
+    [['-tp', '0'], /--tensor-parallel-size/],
     [['-pp', '4'], /--pipeline-parallel-size 4: pipeline parallelism is not supported yet/],
     [['--dtype', 'half'], /--dtype half: Quire computes in bfloat16 on CUDA and float32 on the CPU backend \(accepted: auto, bfloat16, bf16\)/],
     [['--kv-cache-dtype', 'fp8_e5m2'], /--kv-cache-dtype fp8_e5m2: not supported \(accepted: auto, bfloat16, fp8, fp8_e4m3; FP8 is E4M3 only\)/],
@@ -69,6 +69,7 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
     assert.throws(() => parse(vllmShortFlags(['--model', '/m', ...flags])), message);
   }
   assert.equal(o.kvCacheDtype, 'auto');
+  assert.equal(engineOptionsFromFlags(parse(vllmShortFlags(['--model', '/m', '-tp', '2']))).tensorParallelSize, 2);
   for (const name of ['fp8', 'fp8_e4m3']) {
     assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--kv-cache-dtype', name])).kvCacheDtype, 'fp8_e4m3');
   }

@@ -142,3 +142,32 @@ export class TensorParallelLeader {
 export function tensorParallelStartRefusal(dir: ModelDir, size: number): string | null {
   return tensorParallelRefusal(dir.config, size)?.message ?? tensorParallelSourceRefusal(dir.config);
 }
+
+/**
+ * The engine's model: whole (tensorParallelSize 1), or rank 0's shard with the other ranks started and loaded.
+ * Refusals (a size the model does not split by, a part not split yet, fewer CUDA devices than ranks) come before any
+ * rank starts.
+ */
+export async function loadEngineModel(dir: ModelDir, backend: Backend, options: EngineOptions):
+  Promise<{ model: Model; tp: TensorParallelLeader | null }> {
+  const size = options.tensorParallelSize;
+  if (size <= 1) return { model: Model.load(dir.config, dir.weights, backend, { quantization: options.quantization }), tp: null };
+  const refusal = tensorParallelStartRefusal(dir, size);
+  if (refusal) throw new Error(`--tensor-parallel-size ${size}: ${refusal}`);
+  if (backend.name === 'cuda') {
+    const { cudaAvailable } = await import('../../backend/cuda/probe.js');
+    const probe = cudaAvailable();
+    const needed = options.deviceOrdinal + size;
+    if (probe.ok && probe.numDevices < needed) {
+      throw new Error(`--tensor-parallel-size ${size} needs ${size} CUDA devices (devices ${options.deviceOrdinal} to ` +
+        `${needed - 1}), but ${probe.numDevices} ${probe.numDevices === 1 ? 'is' : 'are'} visible (CUDA_VISIBLE_DEVICES decides which)`);
+    }
+  }
+  const tp = await TensorParallelLeader.start(options, size, backend);
+  try {
+    return { model: await tp.load(dir, backend, options), tp };
+  } catch (err) {
+    await tp.shutdown();
+    throw err;
+  }
+}

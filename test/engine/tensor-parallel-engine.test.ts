@@ -1,0 +1,45 @@
+// A tensor-parallel engine on the CPU backend (engine/tp/: rank 0 in the engine, the other ranks in worker threads
+// following each step's DeviceStep, all-reduces in shared memory): its greedy tokens are one engine's, with the
+// prefix cache, chunked prompts and several sequences a step; sizes the model does not split by, and parts not split
+// yet, are refused naming the field before any rank starts.
+
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LLM } from '../../src/engine/llm.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
+
+const root = mkdtempSync(join(tmpdir(), 'quire-tp-'));
+before(async () => {
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: join(root, 'qwen3'), dtype: 'f32', seed: 11 });
+  await makeTestModel({ shape: 'tiny-qwen3.5', outDir: join(root, 'hybrid'), dtype: 'f32', seed: 11 });
+});
+after(() => rmSync(root, { recursive: true, force: true }));
+
+const prompts = ['The quick brown fox', 'Once upon a time in a land far away, there lived', 'The quick brown fox jumps'];
+
+async function greedy(tensorParallelSize: number, extra: Record<string, unknown> = {}): Promise<number[][]> {
+  const llm = new LLM(join(root, 'qwen3'), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize,
+    enablePrefixCaching: true, ...extra });
+  try {
+    const out = await llm.generate(prompts, { maxTokens: 12, temperature: 0, ignoreEos: true });
+    return out.map((c) => c.tokenIds);
+  } finally {
+    await llm.close();
+  }
+}
+
+test('-tp 2 and -tp 4 give one engine\'s greedy tokens (chunked prompts, prefix hits, batched rows)', async () => {
+  const one = await greedy(1, { maxNumBatchedTokens: 8 });
+  assert.deepEqual(await greedy(2, { maxNumBatchedTokens: 8 }), one);
+  assert.deepEqual(await greedy(4), one);
+});
+
+test('a size the model does not split by, or a part not split yet, is refused naming it', async () => {
+  await assert.rejects(() => greedy(3), /--tensor-parallel-size 3: num_attention_heads \(4\) is not divisible by the tensor-parallel size \(3\)/);
+  const hybrid = new LLM(join(root, 'hybrid'), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize: 2 });
+  await assert.rejects(() => hybrid.generate(['x'], { maxTokens: 1 }), /--tensor-parallel-size 2: .*linear-attention layers/);
+  await hybrid.close().catch(() => {});
+});
