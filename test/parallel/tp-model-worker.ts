@@ -4,7 +4,6 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { parseModelConfig } from '../../src/loader/config.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
@@ -12,6 +11,7 @@ import type { CpuCommGroup } from '../../src/parallel/cpu-comm.js';
 import { shardedConfig, shardedSource } from '../../src/parallel/sharded-source.js';
 import { joinRanks } from '../../src/parallel/tp-rank.js';
 import { testModelShapes } from '../../src/tools/test-model/shapes.js';
+import { twoPrompts } from './tp-model-batch.js';
 
 const { shape, rank, size, group } = workerData as { shape: string; rank: number; size: number; group: CpuCommGroup };
 const full = { ...parseModelConfig(testModelShapes()[shape], shape), dtype: 'f32' as const };
@@ -21,9 +21,6 @@ const config = shardedConfig(full, rank, size);
 const model = Model.load(config, shardedSource(randomWeightSource(full, { seed: 5 }), full, rank, size), backend,
   { tensorParallel: comm.tp });
 backend.allocateKvCache(model.kvCacheSpec(8, 16));
-const logits = model.forward(buildForwardBatch([
-  { tokenIds: [3, 14, 15, 92, 65, 35], startPosition: 0, blockTable: [1], sample: true },
-  { tokenIds: [8, 9, 7], startPosition: 0, blockTable: [2], sample: true },
-], 16));
+const logits = model.forward(twoPrompts());
 comm.destroy();
 parentPort!.postMessage({ logits, numHeads: config.numHeads, numKvHeads: config.numKvHeads, kvBytesPerToken: model.kvBytesPerToken() });

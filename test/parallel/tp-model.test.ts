@@ -6,12 +6,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { parseModelConfig } from '../../src/loader/config.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
 import { createCpuCommGroup } from '../../src/parallel/cpu-comm.js';
 import { testModelShapes } from '../../src/tools/test-model/shapes.js';
+import { twoPrompts } from './tp-model-batch.js';
 import { runRanks } from './ranks.js';
 
 type RankOut = { logits: Float32Array; numHeads: number; numKvHeads: number; kvBytesPerToken: number };
@@ -21,10 +21,7 @@ function unsplit(shape: string): Float32Array {
   const backend = new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1 });
   const model = Model.load(config, randomWeightSource(config, { seed: 5 }), backend);
   backend.allocateKvCache(model.kvCacheSpec(8, 16));
-  const logits = model.forward(buildForwardBatch([
-    { tokenIds: [3, 14, 15, 92, 65, 35], startPosition: 0, blockTable: [1], sample: true },
-    { tokenIds: [8, 9, 7], startPosition: 0, blockTable: [2], sample: true },
-  ], 16));
+  const logits = model.forward(twoPrompts());
   backend.dispose();
   return logits;
 }
