@@ -8,7 +8,10 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createEngineCore } from '../../src/engine/engine-core.js';
 import { LLM } from '../../src/engine/llm.js';
+import { engineOptions } from '../../src/engine/options.js';
+import { loadModel } from '../../src/loader/model-dir.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 
 const root = mkdtempSync(join(tmpdir(), 'quire-tp-'));
@@ -42,4 +45,11 @@ test('a size the model does not split by, or a part not split yet, is refused na
   const hybrid = new LLM(join(root, 'hybrid'), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize: 2 });
   await assert.rejects(() => hybrid.generate(['x'], { maxTokens: 1 }), /--tensor-parallel-size 2: .*linear-attention layers/);
   await hybrid.close().catch(() => {});
+});
+
+test('a rank that fails to load ends the start-up with its error, naming the rank (no hang)', async () => {
+  // rank 0 is handed the loaded model; the other ranks load options.model themselves, which here is gone
+  const dir = await loadModel(join(root, 'qwen3'), engineOptions({ model: join(root, 'qwen3') }));
+  const given = engineOptions({ model: join(root, 'missing'), backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize: 2 });
+  await assert.rejects(() => createEngineCore(given, dir), /tensor-parallel rank 1: .*missing/);
 });
