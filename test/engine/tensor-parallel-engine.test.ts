@@ -53,3 +53,13 @@ test('a rank that fails to load ends the start-up with its error, naming the ran
   const given = engineOptions({ model: join(root, 'missing'), backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize: 2 });
   await assert.rejects(() => createEngineCore(given, dir), /tensor-parallel rank 1: .*missing/);
 });
+
+test('a rank as a child process (QUIRE_TP_RANKS=process, CUDA\'s default) gets its init and reports its failure', async () => {
+  const { startRank } = await import('../../src/engine/tp/rank-port.js');
+  const init = { rank: 1, size: 2, options: engineOptions({ model: join(root, 'missing'), backend: 'cpu' }),
+    comm: { kind: 'nccl' as const, id: new Uint8Array(128) } };
+  const port = startRank(init, 'process');
+  const why = await new Promise<string>((resolve) => port.listen((m) => { if (m.type === 'failed') resolve(m.message); }, resolve));
+  assert.match(why, /tensor-parallel rank 1: .*missing/);
+  await port.terminate();
+});

@@ -1,10 +1,9 @@
-// A tensor-parallel rank other than 0, in a worker thread of the engine's: it loads its shard on its own device, then
+// A tensor-parallel rank other than 0, in a worker thread of the engine's or a child process (rank-port.ts): it loads its shard on its own device, then
 // runs what rank 0 hands it (protocol.ts) in the order given: the start-up profile step, the allocation rank 0 sized,
 // the decode graphs' capture, and every step's DeviceStep, on its shard, so its collectives meet rank 0's.
 // A failure is reported to rank 0 (which ends the engine with it) after the communicator is aborted, so no rank
 // waits on this one.
 
-import { parentPort, workerData } from 'node:worker_threads';
 import { loadModel } from '../../loader/model-dir.js';
 import { Model } from '../../model/model.js';
 import { shardedConfig, shardedSource } from '../../parallel/sharded-source.js';
@@ -13,11 +12,11 @@ import { createBackend } from '../backend-factory.js';
 import type { Backend } from '../../backend/backend.js';
 import { runDeviceStep } from '../runner/device-steps.js';
 import { captureDecodeGraphs, profileRun } from '../runner/model-runner.js';
-import type { FollowerInit, FromFollower, ToFollower } from './protocol.js';
+import type { ToFollower } from './protocol.js';
+import { followerChannel } from './rank-port.js';
 
-const init = workerData as FollowerInit;
-const port = parentPort!;
-const post = (m: FromFollower): void => port.postMessage(m);
+const channel = await followerChannel();
+const { init, post } = channel;
 let comm: RankComm | null = null;
 let backend: Backend | null = null;
 
@@ -37,7 +36,7 @@ async function start(): Promise<void> {
     backend, { quantization: options.quantization, tensorParallel: comm.tp });
   post({ type: 'loaded' });
   let eager = true;
-  port.on('message', (m: ToFollower) => {
+  channel.onMessage((m: ToFollower) => {
     try {
       switch (m.type) {
         case 'profile':
@@ -61,7 +60,7 @@ async function start(): Promise<void> {
           comm = null;
           backend?.dispose();
           post({ type: 'closed' });
-          port.close();
+          channel.close();
       }
     } catch (err) {
       fail(err);

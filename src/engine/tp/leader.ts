@@ -1,15 +1,14 @@
 // Tensor parallelism's rank 0 (vLLM's -tp N): the engine core's thread loads rank 0's shard on its device and starts
-// the other ranks, a worker thread each on devices deviceOrdinal + 1 .. + N - 1 (follower-main.ts). The scheduler,
+// the other ranks, one each on devices deviceOrdinal + 1 .. + N - 1 (follower-main.ts). The scheduler,
 // KV bookkeeping and sampling run once, here; each step's device work goes to every rank as its DeviceStep
 // (ModelRunner's mirror) before rank 0 runs it, and the ranks' all-reduces meet inside the forward (NCCL on CUDA,
-// shared memory between threads on the CPU backend). Threads rather than processes: a CUDA context is per device
-// and per thread's current context, NCCL takes one communicator per thread, and the step reaches a thread without
-// serializing anything but its flat batch.
+// shared memory between threads on the CPU backend). The other ranks are child processes
+// on CUDA (QUIRE_TP_RANKS=thread: worker threads) and threads on the CPU backend, whose ranks meet in shared memory
+// (rank-port.ts says why).
 //
 // A rank that fails ends the engine: at start-up its error is the engine's; later, the next step's mirror throws
 // it. Every rank's communicator is aborted first, so none waits on the one that failed.
 
-import { Worker } from 'node:worker_threads';
 import type { Backend, TensorParallelRank } from '../../backend/backend.js';
 import type { ModelDir } from '../../loader/model-dir.js';
 import { Model } from '../../model/model.js';
@@ -20,7 +19,9 @@ import { joinRanks, type CommInit, type RankComm } from '../../parallel/tp-rank.
 import { tensorParallelRefusal } from '../../parallel/validate.js';
 import type { EngineOptions, ResolvedEngineOptions } from '../options.js';
 import type { DeviceStep } from '../runner/device-steps.js';
-import type { FollowerInit, FromFollower, ToFollower } from './protocol.js';
+import type { FromFollower, ToFollower } from './protocol.js';
+import { startRank, type RankPort } from './rank-port.js';
+import { readKnob } from '../../knobs/knobs.js';
 
 /** How long a rank may take to load its shard before the engine gives up on it. */
 const LOAD_TIMEOUT_MS = 15 * 60_000;
@@ -32,14 +33,11 @@ export class TensorParallelLeader {
   private readonly waiters = new Set<() => void>();
   private comm: RankComm | null = null;
 
-  private constructor(readonly size: number, private readonly workers: Worker[]) {
+  private constructor(readonly size: number, private readonly workers: RankPort[]) {
     workers.forEach((w, i) => {
       const rank = i + 1;
-      w.on('message', (m: FromFollower) => this.receive(m, rank));
-      w.on('error', (err: Error) => this.receive({ type: 'failed', message: `tensor-parallel rank ${rank}: ${err.message}` }, rank));
-      w.on('exit', (code) => {
-        if (code !== 0) this.receive({ type: 'failed', message: `tensor-parallel rank ${rank} exited with code ${code}` }, rank);
-      });
+      w.listen((m) => this.receive(m, rank),
+        (why) => this.receive({ type: 'failed', message: `tensor-parallel rank ${rank}: ${why}` }, rank));
     });
   }
 
@@ -52,8 +50,8 @@ export class TensorParallelLeader {
     if (backend.name === 'cuda') process.env.NCCL_NVLS_ENABLE ??= '0';  // NVLink multicast stays off (issue 42)
     const comm: CommInit = backend.name === 'cpu' ? { kind: 'cpu', group: createCpuCommGroup(size, { timeoutMs: LOAD_TIMEOUT_MS }) }
       : { kind: 'nccl', id: await createNcclUniqueId() };
-    const workers = Array.from({ length: size - 1 }, (_, i) => new Worker(new URL('./follower-main.js', import.meta.url),
-      { workerData: { rank: i + 1, size, options, comm } satisfies FollowerInit }));
+    const mode = backend.name === 'cpu' ? 'thread' : readKnob('QUIRE_TP_RANKS');
+    const workers = Array.from({ length: size - 1 }, (_, i) => startRank({ rank: i + 1, size, options, comm }, mode));
     const leader = new TensorParallelLeader(size, workers);
     try {
       // every rank's backend up before rank 0 blocks in the communicator's init (NCCL waits for all of them)
@@ -102,7 +100,7 @@ export class TensorParallelLeader {
 
   private send(m: ToFollower): void {
     if (this.failure !== null) throw new Error(this.failure);
-    for (const w of this.workers) w.postMessage(m);
+    for (const w of this.workers) w.post(m);
   }
 
   /** Rank 0's shard; resolves once every rank has loaded its own. */
