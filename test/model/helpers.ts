@@ -1,3 +1,5 @@
+import assert from 'node:assert/strict';
+import type { ScheduledSeq } from '../../src/engine/batch-builder.js';
 import type { Model } from '../../src/model/model.js';
 import { batchOf, shuffled } from '../backend/helpers.js';
 
@@ -38,4 +40,21 @@ export function chunked(seq: string, len: number, size: number): Chunk[][] {
   const steps: Chunk[][] = [];
   for (let s = 0; s < len; s += size) steps.push([{ seq, start: s, end: Math.min(len, s + size) }]);
   return steps;
+}
+
+/** A hybrid model's step: sequences with their recurrent-state slots -> logits of the sampled rows. */
+export type SlotStep = (seqs: (ScheduledSeq & { slot: number })[]) => Float32Array;
+
+/**
+ * Two prompts batched in one step (slots 2 and 3, pages 3 and 4) give the bits each gives alone: neither reads the
+ * other's state or pages. Returns the second prompt, for a caller that continues both.
+ */
+export function assertBatchedAsAlone(step: SlotStep, prompt: number[]): number[] {
+  const other = [9, 8, 7, 6];
+  const alone = [step([{ tokenIds: prompt, startPosition: 0, blockTable: [3], sample: true, slot: 2 }]),
+    step([{ tokenIds: other, startPosition: 0, blockTable: [4], sample: true, slot: 3 }])];
+  const together = step([{ tokenIds: prompt, startPosition: 0, blockTable: [3], sample: true, slot: 2 },
+    { tokenIds: other, startPosition: 0, blockTable: [4], sample: true, slot: 3 }]);
+  assert.deepEqual(together, Float32Array.from([...alone[0]!, ...alone[1]!]));
+  return other;
 }

@@ -11,6 +11,7 @@ import { GatedAttention } from '../../src/model/layers/gated-attention.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
 import { testModelShapes } from '../../src/tools/test-model/shapes.js';
+import { assertBatchedAsAlone } from './helpers.js';
 
 const BLOCK = 16;
 const config = { ...parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c'), dtype: 'f32' as const };
@@ -81,12 +82,7 @@ test('a prompt in one step, in chunks, and token by token gives the same logits 
 });
 
 test('sequences batched together give the bits each gives alone (own slots, own pages)', () => {
-  const other = [9, 8, 7, 6];
-  const alone = [step([{ tokenIds: prompt, startPosition: 0, blockTable: [3], sample: true, slot: 2 }]),
-    step([{ tokenIds: other, startPosition: 0, blockTable: [4], sample: true, slot: 3 }])];
-  const together = step([{ tokenIds: prompt, startPosition: 0, blockTable: [3], sample: true, slot: 2 },
-    { tokenIds: other, startPosition: 0, blockTable: [4], sample: true, slot: 3 }]);
-  assert.deepEqual(together, Float32Array.from([...alone[0]!, ...alone[1]!]));
+  const other = assertBatchedAsAlone(step, prompt);
   // and a decode step of both continues each from its own state
   const next = step([{ tokenIds: [1], startPosition: prompt.length, blockTable: [3], sample: true, slot: 2 },
     { tokenIds: [2], startPosition: other.length, blockTable: [4], sample: true, slot: 3 }]);

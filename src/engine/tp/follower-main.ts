@@ -1,8 +1,8 @@
-// A tensor-parallel rank other than 0, in a worker thread of the engine's or a child process (rank-port.ts): it loads its shard on its own device, then
-// runs what rank 0 hands it (protocol.ts) in the order given: the start-up profile step, the allocation rank 0 sized,
-// the decode graphs' capture, and every step's DeviceStep, on its shard, so its collectives meet rank 0's.
-// A failure is reported to rank 0 (which ends the engine with it) after the communicator is aborted, so no rank
-// waits on this one.
+// A tensor-parallel rank other than 0, in a worker thread of the engine's or a child process (rank-port.ts): it
+// loads its shard on its own device, then runs what rank 0 hands it (protocol.ts) in the order given: the start-up
+// profile step, the allocation rank 0 sized, the decode graphs' capture, and every step's DeviceStep, on its shard,
+// so its collectives meet rank 0's. A failure is reported to rank 0 (which ends the engine with it) after the
+// communicator is aborted, so no rank waits on this one.
 
 import { loadModel } from '../../loader/model-dir.js';
 import { Model } from '../../model/model.js';

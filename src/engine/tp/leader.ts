@@ -2,9 +2,8 @@
 // the other ranks, one each on devices deviceOrdinal + 1 .. + N - 1 (follower-main.ts). The scheduler,
 // KV bookkeeping and sampling run once, here; each step's device work goes to every rank as its DeviceStep
 // (ModelRunner's mirror) before rank 0 runs it, and the ranks' all-reduces meet inside the forward (NCCL on CUDA,
-// shared memory between threads on the CPU backend). The other ranks are child processes
-// on CUDA (QUIRE_TP_RANKS=thread: worker threads) and threads on the CPU backend, whose ranks meet in shared memory
-// (rank-port.ts says why).
+// shared memory between threads on the CPU backend). The other ranks are child processes on CUDA
+// (QUIRE_TP_RANKS=thread: worker threads) and threads on the CPU backend (rank-port.ts says why).
 //
 // A rank that fails ends the engine: at start-up its error is the engine's; later, the next step's mirror throws
 // it. Every rank's communicator is aborted first, so none waits on the one that failed.
@@ -137,7 +136,7 @@ export class TensorParallelLeader {
 }
 
 /** Why `dir`'s model cannot run over `size` tensor-parallel ranks, or null. */
-export function tensorParallelStartRefusal(dir: ModelDir, size: number): string | null {
+function tensorParallelStartRefusal(dir: ModelDir, size: number): string | null {
   return tensorParallelRefusal(dir.config, size)?.message ?? tensorParallelSourceRefusal(dir.config);
 }
 
