@@ -166,7 +166,9 @@ export function addEngineFlags(cmd: Command): Command {
       only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1')
     .option('--data-parallel-size <n>', 'engine replicas, each a whole engine on its own GPU (replica i on CUDA device '
       + 'i; any number on the CPU), as vLLM (-dp); each request goes to the least-loaded one, or to the one holding '
-      + 'its prompt\'s prefix in cache', atLeast(1), 1);
+      + 'its prompt\'s prefix in cache', atLeast(1), 1)
+    .option('--disable-custom-all-reduce', 'tensor parallelism on CUDA: every all-reduce over NCCL (by default those '
+      + 'of decode steps take a one-shot kernel over peer memory), as vLLM', false);
   cmd.optionsGroup(HELP_GROUPS.lab);
   addBooleanPair(cmd, '--batch-invariant', 'CUDA: sums that do not depend on the batch, so a greedy transcript '
     + 'does not change with batch size, chunking, preemption or cache hits (slower at large batches)', false, HELP_GROUPS.lab);
@@ -216,6 +218,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     speculativeConfig: (f.speculativeConfig as SpeculativeConfig | undefined) ?? null,
     dataParallelSize: f.dataParallelSize as number | undefined,
     tensorParallelSize: f.tensorParallelSize as number | undefined,
+    disableCustomAllReduce: f.disableCustomAllReduce as boolean | undefined,
   };
   for (const k of Object.keys(given) as (keyof EngineOptions)[]) if (given[k] === undefined) delete given[k];
   return engineOptions({ ...given, model: (f.model as string | undefined) ?? defaultModelDir() });

@@ -49,7 +49,6 @@ const COMPAT: readonly CompatFlag[] = [
   { flag: '--max-seq-len-to-capture', value: '<n>', why: 'no effect: every decode step is captured', example: '8192' },
   { flag: '--distributed-executor-backend', value: '<b>', accepted: ['mp', 'uni'], why: 'one GPU per engine, no Ray' },
   { flag: '--enable-expert-parallel', refusedWhenOn: true, why: 'expert parallelism is not supported: one GPU per engine' },
-  { flag: '--disable-custom-all-reduce', why: 'no effect: one GPU per engine' },
   { flag: '--max-parallel-loading-workers', value: '<n>', why: 'no effect: weights load in one pass', example: '2' },
   { flag: '--enable-lora', refusedWhenOn: true, why: 'LoRA adapters are not supported' },
   { flag: '--lora-modules', value: '<specs...>', accepted: [], why: 'LoRA adapters are not supported', example: 'a=/lora/a' },

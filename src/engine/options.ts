@@ -89,6 +89,11 @@ export interface EngineOptions {
    * worker thread each beside the engine's (engine/tp/). On the CPU backend, threads meeting in shared memory.
    */
   tensorParallelSize: number;
+  /**
+   * CUDA tensor parallelism: every all-reduce over NCCL, none over the one-shot peer-memory kernel (vLLM's
+   * --disable-custom-all-reduce).
+   */
+  disableCustomAllReduce: boolean;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -125,6 +130,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     dataParallelSize: 1,
     deviceOrdinal: 0,
     tensorParallelSize: 1,
+    disableCustomAllReduce: false,
     ...o,
   };
 }

@@ -10,7 +10,10 @@ import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/ba
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
-import { CONV_MAX_TAPS, DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, ROPE_WARPS, SAMPLE_THREADS } from '../../src/backend/cuda/kernel-defines.js';
+import {
+  CONV_MAX_TAPS, DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, PEER_AR_DATA_OFFSET, PEER_AR_EPOCH_OFFSET,
+  PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
+} from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
 import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
@@ -38,6 +41,9 @@ function compiledSources(files: string[]): Map<string, string> {
 
 test('each kernel build receives the TypeScript values of the constants it shares', () => {
   const expected: [string, string, number | string][] = [
+    ['allreduce.cu', 'PEER_AR_MAX_RANKS', PEER_AR_MAX_RANKS],
+    ['allreduce.cu', 'PEER_AR_EPOCH_OFFSET', PEER_AR_EPOCH_OFFSET],
+    ['allreduce.cu', 'PEER_AR_DATA_OFFSET', PEER_AR_DATA_OFFSET],
     ['attention_decode.cu', 'DECODE_WARPS', DECODE_WARPS],
     ['attention_decode.cu', 'DECODE_CHUNK_ROUND', DECODE_CHUNK_ROUND],
     ['attention_decode.cu', 'DECODE_SHORT_ROW_KV', SHORT_ROW_KV],

@@ -70,6 +70,8 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
   }
   assert.equal(o.kvCacheDtype, 'auto');
   assert.equal(engineOptionsFromFlags(parse(vllmShortFlags(['--model', '/m', '-tp', '2']))).tensorParallelSize, 2);
+  assert.equal(o.disableCustomAllReduce, false);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--disable-custom-all-reduce'])).disableCustomAllReduce, true);
   for (const name of ['fp8', 'fp8_e4m3']) {
     assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--kv-cache-dtype', name])).kvCacheDtype, 'fp8_e4m3');
   }

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { createEngineCore } from '../../src/engine/engine-core.js';
 import { LLM } from '../../src/engine/llm.js';
 import { engineOptions } from '../../src/engine/options.js';
+import { peerOption } from '../../src/engine/tp/leader.js';
 import { loadModel } from '../../src/loader/model-dir.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 
@@ -62,4 +63,17 @@ test('a rank as a child process (QUIRE_TP_RANKS=process, CUDA\'s default) gets i
   const why = await new Promise<string>((resolve) => port.listen((m) => { if (m.type === 'failed') resolve(m.message); }, resolve));
   assert.match(why, /tensor-parallel rank 1: .*missing/);
   await port.terminate();
+});
+
+test('the one-shot peer all-reduce is off where asked (--disable-custom-all-reduce) or NCCL may not use peer memory', () => {
+  const saved = process.env.NCCL_P2P_DISABLE;
+  try {
+    delete process.env.NCCL_P2P_DISABLE;
+    assert.deepEqual(peerOption(engineOptions({ model: 'm' })), { peer: true });
+    assert.deepEqual(peerOption(engineOptions({ model: 'm', disableCustomAllReduce: true })), { peer: false });
+    process.env.NCCL_P2P_DISABLE = '1';
+    assert.deepEqual(peerOption(engineOptions({ model: 'm' })), { peer: false });
+  } finally {
+    if (saved === undefined) delete process.env.NCCL_P2P_DISABLE; else process.env.NCCL_P2P_DISABLE = saved;
+  }
 });

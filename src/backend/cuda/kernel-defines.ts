@@ -21,6 +21,18 @@ export const DELTANET_KEY_DIMS: readonly number[] = [32, 64, 128];
 /** The most causal-conv taps kernels/deltanet.cu keeps in registers; published models have 4. */
 export const CONV_MAX_TAPS = 8;
 
+/**
+ * The one-shot peer all-reduce (kernels/allreduce.cu, peer-allreduce.ts): the most ranks it serves, its fixed grid
+ * and block (an element's 16-byte chunk always falls to the same block, whatever the size), and each rank's region:
+ * the flags peers raise in it ([block][rank] u32), its own per-block call counters, then two staging buffers from
+ * PEER_AR_DATA_OFFSET.
+ */
+export const PEER_AR_MAX_RANKS = 8;
+export const PEER_AR_BLOCKS = 32;
+export const PEER_AR_THREADS = 512;
+export const PEER_AR_EPOCH_OFFSET = PEER_AR_BLOCKS * PEER_AR_MAX_RANKS * 4;
+export const PEER_AR_DATA_OFFSET = 4096;
+
 /** Threads of a sample_tokens block (kernels/sample.cu): one block a row. */
 export const SAMPLE_THREADS = 1024;
 
@@ -58,6 +70,7 @@ const COMMON: Readonly<Record<string, number>> = { META_NUM_TOKENS, META_NUM_SEQ
 
 /** Each kernel file's #defines beyond COMMON, by the name the kernel uses (a function-like macro with its parameters). */
 export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, number | string>>>> = {
+  'allreduce.cu': { PEER_AR_MAX_RANKS, PEER_AR_EPOCH_OFFSET, PEER_AR_DATA_OFFSET },
   'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
     DECODE_MAX_CLUSTER: MAX_CLUSTER },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },

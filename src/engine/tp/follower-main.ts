@@ -13,6 +13,7 @@ import type { Backend } from '../../backend/backend.js';
 import { runDeviceStep } from '../runner/device-steps.js';
 import { captureDecodeGraphs, profileRun } from '../runner/model-runner.js';
 import type { ToFollower } from './protocol.js';
+import { peerOption } from './leader.js';
 import { followerChannel } from './rank-port.js';
 
 const channel = await followerChannel();
@@ -31,7 +32,7 @@ async function start(): Promise<void> {
   const dir = await loadModel(options.model, options);
   backend = (await createBackend({ ...options, deviceOrdinal: options.deviceOrdinal + rank })).backend;
   post({ type: 'ready' });
-  comm = await joinRanks(init.comm, rank, size, backend);
+  comm = await joinRanks(init.comm, rank, size, backend, peerOption(options));
   const model = Model.load(shardedConfig(dir.config, rank, size), shardedSource(dir.weights, dir.config, rank, size),
     backend, { quantization: options.quantization, tensorParallel: comm.tp });
   post({ type: 'loaded' });

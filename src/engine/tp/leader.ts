@@ -55,7 +55,7 @@ export class TensorParallelLeader {
     try {
       // every rank's backend up before rank 0 blocks in the communicator's init (NCCL waits for all of them)
       await leader.waitAll('ready', LOAD_TIMEOUT_MS);
-      leader.comm = await joinRanks(comm, 0, size, backend);
+      leader.comm = await joinRanks(comm, 0, size, backend, peerOption(options));
     } catch (err) {
       await Promise.all(workers.map((w) => w.terminate()));
       throw err;
@@ -133,6 +133,15 @@ export class TensorParallelLeader {
     }
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
+}
+
+/**
+ * Whether small all-reduces may take the one-shot peer kernel: not where asked not to, nor where NCCL is told
+ * devices may not reach each other's memory (NCCL_P2P_DISABLE=1: the forced network transport that stands in for
+ * ranks on other machines).
+ */
+export function peerOption(options: EngineOptions): { peer: boolean } {
+  return { peer: !options.disableCustomAllReduce && process.env.NCCL_P2P_DISABLE !== '1' };
 }
 
 /** Why `dir`'s model cannot run over `size` tensor-parallel ranks, or null. */

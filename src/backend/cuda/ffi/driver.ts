@@ -36,6 +36,12 @@ export const LAUNCH_ATTRIBUTE_BYTES = 72;
 export const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 export const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+/** sizeof(CUipcMemHandle): the bytes that name an allocation to another process. */
+export const CU_IPC_HANDLE_BYTES = 64;
+/** cuIpcOpenMemHandle: peer access to the exporting device is enabled as the mapping needs it. */
+export const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
+/** cuCtxEnablePeerAccess on a pair that already has it. */
+export const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704;
 
 export interface DriverApi {
   cuInit(flags: number): number;
@@ -89,6 +95,12 @@ export interface DriverApi {
   cuGraphDestroy(graph: Handle): number;
   cuGetErrorName(status: number, name: Out<Handle | null>): number;
   cuGetErrorString(status: number, text: Out<Handle | null>): number;
+  cuDeviceCanAccessPeer(canAccess: Out<number>, device: number, peerDevice: number): number;
+  cuCtxEnablePeerAccess(peerContext: Handle, flags: number): number;
+  /** handle: CU_IPC_HANDLE_BYTES bytes, written. */
+  cuIpcGetMemHandle(handle: Uint8Array, ptr: bigint): number;
+  cuIpcOpenMemHandle_v2(ptr: Out<Handle | null>, handle: { reserved: Uint8Array }, flags: number): number;
+  cuIpcCloseMemHandle(ptr: bigint): number;
 }
 
 const PROTOTYPES: string[] = [
@@ -143,6 +155,12 @@ const PROTOTYPES: string[] = [
   'int cuGraphDestroy(void *graph)',
   'int cuGetErrorName(int status, _Out_ void **name)',
   'int cuGetErrorString(int status, _Out_ void **text)',
+  'int cuDeviceCanAccessPeer(_Out_ int *canAccess, int device, int peerDevice)',
+  'int cuCtxEnablePeerAccess(void *peerContext, unsigned int flags)',
+  'int cuIpcGetMemHandle(_Out_ uint8_t *handle, uint64_t ptr)',
+  // CUipcMemHandle is a 64-byte struct passed by value (koffi copies it as the C ABI does; ipcHandleType below)
+  'int cuIpcOpenMemHandle_v2(_Out_ void **ptr, CUipcMemHandle handle, unsigned int flags)',
+  'int cuIpcCloseMemHandle(uint64_t ptr)',
 ];
 
 /** cuEventElapsedTime_v2 appeared in CUDA 12.8; older drivers export only cuEventElapsedTime. */
@@ -162,6 +180,7 @@ let driver: DriverApi | null = null;
 export function cu(): DriverApi {
   if (driver) return driver;
   const lib = loadLibrary('cuda', (path) => koffi.load(path));
+  koffi.struct('CUipcMemHandle', { reserved: koffi.array('uint8_t', CU_IPC_HANDLE_BYTES) });
   const table: Record<string, unknown> = {};
   for (const proto of PROTOTYPES) {
     const name = nameOf(proto);
