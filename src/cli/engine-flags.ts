@@ -168,7 +168,12 @@ export function addEngineFlags(cmd: Command): Command {
       + 'i; any number on the CPU), as vLLM (-dp); each request goes to the least-loaded one, or to the one holding '
       + 'its prompt\'s prefix in cache', atLeast(1), 1)
     .option('--disable-custom-all-reduce', 'tensor parallelism on CUDA: every all-reduce over NCCL (by default those '
-      + 'of decode steps take a one-shot kernel over peer memory), as vLLM', false);
+      + 'of decode steps take a one-shot kernel over peer memory), as vLLM', false)
+    .option('--nnodes <n>', 'machines the tensor-parallel ranks span (CUDA), --tensor-parallel-size / n ranks each, as '
+      + 'vLLM and torchrun: node 0 serves, every other node runs the same command with its --node-rank', atLeast(1), 1)
+    .option('--node-rank <n>', 'this machine\'s node (0: the server; others follow node 0)', atLeast(0), 0)
+    .option('--master-addr <addr>', 'node 0\'s address, which it listens on for the other nodes', '127.0.0.1')
+    .option('--master-port <port>', 'the port node 0 listens on for the other nodes', atLeast(1), 29501);
   cmd.optionsGroup(HELP_GROUPS.lab);
   addBooleanPair(cmd, '--batch-invariant', 'CUDA: sums that do not depend on the batch, so a greedy transcript '
     + 'does not change with batch size, chunking, preemption or cache hits (slower at large batches)', false, HELP_GROUPS.lab);
@@ -219,6 +224,10 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     dataParallelSize: f.dataParallelSize as number | undefined,
     tensorParallelSize: f.tensorParallelSize as number | undefined,
     disableCustomAllReduce: f.disableCustomAllReduce as boolean | undefined,
+    nnodes: f.nnodes as number | undefined,
+    nodeRank: f.nodeRank as number | undefined,
+    masterAddr: f.masterAddr as string | undefined,
+    masterPort: f.masterPort as number | undefined,
   };
   for (const k of Object.keys(given) as (keyof EngineOptions)[]) if (given[k] === undefined) delete given[k];
   return engineOptions({ ...given, model: (f.model as string | undefined) ?? defaultModelDir() });

@@ -23,6 +23,7 @@ import { resolveModelPath } from '../loader/hub-cache.js';
 import { readKnob } from '../knobs/knobs.js';
 import { addLimitFlags, apiKeyArg, kvCacheRefusal, limitsFromFlags, portArg, secondsArg } from './serve-limits.js';
 import { modelPoolerConfig, type PoolerConfig } from '../loader/pooler-config.js';
+import { runNodeAgent } from '../engine/tp/node-agent.js';
 
 export function serveCommand(): Command {
   const cmd = new Command('serve')
@@ -84,6 +85,15 @@ export function serveCommand(): Command {
       cmd.error('quire serve: --enable-auto-tool-choice requires --tool-call-parser (one of: ' + TOOL_CALL_PARSERS.join(', ') + ')');
     }
     const options = serveEngineOptions(flags);
+    if (options.nodeRank > 0) {
+      // another machine's tensor-parallel ranks, for node 0's engine: no server here
+      try {
+        await runNodeAgent(options, (line) => console.error(`quire: ${line}`));
+      } catch (e) {
+        cmd.error(`quire serve: ${(e as Error).message}`);
+      }
+      return;
+    }
     let pooling = false;
     let logger: { level: string } | false = false;
     try {

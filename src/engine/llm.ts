@@ -83,6 +83,9 @@ export class LLM {
     }
     const opts = engineOptions({ ...toEngineOptions(options), model: modelDir });
     checkDataParallelSize(opts.dataParallelSize);
+    if (opts.nodeRank > 0) {
+      throw new Error(`nodeRank ${opts.nodeRank}: the LLM class is node 0 (the engine); other nodes run \`quire serve\` with their --node-rank`);
+    }
     this.hfOverrides = opts.hfOverrides;
     this.started = (async (): Promise<Started> => {
       const dir = await loadModel(modelDir, opts);

@@ -94,6 +94,15 @@ export interface EngineOptions {
    * --disable-custom-all-reduce).
    */
   disableCustomAllReduce: boolean;
+  /**
+   * Machines the tensor-parallel ranks span (vLLM's and torchrun's --nnodes), tensorParallelSize / nnodes ranks each;
+   * this one is node nodeRank. Node 0 runs the engine and listens on masterAddr:masterPort for the others
+   * (engine/tp/node-link.ts).
+   */
+  nnodes: number;
+  nodeRank: number;
+  masterAddr: string;
+  masterPort: number;
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
@@ -131,6 +140,10 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     deviceOrdinal: 0,
     tensorParallelSize: 1,
     disableCustomAllReduce: false,
+    nnodes: 1,
+    nodeRank: 0,
+    masterAddr: '127.0.0.1',
+    masterPort: 29501,
     ...o,
   };
 }

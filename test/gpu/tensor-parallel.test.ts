@@ -8,31 +8,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cudaAvailable } from '../../src/backend/cuda/probe.js';
-import { LLM } from '../../src/engine/llm.js';
-import type { EngineOptions } from '../../src/engine/options.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
-import { defaultModelDir } from '../../src/loader/default-model.js';
+import { transcripts } from './tp-prompts.js';
 
 const probe = cudaAvailable();
 const skip = !probe.ok ? `no CUDA device: ${probe.reason}`
   : probe.numDevices < 2 ? `needs 2 CUDA devices, found ${probe.numDevices}` : false;
-
-const PROMPTS = [
-  'And God said, Let there be light: and there was light.',
-  'In the beginning God created the heaven and the earth. And the earth was without form',
-  'The LORD is my shepherd; I shall not want.',
-  'And he said unto them, Go ye into all the world.',
-];
-
-async function transcripts(o: Partial<EngineOptions>): Promise<number[][]> {
-  const llm = new LLM(defaultModelDir(), { backend: 'cuda', maxModelLen: 512, ...o });
-  try {
-    const out = await llm.generate(PROMPTS, { maxTokens: 48, temperature: 0, ignoreEos: true });
-    return out.map((c) => c.tokenIds);
-  } finally {
-    await llm.close();
-  }
-}
 
 test('-tp 2 on CUDA: the peer kernel\'s transcripts are NCCL\'s, eager or in graphs, and near -tp 1\'s; every engine closes',
   { skip, timeout: 600_000 }, async (t) => {

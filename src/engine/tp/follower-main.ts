@@ -28,9 +28,9 @@ function fail(err: unknown): void {
 }
 
 async function start(): Promise<void> {
-  const { rank, size, options } = init;
+  const { rank, size, options, device } = init;
   const dir = await loadModel(options.model, options);
-  backend = (await createBackend({ ...options, deviceOrdinal: options.deviceOrdinal + rank })).backend;
+  backend = (await createBackend({ ...options, deviceOrdinal: device })).backend;
   post({ type: 'ready' });
   comm = await joinRanks(init.comm, rank, size, backend, peerOption(options));
   const model = Model.load(shardedConfig(dir.config, rank, size), shardedSource(dir.weights, dir.config, rank, size),

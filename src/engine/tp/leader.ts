@@ -21,6 +21,9 @@ import type { DeviceStep } from '../runner/device-steps.js';
 import type { FromFollower, ToFollower } from './protocol.js';
 import { startRank, type RankPort } from './rank-port.js';
 import { readKnob } from '../../knobs/knobs.js';
+import type { ModelConfig } from '../../loader/types.js';
+import { nodeIdentity, nodesRefusal } from './node-link.js';
+import { acceptNodes, remoteRanks } from './node-leader.js';
 
 /** How long a rank may take to load its shard before the engine gives up on it. */
 const LOAD_TIMEOUT_MS = 15 * 60_000;
@@ -44,13 +47,27 @@ export class TensorParallelLeader {
     return this.comm!.tp;
   }
 
-  /** Starts ranks 1..size-1 and joins them as rank 0 (`backend`: rank 0's, already on its device). */
-  static async start(options: EngineOptions, size: number, backend: Backend): Promise<TensorParallelLeader> {
+  /**
+   * Starts ranks 1..size-1 and joins them as rank 0 (`backend`: rank 0's, already on its device): this machine's as
+   * child processes (or threads), the other nodes' through their agents once each has joined (node-leader.ts).
+   */
+  static async start(options: EngineOptions, size: number, backend: Backend, config: ModelConfig): Promise<TensorParallelLeader> {
     if (backend.name === 'cuda') process.env.NCCL_NVLS_ENABLE ??= '0';  // NVLink multicast stays off (issue 42)
     const comm: CommInit = backend.name === 'cpu' ? { kind: 'cpu', group: createCpuCommGroup(size, { timeoutMs: LOAD_TIMEOUT_MS }) }
       : { kind: 'nccl', id: await createNcclUniqueId() };
     const mode = backend.name === 'cpu' ? 'thread' : readKnob('QUIRE_TP_RANKS');
-    const workers = Array.from({ length: size - 1 }, (_, i) => startRank({ rank: i + 1, size, options, comm }, mode));
+    const perNode = size / options.nnodes;
+    const workers = Array.from({ length: perNode - 1 }, (_, i) =>
+      startRank({ rank: i + 1, size, device: options.deviceOrdinal + i + 1, options, comm }, mode));
+    if (options.nnodes > 1) {
+      try {
+        const { nodes } = await acceptNodes(options, nodeIdentity(options, config));
+        workers.push(...remoteRanks(nodes, options, (rank, device) => ({ rank, size, device, options, comm })));
+      } catch (err) {
+        await Promise.all(workers.map((w) => w.terminate()));
+        throw err;
+      }
+    }
     const leader = new TensorParallelLeader(size, workers);
     try {
       // every rank's backend up before rank 0 blocks in the communicator's init (NCCL waits for all of them)
@@ -160,16 +177,20 @@ export async function loadEngineModel(dir: ModelDir, backend: Backend, options: 
   if (size <= 1) return { model: Model.load(dir.config, dir.weights, backend, { quantization: options.quantization }), tp: null };
   const refusal = tensorParallelStartRefusal(dir, size);
   if (refusal) throw new Error(`--tensor-parallel-size ${size}: ${refusal}`);
+  const nodes = nodesRefusal({ ...options, backend: backend.name });
+  if (nodes) throw new Error(nodes);
   if (backend.name === 'cuda') {
     const { cudaAvailable } = await import('../../backend/cuda/probe.js');
     const probe = cudaAvailable();
-    const needed = options.deviceOrdinal + size;
+    const perNode = size / options.nnodes;
+    const needed = options.deviceOrdinal + perNode;
     if (probe.ok && probe.numDevices < needed) {
-      throw new Error(`--tensor-parallel-size ${size} needs ${size} CUDA devices (devices ${options.deviceOrdinal} to ` +
+      const what = options.nnodes > 1 ? `${perNode} CUDA devices a node` : `${size} CUDA devices`;
+      throw new Error(`--tensor-parallel-size ${size} needs ${what} (devices ${options.deviceOrdinal} to ` +
         `${needed - 1}), but ${probe.numDevices} ${probe.numDevices === 1 ? 'is' : 'are'} visible (CUDA_VISIBLE_DEVICES decides which)`);
     }
   }
-  const tp = await TensorParallelLeader.start(options, size, backend);
+  const tp = await TensorParallelLeader.start(options, size, backend, dir.config);
   try {
     return { model: await tp.load(dir, backend, options), tp };
   } catch (err) {

@@ -9,6 +9,8 @@ import type { DeviceStep } from '../runner/device-steps.js';
 export interface FollowerInit {
   rank: number;
   size: number;
+  /** The CUDA device this rank runs on, on its machine. */
+  device: number;
   options: EngineOptions;
   comm: CommInit;
 }
