@@ -17,6 +17,7 @@ import { acceptNodes, remoteRanks } from '../../src/engine/tp/node-leader.js';
 import { identityMismatch, nodeIdentity, nodeRanks, nodesRefusal, onFrames, sendFrame, sendFrameSync, type ToNode } from '../../src/engine/tp/node-link.js';
 import { loadModel } from '../../src/loader/model-dir.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
+import { freePort } from './free-port.js';
 
 const root = mkdtempSync(join(tmpdir(), 'quire-nodes-'));
 const model = join(root, 'qwen3');
@@ -26,14 +27,6 @@ before(async () => {
 after(() => rmSync(root, { recursive: true, force: true }));
 
 /** A free local TCP port (listened on once, then released). */
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
 async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
   const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
   Object.assign(process.env, vars);

@@ -8,23 +8,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { createServer, type AddressInfo } from 'node:net';
 import { cudaAvailable } from '../../src/backend/cuda/probe.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
 import { transcripts } from './tp-prompts.js';
+import { freePort } from '../engine/free-port.js';
 
 const probe = cudaAvailable();
 const skip = !probe.ok ? `no CUDA device: ${probe.reason}`
   : probe.numDevices < 2 ? `needs 2 CUDA devices, found ${probe.numDevices}` : false;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** Runs a command to its end; its stdout, or a rejection with its stderr's tail. */
 function run(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
