@@ -3,12 +3,18 @@
 // whole model, unchanged. Column-parallel: q/k/v (KV heads replicated when fewer than the ranks), gate/up, each
 // expert's gate/up; row-parallel: o, down, each expert's down (their outputs all-reduced: LayerContext.tp); o's bias
 // on rank 0 only (the all-reduce adds it once). Replicated: embeddings, lm_head, norms, routers.
+// Hybrid models (Qwen3.5, Qwen3-Next): a rank takes whole heads. Full attention's q_proj (a query and an output-gate
+// row block per head) by heads; a gated DeltaNet layer by its key heads and the value heads grouped on them: the
+// q, k and v parts of in_proj_qkv and conv1d each split, in_proj_z / b / a and A_log / dt_bias by value heads
+// (Qwen3-Next's in_proj_qkvz and in_proj_ba hold their rows grouped per key head already: split as they are),
+// out_proj row-parallel; the gated norm's weight (one head's width) replicated. A shared expert splits as a dense
+// MLP; its gate (one output) is replicated, and scales every rank's partial output alike.
 //
 // A shard is read through WeightSource.readInto where the source has it, byte range by byte range, so a rank reads
 // only its slice of each tensor; else the tensor is read whole and sliced.
 //
-// Not yet sharded (tensorParallelSourceRefusal says so first): hybrid models' DeltaNet layers, shared experts, fused
-// expert tensors (Qwen3.5-MoE's experts.gate_up_proj), block-FP8 checkpoints.
+// Not yet sharded (tensorParallelSourceRefusal says so first): fused expert tensors (Qwen3.5-MoE's
+// experts.gate_up_proj), block-FP8 checkpoints.
 
 import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
@@ -19,8 +25,7 @@ import {
 
 /** Why this model cannot be split by shardedSource yet, or null. */
 export function tensorParallelSourceRefusal(c: ModelConfig): string | null {
-  if (c.hybrid) return `tensor parallelism does not split ${c.architecture}'s linear-attention layers yet`;
-  if (c.moe?.sharedExpertIntermediateSize != null) return `tensor parallelism does not split shared experts yet (${c.architecture})`;
+  if (c.architecture === 'qwen3_5_moe') return 'tensor parallelism does not split Qwen3.5-MoE\'s fused expert tensors (experts.gate_up_proj) yet';
   if (c.quantization !== null) return 'tensor parallelism does not split block-FP8 checkpoints yet';
   return null;
 }
@@ -28,18 +33,43 @@ export function tensorParallelSourceRefusal(c: ModelConfig): string | null {
 /** The config a rank's layers are built from: its heads, KV heads and MLP widths. */
 export function shardedConfig(c: ModelConfig, rank: number, tp: number): ModelConfig {
   const qkv = qkvParallel(c, 1, rank, tp);
+  const shared = c.moe?.sharedExpertIntermediateSize;
   return {
     ...c, numHeads: qkv.numLocalHeads, numKvHeads: qkv.numLocalKvHeads, intermediateSize: c.intermediateSize / tp,
-    moe: c.moe && { ...c.moe, expertIntermediateSize: c.moe.expertIntermediateSize / tp },
+    moe: c.moe && { ...c.moe, expertIntermediateSize: c.moe.expertIntermediateSize / tp,
+      ...(shared != null ? { sharedExpertIntermediateSize: shared / tp } : {}) },
+    hybrid: c.hybrid && { ...c.hybrid, linearNumKeyHeads: c.hybrid.linearNumKeyHeads / tp,
+      linearNumValueHeads: c.hybrid.linearNumValueHeads / tp },
   };
 }
 
 /** How rank `rank` of `tp` reads tensor `name` of the full model `c`, or null: whole (replicated). */
 function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: number, tp: number): Shard | 'first' | null {
-  const m = /^(?:model\.)?layers\.\d+\.(.+)\.(weight|bias)$/.exec(name);
+  const layer = /^(?:model\.)?(?:language_model\.)?layers\.\d+\.(.+)$/.exec(name)?.[1];
+  if (layer === undefined) return null;
+  const h = c.hybrid;
+  // a DeltaNet layer's per-value-head vectors: no .weight suffix
+  if (h && /^linear_attn\.(A_log|dt_bias)$/.test(layer)) return columnParallel(shape[0]!, 1, rank, tp);
+  const m = /^(.+)\.(weight|bias)$/.exec(layer);
   if (!m) return null;
   const [module, kind] = [m[1]!, m[2]!];
   const cols = kind === 'bias' ? 1 : shape[1]!;
+  if (h) {
+    const delta = /^linear_attn\.(in_proj_qkv|in_proj_z|in_proj_b|in_proj_a|in_proj_qkvz|in_proj_ba|conv1d|norm|out_proj)$/.exec(module)?.[1];
+    if (delta !== undefined) {
+      const keyDim = h.linearNumKeyHeads * h.linearKeyHeadDim;
+      const valueDim = h.linearNumValueHeads * h.linearValueHeadDim;
+      if (delta === 'norm') return null;
+      if (delta === 'out_proj') return rowParallel(shape[0]!, shape[1]!, rank, tp);
+      // conv1d [channels, 1, taps]: a row of taps a channel
+      if (delta === 'in_proj_qkv' || delta === 'conv1d') {
+        return mergedColumnParallel([keyDim, keyDim, valueDim], delta === 'conv1d' ? shape[1]! * shape[2]! : cols, rank, tp);
+      }
+      return columnParallel(shape[0]!, cols, rank, tp);
+    }
+    // full attention's q_proj: each head's query rows, then its output-gate rows
+    if (module === 'self_attn.q_proj') return columnParallel(shape[0]!, cols, rank, tp);
+  }
   const attn = /^self_attn\.(q|k|v|qkv|o)_proj$/.exec(module)?.[1];
   if (attn === 'o') return kind === 'bias' ? 'first' : attentionOutParallel(c, shape[0]!, rank, tp);
   if (attn !== undefined) {
@@ -47,16 +77,21 @@ function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: n
     return attn === 'qkv' ? s.fused : s[attn as 'q' | 'k' | 'v'];
   }
   // a dense MLP, or one expert of a mixture (Qwen3-MoE's mlp.experts.E.*, Mixtral's block_sparse_moe.experts.E.w1..3)
-  const proj = /^(?:mlp|block_sparse_moe)(?:\.experts\.\d+)?\.(gate_proj|up_proj|gate_up_proj|down_proj|w1|w2|w3)$/.exec(module)?.[1];
+  const proj = /^(?:mlp|block_sparse_moe)(?:\.experts\.\d+|\.shared_expert)?\.(gate_proj|up_proj|gate_up_proj|down_proj|w1|w2|w3)$/.exec(module)?.[1];
   if (proj === undefined || kind === 'bias') return null;
   if (proj === 'down_proj' || proj === 'w2') return rowParallel(shape[0]!, shape[1]!, rank, tp);
   if (proj === 'gate_up_proj') return mergedColumnParallel([shape[0]! / 2, shape[0]! / 2], shape[1]!, rank, tp);
   return columnParallel(shape[0]!, shape[1]!, rank, tp);
 }
 
-/** A shard's shape as the tensor's: a bias [n] stays 1-D (its shard is planned as [n / tp, 1]). */
+/**
+ * A shard's shape as the tensor's: a bias [n] stays 1-D (its shard is planned as [n / tp, 1]), a conv weight
+ * [channels, 1, taps] 3-D (planned as [channels / tp, taps]).
+ */
 function shapeOf(s: Shard, full: readonly number[]): number[] {
-  return full.length === 1 ? [s.shape[0]!] : [...s.shape];
+  if (full.length === 1) return [s.shape[0]!];
+  if (full.length === 3) return [s.shape[0]!, full[1]!, full[2]!];
+  return [...s.shape];
 }
 
 /** Rank `rank` of `tp`'s tensors of `source` (the full model `c`'s checkpoint). */

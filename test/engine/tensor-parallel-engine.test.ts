@@ -1,7 +1,7 @@
 // A tensor-parallel engine on the CPU backend (engine/tp/: rank 0 in the engine, the other ranks in worker threads
 // following each step's DeviceStep, all-reduces in shared memory): its greedy tokens are one engine's, with the
-// prefix cache, chunked prompts and several sequences a step; sizes the model does not split by, and parts not split
-// yet, are refused naming the field before any rank starts.
+// prefix cache, chunked prompts and several sequences a step, a hybrid model's too; sizes the model does not split
+// by, and parts not split yet, are refused naming the field before any rank starts.
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,13 +19,14 @@ const root = mkdtempSync(join(tmpdir(), 'quire-tp-'));
 before(async () => {
   await makeTestModel({ shape: 'tiny-qwen3', outDir: join(root, 'qwen3'), dtype: 'f32', seed: 11 });
   await makeTestModel({ shape: 'tiny-qwen3.5', outDir: join(root, 'hybrid'), dtype: 'f32', seed: 11 });
+  await makeTestModel({ shape: 'tiny-qwen3.5-moe', outDir: join(root, 'hybrid-moe'), dtype: 'f32', seed: 11 });
 });
 after(() => rmSync(root, { recursive: true, force: true }));
 
 const prompts = ['The quick brown fox', 'Once upon a time in a land far away, there lived', 'The quick brown fox jumps'];
 
-async function greedy(tensorParallelSize: number, extra: Record<string, unknown> = {}): Promise<number[][]> {
-  const llm = new LLM(join(root, 'qwen3'), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize,
+async function greedy(tensorParallelSize: number, extra: Record<string, unknown> = {}, model = 'qwen3'): Promise<number[][]> {
+  const llm = new LLM(join(root, model), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize,
     enablePrefixCaching: true, ...extra });
   try {
     const out = await llm.generate(prompts, { maxTokens: 12, temperature: 0, ignoreEos: true });
@@ -41,11 +42,16 @@ test('-tp 2 and -tp 4 give one engine\'s greedy tokens (chunked prompts, prefix 
   assert.deepEqual(await greedy(4), one);
 });
 
+test('a hybrid model (Qwen3.5: DeltaNet layers, their state slots) at -tp 2 gives one engine\'s greedy tokens', async () => {
+  const one = await greedy(1, { maxNumBatchedTokens: 8 }, 'hybrid');
+  assert.deepEqual(await greedy(2, { maxNumBatchedTokens: 8 }, 'hybrid'), one);
+});
+
 test('a size the model does not split by, or a part not split yet, is refused naming it', async () => {
   await assert.rejects(() => greedy(3), /--tensor-parallel-size 3: num_attention_heads \(4\) is not divisible by the tensor-parallel size \(3\)/);
-  const hybrid = new LLM(join(root, 'hybrid'), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize: 2 });
-  await assert.rejects(() => hybrid.generate(['x'], { maxTokens: 1 }), /--tensor-parallel-size 2: .*linear-attention layers/);
-  await hybrid.close().catch(() => {});
+  const fused = new LLM(join(root, 'hybrid-moe'), { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, tensorParallelSize: 2 });
+  await assert.rejects(() => fused.generate(['x'], { maxTokens: 1 }), /--tensor-parallel-size 2: .*fused expert tensors \(experts.gate_up_proj\)/);
+  await fused.close().catch(() => {});
 });
 
 test('a rank that fails to load ends the start-up with its error, naming the rank (no hang)', async () => {

@@ -11,7 +11,7 @@ import type { CpuCommGroup } from '../../src/parallel/cpu-comm.js';
 import { shardedConfig, shardedSource } from '../../src/parallel/sharded-source.js';
 import { joinRanks } from '../../src/parallel/tp-rank.js';
 import { testModelShapes } from '../../src/tools/test-model/shapes.js';
-import { twoPrompts } from './tp-model-batch.js';
+import { prepare, twoPrompts } from './tp-model-batch.js';
 
 const { shape, rank, size, group } = workerData as { shape: string; rank: number; size: number; group: CpuCommGroup };
 const full = { ...parseModelConfig(testModelShapes()[shape], shape), dtype: 'f32' as const };
@@ -20,7 +20,7 @@ const comm = await joinRanks({ kind: 'cpu', group }, rank, size, backend);
 const config = shardedConfig(full, rank, size);
 const model = Model.load(config, shardedSource(randomWeightSource(full, { seed: 5 }), full, rank, size), backend,
   { tensorParallel: comm.tp });
-backend.allocateKvCache(model.kvCacheSpec(8, 16));
-const logits = model.forward(twoPrompts());
+prepare(model, backend);
+const logits = model.forward(twoPrompts(full.hybrid !== null));
 comm.destroy();
 parentPort!.postMessage({ logits, numHeads: config.numHeads, numKvHeads: config.numKvHeads, kvBytesPerToken: model.kvBytesPerToken() });

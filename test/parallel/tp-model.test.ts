@@ -1,7 +1,9 @@
 // A whole test model split over tensor-parallel ranks (threads on the CPU backend, parallel/sharded-source.ts and
 // tp-rank.ts, the layers' all-reduces): every rank's logits are the unsplit model's, within f32 summation order.
 // Covered: q heads split, KV heads split and replicated (tp above num_key_value_heads), o and down row-parallel,
-// qkv biases (Qwen2), Phi-3's fused qkv_proj and gate_up_proj, a mixture of experts' experts split on their width.
+// qkv biases (Qwen2), Phi-3's fused qkv_proj and gate_up_proj, a mixture of experts' experts split on their width,
+// hybrid models' gated DeltaNet layers and gated attention (Qwen3.5; Qwen3-Next's grouped projections, its shared
+// expert).
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,7 +13,7 @@ import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
 import { createCpuCommGroup } from '../../src/parallel/cpu-comm.js';
 import { testModelShapes } from '../../src/tools/test-model/shapes.js';
-import { twoPrompts } from './tp-model-batch.js';
+import { prepare, twoPrompts } from './tp-model-batch.js';
 import { runRanks } from './ranks.js';
 
 type RankOut = { logits: Float32Array; numHeads: number; numKvHeads: number; kvBytesPerToken: number };
@@ -20,13 +22,14 @@ function unsplit(shape: string): Float32Array {
   const config = { ...parseModelConfig(testModelShapes()[shape], shape), dtype: 'f32' as const };
   const backend = new CpuBackend({ kvCacheBytes: 1 << 22, numThreads: 1 });
   const model = Model.load(config, randomWeightSource(config, { seed: 5 }), backend);
-  backend.allocateKvCache(model.kvCacheSpec(8, 16));
-  const logits = model.forward(twoPrompts());
+  prepare(model, backend);
+  const logits = model.forward(twoPrompts(config.hybrid !== null));
   backend.dispose();
   return logits;
 }
 
-for (const [shape, sizes] of [['tiny-qwen3', [2, 4]], ['tiny-qwen2', [2]], ['tiny-phi3', [2]], ['tiny-qwen3-moe', [2]]] as const) {
+for (const [shape, sizes] of [['tiny-qwen3', [2, 4]], ['tiny-qwen2', [2]], ['tiny-phi3', [2]], ['tiny-qwen3-moe', [2]],
+  ['tiny-qwen3.5', [2]], ['tiny-qwen3-next', [2]]] as const) {
   for (const size of sizes) {
     test(`${shape} over ${size} tensor-parallel ranks: every rank's logits are the unsplit model's`, async () => {
       const c = parseModelConfig(testModelShapes()[shape], shape);
