@@ -14,7 +14,8 @@ import { parseArgs } from 'node:util';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { pathToFileURL } from 'node:url';
 import { Device } from '../backend/cuda/device.js';
-import { check, CU_EVENT_DEFAULT, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
+import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
+import { GraphCache } from '../backend/cuda/graph-cache.js';
 import { formatNcclVersion, ncclUniqueId, ncclVersion } from '../backend/cuda/ffi/nccl.js';
 import { cudaAvailable } from '../backend/cuda/probe.js';
 import { COMM_DTYPE_BYTES, type CommDType } from './comm.js';
@@ -43,11 +44,11 @@ interface RankTimes {
 }
 
 /** A rank: its device, its communicator and peer kernel, then each size timed over `iters` back-to-back all-reduces. */
-async function runRank(job: RankJob): Promise<RankTimes> {
+function runRank(job: RankJob): RankTimes {
   const device = new Device(job.rank);
   const api = device.api;
   const comm = new NcclCommunicator({ rank: job.rank, size: job.size, id: job.id, stream: device.stream });
-  const { allReduce: peer, reason } = await PeerAllReduce.create(device, job.rank, job.size, PEER_ALL_REDUCE_MAX_BYTES,
+  const { allReduce: peer, reason } = PeerAllReduce.create(device, job.rank, job.size, PEER_ALL_REDUCE_MAX_BYTES,
     (mine) => gatherBytes(comm, device, mine));
   const maxBytes = Math.max(...job.sizesBytes);
   const buf = device.alloc(maxBytes);
@@ -59,21 +60,18 @@ async function runRank(job: RankJob): Promise<RankTimes> {
     return outPtr(out, 'cuEventCreate');
   };
   const [start, end] = [event(), event()];
+  const graphs = new GraphCache(api, device.stream, null);
   /** Microseconds per call of `one`, `iters` back to back (in one graph with --graph), after `warmup` eager calls. */
   const time = (one: () => void): number => {
     for (let i = 0; i < job.warmup; i++) one();
     device.synchronize();
     let exec: Handle | null = null;
-    let graph: Handle | null = null;
     if (job.graph) {
-      check(api.cuStreamBeginCapture_v2(device.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), 'cuStreamBeginCapture_v2');
-      for (let i = 0; i < job.iters; i++) one();
-      const g: [Handle | null] = [null];
-      check(api.cuStreamEndCapture(device.stream, g), 'cuStreamEndCapture');
-      graph = outPtr(g, 'cuStreamEndCapture');
-      const x: [Handle | null] = [null];
-      check(api.cuGraphInstantiateWithFlags(x, graph, 0n), 'cuGraphInstantiateWithFlags');
-      exec = outPtr(x, 'cuGraphInstantiateWithFlags');
+      graphs.capture(0, '', () => {
+        for (let i = 0; i < job.iters; i++) one();
+        return null;
+      });
+      exec = graphs.get(0)!.exec;
       check(api.cuGraphLaunch(exec, device.stream), 'cuGraphLaunch');  // its first launch uploads it
       device.synchronize();
     }
@@ -84,8 +82,7 @@ async function runRank(job: RankJob): Promise<RankTimes> {
     check(api.cuEventSynchronize(end), 'cuEventSynchronize');
     const ms: [number] = [0];
     check(api.cuEventElapsedTime_v2(ms, start, end), 'cuEventElapsedTime');
-    if (exec !== null) api.cuGraphExecDestroy(exec);
-    if (graph !== null) api.cuGraphDestroy(graph);
+    graphs.destroy(0);
     return (ms[0] * 1000) / job.iters;
   };
   const us: number[] = [];
@@ -160,7 +157,7 @@ async function main(): Promise<void> {
 }
 
 if (!isMainThread && (workerData as RankJob | null)?.id !== undefined) {
-  runRank(workerData as RankJob).then((t) => parentPort!.postMessage(t), (e: unknown) => { throw e; });
+  parentPort!.postMessage(runRank(workerData as RankJob));
 } else if (isMainThread && import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   main().catch((e: unknown) => {
     console.error((e as Error).message);

@@ -55,7 +55,7 @@ export async function joinRanks(init: CommInit, rank: number, size: number, back
   let peer: PeerAllReduce | null = null;
   if (opts.peer) {
     const { PeerAllReduce: Peer } = await import('../backend/cuda/peer-allreduce.js');
-    peer = (await Peer.create(device, rank, size, PEER_ALL_REDUCE_MAX_BYTES, (mine) => gatherBytes(comm, device, mine))).allReduce;
+    peer = Peer.create(device, rank, size, PEER_ALL_REDUCE_MAX_BYTES, (mine) => gatherBytes(comm, device, mine)).allReduce;
   }
   // A graph that captured an NCCL collective holds a reference on the communicator, and ncclCommDestroy and
   // ncclCommAbort wait until every such graph is destroyed: the graphs go first (session 31: a -tp 2 engine with
@@ -66,8 +66,7 @@ export async function joinRanks(init: CommInit, rank: number, size: number, back
       rank, size,
       allReduce: (x) => {
         const t = asCuda(x);
-        if (peer?.takes(t.numElements, 'bf16')) peer.allReduceSum(t.ptr, t.numElements, 'bf16');
-        else comm.allReduceSum(t.ptr, t.numElements, 'bf16');
+        if (!peer?.allReduceSum(t.ptr, t.numElements, 'bf16')) comm.allReduceSum(t.ptr, t.numElements, 'bf16');
       },
     },
     destroy: () => {

@@ -128,7 +128,7 @@ test('an agent starts the ranks node 0 hands it and relays their messages (a ran
   const { nodes, close } = await joined;
   assert.deepEqual(nodes.map((n) => n.nodeRank), [1]);
   // the rank loads on the agent's machine, then cannot join an NCCL group on the CPU backend: it says so
-  const ports = remoteRanks(nodes, options, (rank, device) => ({ rank, size: 2, device,
+  const ports = remoteRanks(nodes, options, (rank, device) => ({ rank, size: 2, device, peer: false,
     options: { ...options, backend: 'cpu' }, comm: { kind: 'nccl', id: new Uint8Array(128) } }));
   assert.equal(ports.length, 1);
   const seen: string[] = [];

@@ -63,7 +63,7 @@ test('a rank that fails to load ends the start-up with its error, naming the ran
 
 test('a rank as a child process (QUIRE_TP_RANKS=process, CUDA\'s default) gets its init and reports its failure', async () => {
   const { startRank } = await import('../../src/engine/tp/rank-port.js');
-  const init = { rank: 1, size: 2, device: 1, options: engineOptions({ model: join(root, 'missing'), backend: 'cpu' }),
+  const init = { rank: 1, size: 2, device: 1, peer: false, options: engineOptions({ model: join(root, 'missing'), backend: 'cpu' }),
     comm: { kind: 'nccl' as const, id: new Uint8Array(128) } };
   const port = startRank(init, 'process');
   const why = await new Promise<string>((resolve) => port.listen((m) => { if (m.type === 'failed') resolve(m.message); }, resolve));

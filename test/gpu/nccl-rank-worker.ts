@@ -48,7 +48,7 @@ async function run(job: NcclRankJob): Promise<NcclRankResult> {
     device.synchronize();
     check(device.api.cuMemcpyDtoH_v2(host, ptr, host.byteLength), 'cuMemcpyDtoH_v2');
   };
-  const { allReduce: peer, reason } = await PeerAllReduce.create(device, job.rank, job.size, PEER_ALL_REDUCE_MAX_BYTES,
+  const { allReduce: peer, reason } = PeerAllReduce.create(device, job.rank, job.size, PEER_ALL_REDUCE_MAX_BYTES,
     (mine) => gatherBytes(comm, device, mine));
   const result: NcclRankResult = { rank: job.rank, device: device.name, cases: [], gathered: [], broadcast: [],
     peerReason: reason };

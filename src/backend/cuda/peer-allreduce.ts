@@ -20,7 +20,7 @@ import { PEER_AR_BLOCKS, PEER_AR_DATA_OFFSET, PEER_AR_MAX_RANKS, PEER_AR_THREADS
 const RECORD_BYTES = CU_IPC_HANDLE_BYTES + 16;
 
 /** All ranks' records, in rank order, from each rank's own (a collective: an all-gather over the communicator). */
-export type Exchange = (mine: Uint8Array) => Promise<Uint8Array[]> | Uint8Array[];
+export type Exchange = (mine: Uint8Array) => Uint8Array[];
 
 export type PeerDType = 'bf16' | 'f32';
 
@@ -35,8 +35,8 @@ export class PeerAllReduce {
    * serves, or a device pair without peer access (NCCL then takes every size). Every rank gets the same answer:
    * the reasons are decided from what all ranks exchanged.
    */
-  static async create(device: Device, rank: number, size: number, capBytes: number, exchange: Exchange):
-    Promise<{ allReduce: PeerAllReduce | null; reason: string }> {
+  static create(device: Device, rank: number, size: number, capBytes: number, exchange: Exchange):
+    { allReduce: PeerAllReduce | null; reason: string } {
     if (size > PEER_AR_MAX_RANKS) return { allReduce: null, reason: `${size} ranks (it serves up to ${PEER_AR_MAX_RANKS})` };
     if (capBytes % 16 !== 0) throw new Error(`peer all-reduce buffer of ${capBytes} bytes: not 16-byte chunks`);
     const api = device.api;
@@ -49,21 +49,23 @@ export class PeerAllReduce {
     tail.setBigUint64(0, own, true);
     tail.setUint32(8, process.pid, true);
     tail.setUint32(12, device.ordinal, true);
-    const records = await exchange(record);
-    const peers = records.map((r) => {
+    const cuDevice = (ordinal: number): number => {
+      const d: [number] = [0];
+      check(api.cuDeviceGet(d, ordinal), 'cuDeviceGet');
+      return d[0];
+    };
+    const peers = exchange(record).map((r) => {
       const v = new DataView(r.buffer, r.byteOffset + CU_IPC_HANDLE_BYTES, 16);
+      const ordinal = v.getUint32(12, true);
       return { handle: r.subarray(0, CU_IPC_HANDLE_BYTES), ptr: v.getBigUint64(0, true), pid: v.getUint32(8, true),
-        ordinal: v.getUint32(12, true) };
+        ordinal, dev: cuDevice(ordinal) };
     });
     // the same verdict on every rank: any pair of the group without peer access keeps every rank on NCCL
     for (const a of peers) {
       for (const b of peers) {
         if (a === b) continue;
-        const [da, db]: [number][] = [[0], [0]];
-        check(api.cuDeviceGet(da, a.ordinal), 'cuDeviceGet');
-        check(api.cuDeviceGet(db, b.ordinal), 'cuDeviceGet');
         const can: [number] = [0];
-        check(api.cuDeviceCanAccessPeer(can, da[0], db[0]), 'cuDeviceCanAccessPeer');
+        check(api.cuDeviceCanAccessPeer(can, a.dev, b.dev), 'cuDeviceCanAccessPeer');
         if (can[0] !== 1) {
           device.free(own);
           return { allReduce: null, reason: `device ${a.ordinal} cannot access device ${b.ordinal}'s memory` };
@@ -75,12 +77,10 @@ export class PeerAllReduce {
       if (r === rank) return own;
       if (p.pid === process.pid) {
         // a rank in a thread of this process: its pointer as is, once this context may reach its device's
-        const dev: [number] = [0];
-        check(api.cuDeviceGet(dev, p.ordinal), 'cuDeviceGet');
         const ctx: [Handle | null] = [null];
-        check(api.cuDevicePrimaryCtxRetain(ctx, dev[0]), 'cuDevicePrimaryCtxRetain');
+        check(api.cuDevicePrimaryCtxRetain(ctx, p.dev), 'cuDevicePrimaryCtxRetain');
         const status = api.cuCtxEnablePeerAccess(outPtr(ctx, 'cuDevicePrimaryCtxRetain'), 0);
-        api.cuDevicePrimaryCtxRelease_v2(dev[0]);
+        api.cuDevicePrimaryCtxRelease_v2(p.dev);
         if (status !== CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) check(status, 'cuCtxEnablePeerAccess', `device ${p.ordinal}`);
         return p.ptr;
       }
@@ -102,12 +102,16 @@ export class PeerAllReduce {
     return bytes <= this.capBytes && bytes % 16 === 0;
   }
 
-  /** Sums `count` elements at `ptr` (16-byte aligned) over the ranks, in place, on the device's stream. */
-  allReduceSum(ptr: bigint, count: number, dtype: PeerDType): void {
-    if (!this.takes(count, dtype)) throw new Error(`peer all-reduce: ${count} ${dtype} elements do not fit its buffer`);
+  /**
+   * Sums `count` elements at `ptr` (16-byte aligned) over the ranks, in place, on the device's stream; false, and
+   * nothing launched, where it does not take them (the caller's NCCL does).
+   */
+  allReduceSum(ptr: bigint, count: number, dtype: PeerDType): boolean {
+    if (!this.takes(count, dtype)) return false;
     this.device.launch('allreduce.cu', `peer_all_reduce_${dtype}`, [PEER_AR_BLOCKS, 1, 1], PEER_AR_THREADS, [
       { ptr }, { i32: count }, { ptr: this.regionTable }, { i32: this.rank }, { i32: this.size }, { i32: this.capBytes },
     ]);
+    return true;
   }
 
   /** Unmaps the peers' regions and frees this rank's (after the stream is idle). */

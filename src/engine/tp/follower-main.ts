@@ -13,7 +13,6 @@ import type { Backend } from '../../backend/backend.js';
 import { runDeviceStep } from '../runner/device-steps.js';
 import { captureDecodeGraphs, profileRun } from '../runner/model-runner.js';
 import type { ToFollower } from './protocol.js';
-import { peerOption } from './leader.js';
 import { followerChannel } from './rank-port.js';
 
 const channel = await followerChannel();
@@ -28,11 +27,11 @@ function fail(err: unknown): void {
 }
 
 async function start(): Promise<void> {
-  const { rank, size, options, device } = init;
+  const { rank, size, options, device, peer } = init;
   const dir = await loadModel(options.model, options);
   backend = (await createBackend({ ...options, deviceOrdinal: device })).backend;
   post({ type: 'ready' });
-  comm = await joinRanks(init.comm, rank, size, backend, peerOption(options));
+  comm = await joinRanks(init.comm, rank, size, backend, { peer });
   const model = Model.load(shardedConfig(dir.config, rank, size), shardedSource(dir.weights, dir.config, rank, size),
     backend, { quantization: options.quantization, tensorParallel: comm.tp });
   post({ type: 'loaded' });

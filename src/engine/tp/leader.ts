@@ -57,12 +57,13 @@ export class TensorParallelLeader {
       : { kind: 'nccl', id: await createNcclUniqueId() };
     const mode = backend.name === 'cpu' ? 'thread' : readKnob('QUIRE_TP_RANKS');
     const perNode = size / options.nnodes;
+    const { peer } = peerOption(options);
     const workers = Array.from({ length: perNode - 1 }, (_, i) =>
-      startRank({ rank: i + 1, size, device: options.deviceOrdinal + i + 1, options, comm }, mode));
+      startRank({ rank: i + 1, size, device: options.deviceOrdinal + i + 1, peer, options, comm }, mode));
     if (options.nnodes > 1) {
       try {
         const { nodes } = await acceptNodes(options, nodeIdentity(options, config));
-        workers.push(...remoteRanks(nodes, options, (rank, device) => ({ rank, size, device, options, comm })));
+        workers.push(...remoteRanks(nodes, options, (rank, device) => ({ rank, size, device, peer, options, comm })));
       } catch (err) {
         await Promise.all(workers.map((w) => w.terminate()));
         throw err;
@@ -72,7 +73,7 @@ export class TensorParallelLeader {
     try {
       // every rank's backend up before rank 0 blocks in the communicator's init (NCCL waits for all of them)
       await leader.waitAll('ready', LOAD_TIMEOUT_MS);
-      leader.comm = await joinRanks(comm, 0, size, backend, peerOption(options));
+      leader.comm = await joinRanks(comm, 0, size, backend, { peer });
     } catch (err) {
       await Promise.all(workers.map((w) => w.terminate()));
       throw err;

@@ -8,6 +8,7 @@ import { readKnob } from '../../knobs/knobs.js';
 import { loadModel } from '../../loader/model-dir.js';
 import type { EngineOptions } from '../options.js';
 import { nodeIdentity, nodeRanks, nodesRefusal, onFrames, sendFrame, type ToNode } from './node-link.js';
+import type { FromFollower } from './protocol.js';
 import { startRank, type RankPort } from './rank-port.js';
 
 /** Connects to node 0, retrying each second until `deadline` (ms since the epoch). */
@@ -56,14 +57,14 @@ export async function runNodeAgent(options: EngineOptions, log: (line: string) =
       if (m.type === 'refused') fail(`node 0 refused node ${options.nodeRank}: ${m.message}`);
       else if (m.type === 'start') {
         for (const given of m.inits) {
-          // this machine's path to the model (the identity check found the same config there) and its devices
+          // this machine's path to the model (the identity check found the same config there)
           const init = { ...given, options: { ...given.options, model: options.model } };
           const port = startRank(init, 'process');
-          port.listen((msg) => {
+          const relay = (msg: FromFollower): void => {
             if (msg.type === 'closed') closed++;
             sendFrame(socket, { type: 'rank', rank: init.rank, m: msg });
-          },
-            (why) => fail(`tensor-parallel rank ${init.rank}: ${why}`));
+          };
+          port.listen(relay, (why) => fail(`tensor-parallel rank ${init.rank}: ${why}`));
           ports.set(init.rank, port);
         }
       } else if (m.type === 'rank') ports.get(m.rank)?.post(m.m);

@@ -2,7 +2,7 @@
 // other node within QUIRE_NODE_TIMEOUT_S, checks each agent's identity, hands it its ranks' FollowerInits, and gives
 // the leader one RankPort per remote rank over that node's connection.
 
-import { createServer, type Server, type Socket } from 'node:net';
+import { createServer, type Socket } from 'node:net';
 import { readKnob } from '../../knobs/knobs.js';
 import type { EngineOptions } from '../options.js';
 import type { FollowerInit, FromFollower } from './protocol.js';

@@ -11,6 +11,8 @@ export interface FollowerInit {
   size: number;
   /** The CUDA device this rank runs on, on its machine. */
   device: number;
+  /** Whether small all-reduces take the one-shot peer kernel: rank 0 decides for every rank (leader.ts peerOption). */
+  peer: boolean;
   options: EngineOptions;
   comm: CommInit;
 }
