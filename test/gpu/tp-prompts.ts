@@ -1,5 +1,5 @@
 // What the tensor-parallel GPU tests generate (tensor-parallel.test.ts, multi-node.test.ts and its node 0): the demo
-// model's greedy transcripts of four prompts, 48 tokens each.
+// model's greedy transcripts of four prompts, 48 tokens each (or another model's, given its directory).
 
 import { LLM } from '../../src/engine/llm.js';
 import type { EngineOptions } from '../../src/engine/options.js';
@@ -12,8 +12,8 @@ export const PROMPTS = [
   'And he said unto them, Go ye into all the world.',
 ];
 
-export async function transcripts(o: Partial<EngineOptions>): Promise<number[][]> {
-  const llm = new LLM(defaultModelDir(), { backend: 'cuda', maxModelLen: 512, ...o });
+export async function transcripts(o: Partial<EngineOptions>, modelDir = defaultModelDir()): Promise<number[][]> {
+  const llm = new LLM(modelDir, { backend: 'cuda', maxModelLen: 512, ...o });
   try {
     const out = await llm.generate(PROMPTS, { maxTokens: 48, temperature: 0, ignoreEos: true });
     return out.map((c) => c.tokenIds);
