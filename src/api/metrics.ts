@@ -126,6 +126,11 @@ export class ApiMetrics {
       perEngine((s) => s.numDraftTokens));
     engineCounter('quire:spec_decode_num_accepted_tokens_total', 'Accepted proposed tokens.', registers,
       () => spec()!.numAcceptedTokens, perEngine((s) => s.numAcceptedTokens));
+    if (spec()!.numDraftFailures !== undefined) {
+      engineCounter('quire:spec_decode_num_draft_failures_total', 'Draft-model forwards that failed (their requests '
+        + 'went on unspeculated for that step).', registers, () => spec()!.numDraftFailures ?? 0,
+      perEngine((s) => s.numDraftFailures ?? 0));
+    }
     let last: number[] = new Array<number>(numPositions).fill(0);
     new Counter({ name: 'quire:spec_decode_num_accepted_tokens_per_pos_total', help: 'Accepted proposed tokens by position.',
       labelNames: ['position'], registers,

@@ -145,7 +145,8 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--block-size <n>', 'KV page size in tokens', atLeast(1), 16);
   addBooleanPair(cmd, '--enable-prefix-caching', 'reuse the KV pages of cached prompt prefixes', true, HELP_GROUPS.engine);
   cmd.option('--speculative-config <json>', 'speculative decoding, as vLLM: \'{"method": "ngram", '
-    + '"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}\' (ngram only so far)',
+    + '"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}\', or a draft model with the '
+    + 'target\'s tokenizer: \'{"method": "draft_model", "model": DIR, "num_speculative_tokens": 4}\'',
   speculativeConfigArg);
   cmd.optionsGroup(HELP_GROUPS.scheduling)
     .option('--max-num-seqs <n>', 'most sequences running at once (default 256)', atLeast(1))

@@ -86,7 +86,7 @@ const IMPLEMENTED: readonly VllmFlagRow[] = [
   { flag: '--gpu-memory-utilization', status: 'same', quire: 'fraction of the GPU this engine may hold, in (0, 1]', argv: [['--gpu-memory-utilization', '0.8']] },
   { flag: '--kv-cache-memory-bytes', status: 'same', quire: 'bytes for the KV cache (2G, 512M...); --kv-cache-memory is an alias', argv: [['--kv-cache-memory-bytes', '2G'], ['--kv-cache-memory', '1000000']] },
   { flag: '--kv-cache-dtype', status: 'mapped', quire: 'auto, bfloat16, fp8, fp8_e4m3 (scale 1); fp8_e5m2 refused', argv: [['--kv-cache-dtype', 'fp8']] },
-  { flag: '--speculative-config', status: 'mapped', quire: 'method ngram (prompt lookup: num_speculative_tokens, prompt_lookup_min, prompt_lookup_max); draft_model, eagle3, mtp refused as not yet supported', argv: [['--speculative-config', '{"method": "ngram", "num_speculative_tokens": 3}']] },
+  { flag: '--speculative-config', status: 'mapped', quire: 'methods ngram (prompt lookup: num_speculative_tokens, prompt_lookup_min, prompt_lookup_max) and draft_model (model, num_speculative_tokens); eagle3, mtp refused as not yet supported', argv: [['--speculative-config', '{"method": "ngram", "num_speculative_tokens": 3}']] },
   { flag: '--block-size', status: 'same', quire: 'KV page size in tokens', argv: [['--block-size', '32']] },
   { flag: '--enable-prefix-caching / --no-enable-prefix-caching', status: 'same', quire: 'prefix caching, on by default', argv: [['--enable-prefix-caching'], ['--no-enable-prefix-caching']] },
   { flag: '--enforce-eager / --no-enforce-eager', status: 'same', quire: 'CUDA graphs off / on', argv: [['--enforce-eager'], ['--no-enforce-eager']] },

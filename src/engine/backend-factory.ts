@@ -86,8 +86,10 @@ export interface KvCachePlan {
  */
 export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: number; kvBytesPerElement: number;
   budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null;
-  lowerToFit?: boolean }): KvCachePlan {
-  const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement);
+  lowerToFit?: boolean;
+  /** Bytes a page also takes elsewhere: a draft model's K and V of the same positions (spec/draft-proposer.ts). */
+  extraBytesPerBlock?: number }): KvCachePlan {
+  const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement) + (o.extraBytesPerBlock ?? 0);
   const bytesPerStateSlot = stateSlotBytes(groups);
   let numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
   let numCachedStateSlots = o.enablePrefixCaching === true && numStateSlots > 0 ? o.cachedStateSlots ?? numStateSlots : 0;
@@ -118,14 +120,18 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
   return { numBlocks, bytesPerBlock, numStateSlots, bytesPerStateSlot, numCachedStateSlots };
 }
 
-/** Allocates the KV cache (and a hybrid model's recurrent state slots) on the backend; returns how it is split. */
+/**
+ * Allocates the KV cache (and a hybrid model's recurrent state slots) on the backend; returns how it is split. A
+ * draft model's pages, as many as the target's, come out of the same budget (`draft`: allocated here too).
+ */
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions,
-  maxModelLen: number): KvCachePlan {
+  maxModelLen: number, draft: Model | null = null): KvCachePlan {
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
   const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
-    enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true });
+    enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true,
+    extraBytesPerBlock: draft ? draft.kvBytesPerToken() * options.blockSize : 0 });
   const { numBlocks } = plan;
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
   if (plan.numStateSlots > 0 && plan.numStateSlots < options.maxNumSeqs) {
@@ -142,6 +148,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   const layout = model.recurrentStateLayout(plan.numStateSlots + plan.numCachedStateSlots);
   if (layout !== null) backend.allocateRecurrentState(layout);
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
+  draft?.backend.allocateKvCache(draft.kvCacheSpec(numBlocks, options.blockSize));
   return plan;
 }
 

@@ -26,6 +26,8 @@ import { defaultMaxModelLen } from '../model/rope.js';
 import { maxModelLenRefusal } from './max-model-len.js';
 import { parseSpeculativeConfig } from './spec/config.js';
 import { SpecDecoding } from './spec/spec-decode.js';
+import { loadDraft } from './spec/draft-load.js';
+import type { DraftProposer } from './spec/draft-proposer.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
 import { loadEngineModel, type TensorParallelLeader } from './tp/leader.js';
@@ -54,6 +56,8 @@ export interface EngineCoreParts {
   maxModelLen: number;
   /** Tensor parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
   tp?: TensorParallelLeader | null;
+  /** A draft model's proposer (--speculative-config's draft_model); absent or null: none. */
+  drafter?: DraftProposer | null;
   /** The vocabulary for structured outputs (read by each grammar host, or on first use); absent: such requests fail. */
   grammarVocab?: GrammarVocabFile | (() => GrammarVocab);
   info: Omit<EngineInfo, 'numBlocks' | 'numStateSlots' | 'numCachedStateSlots' | 'blockSize' | 'maxModelLen' | 'vocabSize' | 'maxNumBatchedTokens' | 'maxNumSeqs'>;
@@ -101,7 +105,7 @@ export class EngineCore {
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
     this.tp = parts.tp ?? null;
     this.runner = new ModelRunner(parts.model, this.sampler, { ...options, mirror: this.tp?.mirror }, this.eosTokenIds);
-    this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig) : null;
+    this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig, parts.drafter ?? null) : null;
     const poolingOf = this.poolingOf;
     this.rowRequests = {
       promptOf: (id) => {
@@ -287,6 +291,7 @@ export class EngineCore {
       this.spec?.propose(this.scheduler.running as EngineReq[]);
       const so = this.scheduler.schedule();
       if (so.scheduledRequests.length === 0) return { outputs, work: null };
+      this.spec?.fill(so.scheduledRequests, (id) => this.scheduler.getRequest(id) as EngineReq);
       const rows = this.countStep(so);
       const te = performance.now();
       const { wait, sampledOnDevice } = this.runner.execute(so.scheduledRequests, rows.map((r) => r.sampling!), this.rowRequests);
@@ -449,6 +454,7 @@ export class EngineCore {
     void this.grammars?.dispose();
     this.inFlight = null;
     void this.tp?.shutdown();
+    this.spec?.dispose();
     this.model.backend.dispose();
   }
 }
@@ -472,16 +478,19 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     backend.dispose();
     throw err;
   });
+  let drafter: DraftProposer | null = null;
   try {
     tp?.profile(options, maxModelLen);
     profileRun(model, options, maxModelLen);
+    const spec = options.speculativeConfig;
+    if (spec?.method === 'draft_model') drafter = await loadDraft(spec, dir, backend, options, maxModelLen);
     const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
-      maxModelLen);
+      maxModelLen, drafter?.model ?? null);
     // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
     const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
     tp?.sized(numBlocks, numStateSlots + numCachedStateSlots, engineOptions);
     const core = new EngineCore({
-      model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp,
+      model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp, drafter,
       // a GGUF file's tokenizer is in memory; otherwise each grammar host reads tokenizer.json in its own thread
       grammarVocab: dir.tokenizerJson !== undefined
         ? () => grammarVocabFromTokenizerJson(dir.tokenizerJson!, dir.config.vocabSize, dir.generation.eosTokenIds)
@@ -491,10 +500,13 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
         kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
     }, engineOptions);
     core.runner.captureGraphs();
+    drafter?.captureGraphs();
     core.info.loadMs = Math.round(performance.now() - t0);
     return core;
   } catch (err) {
+    drafter?.dispose();
     await tp?.shutdown();
+    backend.dispose();
     throw err;
   }
 }

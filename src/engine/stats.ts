@@ -42,5 +42,7 @@ function addSpec(a: SpecDecodingStats | undefined, b: SpecDecodingStats): SpecDe
   const perPos = Array.from({ length: Math.max(a.numAcceptedTokensPerPos.length, b.numAcceptedTokensPerPos.length) },
     (_, j) => (a.numAcceptedTokensPerPos[j] ?? 0) + (b.numAcceptedTokensPerPos[j] ?? 0));
   return { numDrafts: a.numDrafts + b.numDrafts, numDraftTokens: a.numDraftTokens + b.numDraftTokens,
-    numAcceptedTokens: a.numAcceptedTokens + b.numAcceptedTokens, numAcceptedTokensPerPos: perPos };
+    numAcceptedTokens: a.numAcceptedTokens + b.numAcceptedTokens, numAcceptedTokensPerPos: perPos,
+    ...(a.numDraftFailures !== undefined || b.numDraftFailures !== undefined
+      ? { numDraftFailures: (a.numDraftFailures ?? 0) + (b.numDraftFailures ?? 0) } : {}) };
 }

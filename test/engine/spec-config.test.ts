@@ -20,11 +20,21 @@ test('an ngram config parses with vLLM\'s defaults (lookup 5..5; one bound given
     /disable_by_batch_size must be a positive integer/);
 });
 
+test('a draft_model config parses (vLLM infers the method from a model path alone), camelCase too', () => {
+  const parsed = parseSpeculativeConfig('{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3, "disable_by_batch_size": 16}');
+  assert.deepEqual(parsed, { method: 'draft_model', model: '/d', numSpeculativeTokens: 3, disableByBatchSize: 16 });
+  assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
+  assert.deepEqual(parseSpeculativeConfig({ model: '/d', num_speculative_tokens: 2 }),
+    { method: 'draft_model', model: '/d', numSpeculativeTokens: 2 });
+});
+
 test('a config is refused naming the method or field at fault', () => {
   const refused: [string, RegExp][] = [
     ['{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}', /field "draft_tensor_parallel_size"/],
     ['{"method": "lookahead", "num_speculative_tokens": 3}', /method "lookahead" is unknown/],
-    ['{"method": "draft_model", "model": "/m", "num_speculative_tokens": 3}', /method "draft_model" is not supported yet/],
+    ['{"method": "draft_model", "num_speculative_tokens": 3}', /model: the draft_model method needs the draft model's directory/],
+    ['{"method": "draft_model", "model": "/m"}', /num_speculative_tokens is required for the draft_model method/],
+    ['{"method": "draft_model", "model": "/m", "num_speculative_tokens": 3, "prompt_lookup_max": 3}', /prompt_lookup_max: only the ngram method takes it/],
     ['{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}', /method "eagle3" is not supported yet/],
     ['{"method": "mtp", "num_speculative_tokens": 1}', /method "mtp" is not supported yet/],
     ['{"method": "ngram"}', /num_speculative_tokens is required/],

@@ -81,6 +81,9 @@ def parse_args():
     ap.add_argument("--time-budget-s", type=float, default=390.0,
                     help="stop training early (and say so) past this many seconds of training")
     ap.add_argument("--seed", type=int, default=1611)
+    ap.add_argument("--tokenizer-from", default=None,
+                    help="a model directory whose tokenizer.json to reuse instead of training one (a target for the "
+                         "bundled demo model as its speculative-decoding draft must have its exact vocabulary)")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: --device cuda but torch sees no CUDA device (use --device cpu for a smoke test)")
@@ -369,7 +372,12 @@ def main():
 
     train_docs = read_docs(os.path.join(args.data_dir, "corpus.txt"))
     heldout_docs = read_docs(os.path.join(args.data_dir, "heldout.txt"))
-    tok = train_tokenizer(train_docs, args.vocab_size)
+    if args.tokenizer_from:
+        tok = Tokenizer.from_file(os.path.join(args.tokenizer_from, "tokenizer.json"))
+        if tok.get_vocab_size() != args.vocab_size:
+            sys.exit(f"--tokenizer-from {args.tokenizer_from}: {tok.get_vocab_size()} tokens, --vocab-size is {args.vocab_size}")
+    else:
+        tok = train_tokenizer(train_docs, args.vocab_size)
     train_stream = encode_stream(tok, train_docs)
     heldout_stream = encode_stream(tok, heldout_docs)
     data_prep_s = time.time() - wall_started

@@ -1,26 +1,39 @@
-// --speculative-config, as vLLM's SpeculativeConfig: a JSON object with vLLM's field names. Only the n-gram
-// (prompt lookup) method runs so far; the others vLLM knows are named and refused, so a vLLM command line that
-// asks for one fails at start-up saying which, never silently decodes without it.
+// --speculative-config, as vLLM's SpeculativeConfig: a JSON object with vLLM's field names. Two methods run: n-gram
+// (prompt lookup) and a draft model (a smaller model with the target's tokenizer, in the same engine); the others
+// vLLM knows are named and refused, so a vLLM command line that asks for one fails at start-up saying which, never
+// silently decodes without it.
 
-/** The methods vLLM names; only 'ngram' is implemented. */
+/** The methods vLLM names; 'ngram' and 'draft_model' are implemented. */
 const KNOWN_METHODS = ['ngram', 'draft_model', 'eagle', 'eagle3', 'mtp', 'medusa', 'mlp_speculator'] as const;
 const FIELDS = ['method', 'model', 'num_speculative_tokens', 'prompt_lookup_min', 'prompt_lookup_max',
   'disable_by_batch_size'] as const;
 
-/** A checked speculative-decoding configuration (the n-gram proposer's). */
-export interface SpeculativeConfig {
-  method: 'ngram';
+interface CommonConfig {
   /** Tokens proposed per step (k): a verify step scores k + 1 positions of the request. */
   numSpeculativeTokens: number;
-  /** The shortest and longest suffix n-gram looked up in the request's tokens. */
-  promptLookupMin: number;
-  promptLookupMax: number;
   /**
    * vLLM's disable_by_batch_size: no proposals in a step where this many requests or more are running (a large batch
    * is compute-bound already, and its verify rows would cost more than the accepted tokens save). Absent: always on.
    */
   disableByBatchSize?: number;
 }
+
+/** The n-gram proposer's configuration. */
+export interface NgramConfig extends CommonConfig {
+  method: 'ngram';
+  /** The shortest and longest suffix n-gram looked up in the request's tokens. */
+  promptLookupMin: number;
+  promptLookupMax: number;
+}
+
+/** A draft model's: its directory (or cached repo id), loaded beside the target on the same backend. */
+export interface DraftModelConfig extends CommonConfig {
+  method: 'draft_model';
+  model: string;
+}
+
+/** A checked speculative-decoding configuration. */
+export type SpeculativeConfig = NgramConfig | DraftModelConfig;
 
 /** What a program may give: vLLM's dict (snake_case keys), its camelCase form, or a parsed config. */
 export type SpeculativeConfigInput = SpeculativeConfig | {
@@ -58,16 +71,26 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
     .map(([key, v]) => [key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
   const unknown = Object.keys(obj).filter((k) => !(FIELDS as readonly string[]).includes(k));
   if (unknown.length > 0) fail(`unknown or unsupported field ${unknown.map((k) => JSON.stringify(k)).join(', ')} (known: ${FIELDS.join(', ')})`);
-  // vLLM's older form names the method through "model": {"model": "ngram", ...}
-  const method = obj.method ?? (obj.model === 'ngram' || obj.model === '[ngram]' ? 'ngram' : undefined);
-  if (method === undefined) fail('method is required (ngram)');
+  // vLLM's older form names the method through "model": {"model": "ngram", ...}; a model path alone is a draft model
+  const isNgramName = obj.model === 'ngram' || obj.model === '[ngram]';
+  const method = obj.method ?? (isNgramName ? 'ngram' : typeof obj.model === 'string' ? 'draft_model' : undefined);
+  if (method === undefined) fail('method is required (ngram or draft_model)');
   if (typeof method !== 'string' || !(KNOWN_METHODS as readonly string[]).includes(method)) {
     fail(`method ${JSON.stringify(method)} is unknown (vLLM's: ${KNOWN_METHODS.join(', ')})`);
   }
-  if (method !== 'ngram') fail(`method "${method}" is not supported yet (only ngram is; issue 41)`);
-  if (obj.model !== undefined && obj.model !== 'ngram' && obj.model !== '[ngram]') fail('model: the ngram method takes no model');
+  if (method !== 'ngram' && method !== 'draft_model') {
+    fail(`method "${method}" is not supported yet (ngram and draft_model are; issue 41)`);
+  }
   const k = positiveInt(obj, 'num_speculative_tokens');
-  if (k === null) fail('num_speculative_tokens is required for the ngram method');
+  if (k === null) fail(`num_speculative_tokens is required for the ${method} method`);
+  const disableByBatchSize = positiveInt(obj, 'disable_by_batch_size');
+  const common = { numSpeculativeTokens: k, ...(disableByBatchSize !== null ? { disableByBatchSize } : {}) };
+  if (method === 'draft_model') {
+    if (typeof obj.model !== 'string' || obj.model === '' || isNgramName) fail('model: the draft_model method needs the draft model\'s directory');
+    for (const f of ['prompt_lookup_min', 'prompt_lookup_max']) if (obj[f] !== undefined) fail(`${f}: only the ngram method takes it`);
+    return { method: 'draft_model', model: obj.model, ...common };
+  }
+  if (obj.model !== undefined && !isNgramName) fail('model: the ngram method takes no model');
   // vLLM's defaults: both absent -> 5 and 5; one absent -> the other's value
   let min = positiveInt(obj, 'prompt_lookup_min');
   let max = positiveInt(obj, 'prompt_lookup_max');
@@ -75,7 +98,5 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
   min ??= max!;
   max ??= min;
   if (min > max) fail(`prompt_lookup_min (${min}) is larger than prompt_lookup_max (${max})`);
-  const disableByBatchSize = positiveInt(obj, 'disable_by_batch_size');
-  return { method: 'ngram', numSpeculativeTokens: k, promptLookupMin: min, promptLookupMax: max,
-    ...(disableByBatchSize !== null ? { disableByBatchSize } : {}) };
+  return { method: 'ngram', promptLookupMin: min, promptLookupMax: max, ...common };
 }

@@ -1,7 +1,8 @@
 // Speculative decoding in the engine (issue 41): before each schedule() every running request that decodes gets
-// proposals (the n-gram proposer's), which the scheduler feeds after its last token as more tokens of that request
-// in the flat batch; the runner verifies them (sampler.ts, rejection-sampler.ts) and the engine keeps the accepted
-// ones, cut at the first stop, then counts them as vLLM's SpecDecodingStats do.
+// proposals, which the scheduler feeds after its last token as more tokens of that request in the flat batch; the
+// runner verifies them (sampler.ts, rejection-sampler.ts) and the engine keeps the accepted ones, cut at the first
+// stop, then counts them as vLLM's SpecDecodingStats do. The n-gram proposer's tokens are known before scheduling;
+// a draft model's are placeholders the scheduler makes room for, filled after it (fill(): draft-proposer.ts says why).
 //
 // Proposals need the request's tokens on the host, so no step is scheduled ahead of one whose tokens are unknown
 // while a request could propose (EngineCore.canScheduleAhead): async scheduling's overlap is off for such steps.
@@ -13,6 +14,8 @@ import { checkStop } from '../../sampling/stop.js';
 import type { Request } from '../../scheduler/request.js';
 import type { SpeculativeConfig } from './config.js';
 import { proposeNgram } from './ngram-proposer.js';
+import type { DraftProposer } from './draft-proposer.js';
+import type { ScheduledRequest } from '../../scheduler/scheduler.js';
 
 type EngineReq = Request<SequenceSamplingState>;
 
@@ -24,6 +27,8 @@ export interface SpecDecodingStats {
   numAcceptedTokens: number;
   /** Per proposal position: how many times it was accepted (length numSpeculativeTokens). */
   numAcceptedTokensPerPos: number[];
+  /** Draft-model forwards that failed (their rows fell back to proposals the target rejects unless it agrees). */
+  numDraftFailures?: number;
 }
 
 /** Why the model cannot run with speculative decoding, or null. */
@@ -36,7 +41,8 @@ export function speculativeRefusal(config: ModelConfig, spec: SpeculativeConfig 
 export class SpecDecoding {
   private readonly counts: SpecDecodingStats;
 
-  constructor(readonly config: SpeculativeConfig) {
+  constructor(readonly config: SpeculativeConfig, private readonly drafter: DraftProposer | null = null) {
+    if ((config.method === 'draft_model') !== (drafter !== null)) throw new Error(`SpecDecoding: ${config.method} with${drafter ? '' : 'out'} a draft model`);
     this.counts = { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0,
       numAcceptedTokensPerPos: new Array<number>(config.numSpeculativeTokens).fill(0) };
   }
@@ -57,17 +63,28 @@ export class SpecDecoding {
   }
 
   /**
-   * Sets every running request's proposals for the next schedule(): at most k, none past its max_tokens; none at
-   * all in a step of disable_by_batch_size running requests or more.
+   * Sets every running request's proposals for the next schedule(): at most k, none past its max_tokens (nor, for
+   * a draft model, past its context); none at all in a step of disable_by_batch_size running requests or more. A
+   * draft model's are placeholders (the last token) until fill().
    */
   propose(running: readonly EngineReq[]): void {
-    const { numSpeculativeTokens: k, promptLookupMin, promptLookupMax } = this.config;
+    const c = this.config;
     const off = this.offFor(running);
     for (const req of running) {
-      const room = Math.min(k, req.maxTokens - req.numOutputTokens - 1);
-      req.specTokenIds = !off && room > 0 && this.eligible(req)
-        ? proposeNgram(req.allTokenIds, room, { promptLookupMin, promptLookupMax }) : [];
+      let room = Math.min(c.numSpeculativeTokens, req.maxTokens - req.numOutputTokens - 1);
+      // the draft feeds proposals 1 .. k back at positions n .. n+k-1
+      if (this.drafter) room = Math.min(room, this.drafter.maxPositions - req.numTokens);
+      if (off || room <= 0 || !this.eligible(req)) req.specTokenIds = [];
+      else if (c.method === 'ngram') req.specTokenIds = proposeNgram(req.allTokenIds, room, c);
+      else req.specTokenIds = new Array<number>(room).fill(req.allTokenIds[req.numTokens - 1]!);
     }
+  }
+
+  /** After schedule(): a draft model's proposals in the rows' placeholders (the n-gram's are there already). */
+  fill(scheduled: readonly ScheduledRequest[], requestOf: (id: string) => EngineReq): void {
+    if (!this.drafter) return;
+    this.drafter.fill(scheduled.filter((r) => r.specTokenIds.length > 0 && r.sample).map((r) => ({ req: requestOf(r.requestId),
+      blockTable: r.blockTable, specTokenIds: r.specTokenIds, tokenIds: r.tokenIds, seqLen: r.seqLen })));
   }
 
   /**
@@ -91,7 +108,13 @@ export class SpecDecoding {
     return [...tokenIds];
   }
 
+  /** Frees the draft model's backend, if any. */
+  dispose(): void {
+    this.drafter?.dispose();
+  }
+
   stats(): SpecDecodingStats {
-    return { ...this.counts, numAcceptedTokensPerPos: [...this.counts.numAcceptedTokensPerPos] };
+    return { ...this.counts, numAcceptedTokensPerPos: [...this.counts.numAcceptedTokensPerPos],
+      ...(this.drafter ? { numDraftFailures: this.drafter.numFailures } : {}) };
   }
 }
