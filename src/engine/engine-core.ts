@@ -504,9 +504,8 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     core.info.loadMs = Math.round(performance.now() - t0);
     return core;
   } catch (err) {
-    drafter?.dispose();
-    await tp?.shutdown();
-    backend.dispose();
+    // the start-up error is what the caller must see, not one of freeing what it left half made
+    for (const free of [() => drafter?.dispose(), () => tp?.shutdown(), () => backend.dispose()]) await Promise.resolve().then(free).catch(() => {});
     throw err;
   }
 }

@@ -11,7 +11,7 @@ import { GraphCache } from './graph-cache.js';
 import { bf16BytesToF32 } from './host-staging.js';
 import type { KvMemory } from './kv-memory.js';
 import type { CudaSampling } from './sampling.js';
-import { isDecodeOnly, type StepContext } from './step-context.js';
+import { hasUniformRows, type StepContext } from './step-context.js';
 import { layoutFor, packStep, stepLayout } from './step-meta.js';
 
 export class CudaGraphs implements DeviceGraphs {
@@ -31,14 +31,14 @@ export class CudaGraphs implements DeviceGraphs {
   }
 
   /**
-   * Runs a decode step `record` (a forward pass over `batch` that calls beginStep
-   * and ends in one toHost or sampleTokens) through a CUDA graph cached under
-   * `key` (the padded batch size, and what the step returns). The first call for a key runs eagerly, then captures; later
+   * Runs a step of uniform rows `record` (a forward pass over `batch` that calls beginStep and ends in one toHost or
+   * sampleTokens; a decode step, or a verify step of k + 1 tokens a row) through a CUDA graph cached under `key`
+   * (the caller's: the padded batch size, the row length and what the step returns). The first call for a key runs eagerly, then captures; later
    * calls stage the batch's metadata into the pinned buffer the graph copies
    * from, launch the graph and read its result. Returns what toHost returned.
    */
   run<R extends Float32Array | Int32Array>(key: number, batch: ForwardBatch, record: () => R): R {
-    if (this.enforceEager || !isDecodeOnly(batch)) return record();
+    if (this.enforceEager || !hasUniformRows(batch)) return record();
     const launched = this.launch(key, batch);
     if (launched) return launched() as R;
     const short = shortGraphRows(batch.positions);
@@ -61,7 +61,7 @@ export class CudaGraphs implements DeviceGraphs {
    * next step), or null when no valid graph is cached (use run()).
    */
   launch(key: number, batch: ForwardBatch): (() => Float32Array | Int32Array) | null {
-    if (this.enforceEager || !isDecodeOnly(batch)) return null;
+    if (this.enforceEager || !hasUniformRows(batch)) return null;
     const s = this.s;
     const g = this.cache.get(graphKey(key, shortGraphRows(batch.positions)));
     if (!g || g.generation !== this.generation() || !g.hostRead ||

@@ -33,6 +33,18 @@ function eagerShape(batch: ForwardBatch): string {
   return `${isDecodeOnly(batch) ? 'decode' : 'prefill/mixed'} <=${numTokens} tokens`;
 }
 
+/**
+ * Whether every row of the batch has the same number of tokens: the steps a graph may replay (decode steps, one
+ * token a row; speculative decoding's verify steps, k + 1 a row), whose launches are a function of the row count.
+ */
+export function hasUniformRows(batch: ForwardBatch): boolean {
+  const q = batch.queryStartLoc[1]! - batch.queryStartLoc[0]!;
+  for (let s = 1; s < batch.numSeqs; s++) {
+    if (batch.queryStartLoc[s + 1]! - batch.queryStartLoc[s]! !== q) return false;
+  }
+  return q >= 1;
+}
+
 export function isDecodeOnly(batch: ForwardBatch): boolean {
   for (let s = 0; s < batch.numSeqs; s++) {
     if (batch.queryStartLoc[s + 1]! - batch.queryStartLoc[s]! !== 1) return false;

@@ -10,9 +10,13 @@ import { buildRowSampling, isDeviceSamplable } from '../../sampling/device-sampl
 import type { Sampler, SampleOutput } from '../../sampling/sampler.js';
 import type { SequenceSamplingState } from '../../sampling/sequence-state.js';
 import type { TokenLogprob } from '../../sampling/types.js';
+import { isGreedyVerifiable, verifyGreedy } from '../../sampling/greedy-verify.js';
 import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
 import { runDeviceStep, type DeviceResult, type DeviceStep } from './device-steps.js';
 import { graphBucket, graphBuckets, largestStep } from './graph-buckets.js';
+
+/** Verify graphs' keys: VERIFY_GRAPH_KEYS * (k + 1) + bucket, apart from the decode buckets' (below it). */
+const VERIFY_GRAPH_KEYS = 1 << 20;
 
 /** A scheduled row as the runner needs it. */
 export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string;
@@ -44,6 +48,8 @@ export interface RunnerOptions {
   maxNumSeqs: number;
   blockSize: number;
   enforceEager: boolean;
+  /** The step budget: a verify graph's padded rows must fit the activations sized for it. */
+  maxNumBatchedTokens?: number;
   /**
    * Tensor parallelism: hands each step's device work to the other ranks before this rank runs it
    * (device-steps.ts; parallel/tp-leader.ts). Absent on one GPU.
@@ -99,8 +105,8 @@ export class ModelRunner {
    */
   private launchForward(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[],
     requests: RowRequests): LaunchedStep {
-    // rows with proposals (speculative decoding) are verified on the host from their positions' logits; such a
-    // step is never graphed (a graph's rows are one token each)
+    // rows with proposals (speculative decoding) are verified on the host, from each position's argmax where every
+    // row is greedy, else from their logits; such a step is never graphed (a graph's rows are one token each)
     const drafts = rows.some((r) => (r.specTokenIds?.length ?? 0) > 0)
       ? rows.filter((r) => r.sample).map((r) => r.specTokenIds) : undefined;
     const onDevice = drafts === undefined && states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
@@ -110,6 +116,15 @@ export class ModelRunner {
     const batch = graphs && bucket !== null ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
     const graphKey = graphs && bucket !== null ? bucket : null;
+    if (drafts !== undefined && rows.every((r) => numPromptLogitRows(r) === 0) &&
+      states.every((st) => isGreedyVerifiable(st, this.eosTokenIds))) {
+      // greedy verify rows: each position's argmax from the device, the proposals checked against them here
+      const verify = graphs ? this.verifyGraph(rows) : null;
+      const { wait } = verify ? this.run({ op: 'tokens', batch: verify.batch, graphKey: verify.key })
+        : this.run({ op: 'tokens', batch, graphKey: null });
+      const numRows = rows.reduce((a, r) => a + numSampleRows(r), 0);
+      return { wait: () => verifyGreedy(wait().subarray(0, numRows), drafts), sampledOnDevice: false };
+    }
     if (!onDevice) {
       const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests, drafts) : null;
       if (scored) return { wait: () => scored, sampledOnDevice: false };
@@ -120,6 +135,23 @@ export class ModelRunner {
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
     const { wait } = this.run({ op: 'tokens', batch, graphKey });
     return { wait: () => ({ tokenIds: wait(), logprobs: [] }), sampledOnDevice: true };
+  }
+
+  /**
+   * A verify step whose rows are all one request's last token and k proposals (the same k), padded to a graph
+   * bucket with rows of k + 1 tokens on the null page (page 0, which no request holds), under its own graph key
+   * per bucket and k; null where the step is not of that shape or outgrows the activations sized at start-up.
+   */
+  private verifyGraph(rows: readonly RunnerRow[]): { batch: ForwardBatch; key: number } | null {
+    const k = rows[0]!.specTokenIds?.length ?? 0;
+    const q = k + 1;
+    if (k === 0 || q > this.options.blockSize || !rows.every((r) => r.isDecode && r.sample && r.specTokenIds?.length === k)) return null;
+    const bucket = graphBucket(rows.length, this.options.maxNumSeqs);
+    if (bucket === null || bucket * q > (this.options.maxNumBatchedTokens ?? 0)) return null;
+    const pad = { tokenIds: new Array<number>(q).fill(0), startPosition: 0, blockTable: [0], sample: true,
+      specTokenIds: new Array<number>(k).fill(0) };
+    const batch = buildForwardBatch([...rows, ...new Array<typeof pad>(bucket - rows.length).fill(pad)], this.options.blockSize);
+    return { batch, key: VERIFY_GRAPH_KEYS * q + bucket };
   }
 
   /**
