@@ -9,6 +9,7 @@ import {
   type Workload,
 } from '../lab/index.js';
 import { estimateWork, formatDuration, probeTarget, wordsForTokens, type TargetSpeed } from '../lab/probe.js';
+import { scrapeSpecCounters } from '../lab/spec-scrape.js';
 import type { Length } from '../lab/workloads.js';
 import { atLeast, positive } from './option-parsers.js';
 
@@ -181,7 +182,7 @@ export function benchServeCommand(addLockFlags: (cmd: Command) => Command,
         countTokensOfWords(workload, speeds[0]!);
         for (const line of estimateLines(workload, f.rounds as number, speeds)) console.error(line);
         const bench = await benchServe({ targets, workload, numRounds: f.rounds as number, numWarmupRequests: f.warmup as number,
-          vocabSize: f.vocabSize as number });
+          vocabSize: f.vocabSize as number, scrapeSpec: (t) => scrapeSpecCounters(t.url) });
         const provenance = await collectProvenance({ config: { command: 'bench serve', ...f, targets } });
         const written = await writeReport({ bench, provenance, gates, ...(f.title ? { title: f.title as string } : {}) }, f.out as string);
         console.log(readFileSync(written.markdownPath, 'utf8'));

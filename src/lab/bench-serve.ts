@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { streamCompletion, type CompletionRequest, type RequestResult } from './client.js';
 import { percentile, ratioAcrossRounds, tpotMs, type RatioSpread } from './stats.js';
 import { applyNonce, arrivalGapsMs, freshNonce, seededRng, type LevelSpec, type Workload } from './workloads.js';
+import { specDelta, type SpecCounts } from './spec-scrape.js';
 
 export interface BenchTarget {
   name: string;
@@ -31,6 +32,8 @@ export interface BenchServeOptions {
   onRun?: (run: LevelRun) => void;
   /** Sends one request; defaults to streamCompletion (tests may wrap it). */
   send?: (req: CompletionRequest) => Promise<RequestResult>;
+  /** Reads a target's speculative-decoding counters (spec-scrape.ts) before and after each run; absent: not read. */
+  scrapeSpec?: (target: BenchTarget) => Promise<SpecCounts | null>;
 }
 
 export interface LevelMetrics {
@@ -55,6 +58,8 @@ export interface LevelMetrics {
   promptTokensPerS: number;
   /** 1000 / TPOT p50. */
   perSeqDecodeTokensPerS: number;
+  /** The server's speculative-decoding counters over the runs (their /metrics); null unless every run had them. */
+  specDecoding: SpecCounts | null;
 }
 
 export interface LevelRun {
@@ -110,6 +115,8 @@ interface TimedResults {
   approxPromptTokens: number[];
   startMs: number;
   endMs: number;
+  /** The server's speculative-decoding counters over the run, where it exposes them. */
+  spec?: SpecCounts | null;
 }
 
 export function levelMetrics(runs: TimedResults[]): LevelMetrics {
@@ -144,6 +151,9 @@ export function levelMetrics(runs: TimedResults[]): LevelMetrics {
   const e2e = ok.map((r) => r.e2eMs);
   const numOutputTokens = ok.reduce((s, r) => s + r.outputTokens, 0);
   const tpotP50 = percentile(tpot, 50);
+  const specDecoding = runs.length > 0 && runs.every((r) => r.spec) ? runs.reduce<SpecCounts>((a, r) => ({
+    numDrafts: a.numDrafts + r.spec!.numDrafts, numDraftTokens: a.numDraftTokens + r.spec!.numDraftTokens,
+    numAcceptedTokens: a.numAcceptedTokens + r.spec!.numAcceptedTokens }), { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0 }) : null;
   return {
     numRequests,
     numErrors: numRequests - ok.length,
@@ -161,6 +171,7 @@ export function levelMetrics(runs: TimedResults[]): LevelMetrics {
     outputTokensPerS: numOutputTokens / wallS,
     promptTokensPerS: prefillWindowS > 0 ? numPromptTokens / prefillWindowS : NaN,
     perSeqDecodeTokensPerS: 1000 / tpotP50,
+    specDecoding,
   };
 }
 
@@ -313,7 +324,9 @@ export async function benchServe(opts: BenchServeOptions): Promise<BenchServeRes
       for (let round = 0; round < numRounds; round++) {
         for (const target of targets) {
           const payload = { level: level.name, target: target.name, round: round + 1 };
+          const before = await opts.scrapeSpec?.(target) ?? null;
           const timed = await runLevel(target, level, opts, rng, () => bar?.increment(1, payload));
+          if (opts.scrapeSpec) timed.spec = specDelta(before, await opts.scrapeSpec(target));
           const run: LevelRun = { level: level.name, target: target.name, round, metrics: levelMetrics([timed]) };
           runs.push(run);
           const key = `${level.name}\u0000${target.name}`;

@@ -4,6 +4,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BenchServeResult, LevelMetrics, LevelSummary, RatioMetric } from './bench-serve.js';
+import { meanAcceptanceLength } from './spec-scrape.js';
 import { formatGateSummary, type GateCheck, type GateSummary } from './gate.js';
 import { provenanceRows, type Provenance } from './hardware.js';
 import type { RatioSpread } from './stats.js';
@@ -28,6 +29,10 @@ const LEVEL_COLUMNS: [string, (m: LevelMetrics) => string][] = [
   ['output tok/s', (m) => f(m.outputTokensPerS)],
   ['prompt tok/s', (m) => `${f(m.promptTokensPerS)}${m.promptTokensReported ? '' : ' (approx)'}`],
   ['per-seq tok/s', (m) => f(m.perSeqDecodeTokensPerS)],
+  ['spec. acceptance length', (m) => {
+    const len = meanAcceptanceLength(m.specDecoding);
+    return len === null ? '-' : `${f(len, 2)} (${m.specDecoding!.numAcceptedTokens}/${m.specDecoding!.numDraftTokens})`;
+  }],
   ['prompt tokens (cached)', (m) => `${m.numPromptTokens}${m.numCachedPromptTokens === null ? '' : ` (${m.numCachedPromptTokens})`}`],
   ['wall s', (m) => f(m.wallS, 2)],
 ];

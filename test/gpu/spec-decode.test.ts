@@ -54,6 +54,9 @@ describe('speculative decoding on CUDA', { skip: noCuda }, () => {
         `${batchInvariant ? ' batch-invariant' : ''}; ${s.numAcceptedTokens} of ${s.numDraftTokens} drafts accepted, ` +
         `${on.stats.numSteps} steps against ${off.stats.numSteps}`);
       assert.equal(s.numDraftFailures, 0);
+      // greedy rows of 3 proposals each: verify steps of 4 tokens a row replay graphs of their own
+      assert.ok(on.stats.numGraphCaptures > off.stats.numGraphCaptures,
+        `${on.stats.numGraphCaptures} graphs captured with the draft, ${off.stats.numGraphCaptures} without`);
       // the draft computes in bf16 on one-token and chunk shapes the verify step does not share: near-ties may differ
       assert.ok(s.numAcceptedTokens >= 0.8 * s.numDraftTokens, `${s.numAcceptedTokens} of ${s.numDraftTokens} accepted`);
       if (batchInvariant) assert.deepEqual(on.t, off.t);
