@@ -65,6 +65,7 @@ export function samplingFromBody(b: Body, ctx: SamplingContext): SamplingParams 
     logprobs: ctx.logprobs,
     promptLogprobs: ctx.promptLogprobs,
     skipSpecialTokens: b.skip_special_tokens,
+    speculativeDecoding: b.speculative_decoding,
   };
   try {
     return validateSamplingParams(raw, { vocabSize: ctx.vocabSize, maxLogprobs: ctx.limits.maxLogprobs, maxStopStrings: ctx.limits.maxStopStrings });

@@ -30,7 +30,7 @@ export type LLMOptions = CamelOrSnake<Omit<EngineOptions, 'model'>>;
 const SAMPLING_FIELDS: readonly SamplingField[] = [
   'maxTokens', 'temperature', 'topP', 'topK', 'minP', 'repetitionPenalty', 'presencePenalty', 'frequencyPenalty',
   'logitBias', 'allowedTokenIds', 'badWords', 'seed', 'stopTokenIds', 'stop', 'includeStopStrInOutput', 'minTokens',
-  'ignoreEos', 'logprobs', 'promptLogprobs', 'skipSpecialTokens',
+  'ignoreEos', 'logprobs', 'promptLogprobs', 'skipSpecialTokens', 'speculativeDecoding',
 ];
 
 /** vLLM SamplingParams fields Quire's LLM class does not take (yet): named as such when given. */

@@ -46,6 +46,11 @@ export interface SamplingParams {
    */
   promptLogprobs: number | null;
   skipSpecialTokens: boolean;
+  /**
+   * Whether the engine may speculate for this request where --speculative-config is on (Quire's
+   * speculative_decoding: false opts out, for a request whose latency must not vary with proposals' luck).
+   */
+  speculativeDecoding: boolean;
   /** What the output must match (response_format / structured_outputs); null = free text. */
   structuredOutput: StructuredOutputSpec | null;
 }
@@ -72,6 +77,7 @@ export function defaultSamplingParams(overrides: Partial<SamplingParams> = {}): 
     logprobs: null,
     promptLogprobs: null,
     skipSpecialTokens: true,
+    speculativeDecoding: true,
     structuredOutput: null,
     ...overrides,
   };

@@ -43,6 +43,7 @@ const WIRE_NAMES: Record<keyof SamplingParams, string> = {
   logprobs: 'logprobs',
   promptLogprobs: 'prompt_logprobs',
   skipSpecialTokens: 'skip_special_tokens',
+  speculativeDecoding: 'speculative_decoding',
   structuredOutput: 'response_format',
 };
 
@@ -120,6 +121,7 @@ export function validateSamplingParams(raw: RawSamplingParams, limits: SamplingL
     logprobs,
     promptLogprobs,
     skipSpecialTokens: bool(raw, 'skipSpecialTokens', d.skipSpecialTokens),
+    speculativeDecoding: bool(raw, 'speculativeDecoding', d.speculativeDecoding),
     // Parsed and checked by the API layer (api/structured.ts), which sets it after this.
     structuredOutput: null,
   };

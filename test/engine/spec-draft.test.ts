@@ -81,6 +81,13 @@ test('a draft that disagrees (a random model, the target\'s tokenizer) changes n
   for (const t of sampled.tokenIds) assert.equal(t.split(',').length, 24);
 });
 
+test('a request may opt out (speculative_decoding: false): no proposals for it, the same transcript', async () => {
+  const off = await generate(DEMO, {}, PROMPTS.slice(0, 2), { maxTokens: 16 });
+  const out = await generate(DEMO, { speculativeConfig: SELF }, PROMPTS.slice(0, 2), { maxTokens: 16, speculativeDecoding: false });
+  assert.deepEqual(out.tokenIds, off.tokenIds);
+  assert.equal(out.stats.specDecoding!.numDrafts, 0);
+});
+
 test('a draft with another vocabulary, or a hybrid draft, is refused at start-up naming the field', async () => {
   const tiny = join(tmp, 'tiny');
   await makeTestModel({ shape: 'tiny-qwen3', outDir: tiny, dtype: 'f32', seed: 0 });

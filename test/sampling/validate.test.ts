@@ -25,7 +25,7 @@ test('valid edge values are accepted and carried over', () => {
       temperature: 0, topP: 1, topK: 0, minP: 1, repetitionPenalty: 0.01, presencePenalty: -2, frequencyPenalty: 2,
       maxTokens: 3, minTokens: 3, logprobs: 20, promptLogprobs: 0, seed: -7, stop: 'END', allowedTokenIds: [0, 99, 0],
       badWords: [[5], [6, 7]], stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
-      ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false,
+      ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false, speculativeDecoding: false,
     },
     limits,
   );
@@ -33,7 +33,7 @@ test('valid edge values are accepted and carried over', () => {
     temperature: 0, topP: 1, topK: 0, minP: 1, repetitionPenalty: 0.01, presencePenalty: -2, frequencyPenalty: 2,
     maxTokens: 3, minTokens: 3, logprobs: 20, promptLogprobs: 0, seed: -7, stop: ['END'], allowedTokenIds: [0, 99],
     badWords: [[5], [6, 7]], stopTokenIds: [0, 99], logitBias: { 0: -100, 99: 100 },
-    ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false, structuredOutput: null,
+    ignoreEos: true, includeStopStrInOutput: true, skipSpecialTokens: false, speculativeDecoding: false, structuredOutput: null,
   });
   assert.equal(validateSamplingParams({ temperature: 5, topK: -1 }, limits).temperature, 5);
 });
@@ -70,6 +70,7 @@ test('each out-of-range field is named in the error', () => {
     [{ stopTokenIds: [1, 2.5, 'x', 100] }, 'stop_token_ids', /2.5, "x", 100/],
     [{ temperature: 'hot' }, 'temperature', /number, got "hot"/],
     [{ ignoreEos: 'yes' }, 'ignore_eos', /boolean/],
+    [{ speculativeDecoding: 'no' }, 'speculative_decoding', /speculative_decoding must be a boolean/],
   ];
   for (const [raw, param, message] of cases) {
     const err = errorOf(raw);

@@ -47,9 +47,10 @@ export class SpecDecoding {
       numAcceptedTokensPerPos: new Array<number>(config.numSpeculativeTokens).fill(0) };
   }
 
-  /** Whether the request may get proposals: running, decoding its known last token, no grammar. */
+  /** Whether the request may get proposals: running, decoding its known last token, no grammar, not opted out. */
   private eligible(req: EngineReq): boolean {
-    return req.status === 'RUNNING' && req.isDecoding && req.numPlaceholders === 0 && req.sampling?.constraint === null;
+    return req.status === 'RUNNING' && req.isDecoding && req.numPlaceholders === 0 && req.sampling?.constraint === null &&
+      req.sampling.params.speculativeDecoding;
   }
 
   /** Speculation is off for a step of this many running requests (disable_by_batch_size). */
@@ -59,7 +60,7 @@ export class SpecDecoding {
 
   /** Whether any running request could get proposals (their tokens must then be on the host before scheduling). */
   mayPropose(running: readonly EngineReq[]): boolean {
-    return !this.offFor(running) && running.some((r) => r.sampling?.constraint === null);
+    return !this.offFor(running) && running.some((r) => r.sampling?.constraint === null && r.sampling.params.speculativeDecoding);
   }
 
   /**
