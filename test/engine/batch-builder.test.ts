@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildForwardBatch } from '../../src/engine/batch-builder.js';
+import { buildForwardBatch, type ScheduledSeq } from '../../src/engine/batch-builder.js';
+import { uniformGraphBatch } from '../../src/engine/runner/graph-buckets.js';
 
 test('flat batch of a prefill chunk and a decode token', () => {
   const b = buildForwardBatch([
@@ -81,4 +82,29 @@ test('prompt logit positions come after the sampled rows, a row each, in sequenc
   assert.deepEqual([...b.logitsIndices], [4, 6, 1, 2, 3, 5]);
   assert.throws(() => buildForwardBatch([{ tokenIds: [1, 2], startPosition: 4, blockTable: [3, 8], sample: false,
     promptLogitsFrom: 3, promptLogitsTo: 5 }], 4), /prompt logit position 3 outside its chunk \[4, 6\)/);
+});
+
+test('uniformGraphBatch: steps of q tokens a row and the same logits rows get a graph batch padded on the null page, keyed by shape', () => {
+  const row = (start: number, q: number, k: number): ScheduledSeq => ({ tokenIds: Array.from({ length: q }, (_, i) => 100 + start + i),
+    startPosition: start, blockTable: [3, 4, 5], sample: true, ...(k > 0 ? { specTokenIds: new Array<number>(k).fill(7) } : {}) });
+  // decode rows: the decode graphs' batch (1-token padding that writes nothing) under the bucket itself
+  const decode = uniformGraphBatch([row(5, 1, 0), row(9, 1, 0), row(2, 1, 0)], 16, 64, 8192)!;
+  assert.equal(decode.key, 4);
+  assert.deepEqual(Array.from(decode.batch.slotMapping), [3 * 16 + 5, 3 * 16 + 9, 3 * 16 + 2, -1]);
+  // verify rows of 3 proposals: 4 tokens and 4 logits rows a row; padding rows of 4 tokens on page 0, every position sampled
+  const verify = uniformGraphBatch([row(20, 4, 3), row(30, 4, 3), row(40, 4, 3)], 16, 64, 8192)!;
+  assert.equal(verify.batch.numSeqs, 4);
+  assert.equal(verify.batch.numTokens, 16);
+  assert.deepEqual(Array.from(verify.batch.slotMapping.subarray(12)), [0, 1, 2, 3], 'the padding row writes page 0');
+  assert.equal(verify.batch.logitsIndices.length, 16);
+  // a catch-up of 2 tokens, 1 logits row: another shape, another key (same bucket)
+  const catchUp = uniformGraphBatch([row(20, 2, 0), row(30, 2, 0), row(40, 2, 0)], 16, 64, 8192)!;
+  assert.equal(catchUp.batch.logitsIndices.length, 4);
+  assert.equal(new Set([decode.key, verify.key, catchUp.key]).size, 3);
+  // not a graph: rows of other lengths or logits rows, a row past the page, too many tokens, no bucket
+  assert.equal(uniformGraphBatch([row(20, 4, 3), row(30, 3, 2)], 16, 64, 8192), null);
+  assert.equal(uniformGraphBatch([row(20, 4, 3), row(30, 4, 0)], 16, 64, 8192), null);
+  assert.equal(uniformGraphBatch([row(20, 17, 16)], 16, 64, 8192), null);
+  assert.equal(uniformGraphBatch([row(20, 4, 3), row(30, 4, 3), row(40, 4, 3)], 16, 64, 15), null);
+  assert.equal(uniformGraphBatch(Array.from({ length: 3 }, (_, i) => row(i, 1, 0)), 16, 2, 8192), null);
 });

@@ -54,7 +54,7 @@ function row(req: Request, k: number): DraftRow {
     specTokenIds: new Array<number>(k).fill(0), tokenIds: [req.allTokenIds[n - 1]!, ...new Array<number>(k).fill(0)], seqLen };
 }
 
-test('a draft catches up on what it has not seen, proposes k tokens one forward each (the last fed too), and reuses what the target accepted', () => {
+test('a draft catches up on what it has not seen (two tokens a row once it runs), proposes k tokens one forward each, and reuses what the target accepted', () => {
   const { model, calls } = fakeModel();
   const drafter = new DraftProposer(model, BLOCK, 4096, 3);
   const req = request([10, 11, 12, 13, 14]);
@@ -62,23 +62,23 @@ test('a draft catches up on what it has not seen, proposes k tokens one forward 
   drafter.fill([r1]);
   assert.deepEqual(r1.specTokenIds, [15, 16, 17]);
   assert.deepEqual(r1.tokenIds, [14, 15, 16, 17], 'the scheduled tokens end with the proposals');
-  // catch-up of 5 tokens at a budget of 3 a forward: 3 without logits, then 2 with; then d1 at 5, d2 at 6, and d3 at
-  // 7 for its K and V alone
+  // catch-up of 5 tokens at a budget of 3 a forward: 3 without logits, then 2 with; then d1 fed at 5, d2 at 6 (d3,
+  // the last, is not fed)
   assert.deepEqual(calls, [[{ start: 0, tokens: [10, 11, 12], sample: false }], [{ start: 3, tokens: [13, 14], sample: true }],
-    [{ start: 5, tokens: [15], sample: true }], [{ start: 6, tokens: [16], sample: true }], [{ start: 7, tokens: [17], sample: true }]]);
-  // the target accepted 15 and then picked 99: the draft's KV of 15 (position 5) stands, 99 at 6 is new
+    [{ start: 5, tokens: [15], sample: true }], [{ start: 6, tokens: [16], sample: true }]]);
+  // the target accepted 15 and then picked 99: the draft's KV of 15 (position 5) stands and 99 at 6 is new; the
+  // catch-up recomputes 15 too, so that it is two tokens as every catch-up
   req.appendTokens([15, 99]);
   calls.length = 0;
   const r2 = row(req, 2);
   drafter.fill([r2]);
-  assert.deepEqual(calls[0], [{ start: 6, tokens: [99], sample: true }]);
+  assert.deepEqual(calls[0], [{ start: 5, tokens: [15, 99], sample: true }]);
   assert.deepEqual(r2.specTokenIds, [100, 101]);
-  // everything accepted (2 of 2) plus the target's token: the draft computed 100 at 7 and 101 at 8; 5 at 9 is new
+  // everything accepted (2 of 2) plus the target's token: the draft computed 100 at 7, not 101 at 8; 101 and 5 are new
   req.appendTokens([100, 101, 5]);
   calls.length = 0;
   drafter.fill([row(req, 1)]);
-  assert.deepEqual(calls, [[{ start: 9, tokens: [5], sample: true }], [{ start: 10, tokens: [6], sample: true }]],
-    'k = 1: the catch-up proposes, the proposal is fed');
+  assert.deepEqual(calls, [[{ start: 8, tokens: [101, 5], sample: true }]], 'k = 1: the catch-up alone proposes');
   // a preemption gave the pages back: start over from position 0
   req.numPreemptions++;
   calls.length = 0;
@@ -115,8 +115,8 @@ test('a draft model\'s proposals are placeholders until fill, none past max_toke
   const [free, nearEnd, nearMax] = [decoding(3, 100), decoding(6, 100), decoding(2, 3)];
   spec.propose([free, nearEnd, nearMax]);
   assert.deepEqual(free.specTokenIds, [3, 3, 3, 3], '4 tokens: 4 placeholders, the last token');
-  // 7 tokens, a context of 8: proposals 1 .. k are fed at positions 7 .. 7+k-1 < 8, so k <= 1
-  assert.equal(nearEnd.specTokenIds.length, 1);
+  // 7 tokens, a context of 8: proposals 1 .. k-1 are fed at positions 7 .. 7+k-2 < 8, so k <= 2
+  assert.equal(nearEnd.specTokenIds.length, 2);
   assert.equal(nearMax.specTokenIds.length, 1, 'max_tokens 3, 1 out: room for the verified token and 1 proposal');
   assert.throws(() => new SpecDecoding({ method: 'draft_model', model: '/d', numSpeculativeTokens: 2 }), /without a draft model/);
 });

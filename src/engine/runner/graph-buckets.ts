@@ -1,7 +1,8 @@
 // Which decode steps are captured as CUDA graphs (one per batch-size bucket), and the largest step the start-up
 // profile run sizes the activations for.
 
-import type { ScheduledSeq } from '../batch-builder.js';
+import type { ForwardBatch } from '../../backend/batch.js';
+import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
 
 /** Decode graph buckets: 1, 2, 4, 8, 16, 24, 32, ... (steps of 8) up to maxNumSeqs; null above. */
 export function graphBucket(numSeqs: number, maxNumSeqs: number): number | null {
@@ -38,4 +39,30 @@ export function largestStep(maxNumBatchedTokens: number, maxNumSeqs: number, max
   }
   while (out.length < numSeqs) out.push(seq(1));
   return out;
+}
+
+/** Graph keys of steps of several tokens a row: MULTI_TOKEN_KEYS * (1024 q + logits rows a row) + bucket. */
+const MULTI_TOKEN_KEYS = 1 << 20;
+
+/**
+ * A step whose rows all have q tokens and the same logits rows (a decode step: one token, one row; speculative
+ * decoding's verify step: k + 1 and k + 1; a draft's catch-up: 2 and 1) as a CUDA graph's fixed-shape batch, with the
+ * graph key of its shape: padded to its batch-size bucket, with rows of one token that write nothing (q = 1, as the
+ * decode graphs) or of q tokens on the null page (page 0, which no request holds). Null where the step is of no such
+ * shape, has no bucket, or its padded tokens outgrow `maxTokens` (the activations sized at start-up).
+ */
+export function uniformGraphBatch(seqs: readonly ScheduledSeq[], blockSize: number, maxNumSeqs: number,
+  maxTokens: number): { batch: ForwardBatch; key: number } | null {
+  const first = seqs[0];
+  if (!first) return null;
+  const q = first.tokenIds.length;
+  const rows = numSampleRows(first);
+  if (rows === 0 || q > blockSize || seqs.some((s) => s.tokenIds.length !== q || numSampleRows(s) !== rows || numPromptLogitRows(s) > 0)) return null;
+  const bucket = graphBucket(seqs.length, maxNumSeqs);
+  if (bucket === null || bucket * q > maxTokens) return null;
+  if (q === 1) return { batch: buildForwardBatch(seqs, blockSize, bucket, true), key: bucket };
+  const pad: ScheduledSeq = { tokenIds: new Array<number>(q).fill(0), startPosition: 0, blockTable: [0], sample: true,
+    specTokenIds: new Array<number>(rows - 1).fill(0) };
+  return { batch: buildForwardBatch([...seqs, ...new Array<ScheduledSeq>(bucket - seqs.length).fill(pad)], blockSize),
+    key: MULTI_TOKEN_KEYS * (1024 * q + rows) + bucket };
 }

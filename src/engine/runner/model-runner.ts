@@ -13,10 +13,7 @@ import type { TokenLogprob } from '../../sampling/types.js';
 import { isGreedyVerifiable, verifyGreedy } from '../../sampling/greedy-verify.js';
 import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
 import { runDeviceStep, type DeviceResult, type DeviceStep } from './device-steps.js';
-import { graphBucket, graphBuckets, largestStep } from './graph-buckets.js';
-
-/** Verify graphs' keys: VERIFY_GRAPH_KEYS * (k + 1) + bucket, apart from the decode buckets' (below it). */
-const VERIFY_GRAPH_KEYS = 1 << 20;
+import { graphBucket, graphBuckets, largestStep, uniformGraphBatch } from './graph-buckets.js';
 
 /** A scheduled row as the runner needs it. */
 export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string;
@@ -119,7 +116,9 @@ export class ModelRunner {
     if (drafts !== undefined && rows.every((r) => numPromptLogitRows(r) === 0) &&
       states.every((st) => isGreedyVerifiable(st, this.eosTokenIds))) {
       // greedy verify rows: each position's argmax from the device, the proposals checked against them here
-      const verify = graphs ? this.verifyGraph(rows) : null;
+      // rows with fewer proposals (max_tokens, the budget) than the others make the step eager
+      const verify = graphs ? uniformGraphBatch(rows, this.options.blockSize, this.options.maxNumSeqs,
+        this.options.maxNumBatchedTokens ?? 0) : null;
       const { wait } = verify ? this.run({ op: 'tokens', batch: verify.batch, graphKey: verify.key })
         : this.run({ op: 'tokens', batch, graphKey: null });
       const numRows = rows.reduce((a, r) => a + numSampleRows(r), 0);
@@ -135,23 +134,6 @@ export class ModelRunner {
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
     const { wait } = this.run({ op: 'tokens', batch, graphKey });
     return { wait: () => ({ tokenIds: wait(), logprobs: [] }), sampledOnDevice: true };
-  }
-
-  /**
-   * A verify step whose rows are all one request's last token and k proposals (the same k), padded to a graph
-   * bucket with rows of k + 1 tokens on the null page (page 0, which no request holds), under its own graph key
-   * per bucket and k; null where the step is not of that shape or outgrows the activations sized at start-up.
-   */
-  private verifyGraph(rows: readonly RunnerRow[]): { batch: ForwardBatch; key: number } | null {
-    const k = rows[0]!.specTokenIds?.length ?? 0;
-    const q = k + 1;
-    if (k === 0 || q > this.options.blockSize || !rows.every((r) => r.isDecode && r.sample && r.specTokenIds?.length === k)) return null;
-    const bucket = graphBucket(rows.length, this.options.maxNumSeqs);
-    if (bucket === null || bucket * q > (this.options.maxNumBatchedTokens ?? 0)) return null;
-    const pad = { tokenIds: new Array<number>(q).fill(0), startPosition: 0, blockTable: [0], sample: true,
-      specTokenIds: new Array<number>(k).fill(0) };
-    const batch = buildForwardBatch([...rows, ...new Array<typeof pad>(bucket - rows.length).fill(pad)], this.options.blockSize);
-    return { batch, key: VERIFY_GRAPH_KEYS * q + bucket };
   }
 
   /**

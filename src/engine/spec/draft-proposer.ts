@@ -8,9 +8,12 @@
 // tokens: all inside that allocation. What the draft computed stays valid where its input was the real token:
 // every position before n, and the proposals the target accepted; the next fill starts from there.
 //
-// The forwards of one token a row replay the draft's CUDA graphs (one per batch-size bucket, as the target's decode
-// steps). The last proposal is fed too (its output unused) so that, when the target accepts all k, the next fill's
-// catch-up is again one token a row, the target's next: only a request's first fill (its prompt) runs eagerly.
+// The forwards replay the draft's CUDA graphs: one token a row for proposals 2 .. k (one graph per batch-size bucket,
+// as the target's decode steps), two a row for the catch-up. The draft has then computed all but the last proposal:
+// when the target accepts all k, two tokens are new (the last proposal and the target's next); when it rejects one,
+// only the target's token is, and the catch-up starts a token early, recomputing K and V the draft already holds (the
+// same values: same token, same context), so that every catch-up after a request's first (its prompt, eager) is
+// two tokens a row, one graph, one forward fewer than feeding the last proposal would cost.
 //
 // A proposal never decides a token: the target verifies each one (greedy: the longest matching prefix; sampling:
 // rejection sampling against the draft's point mass), so a draft that is wrong, stale or fails costs speed only.
@@ -19,7 +22,7 @@ import { buildForwardBatch, type ScheduledSeq } from '../batch-builder.js';
 import type { Model } from '../../model/model.js';
 import { captureDecodeGraphs } from '../runner/model-runner.js';
 import { runDeviceStep } from '../runner/device-steps.js';
-import { graphBucket } from '../runner/graph-buckets.js';
+import { uniformGraphBatch } from '../runner/graph-buckets.js';
 import type { Request } from '../../scheduler/request.js';
 
 /** A verify row to fill: its request, its pages, and the k placeholders the scheduler scheduled after its last token. */
@@ -75,7 +78,7 @@ export class DraftProposer {
       const n = r.seqLen - k;
       let st = this.states.get(r.req);
       if (st === undefined || st.preemptions !== r.req.numPreemptions) st = { valid: 0, preemptions: r.req.numPreemptions };
-      const from = Math.min(st.valid, n - 1);
+      const from = Math.min(st.valid, n - 2);
       return { r, k, n, from };
     });
     let filled = 0;
@@ -83,14 +86,12 @@ export class DraftProposer {
       const first = this.catchUp(work);
       work.forEach((w) => this.set(w.r, 0, first.get(w)!));
       filled = 1;
-      // proposal j is fed at n + j - 1 for the next (j < k), and the last one for its K and V alone
-      for (let active = work; active.length > 0; active = active.filter((w) => w.k > filled - 1)) {
+      // proposal j is fed at n + j - 1 for proposal j + 1
+      for (let active = work.filter((w) => w.k > 1); active.length > 0; active = active.filter((w) => w.k > filled)) {
         const j = filled;
         const tokens = this.forward(active.map((w) => ({ tokenIds: [w.r.specTokenIds[j - 1]!], startPosition: w.n + j - 1,
           blockTable: w.r.blockTable, sample: true })));
-        active.forEach((w, i) => {
-          if (j < w.k) this.set(w.r, j, tokens[i]!);
-        });
+        active.forEach((w, i) => this.set(w.r, j, tokens[i]!));
         filled = j + 1;
       }
     } catch {
@@ -98,11 +99,11 @@ export class DraftProposer {
       // the rows keep what was filled; the rest propose their last real token (verified like any proposal)
       for (const { r, k, n } of work) for (let j = filled; j < k; j++) this.set(r, j, r.req.allTokenIds[n - 1]!);
     }
-    // computed: the positions before n, then proposal i at n + i - 1 for each i fed (all k when no forward failed);
-    // right up to the first the target rejects, which the next fill's cut at its n - 1 finds. A forward that failed
-    // computed nothing sure: a failed catch-up leaves what was valid before it.
+    // computed: the positions before n, then proposal i at n + i - 1 for each i fed (1 .. k-1 when no forward
+    // failed); right up to the first the target rejects, which the next fill's cut at its n - 2 finds. A forward
+    // that failed computed nothing sure: a failed catch-up leaves what was valid before it.
     for (const { r, k, n, from } of work) {
-      this.states.set(r.req, { valid: filled === 0 ? from : n + Math.min(filled - 1, k), preemptions: r.req.numPreemptions });
+      this.states.set(r.req, { valid: filled === 0 ? from : n + Math.min(filled - 1, k - 1), preemptions: r.req.numPreemptions });
     }
   }
 
@@ -151,9 +152,9 @@ export class DraftProposer {
   private forward(seqs: ScheduledSeq[]): Int32Array {
     this.numDraftForwardTokens += seqs.reduce((a, s) => a + s.tokenIds.length, 0);
     const graphs = this.graphOptions.enforceEager ? undefined : this.model.backend.graphs;
-    const bucket = graphs && seqs.every((s) => s.tokenIds.length === 1) ? graphBucket(seqs.length, this.graphOptions.maxNumSeqs) : null;
-    const batch = bucket !== null ? buildForwardBatch(seqs, this.blockSize, bucket, true) : buildForwardBatch(seqs, this.blockSize);
-    const step = runDeviceStep(this.model, graphs, { op: 'tokens', batch, graphKey: bucket });
+    const graphed = graphs ? uniformGraphBatch(seqs, this.blockSize, this.graphOptions.maxNumSeqs, this.maxNumBatchedTokens) : null;
+    const step = runDeviceStep(this.model, graphs, graphed ? { op: 'tokens', batch: graphed.batch, graphKey: graphed.key }
+      : { op: 'tokens', batch: buildForwardBatch(seqs, this.blockSize), graphKey: null });
     return (step as Extract<typeof step, { op: 'tokens' }>).wait().subarray(0, seqs.length);
   }
 }

@@ -73,8 +73,8 @@ export class SpecDecoding {
     const off = this.offFor(running);
     for (const req of running) {
       let room = Math.min(c.numSpeculativeTokens, req.maxTokens - req.numOutputTokens - 1);
-      // the draft feeds proposals 1 .. k back at positions n .. n+k-1
-      if (this.drafter) room = Math.min(room, this.drafter.maxPositions - req.numTokens);
+      // the draft feeds proposals 1 .. k-1 back at positions n .. n+k-2
+      if (this.drafter) room = Math.min(room, this.drafter.maxPositions - req.numTokens + 1);
       if (off || room <= 0 || !this.eligible(req)) req.specTokenIds = [];
       else if (c.method === 'ngram') req.specTokenIds = proposeNgram(req.allTokenIds, room, c);
       else req.specTokenIds = new Array<number>(room).fill(req.allTokenIds[req.numTokens - 1]!);
