@@ -24,8 +24,9 @@ test('a draft_model config parses (vLLM infers the method from a model path alon
   const parsed = parseSpeculativeConfig('{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3, "disable_by_batch_size": 16}');
   assert.deepEqual(parsed, { method: 'draft_model', model: '/d', numSpeculativeTokens: 3, disableByBatchSize: 16 });
   assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
+  // without disable_by_batch_size, a draft speculates only while one request runs (measured: DRAFT_MODEL_DISABLE_BY_BATCH_SIZE)
   assert.deepEqual(parseSpeculativeConfig({ model: '/d', num_speculative_tokens: 2 }),
-    { method: 'draft_model', model: '/d', numSpeculativeTokens: 2 });
+    { method: 'draft_model', model: '/d', numSpeculativeTokens: 2, disableByBatchSize: 2 });
 });
 
 test('a config is refused naming the method or field at fault', () => {

@@ -17,7 +17,8 @@ import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
 
 const DEMO = defaultModelDir();
-const SELF = { method: 'draft_model', model: DEMO, num_speculative_tokens: 3 };
+// batches speculate too here (a draft's default disable_by_batch_size is 2: only one running request would)
+const SELF = { method: 'draft_model', model: DEMO, num_speculative_tokens: 3, disable_by_batch_size: 64 };
 const PROMPTS = [
   'And God said, Let there be light: and there was light.',
   'In the beginning God created the heaven and the earth. And the earth was without form',
@@ -70,7 +71,7 @@ test('a draft that disagrees (a random model, the target\'s tokenizer) changes n
   await makeTestModel({ shape: 'tiny-qwen3', outDir: target, dtype: 'f32', seed: 1 });
   await makeTestModel({ shape: 'tiny-qwen3', outDir: draft, dtype: 'f32', seed: 2 });
   const prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [40, 41, 42, 43], [9, 9, 9, 9, 9]];
-  const spec = { method: 'draft_model', model: draft, num_speculative_tokens: 4 };
+  const spec = { method: 'draft_model', model: draft, num_speculative_tokens: 4, disable_by_batch_size: 64 };
   const off = await generate(target, {}, prompts, { maxTokens: 24, ignoreEos: true });
   for (const opts of [{}, { maxNumBatchedTokens: 5 }, { maxNumSeqs: 1 }]) {
     const on = await generate(target, { speculativeConfig: spec, ...opts }, prompts, { maxTokens: 24, ignoreEos: true });

@@ -19,7 +19,7 @@ const PROMPTS = [
 ];
 const SPEC = { method: 'ngram', num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 4 };
 
-const DRAFT = { method: 'draft_model', model: defaultModelDir(), num_speculative_tokens: 3 };
+const DRAFT = { method: 'draft_model', model: defaultModelDir(), num_speculative_tokens: 3, disable_by_batch_size: 64 };
 
 describe('speculative decoding on CUDA', { skip: noCuda }, () => {
   const run = async (batchInvariant: boolean, spec: boolean | object) => {

@@ -26,6 +26,13 @@ export interface NgramConfig extends CommonConfig {
   promptLookupMax: number;
 }
 
+/**
+ * A draft model's default disable_by_batch_size (vLLM has none): speculate only while one request runs. Measured in
+ * session 32 (docs/perf-log.md) on a trained 208M target with the 6.5M demo model as its draft, one H200: k = 5 gave
+ * 1.63x the tokens/s at one sequence and 0.61x to 0.97x at 2 to 64. Give the field to choose otherwise.
+ */
+export const DRAFT_MODEL_DISABLE_BY_BATCH_SIZE = 2;
+
 /** A draft model's: its directory (or cached repo id), loaded beside the target on the same backend. */
 export interface DraftModelConfig extends CommonConfig {
   method: 'draft_model';
@@ -88,7 +95,8 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
   if (method === 'draft_model') {
     if (typeof obj.model !== 'string' || obj.model === '' || isNgramName) fail('model: the draft_model method needs the draft model\'s directory');
     for (const f of ['prompt_lookup_min', 'prompt_lookup_max']) if (obj[f] !== undefined) fail(`${f}: only the ngram method takes it`);
-    return { method: 'draft_model', model: obj.model, ...common };
+    return { method: 'draft_model', model: obj.model, ...common,
+      disableByBatchSize: common.disableByBatchSize ?? DRAFT_MODEL_DISABLE_BY_BATCH_SIZE };
   }
   if (obj.model !== undefined && !isNgramName) fail('model: the ngram method takes no model');
   // vLLM's defaults: both absent -> 5 and 5; one absent -> the other's value
