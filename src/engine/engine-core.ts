@@ -17,9 +17,8 @@ import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import { createBackend, sizeKvCache, startupRefusal } from './backend-factory.js';
-import { grammarVocabFromTokenizerJson, type GrammarVocab, type GrammarVocabFile, type TokenConstraint } from '../sampling/structured-output.js';
-import { RequestGrammars } from './request-grammars.js';
-import { join } from 'node:path';
+import type { GrammarVocab, GrammarVocabFile, TokenConstraint } from '../sampling/structured-output.js';
+import { grammarVocabOf, RequestGrammars } from './request-grammars.js';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
 import { defaultMaxModelLen } from '../model/rope.js';
@@ -407,20 +406,12 @@ export class EngineCore {
   }
 
   stats(): EngineStats {
-    const numTotalBlocks = this.info.numBlocks;
     return {
       numRunning: this.scheduler.running.length,
       numRunningPeak: this.numRunningPeak,
       numWaiting: this.scheduler.waiting.length,
-      kvCacheUsage: this.kv.usage(),
-      numFreeBlocks: this.kv.numFreeBlocks,
-      numTotalBlocks,
-      numFreeStateSlots: this.kv.numFreeStateSlots,
-      numTotalStateSlots: this.kv.numStateSlots,
-      numCachedStates: this.kv.numCachedStates,
-      numCachedStateSlots: this.kv.numCachedStateSlots,
-      prefixCacheQueries: this.kv.prefixCacheQueries,
-      prefixCacheHits: this.kv.prefixCacheHits,
+      ...this.kv.cacheStats(),
+      numTotalBlocks: this.info.numBlocks,
       numPreemptions: this.scheduler.numPreemptions,
       numPromptTokens: this.numPromptTokens,
       numGenerationTokens: this.numGenerationTokens,
@@ -491,11 +482,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     tp?.sized(numBlocks, numStateSlots + numCachedStateSlots, engineOptions);
     const core = new EngineCore({
       model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp, drafter,
-      // a GGUF file's tokenizer is in memory; otherwise each grammar host reads tokenizer.json in its own thread
-      grammarVocab: dir.tokenizerJson !== undefined
-        ? () => grammarVocabFromTokenizerJson(dir.tokenizerJson!, dir.config.vocabSize, dir.generation.eosTokenIds)
-        : { tokenizerJsonPath: join(dir.tokenizerDir, 'tokenizer.json'), vocabSize: dir.config.vocabSize,
-          stopTokenIds: [...dir.generation.eosTokenIds] },
+      grammarVocab: grammarVocabOf(dir),
       info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
         kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
     }, engineOptions);

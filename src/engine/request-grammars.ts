@@ -3,8 +3,11 @@
 // broken() and ended by the engine with an error; the others never notice.
 
 import { GrammarHosts, GrammarRequestEnded, type GrammarHostsOptions, type GrammarRequest } from '../sampling/grammar-hosts.js';
+import { join } from 'node:path';
+import type { ModelDir } from '../loader/model-dir.js';
 import {
-  ConstraintAfterToken, type GrammarVocab, type GrammarVocabFile, type StructuredOutputSpec, type TokenConstraint,
+  ConstraintAfterToken, grammarVocabFromTokenizerJson, type GrammarVocab, type GrammarVocabFile, type StructuredOutputSpec,
+  type TokenConstraint,
 } from '../sampling/structured-output.js';
 
 export class RequestGrammars {
@@ -76,4 +79,15 @@ export class RequestGrammars {
     for (const id of [...this.waiting.keys()]) this.cancel(id);
     return this.hosts.close();
   }
+}
+
+/**
+ * Where structured outputs' vocabulary comes from: a GGUF file's tokenizer is in memory; otherwise each grammar host
+ * reads tokenizer.json in its own thread.
+ */
+export function grammarVocabOf(dir: ModelDir): GrammarVocabFile | (() => GrammarVocab) {
+  return dir.tokenizerJson !== undefined
+    ? () => grammarVocabFromTokenizerJson(dir.tokenizerJson!, dir.config.vocabSize, dir.generation.eosTokenIds)
+    : { tokenizerJsonPath: join(dir.tokenizerDir, 'tokenizer.json'), vocabSize: dir.config.vocabSize,
+      stopTokenIds: [...dir.generation.eosTokenIds] };
 }

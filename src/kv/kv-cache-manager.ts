@@ -147,6 +147,15 @@ export class KVCacheManager {
     return this.pool.usage();
   }
 
+  /** The cache's counters as EngineStats reports them. */
+  cacheStats(): { kvCacheUsage: number; numFreeBlocks: number; numFreeStateSlots: number; numTotalStateSlots: number;
+    numCachedStates: number; numCachedStateSlots: number; prefixCacheQueries: number; prefixCacheHits: number } {
+    return { kvCacheUsage: this.usage(), numFreeBlocks: this.numFreeBlocks, numFreeStateSlots: this.numFreeStateSlots,
+      numTotalStateSlots: this.numStateSlots, numCachedStates: this.numCachedStates,
+      numCachedStateSlots: this.numCachedStateSlots, prefixCacheQueries: this.prefixCacheQueries,
+      prefixCacheHits: this.prefixCacheHits };
+  }
+
   /**
    * The longest run of leading full blocks that EVERY group finds in its prefix cache (full attention is
    * prefix-closed: a shorter hit of one group cuts the others to it). Never the whole sequence: its last token
