@@ -9,6 +9,8 @@
 #   61 GB of bf16 on disk: made alone, not beside the 8b model on a 64 GiB disk)
 #   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
 #   54 GB under /dev/shm: not beside qwen3-30b-a3b there)
+#   ROWS="spec-draft spec-self" ...  # the speculative-decoding issue's rows: a 208M target trained here (~3 minutes,
+#   tools/train-demo with the demo model's tokenizer) with the demo model as its draft, on held-out text
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -162,4 +164,30 @@ if want peer; then
   [[ -x "$py" ]] || py=python3
   timeout -k 5 300 "$py" tools/reference/peer_generate_batch.py --model "$M06" --prompts "$OUTDIR/w1-64-prompts.json" \
     --json "$OUTDIR/peer-transformers.json" >"$OUTDIR/peer-transformers.log" 2>&1; summary "$OUTDIR/peer-transformers.json"
+fi
+
+if want spec-draft || want spec-self; then
+  TARGET=${TARGET:-/dev/shm/spec-target}
+  py=/opt/torch/.venv/bin/python
+  [[ -x "$py" ]] || py=python3
+  [[ -f "$TARGET/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$TARGET" --tokenizer-from models/quire-demo \
+    --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 150 \
+    >"$OUTDIR/spec-train.log" 2>&1
+  # prompts the models were not trained on: the held-out documents' openings
+  node -e '
+    const docs = require("fs").readFileSync("tools/train-demo/data/heldout.txt", "utf8").split("<|endoftext|>\n");
+    for (const d of docs) if (d.trim() && !d.includes("<|im_start|>")) console.log(JSON.stringify({ prompt: d.trim() }));' \
+    >"$OUTDIR/heldout.jsonl"
+  spec=(--backend cuda --force --max-model-len 2048 --prompt-file "$OUTDIR/heldout.jsonl" --prompt-len 64 --batch-sizes 1,64)
+  draft() { echo "{\"method\": \"draft_model\", \"model\": \"$1\", \"num_speculative_tokens\": ${K:-5}}"; }
+  echo "== W2 the trained target alone (the speculative rows' baseline)"
+  $Q bench decode --model "$TARGET" "${spec[@]}" 2>&1 | grep -E "tokens/s"
+fi
+if want spec-draft; then
+  echo "== W2 with the demo model as its draft, k = ${K:-5} (bars: >= 2.0x at batch 1, no slower at 64)"
+  $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config "$(draft models/quire-demo)" 2>&1 | grep -E "tokens/s"
+fi
+if want spec-self; then
+  echo "== W2 with the target as its own draft, k = ${K:-5} (acceptance ~100%: the machinery's cost)"
+  $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config "$(draft "$TARGET")" 2>&1 | grep -E "tokens/s"
 fi

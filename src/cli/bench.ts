@@ -16,6 +16,7 @@ import {
 } from '../lab/offline.js';
 import { offlineSummary, type OfflineRun, specDecodingLine } from '../lab/offline-summary.js';
 import { startProgress } from '../lab/progress.js';
+import { parseJsonlPrompts } from '../lab/workloads.js';
 import { OFFLINE_RESULT_SCHEMA_PATH, schemaErrors, type JsonSchema } from '../lab/result-schema.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
@@ -180,6 +181,8 @@ function decodeCommand(): Command {
     .option('--batch-sizes <list>', 'batch sizes', ints, [1])
     .option('--prompt-len <n>', 'prompt tokens', count, 128)
     .option('--context-lens <list>', 'prompt tokens, one run each (replaces --prompt-len), e.g. 128,1024,4096,16384', ints)
+    .option('--prompt-file <jsonl>', 'text prompts ({"prompt": ...} a line), one a row in turn, each cut to its first '
+      + '--prompt-len tokens (in place of random token ids: speculative decoding\'s acceptance needs real text)')
     .option('--g1 <n>', 'short generation', count, 64)
     .option('--g2 <n>', 'long generation', count, 320)
     .option('--repeats <n>', 'measured repeats', count, 2)
@@ -190,6 +193,10 @@ function decodeCommand(): Command {
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
     const contextLens = (f.contextLens as number[] | undefined) ?? null;
+    const file = f.promptFile as string | undefined;
+    if (file !== undefined && contextLens) throw new Error('quire bench decode: --prompt-file and --context-lens exclude each other');
+    const fromFile = file === undefined ? undefined : parseJsonlPrompts(readFileSync(file, 'utf8'), `--prompt-file ${file}`);
+    if (fromFile?.length === 0) throw new Error(`quire bench decode: --prompt-file ${file}: no prompts`);
     await withLock(f, async () => {
       const llm = await loadLLM(model, options);
       try {
@@ -203,6 +210,8 @@ function decodeCommand(): Command {
             .toFixed(2)} GiB of weights per step: roofline ${(bandwidth / info.weightBytesPerStep).toFixed(0)} steps/s `
             + `(less with each row's K/V: ${(info.kvBytesPerToken / 1024).toFixed(1)} KiB a token of context)`);
         }
+        const prompts = fromFile?.map((p) => (typeof p.prompt === 'string' ? dir.tokenizer.encode(p.prompt) : p.prompt)
+          .slice(0, f.promptLen as number));
         for (const promptTokens of contextLens ?? [f.promptLen as number]) {
           for (const batchSize of f.batchSizes as number[]) {
             const before = await llm.stats();
@@ -210,13 +219,13 @@ function decodeCommand(): Command {
               targets: [{ name: 'quire', run: llmBatchRunner(llm, { temperature: f.temperature as number,
                 ...(f.topP !== undefined ? { topP: f.topP as number } : {}), ...(f.topK !== undefined ? { topK: f.topK as number } : {}) }) }],
               batchSize, promptTokens, g1: f.g1 as number, g2: f.g2 as number, numRepeats: f.repeats as number,
-              vocabSize: dir.config.vocabSize,
+              vocabSize: dir.config.vocabSize, ...(prompts ? { prompts } : {}),
             });
             const t = r.targets[0]!;
             const after = await llm.stats();
             const hostMs = after.hostMs - before.hostMs;
             const hostShare = hostMs / (hostMs + after.executeMs - before.executeMs);
-            const context = meanMeasuredContext(promptTokens, r.g1, r.g2);
+            const context = meanMeasuredContext(r.promptTokens, r.g1, r.g2);
             const roofline = bandwidth === null ? ''
               : `, ${(100 * t.perSeqTokensPerS / decodeRooflineStepsPerS(bandwidth, bytes, batchSize, context)).toFixed(1)}% `
                 + 'of the per-sequence roofline of weights, K/V and state '

@@ -7,6 +7,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { benchCommand } from '../../src/cli/bench.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 
 async function benchServeError(argv: string[]): Promise<string> {
   let err = '';
@@ -72,6 +75,15 @@ test('counts and sampling values: positive integers where a count is meant, numb
     /option '--num-requests <n>' argument 'many' is invalid\. expected a positive integer\./);
   assert.match(await errorOf('decode', ['--context-lens', '128,4k']), /option '--context-lens <list>' argument '128,4k' is invalid\. expected a comma-separated list of positive integers\./);
   assert.match(await errorOf('decode', ['--g1', '0']), /option '--g1 <n>' argument '0' is invalid\. expected a positive integer\./);
+  {
+    // --prompt-file: refused before any model loads, naming the file and line
+    const decode = () => benchCommand().commands.find((c) => c.name() === 'decode')!.exitOverride();
+    const bad = join(mkdtempSync(join(tmpdir(), 'quire-prompts-')), 'p.jsonl');
+    writeFileSync(bad, '{"prompt": "ok"}\n{prompt\n');
+    await assert.rejects(decode().parseAsync(['--prompt-file', bad, '--context-lens', '128'], { from: 'user' }), /--prompt-file and --context-lens exclude each other/);
+    await assert.rejects(decode().parseAsync(['--prompt-file', bad, '--model', '/no/such/model'], { from: 'user' }), /--prompt-file .*p\.jsonl:2: not JSON/);
+    rmSync(dirname(bad), { recursive: true, force: true });
+  }
   assert.match(await errorOf('decode', ['--temperature', 'warm']),
     /option '--temperature <t>' argument 'warm' is invalid\. expected a number\./);
   assert.match(await errorOf('decode', ['--top-k', '2.5']),

@@ -30,6 +30,22 @@ test('difference method removes start-up: rates and ratio from linear timings', 
   assert.equal(new Set(seenA.map((s) => s.first)).size, seenA.length, 'fresh nonce on every batch');
 });
 
+test('given prompts: row i runs prompts[i mod n] as given, every batch (no nonce); the mean prompt length reported', async () => {
+  const batches: number[][][] = [];
+  const r = await benchDecode({
+    targets: [{ name: 'a', run: async (prompts, maxTokens) => {
+      batches.push(prompts);
+      return 10 + maxTokens;
+    } }],
+    batchSize: 3,
+    numRepeats: 1,
+    prompts: [[5, 6, 7, 8], [9, 10]],
+  });
+  for (const b of batches) assert.deepEqual(b, [[5, 6, 7, 8], [9, 10], [5, 6, 7, 8]]);
+  assert.equal(r.promptTokens, 10 / 3);
+  await assert.rejects(benchDecode({ targets: [{ name: 'a', run: async () => 1 }], prompts: [] }), /prompts is empty/);
+});
+
 test('HTTP batch runner sends id prompts, EOS ignored, and times the batch', async () => {
   const server = await startMockServer({ prefillDelayMs: 1, tokenDelayMs: 2 });
   try {
