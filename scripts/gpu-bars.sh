@@ -10,7 +10,8 @@
 #   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
 #   54 GB under /dev/shm: not beside qwen3-30b-a3b there)
 #   ROWS="spec-draft spec-self" ...  # the speculative-decoding issue's rows: a 208M target trained here (~3 minutes,
-#   tools/train-demo with the demo model's tokenizer) with the demo model as its draft, on held-out text
+#   tools/train-demo with the demo model's tokenizer) with the demo model as its draft, on held-out text; DRAFT_LAYERS=2
+#   trains a draft of that many layers (hidden 256, ~30 s) in place of the demo model; K=5 proposals a step
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -173,6 +174,12 @@ if want spec-draft || want spec-self; then
   [[ -f "$TARGET/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$TARGET" --tokenizer-from models/quire-demo \
     --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 150 \
     >"$OUTDIR/spec-train.log" 2>&1
+  DRAFT=models/quire-demo
+  if [[ -n "${DRAFT_LAYERS:-}" ]]; then
+    DRAFT=/dev/shm/spec-draft-$DRAFT_LAYERS
+    [[ -f "$DRAFT/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$DRAFT" --tokenizer-from models/quire-demo \
+      --num-layers "$DRAFT_LAYERS" >"$OUTDIR/spec-train-draft.log" 2>&1
+  fi
   # prompts the models were not trained on: the held-out documents' openings
   node -e '
     const docs = require("fs").readFileSync("tools/train-demo/data/heldout.txt", "utf8").split("<|endoftext|>\n");
@@ -184,8 +191,8 @@ if want spec-draft || want spec-self; then
   $Q bench decode --model "$TARGET" "${spec[@]}" 2>&1 | grep -E "tokens/s"
 fi
 if want spec-draft; then
-  echo "== W2 with the demo model as its draft, k = ${K:-5} (bars: >= 2.0x at batch 1, no slower at 64)"
-  $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config "$(draft models/quire-demo)" 2>&1 | grep -E "tokens/s"
+  echo "== W2 with $DRAFT as its draft, k = ${K:-5} (bars: >= 2.0x at batch 1, no slower at 64)"
+  $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config "$(draft "$DRAFT")" 2>&1 | grep -E "tokens/s"
 fi
 if want spec-self; then
   echo "== W2 with the target as its own draft, k = ${K:-5} (acceptance ~100%: the machinery's cost)"
