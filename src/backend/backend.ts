@@ -9,6 +9,12 @@ import type { DType, HostTensor, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 
+
+/**
+ * Steps whose sampled ids may be read late (sampleTokensAsync, graph replays): async scheduling holds one, a draft
+ * model's chained proposals (engine/spec/draft-proposer.ts) up to this many less one.
+ */
+export const TOKEN_READS_IN_FLIGHT = 8;
 export interface Tensor {
   readonly shape: readonly number[];
   /**
@@ -281,7 +287,8 @@ export interface Backend {
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array;
   /**
    * Optional: sampleTokens without waiting for the device; the returned function waits and gives the ids. It must
-   * be called before the step after next begins.
+   * be called before TOKEN_READS_IN_FLIGHT - 1 more steps have begun (the host slots the ids are copied into are
+   * reused by turns; a graph replay's ids take the same turns).
    */
   sampleTokensAsync?(logits: Tensor, step: StepInputs): () => Int32Array;
   /** Copies a tensor to the host as f32. */

@@ -91,6 +91,7 @@ export const KNOBS = {
   QUIRE_CHAIN_WHOLE_SPLIT: num(K, 8, 'Stages a slice of gemm_chain_whole\'s k holds beyond 16 (0: unsplit).', { integer: true }),
   QUIRE_CHAIN_EARLY8_K: num(K, 4096, 'K from which the split bf16 rings read 6 of 8 stages before the wait.', { integer: true }),
   QUIRE_FUSED_ROPE: bool(K, true, 'A decode step\'s qk-norm + rope + KV write inside the decode attention kernel.'),
+  QUIRE_DRAFT_CHAIN: bool(K, false, 'A draft model\'s proposal forwards launched back to back, each reading the token before it on the device (not yet measured).'),
   QUIRE_DECODE_SPLIT_TOKENS: num(K, 1024, 'KV positions a decode split covers.', { integer: true, min: 1 }),
   QUIRE_DECODE_LONG_SPLIT_TOKENS: num(K, 256, 'KV positions a split covers for rows of long contexts in small steps.', { integer: true, min: 1 }),
   QUIRE_DECODE_SHORT_SPLIT_TOKENS: num(K, 128, 'KV positions a split covers for short rows (0: none).', { integer: true }),

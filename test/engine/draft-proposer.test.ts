@@ -16,9 +16,13 @@ import { Rng } from '../../src/backend/sampling/rng.js';
 const V = 1000;
 const BLOCK = 4;
 
-/** Records every forward's (start, tokens, sampled) per row; answers token + 1 at each logits row. */
+/**
+ * Records every forward's (start, tokens, sampled) per row; answers token + 1 at each logits row, a negative input
+ * id -(r + 1) standing for the token it answered last at row r (as the backends read them).
+ */
 function fakeModel(failAt = -1): { model: Model; calls: { start: number; tokens: number[]; sample: boolean }[][] } {
   const calls: { start: number; tokens: number[]; sample: boolean }[][] = [];
+  let last = new Int32Array(0);
   const forwardTokens = (b: ForwardBatch): Int32Array => {
     if (calls.length === failAt) {
       calls.push([]);
@@ -31,7 +35,9 @@ function fakeModel(failAt = -1): { model: Model; calls: { start: number; tokens:
       rows.push({ start: b.positions[from]!, tokens: Array.from(b.inputIds.subarray(from, to)), sample: sampled.has(to - 1) });
     }
     calls.push(rows);
-    return Int32Array.from(b.logitsIndices, (t) => (b.inputIds[t]! + 1) % V);
+    const input = (t: number) => (b.inputIds[t]! < 0 ? last[-b.inputIds[t]! - 1]! : b.inputIds[t]!);
+    last = Int32Array.from(b.logitsIndices, (t) => (input(t) + 1) % V);
+    return last;
   };
   const model = { forwardTokens, forwardTokensAsync: (b: ForwardBatch) => {
     const ids = forwardTokens(b);
@@ -56,7 +62,7 @@ function row(req: Request, k: number): DraftRow {
 
 test('a draft catches up on what it has not seen (two tokens a row once it runs), proposes k tokens one forward each, and reuses what the target accepted', () => {
   const { model, calls } = fakeModel();
-  const drafter = new DraftProposer(model, BLOCK, 4096, 3);
+  const drafter = new DraftProposer(model, BLOCK, 4096, 3, undefined, false);
   const req = request([10, 11, 12, 13, 14]);
   const r1 = row(req, 3);
   drafter.fill([r1]);
@@ -84,6 +90,18 @@ test('a draft catches up on what it has not seen (two tokens a row once it runs)
   calls.length = 0;
   drafter.fill([row(req, 1)]);
   assert.equal(calls[0]![0]!.start, 0);
+});
+
+test('chained (QUIRE_DRAFT_CHAIN): proposal forwards read the token before on the device; the same proposals', () => {
+  const { model, calls } = fakeModel();
+  const drafter = new DraftProposer(model, BLOCK, 4096, 64, undefined, true);
+  const [a, b] = [request([10, 11, 12]), request([20, 21, 22])];
+  const [ra, rb] = [row(a, 4), row(b, 2)];
+  drafter.fill([ra, rb]);
+  assert.deepEqual(ra.specTokenIds, [13, 14, 15, 16]);
+  assert.deepEqual(rb.specTokenIds, [23, 24]);
+  // d1 from the catch-up comes through the host; then row 0 (a) reads its last token at row 0 of the forward before
+  assert.deepEqual(calls.slice(1).map((c) => c.map((r) => r.tokens[0])), [[13, 23], [-1], [-1]]);
 });
 
 test('a failed draft forward falls back to the last token, is counted, and leaves the draft to recompute', () => {

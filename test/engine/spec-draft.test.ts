@@ -82,6 +82,18 @@ test('a draft that disagrees (a random model, the target\'s tokenizer) changes n
   for (const t of sampled.tokenIds) assert.equal(t.split(',').length, 24);
 });
 
+test('chained proposal forwards (QUIRE_DRAFT_CHAIN=1): the same transcripts, every proposal as without', async () => {
+  const plain = await generate(DEMO, { speculativeConfig: SELF }, PROMPTS, { maxTokens: 24 });
+  process.env.QUIRE_DRAFT_CHAIN = '1';
+  try {
+    const chained = await generate(DEMO, { speculativeConfig: SELF }, PROMPTS, { maxTokens: 24 });
+    assert.deepEqual(chained.tokenIds, plain.tokenIds);
+    assert.deepEqual(chained.stats.specDecoding, plain.stats.specDecoding);
+  } finally {
+    delete process.env.QUIRE_DRAFT_CHAIN;
+  }
+});
+
 test('a request may opt out (speculative_decoding: false): no proposals for it, the same transcript', async () => {
   const off = await generate(DEMO, {}, PROMPTS.slice(0, 2), { maxTokens: 16 });
   const out = await generate(DEMO, { speculativeConfig: SELF }, PROMPTS.slice(0, 2), { maxTokens: 16, speculativeDecoding: false });

@@ -62,4 +62,17 @@ describe('speculative decoding on CUDA', { skip: noCuda }, () => {
       if (batchInvariant) assert.deepEqual(on.t, off.t);
     });
   }
+
+  test('the draft\'s proposal forwards chained on the device (QUIRE_DRAFT_CHAIN=1), batch-invariant mode: the same transcripts and proposals', async () => {
+    const plain = await run(true, DRAFT);
+    process.env.QUIRE_DRAFT_CHAIN = '1';
+    try {
+      const chained = await run(true, DRAFT);
+      console.log(`# transcript md5 chained ${transcriptMd5(chained.t)} plain ${transcriptMd5(plain.t)}`);
+      assert.deepEqual(chained.t, plain.t);
+      assert.deepEqual(chained.stats.specDecoding, plain.stats.specDecoding);
+    } finally {
+      delete process.env.QUIRE_DRAFT_CHAIN;
+    }
+  });
 });

@@ -3,7 +3,7 @@
 // capture a read is recorded (capturedRead) for the replay to copy out, never waited for.
 
 import { BYTES_PER_ELEMENT } from '../../loader/dtype.js';
-import type { StepInputs, Tensor } from '../backend.js';
+import { TOKEN_READS_IN_FLIGHT, type StepInputs, type Tensor } from '../backend.js';
 import { i32, ptr } from './device.js';
 import { check, type Handle } from './ffi/driver.js';
 import type { HostRead } from './graph-cache.js';
@@ -17,14 +17,14 @@ export class CudaSampling {
   /** Device buffer of rowLogprobs' target ids (grown as needed). */
   private targets = 0n;
   private targetsBytes = 0;
-  /** Recorded after each token copy, by turns (slot 0 / 1 of meta.tokenSlots). */
-  private readonly tokensCopied: [Handle, Handle];
+  /** Recorded after each token copy, by turns (slot i of meta.tokenSlots, TOKEN_READS_IN_FLIGHT of them). */
+  private readonly tokensCopied: Handle[];
   private tokenSlot = 0;
   /** What the step being captured reads back (the graph's replay copies it out). */
   capturedRead: HostRead = null;
 
   constructor(private readonly s: StepContext) {
-    this.tokensCopied = [s.event(), s.event()];
+    this.tokensCopied = Array.from({ length: TOKEN_READS_IN_FLIGHT }, () => s.event());
   }
 
   /** out[t] = table[inputIds[t]]; a negative id -(r + 1) is the last sampleTokens' row r. */
@@ -85,11 +85,11 @@ export class CudaSampling {
     return { R, ids };
   }
 
-  /** Copies `n` token ids from `src` into the next of two pinned slots and returns what waits for them. */
+  /** Copies `n` token ids from `src` into the next of the pinned slots and returns what waits for them. */
   readTokensLater(src: bigint, n: number, done?: () => void): () => Int32Array {
     const meta = this.s.steps.meta!;
     const slot = this.tokenSlot;
-    this.tokenSlot ^= 1;
+    this.tokenSlot = (slot + 1) % TOKEN_READS_IN_FLIGHT;
     const bytes = n * 4;
     const at = slot * meta.layout.capTokens * 4;
     const api = this.s.device.api;

@@ -2,6 +2,7 @@
 // capacities, grown (never shrunk) when a step outgrows them. Captured graphs name these buffers, so every
 // replacement bumps `generation` and the graphs captured before it are not replayed (cuda-backend.ts graph()).
 
+import { TOKEN_READS_IN_FLIGHT } from '../backend.js';
 import { MAX_SPLITS } from './decode-splits.js';
 import type { Device, PinnedBuffer } from './device.js';
 import type { MetaLayout } from './step-meta.js';
@@ -60,7 +61,7 @@ export class StepBuffers {
     d.synchronize();
     this.meta = { layout, host, words: new Int32Array(host.view, 0, layout.totalWords),
       device: d.alloc(layout.totalWords * 4), rowCounters, sampledIds, partials: null,
-      tokenSlots: d.hostAlloc(2 * layout.capTokens * 4) };
+      tokenSlots: d.hostAlloc(TOKEN_READS_IN_FLIGHT * layout.capTokens * 4) };
     this.generation++;
   }
 

@@ -23,6 +23,8 @@ import type { Model } from '../../model/model.js';
 import { captureDecodeGraphs } from '../runner/model-runner.js';
 import { runDeviceStep } from '../runner/device-steps.js';
 import { uniformGraphBatch } from '../runner/graph-buckets.js';
+import { TOKEN_READS_IN_FLIGHT } from '../../backend/backend.js';
+import { readKnob } from '../../knobs/knobs.js';
 import type { Request } from '../../scheduler/request.js';
 
 /** A verify row to fill: its request, its pages, and the k placeholders the scheduler scheduled after its last token. */
@@ -58,7 +60,13 @@ export class DraftProposer {
     /** Most tokens a draft forward takes (the engine's step budget: the draft's workspace was sized for it). */
     private readonly maxNumBatchedTokens: number,
     /** The draft's graph buckets (the engine's --max-num-seqs) and whether it runs eagerly. */
-    private readonly graphOptions: { maxNumSeqs: number; enforceEager: boolean } = { maxNumSeqs: 0, enforceEager: true }) {}
+    private readonly graphOptions: { maxNumSeqs: number; enforceEager: boolean } = { maxNumSeqs: 0, enforceEager: true },
+    /**
+     * Proposal forwards launched back to back (QUIRE_DRAFT_CHAIN): each row's input is the token the forward before
+     * sampled for it, read where it was sampled (async scheduling's negative input ids), the host waiting only for
+     * reads TOKEN_READS_IN_FLIGHT - 1 behind; otherwise each forward's tokens reach the host before the next.
+     */
+    private readonly chain: boolean = readKnob('QUIRE_DRAFT_CHAIN')) {}
 
   /** Captures the draft's one-token graphs (after its KV cache is allocated: a graph names the cache's address). */
   captureGraphs(): void {
@@ -87,13 +95,24 @@ export class DraftProposer {
       work.forEach((w) => this.set(w.r, 0, first.get(w)!));
       filled = 1;
       // proposal j is fed at n + j - 1 for proposal j + 1
-      for (let active = work.filter((w) => w.k > 1); active.length > 0; active = active.filter((w) => w.k > filled)) {
-        const j = filled;
-        const tokens = this.forward(active.map((w) => ({ tokenIds: [w.r.specTokenIds[j - 1]!], startPosition: w.n + j - 1,
-          blockTable: w.r.blockTable, sample: true })));
-        active.forEach((w, i) => this.set(w.r, j, tokens[i]!));
-        filled = j + 1;
+      const inFlight: { rows: typeof work; j: number; wait: () => Int32Array }[] = [];
+      const settle = (upTo: number) => {
+        while (inFlight.length > upTo) {
+          const { rows, j, wait } = inFlight.shift()!;
+          const tokens = wait();
+          rows.forEach((w, i) => this.set(w.r, j, tokens[i]!));
+          filled = j + 1;
+        }
+      };
+      let before = new Map<(typeof work)[number], number>();
+      for (let j = 1, active = work.filter((w) => w.k > 1); active.length > 0; j++, active = active.filter((w) => w.k > j)) {
+        const wait = this.launch(active.map((w) => ({ startPosition: w.n + j - 1, blockTable: w.r.blockTable, sample: true,
+          tokenIds: [j > 1 && this.chain ? -(before.get(w)! + 1) : w.r.specTokenIds[j - 1]!] })));
+        inFlight.push({ rows: active, j, wait });
+        before = new Map(active.map((w, i) => [w, i]));
+        settle(this.chain ? TOKEN_READS_IN_FLIGHT - 2 : 0);
       }
+      settle(0);
     } catch {
       this.numFailures++;
       // the rows keep what was filled; the rest propose their last real token (verified like any proposal)
@@ -148,13 +167,19 @@ export class DraftProposer {
     r.tokenIds[r.tokenIds.length - r.specTokenIds.length + j] = token;
   }
 
-  /** Greedy tokens of the rows' last positions; one token a row replays a graph where the draft has them. */
+  /** Greedy tokens of the rows' last positions; rows of one length replay a graph where the draft has them. */
   private forward(seqs: ScheduledSeq[]): Int32Array {
+    return this.launch(seqs)();
+  }
+
+  /** forward(), launched: the returned function waits for the tokens. */
+  private launch(seqs: ScheduledSeq[]): () => Int32Array {
     this.numDraftForwardTokens += seqs.reduce((a, s) => a + s.tokenIds.length, 0);
     const graphs = this.graphOptions.enforceEager ? undefined : this.model.backend.graphs;
     const graphed = graphs ? uniformGraphBatch(seqs, this.blockSize, this.graphOptions.maxNumSeqs, this.maxNumBatchedTokens) : null;
     const step = runDeviceStep(this.model, graphs, graphed ? { op: 'tokens', batch: graphed.batch, graphKey: graphed.key }
       : { op: 'tokens', batch: buildForwardBatch(seqs, this.blockSize), graphKey: null });
-    return (step as Extract<typeof step, { op: 'tokens' }>).wait().subarray(0, seqs.length);
+    const { wait } = step as Extract<typeof step, { op: 'tokens' }>;
+    return () => wait().subarray(0, seqs.length);
   }
 }
