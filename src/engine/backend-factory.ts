@@ -15,7 +15,6 @@ import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } 
 import { fp8ExpertsRefusal, weightFitRefusal } from '../model/weight-fit.js';
 import { shardedConfig } from '../parallel/sharded-source.js';
 import { tensorParallelRefusal } from '../parallel/validate.js';
-import { speculativeRefusal } from './spec/spec-decode.js';
 import { cpus } from 'node:os';
 
 export interface CreatedBackend {
@@ -76,6 +75,8 @@ export interface KvCachePlan {
   bytesPerStateSlot: number;
   /** Slots for recurrent states saved at page ends (prefix caching on a hybrid model), after the numStateSlots. */
   numCachedStateSlots: number;
+  /** Backups of the numStateSlots for speculative decoding on a hybrid model (0 or numStateSlots), after the cached. */
+  numSpecBackupSlots: number;
 }
 
 /**
@@ -88,7 +89,9 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
   budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null;
   lowerToFit?: boolean;
   /** Bytes a page also takes elsewhere: a draft model's K and V of the same positions (spec/draft-proposer.ts). */
-  extraBytesPerBlock?: number }): KvCachePlan {
+  extraBytesPerBlock?: number;
+  /** A backup slot per running sequence's state (speculative decoding on a hybrid model: KVCacheManager.specBackupSlot). */
+  specBackupSlots?: boolean }): KvCachePlan {
   const bytesPerBlock = bytesPerPage(groups, o.blockSize, o.kvBytesPerElement) + (o.extraBytesPerBlock ?? 0);
   const bytesPerStateSlot = stateSlotBytes(groups);
   let numStateSlots = bytesPerStateSlot > 0 ? o.maxNumSeqs : 0;
@@ -98,16 +101,17 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
   // the running sequences (and their saved states, unless cachedStateSlots fixes those) are lowered to what half
   // the budget holds, the other half left to pages. qwen3.5-27b holds 151 MB of state a sequence: 256 of them,
   // twice with prefix caching, are more than an H200's whole budget.
-  const stateBytesOf = (running: number, cached: number) => (running + cached) * bytesPerStateSlot;
+  const backups = o.specBackupSlots === true ? 1 : 0;
+  const stateBytesOf = (running: number, cached: number) => (running * (1 + backups) + cached) * bytesPerStateSlot;
   if (o.lowerToFit === true && numStateSlots > 0 &&
     o.budgetBytes - stateBytesOf(numStateSlots, numCachedStateSlots) < 2 * bytesPerBlock) {
     const fixedCached = o.cachedStateSlots ?? null;
     const half = o.budgetBytes / 2 - (fixedCached !== null ? stateBytesOf(0, numCachedStateSlots) : 0);
-    const perSeq = bytesPerStateSlot * (fixedCached === null && numCachedStateSlots > 0 ? 2 : 1);
+    const perSeq = bytesPerStateSlot * (1 + backups + (fixedCached === null && numCachedStateSlots > 0 ? 1 : 0));
     numStateSlots = Math.max(1, Math.min(numStateSlots, Math.floor(half / perSeq)));
     if (fixedCached === null && numCachedStateSlots > 0) numCachedStateSlots = numStateSlots;
   }
-  const stateBytes = (numStateSlots + numCachedStateSlots) * bytesPerStateSlot;
+  const stateBytes = stateBytesOf(numStateSlots, numCachedStateSlots);
   const numBlocks = numBlocksForBytes(o.budgetBytes - stateBytes, bytesPerBlock);
   if (numBlocks < 2) {
     const slots = numStateSlots > 0
@@ -117,7 +121,8 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
     throw new Error(`the KV cache budget (${o.budgetBytes} bytes) holds no page of ${bytesPerBlock} bytes${slots}: raise `
       + '--kv-cache-memory-bytes or --gpu-memory-utilization');
   }
-  return { numBlocks, bytesPerBlock, numStateSlots, bytesPerStateSlot, numCachedStateSlots };
+  return { numBlocks, bytesPerBlock, numStateSlots, bytesPerStateSlot, numCachedStateSlots,
+    numSpecBackupSlots: backups * numStateSlots };
 }
 
 /**
@@ -131,12 +136,14 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
     enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true,
-    extraBytesPerBlock: draft ? draft.kvBytesPerToken() * options.blockSize : 0 });
+    extraBytesPerBlock: draft ? draft.kvBytesPerToken() * options.blockSize : 0,
+    specBackupSlots: options.speculativeConfig != null });
   const { numBlocks } = plan;
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
   if (plan.numStateSlots > 0 && plan.numStateSlots < options.maxNumSeqs) {
     process.emitWarning(`--max-num-seqs ${options.maxNumSeqs} lowered to ${plan.numStateSlots}: a sequence of this hybrid `
-      + `model holds ${plan.bytesPerStateSlot} bytes of recurrent state${plan.numCachedStateSlots > 0 ? ' (twice with prefix caching: its saved states)' : ''}, `
+      + `model holds ${plan.bytesPerStateSlot} bytes of recurrent state${plan.numCachedStateSlots > 0 ? ' (twice with prefix caching: its saved states)' : ''}`
+      + `${plan.numSpecBackupSlots > 0 ? ' (and its backup, with speculative decoding)' : ''}, `
       + `and ${options.maxNumSeqs} of them would leave no room for the KV cache; half the budget now holds the states `
       + '(raise --gpu-memory-utilization for more)');
   }
@@ -145,7 +152,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
       + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `
       + '--gpu-memory-utilization (CUDA), or lower --max-model-len');
   }
-  const layout = model.recurrentStateLayout(plan.numStateSlots + plan.numCachedStateSlots);
+  const layout = model.recurrentStateLayout(plan.numStateSlots + plan.numCachedStateSlots + plan.numSpecBackupSlots);
   if (layout !== null) backend.allocateRecurrentState(layout);
   backend.allocateKvCache(model.kvCacheSpec(numBlocks, options.blockSize));
   draft?.backend.allocateKvCache(draft.kvCacheSpec(numBlocks, options.blockSize));
@@ -153,11 +160,11 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
 }
 
 /**
- * Why the engine cannot start this model on this backend, or null: the backend's own refusal, speculative decoding's,
+ * Why the engine cannot start this model on this backend, or null: the backend's own refusal,
  * then on CUDA weights that do not fit the device (under tensor parallelism, rank 0's shard) or FP8 experts.
  */
 export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions): string | null {
-  const cannot = backendRefusal(config, backend.name) ?? speculativeRefusal(config, options.speculativeConfig);
+  const cannot = backendRefusal(config, backend.name);
   if (cannot || backend.name !== 'cuda') return cannot;
   const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
   const tp = options.tensorParallelSize;

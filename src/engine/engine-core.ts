@@ -120,7 +120,7 @@ export class EngineCore {
     const groups = kvCacheGroupsOf(parts.model);
     this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
       enablePrefixCaching: options.enablePrefixCaching, numStateSlots: parts.numStateSlots ?? 0,
-      numCachedStateSlots: parts.numCachedStateSlots ?? 0 });
+      numCachedStateSlots: parts.numCachedStateSlots ?? 0, specBackupSlots: this.spec !== null });
     this.scheduler = new Scheduler({
       maxNumBatchedTokens: options.maxNumBatchedTokens,
       maxNumSeqs: options.maxNumSeqs,
@@ -475,11 +475,11 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
     profileRun(model, options, maxModelLen);
     const spec = options.speculativeConfig;
     if (spec?.method === 'draft_model') drafter = await loadDraft(spec, dir, backend, options, maxModelLen);
-    const { numBlocks, numStateSlots, numCachedStateSlots, bytesPerStateSlot } = sizeKvCache(model, backend, options,
-      maxModelLen, drafter?.model ?? null);
+    const { numBlocks, numStateSlots, numCachedStateSlots, numSpecBackupSlots, bytesPerStateSlot } = sizeKvCache(model,
+      backend, options, maxModelLen, drafter?.model ?? null);
     // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
     const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
-    tp?.sized(numBlocks, numStateSlots + numCachedStateSlots, engineOptions);
+    tp?.sized(numBlocks, numStateSlots + numCachedStateSlots + numSpecBackupSlots, engineOptions);
     const core = new EngineCore({
       model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp, drafter,
       grammarVocab: grammarVocabOf(dir),

@@ -48,6 +48,11 @@ export interface KVCacheManagerOptions {
   numStateSlots?: number;
   /** Slots for states saved at page ends (after numStateSlots in the backend's store); 0: a hybrid never hits. */
   numCachedStateSlots?: number;
+  /**
+   * Speculative decoding on a hybrid model: a backup slot per state slot (after the cached ones), where a verify
+   * step's state is copied before it runs, so that a rejected proposal can be undone (specBackupSlot).
+   */
+  specBackupSlots?: boolean;
 }
 
 /** A prefix-cache hit: leading full blocks whose KV can be reused. */
@@ -68,6 +73,8 @@ export class KVCacheManager {
   readonly blockSize: number;
   readonly enablePrefixCaching: boolean;
   private readonly managers: readonly SingleTypeKVCacheManager[];
+  /** Whether state slots have backups (KVCacheManagerOptions.specBackupSlots, on a model with a recurrent group). */
+  readonly specBackupSlots: boolean;
   private readonly recurrent: RecurrentStateManager | null;
   private readonly hasher: BlockHasher;
   /** Prompt tokens looked up in the prefix cache (vLLM's queries, in tokens). */
@@ -90,6 +97,7 @@ export class KVCacheManager {
       : o.groups.map((g, i) => managerForSpec(g.spec, i, this.pool, hasher, o.enablePrefixCaching, o.numStateSlots ?? 0,
         o.numCachedStateSlots ?? 0));
     this.recurrent = this.managers.find((m): m is RecurrentStateManager => m instanceof RecurrentStateManager) ?? null;
+    this.specBackupSlots = o.specBackupSlots === true && this.recurrent !== null;
   }
 
   /** The first full-attention group: the one whose pages the model's attention layers read (Model: one KV shape). */
@@ -129,6 +137,16 @@ export class KVCacheManager {
   /** The request's state slot, or -1 (none held, or no recurrent group). */
   stateSlot(requestId: string): number {
     return this.recurrent?.blockTable(requestId)[0] ?? -1;
+  }
+
+  /**
+   * Where the request's state is backed up before a verify step (speculative decoding on a hybrid model: the state
+   * a rejected proposal leaves behind is replaced by it, and the accepted tokens recomputed), or -1: no backups.
+   * Slot s's backup is slot s + numStateSlots + numCachedStateSlots of the backend's store.
+   */
+  specBackupSlot(requestId: string): number {
+    const slot = this.stateSlot(requestId);
+    return this.specBackupSlots && slot >= 0 ? slot + this.numStateSlots + this.numCachedStateSlots : -1;
   }
 
   get numGroups(): number {

@@ -57,6 +57,12 @@ export class Request<S = unknown> implements KVRequest {
    * set by the engine's proposer before each schedule() of a decoding request, consumed (cleared) when scheduled.
    */
   specTokenIds: number[] = [];
+  /**
+   * A hybrid model's state slot to restore before the request's next step, or -1: a verify step rejected a proposal
+   * after its DeltaNet layers had taken it into the state, so the state goes back to its backup from before that
+   * step and the step's accepted tokens are computed again (Scheduler.updateFromOutput).
+   */
+  pendingStateRestore = -1;
 
   constructor(init: RequestInit<S>) {
     if (init.promptTokenIds.length === 0) throw new Error(`request ${init.requestId}: empty prompt`);

@@ -59,6 +59,8 @@ export interface ScheduledRequest {
   restoreStateFrom?: number;
   /** After the step (which ends at a page end of the prompt), stateSlot is copied into this cached-state slot. */
   saveStateTo?: number;
+  /** Before the step (a verify step on a hybrid model), stateSlot is copied into this backup slot. */
+  backupStateTo?: number;
   /**
    * Proposed tokens fed after the request's last token (speculative decoding; empty for others): tokenIds ends
    * with them, seqLen counts them, and the row wants logits for its last 1 + specTokenIds.length positions.
@@ -228,7 +230,11 @@ export class Scheduler {
       const numRejected = numSpec - (tokens.length - 1);
       // a request preempted since holds no pages and recomputes from 0
       if (numRejected > 0 && req.status === 'RUNNING') {
-        req.numComputedTokens -= numRejected;
+        // a hybrid model's state took the rejected tokens in too: it goes back to its backup from before the step,
+        // whose tokens (but the rejected) the next step computes again
+        const backup = row.backupStateTo ?? -1;
+        if (backup >= 0) req.pendingStateRestore = backup;
+        req.numComputedTokens = backup >= 0 ? row.numComputedTokensBefore : req.numComputedTokens - numRejected;
         this.kv.removeTail(req);
       }
       news.push({ requestId: row.requestId, newTokenIds: [...tokens] });
@@ -314,7 +320,7 @@ export class Scheduler {
       }
       if (newBlockIds === null) continue;
       s.rows.set(req, { numNew, numComputedBefore: req.numComputedTokens, newBlockIds, isNewlyAdmitted: false,
-        restoreStateFrom: -1 });
+        restoreStateFrom: req.pendingStateRestore });
       s.budget -= numNew;
       s.logitRows -= promptLogitRows(req, req.numComputedTokens, numNew);
     }
@@ -384,6 +390,7 @@ export class Scheduler {
     this.kv.free(victim);
     victim.numComputedTokens = 0;
     victim.specTokenIds = [];
+    victim.pendingStateRestore = -1;  // its state is computed again from the start (or a cached one)
     victim.status = 'PREEMPTED';
     victim.numPreemptions++;
     this.waiting.unshift(victim);
@@ -424,6 +431,9 @@ export class Scheduler {
       const req = this.requests.get(r.requestId)!;
       const row = s.rows.get(req)!;
       if (row.restoreStateFrom >= 0) r.restoreStateFrom = row.restoreStateFrom;
+      req.pendingStateRestore = -1;
+      const backup = r.specTokenIds.length > 0 ? this.kv.specBackupSlot(req.requestId) : -1;
+      if (backup >= 0) r.backupStateTo = backup;
       const slot = r.seqLen <= req.numPromptTokens ? this.kv.saveStateSlot(req, r.seqLen) : null;
       if (slot !== null) r.saveStateTo = slot;
     }

@@ -41,7 +41,7 @@ test('a hybrid model: a full-attention group and a recurrent group of its state 
     const plan = sizeKvCache(model, backend, { blockSize: 16, kvCacheBytes: null, maxNumSeqs: 8 } as never, 64);
     const pageBytes = 2 * 16 * 2 * 16 * 4 * 2;
     assert.deepEqual(plan, { numBlocks: Math.floor(((1 << 20) - 8 * 2 * stateBytes) / pageBytes), bytesPerBlock: pageBytes,
-      numStateSlots: 8, bytesPerStateSlot: 2 * stateBytes, numCachedStateSlots: 0 });
+      numStateSlots: 8, bytesPerStateSlot: 2 * stateBytes, numCachedStateSlots: 0, numSpecBackupSlots: 0 });
     // the backend holds both against its budget
     assert.equal(backend.memory().availableKvBytes, (1 << 20) - 8 * 2 * stateBytes - plan.numBlocks * pageBytes);
   } finally {
@@ -57,10 +57,10 @@ test('sizing: state slots (one a sequence, maxNumSeqs) come out of the budget be
   const page = 2 * 4 * 2 * 8 * 2;  // 256 bytes
   const o = { blockSize: 4, kvBytesPerElement: 2, maxNumSeqs: 4 };
   assert.deepEqual(planKvCache(groups, { ...o, budgetBytes: 4 * 3000 + 10 * page + 100 }),
-    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 0 });
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 0, numSpecBackupSlots: 0 });
   // prefix caching: as many slots again for saved states (or cachedStateSlots), before the pages too
   assert.deepEqual(planKvCache(groups, { ...o, enablePrefixCaching: true, budgetBytes: 8 * 3000 + 10 * page + 100 }),
-    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 4 });
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 4, numSpecBackupSlots: 0 });
   assert.equal(planKvCache(groups, { ...o, enablePrefixCaching: true, cachedStateSlots: 1, budgetBytes: 5 * 3000 + 10 * page })
     .numCachedStateSlots, 1);
   assert.throws(() => planKvCache(groups, { ...o, enablePrefixCaching: true, budgetBytes: 4 * 3000 + 10 * page }),
@@ -68,8 +68,12 @@ test('sizing: state slots (one a sequence, maxNumSeqs) come out of the budget be
   assert.throws(() => planKvCache(groups, { ...o, budgetBytes: 4 * 3000 + page }),
     /budget \(12256 bytes\) holds no page of 256 bytes after 4 recurrent state slots of 3000 bytes \(12000 bytes.*--max-num-seqs/);
   assert.deepEqual(planKvCache(denseGroupsOf(), { ...o, budgetBytes: 10 * page }),
-    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 0, bytesPerStateSlot: 0, numCachedStateSlots: 0 });
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 0, bytesPerStateSlot: 0, numCachedStateSlots: 0, numSpecBackupSlots: 0 });
   assert.equal(planKvCache(denseGroupsOf(), { ...o, enablePrefixCaching: true, budgetBytes: 10 * page }).numCachedStateSlots, 0);
+  // speculative decoding: a backup a running sequence's state, before the pages too; a dense model has none
+  assert.deepEqual(planKvCache(groups, { ...o, specBackupSlots: true, budgetBytes: 8 * 3000 + 10 * page + 100 }),
+    { numBlocks: 10, bytesPerBlock: page, numStateSlots: 4, bytesPerStateSlot: 3000, numCachedStateSlots: 0, numSpecBackupSlots: 4 });
+  assert.equal(planKvCache(denseGroupsOf(), { ...o, specBackupSlots: true, budgetBytes: 10 * page }).numSpecBackupSlots, 0);
 });
 
 test('CUDA refuses at start-up, naming the field, a hybrid model whose DeltaNet sizes its kernels are not built for', async () => {
@@ -97,7 +101,7 @@ test('sizing with lowerToFit: states that would leave no page lower the running 
   const budgetBytes = 256 * 3000 + page;
   assert.deepEqual(planKvCache(groups, { ...o, budgetBytes }),
     { numBlocks: Math.floor((budgetBytes - 128 * 3000) / page), bytesPerBlock: page, numStateSlots: 128,
-      bytesPerStateSlot: 3000, numCachedStateSlots: 0 });
+      bytesPerStateSlot: 3000, numCachedStateSlots: 0, numSpecBackupSlots: 0 });
   // with prefix caching each keeps a saved state too: half the budget over 6000 bytes
   const cached = planKvCache(groups, { ...o, budgetBytes, enablePrefixCaching: true });
   assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [64, 64]);

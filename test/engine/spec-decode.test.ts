@@ -138,11 +138,26 @@ test('a mixture-of-experts model: greedy transcripts identical with speculation 
   }
 });
 
-test('a hybrid model is refused at start-up naming why; a bad config before anything loads', async () => {
+test('a hybrid model (gated DeltaNet): greedy transcripts identical with speculation on and off, rejected proposals undone '
+  + 'from the state\'s backup, on every scheduling path', async () => {
   const hybrid = join(tmp, 'hybrid');
   await makeTestModel({ shape: 'tiny-qwen3.5', outDir: hybrid, dtype: 'f32', seed: 0 });
-  await assert.rejects(createEngineCore(engineOptions({ model: hybrid, backend: 'cpu', speculativeConfig: SPEC })),
-    /speculative decoding is not supported for hybrid models yet: their recurrent \(DeltaNet\) state/);
+  // random weights repeat a few trigrams within 120 tokens: some proposals are accepted, most rejected
+  const prompts = [[5, 6, 7], [9, 9, 9], [1, 2], [100]];
+  const spec = { method: 'ngram', num_speculative_tokens: 3, prompt_lookup_min: 1, prompt_lookup_max: 3 };
+  const off = await generate(hybrid, {}, prompts, { maxTokens: 120, ignoreEos: true });
+  for (const opts of [{}, { maxNumBatchedTokens: 5 }, { maxNumSeqs: 1 }, { enablePrefixCaching: false },
+    { kvCacheBytes: 400_000, maxModelLen: 128, blockSize: 16 }] as Partial<EngineOptions>[]) {
+    const on = await generate(hybrid, { speculativeConfig: spec, ...opts }, prompts, { maxTokens: 120, ignoreEos: true });
+    assert.deepEqual(on.tokenIds, off.tokenIds, JSON.stringify(opts));
+    const s = on.stats.specDecoding!;
+    // both the kept state (accepted proposals) and the restored one (rejected) are on the path checked
+    assert.ok(s.numAcceptedTokens > 0 && s.numAcceptedTokens < s.numDraftTokens, `${JSON.stringify(opts)}: ${JSON.stringify(s)}`);
+    if ('kvCacheBytes' in opts) assert.ok(on.stats.numPreemptions > 0, 'the small pool preempted nothing');
+  }
+});
+
+test('a bad config is refused before anything loads', async () => {
   await assert.rejects(createEngineCore(engineOptions({ model: '/nonexistent', backend: 'cpu',
     speculativeConfig: { method: 'eagle3', num_speculative_tokens: 3 } })), /method "eagle3" is not supported yet/);
 });

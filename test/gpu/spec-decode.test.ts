@@ -10,6 +10,10 @@ import { LLM } from '../../src/engine/llm.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
 import { noCuda } from './cuda-helpers.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
 
 const PROMPTS = [
   'And God said, Let there be light: and there was light. And God said, Let there be light: and there was',
@@ -73,6 +77,31 @@ describe('speculative decoding on CUDA', { skip: noCuda }, () => {
       assert.deepEqual(chained.stats.specDecoding, plain.stats.specDecoding);
     } finally {
       delete process.env.QUIRE_DRAFT_CHAIN;
+    }
+  });
+
+  test('a hybrid model (tiny-qwen3.5-128), batch-invariant mode: n-gram speculation changes no transcript; rejected proposals restored from the state backups', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'quire-gpu-spec-hybrid-'));
+    try {
+      await makeTestModel({ shape: 'tiny-qwen3.5-128', outDir: dir, dtype: 'bf16', seed: 0 });
+      const gen = async (spec: boolean) => {
+        const llm = new LLM(dir, { backend: 'cuda', batchInvariant: true, maxModelLen: 512,
+          ...(spec ? { speculativeConfig: { method: 'ngram', num_speculative_tokens: 3, prompt_lookup_min: 1, prompt_lookup_max: 3 } } : {}) });
+        try {
+          const out = await llm.generate([[5, 6, 7], [9, 9, 9], [1, 2], [100]], { maxTokens: 120, temperature: 0, ignoreEos: true });
+          return { t: out.map((c) => c.tokenIds), stats: await llm.stats() };
+        } finally {
+          await llm.close();
+        }
+      };
+      const off = await gen(false);
+      const on = await gen(true);
+      const s = on.stats.specDecoding!;
+      console.log(`# transcript md5 off ${transcriptMd5(off.t)} on ${transcriptMd5(on.t)}  tiny-qwen3.5-128 batch-invariant; ${s.numAcceptedTokens} of ${s.numDraftTokens} accepted`);
+      assert.ok(s.numDraftTokens > s.numAcceptedTokens, 'no proposal was rejected: the restore went untested');
+      assert.deepEqual(on.t, off.t);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -98,8 +98,15 @@ test('full attention + recurrent state: one state slot per request, of the group
   assert.throws(() => new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false, groups: HYBRID }),
     /a recurrent KV cache group needs state slots/);
   assert.throws(() => kvOf([...HYBRID, { spec: recurrent(64), layers: [4] }]), /more than one recurrent KV cache group/);
-  const dense = new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false });
-  assert.deepEqual([dense.hasStateSlots, dense.numStateSlots, dense.stateSlot('a')], [false, 0, -1]);
+  const dense = new KVCacheManager({ numBlocks: 4, blockSize: 4, enablePrefixCaching: false, specBackupSlots: true });
+  assert.deepEqual([dense.hasStateSlots, dense.numStateSlots, dense.stateSlot('a'), dense.specBackupSlot('a')], [false, 0, -1, -1]);
+  // speculative decoding's backups: slot s backs up to s + numStateSlots + numCachedStateSlots; none without them
+  assert.deepEqual([kv.specBackupSlot('a'), kv.specBackupSlot('b')], [-1, -1]);
+  const backed = new KVCacheManager({ numBlocks: 13, blockSize: 4, enablePrefixCaching: true, groups: HYBRID, numStateSlots: 3,
+    numCachedStateSlots: 2, specBackupSlots: true });
+  backed.allocateSlots(req('a', range(0, 5)), 5);
+  backed.allocateSlots(req('b', range(0, 5)), 5);
+  assert.deepEqual([backed.stateSlot('b'), backed.specBackupSlot('b'), backed.specBackupSlot('nobody')], [1, 6, -1]);
   // the recurrent group first (Qwen3.5's layer 0 is linear attention): blockTable is still the attention pages
   const first = kvOf([HYBRID[1]!, HYBRID[0]!], 13, false);
   first.allocateSlots(req('a', range(0, 5)), 5);

@@ -20,7 +20,9 @@ export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string;
   /** A hybrid prefix-cache hit: the cached-state slot copied into stateSlot before the forward (ScheduledRequest). */
   restoreStateFrom?: number;
   /** The cached-state slot stateSlot is copied into after the forward (its state at a page end). */
-  saveStateTo?: number };
+  saveStateTo?: number;
+  /** A verify row on a hybrid model: the backup slot stateSlot is copied into before the forward (ScheduledRequest). */
+  backupStateTo?: number };
 
 /** A step's sampled tokens and, for embedding requests whose prompt it finished, their final hidden states. */
 export type StepOutput = SampleOutput & { pooled?: Map<string, Float32Array> };
@@ -69,6 +71,7 @@ export class ModelRunner {
   execute(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[], requests: RowRequests): LaunchedStep {
     // the copies are ordered with the forward on the device: a saved state is the one this step leaves
     for (const r of rows) if (r.restoreStateFrom !== undefined) this.run({ op: 'copyState', src: r.restoreStateFrom, dst: r.stateSlot! });
+    for (const r of rows) if (r.backupStateTo !== undefined) this.run({ op: 'copyState', src: r.stateSlot!, dst: r.backupStateTo });
     const launched = this.launch(rows, states, requests);
     for (const r of rows) if (r.saveStateTo !== undefined) this.run({ op: 'copyState', src: r.stateSlot!, dst: r.saveStateTo });
     return launched;

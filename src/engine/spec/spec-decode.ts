@@ -6,9 +6,10 @@
 //
 // Proposals need the request's tokens on the host, so no step is scheduled ahead of one whose tokens are unknown
 // while a request could propose (EngineCore.canScheduleAhead): async scheduling's overlap is off for such steps.
-// Structured-output requests are not speculated (their grammar matcher cannot take tokens back).
+// Structured-output requests are not speculated (their grammar matcher cannot take tokens back). On a hybrid model a
+// verify step backs its rows' recurrent states up first, and a rejected proposal sends the state back to the backup
+// and its accepted tokens to be computed again (Scheduler.updateFromOutput): a DeltaNet state cannot drop a token.
 
-import type { ModelConfig } from '../../loader/types.js';
 import type { SequenceSamplingState } from '../../sampling/sequence-state.js';
 import { checkStop } from '../../sampling/stop.js';
 import type { Request } from '../../scheduler/request.js';
@@ -29,13 +30,6 @@ export interface SpecDecodingStats {
   numAcceptedTokensPerPos: number[];
   /** Draft-model forwards that failed (their rows fell back to proposals the target rejects unless it agrees). */
   numDraftFailures?: number;
-}
-
-/** Why the model cannot run with speculative decoding, or null. */
-export function speculativeRefusal(config: ModelConfig, spec: SpeculativeConfig | null): string | null {
-  if (spec === null || config.hybrid === null) return null;
-  return 'speculative decoding is not supported for hybrid models yet: their recurrent (DeltaNet) state cannot be '
-    + 'rolled back past rejected proposals (issue 41); drop --speculative-config';
 }
 
 export class SpecDecoding {
