@@ -105,6 +105,14 @@ export class Request<S = unknown> implements KVRequest {
     return this.outputTokenIds.length > 0 && this.numComputedTokens === this.allTokenIds.length - 1;
   }
 
+  /**
+   * Whether proposals may follow what the next step feeds: decoding, or computing again the tokens a verify step
+   * accepted on a hybrid model (pendingStateRestore: those tokens and the target's next, then the proposals).
+   */
+  get mayTakeProposals(): boolean {
+    return this.isDecoding || (this.pendingStateRestore >= 0 && this.numPlaceholders === 0);
+  }
+
   get isFinished(): boolean {
     return this.status.startsWith('FINISHED');
   }

@@ -298,7 +298,7 @@ export class Scheduler {
       if (s.budget <= 0) break;
       if (req.status !== 'RUNNING' || s.rows.has(req) || !accept(req)) continue;
       if (req.numOutputTokens >= req.maxTokens) continue;  // its last token is scheduled: it ends when that comes
-      if (req.specTokenIds.length > 0 && !req.isDecoding) req.specTokenIds = [];
+      if (req.specTokenIds.length > 0 && !req.mayTakeProposals) req.specTokenIds = [];
       let numNew = this.numTokensFor(req, req.numComputedTokens, s);
       if (numNew <= 0) continue;
       // proposals past the budget are dropped (they are only guesses), never the token they follow

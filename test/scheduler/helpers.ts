@@ -13,14 +13,17 @@ export interface Setup extends Partial<SchedulerOptions> {
   numStateSlots?: number;
   /** Slots for recurrent states saved for the prefix cache (default 0). */
   numCachedStateSlots?: number;
+  /** A backup slot per state slot (speculative decoding on a hybrid model; default off). */
+  specBackupSlots?: boolean;
 }
 
 export function makeScheduler(o: Setup = {}): { sched: Scheduler; kv: KVCacheManager } {
   const blockSize = o.blockSize ?? 4;
   const kv = new KVCacheManager({ numBlocks: o.numBlocks ?? 64, blockSize,
     enablePrefixCaching: o.enablePrefixCaching ?? false, ...(o.groups ? { groups: o.groups } : {}),
-    numStateSlots: o.numStateSlots ?? o.maxNumSeqs ?? 16, numCachedStateSlots: o.numCachedStateSlots ?? 0 });
-  const { groups: _, numStateSlots: __, numCachedStateSlots: ___, ...options } = o;
+    numStateSlots: o.numStateSlots ?? o.maxNumSeqs ?? 16, numCachedStateSlots: o.numCachedStateSlots ?? 0,
+    specBackupSlots: o.specBackupSlots ?? false });
+  const { groups: _, numStateSlots: __, numCachedStateSlots: ___, specBackupSlots: ____, ...options } = o;
   const sched = new Scheduler({ maxNumBatchedTokens: 64, maxNumSeqs: 16, ...options, blockSize }, kv);
   return { sched, kv };
 }

@@ -78,3 +78,28 @@ test('cached-state pool: least recently used evicted first, a hit touches, a sav
   assert.deepEqual([pool.peek(h('a')), pool.numCached], [-1, 0]);
   assert.equal(new CachedStatePool(0, 0).reserve(h('a')), null, 'no slot at all');
 });
+
+test('speculative decoding on a hybrid model: a verify row backs its state up; a rejected proposal rewinds the request '
+  + 'to the row\'s start and restores the backup next step, whose row takes new proposals after the tokens it computes again', () => {
+  const { sched } = makeScheduler({ groups: HYBRID, numStateSlots: 2, maxNumSeqs: 2, specBackupSlots: true });
+  sched.addRequest(makeRequest('a', 6, 20, { tokens: tokens(6) }));
+  step(sched);  // the prompt and the first token
+  const req = sched.getRequest('a')!;
+  req.specTokenIds = [1, 2, 3];
+  const verify = sched.schedule().scheduledRequests[0]!;
+  assert.deepEqual([verify.numComputedTokensBefore, verify.tokenIds.length, verify.stateSlot, verify.backupStateTo],
+    [6, 4, 0, 2], 'backup of slot 0 after the 2 state slots');
+  // the first proposal kept, the second rejected: the target's token 9 after it
+  sched.updateFromOutput(new Map([['a', [1, 9]]]));
+  assert.deepEqual([req.numComputedTokens, req.pendingStateRestore, req.numTokens], [6, 2, 9]);
+  assert.equal(req.isDecoding, false);
+  req.specTokenIds = [4, 5];
+  const again = sched.schedule().scheduledRequests[0]!;
+  assert.deepEqual([again.restoreStateFrom, again.numComputedTokensBefore, again.specTokenIds, again.backupStateTo],
+    [2, 6, [4, 5], 2], 'the backup restored, the accepted tokens computed again, proposals after them, backed up anew');
+  assert.deepEqual(again.tokenIds, [42, 1, 9, 4, 5], 'the first token (7 x 6), the kept proposal, the target\'s, the new proposals');
+  assert.equal(req.pendingStateRestore, -1);
+  // every proposal kept: the state is the step's own, nothing restored
+  sched.updateFromOutput(new Map([['a', [4, 5, 8]]]));
+  assert.deepEqual([req.numComputedTokens, req.pendingStateRestore, req.isDecoding], [11, -1, true]);
+});

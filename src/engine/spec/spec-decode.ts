@@ -41,9 +41,12 @@ export class SpecDecoding {
       numAcceptedTokensPerPos: new Array<number>(config.numSpeculativeTokens).fill(0) };
   }
 
-  /** Whether the request may get proposals: running, decoding its known last token, no grammar, not opted out. */
+  /**
+   * Whether the request may get proposals: running, decoding its known last token (or computing again what a verify
+   * step accepted on a hybrid model), no grammar, not opted out.
+   */
   private eligible(req: EngineReq): boolean {
-    return req.status === 'RUNNING' && req.isDecoding && req.numPlaceholders === 0 && req.sampling?.constraint === null &&
+    return req.status === 'RUNNING' && req.mayTakeProposals && req.numPlaceholders === 0 && req.sampling?.constraint === null &&
       req.sampling.params.speculativeDecoding;
   }
 
