@@ -99,6 +99,8 @@ export interface TensorParallelRank {
   rank: number;
   size: number;
   allReduce(x: Tensor): void;
+  /** recv = every rank's send, stacked in rank order (recv holds size x send's elements). */
+  allGather(send: Tensor, recv: Tensor): void;
 }
 
 /** Batch metadata after it has been placed where the ops can read it. */
@@ -280,6 +282,12 @@ export interface Backend {
     normW: Tensor, eps: number): Tensor;
   /** Rows of x at the step's logitsIndices -> [numLogits, hidden] */
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor;
+  /**
+   * Tensor parallelism's vocabulary-parallel logits: x [R, W] is this rank's columns (its rows of the vocabulary);
+   * every rank's are gathered (tp.allGather) and joined in rank order into [R, width], the columns past width (the
+   * padding of the vocabulary to a multiple of the ranks) dropped.
+   */
+  gatherColumnParts(x: Tensor, tp: TensorParallelRank, width: number): Tensor;
   /**
    * One token per row of logits [numLogits, vocab] as the step's batch.sampling
    * says (greedy where absent); only the token ids reach the host.

@@ -129,6 +129,11 @@ export interface ModelConfig {
   moe: MoeConfig | null;
   /** A hybrid linear-attention model's layer kinds and DeltaNet sizes, or null (every layer full attention). */
   hybrid: HybridConfig | null;
+  /**
+   * Only on a tensor-parallel rank's config (parallel/sharded-source.ts): its lm_head holds `rows` rows of the
+   * vocabulary padded to size x rows (vLLM's ParallelLMHead), and the model joins every rank's logits.
+   */
+  vocabParallel?: { size: number; rows: number };
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

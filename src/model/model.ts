@@ -164,6 +164,10 @@ export class Model {
     const final = ffnOut ? b.addRmsNorm(ffnOut, residual, finalNorm, eps) : b.rmsNorm(residual, finalNorm, eps);
     const rows = b.gatherLogitRows(final, step);
     this.lastRows = rows;
-    return { logits: b.matmul(rows, lmHead, 'lm_head'), step };
+    const logits = b.matmul(rows, lmHead, 'lm_head');
+    // a rank's lm_head holds its part of the vocabulary (parallel/sharded-source.ts): every rank's logits joined
+    const vp = this.config.vocabParallel;
+    if (vp && this.tp) return { logits: b.gatherColumnParts(logits, this.tp, this.config.vocabSize), step };
+    return { logits, step };
   }
 }

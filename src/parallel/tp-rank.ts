@@ -42,7 +42,8 @@ export async function joinRanks(init: CommInit, rank: number, size: number, back
     const { CpuCommunicator } = await import('./cpu-comm.js');
     const comm = new CpuCommunicator(init.group, rank);
     return {
-      tp: { rank, size, allReduce: (x) => comm.allReduceSum(asCpu(x).data, x.shape.reduce((a, b) => a * b, 1), 'f32') },
+      tp: { rank, size, allReduce: (x) => comm.allReduceSum(asCpu(x).data, x.shape.reduce((a, b) => a * b, 1), 'f32'),
+        allGather: (send, recv) => comm.allGather(asCpu(send).data, asCpu(recv).data, send.shape.reduce((a, b) => a * b, 1), 'f32') },
       destroy: () => comm.destroy(), abort: () => comm.abort(),
     };
   }
@@ -68,6 +69,7 @@ export async function joinRanks(init: CommInit, rank: number, size: number, back
         const t = asCuda(x);
         if (!peer?.allReduceSum(t.ptr, t.numElements, 'bf16')) comm.allReduceSum(t.ptr, t.numElements, 'bf16');
       },
+      allGather: (send, recv) => comm.allGather(asCuda(send).ptr, asCuda(recv).ptr, asCuda(send).numElements, 'bf16'),
     },
     destroy: () => {
       release();

@@ -41,7 +41,8 @@ for (const shape of ['tiny-qwen3', 'tiny-qwen3-moe']) {
     const logits = (tp: boolean, reduces: { n: number }) => {
       const source = randomWeightSource(config, { seed: 3 });
       const model = Model.load(config, tp ? halved(source) : source, backend, {
-        tensorParallel: tp ? { rank: 0, size: 2, allReduce: (x) => { reduces.n++; asCpu(x).data.forEach((v, i, a) => { a[i] = 2 * v; }); } } : null,
+        tensorParallel: tp ? { rank: 0, size: 2, allReduce: (x) => { reduces.n++; asCpu(x).data.forEach((v, i, a) => { a[i] = 2 * v; }); },
+          allGather: () => { throw new Error('this config keeps the whole lm_head: nothing to gather'); } } : null,
       });
       backend.allocateKvCache(model.kvCacheSpec(8, 16));
       return model.forward(buildForwardBatch([{ tokenIds: [3, 14, 15, 92, 65], startPosition: 0, blockTable: [1], sample: true }], 16));

@@ -23,4 +23,5 @@ const model = Model.load(config, shardedSource(randomWeightSource(full, { seed: 
 prepare(model, backend);
 const logits = model.forward(twoPrompts(full.hybrid !== null));
 comm.destroy();
-parentPort!.postMessage({ logits, numHeads: config.numHeads, numKvHeads: config.numKvHeads, kvBytesPerToken: model.kvBytesPerToken() });
+parentPort!.postMessage({ logits, numHeads: config.numHeads, numKvHeads: config.numKvHeads, kvBytesPerToken: model.kvBytesPerToken(),
+  lmHeadRows: model.parts.lmHead.shape[0] });

@@ -8,7 +8,7 @@ import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
-  StepInputs, Tensor } from '../backend.js';
+  StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
@@ -403,6 +403,17 @@ export class CpuBackend implements Backend {
       const s = Math.fround(1 / (1 + Math.exp(-g[t]!)));
       for (let i = t * N; i < (t + 1) * N; i++) a[i] = a[i]! + Math.fround(s * yd[i]!);
     }
+  }
+
+  gatherColumnParts(x: Tensor, tp: TensorParallelRank, width: number): Tensor {
+    const [R, W] = [x.shape[0]!, x.shape[1]!];
+    const parts = this.alloc([tp.size * R, W]);
+    tp.allGather(x, parts);
+    const out = this.alloc([R, width]);
+    for (let r = 0; r < R; r++) {
+      for (let c = 0; c < width; c++) out.data[r * width + c] = parts.data[(Math.floor(c / W) * R + r) * W + c % W]!;
+    }
+    return out;
   }
 
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {

@@ -8,7 +8,7 @@ import type { HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
-  StepInputs, Tensor } from '../backend.js';
+  StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
 import { CudaDeltaNet } from './deltanet.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
@@ -284,6 +284,10 @@ export class CudaBackend implements Backend {
 
   gatherLogitRows(x: Tensor, step: StepInputs): Tensor {
     return this.sampling.gatherLogitRows(x, step);
+  }
+
+  gatherColumnParts(x: Tensor, tp: TensorParallelRank, width: number): Tensor {
+    return this.sampling.gatherColumnParts(x, tp, width);
   }
 
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array {

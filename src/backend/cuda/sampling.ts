@@ -3,7 +3,7 @@
 // capture a read is recorded (capturedRead) for the replay to copy out, never waited for.
 
 import { BYTES_PER_ELEMENT } from '../../loader/dtype.js';
-import { TOKEN_READS_IN_FLIGHT, type StepInputs, type Tensor } from '../backend.js';
+import { TOKEN_READS_IN_FLIGHT, type StepInputs, type Tensor, type TensorParallelRank } from '../backend.js';
 import { i32, ptr } from './device.js';
 import { check, type Handle } from './ffi/driver.js';
 import type { HostRead } from './graph-cache.js';
@@ -46,6 +46,20 @@ export class CudaSampling {
     const out = this.s.act([numRows, hidden]);
     this.s.timed('sampling', () => this.s.device.launch('embedding.cu', 'gather_rows_bf16', [numRows, 1, 1], 256,
       [ptr(xs.ptr), ptr(metaPtr(meta, layout.logitsIndices)), ptr(out.ptr), i32(hidden)], 0, true));
+    return out;
+  }
+
+  /** Backend.gatherColumnParts: the all-gather (NCCL, in a graph where captured), then one join of the parts. */
+  gatherColumnParts(x: Tensor, tp: TensorParallelRank, width: number): CudaTensor {
+    const xs = asCuda(x);
+    const [R, W] = [xs.shape[0]!, xs.shape[1]!];
+    const parts = this.s.act([tp.size * R, W]);
+    const out = this.s.act([R, width]);
+    tp.allGather(xs, parts);
+    if (R > 0) {
+      this.s.timed('sampling', () => this.s.device.launch('embedding.cu', 'join_column_parts_bf16', [R, 1, 1], 256,
+        [ptr(parts.ptr), ptr(out.ptr), i32(R), i32(W), i32(width)], 0, true));
+    }
     return out;
   }
 

@@ -96,7 +96,7 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     if (!c.moe?.sparseLayers[l]) linear(`${p}mlp.down_proj`, [hidden, c.intermediateSize]);
   }
   add('model.norm.weight', [hidden]);
-  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabSize, hidden]);
+  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   return out;
 }
 

@@ -109,7 +109,7 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts
     addFeedForwardTensors(c, l, p, experts, add);
   });
   add(`${prefix}norm.weight`, [hidden]);
-  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabSize, hidden]);
+  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   return out;
 }
 

@@ -3,7 +3,9 @@
 //                id = ids[t], or prevIds[-ids[t] - 1] for a negative one (the previous step's sampled row: async
 //                scheduling launches a step before the host has the tokens of the step before it)
 //   gather_rows: out[i, :] = x[indices[i], :]      x [numTokens, hidden], out [numRows, hidden]
-// Launch: grid (numRows), block 256; threads stride over the hidden dimension.
+//   join_column_parts: out[r, c] = parts[c / W][r][c % W] for c < width      parts [P, R, W] (rank order: an
+//                all-gather of each tensor-parallel rank's vocabulary columns), out [R, width] (padding dropped)
+// Launch: grid (numRows), block 256; threads stride over the hidden dimension (join: over width).
 #include "common.cuh"
 
 /** out row = src row `row` (a block per row, threads striding over hidden). */
@@ -24,6 +26,14 @@ __device__ __forceinline__ void copy_row(const T* src, long long row, T* out, in
   extern "C" __global__ void gather_rows_##suffix(const T* x, const int* indices, T* out, int hidden) {  \
     pdl_begin();                                                                                         \
     copy_row<T>(x, indices[blockIdx.x], out, hidden);                                                    \
+  }                                                                                                      \
+  extern "C" __global__ void join_column_parts_##suffix(const T* parts, T* out, int numRows, int partWidth, \
+                                                        int width) {                                     \
+    pdl_begin();                                                                                         \
+    const long long r = blockIdx.x;                                                                      \
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {                                              \
+      out[r * width + c] = parts[((long long)(c / partWidth) * numRows + r) * partWidth + c % partWidth]; \
+    }                                                                                                    \
   }
 
 INSTANTIATE(bf16, bf16_t)
