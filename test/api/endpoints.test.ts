@@ -47,6 +47,7 @@ describe('tokenize, detokenize, models, health', () => {
       presence_penalty: 0.5, frequency_penalty: -0.5, logit_bias: { '65': -100 }, seed: 3, stop_token_ids: [70],
       min_tokens: 2, ignore_eos: true, skip_special_tokens: false, include_stop_str_in_output: true, stop: 'zz',
       priority: -4, cache_salt: 'tenant-a', user: 'u', allowed_token_ids: [65, 66, 66], bad_words: [' ab'],
+      speculative_decoding: false,
     });
     assert.equal(r.status, 200);
     const req = s.engine.submitted.at(-1)!;
@@ -57,6 +58,7 @@ describe('tokenize, detokenize, models, health', () => {
       maxTokens: 4, temperature: 0.5, topP: 0.9, topK: 7, minP: 0.1, repetitionPenalty: 1.2, presencePenalty: 0.5,
       frequencyPenalty: -0.5, logitBias: { 65: -100 }, seed: 3, stopTokenIds: [70], stop: ['zz'], includeStopStrInOutput: true,
       minTokens: 2, ignoreEos: true, logprobs: null, promptLogprobs: null, skipSpecialTokens: false, structuredOutput: null,
+      speculativeDecoding: false,
       // bad words tokenized as vLLM does: leading spaces stripped ("ab" is bytes 97, 98: ids 100, 101)
       allowedTokenIds: [65, 66], badWords: [[100, 101]],
     });

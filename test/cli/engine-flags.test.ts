@@ -125,8 +125,11 @@ test('--speculative-config: vLLM\'s JSON reaches EngineOptions parsed; an unknow
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).speculativeConfig, null);
   assert.throws(() => parse(['--speculative-config', '{"method": "ngram", "num_speculative_tokens": 3, "k": 1}']),
     /--speculative-config <json>' argument .*unknown or unsupported field "k"/);
-  assert.throws(() => parse(['--speculative-config', '{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}']),
-    /method "draft_model" is not supported yet/);
+  assert.deepEqual(engineOptionsFromFlags(parse(['--model', '/m', '--speculative-config',
+    '{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}'])).speculativeConfig,
+  { method: 'draft_model', model: '/d', numSpeculativeTokens: 3, disableByBatchSize: 2 });
+  assert.throws(() => parse(['--speculative-config', '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}']),
+    /method "eagle3" is not supported yet/);
 });
 
 test('--data-parallel-size reaches EngineOptions.dataParallelSize for every engine command (bench, gate)', () => {
