@@ -196,7 +196,11 @@ export interface Backend {
   beginLayer(layer: number): void;
   endLayers(): void;
   /** out[t] = table[inputIds[t]]  -> [numTokens, hidden]; a negative id -(r + 1) is the last sampleTokens' row r. */
-  embedding(table: Tensor, step: StepInputs): Tensor;
+  /**
+   * The step's input ids' rows of the table. `firstRow`: the table is a tensor-parallel rank's rows [firstRow,
+   * firstRow + its rows) of the vocabulary, and an id outside them gives a zero row (summed over the ranks after).
+   */
+  embedding(table: Tensor, step: StepInputs, firstRow?: number): Tensor;
   /** out = rmsnorm(x) * w */
   rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor;
   /** residual += x (in place); returns rmsnorm(residual) * w. */

@@ -130,8 +130,9 @@ export interface ModelConfig {
   /** A hybrid linear-attention model's layer kinds and DeltaNet sizes, or null (every layer full attention). */
   hybrid: HybridConfig | null;
   /**
-   * Only on a tensor-parallel rank's config (parallel/sharded-source.ts): its lm_head holds `rows` rows of the
-   * vocabulary padded to size x rows (vLLM's ParallelLMHead), and the model joins every rank's logits.
+   * Only on a tensor-parallel rank's config (parallel/sharded-source.ts): its embed_tokens and lm_head hold `rows`
+   * rows of the vocabulary padded to size x rows (vLLM's VocabParallelEmbedding and ParallelLMHead); the model sums
+   * the embedding over the ranks and joins every rank's logits.
    */
   vocabParallel?: { size: number; rows: number };
 }

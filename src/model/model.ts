@@ -149,7 +149,10 @@ export class Model {
     const eps = this.config.rmsNormEps;
     const step = b.beginStep(batch);
     const ctx = { backend: b, step, eps, tp: this.tp };
-    const residual = b.embedding(embedTokens, step);
+    // a rank's embedding table is its part of the vocabulary (parallel/sharded-source.ts): zero rows elsewhere, summed
+    const vp = this.tp ? this.config.vocabParallel : undefined;
+    const residual = b.embedding(embedTokens, step, vp ? this.tp!.rank * vp.rows : undefined);
+    if (vp) this.tp!.allReduce(residual);
     let x: Tensor | null = null;  // the next layer's normed input, where the layer before normed it
     let ffnOut: Tensor | null = null;
     for (let l = 0; l < layers.length; l++) {
@@ -165,9 +168,8 @@ export class Model {
     const rows = b.gatherLogitRows(final, step);
     this.lastRows = rows;
     const logits = b.matmul(rows, lmHead, 'lm_head');
-    // a rank's lm_head holds its part of the vocabulary (parallel/sharded-source.ts): every rank's logits joined
-    const vp = this.config.vocabParallel;
-    if (vp && this.tp) return { logits: b.gatherColumnParts(logits, this.tp, this.config.vocabSize), step };
+    // so does its lm_head (or the embedding it is tied to): every rank's logits joined
+    if (vp) return { logits: b.gatherColumnParts(logits, this.tp!, this.config.vocabSize), step };
     return { logits, step };
   }
 }

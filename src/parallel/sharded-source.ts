@@ -2,9 +2,9 @@
 // whose tensors are its shards (sharding.ts's layout), so the architectures' loaders load a shard as they load a
 // whole model, unchanged. Column-parallel: q/k/v (KV heads replicated when fewer than the ranks), gate/up, each
 // expert's gate/up; row-parallel: o, down, each expert's down (their outputs all-reduced: LayerContext.tp); o's bias
-// on rank 0 only (the all-reduce adds it once); an untied lm_head by vocabulary rows (vLLM's ParallelLMHead: each rank
-// reads its part of the vocabulary's weights, and the model all-gathers the logits). Replicated: embeddings (and a
-// tied lm_head with them), norms, routers.
+// on rank 0 only (the all-reduce adds it once); embed_tokens and lm_head (tied or not) by vocabulary rows (vLLM's
+// VocabParallelEmbedding and ParallelLMHead: each rank reads its part of the vocabulary, the model sums the
+// embedding's rows over the ranks and all-gathers the logits). Replicated: norms, routers.
 // Hybrid models (Qwen3.5, Qwen3-Next): a rank takes whole heads. Full attention's q_proj (a query and an output-gate
 // row block per head) by heads; a gated DeltaNet layer by its key heads and the value heads grouped on them: the
 // q, k and v parts of in_proj_qkv and conv1d each split, in_proj_z / b / a and A_log / dt_bias by value heads
@@ -38,7 +38,7 @@ export function shardedConfig(c: ModelConfig, rank: number, tp: number): ModelCo
   const shared = c.moe?.sharedExpertIntermediateSize;
   return {
     ...c, numHeads: qkv.numLocalHeads, numKvHeads: qkv.numLocalKvHeads, intermediateSize: c.intermediateSize / tp,
-    ...(!c.tieWordEmbeddings && tp > 1 ? { vocabParallel: { size: tp, rows: vocabParallel(c.vocabSize, c.hiddenSize, rank, tp).shape[0]! } } : {}),
+    ...(tp > 1 ? { vocabParallel: { size: tp, rows: vocabParallel(c.vocabSize, c.hiddenSize, rank, tp).shape[0]! } } : {}),
     moe: c.moe && { ...c.moe, expertIntermediateSize: c.moe.expertIntermediateSize / tp,
       ...(shared != null ? { sharedExpertIntermediateSize: shared / tp } : {}) },
     hybrid: c.hybrid && { ...c.hybrid, linearNumKeyHeads: c.hybrid.linearNumKeyHeads / tp,
@@ -48,7 +48,9 @@ export function shardedConfig(c: ModelConfig, rank: number, tp: number): ModelCo
 
 /** How rank `rank` of `tp` reads tensor `name` of the full model `c`, or null: whole (replicated). */
 function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: number, tp: number): Shard | 'first' | null {
-  if (name === 'lm_head.weight' && !c.tieWordEmbeddings) return vocabParallel(c.vocabSize, shape[1]!, rank, tp);
+  if (name === 'lm_head.weight' || /^model\.(?:language_model\.)?embed_tokens\.weight$/.test(name)) {
+    return vocabParallel(c.vocabSize, shape[1]!, rank, tp);
+  }
   const layer = /^(?:model\.)?(?:language_model\.)?layers\.\d+\.(.+)$/.exec(name)?.[1];
   if (layer === undefined) return null;
   const h = c.hybrid;

@@ -3,7 +3,7 @@
 // Covered: q heads split, KV heads split and replicated (tp above num_key_value_heads), o and down row-parallel,
 // qkv biases (Qwen2), Phi-3's fused qkv_proj and gate_up_proj, a mixture of experts' experts split on their width,
 // hybrid models' gated DeltaNet layers and gated attention (Qwen3.5; Qwen3-Next's grouped projections, its shared
-// expert), an untied lm_head split by vocabulary rows and its logits gathered.
+// expert), embed_tokens and lm_head split by vocabulary rows (the embedding summed, the logits gathered).
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -41,8 +41,8 @@ for (const [shape, sizes] of [['tiny-qwen3', [2, 4]], ['tiny-qwen2', [2]], ['tin
         assert.equal(r.numHeads, c.numHeads / size, `rank ${rank}'s heads`);
         assert.equal(r.numKvHeads, Math.max(1, c.numKvHeads / size), `rank ${rank}'s KV heads`);
         assert.equal(r.logits.length, expected.length);
-        // an untied lm_head by vocabulary rows (padded to a multiple of 64 x the ranks), its logits all-gathered
-        const rows = c.tieWordEmbeddings ? c.vocabSize : Math.ceil(c.vocabSize / 64) * 64 / size;
+        // embed_tokens and lm_head (tied or not) by vocabulary rows (the vocabulary padded to a multiple of 64)
+        const rows = Math.ceil(c.vocabSize / 64) * 64 / size;
         assert.equal(r.lmHeadRows, rows, `rank ${rank}'s lm_head rows`);
         r.logits.forEach((v, i) => assert.ok(Math.abs(v - expected[i]!) <= 1e-5 * scale, `rank ${rank}, logit ${i}: ${v} against ${expected[i]}`));
       });

@@ -203,14 +203,21 @@ export class CpuBackend implements Backend {
     return { batch };
   }
 
-  embedding(table: Tensor, step: StepInputs): Tensor {
+  embedding(table: Tensor, step: StepInputs, firstRow?: number): Tensor {
     const tab = asCpu(table);
     const [vocabSize, hidden] = tab.shape as [number, number];
     const { numTokens, inputIds } = step.batch;
     const out = this.alloc([numTokens, hidden]);
     for (let t = 0; t < numTokens; t++) {
       const raw = inputIds[t]!;
-      const id = raw >= 0 ? raw : this.lastSampled[-raw - 1] ?? -1;
+      let id = raw >= 0 ? raw : this.lastSampled[-raw - 1] ?? -1;
+      if (firstRow !== undefined && id >= 0) {
+        id -= firstRow;
+        if (id < 0 || id >= vocabSize) {
+          out.data.fill(0, t * hidden, (t + 1) * hidden);
+          continue;
+        }
+      }
       if (id < 0 || id >= vocabSize) {
         throw new Error(`embedding: token id ${raw < 0 ? `${id} (sampled row ${-raw - 1})` : id} outside [0, ${vocabSize})`);
       }

@@ -191,8 +191,8 @@ export class CudaBackend implements Backend {
 
   // ---- ops ----
 
-  embedding(table: Tensor, step: StepInputs): Tensor {
-    return this.sampling.embedding(table, step);
+  embedding(table: Tensor, step: StepInputs, firstRow?: number): Tensor {
+    return this.sampling.embedding(table, step, firstRow);
   }
 
   rmsNorm(x: Tensor, w: Tensor, eps: number): Tensor {

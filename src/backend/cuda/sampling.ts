@@ -27,14 +27,18 @@ export class CudaSampling {
     this.tokensCopied = Array.from({ length: TOKEN_READS_IN_FLIGHT }, () => s.event());
   }
 
-  /** out[t] = table[inputIds[t]]; a negative id -(r + 1) is the last sampleTokens' row r. */
-  embedding(table: Tensor, step: StepInputs): CudaTensor {
+  /**
+   * out[t] = table[inputIds[t]]; a negative id -(r + 1) is the last sampleTokens' row r. `firstRow`: the table is
+   * a tensor-parallel rank's part of the vocabulary from that row, and other ids give zeros (Backend.embedding).
+   */
+  embedding(table: Tensor, step: StepInputs, firstRow?: number): CudaTensor {
     const { batch, meta, layout } = this.s.of(step);
     const w = asCuda(table);
-    const hidden = w.shape[1]!;
+    const [rows, hidden] = [w.shape[0]!, w.shape[1]!];
     const out = this.s.act([batch.numTokens, hidden]);
-    this.s.timed('embedding', () => this.s.device.launch('embedding.cu', 'embedding_bf16', [batch.numTokens, 1, 1], 256,
-      [ptr(w.ptr), ptr(metaPtr(meta, layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)], 0, true));
+    const args = [ptr(w.ptr), ptr(metaPtr(meta, layout.inputIds)), ptr(meta.sampledIds), ptr(out.ptr), i32(hidden)];
+    this.s.timed('embedding', () => this.s.device.launch('embedding.cu', firstRow === undefined ? 'embedding_bf16' : 'embedding_part_bf16',
+      [batch.numTokens, 1, 1], 256, firstRow === undefined ? args : [...args, i32(firstRow), i32(rows)], 0, true));
     return out;
   }
 

@@ -62,7 +62,7 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     out.push({ name: `${module}.weight`, shape, dtype: 'f8_e4m3' },
       { name: `${module}.weight_scale_inv`, shape: shape.map((d) => Math.ceil(d / FP8_BLOCK)), dtype: 'f32' });
   };
-  add('model.embed_tokens.weight', [c.vocabSize, hidden]);
+  add('model.embed_tokens.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   for (let l = 0; l < c.numLayers; l++) {
     const p = layerPrefix(l);
     add(`${p}input_layernorm.weight`, [hidden]);

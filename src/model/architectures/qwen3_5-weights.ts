@@ -77,7 +77,7 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts
   const valueDim = h.linearNumValueHeads * h.linearValueHeadDim;
   const out: ExpectedTensor[] = [];
   const add = (name: string, shape: number[]): void => void out.push({ name, shape, dtype: c.dtype });
-  add(`${prefix}embed_tokens.weight`, [c.vocabSize, hidden]);
+  add(`${prefix}embed_tokens.weight`, [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   h.layerTypes.forEach((type, l) => {
     const p = `${prefix}layers.${l}.`;
     add(`${p}input_layernorm.weight`, [hidden]);
