@@ -119,9 +119,10 @@ export class ModelRunner {
     if (drafts !== undefined && rows.every((r) => numPromptLogitRows(r) === 0) &&
       states.every((st) => isGreedyVerifiable(st, this.eosTokenIds))) {
       // greedy verify rows: each position's argmax from the device, the proposals checked against them here
-      // rows with fewer proposals (max_tokens, the budget) than the others make the step eager
-      const verify = graphs ? uniformGraphBatch(rows, this.options.blockSize, this.options.maxNumSeqs,
-        this.options.maxNumBatchedTokens ?? 0) : null;
+      // rows with fewer proposals (max_tokens, the budget) than the others make the step eager; so does a hybrid
+      // model's (DeltaNet chunk kernels in a graph of several tokens a row: not yet run on a GPU)
+      const verify = graphs && rows.every((r) => r.stateSlot === undefined) ? uniformGraphBatch(rows, this.options.blockSize,
+        this.options.maxNumSeqs, this.options.maxNumBatchedTokens ?? 0) : null;
       const { wait } = verify ? this.run({ op: 'tokens', batch: verify.batch, graphKey: verify.key })
         : this.run({ op: 'tokens', batch, graphKey: null });
       const numRows = rows.reduce((a, r) => a + numSampleRows(r), 0);
