@@ -127,8 +127,8 @@ export class ApiMetrics {
     engineCounter('quire:spec_decode_num_accepted_tokens_total', 'Accepted proposed tokens.', registers,
       () => spec()!.numAcceptedTokens, perEngine((s) => s.numAcceptedTokens));
     if (spec()!.numDraftFailures !== undefined) {
-      engineCounter('quire:spec_decode_num_draft_failures_total', 'Draft-model forwards that failed (their requests '
-        + 'went on unspeculated for that step).', registers, () => spec()!.numDraftFailures ?? 0,
+      engineCounter('quire:spec_decode_num_draft_failures_total', 'Draft-model forwards that failed (their rows '
+        + 'proposed their last token instead, verified as any proposal).', registers, () => spec()!.numDraftFailures ?? 0,
       perEngine((s) => s.numDraftFailures ?? 0));
     }
     let last: number[] = new Array<number>(numPositions).fill(0);

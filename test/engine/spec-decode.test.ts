@@ -11,12 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createEngineCore } from '../../src/engine/engine-core.js';
 import { InProcessEngineClient } from '../../src/engine/inprocess-client.js';
-import { LLM } from '../../src/engine/llm.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
-import type { EngineStats } from '../../src/engine/types.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
+import { generate } from './spec-helpers.js';
 
 const DEMO = defaultModelDir();
 const SPEC = { method: 'ngram', num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 4 };
@@ -32,20 +31,6 @@ before(() => {
   tmp = mkdtempSync(join(tmpdir(), 'quire-spec-'));
 });
 after(() => rmSync(tmp, { recursive: true, force: true }));
-
-interface Run { tokenIds: string[]; texts: string[]; finish: string[]; stats: EngineStats; logprobs: unknown[] }
-
-async function generate(model: string, opts: Partial<EngineOptions>, prompts: (string | number[])[],
-  params: Record<string, unknown>): Promise<Run> {
-  const llm = new LLM(model, { backend: 'cpu', cpuThreads: 1, ...opts });
-  try {
-    const out = await llm.generate(prompts, { temperature: 0, ...params });
-    return { tokenIds: out.map((c) => c.tokenIds.join(',')), texts: out.map((c) => c.text), finish: out.map((c) => c.finishReason),
-      stats: await llm.stats(), logprobs: out.map((c) => c.logprobs) };
-  } finally {
-    await llm.close();
-  }
-}
 
 test('greedy transcripts are identical with n-gram speculation on and off, on every scheduling path', async () => {
   const off = await generate(DEMO, {}, PROMPTS, { maxTokens: 40 });

@@ -10,11 +10,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createEngineCore } from '../../src/engine/engine-core.js';
-import { LLM } from '../../src/engine/llm.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
-import type { EngineStats } from '../../src/engine/types.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
+import { generate } from './spec-helpers.js';
 
 const DEMO = defaultModelDir();
 // batches speculate too here (a draft's default disable_by_batch_size is 2: only one running request would)
@@ -31,17 +30,6 @@ before(() => {
   tmp = mkdtempSync(join(tmpdir(), 'quire-draft-'));
 });
 after(() => rmSync(tmp, { recursive: true, force: true }));
-
-async function generate(model: string, opts: Partial<EngineOptions>, prompts: (string | number[])[],
-  params: Record<string, unknown>): Promise<{ tokenIds: string[]; stats: EngineStats }> {
-  const llm = new LLM(model, { backend: 'cpu', cpuThreads: 1, ...opts });
-  try {
-    const out = await llm.generate(prompts, { temperature: 0, ...params });
-    return { tokenIds: out.map((c) => c.tokenIds.join(',')), stats: await llm.stats() };
-  } finally {
-    await llm.close();
-  }
-}
 
 test('the target as its own draft: greedy transcripts identical on every scheduling path, nearly every proposal accepted', async () => {
   const off = await generate(DEMO, {}, PROMPTS, { maxTokens: 32 });

@@ -3,7 +3,7 @@
 // to the host Sampler, or prompt logprobs computed where the logits are), captures the graphs at start-up and runs
 // the start-up profile step. The engine core hands it scheduled rows and gets back what waits for their tokens.
 
-import type { Backend } from '../../backend/backend.js';
+import type { Backend, DeviceGraphs } from '../../backend/backend.js';
 import type { ForwardBatch } from '../../backend/batch.js';
 import type { Model } from '../../model/model.js';
 import { buildRowSampling, isDeviceSamplable } from '../../sampling/device-sampling.js';
@@ -106,28 +106,18 @@ export class ModelRunner {
   private launchForward(rows: readonly RunnerRow[], states: readonly SequenceSamplingState[],
     requests: RowRequests): LaunchedStep {
     // rows with proposals (speculative decoding) are verified on the host, from each position's argmax where every
-    // row is greedy, else from their logits; such a step is never graphed (a graph's rows are one token each)
+    // row is greedy (verifyGreedily), else from their logits, eagerly
     const drafts = rows.some((r) => (r.specTokenIds?.length ?? 0) > 0)
       ? rows.filter((r) => r.sample).map((r) => r.specTokenIds) : undefined;
+    const graphs = this.options.enforceEager ? undefined : this.backend.graphs;
+    if (drafts !== undefined && rows.every((r) => numPromptLogitRows(r) === 0) &&
+      states.every((st) => isGreedyVerifiable(st, this.eosTokenIds))) return this.verifyGreedily(rows, drafts, graphs);
     const onDevice = drafts === undefined && states.every((st) => isDeviceSamplable(st, this.eosTokenIds)) &&
       rows.every((r) => numPromptLogitRows(r) === 0);
-    const graphs = this.options.enforceEager ? undefined : this.backend.graphs;
     const bucket = drafts === undefined && rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
     const batch = graphs && bucket !== null ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
     const graphKey = graphs && bucket !== null ? bucket : null;
-    if (drafts !== undefined && rows.every((r) => numPromptLogitRows(r) === 0) &&
-      states.every((st) => isGreedyVerifiable(st, this.eosTokenIds))) {
-      // greedy verify rows: each position's argmax from the device, the proposals checked against them here
-      // rows with fewer proposals (max_tokens, the budget) than the others make the step eager; so does a hybrid
-      // model's (DeltaNet chunk kernels in a graph of several tokens a row: not yet run on a GPU)
-      const verify = graphs && rows.every((r) => r.stateSlot === undefined) ? uniformGraphBatch(rows, this.options.blockSize,
-        this.options.maxNumSeqs, this.options.maxNumBatchedTokens ?? 0) : null;
-      const { wait } = verify ? this.run({ op: 'tokens', batch: verify.batch, graphKey: verify.key })
-        : this.run({ op: 'tokens', batch, graphKey: null });
-      const numRows = rows.reduce((a, r) => a + numSampleRows(r), 0);
-      return { wait: () => verifyGreedy(wait().subarray(0, numRows), drafts), sampledOnDevice: false };
-    }
     if (!onDevice) {
       const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests, drafts) : null;
       if (scored) return { wait: () => scored, sampledOnDevice: false };
@@ -138,6 +128,23 @@ export class ModelRunner {
     batch.sampling = buildRowSampling(states, batch.logitsIndices.length);
     const { wait } = this.run({ op: 'tokens', batch, graphKey });
     return { wait: () => ({ tokenIds: wait(), logprobs: [] }), sampledOnDevice: true };
+  }
+
+  /**
+   * A verify step of greedy rows: each position's argmax from the device, the proposals checked against them here.
+   * Rows all of k proposals replay a graph of their shape (uniformGraphBatch); rows with fewer (max_tokens, the
+   * budget) make the step eager, and so does a hybrid model's (its DeltaNet chunk kernels inside a graph of several
+   * tokens a row have not run on a GPU yet).
+   */
+  private verifyGreedily(rows: readonly RunnerRow[], drafts: readonly (readonly number[] | undefined)[],
+    graphs: DeviceGraphs | undefined): LaunchedStep {
+    const { blockSize, maxNumSeqs, maxNumBatchedTokens } = this.options;
+    const graphed = graphs && rows.every((r) => r.stateSlot === undefined)
+      ? uniformGraphBatch(rows, blockSize, maxNumSeqs, maxNumBatchedTokens ?? 0) : null;
+    const { wait } = this.run(graphed ? { op: 'tokens', batch: graphed.batch, graphKey: graphed.key }
+      : { op: 'tokens', batch: buildForwardBatch(rows, blockSize), graphKey: null });
+    const numRows = rows.reduce((a, r) => a + numSampleRows(r), 0);
+    return { wait: () => verifyGreedy(wait().subarray(0, numRows), drafts), sampledOnDevice: false };
   }
 
   /**

@@ -36,7 +36,7 @@ export function draftRefusal(target: ModelDir, draft: ModelDir): string | null {
   return null;
 }
 
-/** The draft, loaded and profiled on a backend of its own; the caller disposes `backend` when the engine ends. */
+/** The draft, loaded and profiled on a backend of its own (DraftProposer.dispose frees it when the engine ends). */
 export async function loadDraft(config: DraftModelConfig, target: ModelDir, targetBackend: Backend,
   options: ResolvedEngineOptions, maxModelLen: number): Promise<DraftProposer> {
   const draft = await loadModel(config.model);

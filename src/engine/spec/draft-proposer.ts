@@ -4,8 +4,8 @@
 // Its KV cache has the target's page ids: a page the target's block table holds holds the draft's K and V of the
 // same positions too, so the draft needs no allocator, no prefix cache and no rollback of its own. The scheduler
 // allocates a verify row's pages for its last token and k proposals before the draft runs (the proposals are
-// placeholders until then: SpecDecoding.propose), and the draft writes positions n-1 .. n+k-1 of a request of n
-// tokens: all inside that allocation. What the draft computed stays valid where its input was the real token:
+// placeholders until then: SpecDecoding.propose), and the draft writes positions n-2 .. n+k-2 of a request of n
+// tokens: all inside what the request holds. What the draft computed stays valid where its input was the real token:
 // every position before n, and the proposals the target accepted; the next fill starts from there.
 //
 // The forwards replay the draft's CUDA graphs: one token a row for proposals 2 .. k (one graph per batch-size bucket,
@@ -51,8 +51,6 @@ export class DraftProposer {
   private readonly states = new WeakMap<Request, DraftState>();
   /** Forwards that failed (each fell back to its rows' last token as proposals: rejected unless the target agrees). */
   numFailures = 0;
-  /** Tokens the draft computed (catch-up and proposals), for the stats. */
-  numDraftForwardTokens = 0;
 
   constructor(readonly model: Model, private readonly blockSize: number,
     /** The draft's own context limit: proposals stop short of it (SpecDecoding.propose). */
@@ -109,7 +107,7 @@ export class DraftProposer {
         const wait = this.launch(active.map((w) => ({ startPosition: w.n + j - 1, blockTable: w.r.blockTable, sample: true,
           tokenIds: [j > 1 && this.chain ? -(before.get(w)! + 1) : w.r.specTokenIds[j - 1]!] })));
         inFlight.push({ rows: active, j, wait });
-        before = new Map(active.map((w, i) => [w, i]));
+        if (this.chain) before = new Map(active.map((w, i) => [w, i]));
         settle(this.chain ? TOKEN_READS_IN_FLIGHT - 2 : 0);
       }
       settle(0);
@@ -174,7 +172,6 @@ export class DraftProposer {
 
   /** forward(), launched: the returned function waits for the tokens. */
   private launch(seqs: ScheduledSeq[]): () => Int32Array {
-    this.numDraftForwardTokens += seqs.reduce((a, s) => a + s.tokenIds.length, 0);
     const graphs = this.graphOptions.enforceEager ? undefined : this.model.backend.graphs;
     const graphed = graphs ? uniformGraphBatch(seqs, this.blockSize, this.graphOptions.maxNumSeqs, this.maxNumBatchedTokens) : null;
     const step = runDeviceStep(this.model, graphs, graphed ? { op: 'tokens', batch: graphed.batch, graphKey: graphed.key }
