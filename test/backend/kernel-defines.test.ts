@@ -15,7 +15,7 @@ import {
   PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
 } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
-import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
+import { MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 
 /** The build lists as the kernels receive them, written out here by hand: a change to one is a change to the PTX. */
@@ -69,6 +69,8 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['moe.cu', 'MOE_DOWN_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
     ['moe.cu', 'MOE_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
     ['moe.cu', 'NORM_VEC', NORM_VEC],  // norm.cuh's register rows (moe_combine_add_rms_norm)
+    ['moe.cu', 'FP8_BLOCK', FP8_BLOCK],  // the _fp8 builds' scale blocks
+    ['moe.cu', 'MOE_FP8_SPLIT_WARPS', MOE_FP8_SPLIT_WARPS],
     ['norm.cu', 'NORM_VEC', NORM_VEC],
     ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],

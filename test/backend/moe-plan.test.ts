@@ -1,13 +1,15 @@
 // Plans of the device's mixture of experts (moe-plan.ts): the grids are a function of the shapes alone, and the tile
 // bound covers every routing (adversarial ones included); the grids cover every output; the kernels named are ones
 // moe.cu builds; decode steps take the split variants, prefill chunks the tiled ones; the tile lists the grouping writes
-// give every grouped position to exactly one block, in order, within the grid.
+// give every grouped position to exactly one block, in order, within the grid; block-FP8 experts take the _fp8 builds
+// of the same variants, their slices whole 128-k scale groups.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { blockTile, GEMM_ROWS_VARIANTS, sliceChunks } from '../../src/backend/cuda/gemm-rows.js';
-import { expertTileList, maxExpertTiles, moeBuildLists, planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
+import { expertTileList, FP8_CHUNK_K, fp8NumSlices, fp8SliceChunks, maxExpertTiles, MOE_FP8_SPLIT_WARPS, moeBuildLists, planMoe,
+  tileLists } from '../../src/backend/cuda/moe-plan.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 
 /** Tiles of BN the grouped GEMMs walk for this routing (each row's k experts distinct). */
@@ -72,11 +74,13 @@ test('one tile list serves both GEMMs where their tiles match, else each has its
 test('every plan covers the outputs of an expert within a block\'s shared memory, on a kernel moe.cu builds', () => {
   const lists = moeBuildLists();
   const built = new Set<string>();
-  for (const [list, name] of [[lists.gateUpSplit, 'gate_up'], [lists.downSplit, 'down']] as const) {
-    for (const m of list.matchAll(/X\((\d+), (\d+), \d+\)/g)) built.add(`moe_${name}_split_m${m[1]}_n${m[2]}`);
-  }
-  for (const m of lists.tiled.matchAll(/X\((\d+), (\d+), (\d+), (\d+), \d+, \w+\)/g)) {
-    for (const name of ['gate_up', 'down']) built.add(`moe_${name}_tiled_w${m[1]}x${m[2]}_m${m[3]}_n${m[4]}`);
+  for (const fp8 of ['', '_fp8']) {
+    for (const [list, name] of [[lists.gateUpSplit, 'gate_up'], [lists.downSplit, 'down']] as const) {
+      for (const m of list.matchAll(/X\((\d+), (\d+), \d+\)/g)) built.add(`moe_${name}${fp8}_split_m${m[1]}_n${m[2]}`);
+    }
+    for (const m of lists.tiled.matchAll(/X\((\d+), (\d+), (\d+), (\d+), \d+, \w+\)/g)) {
+      for (const name of ['gate_up', 'down']) built.add(`moe_${name}${fp8}_tiled_w${m[1]}x${m[2]}_m${m[3]}_n${m[4]}`);
+    }
   }
   fc.assert(fc.property(fc.integer({ min: 1, max: 4096 }), fc.constantFrom(8, 60, 128), fc.constantFrom(1, 2, 8),
     fc.integer({ min: 1, max: 600 }), fc.integer({ min: 1, max: 2000 }),
@@ -97,6 +101,34 @@ test('every plan covers the outputs of an expert within a block\'s shared memory
       }
     }));
   assert.throws(() => planMoe(1, 8, 2, 100, 64), /K 100 is not a multiple of 8/);
+  // block FP8: H and I multiples of 128
+  fc.assert(fc.property(fc.integer({ min: 1, max: 4096 }), fc.constantFrom(8, 60, 128), fc.constantFrom(1, 2, 8),
+    fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 120 }),
+    fc.integer({ min: 0, max: GEMM_ROWS_VARIANTS.length }), (T, E, k, h, i, v) => {
+      const [H, I] = [128 * h, 128 * i];
+      const plan = planMoe(T, E, k, H, I, GEMM_ROWS_VARIANTS[v], undefined, true);
+      for (const [l, K] of [[plan.gateUp, H], [plan.down, I]] as const) {
+        assert.ok(built.has(l.kernel) && l.kernel.includes('_fp8_'), `${l.kernel} is an _fp8 build`);
+        assert.equal(l.sliceChunks, fp8SliceChunks(K));
+        if (l.variant.kind === 'split') {
+          assert.equal(l.block, 32 * fp8NumSlices(K), 'a warp a slice');
+          assert.ok(l.block <= 32 * MOE_FP8_SPLIT_WARPS, 'within the _fp8 split builds\' launch bounds');
+          assert.ok(l.sharedBytes <= 64 * 1024);
+        }
+      }
+    }));
+});
+
+test('an FP8 slice is whole 128-k scale groups (chunks of 64 e4m3 in pairs), at most 8 of them over K, fixed by K', () => {
+  for (let K = 128; K <= 16384; K += 128) {
+    const c = fp8SliceChunks(K);
+    assert.equal(c % 2, 0, `K ${K}: whole groups`);
+    assert.ok(c >= 4, `K ${K}: at least two groups`);
+    const slices = fp8NumSlices(K);
+    assert.ok(slices >= 1 && slices <= MOE_FP8_SPLIT_WARPS && (slices - 1) * c < K / FP8_CHUNK_K && slices * c >= K / FP8_CHUNK_K);
+  }
+  assert.deepEqual([2048, 768, 4096].map(fp8SliceChunks), [4, 4, 8]);
+  assert.throws(() => fp8SliceChunks(200), /FP8 K 200 is not a multiple of 128/);
 });
 
 test('decode steps stream each routed expert on the split variants, prefill chunks take the tiled ones', () => {
@@ -108,6 +140,11 @@ test('decode steps stream each routed expert on the split variants, prefill chun
   assert.equal(planMoe(64, 8, 2, 4096, 14336).gateUp.kernel, 'moe_gate_up_split_m2_n2');
   assert.match(planMoe(2048, 128, 8, 2048, 768).gateUp.kernel, /^moe_gate_up_tiled_/);
   assert.match(planMoe(8192, 8, 2, 4096, 14336).down.kernel, /^moe_down_tiled_w1x4/);
+  // Qwen3-30B-A3B-FP8, one token: the same tiles, K 2048 in 8 slices of 2 scale groups, K 768 in 3
+  const fp8 = planMoe(1, 128, 8, 2048, 768, undefined, undefined, true);
+  assert.deepEqual([fp8.gateUp.kernel, fp8.gateUp.grid, fp8.gateUp.block], ['moe_gate_up_fp8_split_m2_n1', [48, 8, 1], 256]);
+  assert.deepEqual([fp8.down.kernel, fp8.down.grid, fp8.down.block], ['moe_down_fp8_split_m1_n1', [128, 8, 1], 96]);
+  assert.match(planMoe(2048, 128, 8, 2048, 768, undefined, undefined, true).gateUp.kernel, /^moe_gate_up_fp8_tiled_/);
 });
 
 test('a decode batch of up to 64 rows takes the fused router: gemm_rows\' split m1 n1 tiles over every expert and row, its shared memory the partials and E cursors', () => {

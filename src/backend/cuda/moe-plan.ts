@@ -1,10 +1,12 @@
 // Launch plans for kernels/moe.cu (Backend.moeExperts on the device). Every grid and buffer here is a function of
 // T, E, topK, H and I, never of the routing: a decode step's graph replays them whatever its tokens choose. The
 // GEMMs are gemm_rows' variants (gemm-rows.ts) on each expert's rows: what a sum adds, and in what order, follows K
-// alone (sliceChunks), so the variant and tile picked here never change a bit.
+// alone (sliceChunks), so the variant and tile picked here never change a bit. Block-FP8 experts run the same
+// variants' _fp8 builds (moe.cu), their k cut by fp8SliceChunks.
 
-import { blockTile, defaultVariant, GEMM_ROWS_SPLIT_WARPS, GEMM_ROWS_VARIANTS, type GemmRowsVariant, numSlices,
-  sliceChunks } from './gemm-rows.js';
+import { FP8_BLOCK } from '../fp8-linear.js';
+import { blockTile, defaultVariant, GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, GEMM_ROWS_VARIANTS, type GemmRowsVariant,
+  numSlices, sliceChunks } from './gemm-rows.js';
 
 /** Rows (tokens) of moe_route a block: a warp a row. */
 export const MOE_ROUTE_WARPS = 4;
@@ -25,6 +27,29 @@ export const MOE_COMBINE_THREADS = 128;
  */
 export const MOE_FUSED_ROUTER_MAX_ROWS = 64;
 
+/**
+ * Most warps of an _fp8 split block (their launch bounds), and so most slices of an FP8 GEMM's k: at bf16's 16 a
+ * thread gets 128 registers, which its scales overflow (the m2 n4 build spilled 600 bytes), at 8 it may take 255.
+ */
+export const MOE_FP8_SPLIT_WARPS = 8;
+/** Fewest 128-k scale groups of an FP8 slice: 256 bytes of a row, 4 chunks that a warp loads at once. */
+const MIN_FP8_SLICE_GROUPS = 2;
+/** k of an FP8 chunk: 64 e4m3, the 64 bytes of a row a bf16 chunk's 32 k take (gemm_rows.cuh). */
+export const FP8_CHUNK_K = 2 * GEMM_ROWS_CHUNK_K;
+
+/**
+ * Chunks (of 64 e4m3 k) a slice of an FP8 GEMM's k takes: whole 128-k groups, a function of K only (the contract);
+ * at most MOE_FP8_SPLIT_WARPS slices.
+ */
+export function fp8SliceChunks(K: number): number {
+  if (K % FP8_BLOCK !== 0) throw new Error(`moe: FP8 K ${K} is not a multiple of ${FP8_BLOCK}`);
+  return 2 * Math.max(MIN_FP8_SLICE_GROUPS, Math.ceil(K / FP8_BLOCK / MOE_FP8_SPLIT_WARPS));
+}
+
+export function fp8NumSlices(K: number): number {
+  return Math.ceil(K / FP8_CHUNK_K / fp8SliceChunks(K));
+}
+
 /** gate_up's split builds: gemm_rows' split variants with two m tiles (gate, up) a warp, fewer chunks in flight. */
 const GATE_UP_SPLIT_PREFETCH: Readonly<Record<number, number>> = { 1: 4, 2: 2, 4: 2 };
 
@@ -40,6 +65,7 @@ export function moeBuildLists(): { gateUpSplit: string; downSplit: string; tiled
 }
 
 export interface MoeGemmLaunch {
+  /** moe.cu's kernel: a bf16 build, or an _fp8 one (block-FP8 experts, their inputs quantized per 128 columns). */
   kernel: string;
   /** Tokens of a block's tile (BN): its tile list's (expertTileList), grid[1] entries long. */
   tokens: number;
@@ -109,18 +135,18 @@ export function rowsPerExpert(T: number, E: number, topK: number): number {
 }
 
 function planGemm(gateUp: boolean, T: number, E: number, topK: number, N: number, K: number,
-  variant: GemmRowsVariant): MoeGemmLaunch {
+  variant: GemmRowsVariant, fp8: boolean): MoeGemmLaunch {
   if (K % 8 !== 0) throw new Error(`moe: K ${K} is not a multiple of 8`);
-  const name = gateUp ? 'gate_up' : 'down';
+  const name = `${gateUp ? 'gate_up' : 'down'}${fp8 ? '_fp8' : ''}`;
   const tile = blockTile(variant);
   const y = maxExpertTiles(T, E, topK, tile.tokens);
-  const chunks = sliceChunks(K);
+  const chunks = fp8 ? fp8SliceChunks(K) : sliceChunks(K);
   if (variant.kind === 'split') {
     const mt = gateUp ? 2 : 1;
-    const slices = numSlices(K);
+    const slices = fp8 ? fp8NumSlices(K) : numSlices(K);
     return { kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, tokens: tile.tokens, grid: [Math.ceil(N / 16), y, 1],
-      block: 32 * Math.min(GEMM_ROWS_SPLIT_WARPS, slices), sharedBytes: slices * mt * variant.nt * 4 * 32 * 4,
-      sliceChunks: chunks, variant };
+      block: 32 * Math.min(fp8 ? MOE_FP8_SPLIT_WARPS : GEMM_ROWS_SPLIT_WARPS, slices),
+      sharedBytes: slices * mt * variant.nt * 4 * 32 * 4, sliceChunks: chunks, variant };
   }
   // gate_up: half of a block's weight rows are gate rows, the other half the same outputs' up rows
   const outputs = gateUp ? tile.rows / 2 : tile.rows;
@@ -144,14 +170,15 @@ function planFusedRouter(T: number, E: number, H: number): NonNullable<MoePlan['
 /**
  * The two grouped GEMMs of T rows on E experts of width I (hidden H): gemm_rows' default variant for an expert's
  * average rows (the split ones to 64, many warps on each weight tile: a decode step reads each routed expert once),
- * unless `variant` names one for both (tests); and the fused router for a decode step's few rows.
+ * unless `variant` names one for both (tests), their _fp8 builds for block-FP8 experts; and the fused router for a
+ * decode step's few rows.
  */
 export function planMoe(T: number, E: number, topK: number, H: number, I: number,
-  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS): MoePlan {
+  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS, fp8 = false): MoePlan {
   const m = rowsPerExpert(T, E, topK);
   return {
-    gateUp: planGemm(true, T, E, topK, I, H, variant ?? defaultVariant(m, 2 * I)),
-    down: planGemm(false, T, E, topK, H, I, variant ?? defaultVariant(m, H)),
+    gateUp: planGemm(true, T, E, topK, I, H, variant ?? defaultVariant(m, 2 * I), fp8),
+    down: planGemm(false, T, E, topK, H, I, variant ?? defaultVariant(m, H), fp8),
     router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H) : null,
   };
 }

@@ -5,11 +5,15 @@
 // decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe route"); more
 // rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits the fused
 // kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert down",
-// "moe combine".
+// "moe combine". Block-FP8 experts (W8A8, as the CPU backend's fp8BlockMatmul) take the _fp8 builds of the same
+// GEMMs, each input quantized per row and 128 columns first ("moe quantize": x before gate_up; gate_up's f32 output,
+// the CPU's unrounded silu_mul, before down).
 
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
 import type { GemmRowsVariant } from './gemm-rows.js';
 import { f32, i32, ptr } from './device.js';
+import { FP8_BLOCK } from '../fp8-linear.js';
+import { fp8ScaleRowFloats } from './fp8-layout.js';
 import { readKnob } from '../../knobs/knobs.js';
 import { normThreads } from './gemm.js';
 import { NORM_VEC } from './kernel-defines.js';
@@ -164,30 +168,39 @@ export class CudaMoe {
     const { numExperts: E, intermediate: I } = experts;
     const gateUp = asCuda(experts.gateUp);
     const down = asCuda(experts.down);
-    if (gateUp.quantized === 'fp8_block' || down.quantized === 'fp8_block') {
-      throw new Error('moeExperts: block-FP8 experts are not supported on the cuda backend yet (bf16 experts only)');
-    }
-    const shapeOk = (t: CudaTensor, rows: number, cols: number) => t.dtype === 'bf16' && t.shape[0] === rows && t.shape[1] === cols;
-    if (!shapeOk(gateUp, E * 2 * I, H) || !shapeOk(down, E * H, I) || !shapeOk(router, E, H)) {
+    const fp8 = gateUp.quantized === 'fp8_block';
+    const expertDtype = fp8 ? 'f8_e4m3' : 'bf16';
+    const shapeOk = (t: CudaTensor, rows: number, cols: number, dtype = expertDtype) =>
+      t.dtype === dtype && t.shape[0] === rows && t.shape[1] === cols && (dtype === 'bf16' || t.quantized === 'fp8_block');
+    if (!shapeOk(gateUp, E * 2 * I, H) || !shapeOk(down, E * H, I) || !shapeOk(router, E, H, 'bf16')) {
       throw new Error(`moeExperts: x [${xs.shape.join(', ')}], router [${router.shape.join(', ')}], gate_up ` +
-        `[${gateUp.shape.join(', ')}] ${gateUp.dtype}, down [${down.shape.join(', ')}] ${down.dtype} for ${E} experts of width ${I}`);
+        `[${gateUp.shape.join(', ')}] ${gateUp.dtype}, down [${down.shape.join(', ')}] ${down.dtype}${fp8 ? ' (both block FP8)' : ''} ` +
+        `for ${E} experts of width ${I}`);
     }
     if (H % 8 !== 0 || I % 8 !== 0) throw new Error(`moeExperts: hidden ${H} and width ${I} must be multiples of 8 (16-byte rows)`);
+    if (fp8 && (H % FP8_BLOCK !== 0 || I % FP8_BLOCK !== 0)) {
+      throw new Error(`moeExperts: block-FP8 experts need hidden ${H} and width ${I} multiples of ${FP8_BLOCK} (whole scale blocks an expert)`);
+    }
     if (addNorm && !combineFusesNorm(H)) throw new Error(`moeExperts: no fused norm at hidden ${H}`);
     const out = this.s.act([T, H]);
     if (T === 0) return out;
     const k = route.topK;
     const P = T * k;
-    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows);
+    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows, fp8);
     const d = this.s.device;
     const g = this.groups(xs, router, route, plan);
-    const act = this.s.act([P, I]);
     const y = this.s.act([P, H]);
-    const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint) =>
-      d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs),
-        i32(k), i32(N), i32(K), i32(l.sliceChunks)], l.sharedBytes, true);
-    this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, g.tiles[0]!));
-    this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I, g.tiles[g.tiles.length - 1]!));
+    const [gateUpTiles, downTiles] = [g.tiles[0]!, g.tiles[g.tiles.length - 1]!];
+    if (fp8) {
+      this.fp8Gemms(plan, xs, gateUp, down, y, g.pairs, [gateUpTiles, downTiles], k, I);
+    } else {
+      const act = this.s.act([P, I]);
+      const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint) =>
+        d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs),
+          i32(k), i32(N), i32(K), i32(l.sliceChunks)], l.sharedBytes, true);
+      this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, gateUpTiles));
+      this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I, downTiles));
+    }
     if (addNorm) {
       const res = asCuda(addNorm.residual);
       const w = asCuda(addNorm.weight);
@@ -203,6 +216,35 @@ export class CudaMoe {
       [Math.ceil(H / (8 * MOE_COMBINE_THREADS)), T, 1], MOE_COMBINE_THREADS,
       [ptr(y.ptr), ptr(g.pos), ptr(g.weights), ptr(out.ptr), i32(k), i32(H)], 0, true));
     return out;
+  }
+
+  /**
+   * The grouped GEMMs of block-FP8 experts into y [P, H] (grouped order): x [T, H] quantized per row and 128 columns
+   * (quant_fp8.cu, scales [H / 128, T]), gate_up's _fp8 build to act [P, I] in f32, act quantized likewise (scales
+   * [I / 128, P]), down's _fp8 build. Buffers from the workspace; every grid follows T alone, as the bf16 path's.
+   */
+  private fp8Gemms(plan: MoePlan, xs: CudaTensor, gateUp: CudaTensor, down: CudaTensor, y: CudaTensor, pairs: bigint,
+    tiles: [bigint, bigint], topK: number, I: number): void {
+    const [T, H] = [xs.shape[0]!, xs.shape[1]!];
+    const P = T * topK;
+    const d = this.s.device;
+    const quantize = (kernel: string, x: bigint, rows: number, K: number) => {
+      const q = this.s.act([rows, K], 'f8_e4m3');
+      const scales = this.s.act([K / FP8_BLOCK, rows], 'f32');
+      this.s.timed('moe quantize', () => d.launch('quant_fp8.cu', kernel, [rows, Math.ceil(K / FP8_BLOCK / 4), 1], 128,
+        [ptr(x), ptr(q.ptr), ptr(scales.ptr), i32(K), i32(rows)], 0, true));
+      return { q: q.ptr, scales: scales.ptr, rows };
+    };
+    const gemm = (l: MoeGemmLaunch, x: { q: bigint; scales: bigint; rows: number }, w: CudaTensor, yp: bigint,
+      N: number, K: number, list: bigint) =>
+      d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(x.q), ptr(w.ptr), ptr(yp), ptr(list), ptr(pairs), i32(topK),
+        i32(N), i32(K), i32(l.sliceChunks), ptr(x.scales), ptr(w.scales), i32(x.rows), i32(fp8ScaleRowFloats(K))],
+      l.sharedBytes, true);
+    const act = this.s.act([P, I], 'f32');
+    const xq = quantize('quantize_fp8_groups_bf16', xs.ptr, T, H);
+    this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xq, gateUp, act.ptr, I, H, tiles[0]));
+    const aq = quantize('quantize_fp8_groups_f32', act.ptr, P, I);
+    this.s.timed('gemm expert down', () => gemm(plan.down, aq, down, y.ptr, H, I, tiles[1]));
   }
 }
 

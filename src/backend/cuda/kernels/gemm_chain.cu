@@ -49,19 +49,6 @@ static_assert(FP8_BLOCK == 128, "an _fp8 stage of 16-byte pieces is 128 k, one s
 #include "activation.cu"
 #undef QUIRE_DEVICE_ONLY
 
-/** c += a * b on one m16n8k32 tile of e4m3 (fragments as m16n8k16's, each b32 register four k; sm_89+). */
-__device__ __forceinline__ void mma_e4m3_16832(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-#if __CUDA_ARCH__ >= 890
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();
-#endif
-}
-
 /** Row and token of accumulator register r of lane's C fragment. */
 __device__ __forceinline__ int frag_row(int lane, int r) { return (lane >> 2) + ((r & 2) ? 8 : 0); }
 __device__ __forceinline__ int frag_tok(int lane, int r) { return 2 * (lane & 3) + (r & 1); }

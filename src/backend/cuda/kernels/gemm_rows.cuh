@@ -4,28 +4,54 @@
 // moe.cu's fused router run it). They take the rows they multiply as pointers (or a function giving them) and leave
 // the store to the caller, so gemm_rows.cu (rows of one weight and one x) and moe.cu (an expert's rows and the
 // tokens routed to it, reached through an index) run the same sums in the same order.
+//
+// Operands are bf16, or block-FP8 (E = unsigned char: e4m3 bytes, moe.cu's FP8 experts). A chunk is 64 bytes of a
+// row either way (a lane's 16-byte piece of four): 32 bf16 k, or 64 e4m3 k as two m16n8k32 e4m3 mma permuted as the
+// bf16 ones are (lane (g, c) holds k 16c..16c+15: the first mma takes 16c..16c+7, the second 16c+8..16c+15). FP8's
+// contract scales each chunk: its two mma sum from zero to s, joined to the slice's partial as
+// p = fma(s, xs * ws, p) (xs the token's scale of the chunk's 128-k group, ws the weight rows' block's:
+// chunk_mma_fp8; a chunk's own sum, not a group's, so no second set of accumulators: the split builds' registers are
+// full already). Slices are whole groups (an even count of chunks), added in order as bf16's are.
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"
 
 // CHUNK_K, the k of a chunk: from TypeScript (gemm-rows.ts GEMM_ROWS_CHUNK_K, through kernel-defines.ts)
 
-__device__ __forceinline__ u32x4 load16(const bf16_t* p) {
+template <typename E>
+__device__ __forceinline__ u32x4 load16(const E* p) {
   u32x4 r;
   asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
 
-/** Lane (g, c)'s 8 k of chunk `chunk` for row `row` (zeros past K; K is a multiple of 8). */
-__device__ __forceinline__ u32x4 load_chunk(const bf16_t* row, int chunk, int K) {
-  const int k = chunk * CHUNK_K + 8 * (threadIdx.x & 3);
+/** k of a chunk of E (64 bytes of a row: CHUNK_K bf16, twice as many e4m3). */
+template <typename E>
+__device__ __forceinline__ constexpr int chunk_k() {
+  return CHUNK_K * (int)sizeof(bf16_t) / (int)sizeof(E);
+}
+
+/** The element type of a row pointer (const E* -> E): tiled_block's operands, read from its rowOf. */
+template <typename P>
+struct RowElem;
+template <typename E>
+struct RowElem<const E*> {
+  using type = E;
+};
+
+/** Lane (g, c)'s 16 bytes of chunk `chunk` for row `row` (zeros past K; K is a multiple of 8, FP8 of 128). */
+template <typename E = bf16_t>
+__device__ __forceinline__ u32x4 load_chunk(const E* row, int chunk, int K) {
+  constexpr int CK = chunk_k<E>();
+  const int k = chunk * CK + (CK / 4) * (threadIdx.x & 3);
   if (k >= K) return u32x4{0u, 0u, 0u, 0u};
   return load16(row + k);
 }
 
 /**
  * One chunk of the contract: acc[mt][nt] += the chunk's 32 k as two mma, k 8c..8c+3 then 8c+4..8c+7 of lane (g, c)'s
- * 16 bytes. a[mt][h]: weight row g + 8h of m tile mt; b[nt]: token g of n tile nt. Every variant calls this.
+ * 16 bytes. a[mt][h]: weight row g + 8h of m tile mt; b[nt]: token g of n tile nt. Every bf16 variant calls this
+ * (chunk_mma_fp8 the FP8 ones: the same words, e4m3 k 16c..16c+7 then 16c+8..16c+15).
  */
 template <int MT, int NT>
 __device__ __forceinline__ void chunk_mma(float acc[MT][NT][4], const u32x4 a[MT][2], const u32x4 b[NT]) {
@@ -41,14 +67,109 @@ __device__ __forceinline__ void chunk_mma(float acc[MT][NT][4], const u32x4 a[MT
   }
 }
 
+/** fn(mt, nt, r) over a warp tile's MT x NT x 4 accumulators. */
+template <int MT, int NT, typename Fn>
+__device__ __forceinline__ void each_acc(Fn fn) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) fn(mt, nt, r);
+}
+
+/**
+ * Block-FP8 operands' scales: x's [K / 128, xStride] (input row r's group g at g xStride + r: kernels/quant_fp8.cu's
+ * layout), and the weight's, a 128-row block's group g at its row's offset + g.
+ */
+struct Fp8Scales {
+  const float* x;
+  const float* w;
+  int xStride;
+};
+
+/**
+ * Where a lane finds its scales in Fp8Scales (unused for bf16): w[mt], m tile mt's block's offset; x[nt][j], the
+ * input row of token 2 (lane % 4) + j of n tile nt (the tokens of the lane's accumulators).
+ */
+template <int MT, int NT>
+struct LaneScales {
+  int w[MT];
+  int x[NT][2];
+};
+
+/** One 128-k group's scales of a lane, in registers. */
+template <int MT, int NT>
+struct GroupScales {
+  float w[MT];
+  float x[NT][2];
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ void load_group_scales(GroupScales<MT, NT>& s, const Fp8Scales& f,
+                                                  const LaneScales<MT, NT>& l, int g) {
+  const float* xg = f.x + (size_t)g * f.xStride;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) s.w[mt] = __ldg(f.w + l.w[mt] + g);
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) s.x[nt][j] = __ldg(xg + l.x[nt][j]);
+}
+
+/** One e4m3 chunk of the FP8 contract: acc[mt][nt] = fma(its two mma from zero, xs * ws, acc), s its group's scales. */
+template <int MT, int NT>
+__device__ __forceinline__ void chunk_mma_fp8(float acc[MT][NT][4], const u32x4 a[MT][2], const u32x4 b[NT],
+                                              const GroupScales<MT, NT>& s) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const unsigned lo[4] = {a[mt][0].x, a[mt][1].x, a[mt][0].y, a[mt][1].y};
+    const unsigned hi[4] = {a[mt][0].z, a[mt][1].z, a[mt][0].w, a[mt][1].w};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      mma_e4m3_16832(c, lo, b[nt].x, b[nt].y);
+      mma_e4m3_16832(c, hi, b[nt].z, b[nt].w);
+#pragma unroll
+      for (int r = 0; r < 4; r++) acc[mt][nt][r] = __fmaf_rn(c[r], __fmul_rn(s.x[nt][r & 1], s.w[mt]), acc[mt][nt][r]);
+    }
+  }
+}
+
+/**
+ * The LaneScales of a warp tile at weight row wmRow and token wnTok of a block's: scaleOf(r) is staged row r's
+ * offset in Fp8Scales (rows r < BM weight rows, any of an m tile's 16; then token r - BM's input row), as
+ * tiled_block's rowOf gives its data.
+ */
+template <int MT, int NT, int BM, typename ScaleOf>
+__device__ __forceinline__ LaneScales<MT, NT> lane_scales(ScaleOf scaleOf, int wmRow, int wnTok) {
+  const int lane = threadIdx.x & 31;
+  LaneScales<MT, NT> l;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) l.w[mt] = scaleOf(wmRow + mt * 16);
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) l.x[nt][j] = scaleOf(BM + wnTok + nt * 8 + 2 * (lane & 3) + j);
+  return l;
+}
+
+/** tiled_block's scaleOf for bf16 operands: never called. */
+struct NoScaleOf {
+  __device__ __forceinline__ int operator()(int) const { return 0; }
+};
+
 /**
  * acc = this warp's p over chunks [c0, c1): MT x NT tiles, PF chunks loaded before their mma are issued.
  * wRow[mt][h]: weight row g + 8h of m tile mt; xRow[nt]: token g of n tile nt (clamped rows; their outputs
- * are never stored).
+ * are never stored). FP8: c0, c1 and PF even (whole groups), a group's scales loaded with its first chunk.
  */
-template <int MT, int NT, int PF>
-__device__ __forceinline__ void slice_partial(float acc[MT][NT][4], const bf16_t* const wRow[MT][2],
-                                              const bf16_t* const xRow[NT], int c0, int c1, int K) {
+template <int MT, int NT, int PF, typename E = bf16_t>
+__device__ __forceinline__ void slice_partial(float acc[MT][NT][4], const E* const wRow[MT][2],
+                                              const E* const xRow[NT], int c0, int c1, int K,
+                                              const Fp8Scales& f = {}, const LaneScales<MT, NT>& l = {}) {
+  constexpr bool FP8 = sizeof(E) == 1;
+  static_assert(!FP8 || PF % 2 == 0, "an FP8 prefetch is whole scale groups");
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -56,6 +177,7 @@ __device__ __forceinline__ void slice_partial(float acc[MT][NT][4], const bf16_t
   for (int cb = c0; cb < c1; cb += PF) {
     u32x4 a[PF][MT][2];
     u32x4 b[PF][NT];
+    GroupScales<MT, NT> gs[FP8 ? PF / 2 : 1];
 #pragma unroll
     for (int j = 0; j < PF; j++) {
       if (cb + j < c1) {
@@ -66,17 +188,26 @@ __device__ __forceinline__ void slice_partial(float acc[MT][NT][4], const bf16_t
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) b[j][nt] = load_chunk(xRow[nt], cb + j, K);
+        if constexpr (FP8) {
+          if (j % 2 == 0) load_group_scales(gs[j / 2], f, l, (cb + j) / 2);
+        }
       }
     }
 #pragma unroll
     for (int j = 0; j < PF; j++) {
-      if (cb + j < c1) chunk_mma<MT, NT>(acc, a[j], b[j]);
+      if constexpr (FP8) {
+        if (cb + j < c1) chunk_mma_fp8<MT, NT>(acc, a[j], b[j], gs[j / 2]);
+      } else {
+        if (cb + j < c1) chunk_mma<MT, NT>(acc, a[j], b[j]);
+      }
     }
   }
 }
 
+template <typename E = bf16_t>
 __device__ __forceinline__ int rows_num_slices(int K, int sliceChunks) {
-  return ((K + CHUNK_K - 1) / CHUNK_K + sliceChunks - 1) / sliceChunks;
+  constexpr int CK = chunk_k<E>();
+  return ((K + CK - 1) / CK + sliceChunks - 1) / sliceChunks;
 }
 
 /**
@@ -84,16 +215,18 @@ __device__ __forceinline__ int rows_num_slices(int K, int sliceChunks) {
  * each p_s to `partials` (dynamic shared memory, numSlices * MT * NT * 4 * 32 floats), then the block syncs.
  * Element ((mt * NT + nt) * 4 + r) * 32 + lane of slice s is accumulator r of tile (mt, nt) of `lane`.
  */
-template <int MT, int NT, int PF>
-__device__ __forceinline__ void split_partials(float* partials, const bf16_t* const wRow[MT][2],
-                                               const bf16_t* const xRow[NT], int K, int sliceChunks) {
+template <int MT, int NT, int PF, typename E = bf16_t>
+__device__ __forceinline__ void split_partials(float* partials, const E* const wRow[MT][2],
+                                               const E* const xRow[NT], int K, int sliceChunks,
+                                               const Fp8Scales& f = {}, const LaneScales<MT, NT>& l = {}) {
   constexpr int REGS = MT * NT * 4;
+  constexpr int CK = chunk_k<E>();
   const int lane = threadIdx.x & 31;
-  const int numChunks = (K + CHUNK_K - 1) / CHUNK_K;
-  const int numSlices = rows_num_slices(K, sliceChunks);
+  const int numChunks = (K + CK - 1) / CK;
+  const int numSlices = rows_num_slices<E>(K, sliceChunks);
   for (int s = threadIdx.x >> 5; s < numSlices; s += blockDim.x >> 5) {
     float acc[MT][NT][4];
-    slice_partial<MT, NT, PF>(acc, wRow, xRow, s * sliceChunks, min((s + 1) * sliceChunks, numChunks), K);
+    slice_partial<MT, NT, PF, E>(acc, wRow, xRow, s * sliceChunks, min((s + 1) * sliceChunks, numChunks), K, f, l);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -120,17 +253,6 @@ __device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
   return r;
 }
 
-/** fn(mt, nt, r) over a warp tile's MT x NT x 4 accumulators. */
-template <int MT, int NT, typename Fn>
-__device__ __forceinline__ void each_acc(Fn fn) {
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) fn(mt, nt, r);
-}
-
 /**
  * The tiled variant's body for one block: BM = WM * MT * 16 weight rows by BN = WN * NT * 8 tokens, staged two
  * chunks at a time (cp.async, STAGES deep) in dynamic shared memory, STAGES * (BM + BN) * 128 bytes (+ MT * NT * 4
@@ -139,13 +261,21 @@ __device__ __forceinline__ void each_acc(Fn fn) {
  * wmRow and token wnTok of the block's, and sum(mt, nt, r) is accumulator r of its tile (mt, nt), the slices summed
  * in order.
  *
- * A stage holds two chunks (64 k, 128 bytes) of the BM weight rows, then of the BN tokens, as eight 16-byte pieces
- * per row, piece q of row r at q ^ 4(r & 1) (rows g and g + 1 of a quarter warp then read different banks). Lane
- * (g, c) reads piece c (chunk 0) and 4 + c (chunk 1) of a row: the fragments the split variant loads from global
- * memory.
+ * A stage holds two chunks (128 bytes: 64 bf16 k, or 128 e4m3 k, one FP8 scale group) of the BM weight rows, then
+ * of the BN tokens, as eight 16-byte pieces per row, piece q of row r at q ^ 4(r & 1) (rows g and g + 1 of a quarter
+ * warp then read different banks). Lane (g, c) reads piece c (chunk 0) and 4 + c (chunk 1) of a row: the fragments
+ * the split variant loads from global memory. FP8 (rowOf gives e4m3 rows): scaleOf(r) gives staged row r's offset in
+ * `f` (lane_scales), a stage's scales are read as it starts, and each chunk joins the partial with them
+ * (chunk_mma_fp8).
  */
-template <int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM, typename RowOf, typename Finish>
-__device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks, Finish finish) {
+template <int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM, typename RowOf, typename Finish,
+          typename ScaleOf = NoScaleOf>
+__device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks, Finish finish, ScaleOf scaleOf = {},
+                                            Fp8Scales f = {}) {
+  using E = typename RowElem<decltype(rowOf(0))>::type;
+  constexpr bool FP8 = sizeof(E) == 1;
+  constexpr int CK = chunk_k<E>();
+  constexpr int PIECE = CK / 4;  // elements of a 16-byte piece
   constexpr int BM = WM * MT * 16;
   constexpr int BN = WN * NT * 8;
   constexpr int ROWS = BM + BN;
@@ -156,7 +286,7 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
   const int wm = warp % WM;
   const int wn = warp / WM;
   const int g = lane >> 2;
-  const int numChunks = (K + CHUNK_K - 1) / CHUNK_K;
+  const int numChunks = (K + CK - 1) / CK;
   const int numStages = (numChunks + 1) / 2;
 
   // each thread copies the same LOADS pieces (row, piece) of every stage: their sources computed once
@@ -164,12 +294,12 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
   constexpr int LOADS = (ROWS * 8 + THREADS - 1) / THREADS;
   // (THREADS is a multiple of 8, so a thread's piece q is the same in every row it copies)
   const int q8 = threadIdx.x & 7;
-  const bf16_t* src[LOADS];
+  const E* src[LOADS];
 #pragma unroll
-  for (int i = 0; i < LOADS; i++) src[i] = rowOf(min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3) + 8 * q8;
+  for (int i = 0; i < LOADS; i++) src[i] = rowOf(min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3) + PIECE * q8;
   auto load = [&](int st, int buf) {
-    const int k0 = st * 2 * CHUNK_K;
-    const bool valid = k0 + 8 * q8 < K;
+    const int k0 = st * 2 * CK;
+    const bool valid = k0 + PIECE * q8 < K;
 #pragma unroll
     for (int i = 0; i < LOADS; i++) {
       const int r = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3;
@@ -191,6 +321,8 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
   };
   float acc[MT][NT][4];
   each_acc<MT, NT>([&](int mt, int nt, int r) { acc[mt][nt][r] = 0.f; });
+  LaneScales<MT, NT> scales;
+  if constexpr (FP8) scales = lane_scales<MT, NT, BM>(scaleOf, wm * MT * 16, wn * NT * 8);
   // the running sum with the slice just finished added (the contract's order): the slice itself when it is the first
   auto folded = [&](int mt, int nt, int r, bool first) {
     return first ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
@@ -201,6 +333,8 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
     if (st + STAGES - 1 < numStages) load(st + STAGES - 1, (st + STAGES - 1) % STAGES);
     cp_async_commit();
     const unsigned char* stage = tiles + (st % STAGES) * ROWS * ROW_BYTES;
+    GroupScales<MT, NT> gs;
+    if constexpr (FP8) load_group_scales(gs, f, scales, st);
 #pragma unroll
     for (int half = 0; half < 2; half++) {
       const int c = 2 * st + half;
@@ -222,7 +356,8 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
         a[mt][0] = piece(stage, wm * MT * 16 + mt * 16 + g, q);
         a[mt][1] = piece(stage, wm * MT * 16 + mt * 16 + g + 8, q);
       }
-      chunk_mma<MT, NT>(acc, a, b);
+      if constexpr (FP8) chunk_mma_fp8<MT, NT>(acc, a, b, gs);
+      else chunk_mma<MT, NT>(acc, a, b);
     }
   }
   cp_async_wait<0>();

@@ -1,5 +1,6 @@
 // Tensor-core building blocks (sm_80+), as inline PTX: bf16 mma.sync m16n8k16
-// with fp32 accumulators, ldmatrix from shared memory, bf16x2 packing.
+// (and e4m3 m16n8k32, sm_89+) with fp32 accumulators, ldmatrix from shared
+// memory, bf16x2 packing.
 //
 // Fragments of mma.m16n8k16 (g = lane / 4, t = lane % 4; a b32 register holds
 // two bf16, the lower column or k index in its low half):
@@ -25,6 +26,22 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const unsigned a[4], 
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/**
+ * c += a * b on one m16n8k32 tile of e4m3 (sm_89+; traps below): fragments as m16n8k16's, each b32 register four k
+ * where bf16's holds two (a0 m g k 4t..4t+3, a2 m g k 4t+16..4t+19; b0 k 4t..4t+3, b1 k 4t+16..4t+19).
+ */
+__device__ __forceinline__ void mma_e4m3_16832(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
 }
 
 __device__ __forceinline__ unsigned shared_addr(const void* p) {

@@ -20,12 +20,25 @@
 // searches the offsets), the grid's y a bound on the tiles of any routing (moe-plan.ts); blocks past the last tile
 // exit after one load. gate_up's warp tiles hold gate rows in their
 // first half of m tiles and the same outputs' up rows in the second, so silu(gate) * up is taken from registers.
+//
+// Block-FP8 experts (the _fp8 builds: e4m3 weights with an f32 scale a 128 x 128 block, uploadFp8Block's layout) are
+// vLLM's W8A8, as src/backend/fp8-linear.ts (the CPU backend's reference) computes them: the GEMMs take e4m3 rows of
+// their input quantized per token and 128 columns by kernels/quant_fp8.cu (scales [K / 128, rows], a row's group g at
+// g xStride + row), x before gate_up and act before down. gate_up's output is act in f32, unrounded, as the CPU's
+// silu_mul leaves it, so both quantize the same values. Their sums are gemm_rows.cuh's FP8 contract (a scale group
+// from zero on the tensor cores' e4m3 mma, joined to its slice with both scales; slices of whole groups in order), so
+// a token's outputs depend on K alone, as the bf16 builds'. Prompt chunks run the tiled builds on e4m3 tiles as
+// they are (mma m16n8k32 e4m3, sm_89+): a stage of 128 bytes a row is one scale group, half a bf16 stage's k in
+// bytes, so the same tiles and shared memory take twice the k and no dequantization pass; decode runs the split
+// builds, each routed expert's e4m3 bytes read once for all its tokens in a tile.
 #include "gemm_rows.cuh"
 #include "norm.cuh"
 
 // From TypeScript (kernel-defines.ts): CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE (experts a
 // lane of moe_route holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, NORM_VEC
-// (norm.cuh), and the build lists.
+// (norm.cuh), FP8_BLOCK, MOE_FP8_SPLIT_WARPS (the _fp8 split builds' most warps: fewer than bf16's, so that a thread
+// has the registers its scales take), and the build lists.
+static_assert(4 * CHUNK_K == FP8_BLOCK, "an FP8 scale group is two chunks of 64 e4m3 k (gemm_rows.cuh)");
 
 // ---- routing ----
 
@@ -242,24 +255,54 @@ __device__ __forceinline__ bool expert_tile(const int4* tiles, int y, int& e, in
 #define MOE_GEMM_ARGS                                                                                                 \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const int4 *__restrict__ tiles, \
       const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks
+// The _fp8 builds: x and w e4m3, y f32 (gate_up's act) or bf16 (down's), and the scales (MoeScales).
+#define MOE_FP8_GEMM_ARGS                                                                                            \
+  const unsigned char *__restrict__ x, const unsigned char *__restrict__ w, void *__restrict__ y,                    \
+      const int4 *__restrict__ tiles, const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks,        \
+      const float *__restrict__ xScales, const float *__restrict__ wScales, int xStride, int wStride
+
+/**
+ * An _fp8 build's scales: x's [K / 128, xStride] (quant_fp8.cu: row r's group g at g xStride + r, r the token for
+ * gate_up, the grouped position for down), w's [E rows / 128, wStride] (uploadFp8Block: row-major, rows padded).
+ */
+struct MoeScales {
+  const float* x;
+  const float* w;
+  int xStride, wStride;
+};
+
+/** The input row index of grouped position p: its token (gate_up), or p itself (down). */
+template <bool GATE_UP>
+__device__ __forceinline__ int moe_token_index(const int* pairs, int topK, int p) {
+  return GATE_UP ? pairs[p] / topK : p;
+}
 
 /** The input row of grouped position p. */
-template <bool GATE_UP>
-__device__ __forceinline__ const bf16_t* moe_token_row(const bf16_t* x, const int* pairs, int topK, int K, int p) {
-  return x + (size_t)(GATE_UP ? pairs[p] / topK : p) * K;
+template <bool GATE_UP, typename E>
+__device__ __forceinline__ const E* moe_token_row(const E* x, const int* pairs, int topK, int K, int p) {
+  return x + (size_t)moe_token_index<GATE_UP>(pairs, topK, p) * K;
 }
 
 /** gate_up's output from its two sums: activation.cu's silu_mul, on the unrounded sums. */
 __device__ __forceinline__ float moe_silu_mul(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
 
-__device__ __forceinline__ void moe_store(bf16_t* y, float v, int out, int tok, int first, int count, int N) {
-  if (out < N && tok < count) y[(size_t)(first + tok) * N + out] = from_float<bf16_t>(v);
+template <typename Y>
+__device__ __forceinline__ void moe_store(Y* y, float v, int out, int tok, int first, int count, int N) {
+  if (out < N && tok < count) y[(size_t)(first + tok) * N + out] = from_float<Y>(v);
+}
+
+/** The offset in sc.w of stacked weight row `row`'s block's scales (_fp8 builds). */
+__device__ __forceinline__ int moe_weight_scales(MoeScales sc, int row) {
+  return row / FP8_BLOCK * sc.wStride;
 }
 
 // grid (ceil(N / 16), tiles bound), block: warps sharing the tile's slices; dynamic shared memory numSlices * MT * NT *
-// 4 * 32 floats. A block's 16 outputs: gate_up, m tile 0 their gate rows and m tile 1 their up rows.
-template <bool GATE_UP, int NT, int PF>
-__device__ void moe_split(MOE_GEMM_ARGS) {
+// 4 * 32 floats. A block's 16 outputs: gate_up, m tile 0 their gate rows and m tile 1 their up rows. E: bf16_t, or
+// unsigned char (e4m3, with `sc`); Y: the output's type.
+template <bool GATE_UP, int NT, int PF, typename E = bf16_t, typename Y = bf16_t>
+__device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* __restrict__ y,
+                          const int4* __restrict__ tiles, const int* __restrict__ pairs, int topK, int N, int K,
+                          int sliceChunks, MoeScales sc = {}) {
   constexpr int MT = GATE_UP ? 2 : 1;
   extern __shared__ float partials[];
   pdl_begin();
@@ -267,16 +310,24 @@ __device__ void moe_split(MOE_GEMM_ARGS) {
   if (!expert_tile(tiles, blockIdx.y, e, first, count, tok0)) return;
   const int g = (threadIdx.x & 31) >> 2;
   const int out0 = blockIdx.x * 16;
-  const bf16_t* wRow[MT][2];
-  const bf16_t* xRow[NT];
+  const E* wRow[MT][2];
+  const E* xRow[NT];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
     for (int h = 0; h < 2; h++) wRow[mt][h] = w + ((size_t)(e * MT + mt) * N + min(out0 + g + 8 * h, N - 1)) * K;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) xRow[nt] = moe_token_row<GATE_UP>(x, pairs, topK, K, first + min(tok0 + nt * 8 + g, count - 1));
-  split_partials<MT, NT, PF>(partials, wRow, xRow, K, sliceChunks);
-  const int numSlices = rows_num_slices(K, sliceChunks);
+  LaneScales<MT, NT> scales;
+  if constexpr (sizeof(E) == 1) {
+    // m tile mt's rows (e MT + mt) N + out0.. lie in one 128-row block (N a multiple of 128)
+    scales = lane_scales<MT, NT, MT * 16>([&](int r) {
+      if (r < MT * 16) return moe_weight_scales(sc, (e * MT + r / 16) * N + out0);
+      return moe_token_index<GATE_UP>(pairs, topK, first + min(tok0 + r - MT * 16, count - 1));
+    }, 0, 0);
+  }
+  split_partials<MT, NT, PF, E>(partials, wRow, xRow, K, sliceChunks, Fp8Scales{sc.x, sc.w, sc.xStride}, scales);
+  const int numSlices = rows_num_slices<E>(K, sliceChunks);
   // j: an m tile 0 element (split_partials' numbering); its m tile 1 twin is NT * 4 * 32 further
   for (int j = threadIdx.x; j < NT * 4 * 32; j += blockDim.x) {
     const int lane = j & 31;
@@ -289,9 +340,13 @@ __device__ void moe_split(MOE_GEMM_ARGS) {
 }
 
 // grid (ceil(N / (WM HALF 16)), tiles bound), block WM x WN warps, dynamic shared memory as tiled_block says. A warp's
-// HALF m tiles of outputs: gate_up, its m tiles 0..HALF-1 their gate rows and HALF..MT-1 their up rows.
-template <bool GATE_UP, int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM>
-__device__ void moe_tiled(MOE_GEMM_ARGS) {
+// HALF m tiles of outputs: gate_up, its m tiles 0..HALF-1 their gate rows and HALF..MT-1 their up rows. E, Y, sc: as
+// moe_split's.
+template <bool GATE_UP, int WM, int WN, int MT, int NT, int STAGES, bool SMEM_SUM, typename E = bf16_t,
+          typename Y = bf16_t>
+__device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* __restrict__ y,
+                          const int4* __restrict__ tiles, const int* __restrict__ pairs, int topK, int N, int K,
+                          int sliceChunks, MoeScales sc = {}) {
   static_assert(!GATE_UP || MT % 2 == 0, "gate_up pairs a warp's gate and up m tiles");
   constexpr int HALF = GATE_UP ? MT / 2 : MT;
   constexpr int BM = WM * MT * 16;
@@ -300,7 +355,14 @@ __device__ void moe_tiled(MOE_GEMM_ARGS) {
   if (!expert_tile(tiles, blockIdx.y, e, first, count, tok0)) return;
   const int out0 = blockIdx.x * WM * HALF * 16;
   const int lane = threadIdx.x & 31;
-  const bf16_t* we = w + (size_t)e * (GATE_UP ? 2 : 1) * N * K;
+  const E* we = w + (size_t)e * (GATE_UP ? 2 : 1) * N * K;
+  // _fp8: staged row r's offset in the scales (tiled_block's rowOf, as scales): an m tile's 16 rows lie in one block
+  auto scaleOf = [&](int r) {
+    if (r >= BM) return moe_token_index<GATE_UP>(pairs, topK, first + min(tok0 + r - BM, count - 1));
+    const int mt = (r % (MT * 16)) / 16;
+    const int out = out0 + (r / (MT * 16)) * HALF * 16 + (mt % HALF) * 16;
+    return moe_weight_scales(sc, e * (GATE_UP ? 2 : 1) * N + (mt >= HALF ? N : 0) + min(out, N - 1));
+  };
   tiled_block<WM, WN, MT, NT, STAGES, SMEM_SUM>(
       [&](int r) {
         if (r >= BM) return moe_token_row<GATE_UP>(x, pairs, topK, K, first + min(tok0 + r - BM, count - 1));
@@ -321,7 +383,7 @@ __device__ void moe_tiled(MOE_GEMM_ARGS) {
               moe_store(y, v, warpOut0 + mt * 16 + acc_row(lane, r), tok0 + wnTok + nt * 8 + acc_tok(lane, r), first,
                         count, N);
             }
-      });
+      }, scaleOf, Fp8Scales{sc.x, sc.w, sc.xStride});
 }
 
 #define INSTANTIATE_SPLIT(NAME, GATE_UP, MT, NT, PF)                                                                   \
@@ -334,23 +396,54 @@ __device__ void moe_tiled(MOE_GEMM_ARGS) {
       MOE_GEMM_ARGS) {                                                                                                 \
     moe_tiled<GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM>(x, w, y, tiles, pairs, topK, N, K, sliceChunks);         \
   }
+#define MOE_FP8_CALL_ARGS(Y) \
+  x, w, static_cast<Y*>(y), tiles, pairs, topK, N, K, sliceChunks, MoeScales{xScales, wScales, xStride, wStride}
+#define INSTANTIATE_SPLIT_FP8(NAME, GATE_UP, Y, MT, NT, PF)                                                           \
+  extern "C" __global__ void __launch_bounds__(MOE_FP8_SPLIT_WARPS * 32) moe_##NAME##_fp8_split_m##MT##_n##NT(        \
+      MOE_FP8_GEMM_ARGS) {                                                                                             \
+    moe_split<GATE_UP, NT, PF, unsigned char, Y>(MOE_FP8_CALL_ARGS(Y));                                                \
+  }
+#define INSTANTIATE_TILED_FP8(NAME, GATE_UP, Y, WM, WN, MT, NT, STAGES, SMEM_SUM)                                      \
+  extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_fp8_tiled_w##WM##x##WN##_m##MT##_n##NT(   \
+      MOE_FP8_GEMM_ARGS) {                                                                                             \
+    moe_tiled<GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM, unsigned char, Y>(MOE_FP8_CALL_ARGS(Y));                      \
+  }
 #define SPLIT_GATE_UP(MT, NT, PF) INSTANTIATE_SPLIT(gate_up, true, MT, NT, PF)
 #define SPLIT_DOWN(MT, NT, PF) INSTANTIATE_SPLIT(down, false, MT, NT, PF)
 #define TILED_GATE_UP(WM, WN, MT, NT, STAGES, SMEM_SUM) INSTANTIATE_TILED(gate_up, true, WM, WN, MT, NT, STAGES, SMEM_SUM)
 #define TILED_DOWN(WM, WN, MT, NT, STAGES, SMEM_SUM) INSTANTIATE_TILED(down, false, WM, WN, MT, NT, STAGES, SMEM_SUM)
+#define SPLIT_GATE_UP_FP8(MT, NT, PF) INSTANTIATE_SPLIT_FP8(gate_up, true, float, MT, NT, PF)
+#define SPLIT_DOWN_FP8(MT, NT, PF) INSTANTIATE_SPLIT_FP8(down, false, bf16_t, MT, NT, PF)
+#define TILED_GATE_UP_FP8(WM, WN, MT, NT, STAGES, SMEM_SUM) \
+  INSTANTIATE_TILED_FP8(gate_up, true, float, WM, WN, MT, NT, STAGES, SMEM_SUM)
+#define TILED_DOWN_FP8(WM, WN, MT, NT, STAGES, SMEM_SUM) \
+  INSTANTIATE_TILED_FP8(down, false, bf16_t, WM, WN, MT, NT, STAGES, SMEM_SUM)
 
-// The builds: moe-plan.ts MOE_SPLIT_BUILDS and gemm-rows.ts's tiled variants, as X-macro lists (kernel-defines.ts).
+// The builds: moe-plan.ts MOE_SPLIT_BUILDS and gemm-rows.ts's tiled variants, as X-macro lists (kernel-defines.ts),
+// bf16 and _fp8 alike.
 MOE_GATE_UP_SPLIT_BUILDS(SPLIT_GATE_UP)
 MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN)
 MOE_TILED_BUILDS(TILED_GATE_UP)
 MOE_TILED_BUILDS(TILED_DOWN)
+MOE_GATE_UP_SPLIT_BUILDS(SPLIT_GATE_UP_FP8)
+MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN_FP8)
+MOE_TILED_BUILDS(TILED_GATE_UP_FP8)
+MOE_TILED_BUILDS(TILED_DOWN_FP8)
 #undef MOE_GEMM_ARGS
+#undef MOE_FP8_GEMM_ARGS
+#undef MOE_FP8_CALL_ARGS
 #undef INSTANTIATE_SPLIT
 #undef INSTANTIATE_TILED
+#undef INSTANTIATE_SPLIT_FP8
+#undef INSTANTIATE_TILED_FP8
 #undef SPLIT_GATE_UP
 #undef SPLIT_DOWN
 #undef TILED_GATE_UP
 #undef TILED_DOWN
+#undef SPLIT_GATE_UP_FP8
+#undef SPLIT_DOWN_FP8
+#undef TILED_GATE_UP_FP8
+#undef TILED_DOWN_FP8
 
 // ---- combine ----
 
