@@ -12,7 +12,7 @@ import type { ModelConfig } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
 import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } from './options.js';
-import { fp8ExpertsRefusal, weightFitRefusal } from '../model/weight-fit.js';
+import { weightFitRefusal } from '../model/weight-fit.js';
 import { shardedConfig } from '../parallel/sharded-source.js';
 import { tensorParallelRefusal } from '../parallel/validate.js';
 import { cpus } from 'node:os';
@@ -161,7 +161,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
 
 /**
  * Why the engine cannot start this model on this backend, or null: the backend's own refusal,
- * then on CUDA weights that do not fit the device (under tensor parallelism, rank 0's shard) or FP8 experts.
+ * then on CUDA weights that do not fit the device (under tensor parallelism, rank 0's shard).
  */
 export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions): string | null {
   const cannot = backendRefusal(config, backend.name);
@@ -169,8 +169,7 @@ export function startupRefusal(config: ModelConfig, backend: Backend, options: R
   const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
   const tp = options.tensorParallelSize;
   const shard = tp > 1 && tensorParallelRefusal(config, tp) === null ? shardedConfig(config, 0, tp) : config;
-  // the cuda backend's experts are bf16 only for now (moe.ts): no FP8 to offer a mixture of experts there
+  // the hybrid families refuse --quantization fp8 (architectures/qwen3_5.ts): not offered them
   return weightFitRefusal(shard, backend.computeDType, options.quantization === 'fp8',
-    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.moe === null)
-    ?? fp8ExpertsRefusal(config, backend.name, options.quantization === 'fp8');
+    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.hybrid === null);
 }

@@ -50,14 +50,3 @@ export function weightFitRefusal(config: ModelConfig, computeDType: DType, quant
     `more than the ${gb(m.budgetBytes)} that --gpu-memory-utilization ${m.gpuMemoryUtilization} leaves of this GPU's ` +
     `${gb(m.totalBytes)} after activations; use ${ways.join(', or ')}`;
 }
-
-/**
- * Why this backend cannot run the model's experts in block FP8, or null: the cuda backend's grouped expert GEMMs are
- * bf16 only for now, so an FP8 mixture-of-experts checkpoint (or --quantization fp8 on one) is refused before
- * minutes of loading, not at its first step.
- */
-export function fp8ExpertsRefusal(config: ModelConfig, backend: 'cpu' | 'cuda', quantizeFp8: boolean): string | null {
-  if (backend !== 'cuda' || config.moe === null || (config.quantization === null && !quantizeFp8)) return null;
-  return `block-FP8 experts (${quantizeFp8 ? '--quantization fp8' : 'config.json quantization_config'}) are not ` +
-    'supported on the cuda backend yet: serve the bf16 checkpoint' + (quantizeFp8 ? ' without --quantization fp8' : '');
-}
