@@ -354,9 +354,11 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     }
   });
 
-  // a mixture of experts: its engines here, one at a time (the suite runs two files at once; each engine takes 0.9)
-  for (const batchInvariant of [false, true]) {
-    test(`MoE test model${batchInvariant ? ', batch-invariant mode' : ''}: greedy transcripts identical alone, in batches (and chunked: batch-invariant), eager and graphed`, async () => {
+  // a mixture of experts: its engines here, one at a time (the suite runs two files at once; each engine takes 0.9);
+  // with --quantization fp8 its experts run moe.cu's _fp8 builds (and every other projection block FP8 too)
+  for (const [batchInvariant, quantization] of [[false, null], [true, null], [false, 'fp8']] as const) {
+    const mode = `${batchInvariant ? ', batch-invariant mode' : ''}${quantization ? ', --quantization fp8' : ''}`;
+    test(`MoE test model${mode}: greedy transcripts identical alone, in batches (and chunked: batch-invariant), eager and graphed`, async () => {
       // head_dim 64 (the CUDA attention's smallest; tiny-qwen3-moe's 16 runs on the CPU only)
       const moeModel = mkdtempSync(join(tmpdir(), 'quire-gpu-moe-'));
       await makeTestModel({ shape: 'tiny-qwen3-moe-128', outDir: moeModel, dtype: 'bf16', seed: 0 });
@@ -373,12 +375,12 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
       };
       let reference: number[][] | null = null;
       for (const [name, p] of Object.entries(paths)) {
-        const llm = new LLM(moeModel, { backend: 'cuda', batchInvariant, maxModelLen: 512, ...p });
+        const llm = new LLM(moeModel, { backend: 'cuda', batchInvariant, quantization, maxModelLen: 512, ...p });
         try {
           const out = await llm.generate(prompts, { maxTokens: gate.maxTokens, temperature: 0, ignoreEos: true });
           const t = out.map((c) => c.tokenIds);
           console.log(`# transcript md5 ${transcriptMd5(t)} (gate prompts ${transcriptMd5(t.slice(0, 8))})  ` +
-            `tiny-qwen3-moe-128 cuda-bf16${batchInvariant ? ' batch-invariant' : ''} ${name}`);
+            `tiny-qwen3-moe-128 cuda-${quantization ?? 'bf16'}${batchInvariant ? ' batch-invariant' : ''} ${name}`);
           reference ??= t;
           assert.deepEqual(t, reference, name);
         } finally {

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
+import { fp8BlockBytes } from '../../src/backend/fp8-linear.js';
 import type { MoeExperts } from '../../src/backend/backend.js';
 import { loadModelConfig, parseModelConfig } from '../../src/loader/config.js';
 import { ModelLoadError } from '../../src/loader/errors.js';
@@ -107,6 +108,21 @@ test('the roofline counts the routed share of the experts\' bytes: each expert m
   const { numExperts: E, expertIntermediateSize: I } = config.moe!;
   const oneLayersExperts = 3 * E * I * H * 4;
   // two sparse layers (0 and 2), f32 weights on the CPU backend
+  assert.equal(bytes(6) - bytes(3), 2 * (3 / E) * oneLayersExperts);
+});
+
+test('the roofline counts block-FP8 experts\' routed share at a byte an element plus their block scales', () => {
+  const config = parseModelConfig(configForShape('tiny-qwen3-moe-128', 'bf16', 'fp8'), 'config.json');
+  const bytes = (topK: number) => {
+    const c = { ...config, moe: { ...config.moe!, topK } };
+    const model = Model.load(c, randomWeightSource(c, { seed: 2 }), backend);
+    assert.equal((model.parts.layers[0]!.ffn as SparseMoe).experts.down.quantized, 'fp8_block');
+    return model.weightBytesPerStep();
+  };
+  const { hiddenSize: H } = config;
+  const { numExperts: E, expertIntermediateSize: I } = config.moe!;
+  const oneLayersExperts = fp8BlockBytes(E * 2 * I, H) + fp8BlockBytes(E * H, I);
+  // two sparse layers (0 and 2)
   assert.equal(bytes(6) - bytes(3), 2 * (3 / E) * oneLayersExperts);
 });
 
