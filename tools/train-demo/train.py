@@ -3,6 +3,10 @@
 
   python3 tools/train-demo/train.py --out OUTDIR                      # one H100, a few minutes
   python3 tools/train-demo/train.py --out /tmp/x --steps 5 --device cpu  # smoke test
+  python3 tools/train-demo/train.py --out D --tokenizer-from T --distill-from T --num-layers 2  # a draft for target T
+
+--distill-from trains the model on a teacher's next-token distributions (KL from the teacher, on the corpus) instead
+of the corpus' tokens: a speculative-decoding draft is worth the tokens of the target it predicts, not of the text.
 
 OUTDIR gets a Hugging Face model directory: config.json, model.safetensors (bf16,
 tied embeddings), tokenizer.json, tokenizer_config.json (ChatML template),
@@ -84,7 +88,20 @@ def parse_args():
     ap.add_argument("--tokenizer-from", default=None,
                     help="a model directory whose tokenizer.json to reuse instead of training one (a target for the "
                          "bundled demo model as its speculative-decoding draft must have its exact vocabulary)")
+    ap.add_argument("--distill-from", default=None,
+                    help="a model directory (same tokenizer) whose next-token distributions the model learns, "
+                         "KL(teacher || model) on the corpus, mixed with the corpus' cross-entropy by --distill-weight")
+    ap.add_argument("--distill-weight", type=float, default=1.0,
+                    help="the KL term's share of the loss when distilling (the rest is the corpus' cross-entropy)")
+    ap.add_argument("--distill-generate", type=int, default=0,
+                    help="with --distill-from: train on this many of the teacher's greedy continuations (of --seq-len "
+                         "tokens after openings of the corpus) instead of the corpus, as the draft will see the target's "
+                         "own tokens")
     args = ap.parse_args()
+    if args.distill_generate and not args.distill_from:
+        sys.exit("error: --distill-generate needs --distill-from")
+    if not 0.0 <= args.distill_weight <= 1.0:
+        sys.exit(f"error: --distill-weight {args.distill_weight} is not in [0, 1]")
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: --device cuda but torch sees no CUDA device (use --device cpu for a smoke test)")
     return args
@@ -164,6 +181,59 @@ def loss_of(model, inputs, targets, autocast):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def distill_loss(logits, teacher_logits, targets, weight):
+    """weight * KL(teacher || student) + (1 - weight) * cross-entropy of the targets, both means over tokens.
+    Forward KL: the student puts mass wherever the teacher does, so its argmax follows the teacher's (what greedy
+    verification accepts)."""
+    vocab = logits.shape[-1]
+    log_p = F.log_softmax(logits.float().reshape(-1, vocab), dim=-1)
+    log_q = F.log_softmax(teacher_logits.float().reshape(-1, vocab), dim=-1)
+    kl = F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")
+    if weight >= 1.0:
+        return kl
+    return weight * kl + (1.0 - weight) * F.nll_loss(log_p, targets.reshape(-1))
+
+
+def train_loss_of(model, inputs, targets, autocast, teacher, weight):
+    if teacher is None:
+        return loss_of(model, inputs, targets, autocast)
+    with torch.no_grad(), autocast():
+        teacher_logits = teacher(input_ids=inputs).logits
+    with autocast():
+        logits = model(input_ids=inputs).logits
+    return distill_loss(logits, teacher_logits, targets, weight)
+
+
+@torch.no_grad()
+def teacher_stream(teacher, stream, num_sequences, seq_len, end_id, seed, device, batch_size=256, prompt_len=32):
+    """num_sequences greedy continuations by the teacher, each of a corpus opening of prompt_len tokens (at random
+    places) followed by seq_len - prompt_len generated tokens and <|endoftext|>, as one stream."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    pieces = []
+    for i in range(0, num_sequences, batch_size):
+        n = min(batch_size, num_sequences - i)
+        starts = torch.randint(0, len(stream) - prompt_len, (n,), generator=generator)
+        prompts = stream[starts[:, None] + torch.arange(prompt_len)[None, :]].to(device)
+        out = teacher.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
+                               max_new_tokens=seq_len - prompt_len, min_new_tokens=seq_len - prompt_len,
+                               pad_token_id=end_id)
+        ends = torch.full((n, 1), end_id, dtype=out.dtype, device=out.device)
+        pieces.append(torch.cat([out, ends], dim=1).reshape(-1).cpu())
+    return torch.cat(pieces)
+
+
+def load_teacher(path, vocab_size, device):
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        teacher_vocab = json.load(f)["vocab_size"]
+    if teacher_vocab != vocab_size:
+        sys.exit(f"error: --distill-from {path}: vocab_size {teacher_vocab}, the model's is {vocab_size} "
+                 "(use --tokenizer-from with the teacher's directory)")
+    teacher = Qwen3ForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16).to(device).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
 @torch.no_grad()
 def evaluate(model, windows, autocast, device, batch_size):
     model.eval()
@@ -217,19 +287,19 @@ def deterministic_attention():
     return sdpa_kernel([SDPBackend.MATH])
 
 
-def train(model, train_stream, heldout_windows, train_eval_windows, args, log):
+def train(model, train_stream, heldout_windows, train_eval_windows, args, log, teacher=None):
     """Trains in place, then loads the weights of the evaluation with the lowest held-out loss."""
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.device == "cuda" \
         else (lambda: torch.autocast("cpu", enabled=False))
     optimizer = make_optimizer(model, args)
     model.train()
     with deterministic_attention():
-        train_steps(model, optimizer, train_stream, heldout_windows, train_eval_windows, args, autocast, log)
+        train_steps(model, optimizer, train_stream, heldout_windows, train_eval_windows, args, autocast, log, teacher)
     model.load_state_dict(log.pop("bestState"))
     return model
 
 
-def train_steps(model, optimizer, train_stream, heldout_windows, train_eval_windows, args, autocast, log):
+def train_steps(model, optimizer, train_stream, heldout_windows, train_eval_windows, args, autocast, log, teacher):
     device = torch.device(args.device)
     generator = torch.Generator().manual_seed(args.seed)
     eval_batch = min(args.batch_size, 32)
@@ -242,7 +312,7 @@ def train_steps(model, optimizer, train_stream, heldout_windows, train_eval_wind
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = random_windows(train_stream, args.batch_size, args.seq_len, generator, device)
-        loss = loss_of(model, inputs, targets, autocast)
+        loss = train_loss_of(model, inputs, targets, autocast, teacher, args.distill_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -405,7 +475,17 @@ def main():
     eval_windows = args.num_eval_windows
     heldout_windows = fixed_windows(heldout_stream, eval_windows, args.seq_len)
     train_eval_windows = fixed_windows(train_stream, eval_windows, args.seq_len)
-    model = train(model, train_stream, heldout_windows, train_eval_windows, args, log)
+    teacher = load_teacher(args.distill_from, tok.get_vocab_size(), args.device) if args.distill_from else None
+    if teacher is not None:
+        log["distilledFrom"] = {"path": os.path.abspath(args.distill_from), "weight": args.distill_weight}
+    if args.distill_generate:
+        started = time.time()
+        train_stream = teacher_stream(teacher, train_stream, args.distill_generate, args.seq_len,
+                                      tok.token_to_id(END_OF_TEXT), args.seed, args.device)
+        log["distilledFrom"]["generatedTokens"] = len(train_stream)
+        print(f"teacher: {args.distill_generate} greedy continuations, {len(train_stream)} tokens; "
+              f"{time.time() - started:.1f}s", flush=True)
+    model = train(model, train_stream, heldout_windows, train_eval_windows, args, log, teacher)
     print(f"final: train loss {log['final']['trainLoss']:.4f}, held-out loss {log['final']['heldoutLoss']:.4f} "
           f"(step {log['final']['step']}); saved: step {log['best']['step']}, held-out loss {log['best']['heldoutLoss']:.4f}", flush=True)
 
