@@ -10,8 +10,8 @@
 #   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
 #   54 GB under /dev/shm: not beside qwen3-30b-a3b there)
 #   ROWS="spec-draft spec-self" ...  # the speculative-decoding issue's rows: a 208M target trained here (~3 minutes,
-#   tools/train-demo with the demo model's tokenizer) with the demo model as its draft, on held-out text; DRAFT_LAYERS=2
-#   trains a draft of that many layers (hidden 256, ~30 s) in place of the demo model; K=5 proposals a step
+#   tools/train-demo with the demo model's tokenizer) and a draft of DRAFT_LAYERS (2) layers trained on the target's
+#   greedy continuations (~2 minutes; DRAFT_LAYERS=demo: the demo model instead), on held-out text; K=5 proposals a step
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -174,11 +174,15 @@ if want spec-draft || want spec-self; then
   [[ -f "$TARGET/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$TARGET" --tokenizer-from models/quire-demo \
     --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 150 \
     >"$OUTDIR/spec-train.log" 2>&1
+  # the draft: DRAFT_LAYERS layers trained on the target's own greedy continuations (session 33 call F: the recipe
+  # that first paid on held-out text); DRAFT_LAYERS=demo takes the bundled demo model as it is
+  DRAFT_LAYERS=${DRAFT_LAYERS:-2}
   DRAFT=models/quire-demo
-  if [[ -n "${DRAFT_LAYERS:-}" ]]; then
+  if [[ "$DRAFT_LAYERS" != demo ]]; then
     DRAFT=/dev/shm/spec-draft-$DRAFT_LAYERS
     [[ -f "$DRAFT/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$DRAFT" --tokenizer-from models/quire-demo \
-      --num-layers "$DRAFT_LAYERS" >"$OUTDIR/spec-train-draft.log" 2>&1
+      --num-layers "$DRAFT_LAYERS" --distill-from "$TARGET" --distill-generate 2048 --seq-len 256 --steps 1000 \
+      --time-budget-s 40 >"$OUTDIR/spec-train-draft.log" 2>&1
   fi
   # prompts the models were not trained on: the held-out documents' openings
   node -e '
