@@ -12,6 +12,8 @@
 #   ROWS="spec-draft spec-self" ...  # the speculative-decoding issue's rows: a 208M target trained here (~3 minutes,
 #   tools/train-demo with the demo model's tokenizer) and a draft of DRAFT_LAYERS (2) layers trained on the target's
 #   greedy continuations (~2 minutes; DRAFT_LAYERS=demo: the demo model instead), on held-out text; K=5 proposals a step
+#   ROWS="spec-ngram" ...  # n-gram speculation on a rewriting workload: each prompt a held-out passage (~2,000
+#   characters) followed by its own opening, so the answer copies it; the trained target, NGRAM_K=5 proposals a step
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -167,13 +169,15 @@ if want peer; then
     --json "$OUTDIR/peer-transformers.json" >"$OUTDIR/peer-transformers.log" 2>&1; summary "$OUTDIR/peer-transformers.json"
 fi
 
-if want spec-draft || want spec-self; then
+if want spec-draft || want spec-self || want spec-ngram; then
   TARGET=${TARGET:-/dev/shm/spec-target}
   py=/opt/torch/.venv/bin/python
   [[ -x "$py" ]] || py=python3
   [[ -f "$TARGET/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$TARGET" --tokenizer-from models/quire-demo \
-    --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 150 \
+    --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 100 \
     >"$OUTDIR/spec-train.log" 2>&1
+fi
+if want spec-draft || want spec-self; then
   # the draft: DRAFT_LAYERS layers trained on the target's own greedy continuations (session 33 call F: the recipe
   # that first paid on held-out text); DRAFT_LAYERS=demo takes the bundled demo model as it is
   DRAFT_LAYERS=${DRAFT_LAYERS:-2}
@@ -197,6 +201,25 @@ fi
 if want spec-draft; then
   echo "== W2 with $DRAFT as its draft, k = ${K:-5} (bars: >= 2.0x at batch 1, no slower at 64)"
   $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config "$(draft "$DRAFT")" 2>&1 | grep -E "tokens/s"
+fi
+if want spec-ngram; then
+  # a held-out passage cut at a sentence near 2,000 characters, then <|endoftext|> and its first 60 characters: the
+  # target (trained on this style) goes on by copying the passage, as a rewriting answer copies its prompt
+  node -e '
+    const docs = require("fs").readFileSync("tools/train-demo/data/heldout.txt", "utf8").split("<|endoftext|>\n");
+    for (const d of docs) {
+      if (d.includes("<|im_start|>") || d.trim().length < 1500) continue;
+      const cut = d.trim().slice(0, 2000), end = cut.lastIndexOf(". ");
+      const passage = end > 1000 ? cut.slice(0, end + 1) : cut;
+      console.log(JSON.stringify({ prompt: `${passage}<|endoftext|>\n${passage.slice(0, 60)}` }));
+    }' >"$OUTDIR/rewrite.jsonl"
+  rw=(--backend cuda --force --max-model-len 2048 --prompt-file "$OUTDIR/rewrite.jsonl" --prompt-len 1024 --batch-sizes 1)
+  echo "== W2 rewriting, the trained target alone"
+  $Q bench decode --model "$TARGET" "${rw[@]}" 2>&1 | grep -E "tokens/s"
+  echo "== W2 rewriting, n-gram k = ${NGRAM_K:-5} (bar: >= 2.0x)"
+  $Q bench decode --model "$TARGET" "${rw[@]}" --speculative-config \
+    "{\"method\": \"ngram\", \"num_speculative_tokens\": ${NGRAM_K:-5}, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}" \
+    2>&1 | grep -E "tokens/s"
 fi
 if want spec-self; then
   echo "== W2 with the target as its own draft, k = ${K:-5} (acceptance ~100%: the machinery's cost)"
