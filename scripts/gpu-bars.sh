@@ -12,8 +12,9 @@
 #   ROWS="spec-draft spec-self" ...  # the speculative-decoding issue's rows: a 208M target trained here (~3 minutes,
 #   tools/train-demo with the demo model's tokenizer) and a draft of DRAFT_LAYERS (2) layers trained on the target's
 #   greedy continuations (~2 minutes; DRAFT_LAYERS=demo: the demo model instead), on held-out text; K=5 proposals a step
-#   ROWS="spec-ngram" ...  # n-gram speculation on a rewriting workload: each prompt a held-out passage (~2,000
-#   characters) followed by its own opening, so the answer copies it; the trained target, NGRAM_K=5 proposals a step
+#   ROWS="spec-ngram" ...  # n-gram speculation on a rewriting workload: "Rewrite this passage:" and a held-out passage
+#   (~2,000 characters) as a chat, the answer copying it; the trained target (its corpus has 1,000 such chats of other
+#   passages: train.py --rewrite-docs), NGRAM_K=5 proposals a step
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -174,7 +175,7 @@ if want spec-draft || want spec-self || want spec-ngram; then
   py=/opt/torch/.venv/bin/python
   [[ -x "$py" ]] || py=python3
   [[ -f "$TARGET/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$TARGET" --tokenizer-from models/quire-demo \
-    --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 100 \
+    --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 100 --rewrite-docs 1000 \
     >"$OUTDIR/spec-train.log" 2>&1
 fi
 if want spec-draft || want spec-self; then
@@ -203,15 +204,16 @@ if want spec-draft; then
   $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config "$(draft "$DRAFT")" 2>&1 | grep -E "tokens/s"
 fi
 if want spec-ngram; then
-  # a held-out passage cut at a sentence near 2,000 characters, then <|endoftext|> and its first 60 characters: the
-  # target (trained on this style) goes on by copying the passage, as a rewriting answer copies its prompt
+  # a rewriting request: a held-out passage (whole sentences, up to ~2,000 characters) in the chat template, whose
+  # answer copies it (the target learned the task from train.py --rewrite-docs, on other passages)
   node -e '
     const docs = require("fs").readFileSync("tools/train-demo/data/heldout.txt", "utf8").split("<|endoftext|>\n");
     for (const d of docs) {
-      if (d.includes("<|im_start|>") || d.trim().length < 1500) continue;
-      const cut = d.trim().slice(0, 2000), end = cut.lastIndexOf(". ");
+      if (d.includes("<|im_start|>")) continue;
+      const text = d.split(/\s+/).join(" ").trim(), cut = text.slice(0, 2000), end = cut.lastIndexOf(". ");
+      if (text.length < 1500) continue;
       const passage = end > 1000 ? cut.slice(0, end + 1) : cut;
-      console.log(JSON.stringify({ prompt: `${passage}<|endoftext|>\n${passage.slice(0, 60)}` }));
+      console.log(JSON.stringify({ prompt: `<|im_start|>user\nRewrite this passage:\n${passage}<|im_end|>\n<|im_start|>assistant\n` }));
     }' >"$OUTDIR/rewrite.jsonl"
   rw=(--backend cuda --force --max-model-len 2048 --prompt-file "$OUTDIR/rewrite.jsonl" --prompt-len 1024 --batch-sizes 1)
   echo "== W2 rewriting, the trained target alone"

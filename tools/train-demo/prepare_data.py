@@ -226,6 +226,36 @@ def build_documents(chapters, chats_per_verse, num_greetings, seed):
     return train, heldout
 
 
+REWRITE_ASKS = ["Rewrite this passage:", "Copy out this passage:", "Write this passage again:"]
+
+
+def passage_of(doc, rng, min_chars=300, max_chars=2000):
+    """A run of whole sentences of a prose document, min_chars to max_chars long (None when it is shorter)."""
+    text = " ".join(doc.split())
+    if len(text) < min_chars:
+        return None
+    start = rng.randrange(max(1, len(text) - max_chars))
+    if start > 0:
+        dot = text.find(". ", start)
+        start = dot + 2 if 0 <= dot < len(text) - min_chars else 0
+    piece = text[start:start + rng.randint(min_chars, max_chars)]
+    end = piece.rfind(". ")
+    return piece[:end + 1] if end + 1 >= min_chars else piece
+
+
+def rewrite_docs(docs, num, seed):
+    """num chats whose answer copies the user's passage (drawn from the prose docs): what a rewriting request looks
+    like to an instruction-tuned model, so a model trained on them copies and n-gram speculation has a workload."""
+    rng = random.Random(seed)
+    prose = [d for d in docs if "<|im_start|>" not in d]
+    out = []
+    while len(out) < num and prose:
+        passage = passage_of(rng.choice(prose), rng)
+        if passage is not None:
+            out.append(chatml([("user", f"{rng.choice(REWRITE_ASKS)}\n{passage}"), ("assistant", passage)]))
+    return out
+
+
 def write_docs(path, docs):
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for doc in docs:

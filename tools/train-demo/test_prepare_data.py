@@ -111,5 +111,25 @@ class CommittedCorpusTest(unittest.TestCase):
         self.assertGreater(len(train) - num_chats, 1000)
 
 
+class RewriteDocsTest(unittest.TestCase):
+    def test_each_answer_copies_its_passage_of_whole_sentences_from_a_prose_doc(self):
+        prose = [" ".join(f"Verse {i} of chapter {c} is here and it is long enough." for i in range(60)) + "\n"
+                 for c in range(3)]
+        chat = prep.chatml([("user", "hi"), ("assistant", "hello")])
+        docs = prep.rewrite_docs(prose + [chat], 20, seed=1)
+        self.assertEqual(len(docs), 20)
+        for doc in docs:
+            m = re.fullmatch(r"<\|im_start\|>user\n(.+?)\n(.+)<\|im_end\|>\n<\|im_start\|>assistant\n(.+)<\|im_end\|>\n",
+                             doc, re.S)
+            self.assertIsNotNone(m, doc)
+            ask, passage, answer = m.groups()
+            self.assertIn(ask, prep.REWRITE_ASKS)
+            self.assertEqual(answer, passage)
+            self.assertGreaterEqual(len(passage), 300)
+            self.assertTrue(passage.startswith("Verse ") and passage.endswith("."), passage)
+            self.assertTrue(any(passage in " ".join(p.split()) for p in prose))
+        self.assertEqual(docs, prep.rewrite_docs(prose + [chat], 20, seed=1))
+
+
 if __name__ == "__main__":
     unittest.main()

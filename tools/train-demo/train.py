@@ -27,6 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 import torch
 import torch.nn.functional as F
 import transformers
+from prepare_data import rewrite_docs
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 try:
@@ -97,6 +98,9 @@ def parse_args():
                     help="with --distill-from: train on this many of the teacher's greedy continuations (of --seq-len "
                          "tokens after openings of the corpus) instead of the corpus, as the draft will see the target's "
                          "own tokens")
+    ap.add_argument("--rewrite-docs", type=int, default=0,
+                    help="add this many rewriting chats to the training documents (the user gives a passage of the "
+                         "corpus' prose, the answer copies it: prepare_data.rewrite_docs)")
     args = ap.parse_args()
     if args.distill_generate and not args.distill_from:
         sys.exit("error: --distill-generate needs --distill-from")
@@ -441,6 +445,9 @@ def main():
         torch.backends.cudnn.allow_tf32 = True
 
     train_docs = read_docs(os.path.join(args.data_dir, "corpus.txt"))
+    if args.rewrite_docs:
+        train_docs += rewrite_docs(train_docs, args.rewrite_docs, args.seed)
+        random.Random(args.seed).shuffle(train_docs)
     heldout_docs = read_docs(os.path.join(args.data_dir, "heldout.txt"))
     if args.tokenizer_from:
         tok = Tokenizer.from_file(os.path.join(args.tokenizer_from, "tokenizer.json"))
