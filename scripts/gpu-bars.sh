@@ -15,6 +15,9 @@
 #   ROWS="spec-ngram" ...  # n-gram speculation on a rewriting workload: "Rewrite this passage:" and a held-out passage
 #   (~2,000 characters) as a chat, the answer copying it; the trained target (its corpus has 1,000 such chats of other
 #   passages: train.py --rewrite-docs), NGRAM_K=5 proposals a step
+#   ROWS="spec-mtp" ...  # the MTP head of qwen3.5-27b (random weights: proposals all but never accepted, so what this
+#   measures is the head's cost): decode off, k = 1 and k = 3, batch 1 and 8 (a /dev/shm/m35 made before the head
+#   was written by make-test-model lacks mtp.*: remove it first)
 # QUIRE=... runs another build's CLI (an A/B against the same models in the same call).
 # QUANT=fp8: the same rows on block-FP8 models (make-test-model --quantization fp8; beside the bars, not in their place).
 set -uo pipefail
@@ -54,7 +57,7 @@ if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want star
   make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
 fi
 
-if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid; then
+if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid || want spec-mtp; then
   make_model "$M35" qwen3.5-27b --fast "${quant[@]}"
 fi
 
@@ -157,6 +160,14 @@ if want prefix-hybrid; then
   echo "== prefix-cache hit vs miss on a 4k shared prompt, qwen3.5-27b, one request at a time (bar TTFT of a hit <= 25% of a miss)"
   $Q bench offline --workload w5 --model "$M35" --backend cuda --force --max-model-len 8192 --prefix-len 4000 --suffix-len 100 \
     --concurrency 1 --num-requests 8 --output-len 1 >"$OUTDIR/prefix-35.log" 2>&1; grep -iE "ttft|prefix" "$OUTDIR/prefix-35.log" | tail -3
+fi
+if want spec-mtp; then
+  echo "== the MTP head's cost, qwen3.5-27b at 1k of context (random weights: nothing accepted): off, k = 1, k = 3"
+  for spec in '' '{"method":"mtp","num_speculative_tokens":1}' '{"method":"mtp","num_speculative_tokens":3}'; do
+    echo "-- ${spec:-off}"
+    $Q bench decode --model "$M35" "${common[@]}" --prompt-len 1000 --batch-sizes 1,8 ${spec:+--speculative-config "$spec"} 2>&1 \
+      | grep -E "roofline|tokens/s|acceptance"
+  done
 fi
 if want peer; then
   echo "== peer: W1 first 64 x 128, qwen3-0.6b, Quire vs transformers continuous batching"

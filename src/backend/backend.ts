@@ -123,6 +123,20 @@ export interface DeviceGraphs {
   readonly captureMs: number;
 }
 
+/**
+ * Hidden states one forward leaves for a later one: multi-token prediction (model/mtp-head.ts) reads a target step's
+ * final hidden states in the forward of the proposer after it, and each of its own forwards' outputs in the next one.
+ * One buffer of `rows` x `width` computeDType values that outlives steps; what a keep() wrote stays until the next.
+ */
+export interface HiddenCarry {
+  /** Allocates the buffer (before any graph is captured: a graph names its address). */
+  allocate(rows: number, width: number): void;
+  /** Copies x [T, width] into the buffer's rows 0 .. T - 1, after the work launched before it. */
+  keep(x: Tensor): void;
+  /** [numTokens, width]: the buffer's rows at step.batch.carryRows, as they were before this step's keep(). */
+  rows(step: StepInputs): Tensor;
+}
+
 /** What the model runner's start-up profile run and the benchmarks' rooflines need of a device backend. */
 export interface DeviceProbes {
   /** Sizes the step metadata for the largest step the engine will run, so it never grows under a captured graph. */
@@ -314,6 +328,8 @@ export interface Backend {
   toHostRows(t: Tensor, first: number, count: number): Float32Array;
   /** CUDA graphs of decode steps; absent: every step runs eagerly. */
   readonly graphs?: DeviceGraphs;
+  /** Hidden states kept between forwards (multi-token prediction); absent: the backend cannot run an MTP head. */
+  readonly carry?: HiddenCarry;
   /** Start-up sizing and roofline probes; absent on the CPU backend. */
   readonly probes?: DeviceProbes;
   /** Frees everything. */

@@ -37,6 +37,11 @@ export interface ForwardBatch {
    * starts from a zero state. Absent on models without recurrent layers.
    */
   stateSlots?: Int32Array;
+  /**
+   * [numTokens] each token's row of the hidden states the forward before kept (Backend.carry: an MTP head's input
+   * beside its token); absent on every other step.
+   */
+  carryRows?: Int32Array;
   /** How Backend.sampleTokens picks each logits row's token; absent: every row greedy. */
   sampling?: RowSampling;
 }

@@ -27,6 +27,8 @@ import { parseSpeculativeConfig } from './spec/config.js';
 import { SpecDecoding } from './spec/spec-decode.js';
 import { loadDraft } from './spec/draft-load.js';
 import type { DraftProposer } from './spec/draft-proposer.js';
+import { MtpProposer } from './spec/mtp-proposer.js';
+import { mtpRefusal } from './spec/mtp-load.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
 import { loadEngineModel, type TensorParallelLeader } from './tp/leader.js';
@@ -104,7 +106,8 @@ export class EngineCore {
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
     this.tp = parts.tp ?? null;
     this.runner = new ModelRunner(parts.model, this.sampler, { ...options, mirror: this.tp?.mirror }, this.eosTokenIds);
-    this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig, parts.drafter ?? null) : null;
+    const mtp = options.speculativeConfig?.method === 'mtp' ? new MtpProposer(parts.model, options.blockSize, (id) => this.kv.blockTable(id)) : null;
+    this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig, parts.drafter ?? mtp) : null;
     const poolingOf = this.poolingOf;
     this.rowRequests = {
       promptOf: (id) => {
@@ -268,8 +271,8 @@ export class EngineCore {
    */
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
-    // proposals are made from the tokens on the host (spec/spec-decode.ts)
-    if (this.spec?.mayPropose(this.scheduler.running as EngineReq[])) return false;
+    // proposals are made from the tokens on the host, and an MTP head's catch-up needs them (spec/spec-decode.ts)
+    if (this.spec?.needsTokensFirst(this.scheduler.running as EngineReq[])) return false;
     return this.scheduler.running.every((r) => {
       const st = (r as EngineReq).sampling!;
       return isDeviceSamplable(st, this.eosTokenIds) && st.numOutputTokens >= st.params.minTokens;
@@ -459,7 +462,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
-  const cannot = startupRefusal(dir.config, backend, options) ?? maxModelLenRefusal(dir.config, maxModelLen, options);
+  const cannot = startupRefusal(dir.config, backend, options) ?? maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);

@@ -266,13 +266,15 @@ export class KVCacheManager {
   }
 
   /**
-   * Gives back the request's pages past its computed tokens (rejected speculative tokens were rolled back), last
-   * page first. Such pages were never registered in the prefix cache: a page is registered only once every one of
-   * its tokens is known (accepted), and proposals are not. Recurrent groups keep their slot.
+   * Gives back the request's pages past its first `numTokens` tokens (by default its computed ones: rejected
+   * speculative tokens were rolled back), last page first. Such pages were never registered in the prefix cache: a
+   * page is registered only once every one of its tokens is known (accepted), and proposals are not. (A hybrid model
+   * rolls its computed tokens back further, to where its state was backed up, but keeps the pages of the tokens it
+   * accepted: they hold their K and V.) Recurrent groups keep their slot.
    */
-  removeTail(req: KVRequest): void {
+  removeTail(req: KVRequest, numTokens = req.numComputedTokens): void {
     const freed: KVBlock[] = [];
-    for (const m of this.managers) freed.push(...m.removeTail(req.requestId, req.numComputedTokens).reverse());
+    for (const m of this.managers) freed.push(...m.removeTail(req.requestId, numTokens).reverse());
     this.pool.freeBlocks(freed);
   }
 

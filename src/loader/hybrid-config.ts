@@ -107,6 +107,17 @@ export function parseHybridConfig(top: Json, file: string, architecture: HybridA
     linearValueHeadDim: int('linear_value_head_dim', 128),
     linearConvKernel: int('linear_conv_kernel_dim', 4),
   };
+  // vLLM's names: Qwen3_5MultiTokenPredictor reads mtp_num_hidden_layers, Qwen3NextMultiTokenPredictor
+  // num_nextn_predict_layers (each defaulting to 1 where the head's tensors are there: mtp-load.ts decides)
+  const mtpField = architecture === 'qwen3_next' ? 'num_nextn_predict_layers' : 'mtp_num_hidden_layers';
+  if (text[mtpField] !== undefined && text[mtpField] !== null) {
+    const n = text[mtpField];
+    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) {
+      fail(prefix + mtpField, `must be a non-negative integer, got ${JSON.stringify(n)}`);
+    }
+    hybrid.mtp = { numLayers: n as number, field: prefix + mtpField,
+      dedicatedEmbeddings: text.mtp_use_dedicated_embeddings === true };
+  }
   if (hybrid.linearNumValueHeads % hybrid.linearNumKeyHeads !== 0) {
     fail(`${prefix}linear_num_value_heads`, `(${hybrid.linearNumValueHeads}) must be a multiple of linear_num_key_heads (${hybrid.linearNumKeyHeads})`);
   }

@@ -32,6 +32,13 @@ export interface HybridConfig {
   linearKeyHeadDim: number;
   linearValueHeadDim: number;
   linearConvKernel: number;
+  /**
+   * The multi-token-prediction head the config declares (what --speculative-config's mtp method runs:
+   * engine/spec/mtp-load.ts): its layer count under the family's name for it (`field`: Qwen3.5's
+   * mtp_num_hidden_layers, Qwen3-Next's num_nextn_predict_layers, prefixed text_config. where nested) and whether it
+   * has embeddings of its own (mtp_use_dedicated_embeddings). Absent where the config names neither field.
+   */
+  mtp?: { numLayers: number; field: string; dedicatedEmbeddings: boolean };
 }
 
 /** A mixture-of-experts model's routing (loader/moe-config.ts). */

@@ -14,4 +14,9 @@ export interface LoadOptions {
    * (parallel/sharded-source.ts): local heads and widths, row-parallel projections' partial inputs.
    */
   tensorParallel?: TensorParallelRank | null;
+  /**
+   * Also load the checkpoint's multi-token-prediction head (mtp.*: --speculative-config's mtp method), on one device:
+   * ModelParts.mtp. Its absence is an error naming the first tensor missing.
+   */
+  mtp?: boolean;
 }

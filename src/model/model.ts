@@ -3,6 +3,10 @@
 //   embed -> per layer: norm -> mixer -> [+ residual, norm] -> feed-forward -> [+ residual, next layer's norm]
 //         -> final norm -> logit rows -> lm_head
 //
+// With a multi-token-prediction head (LoadOptions.mtp: mtp-head.ts) every forward also keeps its final hidden states
+// on the device (Backend.carry) for the head's forward after it, and the head's layer keeps its K and V in one more
+// KV cache layer, after the model's own: one more attention layer in every page.
+//
 // The residual stream lives in the embedding output; the norms add into it in place. Each layer hands the next its
 // normed input (the projection and the norm fused where the backend can: layers/decoder-layer.ts).
 
@@ -12,6 +16,7 @@ import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { fp8BlockBytes } from '../backend/fp8-linear.js';
 import type { DecoderLayer } from './layers/decoder-layer.js';
+import type { MtpHead } from './mtp-head.js';
 import type { LayerStateSpec, TensorParallelRank } from './layers/types.js';
 import { architectureBuilder } from './registry.js';
 import type { LoadOptions } from './load-options.js';
@@ -23,6 +28,8 @@ export interface ModelParts {
   finalNorm: Tensor;
   /** The embedding table itself when word embeddings are tied. */
   lmHead: Tensor;
+  /** The multi-token-prediction head, where LoadOptions.mtp asked for it. */
+  mtp?: MtpHead;
 }
 
 export class Model {
@@ -37,7 +44,7 @@ export class Model {
 
   private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend,
     private readonly tp: TensorParallelRank | null = null) {
-    const specs = parts.layers.map((l) => l.mixer.stateSpec()).filter((s) => s !== null);
+    const specs = this.layerStateSpecs().filter((s) => s !== null);
     const attention = specs.filter((s) => s.kind === 'full_attention');
     const first = attention[0];
     if (!first || attention.some((s) => s.numKvHeads !== first.numKvHeads || s.headDim !== first.headDim)) {
@@ -55,12 +62,32 @@ export class Model {
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
     const tp = opts.tensorParallel && opts.tensorParallel.size > 1 ? opts.tensorParallel : null;
-    return new Model(config, architectureBuilder(config)(config, weights, backend, opts), backend, tp);
+    if (opts.mtp && (tp !== null || !backend.carry)) {
+      throw new Error('Model: an MTP head runs on one device, on a backend that keeps hidden states');
+    }
+    const parts = architectureBuilder(config)(config, weights, backend, opts);
+    if (opts.mtp && !parts.mtp) throw new Error(`Model: ${config.architecture} has no multi-token-prediction head`);
+    return new Model(config, parts, backend, tp);
   }
 
-  /** The state each layer keeps per sequence (kv/ groups layers of equal specs). */
+  /** The state each layer keeps per sequence (kv/ groups layers of equal specs); an MTP head's layer last. */
   layerStateSpecs(): (LayerStateSpec | null)[] {
-    return this.parts.layers.map((l) => l.mixer.stateSpec());
+    const layers = this.parts.mtp ? [...this.parts.layers, this.parts.mtp.parts.layer] : this.parts.layers;
+    return layers.map((l) => l.mixer.stateSpec());
+  }
+
+  /** Whether the model has an MTP head (LoadOptions.mtp). */
+  get hasMtp(): boolean {
+    return this.parts.mtp !== undefined;
+  }
+
+  /**
+   * Allocates what an MTP head reads between forwards: the final hidden states of a step of up to `maxTokens` tokens
+   * (graph padding included). Before the profile run and any graph capture: each forward keeps them.
+   */
+  allocateMtpCarry(maxTokens: number): void {
+    if (!this.parts.mtp) throw new Error('allocateMtpCarry: the model has no MTP head');
+    this.backend.carry!.allocate(maxTokens, this.config.hiddenSize);
   }
 
   /** The KV cache layout this model needs for `numBlocks` pages of `blockSize` tokens. */
@@ -143,6 +170,33 @@ export class Model {
     return out;
   }
 
+  /**
+   * The MTP head over `batch` (mtp-head.ts): each token's id is the token after its position, and its hidden state the
+   * row batch.carryRows names of what the forward before kept (a target step's final hidden states, or the head's
+   * last output); the head keeps its own output in turn. Returns the greedy token of each logits row.
+   */
+  mtpTokens(batch: ForwardBatch): Int32Array {
+    const out = this.mtpLogitsOnDevice(batch);
+    return out ? this.backend.sampleTokens(out.logits, out.step) : new Int32Array(0);
+  }
+
+  /** mtpTokens' logits rows, [logitsIndices.length * vocabSize] on the host (tests). */
+  mtpLogits(batch: ForwardBatch): Float32Array {
+    const out = this.mtpLogitsOnDevice(batch);
+    return out ? this.backend.toHost(out.logits) : new Float32Array(0);
+  }
+
+  private mtpLogitsOnDevice(batch: ForwardBatch): { logits: Tensor; step: StepInputs } | null {
+    const mtp = this.parts.mtp;
+    if (!mtp) throw new Error('the model has no MTP head');
+    const b = this.backend;
+    const step = b.beginStep(batch);
+    const out = mtp.forward(this.parts.embedTokens, { backend: b, step, eps: this.config.rmsNormEps, tp: null });
+    b.carry!.keep(out);
+    if (batch.logitsIndices.length === 0) return null;
+    return { logits: b.matmul(b.gatherLogitRows(out, step), this.parts.lmHead, 'lm_head'), step };
+  }
+
   private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
     const b = this.backend;
     const { layers, embedTokens, finalNorm, lmHead } = this.parts;
@@ -165,6 +219,7 @@ export class Model {
     }
     b.endLayers();
     const final = ffnOut ? b.addRmsNorm(ffnOut, residual, finalNorm, eps) : b.rmsNorm(residual, finalNorm, eps);
+    if (this.parts.mtp) b.carry!.keep(final);
     const rows = b.gatherLogitRows(final, step);
     this.lastRows = rows;
     const logits = b.matmul(rows, lmHead, 'lm_head');

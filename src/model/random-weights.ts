@@ -8,6 +8,7 @@ import type { DType, FloatDType, HostTensor, ModelConfig, WeightSource } from '.
 import { quantizeWeightBlocks } from '../backend/fp8-linear.js';
 import { expectedTensors } from './architectures/dense-weights.js';
 import { qwen35ExpectedTensors } from './architectures/qwen3_5-weights.js';
+import { mtpExpectedTensors } from './architectures/qwen3_5-mtp-weights.js';
 
 function hashName(name: string, seed: number): number {
   let h = (0x811c9dc5 ^ seed) >>> 0;
@@ -46,7 +47,10 @@ export function randomWeightSource(config: ModelConfig, opts: RandomWeightOption
   const seed = opts.seed ?? 0;
   const file = opts.file ?? '/models/random/model.safetensors';
   const infos = new Map<string, { dtype: DType; shape: number[] }>();
-  for (const t of config.hybrid ? qwen35ExpectedTensors(config) : expectedTensors(config)) infos.set(t.name, { dtype: t.dtype, shape: t.shape });
+  // a hybrid config that declares an MTP head has one, as its checkpoints do
+  const mtp = (config.hybrid?.mtp?.numLayers ?? 0) > 0 ? mtpExpectedTensors(config) : [];
+  const tensors = config.hybrid ? [...qwen35ExpectedTensors(config), ...mtp] : expectedTensors(config);
+  for (const t of tensors) infos.set(t.name, { dtype: t.dtype, shape: t.shape });
   for (const [name, info] of Object.entries(opts.overrides ?? {})) {
     if (info) infos.set(name, info);
     else infos.delete(name);

@@ -63,6 +63,12 @@ export class Request<S = unknown> implements KVRequest {
    * step and the step's accepted tokens are computed again (Scheduler.updateFromOutput).
    */
   pendingStateRestore = -1;
+  /**
+   * Verify steps in a row that sent a hybrid model's request back to its backup (pendingStateRestore), its state not
+   * moving on since; 0 once a step of its leaves the state where the step ended. Bounds the tokens computed again
+   * (mayTakeProposals).
+   */
+  numRollbacksInARow = 0;
 
   constructor(init: RequestInit<S>) {
     if (init.promptTokenIds.length === 0) throw new Error(`request ${init.requestId}: empty prompt`);
@@ -107,10 +113,14 @@ export class Request<S = unknown> implements KVRequest {
 
   /**
    * Whether proposals may follow what the next step feeds: decoding, or computing again the tokens a verify step
-   * accepted on a hybrid model (pendingStateRestore: those tokens and the target's next, then the proposals).
+   * accepted on a hybrid model (pendingStateRestore: those tokens and the target's next, then the proposals) after
+   * one rollback. A rejection there sends the request back to the same start again, with more tokens to compute
+   * again; a proposer that proposes at every step (an MTP head) could keep it there, computing ever more tokens again
+   * each step. So after a second rollback in a row the step computes them again without proposals, and moves the
+   * state on.
    */
   get mayTakeProposals(): boolean {
-    return this.isDecoding || (this.pendingStateRestore >= 0 && this.numPlaceholders === 0);
+    return this.isDecoding || (this.pendingStateRestore >= 0 && this.numPlaceholders === 0 && this.numRollbacksInARow < 2);
   }
 
   get isFinished(): boolean {

@@ -231,11 +231,16 @@ export class Scheduler {
       // a request preempted since holds no pages and recomputes from 0
       if (numRejected > 0 && req.status === 'RUNNING') {
         // a hybrid model's state took the rejected tokens in too: it goes back to its backup from before the step,
-        // whose tokens (but the rejected) the next step computes again
+        // whose tokens (but the rejected) the next step computes again, into the pages that hold them (their K and V
+        // are right: the pages stay, registered or not)
         const backup = row.backupStateTo ?? -1;
+        const numKept = req.numComputedTokens - numRejected;
         if (backup >= 0) req.pendingStateRestore = backup;
-        req.numComputedTokens = backup >= 0 ? row.numComputedTokensBefore : req.numComputedTokens - numRejected;
-        this.kv.removeTail(req);
+        req.numRollbacksInARow = backup >= 0 ? req.numRollbacksInARow + 1 : 0;
+        req.numComputedTokens = backup >= 0 ? row.numComputedTokensBefore : numKept;
+        this.kv.removeTail(req, numKept);
+      } else {
+        req.numRollbacksInARow = 0;
       }
       news.push({ requestId: row.requestId, newTokenIds: [...tokens] });
     }
@@ -391,6 +396,7 @@ export class Scheduler {
     victim.numComputedTokens = 0;
     victim.specTokenIds = [];
     victim.pendingStateRestore = -1;  // its state is computed again from the start (or a cached one)
+    victim.numRollbacksInARow = 0;
     victim.status = 'PREEMPTED';
     victim.numPreemptions++;
     this.waiting.unshift(victim);

@@ -136,5 +136,5 @@ test('a draft model\'s proposals are placeholders until fill, none past max_toke
   // 7 tokens, a context of 8: proposals 1 .. k-1 are fed at positions 7 .. 7+k-2 < 8, so k <= 2
   assert.equal(nearEnd.specTokenIds.length, 2);
   assert.equal(nearMax.specTokenIds.length, 1, 'max_tokens 3, 1 out: room for the verified token and 1 proposal');
-  assert.throws(() => new SpecDecoding({ method: 'draft_model', model: '/d', numSpeculativeTokens: 2 }), /without a draft model/);
+  assert.throws(() => new SpecDecoding({ method: 'draft_model', model: '/d', numSpeculativeTokens: 2 }), /draft_model with a missing proposer/);
 });

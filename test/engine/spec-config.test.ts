@@ -29,6 +29,15 @@ test('a draft_model config parses (vLLM infers the method from a model path alon
     { method: 'draft_model', model: '/d', numSpeculativeTokens: 2, disableByBatchSize: 2 });
 });
 
+test('an mtp config parses (vLLM\'s older qwen3_5_mtp and qwen3_next_mtp are the same method), camelCase too', () => {
+  for (const method of ['mtp', 'qwen3_5_mtp', 'qwen3_next_mtp']) {
+    assert.deepEqual(parseSpeculativeConfig(`{"method": "${method}", "num_speculative_tokens": 3}`), { method: 'mtp', numSpeculativeTokens: 3 });
+  }
+  const parsed = parseSpeculativeConfig({ method: 'mtp', numSpeculativeTokens: 2, disableByBatchSize: 8 });
+  assert.deepEqual(parsed, { method: 'mtp', numSpeculativeTokens: 2, disableByBatchSize: 8 });
+  assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
+});
+
 test('a config is refused naming the method or field at fault', () => {
   const refused: [string, RegExp][] = [
     ['{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}', /field "draft_tensor_parallel_size"/],
@@ -37,7 +46,10 @@ test('a config is refused naming the method or field at fault', () => {
     ['{"method": "draft_model", "model": "/m"}', /num_speculative_tokens is required for the draft_model method/],
     ['{"method": "draft_model", "model": "/m", "num_speculative_tokens": 3, "prompt_lookup_max": 3}', /prompt_lookup_max: only the ngram method takes it/],
     ['{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}', /method "eagle3" is not supported yet/],
-    ['{"method": "mtp", "num_speculative_tokens": 1}', /method "mtp" is not supported yet/],
+    ['{"method": "mtp"}', /num_speculative_tokens is required for the mtp method/],
+    ['{"method": "mtp", "model": "/m", "num_speculative_tokens": 1}', /model: the mtp method reads the head from the target's checkpoint/],
+    ['{"method": "qwen3_5_mtp", "num_speculative_tokens": 1, "prompt_lookup_min": 2}', /prompt_lookup_min: only the ngram method takes it/],
+    ['{"method": "deepseek_mtp", "num_speculative_tokens": 1}', /method "deepseek_mtp" is unknown/],
     ['{"method": "ngram"}', /num_speculative_tokens is required/],
     ['{"method": "ngram", "num_speculative_tokens": 0}', /num_speculative_tokens must be a positive integer/],
     ['{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}', /prompt_lookup_min \(4\) is larger/],

@@ -45,6 +45,18 @@ test('packStep puts every section at its layout offset and the counts in the hea
   assert.deepEqual([...words.subarray(layout.rowOrder, layout.rowOrder + 24)], [3, 0, 1, 2, ...Array.from({ length: 20 }, (_, i) => 4 + i)]);
 });
 
+test('packStep packs an MTP head\'s carryRows at their offset (a step without them leaves the section alone)', () => {
+  const batch = { ...batchOf([{ ids: [1, 2, 3], start: 30, pages: [4, 9, 2] }, { ids: [7], start: 5, pages: [6] }], 16, [2, 3]),
+    carryRows: Int32Array.from([5, 0, 2, 9]) };
+  const layout = layoutFor(batch, null);
+  const words = new Int32Array(layout.totalWords).fill(-7);
+  packStep(batch, layout, words);
+  assert.deepEqual([...words.subarray(layout.carryRows, layout.carryRows + 4)], [5, 0, 2, 9]);
+  const plain = new Int32Array(layout.totalWords).fill(-7);
+  packStep({ ...batch, carryRows: undefined }, layout, plain);
+  assert.deepEqual([...plain.subarray(layout.carryRows, layout.carryRows + 4)], [-7, -7, -7, -7]);
+});
+
 test('packStep leaves a mixed step\'s one-token rows out of the prefill tiles and orders them longest first', () => {
   const batch = batchOf([{ ids: [1], start: 30, pages: [4, 9] }, { ids: Array.from({ length: 70 }, (_, i) => i), start: 0, pages: [0, 1, 2, 3, 5] },
     { ids: [2], start: 700, pages: Array.from({ length: 44 }, (_, i) => 10 + i) }, { ids: [7, 8], start: 3, pages: [6] }], 16);

@@ -47,10 +47,27 @@ test('Qwen3_5ForCausalLM (model_type qwen3_5_text): the fields at the top, rope_
   const c = parseModelConfig(tiny, 'config.json');
   assert.equal(c.architecture, 'qwen3_5');
   assert.deepEqual(c.hybrid, { layerTypes: ['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
-    rotaryDim: 4, linearNumKeyHeads: 2, linearNumValueHeads: 4, linearKeyHeadDim: 16, linearValueHeadDim: 8, linearConvKernel: 4 });
+    rotaryDim: 4, linearNumKeyHeads: 2, linearNumValueHeads: 4, linearKeyHeadDim: 16, linearValueHeadDim: 8, linearConvKernel: 4,
+    mtp: { numLayers: 1, field: 'mtp_num_hidden_layers', dedicatedEmbeddings: false } });
   assert.equal(c.ropeTheta, 10000);
   // by model_type alone too
   assert.equal(parseModelConfig({ ...tiny, architectures: undefined }, 'c').architecture, 'qwen3_5');
+});
+
+test('the MTP head\'s layer count under vLLM\'s field name for the family, nested or not; absent where the config names none', () => {
+  assert.deepEqual(parseModelConfig(shapes['qwen3.5-27b'], 'c').hybrid!.mtp,
+    { numLayers: 1, field: 'text_config.mtp_num_hidden_layers', dedicatedEmbeddings: false });
+  const next = testModelShapes()['tiny-qwen3-next']!;
+  assert.deepEqual(parseModelConfig(next, 'c').hybrid!.mtp, { numLayers: 1, field: 'num_nextn_predict_layers', dedicatedEmbeddings: false });
+  // Qwen3-Next's field is not Qwen3.5's: a config naming the other has none declared
+  const { num_nextn_predict_layers: _, ...bare } = next;
+  assert.equal(parseModelConfig({ ...bare, mtp_num_hidden_layers: 1 }, 'c').hybrid!.mtp, undefined);
+  const { mtp_num_hidden_layers: __, ...none } = tiny;
+  assert.equal(parseModelConfig(none, 'c').hybrid!.mtp, undefined);
+  assert.deepEqual(parseModelConfig({ ...tiny, mtp_num_hidden_layers: 0, mtp_use_dedicated_embeddings: true }, 'c').hybrid!.mtp,
+    { numLayers: 0, field: 'mtp_num_hidden_layers', dedicatedEmbeddings: true });
+  configError({ ...tiny, mtp_num_hidden_layers: -1 }, 'field "mtp_num_hidden_layers"', 'non-negative integer');
+  configError({ ...next, num_nextn_predict_layers: 'one' }, 'field "num_nextn_predict_layers"');
 });
 
 test('transformers defaults: layer_types from full_attention_interval, partial_rotary_factor 0.25, head_dim 256', () => {

@@ -13,6 +13,7 @@ import { tensorBytes } from '../../src/loader/safetensors-write.js';
 import type { HostTensor, WeightSource } from '../../src/loader/types.js';
 import { qwen3NextInProjOrder } from '../../src/model/architectures/qwen3_next-weights.js';
 import { loadQwen35Weights, qwen35ExpectedTensors } from '../../src/model/architectures/qwen3_5-weights.js';
+import { mtpExpectedTensors } from '../../src/model/architectures/qwen3_5-mtp-weights.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
 import { tensorSpecsForConfig, testModelShapes } from '../../src/tools/test-model/shapes.js';
@@ -66,19 +67,27 @@ test('expected tensors as transformers names them, and make-test-model writes th
   assert.ok(!next.some((n) => n.includes('in_proj_qkv.') || n.includes('in_proj_b.')));
   // layer 2 is in mlp_only_layers: a dense MLP of intermediate_size
   assert.ok(next.includes('model.layers.2.mlp.gate_proj.weight 128x64') && !next.some((n) => n.startsWith('model.layers.2.mlp.experts')));
-  for (const [shape, expected] of [['tiny-qwen3.5-moe', moe], ['tiny-qwen3-next', next]] as const) {
-    assert.deepEqual(tensorSpecsForConfig(shapes[shape]!, 'f32').map((s) => `${s.name} ${s.shape.join('x')}`).sort(), expected, shape);
+  // and the MTP head each declares, its layer sparse in each family's layout
+  const mtp = (c: typeof moeConfig) => mtpExpectedTensors(c).map((t) => `${t.name} ${t.shape.join('x')}`);
+  assert.ok(mtp(moeConfig).includes('mtp.layers.0.mlp.experts.gate_up_proj 8x48x64'));
+  assert.ok(mtp(nextConfig).includes('mtp.layers.0.mlp.experts.7.down_proj.weight 64x32'));
+  for (const [shape, c, expected] of [['tiny-qwen3.5-moe', moeConfig, moe], ['tiny-qwen3-next', nextConfig, next]] as const) {
+    assert.deepEqual(tensorSpecsForConfig(shapes[shape]!, 'f32').map((s) => `${s.name} ${s.shape.join('x')}`).sort(),
+      [...expected, ...mtp(c)].sort(), shape);
   }
 });
 
 test('the public shapes: their checkpoint layouts and parameter counts', () => {
-  const count = (shape: string) => tensorSpecsForConfig(shapes[shape]!, 'bf16').reduce((a, s) => a + tensorBytes(s) / 2, 0);
+  // the text model's (the MTP head qwen3.5-35b-a3b declares is written too, and counted apart)
+  const count = (shape: string) => tensorSpecsForConfig(shapes[shape]!, 'bf16').filter((s) => !s.name.startsWith('mtp.'))
+    .reduce((a, s) => a + tensorBytes(s) / 2, 0);
   const moe = tensorSpecsForConfig(shapes['qwen3.5-35b-a3b']!, 'bf16');
   const c = parseModelConfig(shapes['qwen3.5-35b-a3b'], 'c');
-  assert.deepEqual(moe.map((s) => s.name).sort(), qwen35ExpectedTensors(c, 'model.language_model.').map((t) => t.name).sort());
+  assert.deepEqual(moe.map((s) => s.name).sort(), [...qwen35ExpectedTensors(c, 'model.language_model.'), ...mtpExpectedTensors(c)]
+    .map((t) => t.name).sort());
   assert.deepEqual(moe.find((s) => s.name === 'model.language_model.layers.0.mlp.experts.gate_up_proj')!.shape, [256, 1024, 2048]);
   assert.deepEqual(moe.find((s) => s.name === 'model.language_model.layers.39.mlp.experts.down_proj')!.shape, [256, 2048, 512]);
-  // the model cards' 35B and 80B in total count the vision tower and the MTP head, which are not written here
+  // the model cards' 35B and 80B in total count the vision tower and the MTP head, which are not counted here
   assert.ok(Math.abs(count('qwen3.5-35b-a3b') / 34.66e9 - 1) < 0.001 && count('qwen3.5-35b-a3b') < 35e9, String(count('qwen3.5-35b-a3b')));
   assert.ok(Math.abs(count('qwen3-next-80b-a3b') / 79.67e9 - 1) < 0.001 && count('qwen3-next-80b-a3b') < 80e9, String(count('qwen3-next-80b-a3b')));
   const next = tensorSpecsForConfig(shapes['qwen3-next-80b-a3b']!, 'bf16').map((s) => s.name);

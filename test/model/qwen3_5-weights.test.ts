@@ -8,6 +8,7 @@ import { bytesToF32 } from '../../src/loader/dtype.js';
 import type { WeightSource } from '../../src/loader/types.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
 import { loadQwen35Weights, qwen35ExpectedTensors, qwen35Prefix, unreadTensorsNote } from '../../src/model/architectures/qwen3_5-weights.js';
+import { mtpExpectedTensors } from '../../src/model/architectures/qwen3_5-mtp-weights.js';
 import { tensorSpecsForConfig, testModelShapes } from '../../src/tools/test-model/shapes.js';
 import { tensorBytes } from '../../src/loader/safetensors-write.js';
 
@@ -25,18 +26,24 @@ test('expected tensors: per layer kind, as transformers names them; make-test-mo
   assert.deepEqual(expected.find((t) => t.name === 'model.layers.1.self_attn.q_proj.weight')!.shape, [2 * 4 * 16, 64]);
   assert.deepEqual(expected.find((t) => t.name === 'model.layers.0.linear_attn.conv1d.weight')!.shape, [2 * 32 + 32, 1, 4]);
   assert.ok(names.includes('lm_head.weight'));
+  // with the MTP head its config declares (dense, as the text model's layers)
+  const mtp = mtpExpectedTensors(config);
+  assert.ok(mtp.some((t) => t.name === 'mtp.layers.0.mlp.gate_proj.weight') && mtp.some((t) => t.name === 'mtp.fc.weight'));
   const written = tensorSpecsForConfig(shapes['tiny-qwen3.5']!, 'f32').map((s) => `${s.name} ${s.shape.join('x')}`).sort();
-  assert.deepEqual(written, expected.map((t) => `${t.name} ${t.shape.join('x')}`).sort());
+  assert.deepEqual(written, [...expected, ...mtp].map((t) => `${t.name} ${t.shape.join('x')}`).sort());
 });
 
 test('qwen3.5-27b: the text model under model.language_model., its parameter count', () => {
   const specs = tensorSpecsForConfig(shapes['qwen3.5-27b']!, 'bf16');
   const c = parseModelConfig(shapes['qwen3.5-27b'], 'c');
-  assert.deepEqual(specs.map((s) => s.name).sort(), qwen35ExpectedTensors(c, 'model.language_model.').map((t) => t.name).sort());
+  assert.deepEqual(specs.map((s) => s.name).sort(), [...qwen35ExpectedTensors(c, 'model.language_model.'), ...mtpExpectedTensors(c)]
+    .map((t) => t.name).sort());
   assert.ok(specs.some((s) => s.name === 'model.language_model.layers.62.linear_attn.in_proj_qkv.weight'));
-  // 26.9e9: the published 27.8e9 (55.56 GB of bf16 in Qwen3.6-27B's index) less the vision tower and the MTP head
-  const numParams = specs.reduce((a, s) => a + tensorBytes(s) / 2, 0);
-  assert.ok(Math.abs(numParams / 26.9e9 - 1) < 0.01, String(numParams));
+  // 26.9e9 in the text model: the published 27.8e9 (55.56 GB of bf16 in Qwen3.6-27B's index) less the vision tower
+  // and the MTP head; the head (written too: mtp_num_hidden_layers 1) 0.42e9, one layer and fc
+  const params = (mtp: boolean) => specs.filter((s) => s.name.startsWith('mtp.') === mtp).reduce((a, s) => a + tensorBytes(s) / 2, 0);
+  assert.ok(Math.abs(params(false) / 26.9e9 - 1) < 0.01, String(params(false)));
+  assert.ok(Math.abs(params(true) / 0.42e9 - 1) < 0.05, String(params(true)));
 });
 
 test('the prefix follows the checkpoint; the vision tower and MTP head are named, counted and left unread', () => {

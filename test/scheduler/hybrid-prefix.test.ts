@@ -103,3 +103,30 @@ test('speculative decoding on a hybrid model: a verify row backs its state up; a
   sched.updateFromOutput(new Map([['a', [4, 5, 8]]]));
   assert.deepEqual([req.numComputedTokens, req.pendingStateRestore, req.isDecoding], [11, -1, true]);
 });
+
+test('speculative decoding on a hybrid model, rejected twice in a row: the accepted tokens\' pages stay (one registered '
+  + 'in the prefix cache by the second row), and the third row computes them again without proposals, moving the state on', () => {
+  const { sched, kv } = makeScheduler({ groups: HYBRID, enablePrefixCaching: true, numStateSlots: 2, maxNumSeqs: 2, specBackupSlots: true });
+  sched.addRequest(makeRequest('a', 8, 30, { tokens: tokens(8) }));
+  step(sched);  // the prompt and the first token: 9 known, 8 computed
+  const req = sched.getRequest('a')!;
+  req.specTokenIds = [1, 2, 3];
+  sched.schedule();
+  // two proposals kept, the third rejected: 12 known, back to 8 (the row's start)
+  sched.updateFromOutput(new Map([['a', [1, 2, 99]]]));
+  assert.deepEqual([req.numComputedTokens, req.numTokens, req.numRollbacksInARow, req.mayTakeProposals], [8, 12, 1, true]);
+  req.specTokenIds = [4, 5];
+  const again = sched.schedule().scheduledRequests[0]!;
+  assert.deepEqual(again.tokenIds.slice(1), [1, 2, 99, 4, 5], 'the tokens after 8 computed again, new proposals after them');
+  const pages = kv.blockTable('a').slice(0, 3);
+  // positions 8 .. 11 are all known now: their page is registered when the row takes it; both proposals rejected
+  sched.updateFromOutput(new Map([['a', [77]]]));
+  assert.deepEqual([req.numComputedTokens, req.numTokens, req.numRollbacksInARow, req.mayTakeProposals], [8, 13, 2, false]);
+  assert.deepEqual(kv.blockTable('a'), pages, 'the pages of the 12 tokens it keeps stay (the last, of 12 .. 13, goes)');
+  req.specTokenIds = [6];
+  const third = sched.schedule().scheduledRequests[0]!;
+  assert.deepEqual([third.numComputedTokensBefore, third.tokenIds.slice(1), third.specTokenIds, third.backupStateTo],
+    [8, [1, 2, 99, 77], [], undefined], 'no proposals: nothing to back up, the state moves on');
+  sched.updateFromOutput(new Map([['a', [80]]]));
+  assert.deepEqual([req.numComputedTokens, req.numRollbacksInARow, req.isDecoding, req.mayTakeProposals], [13, 0, true, true]);
+});

@@ -19,6 +19,7 @@ import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
 import { MatmulPool } from './matmul-pool.js';
 import type { KernelSetup } from './pool-protocol.js';
 import { asCpu, bf16BytesInto, CpuTensor } from './tensor.js';
+import { CpuHiddenCarry } from './carry.js';
 import type { WasmMemory } from './wasm-asm.js';
 import { instantiateWasmAttention, type WasmAttention } from './wasm-attention.js';
 import { wasmMatmulModule } from './wasm-matmul.js';
@@ -77,6 +78,7 @@ export class CpuBackend implements Backend {
   private kvSpec: KvCacheSpec | null = null;
   private recurrent: RecurrentStates | null = null;
   private ropeTables = new Map<Float32Array, { cos: Float32Array; sin: Float32Array }>();
+  readonly carry = new CpuHiddenCarry((shape) => this.alloc(shape));
 
   constructor(opts: CpuBackendOptions) {
     this.kvCacheBytes = opts.kvCacheBytes;

@@ -10,6 +10,7 @@ import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
   StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
+import { CudaHiddenCarry } from './carry.js';
 import { CudaDeltaNet } from './deltanet.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 import { Device } from './device.js';
@@ -70,6 +71,7 @@ export class CudaBackend implements Backend {
   readonly device: Device;
   readonly graphs: CudaGraphs;
   readonly probes: DeviceProbes;
+  readonly carry: CudaHiddenCarry;
   private readonly kv: KvMemory;
   private readonly step: StepContext;
   private readonly weights: CudaWeights;
@@ -105,6 +107,7 @@ export class CudaBackend implements Backend {
     this.deltanet = new CudaDeltaNet(this.step, this.kv);
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
+    this.carry = new CudaHiddenCarry(this.step);
     this.probes = {
       reserveStepCapacity: (numTokens, numSeqs, maxBlocksPerSeq) => this.step.reserveCapacity(numTokens, numSeqs, maxBlocksPerSeq),
       settleWorkspace: () => this.settleWorkspace(),
@@ -368,6 +371,7 @@ export class CudaBackend implements Backend {
     this.weights.dispose();
     this.kv.dispose();
     this.sampling.dispose();
+    this.carry.dispose();
     this.moe.dispose();
     this.step.dispose();
     this.gemms.dispose();

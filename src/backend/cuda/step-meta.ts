@@ -5,7 +5,7 @@
 // stride), so it copies only that, and a captured graph, whose steps are padded
 // to its bucket, replays the same offsets; counts live in the header:
 //
-//   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices | rowOrder |   <- capTokens each
+//   | header (16) | inputIds | positions | slotMapping | tokenToSeq | logitsIndices | rowOrder | carryRows |   <- capTokens each
 //   | queryStartLoc (capSeqs + 1) | seqLens (capSeqs) | stateSlots (capSeqs) | tiles (2 capTiles) |
 //   | blockTables (capSeqs * stride) |
 //   | sampling: temperature, topK, topP, minP, uniform (capTokens each; floats as f32 bits) |
@@ -39,6 +39,8 @@ export interface MetaLayout {
    * them all through the decode kernel). Which block runs a row changes no bit.
    */
   rowOrder: number;
+  /** ForwardBatch.carryRows: each token's row of the kept hidden states (an MTP head's steps; unset on others). */
+  carryRows: number;
   queryStartLoc: number;
   seqLens: number;
   /** A hybrid model's recurrent-state slot per sequence (-1: none; every sequence of other models). */
@@ -66,6 +68,7 @@ export function metaLayout(capTokens: number, capSeqs: number, blockTableStride:
   const tokenToSeq = take(capTokens);
   const logitsIndices = take(capTokens);
   const rowOrder = take(capTokens);
+  const carryRows = take(capTokens);
   const queryStartLoc = take(capSeqs + 1);
   const seqLens = take(capSeqs);
   const stateSlots = take(capSeqs);
@@ -74,7 +77,7 @@ export function metaLayout(capTokens: number, capSeqs: number, blockTableStride:
   const sampling = take(SAMPLING_FIELDS * capTokens);
   return {
     capTokens, capSeqs, capTiles, blockTableStride, inputIds, positions, slotMapping, tokenToSeq, logitsIndices,
-    rowOrder, queryStartLoc, seqLens, stateSlots, tiles, blockTables, sampling, totalWords: at,
+    rowOrder, carryRows, queryStartLoc, seqLens, stateSlots, tiles, blockTables, sampling, totalWords: at,
   };
 }
 
@@ -137,6 +140,7 @@ export function packStep(batch: ForwardBatch, layout: MetaLayout, words: Int32Ar
   words.set(batch.positions.subarray(0, numTokens), layout.positions);
   words.set(batch.slotMapping.subarray(0, numTokens), layout.slotMapping);
   words.set(batch.logitsIndices, layout.logitsIndices);
+  if (batch.carryRows) words.set(batch.carryRows.subarray(0, numTokens), layout.carryRows);
   words.set(batch.queryStartLoc.subarray(0, numSeqs + 1), layout.queryStartLoc);
   words.set(batch.seqLens.subarray(0, numSeqs), layout.seqLens);
   if (batch.stateSlots) words.set(batch.stateSlots.subarray(0, numSeqs), layout.stateSlots);

@@ -215,15 +215,18 @@ export function captureDecodeGraphs(model: Model, options: RunnerOptions): void 
 }
 
 /**
- * CUDA, as vLLM's profile run: the largest step once, on a KV cache of one page (the null page its rows write),
- * before the KV cache is sized, so the cache gets what the activations leave (a 16,384-token step of an 8b model
- * takes several GiB). With graphs the step metadata is reserved for that step too, so it never grows later.
+ * An MTP head's carry (both backends), then on CUDA, as vLLM's profile run: the largest step once, on a KV cache of
+ * one page (the null page its rows write), before the KV cache is sized, so the cache gets what the activations leave
+ * (a 16,384-token step of an 8b model takes several GiB); with an MTP head, its catch-up after that step too. With
+ * graphs the step metadata is reserved for that step too, so it never grows later.
  */
 export function profileRun(model: Model, options: RunnerOptions & { maxNumBatchedTokens: number },
   maxModelLen: number): void {
+  const { maxNumSeqs, blockSize, maxNumBatchedTokens } = options;
+  // an MTP head reads each step's final hidden states: room for the largest step's (graph padding included)
+  if (model.hasMtp) model.allocateMtpCarry(Math.max(maxNumBatchedTokens, maxNumSeqs));
   const probes = model.backend.probes;
   if (!probes) return;
-  const { maxNumSeqs, blockSize, maxNumBatchedTokens } = options;
   model.backend.allocateKvCache(model.kvCacheSpec(1, blockSize));
   // a hybrid model's DeltaNet layers need their states allocated; the step's rows have no slot (zeros, nothing kept)
   const states = model.recurrentStateLayout(1);
@@ -231,6 +234,9 @@ export function profileRun(model: Model, options: RunnerOptions & { maxNumBatche
   if (!options.enforceEager) {
     probes.reserveStepCapacity(Math.max(maxNumBatchedTokens, maxNumSeqs), maxNumSeqs, Math.ceil(maxModelLen / blockSize));
   }
-  model.forwardTokens(buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize));
+  const largest = buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize);
+  model.forwardTokens(largest);
+  // an MTP head's catch-up after such a step: its tokens, on the rows that step kept (mtp-proposer.ts)
+  if (model.hasMtp) model.mtpTokens({ ...largest, carryRows: Int32Array.from({ length: largest.numTokens }, (_, t) => t) });
   probes.settleWorkspace();
 }

@@ -1,10 +1,16 @@
-// --speculative-config, as vLLM's SpeculativeConfig: a JSON object with vLLM's field names. Two methods run: n-gram
-// (prompt lookup) and a draft model (a smaller model with the target's tokenizer, in the same engine); the others
-// vLLM knows are named and refused, so a vLLM command line that asks for one fails at start-up saying which, never
-// silently decodes without it.
+// --speculative-config, as vLLM's SpeculativeConfig: a JSON object with vLLM's field names. Three methods run: n-gram
+// (prompt lookup), a draft model (a smaller model with the target's tokenizer, in the same engine) and mtp (the
+// multi-token-prediction head a Qwen3.5 / Qwen3-Next checkpoint carries: spec/mtp-proposer.ts); the others vLLM knows
+// are named and refused, so a vLLM command line that asks for one fails at start-up saying which, never silently
+// decodes without it.
 
-/** The methods vLLM names; 'ngram' and 'draft_model' are implemented. */
+/** The methods vLLM names; 'ngram', 'draft_model' and 'mtp' are implemented. */
 const KNOWN_METHODS = ['ngram', 'draft_model', 'eagle', 'eagle3', 'mtp', 'medusa', 'mlp_speculator'] as const;
+/**
+ * vLLM's older names of the mtp method for these families, which it still takes (with a deprecation warning) and
+ * maps to "mtp"; so does Quire, silently.
+ */
+const MTP_ALIASES = ['qwen3_next_mtp', 'qwen3_5_mtp'] as const;
 const FIELDS = ['method', 'model', 'num_speculative_tokens', 'prompt_lookup_min', 'prompt_lookup_max',
   'disable_by_batch_size'] as const;
 
@@ -39,8 +45,13 @@ export interface DraftModelConfig extends CommonConfig {
   model: string;
 }
 
+/** The target's own multi-token-prediction head (mtp.* of its checkpoint), run on the target's backend. */
+export interface MtpConfig extends CommonConfig {
+  method: 'mtp';
+}
+
 /** A checked speculative-decoding configuration. */
-export type SpeculativeConfig = NgramConfig | DraftModelConfig;
+export type SpeculativeConfig = NgramConfig | DraftModelConfig | MtpConfig;
 
 /** What a program may give: vLLM's dict (snake_case keys), its camelCase form, or a parsed config. */
 export type SpeculativeConfigInput = SpeculativeConfig | {
@@ -80,18 +91,27 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
   if (unknown.length > 0) fail(`unknown or unsupported field ${unknown.map((k) => JSON.stringify(k)).join(', ')} (known: ${FIELDS.join(', ')})`);
   // vLLM's older form names the method through "model": {"model": "ngram", ...}; a model path alone is a draft model
   const isNgramName = obj.model === 'ngram' || obj.model === '[ngram]';
-  const method = obj.method ?? (isNgramName ? 'ngram' : typeof obj.model === 'string' ? 'draft_model' : undefined);
-  if (method === undefined) fail('method is required (ngram or draft_model)');
+  const named = obj.method ?? (isNgramName ? 'ngram' : typeof obj.model === 'string' ? 'draft_model' : undefined);
+  if (named === undefined) fail('method is required (ngram, draft_model or mtp)');
+  const method = (MTP_ALIASES as readonly unknown[]).includes(named) ? 'mtp' : named;
   if (typeof method !== 'string' || !(KNOWN_METHODS as readonly string[]).includes(method)) {
-    fail(`method ${JSON.stringify(method)} is unknown (vLLM's: ${KNOWN_METHODS.join(', ')})`);
+    fail(`method ${JSON.stringify(named)} is unknown (vLLM's: ${[...KNOWN_METHODS, ...MTP_ALIASES].join(', ')})`);
   }
-  if (method !== 'ngram' && method !== 'draft_model') {
-    fail(`method "${method}" is not supported yet (ngram and draft_model are; issue 41)`);
+  if (method !== 'ngram' && method !== 'draft_model' && method !== 'mtp') {
+    fail(`method "${method}" is not supported yet (ngram, draft_model and mtp are; issue 41)`);
   }
   const k = positiveInt(obj, 'num_speculative_tokens');
   if (k === null) fail(`num_speculative_tokens is required for the ${method} method`);
   const disableByBatchSize = positiveInt(obj, 'disable_by_batch_size');
   const common = { numSpeculativeTokens: k, ...(disableByBatchSize !== null ? { disableByBatchSize } : {}) };
+  if (method === 'mtp') {
+    // vLLM's mtp draft is the target's own checkpoint; a model path would name another one
+    if (obj.model !== undefined && obj.model !== null) {
+      fail('model: the mtp method reads the head from the target\'s checkpoint (mtp.*); give no model');
+    }
+    for (const f of ['prompt_lookup_min', 'prompt_lookup_max']) if (obj[f] !== undefined) fail(`${f}: only the ngram method takes it`);
+    return { method: 'mtp', ...common };
+  }
   if (method === 'draft_model') {
     if (typeof obj.model !== 'string' || obj.model === '' || isNgramName) fail('model: the draft_model method needs the draft model\'s directory');
     for (const f of ['prompt_lookup_min', 'prompt_lookup_max']) if (obj[f] !== undefined) fail(`${f}: only the ngram method takes it`);

@@ -21,6 +21,7 @@ import type { DeviceStep } from '../runner/device-steps.js';
 import type { FromFollower, ToFollower } from './protocol.js';
 import { startRank, type RankPort } from './rank-port.js';
 import { readKnob } from '../../knobs/knobs.js';
+import { parseSpeculativeConfig } from '../spec/config.js';
 import type { ModelConfig } from '../../loader/types.js';
 import { nodeIdentity, nodesRefusal } from './node-link.js';
 import { acceptNodes, remoteRanks } from './node-leader.js';
@@ -175,7 +176,9 @@ function tensorParallelStartRefusal(dir: ModelDir, size: number): string | null 
 export async function loadEngineModel(dir: ModelDir, backend: Backend, options: EngineOptions):
   Promise<{ model: Model; tp: TensorParallelLeader | null }> {
   const size = options.tensorParallelSize;
-  if (size <= 1) return { model: Model.load(dir.config, dir.weights, backend, { quantization: options.quantization }), tp: null };
+  // the mtp method's head loads with the model (one device: spec/mtp-load.ts refuses it under tensor parallelism)
+  const mtp = options.speculativeConfig != null && parseSpeculativeConfig(options.speculativeConfig).method === 'mtp';
+  if (size <= 1) return { model: Model.load(dir.config, dir.weights, backend, { quantization: options.quantization, mtp }), tp: null };
   const refusal = tensorParallelStartRefusal(dir, size);
   if (refusal) throw new Error(`--tensor-parallel-size ${size}: ${refusal}`);
   const nodes = nodesRefusal({ ...options, backend: backend.name });

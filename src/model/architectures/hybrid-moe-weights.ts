@@ -43,12 +43,15 @@ export function expertLayout(c: ModelConfig, prefix: string, source: Pick<Weight
   return source.has(`${prefix}layers.${first}.mlp.experts.gate_up_proj`) ? 'fused' : 'per-expert';
 }
 
-/** Adds layer l's feed-forward tensors (`p`: the layer's prefix, e.g. model.layers.3.) to a checkpoint's expected list. */
-export function addFeedForwardTensors(c: ModelConfig, l: number, p: string, layout: ExpertLayout,
+/**
+ * Adds a layer's feed-forward tensors (`p`: the layer's prefix, e.g. model.layers.3.; `sparse`: its MLP is the experts)
+ * to a checkpoint's expected list.
+ */
+export function addFeedForwardTensors(c: ModelConfig, sparse: boolean, p: string, layout: ExpertLayout,
   add: (name: string, shape: number[]) => void): void {
   const H = c.hiddenSize;
   const moe = c.moe;
-  if (!moe?.sparseLayers[l]) {
+  if (!sparse || !moe) {
     add(`${p}mlp.gate_proj.weight`, [c.intermediateSize, H]);
     add(`${p}mlp.up_proj.weight`, [c.intermediateSize, H]);
     add(`${p}mlp.down_proj.weight`, [H, c.intermediateSize]);
@@ -79,14 +82,14 @@ function sharedWidth(c: ModelConfig): number {
   return Is;
 }
 
-/** Loads layer l's feed-forward (validated already: validateWeights). */
-export function loadFeedForward(c: ModelConfig, l: number, p: string, layout: ExpertLayout, read: (name: string) => HostTensor,
+/** Loads a layer's feed-forward (`sparse`: the experts; validated already: validateWeights). */
+export function loadFeedForward(c: ModelConfig, sparse: boolean, p: string, layout: ExpertLayout, read: (name: string) => HostTensor,
   backend: Backend): HybridFeedForwardWeights {
   const up = (n: string): Tensor => backend.upload(read(n));
   const gateUp = (m: string): Tensor => backend.upload(concatRows(`${m}gate_up_proj.weight`,
     [read(`${m}gate_proj.weight`), read(`${m}up_proj.weight`)]));
   const moe = c.moe;
-  if (!moe?.sparseLayers[l]) return { gateUp: gateUp(`${p}mlp.`), down: up(`${p}mlp.down_proj.weight`), moe: null };
+  if (!sparse || !moe) return { gateUp: gateUp(`${p}mlp.`), down: up(`${p}mlp.down_proj.weight`), moe: null };
   const x = `${p}mlp.experts.`;
   const experts = Array.from({ length: moe.numExperts }, (_, e) => `${x}${e}.`);
   return {

@@ -1,8 +1,8 @@
 // The hybrid families' checkpoint names -> backend tensors: Qwen3.5 / Qwen3.6 and their mixture-of-experts variant
 // (transformers' Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM: model.*; the published checkpoints,
 // Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration: model.language_model.*, beside a vision tower
-// model.visual.* and an MTP head mtp.*, which Quire leaves unread and says so once) and Qwen3-Next (model.*, and an
-// MTP head). Per layer:
+// model.visual.*, which Quire leaves unread and says so once, and an MTP head mtp.*, read only for --speculative-config's
+// mtp method: qwen3_5-mtp-weights.ts) and Qwen3-Next (model.*, and an MTP head). Per layer:
 //   full attention:  self_attn.q_proj [H * 2D, hidden] (per head: D query rows, then D output-gate rows),
 //                    k_proj / v_proj [KVH * D, hidden], o_proj [hidden, H * D], q_norm / k_norm [D]
 //   linear attention (gated DeltaNet): linear_attn.in_proj_qkv [2 Hk Dk + Hv Dv, hidden], in_proj_z [Hv Dv, hidden],
@@ -82,12 +82,7 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts
     const p = `${prefix}layers.${l}.`;
     add(`${p}input_layernorm.weight`, [hidden]);
     if (type === 'full_attention') {
-      add(`${p}self_attn.q_proj.weight`, [2 * c.numHeads * D, hidden]);
-      add(`${p}self_attn.k_proj.weight`, [c.numKvHeads * D, hidden]);
-      add(`${p}self_attn.v_proj.weight`, [c.numKvHeads * D, hidden]);
-      add(`${p}self_attn.o_proj.weight`, [hidden, c.numHeads * D]);
-      add(`${p}self_attn.q_norm.weight`, [D]);
-      add(`${p}self_attn.k_norm.weight`, [D]);
+      addAttentionTensors(c, p, add);
     } else {
       const a = `${p}linear_attn.`;
       if (c.architecture === 'qwen3_next') {
@@ -106,25 +101,36 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts
       add(`${a}out_proj.weight`, [hidden, valueDim]);
     }
     add(`${p}post_attention_layernorm.weight`, [hidden]);
-    addFeedForwardTensors(c, l, p, experts, add);
+    addFeedForwardTensors(c, c.moe?.sparseLayers[l] ?? false, p, experts, add);
   });
   add(`${prefix}norm.weight`, [hidden]);
   if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   return out;
 }
 
+/** A full-attention layer's self_attn.* tensors (`p`: the layer's prefix, e.g. model.layers.3.). */
+export function addAttentionTensors(c: ModelConfig, p: string, add: (name: string, shape: number[]) => void): void {
+  const D = c.headDim;
+  add(`${p}self_attn.q_proj.weight`, [2 * c.numHeads * D, c.hiddenSize]);
+  add(`${p}self_attn.k_proj.weight`, [c.numKvHeads * D, c.hiddenSize]);
+  add(`${p}self_attn.v_proj.weight`, [c.numKvHeads * D, c.hiddenSize]);
+  add(`${p}self_attn.o_proj.weight`, [c.hiddenSize, c.numHeads * D]);
+  add(`${p}self_attn.q_norm.weight`, [D]);
+  add(`${p}self_attn.k_norm.weight`, [D]);
+}
+
 /** The checkpoint tensors Quire leaves unread (vision tower, MTP head), counted by kind; null when there are none. */
-export function unreadTensorsNote(source: Pick<WeightSource, 'names'>, family = 'Qwen3.5'): string | null {
+export function unreadTensorsNote(source: Pick<WeightSource, 'names'>, family = 'Qwen3.5', readsMtp = false): string | null {
   const names = source.names();
   const visual = names.filter((n) => n.startsWith('model.visual.') || n.startsWith('visual.')).length;
-  const mtp = names.filter((n) => n.startsWith('mtp.')).length;
+  const mtp = readsMtp ? 0 : names.filter((n) => n.startsWith('mtp.')).length;
   const parts = [visual > 0 ? `${visual} vision-tower tensors (model.visual.*)` : '', mtp > 0 ? `${mtp} MTP-head tensors (mtp.*)` : '']
     .filter((p) => p !== '');
   return parts.length === 0 ? null : `${family} checkpoint: serving its text model; ${parts.join(' and ')} left unread`;
 }
 
 /** A (1 + w) RMSNorm's weight as the f32 values 1 + w. */
-function onePlus(t: HostTensor): HostTensor {
+export function onePlus(t: HostTensor): HostTensor {
   const w = bytesToF32(t.dtype, t.data).map((v) => 1 + v);
   return { name: t.name, dtype: 'f32', shape: t.shape, data: new Uint8Array(w.buffer) };
 }
@@ -147,13 +153,29 @@ function deltaNetInProj(c: ModelConfig, a: string, read: (n: string) => HostTens
     pickRows(qkvz, order.z, `${a}in_proj_z.weight`), pickRows(read(`${a}in_proj_ba.weight`), order.ba, `${a}in_proj_ba.weight`)]));
 }
 
-export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend: Backend): Qwen35Weights {
+/** A full-attention layer's self_attn.* (`p`: the layer's prefix), validated already. */
+export function loadAttention(c: ModelConfig, p: string, read: (n: string) => HostTensor, backend: Backend): Qwen35AttentionWeights {
+  const a = `${p}self_attn.`;
+  const D = c.headDim;
+  const q = read(`${a}q_proj.weight`);
+  // per head h: rows [2hD, 2hD + D) are its query, [2hD + D, 2hD + 2D) its gate (transformers chunks each head's 2D)
+  const isQuery = (r: number): boolean => r % (2 * D) < D;
+  const norm = (n: string): Tensor => backend.upload(onePlus(read(n)));
+  return {
+    qkv: backend.upload(concatRows(`${a}qkv_proj.weight`, [rows(q, isQuery, 'q'), read(`${a}k_proj.weight`), read(`${a}v_proj.weight`)])),
+    gate: backend.upload(rows(q, (r) => !isQuery(r), `${a}gate_proj.weight`)),
+    qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`), o: backend.upload(read(`${a}o_proj.weight`)),
+  };
+}
+
+/** The text model's weights (`readsMtp`: the MTP head is loaded too, qwen3_5-mtp-weights.ts, so not noted as unread). */
+export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend: Backend, readsMtp = false): Qwen35Weights {
   const h = hybridOf(c);
   const prefix = qwen35Prefix(source);
   const experts = expertLayout(c, prefix, source);
   validateWeights(c, source, qwen35ExpectedTensors(c, prefix, experts));
   const family = isHybridArchitecture(c.architecture) ? hybridFamilyName(c.architecture) : c.architecture;
-  const note = unreadTensorsNote(source, family);
+  const note = unreadTensorsNote(source, family, readsMtp);
   if (note !== null && !noted.has(family)) {
     noted.add(family);
     process.emitWarning(note);
@@ -167,16 +189,7 @@ export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend:
     let attention: Qwen35AttentionWeights | null = null;
     let deltaNet: Qwen35DeltaNetWeights | null = null;
     if (type === 'full_attention') {
-      const a = `${p}self_attn.`;
-      const q = read(`${a}q_proj.weight`);
-      // per head h: rows [2hD, 2hD + D) are its query, [2hD + D, 2hD + 2D) its gate (transformers chunks each head's 2D)
-      const isQuery = (r: number): boolean => r % (2 * D) < D;
-      attention = {
-        qkv: backend.upload(concatRows(`${a}qkv_proj.weight`,
-          [rows(q, isQuery, 'q'), read(`${a}k_proj.weight`), read(`${a}v_proj.weight`)])),
-        gate: backend.upload(rows(q, (r) => !isQuery(r), `${a}gate_proj.weight`)),
-        qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`), o: up(`${a}o_proj.weight`),
-      };
+      attention = loadAttention(c, p, read, backend);
     } else {
       const a = `${p}linear_attn.`;
       const conv = read(`${a}conv1d.weight`);
@@ -188,7 +201,7 @@ export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend:
     }
     return {
       inputNorm: norm(`${p}input_layernorm.weight`), postAttentionNorm: norm(`${p}post_attention_layernorm.weight`),
-      attention, deltaNet, ...loadFeedForward(c, l, p, experts, read, backend),
+      attention, deltaNet, ...loadFeedForward(c, c.moe?.sparseLayers[l] ?? false, p, experts, read, backend),
     };
   });
   const embedTokens = up(`${prefix}embed_tokens.weight`);

@@ -68,13 +68,15 @@ TINY_SHAPES['tiny-qwen3-128'] = { ...TINY_SHAPES['tiny-qwen3'], hidden_size: 128
 
 // Qwen3.5's hybrid text model (transformers' Qwen3_5ForCausalLM): gated DeltaNet and output-gated attention layers
 // interleaved (two of each, so both kinds have a second layer's state), 2 key heads serving 4 value heads of another
-// dim than the keys', partial rotary (a quarter of head_dim, as the published models)
+// dim than the keys', partial rotary (a quarter of head_dim, as the published models), and the multi-token-prediction
+// head the published checkpoints carry (mtp_num_hidden_layers 1: mtp.*, a dense layer here)
 TINY_SHAPES['tiny-qwen3.5'] = {
   ...TINY_SIZES, architectures: ['Qwen3_5ForCausalLM'], model_type: 'qwen3_5_text', num_hidden_layers: 4, head_dim: 16,
   layer_types: ['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
   linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 16, linear_value_head_dim: 8,
   linear_conv_kernel_dim: 4, max_position_embeddings: 4096, rms_norm_eps: 1e-6, tie_word_embeddings: false,
   attention_bias: false, rope_parameters: { rope_type: 'default', rope_theta: 10000, partial_rotary_factor: 0.25 },
+  mtp_num_hidden_layers: 1,
 };
 // The same layer kinds at the published layer sizes the CUDA kernels are built for: attention heads of 256 with a
 // rotary quarter (64 channels), DeltaNet key and value heads of 128, 3 value heads a key head
@@ -95,14 +97,15 @@ TINY_SHAPES['tiny-qwen3.5-128'] = { ...TINY_SHAPES['tiny-qwen3.5'], hidden_size:
 // Qwen3-Next (Qwen3NextForCausalLM) as its checkpoints are laid out: DeltaNet input projections fused per key head
 // (in_proj_qkvz, in_proj_ba; 2 key heads of 2 value heads each, so the reordering shows), experts one module each,
 // layer_types from full_attention_interval, RoPE at the top level (rope_theta, partial_rotary_factor), layer 2 a dense
-// MLP through mlp_only_layers, and top-k not renormalized (norm_topk_prob false; its default is true).
+// MLP through mlp_only_layers, top-k not renormalized (norm_topk_prob false; its default is true), and an MTP head
+// (num_nextn_predict_layers 1, the field vLLM reads: mtp.*, its layer sparse as layer 0 is).
 TINY_SHAPES['tiny-qwen3-next'] = {
   ...TINY_SIZES, architectures: ['Qwen3NextForCausalLM'], model_type: 'qwen3_next', num_hidden_layers: 4, head_dim: 16,
   full_attention_interval: 2, linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 16,
   linear_value_head_dim: 8, linear_conv_kernel_dim: 4, max_position_embeddings: 4096, rope_theta: 10000,
   partial_rotary_factor: 0.25, rms_norm_eps: 1e-6, tie_word_embeddings: false, attention_bias: false,
   num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, shared_expert_intermediate_size: 48,
-  norm_topk_prob: false, decoder_sparse_step: 1, mlp_only_layers: [2],
+  norm_topk_prob: false, decoder_sparse_step: 1, mlp_only_layers: [2], num_nextn_predict_layers: 1,
 };
 // Qwen3-Next at sizes the CUDA kernels are built for (attention heads of 256, DeltaNet heads of 128, experts of 128)
 TINY_SHAPES['tiny-qwen3-next-128'] = { ...TINY_SHAPES['tiny-qwen3-next'], hidden_size: 256, intermediate_size: 512,
@@ -311,6 +314,32 @@ function qwen35Specs(config: HfConfig, dtype: FloatDType): TensorSpec[] {
   });
   add('norm.weight', [hidden]);
   if ((text.tie_word_embeddings ?? config.tie_word_embeddings) !== true) specs.push({ name: 'lm_head.weight', dtype, shape: [num(text, 'vocab_size'), hidden] });
+  // the multi-token-prediction head the config declares (vLLM's field names), at the top level as the checkpoints
+  // store it: one full-attention layer, sparse where the family's layer 0 is
+  if (((text[next ? 'num_nextn_predict_layers' : 'mtp_num_hidden_layers'] ?? 0) as number) > 0) {
+    const mtp = (name: string, shape: number[]): void => void specs.push({ name: `mtp.${name}`, dtype, shape });
+    mtp('fc.weight', [hidden, 2 * hidden]);
+    const p = 'layers.0.';
+    mtp(`${p}input_layernorm.weight`, [hidden]);
+    mtp(`${p}self_attn.k_norm.weight`, [headDim]);
+    mtp(`${p}self_attn.k_proj.weight`, [kvDim, hidden]);
+    mtp(`${p}self_attn.o_proj.weight`, [hidden, heads * headDim]);
+    mtp(`${p}self_attn.q_norm.weight`, [headDim]);
+    mtp(`${p}self_attn.q_proj.weight`, [2 * heads * headDim, hidden]);
+    mtp(`${p}self_attn.v_proj.weight`, [kvDim, hidden]);
+    if (isMoeLayer(text, 0)) {
+      hybridExpertSpecs(text, hidden, `${p}mlp.`, mtp);
+    } else {
+      const inter = num(text, 'intermediate_size');
+      mtp(`${p}mlp.down_proj.weight`, [hidden, inter]);
+      mtp(`${p}mlp.gate_proj.weight`, [inter, hidden]);
+      mtp(`${p}mlp.up_proj.weight`, [inter, hidden]);
+    }
+    mtp(`${p}post_attention_layernorm.weight`, [hidden]);
+    mtp('norm.weight', [hidden]);
+    mtp('pre_fc_norm_embedding.weight', [hidden]);
+    mtp('pre_fc_norm_hidden.weight', [hidden]);
+  }
   return specs;
 }
 

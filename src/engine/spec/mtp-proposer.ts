@@ -1,0 +1,147 @@
+// Proposals from the target's own multi-token-prediction head (vLLM's "mtp" method; model/mtp-head.ts computes it). The
+// head at position t reads the target's final hidden state h_t and the token x_{t+1}, and predicts x_{t+2}; it runs
+// on the target's backend, and its one attention layer keeps its K and V in the target's pages (one more KV layer:
+// model.ts), so it needs no allocator, prefix cache or rollback of its own.
+//
+// How the hidden states flow: every target forward keeps its final hidden states, a row per token in the flat batch's
+// order, on the device (Backend.carry; nothing reaches the host). This proposer remembers which rows of that step
+// were whose (`pending`). At the next fill, after the step's tokens came back and the next step was scheduled, one
+// catch-up forward of the head runs over every position t of those rows whose next token is now known: its input is
+// the carried row and x_{t+1} from the request's tokens, so the head's K and V follow the target through prompt
+// chunks, decode steps and verify steps (a verify step's positions up to the last accepted; the rest, computed on
+// rejected proposals, are dropped and computed again after the target has). Before the target step that follows, or
+// the carry would hold that step's instead; so no step is scheduled ahead of the last one's tokens while the head runs
+// (SpecDecoding.needsTokensFirst).
+//
+// A row that wants k proposals samples the catch-up at its position n - 2 (n: its known tokens; x_{n-1} the target's
+// last): proposal 1. Proposal j + 1 comes from one more forward at position n - 2 + j on the head's own output there
+// (kept in the carry by the forward before) and proposal j, as vLLM applies the head recurrently. Those K and V rows
+// are the head's guesses; the next catch-up writes each position again from the target's hidden state once the
+// target has computed it. A proposal never decides a token: the target verifies each one.
+
+import { buildForwardBatch, type ScheduledSeq } from '../batch-builder.js';
+import type { Model } from '../../model/model.js';
+import type { Request } from '../../scheduler/request.js';
+import type { ScheduledRequest } from '../../scheduler/scheduler.js';
+
+/** A scheduled row and its request. */
+export interface MtpRow {
+  req: Request;
+  row: ScheduledRequest;
+}
+
+/** A row of the target step that ran last: where its final hidden states sit in the carry. */
+interface StepRow {
+  req: Request;
+  /** The request's preemptions when it ran: a request preempted since gave its pages back. */
+  numPreemptions: number;
+  start: number;
+  numTokens: number;
+  /** Its first token's row in the carry. */
+  carryAt: number;
+}
+
+/** Tokens of the request known on the host (a step's sampling placeholder excluded). */
+function numKnown(req: Request): number {
+  return req.allTokenIds.length - req.numPlaceholders;
+}
+
+export class MtpProposer {
+  /** The rows of the target step launched last (the carry holds their hidden states until the next target step). */
+  private pending = new Map<Request, StepRow>();
+  /** Forwards that failed (their rows fell back to proposals the target rejects unless it agrees). */
+  numFailures = 0;
+
+  /** `blockTableOf`: the request's pages now (the KV cache manager's). */
+  constructor(readonly model: Model, private readonly blockSize: number,
+    private readonly blockTableOf: (requestId: string) => readonly number[]) {}
+
+  /**
+   * Whether the next fill can propose for `req`: the step that ran last computed its hidden state at position n - 2,
+   * and the request still holds what it computed.
+   */
+  canPropose(req: Request): boolean {
+    const p = this.pending.get(req);
+    const at = numKnown(req) - 2;
+    return p !== undefined && this.holds(p) && at >= p.start && at < p.start + p.numTokens;
+  }
+
+  private holds(p: StepRow): boolean {
+    return p.req.status === 'RUNNING' && p.req.numPreemptions === p.numPreemptions;
+  }
+
+  /**
+   * After schedule(), before the step runs: the catch-up of the last step's rows, the proposals of `rows` that have
+   * placeholders (filled in place), and `rows` remembered as the step about to run (its rows, in order, are the flat
+   * batch's: the carry's).
+   */
+  fill(rows: readonly MtpRow[]): void {
+    const wanting = rows.filter(({ row }) => row.sample && row.specTokenIds.length > 0);
+    // a placeholder not filled keeps the request's last token (SpecDecoding.propose's), verified like any proposal
+    try {
+      const first = this.catchUp(new Set(wanting.map((w) => w.req)));
+      if (wanting.some((w) => !first.has(w.req))) this.numFailures++;
+      let active = wanting.filter((w) => first.has(w.req)).map((w) => ({ ...w, at: first.get(w.req)!.at }));
+      active.forEach((w) => this.set(w.row, 0, first.get(w.req)!.token));
+      for (let j = 1; (active = active.filter((w) => w.row.specTokenIds.length > j)).length > 0; j++) {
+        const seqs: ScheduledSeq[] = active.map(({ req, row }) => ({ tokenIds: [row.specTokenIds[j - 1]!],
+          startPosition: numKnown(req) - 2 + j, blockTable: row.blockTable, sample: true }));
+        const tokens = this.forward(seqs, active.map((w) => w.at));
+        active.forEach((w, i) => {
+          this.set(w.row, j, tokens[i]!);
+          w.at = i;
+        });
+      }
+    } catch {
+      this.numFailures++;
+    }
+    let carryAt = 0;
+    this.pending = new Map(rows.map(({ req, row }) => {
+      const p = { req, numPreemptions: req.numPreemptions, start: row.startPosition, numTokens: row.tokenIds.length, carryAt };
+      carryAt += row.tokenIds.length;
+      return [req, p];
+    }));
+  }
+
+  /**
+   * The head over every position of the last step's rows whose next token is known (and whose page the request still
+   * holds); for the requests in `sampled`, its greedy token at their position n - 2 and that row's index in the carry.
+   */
+  private catchUp(sampled: ReadonlySet<Request>): Map<Request, { token: number; at: number }> {
+    const seqs: ScheduledSeq[] = [];
+    const carryRows: number[] = [];
+    const order: Request[] = [];
+    for (const p of this.pending.values()) {
+      if (!this.holds(p)) continue;
+      const { req, start } = p;
+      const known = numKnown(req);
+      const table = this.blockTableOf(req.requestId);
+      // positions t with x_{t+1} known, in pages the request holds
+      const end = Math.min(start + p.numTokens, known - 1, table.length * this.blockSize);
+      if (end <= start) continue;
+      const sample = sampled.has(req) && end === known - 1;
+      seqs.push({ tokenIds: req.allTokenIds.slice(start + 1, end + 1), startPosition: start, blockTable: table, sample });
+      for (let t = start; t < end; t++) carryRows.push(p.carryAt + t - start);
+      if (sample) order.push(req);
+    }
+    const out = new Map<Request, { token: number; at: number }>();
+    if (seqs.length === 0) return out;
+    const batch = buildForwardBatch(seqs, this.blockSize);
+    batch.carryRows = Int32Array.from(carryRows);
+    const tokens = this.model.mtpTokens(batch);
+    order.forEach((req, i) => out.set(req, { token: tokens[i]!, at: batch.logitsIndices[i]! }));
+    return out;
+  }
+
+  /** One forward of the head over one-token rows on the carry's rows `at`; their greedy tokens. */
+  private forward(seqs: ScheduledSeq[], at: number[]): Int32Array {
+    const batch = buildForwardBatch(seqs, this.blockSize);
+    batch.carryRows = Int32Array.from(at);
+    return this.model.mtpTokens(batch);
+  }
+
+  private set(row: ScheduledRequest, j: number, token: number): void {
+    row.specTokenIds[j] = token;
+    row.tokenIds[row.tokenIds.length - row.specTokenIds.length + j] = token;
+  }
+}
