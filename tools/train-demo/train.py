@@ -459,6 +459,18 @@ def main():
     heldout_stream = encode_stream(tok, heldout_docs)
     data_prep_s = time.time() - wall_started
     print(f"tokenizer: {tok.get_vocab_size()} tokens; train {len(train_stream)} tokens, held-out {len(heldout_stream)} tokens; {data_prep_s:.1f}s", flush=True)
+    # the draft's training stream is the teacher's own text where --distill-generate asks (counted as its tokens below)
+    teacher = load_teacher(args.distill_from, tok.get_vocab_size(), args.device) if args.distill_from else None
+    distilled = None
+    if teacher is not None:
+        distilled = {"path": os.path.abspath(args.distill_from), "weight": args.distill_weight}
+    if args.distill_generate:
+        started = time.time()
+        train_stream = teacher_stream(teacher, train_stream, args.distill_generate, args.seq_len,
+                                      tok.token_to_id(END_OF_TEXT), args.seed, args.device)
+        distilled["generatedTokens"] = len(train_stream)
+        print(f"teacher: {args.distill_generate} greedy continuations, {len(train_stream)} tokens; "
+              f"{time.time() - started:.1f}s", flush=True)
 
     model = build_model(args, tok).to(args.device)
     num_params = sum(p.numel() for p in model.parameters())
@@ -479,19 +491,11 @@ def main():
                      "transformers": transformers.__version__, "tokenizers": __import__("tokenizers").__version__},
         "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
     }
+    if distilled is not None:
+        log["distilledFrom"] = distilled
     eval_windows = args.num_eval_windows
     heldout_windows = fixed_windows(heldout_stream, eval_windows, args.seq_len)
     train_eval_windows = fixed_windows(train_stream, eval_windows, args.seq_len)
-    teacher = load_teacher(args.distill_from, tok.get_vocab_size(), args.device) if args.distill_from else None
-    if teacher is not None:
-        log["distilledFrom"] = {"path": os.path.abspath(args.distill_from), "weight": args.distill_weight}
-    if args.distill_generate:
-        started = time.time()
-        train_stream = teacher_stream(teacher, train_stream, args.distill_generate, args.seq_len,
-                                      tok.token_to_id(END_OF_TEXT), args.seed, args.device)
-        log["distilledFrom"]["generatedTokens"] = len(train_stream)
-        print(f"teacher: {args.distill_generate} greedy continuations, {len(train_stream)} tokens; "
-              f"{time.time() - started:.1f}s", flush=True)
     model = train(model, train_stream, heldout_windows, train_eval_windows, args, log, teacher)
     print(f"final: train loss {log['final']['trainLoss']:.4f}, held-out loss {log['final']['heldoutLoss']:.4f} "
           f"(step {log['final']['step']}); saved: step {log['best']['step']}, held-out loss {log['best']['heldoutLoss']:.4f}", flush=True)
