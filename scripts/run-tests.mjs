@@ -30,6 +30,9 @@ if (chosen.length === 0) {
   process.exit(1);
 }
 const reporter = process.argv.includes('--tap') ? 'tap' : fileURLToPath(new URL('./test-reporter.mjs', import.meta.url));
-const r = spawnSync(process.execPath, ['--test', '--test-concurrency=2', `--test-reporter=${reporter}`, ...chosen],
+// The GPU files one at a time: each engine takes --gpu-memory-utilization 0.9 of the device, so a second file's engine
+// found no KV budget (session 34), and a tensor-parallel rank that fails to start leaves its peer waiting in NCCL.
+const concurrency = suite === 'gpu' ? 1 : 2;
+const r = spawnSync(process.execPath, ['--test', `--test-concurrency=${concurrency}`, `--test-reporter=${reporter}`, ...chosen],
   { stdio: 'inherit' });
 process.exit(r.status ?? 1);

@@ -354,7 +354,7 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
     }
   });
 
-  // a mixture of experts: its engines here, one at a time (the suite runs two files at once; each engine takes 0.9);
+  // a mixture of experts: its engines here, one at a time (each engine takes 0.9 of the device);
   // with --quantization fp8 its experts run moe.cu's _fp8 builds (and every other projection block FP8 too)
   for (const [batchInvariant, quantization] of [[false, null], [true, null], [false, 'fp8']] as const) {
     const mode = `${batchInvariant ? ', batch-invariant mode' : ''}${quantization ? ', --quantization fp8' : ''}`;
@@ -382,6 +382,10 @@ describe('whole model on CUDA', { skip: noCuda }, () => {
           console.log(`# transcript md5 ${transcriptMd5(t)} (gate prompts ${transcriptMd5(t.slice(0, 8))})  ` +
             `tiny-qwen3-moe-128 cuda-${quantization ?? 'bf16'}${batchInvariant ? ' batch-invariant' : ''} ${name}`);
           reference ??= t;
+          // Default-mode FP8: a batch's block-scaled cuBLASLt GEMMs and one row's chain kernel sum in other orders, and
+          // no mode but the batch-invariant one promises the same bits for them (an H200 flipped a near-tie one at a
+          // time, session 34): there only the graphs are held to eager at the same batch.
+          if (quantization && !batchInvariant && p.maxNumSeqs !== 64) continue;
           assert.deepEqual(t, reference, name);
         } finally {
           await llm.close();
