@@ -5,7 +5,6 @@
 
 import type { Backend } from '../backend/backend.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
-import { loadModel, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import type { Model } from '../model/model.js';
 import { isDeviceSamplable } from '../sampling/device-sampling.js';
@@ -15,23 +14,18 @@ import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
-import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
-import { createBackend, sizeKvCache, startupRefusal } from './backend-factory.js';
+import { ModelRunner, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import type { GrammarVocab, GrammarVocabFile, TokenConstraint } from '../sampling/structured-output.js';
-import { grammarVocabOf, RequestGrammars } from './request-grammars.js';
-import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import { RequestGrammars } from './request-grammars.js';
+import type { ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
-import { defaultMaxModelLen } from '../model/rope.js';
-import { maxModelLenRefusal } from './max-model-len.js';
-import { parseSpeculativeConfig } from './spec/config.js';
 import { SpecDecoding } from './spec/spec-decode.js';
-import { loadDraft } from './spec/draft-load.js';
 import type { DraftProposer } from './spec/draft-proposer.js';
 import { MtpProposer } from './spec/mtp-proposer.js';
-import { mtpRefusal } from './spec/mtp-load.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
-import { loadEngineModel, type TensorParallelLeader } from './tp/leader.js';
+import type { TensorParallelLeader } from './tp/leader.js';
+import type { KVCacheGroup } from '../kv/kv-cache-spec.js';
 
 export { maxModelLenRefusal } from './max-model-len.js';
 
@@ -55,8 +49,10 @@ export interface EngineCoreParts {
   numCachedStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
-  /** Tensor parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
+  /** Tensor and pipeline parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
   tp?: TensorParallelLeader | null;
+  /** The whole model's KV cache groups where `model` is one pipeline stage (tp/stage-kv.ts); absent: the model's. */
+  kvGroups?: KVCacheGroup[];
   /** A draft model's proposer (--speculative-config's draft_model); absent or null: none. */
   drafter?: DraftProposer | null;
   /** The vocabulary for structured outputs (read by each grammar host, or on first use); absent: such requests fail. */
@@ -120,7 +116,7 @@ export class EngineCore {
       },
     };
     this.grammars = parts.grammarVocab ? new RequestGrammars(parts.grammarVocab, { maxHosts: options.grammarHosts }) : null;
-    const groups = kvCacheGroupsOf(parts.model);
+    const groups = parts.kvGroups ?? kvCacheGroupsOf(parts.model);
     this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
       enablePrefixCaching: options.enablePrefixCaching, numStateSlots: parts.numStateSlots ?? 0,
       numCachedStateSlots: parts.numCachedStateSlots ?? 0, specBackupSlots: this.spec !== null });
@@ -271,6 +267,8 @@ export class EngineCore {
    */
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
+    // pipeline stages: the tokens are sampled on the last stage (this rank), the next step's ids embedded on the first
+    if (this.options.pipelineParallelSize > 1) return false;
     // proposals are made from the tokens on the host, and an MTP head's catch-up needs them (spec/spec-decode.ts)
     if (this.spec?.needsTokensFirst(this.scheduler.running as EngineReq[])) return false;
     return this.scheduler.running.every((r) => {
@@ -315,7 +313,7 @@ export class EngineCore {
       if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
       if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
     }
-    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
+    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.info.kvBytesPerToken;
     return rows;
   }
 
@@ -450,52 +448,5 @@ export class EngineCore {
     void this.tp?.shutdown();
     this.spec?.dispose();
     this.model.backend.dispose();
-  }
-}
-
-/** Loads the model directory, picks and sizes the backend, and builds the engine core. */
-export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
-  const t0 = performance.now();
-  // a bad --speculative-config fails before anything loads (resolveEngineOptions parses it again, to itself)
-  if (given.speculativeConfig != null) parseSpeculativeConfig(given.speculativeConfig);
-  const dir = loaded ?? await loadModel(given.model, given);
-  const { backend, device } = await createBackend(given);
-  const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
-  const cannot = startupRefusal(dir.config, backend, options) ?? maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options);
-  if (cannot) {
-    backend.dispose();
-    throw new Error(cannot);
-  }
-  // tensor parallelism: rank 0's shard here, the other ranks in threads that run each step as this one does
-  const { model, tp } = await loadEngineModel(dir, backend, options).catch((err: unknown) => {
-    backend.dispose();
-    throw err;
-  });
-  let drafter: DraftProposer | null = null;
-  try {
-    tp?.profile(options, maxModelLen);
-    profileRun(model, options, maxModelLen);
-    const spec = options.speculativeConfig;
-    if (spec?.method === 'draft_model') drafter = await loadDraft(spec, dir, backend, options, maxModelLen);
-    const { numBlocks, numStateSlots, numCachedStateSlots, numSpecBackupSlots, bytesPerStateSlot } = sizeKvCache(model,
-      backend, options, maxModelLen, drafter?.model ?? null);
-    // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
-    const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
-    tp?.sized(numBlocks, numStateSlots + numCachedStateSlots + numSpecBackupSlots, engineOptions);
-    const core = new EngineCore({
-      model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp, drafter,
-      grammarVocab: grammarVocabOf(dir),
-      info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
-        kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
-    }, engineOptions);
-    core.runner.captureGraphs();
-    drafter?.captureGraphs();
-    core.info.loadMs = Math.round(performance.now() - t0);
-    return core;
-  } catch (err) {
-    // the start-up error is what the caller must see, not one of freeing what it left half made
-    for (const free of [() => drafter?.dispose(), () => tp?.shutdown(), () => backend.dispose()]) await Promise.resolve().then(free).catch(() => {});
-    throw err;
   }
 }
