@@ -1,9 +1,11 @@
 // The engine step, as vLLM v1's EngineCore.step: schedule (scheduler/) -> execute (runner/model-runner.ts: one
 // forward over the flat batch, tokens sampled) -> update (append tokens, stop checks, free finished) -> outputs.
 // beginStep() is the first two, completeStep() waits and updates. The step loop (advance) overlaps them: with
-// async scheduling, step n+1 is scheduled and launched before step n's tokens reach the host.
+// async scheduling, step n+1 is scheduled and launched before step n's tokens reach the host; under pipeline
+// parallelism, up to one step a stage is in flight, each of other requests (advanceMicroBatches).
 
-import type { Backend } from '../backend/backend.js';
+import { TOKEN_READS_IN_FLIGHT, type Backend } from '../backend/backend.js';
+import { readKnob } from '../knobs/knobs.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
 import type { ModelConfig } from '../loader/types.js';
 import type { Model } from '../model/model.js';
@@ -73,8 +75,10 @@ export class EngineCore {
   private readonly promptLogprobsOf = new WeakMap<EngineReq, TokenLogprob[]>();
   /** Embedding requests not yet finished, with how their hidden state is pooled. */
   private readonly poolingOf = new Map<string, PoolingParams>();
-  /** The step advance() launched last and has not completed. */
-  private inFlight: PendingStep | null = null;
+  /** Steps advance() launched and has not completed, oldest first: one (async scheduling), or the micro-batches. */
+  private inFlight: PendingStep[] = [];
+  /** Pipeline parallelism's micro-batches: steps kept in flight, each of other requests (1: one at a time). */
+  readonly microBatches: number;
   private readonly model: Model;
   private readonly tp: TensorParallelLeader | null;
   /** Runs each scheduled step on the device (flat batch, graphs, launch path). */
@@ -104,6 +108,7 @@ export class EngineCore {
     this.runner = new ModelRunner(parts.model, this.sampler, { ...options, mirror: this.tp?.mirror }, this.eosTokenIds);
     const mtp = options.speculativeConfig?.method === 'mtp' ? new MtpProposer(parts.model, options.blockSize, (id) => this.kv.blockTable(id)) : null;
     this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig, parts.drafter ?? mtp) : null;
+    this.microBatches = pipelineMicroBatches(options);
     const poolingOf = this.poolingOf;
     this.rowRequests = {
       promptOf: (id) => {
@@ -128,6 +133,7 @@ export class EngineCore {
       stepPolicy: options.stepPolicy,
       enableChunkedPrefill: options.enableChunkedPrefill,
       longPrefillTokenThreshold: options.longPrefillTokenThreshold,
+      microBatches: this.microBatches,
       trace: options.schedulerTrace,
     }, this.kv);
     this.info = {
@@ -219,7 +225,7 @@ export class EngineCore {
   }
 
   hasWork(): boolean {
-    return this.inFlight !== null || this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
+    return this.inFlight.length > 0 || this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
   }
 
   /** One step, launched and completed (after any step advance() left in flight). */
@@ -228,11 +234,10 @@ export class EngineCore {
     return done.concat(this.completeStep(this.beginStep()));
   }
 
-  /** Completes the step advance() left in flight, if any. */
+  /** Completes the steps advance() left in flight, if any, oldest first. */
   drain(): EngineOutput[] {
-    const prev = this.inFlight;
-    this.inFlight = null;
-    return prev ? this.completeStep(prev) : [];
+    const prev = this.inFlight.splice(0);
+    return prev.flatMap((p) => this.completeStep(p));
   }
 
   /**
@@ -244,8 +249,8 @@ export class EngineCore {
    * Otherwise the previous step completes first. The transcripts are the same either way.
    */
   advance(): EngineOutput[] {
-    const prev = this.inFlight;
-    this.inFlight = null;
+    if (this.microBatches > 1) return this.advanceMicroBatches();
+    const prev = this.inFlight.shift() ?? null;
     let outputs: EngineOutput[] = [];
     const ahead = prev !== null && this.canScheduleAhead(prev);
     if (prev && !ahead) outputs = this.completeStep(prev);
@@ -254,8 +259,29 @@ export class EngineCore {
       if (next?.work) this.numStepsScheduledAhead++;
       outputs = this.completeStep(prev);
     }
-    if (next?.work) this.inFlight = next;
+    if (next?.work) this.inFlight.push(next);
     else if (next) outputs = outputs.concat(next.outputs);
+    return outputs;
+  }
+
+  /**
+   * advance() under pipeline parallelism (vLLM's batch queue): launches a step while fewer than microBatches are in
+   * flight, each of requests no step in flight holds (Scheduler microBatches), so while the last stage (this rank)
+   * works on one step the stages before it work on the next ones; completes the oldest once the queue is full or
+   * nothing more can be launched. On CUDA a launch only enqueues (its tokens are waited for at completion); on the
+   * CPU backend each step runs through the stages as it is launched, and the transcripts are the same.
+   */
+  private advanceMicroBatches(): EngineOutput[] {
+    let outputs: EngineOutput[] = [];
+    const room = this.inFlight.length < this.microBatches;
+    const next = room && (this.pending.length > 0 || this.scheduler.hasUnfinishedRequests()) ? this.beginStep() : null;
+    if (next?.work) {
+      if (this.inFlight.length > 0) this.numStepsScheduledAhead++;
+      this.inFlight.push(next);
+    } else if (next) {
+      outputs = next.outputs;
+    }
+    if (this.inFlight.length > 0 && (!room || !next?.work)) outputs = outputs.concat(this.completeStep(this.inFlight.shift()!));
     return outputs;
   }
 
@@ -268,6 +294,7 @@ export class EngineCore {
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
     // pipeline stages: the tokens are sampled on the last stage (this rank), the next step's ids embedded on the first
+    // (their steps overlap by micro-batches of other requests instead: advanceMicroBatches)
     if (this.options.pipelineParallelSize > 1) return false;
     // proposals are made from the tokens on the host, and an MTP head's catch-up needs them (spec/spec-decode.ts)
     if (this.spec?.needsTokensFirst(this.scheduler.running as EngineReq[])) return false;
@@ -444,9 +471,21 @@ export class EngineCore {
   dispose(): void {
     // ends the grammar hosts at once, whatever they are compiling
     void this.grammars?.dispose();
-    this.inFlight = null;
+    this.inFlight = [];
     void this.tp?.shutdown();
     this.spec?.dispose();
     this.model.backend.dispose();
   }
+}
+
+/**
+ * Steps a pipeline-parallel engine keeps in flight (QUIRE_PP_MICRO_BATCHES; by default one a stage): 1 without
+ * stages, with speculative decoding (a request's proposals are made from its last token, on the host) and in profile
+ * mode (a graph's timings are read once per replay), and never more than the device's sampled ids may wait.
+ */
+export function pipelineMicroBatches(o: Pick<ResolvedEngineOptions, 'pipelineParallelSize' | 'speculativeConfig' | 'profile'>): number {
+  const pp = o.pipelineParallelSize;
+  if (pp === 1 || o.speculativeConfig !== null || o.profile) return 1;
+  const asked = readKnob('QUIRE_PP_MICRO_BATCHES');
+  return Math.min(asked === 0 ? pp : asked, TOKEN_READS_IN_FLIGHT - 1);
 }

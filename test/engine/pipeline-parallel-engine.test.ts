@@ -49,6 +49,28 @@ test('-pp 2 and -pp 3 give one engine\'s greedy tokens (chunked prompts, prefix 
   assert.deepEqual(await greedy(DEMO, { pipelineParallelSize: 2, asyncScheduling: false }), one);
 });
 
+test('micro-batches keep steps of other requests in flight (each stage on one); one step at a time gives the same tokens', async () => {
+  const run = async (microBatches: string) => {
+    const saved = process.env.QUIRE_PP_MICRO_BATCHES;
+    process.env.QUIRE_PP_MICRO_BATCHES = microBatches;
+    const llm = new LLM(DEMO, { backend: 'cpu', cpuThreads: 1, maxModelLen: 256, pipelineParallelSize: 2 });
+    try {
+      const out = await llm.generate(prompts, { maxTokens: 12, temperature: 0, ignoreEos: true });
+      return { tokens: out.map((c) => c.tokenIds), stats: await llm.stats() };
+    } finally {
+      await llm.close();
+      if (saved === undefined) delete process.env.QUIRE_PP_MICRO_BATCHES; else process.env.QUIRE_PP_MICRO_BATCHES = saved;
+    }
+  };
+  const [micro, single] = [await run('0'), await run('1')];
+  assert.deepEqual(micro.tokens, single.tokens);
+  assert.deepEqual(micro.tokens, await greedy(DEMO, {}));
+  // three requests in two micro-batches: most steps launched while the other was in flight, twice the steps
+  assert.ok(micro.stats.numStepsScheduledAhead > 10, `${micro.stats.numStepsScheduledAhead} steps launched ahead`);
+  assert.equal(single.stats.numStepsScheduledAhead, 0);
+  assert.ok(micro.stats.numSteps > 1.5 * single.stats.numSteps, `${micro.stats.numSteps} steps against ${single.stats.numSteps}`);
+});
+
 test('a hybrid model over -pp 2 and -pp 3 (a stage of DeltaNet layers alone, one of attention alone) gives one engine\'s tokens', async () => {
   const one = await greedy(join(root, 'hybrid'), { maxNumBatchedTokens: 8 });
   assert.deepEqual(await greedy(join(root, 'hybrid'), { maxNumBatchedTokens: 8, pipelineParallelSize: 2 }), one);
