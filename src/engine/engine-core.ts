@@ -26,7 +26,7 @@ import type { DraftProposer } from './spec/draft-proposer.js';
 import { MtpProposer } from './spec/mtp-proposer.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
-import type { TensorParallelLeader } from './tp/leader.js';
+import type { RankLeader } from './tp/leader.js';
 import type { KVCacheGroup } from '../kv/kv-cache-spec.js';
 
 export { maxModelLenRefusal } from './max-model-len.js';
@@ -52,7 +52,7 @@ export interface EngineCoreParts {
   eosTokenIds: number[];
   maxModelLen: number;
   /** Tensor and pipeline parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
-  tp?: TensorParallelLeader | null;
+  tp?: RankLeader | null;
   /** The whole model's KV cache groups where `model` is one pipeline stage (tp/stage-kv.ts); absent: the model's. */
   kvGroups?: KVCacheGroup[];
   /** A draft model's proposer (--speculative-config's draft_model); absent or null: none. */
@@ -80,7 +80,7 @@ export class EngineCore {
   /** Pipeline parallelism's micro-batches: steps kept in flight, each of other requests (1: one at a time). */
   readonly microBatches: number;
   private readonly model: Model;
-  private readonly tp: TensorParallelLeader | null;
+  private readonly tp: RankLeader | null;
   /** Runs each scheduled step on the device (flat batch, graphs, launch path). */
   readonly runner: ModelRunner;
   /** What the runner asks about a row's request. */

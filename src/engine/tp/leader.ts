@@ -42,7 +42,7 @@ import { acceptNodes, remoteRanks } from './node-leader.js';
 /** How long a rank may take to load its part before the engine gives up on it. */
 const LOAD_TIMEOUT_MS = 15 * 60_000;
 
-export class TensorParallelLeader {
+export class RankLeader {
   private failure: string | null = null;
   /** The ranks that have reported each message type (a report may come before anyone waits for it). */
   private readonly reported = new Map<FromFollower['type'], Set<number>>();
@@ -74,7 +74,7 @@ export class TensorParallelLeader {
    * Starts ranks 1..size-1 and joins them as rank 0 (`backend`: rank 0's, already on its device): this machine's as
    * child processes (or threads), the other nodes' through their agents once each has joined (node-leader.ts).
    */
-  static async start(options: EngineOptions, backend: Backend, config: ModelConfig): Promise<TensorParallelLeader> {
+  static async start(options: EngineOptions, backend: Backend, config: ModelConfig): Promise<RankLeader> {
     if (backend.name === 'cuda') process.env.NCCL_NVLS_ENABLE ??= '0';  // NVLink multicast stays off (issue 42)
     const tp = options.tensorParallelSize;
     const pp = options.pipelineParallelSize;
@@ -109,7 +109,7 @@ export class TensorParallelLeader {
         throw err;
       }
     }
-    const leader = new TensorParallelLeader(tp, pp, layers, workers, label);
+    const leader = new RankLeader(tp, pp, layers, workers, label);
     try {
       // every rank's backend up before rank 0 blocks in the communicators' inits (NCCL waits for all of them)
       await leader.waitAll('ready', LOAD_TIMEOUT_MS);
@@ -140,7 +140,7 @@ export class TensorParallelLeader {
   private waitAll(type: FromFollower['type'], timeoutMs: number): Promise<void> {
     return new Promise((resolve, reject) => {
       const seen = (): Set<number> => this.reported.get(type) ?? new Set();
-      const timer = setTimeout(() => finish(new Error(`${this.ppSize > 1 ? 'parallel' : 'tensor parallelism'}: ranks ` +
+      const timer = setTimeout(() => finish(new Error(`${this.ppSize > 1 ? 'pipeline parallelism' : 'tensor parallelism'}: ranks ` +
         `${this.missing(seen())} did not report '${type}' within ${timeoutMs / 1000} s`)), timeoutMs);
       const finish = (err: Error | null): void => {
         clearTimeout(timer);
@@ -255,7 +255,7 @@ export function devicesRefusal(options: EngineOptions, numDevices: number): stri
  * before any rank starts.
  */
 export async function loadEngineModel(dir: ModelDir, backend: Backend, options: EngineOptions):
-  Promise<{ model: Model; tp: TensorParallelLeader | null }> {
+  Promise<{ model: Model; tp: RankLeader | null }> {
   const size = worldSize(options);
   // the mtp method's head loads with the model (one device: spec/mtp-load.ts refuses it under tensor or pipeline
   // parallelism)
@@ -273,7 +273,7 @@ export async function loadEngineModel(dir: ModelDir, backend: Backend, options: 
     const few = probe.ok ? devicesRefusal(options, probe.numDevices) : null;
     if (few) throw new Error(few);
   }
-  const tp = await TensorParallelLeader.start(options, backend, dir.config);
+  const tp = await RankLeader.start(options, backend, dir.config);
   try {
     return { model: await tp.load(dir, backend, options), tp };
   } catch (err) {

@@ -11,7 +11,7 @@ import type { Model } from '../../model/model.js';
 import { planKvCache, type KvCachePlan } from '../backend-factory.js';
 import { kvCacheGroupsOfSpecs } from '../kv-groups.js';
 import type { ResolvedEngineOptions } from '../options.js';
-import type { TensorParallelLeader } from './leader.js';
+import type { RankLeader } from './leader.js';
 
 export interface StageKv {
   /** The stage's own layers' groups (kvCacheGroupsOfSpecs of its specs). */
@@ -94,7 +94,7 @@ export function planStageKv(stages: readonly StageKv[], o: StagePlanOptions): Kv
  * model's groups for the engine's KVCacheManager, and the whole model's bytes a step reads (a rank's share of them
  * under tensor parallelism, as one rank's are without stages). `draft`: a draft model on rank 0's device.
  */
-export async function pipelineKv(leader: TensorParallelLeader, model: Model, backend: Backend, options: ResolvedEngineOptions,
+export async function pipelineKv(leader: RankLeader, model: Model, backend: Backend, options: ResolvedEngineOptions,
   draft: Model | null): Promise<{ plan: KvCachePlan; groups: KVCacheGroup[]; weightBytesPerStep: number; kvBytesPerToken: number }> {
   const available = backend.memory().availableKvBytes;
   const stages = await leader.stages(model, options.kvCacheBytes === null ? available : Math.min(available, options.kvCacheBytes));
