@@ -16,6 +16,8 @@ import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { createEngineCore } from '../../src/engine/create-engine.js';
 import { LLM } from '../../src/engine/llm.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
+import type { EngineOutput, EngineRequest } from '../../src/engine/types.js';
+import { defaultSamplingParams } from '../../src/sampling/params.js';
 import { runDeviceStep } from '../../src/engine/runner/device-steps.js';
 import { devicesRefusal, loadEngineModel } from '../../src/engine/tp/leader.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
@@ -69,6 +71,34 @@ test('micro-batches keep steps of other requests in flight (each stage on one); 
   assert.ok(micro.stats.numStepsScheduledAhead > 10, `${micro.stats.numStepsScheduledAhead} steps launched ahead`);
   assert.equal(single.stats.numStepsScheduledAhead, 0);
   assert.ok(micro.stats.numSteps > 1.5 * single.stats.numSteps, `${micro.stats.numSteps} steps against ${single.stats.numSteps}`);
+});
+
+test('what the last stage returns is one engine\'s: embeddings, logprobs, prompt logprobs, seeded sampling', async () => {
+  const base = { priority: 0, cacheSalt: null, arrivalTime: 0 };
+  const prompt = [5, 9, 11, 40, 3, 77, 12, 8, 150, 9, 31, 2, 17];
+  const reqs: EngineRequest[] = [
+    { ...base, requestId: 'embed', promptTokenIds: prompt, sampling: defaultSamplingParams({ maxTokens: 1 }),
+      pooling: { normalize: true, dimensions: null } },
+    { ...base, requestId: 'logprobs', promptTokenIds: prompt.slice(2),
+      sampling: defaultSamplingParams({ temperature: 0, ignoreEos: true, maxTokens: 6, logprobs: 3, promptLogprobs: 2 }) },
+    { ...base, requestId: 'sampled', promptTokenIds: prompt.slice(5),
+      sampling: defaultSamplingParams({ temperature: 0.8, topP: 0.9, seed: 5, ignoreEos: true, maxTokens: 8 }) },
+  ];
+  const run = async (pp: number) => {
+    const core = await createEngineCore(engineOptions({ model: join(root, 'qwen3'), backend: 'cpu', cpuThreads: 1, pipelineParallelSize: pp }));
+    try {
+      reqs.forEach((r) => core.addRequest(r));
+      const out = new Map<string, EngineOutput[]>();
+      while (core.hasWork()) for (const o of core.advance()) out.set(o.requestId, [...out.get(o.requestId) ?? [], o]);
+      return out;
+    } finally {
+      core.dispose();
+    }
+  };
+  const [one, two] = [await run(1), await run(2)];
+  assert.ok(one.get('embed')![0]!.embedding, 'an embedding');
+  assert.ok(one.get('logprobs')!.some((o) => o.promptLogprobs), 'prompt logprobs');
+  assert.deepEqual(two, one);
 });
 
 test('a hybrid model over -pp 2 and -pp 3 (a stage of DeltaNet layers alone, one of attention alone) gives one engine\'s tokens', async () => {
