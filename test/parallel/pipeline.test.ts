@@ -109,8 +109,9 @@ for (const [shape, pp] of [['tiny-qwen3', 2], ['tiny-qwen3-moe', 2], ['tiny-qwen
       assert.equal(read.has('model.norm.weight'), last, `stage ${stage}: the final norm`);
       assert.equal(read.has('lm_head.weight'), last && !config.tieWordEmbeddings, `stage ${stage}: lm_head`);
     });
-    // together the stages read the whole checkpoint
-    const all = new Set(randomWeightSource(config, { seed: 3 }).names());
+    // together the stages read the whole checkpoint, but for an MTP head's mtp.* (read only with that method, which
+    // refuses pipeline parallelism)
+    const all = new Set(randomWeightSource(config, { seed: 3 }).names().filter((n) => !n.startsWith('mtp.')));
     assert.deepEqual([...seen].sort(), [...all].sort());
   });
 }
