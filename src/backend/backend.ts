@@ -103,6 +103,21 @@ export interface TensorParallelRank {
   allGather(send: Tensor, recv: Tensor): void;
 }
 
+/**
+ * A pipeline stage's link to its neighbours (parallel/pp-rank.ts makes one), on this backend's tensors: the residual
+ * stream leaves a stage through send and enters the next through recv, in the order the stages send them (every
+ * stage runs the same steps in the same order). A send returns once it is enqueued (CUDA: on the backend's stream)
+ * or handed over (CPU); a recv, once the tensors hold what the previous stage sent (CUDA: on the stream).
+ */
+export interface PipelineStageLink {
+  stage: number;
+  numStages: number;
+  /** Sends the tensors, in order, to the next stage (not on the last). */
+  send(tensors: readonly Tensor[]): void;
+  /** Fills the tensors, in order, with what the previous stage sent (not on the first); shapes as it sent them. */
+  recv(tensors: readonly Tensor[]): void;
+}
+
 /** Batch metadata after it has been placed where the ops can read it. */
 export interface StepInputs {
   readonly batch: ForwardBatch;
@@ -209,6 +224,11 @@ export interface Backend {
    */
   beginLayer(layer: number): void;
   endLayers(): void;
+  /**
+   * An activation of the compute dtype whose elements are not set: what a later pipeline stage receives the residual
+   * stream into (PipelineStageLink.recv). Its lifetime is any activation's made where it is (beginLayer).
+   */
+  stepTensor(shape: readonly number[]): Tensor;
   /** out[t] = table[inputIds[t]]  -> [numTokens, hidden]; a negative id -(r + 1) is the last sampleTokens' row r. */
   /**
    * The step's input ids' rows of the table. `firstRow`: the table is a tensor-parallel rank's rows [firstRow,

@@ -164,14 +164,15 @@ export function addEngineFlags(cmd: Command): Command {
     HELP_GROUPS.scheduling);
   cmd.option('--tensor-parallel-size <n>', 'GPUs each engine\'s model is split over, as vLLM (-tp): heads and MLP '
     + 'widths split, rank r on CUDA device r, all-reduces over NCCL', atLeast(1), 1)
-    .option('--pipeline-parallel-size <n>', 'as vLLM (-pp); one GPU per engine',
-      only('--pipeline-parallel-size', ['1'], 'pipeline parallelism is not supported yet: one GPU per engine'), '1')
+    .option('--pipeline-parallel-size <n>', 'stages each engine\'s layers are split over, as vLLM (-pp): contiguous '
+      + 'layer ranges, each stage --tensor-parallel-size GPUs, the residual stream sent from stage to stage; the last '
+      + 'stage (logits, sampling) on CUDA device 0, the first on the last device', atLeast(1), 1)
     .option('--data-parallel-size <n>', 'engine replicas, each a whole engine on its own GPU (replica i on CUDA device '
       + 'i; any number on the CPU), as vLLM (-dp); each request goes to the least-loaded one, or to the one holding '
       + 'its prompt\'s prefix in cache', atLeast(1), 1)
     .option('--disable-custom-all-reduce', 'tensor parallelism on CUDA: every all-reduce over NCCL (by default those '
       + 'of decode steps take a one-shot kernel over peer memory), as vLLM', false)
-    .option('--nnodes <n>', 'machines the tensor-parallel ranks span (CUDA), --tensor-parallel-size / n ranks each, as '
+    .option('--nnodes <n>', 'machines the ranks span (CUDA), --tensor-parallel-size x --pipeline-parallel-size / n each, as '
       + 'vLLM and torchrun: node 0 serves, every other node runs the same command with its --node-rank', atLeast(1), 1)
     .option('--node-rank <n>', 'this machine\'s node (0: the server; others follow node 0)', atLeast(0), 0)
     .option('--master-addr <addr>', 'node 0\'s address, which it listens on for the other nodes', '127.0.0.1')
@@ -225,6 +226,7 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     speculativeConfig: (f.speculativeConfig as SpeculativeConfig | undefined) ?? null,
     dataParallelSize: f.dataParallelSize as number | undefined,
     tensorParallelSize: f.tensorParallelSize as number | undefined,
+    pipelineParallelSize: f.pipelineParallelSize as number | undefined,
     disableCustomAllReduce: f.disableCustomAllReduce as boolean | undefined,
     nnodes: f.nnodes as number | undefined,
     nodeRank: f.nodeRank as number | undefined,

@@ -15,6 +15,7 @@ import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } 
 import { weightFitRefusal } from '../model/weight-fit.js';
 import { shardedConfig } from '../parallel/sharded-source.js';
 import { tensorParallelRefusal } from '../parallel/validate.js';
+import { layerPartition, pipelineRefusal, stagedConfig, stageLayers } from '../parallel/pipeline.js';
 import { cpus } from 'node:os';
 
 export interface CreatedBackend {
@@ -127,13 +128,14 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
 
 /**
  * Allocates the KV cache (and a hybrid model's recurrent state slots) on the backend; returns how it is split. A
- * draft model's pages, as many as the target's, come out of the same budget (`draft`: allocated here too).
+ * draft model's pages, as many as the target's, come out of the same budget (`draft`: allocated here too). `given`:
+ * the split made over every pipeline stage (tp/stage-kv.ts), allocated as it is.
  */
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions,
-  maxModelLen: number, draft: Model | null = null): KvCachePlan {
+  maxModelLen: number, draft: Model | null = null, given?: KvCachePlan): KvCachePlan {
   let bytes = backend.memory().availableKvBytes;
   if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
-  const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
+  const plan = given ?? planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
     enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true,
     extraBytesPerBlock: draft ? draft.kvBytesPerToken() * options.blockSize : 0,
@@ -161,14 +163,19 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
 
 /**
  * Why the engine cannot start this model on this backend, or null: the backend's own refusal,
- * then on CUDA weights that do not fit the device (under tensor parallelism, rank 0's shard).
+ * then on CUDA weights that do not fit the device (under tensor and pipeline parallelism, rank 0's part).
  */
 export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions): string | null {
   const cannot = backendRefusal(config, backend.name);
   if (cannot || backend.name !== 'cuda') return cannot;
   const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
   const tp = options.tensorParallelSize;
-  const shard = tp > 1 && tensorParallelRefusal(config, tp) === null ? shardedConfig(config, 0, tp) : config;
+  const pp = options.pipelineParallelSize;
+  let shard = tp > 1 && tensorParallelRefusal(config, tp) === null ? shardedConfig(config, 0, tp) : config;
+  // rank 0 holds the last pipeline stage's layers, its final norm and lm_head
+  if (pp > 1 && pipelineRefusal(config, pp) === null) {
+    shard = stagedConfig(shard, pp - 1, pp, stageLayers(layerPartition(config.numLayers, pp))[pp - 1]!);
+  }
   // the hybrid families refuse --quantization fp8 (architectures/qwen3_5.ts): not offered them
   return weightFitRefusal(shard, backend.computeDType, options.quantization === 'fp8',
     { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.hybrid === null);

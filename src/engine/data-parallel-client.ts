@@ -15,7 +15,7 @@
 import type { CudaProbe } from '../backend/cuda/probe.js';
 import type { EngineClient } from './client.js';
 import { prefixBlockHashes, pickReplica, PrefixAffinity, type ReplicaLoad } from './data-parallel-routing.js';
-import type { BackendKind, EngineOptions } from './options.js';
+import { worldSize, type BackendKind, type EngineOptions } from './options.js';
 import { OutputStream } from './output-stream.js';
 import { sumStats } from './stats.js';
 import type { EngineOutput, EngineRequest, EngineStats } from './types.js';
@@ -64,18 +64,21 @@ export function checkDataParallelSize(n: unknown): number {
  * silent fall back to the CPU. The replicas then ask for 'cuda' itself, so none of them falls back alone.
  */
 export async function dataParallelBackend(size: number, backend: BackendKind, firstOrdinal: number,
-  probeCuda: () => CudaProbe | Promise<CudaProbe>, tensorParallelSize = 1): Promise<'cpu' | 'cuda'> {
+  probeCuda: () => CudaProbe | Promise<CudaProbe>, tensorParallelSize = 1, pipelineParallelSize = 1): Promise<'cpu' | 'cuda'> {
   if (backend === 'cpu') return 'cpu';
   const probe = await probeCuda();
   if (!probe.ok) {
     if (backend === 'auto') return 'cpu';
     throw new Error(`--data-parallel-size ${size} needs ${size} CUDA devices (one per replica), but CUDA is not usable: ${probe.reason}`);
   }
-  const needed = firstOrdinal + size * tensorParallelSize;
+  const ranks = tensorParallelSize * pipelineParallelSize;
+  const needed = firstOrdinal + size * ranks;
   if (probe.numDevices < needed) {
     const from = firstOrdinal > 0 ? ` from device ${firstOrdinal} on (${needed} in all)` : '';
-    const per = tensorParallelSize > 1 ? `${tensorParallelSize} per replica: --tensor-parallel-size` : 'one per replica';
-    throw new Error(`--data-parallel-size ${size} needs ${size * tensorParallelSize} CUDA devices (${per})${from}, but `
+    const flags = [tensorParallelSize > 1 ? '--tensor-parallel-size' : '', pipelineParallelSize > 1 ? '--pipeline-parallel-size' : '']
+      .filter((f) => f !== '').join(' x ');
+    const per = ranks > 1 ? `${ranks} per replica: ${flags}` : 'one per replica';
+    throw new Error(`--data-parallel-size ${size} needs ${size * ranks} CUDA devices (${per})${from}, but `
       + `${probe.numDevices} ${probe.numDevices === 1 ? 'is' : 'are'} visible (CUDA_VISIBLE_DEVICES decides which): `
       + `lower --data-parallel-size to ${Math.max(1, probe.numDevices - firstOrdinal)} or make more devices visible`);
   }
@@ -121,10 +124,11 @@ export class DataParallelClient implements EngineClient {
   static async start(options: EngineOptions, deps: DataParallelDeps = {}): Promise<DataParallelClient> {
     const size = checkDataParallelSize(options.dataParallelSize);
     const probeCuda = deps.probeCuda ?? (async () => (await import('../backend/cuda/probe.js')).cudaAvailable());
-    const backend = await dataParallelBackend(size, options.backend, options.deviceOrdinal, probeCuda, options.tensorParallelSize);
+    const backend = await dataParallelBackend(size, options.backend, options.deviceOrdinal, probeCuda, options.tensorParallelSize,
+      options.pipelineParallelSize);
     const startReplica = deps.startReplica ?? ((o: EngineOptions, label: string) => WorkerEngineClient.start(o, label));
     const settled = await Promise.allSettled(Array.from({ length: size }, (_, i) =>
-      startReplica({ ...options, backend, deviceOrdinal: options.deviceOrdinal + i * options.tensorParallelSize }, replicaLabel(i))));
+      startReplica({ ...options, backend, deviceOrdinal: options.deviceOrdinal + i * worldSize(options) }, replicaLabel(i))));
     const failedAt = settled.findIndex((s) => s.status === 'rejected');
     if (failedAt >= 0) {
       await Promise.all(settled.map((s) => (s.status === 'fulfilled' ? s.value.shutdown() : undefined)));

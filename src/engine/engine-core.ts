@@ -1,11 +1,12 @@
 // The engine step, as vLLM v1's EngineCore.step: schedule (scheduler/) -> execute (runner/model-runner.ts: one
 // forward over the flat batch, tokens sampled) -> update (append tokens, stop checks, free finished) -> outputs.
 // beginStep() is the first two, completeStep() waits and updates. The step loop (advance) overlaps them: with
-// async scheduling, step n+1 is scheduled and launched before step n's tokens reach the host.
+// async scheduling, step n+1 is scheduled and launched before step n's tokens reach the host; under pipeline
+// parallelism, up to one step a stage is in flight, each of other requests (advanceMicroBatches).
 
-import type { Backend } from '../backend/backend.js';
+import { TOKEN_READS_IN_FLIGHT, type Backend } from '../backend/backend.js';
+import { readKnob } from '../knobs/knobs.js';
 import { KVCacheManager } from '../kv/kv-cache-manager.js';
-import { loadModel, type ModelDir } from '../loader/model-dir.js';
 import type { ModelConfig } from '../loader/types.js';
 import type { Model } from '../model/model.js';
 import { isDeviceSamplable } from '../sampling/device-sampling.js';
@@ -15,23 +16,18 @@ import { checkStop } from '../sampling/stop.js';
 import { Request } from '../scheduler/request.js';
 import { Scheduler, type SchedulerOutput } from '../scheduler/scheduler.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
-import { ModelRunner, profileRun, type RowRequests, type StepOutput } from './runner/model-runner.js';
-import { createBackend, sizeKvCache, startupRefusal } from './backend-factory.js';
+import { ModelRunner, type RowRequests, type StepOutput } from './runner/model-runner.js';
 import type { GrammarVocab, GrammarVocabFile, TokenConstraint } from '../sampling/structured-output.js';
-import { grammarVocabOf, RequestGrammars } from './request-grammars.js';
-import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import { RequestGrammars } from './request-grammars.js';
+import type { ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
-import { defaultMaxModelLen } from '../model/rope.js';
-import { maxModelLenRefusal } from './max-model-len.js';
-import { parseSpeculativeConfig } from './spec/config.js';
 import { SpecDecoding } from './spec/spec-decode.js';
-import { loadDraft } from './spec/draft-load.js';
 import type { DraftProposer } from './spec/draft-proposer.js';
 import { MtpProposer } from './spec/mtp-proposer.js';
-import { mtpRefusal } from './spec/mtp-load.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
-import { loadEngineModel, type TensorParallelLeader } from './tp/leader.js';
+import type { RankLeader } from './tp/leader.js';
+import type { KVCacheGroup } from '../kv/kv-cache-spec.js';
 
 export { maxModelLenRefusal } from './max-model-len.js';
 
@@ -55,8 +51,10 @@ export interface EngineCoreParts {
   numCachedStateSlots?: number;
   eosTokenIds: number[];
   maxModelLen: number;
-  /** Tensor parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
-  tp?: TensorParallelLeader | null;
+  /** Tensor and pipeline parallelism's other ranks (engine/tp/), which follow every step; null or absent on one device. */
+  tp?: RankLeader | null;
+  /** The whole model's KV cache groups where `model` is one pipeline stage (tp/stage-kv.ts); absent: the model's. */
+  kvGroups?: KVCacheGroup[];
   /** A draft model's proposer (--speculative-config's draft_model); absent or null: none. */
   drafter?: DraftProposer | null;
   /** The vocabulary for structured outputs (read by each grammar host, or on first use); absent: such requests fail. */
@@ -77,10 +75,12 @@ export class EngineCore {
   private readonly promptLogprobsOf = new WeakMap<EngineReq, TokenLogprob[]>();
   /** Embedding requests not yet finished, with how their hidden state is pooled. */
   private readonly poolingOf = new Map<string, PoolingParams>();
-  /** The step advance() launched last and has not completed. */
-  private inFlight: PendingStep | null = null;
+  /** Steps advance() launched and has not completed, oldest first: one (async scheduling), or the micro-batches. */
+  private inFlight: PendingStep[] = [];
+  /** Pipeline parallelism's micro-batches: steps kept in flight, each of other requests (1: one at a time). */
+  readonly microBatches: number;
   private readonly model: Model;
-  private readonly tp: TensorParallelLeader | null;
+  private readonly tp: RankLeader | null;
   /** Runs each scheduled step on the device (flat batch, graphs, launch path). */
   readonly runner: ModelRunner;
   /** What the runner asks about a row's request. */
@@ -108,6 +108,7 @@ export class EngineCore {
     this.runner = new ModelRunner(parts.model, this.sampler, { ...options, mirror: this.tp?.mirror }, this.eosTokenIds);
     const mtp = options.speculativeConfig?.method === 'mtp' ? new MtpProposer(parts.model, options.blockSize, (id) => this.kv.blockTable(id)) : null;
     this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig, parts.drafter ?? mtp) : null;
+    this.microBatches = pipelineMicroBatches(options);
     const poolingOf = this.poolingOf;
     this.rowRequests = {
       promptOf: (id) => {
@@ -120,7 +121,7 @@ export class EngineCore {
       },
     };
     this.grammars = parts.grammarVocab ? new RequestGrammars(parts.grammarVocab, { maxHosts: options.grammarHosts }) : null;
-    const groups = kvCacheGroupsOf(parts.model);
+    const groups = parts.kvGroups ?? kvCacheGroupsOf(parts.model);
     this.kv = new KVCacheManager({ numBlocks: parts.numBlocks, blockSize: options.blockSize, groups,
       enablePrefixCaching: options.enablePrefixCaching, numStateSlots: parts.numStateSlots ?? 0,
       numCachedStateSlots: parts.numCachedStateSlots ?? 0, specBackupSlots: this.spec !== null });
@@ -132,6 +133,7 @@ export class EngineCore {
       stepPolicy: options.stepPolicy,
       enableChunkedPrefill: options.enableChunkedPrefill,
       longPrefillTokenThreshold: options.longPrefillTokenThreshold,
+      microBatches: this.microBatches,
       trace: options.schedulerTrace,
     }, this.kv);
     this.info = {
@@ -223,7 +225,7 @@ export class EngineCore {
   }
 
   hasWork(): boolean {
-    return this.inFlight !== null || this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
+    return this.inFlight.length > 0 || this.pending.length > 0 || this.scheduler.hasUnfinishedRequests();
   }
 
   /** One step, launched and completed (after any step advance() left in flight). */
@@ -232,11 +234,10 @@ export class EngineCore {
     return done.concat(this.completeStep(this.beginStep()));
   }
 
-  /** Completes the step advance() left in flight, if any. */
+  /** Completes the steps advance() left in flight, if any, oldest first. */
   drain(): EngineOutput[] {
-    const prev = this.inFlight;
-    this.inFlight = null;
-    return prev ? this.completeStep(prev) : [];
+    const prev = this.inFlight.splice(0);
+    return prev.flatMap((p) => this.completeStep(p));
   }
 
   /**
@@ -248,8 +249,8 @@ export class EngineCore {
    * Otherwise the previous step completes first. The transcripts are the same either way.
    */
   advance(): EngineOutput[] {
-    const prev = this.inFlight;
-    this.inFlight = null;
+    if (this.microBatches > 1) return this.advanceMicroBatches();
+    const prev = this.inFlight.shift() ?? null;
     let outputs: EngineOutput[] = [];
     const ahead = prev !== null && this.canScheduleAhead(prev);
     if (prev && !ahead) outputs = this.completeStep(prev);
@@ -258,8 +259,29 @@ export class EngineCore {
       if (next?.work) this.numStepsScheduledAhead++;
       outputs = this.completeStep(prev);
     }
-    if (next?.work) this.inFlight = next;
+    if (next?.work) this.inFlight.push(next);
     else if (next) outputs = outputs.concat(next.outputs);
+    return outputs;
+  }
+
+  /**
+   * advance() under pipeline parallelism (vLLM's batch queue): launches a step while fewer than microBatches are in
+   * flight, each of requests no step in flight holds (Scheduler microBatches), so while the last stage (this rank)
+   * works on one step the stages before it work on the next ones; completes the oldest once the queue is full or
+   * nothing more can be launched. On CUDA a launch only enqueues (its tokens are waited for at completion); on the
+   * CPU backend each step runs through the stages as it is launched, and the transcripts are the same.
+   */
+  private advanceMicroBatches(): EngineOutput[] {
+    let outputs: EngineOutput[] = [];
+    const room = this.inFlight.length < this.microBatches;
+    const next = room && (this.pending.length > 0 || this.scheduler.hasUnfinishedRequests()) ? this.beginStep() : null;
+    if (next?.work) {
+      if (this.inFlight.length > 0) this.numStepsScheduledAhead++;
+      this.inFlight.push(next);
+    } else if (next) {
+      outputs = next.outputs;
+    }
+    if (this.inFlight.length > 0 && (!room || !next?.work)) outputs = outputs.concat(this.completeStep(this.inFlight.shift()!));
     return outputs;
   }
 
@@ -271,6 +293,9 @@ export class EngineCore {
    */
   private canScheduleAhead(prev: PendingStep): boolean {
     if (!this.options.asyncScheduling || this.options.profile || !prev.work?.sampledOnDevice) return false;
+    // pipeline stages: the tokens are sampled on the last stage (this rank), the next step's ids embedded on the first
+    // (their steps overlap by micro-batches of other requests instead: advanceMicroBatches)
+    if (this.options.pipelineParallelSize > 1) return false;
     // proposals are made from the tokens on the host, and an MTP head's catch-up needs them (spec/spec-decode.ts)
     if (this.spec?.needsTokensFirst(this.scheduler.running as EngineReq[])) return false;
     return this.scheduler.running.every((r) => {
@@ -315,7 +340,7 @@ export class EngineCore {
       if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
       if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
     }
-    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.model.kvBytesPerToken();
+    this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.info.kvBytesPerToken;
     return rows;
   }
 
@@ -446,56 +471,21 @@ export class EngineCore {
   dispose(): void {
     // ends the grammar hosts at once, whatever they are compiling
     void this.grammars?.dispose();
-    this.inFlight = null;
+    this.inFlight = [];
     void this.tp?.shutdown();
     this.spec?.dispose();
     this.model.backend.dispose();
   }
 }
 
-/** Loads the model directory, picks and sizes the backend, and builds the engine core. */
-export async function createEngineCore(given: EngineOptions, loaded?: ModelDir): Promise<EngineCore> {
-  const t0 = performance.now();
-  // a bad --speculative-config fails before anything loads (resolveEngineOptions parses it again, to itself)
-  if (given.speculativeConfig != null) parseSpeculativeConfig(given.speculativeConfig);
-  const dir = loaded ?? await loadModel(given.model, given);
-  const { backend, device } = await createBackend(given);
-  const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
-  const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
-  const cannot = startupRefusal(dir.config, backend, options) ?? maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options);
-  if (cannot) {
-    backend.dispose();
-    throw new Error(cannot);
-  }
-  // tensor parallelism: rank 0's shard here, the other ranks in threads that run each step as this one does
-  const { model, tp } = await loadEngineModel(dir, backend, options).catch((err: unknown) => {
-    backend.dispose();
-    throw err;
-  });
-  let drafter: DraftProposer | null = null;
-  try {
-    tp?.profile(options, maxModelLen);
-    profileRun(model, options, maxModelLen);
-    const spec = options.speculativeConfig;
-    if (spec?.method === 'draft_model') drafter = await loadDraft(spec, dir, backend, options, maxModelLen);
-    const { numBlocks, numStateSlots, numCachedStateSlots, numSpecBackupSlots, bytesPerStateSlot } = sizeKvCache(model,
-      backend, options, maxModelLen, drafter?.model ?? null);
-    // a hybrid model's running sequences are as many as its state slots (sizeKvCache may have lowered them)
-    const engineOptions = numStateSlots > 0 && numStateSlots < options.maxNumSeqs ? { ...options, maxNumSeqs: numStateSlots } : options;
-    tp?.sized(numBlocks, numStateSlots + numCachedStateSlots + numSpecBackupSlots, engineOptions);
-    const core = new EngineCore({
-      model, backend, numBlocks, numStateSlots, numCachedStateSlots, maxModelLen, eosTokenIds: dir.generation.eosTokenIds, tp, drafter,
-      grammarVocab: grammarVocabOf(dir),
-      info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: model.weightBytesPerStep(),
-        kvBytesPerToken: model.kvBytesPerToken(), bytesPerStateSlot },
-    }, engineOptions);
-    core.runner.captureGraphs();
-    drafter?.captureGraphs();
-    core.info.loadMs = Math.round(performance.now() - t0);
-    return core;
-  } catch (err) {
-    // the start-up error is what the caller must see, not one of freeing what it left half made
-    for (const free of [() => drafter?.dispose(), () => tp?.shutdown(), () => backend.dispose()]) await Promise.resolve().then(free).catch(() => {});
-    throw err;
-  }
+/**
+ * Steps a pipeline-parallel engine keeps in flight (QUIRE_PP_MICRO_BATCHES; by default one a stage): 1 without
+ * stages, with speculative decoding (a request's proposals are made from its last token, on the host) and in profile
+ * mode (a graph's timings are read once per replay), and never more than the device's sampled ids may wait.
+ */
+export function pipelineMicroBatches(o: Pick<ResolvedEngineOptions, 'pipelineParallelSize' | 'speculativeConfig' | 'profile'>): number {
+  const pp = o.pipelineParallelSize;
+  if (pp === 1 || o.speculativeConfig !== null || o.profile) return 1;
+  const asked = readKnob('QUIRE_PP_MICRO_BATCHES');
+  return Math.min(asked === 0 ? pp : asked, TOKEN_READS_IN_FLIGHT - 1);
 }

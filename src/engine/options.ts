@@ -81,7 +81,7 @@ export interface EngineOptions {
   dataParallelSize: number;
   /**
    * CUDA: the device this engine runs on (replica i of a data-parallel engine: deviceOrdinal + i x
-   * tensorParallelSize); the CPU backend ignores it.
+   * tensorParallelSize x pipelineParallelSize); the CPU backend ignores it.
    */
   deviceOrdinal: number;
   /**
@@ -89,6 +89,13 @@ export interface EngineOptions {
    * worker thread each beside the engine's (engine/tp/). On the CPU backend, threads meeting in shared memory.
    */
   tensorParallelSize: number;
+  /**
+   * Stages each engine's layers are split over (vLLM's --pipeline-parallel-size): contiguous layer ranges
+   * (parallel/pipeline.ts), each stage tensorParallelSize ranks; the engine's thread runs the last stage (its
+   * logits and tokens stay where the sampler is: engine/tp/leader.ts says why). Ranks on devices deviceOrdinal ..
+   * + tensorParallelSize x pipelineParallelSize - 1.
+   */
+  pipelineParallelSize: number;
   /**
    * CUDA tensor parallelism: every all-reduce over NCCL, none over the one-shot peer-memory kernel (vLLM's
    * --disable-custom-all-reduce).
@@ -106,6 +113,11 @@ export interface EngineOptions {
 }
 
 export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
+
+/** Ranks one engine runs: its tensor-parallel ranks in each pipeline stage. */
+export function worldSize(o: Pick<EngineOptions, 'tensorParallelSize' | 'pipelineParallelSize'>): number {
+  return o.tensorParallelSize * o.pipelineParallelSize;
+}
 
 export function engineOptions(o: Partial<EngineOptions> & { model: string }): EngineOptions {
   return {
@@ -139,6 +151,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     dataParallelSize: 1,
     deviceOrdinal: 0,
     tensorParallelSize: 1,
+    pipelineParallelSize: 1,
     disableCustomAllReduce: false,
     nnodes: 1,
     nodeRank: 0,

@@ -2,7 +2,7 @@
 // steps it yields to the event loop so that new requests and aborts land.
 
 import { parentPort, workerData } from 'node:worker_threads';
-import { createEngineCore } from './engine-core.js';
+import { createEngineCore } from './create-engine.js';
 import type { FromWorker, ToWorker, WorkerInit } from './worker-protocol.js';
 import { checkpointSize, setWeightsReadListener, weightsReadLogger } from '../loader/load-progress.js';
 

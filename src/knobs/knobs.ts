@@ -67,7 +67,12 @@ export const KNOBS = {
     undefined, true),
   QUIRE_ALLOW_LONG_MAX_MODEL_LEN: bool('engine', false,
     'Allows a --max-model-len past the model\'s context (max_position_embeddings as its RoPE scaling stretches it), as vLLM\'s VLLM_ALLOW_LONG_MAX_MODEL_LEN.'),
-  QUIRE_TP_RANKS: oneOf('engine', ['process', 'thread'], 'process', 'How CUDA tensor-parallel ranks 1..N-1 run: a child process each, or a worker thread of the engine\'s (the CPU backend\'s ranks are always threads: they meet in shared memory).'),
+  QUIRE_TP_RANKS: oneOf('engine', ['process', 'thread'], 'process', 'How CUDA ranks 1..N-1 of tensor and pipeline parallelism run: a child process each, or a worker thread of the engine\'s (the CPU backend\'s ranks are always threads: they meet in shared memory).'),
+  QUIRE_PP_LAYER_PARTITION: str('engine', 'Layers each pipeline stage holds, comma-separated, stage 0 first (as vLLM\'s VLLM_PP_LAYER_PARTITION: "8,12,12"); unset, as even as vLLM makes them, the layers left over to the stages before the last.',
+    (raw) => {
+      if (!/^\s*\d+(\s*,\s*\d+)*\s*$/.test(raw)) throw new Error('expected comma-separated layer counts, such as 8,12,12');
+    }),
+  QUIRE_PP_MICRO_BATCHES: num('engine', 0, 'Steps a pipeline-parallel engine keeps in flight, each of other requests, so each stage works on one (0: as many as the stages; 1: one step at a time through the stages, each idle while the others work).', { integer: true, min: 0 }),
   QUIRE_NODE_TIMEOUT_S: num('engine', 300, 'Seconds node 0 waits for the other nodes of --nnodes to join, and each other node for node 0 to answer.', { min: 1 }),
   QUIRE_CACHE_DIR: str('engine', 'Where compiled kernels are cached (default ~/.cache/quire/kernels).'),
   QUIRE_KERNEL_DEFINES: str(K, '`NAME=integer,...` prepended to every kernel source as #defines, to run compile-time variants side by side.',

@@ -142,6 +142,12 @@ export interface ModelConfig {
    * the embedding over the ranks and joins every rank's logits.
    */
   vocabParallel?: { size: number; rows: number };
+  /**
+   * Only on a pipeline stage's config (parallel/pipeline.ts): its layers (numLayers of them, numbered from 0) are the
+   * whole model's from firstLayer on. Only the first stage holds embed_tokens, only the last the final norm and
+   * lm_head (tied: the embedding table, read as the lm_head).
+   */
+  pipelineStage?: { stage: number; numStages: number; firstLayer: number };
 }
 
 /** A tensor as stored in a checkpoint: raw little-endian bytes of its dtype. */

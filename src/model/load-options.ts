@@ -1,5 +1,8 @@
-// How an architecture's builder loads a checkpoint (every architecture takes the same options).
+// How an architecture's builder loads a checkpoint (every architecture takes the same options), and what a pipeline
+// stage's config says it holds.
 
+import type { PipelineStageLink } from '../backend/backend.js';
+import type { ModelConfig } from '../loader/types.js';
 import type { TensorParallelRank } from './layers/types.js';
 
 /** How a checkpoint's float projections are loaded. */
@@ -19,4 +22,20 @@ export interface LoadOptions {
    * ModelParts.mtp. Its absence is an error naming the first tensor missing.
    */
   mtp?: boolean;
+  /**
+   * Pipeline parallelism: this stage's link to its neighbours. The config and weights given are already this stage's
+   * (parallel/pipeline.ts: ModelConfig.pipelineStage).
+   */
+  pipeline?: PipelineStageLink | null;
+}
+
+/** Whether the model of `c` embeds tokens: a whole model, or the first pipeline stage. */
+export function embedsTokens(c: Pick<ModelConfig, 'pipelineStage'>): boolean {
+  return (c.pipelineStage?.stage ?? 0) === 0;
+}
+
+/** Whether the model of `c` computes logits (the final norm and lm_head): a whole model, or the last stage. */
+export function computesLogits(c: Pick<ModelConfig, 'pipelineStage'>): boolean {
+  const p = c.pipelineStage;
+  return p === undefined || p.stage === p.numStages - 1;
 }

@@ -9,8 +9,16 @@
 //
 // The residual stream lives in the embedding output; the norms add into it in place. Each layer hands the next its
 // normed input (the projection and the norm fused where the backend can: layers/decoder-layer.ts).
+//
+// A pipeline stage (ModelConfig.pipelineStage, LoadOptions.pipeline) runs its own layers only. Its last layer ends
+// as the whole model's last does, its feed-forward output not yet added (LayerOut.ffnOut), and the stage sends that
+// output and the residual stream to the next stage, which begins with addRmsNorm(ffnOut, residual, its first
+// layer's input norm): vLLM's hidden_states and residual, two [T, hidden] tensors. That is the op the whole model
+// runs between those layers where the backend does not fuse the projection with the norm after it (the CPU backend;
+// CUDA in its batch-invariant mode), so there the stages' transcripts are the whole model's, bit for bit. Only the
+// last stage computes logits; the others' forward methods return empty results.
 
-import type { Backend, DeltaNetShape, RecurrentStateLayout, StepInputs, Tensor } from '../backend/backend.js';
+import type { Backend, DeltaNetShape, PipelineStageLink, RecurrentStateLayout, StepInputs, Tensor } from '../backend/backend.js';
 import type { ForwardBatch, KvCacheSpec } from '../backend/batch.js';
 import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
@@ -19,15 +27,15 @@ import type { DecoderLayer } from './layers/decoder-layer.js';
 import type { MtpHead } from './mtp-head.js';
 import type { LayerStateSpec, TensorParallelRank } from './layers/types.js';
 import { architectureBuilder } from './registry.js';
-import type { LoadOptions } from './load-options.js';
+import { computesLogits, embedsTokens, type LoadOptions } from './load-options.js';
 
-/** What an architecture builds: its layers and the tensors around them. */
+/** What an architecture builds: its layers and the tensors around them (a pipeline stage's: null where it has none). */
 export interface ModelParts {
-  embedTokens: Tensor;
+  embedTokens: Tensor | null;
   layers: DecoderLayer[];
-  finalNorm: Tensor;
+  finalNorm: Tensor | null;
   /** The embedding table itself when word embeddings are tied. */
-  lmHead: Tensor;
+  lmHead: Tensor | null;
   /** The multi-token-prediction head, where LoadOptions.mtp asked for it. */
   mtp?: MtpHead;
 }
@@ -35,7 +43,7 @@ export interface ModelParts {
 export class Model {
   /** The last forward's final hidden states at its logits rows (valid until the next forward begins). */
   private lastRows: Tensor | null = null;
-  /** The one KV cache shape every attention layer shares. */
+  /** The one KV cache shape every attention layer shares (a pipeline stage of DeltaNet layers alone: the config's). */
   private readonly attentionState: Extract<LayerStateSpec, { kind: 'full_attention' }>;
   /** Layers that keep KV pages (the engine reads kvBytesPerToken every step). */
   private readonly numKvLayers: number;
@@ -43,13 +51,16 @@ export class Model {
   private readonly recurrentState: { shape: DeltaNetShape; numLayers: number } | null;
 
   private constructor(readonly config: ModelConfig, readonly parts: ModelParts, readonly backend: Backend,
-    private readonly tp: TensorParallelRank | null = null) {
+    private readonly tp: TensorParallelRank | null = null, private readonly pp: PipelineStageLink | null = null) {
     const specs = this.layerStateSpecs().filter((s) => s !== null);
     const attention = specs.filter((s) => s.kind === 'full_attention');
-    const first = attention[0];
+    const first = attention[0] ?? (pp ? { kind: 'full_attention', numKvHeads: config.numKvHeads, headDim: config.headDim } as const : null);
     if (!first || attention.some((s) => s.numKvHeads !== first.numKvHeads || s.headDim !== first.headDim)) {
       throw new Error('Model: the backends keep one KV cache shape; these layers declare none or several');
     }
+    const missing = embedsTokens(config) && !parts.embedTokens ? 'embed_tokens'
+      : computesLogits(config) && (!parts.finalNorm || !parts.lmHead) ? 'the final norm or lm_head' : null;
+    if (missing) throw new Error(`Model: ${missing} not loaded`);
     this.attentionState = first;
     this.numKvLayers = attention.length;
     const recurrent = specs.filter((s) => s.kind === 'recurrent');
@@ -62,12 +73,24 @@ export class Model {
 
   static load(config: ModelConfig, weights: WeightSource, backend: Backend, opts: LoadOptions = {}): Model {
     const tp = opts.tensorParallel && opts.tensorParallel.size > 1 ? opts.tensorParallel : null;
-    if (opts.mtp && (tp !== null || !backend.carry)) {
-      throw new Error('Model: an MTP head runs on one device, on a backend that keeps hidden states');
+    const stage = config.pipelineStage;
+    const pp = opts.pipeline && opts.pipeline.numStages > 1 ? opts.pipeline : null;
+    if ((stage !== undefined && stage.numStages > 1) !== (pp !== null) ||
+      (pp && (pp.stage !== stage!.stage || pp.numStages !== stage!.numStages))) {
+      throw new Error('Model.load: a pipeline stage needs its staged config and its link, of the same stage');
+    }
+    if (opts.mtp && (tp !== null || pp !== null || !backend.carry)) {
+      throw new Error('Model: an MTP head runs on one device (no tensor or pipeline parallelism), on a backend that ' +
+        'keeps hidden states');
     }
     const parts = architectureBuilder(config)(config, weights, backend, opts);
     if (opts.mtp && !parts.mtp) throw new Error(`Model: ${config.architecture} has no multi-token-prediction head`);
-    return new Model(config, parts, backend, tp);
+    return new Model(config, parts, backend, tp, pp);
+  }
+
+  /** Whether this model computes logits: a whole model, or the last pipeline stage (the others return empty results). */
+  get computesLogits(): boolean {
+    return computesLogits(this.config);
   }
 
   /** The state each layer keeps per sequence (kv/ groups layers of equal specs); an MTP head's layer last. */
@@ -96,6 +119,14 @@ export class Model {
     return { numBlocks, blockSize, numLayers: this.numKvLayers, numKvHeads, headDim };
   }
 
+  /**
+   * Copies slot src's recurrent state over slot dst's (Backend.copyRecurrentState); nothing where this model has no
+   * recurrent layer (a pipeline stage of a hybrid model's attention layers alone: the other stages hold the states).
+   */
+  copyRecurrentState(src: number, dst: number): void {
+    if (this.recurrentState !== null) this.backend.copyRecurrentState(src, dst);
+  }
+
   /** The recurrent states of `numSlots` sequences (Backend.allocateRecurrentState), or null: no recurrent layers. */
   recurrentStateLayout(numSlots: number): RecurrentStateLayout | null {
     return this.recurrentState && { numSlots, ...this.recurrentState };
@@ -116,16 +147,17 @@ export class Model {
     const bytesPerElement = BYTES_PER_ELEMENT[this.backend.computeDType];
     const bytes = (t: Tensor | null) => !t ? 0 : t.quantized === 'fp8_block' ? fp8BlockBytes(t.shape[0]!, t.shape[1]!)
       : t.shape.reduce((a, b) => a * b, 1) * bytesPerElement;
-    let total = bytes(this.parts.finalNorm) + bytes(this.parts.lmHead);
+    let total = bytes(this.parts.finalNorm) + bytes(this.parts.lmHead);  // null on a stage other than the last
     for (const l of this.parts.layers) {
       for (const t of l.weightsRead()) total += t !== null && 'share' in t ? t.share * bytes(t.tensor) : bytes(t);
     }
     return total;
   }
 
-  /** Logits [logitsIndices.length * vocabSize], row-major. */
+  /** Logits [logitsIndices.length * vocabSize], row-major (a pipeline stage other than the last: none). */
   forward(batch: ForwardBatch): Float32Array {
-    return this.backend.toHost(this.logits(batch).logits);
+    const out = this.logits(batch);
+    return out ? this.backend.toHost(out.logits) : new Float32Array(0);
   }
 
   /**
@@ -135,15 +167,17 @@ export class Model {
   forwardScored(batch: ForwardBatch, numSampled: number, targets: Int32Array, numTop: number):
     { logits: Float32Array; scored: Int32Array } {
     const b = this.backend;
-    const { logits } = this.logits(batch);
+    const out = this.logits(batch);
+    if (!out) return { logits: new Float32Array(0), scored: new Int32Array(0) };
+    const { logits } = out;
     const scored = b.rowLogprobs(logits, numSampled, targets, numTop);
     return { logits: numSampled > 0 ? b.toHostRows(logits, 0, numSampled) : new Float32Array(0), scored };
   }
 
   /** One token per logits row, picked by the backend as batch.sampling says (the logits stay on the device). */
   forwardTokens(batch: ForwardBatch): Int32Array {
-    const { logits, step } = this.logits(batch);
-    return this.backend.sampleTokens(logits, step);
+    const out = this.logits(batch);
+    return out ? this.backend.sampleTokens(out.logits, out.step) : new Int32Array(0);
   }
 
   /**
@@ -151,9 +185,10 @@ export class Model {
    * for the ids, so the host may prepare the next step meanwhile.
    */
   forwardTokensAsync(batch: ForwardBatch): () => Int32Array {
-    const { logits, step } = this.logits(batch);
-    if (this.backend.sampleTokensAsync) return this.backend.sampleTokensAsync(logits, step);
-    const ids = this.backend.sampleTokens(logits, step);
+    const out = this.logits(batch);
+    if (!out) return () => new Int32Array(0);
+    if (this.backend.sampleTokensAsync) return this.backend.sampleTokensAsync(out.logits, out.step);
+    const ids = this.backend.sampleTokens(out.logits, out.step);
     return () => ids;
   }
 
@@ -191,23 +226,34 @@ export class Model {
     if (!mtp) throw new Error('the model has no MTP head');
     const b = this.backend;
     const step = b.beginStep(batch);
-    const out = mtp.forward(this.parts.embedTokens, { backend: b, step, eps: this.config.rmsNormEps, tp: null });
+    const out = mtp.forward(this.parts.embedTokens!, { backend: b, step, eps: this.config.rmsNormEps, tp: null });
     b.carry!.keep(out);
     if (batch.logitsIndices.length === 0) return null;
-    return { logits: b.matmul(b.gatherLogitRows(out, step), this.parts.lmHead, 'lm_head'), step };
+    return { logits: b.matmul(b.gatherLogitRows(out, step), this.parts.lmHead!, 'lm_head'), step };
   }
 
-  private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } {
+  /** The step's logits; null on a pipeline stage other than the last, which sends its residual stream on instead. */
+  private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } | null {
     const b = this.backend;
-    const { layers, embedTokens, finalNorm, lmHead } = this.parts;
+    const { layers, finalNorm, lmHead } = this.parts;
     const eps = this.config.rmsNormEps;
     const step = b.beginStep(batch);
     const ctx = { backend: b, step, eps, tp: this.tp };
-    // a rank's embedding table is its part of the vocabulary (parallel/sharded-source.ts): zero rows elsewhere, summed
     const vp = this.tp ? this.config.vocabParallel : undefined;
-    const residual = b.embedding(embedTokens, step, vp ? this.tp!.rank * vp.rows : undefined);
-    if (vp) this.tp!.allReduce(residual);
+    let residual: Tensor;
     let x: Tensor | null = null;  // the next layer's normed input, where the layer before normed it
+    if (this.pp && this.pp.stage > 0) {
+      // the previous stage's last feed-forward output and the residual stream it is not yet added to
+      const shape = [batch.numTokens, this.config.hiddenSize];
+      residual = b.stepTensor(shape);
+      const carried = b.stepTensor(shape);
+      this.pp.recv([carried, residual]);
+      x = b.addRmsNorm(carried, residual, layers[0]!.inputNorm, eps);
+    } else {
+      // a rank's embedding table is its part of the vocabulary (parallel/sharded-source.ts): zero rows elsewhere, summed
+      residual = b.embedding(this.parts.embedTokens!, step, vp ? this.tp!.rank * vp.rows : undefined);
+      if (vp) this.tp!.allReduce(residual);
+    }
     let ffnOut: Tensor | null = null;
     for (let l = 0; l < layers.length; l++) {
       const layer = layers[l]!;
@@ -218,11 +264,15 @@ export class Model {
       ffnOut = out.ffnOut;
     }
     b.endLayers();
-    const final = ffnOut ? b.addRmsNorm(ffnOut, residual, finalNorm, eps) : b.rmsNorm(residual, finalNorm, eps);
+    if (this.pp && this.pp.stage < this.pp.numStages - 1) {
+      this.pp.send([ffnOut!, residual]);
+      return null;
+    }
+    const final = ffnOut ? b.addRmsNorm(ffnOut, residual, finalNorm!, eps) : b.rmsNorm(residual, finalNorm!, eps);
     if (this.parts.mtp) b.carry!.keep(final);
     const rows = b.gatherLogitRows(final, step);
     this.lastRows = rows;
-    const logits = b.matmul(rows, lmHead, 'lm_head');
+    const logits = b.matmul(rows, lmHead!, 'lm_head');
     // so does its lm_head (or the embedding it is tied to): every rank's logits joined
     if (vp) return { logits: b.gatherColumnParts(logits, this.tp!, this.config.vocabSize), step };
     return { logits, step };

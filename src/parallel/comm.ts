@@ -1,10 +1,12 @@
 // The collectives tensor parallelism needs, behind one small interface: all-reduce (sum, in place), all-gather and
-// broadcast over `size` ranks. Two implementations: NCCL on device buffers (nccl-comm.ts, on the backend's stream;
+// broadcast over `size` ranks, and the point-to-point send and receive that pipeline stages pass the residual stream
+// with. Two implementations: NCCL on device buffers (nccl-comm.ts, on the backend's stream;
 // loaded only through createNcclCommunicator, so a single-GPU server never opens libnccl) and threads exchanging
 // through shared memory on host arrays (cpu-comm.ts: the sharding arithmetic tested end to end without a GPU).
 //
 // Every rank calls the same collectives in the same order with the same counts; a call returns once this rank's part
-// is enqueued (NCCL: on its stream) or done (CPU).
+// is enqueued (NCCL: on its stream) or done (CPU). A send and its recv are the two ranks' alone: between two ranks,
+// the k-th recv of one from the other takes the k-th send, of the same count and dtype.
 
 import type { NcclCommunicator, NcclCommunicatorOptions } from './nccl-comm.js';
 
@@ -23,6 +25,10 @@ export interface Communicator<Buf> {
   allGather(send: Buf, recv: Buf, count: number, dtype: CommDType): void;
   /** buf[0..count) = root's buf[0..count), on every rank. */
   broadcast(buf: Buf, count: number, dtype: CommDType, root: number): void;
+  /** buf[0..count) to rank `peer` (which takes it with recv); it may return before the peer has it. */
+  send(buf: Buf, count: number, dtype: CommDType, peer: number): void;
+  /** buf[0..count) = what rank `peer` sent (send), its sends taken in the order it made them. */
+  recv(buf: Buf, count: number, dtype: CommDType, peer: number): void;
   /** Frees the communicator; on NCCL every rank calls it (a collective), each from its own thread. */
   destroy(): void;
 }

@@ -55,6 +55,18 @@ export class NcclCommunicator implements Communicator<bigint> {
       `ncclBroadcast(${count} ${dtype} from rank ${root}, rank ${this.rank})`, comm);
   }
 
+  send(buf: bigint, count: number, dtype: CommDType, peer: number): void {
+    const comm = this.handle('ncclSend');
+    checkNccl(this.api.ncclSend(buf, count, NCCL_DTYPE[dtype], peer, comm, this.stream),
+      `ncclSend(${count} ${dtype} to rank ${peer}, rank ${this.rank})`, comm);
+  }
+
+  recv(buf: bigint, count: number, dtype: CommDType, peer: number): void {
+    const comm = this.handle('ncclRecv');
+    checkNccl(this.api.ncclRecv(buf, count, NCCL_DTYPE[dtype], peer, comm, this.stream),
+      `ncclRecv(${count} ${dtype} from rank ${peer}, rank ${this.rank})`, comm);
+  }
+
   /** Throws what NCCL reported asynchronously (a peer gone, a network error), if anything. */
   checkAsyncError(): void {
     const comm = this.handle('ncclCommGetAsyncError');

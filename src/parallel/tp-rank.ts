@@ -20,8 +20,8 @@ export interface RankComm {
   tp: TensorParallelRank;
   /** Frees the communicator (every rank, as a collective). */
   destroy(): void;
-  /** Frees it without waiting for the others (a rank failed). */
-  abort(): void;
+  /** Frees it without waiting for the others (a rank failed); `reason` reaches the ranks waiting on this one (CPU). */
+  abort(reason?: string): void;
 }
 
 /**
@@ -44,7 +44,7 @@ export async function joinRanks(init: CommInit, rank: number, size: number, back
     return {
       tp: { rank, size, allReduce: (x) => comm.allReduceSum(asCpu(x).data, x.shape.reduce((a, b) => a * b, 1), 'f32'),
         allGather: (send, recv) => comm.allGather(asCpu(send).data, asCpu(recv).data, send.shape.reduce((a, b) => a * b, 1), 'f32') },
-      destroy: () => comm.destroy(), abort: () => comm.abort(),
+      destroy: () => comm.destroy(), abort: (reason) => comm.abort(reason),
     };
   }
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');

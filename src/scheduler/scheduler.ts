@@ -33,6 +33,13 @@ export interface SchedulerOptions {
   minWaitingPrompts?: number;
   maxDeferredRowsPerStep?: number;
   /**
+   * Pipeline parallelism's micro-batches (1: off): up to this many steps outstanding, each of other requests, so each
+   * stage works on a different one. A request whose sampled token is still on its way is not scheduled (its next
+   * input is embedded on the first stage, the token sampled on the last), and a step takes at most a
+   * microBatches-th of the requests that could run, so the next step has some left to take.
+   */
+  microBatches?: number;
+  /**
    * Prompt positions a step computes logits of for prompt logprobs, at most (default 64: a row of logits each, on the
    * device, 19 MB at qwen3's vocabulary); a request that wants them gets prompt chunks no longer than what is left.
    */
@@ -110,6 +117,8 @@ interface Row {
 
 interface StepState {
   budget: number;
+  /** Rows this step may take at most (micro-batches); Infinity: the budget alone decides. */
+  maxRows: number;
   /** Prompt-logit rows left to this step (maxPromptLogitRows). */
   logitRows: number;
   rows: Map<Request, Row>;
@@ -124,7 +133,10 @@ export class Scheduler {
   readonly running: Request[] = [];
   private readonly requests = new Map<string, Request>();
   private finishedSinceLastStep: string[] = [];
-  /** Scheduled steps whose tokens updateFromOutput has not had yet, oldest first (async scheduling: up to two). */
+  /**
+   * Scheduled steps whose tokens updateFromOutput has not had yet, oldest first (async scheduling: up to two;
+   * pipeline micro-batches: up to microBatches).
+   */
   private readonly outstanding: SchedulerOutput[] = [];
   private lastStepHadDecode = false;
   private readonly trace: AdmissionTrace | null;
@@ -136,8 +148,9 @@ export class Scheduler {
     this.o = {
       policy: 'fcfs', stepPolicy: 'decode-first', longPrefillTokenThreshold: 0,
       enableChunkedPrefill: true, minWaitingPrompts: 1, maxDeferredRowsPerStep: Number.MAX_SAFE_INTEGER,
-      maxPromptLogitRows: 64, trace: false, ...definedOnly(options),
+      maxPromptLogitRows: 64, microBatches: 1, trace: false, ...definedOnly(options),
     };
+    if (!Number.isInteger(this.o.microBatches) || this.o.microBatches < 1) throw new Error(`microBatches ${this.o.microBatches}`);
     if (options.blockSize !== kv.blockSize) {
       throw new Error(`scheduler blockSize ${options.blockSize} != kv blockSize ${kv.blockSize}`);
     }
@@ -175,13 +188,19 @@ export class Scheduler {
    * outstanding.
    */
   schedule(): SchedulerOutput {
-    if (this.outstanding.length >= 2) throw new Error('schedule() with two steps outstanding: updateFromOutput() first');
+    const micro = this.o.microBatches;
+    const most = Math.max(2, micro);
+    if (this.outstanding.length >= most) throw new Error(`schedule() with ${most} steps outstanding: updateFromOutput() first`);
     const numWaitingAtStart = this.waiting.length;
+    // micro-batches: a share of what could run, so the next step (another stage's) has rows left
+    const maxRows = micro === 1 ? Infinity
+      : Math.ceil(Math.max(1, Math.min(this.o.maxNumSeqs, this.running.length + this.waiting.length)) / micro);
     const s: StepState = {
       budget: this.o.maxNumBatchedTokens, logitRows: this.o.maxPromptLogitRows, rows: new Map(), preempted: [], numStarted: 0,
+      maxRows,
     };
     // proposals follow the last token: while a step is outstanding that token is not known (async scheduling)
-    if (this.outstanding.length > 0) for (const r of this.running) r.specTokenIds = [];
+    if (this.outstanding.length > 0) for (const r of this.running) if (micro === 1 || r.numPlaceholders > 0) r.specTokenIds = [];
     const { primary, admit, fallback } = this.planStep();
     this.scheduleRunning(s, primary);
     if (admit && s.preempted.length === 0) this.admitWaiting(s);
@@ -300,8 +319,10 @@ export class Scheduler {
 
   private scheduleRunning(s: StepState, accept: Accept): void {
     for (const req of [...this.running]) {
-      if (s.budget <= 0) break;
+      if (s.budget <= 0 || s.rows.size >= s.maxRows) break;
       if (req.status !== 'RUNNING' || s.rows.has(req) || !accept(req)) continue;
+      // micro-batches: its next input is the token an outstanding step is still sampling
+      if (this.o.microBatches > 1 && req.numPlaceholders > 0) continue;
       if (req.numOutputTokens >= req.maxTokens) continue;  // its last token is scheduled: it ends when that comes
       if (req.specTokenIds.length > 0 && !req.mayTakeProposals) req.specTokenIds = [];
       let numNew = this.numTokensFor(req, req.numComputedTokens, s);
@@ -332,7 +353,7 @@ export class Scheduler {
   }
 
   private admitWaiting(s: StepState): void {
-    while (this.waiting.length > 0 && s.budget > 0 && this.running.length < this.o.maxNumSeqs) {
+    while (this.waiting.length > 0 && s.budget > 0 && this.running.length < this.o.maxNumSeqs && s.rows.size < s.maxRows) {
       const req = this.peekWaiting();
       if (req.numPlaceholders > 0) break;
       req.specTokenIds = [];  // preempted with a token still to come: resumes once it has it

@@ -52,7 +52,7 @@ test('--max-num-batched-tokens: unset leaves the per-device default (null); serv
   assert.equal(serveEngineOptions(parse(['--model', '/m'])).usageContext, 'api-server');
 });
 
-test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dtype auto, --trust-remote-code', async () => {
+test('vLLM command lines run: -tp / -pp, --dtype auto|bfloat16, --kv-cache-dtype auto, --trust-remote-code', async () => {
   const { vllmShortFlags } = await import('../../src/cli/engine-flags.js');
   const argv = vllmShortFlags(['--model', '/m', '-tp', '1', '-pp', '1', '--dtype', 'bfloat16', '--kv-cache-dtype', 'auto',
     '--trust-remote-code', '--enable-chunked-prefill']);
@@ -61,7 +61,7 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
   assert.equal(o.enableChunkedPrefill, true);
   for (const [flags, message] of [
     [['-tp', '0'], /--tensor-parallel-size/],
-    [['-pp', '4'], /--pipeline-parallel-size 4: pipeline parallelism is not supported yet/],
+    [['-pp', '0'], /--pipeline-parallel-size/],
     [['--dtype', 'half'], /--dtype half: Quire computes in bfloat16 on CUDA and float32 on the CPU backend \(accepted: auto, bfloat16, bf16\)/],
     [['--kv-cache-dtype', 'fp8_e5m2'], /--kv-cache-dtype fp8_e5m2: not supported \(accepted: auto, bfloat16, fp8, fp8_e4m3; FP8 is E4M3 only\)/],
     [['--quantization', 'awq'], /--quantization awq: not supported \(accepted: fp8/],
@@ -70,6 +70,8 @@ test('vLLM command lines run: -tp / -pp 1, --dtype auto|bfloat16, --kv-cache-dty
   }
   assert.equal(o.kvCacheDtype, 'auto');
   assert.equal(engineOptionsFromFlags(parse(vllmShortFlags(['--model', '/m', '-tp', '2']))).tensorParallelSize, 2);
+  assert.equal(o.pipelineParallelSize, 1);
+  assert.equal(engineOptionsFromFlags(parse(vllmShortFlags(['--model', '/m', '-pp', '3']))).pipelineParallelSize, 3);
   assert.equal(o.disableCustomAllReduce, false);
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--disable-custom-all-reduce'])).disableCustomAllReduce, true);
   for (const name of ['fp8', 'fp8_e4m3']) {

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { engineOptions } from '../../src/engine/options.js';
 import type { Model } from '../../src/model/model.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';

@@ -234,6 +234,10 @@ test('more replicas than CUDA devices: a start-up error naming both numbers, bef
   await assert.rejects(dataParallelBackend(4, 'cuda', 0, () => ({ ok: true, numDevices: 3 })), /needs 4 CUDA devices.*but 3 are visible/);
   await assert.rejects(dataParallelBackend(2, 'cuda', 1, () => ({ ok: true, numDevices: 2 })), /from device 1 on \(3 in all\), but 2 are visible/);
   assert.equal(await dataParallelBackend(2, 'cuda', 0, () => ({ ok: true, numDevices: 2 })), 'cuda');
+  // a replica of pipeline stages takes a device a rank: tp x pp of them
+  await assert.rejects(dataParallelBackend(2, 'cuda', 0, () => ({ ok: true, numDevices: 6 }), 1, 4),
+    /--data-parallel-size 2 needs 8 CUDA devices \(4 per replica: --pipeline-parallel-size\), but 6 are visible/);
+  assert.equal(await dataParallelBackend(2, 'cuda', 0, () => ({ ok: true, numDevices: 8 }), 2, 2), 'cuda');
   assert.equal(await dataParallelBackend(2, 'auto', 0, () => ({ ok: true, numDevices: 8 })), 'cuda');
   assert.equal(await dataParallelBackend(3, 'auto', 0, () => ({ ok: false, reason: 'no CUDA device' })), 'cpu');
   await assert.rejects(dataParallelBackend(2, 'cuda', 0, () => ({ ok: false, reason: 'no CUDA device' })), /needs 2 CUDA devices.*no CUDA device/);

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
 import type { EngineOutput } from '../../src/engine/types.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';

@@ -80,7 +80,12 @@ test('multi-node flags: the node rank in range, a size that splits over the node
   assert.match(nodesRefusal(o({ tensorParallelSize: 3 }))!, /--tensor-parallel-size 3 does not split evenly over --nnodes 2/);
   assert.match(nodesRefusal(o({ backend: 'cpu' }))!, /needs CUDA/);
   assert.match(nodesRefusal(o({ dataParallelSize: 2 }))!, /--data-parallel-size > 1 is not supported/);
-  assert.deepEqual(nodeRanks({ nnodes: 2, tensorParallelSize: 4 }, 1), [2, 3]);
+  assert.deepEqual(nodeRanks({ nnodes: 2, tensorParallelSize: 4, pipelineParallelSize: 1 }, 1), [2, 3]);
+  // pipeline stages: every rank of tp x pp counts, and node 1 of 2 runs the first stage's (ranks count down the stages)
+  assert.deepEqual(nodeRanks({ nnodes: 2, tensorParallelSize: 2, pipelineParallelSize: 2 }, 1), [2, 3]);
+  assert.equal(nodesRefusal(o({ tensorParallelSize: 1, pipelineParallelSize: 2 })), null);
+  assert.match(nodesRefusal(o({ tensorParallelSize: 1, pipelineParallelSize: 3 }))!,
+    /--tensor-parallel-size 1 x --pipeline-parallel-size 3 \(3 ranks\) does not split evenly over --nnodes 2/);
 });
 
 test('an agent that differs from node 0 is refused, naming the difference, on both sides', async () => {
@@ -89,6 +94,8 @@ test('an agent that differs from node 0 is refused, naming the difference, on bo
   const options = engineOptions({ model, tensorParallelSize: 2, nnodes: 2, masterPort: port });
   const mine = nodeIdentity(options, config);
   assert.match(identityMismatch(mine, { ...mine, config: 'other' }, 1)!, /node 1 loaded another model/);
+  assert.match(identityMismatch(mine, { ...mine, pipelineParallelSize: 2 }, 1)!,
+    /node 1 was started with --pipeline-parallel-size 2, node 0 with 1/);
   const waiting = acceptNodes(options, mine);
   const agent = connect(port, '127.0.0.1');
   const answer = new Promise<ToNode>((r) => onFrames<ToNode>(agent, r));
@@ -128,8 +135,8 @@ test('an agent starts the ranks node 0 hands it and relays their messages (a ran
   const { nodes, close } = await joined;
   assert.deepEqual(nodes.map((n) => n.nodeRank), [1]);
   // the rank loads on the agent's machine, then cannot join an NCCL group on the CPU backend: it says so
-  const ports = remoteRanks(nodes, options, (rank, device) => ({ rank, size: 2, device, peer: false,
-    options: { ...options, backend: 'cpu' }, comm: { kind: 'nccl', id: new Uint8Array(128) } }));
+  const ports = remoteRanks(nodes, options, (rank, device) => ({ rank, device, peer: false, options: { ...options, backend: 'cpu' },
+    tp: { rank, size: 2, comm: { kind: 'nccl', id: new Uint8Array(128) } }, pp: { stage: 0, size: 1, layers: null, comm: null } }));
   assert.equal(ports.length, 1);
   const seen: string[] = [];
   const why = await new Promise<string>((resolve) => ports[0]!.listen((m) => {

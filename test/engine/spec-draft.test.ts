@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';

@@ -18,7 +18,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
@@ -132,4 +132,6 @@ test('a target without an MTP head is refused at start-up, naming the field or t
   writeFileSync(join(bare, 'config.json'), JSON.stringify({ ...config, mtp_num_hidden_layers: 2 }));
   await refused(bare, /mtp_num_hidden_layers is 2; Quire runs an MTP head of one layer/);
   await refused(dirs.random, /method "mtp": the head runs on one device; --tensor-parallel-size is 2/, { tensorParallelSize: 2 });
+  await refused(dirs.random, /method "mtp": the head runs on one device; --pipeline-parallel-size is 2 \(pipeline parallelism and MTP/,
+    { pipelineParallelSize: 2 });
 });

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { LLM } from '../../src/engine/llm.js';
 import { engineOptions } from '../../src/engine/options.js';
 import { peerOption } from '../../src/engine/tp/leader.js';
@@ -63,8 +63,8 @@ test('a rank that fails to load ends the start-up with its error, naming the ran
 
 test('a rank as a child process (QUIRE_TP_RANKS=process, CUDA\'s default) gets its init and reports its failure', async () => {
   const { startRank } = await import('../../src/engine/tp/rank-port.js');
-  const init = { rank: 1, size: 2, device: 1, peer: false, options: engineOptions({ model: join(root, 'missing'), backend: 'cpu' }),
-    comm: { kind: 'nccl' as const, id: new Uint8Array(128) } };
+  const init = { rank: 1, device: 1, peer: false, options: engineOptions({ model: join(root, 'missing'), backend: 'cpu' }),
+    tp: { rank: 1, size: 2, comm: { kind: 'nccl' as const, id: new Uint8Array(128) } }, pp: { stage: 0, size: 1, layers: null, comm: null } };
   const port = startRank(init, 'process');
   const why = await new Promise<string>((resolve) => port.listen((m) => { if (m.type === 'failed') resolve(m.message); }, resolve));
   assert.match(why, /tensor-parallel rank 1: .*missing/);

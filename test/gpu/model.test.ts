@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { graphBuckets } from '../../src/engine/runner/graph-buckets.js';
 import { engineOptions } from '../../src/engine/options.js';
 import { defaultSamplingParams } from '../../src/sampling/params.js';

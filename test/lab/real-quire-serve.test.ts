@@ -14,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { createServer, type QuireServer } from '../../src/api/server.js';
-import { createEngineCore } from '../../src/engine/engine-core.js';
+import { createEngineCore } from '../../src/engine/create-engine.js';
 import { InProcessEngineClient } from '../../src/engine/inprocess-client.js';
 import { engineOptions } from '../../src/engine/options.js';
 import type { BenchServeResult } from '../../src/lab/bench-serve.js';

@@ -40,7 +40,7 @@ test('a block-FP8 model\'s logits are within 10% (RMS) of those of the model it 
   const steps = [[{ seq: 'a', start: 0, end: 16 }], [{ seq: 'a', start: 16, end: 24 }]];
   const fp8 = load('fp8');
   assert.equal((fp8.parts.layers[1]!.ffn as DenseMlp).gateUp.quantized, 'fp8_block');
-  assert.equal(fp8.parts.embedTokens.quantized, undefined);
+  assert.equal(fp8.parts.embedTokens!.quantized, undefined);
   const quantized = runSteps(fp8, { a: ids }, steps, 3).get('a')!;
   const exact = runSteps(load('f32'), { a: ids }, steps, 3).get('a')!;
   const errors = exact.map((row, pos) => rms(row.map((v, i) => v - quantized[pos]![i]!)) / rms(row));
@@ -59,7 +59,7 @@ test('--quantization fp8: a bf16 checkpoint quantized at load computes what its 
   const dir = join(root, 'bf16-none');
   const online = Model.load(loadModelConfig(join(dir, 'config.json')), openWeights(dir), backend, { quantization: 'fp8' });
   assert.equal((online.parts.layers[0]!.mixer as Attention).w.qkv.weight.quantized, 'fp8_block');
-  assert.equal(online.parts.lmHead.quantized, undefined, 'the LM head and embeddings keep the checkpoint\'s dtype');
+  assert.equal(online.parts.lmHead!.quantized, undefined, 'the LM head and embeddings keep the checkpoint\'s dtype');
   const fromCheckpoint = runSteps(load('bf16-fp8'), { a: ids }, steps, 3).get('a')!;
   const quantizedAtLoad = runSteps(online, { a: ids }, steps, 3).get('a')!;
   assert.deepEqual(quantizedAtLoad, fromCheckpoint);

@@ -79,7 +79,7 @@ test('loading: q_proj split per head into q and gate, b and a fused, (1 + w) nor
   assert.deepEqual(qkv.subarray(4 * D * 64, 4 * D * 64 + 32 * 64), f32('model.layers.1.self_attn.k_proj.weight'));
   assert.deepEqual(host(a.qNorm), f32('model.layers.1.self_attn.q_norm.weight').map((v) => 1 + v));
   assert.deepEqual(host(w.layers[0]!.inputNorm), f32('model.layers.0.input_layernorm.weight').map((v) => 1 + v));
-  assert.deepEqual(host(w.finalNorm), f32('model.norm.weight').map((v) => 1 + v));
+  assert.deepEqual(host(w.finalNorm!), f32('model.norm.weight').map((v) => 1 + v));
   const d = w.layers[0]!.deltaNet!;
   // the gated norm's weight is used as is
   assert.deepEqual(host(d.norm), f32('model.layers.0.linear_attn.norm.weight'));
@@ -96,7 +96,7 @@ test('a multimodal checkpoint loads its text model from model.language_model.*, 
   const a = loadQwen35Weights(config, src, backend);
   const b = loadQwen35Weights(config, nested, backend);
   assert.deepEqual(backend.toHost(b.layers[2]!.deltaNet!.inProj), backend.toHost(a.layers[2]!.deltaNet!.inProj));
-  assert.deepEqual(backend.toHost(b.lmHead), backend.toHost(a.lmHead));
+  assert.deepEqual(backend.toHost(b.lmHead!), backend.toHost(a.lmHead!));
 });
 
 test('a missing or misshapen tensor is named', () => {

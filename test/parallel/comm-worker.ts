@@ -3,13 +3,14 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { CpuCommunicator, type CpuCommGroup } from '../../src/parallel/cpu-comm.js';
 import { f32ToBf16Bits, f32ToF16Bits } from '../../src/loader/dtype.js';
-import { contribution } from './tp-math.js';
+import { contribution, stageMessage } from './tp-math.js';
 
 export interface CommWorkerData {
   group: CpuCommGroup;
   rank: number;
-  scenario: 'collectives' | 'abort' | 'timeout';
+  scenario: 'collectives' | 'abort' | 'timeout' | 'pipeline' | 'p2p-abort';
 }
+
 
 const { group, rank, scenario } = workerData as CommWorkerData;
 const comm = new CpuCommunicator(group, rank);
@@ -31,6 +32,35 @@ function run(): unknown {
     if (rank === 1) return 'idle';
     try {
       comm.broadcast(new Int32Array(4), 4, 'i32', 0);
+      return 'returned';
+    } catch (e) {
+      return (e as Error).message;
+    }
+  }
+  if (scenario === 'pipeline') {
+    // every rank receives three messages of the rank before it (sizes 5, 70, 3: one chunk, several, one) and sends
+    // three to the rank after it, the way stages pass the residual stream; each sends before it waits on the next
+    const sizes = [5, 70, 3];
+    const got: number[][] = [];
+    for (const [k, n] of sizes.entries()) {
+      if (rank + 1 < comm.size) comm.send(stageMessage(rank, k, n), n, 'f32', rank + 1);
+      if (rank > 0) {
+        const buf = new Float32Array(n);
+        comm.recv(buf, n, 'f32', rank - 1);
+        got.push([...buf]);
+      }
+    }
+    comm.destroy();
+    return got;
+  }
+  if (scenario === 'p2p-abort') {
+    // rank 0 fails with its reason; rank 1, waiting to receive from it, ends naming it
+    if (rank === 0) {
+      comm.abort('pipeline stage 0 (rank 1): out of memory');
+      return 'aborted';
+    }
+    try {
+      comm.recv(new Float32Array(4), 4, 'f32', 0);
       return 'returned';
     } catch (e) {
       return (e as Error).message;

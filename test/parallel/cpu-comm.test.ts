@@ -1,12 +1,13 @@
 // The CPU communicator (ranks as worker threads): every collective gives every rank the right values, messages
-// larger than a slot go in chunks, and a rank that aborts or never comes makes the others throw instead of hang.
+// larger than a slot go in chunks, point-to-point messages arrive whole and in order, and a rank that aborts or
+// never comes makes the others throw instead of hang, naming why where it said.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { bf16BitsToF32, f16BitsToF32 } from '../../src/loader/dtype.js';
 import { CpuCommunicator, createCpuCommGroup } from '../../src/parallel/cpu-comm.js';
 import type { CommWorkerData } from './comm-worker.js';
-import { contribution } from './tp-math.js';
+import { contribution, stageMessage } from './tp-math.js';
 import { runRanks } from './ranks.js';
 
 const WORKER = new URL('./comm-worker.js', import.meta.url);
@@ -41,6 +42,41 @@ for (const size of [2, 3, 4]) {
     }
   });
 }
+
+for (const size of [2, 3, 4]) {
+  test(`${size} ranks in a pipeline: each receives the messages of the rank before it whole and in order, through 64-byte mailboxes`, async () => {
+    const group = createCpuCommGroup(size, { slotBytes: 64, timeoutMs: 20_000, p2p: true });
+    const out = await runRanks<number[][]>(WORKER, size, (rank): CommWorkerData => ({ group, rank, scenario: 'pipeline' }));
+    assert.deepEqual(out[0], []);
+    for (let rank = 1; rank < size; rank++) {
+      assert.deepEqual(out[rank], [5, 70, 3].map((n, k) => [...stageMessage(rank - 1, k, n)]), `rank ${rank}`);
+    }
+  });
+}
+
+test('a rank that aborts with a reason makes the rank receiving from it throw, naming the reason', async () => {
+  const group = createCpuCommGroup(2, { timeoutMs: 20_000, p2p: true });
+  const [zero, one] = await runRanks<string>(WORKER, 2, (rank): CommWorkerData => ({ group, rank, scenario: 'p2p-abort' }));
+  assert.equal(zero, 'aborted');
+  assert.match(one!, /recv from rank 0: the communicator group was aborted \(rank 1\): pipeline stage 0 \(rank 1\): out of memory/);
+});
+
+test('point to point in one thread: a send waits for its mailbox to empty (timing out alone), peers and groups checked', () => {
+  const group = createCpuCommGroup(2, { slotBytes: 16, timeoutMs: 100, p2p: true });
+  const zero = new CpuCommunicator(group, 0);
+  const one = new CpuCommunicator(group, 1);
+  zero.send(Float32Array.from([1, 2, 3, 4]), 4, 'f32', 1);  // one slot: handed over, the sender goes on
+  const got = new Float32Array(4);
+  one.recv(got, 4, 'f32', 0);
+  assert.deepEqual([...got], [1, 2, 3, 4]);
+  zero.send(Float32Array.from([5, 6, 7, 8]), 4, 'f32', 1);
+  // the mailbox is full and no one empties it: the second send waits its timeout out and aborts the group
+  assert.throws(() => zero.send(Float32Array.from([9]), 1, 'f32', 1), /send to rank 1: rank 0 waited 100 ms; group aborted/);
+  assert.throws(() => one.recv(got, 4, 'f32', 0), /aborted \(rank 1\): rank 0 waited 100 ms in send to rank 1/);
+  const plain = new CpuCommunicator(createCpuCommGroup(2), 0);
+  assert.throws(() => plain.send(got, 4, 'f32', 1), /made without p2p/);
+  assert.throws(() => new CpuCommunicator(createCpuCommGroup(2, { p2p: true }), 0).send(got, 4, 'f32', 0), /peer 0 is not another rank of 2/);
+});
 
 test('a rank that aborts makes the others\' collective throw; a rank that never comes times the others out', async () => {
   const shared = createCpuCommGroup(2, { timeoutMs: 20_000 });

@@ -69,6 +69,7 @@ test('single-GPU paths never open NCCL: only src/parallel reaches the binding, a
     'parallel/comm.ts -> dynamic ../backend/cuda/ffi/nccl.js',
     'parallel/comm.ts -> dynamic ./nccl-comm.js',
     'parallel/nccl-comm.ts -> ../backend/cuda/ffi/nccl.js',
+    'parallel/pp-rank.ts -> dynamic ./nccl-comm.js',
   ]);
 });
 
@@ -110,6 +111,11 @@ test('the binding against a stand-in libnccl: arguments, enum values, the unique
     comm.allGather(0x10n, 0x20n, 3, 'f16');
     comm.broadcast(0x30n, 5, 'i32', 1);
     ncclGroup(() => comm.allReduceSum(0x40n, 2, 'f32'));
+    // pipeline stages' point to point: the peer and the stream pass through; a stage's two tensors go as one group
+    ncclGroup(() => {
+      comm.send(0x70n, 6, 'bf16', 1);
+      comm.recv(0x80n, 7, 'f32', 1);
+    });
     comm.checkAsyncError();
     assert.deepEqual(lines(), [
       'ncclAllReduce send=7f0000001000 recv=7f0000001000 count=16777216 datatype=9 op=0 comm=1000 stream=abc',
@@ -118,6 +124,10 @@ test('the binding against a stand-in libnccl: arguments, enum values, the unique
       'ncclBroadcast send=30 recv=30 count=5 datatype=2 root=1 comm=1000 stream=abc',
       'ncclGroupStart',
       'ncclAllReduce send=40 recv=40 count=2 datatype=7 op=0 comm=1000 stream=abc',
+      'ncclGroupEnd',
+      'ncclGroupStart',
+      'ncclSend send=70 count=6 datatype=9 peer=1 comm=1000 stream=abc',
+      'ncclRecv recv=80 count=7 datatype=7 peer=1 comm=1000 stream=abc',
       'ncclGroupEnd',
       'ncclCommGetAsyncError comm=1000',
     ]);

@@ -58,3 +58,8 @@ export function siluMulRows(gu: Float32Array, T: number, I: number): Float32Arra
 export function contribution(rank: number, i: number): number {
   return ((i * 7 + rank * 3) % 17) - 8;
 }
+
+/** What stage `from` sends in its k-th message of the pipeline scenario: its rank, k and the element's index in it. */
+export function stageMessage(from: number, k: number, n: number): Float32Array {
+  return Float32Array.from({ length: n }, (_, i) => from * 1e6 + k * 1e3 + i);
+}

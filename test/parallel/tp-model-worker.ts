@@ -24,4 +24,4 @@ prepare(model, backend);
 const logits = model.forward(twoPrompts(full.hybrid !== null));
 comm.destroy();
 parentPort!.postMessage({ logits, numHeads: config.numHeads, numKvHeads: config.numKvHeads, kvBytesPerToken: model.kvBytesPerToken(),
-  lmHeadRows: model.parts.lmHead.shape[0] });
+  lmHeadRows: model.parts.lmHead!.shape[0] });

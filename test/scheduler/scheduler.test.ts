@@ -200,7 +200,7 @@ test('requests that could never fit, duplicate ids and out-of-order calls are re
   assert.throws(() => sched.addRequest(makeRequest('a', 2, 2)), /duplicate/);
   sched.schedule();
   sched.schedule();  // one step ahead of the outstanding one (async scheduling)
-  assert.throws(() => sched.schedule(), /two steps outstanding/);
+  assert.throws(() => sched.schedule(), /schedule\(\) with 2 steps outstanding/);
   assert.throws(() => sched.updateFromOutput(new Map()), /0 sampled tokens, expected 1/);
 });
 
@@ -249,4 +249,36 @@ test('prompt logits: chunks of at most 64 positions by default, shared by the st
   assert.deepEqual(spans(step(sched)), [['a', 64, 64]], 'b waits (FCFS) until rows are left for it');
   assert.deepEqual(spans(step(sched)), [['a', 64, 64]]);
   assert.deepEqual(spans(step(sched)), [['a', 22, 21], ['b', 40, 39], ['c', 100, 0]]);
+});
+
+test('micro-batches (pipeline stages): each step a share of the requests, none awaiting its token, up to that many outstanding', () => {
+  const { sched } = makeScheduler({ microBatches: 2 });
+  for (const id of ['a', 'b', 'c', 'd']) sched.addRequest(makeRequest(id, 3, 5));
+  // four requests, two micro-batches: two prompts a step, the next step the other two
+  assert.deepEqual(rows(sched.schedule()), [['a', 3], ['b', 3]]);
+  assert.deepEqual(rows(sched.schedule()), [['c', 3], ['d', 3]]);
+  assert.throws(() => sched.schedule(), /schedule\(\) with 2 steps outstanding/);
+  // the first step's tokens back: its requests decode, while the second's still wait for theirs
+  sched.updateFromOutput(new Map([['a', [1]], ['b', [2]]]));
+  assert.deepEqual(rows(sched.schedule()), [['a', 1], ['b', 1]]);
+  sched.updateFromOutput(new Map([['c', [3]], ['d', [4]]]));
+  assert.deepEqual(rows(sched.schedule()), [['c', 1], ['d', 1]]);
+  assert.equal(sched.getRequest('c')!.allTokenIds.at(-2), 3, 'the token fed is the one that came back');
+  // everything outstanding awaits its token: an empty step, which is not outstanding
+  const { sched: one } = makeScheduler({ microBatches: 3 });
+  one.addRequest(makeRequest('x', 2, 4));
+  assert.deepEqual(rows(one.schedule()), [['x', 2]]);
+  assert.deepEqual(rows(one.schedule()), []);
+  one.updateFromOutput(new Map([['x', [9]]]));
+  assert.deepEqual(rows(one.schedule()), [['x', 1]]);
+});
+
+test('micro-batches: a prompt chunk in flight takes its next chunk in the next step (its tokens are known)', () => {
+  const { sched } = makeScheduler({ microBatches: 2, maxNumBatchedTokens: 4 });
+  sched.addRequest(makeRequest('a', 10, 2));
+  assert.deepEqual(rows(sched.schedule()), [['a', 4]]);
+  assert.deepEqual(rows(sched.schedule()), [['a', 4]]);
+  sched.updateFromOutput(new Map());
+  const last = sched.schedule();
+  assert.deepEqual([rows(last), last.scheduledRequests[0]!.sample], [[['a', 2]], true]);
 });

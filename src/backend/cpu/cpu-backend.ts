@@ -205,6 +205,10 @@ export class CpuBackend implements Backend {
     return { batch };
   }
 
+  stepTensor(shape: readonly number[]): Tensor {
+    return this.alloc([...shape]);
+  }
+
   embedding(table: Tensor, step: StepInputs, firstRow?: number): Tensor {
     const tab = asCpu(table);
     const [vocabSize, hidden] = tab.shape as [number, number];

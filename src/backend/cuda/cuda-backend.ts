@@ -194,6 +194,10 @@ export class CudaBackend implements Backend {
 
   // ---- ops ----
 
+  stepTensor(shape: readonly number[]): Tensor {
+    return this.step.act([...shape]);
+  }
+
   embedding(table: Tensor, step: StepInputs, firstRow?: number): Tensor {
     return this.sampling.embedding(table, step, firstRow);
   }

@@ -76,6 +76,17 @@ export class CudaGraphs implements DeviceGraphs {
     s.metaCopyPending = true;  // the graph records metaCopied after its copy of the packed step
     this.numReplays++;
     const read = g.hostRead;
+    if (read.numElements === 0) {
+      // a pipeline stage before the last: its step ends with the send to the next stage, and nothing comes back. The
+      // next launch waits for this one's metadata copy (metaCopied) before it reuses the pinned buffer.
+      if (!g.timings) return () => new Int32Array(0);
+      return () => {
+        s.device.synchronize();
+        s.profiler?.finishReplay(g.timings!, startMs);
+        s.metaCopyPending = false;
+        return new Int32Array(0);
+      };
+    }
     if (read.src !== undefined) {
       // tokens: one of two slots and its own event, so this step's wait does not wait for a step launched after it
       return this.sampling.readTokensLater(read.src, read.numElements, () => {
@@ -104,7 +115,8 @@ export class CudaGraphs implements DeviceGraphs {
         this.s.capturing = false;
         this.s.workspace.frozen = false;
       }
-      return this.sampling.capturedRead;
+      // none: a pipeline stage's forward before the last ends with its send (Model.forward*), and reads nothing back
+      return this.sampling.capturedRead ?? { numElements: 0, dtype: 'i32' };
     }, label);
   }
 

@@ -28,7 +28,7 @@ export type DeviceResult =
 export function runDeviceStep(model: Model, graphs: DeviceGraphs | undefined, step: DeviceStep): DeviceResult {
   switch (step.op) {
     case 'copyState':
-      model.backend.copyRecurrentState(step.src, step.dst);
+      model.copyRecurrentState(step.src, step.dst);
       return { op: 'copyState' };
     case 'scored':
       return { op: 'scored', ...model.forwardScored(step.batch, step.numSampled, step.targets, step.numTop) };

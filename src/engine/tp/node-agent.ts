@@ -8,7 +8,7 @@ import { readKnob } from '../../knobs/knobs.js';
 import { loadModel } from '../../loader/model-dir.js';
 import type { EngineOptions } from '../options.js';
 import { nodeIdentity, nodeRanks, nodesRefusal, onFrames, sendFrame, type ToNode } from './node-link.js';
-import type { FromFollower } from './protocol.js';
+import { rankLabel, type FromFollower } from './protocol.js';
 import { startRank, type RankPort } from './rank-port.js';
 
 /** Connects to node 0, retrying each second until `deadline` (ms since the epoch). */
@@ -64,7 +64,7 @@ export async function runNodeAgent(options: EngineOptions, log: (line: string) =
             if (msg.type === 'closed') closed++;
             sendFrame(socket, { type: 'rank', rank: init.rank, m: msg });
           };
-          port.listen(relay, (why) => fail(`tensor-parallel rank ${init.rank}: ${why}`));
+          port.listen(relay, (why) => fail(`${rankLabel(init.rank, init.tp, init.pp)}: ${why}`));
           ports.set(init.rank, port);
         }
       } else if (m.type === 'rank') ports.get(m.rank)?.post(m.m);

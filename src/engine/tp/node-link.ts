@@ -1,5 +1,6 @@
-// Tensor-parallel ranks on several machines (vLLM's and torchrun's --nnodes, --node-rank, --master-addr,
-// --master-port): node 0 runs the engine and ranks 0 .. R-1 (R = tensorParallelSize / nnodes); node n runs an agent
+// Tensor- and pipeline-parallel ranks on several machines (vLLM's and torchrun's --nnodes, --node-rank, --master-addr,
+// --master-port): node 0 runs the engine and ranks 0 .. R-1 (R = tensorParallelSize x pipelineParallelSize / nnodes;
+// with -pp as many as the nodes, node 0 runs the last stage, node nnodes - 1 the first); node n runs an agent
 // (node-agent.ts) whose ranks nR .. (n+1)R-1 are child processes as node 0's are. The agent and node 0 talk over one
 // TCP connection, length-prefixed structured clones (v8 serialization: a step's typed arrays stay typed arrays):
 // the agent's hello, node 0's FollowerInits, then each rank's messages both ways. The collectives themselves go over
@@ -13,7 +14,7 @@ import { writeSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { deserialize, serialize } from 'node:v8';
 import type { ModelConfig } from '../../loader/types.js';
-import type { EngineOptions } from '../options.js';
+import { worldSize, type EngineOptions } from '../options.js';
 import type { FollowerInit, FromFollower, ToFollower } from './protocol.js';
 
 /** An agent's first frame: who it is and what it loaded (node 0 refuses a mismatch, naming it). */
@@ -27,6 +28,7 @@ export interface NodeHello {
 export interface NodeIdentity {
   nnodes: number;
   tensorParallelSize: number;
+  pipelineParallelSize: number;
   /** sha256 of the model's config as loaded (the same checkpoint on every machine). */
   config: string;
 }
@@ -39,8 +41,9 @@ export type ToNode =
 
 export type FromNode = NodeHello | { type: 'rank'; rank: number; m: FromFollower } | { type: 'failed'; message: string };
 
-export function nodeIdentity(options: Pick<EngineOptions, 'nnodes' | 'tensorParallelSize'>, config: ModelConfig): NodeIdentity {
-  return { nnodes: options.nnodes, tensorParallelSize: options.tensorParallelSize,
+export function nodeIdentity(options: Pick<EngineOptions, 'nnodes' | 'tensorParallelSize' | 'pipelineParallelSize'>,
+  config: ModelConfig): NodeIdentity {
+  return { nnodes: options.nnodes, tensorParallelSize: options.tensorParallelSize, pipelineParallelSize: options.pipelineParallelSize,
     config: createHash('sha256').update(JSON.stringify(config)).digest('hex').slice(0, 16) };
 }
 
@@ -50,6 +53,9 @@ export function identityMismatch(mine: NodeIdentity, theirs: NodeIdentity, nodeR
   if (theirs.tensorParallelSize !== mine.tensorParallelSize) {
     return `node ${nodeRank} was started with --tensor-parallel-size ${theirs.tensorParallelSize}, node 0 with ${mine.tensorParallelSize}`;
   }
+  if (theirs.pipelineParallelSize !== mine.pipelineParallelSize) {
+    return `node ${nodeRank} was started with --pipeline-parallel-size ${theirs.pipelineParallelSize}, node 0 with ${mine.pipelineParallelSize}`;
+  }
   if (theirs.config !== mine.config) return `node ${nodeRank} loaded another model (its config.json differs from node 0's)`;
   return null;
 }
@@ -58,12 +64,14 @@ export function identityMismatch(mine: NodeIdentity, theirs: NodeIdentity, nodeR
  * Why these multi-node flags cannot run, or null: the node rank out of range, a size that does not split over the
  * nodes, or a part that stays on one machine (the CPU backend's ranks meet in shared memory; data parallelism).
  */
-export function nodesRefusal(o: Pick<EngineOptions, 'nnodes' | 'nodeRank' | 'tensorParallelSize' | 'dataParallelSize' | 'backend'>):
-  string | null {
+export function nodesRefusal(o: Pick<EngineOptions, 'nnodes' | 'nodeRank' | 'tensorParallelSize' | 'pipelineParallelSize' |
+  'dataParallelSize' | 'backend'>): string | null {
   if (o.nodeRank < 0 || o.nodeRank >= o.nnodes) return `--node-rank ${o.nodeRank}: expected 0 to ${o.nnodes - 1} (--nnodes ${o.nnodes})`;
   if (o.nnodes === 1) return null;
-  if (o.tensorParallelSize % o.nnodes !== 0) {
-    return `--tensor-parallel-size ${o.tensorParallelSize} does not split evenly over --nnodes ${o.nnodes} (each node runs as many ranks)`;
+  if (worldSize(o) % o.nnodes !== 0) {
+    const ranks = o.pipelineParallelSize > 1 ? `--tensor-parallel-size ${o.tensorParallelSize} x --pipeline-parallel-size ` +
+      `${o.pipelineParallelSize} (${worldSize(o)} ranks)` : `--tensor-parallel-size ${o.tensorParallelSize}`;
+    return `${ranks} does not split evenly over --nnodes ${o.nnodes} (each node runs as many ranks)`;
   }
   if (o.backend === 'cpu') return '--nnodes > 1 needs CUDA: the CPU backend\'s ranks meet in shared memory, on one machine';
   if (o.dataParallelSize > 1) return '--nnodes > 1 with --data-parallel-size > 1 is not supported: one engine spans the nodes';
@@ -71,8 +79,8 @@ export function nodesRefusal(o: Pick<EngineOptions, 'nnodes' | 'nodeRank' | 'ten
 }
 
 /** Ranks node `nodeRank` runs. */
-export function nodeRanks(o: Pick<EngineOptions, 'nnodes' | 'tensorParallelSize'>, nodeRank: number): number[] {
-  const per = o.tensorParallelSize / o.nnodes;
+export function nodeRanks(o: Pick<EngineOptions, 'nnodes' | 'tensorParallelSize' | 'pipelineParallelSize'>, nodeRank: number): number[] {
+  const per = worldSize(o) / o.nnodes;
   return Array.from({ length: per }, (_, i) => nodeRank * per + i);
 }
 

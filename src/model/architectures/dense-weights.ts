@@ -13,7 +13,7 @@ import { fp8Module } from '../../loader/config.js';
 import { ModelLoadError } from '../../loader/errors.js';
 import type { DType, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { FP8_BLOCK, quantizeWeightBlocks } from '../../backend/fp8-linear.js';
-import type { LoadOptions } from '../load-options.js';
+import { computesLogits, embedsTokens, type LoadOptions } from '../load-options.js';
 import { addExpertTensors, expertModules, extraExpertTensor, routerModule, type LayerExperts } from './moe-weights.js';
 
 export interface LayerWeights {
@@ -33,12 +33,22 @@ export interface LayerWeights {
   experts: LayerExperts | null;
 }
 
+/** A pipeline stage's (ModelConfig.pipelineStage) leaves out what it does not run: null there. */
 export interface ModelWeights {
-  embedTokens: Tensor;
+  embedTokens: Tensor | null;
   layers: LayerWeights[];
-  finalNorm: Tensor;
+  finalNorm: Tensor | null;
   /** The embedding table itself when word embeddings are tied. */
-  lmHead: Tensor;
+  lmHead: Tensor | null;
+}
+
+/**
+ * Which of the tensors around the layers a config's model reads: a pipeline stage only those it runs (the last
+ * reads embed_tokens as its lm_head where they are tied).
+ */
+export function outerTensors(c: ModelConfig): { embedTokens: boolean; finalNorm: boolean; lmHead: boolean } {
+  const logits = computesLogits(c);
+  return { embedTokens: embedsTokens(c) || (logits && c.tieWordEmbeddings), finalNorm: logits, lmHead: logits && !c.tieWordEmbeddings };
 }
 
 export interface ExpectedTensor {
@@ -62,7 +72,8 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     out.push({ name: `${module}.weight`, shape, dtype: 'f8_e4m3' },
       { name: `${module}.weight_scale_inv`, shape: shape.map((d) => Math.ceil(d / FP8_BLOCK)), dtype: 'f32' });
   };
-  add('model.embed_tokens.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
+  const outer = outerTensors(c);
+  if (outer.embedTokens) add('model.embed_tokens.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   for (let l = 0; l < c.numLayers; l++) {
     const p = layerPrefix(l);
     add(`${p}input_layernorm.weight`, [hidden]);
@@ -95,8 +106,8 @@ export function expectedTensors(c: ModelConfig): ExpectedTensor[] {
     }
     if (!c.moe?.sparseLayers[l]) linear(`${p}mlp.down_proj`, [hidden, c.intermediateSize]);
   }
-  add('model.norm.weight', [hidden]);
-  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
+  if (outer.finalNorm) add('model.norm.weight', [hidden]);
+  if (outer.lmHead) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   return out;
 }
 
@@ -201,7 +212,8 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
       : backend.uploadFp8Block!(`${name}.weight`, modules.map((m) =>
         ({ weight: source.read(`${m}.weight`), scaleInv: source.read(`${m}.weight_scale_inv`) })));
   };
-  const embedTokens = up('model.embed_tokens.weight');
+  const outer = outerTensors(config);
+  const embedTokens = outer.embedTokens ? up('model.embed_tokens.weight') : null;
   const layers: LayerWeights[] = [];
   for (let l = 0; l < config.numLayers; l++) {
     const p = layerPrefix(l);
@@ -232,7 +244,7 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
       experts,
     });
   }
-  const finalNorm = up('model.norm.weight');
-  const lmHead = config.tieWordEmbeddings ? embedTokens : up('lm_head.weight');
+  const finalNorm = outer.finalNorm ? up('model.norm.weight') : null;
+  const lmHead = outer.lmHead ? up('lm_head.weight') : outer.finalNorm ? embedTokens : null;
   return { embedTokens, layers, finalNorm, lmHead };
 }

@@ -19,7 +19,7 @@ import type { Backend, Tensor } from '../../backend/backend.js';
 import { bytesToF32 } from '../../loader/dtype.js';
 import { hybridFamilyName, isHybridArchitecture } from '../../loader/hybrid-config.js';
 import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
-import { validateWeights, type ExpectedTensor } from './dense-weights.js';
+import { outerTensors, validateWeights, type ExpectedTensor } from './dense-weights.js';
 import type { DeltaNetLayerWeights } from '../layers/deltanet.js';
 import { concatRows, pickRows, rows } from './host-rows.js';
 import { addFeedForwardTensors, expertLayout, loadFeedForward, type ExpertLayout, type HybridFeedForwardWeights } from './hybrid-moe-weights.js';
@@ -46,11 +46,12 @@ export type Qwen35LayerWeights = {
   deltaNet: Qwen35DeltaNetWeights | null;
 } & HybridFeedForwardWeights;
 
+/** A pipeline stage's leaves out what it does not run (dense-weights.ts outerTensors): null there. */
 export interface Qwen35Weights {
-  embedTokens: Tensor;
+  embedTokens: Tensor | null;
   layers: Qwen35LayerWeights[];
-  finalNorm: Tensor;
-  lmHead: Tensor;
+  finalNorm: Tensor | null;
+  lmHead: Tensor | null;
 }
 
 const NESTED = 'model.language_model.';
@@ -77,7 +78,8 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts
   const valueDim = h.linearNumValueHeads * h.linearValueHeadDim;
   const out: ExpectedTensor[] = [];
   const add = (name: string, shape: number[]): void => void out.push({ name, shape, dtype: c.dtype });
-  add(`${prefix}embed_tokens.weight`, [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
+  const outer = outerTensors(c);
+  if (outer.embedTokens) add(`${prefix}embed_tokens.weight`, [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   h.layerTypes.forEach((type, l) => {
     const p = `${prefix}layers.${l}.`;
     add(`${p}input_layernorm.weight`, [hidden]);
@@ -103,8 +105,8 @@ export function qwen35ExpectedTensors(c: ModelConfig, prefix = 'model.', experts
     add(`${p}post_attention_layernorm.weight`, [hidden]);
     addFeedForwardTensors(c, c.moe?.sparseLayers[l] ?? false, p, experts, add);
   });
-  add(`${prefix}norm.weight`, [hidden]);
-  if (!c.tieWordEmbeddings) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
+  if (outer.finalNorm) add(`${prefix}norm.weight`, [hidden]);
+  if (outer.lmHead) add('lm_head.weight', [c.vocabParallel?.rows ?? c.vocabSize, hidden]);
   return out;
 }
 
@@ -204,7 +206,8 @@ export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend:
       attention, deltaNet, ...loadFeedForward(c, c.moe?.sparseLayers[l] ?? false, p, experts, read, backend),
     };
   });
-  const embedTokens = up(`${prefix}embed_tokens.weight`);
-  return { embedTokens, layers, finalNorm: norm(`${prefix}norm.weight`),
-    lmHead: c.tieWordEmbeddings ? embedTokens : up('lm_head.weight') };
+  const outer = outerTensors(c);
+  const embedTokens = outer.embedTokens ? up(`${prefix}embed_tokens.weight`) : null;
+  return { embedTokens, layers, finalNorm: outer.finalNorm ? norm(`${prefix}norm.weight`) : null,
+    lmHead: outer.lmHead ? up('lm_head.weight') : outer.finalNorm ? embedTokens : null };
 }

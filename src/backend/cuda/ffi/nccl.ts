@@ -1,4 +1,5 @@
-// Typed table of NCCL (libnccl.so.2): the collectives tensor parallelism needs. Loaded on first use only, so a
+// Typed table of NCCL (libnccl.so.2): the collectives tensor parallelism needs, and the point-to-point send and
+// receive of pipeline parallelism (NCCL 2.7+). Loaded on first use only, so a
 // single-GPU server never opens it (nothing outside src/parallel calls ncclApi; test/parallel checks it).
 // Hand-written, as driver.ts is: the handful of prototypes and enum values below were read from NCCL's own
 // src/nccl.h.in, and a generated binding would drag in the whole header for them.
@@ -54,6 +55,8 @@ export interface NcclApi {
   ncclAllGather(send: bigint, recv: bigint, sendCount: number, datatype: number, comm: Handle, stream: Handle): number;
   ncclBroadcast(send: bigint, recv: bigint, count: number, datatype: number, root: number, comm: Handle,
     stream: Handle): number;
+  ncclSend(send: bigint, count: number, datatype: number, peer: number, comm: Handle, stream: Handle): number;
+  ncclRecv(recv: bigint, count: number, datatype: number, peer: number, comm: Handle, stream: Handle): number;
   ncclGroupStart(): number;
   ncclGroupEnd(): number;
 }
@@ -76,6 +79,8 @@ function prototypes(): string[] {
     'int ncclAllGather(uint64_t sendbuff, uint64_t recvbuff, size_t sendcount, int datatype, void *comm, void *stream)',
     'int ncclBroadcast(uint64_t sendbuff, uint64_t recvbuff, size_t count, int datatype, int root, void *comm, ' +
       'void *stream)',
+    'int ncclSend(uint64_t sendbuff, size_t count, int datatype, int peer, void *comm, void *stream)',
+    'int ncclRecv(uint64_t recvbuff, size_t count, int datatype, int peer, void *comm, void *stream)',
     'int ncclGroupStart()',
     'int ncclGroupEnd()',
   ];
