@@ -469,12 +469,18 @@ export class EngineCore {
   }
 
   dispose(): void {
+    void this.close();
+  }
+
+  /** dispose(), resolved once the other ranks' processes have exited (LLM.close() leaves none behind). */
+  async close(): Promise<void> {
     // ends the grammar hosts at once, whatever they are compiling
     void this.grammars?.dispose();
     this.inFlight = [];
-    void this.tp?.shutdown();
+    const ranks = this.tp?.shutdown();  // its collective part runs now, before this backend is disposed
     this.spec?.dispose();
     this.model.backend.dispose();
+    await ranks;
   }
 }
 

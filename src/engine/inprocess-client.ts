@@ -46,7 +46,7 @@ export class InProcessEngineClient implements EngineClient {
   async shutdown(): Promise<void> {
     this.closed = true;
     this.router.failAll('engine shut down');
-    this.core.dispose();
+    await this.core.close();
   }
 
   private kick(): void {

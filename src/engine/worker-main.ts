@@ -104,9 +104,14 @@ try {
       case 'shutdown':
         clearInterval(timer);
         stopping = true;
-        send({ type: 'closed', traceSummary: core.traceSummary() });
-        core.dispose();
-        port.close();
+        {
+          // 'closed' once the other ranks have exited, so the client's shutdown leaves no process behind
+          const traceSummary = core.traceSummary();
+          void core.close().catch(() => {}).then(() => {
+            send({ type: 'closed', traceSummary });
+            port.close();
+          });
+        }
         break;
     }
   });

@@ -83,3 +83,16 @@ test('the one-shot peer all-reduce is off where asked (--disable-custom-all-redu
     if (saved === undefined) delete process.env.NCCL_P2P_DISABLE; else process.env.NCCL_P2P_DISABLE = saved;
   }
 });
+
+test('close() resolves only once the other ranks have ended (LLM.close() leaves no rank running)', async () => {
+  const core = await createEngineCore(engineOptions({ model: join(root, 'qwen3'), backend: 'cpu', cpuThreads: 1, tensorParallelSize: 2 }));
+  const tp = (core as unknown as { tp: { shutdown(): Promise<void> } }).tp;
+  let ended = false;
+  const shutdown = tp.shutdown.bind(tp);
+  tp.shutdown = async () => {
+    await shutdown();
+    ended = true;
+  };
+  await core.close();
+  assert.ok(ended, 'close() resolved before the ranks\' shutdown');
+});
