@@ -2,7 +2,11 @@
 // q/k row permutation undone where convert_hf_to_gguf.py applied it.
 import { ModelLoadError } from './errors.js';
 import type { GgufFile } from './gguf.js';
-import type { DType, HostTensor, ModelConfig, WeightSource } from './types.js';
+import { GGML_TYPES } from './gguf-quants.js';
+import type { DType, GgufBlocks, GgufBlockType, HostTensor, ModelConfig, WeightSource } from './types.js';
+
+/** The block types whose raw blocks readGgufBlocks hands out (F32, F16 and BF16 tensors are read as floats). */
+export const GGUF_BLOCK_TYPES: readonly GgufBlockType[] = ['Q8_0', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K'];
 
 const GLOBAL: Record<string, string> = {
   'token_embd.weight': 'model.embed_tokens.weight',
@@ -42,12 +46,21 @@ export function hfTensorName(gguf: string): string | null {
  * 2i + j holds HF row j * headDim / 2 + i (HF rotates halves, llama.cpp interleaved pairs).
  */
 export function unpermuteQk(src: Float32Array, rows: number, cols: number, headDim: number): Float32Array {
-  const out = new Float32Array(src.length);
+  return unpermuteQkRows(src, rows, cols, headDim);
+}
+
+/**
+ * unpermuteQk on any row-major array of `rows` rows of `rowLength` elements: the same permutation moves whole rows, so
+ * it undoes llama.cpp's on quantized blocks as well (a block lies within one row: blocks run along K).
+ */
+export function unpermuteQkRows<A extends Float32Array | Uint8Array>(src: A, rows: number, rowLength: number,
+  headDim: number): A {
+  const out = new (src.constructor as new (n: number) => A)(src.length);
   const halfDim = headDim / 2;
   for (let r = 0; r < rows; r++) {
     const head = Math.floor(r / headDim), within = r % headDim;
     const hf = head * headDim + (within % 2) * halfDim + (within >> 1);
-    out.set(src.subarray(r * cols, (r + 1) * cols), hf * cols);
+    out.set(src.subarray(r * rowLength, (r + 1) * rowLength), hf * rowLength);
   }
   return out;
 }
@@ -67,6 +80,7 @@ export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk
   };
   const info = (name: string): { dtype: DType; shape: number[]; file: string } =>
     ({ dtype: 'f32', shape: gguf.tensors.get(get(name))!.shape, file: gguf.file });
+  const permuted = (name: string): boolean => permutedQk && /self_attn\.[qk]_proj\.(weight|bias)$/.test(name);
   return {
     names: () => [...byHf.keys()],
     has: (name) => byHf.has(name),
@@ -74,10 +88,18 @@ export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk
     read(name: string): HostTensor {
       const { shape } = info(name);
       let values = gguf.readF32(get(name));
-      if (permutedQk && /self_attn\.[qk]_proj\.(weight|bias)$/.test(name)) {
-        values = unpermuteQk(values, shape[0]!, shape.length > 1 ? shape[1]! : 1, config.headDim);
-      }
+      if (permuted(name)) values = unpermuteQk(values, shape[0]!, shape.length > 1 ? shape[1]! : 1, config.headDim);
       return { name, dtype: 'f32', shape, data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+    },
+    readGgufBlocks(name: string): GgufBlocks | null {
+      const t = gguf.tensors.get(get(name))!;
+      const type = t.type as GgufBlockType;
+      if (t.shape.length !== 2 || !GGUF_BLOCK_TYPES.includes(type)) return null;
+      const [N, K] = t.shape as [number, number];
+      let data = gguf.readRaw(t.name);
+      const rowBytes = (K / GGML_TYPES[type].blockElems) * GGML_TYPES[type].blockBytes;
+      if (permuted(name)) data = unpermuteQkRows(data, N, rowBytes, config.headDim);
+      return { name, type, shape: [N, K], data };
     },
   };
 }
