@@ -1,5 +1,6 @@
 // A GGUF file's tensors under the Hugging Face names the model loaders read, as f32 (dequantized), with llama.cpp's
 // q/k row permutation undone where convert_hf_to_gguf.py applied it.
+import { readKnob } from '../knobs/knobs.js';
 import { ModelLoadError } from './errors.js';
 import type { GgufFile } from './gguf.js';
 import { GGML_TYPES } from './gguf-quants.js';
@@ -91,7 +92,8 @@ export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk
       if (permuted(name)) values = unpermuteQk(values, shape[0]!, shape.length > 1 ? shape[1]! : 1, config.headDim);
       return { name, dtype: 'f32', shape, data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
     },
-    readGgufBlocks(name: string): GgufBlocks | null {
+    // QUIRE_GGUF_BLOCKS=0: none, so every backend uploads the dequantized values (the A/B baseline)
+    readGgufBlocks: !readKnob('QUIRE_GGUF_BLOCKS') ? undefined : (name: string): GgufBlocks | null => {
       const t = gguf.tensors.get(get(name))!;
       const type = t.type as GgufBlockType;
       if (t.shape.length !== 2 || !GGUF_BLOCK_TYPES.includes(type)) return null;

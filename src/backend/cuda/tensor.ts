@@ -57,8 +57,12 @@ export class ColumnView extends CudaTensor {
   }
 }
 
-/** A plain CUDA tensor; throws on another backend's tensor, on a NormedTensor (its scale is not applied) and on a view. */
+/**
+ * A plain CUDA tensor; throws on another backend's tensor, on a GGUF weight (only matmul takes one), on a
+ * NormedTensor (its scale is not applied) and on a view.
+ */
 export function asCuda(t: Tensor): CudaTensor {
+  if (t.quantized === 'gguf') throw new Error('CudaBackend: a GGUF-quantized weight reached an op other than matmul');
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
   if (t instanceof NormedTensor) throw new Error('CudaBackend: a GEMM input whose norm is left to that GEMM reached another op');
   if (t instanceof ColumnView) throw new Error('CudaBackend: a column view reached an op that reads rows contiguously');

@@ -1,0 +1,66 @@
+// A GGUF model on CUDA with its projections kept as llama.cpp's blocks, against the same file dequantized to bf16 at
+// load (QUIRE_GGUF_BLOCKS=0): the demo model as Q4_K_M (Q4_K projections, Q6_K v and down: fused qkv of two formats)
+// and as Q8_0, through the engine (prefill chunks on the dequantized path, decode steps on the GEMV, CUDA graphs).
+// The two paths differ only by the bf16 rounding of the weights the GEMV does without, so each scores the other's
+// greedy transcript within a small logprob difference, and the transcripts agree.
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LLM } from '../../src/engine/llm.js';
+import { packageRoot } from '../../src/cli/default-model.js';
+import { modelDirToGguf, type GgufQuantization } from '../../src/tools/gguf-convert.js';
+import { noCuda } from './cuda-helpers.js';
+
+describe('GGUF models on CUDA, blocks kept quantized', { skip: noCuda }, () => {
+  const root = mkdtempSync(join(tmpdir(), 'quire-gguf-cuda-'));
+  after(() => rmSync(root, { recursive: true, force: true }));
+  const gate = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gate-prompts.json'), 'utf8')) as
+    { prompts: { prompt: string }[] };
+  const prompts = gate.prompts.slice(0, 8).map((p) => p.prompt);
+  const maxTokens = 32;
+
+  async function withLlm<R>(file: string, blocks: boolean, fn: (llm: LLM) => Promise<R>): Promise<R> {
+    if (!blocks) process.env.QUIRE_GGUF_BLOCKS = '0';
+    try {
+      const llm = new LLM(file, { backend: 'cuda', maxModelLen: 512, maxNumSeqs: 8 });
+      try {
+        return await fn(llm);
+      } finally {
+        await llm.close();
+      }
+    } finally {
+      delete process.env.QUIRE_GGUF_BLOCKS;
+    }
+  }
+
+  for (const q of ['q4_k_m', 'q8_0'] as GgufQuantization[]) {
+    test(`the demo model as ${q}: greedy transcripts and their logprobs near the dequantized bf16 path's`, async () => {
+      const file = join(root, `demo-${q}.gguf`);
+      modelDirToGguf(join(packageRoot(), 'models', 'quire-demo'), file, q);
+      const params = { maxTokens, temperature: 0, ignoreEos: true, logprobs: 0 };
+      const quantized = await withLlm(file, true, (llm) => llm.generate(prompts, params));
+      const bf16 = await withLlm(file, false, (llm) => llm.generate(prompts, params));
+      // the quantized path scores the bf16 path's transcripts (teacher-forced: one divergence does not compound)
+      const scored = await withLlm(file, true, (llm) => llm.generate(bf16.map((b) => [...b.promptTokenIds, ...b.tokenIds]),
+        { maxTokens: 1, temperature: 0, promptLogprobs: 0 }));
+      let worst = 0;
+      let numSame = 0;
+      for (let i = 0; i < prompts.length; i++) {
+        const [a, b] = [quantized[i]!, bf16[i]!];
+        const same = a.tokenIds.findIndex((t, k) => t !== b.tokenIds[k]);
+        console.log(`# ${q} prompt ${i}: transcripts agree on ${same === -1 ? maxTokens : same} of ${maxTokens} tokens`);
+        if (same === -1) numSame++;
+        b.logprobs!.forEach((lp, k) => {
+          const s = scored[i]!.promptLogprobs![b.promptTokenIds.length + k]!;
+          worst = Math.max(worst, Math.abs(s.logprob - lp.logprob));
+        });
+      }
+      console.log(`# ${q}: largest logprob difference ${worst.toFixed(4)}, ${numSame} of ${prompts.length} transcripts identical`);
+      assert.ok(worst < 0.1, `the quantized path scores the bf16 transcript ${worst} away`);
+      assert.ok(numSame >= prompts.length / 2, `${numSame} of ${prompts.length} transcripts identical`);
+    });
+  }
+});
