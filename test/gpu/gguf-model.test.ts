@@ -22,10 +22,10 @@ describe('GGUF models on CUDA, blocks kept quantized', { skip: noCuda }, () => {
   const prompts = gate.prompts.slice(0, 8).map((p) => p.prompt);
   const maxTokens = 32;
 
-  async function withLlm<R>(file: string, blocks: boolean, fn: (llm: LLM) => Promise<R>): Promise<R> {
+  async function withLlm<R>(file: string, blocks: boolean, fn: (llm: LLM) => Promise<R>, extra = {}): Promise<R> {
     if (!blocks) process.env.QUIRE_GGUF_BLOCKS = '0';
     try {
-      const llm = new LLM(file, { backend: 'cuda', maxModelLen: 512, maxNumSeqs: 8 });
+      const llm = new LLM(file, { backend: 'cuda', maxModelLen: 512, maxNumSeqs: 8, ...extra });
       try {
         return await fn(llm);
       } finally {
@@ -43,9 +43,10 @@ describe('GGUF models on CUDA, blocks kept quantized', { skip: noCuda }, () => {
       const params = { maxTokens, temperature: 0, ignoreEos: true, logprobs: 0 };
       const quantized = await withLlm(file, true, (llm) => llm.generate(prompts, params));
       const bf16 = await withLlm(file, false, (llm) => llm.generate(prompts, params));
-      // the quantized path scores the bf16 path's transcripts (teacher-forced: one divergence does not compound)
+      // the quantized path scores the bf16 path's transcripts (teacher-forced: one divergence does not compound), in
+      // chunks of 8 tokens, so on the GEMV as decode steps are (longer chunks take the dequantized weights)
       const scored = await withLlm(file, true, (llm) => llm.generate(bf16.map((b) => [...b.promptTokenIds, ...b.tokenIds]),
-        { maxTokens: 1, temperature: 0, promptLogprobs: 0 }));
+        { maxTokens: 1, temperature: 0, promptLogprobs: 0 }), { maxNumBatchedTokens: 8 });
       let worst = 0;
       let numSame = 0;
       for (let i = 0; i < prompts.length; i++) {
