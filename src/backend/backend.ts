@@ -155,6 +155,11 @@ export interface DeviceProbes {
 export interface MemoryReport {
   /** Bytes the backend may give to the KV cache right now. */
   availableKvBytes: number;
+  /**
+   * CUDA: what the KV cache could take of the memory free now, whatever --gpu-memory-utilization says (less the
+   * activation reserve): the cap of an explicit --kv-cache-memory-bytes, which replaces the fraction as in vLLM.
+   */
+  freeKvBytes?: number;
   totalBytes: number;
   weightBytes: number;
 }

@@ -131,8 +131,10 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
  */
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions,
   maxModelLen: number, draft: Model | null = null): KvCachePlan {
-  let bytes = backend.memory().availableKvBytes;
-  if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
+  // an explicit --kv-cache-memory-bytes replaces --gpu-memory-utilization's share (as vLLM's), capped by the memory free
+  const m = backend.memory();
+  const bytes = options.kvCacheBytes === null ? m.availableKvBytes
+    : Math.min(options.kvCacheBytes, m.freeKvBytes ?? m.availableKvBytes);
   const plan = planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
     enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true,
@@ -149,7 +151,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   }
   if (numBlocks < minBlocks) {
     process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context `
-      + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `
+      + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes or `
       + '--gpu-memory-utilization (CUDA), or lower --max-model-len');
   }
   const layout = model.recurrentStateLayout(plan.numStateSlots + plan.numCachedStateSlots + plan.numSpecBackupSlots);

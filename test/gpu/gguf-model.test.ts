@@ -25,7 +25,9 @@ describe('GGUF models on CUDA, blocks kept quantized', { skip: noCuda }, () => {
   async function withLlm<R>(file: string, blocks: boolean, fn: (llm: LLM) => Promise<R>, extra = {}): Promise<R> {
     if (!blocks) process.env.QUIRE_GGUF_BLOCKS = '0';
     try {
-      const llm = new LLM(file, { backend: 'cuda', maxModelLen: 512, maxNumSeqs: 8, ...extra });
+      // a budget of its own (8 sequences of 512 tokens take 256 pages of 40 KiB): beside another test file's engine,
+      // which may have allocated since this one started, --gpu-memory-utilization's share can be nothing
+      const llm = new LLM(file, { backend: 'cuda', maxModelLen: 512, maxNumSeqs: 8, kvCacheBytes: 64 << 20, ...extra });
       try {
         return await fn(llm);
       } finally {
