@@ -14,10 +14,10 @@ import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainG
   planChainGemm } from './gemm-chain.js';
 import { planGemmRows } from './gemm-rows.js';
 import { CudaGgufGemm } from './gguf-gemm.js';
-import { GgufWeight } from './gguf-layout.js';
+import { GGUF_Q8_BLOCK, GgufWeight } from './gguf-layout.js';
 import { NORM_VEC } from './kernel-defines.js';
 import type { StepContext } from './step-context.js';
-import { asCuda, CudaTensor, NormedTensor, type PendingNorm } from './tensor.js';
+import { asCuda, CudaTensor, NormedTensor, Q8Tensor, type PendingNorm } from './tensor.js';
 
 export interface GemmOptions {
   batchInvariant: boolean;
@@ -191,7 +191,7 @@ export class CudaGemms {
    */
   matmulAddRmsNorm(x: Tensor, w: Tensor, label: string, bias: Tensor | null, residual: Tensor, normW: Tensor,
     eps: number): Tensor {
-    if (w instanceof GgufWeight) return this.addRmsNorm(this.matmul(x, w, label, bias), residual, normW, eps);
+    if (w instanceof GgufWeight) return this.addRmsNormQ8(this.matmul(x, w, label, bias), residual, normW, eps);
     const xs = asCuda(x);
     const ws = asCuda(w);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
@@ -237,7 +237,7 @@ export class CudaGemms {
 
   /** silu(x gate^T) * (x up^T) for gateUp [2I, K] (gate rows first): one chain kernel for a few tokens. */
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
-    if (gateUp instanceof GgufWeight) return this.siluMul(this.matmul(x, gateUp, 'gate_up'));
+    if (gateUp instanceof GgufWeight) return this.siluMulQ8(this.matmul(x, gateUp, 'gate_up'));
     if (x instanceof NormedTensor) {
       const out = this.chainSilu.bf16 !== 'none' ? this.normedChain(x, asCuda(gateUp), 'gate_up + silu', this.chainSilu.bf16) : null;
       if (out) return out;
@@ -265,6 +265,34 @@ export class CudaGemms {
     this.s.timed('activation', () => this.s.device.launch('activation.cu', 'silu_mul_bf16',
       [Math.ceil((T * I) / (256 * perThread)), 1, 1], 256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)], 0, true));
     return out;
+  }
+
+  /**
+   * After a GGUF projection: siluMul, and where the step takes the GEMV, its output's q8 blocks too (the down
+   * projection's input, most likely GGUF as well), in the same kernel: the GEMV does not quantize it again.
+   */
+  private siluMulQ8(gateUp: CudaTensor): CudaTensor {
+    const [T, twoI] = [gateUp.shape[0]!, gateUp.shape[1]!];
+    const I = twoI / 2;
+    if (!this.gguf.takesGemv(T) || I % GGUF_Q8_BLOCK !== 0) return this.siluMul(gateUp);
+    const out = this.s.act([T, I]);
+    const q8 = this.gguf.allocQ8(T, I);
+    this.s.timed('activation', () => this.s.device.launch('activation.cu', 'silu_mul_q8_bf16',
+      [Math.ceil((T * I) / (256 * 8)), 1, 1], 256, [ptr(gateUp.ptr), ptr(out.ptr), ptr(q8.xq), ptr(q8.xds), i32(T), i32(I)],
+      0, true));
+    return new Q8Tensor([T, I], out.ptr, q8);
+  }
+
+  /** After a GGUF projection: addRmsNorm, and as siluMulQ8 the normed rows' q8 blocks where the step takes the GEMV. */
+  private addRmsNormQ8(x: CudaTensor, residual: Tensor, w: Tensor, eps: number): CudaTensor {
+    const [T, hidden] = [x.shape[0]!, x.shape[1]!];
+    if (!this.gguf.takesGemv(T) || hidden % GGUF_Q8_BLOCK !== 0) return this.addRmsNorm(x, residual, w, eps);
+    const out = this.s.act([T, hidden]);
+    const q8 = this.gguf.allocQ8(T, hidden);
+    this.s.timed('norm', () => this.s.device.launch('norm.cu', 'add_rms_norm_q8_bf16', [T, 1, 1], normThreads(hidden),
+      [ptr(x.ptr), ptr(asCuda(residual).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), ptr(q8.xq), ptr(q8.xds), i32(hidden),
+        f32(eps)], 0, true));
+    return new Q8Tensor([T, hidden], out.ptr, q8);
   }
 
   /** x * sigmoid(gate), both [T, N] (output-gated attention): kernels/activation.cu's sigmoid_mul, into a new tensor. */

@@ -1,15 +1,17 @@
 // GEMMs on GGUF weights kept as llama.cpp's blocks (GgufWeight, gguf-layout.ts). A decode step's few tokens run
-// kernels/gguf.cu's GEMV, which reads each block once for all of them (in passes of 8 tokens), one launch a segment of
-// one block type, each writing its columns of the output. Larger steps (up to QUIRE_GGUF_GEMV_TOKENS is the GEMV's
-// share) dequantize the weight to a bf16 scratch, in slices of rows where it is large, and run the backend's bf16
-// matmul on it (cuBLASLt), each slice's columns copied into place. The batch-invariant mode always takes the bf16 path
-// (its gemm_rows kernel), so a token's sums never depend on how many tokens the step has.
+// kernels/gguf.cu's GEMV on their activations quantized to q8 blocks (kernels/gguf_q8.cuh: once a step's input, by
+// gguf_quantize_q8, unless its producer wrote them: a Q8Tensor), which reads each weight block once for all of them
+// (in passes of 8 tokens), one launch a segment of one block type, each writing its columns of the output. Larger
+// steps (up to QUIRE_GGUF_GEMV_TOKENS is the GEMV's share) dequantize the weight to a bf16 scratch, in slices of rows
+// where it is large, and run the backend's bf16 matmul on it (cuBLASLt), each slice's columns copied into place. The
+// batch-invariant mode always takes the bf16 path (its gemm_rows kernel), so it never sees q8 activations.
 
 import { readKnob } from '../../knobs/knobs.js';
 import { i32, ptr } from './device.js';
-import { GGUF_DEVICE_FORMATS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS, ggufRowBytes, type GgufWeight } from './gguf-layout.js';
+import { GGUF_DEVICE_FORMATS, GGUF_GEMV_ROWS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS, GGUF_Q8_BLOCK, ggufRowBytes,
+  type GgufWeight } from './gguf-layout.js';
 import type { StepContext } from './step-context.js';
-import { CudaTensor } from './tensor.js';
+import { CudaTensor, Q8Tensor, type Q8Blocks } from './tensor.js';
 
 export interface GgufGemmOptions {
   batchInvariant: boolean;
@@ -39,22 +41,47 @@ export class CudaGgufGemm {
     const N = w.shape[0]!;
     if (w.shape[1] !== K) throw new Error(`matmul ${label}: x [${x.shape.join(', ')}], GGUF w [${w.shape.join(', ')}]`);
     if (bias && bias.numElements !== N) throw new Error(`matmul ${label}: bias [${bias.shape.join(', ')}] for ${N} outputs`);
-    if (this.batchInvariant || T > this.gemvMaxTokens) return this.viaBf16(x, w, label, bias);
+    if (T === 0) return this.s.act([0, N]);
+    if (!this.takesGemv(T)) return this.viaBf16(x, w, label, bias);
     const out = this.s.act([T, N]);
+    const q8 = x instanceof Q8Tensor ? x.q8 : this.quantize(x);
     const maxM = GGUF_GEMV_TOKENS.at(-1)!;
+    const rowsPerBlock = GGUF_GEMV_WARPS * GGUF_GEMV_ROWS;
     this.s.timed(`gemm ${label}`, () => {
       for (let t0 = 0; t0 < T; t0 += maxM) {
         const numTokens = Math.min(maxM, T - t0);
         const M = GGUF_GEMV_TOKENS.find((m) => m >= numTokens)!;
         for (const seg of w.segments) {
           this.s.device.launch('gguf.cu', `gguf_gemv_${GGUF_DEVICE_FORMATS[seg.type].kernelName}_m${M}`,
-            [Math.ceil(seg.rows / GGUF_GEMV_WARPS), 1, 1], GGUF_GEMV_WARPS * 32,
-            [ptr(seg.body), ptr(seg.scales), ptr(x.ptr + BigInt(t0 * K * 2)), ptr(out.ptr + BigInt((t0 * N + seg.row0) * 2)),
-              ptr(bias ? bias.ptr + BigInt(seg.row0 * 2) : 0n), i32(numTokens), i32(seg.rows), i32(K), i32(N)], 0, true);
+            [Math.ceil(seg.rows / rowsPerBlock), 1, 1], GGUF_GEMV_WARPS * 32,
+            [ptr(seg.body), ptr(seg.scales), ptr(q8.xq + BigInt(t0 * K)), ptr(q8.xds + BigInt((t0 * K / GGUF_Q8_BLOCK) * 8)),
+              ptr(out.ptr + BigInt((t0 * N + seg.row0) * 2)), ptr(bias ? bias.ptr + BigInt(seg.row0 * 2) : 0n),
+              i32(numTokens), i32(seg.rows), i32(K), i32(N)], 0, true);
         }
       }
     });
     return out;
+  }
+
+  /** Whether a step of T tokens runs the GEMV (so its input is read as q8 blocks). */
+  takesGemv(T: number): boolean {
+    return !this.batchInvariant && T > 0 && T <= this.gemvMaxTokens;
+  }
+
+  /** Workspace for the q8 blocks of [T, K] activations (K a multiple of 32). */
+  allocQ8(T: number, K: number): Q8Blocks {
+    if (K % GGUF_Q8_BLOCK !== 0) throw new Error(`q8 activations of ${K} columns: not whole blocks of ${GGUF_Q8_BLOCK}`);
+    return { xq: this.s.act([T, K], 'f8_e4m3').ptr, xds: this.s.act([T, (K / GGUF_Q8_BLOCK) * 2], 'f32').ptr };
+  }
+
+  /** x [T, K] as q8 blocks (kernels/gguf.cu's gguf_quantize_q8). */
+  private quantize(x: CudaTensor): Q8Blocks {
+    const [T, K] = [x.shape[0]!, x.shape[1]!];
+    const q8 = this.allocQ8(T, K);
+    const groups = (T * K) / 8;
+    this.s.timed('quantize', () => this.s.device.launch('gguf.cu', 'gguf_quantize_q8', [Math.ceil(groups / 256), 1, 1], 256,
+      [ptr(x.ptr), ptr(q8.xq), ptr(q8.xds), i32(groups)], 0, true));
+    return q8;
   }
 
   /** The bf16 GEMM on the weight dequantized, whole or in slices of rows that fit the scratch. */

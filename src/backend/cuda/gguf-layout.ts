@@ -16,7 +16,7 @@ export interface GgufDeviceFormat {
   /** Byte offset of d in a stored block, or null where it stays in the body. */
   dOffset: number | null;
   bodyBytes: number;
-  /** Values of a row one kernel work item decodes (gguf_decode.cuh's UNIT; the kernels assert they agree). */
+  /** Values of a row the dequantize kernel's work item decodes (gguf_decode.cuh's UNIT; the kernels assert they agree). */
   unitElems: number;
   /** The kernels' name for it (gguf_gemv_<kernelName>_m<M>, gguf_dequant_<kernelName>). */
   kernelName: string;
@@ -74,7 +74,14 @@ export function ggufRowBytes(type: GgufBlockType, K: number): { body: number; sc
   return { body: blocks * f.bodyBytes, scales: f.dOffset === null ? 0 : blocks * 2 };
 }
 
-/** Warps of a gguf_gemv block, a weight row each (kernels/gguf.cu). */
+/** Warps of a gguf_gemv block (kernels/gguf.cu). */
 export const GGUF_GEMV_WARPS = 4;
+/**
+ * Weight rows a gguf_gemv warp takes: each token's activations a lane reads serve them all, so at 8 tokens the lanes
+ * re-read 4 bytes of q8 a weight, not 8 (from L1: the GPU's L1 moves about 7 times the bytes of its memory).
+ */
+export const GGUF_GEMV_ROWS = 2;
+/** Values of a q8 activation block (kernels/gguf_q8.cuh): the GEMV's K is a multiple of it. */
+export const GGUF_Q8_BLOCK = 32;
 /** The token counts gguf_gemv is built for (its M); a step of T tokens takes the smallest M >= T, in passes of the last. */
 export const GGUF_GEMV_TOKENS: readonly number[] = [1, 2, 4, 8];
