@@ -8,7 +8,7 @@ import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from '../backend/cuda/kernel-defines.js';
 import { bytesPerBlock as bytesPerPage, numBlocksForBytes, stateSlotBytes, type KVCacheGroup } from '../kv/kv-cache-spec.js';
-import type { ModelConfig } from '../loader/types.js';
+import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
 import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -165,13 +165,17 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
  * Why the engine cannot start this model on this backend, or null: the backend's own refusal,
  * then on CUDA weights that do not fit the device (under tensor parallelism, rank 0's shard).
  */
-export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions): string | null {
+export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions,
+  weights: WeightSource | null = null): string | null {
   const cannot = backendRefusal(config, backend.name);
   if (cannot || backend.name !== 'cuda') return cannot;
   const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
   const tp = options.tensorParallelSize;
   const shard = tp > 1 && tensorParallelRefusal(config, tp) === null ? shardedConfig(config, 0, tp) : config;
+  // a GGUF file's blocks as the backend keeps them (a rank's shard under tensor parallelism is dequantized)
+  const blockBytes = tp === 1 && backend.uploadGguf && weights?.ggufBlockBytes
+    ? (name: string) => weights.ggufBlockBytes!(name) : null;
   // the hybrid families refuse --quantization fp8 (architectures/qwen3_5.ts): not offered them
   return weightFitRefusal(shard, backend.computeDType, options.quantization === 'fp8',
-    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.hybrid === null);
+    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.hybrid === null, blockBytes);
 }

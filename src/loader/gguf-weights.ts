@@ -94,16 +94,26 @@ export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk
     },
     // QUIRE_GGUF_BLOCKS=0: none, so every backend uploads the dequantized values (the A/B baseline)
     readGgufBlocks: !readKnob('QUIRE_GGUF_BLOCKS') ? undefined : (name: string): GgufBlocks | null => {
-      const t = gguf.tensors.get(get(name))!;
-      const type = t.type as GgufBlockType;
-      if (t.shape.length !== 2 || !GGUF_BLOCK_TYPES.includes(type)) return null;
-      const [N, K] = t.shape as [number, number];
-      let data = gguf.readRaw(t.name);
-      const rowBytes = (K / GGML_TYPES[type].blockElems) * GGML_TYPES[type].blockBytes;
-      if (permuted(name)) data = unpermuteQkRows(data, N, rowBytes, config.headDim);
-      return { name, type, shape: [N, K], data };
+      const b = blocksOf(name);
+      if (b === null) return null;
+      let data = gguf.readRaw(b.tensor);
+      if (permuted(name)) data = unpermuteQkRows(data, b.N, b.rowBytes, config.headDim);
+      return { name, type: b.type, shape: [b.N, b.K], data };
+    },
+    ggufBlockBytes: !readKnob('QUIRE_GGUF_BLOCKS') ? undefined : (name: string): number | null => {
+      const b = byHf.has(name) ? blocksOf(name) : null;
+      return b === null ? null : b.N * b.rowBytes;
     },
   };
+
+  /** A 2-D tensor of a block type: its GGUF name, type, rows, columns and bytes a row; else null. */
+  function blocksOf(name: string): { tensor: string; type: GgufBlockType; N: number; K: number; rowBytes: number } | null {
+    const t = gguf.tensors.get(get(name))!;
+    const type = t.type as GgufBlockType;
+    if (t.shape.length !== 2 || !GGUF_BLOCK_TYPES.includes(type)) return null;
+    const [N, K] = t.shape as [number, number];
+    return { tensor: t.name, type, N, K, rowBytes: (K / GGML_TYPES[type].blockElems) * GGML_TYPES[type].blockBytes };
+  }
 }
 
 /** The Hugging Face name -> llama.cpp's (the inverse of hfTensorName), or null. */

@@ -181,6 +181,8 @@ export interface WeightSource {
    * null where the tensor is not a 2-D one of a GgufBlockType. read() still gives the same tensor dequantized.
    */
   readGgufBlocks?(name: string): GgufBlocks | null;
+  /** The bytes readGgufBlocks would hand out for `name` (its blocks as stored), without reading them; null as it. */
+  ggufBlockBytes?(name: string): number | null;
 }
 
 /** generation_config.json defaults. */
