@@ -4,7 +4,7 @@
 // contexts in one process may stall each other while NCCL waits: docs/perf-log.md, session 30, call 4). Messages
 // are structured clones either way (advanced serialization for the process: typed arrays stay typed arrays).
 
-import { fork } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parentPort, Worker, workerData } from 'node:worker_threads';
 import type { FollowerInit, FromFollower, ToFollower } from './protocol.js';
@@ -47,13 +47,25 @@ export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankP
       child.on('error', (err) => fail(err.message));
       child.on('exit', (code, signal) => { if (!closed) fail(`exited with ${signal ?? `code ${code}`}`); });
     },
-    terminate: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill();
-      await exited;
-    },
+    terminate: () => endChild(child),
   };
+}
+
+/** How long a child rank gets to end on SIGTERM before SIGKILL. */
+export const RANK_TERM_GRACE_MS = 5000;
+
+/**
+ * Ends a child process: SIGTERM, then SIGKILL if it still runs after `graceMs`. A rank that ran NCCL over its network
+ * transport was seen to spin on in its exit's teardown after it had closed, deaf to SIGTERM (session 35: node 1's
+ * rank outlived its agent), so SIGTERM alone may never end it.
+ */
+export async function endChild(child: ChildProcess, graceMs = RANK_TERM_GRACE_MS): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
 }
 
 /**
