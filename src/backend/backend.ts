@@ -5,7 +5,7 @@
 // so the same sequence of op calls on the same shapes yields the same buffers
 // (what lets a CUDA backend capture a decode step as a graph and replay it).
 
-import type { DType, HostTensor, WeightSource } from '../loader/types.js';
+import type { DType, HostTensor, LocalExperts, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 
@@ -40,11 +40,19 @@ export interface Fp8BlockPart {
  * both block FP8 (uploadFp8Block's, 2I, H and I multiples of 128 so each expert's scale blocks are its own).
  */
 export interface MoeExperts {
+  /** The router's experts (its rows): every rank routes over all of them. */
   numExperts: number;
   /** Each expert's MLP width I (moe_intermediate_size). */
   intermediate: number;
   gateUp: Tensor;
   down: Tensor;
+  /**
+   * Expert parallelism (vLLM's --enable-expert-parallel): gateUp and down stack only these local.count experts, in
+   * local slot order; a token's chosen experts that this rank does not hold add nothing to its row here (the ranks'
+   * outputs are summed by the all-reduce after the layer). The routing (softmax, top-k, renormalization) is still
+   * over all numExperts. Absent: all numExperts, slot e the expert e.
+   */
+  local?: LocalExperts;
 }
 
 /** How a router's logits pick experts. */
