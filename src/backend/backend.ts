@@ -309,8 +309,9 @@ export interface Backend {
    * rounding of its matmul's, and in the batch-invariant mode with its matmul's bits); per token, softmax over the E
    * logits in f32, the route.topK largest probabilities (ties to the lower expert),
    * divided by their sum where route.renormalize; then out[t] = sum_j p_j * down_e(silu(gate_e x_t) * up_e x_t)
-   * over the chosen experts e = e_j, in j order -> [T, H]. A row's result depends on its own x and logits only:
-   * never on which other rows chose the same experts.
+   * over the chosen experts e = e_j, in j order -> [T, H]; with experts.local, over those of the chosen experts this
+   * rank holds (the others add nothing). A row's result depends on its own x and logits only: never on which other
+   * rows chose the same experts.
    */
   moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor;
   /**
