@@ -9,7 +9,7 @@ import { makeTestTokenizer } from './test-model/bpe.js';
 import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
 import { checkpointChunks } from './test-model/weights.js';
 import { startProgress, type Progress } from '../lab/progress.js';
-import { GGUF_QUANTIZATIONS, modelDirToGguf, type GgufQuantization } from './gguf-convert.js';
+import { GGUF_QUANTIZATIONS, modelDirToGgufParallel, type GgufQuantization } from './gguf-convert.js';
 
 export { testModelShapes } from './test-model/shapes.js';
 
@@ -133,12 +133,13 @@ export function makeTestModelCommand(): Command {
     .option('--fast', 'repeat each tensor\'s first 4 Mi random values (big benchmark models at disk speed)')
     .option('--quantization <method>', 'fp8: block-FP8 projections (F8_E4M3 and weight_scale_inv), as Qwen3-*-FP8')
     .option('--gguf <type>', `also write the model as one GGUF file, <out>.<type>.gguf (qwen3, qwen2, llama shapes; ${GGUF_QUANTIZATIONS.join(', ')})`)
+    .option('--threads <n>', 'threads quantizing --gguf\'s tensors, a tensor each (default: every core)', nonNegativeInt)
     .option('--list', 'list the shapes and exit')
     .action(runMakeTestModel);
 }
 
 async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number;
-  list?: boolean; fast?: boolean; quantization?: string; gguf?: string }): Promise<void> {
+  list?: boolean; fast?: boolean; quantization?: string; gguf?: string; threads?: number }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
@@ -176,8 +177,9 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   );
   if (gguf !== undefined) {
     const file = `${resolve(outDir)}.${gguf}.gguf`;
-    modelDirToGguf(info.dir, file, gguf as GgufQuantization);
-    console.log(`${file}: the same weights as one ${gguf} GGUF file`);
+    const t0 = Date.now();
+    await modelDirToGgufParallel(info.dir, file, gguf as GgufQuantization, o.threads);
+    console.log(`${file}: the same weights as one ${gguf} GGUF file, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   }
 }
 
