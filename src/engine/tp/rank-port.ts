@@ -35,7 +35,8 @@ export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankP
     };
   }
   // NVLink multicast stays off in every process started (issue 42)
-  const child = fork(fileURLToPath(FOLLOWER), [], { serialization: 'advanced', env: { ...process.env, NCCL_NVLS_ENABLE: '0' } });
+  const child = fork(fileURLToPath(FOLLOWER), [], { serialization: 'advanced', execArgv: rankExecArgv(process.execArgv),
+    env: { ...process.env, NCCL_NVLS_ENABLE: '0' } });
   child.send({ type: 'init', init });
   let closed = false;
   return {
@@ -53,6 +54,21 @@ export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankP
       await exited;
     },
   };
+}
+
+/**
+ * This process's node flags a child rank starts with: all but the ones that name what to run instead of a file
+ * (-e / --eval, -p / --print and their code, --input-type): fork passes process.execArgv whole, so an engine started
+ * from `node --input-type=module -e '...'` ran that code again in its child ranks, or failed to start them.
+ */
+export function rankExecArgv(execArgv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < execArgv.length; i++) {
+    const a = execArgv[i]!;
+    if (/^(?:-e|--eval|-p|--print|-pe|--input-type)$/.test(a)) i++;  // and its value
+    else if (!/^(?:--eval|--print|--input-type)=/.test(a)) out.push(a);
+  }
+  return out;
 }
 
 /** A follower's side: its init and its channel to rank 0, in a worker thread or a child process. */
