@@ -3,8 +3,9 @@
 // another rank's expert), by moe_route and by the fused router, grouped over the local experts only (offsets and tile
 // lists expertTileList's); moeExperts on decode (split) and prefill (tiled) shapes, each rank's output near the
 // CPU's and the ranks' sum near the whole layer's; the combine fused with the residual add and norm with the
-// unfused ops' bits. Two GPUs (skipped on fewer): -tp 2 --enable-expert-parallel through the LLM class scoring -tp 1's transcripts about as near as -tp 2 does, on
-// tiny MoE models (Qwen3-MoE; Qwen3-Next with its shared expert split on its width), graphs and eager alike.
+// unfused ops' bits. Two GPUs (skipped on fewer): -tp 2 --enable-expert-parallel through the LLM class, which must
+// score -tp 1's transcripts (teacher-forced logprobs) about as near as -tp 2 without it does, on tiny MoE models
+// (Qwen3-MoE; Qwen3-Next with its shared expert split on its width), graphs and eager alike.
 //   npm run build && node scripts/run-tests.mjs --gpu expert-parallel
 
 import { after, before, describe, test } from 'node:test';
