@@ -1,10 +1,11 @@
 // GEMMs on GGUF weights kept as llama.cpp's blocks (GgufWeight, gguf-layout.ts). A decode step's few tokens run
 // kernels/gguf.cu's GEMV on their activations quantized to q8 blocks (kernels/gguf_q8.cuh: once a step's input, by
 // gguf_quantize_q8, unless its producer wrote them: a Q8Tensor), which reads each weight block once for all of them
-// (in passes of 8 tokens), one launch a segment of one block type, each writing its columns of the output. Larger
-// steps (up to QUIRE_GGUF_GEMV_TOKENS is the GEMV's share) dequantize the weight to a bf16 scratch, in slices of rows
-// where it is large, and run the backend's bf16 matmul on it (cuBLASLt), each slice's columns copied into place. The
-// batch-invariant mode always takes the bf16 path (its gemm_rows kernel), so it never sees q8 activations.
+// (in passes of 8 tokens), one launch a segment of one block type (its rows split among warps by gguf-gemv-plan.ts's
+// rule), each writing its columns of the output. Larger steps (past QUIRE_GGUF_GEMV_TOKENS, the GEMV's share)
+// dequantize the weight to a bf16 scratch, in slices of rows where it is large, and run the backend's bf16 matmul on
+// it (cuBLASLt), each slice's columns copied into place. The batch-invariant mode always takes the bf16 path (its
+// gemm_rows kernel), so it never sees q8 activations.
 
 import { readKnob } from '../../knobs/knobs.js';
 import { i32, ptr } from './device.js';
