@@ -81,9 +81,9 @@ extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, 
 
 // add_rms_norm, and its output row's q8 blocks for the GGUF GEMV after it (gguf_q8.cuh), so the GEMV does not quantize
 // it again. hidden % 32 == 0. Register rows quantize the values they hold as they store them (norm_row_fast). The
-// strided path's row is read back after a barrier (its threads store each other's chunks), 8 values a thread: it
-// was the only path once, and a 4096-wide row spent 4 dependent L2 round trips there, after the norm's own (session
-// 34: 8.9 us a call).
+// strided path's row is read back after a barrier (its threads store each other's chunks), 8 values a thread. That
+// read-back was every row's path before: a 4096-wide row's 128 threads spent 4 dependent L2 round trips and a barrier
+// there after the norm itself (session 34 read 8.9 us a call; docs/perf-log.md).
 extern "C" __global__ void add_rms_norm_q8_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
                                                 signed char* xq, int2* xds, int hidden, float eps) {
   if (add_rms_norm_row(x, residual, w, out, hidden, eps, xq, xds)) return;
