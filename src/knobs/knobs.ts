@@ -92,7 +92,7 @@ export const KNOBS = {
   QUIRE_CHAIN_SILU_FP8: oneOf(K, ['pairs', 'none'], 'pairs', 'The same for block-FP8 weights.', { '0': 'none' }),
   QUIRE_CHAIN_SPLIT_K: num(K, 1024, 'K from which bf16 chains split each tile\'s k between two warps (Infinity: never).', { infinite: true }),
   QUIRE_GGUF_BLOCKS: bool(K, true, 'A GGUF file\'s quantized projections stay llama.cpp\'s blocks on the cuda backend (0: dequantized to bf16 at load).'),
-  QUIRE_GGUF_GEMV_TOKENS: num(K, 16, 'The most tokens a GGUF-quantized GEMM runs on kernels/gguf.cu\'s GEMV (in passes of 8, each reading the blocks once); more dequantize the weight to bf16 for the bf16 GEMM (its blocks read, 2 bytes a weight written and read back: ~7 passes\' bytes at Q4_K).', { integer: true }),
+  QUIRE_GGUF_GEMV_TOKENS: num(K, 8, 'The most tokens a GGUF-quantized GEMM runs on kernels/gguf.cu\'s GEMV (in passes of 8, each reading the blocks once); more dequantize the weight to bf16 for the bf16 GEMM (its blocks read, 2 bytes a weight written and read back: ~7 passes\' bytes at Q4_K). 8: batch 16 of an 8B Q4_K_M model ran 1517 tokens/s dequantized against 1288 on two GEMV passes (session 35, H200).', { integer: true }),
   QUIRE_GGUF_GEMV_SPLIT: oneOf(K, ['auto', '1', '2', '4'], 'auto', 'Warps of a GGUF GEMV block that share each of its weight rows, splitting the row\'s pieces (auto: chosen per segment from its rows and K, gguf-gemv-plan.ts).', { '0': 'auto' }),
   QUIRE_GGUF_DEQUANT_MIB: num(K, 256, 'MiB of bf16 scratch a GGUF weight is dequantized into for larger steps (a bigger weight goes in slices of rows).', { min: 1 }),
   QUIRE_FP8_SPLIT_K: num(K, 8192, 'K from which FP8 chains split k (Infinity: never).', { infinite: true }),
