@@ -1,11 +1,13 @@
 // GGUF projections kept as llama.cpp's blocks on CUDA (uploadGguf; kernels/gguf.cu, gguf-gemm.ts), per block format:
-// the GEMV at 1, 3 and 8 tokens against a CPU model of its arithmetic (the activations quantized to q8 as
-// kernels/gguf_q8.cuh does, bit for bit: quantizeQ8; the sums of the dequantized weights times them in double), so
-// only f32 rounding and the bf16 output differ; 64 tokens through the dequantized bf16 weight and cuBLASLt against the
-// CPU backend's matmul on the dequantized weight. A fused projection mixing formats, with a bias, in GEMV passes and in
-// slices of the dequantized weight; a token's outputs the same bits alone and in a step of others; the norm and
-// silu_mul kernels that write q8 blocks beside their outputs give the GEMV the bits it gets quantizing those outputs
-// itself; the batch-invariant mode.
+// the GEMV at 1 to 8 and 16 tokens (a piece decoded once for every token of a pass; two passes at 16) against a CPU
+// model of its arithmetic (the activations quantized to q8 as kernels/gguf_q8.cuh does, bit for bit: quantizeQ8; the
+// sums of the dequantized weights times them in double), so only f32 rounding and the bf16 output differ; at K = 4096
+// with each row's pieces split among 1, 2 and 4 warps (gguf-gemv-plan.ts); 64 tokens through the dequantized bf16
+// weight (staged, coalesced stores; a warp's last units short) and cuBLASLt against the CPU backend's matmul on the
+// dequantized weight. A fused projection mixing formats, with a bias, in GEMV passes and in slices of the dequantized
+// weight; a token's outputs the same bits alone and in a step of others, at every split; the norm (rows held in
+// registers by 64 to 256 threads, and the strided path) and silu_mul kernels that write q8 blocks beside their
+// outputs give the GEMV the bits it gets quantizing those outputs itself; the batch-invariant mode.
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -76,10 +78,11 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
   }
 
   const K = 1024;
+  const GEMV_TOKENS = [1, 2, 3, 4, 5, 6, 7, 8, 16];
   for (const type of TYPES) {
-    test(`${type}: matmul at 1, 3, 8 and 64 tokens equals the CPU's on the dequantized weight`, () => {
-      const c = cuda();
-      const N = 90;  // not a multiple of the GEMV's rows a block
+    test(`${type}: matmul at 1 to 8, 16 and 64 tokens equals the CPU's on the dequantized weight`, () => {
+      const c = cuda({ gguf: { gemvMaxTokens: 16 } });
+      const N = 90;  // not a multiple of the GEMV's rows a block, nor of a dequantize warp's 32 units (Q6_K)
       const { parts, values } = partsOf([[type, N]], K, 5);
       const before = c.memory().weightBytes;
       const w = c.uploadGguf('w', parts);
@@ -87,11 +90,29 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
       assert.equal(w.quantized, 'gguf');
       assert.equal(w.storedBytes, parts[0]!.data.byteLength, 'the blocks\' bytes, d moved but kept');
       assert.equal(c.memory().weightBytes - before, w.storedBytes);
-      const first: Uint32Array[] = [];
-      for (const T of [1, 3, 8, 64]) first.push(check(c, w, values, N, K, T, type).slice(0, N));
+      const alone = check(c, w, values, N, K, 1, type, null, 16);
       // the GEMV's token sums do not depend on the step's other tokens (x's first row is the same at every T)
-      assertSameBits(first[1]!, first[0]!, `${type}: token 0 at 3 tokens vs alone`);
-      assertSameBits(first[2]!, first[0]!, `${type}: token 0 at 8 tokens vs alone`);
+      for (const T of GEMV_TOKENS.slice(1)) {
+        assertSameBits(check(c, w, values, N, K, T, type, null, 16).slice(0, N), alone, `${type}: token 0 at ${T} tokens vs alone`);
+      }
+      check(c, w, values, N, K, 64, type, null, 16);
+    });
+
+    test(`${type}: the GEMV at K = 4096 with a row's pieces split among 1, 2 and 4 warps`, () => {
+      const N = 90;
+      const K4 = 4096;
+      const { parts, values } = partsOf([[type, N]], K4, 7);
+      for (const split of ['1', '2', '4'] as const) {
+        const c = cuda({ gguf: { gemvMaxTokens: 16, gemvSplit: split } });
+        const w = c.uploadGguf('w', parts);
+        const alone = check(c, w, values, N, K4, 1, `${type} split ${split}`, null, 16);
+        for (const T of [2, 5, 8, 16]) {
+          assertSameBits(check(c, w, values, N, K4, T, `${type} split ${split}`, null, 16).slice(0, N), alone,
+            `${type} split ${split}: token 0 at ${T} tokens vs alone`);
+        }
+        c.dispose();
+        cudas.splice(cudas.indexOf(c), 1);
+      }
     });
   }
 
@@ -118,9 +139,22 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
     }
   });
 
-  test('the norm and silu_mul that write q8 beside their outputs: the next GEMV\'s bits as on the outputs alone', () => {
+  /** A Q8Tensor's blocks as quantizeQ8 gives them for its rows (the GEMV's reference quantizes so). */
+  function assertQ8Of(c: CudaBackend, t: Tensor, T: number, K: number, what: string): void {
+    const want = quantizeQ8(c.toHost(t), K);
+    const q8 = (t as Q8Tensor).q8;
+    const gotQ = new Int8Array(c.toHost(new CudaTensor([(T * K) / 4], q8.xq, 'f32')).buffer);
+    const gotDs = new Int32Array(c.toHost(new CudaTensor([(T * K) / 16], q8.xds, 'f32')).buffer);
+    assert.deepEqual(gotQ, want.q, `${what}: q`);
+    assert.deepEqual(new Uint32Array(gotDs.filter((_, i) => i % 2 === 0)), new Uint32Array(want.d.buffer), `${what}: d`);
+    assert.deepEqual(gotDs.filter((_, i) => i % 2 === 1), want.s, `${what}: s`);
+  }
+
+  // hidden 512: 64 threads a chunk each; 4096: 128 threads, 4 chunks each (an 8B model); 5120: 256 threads, the last
+  // chunks' warps past the row; 8448: past the register rows, the strided path and its read-back
+  for (const H of [512, 4096, 5120, 8448]) test(`the norm (hidden ${H}) and silu_mul that write q8 beside their outputs: the next GEMV's bits as on the outputs alone`, () => {
     const c = cuda();
-    const [H, I] = [512, 768];
+    const I = 768;
     const T = 3;
     const o = c.uploadGguf('o', partsOf([['Q4_K', H]], 1024, 21).parts);
     const gateUp = c.uploadGguf('gate_up', partsOf([['Q4_K', 2 * I]], H, 22).parts);
@@ -146,13 +180,8 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
     assertSameBits(bitsOf(c, act), bitsOf(c, actPlain), 'silu_mul\'s rows');
     assertSameBits(bitsOf(c, fused), bitsOf(c, plain), 'down\'s outputs');
     // and the q8 blocks are quantizeQ8's of the rows (the GEMV's reference quantizes so)
-    const want = quantizeQ8(c.toHost(act), I);
-    const q8 = (act as Q8Tensor).q8;
-    const gotQ = new Int8Array(c.toHost(new CudaTensor([(T * I) / 4], q8.xq, 'f32')).buffer);
-    const gotDs = new Int32Array(c.toHost(new CudaTensor([(T * I) / 16], q8.xds, 'f32')).buffer);
-    assert.deepEqual(gotQ, want.q);
-    assert.deepEqual(new Uint32Array(gotDs.filter((_, i) => i % 2 === 0)), new Uint32Array(want.d.buffer));
-    assert.deepEqual(gotDs.filter((_, i) => i % 2 === 1), want.s);
+    assertQ8Of(c, normed, T, H, 'the norm\'s q8');
+    assertQ8Of(c, act, T, I, 'silu_mul\'s q8');
   });
 
   test('an op other than matmul refuses a GGUF weight, naming it', () => {

@@ -4,6 +4,7 @@
 // (deltanet.ts, its states in kv-memory.ts), sampling and reads
 // (sampling.ts), CUDA graphs (graphs.ts); it implements Backend by handing each op to its part.
 
+import type { GgufGemmOptionsIn } from './gguf-gemm.js';
 import type { GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
@@ -44,8 +45,8 @@ export interface CudaBackendOptions {
   chainGemms?: boolean;
   /** A layer's norms inside its chain GEMMs; default QUIRE_CHAIN_NORM (on). */
   chainNorms?: boolean;
-  /** GGUF GEMMs (gguf-gemm.ts): the most tokens on the GEMV (QUIRE_GGUF_GEMV_TOKENS), the dequantized weight's scratch. */
-  gguf?: { gemvMaxTokens?: number; scratchBytes?: number };
+  /** GGUF GEMMs (gguf-gemm.ts): the most tokens on the GEMV (QUIRE_GGUF_GEMV_TOKENS), its split, the dequantized weight's scratch. */
+  gguf?: GgufGemmOptionsIn;
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel; default QUIRE_FUSED_ROPE (on). */
   fusedRope?: boolean;
   /**

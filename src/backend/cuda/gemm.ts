@@ -13,7 +13,7 @@ import { fp8ScaleRowFloats } from './fp8-layout.js';
 import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu,
   planChainGemm } from './gemm-chain.js';
 import { planGemmRows } from './gemm-rows.js';
-import { CudaGgufGemm } from './gguf-gemm.js';
+import { CudaGgufGemm, type GgufGemmOptionsIn } from './gguf-gemm.js';
 import { GGUF_Q8_BLOCK, GgufWeight } from './gguf-layout.js';
 import { NORM_VEC } from './kernel-defines.js';
 import type { StepContext } from './step-context.js';
@@ -26,7 +26,7 @@ export interface GemmOptions {
   /** A layer's norms inside its chain GEMMs at hidden sizes from CHAIN_NORM_FROM_HIDDEN (QUIRE_CHAIN_NORM). */
   chainNorms?: boolean;
   cublasWorkspaceBytes?: number;
-  gguf?: { gemvMaxTokens?: number; scratchBytes?: number };
+  gguf?: GgufGemmOptionsIn;
 }
 
 /**

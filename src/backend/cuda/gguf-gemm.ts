@@ -1,14 +1,16 @@
 // GEMMs on GGUF weights kept as llama.cpp's blocks (GgufWeight, gguf-layout.ts). A decode step's few tokens run
 // kernels/gguf.cu's GEMV on their activations quantized to q8 blocks (kernels/gguf_q8.cuh: once a step's input, by
 // gguf_quantize_q8, unless its producer wrote them: a Q8Tensor), which reads each weight block once for all of them
-// (in passes of 8 tokens), one launch a segment of one block type, each writing its columns of the output. Larger
-// steps (up to QUIRE_GGUF_GEMV_TOKENS is the GEMV's share) dequantize the weight to a bf16 scratch, in slices of rows
-// where it is large, and run the backend's bf16 matmul on it (cuBLASLt), each slice's columns copied into place. The
-// batch-invariant mode always takes the bf16 path (its gemm_rows kernel), so it never sees q8 activations.
+// (in passes of 8 tokens), one launch a segment of one block type (its rows split among warps by gguf-gemv-plan.ts's
+// rule), each writing its columns of the output. Larger steps (past QUIRE_GGUF_GEMV_TOKENS, the GEMV's share)
+// dequantize the weight to a bf16 scratch, in slices of rows where it is large, and run the backend's bf16 matmul on
+// it (cuBLASLt), each slice's columns copied into place. The batch-invariant mode always takes the bf16 path (its
+// gemm_rows kernel), so it never sees q8 activations.
 
 import { readKnob } from '../../knobs/knobs.js';
 import { i32, ptr } from './device.js';
-import { GGUF_DEVICE_FORMATS, GGUF_GEMV_ROWS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS, GGUF_Q8_BLOCK, ggufRowBytes,
+import { ggufGemvLaunch } from './gguf-gemv-plan.js';
+import { GGUF_DEQUANT_WARPS, GGUF_DEVICE_FORMATS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS, GGUF_Q8_BLOCK, ggufRowBytes,
   type GgufWeight } from './gguf-layout.js';
 import type { StepContext } from './step-context.js';
 import { CudaTensor, Q8Tensor, type Q8Blocks } from './tensor.js';
@@ -19,7 +21,12 @@ export interface GgufGemmOptions {
   gemvMaxTokens?: number;
   /** QUIRE_GGUF_DEQUANT_MIB in bytes: the largest bf16 scratch of a dequantized weight. */
   scratchBytes?: number;
+  /** QUIRE_GGUF_GEMV_SPLIT: warps sharing a GEMV row, or auto (gguf-gemv-plan.ts's rule). */
+  gemvSplit?: 'auto' | '1' | '2' | '4';
 }
+
+/** What a backend's caller may set (tests): the knobs' values. */
+export type GgufGemmOptionsIn = Omit<GgufGemmOptions, 'batchInvariant'>;
 
 /** y = x w^T on bf16 weights, the backend's matmul (CudaGemms.matmul). */
 export type Bf16Matmul = (x: CudaTensor, w: CudaTensor, label: string, bias: CudaTensor | null) => CudaTensor;
@@ -28,11 +35,13 @@ export class CudaGgufGemm {
   private readonly batchInvariant: boolean;
   private readonly gemvMaxTokens: number;
   private readonly scratchBytes: number;
+  private readonly gemvSplit: 'auto' | '1' | '2' | '4';
 
   constructor(private readonly s: StepContext, private readonly matmulBf16: Bf16Matmul, o: GgufGemmOptions) {
     this.batchInvariant = o.batchInvariant;
     this.gemvMaxTokens = o.gemvMaxTokens ?? readKnob('QUIRE_GGUF_GEMV_TOKENS');
     this.scratchBytes = o.scratchBytes ?? readKnob('QUIRE_GGUF_DEQUANT_MIB') * 2 ** 20;
+    this.gemvSplit = o.gemvSplit ?? readKnob('QUIRE_GGUF_GEMV_SPLIT');
   }
 
   /** y[T, N] = x[T, K] w[N, K]^T (+ bias[N] before the rounding), bf16. */
@@ -46,17 +55,17 @@ export class CudaGgufGemm {
     const out = this.s.act([T, N]);
     const q8 = x instanceof Q8Tensor ? x.q8 : this.quantize(x);
     const maxM = GGUF_GEMV_TOKENS.at(-1)!;
-    const rowsPerBlock = GGUF_GEMV_WARPS * GGUF_GEMV_ROWS;
     this.s.timed(`gemm ${label}`, () => {
       for (let t0 = 0; t0 < T; t0 += maxM) {
         const numTokens = Math.min(maxM, T - t0);
         const M = GGUF_GEMV_TOKENS.find((m) => m >= numTokens)!;
         for (const seg of w.segments) {
+          const { split, grid } = ggufGemvLaunch(seg.rows, K, this.gemvSplit);
           this.s.device.launch('gguf.cu', `gguf_gemv_${GGUF_DEVICE_FORMATS[seg.type].kernelName}_m${M}`,
-            [Math.ceil(seg.rows / rowsPerBlock), 1, 1], GGUF_GEMV_WARPS * 32,
+            [grid, 1, 1], GGUF_GEMV_WARPS * 32,
             [ptr(seg.body), ptr(seg.scales), ptr(q8.xq + BigInt(t0 * K)), ptr(q8.xds + BigInt((t0 * K / GGUF_Q8_BLOCK) * 8)),
               ptr(out.ptr + BigInt((t0 * N + seg.row0) * 2)), ptr(bias ? bias.ptr + BigInt(seg.row0 * 2) : 0n),
-              i32(numTokens), i32(seg.rows), i32(K), i32(N)], 0, true);
+              i32(numTokens), i32(seg.rows), i32(K), i32(N), i32(split)], 0, true);
         }
       }
     });
@@ -118,7 +127,8 @@ export class CudaGgufGemm {
         const f = GGUF_DEVICE_FORMATS[seg.type];
         const rowBytes = ggufRowBytes(seg.type, K);
         const units = (hi - lo) * (K / f.unitElems);
-        this.s.device.launch('gguf.cu', `gguf_dequant_${f.kernelName}`, [Math.ceil(units / 256), 1, 1], 256,
+        const perBlock = GGUF_DEQUANT_WARPS * 32;  // a unit a lane
+        this.s.device.launch('gguf.cu', `gguf_dequant_${f.kernelName}`, [Math.ceil(units / perBlock), 1, 1], perBlock,
           [ptr(seg.body + BigInt((lo - seg.row0) * rowBytes.body)),
             ptr(seg.scales === 0n ? 0n : seg.scales + BigInt((lo - seg.row0) * rowBytes.scales)),
             ptr(out.ptr + BigInt((lo - n0) * K * 2)), i32(hi - lo), i32(K)], 0, true);

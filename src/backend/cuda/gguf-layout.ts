@@ -74,8 +74,10 @@ export function ggufRowBytes(type: GgufBlockType, K: number): { body: number; sc
   return { body: blocks * f.bodyBytes, scales: f.dOffset === null ? 0 : blocks * 2 };
 }
 
-/** Warps of a gguf_gemv block (kernels/gguf.cu). */
+/** Warps of a gguf_gemv block (kernels/gguf.cu); a row's pieces may be split among up to this many (gguf-gemv-plan.ts). */
 export const GGUF_GEMV_WARPS = 4;
+/** Warps of a gguf_dequant block (kernels/gguf.cu): each stages its 32 units in shared memory, 9 KiB at most (Q6_K). */
+export const GGUF_DEQUANT_WARPS = 4;
 /**
  * Weight rows a gguf_gemv warp takes: each token's activations a lane reads serve them all, so at 8 tokens the lanes
  * re-read 4 bytes of q8 a weight, not 8 (from L1: the GPU's L1 moves about 7 times the bytes of its memory).

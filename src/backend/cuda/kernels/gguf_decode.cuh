@@ -113,27 +113,48 @@ GGUF_HD void gguf_scale_min_k4(int j, unsigned s0, unsigned s1, unsigned s2, uns
 }
 
 /**
- * Q4_K and Q5_K's piece q of a block against its two runs of q8 activations u (4 words each): lo and hi, its values
- * of sub-blocks 2j and 2j + 1 (j = q / 2) as bytes, each d sc q - dmin m. The integer sums scaled by each run's x
- * scale, then d; the minimums' part needs each q8 block's whole sum xs, so the block's first piece (q even) adds it
- * for both sub-blocks and the second adds none.
+ * Q4_K and Q5_K's piece q of a block, decoded: lo and hi, its values of sub-blocks 2j and 2j + 1 (j = q / 2) as bytes,
+ * each d sc q - dmin m; the two sub-blocks' 6-bit scales and mins; d and dmin. The minimums' part needs each q8
+ * block's whole sum xs, so the block's first piece (q even) adds it for both sub-blocks and the second adds none.
  */
-GGUF_HD float gguf_k4_dot_q8(const unsigned* header, const int* lo, const int* hi, int q, const int* u, const float* xd,
-                             const int* xs) {
+struct GgufK4Piece {
+  int lo[4], hi[4];
+  int sc0, sc1, m0, m1;
+  float d, dmin;
+  bool first;
+};
+
+GGUF_HD GgufK4Piece gguf_k4_piece(const unsigned* header, const int* lo, const int* hi, int q) {
+  GgufK4Piece p;
   unsigned sc0, m0, sc1, m1;
   gguf_scale_min_k4(q & ~1, header[1], header[2], header[3], sc0, m0);
   gguf_scale_min_k4(q | 1, header[1], header[2], header[3], sc1, m1);
+  for (int i = 0; i < 4; i++) {
+    p.lo[i] = lo[i];
+    p.hi[i] = hi[i];
+  }
+  p.sc0 = (int)sc0;
+  p.sc1 = (int)sc1;
+  p.m0 = (int)m0;
+  p.m1 = (int)m1;
+  p.d = gguf_f16_to_float((unsigned short)(header[0] & 0xffff));
+  p.dmin = gguf_f16_to_float((unsigned short)(header[0] >> 16));
+  p.first = (q & 1) == 0;
+  return p;
+}
+
+/** A decoded Q4_K / Q5_K piece against its two runs of q8 activations u (4 words each): integer sums scaled by each
+ * run's x scale, then d; the first piece of a block takes off the minimums. */
+GGUF_HD float gguf_k4_dot(const GgufK4Piece& p, const int* u, const float* xd, const int* xs) {
   int dot0 = 0, dot1 = 0;
   for (int i = 0; i < 4; i++) {
-    dot0 = gguf_dp4a(lo[i], u[i], dot0);
-    dot1 = gguf_dp4a(hi[i], u[4 + i], dot1);
+    dot0 = gguf_dp4a(p.lo[i], u[i], dot0);
+    dot1 = gguf_dp4a(p.hi[i], u[4 + i], dot1);
   }
-  const float d = gguf_f16_to_float((unsigned short)(header[0] & 0xffff));
-  const float sd = gguf_fma(xd[1], (float)((int)sc1 * dot1), gguf_mul_rn(xd[0], (float)((int)sc0 * dot0)));
-  if (q & 1) return gguf_mul_rn(d, sd);
-  const float dmin = gguf_f16_to_float((unsigned short)(header[0] >> 16));
-  const float sm = gguf_fma(xd[1], (float)((int)m1 * xs[1]), gguf_mul_rn(xd[0], (float)((int)m0 * xs[0])));
-  return gguf_fma(d, sd, -gguf_mul_rn(dmin, sm));
+  const float sd = gguf_fma(xd[1], (float)(p.sc1 * dot1), gguf_mul_rn(xd[0], (float)(p.sc0 * dot0)));
+  if (!p.first) return gguf_mul_rn(p.d, sd);
+  const float sm = gguf_fma(xd[1], (float)(p.m1 * xs[1]), gguf_mul_rn(xd[0], (float)(p.m0 * xs[0])));
+  return gguf_fma(p.d, sd, -gguf_mul_rn(p.dmin, sm));
 }
 
 // block_q4_0 less d: qs[16]; value l (l < 16) the low nibble of qs[l], value l + 16 its high nibble; (q - 8) d.
@@ -153,13 +174,29 @@ struct GgufQ4_0 {
   static constexpr int PIECES = 1, PIECE_VECS = 1, X_BLOCKS = 1;
   GGUF_HD static int piece_vec(int, int) { return 0; }
   GGUF_HD static int run_start(int, int r) { return 16 * r; }
-  GGUF_HD static float dot_q8(const unsigned* w, float d, int, const int* u, const float* xd, const int* xs) {
+  struct Piece {
+    int lo[4], hi[4];
+    float d;
+  };
+  GGUF_HD static Piece piece(const unsigned* w, float d, int) {
+    Piece p;
+    for (int i = 0; i < 4; i++) {
+      p.lo[i] = (int)(w[i] & 0x0f0f0f0fu);
+      p.hi[i] = (int)((w[i] >> 4) & 0x0f0f0f0fu);
+    }
+    p.d = d;
+    return p;
+  }
+  GGUF_HD static float dot_piece(const Piece& p, const int* u, const float* xd, const int* xs) {
     int sumi = 0;
     for (int i = 0; i < 4; i++) {
-      sumi = gguf_dp4a((int)(w[i] & 0x0f0f0f0fu), u[i], sumi);
-      sumi = gguf_dp4a((int)((w[i] >> 4) & 0x0f0f0f0fu), u[4 + i], sumi);
+      sumi = gguf_dp4a(p.lo[i], u[i], sumi);
+      sumi = gguf_dp4a(p.hi[i], u[4 + i], sumi);
     }
-    return gguf_mul_rn(gguf_mul_rn(d, xd[0]), (float)(sumi - 8 * xs[0]));
+    return gguf_mul_rn(gguf_mul_rn(p.d, xd[0]), (float)(sumi - 8 * xs[0]));
+  }
+  GGUF_HD static float dot_q8(const unsigned* w, float d, int q, const int* u, const float* xd, const int* xs) {
+    return dot_piece(piece(w, d, q), u, xd, xs);
   }
 };
 
@@ -179,10 +216,23 @@ struct GgufQ8_0 {
   static constexpr int PIECES = 1, PIECE_VECS = 2, X_BLOCKS = 1;
   GGUF_HD static int piece_vec(int, int v) { return 16 * v; }
   GGUF_HD static int run_start(int, int r) { return 16 * r; }
-  GGUF_HD static float dot_q8(const unsigned* w, float d, int, const int* u, const float* xd, const int*) {
+  struct Piece {
+    int v[8];
+    float d;
+  };
+  GGUF_HD static Piece piece(const unsigned* w, float d, int) {
+    Piece p;
+    for (int i = 0; i < 8; i++) p.v[i] = (int)w[i];
+    p.d = d;
+    return p;
+  }
+  GGUF_HD static float dot_piece(const Piece& p, const int* u, const float* xd, const int*) {
     int sumi = 0;
-    for (int i = 0; i < 8; i++) sumi = gguf_dp4a((int)w[i], u[i], sumi);
-    return gguf_mul_rn(gguf_mul_rn(d, xd[0]), (float)sumi);
+    for (int i = 0; i < 8; i++) sumi = gguf_dp4a(p.v[i], u[i], sumi);
+    return gguf_mul_rn(gguf_mul_rn(p.d, xd[0]), (float)sumi);
+  }
+  GGUF_HD static float dot_q8(const unsigned* w, float d, int q, const int* u, const float* xd, const int* xs) {
+    return dot_piece(piece(w, d, q), u, xd, xs);
   }
 };
 
@@ -216,13 +266,18 @@ struct GgufQ4_K {
   static constexpr int PIECES = 8, PIECE_VECS = 2, X_BLOCKS = 2;
   GGUF_HD static int piece_vec(int q, int v) { return v == 0 ? 0 : 16 + 32 * (q >> 1) + 16 * (q & 1); }
   GGUF_HD static int run_start(int q, int r) { return 64 * (q >> 1) + 32 * r + 16 * (q & 1); }
-  GGUF_HD static float dot_q8(const unsigned* w, float, int q, const int* u, const float* xd, const int* xs) {
+  using Piece = GgufK4Piece;
+  GGUF_HD static Piece piece(const unsigned* w, float, int q) {
     int lo[4], hi[4];
     for (int i = 0; i < 4; i++) {
       lo[i] = (int)(w[4 + i] & 0x0f0f0f0fu);
       hi[i] = (int)((w[4 + i] >> 4) & 0x0f0f0f0fu);
     }
-    return gguf_k4_dot_q8(w, lo, hi, q, u, xd, xs);
+    return gguf_k4_piece(w, lo, hi, q);
+  }
+  GGUF_HD static float dot_piece(const Piece& p, const int* u, const float* xd, const int* xs) { return gguf_k4_dot(p, u, xd, xs); }
+  GGUF_HD static float dot_q8(const unsigned* w, float d, int q, const int* u, const float* xd, const int* xs) {
+    return dot_piece(piece(w, d, q), u, xd, xs);
   }
 };
 
@@ -253,14 +308,19 @@ struct GgufQ5_K {
   static constexpr int PIECES = 8, PIECE_VECS = 3, X_BLOCKS = 2;
   GGUF_HD static int piece_vec(int q, int v) { return v == 0 ? 0 : v == 1 ? 16 + 16 * (q & 1) : 48 + 32 * (q >> 1) + 16 * (q & 1); }
   GGUF_HD static int run_start(int q, int r) { return GgufQ4_K::run_start(q, r); }
-  GGUF_HD static float dot_q8(const unsigned* w, float, int q, const int* u, const float* xd, const int* xs) {
+  using Piece = GgufK4Piece;
+  GGUF_HD static Piece piece(const unsigned* w, float, int q) {
     const int bit = q & ~1;
     int lo[4], hi[4];
     for (int i = 0; i < 4; i++) {
       lo[i] = (int)((w[8 + i] & 0x0f0f0f0fu) | (((w[4 + i] >> bit) & 0x01010101u) << 4));
       hi[i] = (int)(((w[8 + i] >> 4) & 0x0f0f0f0fu) | (((w[4 + i] >> (bit + 1)) & 0x01010101u) << 4));
     }
-    return gguf_k4_dot_q8(w, lo, hi, q, u, xd, xs);
+    return gguf_k4_piece(w, lo, hi, q);
+  }
+  GGUF_HD static float dot_piece(const Piece& p, const int* u, const float* xd, const int* xs) { return gguf_k4_dot(p, u, xd, xs); }
+  GGUF_HD static float dot_q8(const unsigned* w, float d, int q, const int* u, const float* xd, const int* xs) {
+    return dot_piece(piece(w, d, q), u, xd, xs);
   }
 };
 
@@ -299,18 +359,34 @@ struct GgufQ6_K {
     return v == 0 ? 64 * n + 32 * h + 16 * g : v == 1 ? 128 + 32 * n + 16 * g : 192;
   }
   GGUF_HD static int run_start(int q, int r) { return 128 * (q >> 2) + 32 * ((q >> 1) & 1) + 16 * (q & 1) + 64 * r; }
-  GGUF_HD static float dot_q8(const unsigned* w, float d, int q, const int* u, const float* xd, const int*) {
+  struct Piece {
+    int lo[4], hi[4];  // the low nibbles' and the high nibbles' values less 32, as signed bytes
+    int sc0, sc1;
+    float d;
+  };
+  GGUF_HD static Piece piece(const unsigned* w, float d, int q) {
     const int h = (q >> 1) & 1;
-    int dot0 = 0, dot1 = 0;
+    Piece p;
     for (int i = 0; i < 4; i++) {
       const unsigned ql = w[i], qh = w[4 + i];
-      dot0 = gguf_dp4a(gguf_sub32_bytes((ql & 0x0f0f0f0fu) | (((qh >> (2 * h)) & 0x03030303u) << 4)), u[i], dot0);
-      dot1 = gguf_dp4a(gguf_sub32_bytes(((ql >> 4) & 0x0f0f0f0fu) | (((qh >> (2 * h + 4)) & 0x03030303u) << 4)), u[4 + i],
-                       dot1);
+      p.lo[i] = gguf_sub32_bytes((ql & 0x0f0f0f0fu) | (((qh >> (2 * h)) & 0x03030303u) << 4));
+      p.hi[i] = gguf_sub32_bytes(((ql >> 4) & 0x0f0f0f0fu) | (((qh >> (2 * h + 4)) & 0x03030303u) << 4));
     }
     const int s0 = 8 * (q >> 2) + (q & 1) + 2 * h, shift = 8 * (s0 & 3);
-    const int sc0 = (signed char)((gguf_word4(w + 8, s0 >> 2) >> shift) & 0xffu);
-    const int sc1 = (signed char)((gguf_word4(w + 8, (s0 + 4) >> 2) >> shift) & 0xffu);
-    return gguf_mul_rn(d, gguf_fma(xd[1], (float)(sc1 * dot1), gguf_mul_rn(xd[0], (float)(sc0 * dot0))));
+    p.sc0 = (signed char)((gguf_word4(w + 8, s0 >> 2) >> shift) & 0xffu);
+    p.sc1 = (signed char)((gguf_word4(w + 8, (s0 + 4) >> 2) >> shift) & 0xffu);
+    p.d = d;
+    return p;
+  }
+  GGUF_HD static float dot_piece(const Piece& p, const int* u, const float* xd, const int*) {
+    int dot0 = 0, dot1 = 0;
+    for (int i = 0; i < 4; i++) {
+      dot0 = gguf_dp4a(p.lo[i], u[i], dot0);
+      dot1 = gguf_dp4a(p.hi[i], u[4 + i], dot1);
+    }
+    return gguf_mul_rn(p.d, gguf_fma(xd[1], (float)(p.sc1 * dot1), gguf_mul_rn(xd[0], (float)(p.sc0 * dot0))));
+  }
+  GGUF_HD static float dot_q8(const unsigned* w, float d, int q, const int* u, const float* xd, const int* xs) {
+    return dot_piece(piece(w, d, q), u, xd, xs);
   }
 };

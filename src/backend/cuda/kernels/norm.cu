@@ -56,8 +56,9 @@ extern "C" __global__ void rms_norm_bf16(const bf16_t* x, const bf16_t* w, bf16_
   if (fast) norm_row_fast<NormAddRow>(nullptr, nullptr, nullptr, x + at, w, out + at, hidden, eps, wf);
   else rms_norm<bf16_t>(x, w, out, hidden, eps);
 }
-__device__ __forceinline__ void add_rms_norm_row(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
-                                                 int hidden, float eps) {
+// xq, xds (or null): add_rms_norm_q8's q8 blocks of the row, written here on the register path; returns whether it did.
+__device__ __forceinline__ bool add_rms_norm_row(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
+                                                 int hidden, float eps, signed char* xq = nullptr, int2* xds = nullptr) {
   pdl_trigger_if(NORM_TRIGGER_EARLY);
   float wf[NORM_VEC][8];
   const bool fast = norm_fast(hidden);
@@ -66,10 +67,12 @@ __device__ __forceinline__ void add_rms_norm_row(const bf16_t* x, bf16_t* residu
   const long long at = (long long)blockIdx.x * hidden;
   if (fast) {
     const NormAddRow add{x + at};
-    norm_row_fast(&add, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf);
-  } else {
-    add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
+    norm_row_fast(&add, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf, xq ? xq + at : nullptr,
+                  xq ? xds + at / 32 : nullptr);
+    return true;
   }
+  add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
+  return false;
 }
 extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
                                              int hidden, float eps) {
@@ -77,11 +80,13 @@ extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, 
 }
 
 // add_rms_norm, and its output row's q8 blocks for the GGUF GEMV after it (gguf_q8.cuh), so the GEMV does not quantize
-// it again: the row as stored, read back after a barrier (the strided path's threads store each other's chunks), 8
-// values a thread. hidden % 32 == 0.
+// it again. hidden % 32 == 0. Register rows quantize the values they hold as they store them (norm_row_fast). The
+// strided path's row is read back after a barrier (its threads store each other's chunks), 8 values a thread. That
+// read-back was every row's path before: a 4096-wide row's 128 threads spent 4 dependent L2 round trips and a barrier
+// there after the norm itself (session 34 read 8.9 us a call; docs/perf-log.md).
 extern "C" __global__ void add_rms_norm_q8_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
                                                 signed char* xq, int2* xds, int hidden, float eps) {
-  add_rms_norm_row(x, residual, w, out, hidden, eps);
+  if (add_rms_norm_row(x, residual, w, out, hidden, eps, xq, xds)) return;
   __syncthreads();
   const long long at = (long long)blockIdx.x * hidden;
   for (int c0 = 0; c0 < hidden; c0 += 8 * blockDim.x) {  // every thread of the block the same trips: the shuffles

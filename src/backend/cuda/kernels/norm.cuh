@@ -3,6 +3,7 @@
 // bits for the same row, block size and NORM_VEC.
 #pragma once
 #include "common.cuh"
+#include "gguf_q8.cuh"
 
 // The norms let the next kernel launch before they wait for the kernel before (common.cuh, pdl_trigger_if): the chain
 // GEMM after a norm then reads its first weight stages through the GEMM before's tail, not only through the norm
@@ -58,10 +59,14 @@ struct NormAddRow {
 // bf16 and stored to resOut first, unless null: the kernels pass the residual itself). Loads are issued
 // together, so the row costs one memory latency, not one per element. wPre: the weights as norm_weights_fast
 // read them, or null (read here). Add: NormAddRow, or any source of bf16-exact values by column (moe.cu).
+// xq, xds (or null): the row's q8 blocks for a GGUF GEMV (gguf_q8.cuh; hidden % 32 == 0), quantized from the bf16
+// values stored, straight from the registers: lanes 4i..4i+3 hold a block's 4 chunks (a chunk is thread + c *
+// blockDim, blockDim a multiple of 32), so no barrier and no read-back of the row.
 template <typename Add>
 __device__ __forceinline__ void norm_row_fast(const Add* add, const bf16_t* res, bf16_t* resOut, const bf16_t* x,
                                               const bf16_t* w, bf16_t* dst, int hidden, float eps,
-                                              const float (*wPre)[8] = nullptr) {
+                                              const float (*wPre)[8] = nullptr, signed char* xq = nullptr,
+                                              int2* xds = nullptr) {
   const int numChunks = hidden / 8;
   float v[NORM_VEC][8], a[NORM_VEC][8];
   float sumsq = 0.f;
@@ -88,17 +93,24 @@ __device__ __forceinline__ void norm_row_fast(const Add* add, const bf16_t* res,
 #pragma unroll
   for (int c = 0; c < NORM_VEC; c++) {
     const int at = (threadIdx.x + c * blockDim.x) * 8;
-    if (at >= numChunks * 8) continue;
-    float wf[8];
-    if (wPre) {
+    const bool active = at < numChunks * 8;
+    float stored[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (active) {
+      float wf[8];
+      if (wPre) {
 #pragma unroll
-      for (int e = 0; e < 8; e++) wf[e] = wPre[c][e];
-    } else {
-      load8(w + at, wf);
+        for (int e = 0; e < 8; e++) wf[e] = wPre[c][e];
+      } else {
+        load8(w + at, wf);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[c][e] = v[c][e] * inv * wf[e];
+      store8(dst + at, v[c]);
+#pragma unroll
+      for (int e = 0; e < 8; e++) stored[e] = to_float(from_float<bf16_t>(v[c][e]));
     }
-#pragma unroll
-    for (int e = 0; e < 8; e++) v[c][e] = v[c][e] * inv * wf[e];
-    store8(dst + at, v[c]);
+    // every lane of the warp (shuffles): a chunk past the row holds zeros and writes nothing
+    if (xq) gguf_q8_store8(stored, active, xq + at, xds + at / 32);
   }
 }
 
