@@ -369,6 +369,20 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  concatColumns(parts: readonly Tensor[]): Tensor {
+    const xs = parts.map(asCpu);
+    const [T, W] = (xs[0]?.shape ?? []) as [number, number];
+    if (xs.length === 0 || xs.some((x) => x.shape.length !== 2 || x.shape[0] !== T || x.shape[1] !== W)) {
+      throw new Error(`concatColumns: parts ${xs.map((x) => `[${x.shape.join(', ')}]`).join(', ')} are not [T, W] alike`);
+    }
+    const N = xs.length * W;
+    const out = this.alloc([T, N]);
+    xs.forEach((x, p) => {
+      for (let t = 0; t < T; t++) out.data.set(x.data.subarray(t * W, (t + 1) * W), t * N + p * W);
+    });
+    return out;
+  }
+
   columns(x: Tensor, start: number, width: number): Tensor {
     const xs = asCpu(x);
     const [T, N] = xs.shape as [number, number];
