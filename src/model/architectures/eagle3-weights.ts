@@ -44,10 +44,10 @@ export function eagle3Refusal(head: Eagle3HeadDir, target: ModelConfig): string 
       '(its K and V live in the target\'s KV cache pages)';
   }
   const ids = eagle3AuxLayers(head, target);
-  if (ids.some((i) => i < 0 || i >= target.numLayers)) {
-    return `${head.auxLayerIds ? 'eagle_aux_hidden_state_layer_ids' : 'vLLM\'s default eagle_aux_hidden_state_layer_ids'} ` +
-      `(${ids.join(', ')}) name layers outside the target's ${target.numLayers}`;
-  }
+  const field = head.auxLayerIds ? 'eagle_aux_hidden_state_layer_ids' : 'vLLM\'s default eagle_aux_hidden_state_layer_ids';
+  if (ids.some((i) => i < 0 || i >= target.numLayers)) return `${field} (${ids.join(', ')}) name layers outside the target's ${target.numLayers}`;
+  // vLLM keeps a layer's input once however often it is named, and fc would then lack a third
+  if (new Set(ids).size !== ids.length) return `${field} (${ids.join(', ')}) name a layer twice; fc reads three different ones`;
   if (!head.weights.has('lm_head.weight') && head.draftVocabSize !== target.vocabSize) {
     return `the checkpoint has no lm_head.weight and draft_vocab_size (${head.draftVocabSize}) is not the target's vocabulary, whose lm_head it would read`;
   }
