@@ -5,7 +5,7 @@
 // so the same sequence of op calls on the same shapes yields the same buffers
 // (what lets a CUDA backend capture a decode step as a graph and replay it).
 
-import type { DType, HostTensor, WeightSource } from '../loader/types.js';
+import type { DType, GgufBlocks, HostTensor, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 
@@ -20,9 +20,12 @@ export interface Tensor {
   /**
    * 'fp8_block' on what uploadFp8Block returns: the elements are e4m3, a byte each, with an f32 scale per 128 x 128
    * block (fp8BlockBytes), not computeDType values. What counts weight bytes reads it (Model.weightBytesPerStep), and
-   * a path written for computeDType weights must decline such a layer. Absent on every other tensor.
+   * a path written for computeDType weights must decline such a layer. 'gguf' on what uploadGguf returns: llama.cpp's
+   * blocks, `storedBytes` of them. Absent on every other tensor.
    */
-  readonly quantized?: 'fp8_block';
+  readonly quantized?: 'fp8_block' | 'gguf';
+  /** A 'gguf' weight's bytes on the device (its parts may mix block types, so its shape does not give them). */
+  readonly storedBytes?: number;
 }
 
 /**
@@ -170,6 +173,11 @@ export interface DeviceProbes {
 export interface MemoryReport {
   /** Bytes the backend may give to the KV cache right now. */
   availableKvBytes: number;
+  /**
+   * CUDA: what the KV cache could take of the memory free now, whatever --gpu-memory-utilization says (less the
+   * activation reserve): the cap of an explicit --kv-cache-memory-bytes, which replaces the fraction as in vLLM.
+   */
+  freeKvBytes?: number;
   totalBytes: number;
   weightBytes: number;
 }
@@ -198,6 +206,13 @@ export interface Backend {
    * refuses biases on FP8 projections, so matmul with a bias on one may throw.
    */
   uploadFp8Block?(name: string, parts: readonly Fp8BlockPart[]): Tensor;
+  /**
+   * Optional: a GGUF projection kept as llama.cpp's blocks, the rows of `parts` concatenated (parts of one K; their
+   * block types may differ). matmul() on the returned tensor ([sum of the parts' rows, K], `quantized` 'gguf') equals
+   * matmul on the parts dequantized (gguf-quants.ts) within bf16 rounding; no other op takes it. Without it (the CPU
+   * backend, the reference) the loader uploads the dequantized values.
+   */
+  uploadGguf?(name: string, parts: readonly GgufBlocks[]): Tensor;
   /**
    * Optional (--quantization fp8): the row-concatenation of `names` (checkpoint tensors of a float dtype, each part's
    * rows and columns multiples of 128) quantized to block FP8 where the weights live, as quantizeWeightBlocks

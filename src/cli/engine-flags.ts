@@ -127,7 +127,7 @@ export function addModelFlags(cmd: Command): Command {
     .option('--gpu-memory-utilization <f>', 'fraction of the GPU memory this engine may hold, in (0, 1]',
       fraction('--gpu-memory-utilization'), 0.9)
     .option('--kv-cache-memory-bytes <bytes>', 'bytes for the KV cache, e.g. 2G (CPU default 256 MiB; '
-      + '--kv-cache-memory is the same)', humanInt('--kv-cache-memory-bytes'))
+      + 'on CUDA in place of --gpu-memory-utilization\'s share, as vLLM; --kv-cache-memory is the same)', humanInt('--kv-cache-memory-bytes'))
     .addOption(new Option('--kv-cache-memory <bytes>').argParser(humanInt('--kv-cache-memory')).hideHelp())
     .option('--kv-cache-dtype <t>', 'auto (the compute dtype) or fp8 (= fp8_e4m3: twice the tokens in the same '
       + 'memory; lossy, scale 1)', kvCacheDtypeArg, 'auto')

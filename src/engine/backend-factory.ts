@@ -8,7 +8,7 @@ import type { Backend } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu-backend.js';
 import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from '../backend/cuda/kernel-defines.js';
 import { bytesPerBlock as bytesPerPage, numBlocksForBytes, stateSlotBytes, type KVCacheGroup } from '../kv/kv-cache-spec.js';
-import type { ModelConfig } from '../loader/types.js';
+import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
 import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } from './options.js';
@@ -133,8 +133,10 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
  */
 export function sizeKvCache(model: Model, backend: Backend, options: EngineOptions,
   maxModelLen: number, draft: Model | null = null, given?: KvCachePlan): KvCachePlan {
-  let bytes = backend.memory().availableKvBytes;
-  if (options.kvCacheBytes !== null) bytes = Math.min(bytes, options.kvCacheBytes);
+  // an explicit --kv-cache-memory-bytes replaces --gpu-memory-utilization's share (as vLLM's), capped by the memory free
+  const m = backend.memory();
+  const bytes = options.kvCacheBytes === null ? m.availableKvBytes
+    : Math.min(options.kvCacheBytes, m.freeKvBytes ?? m.availableKvBytes);
   const plan = given ?? planKvCache(kvCacheGroupsOf(model), { blockSize: options.blockSize,
     kvBytesPerElement: backend.kvBytesPerElement, budgetBytes: bytes, maxNumSeqs: options.maxNumSeqs,
     enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots, lowerToFit: true,
@@ -151,7 +153,7 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   }
   if (numBlocks < minBlocks) {
     process.emitWarning(`the KV cache holds ${(numBlocks - 1) * options.blockSize} tokens, less than one full context `
-      + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes (CPU) or `
+      + `of ${maxModelLen}, so the longest requests cannot run: raise --kv-cache-memory-bytes or `
       + '--gpu-memory-utilization (CUDA), or lower --max-model-len');
   }
   const layout = model.recurrentStateLayout(plan.numStateSlots + plan.numCachedStateSlots + plan.numSpecBackupSlots);
@@ -165,7 +167,8 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
  * Why the engine cannot start this model on this backend, or null: the backend's own refusal,
  * then on CUDA weights that do not fit the device (under tensor and pipeline parallelism, rank 0's part).
  */
-export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions): string | null {
+export function startupRefusal(config: ModelConfig, backend: Backend, options: ResolvedEngineOptions,
+  weights: WeightSource | null = null): string | null {
   const cannot = backendRefusal(config, backend.name);
   if (cannot || backend.name !== 'cuda') return cannot;
   const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
@@ -176,7 +179,10 @@ export function startupRefusal(config: ModelConfig, backend: Backend, options: R
   if (pp > 1 && pipelineRefusal(config, pp) === null) {
     shard = stagedConfig(shard, pp - 1, pp, stageLayers(layerPartition(config.numLayers, pp))[pp - 1]!);
   }
+  // a GGUF file's blocks as the backend keeps them (a rank's shard under tensor parallelism is dequantized)
+  const blockBytes = tp === 1 && backend.uploadGguf && weights?.ggufBlockBytes
+    ? (name: string) => weights.ggufBlockBytes!(name) : null;
   // the hybrid families refuse --quantization fp8 (architectures/qwen3_5.ts): not offered them
   return weightFitRefusal(shard, backend.computeDType, options.quantization === 'fp8',
-    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.hybrid === null);
+    { budgetBytes, totalBytes, gpuMemoryUtilization: options.gpuMemoryUtilization }, config.hybrid === null, blockBytes);
 }

@@ -27,8 +27,8 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const { backend, device } = await createBackend(given);
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
-  const cannot = startupRefusal(dir.config, backend, options) ?? maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options) ??
-    eagle3StartRefusal(dir, options);
+  const cannot = startupRefusal(dir.config, backend, options, dir.weights) ??
+    maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options) ?? eagle3StartRefusal(dir, options);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);

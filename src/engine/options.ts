@@ -33,7 +33,10 @@ export interface EngineOptions {
   stepPolicy: StepPolicy;
   /** CUDA: fraction of device memory the engine may use (weights + workspace + KV). */
   gpuMemoryUtilization: number;
-  /** CPU: bytes given to the KV cache. Also caps the GPU pool when set. */
+  /**
+   * Bytes given to the KV cache. CUDA: in place of --gpu-memory-utilization's share when set (vLLM's
+   * kv_cache_memory_bytes), up to the memory free.
+   */
   kvCacheBytes: number | null;
   /** vLLM's --kv-cache-dtype: 'auto' (the compute dtype) or FP8 E4M3 (half the bytes a token, lossy). */
   kvCacheDtype: KvCacheDtype;

@@ -75,8 +75,13 @@ export class GgufFile {
 
   /** Tensor `name`'s values as f32 (dequantized as ggml does). */
   readF32(name: string): Float32Array {
-    const t = this.tensors.get(name);
-    if (t === undefined) throw new ModelLoadError(this.file, `no tensor ${name}`);
+    const t = this.tensor(name);
+    return dequantize(t.type, this.readRaw(name), t.numElements);
+  }
+
+  /** Tensor `name`'s bytes as stored (blocks of its type). */
+  readRaw(name: string): Uint8Array {
+    const t = this.tensor(name);
     const bytes = new Uint8Array(t.numBytes);
     const fd = openSync(this.file, 'r');
     try {
@@ -89,6 +94,12 @@ export class GgufFile {
     } finally {
       closeSync(fd);
     }
-    return dequantize(t.type, bytes, t.numElements);
+    return bytes;
+  }
+
+  private tensor(name: string): GgufTensor {
+    const t = this.tensors.get(name);
+    if (t === undefined) throw new ModelLoadError(this.file, `no tensor ${name}`);
+    return t;
   }
 }

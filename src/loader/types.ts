@@ -158,6 +158,20 @@ export interface HostTensor {
   data: Uint8Array;
 }
 
+/** llama.cpp's block-quantized types a backend may keep as stored (Backend.uploadGguf). */
+export type GgufBlockType = 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_K' | 'Q6_K';
+
+/**
+ * A 2-D GGUF tensor [N, K] as llama.cpp stores it: N rows of K / blockElems blocks each (gguf-quants.ts's layouts),
+ * row after row. Its values are what dequantize() gives for the same bytes.
+ */
+export interface GgufBlocks {
+  name: string;
+  type: GgufBlockType;
+  shape: [number, number];
+  data: Uint8Array;
+}
+
 /** Where weights come from: a safetensors directory, or memory in tests. */
 export interface WeightSource {
   names(): string[];
@@ -168,6 +182,13 @@ export interface WeightSource {
   read(name: string): HostTensor;
   /** Reads dest.length bytes of tensor `name`, from its byte `offset`, straight into dest (e.g. pinned memory). */
   readInto?(name: string, offset: number, dest: Uint8Array): void;
+  /**
+   * A GGUF file's projection as its raw blocks (rows in Hugging Face order: llama.cpp's q/k permutation undone), or
+   * null where the tensor is not a 2-D one of a GgufBlockType. read() still gives the same tensor dequantized.
+   */
+  readGgufBlocks?(name: string): GgufBlocks | null;
+  /** The bytes readGgufBlocks would hand out for `name` (its blocks as stored), without reading them; null as it. */
+  ggufBlockBytes?(name: string): number | null;
 }
 
 /** generation_config.json defaults. */

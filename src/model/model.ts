@@ -168,12 +168,12 @@ export class Model {
   /**
    * Bytes of weights a one-token decode step reads: every layer (of a mixture of experts, the router and the top-k
    * experts' share), the final norm and the lm head (not the embedding table); block-FP8 projections at a byte an
-   * element and their scales.
+   * element and their scales, GGUF ones as the blocks they are kept in.
    */
   weightBytesPerStep(): number {
     const bytesPerElement = BYTES_PER_ELEMENT[this.backend.computeDType];
     const bytes = (t: Tensor | null) => !t ? 0 : t.quantized === 'fp8_block' ? fp8BlockBytes(t.shape[0]!, t.shape[1]!)
-      : t.shape.reduce((a, b) => a * b, 1) * bytesPerElement;
+      : t.quantized === 'gguf' ? t.storedBytes! : t.shape.reduce((a, b) => a * b, 1) * bytesPerElement;
     let total = bytes(this.parts.finalNorm) + bytes(this.parts.lmHead);  // null on a stage other than the last
     for (const l of this.parts.layers) {
       for (const t of l.weightsRead()) total += t !== null && 'share' in t ? t.share * bytes(t.tensor) : bytes(t);

@@ -1,14 +1,22 @@
 // A Hugging Face model directory (a test model) -> a GGUF file as convert_hf_to_gguf.py and llama-quantize would
 // write it: llama.cpp's names and metadata keys, q/k rows permuted for Llama, the tokenizer in tokenizer.ggml.*.
-import { join } from 'node:path';
+// Quantizing is the slow part (a JS loop a block; 0.6B parameters to Q4_K_M ~33 s on one thread), so
+// modelDirToGgufParallel hands one tensor at a time to worker threads (gguf-convert-worker.ts) and writes their
+// results in the file's order: the same bytes as modelDirToGguf, an 8B model in a minute or so on 16 cores.
+//   node dist/src/tools/gguf-convert.js <model dir> <out.gguf> <type> [threads]
+import { join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
-import { bytesToF32 } from '../loader/dtype.js';
+import { availableParallelism } from 'node:os';
+import { pathToFileURL } from 'node:url';
+import { isMainThread, Worker } from 'node:worker_threads';
+import { BYTES_PER_ELEMENT, bytesToF32 } from '../loader/dtype.js';
 import { ggufPermutesQk } from '../loader/gguf-config.js';
 import { ggufTensorName } from '../loader/gguf-weights.js';
 import type { GgmlTypeName } from '../loader/gguf-quants.js';
 import { loadModelDir } from '../loader/model-dir.js';
 import { readJsonFile } from '../loader/tokenizer.js';
-import { quantize, writeGguf, type GgufMetaValue } from './gguf-write.js';
+import type { DType, WeightSource } from '../loader/types.js';
+import { ggufTensorBytes, openGgufWriter, quantize, type GgufMetaValue, type GgufTensorOut } from './gguf-write.js';
 
 /** llama.cpp's file types Quire's tests write; a K-quant mix as llama-quantize's _M presets (simplified, below). */
 export const GGUF_QUANTIZATIONS = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k_m', 'q5_k_m', 'q6_k'] as const;
@@ -74,8 +82,140 @@ export function tokenizerMetadata(tokenizerJson: Json, opts: { bos: number | nul
   return out;
 }
 
+/** A checkpoint tensor of the file: its names, GGUF type and shape, and its q/k rows' head size where permuted. */
+export interface TensorJob {
+  hf: string;
+  name: string;
+  type: GgmlTypeName;
+  shape: number[];
+  permuteHeadDim: number | null;
+}
+
+/** What `dir`'s model becomes as a GGUF file of quantization q: metadata, tensors made here, then the checkpoint's. */
+interface GgufPlan {
+  dir: string;
+  weights: WeightSource;
+  meta: [string, GgufMetaValue][];
+  extra: GgufTensorOut[];
+  jobs: TensorJob[];
+}
+
+/**
+ * A job's data, or rows [r0, r1) of it: its tensor read from `weights`, q/k rows permuted for llama.cpp, quantized.
+ * GGUF blocks run along a row, so a tensor's rows quantized apart and joined are the bytes of the whole (a permuted
+ * tensor is converted whole).
+ */
+export function convertTensor(weights: WeightSource, job: TensorJob, r0 = 0, r1 = job.shape[0]!): Uint8Array {
+  const cols = job.shape.length > 1 ? job.shape.slice(1).reduce((a, b) => a * b, 1) : 1;
+  let t: { dtype: DType; data: Uint8Array };
+  if (r0 === 0 && r1 === job.shape[0]) {
+    t = weights.read(job.hf);
+  } else {
+    const { dtype } = weights.info(job.hf);
+    const rowBytes = cols * BYTES_PER_ELEMENT[dtype];
+    const data = new Uint8Array((r1 - r0) * rowBytes);
+    if (weights.readInto) weights.readInto(job.hf, r0 * rowBytes, data);
+    else data.set(weights.read(job.hf).data.subarray(r0 * rowBytes, r1 * rowBytes));
+    t = { dtype, data };
+  }
+  let values = bytesToF32(t.dtype, t.data);
+  if (job.permuteHeadDim !== null) values = permuteQk(values, job.shape[0]!, cols, job.permuteHeadDim);
+  return quantize(job.type, values);
+}
+
 /** Writes `dir`'s model (qwen3, qwen2 or llama) as a GGUF file of quantization q. */
 export function modelDirToGguf(dir: string, file: string, q: GgufQuantization): void {
+  const plan = ggufPlan(dir, q);
+  const w = openGgufWriter(file, plan.meta, [...plan.extra, ...plan.jobs]);
+  try {
+    for (const t of plan.extra) w.write(t.data);
+    for (const job of plan.jobs) w.write(convertTensor(plan.weights, job));
+  } catch (err) {
+    abandon(w);
+    throw err;
+  }
+  w.close();
+}
+
+/** A writer given up on: its file closed, the count it would refuse not checked. */
+function abandon(w: { close(): void }): void {
+  try {
+    w.close();
+  } catch {
+    // an incomplete file: the caller's error says why
+  }
+}
+
+/** Elements a task of modelDirToGgufParallel converts at most: a larger tensor is split by rows (not a permuted one). */
+const TASK_ELEMENTS = 1 << 24;
+
+/**
+ * modelDirToGguf with the tensors quantized by `threads` worker threads, a tensor (or rows of a large one) a task,
+ * written in the file's order as they complete (a finished tensor waits only for those before it): the same bytes.
+ */
+export async function modelDirToGgufParallel(dir: string, file: string, q: GgufQuantization,
+  threads = availableParallelism(), taskElements = TASK_ELEMENTS): Promise<void> {
+  const plan = ggufPlan(dir, q);
+  const { jobs } = plan;
+  if (threads <= 1 || jobs.length <= 1) return modelDirToGguf(dir, file, q);
+  // tasks: rows [r0, r1) of job i, whose bytes start at `at` in the tensor's
+  const tasks: { i: number; r0: number; r1: number; at: number }[] = [];
+  const pending = jobs.map((job, i) => {
+    const rows = job.shape[0]!, cols = job.shape.slice(1).reduce((a, b) => a * b, 1);
+    const step = job.permuteHeadDim === null && job.shape.length === 2 ? Math.max(1, Math.floor(taskElements / cols)) : rows;
+    const rowBytes = ggufTensorBytes(job.type, [1, cols]);
+    for (let r0 = 0; r0 < rows; r0 += step) tasks.push({ i, r0, r1: Math.min(rows, r0 + step), at: r0 * rowBytes });
+    return Math.ceil(rows / step);
+  });
+  const w = openGgufWriter(file, plan.meta, [...plan.extra, ...jobs]);
+  const workers = Array.from({ length: Math.min(threads, tasks.length) }, () =>
+    new Worker(new URL('./gguf-convert-worker.js', import.meta.url), { workerData: { dir: plan.dir } }));
+  try {
+    for (const t of plan.extra) w.write(t.data);
+    await new Promise<void>((done, fail) => {
+      const parts = new Map<number, Uint8Array>();  // tensors being assembled, by job
+      let next = 0;
+      let written = 0;
+      const give = (worker: Worker): void => {
+        if (next >= tasks.length) return;
+        const task = tasks[next++]!;
+        worker.postMessage({ job: jobs[task.i], task });
+      };
+      for (const worker of workers) {
+        worker.on('message', ({ task, data }: { task: (typeof tasks)[number]; data: Uint8Array }) => {
+          try {
+            const job = jobs[task.i]!;
+            let whole = parts.get(task.i);
+            if (whole === undefined) parts.set(task.i, whole = new Uint8Array(ggufTensorBytes(job.type, job.shape)));
+            whole.set(data, task.at);
+            pending[task.i]!--;
+            for (; written < jobs.length && pending[written] === 0; written++) {
+              w.write(parts.get(written)!);
+              parts.delete(written);
+            }
+            if (written === jobs.length) done();
+            else give(worker);
+          } catch (err) {
+            fail(err);
+          }
+        });
+        worker.on('error', fail);
+        worker.on('exit', (code) => {
+          if (written < jobs.length) fail(new Error(`gguf-convert: a worker exited (code ${code}) before the last tensor`));
+        });
+        give(worker);
+      }
+    });
+  } catch (err) {
+    abandon(w);
+    throw err;
+  } finally {
+    await Promise.all(workers.map((worker) => worker.terminate()));
+  }
+  w.close();
+}
+
+function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
   const m = loadModelDir(dir);
   const c = m.config;
   if (c.architecture !== 'qwen3' && c.architecture !== 'qwen2' && c.architecture !== 'llama') {
@@ -122,16 +262,27 @@ export function modelDirToGguf(dir: string, file: string, q: GgufQuantization): 
   meta.push(...tokenizerMetadata(readJsonFile(join(m.tokenizerDir, 'tokenizer.json')), {
     bos: m.generation.bosTokenId, eos: m.tokenizer.eosTokenIds[0] ?? null, addBos: tokConfig.add_bos_token === true,
     chatTemplate: m.chatTemplate }));
-  const tensors = m.weights.names().flatMap((hf) => {
+  const jobs = m.weights.names().map((hf): TensorJob => {
     const name = ggufTensorName(hf);
     if (name === null) throw new Error(`gguf-convert: no GGUF name for tensor ${hf}`);
-    const t = m.weights.read(hf);
-    let values = bytesToF32(t.dtype, t.data);
-    if (ggufPermutesQk(a) && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
-      values = permuteQk(values, t.shape[0]!, t.shape[1] ?? 1, c.headDim);
-    }
-    const type = tensorType(q, name, t.shape.length, t.shape.at(-1)!);
-    return [{ name, type, shape: t.shape, data: quantize(type, values) }];
+    const { shape } = m.weights.info(hf);
+    const permuted = ggufPermutesQk(a) && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf);
+    return { hf, name, type: tensorType(q, name, shape.length, shape.at(-1)!), shape, permuteHeadDim: permuted ? c.headDim : null };
   });
-  writeGguf(file, meta, [...extra, ...tensors]);
+  return { dir: m.dir, weights: m.weights, meta, extra, jobs };
+}
+
+if (isMainThread && process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const [dir, file, type, threads] = process.argv.slice(2);
+  if (dir === undefined || file === undefined || !(GGUF_QUANTIZATIONS as readonly string[]).includes(type ?? '')) {
+    console.error(`usage: gguf-convert.js <model dir> <out.gguf> <${GGUF_QUANTIZATIONS.join(' | ')}> [threads]`);
+    process.exit(2);
+  }
+  const t0 = Date.now();
+  modelDirToGgufParallel(dir, file, type as GgufQuantization, threads === undefined ? undefined : Number(threads))
+    .then(() => console.log(`${file}: ${dir} as ${type}, ${((Date.now() - t0) / 1000).toFixed(1)} s`))
+    .catch((err: unknown) => {
+      console.error(err instanceof Error ? err.message : String(err));
+      process.exit(1);
+    });
 }

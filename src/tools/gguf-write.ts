@@ -64,6 +64,26 @@ function writeValue(b: Bytes, v: GgufMetaValue): void {
 
 /** Writes a GGUF v3 file: header, metadata, tensor infos, then each tensor's data aligned to 32 bytes. */
 export function writeGguf(file: string, metadata: [string, GgufMetaValue][], tensors: GgufTensorOut[]): void {
+  const w = openGgufWriter(file, metadata, tensors);
+  try {
+    for (const t of tensors) w.write(t.data);
+  } finally {
+    w.close();
+  }
+}
+
+/** A tensor's bytes in a GGUF file of its type, before padding. */
+export function ggufTensorBytes(type: GgmlTypeName, shape: readonly number[]): number {
+  const t = GGML_TYPES[type];
+  return (shape.reduce((a, b) => a * b, 1) / t.blockElems) * t.blockBytes;
+}
+
+/**
+ * writeGguf a tensor at a time: the header (every tensor's offset follows from its type and shape) at once, then
+ * each tensor's data, in the order of `tensors`, as write() is handed it, so a file of gigabytes never sits in memory.
+ */
+export function openGgufWriter(file: string, metadata: [string, GgufMetaValue][],
+  tensors: readonly Omit<GgufTensorOut, 'data'>[]): { write(data: Uint8Array): void; close(): void } {
   const h = new Bytes();
   h.push(new TextEncoder().encode('GGUF'));
   h.u32(3);
@@ -81,19 +101,34 @@ export function writeGguf(file: string, metadata: [string, GgufMetaValue][], ten
     for (const d of [...t.shape].reverse()) h.u64(d);
     h.u32(GGML_TYPES[t.type].id);
     h.u64(offset);
-    offset += Math.ceil(t.data.length / ALIGNMENT) * ALIGNMENT;
+    offset += Math.ceil(ggufTensorBytes(t.type, t.shape) / ALIGNMENT) * ALIGNMENT;
   }
   h.pad();
-  for (const t of tensors) {
-    h.push(t.data);
-    h.pad();
-  }
   const fd = openSync(file, 'w');
+  let next = 0;
   try {
     writeSync(fd, h.concat());
-  } finally {
+  } catch (err) {
     closeSync(fd);
+    throw err;
   }
+  return {
+    write(data: Uint8Array): void {
+      const t = tensors[next];
+      if (t === undefined) throw new Error(`GGUF writer: more tensors than the ${tensors.length} of the header`);
+      if (data.length !== ggufTensorBytes(t.type, t.shape)) {
+        throw new Error(`GGUF writer: ${t.name} has ${data.length} bytes, not those of ${t.type} [${t.shape.join(', ')}]`);
+      }
+      writeSync(fd, data);
+      const pad = (ALIGNMENT - (data.length % ALIGNMENT)) % ALIGNMENT;
+      if (pad) writeSync(fd, new Uint8Array(pad));
+      next++;
+    },
+    close(): void {
+      closeSync(fd);
+      if (next !== tensors.length) throw new Error(`GGUF writer: ${next} of ${tensors.length} tensors written to ${file}`);
+    },
+  };
 }
 
 const fr = Math.fround;

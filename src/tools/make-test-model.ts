@@ -10,7 +10,7 @@ import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-mo
 import { checkpointChunks } from './test-model/weights.js';
 import { makeTestEagle3Head } from './test-model/eagle3.js';
 import { startProgress, type Progress } from '../lab/progress.js';
-import { GGUF_QUANTIZATIONS, modelDirToGguf, type GgufQuantization } from './gguf-convert.js';
+import { GGUF_QUANTIZATIONS, modelDirToGgufParallel, type GgufQuantization } from './gguf-convert.js';
 
 export { testModelShapes } from './test-model/shapes.js';
 
@@ -136,12 +136,14 @@ export function makeTestModelCommand(): Command {
     .option('--gguf <type>', `also write the model as one GGUF file, <out>.<type>.gguf (qwen3, qwen2, llama shapes; ${GGUF_QUANTIZATIONS.join(', ')})`)
     .option('--eagle3-head-for <dir>', 'write a random EAGLE-3 head for the test model in <dir> instead (--seed, --dtype, --out)')
     .option('--draft-vocab-size <n>', 'with --eagle3-head-for: its lm_head\'s rows (d2t maps them into the target\'s vocabulary)', nonNegativeInt)
+    .option('--threads <n>', 'threads quantizing --gguf\'s tensors, a tensor each (default: every core)', nonNegativeInt)
     .option('--list', 'list the shapes and exit')
     .action(runMakeTestModel);
 }
 
 async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number;
-  list?: boolean; fast?: boolean; quantization?: string; gguf?: string; eagle3HeadFor?: string; draftVocabSize?: number }): Promise<void> {
+  list?: boolean; fast?: boolean; quantization?: string; gguf?: string; threads?: number; eagle3HeadFor?: string;
+  draftVocabSize?: number }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
@@ -185,8 +187,9 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   );
   if (gguf !== undefined) {
     const file = `${resolve(outDir)}.${gguf}.gguf`;
-    modelDirToGguf(info.dir, file, gguf as GgufQuantization);
-    console.log(`${file}: the same weights as one ${gguf} GGUF file`);
+    const t0 = Date.now();
+    await modelDirToGgufParallel(info.dir, file, gguf as GgufQuantization, o.threads);
+    console.log(`${file}: the same weights as one ${gguf} GGUF file, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   }
 }
 

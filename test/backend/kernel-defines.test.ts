@@ -10,6 +10,7 @@ import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/ba
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
+import { GGUF_GEMV_ROWS, GGUF_GEMV_WARPS } from '../../src/backend/cuda/gguf-layout.js';
 import {
   CONV_MAX_TAPS, DECODE_WARPS, KERNEL_DEFINES, moduleDefines, NORM_VEC, PEER_AR_DATA_OFFSET, PEER_AR_EPOCH_OFFSET,
   PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
@@ -59,6 +60,14 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_WARPS', GEMM_ROWS_SPLIT_WARPS],
     ['gemm_rows.cu', 'GEMM_ROWS_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
     ['gemm_rows.cu', 'GEMM_ROWS_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],
+    ['gguf.cu', 'GGUF_GEMV_WARPS', GGUF_GEMV_WARPS],
+    ['gguf.cu', 'GGUF_GEMV_ROWS', GGUF_GEMV_ROWS],
+    ['gguf.cu', 'GGUF_GEMV_TOKENS(X, fmt, F)', 'X(fmt, F, 1) X(fmt, F, 2) X(fmt, F, 4) X(fmt, F, 8)'],
+    ['gguf.cu', 'GGUF_UNIT_Q8_0', 32],
+    ['gguf.cu', 'GGUF_UNIT_Q4_0', 32],
+    ['gguf.cu', 'GGUF_UNIT_Q4_K', 64],
+    ['gguf.cu', 'GGUF_UNIT_Q5_K', 64],
+    ['gguf.cu', 'GGUF_UNIT_Q6_K', 128],
     ['moe.cu', 'CHUNK_K', GEMM_ROWS_CHUNK_K],
     ['moe.cu', 'GEMM_ROWS_SPLIT_WARPS', GEMM_ROWS_SPLIT_WARPS],
     ['moe.cu', 'MOE_ROUTE_WARPS', MOE_ROUTE_WARPS],

@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { kvCacheBudget } from '../../src/backend/cuda/memory-budget.js';
+import { freeKvBudget, kvCacheBudget } from '../../src/backend/cuda/memory-budget.js';
 
 const GiB = 2 ** 30;
 
@@ -30,4 +30,9 @@ test('another process freeing memory after the start does not make this engine\'
   // 30 GiB held by another process at the start, freed since; this engine holds 2 GiB of weights
   assert.equal(kvCacheBudget({ totalBytes: 80 * GiB, freeAtStartBytes: 49.5 * GiB, freeBytes: 77.5 * GiB,
     allocatedBytes: 2 * GiB, gpuMemoryUtilization: 0.9, reserveBytes: 1 * GiB }), 72 * GiB - 2 * GiB - 1 * GiB);
+});
+
+test('an explicit KV budget is capped by the free memory less the reserve alone, whatever else is held', () => {
+  assert.equal(freeKvBudget({ freeBytes: 10 * GiB, reserveBytes: 1 * GiB }), 9 * GiB);
+  assert.equal(freeKvBudget({ freeBytes: 0.5 * GiB, reserveBytes: 1 * GiB }), 0);
 });

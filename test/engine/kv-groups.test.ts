@@ -113,3 +113,24 @@ test('sizing with lowerToFit: states that would leave no page lower the running 
 function denseGroupsOf() {
   return [{ spec: { kind: 'full_attention', numKvHeads: 2, headDim: 8 }, layers: [0] }] as const;
 }
+
+test('an explicit KV budget (--kv-cache-memory-bytes) replaces the utilization share on CUDA, capped by the free memory',
+  async () => {
+    const { sizeKvCache } = await import('../../src/engine/backend-factory.js');
+    const config = tinyConfig('qwen2', { numLayers: 2 });
+    const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
+    try {
+      const model = Model.load(config, randomWeightSource(config, { seed: 2 }), backend);
+      const page = bytesPerKvBlock(16, 2, config.numKvHeads, config.headDim, 4);
+      // as a CUDA backend beside an engine that allocated since this one started: the fraction's share is gone, the
+      // free memory is not
+      const memory = { availableKvBytes: 0, freeKvBytes: 50 * page, totalBytes: 1 << 30, weightBytes: 0 };
+      backend.memory = () => memory;
+      const o = { blockSize: 16, maxNumSeqs: 4 };
+      assert.throws(() => sizeKvCache(model, backend, { ...o, kvCacheBytes: null } as never, 32), /budget \(0 bytes\)/);
+      assert.equal(sizeKvCache(model, backend, { ...o, kvCacheBytes: 10 * page } as never, 32).numBlocks, 10);
+      assert.equal(sizeKvCache(model, backend, { ...o, kvCacheBytes: 1000 * page } as never, 32).numBlocks, 50);
+    } finally {
+      backend.dispose();
+    }
+  });

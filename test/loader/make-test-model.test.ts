@@ -152,9 +152,10 @@ test('CLI writes a loadable directory (and a GGUF file) and rejects bad argument
   assert.equal(fp8.status, 0, fp8.stderr);
   assert.match(fp8.stdout, /tiny-qwen3-128, 38 tensors, .* MiB of bf16 and block-FP8 weights/);
   // --gguf: the same model as one GGUF file beside the directory, which loads as the directory's model
-  const g = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3', '--gguf', 'q8_0', '--out', join(out, 'g')], { encoding: 'utf8' });
+  const g = spawnSync(process.execPath, [script, '--shape', 'tiny-qwen3', '--gguf', 'q8_0', '--threads', '2', '--out',
+    join(out, 'g')], { encoding: 'utf8' });
   assert.equal(g.status, 0, g.stderr);
-  assert.match(g.stdout, /g\.q8_0\.gguf: the same weights as one q8_0 GGUF file/);
+  assert.match(g.stdout, /g\.q8_0\.gguf: the same weights as one q8_0 GGUF file, [\d.]+ s/);
   const { loadModel } = await import('../../src/loader/model-dir.js');
   const [fromGguf, fromDir] = [await loadModel(`${join(out, 'g')}.q8_0.gguf`), await loadModel(join(out, 'g'))];
   assert.deepEqual({ ...fromGguf.config, dtype: null }, { ...fromDir.config, dtype: null });
@@ -207,3 +208,25 @@ test('--quantization fp8 --fast: e4m3 codes never NaN, one scale for all blocks,
   assert.equal(names[names.indexOf('model.layers.35.self_attn.o_proj.weight') + 1], 'model.layers.35.self_attn.o_proj.weight_scale_inv');
   assert.deepEqual(specs.find((s) => s.name === 'model.layers.35.mlp.down_proj.weight_scale_inv')?.shape, [32, 96]);
 });
+
+test('the GGUF converter\'s worker threads write the serial converter\'s bytes (llama: q/k permuted; Q4_K_M\'s mix; ' +
+  'tensors split by rows)',
+  async () => {
+    const { modelDirToGguf, modelDirToGgufParallel } = await import('../../src/tools/gguf-convert.js');
+    const dir = join(tempDir(), 'convert');
+    await makeTestModel({ shape: 'tiny-llama', outDir: dir, dtype: 'bf16', seed: 3 });
+    for (const q of ['q4_k_m', 'q8_0'] as const) {
+      modelDirToGguf(dir, join(dir, `serial.${q}.gguf`), q);
+      // tasks of at most 5000 elements: every tensor but the (permuted) q and k split by rows, unevenly
+      await modelDirToGgufParallel(dir, join(dir, `threads.${q}.gguf`), q, 3, 5000);
+      const serial = readFileSync(join(dir, `serial.${q}.gguf`));
+      assert.ok(serial.length > 100_000, `${serial.length} bytes`);
+      assert.ok(readFileSync(join(dir, `threads.${q}.gguf`)).equals(serial), q);
+    }
+    // and the script form, on a directory made before
+    const script = join(repoRoot(), 'dist', 'src', 'tools', 'gguf-convert.js');
+    const r = spawnSync(process.execPath, [script, dir, join(dir, 'cli.gguf'), 'q4_k_m', '2'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /cli\.gguf: .* as q4_k_m, [\d.]+ s/);
+    assert.ok(readFileSync(join(dir, 'cli.gguf')).equals(readFileSync(join(dir, 'serial.q4_k_m.gguf'))));
+  });

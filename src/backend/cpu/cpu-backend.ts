@@ -12,7 +12,7 @@ import type { Backend, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, Mo
 import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
-import { rmsNormHeadInPlace, rmsNormRows, ropeAngles, rotateHalfInPlace, siluMulRows } from './kernels.js';
+import { qkNormRopeRows, rmsNormRows, ropeAngles, siluMulRows } from './kernels.js';
 import { CpuFp8Tensor, fp8BlockTensor } from './fp8.js';
 import { attentionMetaLength, scratchBytesPerThread, writeAttentionMeta, type AttentionJob } from './attention-wasm.js';
 import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
@@ -280,20 +280,8 @@ export class CpuBackend implements Backend {
     // partial rotary: the first 2 * half channels of each head rotate, the rest pass through
     const half = rope.invFreq.length;
     if (2 * half > D) throw new Error(`qkNormRope: ${2 * half} rotary channels in a head of ${D}`);
-    const table = this.ropeTable(rope, step.batch);
-    const qn = qNorm ? asCpu(qNorm).data : null;
-    const kn = kNorm ? asCpu(kNorm).data : null;
-    const data = q.data;
-    for (let t = 0; t < T; t++) {
-      const cos = table.cos.subarray(t * half, (t + 1) * half);
-      const sin = table.sin.subarray(t * half, (t + 1) * half);
-      for (let h = 0; h < numHeads + numKvHeads; h++) {
-        const off = t * width + h * D;
-        const norm = h < numHeads ? qn : kn;
-        if (norm) rmsNormHeadInPlace(data, off, norm, D, eps);
-        rotateHalfInPlace(data, off, cos, sin, half);
-      }
-    }
+    qkNormRopeRows(q.data, T, width, numHeads, numKvHeads, D, half, this.ropeTable(rope, step.batch),
+      qNorm ? asCpu(qNorm).data : null, kNorm ? asCpu(kNorm).data : null, eps);
   }
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,

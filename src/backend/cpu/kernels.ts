@@ -120,6 +120,25 @@ export function rotateHalfInPlace(x: Float32Array, off: number, cos: Float32Arra
   }
 }
 
+/**
+ * In place on rows of [q heads | k heads | v heads] (width each): each q head normalised by qn, each k head by kn
+ * (where given), then both rotated on their first 2 * half channels by row t's cos/sin (table); v passes through.
+ */
+export function qkNormRopeRows(x: Float32Array, T: number, width: number, numHeads: number, numKvHeads: number,
+  D: number, half: number, table: { cos: Float32Array; sin: Float32Array }, qn: Float32Array | null,
+  kn: Float32Array | null, eps: number): void {
+  for (let t = 0; t < T; t++) {
+    const cos = table.cos.subarray(t * half, (t + 1) * half);
+    const sin = table.sin.subarray(t * half, (t + 1) * half);
+    for (let h = 0; h < numHeads + numKvHeads; h++) {
+      const off = t * width + h * D;
+      const norm = h < numHeads ? qn : kn;
+      if (norm) rmsNormHeadInPlace(x, off, norm, D, eps);
+      rotateHalfInPlace(x, off, cos, sin, half);
+    }
+  }
+}
+
 /** cos/sin [half] of angle fround(position * invFreq[i]). */
 export function ropeAngles(position: number, invFreq: Float32Array, cos: Float32Array,
   sin: Float32Array): void {

@@ -4,7 +4,7 @@
 // (deltanet.ts, its states in kv-memory.ts), sampling and reads
 // (sampling.ts), CUDA graphs (graphs.ts); it implements Backend by handing each op to its part.
 
-import type { HostTensor, WeightSource } from '../../loader/types.js';
+import type { GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
@@ -44,6 +44,8 @@ export interface CudaBackendOptions {
   chainGemms?: boolean;
   /** A layer's norms inside its chain GEMMs; default QUIRE_CHAIN_NORM (on). */
   chainNorms?: boolean;
+  /** GGUF GEMMs (gguf-gemm.ts): the most tokens on the GEMV (QUIRE_GGUF_GEMV_TOKENS), the dequantized weight's scratch. */
+  gguf?: { gemvMaxTokens?: number; scratchBytes?: number };
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel; default QUIRE_FUSED_ROPE (on). */
   fusedRope?: boolean;
   /**
@@ -100,7 +102,7 @@ export class CudaBackend implements Backend {
       profile: opts.profile ?? false, profileLog: opts.profileLog });
     this.weights = new CudaWeights(this.device, { batchInvariant, uploadChunkBytes: opts.uploadChunkBytes });
     this.gemms = new CudaGemms(this.step, { batchInvariant, chainGemms: opts.chainGemms, chainNorms: opts.chainNorms,
-      cublasWorkspaceBytes: opts.cublasWorkspaceBytes });
+      cublasWorkspaceBytes: opts.cublasWorkspaceBytes, gguf: opts.gguf });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
       { batchInvariant, fusedRope: opts.fusedRope });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'));
@@ -128,6 +130,10 @@ export class CudaBackend implements Backend {
 
   uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): Tensor {
     return this.weights.uploadFp8Block(name, parts);
+  }
+
+  uploadGguf(name: string, parts: readonly GgufBlocks[]): Tensor {
+    return this.weights.uploadGguf(name, parts);
   }
 
   quantizeFp8Block(name: string, source: WeightSource, names: readonly string[]): Tensor {

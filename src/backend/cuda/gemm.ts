@@ -1,7 +1,8 @@
 // GEMM dispatch and the ops fused with GEMMs: cuBLASLt for large steps, the chain kernels (kernels/gemm_chain.cu)
 // for steps of up to 8 tokens (gate_up with silu_mul, the norms inside o and down), the batch-invariant mode's rows
-// kernel (kernels/gemm_rows.cu), and block-FP8 weights (activations quantized per token and 128 columns). The RMS
-// norms live here too: a chain consumer that cannot apply a pending norm falls back to the norm kernel.
+// kernel (kernels/gemm_rows.cu), block-FP8 weights (activations quantized per token and 128 columns), and GGUF weights
+// (gguf-gemm.ts). The RMS norms live here too: a chain consumer that cannot apply a pending norm falls back to the
+// norm kernel.
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { Tensor } from '../backend.js';
@@ -12,9 +13,11 @@ import { fp8ScaleRowFloats } from './fp8-layout.js';
 import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainGemmLaunch, type ChainSilu,
   planChainGemm } from './gemm-chain.js';
 import { planGemmRows } from './gemm-rows.js';
+import { CudaGgufGemm } from './gguf-gemm.js';
+import { GGUF_Q8_BLOCK, GgufWeight } from './gguf-layout.js';
 import { NORM_VEC } from './kernel-defines.js';
 import type { StepContext } from './step-context.js';
-import { asCuda, CudaTensor, NormedTensor, type PendingNorm } from './tensor.js';
+import { asCuda, CudaTensor, NormedTensor, Q8Tensor, type PendingNorm } from './tensor.js';
 
 export interface GemmOptions {
   batchInvariant: boolean;
@@ -23,6 +26,7 @@ export interface GemmOptions {
   /** A layer's norms inside its chain GEMMs at hidden sizes from CHAIN_NORM_FROM_HIDDEN (QUIRE_CHAIN_NORM). */
   chainNorms?: boolean;
   cublasWorkspaceBytes?: number;
+  gguf?: { gemvMaxTokens?: number; scratchBytes?: number };
 }
 
 /**
@@ -45,6 +49,7 @@ export class CudaGemms {
   private readonly chainSilu: { bf16: ChainSilu; fp8: ChainSilu };
   /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
   numChainGemms = 0;
+  private readonly gguf: CudaGgufGemm;
 
   constructor(private readonly s: StepContext, o: GemmOptions) {
     this.batchInvariant = o.batchInvariant;
@@ -54,6 +59,8 @@ export class CudaGemms {
     const cublasBytes = o.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = s.device.alloc(cublasBytes);
     this.gemm = new Gemm(this.cublasWorkspace, cublasBytes, 'block', readKnob('QUIRE_CUBLAS_SINGLE_CHAIN_FROM'));
+    this.gguf = new CudaGgufGemm(s, (x, w, label, bias) => this.matmul(x, w, label, bias),
+      { batchInvariant: o.batchInvariant, ...o.gguf });
   }
 
   rmsNorm(x: Tensor, w: Tensor, eps: number): CudaTensor {
@@ -76,6 +83,9 @@ export class CudaGemms {
 
   /** y[T, N] = x[T, K] * w[N, K]^T (+ bias[N] before the rounding); `label` names the projection in profiles. */
   matmul(x: Tensor, w: Tensor, label?: string, bias?: Tensor | null): CudaTensor {
+    if (w instanceof GgufWeight) {
+      return this.gguf.matmul(asCuda(this.plain(x)), w, label ?? `N=${w.shape[0]} K=${w.shape[1]}`, bias ? asCuda(bias) : null);
+    }
     if (x instanceof NormedTensor) {
       const out = this.normedChain(x, asCuda(w), label ?? 'normed', 'none', bias ? asCuda(bias) : null);
       if (out) return out;
@@ -181,6 +191,7 @@ export class CudaGemms {
    */
   matmulAddRmsNorm(x: Tensor, w: Tensor, label: string, bias: Tensor | null, residual: Tensor, normW: Tensor,
     eps: number): Tensor {
+    if (w instanceof GgufWeight) return this.addRmsNormQ8(this.matmul(x, w, label, bias), residual, normW, eps);
     const xs = asCuda(x);
     const ws = asCuda(w);
     const [T, K] = [xs.shape[0]!, xs.shape[1]!];
@@ -226,6 +237,7 @@ export class CudaGemms {
 
   /** silu(x gate^T) * (x up^T) for gateUp [2I, K] (gate rows first): one chain kernel for a few tokens. */
   matmulSiluMul(x: Tensor, gateUp: Tensor): Tensor {
+    if (gateUp instanceof GgufWeight) return this.siluMulQ8(this.matmul(x, gateUp, 'gate_up'));
     if (x instanceof NormedTensor) {
       const out = this.chainSilu.bf16 !== 'none' ? this.normedChain(x, asCuda(gateUp), 'gate_up + silu', this.chainSilu.bf16) : null;
       if (out) return out;
@@ -253,6 +265,34 @@ export class CudaGemms {
     this.s.timed('activation', () => this.s.device.launch('activation.cu', 'silu_mul_bf16',
       [Math.ceil((T * I) / (256 * perThread)), 1, 1], 256, [ptr(g.ptr), ptr(out.ptr), i32(T), i32(I)], 0, true));
     return out;
+  }
+
+  /**
+   * After a GGUF projection: siluMul, and where the step takes the GEMV, its output's q8 blocks too (the down
+   * projection's input, most likely GGUF as well), in the same kernel: the GEMV does not quantize it again.
+   */
+  private siluMulQ8(gateUp: CudaTensor): CudaTensor {
+    const [T, twoI] = [gateUp.shape[0]!, gateUp.shape[1]!];
+    const I = twoI / 2;
+    if (!this.gguf.takesGemv(T) || I % GGUF_Q8_BLOCK !== 0) return this.siluMul(gateUp);
+    const out = this.s.act([T, I]);
+    const q8 = this.gguf.allocQ8(T, I);
+    this.s.timed('activation', () => this.s.device.launch('activation.cu', 'silu_mul_q8_bf16',
+      [Math.ceil((T * I) / (256 * 8)), 1, 1], 256, [ptr(gateUp.ptr), ptr(out.ptr), ptr(q8.xq), ptr(q8.xds), i32(T), i32(I)],
+      0, true));
+    return new Q8Tensor([T, I], out.ptr, q8);
+  }
+
+  /** After a GGUF projection: addRmsNorm, and as siluMulQ8 the normed rows' q8 blocks where the step takes the GEMV. */
+  private addRmsNormQ8(x: CudaTensor, residual: Tensor, w: Tensor, eps: number): CudaTensor {
+    const [T, hidden] = [x.shape[0]!, x.shape[1]!];
+    if (!this.gguf.takesGemv(T) || hidden % GGUF_Q8_BLOCK !== 0) return this.addRmsNorm(x, residual, w, eps);
+    const out = this.s.act([T, hidden]);
+    const q8 = this.gguf.allocQ8(T, hidden);
+    this.s.timed('norm', () => this.s.device.launch('norm.cu', 'add_rms_norm_q8_bf16', [T, 1, 1], normThreads(hidden),
+      [ptr(x.ptr), ptr(asCuda(residual).ptr), ptr(asCuda(w).ptr), ptr(out.ptr), ptr(q8.xq), ptr(q8.xds), i32(hidden),
+        f32(eps)], 0, true));
+    return new Q8Tensor([T, hidden], out.ptr, q8);
   }
 
   /** x * sigmoid(gate), both [T, N] (output-gated attention): kernels/activation.cu's sigmoid_mul, into a new tensor. */

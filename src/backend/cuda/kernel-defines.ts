@@ -6,6 +6,7 @@
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
+import { GGUF_DEVICE_FORMATS, GGUF_GEMV_ROWS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS } from './gguf-layout.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, gemmRowsBuildLists } from './gemm-rows.js';
 import { MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS, moeBuildLists } from './moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_ROWS } from './step-meta.js';
@@ -76,6 +77,8 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
   'deltanet.cu': { CONV_MAX_TAPS, 'DELTANET_KEY_DIMS(X, s, T)': DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ') },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
+  'gguf.cu': { GGUF_GEMV_WARPS, GGUF_GEMV_ROWS, 'GGUF_GEMV_TOKENS(X, fmt, F)': GGUF_GEMV_TOKENS.map((m) => `X(fmt, F, ${m})`).join(' '),
+    ...Object.fromEntries(Object.entries(GGUF_DEVICE_FORMATS).map(([type, f]) => [`GGUF_UNIT_${type}`, f.unitElems])) },
   'gemm_rows.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS,
     'GEMM_ROWS_SPLIT_BUILDS(X)': gemmRowsBuildLists().split, 'GEMM_ROWS_TILED_BUILDS(X)': gemmRowsBuildLists().tiled },
   'moe.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE, MOE_GROUP_THREADS,

@@ -6,7 +6,7 @@
 import type { KvCacheSpec } from '../batch.js';
 import { convChannels, type MemoryReport, type RecurrentStateLayout } from '../backend.js';
 import { Device } from './device.js';
-import { kvCacheBudget } from './memory-budget.js';
+import { freeKvBudget, kvCacheBudget } from './memory-budget.js';
 
 const ATTENTION_HEAD_DIMS = [64, 128, 256];
 
@@ -111,7 +111,8 @@ export class KvMemory {
     const { freeBytes, totalBytes } = this.device.memInfo();
     const availableKvBytes = kvCacheBudget({ totalBytes, freeAtStartBytes: this.freeAtStartBytes, freeBytes,
       allocatedBytes: this.device.allocatedBytes, gpuMemoryUtilization: o.gpuMemoryUtilization, reserveBytes: o.reserveBytes });
-    return { availableKvBytes, totalBytes, weightBytes: o.weightBytes };
+    return { availableKvBytes, freeKvBytes: freeKvBudget({ freeBytes, reserveBytes: o.reserveBytes }), totalBytes,
+      weightBytes: o.weightBytes };
   }
 
   dispose(): void {

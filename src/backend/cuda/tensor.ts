@@ -47,6 +47,22 @@ export class NormedTensor extends CudaTensor {
   }
 }
 
+/** A [T, K] activation's q8 blocks (kernels/gguf_q8.cuh): int8 values [T, K], (scale, sum) pairs [T, K / 32]. */
+export interface Q8Blocks {
+  xq: bigint;
+  xds: bigint;
+}
+
+/**
+ * A bf16 activation whose producer (the norm or silu_mul kernel before a GGUF GEMV) also wrote its q8 blocks, so the
+ * GEMV reads them instead of quantizing it again. Any other op reads it as the plain tensor it also is.
+ */
+export class Q8Tensor extends CudaTensor {
+  constructor(shape: readonly number[], ptr: bigint, readonly q8: Q8Blocks) {
+    super(shape, ptr);
+  }
+}
+
 /**
  * Backend.columns' view: [T, width] columns of a wider bf16 tensor whose rows are `rowStride` elements apart. Only
  * the ops that read it through asStrided take it (the DeltaNet kernels, which index rows with the stride).
@@ -57,8 +73,12 @@ export class ColumnView extends CudaTensor {
   }
 }
 
-/** A plain CUDA tensor; throws on another backend's tensor, on a NormedTensor (its scale is not applied) and on a view. */
+/**
+ * A plain CUDA tensor; throws on another backend's tensor, on a GGUF weight (only matmul takes one), on a
+ * NormedTensor (its scale is not applied) and on a view.
+ */
 export function asCuda(t: Tensor): CudaTensor {
+  if (t.quantized === 'gguf') throw new Error('CudaBackend: a GGUF-quantized weight reached an op other than matmul');
   if (!(t instanceof CudaTensor)) throw new Error('CudaBackend: tensor from another backend');
   if (t instanceof NormedTensor) throw new Error('CudaBackend: a GEMM input whose norm is left to that GEMM reached another op');
   if (t instanceof ColumnView) throw new Error('CudaBackend: a column view reached an op that reads rows contiguously');

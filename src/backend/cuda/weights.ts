@@ -1,12 +1,15 @@
 // Weights on the device: uploads (converted to bf16), row-concatenations streamed from the checkpoint without a
-// host copy of the whole, block-FP8 weights kept as stored, and --quantization fp8's on-device quantization.
+// host copy of the whole, block-FP8 weights kept as stored, --quantization fp8's on-device quantization, and GGUF
+// projections kept as llama.cpp's blocks (gguf-layout.ts).
 
 import { bytesToF32, BYTES_PER_ELEMENT, f32ToBf16 } from '../../loader/dtype.js';
-import type { HostTensor, WeightSource } from '../../loader/types.js';
+import { GGML_TYPES } from '../../loader/gguf-quants.js';
+import type { GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
 import type { Fp8BlockPart } from '../backend.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { Device, i32, ptr } from './device.js';
 import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
+import { ggufDeviceLayout, GgufWeight, type GgufSegment } from './gguf-layout.js';
 import { CudaTensor } from './tensor.js';
 import { WeightUploader } from './weight-upload.js';
 
@@ -129,6 +132,49 @@ export class CudaWeights {
       this.device.synchronize();  // the scratch is read by the kernel (and by the uploader's copies)
       this.device.free(scratch);
     }
+  }
+
+  /**
+   * A GGUF projection as its blocks in the device layout (gguf-layout.ts), the parts' rows concatenated: a run of
+   * parts of one block type is one segment (its bodies, then its scales, each contiguous), so a fused projection of
+   * Q4_K q and k with a Q6_K v (a Q4_K_M file's) is two segments that matmul runs one after the other.
+   */
+  uploadGguf(name: string, parts: readonly GgufBlocks[]): GgufWeight {
+    const K = parts[0]?.shape[1] ?? 0;
+    const bad = parts.find((p) => p.shape[1] !== K || K % GGML_TYPES[p.type].blockElems !== 0);
+    if (bad || parts.length === 0) {
+      throw new Error(`uploadGguf ${name}: parts [${parts.map((p) => `${p.type} ${p.shape.join(' x ')}`).join(', ')}] ` +
+        'are not of one width of whole blocks');
+    }
+    const segments: GgufSegment[] = [];
+    let row = 0;
+    let numBytes = 0;
+    for (let i = 0; i < parts.length;) {
+      const type = parts[i]!.type;
+      const run: GgufBlocks[] = [];
+      while (i < parts.length && parts[i]!.type === type) run.push(parts[i++]!);
+      const layouts = run.map((p) => ggufDeviceLayout(p.type, p.data, p.shape[0], K));
+      const rows = run.reduce((n, p) => n + p.shape[0], 0);
+      const body = this.uploadJoined(layouts.map((l) => l.body));
+      const scales = layouts[0]!.scales === null ? 0n : this.uploadJoined(layouts.map((l) => l.scales!));
+      numBytes += layouts.reduce((n, l) => n + l.body.byteLength + (l.scales?.byteLength ?? 0), 0);
+      segments.push({ type, row0: row, rows, body, scales });
+      row += rows;
+    }
+    this.numBytes += numBytes;
+    return new GgufWeight([row, K], segments, numBytes);
+  }
+
+  /** The arrays one after the other in one allocation (kept until dispose). */
+  private uploadJoined(arrays: readonly Uint8Array[]): bigint {
+    const p = this.device.alloc(arrays.reduce((n, a) => n + a.byteLength, 0));
+    this.track(p);
+    let offset = 0;
+    for (const a of arrays) {
+      this.device.upload(p + BigInt(offset), a);
+      offset += a.byteLength;
+    }
+    return p;
   }
 
   dispose(): void {

@@ -15,12 +15,16 @@ import { createBackend } from '../backend-factory.js';
 import type { Backend } from '../../backend/backend.js';
 import { runDeviceStep } from '../runner/device-steps.js';
 import { captureDecodeGraphs, profileRun } from '../runner/model-runner.js';
+import { isMainThread } from 'node:worker_threads';
+import { watchRanks } from './rank-watchdog.js';
 import { rankLabel, type ToFollower } from './protocol.js';
 import { followerChannel } from './rank-port.js';
 
 const channel = await followerChannel();
 const { init, post } = channel;
 const label = rankLabel(init.rank, init.tp, init.pp);
+// a child process: it ends if its parent dies while it waits in a collective (rank-watchdog.ts)
+if (isMainThread && process.send) watchRanks([{ pid: process.ppid, label: 'its parent (rank 0 or the node agent)' }], { graceMs: 1000 });
 let comm: RankComm | null = null;
 let stage: StageComm | null = null;
 let backend: Backend | null = null;

@@ -17,7 +17,8 @@
 //
 // A rank that fails ends the engine: at start-up its error is the engine's; later, the next step's mirror throws
 // it. Its communicators are aborted first, naming it, so no rank waits on the one that failed and a rank blocked on it
-// (rank 0 in a receive) ends with its message.
+// (rank 0 in a receive) ends with its message. A child-process rank that dies while rank 0's thread is blocked on it
+// (a collective in a step: no event arrives) ends every rank and the process with a message (rank-watchdog.ts).
 
 import type { Backend, TensorParallelRank } from '../../backend/backend.js';
 import type { ModelDir } from '../../loader/model-dir.js';
@@ -39,6 +40,7 @@ import { eagle3HeadOf } from '../spec/eagle3-load.js';
 import type { ModelConfig } from '../../loader/types.js';
 import { nodeIdentity, nodesRefusal } from './node-link.js';
 import { acceptNodes, remoteRanks } from './node-leader.js';
+import { watchRanks, type RankWatchdog } from './rank-watchdog.js';
 
 /** How long a rank may take to load its part before the engine gives up on it. */
 const LOAD_TIMEOUT_MS = 15 * 60_000;
@@ -53,6 +55,8 @@ export class RankLeader {
   /** What each other rank loaded, and what its device leaves for the KV cache after the profile step. */
   private readonly reports = new Map<number, StageReport>();
   private readonly budgets = new Map<number, number>();
+  /** This machine's child-process ranks watched while rank 0's loop may be blocked (rank-watchdog.ts). */
+  private watchdog: RankWatchdog | null = null;
 
   private constructor(readonly tpSize: number, readonly ppSize: number, private readonly layers: StageLayers[] | null,
     private readonly workers: RankPort[], private readonly label: (rank: number) => string) {
@@ -101,16 +105,20 @@ export class RankLeader {
       return rankLabel(rank, f.tp, f.pp);
     };
     const workers = Array.from({ length: perNode - 1 }, (_, i) => startRank(init(i + 1, options.deviceOrdinal + i + 1), mode));
+    const children = workers.flatMap((w, i) => (w.pid !== undefined ? [{ pid: w.pid, label: label(i + 1) }] : []));
+    const watchdog = children.length > 0 ? watchRanks(children) : null;
     if (options.nnodes > 1) {
       try {
         const { nodes } = await acceptNodes(options, nodeIdentity(options, config));
         workers.push(...remoteRanks(nodes, options, init));
       } catch (err) {
+        watchdog?.stop();
         await Promise.all(workers.map((w) => w.terminate()));
         throw err;
       }
     }
     const leader = new RankLeader(tp, pp, layers, workers, label);
+    leader.watchdog = watchdog;
     try {
       // every rank's backend up before rank 0 blocks in the communicators' inits (NCCL waits for all of them)
       await leader.waitAll('ready', LOAD_TIMEOUT_MS);
@@ -118,6 +126,7 @@ export class RankLeader {
       if (self.tp.comm) leader.comm = await joinRanks(self.tp.comm, 0, tp, backend, { peer });
       if (self.pp.comm) leader.stage = await joinStage(self.pp.comm, self.pp.stage, pp, backend);
     } catch (err) {
+      watchdog?.stop();
       await Promise.all(workers.map((w) => w.terminate()));
       throw err;
     }
@@ -126,6 +135,7 @@ export class RankLeader {
 
   private receive(m: FromFollower, rank: number): void {
     if (m.type === 'failed' && this.failure === null) {
+      this.watchdog?.handled();
       this.failure = m.message;
       this.comm?.abort(m.message);
       this.stage?.abort(m.message);
@@ -205,6 +215,7 @@ export class RankLeader {
 
   /** Ends every rank (a collective: each destroys its communicators). */
   async shutdown(): Promise<void> {
+    this.watchdog?.stop();
     if (this.failure === null) {
       const closed = this.waitAll('closed', 30_000).catch(() => {});
       this.send({ type: 'shutdown' });

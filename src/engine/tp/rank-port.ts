@@ -17,6 +17,8 @@ export interface RankPort {
   /** `fail`: the rank crashed or exited before it was told to. */
   listen(message: (m: FromFollower) => void, fail: (why: string) => void): void;
   terminate(): Promise<void>;
+  /** A child process's id (none for a worker thread): rank-watchdog.ts watches it. */
+  readonly pid?: number;
 }
 
 export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankPort {
@@ -37,6 +39,7 @@ export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankP
   child.send({ type: 'init', init });
   let closed = false;
   return {
+    ...(child.pid !== undefined ? { pid: child.pid } : {}),
     post: (m) => { if (child.connected) child.send(m); },
     listen: (message, fail) => {
       child.on('message', (m: FromFollower) => { if (m.type === 'closed') closed = true; message(m); });

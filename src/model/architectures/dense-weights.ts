@@ -4,14 +4,15 @@
 // | q | k | v | and | gate | up |; q/k/v biases likewise). Every expected tensor is checked for
 // presence, shape and dtype before the first upload. In a block-FP8 checkpoint (ModelConfig.quantization) each
 // projection is e4m3 with its weight_scale_inv, fused the same way by the backend's uploadFp8Block; with
-// --quantization fp8 (LoadOptions) a float checkpoint's projections are quantized so at load.
+// --quantization fp8 (LoadOptions) a float checkpoint's projections are quantized so at load. A GGUF file's quantized
+// projections (and lm_head) stay llama.cpp's blocks where the backend keeps them (uploadGguf), fused the same way.
 
 import { basename, dirname } from 'node:path';
 import type { Backend, Fp8BlockPart, Tensor } from '../../backend/backend.js';
 import { bf16ToF32, bytesToF32, f32ToBf16, f32ToBytes } from '../../loader/dtype.js';
 import { fp8Module } from '../../loader/config.js';
 import { ModelLoadError } from '../../loader/errors.js';
-import type { DType, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
+import type { DType, GgufBlocks, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { FP8_BLOCK, quantizeWeightBlocks } from '../../backend/fp8-linear.js';
 import { computesLogits, embedsTokens, type LoadOptions } from '../load-options.js';
 import { addExpertTensors, expertModules, extraExpertTensor, routerModule, type LayerExperts } from './moe-weights.js';
@@ -201,9 +202,24 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
   const upConcat = (name: string, names: string[]): Tensor => streamed ? backend.uploadConcat!(name, source, names)
     : backend.upload(names.length === 1 ? source.read(names[0]!) : concatRows(name, names.map((n) => source.read(n))));
   const up = (name: string): Tensor => upConcat(name, [name]);
+  // a GGUF file's weights as their blocks, or null: where the backend computes on the dequantized values (the CPU
+  // backend, the reference), and where a part is not of a block type (an F16 part beside Q4_K ones: the whole
+  // projection is then uploaded dequantized, as every weight is without uploadGguf)
+  const ggufParts = (weights: string[]): GgufBlocks[] | null => {
+    if (!backend.uploadGguf || !source.readGgufBlocks) return null;
+    const parts: GgufBlocks[] = [];
+    for (const w of weights) {
+      const p = source.readGgufBlocks(w);
+      if (p === null) return null;
+      parts.push(p);
+    }
+    return parts;
+  };
   // the projection `name`, the rows of `modules` concatenated (fused ones share a precision: parseModelConfig)
   const linear = (name: string, modules: string[]): Tensor => {
     const weights = modules.map((m) => `${m}.weight`);
+    const gguf = quantize ? null : ggufParts(weights);
+    if (gguf) return backend.uploadGguf!(`${name}.weight`, gguf);
     if (quantize) {
       return backend.quantizeFp8Block?.(`${name}.weight`, source, weights)
         ?? backend.uploadFp8Block!(`${name}.weight`, quantizedParts(source, weights));
@@ -245,6 +261,9 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
     });
   }
   const finalNorm = outer.finalNorm ? up('model.norm.weight') : null;
-  const lmHead = outer.lmHead ? up('lm_head.weight') : outer.finalNorm ? embedTokens : null;
+  // an untied lm_head of a GGUF file stays in its blocks where the backend keeps them (not when quantizing to FP8)
+  const lmGguf = outer.lmHead && !quantize ? ggufParts(['lm_head.weight']) : null;
+  const lmHead = outer.lmHead ? (lmGguf ? backend.uploadGguf!('lm_head.weight', lmGguf) : up('lm_head.weight'))
+    : outer.finalNorm ? embedTokens : null;
   return { embedTokens, layers, finalNorm, lmHead };
 }

@@ -7,6 +7,7 @@
 //             backend's (in double, rounded to f32), then one rounded product; a thread takes VEC consecutive
 //             elements (16-byte loads and stores) when n % VEC == 0, else one;
 //             launch: grid ceil(n / (256 * per)), block 256, per = n % VEC == 0 ? VEC : 1
+//   silu_mul_q8: silu_mul, and its output's q8 blocks for a GGUF GEMV (below)
 //   add_sigmoid_gated: acc[t, i] += sigmoid(gate[t]) * y[t, i]    acc, y [T, N], gate [T, 1] (a shared expert's output
 //             scaled by its gate and added to the routed experts' sum: Qwen3-Next, Qwen3.5-MoE); the sigmoid as
 //             sigmoid_mul's, its product with y rounded once, then the sum rounded to acc's type; one element a thread;
@@ -96,4 +97,32 @@ __device__ __forceinline__ void add_sigmoid_gated(T* acc, const T* gate, const T
 
 INSTANTIATE(bf16, bf16_t)
 #undef INSTANTIATE
+
+#include "gguf_q8.cuh"
+
+// silu_mul_q8: silu_mul's output (the same bits) and its q8 blocks for the GGUF GEMV after it (gguf_q8.cuh), so the
+// GEMV does not quantize it again. inter % 32 == 0: a thread's 8 columns, 4 threads a q8 block.
+// launch: grid (ceil(T * I / 8 / 256)), block 256
+extern "C" __global__ void silu_mul_q8_bf16(const bf16_t* gateUp, bf16_t* out, signed char* xq, int2* xds, int numTokens,
+                                            int inter) {
+  pdl_begin();
+  const long long first = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  const bool active = first < (long long)numTokens * inter;
+  float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (active) {
+    const long long row = first / inter;
+    const long long col = first - row * inter;
+    union Pack { uint4 raw; bf16_t v[8]; };
+    Pack g, u, o;
+    g.raw = *reinterpret_cast<const uint4*>(gateUp + row * 2 * inter + col);
+    u.raw = *reinterpret_cast<const uint4*>(gateUp + row * 2 * inter + inter + col);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      o.v[e] = from_float<bf16_t>(silu_mul_of(g.v[e], u.v[e]));
+      v[e] = to_float(o.v[e]);
+    }
+    *reinterpret_cast<uint4*>(out + first) = o.raw;
+  }
+  gguf_q8_store8(v, active, xq + first, xds + first / 32);
+}
 #endif

@@ -1,6 +1,7 @@
 // RMSNorm over rows, fp32 accumulation.
 //   rms_norm:     out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w
 //   add_rms_norm: residual[t] += x[t] (in place, rounded to T); out[t] = rms_norm(residual[t]) * w
+//   add_rms_norm_q8: add_rms_norm, and out's q8 blocks for a GGUF GEMV (gguf_q8.cuh; below)
 // Shapes: x, residual, out [numTokens, hidden]; w [hidden].
 // Sums of squares are spelled out as fma, so no inlining context can contract them differently (the chain GEMMs'
 // norms must get the same bits).
@@ -9,6 +10,7 @@
 // bf16 rows of hidden % 8 == 0 and hidden <= 8 * blockDim * NORM_VEC are held in registers (16-byte chunks,
 // every load in flight at once); others stride over hidden.
 #include "norm.cuh"
+#include "gguf_q8.cuh"
 
 // The register-row body and NORM_TRIGGER_EARLY: norm.cuh.
 
@@ -54,8 +56,8 @@ extern "C" __global__ void rms_norm_bf16(const bf16_t* x, const bf16_t* w, bf16_
   if (fast) norm_row_fast<NormAddRow>(nullptr, nullptr, nullptr, x + at, w, out + at, hidden, eps, wf);
   else rms_norm<bf16_t>(x, w, out, hidden, eps);
 }
-extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
-                                             int hidden, float eps) {
+__device__ __forceinline__ void add_rms_norm_row(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
+                                                 int hidden, float eps) {
   pdl_trigger_if(NORM_TRIGGER_EARLY);
   float wf[NORM_VEC][8];
   const bool fast = norm_fast(hidden);
@@ -67,5 +69,26 @@ extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, 
     norm_row_fast(&add, residual + at, residual + at, nullptr, w, out + at, hidden, eps, wf);
   } else {
     add_rms_norm<bf16_t>(x, residual, w, out, hidden, eps);
+  }
+}
+extern "C" __global__ void add_rms_norm_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
+                                             int hidden, float eps) {
+  add_rms_norm_row(x, residual, w, out, hidden, eps);
+}
+
+// add_rms_norm, and its output row's q8 blocks for the GGUF GEMV after it (gguf_q8.cuh), so the GEMV does not quantize
+// it again: the row as stored, read back after a barrier (the strided path's threads store each other's chunks), 8
+// values a thread. hidden % 32 == 0.
+extern "C" __global__ void add_rms_norm_q8_bf16(const bf16_t* x, bf16_t* residual, const bf16_t* w, bf16_t* out,
+                                                signed char* xq, int2* xds, int hidden, float eps) {
+  add_rms_norm_row(x, residual, w, out, hidden, eps);
+  __syncthreads();
+  const long long at = (long long)blockIdx.x * hidden;
+  for (int c0 = 0; c0 < hidden; c0 += 8 * blockDim.x) {  // every thread of the block the same trips: the shuffles
+    const int c = c0 + 8 * threadIdx.x;
+    const bool active = c < hidden;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (active) load8(out + at + c, v);
+    gguf_q8_store8(v, active, xq + at + c, xds + (at + c) / 32);
   }
 }
