@@ -5,7 +5,7 @@
 // so the same sequence of op calls on the same shapes yields the same buffers
 // (what lets a CUDA backend capture a decode step as a graph and replay it).
 
-import type { DType, GgufBlocks, HostTensor, WeightSource } from '../loader/types.js';
+import type { DType, GgufBlocks, HostTensor, LocalExperts, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 
@@ -43,11 +43,19 @@ export interface Fp8BlockPart {
  * both block FP8 (uploadFp8Block's, 2I, H and I multiples of 128 so each expert's scale blocks are its own).
  */
 export interface MoeExperts {
+  /** The router's experts (its rows): every rank routes over all of them. */
   numExperts: number;
   /** Each expert's MLP width I (moe_intermediate_size). */
   intermediate: number;
   gateUp: Tensor;
   down: Tensor;
+  /**
+   * Expert parallelism (vLLM's --enable-expert-parallel): gateUp and down stack only these local.count experts, in
+   * local slot order; a token's chosen experts that this rank does not hold add nothing to its row here (the ranks'
+   * outputs are summed by the all-reduce after the layer). The routing (softmax, top-k, renormalization) is still
+   * over all numExperts. Absent: all numExperts, slot e the expert e.
+   */
+  local?: LocalExperts;
 }
 
 /** How a router's logits pick experts. */
@@ -325,8 +333,9 @@ export interface Backend {
    * rounding of its matmul's, and in the batch-invariant mode with its matmul's bits); per token, softmax over the E
    * logits in f32, the route.topK largest probabilities (ties to the lower expert),
    * divided by their sum where route.renormalize; then out[t] = sum_j p_j * down_e(silu(gate_e x_t) * up_e x_t)
-   * over the chosen experts e = e_j, in j order -> [T, H]. A row's result depends on its own x and logits only:
-   * never on which other rows chose the same experts.
+   * over the chosen experts e = e_j, in j order -> [T, H]; with experts.local, over those of the chosen experts this
+   * rank holds (the others add nothing). A row's result depends on its own x and logits only: never on which other
+   * rows chose the same experts.
    */
   moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor;
   /**

@@ -1,7 +1,10 @@
 // The router of a mixture-of-experts layer, as the reference computes it (transformers' Qwen3MoeTopKRouter and
 // MixtralTopKRouter): softmax over the experts' logits, the top k probabilities, optionally divided by their sum.
+// Under expert parallelism every rank routes over all the experts, then maps them to its own slots (toLocalSlots).
 // The CPU backend routes with it; the GPU tests check the device's routing against it.
 
+import { localExpertSlot } from '../loader/moe-config.js';
+import type { LocalExperts } from '../loader/types.js';
 import type { MoeRoute } from './backend.js';
 
 export interface Routing {
@@ -39,12 +42,20 @@ export function routeTokens(logits: Float32Array, T: number, E: number, route: M
   return { experts, weights };
 }
 
-/** Rows routed to each expert: for expert e, the (row, slot) pairs t * topK + j that chose it, ascending. */
+/**
+ * Rows routed to each expert: for expert e, the (row, slot) pairs t * topK + j that chose it, ascending. A pair of
+ * expert -1 (one this rank does not hold: toLocalSlots) is in no list.
+ */
 export function pairsByExpert(experts: Int32Array, E: number): Int32Array[] {
   const counts = new Int32Array(E);
-  for (const e of experts) counts[e]!++;
+  for (const e of experts) if (e >= 0) counts[e]!++;
   const out = Array.from(counts, (n) => new Int32Array(n));
   counts.fill(0);
-  experts.forEach((e, pair) => { out[e]![counts[e]!++] = pair; });
+  experts.forEach((e, pair) => { if (e >= 0) out[e]![counts[e]!++] = pair; });
   return out;
+}
+
+/** A routing's global experts as this rank's local slots, -1 for an expert it does not hold (expert parallelism). */
+export function toLocalSlots(experts: Int32Array, local: LocalExperts | undefined): Int32Array {
+  return local ? experts.map((e) => localExpertSlot(local, e)) : experts;
 }

@@ -178,6 +178,13 @@ export function addEngineFlags(cmd: Command): Command {
     .option('--node-rank <n>', 'this machine\'s node (0: the server; others follow node 0)', atLeast(0), 0)
     .option('--master-addr <addr>', 'node 0\'s address, which it listens on for the other nodes', '127.0.0.1')
     .option('--master-port <port>', 'the port node 0 listens on for the other nodes', atLeast(1), 29501);
+  addBooleanPair(cmd, '--enable-expert-parallel', 'a mixture of experts over --tensor-parallel-size ranks: each rank '
+    + 'holds whole experts (num_experts / tp) and runs only the routed tokens\' contributions of its own, instead of a '
+    + 'slice of every expert, as vLLM; attention, dense MLPs and shared experts still split; no effect on a dense '
+    + 'model', false, HELP_GROUPS.scheduling);
+  cmd.addOption(new Option('--expert-placement-strategy <s>', 'with --enable-expert-parallel, which experts a rank '
+    + 'holds: contiguous ranges (linear), or expert e on rank e mod tp (round_robin), as vLLM')
+    .choices(['linear', 'round_robin']).default('linear').helpGroup(HELP_GROUPS.scheduling));
   cmd.optionsGroup(HELP_GROUPS.lab);
   addBooleanPair(cmd, '--batch-invariant', 'CUDA: sums that do not depend on the batch, so a greedy transcript '
     + 'does not change with batch size, chunking, preemption or cache hits (slower at large batches)', false, HELP_GROUPS.lab);
@@ -229,6 +236,8 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     tensorParallelSize: f.tensorParallelSize as number | undefined,
     pipelineParallelSize: f.pipelineParallelSize as number | undefined,
     disableCustomAllReduce: f.disableCustomAllReduce as boolean | undefined,
+    enableExpertParallel: f.enableExpertParallel as boolean | undefined,
+    expertPlacementStrategy: f.expertPlacementStrategy as EngineOptions['expertPlacementStrategy'] | undefined,
     nnodes: f.nnodes as number | undefined,
     nodeRank: f.nodeRank as number | undefined,
     masterAddr: f.masterAddr as string | undefined,

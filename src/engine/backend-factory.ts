@@ -11,7 +11,7 @@ import { bytesPerBlock as bytesPerPage, numBlocksForBytes, stateSlotBytes, type 
 import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { kvCacheGroupsOf } from './kv-groups.js';
 import type { Model } from '../model/model.js';
-import { DEFAULT_CPU_KV_BYTES, type EngineOptions, type ResolvedEngineOptions } from './options.js';
+import { DEFAULT_CPU_KV_BYTES, shardOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import { weightFitRefusal } from '../model/weight-fit.js';
 import { shardedConfig } from '../parallel/sharded-source.js';
 import { tensorParallelRefusal } from '../parallel/validate.js';
@@ -174,7 +174,8 @@ export function startupRefusal(config: ModelConfig, backend: Backend, options: R
   const { availableKvBytes: budgetBytes, totalBytes } = backend.memory();
   const tp = options.tensorParallelSize;
   const pp = options.pipelineParallelSize;
-  let shard = tp > 1 && tensorParallelRefusal(config, tp) === null ? shardedConfig(config, 0, tp) : config;
+  const ep = { expertParallel: options.enableExpertParallel };
+  let shard = tp > 1 && tensorParallelRefusal(config, tp, ep) === null ? shardedConfig(config, 0, tp, shardOptions(options)) : config;
   // rank 0 holds the last pipeline stage's layers, its final norm and lm_head
   if (pp > 1 && pipelineRefusal(config, pp) === null) {
     shard = stagedConfig(shard, pp - 1, pp, stageLayers(layerPartition(config.numLayers, pp))[pp - 1]!);

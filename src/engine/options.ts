@@ -1,6 +1,8 @@
 // Engine configuration, named after vLLM's engine arguments.
 
 import type { KvCacheDtype } from '../loader/fp8.js';
+import type { ShardOptions } from '../parallel/sharded-source.js';
+import type { ExpertPlacement } from '../parallel/sharding.js';
 import { parseSpeculativeConfig, type SpeculativeConfig, type SpeculativeConfigInput } from './spec/config.js';
 
 export type BackendKind = 'auto' | 'cpu' | 'cuda';
@@ -105,6 +107,15 @@ export interface EngineOptions {
    */
   disableCustomAllReduce: boolean;
   /**
+   * A mixture of experts under tensor parallelism: each rank holds whole experts, numExperts / tensorParallelSize of
+   * them, and runs only the routed tokens' contributions of its own (vLLM's --enable-expert-parallel); off: every
+   * expert split on its width over the ranks. Attention, dense MLPs and shared experts split as without it. No effect
+   * on a dense model or at tensorParallelSize 1, as in vLLM.
+   */
+  enableExpertParallel: boolean;
+  /** Which experts a rank holds (vLLM's --expert-placement-strategy): contiguous ranges, or expert e on rank e mod tp. */
+  expertPlacementStrategy: ExpertPlacement;
+  /**
    * Machines the tensor-parallel ranks span (vLLM's and torchrun's --nnodes), tensorParallelSize / nnodes ranks each;
    * this one is node nodeRank. Node 0 runs the engine and listens on masterAddr:masterPort for the others
    * (engine/tp/node-link.ts).
@@ -120,6 +131,11 @@ export const DEFAULT_CPU_KV_BYTES = 256 * 1024 * 1024;
 /** Ranks one engine runs: its tensor-parallel ranks in each pipeline stage. */
 export function worldSize(o: Pick<EngineOptions, 'tensorParallelSize' | 'pipelineParallelSize'>): number {
   return o.tensorParallelSize * o.pipelineParallelSize;
+}
+
+/** How the options split a model's experts over the tensor-parallel ranks (parallel/sharded-source.ts). */
+export function shardOptions(o: Pick<EngineOptions, 'enableExpertParallel' | 'expertPlacementStrategy'>): ShardOptions {
+  return { expertParallel: o.enableExpertParallel ? o.expertPlacementStrategy : null };
 }
 
 export function engineOptions(o: Partial<EngineOptions> & { model: string }): EngineOptions {
@@ -156,6 +172,8 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     tensorParallelSize: 1,
     pipelineParallelSize: 1,
     disableCustomAllReduce: false,
+    enableExpertParallel: false,
+    expertPlacementStrategy: 'linear',
     nnodes: 1,
     nodeRank: 0,
     masterAddr: '127.0.0.1',

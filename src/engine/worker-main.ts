@@ -101,18 +101,17 @@ try {
           send({ type: 'probe', what: m.what, value: null });
         }
         break;
-      case 'shutdown':
+      case 'shutdown': {
         clearInterval(timer);
         stopping = true;
-        {
-          // 'closed' once the other ranks have exited, so the client's shutdown leaves no process behind
-          const traceSummary = core.traceSummary();
-          void core.close().catch(() => {}).then(() => {
-            send({ type: 'closed', traceSummary });
-            port.close();
-          });
-        }
+        // 'closed' once the other ranks have exited, so the client's shutdown leaves no process behind
+        const traceSummary = core.traceSummary();
+        void core.close().catch(() => {}).then(() => {
+          send({ type: 'closed', traceSummary });
+          port.close();
+        });
         break;
+      }
     }
   });
   send({ type: 'ready', info: core.info, stats: core.stats() });

@@ -6,7 +6,7 @@
 // norm_topk_prob, decoder_sparse_step and mlp_only_layers). What Quire does not run is refused here, naming the field.
 
 import { ModelLoadError } from './errors.js';
-import type { Architecture, MoeConfig } from './types.js';
+import type { Architecture, LocalExperts, MoeConfig } from './types.js';
 
 type Json = Record<string, unknown>;
 
@@ -75,4 +75,19 @@ export function parseMoeConfig(architecture: Architecture, json: Json, file: str
     // decoder_sparse_step-th layer
     sparseLayers: Array.from({ length: numLayers }, (_, l) => !(mlpOnly as number[]).includes(l) && (l + 1) % step === 0),
   };
+}
+
+/** The global ids of the experts a config's model holds, in local slot order: all of them unless expert-parallel. */
+export function heldExperts(moe: MoeConfig): number[] {
+  const l = moe.localExperts;
+  if (!l) return Array.from({ length: moe.numExperts }, (_, e) => e);
+  return Array.from({ length: l.count }, (_, j) => l.first + j * l.stride);
+}
+
+/** Global expert e's local slot under `local`, or -1 where this rank does not hold it (vLLM's expert_map). */
+export function localExpertSlot(local: LocalExperts, e: number): number {
+  const d = e - local.first;
+  if (d < 0 || d % local.stride !== 0) return -1;
+  const j = d / local.stride;
+  return j < local.count ? j : -1;
 }

@@ -58,6 +58,22 @@ export interface MoeConfig {
   sharedExpertIntermediateSize: number | null;
   /** Per layer: its feed-forward is the experts (else a dense MLP of intermediateSize). */
   sparseLayers: boolean[];
+  /**
+   * Only on an expert-parallel rank's config (parallel/sharded-source.ts, vLLM's --enable-expert-parallel): the whole
+   * experts this rank holds of the router's numExperts; absent: all of them.
+   */
+  localExperts?: LocalExperts;
+}
+
+/**
+ * The experts a rank holds under expert parallelism, as arithmetic so that a kernel maps a routed expert with no
+ * table: local slot j < count holds global expert first + j * stride (vLLM's "linear" placement: stride 1;
+ * "round_robin": first the rank, stride the ranks). A global expert outside them contributes nothing on this rank.
+ */
+export interface LocalExperts {
+  first: number;
+  stride: number;
+  count: number;
 }
 
 export interface Llama3RopeScaling {

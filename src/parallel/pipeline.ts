@@ -17,7 +17,7 @@
 
 import { readKnob } from '../knobs/knobs.js';
 import type { ModelConfig, WeightSource } from '../loader/types.js';
-import { shardedConfig, shardedSource } from './sharded-source.js';
+import { shardedConfig, shardedSource, type ShardOptions } from './sharded-source.js';
 
 /** A stage's layers of the whole model: [first, first + count). */
 export interface StageLayers {
@@ -80,11 +80,14 @@ export function rankAt(stage: number, tpRank: number, tp: number, pp: number): n
   return (pp - 1 - stage) * tp + tpRank;
 }
 
-/** What a rank loads: its tensor-parallel shard (sharded-source.ts) of its stage's layers. */
+/**
+ * What a rank loads: its tensor-parallel shard (sharded-source.ts; its experts whole where `shard` says expert
+ * parallel) of its stage's layers.
+ */
 export function rankView(config: ModelConfig, weights: WeightSource, place: { tpRank: number; stage: number },
-  tp: number, pp: number, layers: StageLayers | null): { config: ModelConfig; weights: WeightSource } {
-  const shard = tp > 1 ? { config: shardedConfig(config, place.tpRank, tp), weights: shardedSource(weights, config, place.tpRank, tp) }
-    : { config, weights };
+  tp: number, pp: number, layers: StageLayers | null, opts: ShardOptions = {}): { config: ModelConfig; weights: WeightSource } {
+  const shard = tp > 1 ? { config: shardedConfig(config, place.tpRank, tp, opts),
+    weights: shardedSource(weights, config, place.tpRank, tp, opts) } : { config, weights };
   if (pp === 1 || layers === null) return shard;
   return { config: stagedConfig(shard.config, place.stage, pp, layers), weights: stagedSource(shard.weights, layers) };
 }

@@ -12,47 +12,84 @@
 // out_proj row-parallel; the gated norm's weight (one head's width) replicated. A shared expert splits as a dense
 // MLP; its gate (one output) is replicated, and scales every rank's partial output alike.
 //
+// Qwen3.5-MoE's fused expert tensors (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]) split as the
+// per-expert ones do: every expert's gate and up rows, and its down columns, on I.
+//
+// Expert parallelism (vLLM's --enable-expert-parallel; ShardOptions.expertParallel): a rank holds whole experts
+// instead, numExperts / tp of them (sharding.ts expertParallel: linear or round-robin), and its config says which
+// (MoeConfig.localExperts), so the loaders name only its experts' tensors, whole, and a fused tensor reads only its
+// experts' rows. The router is replicated (every rank routes over all the experts); a shared expert still splits on
+// its width, as vLLM's does. Attention and dense MLPs split as without it.
+//
 // A shard is read through WeightSource.readInto where the source has it, byte range by byte range, so a rank reads
 // only its slice of each tensor; else the tensor is read whole and sliced.
 //
-// Not yet sharded (tensorParallelSourceRefusal says so first): fused expert tensors (Qwen3.5-MoE's
-// experts.gate_up_proj), block-FP8 checkpoints.
+// Not yet sharded (tensorParallelSourceRefusal says so first): block-FP8 checkpoints.
 
 import { BYTES_PER_ELEMENT } from '../loader/dtype.js';
 import type { HostTensor, ModelConfig, WeightSource } from '../loader/types.js';
 import {
-  attentionOutParallel, byteRanges, columnParallel, mergedColumnParallel, numShardElements, qkvParallel, readShard,
-  rowParallel, vocabParallel, type Shard,
+  attentionOutParallel, byteRanges, columnParallel, expertParallel, expertParallelShard, expertsDownParallel,
+  expertsGateUpParallel, mergedColumnParallel, numShardElements, qkvParallel, readShard, rowParallel, vocabParallel,
+  type ExpertAssignment, type ExpertPlacement, type Shard,
 } from './sharding.js';
+
+/** How a model's experts split over the ranks. */
+export interface ShardOptions {
+  /**
+   * Whole experts a rank, placed so (vLLM's --enable-expert-parallel and --expert-placement-strategy); null or absent:
+   * every expert split on its width. No effect on a dense model, as in vLLM.
+   */
+  expertParallel?: ExpertPlacement | null;
+}
 
 /** Why this model cannot be split by shardedSource yet, or null. */
 export function tensorParallelSourceRefusal(c: ModelConfig): string | null {
-  if (c.architecture === 'qwen3_5_moe') return 'tensor parallelism does not split Qwen3.5-MoE\'s fused expert tensors (experts.gate_up_proj) yet';
   if (c.quantization !== null) return 'tensor parallelism does not split block-FP8 checkpoints yet';
   return null;
 }
 
-/** The config a rank's layers are built from: its heads, KV heads and MLP widths. */
-export function shardedConfig(c: ModelConfig, rank: number, tp: number): ModelConfig {
+/** Rank `rank`'s experts of `c` under expert parallelism, or null (not a mixture of experts, or not asked). */
+function expertsOf(c: ModelConfig, rank: number, tp: number, opts: ShardOptions): ExpertAssignment | null {
+  const placement = opts.expertParallel;
+  if (!c.moe || placement == null || tp === 1) return null;
+  return expertParallel(c.moe.numExperts, rank, tp, placement);
+}
+
+/** The config a rank's layers are built from: its heads, KV heads and MLP widths, and its experts (expert-parallel). */
+export function shardedConfig(c: ModelConfig, rank: number, tp: number, opts: ShardOptions = {}): ModelConfig {
   const qkv = qkvParallel(c, 1, rank, tp);
   const shared = c.moe?.sharedExpertIntermediateSize;
+  const ep = expertsOf(c, rank, tp, opts);
   return {
     ...c, numHeads: qkv.numLocalHeads, numKvHeads: qkv.numLocalKvHeads, intermediateSize: c.intermediateSize / tp,
     ...(tp > 1 ? { vocabParallel: { size: tp, rows: vocabParallel(c.vocabSize, c.hiddenSize, rank, tp).shape[0]! } } : {}),
-    moe: c.moe && { ...c.moe, expertIntermediateSize: c.moe.expertIntermediateSize / tp,
+    moe: c.moe && { ...c.moe,
+      ...(ep ? { localExperts: ep.local } : { expertIntermediateSize: c.moe.expertIntermediateSize / tp }),
       ...(shared != null ? { sharedExpertIntermediateSize: shared / tp } : {}) },
     hybrid: c.hybrid && { ...c.hybrid, linearNumKeyHeads: c.hybrid.linearNumKeyHeads / tp,
       linearNumValueHeads: c.hybrid.linearNumValueHeads / tp },
   };
 }
 
-/** How rank `rank` of `tp` reads tensor `name` of the full model `c`, or null: whole (replicated). */
-function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: number, tp: number): Shard | 'first' | null {
+/**
+ * How rank `rank` of `tp` reads tensor `name` of the full model `c`, or null: whole (replicated, or one whole expert
+ * of its own under expert parallelism: `ep`).
+ */
+function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: number, tp: number,
+  ep: ExpertAssignment | null): Shard | 'first' | null {
   if (name === 'lm_head.weight' || /^model\.(?:language_model\.)?embed_tokens\.weight$/.test(name)) {
     return vocabParallel(c.vocabSize, shape[1]!, rank, tp);
   }
   const layer = /^(?:model\.)?(?:language_model\.)?layers\.\d+\.(.+)$/.exec(name)?.[1];
   if (layer === undefined) return null;
+  // fused experts [E, rows, cols] (no .weight suffix): the rank's experts whole, or every expert's slice of I
+  const fused = /^mlp\.experts\.(gate_up_proj|down_proj)$/.exec(layer)?.[1];
+  if (fused !== undefined && shape.length === 3) {
+    const [E, rows, cols] = shape as [number, number, number];
+    if (ep) return expertParallelShard(E, rows, cols, ep);
+    return fused === 'gate_up_proj' ? expertsGateUpParallel(E, rows / 2, cols, rank, tp) : expertsDownParallel(E, rows, cols, rank, tp);
+  }
   const h = c.hybrid;
   // a DeltaNet layer's per-value-head vectors: no .weight suffix
   if (h && /^linear_attn\.(A_log|dt_bias)$/.test(layer)) return columnParallel(shape[0]!, 1, rank, tp);
@@ -83,8 +120,11 @@ function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: n
     return attn === 'qkv' ? s.fused : s[attn as 'q' | 'k' | 'v'];
   }
   // a dense MLP, or one expert of a mixture (Qwen3-MoE's mlp.experts.E.*, Mixtral's block_sparse_moe.experts.E.w1..3)
-  const proj = /^(?:mlp|block_sparse_moe)(?:\.experts\.\d+|\.shared_expert)?\.(gate_proj|up_proj|gate_up_proj|down_proj|w1|w2|w3)$/.exec(module)?.[1];
+  const expert = /^(?:mlp|block_sparse_moe)(\.experts\.\d+|\.shared_expert)?\.(gate_proj|up_proj|gate_up_proj|down_proj|w1|w2|w3)$/.exec(module);
+  const proj = expert?.[2];
   if (proj === undefined || kind === 'bias') return null;
+  // expert-parallel: a routed expert's tensors whole (the loaders name only the rank's own: MoeConfig.localExperts)
+  if (ep && expert![1]?.startsWith('.experts.')) return null;
   if (proj === 'down_proj' || proj === 'w2') return rowParallel(shape[0]!, shape[1]!, rank, tp);
   if (proj === 'gate_up_proj') return mergedColumnParallel([shape[0]! / 2, shape[0]! / 2], shape[1]!, rank, tp);
   return columnParallel(shape[0]!, shape[1]!, rank, tp);
@@ -95,14 +135,16 @@ function shardOf(c: ModelConfig, name: string, shape: readonly number[], rank: n
  * [channels, 1, taps] 3-D (planned as [channels / tp, taps]).
  */
 function shapeOf(s: Shard, full: readonly number[]): number[] {
+  if (s.shape.length === 3) return [...s.shape];  // fused experts: [E or the rank's experts, rows, cols]
   if (full.length === 1) return [s.shape[0]!];
   if (full.length === 3) return [s.shape[0]!, full[1]!, full[2]!];
   return [...s.shape];
 }
 
 /** Rank `rank` of `tp`'s tensors of `source` (the full model `c`'s checkpoint). */
-export function shardedSource(source: WeightSource, c: ModelConfig, rank: number, tp: number): WeightSource {
-  const plan = (name: string) => shardOf(c, name, source.info(name).shape, rank, tp);
+export function shardedSource(source: WeightSource, c: ModelConfig, rank: number, tp: number, opts: ShardOptions = {}): WeightSource {
+  const ep = expertsOf(c, rank, tp, opts);
+  const plan = (name: string) => shardOf(c, name, source.info(name).shape, rank, tp, ep);
   return {
     names: () => source.names(),
     has: (name) => source.has(name),

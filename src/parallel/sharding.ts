@@ -36,6 +36,8 @@ export interface Shard {
   numPadElements: number;
 }
 
+import type { LocalExperts } from '../loader/types.js';
+
 /** vLLM's DEFAULT_VOCAB_PADDING_SIZE. */
 export const VOCAB_PADDING = 64;
 
@@ -207,6 +209,8 @@ export interface ExpertAssignment {
   experts: number[];
   /** Global expert id -> local index on this rank, or -1 (vLLM's expert_map). */
   globalToLocal: Int32Array;
+  /** The same as arithmetic (expert first + j stride in slot j), as the config and the kernels carry it. */
+  local: LocalExperts;
 }
 
 /** Which whole experts a rank holds under expert parallelism (vLLM's determine_expert_map). */
@@ -217,10 +221,12 @@ export function expertParallel(numExperts: number, rank: number, ep: number, pla
   const remainder = numExperts % ep;
   const numLocal = base + (rank < remainder ? 1 : 0);
   const first = rank * base + Math.min(rank, remainder);
-  const experts = Array.from({ length: numLocal }, (_, j) => placement === 'linear' ? first + j : rank + j * ep);
+  const local: LocalExperts = placement === 'linear' ? { first, stride: 1, count: numLocal }
+    : { first: rank, stride: ep, count: numLocal };
+  const experts = Array.from({ length: numLocal }, (_, j) => local.first + j * local.stride);
   const globalToLocal = new Int32Array(numExperts).fill(-1);
   experts.forEach((e, j) => { globalToLocal[e] = j; });
-  return { experts, globalToLocal };
+  return { experts, globalToLocal, local };
 }
 
 /** A rank's experts of a stacked [E, expertRows, cols] tensor (one of fused gate_up or down): [numLocal, ...]. */

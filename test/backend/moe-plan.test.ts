@@ -159,3 +159,18 @@ test('a decode batch of up to 64 rows takes the fused router: gemm_rows\' split 
   }
   assert.equal(planMoe(65, 128, 8, 2048, 768).router, null, 'more rows: the router GEMM, moe_route and moe_group');
 });
+
+test('expert parallel: the GEMMs\' tiles and the grouping bound by the rank\'s experts, the router\'s grid by all of them, the variant by rows an expert of all', () => {
+  for (const [T, E, k, EL] of [[1, 128, 8, 32], [64, 128, 8, 16], [2048, 128, 8, 64], [300, 8, 2, 4]] as const) {
+    const whole = planMoe(T, E, k, 256, 96);
+    const local = planMoe(T, E, k, 256, 96, undefined, 64, false, EL);
+    for (const g of ['gateUp', 'down'] as const) {
+      assert.equal(local[g].kernel, whole[g].kernel, `${g}: the variant of T k / E rows an expert`);
+      assert.equal(local[g].grid[1], maxExpertTiles(T, EL, k, local[g].tokens), `${g}: tiles of ${EL} experts`);
+    }
+    if (T <= 64) {
+      assert.deepEqual(local.router!.grid, whole.router!.grid, 'the router over every expert');
+      assert.equal(local.router!.sharedBytes - whole.router!.sharedBytes, 4 * 3 * (EL - E), 'moe_group\'s cursors of the local experts');
+    }
+  }
+});

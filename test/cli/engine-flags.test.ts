@@ -74,6 +74,12 @@ test('vLLM command lines run: -tp / -pp, --dtype auto|bfloat16, --kv-cache-dtype
   assert.equal(engineOptionsFromFlags(parse(vllmShortFlags(['--model', '/m', '-pp', '3']))).pipelineParallelSize, 3);
   assert.equal(o.disableCustomAllReduce, false);
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--disable-custom-all-reduce'])).disableCustomAllReduce, true);
+  assert.equal(o.enableExpertParallel, false);
+  assert.equal(o.expertPlacementStrategy, 'linear');
+  const ep = engineOptionsFromFlags(parse(['--model', '/m', '--tensor-parallel-size', '2', '--enable-expert-parallel', '--expert-placement-strategy', 'round_robin']));
+  assert.deepEqual([ep.enableExpertParallel, ep.expertPlacementStrategy], [true, 'round_robin']);
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--no-enable-expert-parallel'])).enableExpertParallel, false);
+  assert.throws(() => parse(['--model', '/m', '--expert-placement-strategy', 'random']), /expert-placement-strategy/);
   for (const name of ['fp8', 'fp8_e4m3']) {
     assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--kv-cache-dtype', name])).kvCacheDtype, 'fp8_e4m3');
   }

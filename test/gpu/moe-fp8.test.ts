@@ -126,7 +126,7 @@ describe('CUDA block-FP8 experts vs CPU', { skip }, () => {
     const bf16Down = cuda.fromHost([E * H, I], randomBf16(E * H * I, 15));
     beginPoisonedStep(cuda);
     assert.throws(() => cuda.moeExperts(cuda.fromHost([1, H], randomBf16(H, 16)), cuda.fromHost([E, H], randomBf16(E * H, 17)),
-      { ...ex!, down: bf16Down }, { topK: 2, renormalize: true }), /down \[1024, 128\] bf16 \(both block FP8\) for 8 experts of width 128/);
+      { ...ex!, down: bf16Down }, { topK: 2, renormalize: true }), /down \[1024, 128\] bf16 \(both block FP8\) for 8 of 8 experts of width 128/);
   });
 });
 

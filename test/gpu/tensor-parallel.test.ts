@@ -94,7 +94,9 @@ test('-tp 2 on CUDA: a rank killed mid-generation ends the engine with its name 
   await new Promise((r) => setTimeout(r, 1500));  // mid-generation
   process.kill(follower, 'SIGKILL');
   const killedAt = Date.now();
-  const end = await Promise.race([ended, new Promise<null>((r) => setTimeout(() => r(null), 60_000))]);
+  let timer: NodeJS.Timeout | undefined;
+  const end = await Promise.race([ended, new Promise<null>((r) => { timer = setTimeout(() => r(null), 60_000); })]);
+  clearTimeout(timer);  // else this file's process waits out the minute (session 35)
   if (end === null) child.kill('SIGKILL');
   t.diagnostic(`ended ${JSON.stringify(end)} ${Date.now() - killedAt} ms after the kill; stdout ${stdout.trim()}; ` +
     `stderr tail ${stderr.slice(-400)}`);

@@ -8,6 +8,9 @@ import {
   expertsGateUpParallel, kvHeadsOf, mergedColumnParallel, numShardElements, padVocab, qkvParallel, readShard,
   rowParallel, vocabParallel, type Shard,
 } from '../../src/parallel/sharding.js';
+import { toLocalSlots } from '../../src/backend/moe-route.js';
+import { heldExperts, localExpertSlot } from '../../src/loader/moe-config.js';
+import type { MoeConfig } from '../../src/loader/types.js';
 
 /** 0, 1, 2, ...: every element its own index, so a misplaced read shows. */
 const iota = (n: number): Float32Array => Float32Array.from({ length: n }, (_, i) => i);
@@ -201,6 +204,21 @@ test('experts, expert-parallel: whole experts, linear (the first E mod ep ranks 
   }
   // linear placement reads one contiguous range a rank
   assert.equal(expertParallelShard(E, R, C, expertParallel(E, 0, 4)).runs.length, 1);
+});
+
+test('expert-parallel: the arithmetic form (what the config and the kernels carry) is the same map as the table', () => {
+  assert.deepEqual(expertParallel(10, 1, 4).local, { first: 3, stride: 1, count: 3 });
+  assert.deepEqual(expertParallel(10, 3, 4, 'round_robin').local, { first: 3, stride: 4, count: 2 });
+  for (const placement of ['linear', 'round_robin'] as const) {
+    for (const [E, ep] of [[10, 4], [8, 2], [4, 4], [128, 8], [7, 3]] as const) {
+      for (const r of ranks(ep)) {
+        const a = expertParallel(E, r, ep, placement);
+        assert.deepEqual(heldExperts({ numExperts: E, localExperts: a.local } as MoeConfig), a.experts);
+        for (let e = 0; e < E; e++) assert.equal(localExpertSlot(a.local, e), a.globalToLocal[e], `${placement} ${E}/${ep} rank ${r} expert ${e}`);
+        assert.deepEqual([...toLocalSlots(Int32Array.from({ length: E }, (_, e) => e), a.local)], [...a.globalToLocal]);
+      }
+    }
+  }
 });
 
 test('byteRanges: a loader reading them with positioned reads gets readShard\'s bytes, adjacent rows joined', () => {

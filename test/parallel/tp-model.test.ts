@@ -1,7 +1,8 @@
 // A whole test model split over tensor-parallel ranks (threads on the CPU backend, parallel/sharded-source.ts and
 // tp-rank.ts, the layers' all-reduces): every rank's logits are the unsplit model's, within f32 summation order.
 // Covered: q heads split, KV heads split and replicated (tp above num_key_value_heads), o and down row-parallel,
-// qkv biases (Qwen2), Phi-3's fused qkv_proj and gate_up_proj, a mixture of experts' experts split on their width,
+// qkv biases (Qwen2), Phi-3's fused qkv_proj and gate_up_proj, a mixture of experts' experts split on their width
+// (Qwen3.5-MoE's fused expert tensors too) or held whole a rank (expert parallel, both placements),
 // hybrid models' gated DeltaNet layers and gated attention (Qwen3.5; Qwen3-Next's grouped projections, its shared
 // expert), embed_tokens and lm_head split by vocabulary rows (the embedding summed, the logits gathered).
 
@@ -12,6 +13,7 @@ import { parseModelConfig } from '../../src/loader/config.js';
 import { Model } from '../../src/model/model.js';
 import { randomWeightSource } from '../../src/model/random-weights.js';
 import { createCpuCommGroup } from '../../src/parallel/cpu-comm.js';
+import type { ExpertPlacement } from '../../src/parallel/sharding.js';
 import { testModelShapes } from '../../src/tools/test-model/shapes.js';
 import { prepare, twoPrompts } from './tp-model-batch.js';
 import { runRanks } from './ranks.js';
@@ -28,14 +30,22 @@ function unsplit(shape: string): Float32Array {
   return logits;
 }
 
-for (const [shape, sizes] of [['tiny-qwen3', [2, 4]], ['tiny-qwen2', [2]], ['tiny-phi3', [2]], ['tiny-qwen3-moe', [2]],
-  ['tiny-qwen3.5', [2]], ['tiny-qwen3-next', [2]]] as const) {
+const CASES: readonly (readonly [string, readonly number[], ExpertPlacement | null])[] = [['tiny-qwen3', [2, 4], null],
+  ['tiny-qwen2', [2], null], ['tiny-phi3', [2], null], ['tiny-qwen3-moe', [2], null], ['tiny-qwen3.5', [2], null],
+  ['tiny-qwen3-next', [2], null], ['tiny-qwen3.5-moe', [2], null],
+  // expert parallel: whole experts a rank (per-expert and fused tensors; shared experts still split on their width)
+  ['tiny-qwen3-moe', [2, 4], 'linear'], ['tiny-mixtral', [4], 'round_robin'], ['tiny-qwen3.5-moe', [2], 'linear'],
+  ['tiny-qwen3-next', [2], 'round_robin']];
+
+for (const [shape, sizes, expertParallel] of CASES) {
   for (const size of sizes) {
-    test(`${shape} over ${size} tensor-parallel ranks: every rank's logits are the unsplit model's`, async () => {
+    const how = expertParallel ? `, experts whole (${expertParallel})` : '';
+    test(`${shape} over ${size} tensor-parallel ranks${how}: every rank's logits are the unsplit model's`, async () => {
       const c = parseModelConfig(testModelShapes()[shape], shape);
       const expected = unsplit(shape);
       const group = createCpuCommGroup(size, { timeoutMs: 30_000 });
-      const ranks = await runRanks<RankOut>(new URL('./tp-model-worker.js', import.meta.url), size, (rank) => ({ shape, rank, size, group }));
+      const ranks = await runRanks<RankOut>(new URL('./tp-model-worker.js', import.meta.url), size,
+        (rank) => ({ shape, rank, size, group, expertParallel }));
       const scale = Math.max(...expected.map(Math.abs));
       ranks.forEach((r, rank) => {
         assert.equal(r.numHeads, c.numHeads / size, `rank ${rank}'s heads`);

@@ -1,11 +1,12 @@
 // Mixture of experts on the CPU backend: route every row (../moe-route.ts), then for each expert that any row chose,
 // its rows gathered into one matmul through the expert's slice of the stacked weights, and each row's weighted
 // sum over its experts in slot order. Each matmul output element depends on its own row alone (kernels.ts), so a
-// row's result never depends on which other rows share its experts.
+// row's result never depends on which other rows share its experts. Expert-parallel (MoeExperts.local): only the
+// experts this rank holds run, each at its local slot of the stacked weights, and the others' pairs add nothing.
 
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
-import { pairsByExpert, routeTokens } from '../moe-route.js';
+import { pairsByExpert, routeTokens, toLocalSlots } from '../moe-route.js';
 import { CpuFp8Tensor } from './fp8.js';
 import { asCpu, CpuTensor } from './tensor.js';
 
@@ -42,10 +43,12 @@ export function moeExperts(ops: MoeOps, x: Tensor, routerLogits: Tensor, experts
   if (logits.shape[0] !== T || logits.shape[1] !== E) {
     throw new Error(`moeExperts: router logits [${logits.shape.join(', ')}] for ${T} rows and ${E} experts`);
   }
-  const { experts: chosen, weights } = routeTokens(logits.data, T, E, route);
+  const routing = routeTokens(logits.data, T, E, route);
+  const weights = routing.weights;
+  const chosen = toLocalSlots(routing.experts, experts.local);
   const k = route.topK;
   const pairOut = new Float32Array(T * k * H);
-  pairsByExpert(chosen, E).forEach((pairs, e) => {
+  pairsByExpert(chosen, experts.local?.count ?? E).forEach((pairs, e) => {
     if (pairs.length === 0) return;
     const xe = ops.alloc([pairs.length, H]);
     pairs.forEach((pair, i) => xe.data.set(xs.data.subarray(Math.floor(pair / k) * H, (Math.floor(pair / k) + 1) * H), i * H));
@@ -58,7 +61,8 @@ export function moeExperts(ops: MoeOps, x: Tensor, routerLogits: Tensor, experts
   for (let t = 0; t < T; t++) {
     for (let h = 0; h < H; h++) {
       let sum = 0;
-      for (let j = 0; j < k; j++) sum += weights[t * k + j]! * pairOut[(t * k + j) * H + h]!;
+      // an expert another rank holds adds nothing here
+      for (let j = 0; j < k; j++) if (chosen[t * k + j]! >= 0) sum += weights[t * k + j]! * pairOut[(t * k + j) * H + h]!;
       o[t * H + h] = sum;
     }
   }

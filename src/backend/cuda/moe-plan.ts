@@ -134,12 +134,12 @@ export function rowsPerExpert(T: number, E: number, topK: number): number {
   return Math.min(T, Math.ceil((T * topK) / E));
 }
 
-function planGemm(gateUp: boolean, T: number, E: number, topK: number, N: number, K: number,
+function planGemm(gateUp: boolean, T: number, numLocal: number, topK: number, N: number, K: number,
   variant: GemmRowsVariant, fp8: boolean): MoeGemmLaunch {
   if (K % 8 !== 0) throw new Error(`moe: K ${K} is not a multiple of 8`);
   const name = `${gateUp ? 'gate_up' : 'down'}${fp8 ? '_fp8' : ''}`;
   const tile = blockTile(variant);
-  const y = maxExpertTiles(T, E, topK, tile.tokens);
+  const y = maxExpertTiles(T, numLocal, topK, tile.tokens);
   const chunks = fp8 ? fp8SliceChunks(K) : sliceChunks(K);
   if (variant.kind === 'split') {
     const mt = gateUp ? 2 : 1;
@@ -161,24 +161,25 @@ function planGemm(gateUp: boolean, T: number, E: number, topK: number, N: number
  * moe_router_fused: gemm_rows' split m1 n1 tiles (16 experts by 8 rows a block, its warps on the slices of H, as
  * planGemmRows plans them), then moe_group's shared memory (moeGroupSharedBytes) after the slices' partials.
  */
-function planFusedRouter(T: number, E: number, H: number): NonNullable<MoePlan['router']> {
+function planFusedRouter(T: number, E: number, H: number, numLocal: number): NonNullable<MoePlan['router']> {
   const slices = numSlices(H);
   return { grid: [Math.ceil(E / 16), Math.ceil(T / 8), 1], block: 32 * Math.min(GEMM_ROWS_SPLIT_WARPS, slices),
-    sharedBytes: slices * 4 * 32 * 4 + moeGroupSharedBytes(E), sliceChunks: sliceChunks(H) };
+    sharedBytes: slices * 4 * 32 * 4 + moeGroupSharedBytes(numLocal), sliceChunks: sliceChunks(H) };
 }
 
 /**
  * The two grouped GEMMs of T rows on E experts of width I (hidden H): gemm_rows' default variant for an expert's
  * average rows (the split ones to 64, many warps on each weight tile: a decode step reads each routed expert once),
  * unless `variant` names one for both (tests), their _fp8 builds for block-FP8 experts; and the fused router for a
- * decode step's few rows.
+ * decode step's few rows. `numLocal`: the experts this rank holds (expert parallelism: MoeExperts.local), which
+ * bound the GEMMs' tiles and moe_group's experts; an expert still gets T k / E rows on average, E the router's.
  */
 export function planMoe(T: number, E: number, topK: number, H: number, I: number,
-  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS, fp8 = false): MoePlan {
+  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS, fp8 = false, numLocal = E): MoePlan {
   const m = rowsPerExpert(T, E, topK);
   return {
-    gateUp: planGemm(true, T, E, topK, I, H, variant ?? defaultVariant(m, 2 * I), fp8),
-    down: planGemm(false, T, E, topK, H, I, variant ?? defaultVariant(m, H), fp8),
-    router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H) : null,
+    gateUp: planGemm(true, T, numLocal, topK, I, H, variant ?? defaultVariant(m, 2 * I), fp8),
+    down: planGemm(false, T, numLocal, topK, H, I, variant ?? defaultVariant(m, H), fp8),
+    router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H, numLocal) : null,
   };
 }

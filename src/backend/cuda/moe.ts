@@ -7,9 +7,12 @@
 // kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert down",
 // "moe combine". Block-FP8 experts (W8A8, as the CPU backend's fp8BlockMatmul) take the _fp8 builds of the same
 // GEMMs, each input quantized per row and 128 columns first ("moe quantize": x before gate_up; gate_up's f32 output,
-// the CPU's unrounded silu_mul, before down).
+// the CPU's unrounded silu_mul, before down). Expert-parallel (MoeExperts.local), the routing writes each chosen expert
+// as this rank's slot, -1 where another rank holds it: moe_group leaves those pairs out of every group and the
+// combine skips them, so the same kernels run only this rank's experts, their grids bound by its expert count.
 
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
+import type { LocalExperts } from '../../loader/types.js';
 import type { GemmRowsVariant } from './gemm-rows.js';
 import { f32, i32, ptr } from './device.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
@@ -73,24 +76,24 @@ export class CudaMoe {
     return this.doneCounter;
   }
 
-  /** moe_route on logits [T, E] (bf16) into int32 experts and f32 weights from the workspace. */
-  private route(logits: CudaTensor, route: MoeRoute): DeviceRouting {
+  /** moe_route on logits [T, E] (bf16) into int32 experts (local slots) and f32 weights from the workspace. */
+  private route(logits: CudaTensor, route: MoeRoute, local: LocalExperts): DeviceRouting {
     const [T, E] = [logits.shape[0]!, logits.shape[1]!];
     if (logits.dtype !== 'bf16') throw new Error(`moeExperts: router logits of ${logits.dtype}, not bf16`);
     checkRoute(E, route);
     const { topK } = route;
     const out = { experts: this.s.act([T * topK], 'f32').ptr, weights: this.s.act([T * topK], 'f32').ptr };  // int32, f32
     this.s.device.launch('moe.cu', 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1], 32 * MOE_ROUTE_WARPS,
-      [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(topK), i32(route.renormalize ? 1 : 0)],
-      0, true);
+      [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(topK), i32(route.renormalize ? 1 : 0),
+        ...localArgs(local)], 0, true);
     return out;
   }
 
-  /** Tests: the device's routing of `logits`, read back. */
-  routeToHost(logits: Tensor, route: MoeRoute): { experts: Int32Array; weights: Float32Array } {
+  /** Tests: the device's routing of `logits`, read back (experts as `local`'s slots where given). */
+  routeToHost(logits: Tensor, route: MoeRoute, local?: LocalExperts): { experts: Int32Array; weights: Float32Array } {
     const l = asCuda(logits);
     const n = l.shape[0]! * route.topK;
-    const r = this.route(l, route);
+    const r = this.route(l, route, local ?? allExperts(l.shape[1]!));
     return { experts: new Int32Array(this.s.readToHost(r.experts, 4 * n).slice(0, 4 * n)),
       weights: new Float32Array(this.s.readToHost(r.weights, 4 * n).slice(0, 4 * n)) };
   }
@@ -99,7 +102,7 @@ export class CudaMoe {
    * The router's logits, routing and grouping of x's rows: moe_router_fused where the plan has it, else the router GEMM,
    * moe_route and moe_group. Buffers from the workspace.
    */
-  private groups(xs: CudaTensor, router: CudaTensor, route: MoeRoute, plan: MoePlan): DeviceGroups {
+  private groups(xs: CudaTensor, router: CudaTensor, route: MoeRoute, plan: MoePlan, local: LocalExperts): DeviceGroups {
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const E = router.shape[0]!;
     if (router.dtype !== 'bf16' || router.shape[1] !== H) {
@@ -107,6 +110,7 @@ export class CudaMoe {
     }
     checkRoute(E, route);
     const P = T * route.topK;
+    const EL = local.count;
     const d = this.s.device;
     const fused = plan.router;
     // the tile lists' arguments (tilesA, bnA, entriesA, tilesB, bnB, entriesB): bnB 0 where one list serves both
@@ -118,42 +122,43 @@ export class CudaMoe {
       const logits = this.routerMatmul(xs, router);
       let g: DeviceGroups | undefined;
       this.s.timed('moe route', () => {
-        const r = this.route(logits, route);
-        g = { ...r, logits, offsets: this.s.act([E + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+        const r = this.route(logits, route, local);
+        g = { ...r, logits, offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
           pos: this.s.act([P], 'f32').ptr, tiles };
         d.launch('moe.cu', 'moe_group', [1, 1, 1], MOE_GROUP_THREADS,
-          [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(E), ...listArgs],
-          moeGroupSharedBytes(E), true);
+          [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(EL), ...listArgs],
+          moeGroupSharedBytes(EL), true);
       });
       return g!;
     }
     const g: DeviceGroups = { logits: this.s.act([T, E]), experts: this.s.act([P], 'f32').ptr,
-      weights: this.s.act([P], 'f32').ptr, offsets: this.s.act([E + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+      weights: this.s.act([P], 'f32').ptr, offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
       pos: this.s.act([P], 'f32').ptr, tiles };
     this.s.timed('moe route', () => d.launch('moe.cu', 'moe_router_fused', fused.grid, fused.block,
       [ptr(xs.ptr), ptr(router.ptr), ptr(g.logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs),
         ptr(g.pos), ptr(this.counter()), i32(T), i32(E), i32(H), i32(fused.sliceChunks), i32(route.topK),
-        i32(route.renormalize ? 1 : 0), ...listArgs], fused.sharedBytes, true));
+        i32(route.renormalize ? 1 : 0), ...listArgs, ...localArgs(local)], fused.sharedBytes, true));
     return g;
   }
 
   /**
    * Tests: the router's logits (bf16 as f32), routing, offsets and tile lists (with each one's BN) for x's rows, by
-   * the path moeExperts takes for experts of width I, read back.
+   * the path moeExperts takes for experts of width I (held by `local` where given), read back.
    */
-  routerToHost(x: Tensor, router: Tensor, route: MoeRoute, I = 8): { logits: Float32Array; experts: Int32Array;
+  routerToHost(x: Tensor, router: Tensor, route: MoeRoute, I = 8, local?: LocalExperts): { logits: Float32Array; experts: Int32Array;
     weights: Float32Array; offsets: Int32Array; tiles: { tokens: number; list: Int32Array }[] } {
     const xs = asCuda(x);
     const r = asCuda(router);
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const E = r.shape[0]!;
-    const plan = planMoe(T, E, route.topK, H, I, this.variant, this.fusedRouterMaxRows);
-    const g = this.groups(xs, r, route, plan);
+    const held = local ?? allExperts(E);
+    const plan = planMoe(T, E, route.topK, H, I, this.variant, this.fusedRouterMaxRows, false, held.count);
+    const g = this.groups(xs, r, route, plan, held);
     const n = T * route.topK;
     const ints = (p: bigint, count: number) => new Int32Array(this.s.readToHost(p, 4 * count).slice(0, 4 * count));
     const bf16 = new Uint16Array(this.s.readToHost(g.logits.ptr, 2 * T * E).slice(0, 2 * T * E));
     return { logits: new Float32Array(Uint32Array.from(bf16, (b) => b << 16).buffer), experts: ints(g.experts, n),
-      weights: new Float32Array(this.s.readToHost(g.weights, 4 * n).slice(0, 4 * n)), offsets: ints(g.offsets, E + 1),
+      weights: new Float32Array(this.s.readToHost(g.weights, 4 * n).slice(0, 4 * n)), offsets: ints(g.offsets, held.count + 1),
       tiles: tileLists(plan).map((l, i) => ({ tokens: l.tokens, list: ints(g.tiles[i]!, 4 * l.entries) })) };
   }
 
@@ -166,16 +171,18 @@ export class CudaMoe {
     const router = asCuda(routerW);
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const { numExperts: E, intermediate: I } = experts;
+    const local = experts.local ?? allExperts(E);
+    const EL = local.count;
     const gateUp = asCuda(experts.gateUp);
     const down = asCuda(experts.down);
     const fp8 = gateUp.quantized === 'fp8_block';
     const expertDtype = fp8 ? 'f8_e4m3' : 'bf16';
     const shapeOk = (t: CudaTensor, rows: number, cols: number, dtype = expertDtype) =>
       t.dtype === dtype && t.shape[0] === rows && t.shape[1] === cols && (dtype === 'bf16' || t.quantized === 'fp8_block');
-    if (!shapeOk(gateUp, E * 2 * I, H) || !shapeOk(down, E * H, I) || !shapeOk(router, E, H, 'bf16')) {
+    if (!shapeOk(gateUp, EL * 2 * I, H) || !shapeOk(down, EL * H, I) || !shapeOk(router, E, H, 'bf16')) {
       throw new Error(`moeExperts: x [${xs.shape.join(', ')}], router [${router.shape.join(', ')}], gate_up ` +
         `[${gateUp.shape.join(', ')}] ${gateUp.dtype}, down [${down.shape.join(', ')}] ${down.dtype}${fp8 ? ' (both block FP8)' : ''} ` +
-        `for ${E} experts of width ${I}`);
+        `for ${EL} of ${E} experts of width ${I}`);
     }
     if (H % 8 !== 0 || I % 8 !== 0) throw new Error(`moeExperts: hidden ${H} and width ${I} must be multiples of 8 (16-byte rows)`);
     if (fp8 && (H % FP8_BLOCK !== 0 || I % FP8_BLOCK !== 0)) {
@@ -186,9 +193,9 @@ export class CudaMoe {
     if (T === 0) return out;
     const k = route.topK;
     const P = T * k;
-    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows, fp8);
+    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows, fp8, EL);
     const d = this.s.device;
-    const g = this.groups(xs, router, route, plan);
+    const g = this.groups(xs, router, route, plan, local);
     const y = this.s.act([P, H]);
     const [gateUpTiles, downTiles] = [g.tiles[0]!, g.tiles[g.tiles.length - 1]!];
     if (fp8) {
@@ -246,6 +253,16 @@ export class CudaMoe {
     const aq = quantize('quantize_fp8_groups_f32', act.ptr, P, I);
     this.s.timed('gemm expert down', () => gemm(plan.down, aq, down, y.ptr, H, I, tiles[1]));
   }
+}
+
+/** Every one of E experts, slot e the expert e (no expert parallelism). */
+function allExperts(E: number): LocalExperts {
+  return { first: 0, stride: 1, count: E };
+}
+
+/** moe.cu LocalMap's arguments (localFirst, localStride, localCount). */
+function localArgs(local: LocalExperts): ReturnType<typeof i32>[] {
+  return [i32(local.first), i32(local.stride), i32(local.count)];
 }
 
 /** Whether moe_combine_add_rms_norm takes rows of H: add_rms_norm's register path at its block (norm_fast). */

@@ -12,6 +12,7 @@ import { rankView } from '../../parallel/pipeline.js';
 import { joinStage, type StageComm } from '../../parallel/pp-rank.js';
 import { joinRanks, type RankComm } from '../../parallel/tp-rank.js';
 import { createBackend } from '../backend-factory.js';
+import { shardOptions } from '../options.js';
 import type { Backend } from '../../backend/backend.js';
 import { runDeviceStep } from '../runner/device-steps.js';
 import { captureDecodeGraphs, profileRun } from '../runner/model-runner.js';
@@ -46,7 +47,8 @@ async function start(): Promise<void> {
   // every rank joins its stage's group first, then its pipeline group (NCCL: each init waits for its whole group)
   if (tp.comm) comm = await joinRanks(tp.comm, tp.rank, tp.size, backend, { peer });
   if (pp.comm) stage = await joinStage(pp.comm, pp.stage, pp.size, backend);
-  const view = rankView(dir.config, dir.weights, { tpRank: tp.rank, stage: pp.stage }, tp.size, pp.size, pp.layers);
+  const view = rankView(dir.config, dir.weights, { tpRank: tp.rank, stage: pp.stage }, tp.size, pp.size, pp.layers,
+    shardOptions(options));
   const model = Model.load(view.config, view.weights, backend,
     { quantization: options.quantization, tensorParallel: comm?.tp ?? null, pipeline: stage?.link ?? null });
   post({ type: 'loaded', report: { stateSpecs: model.layerStateSpecs(), weightBytesPerStep: model.weightBytesPerStep(),

@@ -30,7 +30,7 @@ import { joinStage, type StageComm } from '../../parallel/pp-rank.js';
 import { tensorParallelSourceRefusal } from '../../parallel/sharded-source.js';
 import { joinRanks, type CommInit, type RankComm } from '../../parallel/tp-rank.js';
 import { tensorParallelRefusal } from '../../parallel/validate.js';
-import { worldSize, type EngineOptions, type ResolvedEngineOptions } from '../options.js';
+import { shardOptions, worldSize, type EngineOptions, type ResolvedEngineOptions } from '../options.js';
 import type { DeviceStep } from '../runner/device-steps.js';
 import { rankLabel, type FollowerInit, type FromFollower, type StageReport, type ToFollower } from './protocol.js';
 import { startRank, type RankPort } from './rank-port.js';
@@ -179,7 +179,8 @@ export class RankLeader {
   /** Rank 0's part (its shard of the last stage); resolves once every rank has loaded its own. */
   async load(dir: ModelDir, backend: Backend, options: EngineOptions): Promise<Model> {
     const place = rankPlace(0, this.tpSize, this.ppSize);
-    const view = rankView(dir.config, dir.weights, place, this.tpSize, this.ppSize, this.layers?.[place.stage] ?? null);
+    const view = rankView(dir.config, dir.weights, place, this.tpSize, this.ppSize, this.layers?.[place.stage] ?? null,
+      shardOptions(options));
     const model = Model.load(view.config, view.weights, backend,
       { quantization: options.quantization, tensorParallel: this.rank0, pipeline: this.stage?.link ?? null });
     await this.waitAll('loaded', LOAD_TIMEOUT_MS);
@@ -240,7 +241,8 @@ export function peerOption(options: EngineOptions): { peer: boolean } {
 function parallelStartRefusal(dir: ModelDir, options: EngineOptions): string | null {
   const tp = options.tensorParallelSize;
   const pp = options.pipelineParallelSize;
-  const tpWhy = tp > 1 ? tensorParallelRefusal(dir.config, tp)?.message ?? tensorParallelSourceRefusal(dir.config) : null;
+  const tpWhy = tp > 1 ? tensorParallelRefusal(dir.config, tp, { expertParallel: options.enableExpertParallel })?.message
+    ?? tensorParallelSourceRefusal(dir.config) : null;
   if (tpWhy) return `--tensor-parallel-size ${tp}: ${tpWhy}`;
   const ppWhy = pipelineRefusal(dir.config, pp);
   if (ppWhy) return ppWhy.startsWith('--pipeline-parallel-size') ? ppWhy : `--pipeline-parallel-size ${pp}: ${ppWhy}`;

@@ -73,8 +73,11 @@ export async function runNodeAgent(options: EngineOptions, log: (line: string) =
     socket.on('close', () => {
       if (failure) return;
       // every rank closed first: node 0 shut the engine down; otherwise node 0 is gone
-      if (closed === ranks.length) void stop().then(() => resolve());
-      else fail(`node 0 (${options.masterAddr}:${options.masterPort}) disconnected`);
+      if (closed === ranks.length) {
+        log(`node ${options.nodeRank}: node 0 shut the engine down; ending this node's ranks`);
+        void stop().then(() => resolve());
+      } else fail(`node 0 (${options.masterAddr}:${options.masterPort}) disconnected, ${closed} of ${ranks.length} of ` +
+        'this node\'s ranks closed');
     });
   });
 }

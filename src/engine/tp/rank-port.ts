@@ -4,7 +4,7 @@
 // contexts in one process may stall each other while NCCL waits: docs/perf-log.md, session 30, call 4). Messages
 // are structured clones either way (advanced serialization for the process: typed arrays stay typed arrays).
 
-import { fork } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parentPort, Worker, workerData } from 'node:worker_threads';
 import type { FollowerInit, FromFollower, ToFollower } from './protocol.js';
@@ -35,7 +35,8 @@ export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankP
     };
   }
   // NVLink multicast stays off in every process started (issue 42)
-  const child = fork(fileURLToPath(FOLLOWER), [], { serialization: 'advanced', env: { ...process.env, NCCL_NVLS_ENABLE: '0' } });
+  const child = fork(fileURLToPath(FOLLOWER), [], { serialization: 'advanced', execArgv: rankExecArgv(process.execArgv),
+    env: { ...process.env, NCCL_NVLS_ENABLE: '0' } });
   child.send({ type: 'init', init });
   let closed = false;
   return {
@@ -46,13 +47,40 @@ export function startRank(init: FollowerInit, mode: 'thread' | 'process'): RankP
       child.on('error', (err) => fail(err.message));
       child.on('exit', (code, signal) => { if (!closed) fail(`exited with ${signal ?? `code ${code}`}`); });
     },
-    terminate: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill();
-      await exited;
-    },
+    terminate: () => endChild(child),
   };
+}
+
+/** How long a child rank gets to end on SIGTERM before SIGKILL. */
+export const RANK_TERM_GRACE_MS = 5000;
+
+/**
+ * Ends a child process: SIGTERM, then SIGKILL if it still runs after `graceMs`. A rank that ran NCCL over its network
+ * transport was seen to spin on in its exit's teardown after it had closed, deaf to SIGTERM (session 35: node 1's
+ * rank outlived its agent), so SIGTERM alone may never end it.
+ */
+export async function endChild(child: ChildProcess, graceMs = RANK_TERM_GRACE_MS): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/**
+ * This process's node flags a child rank starts with: all but the ones that name what to run instead of a file
+ * (-e / --eval, -p / --print and their code, --input-type): fork passes process.execArgv whole, so an engine started
+ * from `node --input-type=module -e '...'` ran that code again in its child ranks, or failed to start them.
+ */
+export function rankExecArgv(execArgv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < execArgv.length; i++) {
+    const a = execArgv[i]!;
+    if (/^(?:-e|--eval|-p|--print|-pe|--input-type)$/.test(a)) i++;  // and its value
+    else if (!/^(?:--eval|--print|--input-type)=/.test(a)) out.push(a);
+  }
+  return out;
 }
 
 /** A follower's side: its init and its channel to rank 0, in a worker thread or a child process. */

@@ -10,7 +10,7 @@
 // time (handled(): its loop turned), it says which rank died, kills the other ranks and then this process. A child
 // rank watches rank 0's process the same way (follower-main.ts): rank 0 killed, its ranks end too.
 
-import { readFileSync, writeSync } from 'node:fs';
+import { existsSync, readFileSync, writeSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 
 export interface WatchedRank {
@@ -28,38 +28,22 @@ export interface RankWatchdog {
 
 /** Whether a process is alive: not gone and not a zombie (a child rank 0's blocked loop has not reaped). */
 export function processAlive(pid: number): boolean {
+  let stat: string;
   try {
-    // the state is the field after the parenthesised command name (which may itself hold spaces and parentheses)
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    return state !== 'Z' && state !== 'X';
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return probe(pid);
-    // no /proc (not Linux): signal 0 (a zombie still answers it, so this only sees reaped processes)
-    return readProcWorks() ? false : probe(pid);
-  }
-}
-
-function probe(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   } catch {
-    return false;
-  }
-}
-
-let procWorks: boolean | null = null;
-function readProcWorks(): boolean {
-  if (procWorks === null) {
+    if (existsSync('/proc/self/stat')) return false;
+    // no /proc (not Linux): signal 0, which a zombie still answers, so only a reaped process reads as dead
     try {
-      readFileSync(`/proc/${process.pid}/stat`, 'utf8');
-      procWorks = true;
+      process.kill(pid, 0);
+      return true;
     } catch {
-      procWorks = false;
+      return false;
     }
   }
-  return procWorks;
+  // the state is the field after the parenthesised command name (which may itself hold spaces and parentheses)
+  const state = stat.charAt(stat.lastIndexOf(')') + 2);
+  return state !== 'Z' && state !== 'X';
 }
 
 const STOPPED = 0;

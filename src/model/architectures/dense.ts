@@ -33,7 +33,8 @@ export function buildDecoder(config: ModelConfig, source: WeightSource, backend:
   const feedForward = (lw: (typeof w.layers)[number]): FeedForward => {
     if (!lw.experts) return new DenseMlp(lw.gateUp!, { weight: lw.down!, bias: null });
     const { router, gateUp, down } = lw.experts;
-    return new SparseMoe(router, { numExperts: moe!.numExperts, intermediate: moe!.expertIntermediateSize, gateUp, down },
+    return new SparseMoe(router, { numExperts: moe!.numExperts, intermediate: moe!.expertIntermediateSize, gateUp, down,
+      ...(moe!.localExperts ? { local: moe!.localExperts } : {}) },
       { topK: moe!.topK, renormalize: moe!.renormalize });
   };
   const layers = w.layers.map((lw, l) => new DecoderLayer(lw.inputNorm,

@@ -9,9 +9,11 @@
 // mlp.experts.down_proj [E, hidden, I]), or one module an expert (mlp.experts.{e}.{gate,up,down}_proj.weight, as
 // Qwen3-Next's checkpoints store them and transformers fuses at load). Either becomes Backend's MoeExperts stacking
 // ([E 2I, hidden] and [E hidden, I]), which the fused tensors' bytes already are. gate and up are fused into one
-// weight (gate rows first) for the dense MLP and the shared expert alike.
+// weight (gate rows first) for the dense MLP and the shared expert alike. An expert-parallel rank's config
+// (MoeConfig.localExperts) names its own experts only: their modules, or its rows of the fused tensors.
 
 import type { Backend, Tensor } from '../../backend/backend.js';
+import { heldExperts } from '../../loader/moe-config.js';
 import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import type { SharedExpert } from '../layers/moe.js';
 import { concatRows, flattenRows } from './host-rows.js';
@@ -59,12 +61,13 @@ export function addFeedForwardTensors(c: ModelConfig, sparse: boolean, p: string
   }
   const { numExperts: E, expertIntermediateSize: I } = moe;
   const Is = sharedWidth(c);
+  const held = heldExperts(moe);
   add(`${p}mlp.gate.weight`, [E, H]);
   if (layout === 'fused') {
-    add(`${p}mlp.experts.gate_up_proj`, [E, 2 * I, H]);
-    add(`${p}mlp.experts.down_proj`, [E, H, I]);
+    add(`${p}mlp.experts.gate_up_proj`, [held.length, 2 * I, H]);
+    add(`${p}mlp.experts.down_proj`, [held.length, H, I]);
   } else {
-    for (let e = 0; e < E; e++) {
+    for (const e of held) {
       add(`${p}mlp.experts.${e}.gate_proj.weight`, [I, H]);
       add(`${p}mlp.experts.${e}.up_proj.weight`, [I, H]);
       add(`${p}mlp.experts.${e}.down_proj.weight`, [H, I]);
@@ -91,7 +94,7 @@ export function loadFeedForward(c: ModelConfig, sparse: boolean, p: string, layo
   const moe = c.moe;
   if (!sparse || !moe) return { gateUp: gateUp(`${p}mlp.`), down: up(`${p}mlp.down_proj.weight`), moe: null };
   const x = `${p}mlp.experts.`;
-  const experts = Array.from({ length: moe.numExperts }, (_, e) => `${x}${e}.`);
+  const experts = heldExperts(moe).map((e) => `${x}${e}.`);
   return {
     gateUp: null, down: null,
     moe: {

@@ -6,6 +6,7 @@
 
 import type { Tensor } from '../../backend/backend.js';
 import { fp8Module } from '../../loader/config.js';
+import { heldExperts } from '../../loader/moe-config.js';
 import { ModelLoadError } from '../../loader/errors.js';
 import type { ModelConfig } from '../../loader/types.js';
 
@@ -31,10 +32,13 @@ export function routerModule(c: ModelConfig, l: number): string {
   return `${parent(c, l)}.gate`;
 }
 
-/** Layer l's expert projection modules in stacking order: gateUp [gate_0, up_0, gate_1, ...], down [down_0, ...]. */
+/**
+ * Layer l's expert projection modules in stacking order: gateUp [gate_0, up_0, gate_1, ...], down [down_0, ...]; an
+ * expert-parallel rank's (MoeConfig.localExperts) its own experts only, in local slot order.
+ */
 export function expertModules(c: ModelConfig, l: number): { gateUp: string[]; down: string[] } {
   const [gate, up, down] = c.architecture === 'mixtral' ? ['w1', 'w3', 'w2'] : ['gate_proj', 'up_proj', 'down_proj'];
-  const experts = Array.from({ length: moeOf(c).numExperts }, (_, e) => `${parent(c, l)}.experts.${e}`);
+  const experts = heldExperts(moeOf(c)).map((e) => `${parent(c, l)}.experts.${e}`);
   return { gateUp: experts.flatMap((m) => [`${m}.${gate}`, `${m}.${up}`]), down: experts.map((m) => `${m}.${down}`) };
 }
 

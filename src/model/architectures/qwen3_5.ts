@@ -39,7 +39,8 @@ export function buildQwen35(config: ModelConfig, source: WeightSource, backend: 
     if (lw.moe === null) return new DenseMlp(lw.gateUp, { weight: lw.down, bias: null });
     const moe = config.moe!;
     return new SparseMoe(lw.moe.router, { numExperts: moe.numExperts, intermediate: moe.expertIntermediateSize,
-      gateUp: lw.moe.gateUp, down: lw.moe.down }, { topK: moe.topK, renormalize: moe.renormalize }, lw.moe.shared);
+      gateUp: lw.moe.gateUp, down: lw.moe.down, ...(moe.localExperts ? { local: moe.localExperts } : {}) },
+    { topK: moe.topK, renormalize: moe.renormalize }, lw.moe.shared);
   };
   const gatedAttention = (a: Qwen35AttentionWeights, kvLayer: number) => new GatedAttention(attention, { qkv: a.qkv,
     gate: a.gate, qNorm: a.qNorm, kNorm: a.kNorm, o: { weight: a.o, bias: null } }, kvLayer);

@@ -4,12 +4,15 @@
 //   moe_router_fused  (small T) logits [T, E] = x router^T as gemm_rows' split tiles, then, in the grid's last block
 //                to finish, moe_route's and moe_group's work on them: one launch for the router, route and group
 //   moe_route    logits [T, E] bf16 -> per row softmax (f32), top k by repeated argmax (ties to the lower expert),
-//                optionally renormalized -> experts [T * k] int32, weights [T * k] f32 (pair = t * k + j)
-//   moe_group    one block: per-expert counts -> offsets [E + 1] (exclusive scan), the pairs grouped by expert
-//                (pairs [P]), each pair's grouped position (pos [P]), and each GEMM's tile list (expert_tile)
+//                optionally renormalized -> experts [T * k] int32, weights [T * k] f32 (pair = t * k + j); each
+//                expert written as this rank's local slot (LocalMap), -1 for one it does not hold (expert parallel)
+//   moe_group    one block: per-expert counts -> offsets [EL + 1] (exclusive scan) over the EL local experts, the
+//                pairs grouped by expert (pairs [P]), each pair's grouped position (pos [P], -1 for a pair of
+//                expert -1: in no group), and each GEMM's tile list (expert_tile)
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
-//   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32, rounded once -> [T, H]
+//   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32 (pos -1: skipped), rounded
+//                once -> [T, H]
 //   moe_combine_add_rms_norm  residual[t] += that row, rounded; out[t] = rmsnorm(residual[t]) * w: add_rms_norm's
 //                bits on moe_combine's output (norm.cuh's row body), one launch and no [T, H] round trip fewer
 //
@@ -42,6 +45,20 @@ static_assert(4 * CHUNK_K == FP8_BLOCK, "an FP8 scale group is two chunks of 64 
 
 // ---- routing ----
 
+/**
+ * Expert parallelism's map of a global expert to this rank's slot (loader/types.ts LocalExperts): slot j < count holds
+ * expert first + j stride; any other expert is -1. Without expert parallelism (0, 1, E): the identity.
+ */
+struct LocalMap {
+  int first, stride, count;
+  __device__ __forceinline__ int slot(int e) const {
+    const int d = e - first;
+    if (d < 0 || d % stride != 0) return -1;
+    const int j = d / stride;
+    return j < count ? j : -1;
+  }
+};
+
 /** A logit as L2 holds it: moe_router_fused's last block reads what other blocks wrote in the same launch. */
 __device__ __forceinline__ float load_logit(const bf16_t* p) {
   unsigned short bits;
@@ -53,7 +70,7 @@ __device__ __forceinline__ float load_logit(const bf16_t* p) {
 // increasing, so the order is the probabilities', ties included): routeTokens' choice, which compares the
 // probabilities in double.
 __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts, float* topWeights, int t, int E,
-                                          int topK, int renormalize) {
+                                          int topK, int renormalize, LocalMap local) {
   const int lane = threadIdx.x & 31;
   const bf16_t* row = logits + (size_t)t * E;
   float v[MOE_ROUTE_PER_LANE];
@@ -103,17 +120,18 @@ __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts,
     }
   }
   if (lane < topK) {
-    topExperts[(size_t)t * topK + lane] = myExpert;
+    topExperts[(size_t)t * topK + lane] = local.slot(myExpert);
     topWeights[(size_t)t * topK + lane] = myProb / (renormalize ? picked : sum);
   }
 }
 
 // grid ceil(T / MOE_ROUTE_WARPS), block 32 MOE_ROUTE_WARPS: a warp a row.
 extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
-    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize) {
+    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize,
+    int localFirst, int localStride, int localCount) {
   pdl_begin();
   const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
-  if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize);
+  if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount});
 }
 
 /** An exclusive scan of v over a warp's lanes, after `base`; base moves past the warp's total. */
@@ -142,13 +160,14 @@ struct TileList {
 
 // The grouping by one block (any multiple of 32 threads) with 3 E + 2 ints of shared memory at `cursor`: counts, their
 // exclusive scan to offsets, each pair's slot; and the two GEMMs' tile lists (the same list twice where their tiles
-// match: b.bn 0).
+// match: b.bn 0). E: the local experts; a pair of expert -1 (another rank's) is counted nowhere, its pos -1.
 __device__ __forceinline__ void group_pairs(const int* topExperts, int* offsets, int* pairs, int* pos, int P, int E,
                                             int* cursor, TileList a, TileList b) {
   int* tileBase[2] = {cursor + E, cursor + 2 * E + 1};  // each list's first entry of expert e; [E]: the tiles in all
   for (int e = threadIdx.x; e < E; e += blockDim.x) cursor[e] = 0;
   __syncthreads();
-  for (int i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&cursor[topExperts[i]], 1);
+  for (int i = threadIdx.x; i < P; i += blockDim.x)
+    if (topExperts[i] >= 0) atomicAdd(&cursor[topExperts[i]], 1);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -185,8 +204,9 @@ __device__ __forceinline__ void group_pairs(const int* topExperts, int* offsets,
     for (int y = tileBase[l][E] + threadIdx.x; y < t.entries; y += blockDim.x) t.list[y] = make_int4(-1, 0, 0, 0);
   }
   for (int i = threadIdx.x; i < P; i += blockDim.x) {
-    const int p = atomicAdd(&cursor[topExperts[i]], 1);
-    pairs[p] = i;
+    const int e = topExperts[i];
+    const int p = e >= 0 ? atomicAdd(&cursor[e], 1) : -1;
+    if (p >= 0) pairs[p] = i;
     pos[i] = p;
   }
 }
@@ -203,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
 }
 
 // grid (ceil(E / 16), ceil(T / 8)), block 32 min(GEMM_ROWS_SPLIT_WARPS, slices of H); dynamic shared memory
-// gemm_rows_split<1, 1>'s numSlices * 4 * 32 floats, then 3 E + 2 ints (moe_group's). `done`: a counter that is 0 before the launch, and
+// gemm_rows_split<1, 1>'s numSlices * 4 * 32 floats, then 3 localCount + 2 ints (moe_group's). `done`: a counter that is 0 before the launch, and
 // after it (the last block resets it, so a graph replays it). The logits are gemm_rows_split_m1_n1's bits (the
 // batch-invariant mode's router GEMM at any T: its contract), rounded to bf16 as every router GEMM's are; the routing
 // and grouping are moe_route's and moe_group's, by the last block to finish once every logit is in memory. For the
@@ -212,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
     const bf16_t* __restrict__ x, const bf16_t* __restrict__ router, bf16_t* logits, int* topExperts,
     float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos,
     unsigned* done, int T, int E, int H, int sliceChunks, int topK, int renormalize, int4* tilesA, int bnA,
-    int entriesA, int4* tilesB, int bnB, int entriesB) {
+    int entriesA, int4* tilesB, int bnB, int entriesB, int localFirst, int localStride, int localCount) {
   extern __shared__ float fusedShared[];  // gemm_rows_split's partials (its own name for the same bytes), the cursor
   __shared__ bool last;
   pdl_begin();
@@ -225,9 +245,10 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
   if (!last) return;
   __threadfence();
   const int warps = blockDim.x >> 5;
-  for (int t = threadIdx.x >> 5; t < T; t += warps) route_row(logits, topExperts, topWeights, t, E, topK, renormalize);
+  const LocalMap local{localFirst, localStride, localCount};
+  for (int t = threadIdx.x >> 5; t < T; t += warps) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local);
   __syncthreads();  // this block's topExperts, for every thread of it
-  group_pairs(topExperts, offsets, pairs, pos, T * topK, E,
+  group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount,
               reinterpret_cast<int*>(fusedShared + rows_num_slices(H, sliceChunks) * 4 * 32),
               TileList{tilesA, bnA, entriesA}, TileList{tilesB, bnB, entriesB});
   if (threadIdx.x == 0) *done = 0u;
@@ -449,7 +470,8 @@ MOE_TILED_BUILDS(TILED_DOWN_FP8)
 
 /**
  * Row t's combined outputs by column: sum over j in order of w[t k + j] * y[pos[t k + j]] (fma in f32), each rounded to
- * bf16 once (moe_combine's store). A norm.cuh Add source: moe_combine_add_rms_norm adds it to the residual.
+ * bf16 once (moe_combine's store); a pos of -1 (an expert another rank holds) adds nothing. A norm.cuh Add source:
+ * moe_combine_add_rms_norm adds it to the residual.
  */
 struct CombineRow {
   const bf16_t* y;
@@ -459,8 +481,10 @@ struct CombineRow {
   __device__ __forceinline__ void operator()(int h, float* f) const {
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int j = 0; j < topK; j++) {
+      const int p = pos[(size_t)t * topK + j];
+      if (p < 0) continue;
       const float wj = weights[(size_t)t * topK + j];
-      const u32x4 v = *reinterpret_cast<const u32x4*>(y + (size_t)pos[(size_t)t * topK + j] * H + h);
+      const u32x4 v = *reinterpret_cast<const u32x4*>(y + (size_t)p * H + h);
       const unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int i = 0; i < 4; i++) {
