@@ -151,16 +151,19 @@ export interface DeviceGraphs {
 
 /**
  * Hidden states one forward leaves for a later one: multi-token prediction (model/mtp-head.ts) reads a target step's
- * final hidden states in the forward of the proposer after it, and each of its own forwards' outputs in the next one.
- * One buffer of `rows` x `width` computeDType values that outlives steps; what a keep() wrote stays until the next.
+ * final hidden states in the forward of the proposer after it, and each of its own forwards' outputs in the next one;
+ * an EAGLE-3 head (model/eagle3-head.ts) reads three of the target's layers' inputs, one part each. One buffer of
+ * `parts` x `rows` x `width` computeDType values that outlives steps, part after part: a part is kept and read whole
+ * rows at a time, so every copy is a contiguous one (no strided copy, no kernel of its own). What a keep() wrote stays
+ * until the next keep() of that part.
  */
 export interface HiddenCarry {
-  /** Allocates the buffer (before any graph is captured: a graph names its address). */
-  allocate(rows: number, width: number): void;
-  /** Copies x [T, width] into the buffer's rows 0 .. T - 1, after the work launched before it. */
-  keep(x: Tensor): void;
-  /** [numTokens, width]: the buffer's rows at step.batch.carryRows, as they were before this step's keep(). */
-  rows(step: StepInputs): Tensor;
+  /** Allocates the buffer (before any graph is captured: a graph names its address); `parts` defaults to 1. */
+  allocate(rows: number, width: number, parts?: number): void;
+  /** Copies x [T, width] into rows 0 .. T - 1 of part `part` (default 0), after the work launched before it. */
+  keep(x: Tensor, part?: number): void;
+  /** [numTokens, width]: part `part`'s (default 0) rows at step.batch.carryRows, as they were before this step's keep(). */
+  rows(step: StepInputs, part?: number): Tensor;
 }
 
 /** What the model runner's start-up profile run and the benchmarks' rooflines need of a device backend. */
@@ -307,6 +310,12 @@ export interface Backend {
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
     step: StepInputs): Tensor;
   /**
+   * [T, sum of the parts' widths]: the parts [T, W] (all of one width), side by side, part 0's columns first (torch.cat
+   * on the last dim). An EAGLE-3 head's inputs: its fc over three carried hidden states, its q, k and v over the normed
+   * embedding and hidden state (model/eagle3-head.ts).
+   */
+  concatColumns(parts: readonly Tensor[]): Tensor;
+  /**
    * Columns [start, start + width) of x [T, N] as a [T, width] tensor: one GEMM's output split among its consumers
    * (a DeltaNet layer's qkv | z | b | a). On CUDA a view with x's row stride, which only causalConv1d's x,
    * gatedDeltaRule's ba and rmsNormGated's z accept (any other op refuses it); on the CPU a copy.
@@ -372,7 +381,7 @@ export interface Backend {
   toHostRows(t: Tensor, first: number, count: number): Float32Array;
   /** CUDA graphs of decode steps; absent: every step runs eagerly. */
   readonly graphs?: DeviceGraphs;
-  /** Hidden states kept between forwards (multi-token prediction); absent: the backend cannot run an MTP head. */
+  /** Hidden states kept between forwards (an MTP or EAGLE-3 head); absent: the backend cannot run one. */
   readonly carry?: HiddenCarry;
   /** Start-up sizing and roofline probes; absent on the CPU backend. */
   readonly probes?: DeviceProbes;

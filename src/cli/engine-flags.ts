@@ -146,8 +146,9 @@ export function addEngineFlags(cmd: Command): Command {
   addBooleanPair(cmd, '--enable-prefix-caching', 'reuse the KV pages of cached prompt prefixes', true, HELP_GROUPS.engine);
   cmd.option('--speculative-config <json>', 'speculative decoding, as vLLM: \'{"method": "ngram", '
     + '"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}\', a draft model with the '
-    + 'target\'s tokenizer: \'{"method": "draft_model", "model": DIR, "num_speculative_tokens": 4}\', or the MTP head '
-    + 'of a Qwen3.5 / Qwen3-Next checkpoint: \'{"method": "mtp", "num_speculative_tokens": 3}\'',
+    + 'target\'s tokenizer: \'{"method": "draft_model", "model": DIR, "num_speculative_tokens": 4}\', the MTP head '
+    + 'of a Qwen3.5 / Qwen3-Next checkpoint: \'{"method": "mtp", "num_speculative_tokens": 3}\', or an EAGLE-3 head: '
+    + '\'{"method": "eagle3", "model": DIR, "num_speculative_tokens": 3}\'',
   speculativeConfigArg);
   cmd.optionsGroup(HELP_GROUPS.scheduling)
     .option('--max-num-seqs <n>', 'most sequences running at once (default 256)', atLeast(1))

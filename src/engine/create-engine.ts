@@ -14,6 +14,7 @@ import { parseSpeculativeConfig } from './spec/config.js';
 import { loadDraft } from './spec/draft-load.js';
 import type { DraftProposer } from './spec/draft-proposer.js';
 import { mtpRefusal } from './spec/mtp-load.js';
+import { eagle3StartRefusal } from './spec/eagle3-load.js';
 import { loadEngineModel } from './tp/leader.js';
 import { pipelineKv } from './tp/stage-kv.js';
 
@@ -27,7 +28,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
   const options = resolveEngineOptions(given, { backend: backend.name, name: device, totalBytes: backend.memory().totalBytes });
   const maxModelLen = options.maxModelLen ?? defaultMaxModelLen(dir.config);
   const cannot = startupRefusal(dir.config, backend, options, dir.weights) ??
-    maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options);
+    maxModelLenRefusal(dir.config, maxModelLen, options) ?? mtpRefusal(dir, options) ?? eagle3StartRefusal(dir, options);
   if (cannot) {
     backend.dispose();
     throw new Error(cannot);

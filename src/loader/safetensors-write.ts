@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { BYTES_PER_ELEMENT, SAFETENSORS_DTYPE } from './dtype.js';
 import type { DType, HostTensor } from './types.js';
@@ -78,4 +79,30 @@ export async function writeSafetensors(path: string, tensors: readonly HostTenso
   } finally {
     await handle.close();
   }
+}
+
+/**
+ * A small safetensors file of tensors of any safetensors dtype, given as bytes (an EAGLE-3 head's I64 d2t and BOOL
+ * t2d beside its float weights), written at once.
+ */
+export function writeRawSafetensors(path: string, tensors: readonly { name: string; dtype: string; shape: readonly number[];
+  data: Uint8Array }[]): void {
+  const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
+  let offset = 0;
+  for (const t of tensors) {
+    header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
+    offset += t.data.byteLength;
+  }
+  let json = JSON.stringify(header);
+  json += ' '.repeat((8 - (Buffer.byteLength(json) % 8)) % 8);
+  const jsonBytes = new TextEncoder().encode(json);
+  const out = new Uint8Array(8 + jsonBytes.byteLength + offset);
+  new DataView(out.buffer).setBigUint64(0, BigInt(jsonBytes.byteLength), true);
+  out.set(jsonBytes, 8);
+  let at = 8 + jsonBytes.byteLength;
+  for (const t of tensors) {
+    out.set(t.data, at);
+    at += t.data.byteLength;
+  }
+  writeFileSync(path, out);
 }

@@ -39,8 +39,23 @@ function isNonNegativeInt(x: unknown): x is number {
   return typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
 }
 
-/** Parses one safetensors file's header and checks every entry against the file's size. */
-export function readSafetensorsHeader(file: string): TensorEntry[] {
+/** The integer and bool dtypes a checkpoint may hold beside its weights (an EAGLE-3 head's d2t and t2d), and their sizes. */
+const INDEX_DTYPES: Readonly<Record<string, number>> = { I64: 8, I32: 4, BOOL: 1 };
+
+/** A tensor of an integer or bool dtype, which no weight path takes: its safetensors dtype and its bytes as stored. */
+export interface IndexTensor {
+  name: string;
+  dtype: 'I64' | 'I32' | 'BOOL';
+  shape: number[];
+  data: Uint8Array;
+}
+
+/**
+ * Parses one safetensors file's header and checks every entry against the file's size. `indexEntries`: where an entry
+ * of an integer or bool dtype goes (readIndexedSafetensors); without it such an entry is an error, as any dtype no
+ * weight path takes.
+ */
+export function readSafetensorsHeader(file: string, indexEntries?: TensorEntry[]): TensorEntry[] {
   if (!existsSync(file)) throw new ModelLoadError(file, 'file not found');
   let fd: number;
   try {
@@ -76,7 +91,12 @@ export function readSafetensorsHeader(file: string): TensorEntry[] {
     const entries: TensorEntry[] = [];
     for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
       if (name === '__metadata__') continue;
-      entries.push(parseEntry(file, name, raw, dataStart, fileBytes));
+      const dtypeRaw = (raw as { dtype?: unknown } | null)?.dtype;
+      if (indexEntries && typeof dtypeRaw === 'string' && dtypeRaw in INDEX_DTYPES) {
+        indexEntries.push(parseEntry(file, name, raw, dataStart, fileBytes, INDEX_DTYPES[dtypeRaw]));
+      } else {
+        entries.push(parseEntry(file, name, raw, dataStart, fileBytes));
+      }
     }
     return entries;
   } finally {
@@ -84,12 +104,14 @@ export function readSafetensorsHeader(file: string): TensorEntry[] {
   }
 }
 
-function parseEntry(file: string, name: string, raw: unknown, dataStart: number, fileBytes: number): TensorEntry {
+/** `indexBytes`: an integer or bool entry's element size (its dtype kept as f32 in the entry, never read as one). */
+function parseEntry(file: string, name: string, raw: unknown, dataStart: number, fileBytes: number,
+  indexBytes?: number): TensorEntry {
   const where = `tensor "${name}"`;
   if (typeof raw !== 'object' || raw === null) throw new ModelLoadError(file, `${where}: header entry is not an object`);
   const { dtype: dtypeRaw, shape, data_offsets: offsets } = raw as Record<string, unknown>;
   if (typeof dtypeRaw !== 'string') throw new ModelLoadError(file, `${where}: missing dtype`);
-  const dtype = dtypeFromSafetensors(dtypeRaw);
+  const dtype = indexBytes !== undefined ? 'f32' : dtypeFromSafetensors(dtypeRaw);
   if (dtype === null) {
     throw new ModelLoadError(file, `${where} has dtype ${dtypeRaw}, which is not supported (BF16, F16, F32, F8_E4M3)`);
   }
@@ -101,7 +123,7 @@ function parseEntry(file: string, name: string, raw: unknown, dataStart: number,
   }
   const [begin, end] = offsets as [number, number];
   const numElements = (shape as number[]).reduce((a, b) => a * b, 1);
-  const expectedBytes = numElements * BYTES_PER_ELEMENT[dtype];
+  const expectedBytes = numElements * (indexBytes ?? BYTES_PER_ELEMENT[dtype]);
   if (end - begin !== expectedBytes) {
     throw new ModelLoadError(
       file,
@@ -188,6 +210,41 @@ export class SafetensorsWeights implements WeightSource {
 
 export function openSafetensors(file: string): SafetensorsWeights {
   return new SafetensorsWeights(readSafetensorsHeader(file));
+}
+
+/**
+ * One safetensors file whose integer and bool tensors (an EAGLE-3 head's d2t, t2d) are read whole here and left out of
+ * the weights (the float tensors, read on demand as openSafetensors' are).
+ */
+export function openIndexedSafetensors(file: string): { weights: SafetensorsWeights; indices: Map<string, IndexTensor> } {
+  const raw: TensorEntry[] = [];
+  const weights = new SafetensorsWeights(readSafetensorsHeader(file, raw));
+  const header = JSON.parse(readHeaderText(file)) as Record<string, { dtype: IndexTensor['dtype'] }>;
+  const indices = new Map(raw.map((e) => {
+    const data = new Uint8Array(e.end - e.begin);
+    const fd = openSync(file, 'r');
+    try {
+      readExactly(fd, data, e.begin, file);
+    } finally {
+      closeSync(fd);
+    }
+    return [e.name, { name: e.name, dtype: header[e.name]!.dtype, shape: [...e.shape], data }];
+  }));
+  return { weights, indices };
+}
+
+/** The header's JSON text (readSafetensorsHeader has checked it). */
+function readHeaderText(file: string): string {
+  const fd = openSync(file, 'r');
+  try {
+    const lengthBytes = new Uint8Array(8);
+    readExactly(fd, lengthBytes, 0, file);
+    const text = new Uint8Array(Number(new DataView(lengthBytes.buffer).getBigUint64(0, true)));
+    readExactly(fd, text, 8, file);
+    return new TextDecoder().decode(text);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** model.safetensors.index.json: { metadata?, weight_map: { tensor: shard file } }. */

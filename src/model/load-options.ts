@@ -2,6 +2,7 @@
 // stage's config says it holds.
 
 import type { PipelineStageLink } from '../backend/backend.js';
+import type { Eagle3HeadDir } from '../loader/eagle3-head.js';
 import type { ModelConfig } from '../loader/types.js';
 import type { TensorParallelRank } from './layers/types.js';
 
@@ -22,6 +23,11 @@ export interface LoadOptions {
    * ModelParts.mtp. Its absence is an error naming the first tensor missing.
    */
   mtp?: boolean;
+  /**
+   * An EAGLE-3 head's directory (--speculative-config's eagle3 method), loaded beside the model on one device:
+   * ModelParts.eagle3; the model then keeps the residual stream entering the head's three target layers every forward.
+   */
+  eagle3?: Eagle3HeadDir | null;
   /**
    * Pipeline parallelism: this stage's link to its neighbours. The config and weights given are already this stage's
    * (parallel/pipeline.ts: ModelConfig.pipelineStage).

@@ -5,7 +5,9 @@
 //
 // With a multi-token-prediction head (LoadOptions.mtp: mtp-head.ts) every forward also keeps its final hidden states
 // on the device (Backend.carry) for the head's forward after it, and the head's layer keeps its K and V in one more
-// KV cache layer, after the model's own: one more attention layer in every page.
+// KV cache layer, after the model's own: one more attention layer in every page. An EAGLE-3 head (LoadOptions.eagle3:
+// eagle3-head.ts) likewise, except that what every forward keeps is the residual stream entering three of its layers
+// (three parts of the carry), as vLLM's aux_hidden_states.
 //
 // The residual stream lives in the embedding output; the norms add into it in place. Each layer hands the next its
 // normed input (the projection and the norm fused where the backend can: layers/decoder-layer.ts).
@@ -25,6 +27,8 @@ import type { ModelConfig, WeightSource } from '../loader/types.js';
 import { fp8BlockBytes } from '../backend/fp8-linear.js';
 import type { DecoderLayer } from './layers/decoder-layer.js';
 import type { MtpHead } from './mtp-head.js';
+import type { Eagle3Head, Eagle3Input } from './eagle3-head.js';
+import { loadEagle3Head } from './architectures/eagle3-weights.js';
 import type { LayerStateSpec, TensorParallelRank } from './layers/types.js';
 import { architectureBuilder } from './registry.js';
 import { computesLogits, embedsTokens, type LoadOptions } from './load-options.js';
@@ -38,6 +42,8 @@ export interface ModelParts {
   lmHead: Tensor | null;
   /** The multi-token-prediction head, where LoadOptions.mtp asked for it. */
   mtp?: MtpHead;
+  /** The EAGLE-3 head, where LoadOptions.eagle3 gave one. */
+  eagle3?: Eagle3Head;
 }
 
 export class Model {
@@ -79,13 +85,18 @@ export class Model {
       (pp && (pp.stage !== stage!.stage || pp.numStages !== stage!.numStages))) {
       throw new Error('Model.load: a pipeline stage needs its staged config and its link, of the same stage');
     }
-    if (opts.mtp && (tp !== null || pp !== null || !backend.carry)) {
-      throw new Error('Model: an MTP head runs on one device (no tensor or pipeline parallelism), on a backend that ' +
-        'keeps hidden states');
+    if ((opts.mtp || opts.eagle3) && (tp !== null || pp !== null || !backend.carry)) {
+      throw new Error(`Model: an ${opts.mtp ? 'MTP' : 'EAGLE-3'} head runs on one device (no tensor or pipeline parallelism), ` +
+        'on a backend that keeps hidden states');
     }
+    if (opts.mtp && opts.eagle3) throw new Error('Model: one speculative head at a time (mtp or eagle3)');
     const parts = architectureBuilder(config)(config, weights, backend, opts);
     if (opts.mtp && !parts.mtp) throw new Error(`Model: ${config.architecture} has no multi-token-prediction head`);
-    return new Model(config, parts, backend, tp, pp);
+    if (!opts.eagle3) return new Model(config, parts, backend, tp, pp);
+    // the head's K and V: the KV cache layer after the target's attention layers
+    const kvLayer = parts.layers.filter((l) => l.mixer.stateSpec()?.kind === 'full_attention').length;
+    const eagle3 = loadEagle3Head(opts.eagle3, config, backend, kvLayer, { embedTokens: parts.embedTokens, lmHead: parts.lmHead });
+    return new Model(config, { ...parts, eagle3 }, backend, tp, pp);
   }
 
   /** Whether this model computes logits: a whole model, or the last pipeline stage (the others return empty results). */
@@ -93,9 +104,10 @@ export class Model {
     return computesLogits(this.config);
   }
 
-  /** The state each layer keeps per sequence (kv/ groups layers of equal specs); an MTP head's layer last. */
+  /** The state each layer keeps per sequence (kv/ groups layers of equal specs); an MTP or EAGLE-3 head's layer last. */
   layerStateSpecs(): (LayerStateSpec | null)[] {
-    const layers = this.parts.mtp ? [...this.parts.layers, this.parts.mtp.parts.layer] : this.parts.layers;
+    const head = this.parts.mtp?.parts.layer ?? this.parts.eagle3?.parts.layer;
+    const layers = head ? [...this.parts.layers, head] : this.parts.layers;
     return layers.map((l) => l.mixer.stateSpec());
   }
 
@@ -111,6 +123,21 @@ export class Model {
   allocateMtpCarry(maxTokens: number): void {
     if (!this.parts.mtp) throw new Error('allocateMtpCarry: the model has no MTP head');
     this.backend.carry!.allocate(maxTokens, this.config.hiddenSize);
+  }
+
+  /** Whether the model has an EAGLE-3 head (LoadOptions.eagle3). */
+  get hasEagle3(): boolean {
+    return this.parts.eagle3 !== undefined;
+  }
+
+  /**
+   * Allocates what an EAGLE-3 head reads between forwards: the three target states of a step of up to `maxTokens`
+   * tokens (graph padding included), a part each; its own output goes to part 0. Before the profile run and any graph
+   * capture.
+   */
+  allocateEagle3Carry(maxTokens: number): void {
+    if (!this.parts.eagle3) throw new Error('allocateEagle3Carry: the model has no EAGLE-3 head');
+    this.backend.carry!.allocate(maxTokens, this.config.hiddenSize, 3);
   }
 
   /** The KV cache layout this model needs for `numBlocks` pages of `blockSize` tokens. */
@@ -232,6 +259,34 @@ export class Model {
     return { logits: b.matmul(b.gatherLogitRows(out, step), this.parts.lmHead!, 'lm_head'), step };
   }
 
+  /**
+   * The EAGLE-3 head over `batch` (eagle3-head.ts): each token's id is the token after its position; its h is fc over
+   * the target states carried at batch.carryRows (`input` 'target': the catch-up after a target step) or the head's
+   * own last output there ('head': a chained proposal). The head keeps its output for the next chained forward.
+   * Returns the greedy token of each logits row, as a target id.
+   */
+  eagle3Tokens(batch: ForwardBatch, input: Eagle3Input): Int32Array {
+    const out = this.eagle3LogitsOnDevice(batch, input);
+    return out ? this.parts.eagle3!.toTargetIds(this.backend.sampleTokens(out.logits, out.step)) : new Int32Array(0);
+  }
+
+  /** eagle3Tokens' logits rows over the draft vocabulary, [logitsIndices.length * draftVocab] on the host (tests). */
+  eagle3Logits(batch: ForwardBatch, input: Eagle3Input): Float32Array {
+    const out = this.eagle3LogitsOnDevice(batch, input);
+    return out ? this.backend.toHost(out.logits) : new Float32Array(0);
+  }
+
+  private eagle3LogitsOnDevice(batch: ForwardBatch, input: Eagle3Input): { logits: Tensor; step: StepInputs } | null {
+    const head = this.parts.eagle3;
+    if (!head) throw new Error('the model has no EAGLE-3 head');
+    const b = this.backend;
+    const step = b.beginStep(batch);
+    const { out, prenorm } = head.forward(input, { backend: b, step, eps: head.parts.eps, tp: null });
+    b.carry!.keep(prenorm, 0);
+    if (batch.logitsIndices.length === 0) return null;
+    return { logits: b.matmul(b.gatherLogitRows(out, step), head.parts.lmHead, 'lm_head'), step };
+  }
+
   /** The step's logits; null on a pipeline stage other than the last, which sends its residual stream on instead. */
   private logits(batch: ForwardBatch): { logits: Tensor; step: StepInputs } | null {
     const b = this.backend;
@@ -255,9 +310,13 @@ export class Model {
       if (vp) this.tp!.allReduce(residual);
     }
     let ffnOut: Tensor | null = null;
+    const aux = this.parts.eagle3?.parts.auxLayers;
     for (let l = 0; l < layers.length; l++) {
       const layer = layers[l]!;
       b.beginLayer(l);
+      // an EAGLE-3 head reads the residual stream entering these layers (whole here: the layer before added its
+      // feed-forward output into it), each into its part of the carry
+      aux?.forEach((a, part) => { if (a === l) b.carry!.keep(residual, part); });
       const input = x ?? b.rmsNorm(residual, layer.inputNorm, eps);
       const out = layer.forward(input, residual, layers[l + 1]?.inputNorm ?? null, ctx);
       x = out.next;

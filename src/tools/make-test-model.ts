@@ -8,6 +8,7 @@ import type { FloatDType } from '../loader/types.js';
 import { makeTestTokenizer } from './test-model/bpe.js';
 import { configForShape, tensorSpecsForConfig, testModelShapes } from './test-model/shapes.js';
 import { checkpointChunks } from './test-model/weights.js';
+import { makeTestEagle3Head } from './test-model/eagle3.js';
 import { startProgress, type Progress } from '../lab/progress.js';
 import { GGUF_QUANTIZATIONS, modelDirToGgufParallel, type GgufQuantization } from './gguf-convert.js';
 
@@ -133,13 +134,16 @@ export function makeTestModelCommand(): Command {
     .option('--fast', 'repeat each tensor\'s first 4 Mi random values (big benchmark models at disk speed)')
     .option('--quantization <method>', 'fp8: block-FP8 projections (F8_E4M3 and weight_scale_inv), as Qwen3-*-FP8')
     .option('--gguf <type>', `also write the model as one GGUF file, <out>.<type>.gguf (qwen3, qwen2, llama shapes; ${GGUF_QUANTIZATIONS.join(', ')})`)
+    .option('--eagle3-head-for <dir>', 'write a random EAGLE-3 head for the test model in <dir> instead (--seed, --dtype, --out)')
+    .option('--draft-vocab-size <n>', 'with --eagle3-head-for: its lm_head\'s rows (d2t maps them into the target\'s vocabulary)', nonNegativeInt)
     .option('--threads <n>', 'threads quantizing --gguf\'s tensors, a tensor each (default: every core)', nonNegativeInt)
     .option('--list', 'list the shapes and exit')
     .action(runMakeTestModel);
 }
 
 async function runMakeTestModel(o: { shape: string; out?: string; dtype: string; seed: number; shards: number;
-  list?: boolean; fast?: boolean; quantization?: string; gguf?: string; threads?: number }): Promise<void> {
+  list?: boolean; fast?: boolean; quantization?: string; gguf?: string; threads?: number; eagle3HeadFor?: string;
+  draftVocabSize?: number }): Promise<void> {
   if (o.list) {
     for (const name of Object.keys(testModelShapes())) console.log(name);
     return;
@@ -149,6 +153,12 @@ async function runMakeTestModel(o: { shape: string; out?: string; dtype: string;
   if (!['bf16', 'f16', 'f32'].includes(o.dtype)) throw new InvalidArgumentError(`--dtype must be bf16, f16 or f32, got ${o.dtype}`);
   if (o.quantization !== undefined && o.quantization !== 'fp8') {
     throw new InvalidArgumentError(`--quantization must be fp8, got ${o.quantization}`);
+  }
+  if (o.eagle3HeadFor !== undefined) {
+    const config = makeTestEagle3Head({ target: o.eagle3HeadFor, outDir, dtype: o.dtype as FloatDType, seed: o.seed,
+      draftVocabSize: o.draftVocabSize });
+    console.log(`${resolve(outDir)}: an EAGLE-3 head for ${o.eagle3HeadFor}, draft vocabulary ${String(config.draft_vocab_size)}`);
+    return;
   }
   const gguf = o.gguf;
   if (gguf !== undefined && !(GGUF_QUANTIZATIONS as readonly string[]).includes(gguf)) {

@@ -136,8 +136,11 @@ test('--speculative-config: vLLM\'s JSON reaches EngineOptions parsed; an unknow
   assert.deepEqual(engineOptionsFromFlags(parse(['--model', '/m', '--speculative-config',
     '{"method": "draft_model", "model": "/d", "num_speculative_tokens": 3}'])).speculativeConfig,
   { method: 'draft_model', model: '/d', numSpeculativeTokens: 3, disableByBatchSize: 2 });
-  assert.throws(() => parse(['--speculative-config', '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}']),
-    /method "eagle3" is not supported yet/);
+  assert.deepEqual(engineOptionsFromFlags(parse(['--model', '/m', '--speculative-config',
+    '{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}'])).speculativeConfig,
+  { method: 'eagle3', model: '/h', numSpeculativeTokens: 3 });
+  assert.throws(() => parse(['--speculative-config', '{"method": "eagle", "model": "/d", "num_speculative_tokens": 3}']),
+    /method "eagle" is not supported yet/);
 });
 
 test('--data-parallel-size reaches EngineOptions.dataParallelSize for every engine command (bench, gate)', () => {

@@ -38,6 +38,14 @@ test('an mtp config parses (vLLM\'s older qwen3_5_mtp and qwen3_next_mtp are the
   assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
 });
 
+test('an eagle3 config parses: the head\'s directory, camelCase too', () => {
+  const parsed = parseSpeculativeConfig('{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}');
+  assert.deepEqual(parsed, { method: 'eagle3', model: '/h', numSpeculativeTokens: 3 });
+  assert.deepEqual(parseSpeculativeConfig(parsed), parsed, 'a parsed config parses to itself');
+  assert.deepEqual(parseSpeculativeConfig({ method: 'eagle3', model: '/h', numSpeculativeTokens: 2, disableByBatchSize: 8 }),
+    { method: 'eagle3', model: '/h', numSpeculativeTokens: 2, disableByBatchSize: 8 });
+});
+
 test('a config is refused naming the method or field at fault', () => {
   const refused: [string, RegExp][] = [
     ['{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}', /field "draft_tensor_parallel_size"/],
@@ -45,7 +53,10 @@ test('a config is refused naming the method or field at fault', () => {
     ['{"method": "draft_model", "num_speculative_tokens": 3}', /model: the draft_model method needs the draft model's directory/],
     ['{"method": "draft_model", "model": "/m"}', /num_speculative_tokens is required for the draft_model method/],
     ['{"method": "draft_model", "model": "/m", "num_speculative_tokens": 3, "prompt_lookup_max": 3}', /prompt_lookup_max: only the ngram method takes it/],
-    ['{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}', /method "eagle3" is not supported yet/],
+    ['{"method": "eagle", "model": "/h", "num_speculative_tokens": 3}', /method "eagle" is not supported yet \(ngram, draft_model, mtp and eagle3 are/],
+    ['{"method": "eagle3", "num_speculative_tokens": 3}', /model: the eagle3 method needs the EAGLE-3 head's directory/],
+    ['{"method": "eagle3", "model": "/h"}', /num_speculative_tokens is required for the eagle3 method/],
+    ['{"method": "eagle3", "model": "/h", "num_speculative_tokens": 3, "prompt_lookup_min": 2}', /prompt_lookup_min: only the ngram method takes it/],
     ['{"method": "mtp"}', /num_speculative_tokens is required for the mtp method/],
     ['{"method": "mtp", "model": "/m", "num_speculative_tokens": 1}', /model: the mtp method reads the head from the target's checkpoint/],
     ['{"method": "qwen3_5_mtp", "num_speculative_tokens": 1, "prompt_lookup_min": 2}', /prompt_lookup_min: only the ngram method takes it/],

@@ -144,7 +144,7 @@ test('a hybrid model (gated DeltaNet): greedy transcripts identical with specula
 
 test('a bad config is refused before anything loads', async () => {
   await assert.rejects(createEngineCore(engineOptions({ model: '/nonexistent', backend: 'cpu',
-    speculativeConfig: { method: 'eagle3', num_speculative_tokens: 3 } })), /method "eagle3" is not supported yet/);
+    speculativeConfig: { method: 'eagle', model: '/h', num_speculative_tokens: 3 } })), /method "eagle" is not supported yet/);
 });
 
 test('structured-output requests are not speculated (their grammar cannot take tokens back) and still follow it', async () => {

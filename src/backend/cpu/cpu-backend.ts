@@ -12,7 +12,9 @@ import type { Backend, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, Mo
 import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
-import { qkNormRopeRows, rmsNormRows, ropeAngles, siluMulRows } from './kernels.js';
+import {
+  addSigmoidGatedRows, concatColumnRows, joinColumnParts, qkNormRopeRows, rmsNormRows, ropeAngles, sigmoidMulInto, siluMulRows,
+} from './kernels.js';
 import { CpuFp8Tensor, fp8BlockTensor } from './fp8.js';
 import { attentionMetaLength, scratchBytesPerThread, writeAttentionMeta, type AttentionJob } from './attention-wasm.js';
 import { SabHeap, WasmHeap, type Heap, type SharedView } from './heap.js';
@@ -325,8 +327,7 @@ export class CpuBackend implements Backend {
     const [xs, gs] = [asCpu(x), asCpu(gate)];
     if (xs.numElements !== gs.numElements) throw new Error('sigmoidMul: x and gate differ in shape');
     const out = this.alloc([...xs.shape]);
-    const [xd, gd, o] = [xs.data, gs.data, out.data];
-    for (let i = 0; i < o.length; i++) o[i] = xd[i]! * Math.fround(1 / (1 + Math.exp(-gd[i]!)));
+    sigmoidMulInto(xs.data, gs.data, out.data);
     return out;
   }
 
@@ -354,6 +355,17 @@ export class CpuBackend implements Backend {
     const out = this.alloc([T, shape.numValueHeads * shape.valueDim]);
     gatedDeltaRule(cs.data, asCpu(ba).data, asCpu(aLog).data, asCpu(dtBias).data, shape, step.batch,
       this.recurrentLayer(layer, step).ssm[layer] ?? null, out.data);
+    return out;
+  }
+
+  concatColumns(parts: readonly Tensor[]): Tensor {
+    const xs = parts.map(asCpu);
+    const [T, W] = (xs[0]?.shape ?? []) as [number, number];
+    if (xs.length === 0 || xs.some((x) => x.shape.length !== 2 || x.shape[0] !== T || x.shape[1] !== W)) {
+      throw new Error(`concatColumns: parts ${xs.map((x) => `[${x.shape.join(', ')}]`).join(', ')} are not [T, W] alike`);
+    }
+    const out = this.alloc([T, xs.length * W]);
+    concatColumnRows(xs.map((x) => x.data), out.data, T, W);
     return out;
   }
 
@@ -399,11 +411,7 @@ export class CpuBackend implements Backend {
     if (gs.numElements !== T || ys.numElements !== T * N) {
       throw new Error(`addSigmoidGated: acc [${cs.shape.join(', ')}], gate [${gs.shape.join(', ')}], y [${ys.shape.join(', ')}]`);
     }
-    const [a, g, yd] = [cs.data, gs.data, ys.data];
-    for (let t = 0; t < T; t++) {
-      const s = Math.fround(1 / (1 + Math.exp(-g[t]!)));
-      for (let i = t * N; i < (t + 1) * N; i++) a[i] = a[i]! + Math.fround(s * yd[i]!);
-    }
+    addSigmoidGatedRows(cs.data, gs.data, ys.data, T, N);
   }
 
   gatherColumnParts(x: Tensor, tp: TensorParallelRank, width: number): Tensor {
@@ -411,9 +419,7 @@ export class CpuBackend implements Backend {
     const parts = this.alloc([tp.size * R, W]);
     tp.allGather(x, parts);
     const out = this.alloc([R, width]);
-    for (let r = 0; r < R; r++) {
-      for (let c = 0; c < width; c++) out.data[r * width + c] = parts.data[(Math.floor(c / W) * R + r) * W + c % W]!;
-    }
+    joinColumnParts(parts.data, out.data, R, W, width);
     return out;
   }
 

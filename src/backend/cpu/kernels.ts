@@ -160,3 +160,31 @@ export function siluMulRows(gateUp: Float32Array, out: Float32Array, T: number, 
     }
   }
 }
+
+/** o = x * sigmoid(g), elementwise (Backend.sigmoidMul). */
+export function sigmoidMulInto(x: Float32Array, g: Float32Array, o: Float32Array): void {
+  for (let i = 0; i < o.length; i++) o[i] = x[i]! * Math.fround(1 / (1 + Math.exp(-g[i]!)));
+}
+
+/** a[t] += sigmoid(g[t]) * y[t] for each of T rows of N (Backend.addSigmoidGated: a gated shared expert). */
+export function addSigmoidGatedRows(a: Float32Array, g: Float32Array, y: Float32Array, T: number, N: number): void {
+  for (let t = 0; t < T; t++) {
+    const s = Math.fround(1 / (1 + Math.exp(-g[t]!)));
+    for (let i = t * N; i < (t + 1) * N; i++) a[i] = a[i]! + Math.fround(s * y[i]!);
+  }
+}
+
+/** The ranks' column parts [P R, W] (all-gathered, rank-major) as rows [R, width]: column c from part floor(c / W). */
+export function joinColumnParts(parts: Float32Array, out: Float32Array, R: number, W: number, width: number): void {
+  for (let r = 0; r < R; r++) {
+    for (let c = 0; c < width; c++) out[r * width + c] = parts[(Math.floor(c / W) * R + r) * W + c % W]!;
+  }
+}
+
+/** Parts [T, W] side by side as rows [T, P W] (Backend.concatColumns). */
+export function concatColumnRows(parts: readonly Float32Array[], out: Float32Array, T: number, W: number): void {
+  const N = parts.length * W;
+  parts.forEach((x, p) => {
+    for (let t = 0; t < T; t++) out.set(x.subarray(t * W, (t + 1) * W), t * N + p * W);
+  });
+}

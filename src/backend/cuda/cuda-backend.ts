@@ -283,6 +283,10 @@ export class CudaBackend implements Backend {
     return this.deltanet.rmsNormGated(x, z, w, eps);
   }
 
+  concatColumns(parts: readonly Tensor[]): Tensor {
+    return this.sampling.concatColumns(parts);
+  }
+
   columns(x: Tensor, start: number, width: number): Tensor {
     return this.deltanet.columns(x, start, width);
   }

@@ -67,6 +67,26 @@ export class CudaSampling {
     return out;
   }
 
+  /**
+   * Backend.concatColumns: each part copied whole into a [P, T, W] staging activation (contiguous copies: memcpy
+   * nodes in a graph), then the one join the tensor-parallel logits use, which reads exactly that layout.
+   */
+  concatColumns(parts: readonly Tensor[]): CudaTensor {
+    const xs = parts.map(asCuda);
+    const [T, W] = [xs[0]?.shape[0] ?? 0, xs[0]?.shape[1] ?? 0];
+    if (xs.length === 0 || xs.some((x) => x.dtype !== 'bf16' || x.shape.length !== 2 || x.shape[0] !== T || x.shape[1] !== W)) {
+      throw new Error(`concatColumns: parts ${xs.map((x) => `${x.dtype} [${x.shape.join(', ')}]`).join(', ')} are not bf16 [T, W] alike`);
+    }
+    const staging = this.s.act([xs.length * T, W]);
+    const out = this.s.act([T, xs.length * W]);
+    if (T === 0) return out;
+    const bytes = T * W * 2;
+    this.s.timed('copies', () => xs.forEach((x, p) => this.s.device.copyDeviceAsync(staging.ptr + BigInt(p * bytes), x.ptr, bytes)));
+    this.s.timed('copies', () => this.s.device.launch('embedding.cu', 'join_column_parts_bf16', [T, 1, 1], 256,
+      [ptr(staging.ptr), ptr(out.ptr), i32(T), i32(W), i32(xs.length * W)], 0, true));
+    return out;
+  }
+
   /** Tokens per logits row on the GPU (kernels/sample.cu); only R int32 reach the host. */
   sampleTokens(logits: Tensor, step: StepInputs): Int32Array {
     const { R, ids } = this.launchSampling(logits, step);

@@ -225,6 +225,8 @@ export function profileRun(model: Model, options: RunnerOptions & { maxNumBatche
   const { maxNumSeqs, blockSize, maxNumBatchedTokens } = options;
   // an MTP head reads each step's final hidden states: room for the largest step's (graph padding included)
   if (model.hasMtp) model.allocateMtpCarry(Math.max(maxNumBatchedTokens, maxNumSeqs));
+  // an EAGLE-3 head reads three of its layers' inputs likewise
+  if (model.hasEagle3) model.allocateEagle3Carry(Math.max(maxNumBatchedTokens, maxNumSeqs));
   const probes = model.backend.probes;
   if (!probes) return;
   model.backend.allocateKvCache(model.kvCacheSpec(1, blockSize));
@@ -237,6 +239,8 @@ export function profileRun(model: Model, options: RunnerOptions & { maxNumBatche
   const largest = buildForwardBatch(largestStep(maxNumBatchedTokens, maxNumSeqs, maxModelLen, blockSize), blockSize);
   model.forwardTokens(largest);
   // an MTP head's catch-up after such a step: its tokens, on the rows that step kept (mtp-proposer.ts)
-  if (model.hasMtp) model.mtpTokens({ ...largest, carryRows: Int32Array.from({ length: largest.numTokens }, (_, t) => t) });
+  const carryRows = Int32Array.from({ length: largest.numTokens }, (_, t) => t);
+  if (model.hasMtp) model.mtpTokens({ ...largest, carryRows });
+  if (model.hasEagle3) model.eagle3Tokens({ ...largest, carryRows }, 'target');
   probes.settleWorkspace();
 }

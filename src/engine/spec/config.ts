@@ -1,10 +1,11 @@
-// --speculative-config, as vLLM's SpeculativeConfig: a JSON object with vLLM's field names. Three methods run: n-gram
-// (prompt lookup), a draft model (a smaller model with the target's tokenizer, in the same engine) and mtp (the
-// multi-token-prediction head a Qwen3.5 / Qwen3-Next checkpoint carries: spec/mtp-proposer.ts); the others vLLM knows
+// --speculative-config, as vLLM's SpeculativeConfig: a JSON object with vLLM's field names. Four methods run: n-gram
+// (prompt lookup), a draft model (a smaller model with the target's tokenizer, in the same engine), mtp (the
+// multi-token-prediction head a Qwen3.5 / Qwen3-Next checkpoint carries: spec/mtp-proposer.ts) and eagle3 (an EAGLE-3
+// head of its own directory that reads three of the target's layers: spec/eagle3-load.ts); the others vLLM knows
 // are named and refused, so a vLLM command line that asks for one fails at start-up saying which, never silently
 // decodes without it.
 
-/** The methods vLLM names; 'ngram', 'draft_model' and 'mtp' are implemented. */
+/** The methods vLLM names; 'ngram', 'draft_model', 'mtp' and 'eagle3' are implemented. */
 const KNOWN_METHODS = ['ngram', 'draft_model', 'eagle', 'eagle3', 'mtp', 'medusa', 'mlp_speculator'] as const;
 /**
  * vLLM's older names of the mtp method for these families, which it still takes (with a deprecation warning) and
@@ -50,8 +51,14 @@ export interface MtpConfig extends CommonConfig {
   method: 'mtp';
 }
 
+/** An EAGLE-3 head: its directory (or cached repo id), run on the target's backend beside the target. */
+export interface Eagle3Config extends CommonConfig {
+  method: 'eagle3';
+  model: string;
+}
+
 /** A checked speculative-decoding configuration. */
-export type SpeculativeConfig = NgramConfig | DraftModelConfig | MtpConfig;
+export type SpeculativeConfig = NgramConfig | DraftModelConfig | MtpConfig | Eagle3Config;
 
 /** What a program may give: vLLM's dict (snake_case keys), its camelCase form, or a parsed config. */
 export type SpeculativeConfigInput = SpeculativeConfig | {
@@ -92,13 +99,13 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
   // vLLM's older form names the method through "model": {"model": "ngram", ...}; a model path alone is a draft model
   const isNgramName = obj.model === 'ngram' || obj.model === '[ngram]';
   const named = obj.method ?? (isNgramName ? 'ngram' : typeof obj.model === 'string' ? 'draft_model' : undefined);
-  if (named === undefined) fail('method is required (ngram, draft_model or mtp)');
+  if (named === undefined) fail('method is required (ngram, draft_model, mtp or eagle3)');
   const method = (MTP_ALIASES as readonly unknown[]).includes(named) ? 'mtp' : named;
   if (typeof method !== 'string' || !(KNOWN_METHODS as readonly string[]).includes(method)) {
     fail(`method ${JSON.stringify(named)} is unknown (vLLM's: ${[...KNOWN_METHODS, ...MTP_ALIASES].join(', ')})`);
   }
-  if (method !== 'ngram' && method !== 'draft_model' && method !== 'mtp') {
-    fail(`method "${method}" is not supported yet (ngram, draft_model and mtp are; issue 41)`);
+  if (method !== 'ngram' && method !== 'draft_model' && method !== 'mtp' && method !== 'eagle3') {
+    fail(`method "${method}" is not supported yet (ngram, draft_model, mtp and eagle3 are; issue 41)`);
   }
   const k = positiveInt(obj, 'num_speculative_tokens');
   if (k === null) fail(`num_speculative_tokens is required for the ${method} method`);
@@ -111,6 +118,11 @@ export function parseSpeculativeConfig(given: string | SpeculativeConfigInput | 
     }
     for (const f of ['prompt_lookup_min', 'prompt_lookup_max']) if (obj[f] !== undefined) fail(`${f}: only the ngram method takes it`);
     return { method: 'mtp', ...common };
+  }
+  if (method === 'eagle3') {
+    if (typeof obj.model !== 'string' || obj.model === '' || isNgramName) fail('model: the eagle3 method needs the EAGLE-3 head\'s directory');
+    for (const f of ['prompt_lookup_min', 'prompt_lookup_max']) if (obj[f] !== undefined) fail(`${f}: only the ngram method takes it`);
+    return { method: 'eagle3', model: obj.model, ...common };
   }
   if (method === 'draft_model') {
     if (typeof obj.model !== 'string' || obj.model === '' || isNgramName) fail('model: the draft_model method needs the draft model\'s directory');

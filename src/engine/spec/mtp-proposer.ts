@@ -18,11 +18,34 @@
 // (kept in the carry by the forward before) and proposal j, as vLLM applies the head recurrently. Those K and V rows
 // are the head's guesses; the next catch-up writes each position again from the target's hidden state once the
 // target has computed it. A proposal never decides a token: the target verifies each one.
+//
+// An EAGLE-3 head (vLLM's "eagle3" method, model/eagle3-head.ts) is driven the same way, through HeadForwards: its
+// catch-up reads three of the target's layers' inputs from the carry (fc over them), its chained forwards its own
+// prenorm output, and its draft ids map to target ids (d2t) before they are proposals.
 
+import type { ForwardBatch } from '../../backend/batch.js';
 import { buildForwardBatch, type ScheduledSeq } from '../batch-builder.js';
 import type { Model } from '../../model/model.js';
 import type { Request } from '../../scheduler/request.js';
 import type { ScheduledRequest } from '../../scheduler/scheduler.js';
+
+/**
+ * The head's two kinds of forward (Model's): the catch-up over a target step's carried rows, and a chained proposal
+ * over the head's own last output. An MTP head runs the same forward for both; an EAGLE-3 head reads the target's
+ * three layers through its fc in the first and its own prenorm output in the second (model/eagle3-head.ts).
+ */
+export interface HeadForwards {
+  fromTarget(batch: ForwardBatch): Int32Array;
+  fromHead(batch: ForwardBatch): Int32Array;
+}
+
+export function mtpForwards(model: Model): HeadForwards {
+  return { fromTarget: (batch) => model.mtpTokens(batch), fromHead: (batch) => model.mtpTokens(batch) };
+}
+
+export function eagle3Forwards(model: Model): HeadForwards {
+  return { fromTarget: (batch) => model.eagle3Tokens(batch, 'target'), fromHead: (batch) => model.eagle3Tokens(batch, 'head') };
+}
 
 /** A scheduled row and its request. */
 export interface MtpRow {
@@ -52,9 +75,9 @@ export class MtpProposer {
   /** Forwards that failed (their rows fell back to proposals the target rejects unless it agrees). */
   numFailures = 0;
 
-  /** `blockTableOf`: the request's pages now (the KV cache manager's). */
+  /** `blockTableOf`: the request's pages now (the KV cache manager's); `head`: the head's forwards (an MTP head's). */
   constructor(readonly model: Model, private readonly blockSize: number,
-    private readonly blockTableOf: (requestId: string) => readonly number[]) {}
+    private readonly blockTableOf: (requestId: string) => readonly number[], private readonly head = mtpForwards(model)) {}
 
   /**
    * Whether the next fill can propose for `req`: the step that ran last computed its hidden state at position n - 2,
@@ -128,7 +151,7 @@ export class MtpProposer {
     if (seqs.length === 0) return out;
     const batch = buildForwardBatch(seqs, this.blockSize);
     batch.carryRows = Int32Array.from(carryRows);
-    const tokens = this.model.mtpTokens(batch);
+    const tokens = this.head.fromTarget(batch);
     order.forEach((req, i) => out.set(req, { token: tokens[i]!, at: batch.logitsIndices[i]! }));
     return out;
   }
@@ -137,7 +160,7 @@ export class MtpProposer {
   private forward(seqs: ScheduledSeq[], at: number[]): Int32Array {
     const batch = buildForwardBatch(seqs, this.blockSize);
     batch.carryRows = Int32Array.from(at);
-    return this.model.mtpTokens(batch);
+    return this.head.fromHead(batch);
   }
 
   private set(row: ScheduledRequest, j: number, token: number): void {

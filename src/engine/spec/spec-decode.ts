@@ -39,11 +39,12 @@ export class SpecDecoding {
   private readonly drafter: DraftProposer | null;
   private readonly mtp: MtpProposer | null;
 
-  /** `proposer`: the draft model's (draft_model) or the MTP head's (mtp); none for n-gram. */
+  /** `proposer`: the draft model's (draft_model) or the MTP or EAGLE-3 head's (mtp, eagle3); none for n-gram. */
   constructor(readonly config: SpeculativeConfig, proposer: DraftProposer | MtpProposer | null = null) {
     this.drafter = proposer instanceof DraftProposer ? proposer : null;
     this.mtp = proposer instanceof MtpProposer ? proposer : null;
-    if ((config.method === 'draft_model') !== (this.drafter !== null) || (config.method === 'mtp') !== (this.mtp !== null)) {
+    const head = config.method === 'mtp' || config.method === 'eagle3';
+    if ((config.method === 'draft_model') !== (this.drafter !== null) || head !== (this.mtp !== null)) {
       throw new Error(`SpecDecoding: ${config.method} with a ${proposer?.constructor.name ?? 'missing'} proposer`);
     }
     this.counts = { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0,

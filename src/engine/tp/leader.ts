@@ -36,6 +36,7 @@ import { rankLabel, type FollowerInit, type FromFollower, type StageReport, type
 import { startRank, type RankPort } from './rank-port.js';
 import { readKnob } from '../../knobs/knobs.js';
 import { parseSpeculativeConfig } from '../spec/config.js';
+import { eagle3HeadOf } from '../spec/eagle3-load.js';
 import type { ModelConfig } from '../../loader/types.js';
 import { nodeIdentity, nodesRefusal } from './node-link.js';
 import { acceptNodes, remoteRanks } from './node-leader.js';
@@ -272,9 +273,12 @@ export async function loadEngineModel(dir: ModelDir, backend: Backend, options: 
   const size = worldSize(options);
   // the mtp method's head loads with the model (one device: spec/mtp-load.ts refuses it under tensor or pipeline
   // parallelism)
-  const mtp = options.speculativeConfig != null && parseSpeculativeConfig(options.speculativeConfig).method === 'mtp';
+  const spec = options.speculativeConfig != null ? parseSpeculativeConfig(options.speculativeConfig) : null;
+  const mtp = spec?.method === 'mtp';
+  // so does an EAGLE-3 head (spec/eagle3-load.ts refuses it likewise)
+  const eagle3 = eagle3HeadOf(spec);
   if (size <= 1) {
-    return { model: Model.load(dir.config, dir.weights, backend, { quantization: options.quantization, mtp }), tp: null };
+    return { model: Model.load(dir.config, dir.weights, backend, { quantization: options.quantization, mtp, eagle3 }), tp: null };
   }
   const refusal = parallelStartRefusal(dir, options);
   if (refusal) throw new Error(refusal);

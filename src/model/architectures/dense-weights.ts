@@ -151,7 +151,7 @@ export function validateWeights(config: ModelConfig, source: WeightSource, tenso
 }
 
 /** Concatenates row-major tensors of one dtype along their first axis. */
-function concatRows(name: string, parts: HostTensor[]): HostTensor {
+export function concatRows(name: string, parts: HostTensor[]): HostTensor {
   const numBytes = parts.reduce((n, p) => n + p.data.byteLength, 0);
   const data = new Uint8Array(numBytes);
   let offset = 0;

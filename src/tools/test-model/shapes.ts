@@ -63,6 +63,10 @@ TINY_SHAPES['tiny-mixtral'] = { ...TINY_SHAPES['tiny-mistral'], architectures: [
 // tiny-qwen3-moe with every projection dimension a multiple of 128 (--quantization fp8, block-FP8 experts)
 TINY_SHAPES['tiny-qwen3-moe-128'] = { ...TINY_SHAPES['tiny-qwen3-moe'], hidden_size: 128, intermediate_size: 256,
   moe_intermediate_size: 128, head_dim: 64 };
+// an EAGLE-3 head's target (test-model/eagle3.ts): with 8 layers vLLM's default aux layers (2, 4, 5) are distinct
+TINY_SHAPES['tiny-llama-8l'] = { ...TINY_SHAPES['tiny-llama'], num_hidden_layers: 8 };
+// the same at a head dim the CUDA attention kernels are built for (64), for the GPU tests
+TINY_SHAPES['tiny-llama-8l-128'] = { ...TINY_SHAPES['tiny-llama-8l'], hidden_size: 128, intermediate_size: 256, head_dim: 64 };
 // every projection dimension a multiple of 128, as --quantization fp8 needs (q 4 x 64, k and v 2 x 64)
 TINY_SHAPES['tiny-qwen3-128'] = { ...TINY_SHAPES['tiny-qwen3'], hidden_size: 128, intermediate_size: 256, head_dim: 64 };
 
