@@ -165,11 +165,7 @@ export function shardedSource(source: WeightSource, c: ModelConfig, rank: number
       let data: Uint8Array;
       if (source.readInto) {
         data = new Uint8Array(numShardElements(s) * bpe);
-        let at = 0;
-        for (const r of byteRanges(s, bpe)) {
-          source.readInto(name, r.offset, data.subarray(at, at + r.bytes));
-          at += r.bytes;
-        }
+        readRanges(byteRanges(s, bpe), (offset, dest) => source.readInto!(name, offset, dest), data);
       } else {
         // the shard's runs in bytes: one element of a byte array per byte
         const bytes = (n: number) => n * bpe;
@@ -179,4 +175,45 @@ export function shardedSource(source: WeightSource, c: ModelConfig, rank: number
       return { name, dtype: info.dtype, shape: shapeOf(s, info.shape), data };
     },
   };
+}
+
+/** Ranges under this size, this near each other, are read as one span. */
+const SPAN_SLACK_BYTES = 1 << 16;
+const SPAN_MAX_BYTES = 64 << 20;
+
+/**
+ * Reads byte ranges (ascending, not overlapping) into `out`, one after another, joining nearby ranges into one read of
+ * their span and copying the ranges out of it. A column split's shard is one range a row: a Qwen3-MoE expert's
+ * down_proj at -tp 2 is 2048 ranges of 768 bytes, each a file open and read, which loaded the 30B-A3B model at
+ * ~0.36 GiB/s a rank (session 35); its span is twice the bytes in one read. Ranges of 64 KiB or more, or more than
+ * 64 KiB apart, are read alone.
+ */
+export function readRanges(ranges: readonly { offset: number; bytes: number }[],
+  read: (offset: number, dest: Uint8Array) => void, out: Uint8Array): void {
+  let at = 0;
+  for (let i = 0; i < ranges.length;) {
+    const first = ranges[i]!;
+    let j = i + 1;
+    for (; j < ranges.length; j++) {
+      const [prev, r] = [ranges[j - 1]!, ranges[j]!];
+      const span = r.offset + r.bytes - first.offset;
+      // a large range is one efficient read already (an expert's whole slab: never read beside another's)
+      if (prev.bytes >= SPAN_SLACK_BYTES || r.bytes >= SPAN_SLACK_BYTES || r.offset - (prev.offset + prev.bytes) > SPAN_SLACK_BYTES ||
+        span > SPAN_MAX_BYTES) break;
+    }
+    if (j === i + 1) {
+      read(first.offset, out.subarray(at, at + first.bytes));
+      at += first.bytes;
+    } else {
+      const last = ranges[j - 1]!;
+      const span = new Uint8Array(last.offset + last.bytes - first.offset);
+      read(first.offset, span);
+      for (let k = i; k < j; k++) {
+        const r = ranges[k]!;
+        out.set(span.subarray(r.offset - first.offset, r.offset - first.offset + r.bytes), at);
+        at += r.bytes;
+      }
+    }
+    i = j;
+  }
 }
