@@ -5,8 +5,12 @@ import { ModelLoadError } from './errors.js';
 import type { GgufFile, GgufValue } from './gguf.js';
 import type { ModelConfig } from './types.js';
 
-/** general.architecture -> config.json's class; the dense families whose tensors gguf-weights.ts maps. */
-const GGUF_ARCHITECTURES: Record<string, string> = { qwen3: 'Qwen3ForCausalLM', qwen2: 'Qwen2ForCausalLM', llama: 'LlamaForCausalLM' };
+/**
+ * general.architecture -> config.json's class; the families whose tensors gguf-weights.ts maps. llama.cpp writes
+ * Mixtral as llama with experts (its expert_count set): MixtralForCausalLM then.
+ */
+const GGUF_ARCHITECTURES: Record<string, string> = { qwen3: 'Qwen3ForCausalLM', qwen2: 'Qwen2ForCausalLM', llama: 'LlamaForCausalLM',
+  qwen3moe: 'Qwen3MoeForCausalLM' };
 
 /** The families whose q and k rows convert_hf_to_gguf.py permutes for llama.cpp's interleaved-pair RoPE. */
 export function ggufPermutesQk(arch: string): boolean {
@@ -125,6 +129,35 @@ function ropeScaling(m: GgufMeta, arch: string, headDim: number, theta: number):
   return m.fail(key, `is ${JSON.stringify(type)}, which is not supported (supported: none, linear, yarn)`);
 }
 
+/**
+ * A mixture of experts' config.json fields, from llama.cpp's expert keys, or null for a dense model. qwen3moe: every
+ * layer sparse, the top k's weights renormalized (llama.cpp's build_moe_ffn with norm_w for it, as
+ * Qwen3-30B-A3B's norm_topk_prob). llama with experts: Mixtral (experts of feed_forward_length).
+ */
+function moeFields(m: GgufMeta, arch: string): { cls: string; fields: Json; expertWidth: number } | null {
+  const key = (k: string): string => `${arch}.${k}`;
+  const count = m.has(key('expert_count')) ? m.number(key('expert_count')) : 0;
+  if (count === 0) {
+    if (arch === 'qwen3moe') m.fail(key('expert_count'), 'is missing: a qwen3moe model has experts');
+    return null;
+  }
+  const used = m.number(key('expert_used_count'));
+  if (!(used >= 1 && used <= count)) m.fail(key('expert_used_count'), `is ${used}: it must be 1 to expert_count (${count})`);
+  if (m.has(key('expert_shared_feed_forward_length'))) {
+    m.fail(key('expert_shared_feed_forward_length'), 'is set: shared experts (Qwen2-MoE) are not supported in GGUF files');
+  }
+  if (arch === 'qwen3moe') {
+    const width = m.number(key('expert_feed_forward_length'));
+    return { cls: 'Qwen3MoeForCausalLM', expertWidth: width, fields: { num_experts: count, num_experts_per_tok: used,
+      moe_intermediate_size: width, norm_topk_prob: true, decoder_sparse_step: 1, mlp_only_layers: [] } };
+  }
+  if (arch === 'llama') {
+    return { cls: 'MixtralForCausalLM', expertWidth: m.number(key('feed_forward_length')),
+      fields: { num_local_experts: count, num_experts_per_tok: used } };
+  }
+  return m.fail(key('expert_count'), `is set: a ${arch} model with experts is not supported`);
+}
+
 /** The config.json a GGUF file's metadata stands for (the fields parseModelConfig reads). */
 export function ggufHfConfig(gguf: GgufFile): Json {
   const m: GgufMeta = new GgufMeta(gguf);
@@ -135,9 +168,7 @@ export function ggufHfConfig(gguf: GgufFile): Json {
     m.fail('general.architecture', `is ${JSON.stringify(arch)}, which is not supported (supported: ${Object.keys(GGUF_ARCHITECTURES).join(', ')})`);
   }
   const k = (key: string): string => `${arch}.${key}`;
-  for (const moe of ['expert_count', 'expert_used_count']) {
-    if (m.has(k(moe)) && m.number(k(moe)) > 0) m.fail(k(moe), 'is set: mixture-of-experts GGUF models are not supported yet');
-  }
+  const moe = moeFields(m, arch);
   for (const key of ['feed_forward_length', 'attention.head_count', 'attention.head_count_kv']) {
     if (Array.isArray(m.raw(k(key)))) m.fail(k(key), 'varies per layer, which is not supported');
   }
@@ -157,9 +188,10 @@ export function ggufHfConfig(gguf: GgufFile): Json {
   const vocab = m.has(k('vocab_size')) ? m.number(k('vocab_size')) : embd?.shape[0] ?? tokens?.length;
   if (vocab === undefined) m.fail(k('vocab_size'), 'is missing (and so are token_embd.weight and tokenizer.ggml.tokens)');
   return {
-    architectures: [cls],
+    architectures: [moe?.cls ?? cls],
+    ...moe?.fields,
     hidden_size: hidden,
-    intermediate_size: m.number(k('feed_forward_length')),
+    intermediate_size: m.number(k('feed_forward_length'), moe?.expertWidth),
     num_hidden_layers: m.number(k('block_count')),
     num_attention_heads: heads,
     num_key_value_heads: m.number(k('attention.head_count_kv'), heads),

@@ -66,21 +66,62 @@ export function unpermuteQkRows<A extends Float32Array | Uint8Array>(src: A, row
   return out;
 }
 
-export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk: boolean): WeightSource {
-  const byHf = new Map<string, string>();
-  for (const name of gguf.tensors.keys()) {
-    if (CONSUMED.has(name)) continue;
-    const hf = hfTensorName(name);
-    if (hf === null) throw new ModelLoadError(gguf.file, `tensor ${name} is not one Quire knows (a ${config.architecture} model has none such)`);
-    byHf.set(hf, name);
+/**
+ * A mixture of experts' tensors under the Hugging Face model's names: the router (ffn_gate_inp) and llama.cpp's stacked
+ * experts (ffn_{gate,up,down}_exps [E, rows, cols]), each expert a slab of them. Qwen3-MoE's modules are
+ * mlp.gate and mlp.experts.{e}.{gate,up,down}_proj, Mixtral's block_sparse_moe.gate and .experts.{e}.{w1,w3,w2}.
+ */
+export function moeTensorNames(architecture: string): { router: string; experts: Record<string, string> } | null {
+  if (architecture === 'qwen3_moe') {
+    return { router: 'mlp.gate', experts: { ffn_gate_exps: 'mlp.experts.{e}.gate_proj', ffn_up_exps: 'mlp.experts.{e}.up_proj',
+      ffn_down_exps: 'mlp.experts.{e}.down_proj' } };
   }
-  const get = (name: string): string => {
+  if (architecture === 'mixtral') {
+    return { router: 'block_sparse_moe.gate', experts: { ffn_gate_exps: 'block_sparse_moe.experts.{e}.w1',
+      ffn_up_exps: 'block_sparse_moe.experts.{e}.w3', ffn_down_exps: 'block_sparse_moe.experts.{e}.w2' } };
+  }
+  return null;
+}
+
+/** A Hugging Face tensor's place in the file: a GGUF tensor, or expert e's slab of a stacked one. */
+interface Place {
+  tensor: string;
+  expert: number | null;
+}
+
+/** The Hugging Face names of GGUF tensor `name` (several for stacked experts), or null where Quire has none. */
+function hfPlaces(name: string, shape: readonly number[], architecture: string): [string, Place][] | null {
+  const hf = hfTensorName(name);
+  if (hf !== null) return [[hf, { tensor: name, expert: null }]];
+  const moe = moeTensorNames(architecture);
+  const m = /^blk\.(\d+)\.([a-z_]+)\.weight$/.exec(name);
+  if (moe === null || m === null) return null;
+  const layer = `model.layers.${m[1]}.`;
+  if (m[2] === 'ffn_gate_inp') return [[`${layer}${moe.router}.weight`, { tensor: name, expert: null }]];
+  const module = moe.experts[m[2]!];
+  if (module === undefined || shape.length !== 3) return null;
+  return Array.from({ length: shape[0]! }, (_, e) => [`${layer}${module.replace('{e}', String(e))}.weight`, { tensor: name, expert: e }]);
+}
+
+export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk: boolean): WeightSource {
+  const byHf = new Map<string, Place>();
+  for (const [name, t] of gguf.tensors) {
+    if (CONSUMED.has(name)) continue;
+    const places = hfPlaces(name, t.shape, config.architecture);
+    if (places === null) throw new ModelLoadError(gguf.file, `tensor ${name} is not one Quire knows (a ${config.architecture} model has none such)`);
+    for (const [hf, place] of places) byHf.set(hf, place);
+  }
+  const place = (name: string): Place => {
     const g = byHf.get(name);
     if (g === undefined) throw new ModelLoadError(gguf.file, `missing tensor ${name}`);
     return g;
   };
-  const info = (name: string): { dtype: DType; shape: number[]; file: string } =>
-    ({ dtype: 'f32', shape: gguf.tensors.get(get(name))!.shape, file: gguf.file });
+  const get = (name: string): string => place(name).tensor;
+  const info = (name: string): { dtype: DType; shape: number[]; file: string } => {
+    const p = place(name);
+    const shape = gguf.tensors.get(p.tensor)!.shape;
+    return { dtype: 'f32', shape: p.expert === null ? shape : shape.slice(1), file: gguf.file };
+  };
   const permuted = (name: string): boolean => permutedQk && /self_attn\.[qk]_proj\.(weight|bias)$/.test(name);
   return {
     names: () => [...byHf.keys()],
@@ -88,7 +129,9 @@ export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk
     info,
     read(name: string): HostTensor {
       const { shape } = info(name);
-      let values = gguf.readF32(get(name));
+      const { tensor, expert } = place(name);
+      const slab = shape.reduce((a, b) => a * b, 1);
+      let values = expert === null ? gguf.readF32(tensor) : gguf.readSliceF32(tensor, expert * slab, slab);
       if (permuted(name)) values = unpermuteQk(values, shape[0]!, shape.length > 1 ? shape[1]! : 1, config.headDim);
       return { name, dtype: 'f32', shape, data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
     },

@@ -81,13 +81,30 @@ export class GgufFile {
 
   /** Tensor `name`'s bytes as stored (blocks of its type). */
   readRaw(name: string): Uint8Array {
+    return this.readRawRange(name, 0, this.tensor(name).numBytes);
+  }
+
+  /**
+   * Elements [start, start + count) of tensor `name` as f32: one expert's slab of a stacked [E, rows, cols] tensor.
+   * Both must be whole blocks of its type (a slab of whole rows is).
+   */
+  readSliceF32(name: string, start: number, count: number): Float32Array {
     const t = this.tensor(name);
-    const bytes = new Uint8Array(t.numBytes);
+    const { blockElems, blockBytes } = GGML_TYPES[t.type];
+    if (start % blockElems !== 0 || count % blockElems !== 0 || start + count > t.numElements) {
+      throw new ModelLoadError(this.file, `tensor ${name}: elements [${start}, ${start + count}) are not whole ${t.type} blocks of it`);
+    }
+    return dequantize(t.type, this.readRawRange(name, (start / blockElems) * blockBytes, (count / blockElems) * blockBytes), count);
+  }
+
+  private readRawRange(name: string, from: number, numBytes: number): Uint8Array {
+    const t = this.tensor(name);
+    const bytes = new Uint8Array(numBytes);
     const fd = openSync(this.file, 'r');
     try {
       let done = 0;
-      while (done < t.numBytes) {
-        const n = readSync(fd, bytes, done, t.numBytes - done, t.offset + done);
+      while (done < numBytes) {
+        const n = readSync(fd, bytes, done, numBytes - done, t.offset + from + done);
         if (n === 0) throw new ModelLoadError(this.file, `tensor ${name}: the file ended while reading it (truncated)`);
         done += n;
       }

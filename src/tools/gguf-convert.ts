@@ -11,7 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { isMainThread, Worker } from 'node:worker_threads';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../loader/dtype.js';
 import { ggufPermutesQk } from '../loader/gguf-config.js';
-import { ggufTensorName } from '../loader/gguf-weights.js';
+import { ggufTensorName, moeTensorNames } from '../loader/gguf-weights.js';
 import type { GgmlTypeName } from '../loader/gguf-quants.js';
 import { loadModelDir } from '../loader/model-dir.js';
 import { readJsonFile } from '../loader/tokenizer.js';
@@ -41,7 +41,7 @@ function tensorType(q: GgufQuantization, name: string, dims: number, cols: numbe
     q4_k_m: 'Q4_K', q5_k_m: 'Q5_K', q6_k: 'Q6_K' };
   let t = base[q];
   // llama-quantize's _M mixes keep the output, attn_v and ffn_down a type higher (it does so on half the layers)
-  if ((q === 'q4_k_m' || q === 'q5_k_m') && /^(output\.weight|blk\.\d+\.(attn_v|ffn_down)\.weight)$/.test(name)) t = 'Q6_K';
+  if ((q === 'q4_k_m' || q === 'q5_k_m') && /^(output\.weight|blk\.\d+\.(attn_v|ffn_down|ffn_down_exps)\.weight)$/.test(name)) t = 'Q6_K';
   // as llama-quantize: rows that are not whole K-quant blocks fall back to Q8_0, or to F32 past Q8_0's block
   if (t.endsWith('_K') && cols % 256 !== 0) t = 'Q8_0';
   if (t.startsWith('Q') && cols % 32 !== 0) t = 'F32';
@@ -89,6 +89,8 @@ export interface TensorJob {
   type: GgmlTypeName;
   shape: number[];
   permuteHeadDim: number | null;
+  /** Stacked experts [E, rows, cols]: the checkpoint's tensor of each expert, in order (hf names the first). */
+  parts?: string[];
 }
 
 /** What `dir`'s model becomes as a GGUF file of quantization q: metadata, tensors made here, then the checkpoint's. */
@@ -107,6 +109,15 @@ interface GgufPlan {
  */
 export function convertTensor(weights: WeightSource, job: TensorJob, r0 = 0, r1 = job.shape[0]!): Uint8Array {
   const cols = job.shape.length > 1 ? job.shape.slice(1).reduce((a, b) => a * b, 1) : 1;
+  if (job.parts) {
+    // llama.cpp's stacked experts: each expert's [rows, cols] one after another (converted whole: a 3-D job is one task)
+    const values = new Float32Array(job.shape[0]! * cols);
+    job.parts.forEach((hf, e) => {
+      const t = weights.read(hf);
+      values.set(bytesToF32(t.dtype, t.data), e * cols);
+    });
+    return quantize(job.type, values);
+  }
   let t: { dtype: DType; data: Uint8Array };
   if (r0 === 0 && r1 === job.shape[0]) {
     t = weights.read(job.hf);
@@ -218,10 +229,16 @@ export async function modelDirToGgufParallel(dir: string, file: string, q: GgufQ
 function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
   const m = loadModelDir(dir);
   const c = m.config;
-  if (c.architecture !== 'qwen3' && c.architecture !== 'qwen2' && c.architecture !== 'llama') {
-    throw new Error(`gguf-convert: ${c.architecture} models are not written as GGUF (qwen3, qwen2, llama)`);
+  const a = GGUF_ARCH[c.architecture];
+  if (a === undefined) {
+    throw new Error(`gguf-convert: ${c.architecture} models are not written as GGUF (${Object.keys(GGUF_ARCH).join(', ')})`);
   }
-  const a = c.architecture;
+  const moe = c.moe;
+  if (moe && c.architecture === 'qwen3_moe' && (!moe.renormalize || moe.sparseLayers.some((sparse) => !sparse))) {
+    // llama.cpp's qwen3moe: every layer sparse, the top k renormalized
+    throw new Error(`gguf-convert: ${dir}: llama.cpp's qwen3moe has experts in every layer and norm_topk_prob true ` +
+      '(config.json\'s mlp_only_layers, decoder_sparse_step or norm_topk_prob say otherwise)');
+  }
   const meta: [string, GgufMetaValue][] = [
     ['general.architecture', { type: 'string', value: a }],
     ['general.alignment', { type: 'u32', value: 32 }],
@@ -237,6 +254,10 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
     [`${a}.rope.freq_base`, { type: 'f32', value: c.ropeTheta }],
     [`${a}.attention.layer_norm_rms_epsilon`, { type: 'f32', value: c.rmsNormEps }],
   ];
+  if (moe) {
+    meta.push([`${a}.expert_count`, { type: 'u32', value: moe.numExperts }], [`${a}.expert_used_count`, { type: 'u32', value: moe.topK }]);
+    if (a === 'qwen3moe') meta.push([`${a}.expert_feed_forward_length`, { type: 'u32', value: moe.expertIntermediateSize }]);
+  }
   const extra: { name: string; type: GgmlTypeName; shape: number[]; data: Uint8Array }[] = [];
   const rs = c.ropeScaling;
   if (rs?.type === 'llama3') {
@@ -262,14 +283,53 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
   meta.push(...tokenizerMetadata(readJsonFile(join(m.tokenizerDir, 'tokenizer.json')), {
     bos: m.generation.bosTokenId, eos: m.tokenizer.eosTokenIds[0] ?? null, addBos: tokConfig.add_bos_token === true,
     chatTemplate: m.chatTemplate }));
-  const jobs = m.weights.names().map((hf): TensorJob => {
-    const name = ggufTensorName(hf);
-    if (name === null) throw new Error(`gguf-convert: no GGUF name for tensor ${hf}`);
+  const experts = new Map<string, TensorJob>();  // a stacked tensor's job, by its GGUF name
+  const jobs = m.weights.names().flatMap((hf): TensorJob[] => {
+    const stacked = expertPart(hf, c.architecture);
     const { shape } = m.weights.info(hf);
+    if (stacked !== null) {
+      const job = experts.get(stacked.name);
+      if (job) {
+        job.parts![stacked.expert] = hf;
+        return [];
+      }
+      const j: TensorJob = { hf, name: stacked.name, type: tensorType(q, stacked.name, 3, shape.at(-1)!),
+        shape: [moe!.numExperts, ...shape], permuteHeadDim: null, parts: [] };
+      j.parts![stacked.expert] = hf;
+      experts.set(stacked.name, j);
+      return [j];
+    }
+    const name = ggufTensorName(hf) ?? routerName(hf, c.architecture);
+    if (name === null) throw new Error(`gguf-convert: no GGUF name for tensor ${hf}`);
     const permuted = ggufPermutesQk(a) && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf);
-    return { hf, name, type: tensorType(q, name, shape.length, shape.at(-1)!), shape, permuteHeadDim: permuted ? c.headDim : null };
+    return [{ hf, name, type: tensorType(q, name, shape.length, shape.at(-1)!), shape, permuteHeadDim: permuted ? c.headDim : null }];
   });
+  for (const j of experts.values()) {
+    if (j.parts!.length !== moe!.numExperts || j.parts!.some((p) => p === undefined)) throw new Error(`gguf-convert: ${j.name} lacks experts`);
+  }
   return { dir: m.dir, weights: m.weights, meta, extra, jobs };
+}
+
+/** config.json's model_type -> llama.cpp's general.architecture (Mixtral is llama with experts). */
+const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', qwen3_moe: 'qwen3moe', mixtral: 'llama' };
+
+/** An expert's projection `hf` -> the stacked GGUF tensor it is slab `expert` of, or null. */
+function expertPart(hf: string, architecture: string): { name: string; expert: number } | null {
+  const moe = moeTensorNames(architecture);
+  const m = /^model\.layers\.(\d+)\.(.+)\.weight$/.exec(hf);
+  if (moe === null || m === null) return null;
+  for (const [g, module] of Object.entries(moe.experts)) {
+    const e = new RegExp(`^${module.replace(/\./g, '\\.').replace('{e}', '(\\d+)')}$`).exec(m[2]!);
+    if (e) return { name: `blk.${m[1]}.${g}.weight`, expert: Number(e[1]) };
+  }
+  return null;
+}
+
+/** A mixture of experts' router `hf` -> ffn_gate_inp, or null. */
+function routerName(hf: string, architecture: string): string | null {
+  const moe = moeTensorNames(architecture);
+  const m = /^model\.layers\.(\d+)\.(.+)\.weight$/.exec(hf);
+  return moe !== null && m !== null && m[2] === moe.router ? `blk.${m[1]}.ffn_gate_inp.weight` : null;
 }
 
 if (isMainThread && process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {

@@ -76,5 +76,21 @@ test('bad files are refused naming the file and what is wrong', async () => {
   await refused(bytes, /tensor token_embd\.weight has GGML type 23, which is not supported/);
   const arch = join(root, 'arch.gguf');
   writeGguf(arch, meta('gemma2'), []);
-  await refused(readFileSync(arch), /metadata "general\.architecture" is "gemma2", which is not supported \(supported: qwen3, qwen2, llama\)/);
+  await refused(readFileSync(arch), /metadata "general\.architecture" is "gemma2", which is not supported \(supported: qwen3, qwen2, llama, qwen3moe\)/);
+});
+
+test('mixtures of experts llama.cpp writes otherwise than Quire runs them are refused naming the key', async () => {
+  const file = (arch: string, extra: [string, GgufMetaValue][]): Uint8Array => {
+    const f = join(root, `moe-${Math.random().toString(36).slice(2)}.gguf`);
+    writeGguf(f, [...meta(arch), [`${arch}.embedding_length`, { type: 'u32', value: 8 }], ...extra], []);
+    return readFileSync(f);
+  };
+  const u32 = (value: number): GgufMetaValue => ({ type: 'u32', value });
+  await refused(file('qwen3moe', []), /metadata "qwen3moe\.expert_count" is missing: a qwen3moe model has experts/);
+  await refused(file('qwen3moe', [['qwen3moe.expert_count', u32(8)], ['qwen3moe.expert_used_count', u32(9)]]),
+    /metadata "qwen3moe\.expert_used_count" is 9: it must be 1 to expert_count \(8\)/);
+  await refused(file('qwen3moe', [['qwen3moe.expert_count', u32(8)], ['qwen3moe.expert_used_count', u32(2)],
+    ['qwen3moe.expert_shared_feed_forward_length', u32(16)]]), /"qwen3moe\.expert_shared_feed_forward_length" is set: shared experts/);
+  await refused(file('qwen3', [['qwen3.expert_count', u32(8)], ['qwen3.expert_used_count', u32(2)]]),
+    /metadata "qwen3\.expert_count" is set: a qwen3 model with experts is not supported/);
 });

@@ -58,11 +58,15 @@ TINY_SHAPES['tiny-llama-linear'] = { ...TINY_SHAPES['tiny-llama'], rope_scaling:
 TINY_SHAPES['tiny-qwen3-moe'] = { ...TINY_SHAPES['tiny-qwen3'], architectures: ['Qwen3MoeForCausalLM'], model_type: 'qwen3_moe',
   num_hidden_layers: 3, num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 32, norm_topk_prob: true,
   decoder_sparse_step: 1, mlp_only_layers: [1], tie_word_embeddings: false };
+// every layer sparse, as llama.cpp's qwen3moe has it (a GGUF file can hold it: the GGUF tests)
+TINY_SHAPES['tiny-qwen3-moe-all'] = { ...TINY_SHAPES['tiny-qwen3-moe'], mlp_only_layers: [] };
 TINY_SHAPES['tiny-mixtral'] = { ...TINY_SHAPES['tiny-mistral'], architectures: ['MixtralForCausalLM'], model_type: 'mixtral',
   num_local_experts: 4, num_experts_per_tok: 2, intermediate_size: 48 };
 // tiny-qwen3-moe with every projection dimension a multiple of 128 (--quantization fp8, block-FP8 experts)
 TINY_SHAPES['tiny-qwen3-moe-128'] = { ...TINY_SHAPES['tiny-qwen3-moe'], hidden_size: 128, intermediate_size: 256,
   moe_intermediate_size: 128, head_dim: 64 };
+// and every layer sparse (a qwen3moe GGUF file: test/gpu/gguf-moe.test.ts)
+TINY_SHAPES['tiny-qwen3-moe-all-128'] = { ...TINY_SHAPES['tiny-qwen3-moe-128'], mlp_only_layers: [] };
 // an EAGLE-3 head's target (test-model/eagle3.ts): with 8 layers vLLM's default aux layers (2, 4, 5) are distinct
 TINY_SHAPES['tiny-llama-8l'] = { ...TINY_SHAPES['tiny-llama'], num_hidden_layers: 8 };
 // the same at a head dim the CUDA attention kernels are built for (64), for the GPU tests
