@@ -10,7 +10,7 @@ import type { ModelConfig } from './types.js';
  * Mixtral as llama with experts (its expert_count set): MixtralForCausalLM then.
  */
 const GGUF_ARCHITECTURES: Record<string, string> = { qwen3: 'Qwen3ForCausalLM', qwen2: 'Qwen2ForCausalLM', llama: 'LlamaForCausalLM',
-  qwen3moe: 'Qwen3MoeForCausalLM' };
+  qwen3moe: 'Qwen3MoeForCausalLM', phi3: 'Phi3ForCausalLM' };
 
 /** The families whose q and k rows convert_hf_to_gguf.py permutes for llama.cpp's interleaved-pair RoPE. */
 export function ggufPermutesQk(arch: string): boolean {
@@ -158,6 +158,19 @@ function moeFields(m: GgufMeta, arch: string): { cls: string; fields: Json; expe
   return m.fail(key('expert_count'), `is set: a ${arch} model with experts is not supported`);
 }
 
+/**
+ * Phi-3's extra field: its sliding window (phi3.attention.sliding_window, as Phi-3-mini-4k's). LongRoPE (the 128k models' rope_factors_long / rope_factors_short tensors) is refused, as Quire's
+ * config loader refuses rope_type longrope.
+ */
+function phi3Fields(m: GgufMeta): Json {
+  for (const t of ['rope_factors_long.weight', 'rope_factors_short.weight']) {
+    if (m.gguf.tensors.has(t)) m.fail('general.architecture', `is phi3 with a ${t} tensor (LongRoPE), which is not supported`);
+  }
+  const out: Json = {};
+  if (m.has('phi3.attention.sliding_window')) out.sliding_window = m.number('phi3.attention.sliding_window');
+  return out;
+}
+
 /** The config.json a GGUF file's metadata stands for (the fields parseModelConfig reads). */
 export function ggufHfConfig(gguf: GgufFile): Json {
   const m: GgufMeta = new GgufMeta(gguf);
@@ -169,6 +182,7 @@ export function ggufHfConfig(gguf: GgufFile): Json {
   }
   const k = (key: string): string => `${arch}.${key}`;
   const moe = moeFields(m, arch);
+  const phi3 = arch === 'phi3' ? phi3Fields(m) : {};
   for (const key of ['feed_forward_length', 'attention.head_count', 'attention.head_count_kv']) {
     if (Array.isArray(m.raw(k(key)))) m.fail(k(key), 'varies per layer, which is not supported');
   }
@@ -204,6 +218,7 @@ export function ggufHfConfig(gguf: GgufFile): Json {
     // llama.cpp writes no output.weight when the embeddings are tied
     tie_word_embeddings: !gguf.tensors.has('output.weight'),
     attention_bias: arch !== 'qwen2' && gguf.tensors.has('blk.0.attn_q.bias'),
+    ...phi3,
     torch_dtype: 'float32',
   };
 }

@@ -30,15 +30,20 @@ const LAYER: Record<string, string> = {
   ffn_down: 'mlp.down_proj',
 };
 
+/** Phi-3's fused projections (llama.cpp's phi3): attn_qkv [q; k; v], and ffn_up holding gate then up rows. */
+const PHI3_LAYER: Record<string, string> = { ...LAYER, attn_qkv: 'self_attn.qkv_proj', ffn_up: 'mlp.gate_up_proj' };
+
+const layerNames = (architecture?: string): Record<string, string> => (architecture === 'phi3' ? PHI3_LAYER : LAYER);
+
 /** Tensors the config consumes rather than the model (rope_freqs: Llama 3's RoPE scaling, read by gguf-config.ts). */
 const CONSUMED = new Set(['rope_freqs.weight']);
 
 /** llama.cpp's tensor name -> the Hugging Face one, or null where Quire has no such tensor. */
-export function hfTensorName(gguf: string): string | null {
+export function hfTensorName(gguf: string, architecture?: string): string | null {
   const global = GLOBAL[gguf];
   if (global !== undefined) return global;
   const m = /^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$/.exec(gguf);
-  const module = m ? LAYER[m[2]!] : undefined;
+  const module = m ? layerNames(architecture)[m[2]!] : undefined;
   return module === undefined ? null : `model.layers.${m![1]}.${module}.${m![3]}`;
 }
 
@@ -91,7 +96,7 @@ interface Place {
 
 /** The Hugging Face names of GGUF tensor `name` (several for stacked experts), or null where Quire has none. */
 function hfPlaces(name: string, shape: readonly number[], architecture: string): [string, Place][] | null {
-  const hf = hfTensorName(name);
+  const hf = hfTensorName(name, architecture);
   if (hf !== null) return [[hf, { tensor: name, expert: null }]];
   const moe = moeTensorNames(architecture);
   const m = /^blk\.(\d+)\.([a-z_]+)\.weight$/.exec(name);
@@ -160,9 +165,9 @@ export function ggufWeightSource(gguf: GgufFile, config: ModelConfig, permutedQk
 }
 
 /** The Hugging Face name -> llama.cpp's (the inverse of hfTensorName), or null. */
-export function ggufTensorName(hf: string): string | null {
+export function ggufTensorName(hf: string, architecture?: string): string | null {
   for (const [g, h] of Object.entries(GLOBAL)) if (h === hf) return g;
   const m = /^model\.layers\.(\d+)\.(.+)\.(weight|bias)$/.exec(hf);
-  const entry = m ? Object.entries(LAYER).find(([, module]) => module === m[2]) : undefined;
+  const entry = m ? Object.entries(layerNames(architecture)).find(([, module]) => module === m[2]) : undefined;
   return entry === undefined ? null : `blk.${m![1]}.${entry[0]}.${m![3]}`;
 }

@@ -254,6 +254,10 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
     [`${a}.rope.freq_base`, { type: 'f32', value: c.ropeTheta }],
     [`${a}.attention.layer_norm_rms_epsilon`, { type: 'f32', value: c.rmsNormEps }],
   ];
+  if (a === 'phi3') {
+    // as convert_hf_to_gguf.py's Phi3MiniModel
+    if (c.slidingWindow !== null) meta.push(['phi3.attention.sliding_window', { type: 'u32', value: c.slidingWindow }]);
+  }
   if (moe) {
     meta.push([`${a}.expert_count`, { type: 'u32', value: moe.numExperts }], [`${a}.expert_used_count`, { type: 'u32', value: moe.topK }]);
     if (a === 'qwen3moe') meta.push([`${a}.expert_feed_forward_length`, { type: 'u32', value: moe.expertIntermediateSize }]);
@@ -299,7 +303,7 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
       experts.set(stacked.name, j);
       return [j];
     }
-    const name = ggufTensorName(hf) ?? routerName(hf, c.architecture);
+    const name = ggufTensorName(hf, c.architecture) ?? routerName(hf, c.architecture);
     if (name === null) throw new Error(`gguf-convert: no GGUF name for tensor ${hf}`);
     const permuted = ggufPermutesQk(a) && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf);
     return [{ hf, name, type: tensorType(q, name, shape.length, shape.at(-1)!), shape, permuteHeadDim: permuted ? c.headDim : null }];
@@ -311,7 +315,8 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
 }
 
 /** config.json's model_type -> llama.cpp's general.architecture (Mixtral is llama with experts). */
-const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', qwen3_moe: 'qwen3moe', mixtral: 'llama' };
+const GGUF_ARCH: Record<string, string> = { qwen3: 'qwen3', qwen2: 'qwen2', llama: 'llama', qwen3_moe: 'qwen3moe', mixtral: 'llama',
+  phi3: 'phi3' };
 
 /** An expert's projection `hf` -> the stacked GGUF tensor it is slab `expert` of, or null. */
 function expertPart(hf: string, architecture: string): { name: string; expert: number } | null {

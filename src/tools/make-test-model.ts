@@ -133,7 +133,7 @@ export function makeTestModelCommand(): Command {
     .option('--shards <n>', 'number of safetensors shards', nonNegativeInt, 1)
     .option('--fast', 'repeat each tensor\'s first 4 Mi random values (big benchmark models at disk speed)')
     .option('--quantization <method>', 'fp8: block-FP8 projections (F8_E4M3 and weight_scale_inv), as Qwen3-*-FP8')
-    .option('--gguf <type>', `also write the model as one GGUF file, <out>.<type>.gguf (qwen3, qwen2, llama, qwen3_moe with every layer sparse, mixtral shapes; ${GGUF_QUANTIZATIONS.join(', ')})`)
+    .option('--gguf <type>', `also write the model as one GGUF file, <out>.<type>.gguf (qwen3, qwen2, llama, phi3, qwen3_moe with every layer sparse, mixtral shapes; ${GGUF_QUANTIZATIONS.join(', ')})`)
     .option('--eagle3-head-for <dir>', 'write a random EAGLE-3 head for the test model in <dir> instead (--seed, --dtype, --out)')
     .option('--draft-vocab-size <n>', 'with --eagle3-head-for: its lm_head\'s rows (d2t maps them into the target\'s vocabulary)', nonNegativeInt)
     .option('--threads <n>', 'threads quantizing --gguf\'s tensors, a tensor each (default: every core)', nonNegativeInt)

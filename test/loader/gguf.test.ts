@@ -76,7 +76,7 @@ test('bad files are refused naming the file and what is wrong', async () => {
   await refused(bytes, /tensor token_embd\.weight has GGML type 23, which is not supported/);
   const arch = join(root, 'arch.gguf');
   writeGguf(arch, meta('gemma2'), []);
-  await refused(readFileSync(arch), /metadata "general\.architecture" is "gemma2", which is not supported \(supported: qwen3, qwen2, llama, qwen3moe\)/);
+  await refused(readFileSync(arch), /metadata "general\.architecture" is "gemma2", which is not supported \(supported: qwen3, qwen2, llama, qwen3moe, phi3\)/);
 });
 
 test('mixtures of experts llama.cpp writes otherwise than Quire runs them are refused naming the key', async () => {
@@ -93,4 +93,14 @@ test('mixtures of experts llama.cpp writes otherwise than Quire runs them are re
     ['qwen3moe.expert_shared_feed_forward_length', u32(16)]]), /"qwen3moe\.expert_shared_feed_forward_length" is set: shared experts/);
   await refused(file('qwen3', [['qwen3.expert_count', u32(8)], ['qwen3.expert_used_count', u32(2)]]),
     /metadata "qwen3\.expert_count" is set: a qwen3 model with experts is not supported/);
+});
+
+test('a Phi-3 GGUF with LongRoPE factors is refused naming the tensor', async () => {
+  const f = join(root, 'longrope.gguf');
+  const u32 = (value: number): GgufMetaValue => ({ type: 'u32', value });
+  writeGguf(f, [...meta('phi3'), ['phi3.embedding_length', u32(8)], ['phi3.feed_forward_length', u32(16)],
+    ['phi3.attention.head_count', u32(2)], ['phi3.context_length', u32(64)],
+    ['phi3.attention.layer_norm_rms_epsilon', { type: 'f32', value: 1e-5 }]],
+  [{ name: 'rope_factors_long.weight', type: 'F32', shape: [2], data: new Uint8Array(8) }]);
+  await refused(readFileSync(f), /is phi3 with a rope_factors_long\.weight tensor \(LongRoPE\), which is not supported/);
 });

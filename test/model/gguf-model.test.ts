@@ -37,8 +37,10 @@ const ids = (vocab: number, n: number, seed: number): number[] => {
   return Array.from({ length: n }, () => Math.floor(rand() * vocab));
 };
 
-// tiny-qwen3-moe-all as qwen3moe, tiny-mixtral as llama with experts: their experts stacked [E, rows, cols]
-for (const shape of ['tiny-qwen3', 'tiny-llama', 'tiny-qwen2', 'tiny-llama-bias', 'tiny-qwen3-moe-all', 'tiny-mixtral']) {
+// tiny-qwen3-moe-all as qwen3moe, tiny-mixtral as llama with experts (their experts stacked [E, rows, cols]);
+// tiny-phi3 as phi3 (attn_qkv, ffn_up holding gate and up, its sliding window in the metadata)
+for (const shape of ['tiny-qwen3', 'tiny-llama', 'tiny-qwen2', 'tiny-llama-bias', 'tiny-qwen3-moe-all', 'tiny-mixtral',
+  'tiny-phi3']) {
   test(`${shape} as an f32 GGUF gives exactly the safetensors model's logits`, async () => {
     const dir = join(root, shape);
     await makeTestModel({ shape, outDir: dir, dtype: 'f32', seed: 3 });
@@ -46,6 +48,8 @@ for (const shape of ['tiny-qwen3', 'tiny-llama', 'tiny-qwen2', 'tiny-llama-bias'
     const prompt = ids(loadModelDir(dir).config.vocabSize, 14, 5);
     const want = await logitsOf(dir, prompt);
     const got = await logitsOf(join(dir, 'model-f32.gguf'), prompt);
+    const [hf, gguf] = [loadModelDir(dir).config, (await loadModel(join(dir, 'model-f32.gguf'))).config];
+    assert.deepEqual([gguf.architecture, gguf.slidingWindow, gguf.moe], [hf.architecture, hf.slidingWindow, hf.moe]);
     assert.equal(got.length, want.length);
     for (let p = 0; p < want.length; p++) assert.deepEqual(got[p], want[p], `position ${p}`);
   });
