@@ -1,5 +1,6 @@
 // A GGUF file (llama.cpp's format): the header through @huggingface/gguf, the tensor data by positioned fs reads.
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
+import { basename } from 'node:path';
 import { gguf } from '@huggingface/gguf';
 import { ModelLoadError, describeError } from './errors.js';
 import { dequantize, ggmlBytes, ggmlTypeName, GGML_TYPES, type GgmlTypeName } from './gguf-quants.js';
@@ -12,7 +13,8 @@ export interface GgufTensor {
   /** Row-major, outermost first (GGUF stores ne[0], the innermost, first: reversed here). */
   shape: number[];
   numElements: number;
-  /** Absolute byte offset in the file, and the byte count. */
+  /** The file holding it (a split model's shard), its absolute byte offset there, and the byte count. */
+  file: string;
   offset: number;
   numBytes: number;
 }
@@ -26,8 +28,51 @@ export class GgufFile {
     readonly tensors: ReadonlyMap<string, GgufTensor>,
   ) {}
 
-  /** Parses the header and checks every tensor's type and that its data lies inside the file. */
+  /**
+   * Parses the header and checks every tensor's type and that its data lies inside the file. A shard of a split
+   * model (llama.cpp's gguf-split: <base>-0000k-of-0000n.gguf, any of them) opens the whole model: every shard's
+   * tensors, the first shard's metadata.
+   */
   static async open(file: string): Promise<GgufFile> {
+    const one = await GgufFile.openOne(file);
+    const count = one.metadata.get('split.count');
+    if (count === undefined || Number(count) <= 1) return one;
+    return GgufFile.openShards(file, Number(count));
+  }
+
+  /** Every shard of the split model `file` is one of (split.count `n`), checked against each other. */
+  private static async openShards(file: string, n: number): Promise<GgufFile> {
+    const m = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/.exec(file);
+    if (m === null || Number(m[3]) !== n) {
+      throw new ModelLoadError(file, `metadata "split.count" is ${n}, but the file is not named <base>-0000k-of-${String(n).padStart(5, '0')}.gguf`);
+    }
+    const tensors = new Map<string, GgufTensor>();
+    let metadata: ReadonlyMap<string, GgufValue> = new Map();
+    let total = 0;
+    for (let k = 1; k <= n; k++) {
+      const shard = `${m[1]}-${String(k).padStart(5, '0')}-of-${m[3]}.gguf`;
+      if (!existsSync(shard)) throw new ModelLoadError(file, `shard ${basename(shard)} of ${n} is missing`);
+      const g = await GgufFile.openOne(shard);
+      const [no, count] = [g.metadata.get('split.no'), g.metadata.get('split.count')];
+      if (Number(no) !== k - 1 || Number(count) !== n) {
+        throw new ModelLoadError(shard, `metadata "split.no" ${String(no)} and "split.count" ${String(count)} are not shard ${k} of ${n} its name says`);
+      }
+      for (const [name, t] of g.tensors) {
+        if (tensors.has(name)) throw new ModelLoadError(shard, `tensor ${name} is also in ${basename(tensors.get(name)!.file)}`);
+        tensors.set(name, t);
+      }
+      if (k === 1) {
+        metadata = g.metadata;
+        total = Number(g.metadata.get('split.tensors.count') ?? NaN);
+      }
+    }
+    if (tensors.size !== total) {
+      throw new ModelLoadError(file, `the ${n} shards hold ${tensors.size} tensors, but "split.tensors.count" says ${total}`);
+    }
+    return new GgufFile(`${m[1]}-00001-of-${m[3]}.gguf`, metadata, tensors);
+  }
+
+  private static async openOne(file: string): Promise<GgufFile> {
     let parsed: Awaited<ReturnType<typeof gguf>>;
     try {
       parsed = await gguf(file, { allowLocalFile: true });
@@ -68,7 +113,7 @@ export class GgufFile {
         throw new ModelLoadError(file, `tensor ${t.name}'s data ends at byte ${offset + numBytes}, past the end of the file ` +
           `(${fileBytes} bytes): the file is truncated`);
       }
-      tensors.set(t.name, { name: t.name, type, shape, numElements, offset, numBytes });
+      tensors.set(t.name, { name: t.name, type, shape, numElements, file, offset, numBytes });
     }
     return new GgufFile(file, metadata, tensors);
   }
@@ -100,12 +145,12 @@ export class GgufFile {
   private readRawRange(name: string, from: number, numBytes: number): Uint8Array {
     const t = this.tensor(name);
     const bytes = new Uint8Array(numBytes);
-    const fd = openSync(this.file, 'r');
+    const fd = openSync(t.file, 'r');
     try {
       let done = 0;
       while (done < numBytes) {
         const n = readSync(fd, bytes, done, numBytes - done, t.offset + from + done);
-        if (n === 0) throw new ModelLoadError(this.file, `tensor ${name}: the file ended while reading it (truncated)`);
+        if (n === 0) throw new ModelLoadError(t.file, `tensor ${name}: the file ended while reading it (truncated)`);
         done += n;
       }
     } finally {

@@ -87,10 +87,13 @@ export function ggufPath(path: string): string | null {
   if (!existsSync(path)) return null;
   if (!statSync(path).isDirectory()) return path.endsWith('.gguf') ? path : null;
   if (existsSync(join(path, 'config.json'))) return null;
-  const files = readdirSync(path).filter((f) => f.endsWith('.gguf'));
+  const files = readdirSync(path).filter((f) => f.endsWith('.gguf')).sort();
+  // one split model's shards (<base>-0000k-of-0000n.gguf): its first, which opens them all
+  const shards = files.map((f) => /^(.*)-(\d{5})-of-(\d{5})\.gguf$/.exec(f));
+  if (files.length > 1 && shards.every((m) => m !== null && m[1] === shards[0]![1] && m[3] === shards[0]![3])) return join(path, files[0]!);
   if (files.length > 1) {
-    throw new ModelLoadError(path, `holds ${files.length} GGUF files (${files.join(', ')}) and no config.json: name the file to load ` +
-      '(split GGUF files, -00001-of-0000N.gguf, are not supported yet)');
+    throw new ModelLoadError(path, `holds ${files.length} GGUF files (${files.join(', ')}) and no config.json, and they are not ` +
+      'the shards of one split model: name the file to load');
   }
   return files.length === 1 ? join(path, files[0]!) : null;
 }

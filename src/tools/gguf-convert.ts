@@ -148,6 +148,39 @@ export function modelDirToGguf(dir: string, file: string, q: GgufQuantization): 
   w.close();
 }
 
+/** Shard k (1-based) of n of a split GGUF: llama.cpp's gguf-split name, <base>-0000k-of-0000n.gguf. */
+export function ggufShardName(base: string, k: number, n: number): string {
+  return `${base}-${String(k).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.gguf`;
+}
+
+/**
+ * modelDirToGguf as llama.cpp's gguf-split writes a model in `shards` files: every shard a GGUF file of its own, the
+ * tensors dealt out in order, the first shard with all the metadata, each with split.no (0-based), split.count and
+ * split.tensors.count (every shard's tensors).
+ */
+export function modelDirToGgufShards(dir: string, base: string, q: GgufQuantization, shards: number): string[] {
+  const plan = ggufPlan(dir, q);
+  const tensors: (GgufTensorOut | TensorJob)[] = [...plan.extra, ...plan.jobs];
+  const per = Math.ceil(tensors.length / shards);
+  const files: string[] = [];
+  for (let k = 0; k < shards; k++) {
+    const mine = tensors.slice(k * per, (k + 1) * per);
+    const split: [string, GgufMetaValue][] = [['split.no', { type: 'u16', value: k }], ['split.count', { type: 'u16', value: shards }],
+      ['split.tensors.count', { type: 'i32', value: tensors.length }]];
+    const file = ggufShardName(base, k + 1, shards);
+    const w = openGgufWriter(file, k === 0 ? [...plan.meta, ...split] : split, mine);
+    try {
+      for (const t of mine) w.write('data' in t ? t.data : convertTensor(plan.weights, t));
+    } catch (err) {
+      abandon(w);
+      throw err;
+    }
+    w.close();
+    files.push(file);
+  }
+  return files;
+}
+
 /** A writer given up on: its file closed, the count it would refuse not checked. */
 function abandon(w: { close(): void }): void {
   try {

@@ -6,7 +6,7 @@ import { f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../loader/dtype.js';
 import { GGML_TYPES, type GgmlTypeName } from '../loader/gguf-quants.js';
 
 export type GgufMetaValue =
-  | { type: 'u32' | 'f32' | 'i32'; value: number }
+  | { type: 'u16' | 'u32' | 'f32' | 'i32'; value: number }
   | { type: 'bool'; value: boolean }
   | { type: 'string'; value: string }
   | { type: 'array'; of: 'string'; value: string[] }
@@ -20,7 +20,7 @@ export interface GgufTensorOut {
   data: Uint8Array;
 }
 
-const VALUE_TYPES = { u32: 4, i32: 5, f32: 6, bool: 7, string: 8, array: 9, u64: 10 } as const;
+const VALUE_TYPES = { u16: 2, u32: 4, i32: 5, f32: 6, bool: 7, string: 8, array: 9, u64: 10 } as const;
 const ALIGNMENT = 32;
 
 class Bytes {
@@ -30,6 +30,7 @@ class Bytes {
     this.chunks.push(b);
     this.length += b.length;
   }
+  u16(v: number): void { const b = new Uint8Array(2); new DataView(b.buffer).setUint16(0, v, true); this.push(b); }
   u32(v: number): void { const b = new Uint8Array(4); new DataView(b.buffer).setUint32(0, v, true); this.push(b); }
   i32(v: number): void { const b = new Uint8Array(4); new DataView(b.buffer).setInt32(0, v, true); this.push(b); }
   f32(v: number): void { const b = new Uint8Array(4); new DataView(b.buffer).setFloat32(0, v, true); this.push(b); }
@@ -46,6 +47,7 @@ class Bytes {
 
 function writeValue(b: Bytes, v: GgufMetaValue): void {
   switch (v.type) {
+    case 'u16': return b.u16(v.value);
     case 'u32': return b.u32(v.value);
     case 'i32': return b.i32(v.value);
     case 'f32': return b.f32(v.value);
