@@ -8,8 +8,10 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { freePort } from './engine/free-port.js';
 
-const PORT = 18431;
+// a free port, not a fixed one: another checkout's test run on this machine held 18431 (session 35)
+const PORT = await freePort();
 
 /** Pages written by other parts of the work (the vLLM flag table, the knob registry): linked before they land. */
 const PAGES_FROM_ELSEWHERE = new Set(['docs/vllm-flags.md', 'docs/knobs.md']);
