@@ -21,6 +21,14 @@ export interface GgufTensor {
 
 const SUPPORTED = Object.keys(GGML_TYPES).join(', ');
 
+/** A split model's shard name (llama.cpp's gguf-split): base, shard k (1-based), shard count. */
+export const GGUF_SHARD = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/;
+
+/** Shard k (1-based) of n: <base>-0000k-of-0000n.gguf. */
+export function ggufShardName(base: string, k: number, n: number): string {
+  return `${base}-${String(k).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.gguf`;
+}
+
 export class GgufFile {
   private constructor(
     readonly file: string,
@@ -37,12 +45,13 @@ export class GgufFile {
     const one = await GgufFile.openOne(file);
     const count = one.metadata.get('split.count');
     if (count === undefined || Number(count) <= 1) return one;
-    return GgufFile.openShards(file, Number(count));
+    return GgufFile.openShards(one, Number(count));
   }
 
-  /** Every shard of the split model `file` is one of (split.count `n`), checked against each other. */
-  private static async openShards(file: string, n: number): Promise<GgufFile> {
-    const m = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/.exec(file);
+  /** Every shard of the split model `given` is one of (split.count `n`; itself not parsed again), checked against each other. */
+  private static async openShards(given: GgufFile, n: number): Promise<GgufFile> {
+    const file = given.file;
+    const m = GGUF_SHARD.exec(file);
     if (m === null || Number(m[3]) !== n) {
       throw new ModelLoadError(file, `metadata "split.count" is ${n}, but the file is not named <base>-0000k-of-${String(n).padStart(5, '0')}.gguf`);
     }
@@ -50,9 +59,9 @@ export class GgufFile {
     let metadata: ReadonlyMap<string, GgufValue> = new Map();
     let total = 0;
     for (let k = 1; k <= n; k++) {
-      const shard = `${m[1]}-${String(k).padStart(5, '0')}-of-${m[3]}.gguf`;
+      const shard = ggufShardName(m[1]!, k, n);
       if (!existsSync(shard)) throw new ModelLoadError(file, `shard ${basename(shard)} of ${n} is missing`);
-      const g = await GgufFile.openOne(shard);
+      const g = shard === file ? given : await GgufFile.openOne(shard);
       const [no, count] = [g.metadata.get('split.no'), g.metadata.get('split.count')];
       if (Number(no) !== k - 1 || Number(count) !== n) {
         throw new ModelLoadError(shard, `metadata "split.no" ${String(no)} and "split.count" ${String(count)} are not shard ${k} of ${n} its name says`);
@@ -69,7 +78,7 @@ export class GgufFile {
     if (tensors.size !== total) {
       throw new ModelLoadError(file, `the ${n} shards hold ${tensors.size} tensors, but "split.tensors.count" says ${total}`);
     }
-    return new GgufFile(`${m[1]}-00001-of-${m[3]}.gguf`, metadata, tensors);
+    return new GgufFile(ggufShardName(m[1]!, 1, n), metadata, tensors);
   }
 
   private static async openOne(file: string): Promise<GgufFile> {

@@ -8,7 +8,7 @@ import { loadGenerationConfig } from './generation-config.js';
 import { openSafetensors, openShardedSafetensors } from './safetensors.js';
 import { loadTokenizer, readJsonFile, specialTokenContent, tokenizerFromJson } from './tokenizer.js';
 import type { GenerationDefaults, ModelConfig, Tokenizer, WeightSource } from './types.js';
-import { GgufFile } from './gguf.js';
+import { GGUF_SHARD, GgufFile } from './gguf.js';
 import { ggufModelConfig, ggufPermutesQk } from './gguf-config.js';
 import { ggufTokenizerFiles } from './gguf-tokenizer.js';
 import { ggufWeightSource } from './gguf-weights.js';
@@ -89,7 +89,7 @@ export function ggufPath(path: string): string | null {
   if (existsSync(join(path, 'config.json'))) return null;
   const files = readdirSync(path).filter((f) => f.endsWith('.gguf')).sort();
   // one split model's shards (<base>-0000k-of-0000n.gguf): its first, which opens them all
-  const shards = files.map((f) => /^(.*)-(\d{5})-of-(\d{5})\.gguf$/.exec(f));
+  const shards = files.map((f) => GGUF_SHARD.exec(f));
   if (files.length > 1 && shards.every((m) => m !== null && m[1] === shards[0]![1] && m[3] === shards[0]![3])) return join(path, files[0]!);
   if (files.length > 1) {
     throw new ModelLoadError(path, `holds ${files.length} GGUF files (${files.join(', ')}) and no config.json, and they are not ` +

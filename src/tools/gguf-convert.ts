@@ -10,6 +10,7 @@ import { availableParallelism } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { isMainThread, Worker } from 'node:worker_threads';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../loader/dtype.js';
+import { ggufShardName } from '../loader/gguf.js';
 import { ggufPermutesQk } from '../loader/gguf-config.js';
 import { ggufTensorName, moeTensorNames } from '../loader/gguf-weights.js';
 import type { GgmlTypeName } from '../loader/gguf-quants.js';
@@ -134,7 +135,7 @@ export function convertTensor(weights: WeightSource, job: TensorJob, r0 = 0, r1 
   return quantize(job.type, values);
 }
 
-/** Writes `dir`'s model (qwen3, qwen2 or llama) as a GGUF file of quantization q. */
+/** Writes `dir`'s model (qwen3, qwen2, llama, phi3, an all-sparse qwen3_moe, mixtral) as a GGUF file of quantization q. */
 export function modelDirToGguf(dir: string, file: string, q: GgufQuantization): void {
   const plan = ggufPlan(dir, q);
   const w = openGgufWriter(file, plan.meta, [...plan.extra, ...plan.jobs]);
@@ -146,11 +147,6 @@ export function modelDirToGguf(dir: string, file: string, q: GgufQuantization): 
     throw err;
   }
   w.close();
-}
-
-/** Shard k (1-based) of n of a split GGUF: llama.cpp's gguf-split name, <base>-0000k-of-0000n.gguf. */
-export function ggufShardName(base: string, k: number, n: number): string {
-  return `${base}-${String(k).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.gguf`;
 }
 
 /**

@@ -9,9 +9,9 @@ import { basename, join } from 'node:path';
 import { LLM } from '../../src/engine/llm.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
 import { ModelLoadError } from '../../src/loader/errors.js';
-import { GgufFile } from '../../src/loader/gguf.js';
+import { GgufFile, ggufShardName } from '../../src/loader/gguf.js';
 import { loadModel } from '../../src/loader/model-dir.js';
-import { ggufShardName, modelDirToGguf, modelDirToGgufShards } from '../../src/tools/gguf-convert.js';
+import { modelDirToGguf, modelDirToGgufShards } from '../../src/tools/gguf-convert.js';
 import { writeGguf } from '../../src/tools/gguf-write.js';
 
 const root = mkdtempSync(join(tmpdir(), 'quire-gguf-split-'));
