@@ -58,13 +58,20 @@ type Json = Record<string, unknown>;
 
 /** tokenizer.json (byte-level BPE) -> tokenizer.ggml.* entries. */
 export function tokenizerMetadata(tokenizerJson: Json, opts: { bos: number | null; eos: number | null; addBos: boolean;
-  chatTemplate: string | null }): [string, GgufMetaValue][] {
+  chatTemplate: string | null; vocabSize: number }): [string, GgufMetaValue][] {
   const model = tokenizerJson.model as { vocab: Record<string, number>; merges: (string | [string, string])[] };
   const added = (tokenizerJson.added_tokens ?? []) as { id: number; content: string; special?: boolean }[];
   const tokens: string[] = [];
   const types: number[] = [];
   for (const [t, id] of Object.entries(model.vocab)) { tokens[id] = t; types[id] = 1; }
   for (const a of added) { tokens[a.id] = a.content; types[a.id] = a.special ? 3 : 4; }
+  // llama.cpp takes its vocabulary size from this array and checks token_embd's rows against it: the ids the
+  // tokenizer leaves unused (config's vocab_size pads past them) become "[PAD<id>]" tokens of type UNUSED (5), as
+  // convert_hf_to_gguf.py writes them
+  if (tokens.length > opts.vocabSize) throw new Error(`tokenizer.json: ${tokens.length} tokens, more than vocab_size ${opts.vocabSize}`);
+  for (let i = 0; i < opts.vocabSize; i++) {
+    if (tokens[i] === undefined) { tokens[i] = `[PAD${i}]`; types[i] = 5; }
+  }
   const pre = tokenizerJson.pre_tokenizer as { pretokenizers?: { pattern?: { Regex?: string } }[] } | null;
   const regex = pre?.pretokenizers?.[0]?.pattern?.Regex;
   const preName = regex !== undefined ? PRE_BY_REGEX[regex] : undefined;
@@ -315,7 +322,7 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
   const tokConfig = existsSync(tokConfigFile) ? readJsonFile(tokConfigFile) : {};
   meta.push(...tokenizerMetadata(readJsonFile(join(m.tokenizerDir, 'tokenizer.json')), {
     bos: m.generation.bosTokenId, eos: m.tokenizer.eosTokenIds[0] ?? null, addBos: tokConfig.add_bos_token === true,
-    chatTemplate: m.chatTemplate }));
+    chatTemplate: m.chatTemplate, vocabSize: c.vocabSize }));
   const experts = new Map<string, TensorJob>();  // a stacked tensor's job, by its GGUF name
   const jobs = m.weights.names().flatMap((hf): TensorJob[] => {
     const stacked = expertPart(hf, c.architecture);

@@ -4,7 +4,7 @@
 // sums of the dequantized weights times them in double), so only f32 rounding and the bf16 output differ; at K = 4096
 // with each row's pieces split among 1, 2 and 4 warps (gguf-gemv-plan.ts); 64 tokens through the dequantized bf16
 // weight (staged, coalesced stores; a warp's last units short) and cuBLASLt against the CPU backend's matmul on the
-// dequantized weight. A fused projection mixing formats, with a bias, in GEMV passes and in slices of the dequantized
+// dequantized weight. The device layout written by gguf_split_blocks against its host model. A fused projection mixing formats, with a bias, in GEMV passes and in slices of the dequantized
 // weight; a token's outputs the same bits alone and in a step of others, at every split; the norm (rows held in
 // registers by 64 to 256 threads, and the strided path) and silu_mul kernels that write q8 blocks beside their
 // outputs give the GEMV the bits it gets quantizing those outputs itself; the batch-invariant mode.
@@ -15,6 +15,7 @@ import type { Tensor } from '../../src/backend/backend.js';
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
 import { dequantize } from '../../src/loader/gguf-quants.js';
 import type { GgufBlocks, GgufBlockType } from '../../src/loader/types.js';
+import { ggufDeviceLayout, type GgufWeight } from '../../src/backend/cuda/gguf-layout.js';
 import { Q8Tensor } from '../../src/backend/cuda/tensor.js';
 import { CudaTensor } from '../../src/backend/cuda/tensor.js';
 import { hostF32 } from '../backend/helpers.js';
@@ -184,6 +185,30 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
     assertQ8Of(c, act, T, I, 'silu_mul\'s q8');
   });
 
+  test('blocks reordered on the device (gguf_split_blocks) equal ggufDeviceLayout\'s bodies and scales, parts joined', () => {
+    const c = cuda();
+    for (const type of TYPES) {
+      const { parts } = partsOf([[type, 3], [type, 5]], 512, 11);
+      const w = c.uploadGguf('w', parts) as GgufWeight;
+      assert.equal(w.segments.length, 1);
+      const seg = w.segments[0]!;
+      const host = parts.map((p) => ggufDeviceLayout(p.type, p.data, p.shape[0], 512));
+      const join = (arrays: Uint8Array[]): Uint8Array => {
+        const out = new Uint8Array(arrays.reduce((n, a) => n + a.byteLength, 0));
+        let at = 0;
+        for (const a of arrays) { out.set(a, at); at += a.byteLength; }
+        return out;
+      };
+      const body = join(host.map((l) => l.body));
+      assert.deepEqual(readDevice(c, seg.body, body.byteLength), body, `${type} bodies`);
+      if (host[0]!.scales === null) assert.equal(seg.scales, 0n, `${type}: no scales array`);
+      else {
+        const scales = join(host.map((l) => l.scales!));
+        assert.deepEqual(readDevice(c, seg.scales, scales.byteLength), scales, `${type} scales`);
+      }
+    }
+  });
+
   test('an op other than matmul refuses a GGUF weight, naming it', () => {
     const c = cuda();
     const w = c.uploadGguf('w', partsOf([['Q8_0', 16]], 256, 2).parts);
@@ -191,3 +216,16 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
     assert.throws(() => c.rmsNorm(w, c.fromHost([256], randomBf16(256, 1)), 1e-6), /GGUF-quantized weight/);
   });
 });
+
+/** `bytes` of device memory at `p`, after the stream's work. */
+function readDevice(c: CudaBackend, p: bigint, bytes: number): Uint8Array {
+  const host = c.device.hostAlloc(bytes);
+  try {
+    c.device.copyToHostAsync(host, p, bytes);
+    c.device.synchronize();
+    return new Uint8Array(host.view.slice(0, bytes));
+  } finally {
+    c.device.hostFree(host);
+  }
+}
+

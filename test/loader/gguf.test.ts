@@ -11,6 +11,8 @@ import { unpermuteQk } from '../../src/loader/gguf-weights.js';
 import { loadModel, loadModelDir } from '../../src/loader/model-dir.js';
 import { modelDirToGguf } from '../../src/tools/gguf-convert.js';
 import { writeGguf, type GgufMetaValue } from '../../src/tools/gguf-write.js';
+import { GgufFile } from '../../src/loader/gguf.js';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
 
 const root = mkdtempSync(join(tmpdir(), 'quire-gguf-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -39,6 +41,29 @@ test('the tokenizer built from GGUF metadata encodes and decodes as the demo mod
   assert.deepEqual(gguf.generation.eosTokenIds, [2]);
   assert.equal(gguf.generation.bosTokenId, 0);
   assert.deepEqual(gguf.config, { ...hf.config, dtype: 'f32' });
+});
+
+test('a tokenizer smaller than vocab_size is padded to it with [PAD<id>] tokens, as llama.cpp requires', async () => {
+  // llama.cpp's n_vocab is tokenizer.ggml.tokens' length, and token_embd.weight must have that many rows
+  const dir = join(root, 'tiny-qwen3');
+  await makeTestModel({ shape: 'tiny-qwen3', outDir: dir, dtype: 'f32', seed: 1 });
+  const hf = loadModelDir(dir);
+  const file = join(root, 'tiny-qwen3.gguf');
+  modelDirToGguf(dir, file, 'f32');
+  const g = await GgufFile.open(file);
+  const tokens = g.metadata.get('tokenizer.ggml.tokens') as string[];
+  const types = g.metadata.get('tokenizer.ggml.token_type') as number[];
+  const vocab = hf.config.vocabSize;
+  const used = Object.keys((JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as { model: { vocab: object } }).model.vocab).length;
+  assert.ok(used < vocab, `the shape's tokenizer (${used}) must be smaller than vocab_size (${vocab}) for this test`);
+  assert.equal(tokens.length, vocab);
+  assert.equal(types.length, vocab);
+  assert.equal(g.tensors.get('token_embd.weight')!.shape[0], vocab);
+  assert.equal(tokens[vocab - 1], `[PAD${vocab - 1}]`);
+  assert.equal(types[vocab - 1], 5);
+  const gguf = await loadModel(file);
+  const text = 'hello world, 123';
+  assert.deepEqual(gguf.tokenizer.encode(text), hf.tokenizer.encode(text));
 });
 
 test('a directory holding one GGUF file and no config.json loads that file', async () => {

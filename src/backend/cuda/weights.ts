@@ -4,12 +4,12 @@
 
 import { bytesToF32, BYTES_PER_ELEMENT, f32ToBf16 } from '../../loader/dtype.js';
 import { GGML_TYPES } from '../../loader/gguf-quants.js';
-import type { GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
+import type { GgufBlocks, GgufBlockType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { Fp8BlockPart } from '../backend.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { Device, i32, ptr } from './device.js';
 import { fp8DeviceScales, fp8ScaleRowFloats } from './fp8-layout.js';
-import { ggufDeviceLayout, GgufWeight, type GgufSegment } from './gguf-layout.js';
+import { GGUF_DEVICE_FORMATS, GgufWeight, type GgufSegment } from './gguf-layout.js';
 import { CudaTensor } from './tensor.js';
 import { WeightUploader } from './weight-upload.js';
 
@@ -153,16 +153,47 @@ export class CudaWeights {
       const type = parts[i]!.type;
       const run: GgufBlocks[] = [];
       while (i < parts.length && parts[i]!.type === type) run.push(parts[i++]!);
-      const layouts = run.map((p) => ggufDeviceLayout(p.type, p.data, p.shape[0], K));
       const rows = run.reduce((n, p) => n + p.shape[0], 0);
-      const body = this.uploadJoined(layouts.map((l) => l.body));
-      const scales = layouts[0]!.scales === null ? 0n : this.uploadJoined(layouts.map((l) => l.scales!));
-      numBytes += layouts.reduce((n, l) => n + l.body.byteLength + (l.scales?.byteLength ?? 0), 0);
+      const { body, scales, bytes } = this.uploadBlocks(type, run.map((p) => p.data));
+      numBytes += bytes;
       segments.push({ type, row0: row, rows, body, scales });
       row += rows;
     }
     this.numBytes += numBytes;
     return new GgufWeight([row, K], segments, numBytes);
+  }
+
+  /**
+   * Stored blocks of one type, the parts one after the other, in the device layout (gguf-layout.ts): uploaded as they
+   * are where the body is the block, else through a scratch that kernels/gguf.cu's gguf_split_blocks reorders into
+   * bodies and scales on the device (ggufDeviceLayout is its host model, in the tests).
+   */
+  private uploadBlocks(type: GgufBlockType, parts: readonly Uint8Array[]): { body: bigint; scales: bigint; bytes: number } {
+    const f = GGUF_DEVICE_FORMATS[type];
+    const { blockBytes } = GGML_TYPES[type];
+    const stored = parts.reduce((n, a) => n + a.byteLength, 0);
+    if (f.dOffset === null) return { body: this.uploadJoined(parts), scales: 0n, bytes: stored };
+    const numBlocks = stored / blockBytes;
+    const body = this.device.alloc(numBlocks * f.bodyBytes);
+    this.track(body);
+    const scales = this.device.alloc(numBlocks * 2);
+    this.track(scales);
+    const scratch = this.device.alloc(Math.max(...parts.map((a) => a.byteLength)));
+    try {
+      let b0 = 0;
+      for (const a of parts) {
+        const n = a.byteLength / blockBytes;
+        this.device.synchronize();  // the scratch's last split has run
+        this.device.upload(scratch, a);
+        this.device.launch('gguf.cu', 'gguf_split_blocks', [Math.min(Math.ceil((n * f.bodyBytes) / 256), 65535 * 4), 1, 1], 256,
+          [ptr(scratch), ptr(body + BigInt(b0 * f.bodyBytes)), ptr(scales + BigInt(b0 * 2)), i32(n), i32(blockBytes), i32(f.dOffset)]);
+        b0 += n;
+      }
+    } finally {
+      this.device.synchronize();
+      this.device.free(scratch);
+    }
+    return { body, scales, bytes: numBlocks * (f.bodyBytes + 2) };
   }
 
   /** The arrays one after the other in one allocation (kept until dispose). */
