@@ -17,6 +17,8 @@ import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 import { loadModel } from '../loader/model-dir.js';
+import type { Tokenizer } from '../loader/types.js';
+import { bytesToUnicode } from '../tools/test-model/bpe.js';
 import { atLeast } from './option-parsers.js';
 
 /**
@@ -72,6 +74,22 @@ export function referenceThresholdsKey(file: string, pathKey: string): string {
   return peer?.kind === 'llama.cpp' ? `${base}-llamacpp` : base;
 }
 
+/**
+ * A token's bytes as llama-server prints it: a byte-level BPE vocabulary entry mapped back through GPT-2's byte map
+ * (the only tokenizer a GGUF carries that Quire reads), an added token's text as UTF-8, a special one as nothing
+ * (llama-server renders control tokens only when started with --special), and a padding id ("[PAD<id>]", type
+ * UNUSED in the GGUF, as the converters name the rows a vocabulary is padded with) as nothing too.
+ */
+export function tokenPieces(tokenizer: Tokenizer): (id: number) => Uint8Array {
+  const byteOf = new Map(bytesToUnicode().map((ch, b) => [ch, b]));
+  return (id) => {
+    const t = tokenizer.idToToken(id);
+    if (t === undefined || tokenizer.specialTokenIds.has(id) || t === `[PAD${id}]`) return new Uint8Array(0);
+    const chars = [...t];
+    return chars.every((ch) => byteOf.has(ch)) ? Uint8Array.from(chars, (ch) => byteOf.get(ch)!) : new TextEncoder().encode(t);
+  };
+}
+
 /** --dump-peer: the gate prompts through a llama-server, written as a reference dump; loads the tokenizer only. */
 async function dumpPeer(f: Record<string, unknown>, model: string, tokenizer: string | null): Promise<void> {
   if (!f.out) throw new Error('--dump-peer needs --out <file>');
@@ -81,7 +99,7 @@ async function dumpPeer(f: Record<string, unknown>, model: string, tokenizer: st
     + `${prompts.maxTokens} greedy tokens each from ${f.dumpPeer as string}`);
   const dump = await dumpPeerReference({
     url: f.dumpPeer as string, prompts, encode: (text) => dir.tokenizer.encode(text, { addSpecialTokens: true }),
-    nProbs: f.peerNProbs as number, log: (line) => console.log(line),
+    piece: tokenPieces(dir.tokenizer), nProbs: f.peerNProbs as number, log: (line) => console.log(line),
   });
   writeFileSync(f.out as string, JSON.stringify(dump));
   console.log(`wrote ${f.out as string}${dump.peer.props ? ` (peer ${JSON.stringify(dump.peer.props)})` : ''}`);

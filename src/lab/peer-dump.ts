@@ -16,8 +16,10 @@ export interface PeerDumpPrompt {
   prompt: number[];
   /** The peer's greedy tokens. */
   greedy: number[];
-  /** steps[k]: the distribution at `position` = prompt.length + k, i.e. after greedy[0..k). */
+  /** Each listed step's distribution at `position`, i.e. after the prompt and greedy[0 .. position - prompt.length). */
   steps: { position: number; top: PeerTopEntry[] }[];
+  /** Greedy indices llama-server gave no distribution for (their token ends inside a UTF-8 character). */
+  unlisted: number[];
 }
 
 export interface PeerDump {
@@ -32,6 +34,8 @@ export interface PeerDumpOptions {
   prompts: GatePromptSet;
   /** Text prompts -> token ids with the tokenizer Quire loads for the model (the engine's own encode). */
   encode: (text: string) => number[];
+  /** A token's bytes as llama-server renders it (control tokens empty): places the steps it lists (llamaCppListedSteps). */
+  piece?: (id: number) => Uint8Array;
   /** Top-k per step (llama-server's n_probs; Quire's gate asks its engine for 20). */
   nProbs?: number;
   /** Keep generating past EOS, as the transcript gate does (default true). */
@@ -105,30 +109,83 @@ function parseTop(entry: Record<string, unknown>, where: string, nProbs: number)
   return out;
 }
 
+/** llama.cpp's validate_utf8 (server-common.cpp): the length of `text` without a multi-byte character cut off at its end. */
+export function utf8CompleteLength(text: Uint8Array): number {
+  const len = text.length;
+  for (let i = 1; i <= 4 && i <= len; i++) {
+    const c = text[len - i]!;
+    if ((c & 0xe0) === 0xc0 && i < 2) return len - i;
+    if ((c & 0xf0) === 0xe0 && i < 3) return len - i;
+    if ((c & 0xf8) === 0xf0 && i < 4) return len - i;
+  }
+  return len;
+}
+
+/**
+ * The greedy indices llama-server v0.5.0 lists in completion_probabilities, with the bytes of each entry's `bytes`
+ * (its text_to_send): process_token (server-context.cpp) adds a token's entry only when the text generated so far
+ * does not end inside a UTF-8 character, so a token that starts or continues a character split over several tokens
+ * has none, and the one completing it carries the whole character.
+ */
+export function llamaCppListedSteps(tokens: readonly number[], piece: (id: number) => Uint8Array): { index: number; bytes: Uint8Array }[] {
+  const listed: { index: number; bytes: Uint8Array }[] = [];
+  let pending: number[] = [];
+  let tail: number[] = [];  // the last bytes of the text generated so far, all validate_utf8 looks at
+  for (const [i, id] of tokens.entries()) {
+    const b = piece(id);
+    pending.push(...b);
+    tail = [...tail, ...b].slice(-4);
+    const t = Uint8Array.from(tail);
+    if (utf8CompleteLength(t) === t.length) {
+      listed.push({ index: i, bytes: Uint8Array.from(pending) });
+      pending = [];
+    }
+  }
+  return listed;
+}
+
+const sameBytes = (a: readonly number[], b: Uint8Array): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
+
 /** The greedy tokens and per-step top lists of one /completion response, checked field by field. */
-export function parseLlamaCppCompletion(body: unknown, opts: { nPredict: number; nProbs: number; ignoreEos: boolean }): { greedy: number[]; tops: PeerTopEntry[][] } {
+export function parseLlamaCppCompletion(body: unknown, opts: { nPredict: number; nProbs: number; ignoreEos: boolean;
+  piece?: (id: number) => Uint8Array }): { greedy: number[]; steps: { index: number; top: PeerTopEntry[] }[]; unlisted: number[] } {
   if (!isObject(body)) fail('', 'body', 'is not a JSON object');
   if (isObject(body.error)) fail('', 'error', String(body.error.message ?? JSON.stringify(body.error)));
   const tokens = body.tokens;
   if (!Array.isArray(tokens)) fail('', 'tokens', 'is missing (was return_tokens sent? llama-server older than v0.5.0?)');
   const probs = body.completion_probabilities;
   if (!Array.isArray(probs)) fail('', 'completion_probabilities', 'is missing (was n_probs sent, and stream false?)');
-  if (probs.length !== tokens.length) fail('', 'completion_probabilities', `has ${probs.length} entries for ${tokens.length} tokens`);
   const stopType = body.stop_type;
   if (tokens.length !== opts.nPredict && !(stopType === 'eos' && !opts.ignoreEos)) {
     fail('', 'tokens', `has ${tokens.length} tokens, n_predict was ${opts.nPredict} (stop_type ${JSON.stringify(stopType)})`);
   }
-  const greedy: number[] = [];
-  const tops: PeerTopEntry[][] = [];
-  for (const [i, e] of probs.entries()) {
-    const where = `completion_probabilities[${i}]`;
+  const greedy = tokens.map((t, i) => tokenId(t, '', `tokens[${i}]`));
+  // which token each entry belongs to: all of them, or (some tokens ending inside a character) the listed ones
+  let listed: { index: number; bytes?: Uint8Array }[] = greedy.map((_, index) => ({ index }));
+  if (probs.length !== tokens.length) {
+    if (!opts.piece) {
+      fail('', 'completion_probabilities', `has ${probs.length} entries for ${tokens.length} tokens (llama-server lists no token `
+        + 'that ends inside a UTF-8 character; placing the others needs the tokenizer\'s pieces)');
+    }
+    listed = llamaCppListedSteps(greedy, opts.piece);
+    if (listed.length !== probs.length) {
+      fail('', 'completion_probabilities', `has ${probs.length} entries for ${tokens.length} tokens, of which ${listed.length} end on a whole UTF-8 character`);
+    }
+  }
+  const steps: { index: number; top: PeerTopEntry[] }[] = [];
+  for (const [j, e] of probs.entries()) {
+    const where = `completion_probabilities[${j}]`;
     if (!isObject(e)) fail(where, 'entry', 'is not an object');
     const id = tokenId(e.id, where, 'id');
-    if (tokenId(tokens[i], '', `tokens[${i}]`) !== id) fail(where, 'id', `is ${id} but tokens[${i}] is ${String(tokens[i])}`);
-    greedy.push(id);
-    tops.push(parseTop(e, where, opts.nProbs));
+    const { index, bytes } = listed[j]!;
+    if (greedy[index] !== id) fail(where, 'id', `is ${id} but tokens[${index}] is ${greedy[index]}`);
+    if (bytes && Array.isArray(e.bytes) && !sameBytes(e.bytes as number[], bytes)) {
+      fail(where, 'bytes', `are ${JSON.stringify(e.bytes)}, the tokenizer's pieces since the last entry give ${JSON.stringify([...bytes])}`);
+    }
+    steps.push({ index, top: parseTop(e, where, opts.nProbs) });
   }
-  return { greedy, tops };
+  const seen = new Set(steps.map((s) => s.index));
+  return { greedy, steps, unlisted: greedy.flatMap((_, i) => (seen.has(i) ? [] : [i])) };
 }
 
 async function postJson(url: string, body: unknown, timeoutMs: number): Promise<unknown> {
@@ -188,14 +245,16 @@ export async function dumpPeerReference(o: PeerDumpOptions): Promise<PeerDump> {
     const body = await postJson(url, llamaCppCompletionBody(prompt, nPredict, nProbs, ignoreEos), timeoutMs);
     let parsed: ReturnType<typeof parseLlamaCppCompletion>;
     try {
-      parsed = parseLlamaCppCompletion(body, { nPredict, nProbs, ignoreEos });
+      parsed = parseLlamaCppCompletion(body, { nPredict, nProbs, ignoreEos, ...(o.piece ? { piece: o.piece } : {}) });
     } catch (err) {
       throw new Error(`prompt ${p.id}: ${(err as Error).message}`, { cause: err });
     }
     dump.prompts.push({
-      id: p.id, prompt, greedy: parsed.greedy, steps: parsed.tops.map((top, k) => ({ position: prompt.length + k, top })),
+      id: p.id, prompt, greedy: parsed.greedy, steps: parsed.steps.map((s) => ({ position: prompt.length + s.index, top: s.top })),
+      unlisted: parsed.unlisted,
     });
-    o.log?.(`  ${p.id}: ${prompt.length} prompt tokens, ${parsed.greedy.length} greedy tokens`);
+    const unlisted = parsed.unlisted.length ? ` (${parsed.unlisted.length} ending inside a UTF-8 character, which llama-server lists no distribution for)` : '';
+    o.log?.(`  ${p.id}: ${prompt.length} prompt tokens, ${parsed.greedy.length} greedy tokens${unlisted}`);
   }
   return dump;
 }

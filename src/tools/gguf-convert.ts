@@ -56,15 +56,24 @@ const PRE_BY_REGEX: Record<string, string> = {
 
 type Json = Record<string, unknown>;
 
+/** tokenizer.ggml.token_type of a padding id (llama.cpp's LLAMA_TOKEN_TYPE_UNUSED). */
+const UNUSED_TOKEN = 5;
+
 /** tokenizer.json (byte-level BPE) -> tokenizer.ggml.* entries. */
 export function tokenizerMetadata(tokenizerJson: Json, opts: { bos: number | null; eos: number | null; addBos: boolean;
-  chatTemplate: string | null }): [string, GgufMetaValue][] {
+  chatTemplate: string | null; vocabSize?: number }): [string, GgufMetaValue][] {
   const model = tokenizerJson.model as { vocab: Record<string, number>; merges: (string | [string, string])[] };
   const added = (tokenizerJson.added_tokens ?? []) as { id: number; content: string; special?: boolean }[];
   const tokens: string[] = [];
   const types: number[] = [];
   for (const [t, id] of Object.entries(model.vocab)) { tokens[id] = t; types[id] = 1; }
   for (const a of added) { tokens[a.id] = a.content; types[a.id] = a.special ? 3 : 4; }
+  // As convert_hf_to_gguf.py (get_vocab_base): one token per embedding row, an id the tokenizer lacks (a hole, or
+  // the rows past it of a vocabulary padded to a multiple, as Qwen's) as "[PAD<id>]" of type UNUSED. llama.cpp takes
+  // n_vocab from this list and refuses a token_embd.weight of more rows ("check_tensor_dims: ... wrong shape").
+  for (let i = 0; i < Math.max(opts.vocabSize ?? 0, tokens.length); i++) {
+    if (tokens[i] === undefined) { tokens[i] = `[PAD${i}]`; types[i] = UNUSED_TOKEN; }
+  }
   const pre = tokenizerJson.pre_tokenizer as { pretokenizers?: { pattern?: { Regex?: string } }[] } | null;
   const regex = pre?.pretokenizers?.[0]?.pattern?.Regex;
   const preName = regex !== undefined ? PRE_BY_REGEX[regex] : undefined;
@@ -315,7 +324,7 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
   const tokConfig = existsSync(tokConfigFile) ? readJsonFile(tokConfigFile) : {};
   meta.push(...tokenizerMetadata(readJsonFile(join(m.tokenizerDir, 'tokenizer.json')), {
     bos: m.generation.bosTokenId, eos: m.tokenizer.eosTokenIds[0] ?? null, addBos: tokConfig.add_bos_token === true,
-    chatTemplate: m.chatTemplate }));
+    chatTemplate: m.chatTemplate, vocabSize: c.vocabSize }));
   const experts = new Map<string, TensorJob>();  // a stacked tensor's job, by its GGUF name
   const jobs = m.weights.names().flatMap((hf): TensorJob[] => {
     const stacked = expertPart(hf, c.architecture);

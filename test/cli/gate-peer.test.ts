@@ -12,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { packageRoot } from '../../src/cli/default-model.js';
-import { referenceGate, referenceThresholdsKey } from '../../src/cli/gate.js';
+import { referenceGate, referenceThresholdsKey, tokenPieces } from '../../src/cli/gate.js';
+import { GgufFile } from '../../src/loader/gguf.js';
 import { LLM } from '../../src/engine/llm.js';
 import type { PeerDump, ReferenceThresholds } from '../../src/lab/index.js';
 import { loadModel } from '../../src/loader/model-dir.js';
@@ -49,6 +50,17 @@ test('gate --dump-peer then --reference: Quire against its own numbers passes, a
     assert.deepEqual(server.bodies[0]!.prompt, want);
     assert.deepEqual(dump.prompts.map((p) => p.steps.length), [5, 5]);
     assert.equal(dump.prompts[1]!.steps[0]!.top.length, 20);
+
+    // one token per embedding row, as llama.cpp requires: ids the tokenizer lacks are "[PAD<id>]", printed as nothing
+    const meta = (await GgufFile.open(gguf)).metadata;
+    const rows = JSON.parse(readFileSync(join(dir, 'm', 'config.json'), 'utf8')).vocab_size as number;
+    const tokens = meta.get('tokenizer.ggml.tokens') as string[];
+    assert.equal(tokens.length, rows);
+    assert.ok(tokens.length > Object.keys(JSON.parse(readFileSync(join(dir, 'm', 'tokenizer.json'), 'utf8')).model.vocab).length + 3);
+    assert.equal(tokens[rows - 1], `[PAD${rows - 1}]`);
+    const piece = tokenPieces((await loadModel(gguf)).tokenizer);
+    assert.deepEqual([...piece(rows - 1)], []);
+    assert.deepEqual(Buffer.from(piece(want[1]!)).toString('utf8'), (await loadModel(gguf)).tokenizer.decode([want[1]!]));
 
     const thresholds = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gates', 'thresholds.json'), 'utf8')) as Record<string, ReferenceThresholds>;
     const key = referenceThresholdsKey(dumpFile, 'cpu-f32');

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import {
   dumpPeerReference, llamaCppCompletionBody, parseLlamaCppCompletion, readReferenceFile, type GatePromptSet,
 } from '../../src/lab/gate.js';
+import { llamaCppListedSteps, utf8CompleteLength } from '../../src/lab/peer-dump.js';
 import { llamaCppResponse, startFakeLlamaServer, type FakeStep } from './fake-llama-server.js';
 
 const VOCAB = 64;
@@ -87,11 +88,11 @@ test('probabilities (post-sampling naming) become logprobs; a zero probability e
   const body = { tokens: [top[0]!.id], stop_type: 'limit', completion_probabilities: [{ id: top[0]!.id, prob: Math.exp(top[0]!.logprob),
     top_probs: [...top.map((t) => ({ id: t.id, prob: Math.exp(t.logprob) })), { id: 63, prob: 0 }] }] };
   const r = parseLlamaCppCompletion(body, { nPredict: 1, nProbs: 20, ignoreEos: true });
-  assert.equal(r.tops[0]!.length, 20);
-  for (const [j, t] of r.tops[0]!.entries()) assert.ok(Math.abs(t.logprob - top[j]!.logprob) < 1e-9);
+  assert.equal(r.steps[0]!.top.length, 20);
+  for (const [j, t] of r.steps[0]!.top.entries()) assert.ok(Math.abs(t.logprob - top[j]!.logprob) < 1e-9);
   // llama.cpp's log(0): the float's lowest value
   const lowest = { tokens: [5], completion_probabilities: [{ id: 5, logprob: 0, top_logprobs: [{ id: 5, logprob: 0 }, { id: 6, logprob: -3.4028234663852886e38 }] }] };
-  assert.deepEqual(parseLlamaCppCompletion(lowest, { nPredict: 1, nProbs: 2, ignoreEos: true }).tops[0], [{ tokenId: 5, logprob: 0 }]);
+  assert.deepEqual(parseLlamaCppCompletion(lowest, { nPredict: 1, nProbs: 2, ignoreEos: true }).steps[0]!.top, [{ tokenId: 5, logprob: 0 }]);
 });
 
 test('a response lacking a field the dump needs is refused, naming the field', async () => {
@@ -159,4 +160,31 @@ test('a reference file step without logits or top, or at a position past the gre
   const tools = readReferenceFile({ prompts: [{ ...base, steps: [{ position: 2, logits: [0, 1] }, { position: 3, logits: [1, 0] }] }] }, 'r.json');
   assert.deepEqual(tools.prefixes[0]!.steps, [[1, 2], [1, 2, 3]]);
   assert.deepEqual(tools.reference.prompts[0]!.steps[1], { logits: [1, 0] });
+});
+
+test('a token ending inside a UTF-8 character has no entry: the others are placed by the tokenizer\'s pieces', () => {
+  // 10 and 11 are ASCII, 60 is the lead byte of "é" (C3 A9) and 61 its continuation
+  const pieces: Record<number, number[]> = { 10: [0x61], 11: [0x62], 60: [0xc3], 61: [0xa9] };
+  const piece = (id: number) => Uint8Array.from(pieces[id]!);
+  assert.equal(utf8CompleteLength(Uint8Array.from([0x61, 0xc3])), 1);
+  assert.equal(utf8CompleteLength(Uint8Array.from([0x61, 0xc3, 0xa9])), 3);
+  const tokens = [10, 60, 61, 11];
+  assert.deepEqual(llamaCppListedSteps(tokens, piece).map((l) => [l.index, [...l.bytes]]), [[0, [0x61]], [2, [0xc3, 0xa9]], [3, [0x62]]]);
+  // what llama-server sends: no entry for 60, and 61's carries the whole character
+  const entry = (id: number, bytes: number[]) => ({ id, token: 'x', bytes, logprob: -0.5,
+    top_logprobs: [{ id, token: 'x', bytes, logprob: -0.5 }, { id: 12, token: 'c', bytes: [0x63], logprob: -1.5 }] });
+  const body = { tokens, stop_type: 'limit', completion_probabilities: [entry(10, [0x61]), entry(61, [0xc3, 0xa9]), entry(11, [0x62])] };
+  const r = parseLlamaCppCompletion(body, { nPredict: 4, nProbs: 2, ignoreEos: true, piece });
+  assert.deepEqual(r.greedy, tokens);
+  assert.deepEqual(r.steps.map((st) => st.index), [0, 2, 3]);
+  assert.deepEqual(r.unlisted, [1]);
+  assert.throws(() => parseLlamaCppCompletion(body, { nPredict: 4, nProbs: 2, ignoreEos: true }),
+    /completion_probabilities has 3 entries for 4 tokens \(llama-server lists no token that ends inside a UTF-8 character/);
+  // pieces that disagree with the server's bytes are refused, not guessed around
+  const wrong = (id: number) => Uint8Array.from(id === 61 ? [0xa9, 0x20] : pieces[id]!);
+  assert.throws(() => parseLlamaCppCompletion(body, { nPredict: 4, nProbs: 2, ignoreEos: true, piece: wrong }),
+    /completion_probabilities\[1\]: bytes are \[195,169\], the tokenizer's pieces since the last entry give \[195,169,32\]/);
+  // the reference file keeps each listed step at its own position
+  const file = { prompts: [{ id: 'u', prompt: [1, 2], greedy: r.greedy, steps: r.steps.map((st) => ({ position: 2 + st.index, top: st.top.map((t) => t) })) }] };
+  assert.deepEqual(readReferenceFile(file, 'u.json').prefixes[0]!.steps, [[1, 2], [1, 2, 10, 60], [1, 2, 10, 60, 61]]);
 });
