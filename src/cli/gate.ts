@@ -1,5 +1,6 @@
 // quire gate: the correctness gates (transcript md5 per path, reference KL
-// against transformers, GPU op tests), summarised as a gate-summary table.
+// against transformers or llama.cpp, GPU op tests), summarised as a gate-summary table;
+// --dump-peer writes llama.cpp's reference dump.
 
 import { spawnSync } from 'node:child_process';
 import { basename, join } from 'node:path';
@@ -8,13 +9,17 @@ import { Command } from 'commander';
 import type { LLM } from '../engine/llm.js';
 import { loadLLM } from './load-progress.js';
 import {
-  compareToReference, formatGateSummary, formatMismatch, gatesPassed, loadGatePrompts, opsCheck, parseTestRunnerOutput,
-  referenceCheck, runTranscriptGate, transcriptCheck, type GateCheck, type GateSummary, type Generator, type ReferenceDump,
-  type ReferenceThresholds,
+  compareToReference, dumpPeerReference, formatGateSummary, formatMismatch, gatesPassed, loadGatePrompts, opsCheck,
+  parseTestRunnerOutput, readReferenceFile, referenceCheck, runTranscriptGate, transcriptCheck, type GateCheck, type GateSummary,
+  type Generator, type ReferenceDump, type ReferenceThresholds,
 } from '../lab/index.js';
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
+import { loadModel } from '../loader/model-dir.js';
+import type { Tokenizer } from '../loader/types.js';
+import { bytesToUnicode } from '../tools/test-model/bpe.js';
+import { atLeast } from './option-parsers.js';
 
 /**
  * The recorded transcript a run is gated against: backend, dtype, weights quantized at load (`-fp8w`) and an FP8 KV
@@ -37,45 +42,89 @@ export function llmGenerator(llm: LLM): Generator {
   };
 }
 
-interface ToolsReferenceDump {
-  prompts: { prompt: number[]; greedy: number[]; steps: { position: number; logits: number[] }[] }[];
-}
-
-/** Teacher-forced top-20 logprobs at each reference step, through the engine (prefix cache makes it cheap). */
-async function referenceGate(llm: LLM, file: string, pathKey: string, thresholds: Record<string, ReferenceThresholds>): Promise<GateCheck> {
-  const ref = JSON.parse(readFileSync(file, 'utf8')) as ToolsReferenceDump;
-  const reference: ReferenceDump = { prompts: [] };
+/**
+ * Teacher-forced top-20 logprobs at each reference step, through the engine (prefix cache makes it cheap). The
+ * reference is a tools/reference dump (full logits) or a peer's (`--dump-peer`: top-k lists; the KL then runs over
+ * the peer's top-k and one bucket for the rest, compareToReference).
+ */
+export async function referenceGate(llm: LLM, file: string, pathKey: string, thresholds: Record<string, ReferenceThresholds>): Promise<GateCheck> {
+  const { reference, prefixes } = readReferenceFile(JSON.parse(readFileSync(file, 'utf8')), file);
   const actual: ReferenceDump = { prompts: [] };
-  for (const [i, p] of ref.prompts.entries()) {
-    const id = `p${i}`;
-    reference.prompts.push({ id, steps: p.steps.map((s) => ({ logits: s.logits })) });
+  for (const p of prefixes) {
     const steps = [];
-    for (let k = 0; k < p.steps.length; k++) {
-      const [c] = await llm.generate([[...p.prompt, ...p.greedy.slice(0, k)]], { maxTokens: 1, temperature: 0, logprobs: 20, ignoreEos: true });
+    for (const prefix of p.steps) {
+      const [c] = await llm.generate([prefix], { maxTokens: 1, temperature: 0, logprobs: 20, ignoreEos: true });
       steps.push({ top: c!.logprobs![0]!.top });
     }
-    actual.prompts.push({ id, steps });
+    actual.prompts.push({ id: p.id, steps });
   }
   const r = compareToReference(actual, reference, thresholds, pathKey);
   for (const f of r.failures) console.error(`reference gate: ${f}`);
   return referenceCheck(r);
 }
 
+/**
+ * The thresholds entry a reference is judged by: the path's, or `<path>-llamacpp` for a llama.cpp dump, whose own
+ * arithmetic (activations quantized to 8 bits in its quantized dot products, its kernels' sums) puts it further
+ * from Quire than transformers' f32 is.
+ */
+export function referenceThresholdsKey(file: string, pathKey: string): string {
+  const peer = (JSON.parse(readFileSync(file, 'utf8')) as { peer?: { kind?: string } }).peer;
+  const base = pathKey.replace(/-graphs$/, '');
+  return peer?.kind === 'llama.cpp' ? `${base}-llamacpp` : base;
+}
+
+/**
+ * A token's bytes as llama-server prints it: a byte-level BPE vocabulary entry mapped back through GPT-2's byte map
+ * (the only tokenizer a GGUF carries that Quire reads), an added token's text as UTF-8, a special one as nothing
+ * (llama-server renders control tokens only when started with --special), and a padding id ("[PAD<id>]", type
+ * UNUSED in the GGUF, as the converters name the rows a vocabulary is padded with) as nothing too.
+ */
+export function tokenPieces(tokenizer: Tokenizer): (id: number) => Uint8Array {
+  const byteOf = new Map(bytesToUnicode().map((ch, b) => [ch, b]));
+  return (id) => {
+    const t = tokenizer.idToToken(id);
+    if (t === undefined || tokenizer.specialTokenIds.has(id) || t === `[PAD${id}]`) return new Uint8Array(0);
+    const chars = [...t];
+    return chars.every((ch) => byteOf.has(ch)) ? Uint8Array.from(chars, (ch) => byteOf.get(ch)!) : new TextEncoder().encode(t);
+  };
+}
+
+/** --dump-peer: the gate prompts through a llama-server, written as a reference dump; loads the tokenizer only. */
+async function dumpPeer(f: Record<string, unknown>, model: string, tokenizer: string | null): Promise<void> {
+  if (!f.out) throw new Error('--dump-peer needs --out <file>');
+  const dir = await loadModel(model, { tokenizer, hfOverrides: (f.hfOverrides as Record<string, unknown> | undefined) ?? null });
+  const prompts = loadGatePrompts(f.prompts as string);
+  console.log(`quire gate --dump-peer: ${prompts.prompts.length} prompts of ${f.prompts as string}, tokenized by ${dir.tokenizerDir}, `
+    + `${prompts.maxTokens} greedy tokens each from ${f.dumpPeer as string}`);
+  const dump = await dumpPeerReference({
+    url: f.dumpPeer as string, prompts, encode: (text) => dir.tokenizer.encode(text, { addSpecialTokens: true }),
+    piece: tokenPieces(dir.tokenizer), nProbs: f.peerNProbs as number, log: (line) => console.log(line),
+  });
+  writeFileSync(f.out as string, JSON.stringify(dump));
+  console.log(`wrote ${f.out as string}${dump.peer.props ? ` (peer ${JSON.stringify(dump.peer.props)})` : ''}`);
+}
+
 export function gateCommand(): Command {
   const cmd = new Command('gate')
-    .description('correctness gates: greedy transcript md5 per path, KL against a transformers reference, GPU op tests')
+    .description('correctness gates: greedy transcript md5 per path, KL against a transformers or llama.cpp reference, GPU op tests')
     .option('--prompts <file>', 'gate prompt set', join(packageRoot(), 'bench', 'gate-prompts.json'))
     .option('--canonical <file>', 'recorded transcripts (default: bench/gates/<model name>.json)')
     .option('--path-key <key>', 'path name (default: <backend>-<dtype>[-graphs])')
     .option('--record', 'record this path\'s transcript instead of checking it', false)
-    .option('--reference <file>', 'a tools/reference dump to compare logprobs against')
+    .option('--reference <file>', 'a reference dump to compare logprobs against (tools/reference, or --dump-peer\'s)')
     .option('--thresholds <file>', 'reference thresholds per path', join(packageRoot(), 'bench', 'gates', 'thresholds.json'))
+    .option('--reference-key <key>', 'thresholds entry for --reference (default: the path, plus -llamacpp for a llama.cpp dump)')
+    .option('--dump-peer <url>', 'write a reference dump from a llama-server (POST /completion) instead of gating; needs --out')
+    .option('--out <file>', 'where --dump-peer writes its dump')
+    .option('--peer-n-probs <n>', 'top-k logprobs a step asked of the peer (n_probs)', atLeast(2), 20)
     .option('--ops', 'run the GPU op tests (npm run test:gpu) and count them', false)
     .option('--summary <file>', 'write the gate summary as JSON (read by quire bench serve --gates)')
     .option('--phase <p>', 'record the checks as "pre" or "post" in the summary file (post merges into an existing one)', 'pre');
   addEngineFlags(cmd);
   return cmd.action(async (f: Record<string, unknown>) => {
     const { model, ...options } = engineOptionsFromFlags(f);
+    if (f.dumpPeer) return dumpPeer(f, model, options.tokenizer ?? null);
     const llm = await loadLLM(model, options);
     const checks: GateCheck[] = [];
     try {
@@ -83,10 +132,12 @@ export function gateCommand(): Command {
       const info = llm.engineInfo();
       const pathKey = (f.pathKey as string | undefined) ?? gatePathKey(info.backend, options);
       const canonicalPath = (f.canonical as string | undefined) ?? join(packageRoot(), 'bench', 'gates', `${basename(model)}.json`);
+      const referenceKey = f.reference ? (f.referenceKey as string | undefined) ?? referenceThresholdsKey(f.reference as string, pathKey) : '';
       console.log(`quire gate: model ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers), backend `
         + `${info.backend} (${info.device}), path ${pathKey}`);
       console.log(`  transcript: greedy tokens of ${f.prompts as string} against ${canonicalPath}`
-        + (f.reference ? `\n  reference: top-20 logprobs against ${f.reference as string} (thresholds ${f.thresholds as string})` : ''));
+        + (f.reference ? `\n  reference: top-20 logprobs against ${f.reference as string} (thresholds ${f.thresholds as string}, `
+          + `entry ${referenceKey})` : ''));
       const t = await runTranscriptGate({
         generator: llmGenerator(llm), prompts: loadGatePrompts(f.prompts as string), pathKey, canonicalPath,
         mode: f.record ? 'record' : 'check',
@@ -95,7 +146,7 @@ export function gateCommand(): Command {
       checks.push(transcriptCheck(t));
       if (f.reference) {
         const thresholds = JSON.parse(readFileSync(f.thresholds as string, 'utf8')) as Record<string, ReferenceThresholds>;
-        checks.push(await referenceGate(llm, f.reference as string, pathKey.replace(/-graphs$/, ''), thresholds));
+        checks.push(await referenceGate(llm, f.reference as string, referenceKey, thresholds));
       }
     } finally {
       await llm.close();

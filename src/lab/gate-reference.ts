@@ -1,5 +1,5 @@
 // Reference gate for lossy paths: Quire's per-step distributions against a
-// reference dump (e.g. transformers), as KL divergence, top-1 agreement and
+// reference dump (transformers' full logits, or a peer server's top-k), as KL divergence, top-1 agreement and
 // max abs logprob error, checked against per-path thresholds.
 
 import type { GateCheck } from './gate.js';
@@ -145,6 +145,46 @@ export function compareToReference(
   if (!(top1Agreement >= t.top1AgreementMin)) failures.push(`top-1 agreement ${top1Agreement.toFixed(4)} < ${t.top1AgreementMin}`);
   if (!(maxAbsError <= t.maxAbsErrorMax)) failures.push(`max abs error ${maxAbsError.toExponential(3)} > ${t.maxAbsErrorMax}`);
   return { pathKey, passed: failures.length === 0, numSteps, klMean, klMax, top1Agreement, maxAbsError, failures };
+}
+
+/**
+ * A reference file as written by tools/reference/reference_logits.py (full `logits` a step) or by `quire gate
+ * --dump-peer` (a peer server's `top` logprobs a step). Each step k sits at `position` (prompt.length + k when
+ * absent), after the reference's own greedy tokens up to there: the prefix Quire is teacher-forced with.
+ */
+export interface ReferenceFile {
+  prompts: {
+    id?: string;
+    prompt: number[];
+    greedy: number[];
+    steps: ({ position?: number } & ({ logits: number[] } | { top: { tokenId: number; logprob: number }[] }))[];
+  }[];
+}
+
+/** The reference's distributions and, for each step, the token prefix to ask Quire's next-token distribution at. */
+export function readReferenceFile(obj: unknown, file: string): { reference: ReferenceDump; prefixes: { id: string; steps: number[][] }[] } {
+  const bad = (what: string): never => { throw new Error(`${file}: ${what}`); };
+  const f = obj as Partial<ReferenceFile> | null;
+  if (typeof f !== 'object' || f === null || !Array.isArray(f.prompts)) bad('expected {"prompts": [{prompt, greedy, steps}, ...]}');
+  const reference: ReferenceDump = { prompts: [] };
+  const prefixes: { id: string; steps: number[][] }[] = [];
+  for (const [i, p] of f!.prompts!.entries()) {
+    const id = p.id ?? `p${i}`;
+    if (!Array.isArray(p.prompt) || !Array.isArray(p.greedy) || !Array.isArray(p.steps)) bad(`prompt ${id}: needs prompt, greedy and steps arrays`);
+    const steps: StepDistribution[] = [];
+    const stepPrefixes: number[][] = [];
+    for (const [k, s] of p.steps.entries()) {
+      if ('logits' in s && Array.isArray(s.logits)) steps.push({ logits: s.logits });
+      else if ('top' in s && Array.isArray(s.top) && s.top.length > 0) steps.push({ top: s.top });
+      else bad(`prompt ${id} step ${k}: carries neither logits nor a non-empty top list`);
+      const offset = (s.position ?? p.prompt.length + k) - p.prompt.length;
+      if (!Number.isInteger(offset) || offset < 0 || offset > p.greedy.length) bad(`prompt ${id} step ${k}: position ${s.position} is not within prompt + greedy`);
+      stepPrefixes.push([...p.prompt, ...p.greedy.slice(0, offset)]);
+    }
+    reference.prompts.push({ id, steps });
+    prefixes.push({ id, steps: stepPrefixes });
+  }
+  return { reference, prefixes };
 }
 
 export function referenceCheck(r: ReferenceGateResult): GateCheck {

@@ -42,7 +42,9 @@ export function formatGateSummary(summary: GateSummary): string {
 
 export { runTranscriptGate, HttpGenerator, loadGatePrompts, transcriptCheck, formatMismatch } from './gate-transcript.js';
 export type { Generator, Generation, GatePrompt, GatePromptSet, TranscriptGateOptions, TranscriptGateResult, TranscriptMismatch } from './gate-transcript.js';
-export { compareToReference, referenceCheck } from './gate-reference.js';
-export type { ReferenceDump, StepDistribution, ReferenceThresholds, ReferenceGateResult } from './gate-reference.js';
+export { compareToReference, readReferenceFile, referenceCheck } from './gate-reference.js';
+export type { ReferenceDump, ReferenceFile, StepDistribution, ReferenceThresholds, ReferenceGateResult } from './gate-reference.js';
+export { completionUrl, dumpPeerReference, llamaCppCompletionBody, parseLlamaCppCompletion } from './peer-dump.js';
+export type { PeerDump, PeerDumpOptions, PeerDumpPrompt, PeerTopEntry } from './peer-dump.js';
 export { parseTestRunnerOutput, opsCheck } from './gate-ops.js';
 export type { OpTestSummary } from './gate-ops.js';

@@ -56,6 +56,9 @@ const PRE_BY_REGEX: Record<string, string> = {
 
 type Json = Record<string, unknown>;
 
+/** tokenizer.ggml.token_type of a padding id (llama.cpp's LLAMA_TOKEN_TYPE_UNUSED). */
+const UNUSED_TOKEN = 5;
+
 /** tokenizer.json (byte-level BPE) -> tokenizer.ggml.* entries. */
 export function tokenizerMetadata(tokenizerJson: Json, opts: { bos: number | null; eos: number | null; addBos: boolean;
   chatTemplate: string | null; vocabSize: number }): [string, GgufMetaValue][] {
@@ -65,12 +68,12 @@ export function tokenizerMetadata(tokenizerJson: Json, opts: { bos: number | nul
   const types: number[] = [];
   for (const [t, id] of Object.entries(model.vocab)) { tokens[id] = t; types[id] = 1; }
   for (const a of added) { tokens[a.id] = a.content; types[a.id] = a.special ? 3 : 4; }
-  // llama.cpp takes its vocabulary size from this array and checks token_embd's rows against it: the ids the
-  // tokenizer leaves unused (config's vocab_size pads past them) become "[PAD<id>]" tokens of type UNUSED (5), as
-  // convert_hf_to_gguf.py writes them
+  // As convert_hf_to_gguf.py (get_vocab_base): one token per embedding row, an id the tokenizer lacks (a hole, or
+  // the rows past it of a vocabulary padded to a multiple, as Qwen's) as "[PAD<id>]" of type UNUSED. llama.cpp takes
+  // n_vocab from this list and refuses a token_embd.weight of more rows ("check_tensor_dims: ... wrong shape").
   if (tokens.length > opts.vocabSize) throw new Error(`tokenizer.json: ${tokens.length} tokens, more than vocab_size ${opts.vocabSize}`);
   for (let i = 0; i < opts.vocabSize; i++) {
-    if (tokens[i] === undefined) { tokens[i] = `[PAD${i}]`; types[i] = 5; }
+    if (tokens[i] === undefined) { tokens[i] = `[PAD${i}]`; types[i] = UNUSED_TOKEN; }
   }
   const pre = tokenizerJson.pre_tokenizer as { pretokenizers?: { pattern?: { Regex?: string } }[] } | null;
   const regex = pre?.pretokenizers?.[0]?.pattern?.Regex;
