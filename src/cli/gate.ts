@@ -16,7 +16,9 @@ import {
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
-import { loadModel } from '../loader/model-dir.js';
+import { GgufFile } from '../loader/gguf.js';
+import { ggufQuantizationName } from '../loader/gguf-config.js';
+import { ggufPath, loadModel } from '../loader/model-dir.js';
 import type { Tokenizer } from '../loader/types.js';
 import { bytesToUnicode } from '../tools/test-model/bpe.js';
 import { atLeast } from './option-parsers.js';
@@ -26,8 +28,10 @@ import { atLeast } from './option-parsers.js';
  * cache (`-fp8kv`: lossy paths of their own), and what changes the bits on CUDA.
  */
 export function gatePathKey(backend: string, options: { enforceEager: boolean; batchInvariant: boolean;
-  kvCacheDtype?: KvCacheDtype; quantization?: 'fp8' | null }): string {
-  const lossy = `${options.quantization === 'fp8' ? '-fp8w' : ''}${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}`;
+  kvCacheDtype?: KvCacheDtype; quantization?: 'fp8' | null }, ggufFormat: string | null = null): string {
+  // a GGUF file's quantization (q4_k_m, ...) is a path of its own: its transcripts and its KL band differ per format
+  const lossy = `${ggufFormat !== null ? `-${ggufFormat}` : ''}${options.quantization === 'fp8' ? '-fp8w' : ''}`
+    + `${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}`;
   if (backend !== 'cuda') return `${backend}-f32${lossy}`;
   return `cuda-bf16${lossy}${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
 }
@@ -68,10 +72,11 @@ export async function referenceGate(llm: LLM, file: string, pathKey: string, thr
  * arithmetic (activations quantized to 8 bits in its quantized dot products, its kernels' sums) puts it further
  * from Quire than transformers' f32 is.
  */
-export function referenceThresholdsKey(file: string, pathKey: string): string {
+export function referenceThresholdsKey(file: string, pathKey: string, ggufFormat: string | null = null): string {
   const peer = (JSON.parse(readFileSync(file, 'utf8')) as { peer?: { kind?: string } }).peer;
   const base = pathKey.replace(/-graphs$/, '');
-  return peer?.kind === 'llama.cpp' ? `${base}-llamacpp` : base;
+  // llama.cpp read the same quantized file: the format's own loss is on both sides, so one band for every format
+  return peer?.kind === 'llama.cpp' ? `${ggufFormat !== null ? base.replace(`-${ggufFormat}`, '') : base}-llamacpp` : base;
 }
 
 /**
@@ -110,7 +115,7 @@ export function gateCommand(): Command {
     .description('correctness gates: greedy transcript md5 per path, KL against a transformers or llama.cpp reference, GPU op tests')
     .option('--prompts <file>', 'gate prompt set', join(packageRoot(), 'bench', 'gate-prompts.json'))
     .option('--canonical <file>', 'recorded transcripts (default: bench/gates/<model name>.json)')
-    .option('--path-key <key>', 'path name (default: <backend>-<dtype>[-graphs])')
+    .option('--path-key <key>', 'path name (default: <backend>-<dtype>[-<GGUF file type>][-graphs])')
     .option('--record', 'record this path\'s transcript instead of checking it', false)
     .option('--reference <file>', 'a reference dump to compare logprobs against (tools/reference, or --dump-peer\'s)')
     .option('--thresholds <file>', 'reference thresholds per path', join(packageRoot(), 'bench', 'gates', 'thresholds.json'))
@@ -130,9 +135,11 @@ export function gateCommand(): Command {
     try {
       const dir = await llm.ready();
       const info = llm.engineInfo();
-      const pathKey = (f.pathKey as string | undefined) ?? gatePathKey(info.backend, options);
+      const gguf = ggufPath(dir.dir);
+      const format = gguf === null ? null : ggufQuantizationName(await GgufFile.open(gguf));
+      const pathKey = (f.pathKey as string | undefined) ?? gatePathKey(info.backend, options, format);
       const canonicalPath = (f.canonical as string | undefined) ?? join(packageRoot(), 'bench', 'gates', `${basename(model)}.json`);
-      const referenceKey = f.reference ? (f.referenceKey as string | undefined) ?? referenceThresholdsKey(f.reference as string, pathKey) : '';
+      const referenceKey = f.reference ? (f.referenceKey as string | undefined) ?? referenceThresholdsKey(f.reference as string, pathKey, format) : '';
       console.log(`quire gate: model ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers), backend `
         + `${info.backend} (${info.device}), path ${pathKey}`);
       console.log(`  transcript: greedy tokens of ${f.prompts as string} against ${canonicalPath}`

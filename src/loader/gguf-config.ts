@@ -12,6 +12,25 @@ import type { ModelConfig } from './types.js';
 const GGUF_ARCHITECTURES: Record<string, string> = { qwen3: 'Qwen3ForCausalLM', qwen2: 'Qwen2ForCausalLM', llama: 'LlamaForCausalLM',
   qwen3moe: 'Qwen3MoeForCausalLM', phi3: 'Phi3ForCausalLM' };
 
+/** general.file_type (llama.cpp's enum llama_ftype) -> the name llama.cpp's quantize and file names use. */
+export const GGUF_FILE_TYPES: Readonly<Record<number, string>> = {
+  0: 'f32', 1: 'f16', 2: 'q4_0', 3: 'q4_1', 7: 'q8_0', 8: 'q5_0', 9: 'q5_1', 10: 'q2_k', 11: 'q3_k_s', 12: 'q3_k_m',
+  13: 'q3_k_l', 14: 'q4_k_s', 15: 'q4_k_m', 16: 'q5_k_s', 17: 'q5_k_m', 18: 'q6_k', 32: 'bf16',
+};
+
+/**
+ * What a GGUF file is quantized as, for gate path names: general.file_type's name, or (a file without it, or with a
+ * value not listed) the block type holding most of its tensor bytes, lowercased ("q4_k").
+ */
+export function ggufQuantizationName(gguf: GgufFile): string {
+  const ft = gguf.metadata.get('general.file_type');
+  const named = ft === undefined ? undefined : GGUF_FILE_TYPES[Number(ft)];
+  if (named !== undefined) return named;
+  const bytes = new Map<string, number>();
+  for (const t of gguf.tensors.values()) bytes.set(t.type, (bytes.get(t.type) ?? 0) + t.numBytes);
+  return [...bytes].sort((a, b) => b[1] - a[1])[0]?.[0].toLowerCase() ?? 'empty';
+}
+
 /** The families whose q and k rows convert_hf_to_gguf.py permutes for llama.cpp's interleaved-pair RoPE. */
 export function ggufPermutesQk(arch: string): boolean {
   return arch === 'llama';

@@ -36,6 +36,9 @@ test('--batch-invariant sets EngineOptions.batchInvariant and names its own gate
   assert.equal(gatePathKey('cuda', fp8w), 'cuda-bf16-fp8w-graphs');
   assert.equal(gatePathKey('cpu', { ...fp8w, kvCacheDtype: 'fp8_e4m3' }), 'cpu-f32-fp8w-fp8kv');
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).quantization, null);
+  // a GGUF file's quantization names a path of its own
+  assert.equal(gatePathKey('cuda', off, 'q4_k_m'), 'cuda-bf16-q4_k_m-graphs');
+  assert.equal(gatePathKey('cpu', fp8, 'q8_0'), 'cpu-f32-q8_0-fp8kv');
 });
 
 test('--grammar-hosts sets EngineOptions.grammarHosts (default 4, at least 1)', () => {

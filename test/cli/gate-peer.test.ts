@@ -81,6 +81,7 @@ test('gate --dump-peer then --reference: Quire against its own numbers passes, a
     // the CLI path: the reference gate picks the -llamacpp thresholds entry for a llama.cpp dump
     const g = await run(process.execPath, [main, 'gate', '--model', gguf, '--backend', 'cpu', '--cpu-threads', '1', '--prompts', promptsFile,
       '--record', '--canonical', join(dir, 'canonical.json'), '--reference', dumpFile]);
+    assert.match(g.stdout, /path cpu-f32-f32\n/, 'a GGUF file\'s path names its file type');
     assert.match(g.stdout, /entry cpu-f32-llamacpp/);
     assert.match(g.stdout, /\| reference cpu-f32-llamacpp \| PASS KL mean/);
   } finally {

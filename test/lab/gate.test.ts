@@ -131,6 +131,11 @@ test('reference gate: exact KL, top-1 and max abs error on full vectors', () => 
     'cuda-fp8',
   );
   assert.equal(flipped.top1Agreement, 0);
+  // tied reference tops: either tied token agrees, a token below them does not
+  const tied = { prompts: [{ id: 'p', steps: [{ top: [{ tokenId: 3, logprob: ln(0.4) }, { tokenId: 7, logprob: ln(0.4) }, { tokenId: 1, logprob: ln(0.2) }] }] }] };
+  const pick = (id: number) => compareToReference({ prompts: [{ id: 'p', steps: [{ top: [{ tokenId: id, logprob: ln(0.5) }] }] }] },
+    tied, thresholds, 'cuda-fp8').top1Agreement;
+  assert.deepEqual([pick(3), pick(7), pick(1)], [1, 1, 0]);
   assert.throws(() => compareToReference(reference, reference, thresholds, 'cpu-f32'), /no reference thresholds for path cpu-f32/);
 });
 

@@ -9,7 +9,8 @@ import { defaultModelDir } from '../../src/loader/default-model.js';
 import { ModelLoadError } from '../../src/loader/errors.js';
 import { unpermuteQk } from '../../src/loader/gguf-weights.js';
 import { loadModel, loadModelDir } from '../../src/loader/model-dir.js';
-import { modelDirToGguf } from '../../src/tools/gguf-convert.js';
+import { GGUF_QUANTIZATIONS, modelDirToGguf } from '../../src/tools/gguf-convert.js';
+import { ggufQuantizationName } from '../../src/loader/gguf-config.js';
 import { writeGguf, type GgufMetaValue } from '../../src/tools/gguf-write.js';
 import { GgufFile } from '../../src/loader/gguf.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
@@ -64,6 +65,21 @@ test('a tokenizer smaller than vocab_size is padded to it with [PAD<id>] tokens,
   const gguf = await loadModel(file);
   const text = 'hello world, 123';
   assert.deepEqual(gguf.tokenizer.encode(text), hf.tokenizer.encode(text));
+});
+
+test('a GGUF file is named by its general.file_type (as the converter writes it), else by its largest block type', async () => {
+  const dir = join(root, 'tiny-qwen3');  // the padding test's model
+  for (const q of GGUF_QUANTIZATIONS) {
+    const file = join(root, `ft.${q}.gguf`);
+    modelDirToGguf(dir, file, q);
+    assert.equal(ggufQuantizationName(await GgufFile.open(file)), q);
+  }
+  const bare = join(root, 'bare.gguf');
+  writeGguf(bare, [['general.architecture', { type: 'string', value: 'qwen3' }]], [
+    { name: 'a', type: 'Q8_0', shape: [4, 64], data: new Uint8Array(4 * 2 * 34) },
+    { name: 'b', type: 'Q4_0', shape: [2, 64], data: new Uint8Array(2 * 2 * 18) },
+  ]);
+  assert.equal(ggufQuantizationName(await GgufFile.open(bare)), 'q8_0');
 });
 
 test('a directory holding one GGUF file and no config.json loads that file', async () => {
