@@ -108,7 +108,9 @@ export async function loadGgufModel(fileArg: string, opts: ModelDirOptions = {})
   const config = ggufModelConfig(gguf, opts.hfOverrides ?? null);
   const weights = ggufWeightSource(gguf, config, ggufPermutesQk(String(gguf.metadata.get('general.architecture'))));
   if (opts.tokenizer) {
-    const dir = loadModelDirTokenizer(resolve(resolveModelPath(opts.tokenizer)));
+    const tokDir = resolve(resolveModelPath(opts.tokenizer));
+    const dir = loadModelDirTokenizer(tokDir);
+    if (gguf.metadata.has('tokenizer.ggml.tokens')) checkGgufTokens(gguf, join(tokDir, 'tokenizer.json'));
     return { dir: file, config, weights, ...dir };
   }
   const t = ggufTokenizerFiles(gguf);
@@ -118,6 +120,26 @@ export async function loadGgufModel(fileArg: string, opts: ModelDirOptions = {})
     generation: { eosTokenIds: t.eosTokenIds, bosTokenId: t.bosTokenId },
     bosToken: t.bosToken, eosToken: t.eosToken, tokenizerJson: t.tokenizerJson,
   };
+}
+
+/**
+ * --tokenizer beside a GGUF that carries its own: the two must be one vocabulary (every id the same token; the GGUF's
+ * "[PAD<id>]" padding past tokenizer.json's ids aside), else the weights would be read with another model's ids.
+ */
+function checkGgufTokens(gguf: GgufFile, tokenizerJsonFile: string): void {
+  if (!existsSync(tokenizerJsonFile)) return;  // a tokenizer of another kind: nothing to compare by id
+  const json = readJsonFile(tokenizerJsonFile) as { model?: { vocab?: Record<string, number> }; added_tokens?: { id: number; content: string }[] };
+  const theirs: string[] = [];
+  for (const [t, id] of Object.entries(json.model?.vocab ?? {})) theirs[id] = t;
+  for (const a of json.added_tokens ?? []) theirs[a.id] = a.content;
+  const ours = gguf.metadata.get('tokenizer.ggml.tokens') as string[];
+  const n = Math.max(ours.length, theirs.length);
+  for (let id = 0; id < n; id++) {
+    const [a, b] = [ours[id], theirs[id]];
+    if (a === b || (b === undefined && a === `[PAD${id}]`)) continue;
+    throw new ModelLoadError(gguf.file, `--tokenizer ${tokenizerJsonFile}: token id ${id} is ${JSON.stringify(b ?? null)} there and `
+      + `${JSON.stringify(a ?? null)} in the file's tokenizer.ggml.tokens: not this model's tokenizer`);
+  }
 }
 
 function loadModelDirTokenizer(tokDir: string): Omit<ModelDir, 'dir' | 'config' | 'weights'> {

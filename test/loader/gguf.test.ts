@@ -82,6 +82,19 @@ test('a GGUF file is named by its general.file_type (as the converter writes it)
   assert.equal(ggufQuantizationName(await GgufFile.open(bare)), 'q8_0');
 });
 
+test('--tokenizer beside a GGUF: its own tokenizer.json loads, another model\'s is refused naming the first differing id', async () => {
+  const dir = join(root, 'tiny-qwen3');  // the padding test's model: 404 tokens, the GGUF padded to vocab_size
+  const file = join(root, 'tok.q8_0.gguf');
+  modelDirToGguf(dir, file, 'q8_0');
+  const own = await loadModel(file, { tokenizer: dir });
+  assert.equal(own.tokenizerDir, dir);
+  await assert.rejects(loadModel(file, { tokenizer: defaultModelDir() }), (err: unknown) => {
+    assert.ok(err instanceof ModelLoadError, String(err));
+    assert.match(err.message, /^tok\.q8_0\.gguf: --tokenizer .*tokenizer\.json: token id \d+ is .* not this model's tokenizer/);
+    return true;
+  });
+});
+
 test('a directory holding one GGUF file and no config.json loads that file', async () => {
   const dir = join(root, 'only');
   rmSync(dir, { recursive: true, force: true });
