@@ -100,3 +100,15 @@ export function prefillAndDecode(config: ModelConfig, backend: Backend, seed: nu
   }
   return { out, kvBytesPerToken: model.kvBytesPerToken() };
 }
+
+/** `bytes` of device memory at `p`, after the stream's work. */
+export function readDevice(c: CudaBackend, p: bigint, bytes: number): Uint8Array {
+  const host = c.device.hostAlloc(bytes);
+  try {
+    c.device.copyToHostAsync(host, p, bytes);
+    c.device.synchronize();
+    return new Uint8Array(host.view.slice(0, bytes));
+  } finally {
+    c.device.hostFree(host);
+  }
+}

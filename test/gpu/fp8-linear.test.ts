@@ -13,7 +13,7 @@ import { bf16ToF32, f32ToBf16, f32ToBytes } from '../../src/loader/dtype.js';
 import { e4m3Bits } from '../../src/loader/fp8.js';
 import { fp8BlockMatmul, quantizeWeightBlocks } from '../../src/backend/fp8-linear.js';
 import type { Fp8BlockPart } from '../../src/backend/backend.js';
-import { assertBf16Close, beginPoisonedStep as begin, newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+import { assertBf16Close, beginPoisonedStep as begin, newCuda, noCuda, randomBf16, readDevice } from './cuda-helpers.js';
 
 const CUDA_OPTIONS = { initialWorkspaceBytes: 16 << 20 };
 
@@ -147,18 +147,6 @@ describe('CUDA block-FP8 linear layers', { skip: noCuda || (newCudaArch() < 90 &
     assert.throws(() => c.uploadFp8Block('model.layers.0.self_attn.qkv_proj.weight', [short]), /bad\.weight f8_e4m3 \[64, 256\]/);
   });
 });
-
-/** `bytes` of device memory at `p`, after the stream's work. */
-function readDevice(c: CudaBackend, p: bigint, bytes: number): Uint8Array {
-  const host = c.device.hostAlloc(bytes);
-  try {
-    c.device.copyToHostAsync(host, p, bytes);
-    c.device.synchronize();
-    return new Uint8Array(host.view.slice(0, bytes));
-  } finally {
-    c.device.hostFree(host);
-  }
-}
 
 function newCudaArch(): number {
   if (noCuda) return 0;

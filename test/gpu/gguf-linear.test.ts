@@ -21,7 +21,7 @@ import { CudaTensor } from '../../src/backend/cuda/tensor.js';
 import { hostF32 } from '../backend/helpers.js';
 import { q8MatmulReference, quantizeQ8, randomGgufBlocks } from '../backend/gguf-helpers.js';
 import { assertBf16Close, assertSameBits, beginPoisonedStep as begin, bitsOf, newCpu, newCuda, noCuda,
-  randomBf16 } from './cuda-helpers.js';
+  randomBf16, readDevice } from './cuda-helpers.js';
 
 const TYPES: GgufBlockType[] = ['Q8_0', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K'];
 
@@ -216,16 +216,3 @@ describe('CUDA GGUF linear layers', { skip: noCuda }, () => {
     assert.throws(() => c.rmsNorm(w, c.fromHost([256], randomBf16(256, 1)), 1e-6), /GGUF-quantized weight/);
   });
 });
-
-/** `bytes` of device memory at `p`, after the stream's work. */
-function readDevice(c: CudaBackend, p: bigint, bytes: number): Uint8Array {
-  const host = c.device.hostAlloc(bytes);
-  try {
-    c.device.copyToHostAsync(host, p, bytes);
-    c.device.synchronize();
-    return new Uint8Array(host.view.slice(0, bytes));
-  } finally {
-    c.device.hostFree(host);
-  }
-}
-
