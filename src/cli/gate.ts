@@ -16,9 +16,7 @@ import {
 import { packageRoot } from './default-model.js';
 import { addEngineFlags, engineOptionsFromFlags } from './engine-flags.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
-import { GgufFile } from '../loader/gguf.js';
-import { ggufQuantizationName } from '../loader/gguf-config.js';
-import { ggufPath, loadModel } from '../loader/model-dir.js';
+import { loadModel } from '../loader/model-dir.js';
 import type { Tokenizer } from '../loader/types.js';
 import { bytesToUnicode } from '../tools/test-model/bpe.js';
 import { atLeast } from './option-parsers.js';
@@ -51,8 +49,8 @@ export function llmGenerator(llm: LLM): Generator {
  * reference is a tools/reference dump (full logits) or a peer's (`--dump-peer`: top-k lists; the KL then runs over
  * the peer's top-k and one bucket for the rest, compareToReference).
  */
-export async function referenceGate(llm: LLM, file: string, pathKey: string, thresholds: Record<string, ReferenceThresholds>): Promise<GateCheck> {
-  const { reference, prefixes } = readReferenceFile(JSON.parse(readFileSync(file, 'utf8')), file);
+export async function referenceGate(llm: LLM, ref: ReferenceInput, pathKey: string, thresholds: Record<string, ReferenceThresholds>): Promise<GateCheck> {
+  const { reference, prefixes } = ref;
   const actual: ReferenceDump = { prompts: [] };
   for (const p of prefixes) {
     const steps = [];
@@ -72,11 +70,17 @@ export async function referenceGate(llm: LLM, file: string, pathKey: string, thr
  * arithmetic (activations quantized to 8 bits in its quantized dot products, its kernels' sums) puts it further
  * from Quire than transformers' f32 is.
  */
-export function referenceThresholdsKey(file: string, pathKey: string, ggufFormat: string | null = null): string {
-  const peer = (JSON.parse(readFileSync(file, 'utf8')) as { peer?: { kind?: string } }).peer;
+export function referenceThresholdsKey(ref: ReferenceInput, pathKey: string, ggufFormat: string | null = null): string {
   const base = pathKey.replace(/-graphs$/, '');
   // llama.cpp read the same quantized file: the format's own loss is on both sides, so one band for every format
-  return peer?.kind === 'llama.cpp' ? `${ggufFormat !== null ? base.replace(`-${ggufFormat}`, '') : base}-llamacpp` : base;
+  return ref.peerKind === 'llama.cpp' ? `${ggufFormat !== null ? base.replace(`-${ggufFormat}`, '') : base}-llamacpp` : base;
+}
+
+/** A reference dump file, read once (a transformers dump holds full logits: hundreds of MB for a real vocabulary). */
+export type ReferenceInput = ReturnType<typeof readReferenceFile> & { peerKind: string | null };
+export function loadReferenceFile(file: string): ReferenceInput {
+  const obj = JSON.parse(readFileSync(file, 'utf8')) as { peer?: { kind?: string } };
+  return { ...readReferenceFile(obj, file), peerKind: obj.peer?.kind ?? null };
 }
 
 /**
@@ -135,11 +139,11 @@ export function gateCommand(): Command {
     try {
       const dir = await llm.ready();
       const info = llm.engineInfo();
-      const gguf = ggufPath(dir.dir);
-      const format = gguf === null ? null : ggufQuantizationName(await GgufFile.open(gguf));
+      const format = dir.ggufFileType ?? null;
       const pathKey = (f.pathKey as string | undefined) ?? gatePathKey(info.backend, options, format);
       const canonicalPath = (f.canonical as string | undefined) ?? join(packageRoot(), 'bench', 'gates', `${basename(model)}.json`);
-      const referenceKey = f.reference ? (f.referenceKey as string | undefined) ?? referenceThresholdsKey(f.reference as string, pathKey, format) : '';
+      const ref = f.reference ? loadReferenceFile(f.reference as string) : null;
+      const referenceKey = ref ? (f.referenceKey as string | undefined) ?? referenceThresholdsKey(ref, pathKey, format) : '';
       console.log(`quire gate: model ${dir.dir} (${dir.config.architecture}, ${dir.config.numLayers} layers), backend `
         + `${info.backend} (${info.device}), path ${pathKey}`);
       console.log(`  transcript: greedy tokens of ${f.prompts as string} against ${canonicalPath}`
@@ -151,9 +155,9 @@ export function gateCommand(): Command {
       });
       for (const m of t.mismatches) console.error(formatMismatch(m));
       checks.push(transcriptCheck(t));
-      if (f.reference) {
+      if (ref) {
         const thresholds = JSON.parse(readFileSync(f.thresholds as string, 'utf8')) as Record<string, ReferenceThresholds>;
-        checks.push(await referenceGate(llm, f.reference as string, referenceKey, thresholds));
+        checks.push(await referenceGate(llm, ref, referenceKey, thresholds));
       }
     } finally {
       await llm.close();

@@ -9,7 +9,7 @@ import { openSafetensors, openShardedSafetensors } from './safetensors.js';
 import { loadTokenizer, readJsonFile, specialTokenContent, tokenizerFromJson } from './tokenizer.js';
 import type { GenerationDefaults, ModelConfig, Tokenizer, WeightSource } from './types.js';
 import { GGUF_SHARD, GgufFile } from './gguf.js';
-import { ggufModelConfig, ggufPermutesQk } from './gguf-config.js';
+import { ggufModelConfig, ggufPermutesQk, ggufQuantizationName } from './gguf-config.js';
 import { ggufTokenizerFiles } from './gguf-tokenizer.js';
 import { ggufWeightSource } from './gguf-weights.js';
 
@@ -27,6 +27,8 @@ export interface ModelDir {
   eosToken: string | null;
   /** The tokenizer.json object where it came from no file (a GGUF file's metadata); else read it from tokenizerDir. */
   tokenizerJson?: Record<string, unknown>;
+  /** A GGUF model's quantization as llama.cpp names its files (ggufQuantizationName: "q4_k_m"); absent otherwise. */
+  ggufFileType?: string;
 }
 
 export function openWeights(dir: string): WeightSource {
@@ -110,34 +112,29 @@ export async function loadGgufModel(fileArg: string, opts: ModelDirOptions = {})
   if (opts.tokenizer) {
     const tokDir = resolve(resolveModelPath(opts.tokenizer));
     const dir = loadModelDirTokenizer(tokDir);
-    if (gguf.metadata.has('tokenizer.ggml.tokens')) checkGgufTokens(gguf, join(tokDir, 'tokenizer.json'));
-    return { dir: file, config, weights, ...dir };
+    if (gguf.metadata.has('tokenizer.ggml.tokens')) checkGgufTokens(gguf, dir.tokenizer, tokDir);
+    return { dir: file, config, weights, ...dir, ggufFileType: ggufQuantizationName(gguf) };
   }
   const t = ggufTokenizerFiles(gguf);
   const tokenizer = tokenizerFromJson(t.tokenizerJson, t.tokenizerConfig, file);
   return {
     dir: file, tokenizerDir: file, config, weights, tokenizer, chatTemplate: t.chatTemplate,
     generation: { eosTokenIds: t.eosTokenIds, bosTokenId: t.bosTokenId },
-    bosToken: t.bosToken, eosToken: t.eosToken, tokenizerJson: t.tokenizerJson,
+    bosToken: t.bosToken, eosToken: t.eosToken, tokenizerJson: t.tokenizerJson, ggufFileType: ggufQuantizationName(gguf),
   };
 }
 
 /**
  * --tokenizer beside a GGUF that carries its own: the two must be one vocabulary (every id the same token; the GGUF's
- * "[PAD<id>]" padding past tokenizer.json's ids aside), else the weights would be read with another model's ids.
+ * "[PAD<id>]" padding past the tokenizer's ids aside), else the weights would be read with another model's ids.
  */
-function checkGgufTokens(gguf: GgufFile, tokenizerJsonFile: string): void {
-  if (!existsSync(tokenizerJsonFile)) return;  // a tokenizer of another kind: nothing to compare by id
-  const json = readJsonFile(tokenizerJsonFile) as { model?: { vocab?: Record<string, number> }; added_tokens?: { id: number; content: string }[] };
-  const theirs: string[] = [];
-  for (const [t, id] of Object.entries(json.model?.vocab ?? {})) theirs[id] = t;
-  for (const a of json.added_tokens ?? []) theirs[a.id] = a.content;
+function checkGgufTokens(gguf: GgufFile, tokenizer: Tokenizer, tokDir: string): void {
   const ours = gguf.metadata.get('tokenizer.ggml.tokens') as string[];
-  const n = Math.max(ours.length, theirs.length);
+  const n = Math.max(ours.length, tokenizer.vocabSize);
   for (let id = 0; id < n; id++) {
-    const [a, b] = [ours[id], theirs[id]];
+    const [a, b] = [ours[id], tokenizer.idToToken(id)];
     if (a === b || (b === undefined && a === `[PAD${id}]`)) continue;
-    throw new ModelLoadError(gguf.file, `--tokenizer ${tokenizerJsonFile}: token id ${id} is ${JSON.stringify(b ?? null)} there and `
+    throw new ModelLoadError(gguf.file, `--tokenizer ${tokDir}: token id ${id} is ${JSON.stringify(b ?? null)} there and `
       + `${JSON.stringify(a ?? null)} in the file's tokenizer.ggml.tokens: not this model's tokenizer`);
   }
 }

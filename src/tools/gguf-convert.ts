@@ -11,7 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { isMainThread, Worker } from 'node:worker_threads';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../loader/dtype.js';
 import { ggufShardName } from '../loader/gguf.js';
-import { ggufPermutesQk } from '../loader/gguf-config.js';
+import { GGUF_FILE_TYPES, ggufPermutesQk } from '../loader/gguf-config.js';
 import { ggufTensorName, moeTensorNames } from '../loader/gguf-weights.js';
 import type { GgmlTypeName } from '../loader/gguf-quants.js';
 import { loadModelDir } from '../loader/model-dir.js';
@@ -22,7 +22,6 @@ import { ggufTensorBytes, openGgufWriter, quantize, type GgufMetaValue, type Ggu
 /** llama.cpp's file types Quire's tests write; a K-quant mix as llama-quantize's _M presets (simplified, below). */
 export const GGUF_QUANTIZATIONS = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k_m', 'q5_k_m', 'q6_k'] as const;
 export type GgufQuantization = (typeof GGUF_QUANTIZATIONS)[number];
-const GGUF_FILE_TYPE_OF: Record<GgufQuantization, number> = { f32: 0, f16: 1, bf16: 32, q8_0: 7, q4_0: 2, q4_k_m: 15, q5_k_m: 17, q6_k: 18 };
 
 /** The inverse of gguf-weights.ts's unpermuteQk: HF row j * D/2 + i of each head goes to row 2i + j. */
 function permuteQk(src: Float32Array, rows: number, cols: number, headDim: number): Float32Array {
@@ -283,7 +282,7 @@ function ggufPlan(dir: string, q: GgufQuantization): GgufPlan {
     ['general.architecture', { type: 'string', value: a }],
     ['general.alignment', { type: 'u32', value: 32 }],
     // llama.cpp's llama_ftype (gguf-config.ts GGUF_FILE_TYPES): what `quire gate` names the file's path by
-    ['general.file_type', { type: 'u32', value: GGUF_FILE_TYPE_OF[q] }],
+    ['general.file_type', { type: 'u32', value: Number(Object.entries(GGUF_FILE_TYPES).find(([, name]) => name === q)![0]) }],
     [`${a}.block_count`, { type: 'u32', value: c.numLayers }],
     [`${a}.context_length`, { type: 'u32', value: c.maxPositionEmbeddings }],
     [`${a}.embedding_length`, { type: 'u32', value: c.hiddenSize }],

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { referenceGate } from '../../src/cli/gate.js';
+import { loadReferenceFile, referenceGate } from '../../src/cli/gate.js';
 import { packageRoot } from '../../src/cli/default-model.js';
 import { LLM } from '../../src/engine/llm.js';
 import type { ReferenceThresholds } from '../../src/lab/gate-reference.js';
@@ -35,7 +35,7 @@ test('GGUF thresholds: the demo model\'s Q8_0 passes cpu-f32-q8_0, its Q4_0 does
       modelDirToGguf(defaultModelDir(), file, q);
       const llm = new LLM(file, opts);
       try {
-        return await referenceGate(llm, refFile, 'cpu-f32-q8_0', thresholds);
+        return await referenceGate(llm, loadReferenceFile(refFile), 'cpu-f32-q8_0', thresholds);
       } finally {
         await llm.close();
       }

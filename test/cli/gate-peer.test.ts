@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { packageRoot } from '../../src/cli/default-model.js';
-import { referenceGate, referenceThresholdsKey, tokenPieces } from '../../src/cli/gate.js';
+import { loadReferenceFile, referenceGate, referenceThresholdsKey, tokenPieces } from '../../src/cli/gate.js';
 import { GgufFile } from '../../src/loader/gguf.js';
 import { LLM } from '../../src/engine/llm.js';
 import type { PeerDump, ReferenceThresholds } from '../../src/lab/index.js';
@@ -63,9 +63,9 @@ test('gate --dump-peer then --reference: Quire against its own numbers passes, a
     assert.deepEqual(Buffer.from(piece(want[1]!)).toString('utf8'), (await loadModel(gguf)).tokenizer.decode([want[1]!]));
 
     const thresholds = JSON.parse(readFileSync(join(packageRoot(), 'bench', 'gates', 'thresholds.json'), 'utf8')) as Record<string, ReferenceThresholds>;
-    const key = referenceThresholdsKey(dumpFile, 'cpu-f32');
+    const key = referenceThresholdsKey(loadReferenceFile(dumpFile), 'cpu-f32');
     assert.equal(key, 'cpu-f32-llamacpp');
-    const same = await referenceGate(llm, dumpFile, key, thresholds);
+    const same = await referenceGate(llm, loadReferenceFile(dumpFile), key, thresholds);
     assert.equal(same.passed, true, same.detail);
     assert.match(same.detail, /top-1 100\.0%.* over 10 steps/);
 
@@ -74,7 +74,7 @@ test('gate --dump-peer then --reference: Quire against its own numbers passes, a
     [step.top[0]!.logprob, step.top[1]!.logprob] = [step.top[1]!.logprob, step.top[0]!.logprob];
     const swappedFile = join(dir, 'swapped.json');
     writeFileSync(swappedFile, JSON.stringify(dump));
-    const swapped = await referenceGate(llm, swappedFile, key, thresholds);
+    const swapped = await referenceGate(llm, loadReferenceFile(swappedFile), key, thresholds);
     assert.equal(swapped.passed, false);
     assert.match(swapped.detail, /top-1 agreement 0\.9000 < 0\.95/);
 

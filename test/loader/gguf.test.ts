@@ -74,6 +74,8 @@ test('a GGUF file is named by its general.file_type (as the converter writes it)
     modelDirToGguf(dir, file, q);
     assert.equal(ggufQuantizationName(await GgufFile.open(file)), q);
   }
+  assert.equal((await loadModel(join(root, 'ft.q4_k_m.gguf'))).ggufFileType, 'q4_k_m', 'the loaded model carries it (quire gate\'s path)');
+  assert.equal(loadModelDir(dir).ggufFileType, undefined);
   const bare = join(root, 'bare.gguf');
   writeGguf(bare, [['general.architecture', { type: 'string', value: 'qwen3' }]], [
     { name: 'a', type: 'Q8_0', shape: [4, 64], data: new Uint8Array(4 * 2 * 34) },
@@ -90,7 +92,7 @@ test('--tokenizer beside a GGUF: its own tokenizer.json loads, another model\'s 
   assert.equal(own.tokenizerDir, dir);
   await assert.rejects(loadModel(file, { tokenizer: defaultModelDir() }), (err: unknown) => {
     assert.ok(err instanceof ModelLoadError, String(err));
-    assert.match(err.message, /^tok\.q8_0\.gguf: --tokenizer .*tokenizer\.json: token id \d+ is .* not this model's tokenizer/);
+    assert.match(err.message, /^tok\.q8_0\.gguf: --tokenizer .*: token id \d+ is .* not this model's tokenizer/);
     return true;
   });
 });
