@@ -80,6 +80,16 @@ test('QUIRE_DECODE_(LONG_|SHORT_)SPLIT_TOKENS set the split sizes; unset, 1024, 
   assert.equal(read({}), '1024 256 128 3');
 });
 
+test('few rows of many splits keep whole groups once their blocks, splits counted, fill the GPU GROUP_FILL times', () => {
+  // qwen3-8b on an H200: 8 rows at 4k of context (16 splits) give 8 x 8 x 16 = 1,024 whole-group blocks
+  assert.equal(decodeGroup(8, 32, 8, 132, 128, 8, 16, 4), 4, '1,024 blocks >= 4 x 132');
+  assert.equal(decodeGroup(4, 32, 8, 132, 128, 8, 16, 4), 1, '512 blocks < 4 x 132');
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, MAX_SPLITS, 4), 1, 'a single stream: 8 x 16 blocks');
+  assert.equal(decodeGroup(8, 32, 8, 132, 128, 8, 16, 0), 1, 'fill 0: the rows alone decide');
+  assert.equal(decodeGroup(8, 32, 8, 132, 128, 8, 1, 4), 1, 'short rows of one split');
+  assert.equal(decodeGroup(8, 32, 8, 132, 128, 2, 16, 4), 2, 'an FP8 cache\'s builds: G up to 2');
+});
+
 test('query heads per block: the whole kv group, or one when the rows leave SMs idle', () => {
   // qwen3-8b: 32 query heads on 8 kv heads (groups of 4); qwen3-0.6b: 16 on 8 (groups of 2)
   assert.equal(decodeGroup(1, 32, 8, 132), 1, 'one row: 32 blocks instead of 8');

@@ -154,15 +154,16 @@ export class CudaAttention {
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
       if (decodeRows > 0) {
-        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.s.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8);
+        // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
+        const maxRowSplits = this.s.capturing ? this.captureSplits : this.s.current!.decodeMaxSplits ??=
+          maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
+        const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.s.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8,
+          maxRowSplits);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of the row count alone, so eager and captured steps of one size allocate alike.
         const numRows = decodeRows * (numHeads / G);
         const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
-        // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
-        const maxRowSplits = this.s.capturing ? this.captureSplits : this.s.current!.decodeMaxSplits ??=
-          maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
         const partials = !this.batchInvariant ? this.s.steps.partials(meta, numHeads, D, this.s.capturing)
           : !mayShare ? { out: 0n, ml: 0n }

@@ -23,8 +23,12 @@ export const SHORT_ROW_KV = 512;
  * to 4 splits of 128; it costs a little where short rows are many: docs/perf-log.md, session 11).
  */
 export const SHORT_SPLIT_TOKENS = readKnob('QUIRE_DECODE_SHORT_SPLIT_TOKENS');
-/** Most splits of one row; also the split stride of the partial buffers. */
-export const MAX_SPLITS = 16;
+/**
+ * Most splits of one row (QUIRE_DECODE_MAX_SPLITS); also the split stride of the partial buffers, whose bytes grow
+ * with it ([capSeqs, numHeads, MAX_SPLITS, D + 2] f32). A row longer than MAX_SPLITS * LONG_SPLIT_TOKENS takes longer
+ * splits, so this bounds how many blocks a single long stream can spread over.
+ */
+export const MAX_SPLITS = readKnob('QUIRE_DECODE_MAX_SPLITS');
 /** Split chunks are whole multiples of this many kv positions (the kernel's DECODE_CHUNK_ROUND: kernel-defines.ts). */
 export const DECODE_CHUNK_ROUND = 16;
 /**
@@ -98,12 +102,22 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
  * has work. Per head the kernel's arithmetic is that of G = 1: no bit changes.
  */
 export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128,
-  maxG = 8): number {
+  maxG = 8, rowSplits = 1, fill = GROUP_FILL): number {
   const even = evenGroup(numHeads, numKvHeads, maxG);
   const built = decodeGroupsBuilt(headDim).find((g) => g <= maxG && (numHeads / numKvHeads) % g === 0)!;
   const full = built !== even && numRows < ODD_GROUP_MIN_ROWS ? even : built;
-  return numRows * (numHeads / full) < numSMs ? 1 : full;
+  const blocks = numRows * (numHeads / full);
+  if (blocks >= numSMs) return full;
+  // Long rows: their splits may give whole groups' blocks enough to fill the GPU on their own, each K and V then read
+  // once for the group, not once a query head (at 32k of context, G = 1 reads 4x the cache's bytes through L2)
+  return fill > 0 && blocks * Math.min(rowSplits, MAX_SPLITS) >= fill * numSMs ? full : 1;
 }
+
+/**
+ * Blocks per SM (rows x whole-group blocks x the rows' splits) from which a step of few rows keeps whole GQA groups
+ * (QUIRE_DECODE_GROUP_FILL; 0: rows alone decide, splits not counted).
+ */
+export const GROUP_FILL = readKnob('QUIRE_DECODE_GROUP_FILL');
 
 /** The largest of 8, 4, 2, 1 (up to maxG) dividing the GQA group (every kernel has those builds). */
 export function evenGroup(numHeads: number, numKvHeads: number, maxG = 8): number {
