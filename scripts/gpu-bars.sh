@@ -5,6 +5,8 @@
 #   bash scripts/gpu-bars.sh            # every row
 #   ROWS="w2 w1" bash scripts/gpu-bars.sh   # some rows: w2 w1 w2-8b w1-8b prefill startup peer
 #   ROWS="w2-ctx w2-8b-ctx" ...  # the decode issue's rows: batch 1 at 128, 4k, 16k and 32k of context (weights + K/V)
+#   ROWS="batch-8b-ctx serve-ctx" ...  # and qwen3-8b at batch 8 and 64 with 4k of context; quire serve against bench
+#   decode at concurrency 1 and 64 (qwen3-0.6b, 128 and 4k of context, 128 tokens out)
 #   ROWS="w2-moe w1-moe prefill-moe serve-moe startup-moe" ...  # the mixture-of-experts issue's rows (qwen3-30b-a3b,
 #   61 GB of bf16 on disk: made alone, not beside the 8b model on a 64 GiB disk)
 #   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
@@ -50,8 +52,8 @@ summary() {
     ].filter(Boolean).join(", "));' "$1"
 }
 
-if want w2 || want w1 || want peer || want w2-ctx; then make_model "$M06" qwen3-0.6b "${quant[@]}"; fi
-if want w2-8b || want w2-8b-ctx || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
+if want w2 || want w1 || want peer || want w2-ctx || want serve-ctx; then make_model "$M06" qwen3-0.6b "${quant[@]}"; fi
+if want w2-8b || want w2-8b-ctx || want batch-8b-ctx || want w1-8b || want prefill || want startup; then make_model "$M8" qwen3-8b --fast "${quant[@]}"; fi
 
 if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want startup-moe; then
   make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
@@ -76,6 +78,30 @@ for row in w2-ctx w2-8b-ctx; do
   $Q bench decode --model "$m" --backend cuda --force --max-model-len 33000 --context-lens 128,4096,16384,32000 --batch-sizes 1 2>&1 \
     | grep -E "roofline|tokens/s"
 done
+if want batch-8b-ctx; then
+  echo "== qwen3-8b, batch 8 and 64 at 4k of context (bar 80% of the roofline of weights + K/V)"
+  $Q bench decode --model "$M8" --backend cuda --force --max-model-len 4600 --context-lens 4096 --batch-sizes 8,64 2>&1 \
+    | grep -E "roofline|tokens/s"
+fi
+if want serve-ctx; then
+  echo "== qwen3-0.6b served (bench serve) against bench decode, concurrency 1 and 64, 128 tokens out (bar: serving costs <= 5%)"
+  $Q bench decode --model "$M06" --backend cuda --force --max-model-len 4600 --context-lens 128,4096 \
+    --batch-sizes 1,64 2>&1 | grep -E "tokens/s"
+  port=18126
+  $Q serve --model "$M06" --port "$port" --max-model-len 4600 --served-model-name m06 >"$OUTDIR/serve-ctx-server.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
+  for len in 128 4096; do
+    for c in 1 64; do
+      echo "-- served: prompt $len, concurrency $c"
+      node dist/src/cli/main.js bench serve --force --target "quire=http://127.0.0.1:$port" --model m06 --workload custom \
+        --prompt-len "$len" --output-len 128 --prompt-format ids --vocab-size 400 --concurrency "$c" \
+        --num-requests $((c * 2)) --rounds 1 --warmup 1 --out "$OUTDIR/serve-ctx-$len-$c" >"$OUTDIR/serve-ctx-$len-$c.log" 2>&1
+      grep -iE "tpot|output tok" "$OUTDIR/serve-ctx-$len-$c.log" | head -4
+    done
+  done
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+fi
 if want w2-8b; then
   echo "== W2 qwen3-8b (bar 165 tok/s)"
   $Q bench decode --model "$M8" "${common[@]}" --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
