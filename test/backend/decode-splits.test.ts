@@ -90,6 +90,16 @@ test('few rows of many splits keep whole groups once their blocks, splits counte
   assert.equal(decodeGroup(8, 32, 8, 132, 128, 2, 16, 4), 2, 'an FP8 cache\'s builds: G up to 2');
 });
 
+test('QUIRE_DECODE_FOLD_BATCH reaches the decode kernel as DECODE_FOLD_BATCH (1 unset: one split state at a time)', () => {
+  const compileUrl = new URL('../../src/backend/cuda/compile.js', import.meta.url).href;
+  const read = (value: string) => execFileSync(process.execPath, ['--input-type=module', '-e',
+    `import { kernelSource } from ${JSON.stringify(compileUrl)}; ` +
+    'console.log(/^#define DECODE_FOLD_BATCH (\\d+)$/m.exec(kernelSource("attention_decode.cu"))?.[1]);'],
+  { env: { ...process.env, QUIRE_DECODE_FOLD_BATCH: value } }).toString().trim();
+  assert.equal(read('8'), '8');
+  assert.equal(read(''), '1');
+});
+
 test('query heads per block: the whole kv group, or one when the rows leave SMs idle', () => {
   // qwen3-8b: 32 query heads on 8 kv heads (groups of 4); qwen3-0.6b: 16 on 8 (groups of 2)
   assert.equal(decodeGroup(1, 32, 8, 132), 1, 'one row: 32 blocks instead of 8');

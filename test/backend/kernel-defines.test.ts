@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expandSource, kernelFiles, kernelSource, loadCubin } from '../../src/backend/cuda/compile.js';
-import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
+import { DECODE_CHUNK_ROUND, FOLD_BATCH, MAX_CLUSTER, SHORT_ROW_KV } from '../../src/backend/cuda/decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm-chain.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
 import { GGUF_DEQUANT_WARPS, GGUF_GEMV_ROWS, GGUF_GEMV_WARPS } from '../../src/backend/cuda/gguf-layout.js';
@@ -49,6 +49,7 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['attention_decode.cu', 'DECODE_CHUNK_ROUND', DECODE_CHUNK_ROUND],
     ['attention_decode.cu', 'DECODE_SHORT_ROW_KV', SHORT_ROW_KV],
     ['attention_decode.cu', 'DECODE_MAX_CLUSTER', MAX_CLUSTER],
+    ['attention_decode.cu', 'DECODE_FOLD_BATCH', FOLD_BATCH],
     ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
     ['attention_prefill.cu', 'PREFILL_BUILDS(X)', PREFILL_BUILD_LIST],
     ['deltanet.cu', 'CONV_MAX_TAPS', CONV_MAX_TAPS],

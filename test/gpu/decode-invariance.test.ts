@@ -10,7 +10,9 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { f32ToBf16 } from '../../src/loader/dtype.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
@@ -149,4 +151,14 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
     assert.equal(cuda!.numGraphs, captured.size, 'a graph per (bucket, kv class): batch 16 has two');
     assert.equal(captured.size, 6);
   });
+
+  // The merge of published splits reads them in batches (QUIRE_DECODE_FOLD_BATCH, a kernel #define): this file again
+  // in a process built with batches of 8, where the walked and the merged rows must still agree bit for bit.
+  test('the same, with published split states read 8 at a time (QUIRE_DECODE_FOLD_BATCH=8)',
+    { skip: process.env.QUIRE_DECODE_FOLD_BATCH === '8' ? 'this is that run' : false }, () => {
+      const r = spawnSync(process.execPath, ['--test', fileURLToPath(import.meta.url)],
+        { env: { ...process.env, QUIRE_DECODE_FOLD_BATCH: '8' }, encoding: 'utf8' });
+      assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
+      assert.match(r.stdout, /# pass [1-9]/);
+    });
 });

@@ -188,6 +188,14 @@ export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): numb
   return on && pre && gridZ > 1 && gridZ <= MAX_CLUSTER ? gridZ : 1;
 }
 
+/**
+ * Published split states the block that completes a row's count reads at once before folding them in split order
+ * (QUIRE_DECODE_FOLD_BATCH; the kernel's DECODE_FOLD_BATCH, capped at 4 for groups of 4 or more and 2 for G 8 at D 256,
+ * whose registers would spill): each batch costs one L2 round trip, where 1, the default until measured, costs one a
+ * split. The same folds in the same order at any value: no bit changes.
+ */
+export const FOLD_BATCH = readKnob('QUIRE_DECODE_FOLD_BATCH');
+
 /** The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1). */
 export function maxSplitsOf(positions: Int32Array, rows: Int32Array): number {
   let most = 1;

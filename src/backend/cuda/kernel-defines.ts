@@ -4,7 +4,7 @@
 // A kernel file names these without defining them.
 
 import { FP8_BLOCK } from '../fp8-linear.js';
-import { DECODE_CHUNK_ROUND, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
+import { DECODE_CHUNK_ROUND, FOLD_BATCH, MAX_CLUSTER, SHORT_ROW_KV } from './decode-splits.js';
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
 import { GGUF_DEQUANT_WARPS, GGUF_DEVICE_FORMATS, GGUF_GEMV_ROWS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS } from './gguf-layout.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, gemmRowsBuildLists } from './gemm-rows.js';
@@ -73,7 +73,7 @@ const COMMON: Readonly<Record<string, number>> = { META_NUM_TOKENS, META_NUM_SEQ
 export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, number | string>>>> = {
   'allreduce.cu': { PEER_AR_MAX_RANKS, PEER_AR_EPOCH_OFFSET, PEER_AR_DATA_OFFSET },
   'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
-    DECODE_MAX_CLUSTER: MAX_CLUSTER },
+    DECODE_MAX_CLUSTER: MAX_CLUSTER, DECODE_FOLD_BATCH: FOLD_BATCH },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
   'deltanet.cu': { CONV_MAX_TAPS, 'DELTANET_KEY_DIMS(X, s, T)': DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ') },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },

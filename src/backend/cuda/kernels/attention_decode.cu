@@ -61,7 +61,8 @@
 
 // From TypeScript (kernel-defines.ts): DECODE_WARPS, warps a block; DECODE_CHUNK_ROUND, the kv positions a split's
 // chunk is a multiple of; DECODE_SHORT_ROW_KV, the longest row that splits every shortSplitTokens; DECODE_MAX_CLUSTER,
-// the most blocks of a cluster (its z; decodeCluster in decode-splits.ts).
+// the most blocks of a cluster (its z; decodeCluster in decode-splits.ts); DECODE_FOLD_BATCH, the published split
+// states a fold reads at once (decode-splits.ts FOLD_BATCH).
 #define DECODE_SLOTS 4
 #define DECODE_THREADS (DECODE_WARPS * 32)
 
@@ -86,6 +87,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
   __shared__ float warpAcc[DECODE_WARPS][G][D];
   __shared__ int mergeHere;
+  // splits a fold reads at once (fold_states; DECODE_FOLD_BATCH, QUIRE_DECODE_FOLD_BATCH): at most 4 for groups of
+  // 4 or more and 2 where G DPT >= 16, whose q heads hold more registers (G 8 at D 256 spilled at 4; ptxas -v)
+  constexpr int FOLD_BATCH = DECODE_FOLD_BATCH < (G * DPT >= 16 ? 2 : G >= 4 ? 4 : 8) ? DECODE_FOLD_BATCH
+                           : (G * DPT >= 16 ? 2 : G >= 4 ? 4 : 8);
   const int h0 = bx * G, kvh = h0 / qHeadsPerKv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane / LPP, dim0 = (lane % LPP) * EPL;
@@ -383,7 +388,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       cluster_wait();
 #pragma unroll
       for (int g = 0; g < G; g++) {
-        fold_states<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+        fold_states<T, D, DPT, FOLD_BATCH>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
                                [&](int z, int d) { return clusterO[z][g][d]; },
                                [&](int z, int k) { return clusterMl[z][g][k]; });
       }
@@ -414,7 +419,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
         for (int g = 0; g < G; g++) {
           const long long row = (long long)slot * numHeads + h0 + g;
-          fold_states<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+          fold_states<T, D, DPT, FOLD_BATCH>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
                                  [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
                                  [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); });
         }

@@ -178,20 +178,30 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
 /**
  * Folds a head's numSplits published states in split order and writes its output: stateO(z, d) is split z's
  * unnormalized output at dim d, stateMl(z, 0 / 1) its max / sum (from global partials or a cluster's shared memory).
+ * The states are read FB splits at a time, every load of a batch issued before its first fold: one read latency a
+ * batch, not one a split (a row of 16 published splits waited 16 L2 round trips in turn). Past numSplits a batch's
+ * states are empty (sum 0), which fold_split skips, so the folds and their order are those of one split at a time.
  */
-template <typename T, int D, int DPT, typename StateO, typename StateMl>
+template <typename T, int D, int DPT, int FB, typename StateO, typename StateMl>
 __device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO, StateMl stateMl) {
   float M = NEG_INF, L = 0.f, O[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) O[i] = 0.f;
-  for (int z = 0; z < numSplits; z++) {
-    float oz[DPT];
+  for (int z0 = 0; z0 < numSplits; z0 += FB) {
+    float oz[FB][DPT], mz[FB], lz[FB];
 #pragma unroll
-    for (int i = 0; i < DPT; i++) {
-      const int d = threadIdx.x + i * DECODE_THREADS;
-      oz[i] = d < D ? stateO(z, d) : 0.f;
+    for (int b = 0; b < FB; b++) {
+      const bool in = z0 + b < numSplits;
+#pragma unroll
+      for (int i = 0; i < DPT; i++) {
+        const int d = threadIdx.x + i * DECODE_THREADS;
+        oz[b][i] = in && d < D ? stateO(z0 + b, d) : 0.f;
+      }
+      mz[b] = in ? stateMl(z0 + b, 0) : NEG_INF;
+      lz[b] = in ? stateMl(z0 + b, 1) : 0.f;
     }
-    fold_split<DPT>(M, L, O, stateMl(z, 0), stateMl(z, 1), oz);
+#pragma unroll
+    for (int b = 0; b < FB; b++) fold_split<DPT>(M, L, O, mz[b], lz[b], oz[b]);
   }
   write_out<T, D, DPT>(out, L, O);
 }
