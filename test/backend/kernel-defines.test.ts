@@ -16,7 +16,7 @@ import {
   PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
 } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
-import { MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
+import { MOE_COMBINE_BATCH, MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 
 /** The build lists as the kernels receive them, written out here by hand: a change to one is a change to the PTX. */
@@ -76,6 +76,7 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['moe.cu', 'MOE_ROUTE_PER_LANE', MOE_ROUTE_PER_LANE],
     ['moe.cu', 'MOE_GROUP_THREADS', MOE_GROUP_THREADS],
     ['moe.cu', 'MOE_COMBINE_THREADS', MOE_COMBINE_THREADS],
+    ['moe.cu', 'MOE_COMBINE_BATCH', MOE_COMBINE_BATCH],
     ['moe.cu', 'MOE_GATE_UP_SPLIT_BUILDS(X)', 'X(2, 1, 4) X(2, 2, 2) X(2, 4, 2)'],
     ['moe.cu', 'MOE_DOWN_SPLIT_BUILDS(X)', 'X(1, 1, 4) X(1, 2, 4) X(1, 4, 2)'],
     ['moe.cu', 'MOE_TILED_BUILDS(X)', 'X(2, 2, 2, 2, 3, false) X(1, 4, 4, 4, 3, true)'],

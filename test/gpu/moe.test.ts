@@ -11,6 +11,9 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import type { MoeExperts, MoeRoute } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
@@ -62,6 +65,25 @@ function assertTileLists(got: { offsets: Int32Array; tiles: { tokens: number; li
 }
 
 const oneToken = batchOf([{ ids: [1], start: 0, pages: [0] }], 16);
+
+/** md5 of moeExperts' and moeExpertsAddRmsNorm's output bits on fixed inputs (7 rows, 128 experts, top 8). */
+function combineCaseMd5(c: CudaBackend): string {
+  const [T, E, k, H, I] = [7, 128, 8, 264, 96];
+  const ex = cudaExperts(c, E, H, I, 60);
+  const x = c.fromHost([T, H], randomBf16(T * H, 61));
+  const router = c.fromHost([E, H], randomBf16(E * H, 62, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+  const route: MoeRoute = { topK: k, renormalize: true };
+  const hash = createHash('md5');
+  beginPoisonedStep(c);
+  hash.update(bitsOf(c, c.moeExperts(x, router, ex, route)));
+  beginPoisonedStep(c);
+  const res = c.fromHost([T, H], randomBf16(T * H, 63, -4, 4));
+  hash.update(bitsOf(c, c.moeExpertsAddRmsNorm(x, router, ex, route, res, c.fromHost([H], randomBf16(H, 64, 0.5, 1.5)), 1e-6)));
+  return hash.digest('hex');
+}
+
+/** Set in the child run of this file whose kernels read a row's k choices 8 at a time (the test spawning it). */
+const combineBatchRun = process.env.QUIRE_MOE_COMBINE_BATCH === '8';
 
 describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
   let cpu: CpuBackend;
@@ -194,6 +216,22 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     } finally {
       cuda.moe.variant = undefined;
     }
+  });
+
+  // The combine reads a row's k choices QUIRE_MOE_COMBINE_BATCH at a time (a kernel #define): this file's CPU and
+  // bit-consistency checks again in a process built with 8, and the same output bits as this one's on fixed inputs.
+  test('the combine reading 8 choices at a time (QUIRE_MOE_COMBINE_BATCH=8) gives these bits and passes these checks',
+    { skip: combineBatchRun ? 'this is that run' : false }, () => {
+      const r = spawnSync(process.execPath, ['--test', '--test-name-pattern=matches the CPU|moeExpertsAddRmsNorm|same bits alone|combine bits',
+        fileURLToPath(import.meta.url)], { env: { ...process.env, QUIRE_MOE_COMBINE_BATCH: '8' }, encoding: 'utf8' });
+      assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
+      assert.equal(/combine bits md5 ([0-9a-f]{32})/.exec(r.stdout)?.[1], combineCaseMd5(cuda));
+    });
+
+  test('combine bits (the child run: its md5 for the test above)', { skip: combineBatchRun ? false : 'only in the child run' }, (t) => {
+    const md5 = combineCaseMd5(cuda);
+    assert.match(md5, /^[0-9a-f]{32}$/);
+    t.diagnostic(`combine bits md5 ${md5}`);
   });
 
   for (const [T, H] of [[1, 256], [7, 264], [300, 256]] as const) {

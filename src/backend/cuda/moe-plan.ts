@@ -5,6 +5,7 @@
 // variants' _fp8 builds (moe.cu), their k cut by fp8SliceChunks.
 
 import { FP8_BLOCK } from '../fp8-linear.js';
+import { readKnob } from '../../knobs/knobs.js';
 import { blockTile, defaultVariant, GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, GEMM_ROWS_VARIANTS, type GemmRowsVariant,
   numSlices, sliceChunks } from './gemm-rows.js';
 
@@ -19,6 +20,12 @@ export const MOE_MAX_TOP_K = 32;
 export const MOE_GROUP_THREADS = 1024;
 /** moe_combine's threads a block, 8 columns each. */
 export const MOE_COMBINE_THREADS = 128;
+/**
+ * A row's k choices the combine reads at once (kernels/moe.cu CombineRow; QUIRE_MOE_COMBINE_BATCH): their positions
+ * and weights, then their rows, then the sums in order. 1, the default until measured, reads one choice at a time
+ * (two memory latencies each, in turn). The same sums in the same order at any value: no bit changes.
+ */
+export const MOE_COMBINE_BATCH = readKnob('QUIRE_MOE_COMBINE_BATCH');
 /**
  * Most rows moe_router_fused takes (router GEMM, route and group in one launch) where a plan is asked without the
  * engine's QUIRE_MOE_FUSED_ROUTER_MAX_ROWS (tests): its last block routes and groups every row alone. The engine's

@@ -471,7 +471,9 @@ MOE_TILED_BUILDS(TILED_DOWN_FP8)
 /**
  * Row t's combined outputs by column: sum over j in order of w[t k + j] * y[pos[t k + j]] (fma in f32), each rounded to
  * bf16 once (moe_combine's store); a pos of -1 (an expert another rank holds) adds nothing. A norm.cuh Add source:
- * moe_combine_add_rms_norm adds it to the residual.
+ * moe_combine_add_rms_norm adds it to the residual. The k choices are read MOE_COMBINE_BATCH at a time
+ * (QUIRE_MOE_COMBINE_BATCH): their positions and weights, then their rows, then the sums in order, so a batch costs
+ * two memory latencies where one choice at a time costs two each; the same sums in the same order either way.
  */
 struct CombineRow {
   const bf16_t* y;
@@ -480,16 +482,29 @@ struct CombineRow {
   int topK, H, t;
   __device__ __forceinline__ void operator()(int h, float* f) const {
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int j = 0; j < topK; j++) {
-      const int p = pos[(size_t)t * topK + j];
-      if (p < 0) continue;
-      const float wj = weights[(size_t)t * topK + j];
-      const u32x4 v = *reinterpret_cast<const u32x4*>(y + (size_t)p * H + h);
-      const unsigned words[4] = {v.x, v.y, v.z, v.w};
+    for (int j0 = 0; j0 < topK; j0 += MOE_COMBINE_BATCH) {
+      int p[MOE_COMBINE_BATCH];
+      float wj[MOE_COMBINE_BATCH];
+      u32x4 v[MOE_COMBINE_BATCH];
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        acc[2 * i] = __fmaf_rn(wj, __uint_as_float(words[i] << 16), acc[2 * i]);
-        acc[2 * i + 1] = __fmaf_rn(wj, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+      for (int b = 0; b < MOE_COMBINE_BATCH; b++) {
+        const bool in = j0 + b < topK;
+        p[b] = in ? pos[(size_t)t * topK + j0 + b] : -1;
+        wj[b] = in ? weights[(size_t)t * topK + j0 + b] : 0.f;
+      }
+#pragma unroll
+      for (int b = 0; b < MOE_COMBINE_BATCH; b++) {
+        v[b] = p[b] >= 0 ? *reinterpret_cast<const u32x4*>(y + (size_t)p[b] * H + h) : u32x4{0u, 0u, 0u, 0u};
+      }
+#pragma unroll
+      for (int b = 0; b < MOE_COMBINE_BATCH; b++) {
+        if (p[b] < 0) continue;
+        const unsigned words[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          acc[2 * i] = __fmaf_rn(wj[b], __uint_as_float(words[i] << 16), acc[2 * i]);
+          acc[2 * i + 1] = __fmaf_rn(wj[b], __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+        }
       }
     }
 #pragma unroll
