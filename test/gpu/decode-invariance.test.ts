@@ -159,6 +159,6 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
       const r = spawnSync(process.execPath, ['--test', fileURLToPath(import.meta.url)],
         { env: { ...process.env, QUIRE_DECODE_FOLD_BATCH: '8' }, encoding: 'utf8' });
       assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
-      assert.match(r.stdout, /# pass [1-9]/);
+      assert.match(r.stdout, /^\S* ?pass [1-9]/m, "the child ran its tests");
     });
 });
