@@ -416,12 +416,23 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       __syncthreads();
       if (mergeHere) {
         __threadfence();
+        if constexpr (G > 1 && DECODE_FOLD_BATCH > 1) {
+          // a warp a head: the G folds side by side, not one after another, a lane 1/32 of the head's dims
+          constexpr int WDPT = (D + 31) / 32, WFB = D >= 256 ? 2 : 4;
+          for (int g = warp; g < G; g += DECODE_WARPS) {
+            const long long row = (long long)slot * numHeads + h0 + g;
+            fold_states_by<T, D, WDPT, WFB, 32>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+                [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
+                [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); }, lane);
+          }
+        } else {
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-          const long long row = (long long)slot * numHeads + h0 + g;
-          fold_states<T, D, DPT, FOLD_BATCH>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
-                                 [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
-                                 [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); });
+          for (int g = 0; g < G; g++) {
+            const long long row = (long long)slot * numHeads + h0 + g;
+            fold_states<T, D, DPT, FOLD_BATCH>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
+                                   [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
+                                   [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); });
+          }
         }
       }
     }

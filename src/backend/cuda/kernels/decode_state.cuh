@@ -165,25 +165,33 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
 #endif
 }
 
-/** out[d] = o / l at this thread's dims (0 for an empty state). */
-template <typename T, int D, int DPT>
-__device__ __forceinline__ void write_out(T* out, float l, const float* o) {
+/** out[d] = o / l at dims tid, tid + STRIDE, ... (DPT of them; 0 for an empty state). */
+template <typename T, int D, int DPT, int STRIDE>
+__device__ __forceinline__ void write_out_by(T* out, float l, const float* o, int tid) {
 #pragma unroll
   for (int i = 0; i < DPT; i++) {
-    const int d = threadIdx.x + i * DECODE_THREADS;
+    const int d = tid + i * STRIDE;
     if (d < D) out[d] = from_float<T>(l > 0.f ? __fdiv_rn(o[i], l) : 0.f);
   }
 }
 
+/** write_out_by for the block's threads: dims threadIdx.x, threadIdx.x + DECODE_THREADS, ... */
+template <typename T, int D, int DPT>
+__device__ __forceinline__ void write_out(T* out, float l, const float* o) {
+  write_out_by<T, D, DPT, DECODE_THREADS>(out, l, o, threadIdx.x);
+}
+
 /**
- * Folds a head's numSplits published states in split order and writes its output: stateO(z, d) is split z's
- * unnormalized output at dim d, stateMl(z, 0 / 1) its max / sum (from global partials or a cluster's shared memory).
- * The states are read FB splits at a time, every load of a batch issued before its first fold: one read latency a
- * batch, not one a split (a row of 16 published splits waited 16 L2 round trips in turn). Past numSplits a batch's
- * states are empty (sum 0), which fold_split skips, so the folds and their order are those of one split at a time.
+ * Folds a head's numSplits published states in split order and writes its output at dims tid, tid + STRIDE, ...:
+ * stateO(z, d) is split z's unnormalized output at dim d, stateMl(z, 0 / 1) its max / sum (from global partials or a
+ * cluster's shared memory). The states are read FB splits at a time, every load of a batch issued before its first
+ * fold: one read latency a batch, not one a split (a row of 16 published splits waited 16 L2 round trips in turn).
+ * Past numSplits a batch's states are empty (sum 0), which fold_split skips, so the folds and their order are those of
+ * one split at a time. Every dim's fold is its own (max and sum alike in each thread), so which threads take which
+ * dims (STRIDE: the block's threads, or a warp's lanes) changes no bit.
  */
-template <typename T, int D, int DPT, int FB, typename StateO, typename StateMl>
-__device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO, StateMl stateMl) {
+template <typename T, int D, int DPT, int FB, int STRIDE, typename StateO, typename StateMl>
+__device__ __forceinline__ void fold_states_by(T* out, int numSplits, StateO stateO, StateMl stateMl, int tid) {
   float M = NEG_INF, L = 0.f, O[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) O[i] = 0.f;
@@ -194,7 +202,7 @@ __device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO
       const bool in = z0 + b < numSplits;
 #pragma unroll
       for (int i = 0; i < DPT; i++) {
-        const int d = threadIdx.x + i * DECODE_THREADS;
+        const int d = tid + i * STRIDE;
         oz[b][i] = in && d < D ? stateO(z0 + b, d) : 0.f;
       }
       mz[b] = in ? stateMl(z0 + b, 0) : NEG_INF;
@@ -203,6 +211,11 @@ __device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO
 #pragma unroll
     for (int b = 0; b < FB; b++) fold_split<DPT>(M, L, O, mz[b], lz[b], oz[b]);
   }
-  write_out<T, D, DPT>(out, L, O);
+  write_out_by<T, D, DPT, STRIDE>(out, L, O, tid);
 }
 
+/** fold_states_by over the block's threads. */
+template <typename T, int D, int DPT, int FB, typename StateO, typename StateMl>
+__device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO, StateMl stateMl) {
+  fold_states_by<T, D, DPT, FB, DECODE_THREADS>(out, numSplits, stateO, stateMl, threadIdx.x);
+}
