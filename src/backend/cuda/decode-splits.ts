@@ -192,7 +192,8 @@ export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): numb
  * Published split states the block that completes a row's count reads at once before folding them in split order
  * (QUIRE_DECODE_FOLD_BATCH; the kernel's DECODE_FOLD_BATCH, capped at 4 for groups of 4 or more and 2 for G 8 at D 256,
  * whose registers would spill): each batch costs one L2 round trip, where 1, the default until measured, costs one a
- * split. The same folds in the same order at any value: no bit changes.
+ * split; above 1, a block of several query heads also folds them a warp a head, side by side. The same folds in the
+ * same order at any value: no bit changes.
  */
 export const FOLD_BATCH = readKnob('QUIRE_DECODE_FOLD_BATCH');
 
