@@ -97,9 +97,11 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
 
 /**
  * Query heads per block of the decode kernel (its G): all of a kv head's group (or its largest built divisor,
- * decodeGroupsBuilt), read K and V once for them, unless the
- * step's rows give fewer blocks than SMs; then one query head a block, more blocks on the same pages, so every SM
- * has work. Per head the kernel's arithmetic is that of G = 1: no bit changes.
+ * decodeGroupsBuilt), read K and V once for them, unless the step's rows give fewer blocks than SMs and their splits
+ * (rowSplits: the most of any row) do not make the whole-group grid `fill` blocks a SM; then one query head a block,
+ * more blocks on the same pages, so every SM has work. At fill 4 a single stream keeps G 1 at every length and 8 rows
+ * at 4k of context take their whole groups (+8.1% on qwen3-8b, docs/perf-log.md session 37). Per head the kernel's
+ * arithmetic is that of G = 1: no bit changes.
  */
 export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128,
   maxG = 8, rowSplits = 1, fill = GROUP_FILL): number {
