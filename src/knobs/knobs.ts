@@ -106,6 +106,7 @@ export const KNOBS = {
   QUIRE_DECODE_LONG_SPLIT_TOKENS: num(K, 256, 'KV positions a split covers for rows of long contexts in small steps.', { integer: true, min: 1 }),
   QUIRE_DECODE_MAX_SPLITS: num(K, 16, 'Most splits of one decode row (also the stride of the split-state buffers, whose bytes grow with it).', { integer: true, min: 1 }),
   QUIRE_DECODE_FOLD_BATCH: num(K, 1, 'Published decode split states a fold reads at once before folding them in order; above 1, blocks of several heads also fold them a warp a head (1: one state and one head at a time; the same bits at any value; to measure).', { integer: true, min: 1 }),
+  QUIRE_DECODE_HEAD_GROUPS: oneOf(K, ['1', '4'], '1', 'Query heads a decode block of one head each serves side by side (4: the _hg4 builds, whose K and V loads meet in L1; 1: none; the same bits; to measure).'),
   QUIRE_DECODE_GROUP_FILL: num(K, 4, 'Blocks per SM that a decode grid of whole GQA groups, counting its rows\' splits, must reach to keep whole groups when its rows alone are too few (0: rows alone decide).', { min: 0 }),
   QUIRE_DECODE_SHORT_SPLIT_TOKENS: num(K, 128, 'KV positions a split covers for short rows (0: none).', { integer: true }),
   QUIRE_GRAPH_KV_CLASSES: bool(K, true, 'Decode graphs per KV-length class (short and long rows).'),

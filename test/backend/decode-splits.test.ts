@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
-  DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
+  DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeHeadGroups, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
   maxSplitsOf, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
   WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
@@ -100,6 +100,21 @@ test('QUIRE_DECODE_FOLD_BATCH and QUIRE_MOE_COMBINE_BATCH reach their kernels\' 
   assert.equal(read('QUIRE_DECODE_FOLD_BATCH', '', 'attention_decode.cu', 'DECODE_FOLD_BATCH'), '1');
   assert.equal(read('QUIRE_MOE_COMBINE_BATCH', '4', 'moe.cu', 'MOE_COMBINE_BATCH'), '4');
   assert.equal(read('QUIRE_MOE_COMBINE_BATCH', '', 'moe.cu', 'MOE_COMBINE_BATCH'), '1');
+});
+
+test('head groups (QUIRE_DECODE_HEAD_GROUPS=4): one-head blocks side by side only where their loads can meet', () => {
+  assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, false, false, 4), 4, 'qwen3-8b, one head a block');
+  assert.equal(decodeHeadGroups(1, 64, 'bf16', 32, 8, false, false, 4), 4, 'D 64');
+  assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, false, false, 1), 1, 'the knob at 1: none');
+  assert.equal(decodeHeadGroups(4, 128, 'bf16', 32, 8, false, false, 4), 1, 'whole-group blocks already share');
+  assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, true, false, 4), 1, 'the _pre builds (small grids)');
+  assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, false, true, 4), 1, 'the _w builds');
+  assert.equal(decodeHeadGroups(1, 128, 'bf16_fp8', 32, 8, false, false, 4), 1, 'an FP8 cache');
+  assert.equal(decodeHeadGroups(1, 256, 'bf16', 32, 8, false, false, 4), 1, 'D 256 (no build)');
+  assert.equal(decodeHeadGroups(1, 128, 'bf16', 16, 8, false, false, 4), 1, 'qwen3-0.6b: 2 query heads a kv head');
+  const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
+  const built = [...src.matchAll(/^INSTANTIATE_DGMVPH\(bf16, bf16_t, bf16_t, 8, (\d+), 1, 1, _hg4, false, 4\)$/gm)].map((m) => Number(m[1]));
+  assert.deepEqual(built, [64, 128], 'an _hg4 build for each D it takes');
 });
 
 test('query heads per block: the whole kv group, or one when the rows leave SMs idle', () => {

@@ -5,8 +5,11 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { f32ToBf16 } from '../../src/loader/dtype.js';
-import { decodeGroup } from '../../src/backend/cuda/decode-splits.js';
+import { decodeGroup, decodeHeadGroups } from '../../src/backend/cuda/decode-splits.js';
 import { batchOf } from '../backend/helpers.js';
 import { newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
 
@@ -59,4 +62,53 @@ describe('CUDA decode attention, odd GQA groups', { skip: noCuda }, () => {
       }
     });
   }
+
+  // Four heads a block as side-by-side G 1 blocks (the _hg4 builds, QUIRE_DECODE_HEAD_GROUPS=4): qwen3-8b's heads, a
+  // single long row and 4 rows of 300 to 5,000 positions (published splits, several a block), eager and graphed; their
+  // md5 in a process with the knob must be this one's without it
+  const headGroupsRun = process.env.QUIRE_DECODE_HEAD_GROUPS === '4';
+  function headGroupsMd5(c: NonNullable<typeof cuda>): string {
+    const [H, KV, D] = [32, 8, 128];
+    const lens = [5000, 300, 1200, 4100, 2049, 777, 3333, 4999];
+    let next = 0;
+    const pages = lens.map((len) => Array.from({ length: Math.ceil(len / blockSize) }, () => next++));
+    c.allocateKvCache({ numBlocks: next, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+    const { k, v } = c.kvLayer(0);
+    const elements = next * blockSize * KV * D;
+    c.device.upload(k, f32ToBf16(randomBf16(elements, 13, -2, 2)));
+    c.device.upload(v, f32ToBf16(randomBf16(elements, 14, -2, 2)));
+    const width = (H + 2 * KV) * D;
+    const qkvValues = randomBf16(lens.length * width, 15, -2, 2);
+    const hash = createHash('md5');
+    // 4 rows: 4 x 8 x 16 whole-group blocks stay under GROUP_FILL's 4 a SM, so one head a block (G 1), as alone
+    for (const rows of [[0], [0, 1, 2, 3]]) {
+      const batch = batchOf(rows.map((i) => ({ ids: [i], start: lens[i]! - 1, pages: pages[i]! })), blockSize);
+      const qkv = c.fromHost([rows.length, width], qkvValues.slice(0, rows.length * width));
+      c.reserveStepCapacity(rows.length, rows.length, Math.max(...pages.map((p) => p.length)));
+      const run = () => {
+        const step = c.beginStep(batch);
+        c.fillWorkspace(0xff);
+        return c.toHost(c.attention(qkv, 0, H, KV, 1 / Math.sqrt(D), step));
+      };
+      const eager = run();
+      assert.equal(eager.findIndex((x) => !Number.isFinite(x)), -1, 'every output written');
+      assert.deepEqual(c.graph(9000 + rows.length, batch, run), eager, `${rows.length} rows: graphed against eager`);
+      hash.update(new Uint32Array(eager.buffer));
+    }
+    return hash.digest('hex');
+  }
+
+  test('four heads a block side by side (QUIRE_DECODE_HEAD_GROUPS=4) give the bits of one head a block',
+    { skip: headGroupsRun ? 'this is that run' : false }, () => {
+      assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, false, false, 1), 1);
+      const r = spawnSync(process.execPath, ['--test', '--test-name-pattern=head groups md5', fileURLToPath(import.meta.url)],
+        { env: { ...process.env, QUIRE_DECODE_HEAD_GROUPS: '4' }, encoding: 'utf8' });
+      assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
+      assert.equal(/head groups md5 ([0-9a-f]{32})/.exec(r.stdout)?.[1], headGroupsMd5(cuda!));
+    });
+
+  test('head groups md5 (the child run of the test above)', { skip: headGroupsRun ? false : 'only in the child run' }, (t) => {
+    assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, false, false), 4, 'the knob reached the launch plan');
+    t.diagnostic(`head groups md5 ${headGroupsMd5(cuda!)}`);
+  });
 });

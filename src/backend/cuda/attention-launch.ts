@@ -2,7 +2,7 @@
 // argument lists in one place; which rows go to which kernel, and the grids, are the
 // backend's choice (cuda-backend.ts attention()).
 
-import { decodeCluster, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
+import { decodeCluster, decodeHeadGroups, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import { DECODE_WARPS, PREFILL_BUILDS } from './kernel-defines.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
@@ -122,9 +122,11 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const wide = !x16 && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const kv = a.kvKernels ?? 'bf16';
   const pre = !x16 && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv, d.numSMs);
-  const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${wide ? '_w' : pre ? '_pre' : ''}`;
-  d.launch('attention_decode.cu', name, [a.numHeads / g.G, g.rows, g.gridZ],
-    DECODE_WARPS * 32, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
+  const hg = x16 ? 1 : decodeHeadGroups(g.G, a.headDim, kv, a.numHeads, a.numKvHeads, pre, wide);
+  const tail = wide ? '_w' : pre ? '_pre' : hg > 1 ? `_hg${hg}` : '';
+  const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${tail}`;
+  d.launch('attention_decode.cu', name, [a.numHeads / g.G / hg, g.rows, g.gridZ],
+    DECODE_WARPS * 32 * hg, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
       i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),

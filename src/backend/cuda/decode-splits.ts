@@ -199,6 +199,20 @@ export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): numb
  */
 export const FOLD_BATCH = readKnob('QUIRE_DECODE_FOLD_BATCH');
 
+/**
+ * Query heads a decode block serves as side-by-side G 1 blocks (the kernel's _hg4 builds; QUIRE_DECODE_HEAD_GROUPS, 1
+ * the default until measured: none): 4 where a launch takes one query head a block and neither the _pre nor the _w
+ * build, with a bf16 cache at D 64 or 128 and 4 query heads to a kv head (or a multiple), so that the four heads' K
+ * and V loads meet in one SM's L1 rather than each reading L2. The same code per head: no bit changes.
+ */
+export const HEAD_GROUPS = Number(readKnob('QUIRE_DECODE_HEAD_GROUPS'));
+export function decodeHeadGroups(G: number, D: number, kvKernels: string, numHeads: number, numKvHeads: number,
+  pre: boolean, wide: boolean, want = HEAD_GROUPS): number {
+  const hg = 4;
+  return want === hg && G === 1 && !pre && !wide && kvKernels === 'bf16' && (D === 64 || D === 128)
+    && (numHeads / numKvHeads) % hg === 0 ? hg : 1;
+}
+
 /** The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1). */
 export function maxSplitsOf(positions: Int32Array, rows: Int32Array): number {
   let most = 1;

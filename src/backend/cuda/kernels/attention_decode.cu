@@ -69,7 +69,7 @@
 #include "decode_state.cuh"
 
 template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false,
-          bool PRE = false, bool PIPE = false>
+          bool PRE = false, bool PIPE = false, int HG = 1>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -84,15 +84,34 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   constexpr int EPL = Lanes::EPL, LPP = Lanes::LPP, PPW = Lanes::PPW;
   constexpr int ROUND = DECODE_WARPS * DECODE_SLOTS * PPW;
   constexpr int DPT = (D + DECODE_THREADS - 1) / DECODE_THREADS;  // output dims per thread
-  __shared__ float warpM[DECODE_WARPS][G], warpL[DECODE_WARPS][G];
-  __shared__ float warpAcc[DECODE_WARPS][G][D];
-  __shared__ int mergeHere;
+  // HG > 1 (the _hg builds, G 1 only): the block is HG blocks of DECODE_THREADS side by side, sub-block hg serving head
+  // bx HG + hg with its own shared memory and barrier, exactly as a block of its own would; only the L1 is shared, where
+  // the HG heads' identical K and V loads meet (one read from L2 for the group's heads instead of HG). At HG 1, hg is
+  // the constant 0, TID threadIdx.x and SUB_SYNC __syncthreads: the code of the plain builds.
+  static_assert(HG == 1 || (G == 1 && !PRE), "head groups are G 1 blocks side by side, without clusters");
+  const int hg = HG > 1 ? (int)threadIdx.x / DECODE_THREADS : 0;
+#define TID (HG > 1 ? threadIdx.x % DECODE_THREADS : threadIdx.x)
+#define SUB_SYNC()                                                                     \
+  do {                                                                                 \
+    if constexpr (HG == 1) {                                                           \
+      __syncthreads();                                                                 \
+    } else {                                                                           \
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + hg), "r"(DECODE_THREADS) : "memory"); \
+    }                                                                                  \
+  } while (0)
+  if constexpr (HG > 1) {
+    bx = bx * HG + hg;
+    gx = gx * HG;
+  }
+  __shared__ float warpMs[HG][DECODE_WARPS][G], warpLs[HG][DECODE_WARPS][G];
+  __shared__ float warpAccs[HG][DECODE_WARPS][G][D];
+  __shared__ int mergeHeres[HG];
   // splits a fold reads at once (fold_states; DECODE_FOLD_BATCH, QUIRE_DECODE_FOLD_BATCH): at most 4 for groups of
   // 4 or more and 2 where G DPT >= 16, whose q heads hold more registers (G 8 at D 256 spilled at 4; ptxas -v)
   constexpr int FOLD_BATCH = DECODE_FOLD_BATCH < (G * DPT >= 16 ? 2 : G >= 4 ? 4 : 8) ? DECODE_FOLD_BATCH
                            : (G * DPT >= 16 ? 2 : G >= 4 ? 4 : 8);
   const int h0 = bx * G, kvh = h0 / qHeadsPerKv;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = TID & 31, warp = TID >> 5;
   const int group = lane / LPP, dim0 = (lane % LPP) * EPL;
   const int seq = tokenToSeq[t];
   const int kvLen = row_kv_len(tokenToSeq, positions, t);
@@ -136,7 +155,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   if constexpr (PRE) {
     constexpr int LINES = D * (int)sizeof(C) / 128;  // 128-byte lines of a position's K (and of its V)
     const int begin0 = bz * plan.chunk, end0 = min(kvLen - 1, begin0 + plan.chunk);
-    for (int p = threadIdx.x; p < (end0 - begin0) * LINES; p += DECODE_THREADS) {
+    for (int p = TID; p < (end0 - begin0) * LINES; p += DECODE_THREADS) {
       const int j = begin0 + p / LINES;
       const long long page = table[j >> blockShift];
       const long long base = ((page << blockShift) + (j & pageMask)) * slotStride + (long long)kvh * D +
@@ -178,7 +197,7 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     // shared memory (warpAcc's, unused until the first split ends), and the blocks of the row's last split (the
     // one holding the new position) write its roped k and its v to the cache first. Blocks of other query heads
     // of the kv head write the same bytes; each reads the slot only after its own write.
-    T* qs = reinterpret_cast<T*>(&warpAcc[0][0][0]);
+    T* qs = reinterpret_cast<T*>(&warpAccs[hg][0][0][0]);
     const T* row = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D;
     const float* cosRow = ropeTable + (long long)t * D;
     auto rope_items = [&](int rotPairs) {
@@ -202,20 +221,20 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     } else {
       rope_items(ropePairs);
     }
-    __syncthreads();
+    SUB_SYNC();
 #pragma unroll
     for (int g = 0; g < G; g++) {
 #pragma unroll
       for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(qs[g * D + dim0 + e]), scale);
     }
-    __syncthreads();  // warpAcc is written after the first split
+    SUB_SYNC();  // warpAcc is written after the first split
   }
 
   // A block walks every split of its row when the grid gives the row one block (or the row has one split):
   // it folds each split's state into a running one as it goes (max and sum in registers, the output in
   // shared memory, each thread its own dims), with no global traffic.
   const bool walk = rowZ == 1 || plan.numSplits == 1;
-  __shared__ float runO[G][DPT][DECODE_THREADS];
+  __shared__ float runOs[HG][G][DPT][DECODE_THREADS];
   float runM[G], runL[G];
 #pragma unroll
   for (int g = 0; g < G; g++) {
@@ -329,30 +348,30 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
     if (group == 0) {
 #pragma unroll
       for (int g = 0; g < G; g++) {
-        if (lane == 0) { warpM[warp][g] = m[g]; warpL[warp][g] = l[g]; }
+        if (lane == 0) { warpMs[hg][warp][g] = m[g]; warpLs[hg][warp][g] = l[g]; }
 #pragma unroll
-        for (int e = 0; e < EPL; e++) warpAcc[warp][g][dim0 + e] = acc[g][e];
+        for (int e = 0; e < EPL; e++) warpAccs[hg][warp][g][dim0 + e] = acc[g][e];
       }
     }
-    __syncthreads();
+    SUB_SYNC();
 
     // warps -> this split's state (max, sum, unnormalized output at this thread's dims)
     float pM[G], pL[G], pO[G][DPT];
 #pragma unroll
     for (int g = 0; g < G; g++) {
       float M = NEG_INF;
-      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) M = fmaxf(M, warpM[w][g]);
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpLs[hg][w][g] > 0.f) M = fmaxf(M, warpMs[hg][w][g]);
       float L = 0.f;
-      for (int w = 0; w < DECODE_WARPS; w++) if (warpL[w][g] > 0.f) L = __fmaf_rn(warpL[w][g], __expf(warpM[w][g] - M), L);
+      for (int w = 0; w < DECODE_WARPS; w++) if (warpLs[hg][w][g] > 0.f) L = __fmaf_rn(warpLs[hg][w][g], __expf(warpMs[hg][w][g] - M), L);
       pM[g] = M;
       pL[g] = L;
 #pragma unroll
       for (int i = 0; i < DPT; i++) {
-        const int d = threadIdx.x + i * DECODE_THREADS;
+        const int d = TID + i * DECODE_THREADS;
         float o = 0.f;
         if (d < D) {
           for (int w = 0; w < DECODE_WARPS; w++) {
-            if (warpL[w][g] > 0.f) o = __fmaf_rn(warpAcc[w][g][d], __expf(warpM[w][g] - M), o);
+            if (warpLs[hg][w][g] > 0.f) o = __fmaf_rn(warpAccs[hg][w][g][d], __expf(warpMs[hg][w][g] - M), o);
           }
         }
         pO[g][i] = o;
@@ -363,11 +382,13 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       for (int g = 0; g < G; g++) {
         float o[DPT];
 #pragma unroll
-        for (int i = 0; i < DPT; i++) o[i] = runO[g][i][threadIdx.x];
+        for (int i = 0; i < DPT; i++) o[i] = runOs[hg][g][i][TID];
         fold_split<DPT>(runM[g], runL[g], o, pM[g], pL[g], pO[g]);
-        if (split == plan.numSplits - 1) write_out<T, D, DPT>(out + ((long long)t * numHeads + h0 + g) * D, runL[g], o);
+        if (split == plan.numSplits - 1) {
+          write_out_by<T, D, DPT, DECODE_THREADS>(out + ((long long)t * numHeads + h0 + g) * D, runL[g], o, TID);
+        }
 #pragma unroll
-        for (int i = 0; i < DPT; i++) runO[g][i][threadIdx.x] = o[i];
+        for (int i = 0; i < DPT; i++) runOs[hg][g][i][TID] = o[i];
       }
     } else if (viaCluster) {  // one split a block of the cluster: block 0 folds them in order from its shared memory
       __shared__ float clusterO[DECODE_MAX_CLUSTER][G][D], clusterMl[DECODE_MAX_CLUSTER][G][2];
@@ -375,10 +396,10 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       for (int g = 0; g < G; g++) {
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
-          const int d = threadIdx.x + i * DECODE_THREADS;
+          const int d = TID + i * DECODE_THREADS;
           if (d < D) cluster_store(&clusterO[bz][g][d], 0, pO[g][i]);
         }
-        if (threadIdx.x == 0) {
+        if (TID == 0) {
           cluster_store(&clusterMl[bz][g][0], 0, pM[g]);
           cluster_store(&clusterMl[bz][g][1], 0, pL[g]);
         }
@@ -398,23 +419,23 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
         const long long row = (long long)slot * numHeads + h0 + g;
 #pragma unroll
         for (int i = 0; i < DPT; i++) {
-          const int d = threadIdx.x + i * DECODE_THREADS;
+          const int d = TID + i * DECODE_THREADS;
           if (d < D) partialOut[(row * maxSplits + split) * D + d] = pO[g][i];
         }
-        if (threadIdx.x == 0) {
+        if (TID == 0) {
           partialMl[(row * maxSplits + split) * 2] = pM[g];
           partialMl[(row * maxSplits + split) * 2 + 1] = pL[g];
         }
       }
       __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) {
+      SUB_SYNC();
+      if (TID == 0) {
         int* counter = rowCounters + (long long)slot * gx + bx;
-        mergeHere = atomicAdd(counter, 1) == plan.numSplits - 1;
-        if (mergeHere) *counter = 0;
+        mergeHeres[hg] = atomicAdd(counter, 1) == plan.numSplits - 1;
+        if (mergeHeres[hg]) *counter = 0;
       }
-      __syncthreads();
-      if (mergeHere) {
+      SUB_SYNC();
+      if (mergeHeres[hg]) {
         __threadfence();
         if constexpr (G > 1 && DECODE_FOLD_BATCH > 1) {
           // a warp a head: the G folds side by side, not one after another, a lane 1/32 of the head's dims
@@ -429,15 +450,17 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 #pragma unroll
           for (int g = 0; g < G; g++) {
             const long long row = (long long)slot * numHeads + h0 + g;
-            fold_states<T, D, DPT, FOLD_BATCH>(out + ((long long)t * numHeads + h0 + g) * D, plan.numSplits,
-                                   [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
-                                   [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); });
+            fold_states_by<T, D, DPT, FOLD_BATCH, DECODE_THREADS>(out + ((long long)t * numHeads + h0 + g) * D,
+                plan.numSplits, [&](int z, int d) { return __ldcg(partialOut + (row * maxSplits + z) * D + d); },
+                [&](int z, int k) { return __ldcg(partialMl + (row * maxSplits + z) * 2 + k); }, TID);
           }
         }
       }
     }
-    __syncthreads();  // warpM/warpL/warpAcc and mergeHere are rewritten by the block's next split
+    SUB_SYNC();  // warpM/warpL/warpAcc and mergeHere are rewritten by the block's next split
   }
+#undef TID
+#undef SUB_SYNC
 }
 
 // The _pre builds' rounds pipelined (PIPE: each round's K and V asked for before the round before is summed, from a
@@ -461,14 +484,16 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
 // V: elements a lane loads at once (16 bytes of the compute type; an FP8 cache 8 or 16)
 #define INSTANTIATE_DGMV(suffix, T, C, V, D, G, MINB, tail) INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, false)
 // PRE: the split's K and V asked of L2 before the wait (the _pre builds)
-#define INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, PRE)                                                \
-  extern "C" __global__ void __launch_bounds__(128, MINB) attention_decode_##suffix##_d##D##_g##G##tail(          \
+#define INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, PRE) INSTANTIATE_DGMVPH(suffix, T, C, V, D, G, MINB, tail, PRE, 1)
+// HG: head groups, G 1 blocks of DECODE_THREADS side by side in one (the _hg builds)
+#define INSTANTIATE_DGMVPH(suffix, T, C, V, D, G, MINB, tail, PRE, HG)                                           \
+  extern "C" __global__ void __launch_bounds__(DECODE_THREADS * HG, MINB) attention_decode_##suffix##_d##D##_g##G##tail( \
       const T* qkv, const C* kCache, const C* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps, int ropePairs) {                         \
-    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, MINB, PRE), PRE, PRE && DECODE_PIPE>(                    \
+    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, (MINB) * (HG), PRE), PRE, PRE && DECODE_PIPE, HG>(        \
         qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
         numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
         qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
@@ -506,6 +531,11 @@ INSTANTIATE_BF16(bf16, bf16_t, 8)
 // L2 before the wait, the rounds pipelined (DECODE_PIPE)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 64, 1, DECODE_PRE_MINB, _pre, true)
 INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, DECODE_PRE_MINB, _pre, true)
+// Few rows of long contexts, GQA groups of 4 or more, a bf16 cache (attention-launch.ts, QUIRE_DECODE_HEAD_GROUPS): four
+// G 1 blocks in one, so that a kv head's four query heads read its K and V once from L2 (their loads meet in L1); the
+// same code and bits as G 1's, at the registers of 4 blocks a SM
+INSTANTIATE_DGMVPH(bf16, bf16_t, bf16_t, 8, 64, 1, 1, _hg4, false, 4)
+INSTANTIATE_DGMVPH(bf16, bf16_t, bf16_t, 8, 128, 1, 1, _hg4, false, 4)
 // An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3,
 // which keep the loads in flight the bandwidth needs; G 4 would spill (docs/perf-log.md, session 18)
 #define INSTANTIATE_FP8X16(D)                        \
@@ -522,4 +552,5 @@ INSTANTIATE_FP8X16(256)
 #undef INSTANTIATE_DGM
 #undef INSTANTIATE_DGMV
 #undef INSTANTIATE_DGMVP
+#undef INSTANTIATE_DGMVPH
 #undef EARLY_BUILD
