@@ -5,13 +5,11 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { f32ToBf16 } from '../../src/loader/dtype.js';
 import { decodeGroup, decodeHeadGroups } from '../../src/backend/cuda/decode-splits.js';
 import { batchOf } from '../backend/helpers.js';
-import { newCuda, noCuda, randomBf16 } from './cuda-helpers.js';
+import { newCuda, noCuda, randomBf16, rerunWith } from './cuda-helpers.js';
 
 const blockSize = 16;
 const numRows = 200;
@@ -101,10 +99,8 @@ describe('CUDA decode attention, odd GQA groups', { skip: noCuda }, () => {
   test('four heads a block side by side (QUIRE_DECODE_HEAD_GROUPS=4) give the bits of one head a block',
     { skip: headGroupsRun ? 'this is that run' : false }, () => {
       assert.equal(decodeHeadGroups(1, 128, 'bf16', 32, 8, false, false, 1), 1);
-      const r = spawnSync(process.execPath, ['--test', '--test-name-pattern=head groups md5', fileURLToPath(import.meta.url)],
-        { env: { ...process.env, QUIRE_DECODE_HEAD_GROUPS: '4' }, encoding: 'utf8' });
-      assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
-      assert.equal(/head groups md5 ([0-9a-f]{32})/.exec(r.stdout)?.[1], headGroupsMd5(cuda!));
+      const out = rerunWith(import.meta.url, { QUIRE_DECODE_HEAD_GROUPS: '4' }, 'head groups md5');
+      assert.equal(/head groups md5 ([0-9a-f]{32})/.exec(out)?.[1], headGroupsMd5(cuda!));
     });
 
   test('head groups md5 (the child run of the test above)', { skip: headGroupsRun ? false : 'only in the child run' }, (t) => {

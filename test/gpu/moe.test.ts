@@ -11,9 +11,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type { MoeExperts, MoeRoute } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
@@ -23,7 +21,7 @@ import { routeTokens } from '../../src/backend/moe-route.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, assertSameBits, beginPoisonedStep, bitsOf, newCpu, newCuda, noCuda, randomBf16, rowsOf,
-  uploadBoth } from './cuda-helpers.js';
+  rerunWith, uploadBoth } from './cuda-helpers.js';
 
 /** Random experts of E x width I on hidden H, scaled so that every product stays near 1. */
 function expertValues(E: number, H: number, I: number, seed: number): { gateUp: Float32Array; down: Float32Array } {
@@ -222,10 +220,9 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
   // bit-consistency checks again in a process built with 8, and the same output bits as this one's on fixed inputs.
   test('the combine reading 8 choices at a time (QUIRE_MOE_COMBINE_BATCH=8) gives these bits and passes these checks',
     { skip: combineBatchRun ? 'this is that run' : false }, () => {
-      const r = spawnSync(process.execPath, ['--test', '--test-name-pattern=matches the CPU|moeExpertsAddRmsNorm|same bits alone|combine bits',
-        fileURLToPath(import.meta.url)], { env: { ...process.env, QUIRE_MOE_COMBINE_BATCH: '8' }, encoding: 'utf8' });
-      assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
-      assert.equal(/combine bits md5 ([0-9a-f]{32})/.exec(r.stdout)?.[1], combineCaseMd5(cuda));
+      const out = rerunWith(import.meta.url, { QUIRE_MOE_COMBINE_BATCH: '8' },
+        'matches the CPU|moeExpertsAddRmsNorm|same bits alone|combine bits');
+      assert.equal(/combine bits md5 ([0-9a-f]{32})/.exec(out)?.[1], combineCaseMd5(cuda));
     });
 
   test('combine bits (the child run: its md5 for the test above)', { skip: combineBatchRun ? false : 'only in the child run' }, (t) => {

@@ -122,7 +122,7 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const wide = !x16 && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const kv = a.kvKernels ?? 'bf16';
   const pre = !x16 && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv, d.numSMs);
-  const hg = x16 ? 1 : decodeHeadGroups(g.G, a.headDim, kv, a.numHeads, a.numKvHeads, pre, wide);
+  const hg = decodeHeadGroups(g.G, a.headDim, kv, a.numHeads, a.numKvHeads, pre, wide);
   const tail = wide ? '_w' : pre ? '_pre' : hg > 1 ? `_hg${hg}` : '';
   const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${tail}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G / hg, g.rows, g.gridZ],

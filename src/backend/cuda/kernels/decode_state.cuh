@@ -167,18 +167,12 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
 
 /** out[d] = o / l at dims tid, tid + STRIDE, ... (DPT of them; 0 for an empty state). */
 template <typename T, int D, int DPT, int STRIDE>
-__device__ __forceinline__ void write_out_by(T* out, float l, const float* o, int tid) {
+__device__ __forceinline__ void write_out(T* out, float l, const float* o, int tid) {
 #pragma unroll
   for (int i = 0; i < DPT; i++) {
     const int d = tid + i * STRIDE;
     if (d < D) out[d] = from_float<T>(l > 0.f ? __fdiv_rn(o[i], l) : 0.f);
   }
-}
-
-/** write_out_by for the block's threads: dims threadIdx.x, threadIdx.x + DECODE_THREADS, ... */
-template <typename T, int D, int DPT>
-__device__ __forceinline__ void write_out(T* out, float l, const float* o) {
-  write_out_by<T, D, DPT, DECODE_THREADS>(out, l, o, threadIdx.x);
 }
 
 /**
@@ -191,7 +185,7 @@ __device__ __forceinline__ void write_out(T* out, float l, const float* o) {
  * dims (STRIDE: the block's threads, or a warp's lanes) changes no bit.
  */
 template <typename T, int D, int DPT, int FB, int STRIDE, typename StateO, typename StateMl>
-__device__ __forceinline__ void fold_states_by(T* out, int numSplits, StateO stateO, StateMl stateMl, int tid) {
+__device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO, StateMl stateMl, int tid) {
   float M = NEG_INF, L = 0.f, O[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) O[i] = 0.f;
@@ -211,11 +205,5 @@ __device__ __forceinline__ void fold_states_by(T* out, int numSplits, StateO sta
 #pragma unroll
     for (int b = 0; b < FB; b++) fold_split<DPT>(M, L, O, mz[b], lz[b], oz[b]);
   }
-  write_out_by<T, D, DPT, STRIDE>(out, L, O, tid);
-}
-
-/** fold_states_by over the block's threads. */
-template <typename T, int D, int DPT, int FB, typename StateO, typename StateMl>
-__device__ __forceinline__ void fold_states(T* out, int numSplits, StateO stateO, StateMl stateMl) {
-  fold_states_by<T, D, DPT, FB, DECODE_THREADS>(out, numSplits, stateO, stateMl, threadIdx.x);
+  write_out<T, D, DPT, STRIDE>(out, L, O, tid);
 }
