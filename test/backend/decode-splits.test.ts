@@ -90,14 +90,14 @@ test('few rows of many splits keep whole groups once their blocks, splits counte
   assert.equal(decodeGroup(8, 32, 8, 132, 128, 2, 16, 4), 2, 'an FP8 cache\'s builds: G up to 2');
 });
 
-test('QUIRE_DECODE_FOLD_BATCH and QUIRE_MOE_COMBINE_BATCH reach their kernels\' builds (1 unset: one at a time)', () => {
+test('QUIRE_DECODE_FOLD_BATCH (8 unset) and QUIRE_MOE_COMBINE_BATCH (1 unset) reach their kernels\' builds', () => {
   const compileUrl = new URL('../../src/backend/cuda/compile.js', import.meta.url).href;
   const read = (knob: string, value: string, file: string, define: string) => execFileSync(process.execPath,
     ['--input-type=module', '-e', `import { kernelSource } from ${JSON.stringify(compileUrl)}; ` +
       `console.log(/^#define ${define} (\\d+)$/m.exec(kernelSource(${JSON.stringify(file)}))?.[1]);`],
     { env: { ...process.env, [knob]: value } }).toString().trim();
-  assert.equal(read('QUIRE_DECODE_FOLD_BATCH', '8', 'attention_decode.cu', 'DECODE_FOLD_BATCH'), '8');
-  assert.equal(read('QUIRE_DECODE_FOLD_BATCH', '', 'attention_decode.cu', 'DECODE_FOLD_BATCH'), '1');
+  assert.equal(read('QUIRE_DECODE_FOLD_BATCH', '1', 'attention_decode.cu', 'DECODE_FOLD_BATCH'), '1');
+  assert.equal(read('QUIRE_DECODE_FOLD_BATCH', '', 'attention_decode.cu', 'DECODE_FOLD_BATCH'), '8');
   assert.equal(read('QUIRE_MOE_COMBINE_BATCH', '4', 'moe.cu', 'MOE_COMBINE_BATCH'), '4');
   assert.equal(read('QUIRE_MOE_COMBINE_BATCH', '', 'moe.cu', 'MOE_COMBINE_BATCH'), '1');
 });

@@ -2,8 +2,6 @@
 // both backends see identically (random, bf16-representable), and comparison.
 
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { cudaAvailable } from '../../src/backend/cuda/probe.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
@@ -116,13 +114,4 @@ export function readDevice(c: CudaBackend, p: bigint, bytes: number): Uint8Array
   }
 }
 
-/**
- * Runs a test file again in a child process with `env` added (a knob read once, at import, such as a kernel #define),
- * only its tests matching `namePattern` where given; asserts that the child passed and returns its stdout.
- */
-export function rerunWith(fileUrl: string, env: Record<string, string>, namePattern?: string): string {
-  const r = spawnSync(process.execPath, ['--test', ...(namePattern ? [`--test-name-pattern=${namePattern}`] : []),
-    fileURLToPath(fileUrl)], { env: { ...process.env, ...env }, encoding: 'utf8' });
-  assert.equal(r.status, 0, `${r.stdout.slice(-3000)}${r.stderr.slice(-2000)}`);
-  return r.stdout;
-}
+export { rerunWith } from '../rerun-with.js';

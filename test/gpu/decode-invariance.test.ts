@@ -10,6 +10,7 @@
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { f32ToBf16 } from '../../src/loader/dtype.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
@@ -17,7 +18,7 @@ import type { CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import type { ForwardBatch } from '../../src/backend/batch.js';
 import { batchOf, hostF32, shuffled } from '../backend/helpers.js';
 import { assertBf16Close, newCuda, noCuda, randomBf16, rerunWith } from './cuda-helpers.js';
-import { shortGraphRows } from '../../src/backend/cuda/decode-splits.js';
+import { FOLD_BATCH, shortGraphRows } from '../../src/backend/cuda/decode-splits.js';
 
 const [H, KV, D, blockSize] = [4, 2, 128, 16];
 const width = (H + 2 * KV) * D;
@@ -53,7 +54,11 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
     cuda?.dispose();
   });
 
-  test('a row is bit-identical alone, in batches of 16 to 600, eager and graphed; close to the CPU', () => {
+  /** The md5 of the test below's eager outputs of determined bits (its diagnostic "decode md5"): a fold batch's bits. */
+  let outputMd5 = '';
+
+  test('a row is bit-identical alone, in batches of 16 to 600, eager and graphed; close to the CPU', (t) => {
+    const hash = createHash('md5');
     const perm = shuffled(numTargetPages, 11);
     const target: Row = { len: 0, pages: perm.slice(0, Math.ceil(Math.max(...kvLens) / blockSize)) };
     let nextPage = numTargetPages;
@@ -107,6 +112,7 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
       const aloneOut = eager(alone, qkvFor(1, targetQkv));
       assertBf16Close(aloneOut, cpuOut, `kv length ${len} vs CPU`);
       const want = rowBits(aloneOut, 0);
+      hash.update(new Uint32Array(aloneOut.buffer));
 
       for (const [numRows, at] of [[16, 5], [64, 37], [200, 99], [300, 151], [600, 433]] as const) {
         // 300 and 600 rows fill the GPU with one block per row (grid z 1): a block merges its own splits
@@ -117,6 +123,8 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
         qkv.set(targetQkv, at * width);
         const batchOut = eager(batch, qkvFor(numRows, qkv));
         assertAllFinite(batchOut, `batch ${numRows}, kv length ${len}`);
+        // every row where the rows are distinct; past 64 rows others repeat, their new K/V racing for one slot
+        hash.update(numRows - 1 <= others.length ? new Uint32Array(batchOut.buffer) : rowBits(batchOut, at));
         assert.deepEqual(rowBits(batchOut, at), want, `kv length ${len}: row ${at} of a batch of ${numRows} differs from alone`);
 
         // a graph per (bucket, kv class): batch 16's rows are all of the short class (<= 2,048) until the target's 5,000
@@ -144,16 +152,24 @@ describe('CUDA decode attention batch invariance', { skip: noCuda }, () => {
       mixedQkv.set(targetQkv, 100 * width);
       const mixedOut = eager(mixed, cuda!.fromHost([102, width], mixedQkv));
       assertAllFinite(mixedOut, `mixed step, kv length ${len}`);
+      hash.update(new Uint32Array(mixedOut.buffer));
       assert.deepEqual(rowBits(mixedOut, 100), want, `kv length ${len}: the row in a mixed step differs from alone`);
     });
     assert.equal(cuda!.numGraphs, captured.size, 'a graph per (bucket, kv class): batch 16 has two');
     assert.equal(captured.size, 6);
+    outputMd5 = hash.digest('hex');
+    t.diagnostic(`decode md5 ${outputMd5}`);
   });
 
   // The merge of published splits reads them in batches (QUIRE_DECODE_FOLD_BATCH, a kernel #define): this file again
-  // in a process built with batches of 8, where the walked and the merged rows must still agree bit for bit.
-  test('the same, with published split states read 8 at a time (QUIRE_DECODE_FOLD_BATCH=8)',
-    { skip: process.env.QUIRE_DECODE_FOLD_BATCH === '8' ? 'this is that run' : false }, () => {
-      assert.match(rerunWith(import.meta.url, { QUIRE_DECODE_FOLD_BATCH: '8' }), /^\S* ?pass [1-9]/m, 'the child ran its tests');
+  // in a process built with the other batch (1 against the default 8), where the walked and the merged rows must still
+  // agree bit for bit, and every output must have this process's bits.
+  const otherFold = FOLD_BATCH === 1 ? '8' : '1';
+  test(`the same, with published split states read ${otherFold} at a time: the same bits`,
+    { skip: process.env.QUIRE_DECODE_FOLD_BATCH !== undefined ? 'the child run (or the knob set by hand)' : false }, () => {
+      const out = rerunWith(import.meta.url, { QUIRE_DECODE_FOLD_BATCH: otherFold }, 'bit-identical alone');
+      assert.match(out, /^\S* ?pass [1-9]/m, 'the child ran its tests');
+      assert.match(outputMd5, /^[0-9a-f]{32}$/, 'this process ran the test above');
+      assert.equal(/decode md5 ([0-9a-f]{32})/.exec(out)?.[1], outputMd5);
     });
 });

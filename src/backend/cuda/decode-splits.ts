@@ -193,15 +193,16 @@ export function decodeCluster(pre: boolean, gridZ: number, on = clusterOn): numb
 /**
  * Published split states the block that completes a row's count reads at once before folding them in split order
  * (QUIRE_DECODE_FOLD_BATCH; the kernel's DECODE_FOLD_BATCH, capped at 4 for groups of 4 or more and 2 for G 8 at D 256,
- * whose registers would spill): each batch costs one L2 round trip, where 1, the default until measured, costs one a
- * split; above 1, a block of several query heads also folds them a warp a head, side by side. The same folds in the
- * same order at any value: no bit changes.
+ * whose registers would spill): each batch costs one L2 round trip, where 1 costs one a split; above 1, a block of
+ * several query heads also folds them a warp a head, side by side. The same folds in the same order at any value: no
+ * bit changes. 8, the default: a single stream at 4k-32k of context decodes 2-5% faster on qwen3-0.6b, 1-2% on
+ * qwen3-8b (H200, session 38, docs/perf-log.md).
  */
 export const FOLD_BATCH = readKnob('QUIRE_DECODE_FOLD_BATCH');
 
 /**
  * Query heads a decode block serves as side-by-side G 1 blocks (the kernel's _hg4 builds; QUIRE_DECODE_HEAD_GROUPS, 1
- * the default until measured: none): 4 where a launch takes one query head a block and neither the _pre nor the _w
+ * the default: none; 4 decoded qwen3-8b's single stream 1-5% slower at 4k-32k, H200, session 38): 4 where a launch takes one query head a block and neither the _pre nor the _w
  * build, with a bf16 cache at D 64 or 128 and 4 query heads to a kv head (or a multiple), so that the four heads' K
  * and V loads meet in one SM's L1 rather than each reading L2. The same code per head: no bit changes.
  */
