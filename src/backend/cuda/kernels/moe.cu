@@ -318,16 +318,62 @@ MOE_TILED_BUILDS(TILED_DOWN_FP8)
  * bf16 once (moe_combine's store); a pos of -1 (an expert another rank holds) adds nothing. A norm.cuh Add source:
  * moe_combine_add_rms_norm adds it to the residual. The k choices are read MOE_COMBINE_BATCH at a time
  * (QUIRE_MOE_COMBINE_BATCH): their positions and weights, then their rows, then the sums in order, so a batch costs
- * two memory latencies where one choice at a time costs two each; the same sums in the same order either way.
+ * two memory latencies where one choice at a time costs two each; the same sums in the same order either way. With
+ * `early` (moe_combine_add_rms_norm), the first MOE_COMBINE_EARLY choices come from registers, read before the
+ * kernel's wait (combine_choices), and all their rows are loaded before any is summed: one latency after the wait.
  */
+constexpr int MOE_COMBINE_EARLY = 8;
+struct CombineChoices {
+  int p[MOE_COMBINE_EARLY];  // -1: past top k, or an expert another rank holds
+  float w[MOE_COMBINE_EARLY];
+};
+
+/**
+ * Row t's first MOE_COMBINE_EARLY positions and weights, read before the combine's PDL wait. moe_group (or
+ * moe_router_fused) and moe_route wrote them at least two kernels before it: the kernel before the combine (down)
+ * lets it launch only after down's own wait, which returns once gate_up (or its quantize), and so the routing before
+ * it, has finished. Read at L2 (ld.global.cg), where those writes are: an L1 line of an earlier layer's is never used.
+ */
+__device__ __forceinline__ CombineChoices combine_choices(const int* pos, const float* weights, int t, int topK) {
+  CombineChoices c;
+#pragma unroll
+  for (int j = 0; j < MOE_COMBINE_EARLY; j++) {
+    const bool in = j < topK;
+    c.p[j] = in ? __ldcg(pos + (size_t)t * topK + j) : -1;
+    c.w[j] = in ? __ldcg(weights + (size_t)t * topK + j) : 0.f;
+  }
+  return c;
+}
+
 struct CombineRow {
   const bf16_t* y;
   const int* pos;
   const float* weights;
   int topK, H, t;
+  bool hasEarly = false;
+  CombineChoices early = {};
   __device__ __forceinline__ void operator()(int h, float* f) const {
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int j0 = 0; j0 < topK; j0 += MOE_COMBINE_BATCH) {
+    int from = 0;
+    if (hasEarly) {
+      u32x4 v[MOE_COMBINE_EARLY];
+#pragma unroll
+      for (int b = 0; b < MOE_COMBINE_EARLY; b++) {
+        v[b] = early.p[b] >= 0 ? *reinterpret_cast<const u32x4*>(y + (size_t)early.p[b] * H + h) : u32x4{0u, 0u, 0u, 0u};
+      }
+#pragma unroll
+      for (int b = 0; b < MOE_COMBINE_EARLY; b++) {
+        if (early.p[b] < 0) continue;
+        const unsigned words[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          acc[2 * i] = __fmaf_rn(early.w[b], __uint_as_float(words[i] << 16), acc[2 * i]);
+          acc[2 * i + 1] = __fmaf_rn(early.w[b], __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+        }
+      }
+      from = MOE_COMBINE_EARLY;
+    }
+    for (int j0 = from; j0 < topK; j0 += MOE_COMBINE_BATCH) {
       int p[MOE_COMBINE_BATCH];
       float wj[MOE_COMBINE_BATCH];
       u32x4 v[MOE_COMBINE_BATCH];
@@ -377,9 +423,10 @@ extern "C" __global__ void moe_combine_add_rms_norm(const bf16_t* __restrict__ y
   pdl_trigger_if(NORM_TRIGGER_EARLY);
   float wf[NORM_VEC][8];
   norm_weights_fast(w, H, wf);
-  pdl_wait_then_trigger(NORM_TRIGGER_EARLY);
   const int t = blockIdx.x;
-  const CombineRow add{y, pos, weights, topK, H, t};
+  const CombineChoices early = combine_choices(pos, weights, t, topK);
+  pdl_wait_then_trigger(NORM_TRIGGER_EARLY);
+  const CombineRow add{y, pos, weights, topK, H, t, true, early};
   const size_t at = (size_t)t * H;
   norm_row_fast(&add, residual + at, residual + at, nullptr, w, out + at, H, eps, wf);
 }
