@@ -1,6 +1,6 @@
 // The device's mixture of experts (Backend.moeExperts: kernels/moe.cu, moe.ts): its routing is routeTokens' (the same
-// experts, weights within 2e-6), by moe_route and by the fused router (moe_router_fused: its logits within bf16
-// rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row routes alike at any T); its
+// experts, weights within 2e-6), by moe_route (moe_route_group's bits) and by the fused router (moe_router_fused: its
+// logits within bf16 rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row routes alike at any T); its
 // outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
 // (the tiled ones), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden sizes and widths off the tiles; a
 // row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
@@ -122,17 +122,30 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       const router = cuda.fromHost([E, H], randomBf16(E * H, 31 + E, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
       const route: MoeRoute = { topK: k, renormalize };
       try {
-        for (const maxRows of [MOE_FUSED_ROUTER_MAX_ROWS, 0]) {
+        // the fused router; the router GEMM then moe_route_group (one launch); the GEMM, moe_route and moe_group
+        let routeGroup: { experts: Int32Array; weights: Float32Array; offsets: Int32Array } | undefined;
+        for (const [maxRows, routeGroupRows] of [[MOE_FUSED_ROUTER_MAX_ROWS, 0], [0, T], [0, 0]] as const) {
+          const path = maxRows > 0 ? 'fused' : routeGroupRows > 0 ? 'route_group' : 'route, group';
           cuda.moe.fusedRouterMaxRows = maxRows;
+          cuda.moe.routeGroupMaxRows = routeGroupRows;
           beginPoisonedStep(cuda);
           const got = cuda.moe.routerToHost(x, router, route);
           const want = routeTokens(got.logits, T, E, route);
-          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (fused to ${maxRows} rows)`);
+          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (${path})`);
           for (let i = 0; i < T * k; i++) {
             assert.ok(Math.abs(got.weights[i]! - want.weights[i]!) <= 2e-6, `weight ${i}: ${got.weights[i]} != ${want.weights[i]}`);
           }
-          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (fused to ${maxRows} rows)`);
-          assertTileLists(got, E, `fused to ${maxRows} rows`);
+          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (${path})`);
+          assertTileLists(got, E, path);
+          if (maxRows === 0) {
+            // the same logits, so the same routing bit for bit: moe_route_group is moe_route's and moe_group's code
+            if (routeGroup) {
+              assert.deepEqual(Array.from(got.experts), Array.from(routeGroup.experts), 'route_group\'s experts');
+              assert.deepEqual(Array.from(got.weights), Array.from(routeGroup.weights), 'route_group\'s weights');
+              assert.deepEqual(Array.from(got.offsets), Array.from(routeGroup.offsets), 'route_group\'s offsets');
+            }
+            routeGroup = got;
+          }
         }
         cuda.moe.fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS;
         beginPoisonedStep(cuda);
@@ -141,6 +154,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
         assertBf16Close(fused, cuda.toHost(cuda.matmul(x, router, 'router')), 'logits vs the router GEMM');
       } finally {
         cuda.moe.fusedRouterMaxRows = 0;
+        cuda.moe.routeGroupMaxRows = 0;
       }
     });
   }
@@ -272,11 +286,13 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
     };
   }
 
-  for (const fusedRows of [0, MOE_FUSED_ROUTER_MAX_ROWS]) {
-    test(`a step captured as a graph replays to the eager result when its tokens route elsewhere (fused router to ${fusedRows} rows)`, () => {
+  for (const [fusedRows, routeGroupRows] of [[0, 0], [MOE_FUSED_ROUTER_MAX_ROWS, 0], [0, 8]] as const) {
+    const path = fusedRows > 0 ? `fused router to ${fusedRows} rows` : routeGroupRows > 0 ? 'moe_route_group' : 'moe_route, moe_group';
+    test(`a step captured as a graph replays to the eager result when its tokens route elsewhere (${path})`, () => {
       const c = newCuda();
       backends.push(c);
       c.moe.fusedRouterMaxRows = fusedRows;
+      c.moe.routeGroupMaxRows = routeGroupRows;
       const step = decodeStep(c);
       for (let i = 0; i < 5; i++) {
         const { batch, record } = step([(i * 7 + 1) % V, (i * 13 + 2) % V, (i * 5 + 3) % V, (i * 11 + 4) % V]);

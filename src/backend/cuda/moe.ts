@@ -4,7 +4,8 @@
 // follows T, E, topK, H and I alone (moe-plan.ts), so a decode step's graph replays whatever its tokens choose. A
 // decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe route"); more
 // rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits the fused
-// kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert down",
+// kernel's logits are) then moe_route and moe_group ("moe route"; up to QUIRE_MOE_ROUTE_GROUP_MAX_ROWS rows, both in
+// one single-block launch, moe_route_group). Then "gemm expert gate_up", "gemm expert down",
 // "moe combine". Block-FP8 experts (W8A8, as the CPU backend's fp8BlockMatmul) take the _fp8 builds of the same
 // GEMMs, each input quantized per row and 128 columns first ("moe quantize": x before gate_up; gate_up's f32 output,
 // the CPU's unrounded silu_mul, before down). Expert-parallel (MoeExperts.local), the routing writes each chosen expert
@@ -58,6 +59,8 @@ export class CudaMoe {
   variant: GemmRowsVariant | undefined = undefined;
   /** Most rows routed by moe_router_fused (QUIRE_MOE_FUSED_ROUTER_MAX_ROWS; tests may move it). */
   fusedRouterMaxRows = readKnob('QUIRE_MOE_FUSED_ROUTER_MAX_ROWS');
+  /** Most rows routed and grouped by moe_route_group after the router GEMM (QUIRE_MOE_ROUTE_GROUP_MAX_ROWS; tests may move it). */
+  routeGroupMaxRows = readKnob('QUIRE_MOE_ROUTE_GROUP_MAX_ROWS');
   /** moe_router_fused's counter of finished blocks: 0 between launches (its last block resets it). */
   private doneCounter = 0n;
 
@@ -76,15 +79,18 @@ export class CudaMoe {
     return this.doneCounter;
   }
 
+  /** The routing's buffers for T rows from the workspace: int32 experts (local slots), f32 weights. */
+  private routing(T: number, route: MoeRoute): DeviceRouting {
+    return { experts: this.s.act([T * route.topK], 'f32').ptr, weights: this.s.act([T * route.topK], 'f32').ptr };
+  }
+
   /** moe_route on logits [T, E] (bf16) into int32 experts (local slots) and f32 weights from the workspace. */
   private route(logits: CudaTensor, route: MoeRoute, local: LocalExperts): DeviceRouting {
     const [T, E] = [logits.shape[0]!, logits.shape[1]!];
-    if (logits.dtype !== 'bf16') throw new Error(`moeExperts: router logits of ${logits.dtype}, not bf16`);
-    checkRoute(E, route);
-    const { topK } = route;
-    const out = { experts: this.s.act([T * topK], 'f32').ptr, weights: this.s.act([T * topK], 'f32').ptr };  // int32, f32
+    checkLogits(logits, route);
+    const out = this.routing(T, route);
     this.s.device.launch('moe.cu', 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1], 32 * MOE_ROUTE_WARPS,
-      [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(topK), i32(route.renormalize ? 1 : 0),
+      [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(route.topK), i32(route.renormalize ? 1 : 0),
         ...localArgs(local)], 0, true);
     return out;
   }
@@ -121,10 +127,19 @@ export class CudaMoe {
     if (!fused) {
       const logits = this.routerMatmul(xs, router);
       let g: DeviceGroups | undefined;
+      const grouping = () => ({ offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+        pos: this.s.act([P], 'f32').ptr, tiles });
       this.s.timed('moe route', () => {
+        if (T <= this.routeGroupMaxRows) {
+          checkLogits(logits, route);
+          g = { ...this.routing(T, route), logits, ...grouping() };
+          d.launch('moe.cu', 'moe_route_group', [1, 1, 1], MOE_GROUP_THREADS,
+            [ptr(logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(T), i32(E),
+              i32(route.topK), i32(route.renormalize ? 1 : 0), ...listArgs, ...localArgs(local)], moeGroupSharedBytes(EL), true);
+          return;
+        }
         const r = this.route(logits, route, local);
-        g = { ...r, logits, offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
-          pos: this.s.act([P], 'f32').ptr, tiles };
+        g = { ...r, logits, ...grouping() };
         d.launch('moe.cu', 'moe_group', [1, 1, 1], MOE_GROUP_THREADS,
           [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(EL), ...listArgs],
           moeGroupSharedBytes(EL), true);
@@ -268,6 +283,12 @@ function localArgs(local: LocalExperts): ReturnType<typeof i32>[] {
 /** Whether moe_combine_add_rms_norm takes rows of H: add_rms_norm's register path at its block (norm_fast). */
 export function combineFusesNorm(H: number): boolean {
   return H % 8 === 0 && H <= 8 * normThreads(H) * NORM_VEC;
+}
+
+/** Router logits [T, E] the routing kernels take: bf16, E and top-k as checkRoute's. */
+function checkLogits(logits: CudaTensor, route: MoeRoute): void {
+  if (logits.dtype !== 'bf16') throw new Error(`moeExperts: router logits of ${logits.dtype}, not bf16`);
+  checkRoute(logits.shape[1]!, route);
 }
 
 /** The routes the kernels take: E up to MOE_MAX_EXPERTS, top-k up to MOE_MAX_TOP_K. */

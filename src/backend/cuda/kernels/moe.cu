@@ -9,6 +9,7 @@
 //   moe_group    one block: per-expert counts -> offsets [EL + 1] (exclusive scan) over the EL local experts, the
 //                pairs grouped by expert (pairs [P]), each pair's grouped position (pos [P], -1 for a pair of
 //                expert -1: in no group), and each GEMM's tile list (expert_tile)
+//   moe_route_group  (small T, QUIRE_MOE_ROUTE_GROUP_MAX_ROWS) moe_route's and moe_group's work by one block
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
 //   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32 (pos -1: skipped), rounded
@@ -64,6 +65,22 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
   extern __shared__ int cursor[];
   pdl_begin();
   group_pairs(topExperts, offsets, pairs, pos, P, E, cursor, TileList{tilesA, bnA, entriesA},
+              TileList{tilesB, bnB, entriesB});
+}
+
+// grid 1, block MOE_GROUP_THREADS, dynamic shared memory moe_group's: moe_route's rows (a warp a row, in turn) and
+// then moe_group's grouping of them, by one block in one launch instead of two (a decode step's few rows: the
+// routing is a latency chain, one launch fewer a layer). The same device functions: their bits.
+extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_route_group(const bf16_t* __restrict__ logits,
+    int* topExperts, float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs,
+    int* __restrict__ pos, int T, int E, int topK, int renormalize, int4* tilesA, int bnA, int entriesA, int4* tilesB,
+    int bnB, int entriesB, int localFirst, int localStride, int localCount) {
+  extern __shared__ int cursor[];
+  pdl_begin();
+  const LocalMap local{localFirst, localStride, localCount};
+  for (int t = threadIdx.x >> 5; t < T; t += blockDim.x >> 5) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local);
+  __syncthreads();  // this block's topExperts, for every thread of it
+  group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount, cursor, TileList{tilesA, bnA, entriesA},
               TileList{tilesB, bnB, entriesB});
 }
 
