@@ -16,6 +16,7 @@ import type { MoeExperts, MoeRoute } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
+import { NormedTensor } from '../../src/backend/cuda/tensor.js';
 import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
@@ -301,6 +302,48 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
       }
       assert.equal(c.numGraphCaptures, 1);
       assert.equal(c.numGraphReplays, 4);
+    });
+  }
+
+  // QUIRE_MOE_NORM_IN: the o GEMM's chain norm (matmulAddRmsNorm's NormedTensor: bf16(residual w) and the sums of
+  // squares) left to the routing and gate_up. The router is built so that its logits stand apart by more than the two
+  // paths' roundings (expert e's logit c_e (x . u), x near the direction u), so both route alike.
+  for (const fusedRows of [0, MOE_FUSED_ROUTER_MAX_ROWS]) {
+    test(`a pending norm applied by the routing and gate_up: no norm kernel, within bf16 of the norm kernel's path (fused router to ${fusedRows} rows)`, () => {
+      const [T, K0, HN, eps] = [3, 512, 1024, 1e-6];  // HN: a hidden size whose o GEMM is a chain producer
+      const c = newCuda({ profile: true, log: () => {} });
+      backends.push(c);
+      c.moe.fusedRouterMaxRows = fusedRows;
+      const u = randomBf16(HN, 70, -1, 1);
+      const noise = randomBf16(T * HN, 71, -0.05, 0.05);
+      const resHost = Float32Array.from({ length: T * HN }, (_, i) => u[i % HN]! * (1 + 0.1 * Math.floor(i / HN)) + noise[i]!);
+      const normHost = randomBf16(HN, 72, 0.5, 1.5);
+      // S: x . u for the normed rows (about, ignoring the o GEMM's small output); logits then span about [-2, 2]
+      const rms = Math.sqrt(resHost.slice(0, HN).reduce((a, v) => a + v * v, 0) / HN);
+      const S = u.reduce((a, v, i) => a + v * v * normHost[i]!, 0) / rms;
+      const routerHost = new Float32Array(E * HN);
+      for (let e = 0; e < E; e++) {
+        const ce = (((e * 37) % E) - E / 2) / E * (4 / S);
+        for (let i = 0; i < HN; i++) routerHost[e * HN + i] = ce * u[i]!;
+      }
+      const router = c.fromHost([E, HN], routerHost);
+      const ex = cudaExperts(c, E, HN, I, 73);
+      const x0 = c.fromHost([T, K0], randomBf16(T * K0, 74));
+      const wO = c.fromHost([HN, K0], randomBf16(HN * K0, 75, -0.002, 0.002));
+      const normW = c.fromHost([HN], normHost);
+      const run = (normIn: boolean) => {
+        c.moe.normIn = normIn;
+        c.beginStep(batchOf(Array.from({ length: T }, (_, s) => ({ ids: [1], start: 0, pages: [s] })), 16));
+        const normed = c.matmulAddRmsNorm(x0, wO, 'o', null, c.fromHost([T, HN], resHost), normW, eps);
+        assert.ok(normed instanceof NormedTensor, 'the o GEMM leaves its norm to the next GEMM');
+        const out = c.toHost(c.moeExperts(normed, router, ex, { topK: k, renormalize: true }));
+        return { out, buckets: c.lastProfile!.rows.map((r) => r.bucket) };
+      };
+      const viaKernel = run(false);
+      const pending = run(true);
+      assert.ok(viaKernel.buckets.includes('norm'), `the norm kernel in ${viaKernel.buckets.join(', ')}`);
+      assert.ok(!pending.buckets.includes('norm'), `no norm kernel in ${pending.buckets.join(', ')}`);
+      assertBf16Close(pending.out, viaKernel.out, 'the experts\' output, the pending norm vs the norm kernel', 2e-2);
     });
   }
 

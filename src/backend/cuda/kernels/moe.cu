@@ -10,6 +10,8 @@
 //                pairs grouped by expert (pairs [P]), each pair's grouped position (pos [P], -1 for a pair of
 //                expert -1: in no group), and each GEMM's tile list (expert_tile)
 //   moe_route_group  (small T, QUIRE_MOE_ROUTE_GROUP_MAX_ROWS) moe_route's and moe_group's work by one block
+//   (the three routing kernels with a PendingScale (moe_route.cuh): a row's pending norm scale r, from the o GEMM's
+//   sums of squares, times its logits, and written for gate_up's split builds, which scale their sums by it)
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
 //   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32 (pos -1: skipped), rounded
@@ -49,12 +51,20 @@ static_assert(4 * CHUNK_K == FP8_BLOCK, "an FP8 scale group is two chunks of 64 
 #include "moe_route.cuh"
 
 // grid ceil(T / MOE_ROUTE_WARPS), block 32 MOE_ROUTE_WARPS: a warp a row.
+// normParts .. normOut: a PendingScale (normParts null: none), its r read before the wait (the router GEMM before
+// this kernel waited for their producer before it let this one launch).
+#define MOE_PENDING_ARGS const float *__restrict__ normParts, int normNumParts, int normK, float normEps, float *__restrict__ normOut
+#define MOE_PENDING PendingScale{normParts, normNumParts, normK, normEps, normOut}
 extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
     int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize,
-    int localFirst, int localStride, int localCount) {
-  pdl_begin();
+    int localFirst, int localStride, int localCount, MOE_PENDING_ARGS) {
   const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
-  if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount});
+  const PendingScale ps = MOE_PENDING;
+  const float r = t < T && ps.parts != nullptr ? pending_scale(ps, t) : 1.f;
+  pdl_begin();
+  if (t >= T) return;
+  if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
+  route_row(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount}, r);
 }
 
 // grid 1, block MOE_GROUP_THREADS, dynamic shared memory 3 E + 2 ints. One block: P = T k is at most a few tens of
@@ -74,11 +84,18 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
 extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_route_group(const bf16_t* __restrict__ logits,
     int* topExperts, float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs,
     int* __restrict__ pos, int T, int E, int topK, int renormalize, int4* tilesA, int bnA, int entriesA, int4* tilesB,
-    int bnB, int entriesB, int localFirst, int localStride, int localCount) {
+    int bnB, int entriesB, int localFirst, int localStride, int localCount, MOE_PENDING_ARGS) {
   extern __shared__ int cursor[];
+  const int warp = threadIdx.x >> 5;
+  const PendingScale ps = MOE_PENDING;
+  const float r0 = warp < T && ps.parts != nullptr ? pending_scale(ps, warp) : 1.f;  // as moe_route's, before the wait
   pdl_begin();
   const LocalMap local{localFirst, localStride, localCount};
-  for (int t = threadIdx.x >> 5; t < T; t += blockDim.x >> 5) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local);
+  for (int t = warp; t < T; t += blockDim.x >> 5) {
+    const float r = ps.parts == nullptr ? 1.f : t == warp ? r0 : pending_scale(ps, t);
+    if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
+    route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+  }
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount, cursor, TileList{tilesA, bnA, entriesA},
               TileList{tilesB, bnB, entriesB});
@@ -94,7 +111,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
     const bf16_t* __restrict__ x, const bf16_t* __restrict__ router, bf16_t* logits, int* topExperts,
     float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos,
     unsigned* done, int T, int E, int H, int sliceChunks, int topK, int renormalize, int4* tilesA, int bnA,
-    int entriesA, int4* tilesB, int bnB, int entriesB, int localFirst, int localStride, int localCount) {
+    int entriesA, int4* tilesB, int bnB, int entriesB, int localFirst, int localStride, int localCount,
+    MOE_PENDING_ARGS) {
   extern __shared__ float fusedShared[];  // gemm_rows_split's partials (its own name for the same bytes), the cursor
   __shared__ bool last;
   pdl_begin();
@@ -108,7 +126,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
   __threadfence();
   const int warps = blockDim.x >> 5;
   const LocalMap local{localFirst, localStride, localCount};
-  for (int t = threadIdx.x >> 5; t < T; t += warps) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local);
+  const PendingScale ps = MOE_PENDING;  // its parts' producer is the kernel before: read after the wait
+  for (int t = threadIdx.x >> 5; t < T; t += warps) {
+    const float r = ps.parts != nullptr ? pending_scale(ps, t) : 1.f;
+    if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
+    route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+  }
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount,
               reinterpret_cast<int*>(fusedShared + rows_num_slices(H, sliceChunks) * 4 * 32),
@@ -135,9 +158,11 @@ __device__ __forceinline__ bool expert_tile(const int4* tiles, int y, int& e, in
 // x: gate_up, the hidden states [T, K = H] (a grouped position's token through pairs); down, act [P, K = I] in grouped
 // order (pairs unused). w: the experts' stacked rows (gate_up [E 2N, K], gate rows then up rows an expert; down
 // [E N, K]). y: [P, N] in grouped order (N = I for gate_up, H for down).
+// xScale (gate_up's split builds; null: none; the tiled builds take none): each token's pending norm scale
+// (PendingScale's out), for an x of bf16(residual w) rows.
 #define MOE_GEMM_ARGS                                                                                                 \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const int4 *__restrict__ tiles, \
-      const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks
+      const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks, const float *__restrict__ xScale
 // The _fp8 builds: x and w e4m3, y f32 (gate_up's act) or bf16 (down's), and the scales (MoeScales).
 #define MOE_FP8_GEMM_ARGS                                                                                            \
   const unsigned char *__restrict__ x, const unsigned char *__restrict__ w, void *__restrict__ y,                    \
@@ -185,7 +210,7 @@ __device__ __forceinline__ int moe_weight_scales(MoeScales sc, int row) {
 template <bool GATE_UP, int NT, int PF, typename E = bf16_t, typename Y = bf16_t>
 __device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* __restrict__ y,
                           const int4* __restrict__ tiles, const int* __restrict__ pairs, int topK, int N, int K,
-                          int sliceChunks, MoeScales sc = {}) {
+                          int sliceChunks, MoeScales sc = {}, const float* __restrict__ xScale = nullptr) {
   constexpr int MT = GATE_UP ? 2 : 1;
   extern __shared__ float partials[];
   pdl_begin();
@@ -217,8 +242,17 @@ __device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* _
     const int r = (j >> 5) & 3;
     const int nt = j >> 7;
     float v = split_sum<MT, NT>(partials, j, numSlices);
-    if constexpr (GATE_UP) v = moe_silu_mul(v, split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices));
-    moe_store(y, v, out0 + acc_row(lane, r), tok0 + nt * 8 + acc_tok(lane, r), first, count, N);
+    const int tok = tok0 + nt * 8 + acc_tok(lane, r);
+    if constexpr (GATE_UP) {
+      float up = split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices);
+      if (xScale != nullptr) {  // a pending norm: x r's sums are r times x's (gemm_chain.cu's ChainNormIn)
+        const float s = xScale[moe_token_index<true>(pairs, topK, first + min(tok, count - 1))];
+        v = __fmul_rn(v, s);
+        up = __fmul_rn(up, s);
+      }
+      v = moe_silu_mul(v, up);
+    }
+    moe_store(y, v, out0 + acc_row(lane, r), tok, first, count, N);
   }
 }
 
@@ -272,7 +306,7 @@ __device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* _
 #define INSTANTIATE_SPLIT(NAME, GATE_UP, MT, NT, PF)                                                                   \
   extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_##NAME##_split_m##MT##_n##NT(          \
       MOE_GEMM_ARGS) {                                                                                                 \
-    moe_split<GATE_UP, NT, PF>(x, w, y, tiles, pairs, topK, N, K, sliceChunks);                                   \
+    moe_split<GATE_UP, NT, PF>(x, w, y, tiles, pairs, topK, N, K, sliceChunks, MoeScales{}, xScale);              \
   }
 #define INSTANTIATE_TILED(NAME, GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM)                                             \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_tiled_w##WM##x##WN##_m##MT##_n##NT(       \
@@ -313,6 +347,8 @@ MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN_FP8)
 MOE_TILED_BUILDS(TILED_GATE_UP_FP8)
 MOE_TILED_BUILDS(TILED_DOWN_FP8)
 #undef MOE_GEMM_ARGS
+#undef MOE_PENDING_ARGS
+#undef MOE_PENDING
 #undef MOE_FP8_GEMM_ARGS
 #undef MOE_FP8_CALL_ARGS
 #undef INSTANTIATE_SPLIT
