@@ -85,7 +85,7 @@ export const KNOBS = {
   QUIRE_CUBLAS_SINGLE_CHAIN_FROM: num(K, 128, 'Rows from which cuBLASLt sums K in one chain (no split-K; Infinity: never).',
     { integer: true, min: 1, infinite: true }),
   QUIRE_MOE_COMBINE_BATCH: num(K, 1, 'A MoE row\'s expert outputs the combine reads at once before summing them in order (1: one at a time; the same bits at any value; 8 measured no faster on qwen3-30b-a3b, an A/B knob).', { integer: true, min: 1 }),
-  QUIRE_MOE_NORM_IN: bool(K, false, 'A decode step\'s bf16 MoE experts take the norm before them as its pending scale (the routing and gate_up apply it; no norm kernel): within bf16 rounding of the norm kernel\'s path, not its bits; written, to measure).'),
+  QUIRE_MOE_NORM_IN: bool(K, false, 'A decode step\'s bf16 MoE experts take the norm before them as a pending scale that the routing and gate_up apply, with no norm kernel (within bf16 rounding of the norm kernel\'s path, not its bits; written, to measure).'),
   QUIRE_MOE_ROUTE_GROUP_MAX_ROWS: num(K, 0, 'Most rows a MoE layer routes and groups in one single-block launch after its router GEMM (moe_route_group; 0, the default: two launches; the same bits; written, to measure).',
     { integer: true, min: 0 }),
   QUIRE_MOE_FUSED_ROUTER_MAX_ROWS: num(K, 0, 'Most rows a MoE layer routes in one fused kernel (router GEMM, route, group; 0, the default: never; measured slower).',

@@ -119,9 +119,9 @@ export class CudaMoe {
     const [T, E] = [logits.shape[0]!, logits.shape[1]!];
     checkLogits(logits, route);
     const out = this.routing(T, route);
-    this.s.device.launch('moe.cu', 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1], 32 * MOE_ROUTE_WARPS,
-      [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(route.topK), i32(route.renormalize ? 1 : 0),
-        ...localArgs(local), ...pendingArgs(pending)], 0, true);
+    this.s.device.launch('moe.cu', pending ? 'moe_route_scaled' : 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1],
+      32 * MOE_ROUTE_WARPS, [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(route.topK),
+        i32(route.renormalize ? 1 : 0), ...localArgs(local), ...(pending ? pendingArgs(pending) : [])], 0, true);
     return out;
   }
 
@@ -257,9 +257,11 @@ export class CudaMoe {
       this.fp8Gemms(plan, xs, gateUp, down, y, g.pairs, [gateUpTiles, downTiles], k, I);
     } else {
       const act = this.s.act([P, I]);
+      // a pending norm: gate_up's _scaled build, its scales last
       const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint,
-        xScale = 0n) => d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles),
-        ptr(g.pairs), i32(k), i32(N), i32(K), i32(l.sliceChunks), ptr(xScale)], l.sharedBytes, true);
+        xScale = 0n) => d.launch('moe.cu', xScale ? `${l.kernel}_scaled` : l.kernel, l.grid, l.block, [ptr(xp),
+        ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs), i32(k), i32(N), i32(K), i32(l.sliceChunks),
+        ...(xScale ? [ptr(xScale)] : [])], l.sharedBytes, true);
       this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, gateUpTiles, g.scale));
       this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I, downTiles));
     }

@@ -11,7 +11,7 @@
 //                expert -1: in no group), and each GEMM's tile list (expert_tile)
 //   moe_route_group  (small T, QUIRE_MOE_ROUTE_GROUP_MAX_ROWS) moe_route's and moe_group's work by one block
 //   (the three routing kernels with a PendingScale (moe_route.cuh): a row's pending norm scale r, from the o GEMM's
-//   sums of squares, times its logits, and written for gate_up's split builds, which scale their sums by it)
+//   sums of squares, times its logits, and written for gate_up's _scaled split builds, which scale their sums by it)
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
 //   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32 (pos -1: skipped), rounded
@@ -51,20 +51,30 @@ static_assert(4 * CHUNK_K == FP8_BLOCK, "an FP8 scale group is two chunks of 64 
 #include "moe_route.cuh"
 
 // grid ceil(T / MOE_ROUTE_WARPS), block 32 MOE_ROUTE_WARPS: a warp a row.
-// normParts .. normOut: a PendingScale (normParts null: none), its r read before the wait (the router GEMM before
-// this kernel waited for their producer before it let this one launch).
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
+    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize,
+    int localFirst, int localStride, int localCount) {
+  pdl_begin();
+  const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
+  if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount});
+}
+
+// normParts .. normOut: a PendingScale (normParts null: none).
 #define MOE_PENDING_ARGS const float *__restrict__ normParts, int normNumParts, int normK, float normEps, float *__restrict__ normOut
 #define MOE_PENDING PendingScale{normParts, normNumParts, normK, normEps, normOut}
-extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(const bf16_t* __restrict__ logits,
+
+// moe_route of an x whose norm is pending (normParts not null): each row's r read before the wait (the router GEMM
+// before this kernel waited for their producer before it let this one launch), written to normOut, times its logits.
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route_scaled(const bf16_t* __restrict__ logits,
     int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize,
     int localFirst, int localStride, int localCount, MOE_PENDING_ARGS) {
   const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
   const PendingScale ps = MOE_PENDING;
-  const float r = t < T && ps.parts != nullptr ? pending_scale(ps, t) : 1.f;
+  const float r = t < T ? pending_scale(ps, t) : 1.f;
   pdl_begin();
   if (t >= T) return;
-  if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
-  route_row(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount}, r);
+  if ((threadIdx.x & 31) == 0) ps.out[t] = r;
+  route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount}, r);
 }
 
 // grid 1, block MOE_GROUP_THREADS, dynamic shared memory 3 E + 2 ints. One block: P = T k is at most a few tens of
@@ -94,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_route_group(
   for (int t = warp; t < T; t += blockDim.x >> 5) {
     const float r = ps.parts == nullptr ? 1.f : t == warp ? r0 : pending_scale(ps, t);
     if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
-    route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+    route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
   }
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount, cursor, TileList{tilesA, bnA, entriesA},
@@ -130,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
   for (int t = threadIdx.x >> 5; t < T; t += warps) {
     const float r = ps.parts != nullptr ? pending_scale(ps, t) : 1.f;
     if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
-    route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+    route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
   }
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount,
@@ -158,11 +168,9 @@ __device__ __forceinline__ bool expert_tile(const int4* tiles, int y, int& e, in
 // x: gate_up, the hidden states [T, K = H] (a grouped position's token through pairs); down, act [P, K = I] in grouped
 // order (pairs unused). w: the experts' stacked rows (gate_up [E 2N, K], gate rows then up rows an expert; down
 // [E N, K]). y: [P, N] in grouped order (N = I for gate_up, H for down).
-// xScale (gate_up's split builds; null: none; the tiled builds take none): each token's pending norm scale
-// (PendingScale's out), for an x of bf16(residual w) rows.
 #define MOE_GEMM_ARGS                                                                                                 \
   const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, bf16_t *__restrict__ y, const int4 *__restrict__ tiles, \
-      const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks, const float *__restrict__ xScale
+      const int *__restrict__ pairs, int topK, int N, int K, int sliceChunks
 // The _fp8 builds: x and w e4m3, y f32 (gate_up's act) or bf16 (down's), and the scales (MoeScales).
 #define MOE_FP8_GEMM_ARGS                                                                                            \
   const unsigned char *__restrict__ x, const unsigned char *__restrict__ w, void *__restrict__ y,                    \
@@ -206,8 +214,9 @@ __device__ __forceinline__ int moe_weight_scales(MoeScales sc, int row) {
 
 // grid (ceil(N / 16), tiles bound), block: warps sharing the tile's slices; dynamic shared memory numSlices * MT * NT *
 // 4 * 32 floats. A block's 16 outputs: gate_up, m tile 0 their gate rows and m tile 1 their up rows. E: bf16_t, or
-// unsigned char (e4m3, with `sc`); Y: the output's type.
-template <bool GATE_UP, int NT, int PF, typename E = bf16_t, typename Y = bf16_t>
+// unsigned char (e4m3, with `sc`); Y: the output's type. SCALED (gate_up's _scaled builds): x is bf16(residual w) of a
+// pending norm, each token's scale in xScale (PendingScale's out), applied to its sums before silu_mul.
+template <bool GATE_UP, int NT, int PF, typename E = bf16_t, typename Y = bf16_t, bool SCALED = false>
 __device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* __restrict__ y,
                           const int4* __restrict__ tiles, const int* __restrict__ pairs, int topK, int N, int K,
                           int sliceChunks, MoeScales sc = {}, const float* __restrict__ xScale = nullptr) {
@@ -242,17 +251,14 @@ __device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* _
     const int r = (j >> 5) & 3;
     const int nt = j >> 7;
     float v = split_sum<MT, NT>(partials, j, numSlices);
-    const int tok = tok0 + nt * 8 + acc_tok(lane, r);
-    if constexpr (GATE_UP) {
-      float up = split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices);
-      if (xScale != nullptr) {  // a pending norm: x r's sums are r times x's (gemm_chain.cu's ChainNormIn)
-        const float s = xScale[moe_token_index<true>(pairs, topK, first + min(tok, count - 1))];
-        v = __fmul_rn(v, s);
-        up = __fmul_rn(up, s);
-      }
-      v = moe_silu_mul(v, up);
+    if constexpr (SCALED) {  // a pending norm: x r's sums are r times x's (gemm_chain.cu's ChainNormIn)
+      const int tok = tok0 + nt * 8 + acc_tok(lane, r);
+      const float s = xScale[moe_token_index<true>(pairs, topK, first + min(tok, count - 1))];
+      v = moe_silu_mul(__fmul_rn(v, s), __fmul_rn(split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices), s));
+    } else if constexpr (GATE_UP) {
+      v = moe_silu_mul(v, split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices));
     }
-    moe_store(y, v, out0 + acc_row(lane, r), tok, first, count, N);
+    moe_store(y, v, out0 + acc_row(lane, r), tok0 + nt * 8 + acc_tok(lane, r), first, count, N);
   }
 }
 
@@ -306,7 +312,12 @@ __device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* _
 #define INSTANTIATE_SPLIT(NAME, GATE_UP, MT, NT, PF)                                                                   \
   extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_##NAME##_split_m##MT##_n##NT(          \
       MOE_GEMM_ARGS) {                                                                                                 \
-    moe_split<GATE_UP, NT, PF>(x, w, y, tiles, pairs, topK, N, K, sliceChunks, MoeScales{}, xScale);              \
+    moe_split<GATE_UP, NT, PF>(x, w, y, tiles, pairs, topK, N, K, sliceChunks);                                   \
+  }
+#define INSTANTIATE_SPLIT_SCALED(MT, NT, PF)                                                                          \
+  extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_gate_up_split_m##MT##_n##NT##_scaled(  \
+      MOE_GEMM_ARGS, const float* __restrict__ xScale) {                                                               \
+    moe_split<true, NT, PF, bf16_t, bf16_t, true>(x, w, y, tiles, pairs, topK, N, K, sliceChunks, MoeScales{}, xScale); \
   }
 #define INSTANTIATE_TILED(NAME, GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM)                                             \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_tiled_w##WM##x##WN##_m##MT##_n##NT(       \
@@ -339,6 +350,7 @@ __device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* _
 // The builds: moe-plan.ts MOE_SPLIT_BUILDS and gemm-rows.ts's tiled variants, as X-macro lists (kernel-defines.ts),
 // bf16 and _fp8 alike.
 MOE_GATE_UP_SPLIT_BUILDS(SPLIT_GATE_UP)
+MOE_GATE_UP_SPLIT_BUILDS(INSTANTIATE_SPLIT_SCALED)
 MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN)
 MOE_TILED_BUILDS(TILED_GATE_UP)
 MOE_TILED_BUILDS(TILED_DOWN)
@@ -352,6 +364,7 @@ MOE_TILED_BUILDS(TILED_DOWN_FP8)
 #undef MOE_FP8_GEMM_ARGS
 #undef MOE_FP8_CALL_ARGS
 #undef INSTANTIATE_SPLIT
+#undef INSTANTIATE_SPLIT_SCALED
 #undef INSTANTIATE_TILED
 #undef INSTANTIATE_SPLIT_FP8
 #undef INSTANTIATE_TILED_FP8

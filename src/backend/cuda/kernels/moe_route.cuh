@@ -52,7 +52,9 @@ __device__ __forceinline__ float pending_scale(const PendingScale& ps, int t) {
 
 // Row t's routing by one warp, lane l holding experts l, l + 32, ... The top k compare the logits themselves (exp is
 // increasing, so the order is the probabilities', ties included): routeTokens' choice, which compares the
-// probabilities in double. r: the row's pending norm scale (PendingScale), 1 for a normed x (exact: the same bits).
+// probabilities in double. SCALED: the logits times r, the row's pending norm scale (PendingScale; 1 for a normed x,
+// which changes no bit).
+template <bool SCALED = false>
 __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts, float* topWeights, int t, int E,
                                           int topK, int renormalize, LocalMap local, float r = 1.f) {
   const int lane = threadIdx.x & 31;
@@ -62,7 +64,7 @@ __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts,
 #pragma unroll
   for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
     const int e = lane + 32 * i;
-    v[i] = e < E ? __fmul_rn(load_logit(row + e), r) : NEG_INF;
+    v[i] = e < E ? (SCALED ? __fmul_rn(load_logit(row + e), r) : load_logit(row + e)) : NEG_INF;
     mx = fmaxf(mx, v[i]);
   }
   mx = warp_max(mx);
