@@ -1,7 +1,7 @@
 // The device's mixture of experts (Backend.moeExperts: kernels/moe.cu, moe.ts): its routing is routeTokens' (the same
-// experts, weights within 2e-6), by moe_route (moe_route_group's bits) and by the fused router (moe_router_fused: its
-// logits within bf16 rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row routes alike at any T); its
-// outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
+// experts, weights within 2e-6), by moe_route (moe_route_group's bits) and by the fused router (moe_router_fused:
+// its logits within bf16 rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row
+// routes alike at any T); its outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
 // (the tiled ones), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden sizes and widths off the tiles; a
 // row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
 // with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a decode step captured as a graph
@@ -308,12 +308,14 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
   // QUIRE_MOE_NORM_IN: the o GEMM's chain norm (matmulAddRmsNorm's NormedTensor: bf16(residual w) and the sums of
   // squares) left to the routing and gate_up. The router is built so that its logits stand apart by more than the two
   // paths' roundings (expert e's logit c_e (x . u), x near the direction u), so both route alike.
-  for (const fusedRows of [0, MOE_FUSED_ROUTER_MAX_ROWS]) {
-    test(`a pending norm applied by the routing and gate_up: no norm kernel, within bf16 of the norm kernel's path (fused router to ${fusedRows} rows)`, () => {
+  for (const [fusedRows, routeGroupRows] of [[0, 0], [MOE_FUSED_ROUTER_MAX_ROWS, 0], [0, 8]] as const) {
+    const path = fusedRows > 0 ? 'moe_router_fused' : routeGroupRows > 0 ? 'moe_route_group' : 'moe_route_scaled';
+    test(`a pending norm applied by the routing and gate_up: no norm kernel, within bf16 of the norm kernel's path (${path})`, () => {
       const [T, K0, HN, eps] = [3, 512, 1024, 1e-6];  // HN: a hidden size whose o GEMM is a chain producer
       const c = newCuda({ profile: true, log: () => {} });
       backends.push(c);
       c.moe.fusedRouterMaxRows = fusedRows;
+      c.moe.routeGroupMaxRows = routeGroupRows;
       const u = randomBf16(HN, 70, -1, 1);
       const noise = randomBf16(T * HN, 71, -0.05, 0.05);
       const resHost = Float32Array.from({ length: T * HN }, (_, i) => u[i % HN]! * (1 + 0.1 * Math.floor(i / HN)) + noise[i]!);

@@ -49,7 +49,8 @@ interface PendingScale {
 
 /** moe.cu MOE_PENDING_ARGS: (normParts, normNumParts, normK, normEps, normOut), zeros for none. */
 function pendingArgs(p?: PendingScale) {
-  return [ptr(p?.norm.parts ?? 0n), i32(p?.norm.numParts ?? 0), i32(p?.K ?? 0), f32(p?.norm.eps ?? 0), ptr(p?.scale ?? 0n)];
+  return [ptr(p?.norm.parts ?? 0n), i32(p?.norm.numParts ?? 0), i32(p?.K ?? 0), f32(p?.norm.eps ?? 0),
+    ptr(p?.scale ?? 0n)];
 }
 
 /** moeExperts' input whose RMSNorm a chain producer left pending (a NormedTensor's), and the norm kernel's output. */
@@ -87,7 +88,7 @@ export class CudaMoe {
   variant: GemmRowsVariant | undefined = undefined;
   /** Most rows routed by moe_router_fused (QUIRE_MOE_FUSED_ROUTER_MAX_ROWS; tests may move it). */
   fusedRouterMaxRows = readKnob('QUIRE_MOE_FUSED_ROUTER_MAX_ROWS');
-  /** Most rows routed and grouped by moe_route_group after the router GEMM (QUIRE_MOE_ROUTE_GROUP_MAX_ROWS; tests may move it). */
+  /** Most rows moe_route_group routes and groups after the router GEMM (QUIRE_MOE_ROUTE_GROUP_MAX_ROWS; tests may move it). */
   routeGroupMaxRows = readKnob('QUIRE_MOE_ROUTE_GROUP_MAX_ROWS');
   /** Whether a decode step's bf16 experts take their input's pending norm (QUIRE_MOE_NORM_IN; tests may move it). */
   normIn = readKnob('QUIRE_MOE_NORM_IN');
@@ -156,12 +157,11 @@ export class CudaMoe {
       .flatMap((l) => [ptr(l.ptr), i32(l.tokens), i32(l.entries)]);
     const tiles = lists.map((l) => l.ptr);
     const pending = norm && { norm, K: H, scale: this.s.act([T], 'f32').ptr };
-    const scale = pending?.scale ?? 0n;
+    const grouping = () => ({ offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+      pos: this.s.act([P], 'f32').ptr, tiles, scale: pending?.scale ?? 0n });
     if (!fused) {
       const logits = this.routerMatmul(xs, router);
       let g: DeviceGroups | undefined;
-      const grouping = () => ({ offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
-        pos: this.s.act([P], 'f32').ptr, tiles, scale });
       this.s.timed('moe route', () => {
         if (T <= this.routeGroupMaxRows) {
           checkLogits(logits, route);
@@ -180,9 +180,7 @@ export class CudaMoe {
       });
       return g!;
     }
-    const g: DeviceGroups = { logits: this.s.act([T, E]), experts: this.s.act([P], 'f32').ptr,
-      weights: this.s.act([P], 'f32').ptr, offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
-      pos: this.s.act([P], 'f32').ptr, tiles, scale };
+    const g: DeviceGroups = { logits: this.s.act([T, E]), ...this.routing(T, route), ...grouping() };
     this.s.timed('moe route', () => d.launch('moe.cu', 'moe_router_fused', fused.grid, fused.block,
       [ptr(xs.ptr), ptr(router.ptr), ptr(g.logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs),
         ptr(g.pos), ptr(this.counter()), i32(T), i32(E), i32(H), i32(fused.sliceChunks), i32(route.topK),

@@ -60,7 +60,8 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(con
 }
 
 // normParts .. normOut: a PendingScale (normParts null: none).
-#define MOE_PENDING_ARGS const float *__restrict__ normParts, int normNumParts, int normK, float normEps, float *__restrict__ normOut
+#define MOE_PENDING_ARGS \
+  const float *__restrict__ normParts, int normNumParts, int normK, float normEps, float *__restrict__ normOut
 #define MOE_PENDING PendingScale{normParts, normNumParts, normK, normEps, normOut}
 
 // moe_route of an x whose norm is pending (normParts not null): each row's r read before the wait (the router GEMM
@@ -72,9 +73,8 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route_sca
   const PendingScale ps = MOE_PENDING;
   const float r = t < T ? pending_scale(ps, t) : 1.f;
   pdl_begin();
-  if (t >= T) return;
-  if ((threadIdx.x & 31) == 0) ps.out[t] = r;
-  route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount}, r);
+  const LocalMap local{localFirst, localStride, localCount};
+  if (t < T) route_row_scaled(logits, topExperts, topWeights, t, E, topK, renormalize, local, ps, r);
 }
 
 // grid 1, block MOE_GROUP_THREADS, dynamic shared memory 3 E + 2 ints. One block: P = T k is at most a few tens of
@@ -103,8 +103,7 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_route_group(
   const LocalMap local{localFirst, localStride, localCount};
   for (int t = warp; t < T; t += blockDim.x >> 5) {
     const float r = ps.parts == nullptr ? 1.f : t == warp ? r0 : pending_scale(ps, t);
-    if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
-    route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+    route_row_scaled(logits, topExperts, topWeights, t, E, topK, renormalize, local, ps, r);
   }
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount, cursor, TileList{tilesA, bnA, entriesA},
@@ -138,9 +137,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
   const LocalMap local{localFirst, localStride, localCount};
   const PendingScale ps = MOE_PENDING;  // its parts' producer is the kernel before: read after the wait
   for (int t = threadIdx.x >> 5; t < T; t += warps) {
-    const float r = ps.parts != nullptr ? pending_scale(ps, t) : 1.f;
-    if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
-    route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+    route_row_scaled(logits, topExperts, topWeights, t, E, topK, renormalize, local, ps,
+                     ps.parts != nullptr ? pending_scale(ps, t) : 1.f);
   }
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount,
@@ -317,7 +315,7 @@ __device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* _
 #define INSTANTIATE_SPLIT_SCALED(MT, NT, PF)                                                                          \
   extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_gate_up_split_m##MT##_n##NT##_scaled(  \
       MOE_GEMM_ARGS, const float* __restrict__ xScale) {                                                               \
-    moe_split<true, NT, PF, bf16_t, bf16_t, true>(x, w, y, tiles, pairs, topK, N, K, sliceChunks, MoeScales{}, xScale); \
+    moe_split<true, NT, PF, bf16_t, bf16_t, true>(x, w, y, tiles, pairs, topK, N, K, sliceChunks, {}, xScale);       \
   }
 #define INSTANTIATE_TILED(NAME, GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM)                                             \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_tiled_w##WM##x##WN##_m##MT##_n##NT(       \
@@ -425,7 +423,8 @@ struct CombineRow {
       u32x4 v[MOE_COMBINE_EARLY];
 #pragma unroll
       for (int b = 0; b < MOE_COMBINE_EARLY; b++) {
-        v[b] = early.p[b] >= 0 ? *reinterpret_cast<const u32x4*>(y + (size_t)early.p[b] * H + h) : u32x4{0u, 0u, 0u, 0u};
+        const int p = early.p[b];
+        v[b] = p >= 0 ? *reinterpret_cast<const u32x4*>(y + (size_t)p * H + h) : u32x4{0u, 0u, 0u, 0u};
       }
 #pragma unroll
       for (int b = 0; b < MOE_COMBINE_EARLY; b++) {

@@ -111,6 +111,14 @@ __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts,
   }
 }
 
+/** route_row of an x whose norm is pending: row t's scale r (pending_scale's) written for gate_up, times its logits. */
+__device__ __forceinline__ void route_row_scaled(const bf16_t* logits, int* topExperts, float* topWeights, int t, int E,
+                                                 int topK, int renormalize, LocalMap local, const PendingScale& ps,
+                                                 float r) {
+  if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
+  route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
+}
+
 /** An exclusive scan of v over a warp's lanes, after `base`; base moves past the warp's total. */
 __device__ __forceinline__ int warp_exclusive_scan(int v, int& base) {
   const int lane = threadIdx.x & 31;
