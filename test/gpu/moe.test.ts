@@ -1,7 +1,7 @@
 // The device's mixture of experts (Backend.moeExperts: kernels/moe.cu, moe.ts): its routing is routeTokens' (the same
-// experts, weights within 2e-6), by moe_route (moe_route_group's bits) and by the fused router (moe_router_fused:
-// its logits within bf16 rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row
-// routes alike at any T); its outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
+// experts, weights within 2e-6), by moe_route and by the fused router (moe_router_fused: its logits within bf16
+// rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row routes alike at any T); its
+// outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
 // (the tiled ones), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden sizes and widths off the tiles; a
 // row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
 // with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a decode step captured as a graph
@@ -16,7 +16,6 @@ import type { MoeExperts, MoeRoute } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
-import { NormedTensor } from '../../src/backend/cuda/tensor.js';
 import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
@@ -123,30 +122,17 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       const router = cuda.fromHost([E, H], randomBf16(E * H, 31 + E, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
       const route: MoeRoute = { topK: k, renormalize };
       try {
-        // the fused router; the router GEMM then moe_route_group (one launch); the GEMM, moe_route and moe_group
-        let routeGroup: { experts: Int32Array; weights: Float32Array; offsets: Int32Array } | undefined;
-        for (const [maxRows, routeGroupRows] of [[MOE_FUSED_ROUTER_MAX_ROWS, 0], [0, T], [0, 0]] as const) {
-          const path = maxRows > 0 ? 'fused' : routeGroupRows > 0 ? 'route_group' : 'route, group';
+        for (const maxRows of [MOE_FUSED_ROUTER_MAX_ROWS, 0]) {
           cuda.moe.fusedRouterMaxRows = maxRows;
-          cuda.moe.routeGroupMaxRows = routeGroupRows;
           beginPoisonedStep(cuda);
           const got = cuda.moe.routerToHost(x, router, route);
           const want = routeTokens(got.logits, T, E, route);
-          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (${path})`);
+          assert.deepEqual(Array.from(got.experts), Array.from(want.experts), `experts (fused to ${maxRows} rows)`);
           for (let i = 0; i < T * k; i++) {
             assert.ok(Math.abs(got.weights[i]! - want.weights[i]!) <= 2e-6, `weight ${i}: ${got.weights[i]} != ${want.weights[i]}`);
           }
-          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (${path})`);
-          assertTileLists(got, E, path);
-          if (maxRows === 0) {
-            // the same logits, so the same routing bit for bit: moe_route_group is moe_route's and moe_group's code
-            if (routeGroup) {
-              assert.deepEqual(Array.from(got.experts), Array.from(routeGroup.experts), 'route_group\'s experts');
-              assert.deepEqual(Array.from(got.weights), Array.from(routeGroup.weights), 'route_group\'s weights');
-              assert.deepEqual(Array.from(got.offsets), Array.from(routeGroup.offsets), 'route_group\'s offsets');
-            }
-            routeGroup = got;
-          }
+          assert.deepEqual(Array.from(got.offsets), offsetsOf(got.experts, E), `offsets (fused to ${maxRows} rows)`);
+          assertTileLists(got, E, `fused to ${maxRows} rows`);
         }
         cuda.moe.fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS;
         beginPoisonedStep(cuda);
@@ -155,7 +141,6 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
         assertBf16Close(fused, cuda.toHost(cuda.matmul(x, router, 'router')), 'logits vs the router GEMM');
       } finally {
         cuda.moe.fusedRouterMaxRows = 0;
-        cuda.moe.routeGroupMaxRows = 0;
       }
     });
   }
@@ -287,13 +272,11 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
     };
   }
 
-  for (const [fusedRows, routeGroupRows] of [[0, 0], [MOE_FUSED_ROUTER_MAX_ROWS, 0], [0, 8]] as const) {
-    const path = fusedRows > 0 ? `fused router to ${fusedRows} rows` : routeGroupRows > 0 ? 'moe_route_group' : 'moe_route, moe_group';
-    test(`a step captured as a graph replays to the eager result when its tokens route elsewhere (${path})`, () => {
+  for (const fusedRows of [0, MOE_FUSED_ROUTER_MAX_ROWS]) {
+    test(`a step captured as a graph replays to the eager result when its tokens route elsewhere (fused router to ${fusedRows} rows)`, () => {
       const c = newCuda();
       backends.push(c);
       c.moe.fusedRouterMaxRows = fusedRows;
-      c.moe.routeGroupMaxRows = routeGroupRows;
       const step = decodeStep(c);
       for (let i = 0; i < 5; i++) {
         const { batch, record } = step([(i * 7 + 1) % V, (i * 13 + 2) % V, (i * 5 + 3) % V, (i * 11 + 4) % V]);
@@ -302,50 +285,6 @@ describe('CUDA mixture of experts in a decode step', { skip: noCuda }, () => {
       }
       assert.equal(c.numGraphCaptures, 1);
       assert.equal(c.numGraphReplays, 4);
-    });
-  }
-
-  // QUIRE_MOE_NORM_IN: the o GEMM's chain norm (matmulAddRmsNorm's NormedTensor: bf16(residual w) and the sums of
-  // squares) left to the routing and gate_up. The router is built so that its logits stand apart by more than the two
-  // paths' roundings (expert e's logit c_e (x . u), x near the direction u), so both route alike.
-  for (const [fusedRows, routeGroupRows] of [[0, 0], [MOE_FUSED_ROUTER_MAX_ROWS, 0], [0, 8]] as const) {
-    const path = fusedRows > 0 ? 'moe_router_fused' : routeGroupRows > 0 ? 'moe_route_group' : 'moe_route_scaled';
-    test(`a pending norm applied by the routing and gate_up: no norm kernel, within bf16 of the norm kernel's path (${path})`, () => {
-      const [T, K0, HN, eps] = [3, 512, 1024, 1e-6];  // HN: a hidden size whose o GEMM is a chain producer
-      const c = newCuda({ profile: true, log: () => {} });
-      backends.push(c);
-      c.moe.fusedRouterMaxRows = fusedRows;
-      c.moe.routeGroupMaxRows = routeGroupRows;
-      const u = randomBf16(HN, 70, -1, 1);
-      const noise = randomBf16(T * HN, 71, -0.05, 0.05);
-      const resHost = Float32Array.from({ length: T * HN }, (_, i) => u[i % HN]! * (1 + 0.1 * Math.floor(i / HN)) + noise[i]!);
-      const normHost = randomBf16(HN, 72, 0.5, 1.5);
-      // S: x . u for the normed rows (about, ignoring the o GEMM's small output); logits then span about [-2, 2]
-      const rms = Math.sqrt(resHost.slice(0, HN).reduce((a, v) => a + v * v, 0) / HN);
-      const S = u.reduce((a, v, i) => a + v * v * normHost[i]!, 0) / rms;
-      const routerHost = new Float32Array(E * HN);
-      for (let e = 0; e < E; e++) {
-        const ce = (((e * 37) % E) - E / 2) / E * (4 / S);
-        for (let i = 0; i < HN; i++) routerHost[e * HN + i] = ce * u[i]!;
-      }
-      const router = c.fromHost([E, HN], routerHost);
-      const ex = cudaExperts(c, E, HN, I, 73);
-      const x0 = c.fromHost([T, K0], randomBf16(T * K0, 74));
-      const wO = c.fromHost([HN, K0], randomBf16(HN * K0, 75, -0.002, 0.002));
-      const normW = c.fromHost([HN], normHost);
-      const run = (normIn: boolean) => {
-        c.moe.normIn = normIn;
-        c.beginStep(batchOf(Array.from({ length: T }, (_, s) => ({ ids: [1], start: 0, pages: [s] })), 16));
-        const normed = c.matmulAddRmsNorm(x0, wO, 'o', null, c.fromHost([T, HN], resHost), normW, eps);
-        assert.ok(normed instanceof NormedTensor, 'the o GEMM leaves its norm to the next GEMM');
-        const out = c.toHost(c.moeExperts(normed, router, ex, { topK: k, renormalize: true }));
-        return { out, buckets: c.lastProfile!.rows.map((r) => r.bucket) };
-      };
-      const viaKernel = run(false);
-      const pending = run(true);
-      assert.ok(viaKernel.buckets.includes('norm'), `the norm kernel in ${viaKernel.buckets.join(', ')}`);
-      assert.ok(!pending.buckets.includes('norm'), `no norm kernel in ${pending.buckets.join(', ')}`);
-      assertBf16Close(pending.out, viaKernel.out, 'the experts\' output, the pending norm vs the norm kernel', 2e-2);
     });
   }
 

@@ -18,11 +18,11 @@ import { Device } from './device.js';
 import { CudaGemms } from './gemm.js';
 import { CudaGraphs } from './graphs.js';
 import { KvMemory } from './kv-memory.js';
-import { combineFusesNorm, CudaMoe, type MoeNormIn } from './moe.js';
+import { combineFusesNorm, CudaMoe } from './moe.js';
 import type { ProfileLogMode } from './profiler.js';
 import { CudaSampling } from './sampling.js';
 import { StepContext } from './step-context.js';
-import { type CudaTensor, NormedTensor } from './tensor.js';
+import type { CudaTensor } from './tensor.js';
 import { CudaWeights } from './weights.js';
 
 export { CudaTensor } from './tensor.js';
@@ -230,20 +230,15 @@ export class CudaBackend implements Backend {
     return this.gemms.matmulSiluMul(x, gateUp);
   }
 
-  // x's pending norm (a chain GEMM's NormedTensor) is applied once, for the router and the experts alike: by the norm
-  // kernel (plain), or, where the experts take it (CudaMoe.normIn), by the routing and gate_up
+  // x's pending norm (a chain GEMM's NormedTensor) is applied once, for the router and the experts alike
   moeExperts(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute): Tensor {
-    return this.moe.experts(x, router, experts, route, undefined, this.moeNormIn(x));
+    return this.moe.experts(this.gemms.plain(x), router, experts, route);
   }
 
   moeExpertsAddRmsNorm(x: Tensor, router: Tensor, experts: MoeExperts, route: MoeRoute, residual: Tensor, normW: Tensor,
     eps: number): Tensor {
     if (!combineFusesNorm(x.shape[1]!)) return this.addRmsNorm(this.moeExperts(x, router, experts, route), residual, normW, eps);
-    return this.moe.experts(x, router, experts, route, { residual, weight: normW, eps }, this.moeNormIn(x));
-  }
-
-  private moeNormIn(x: Tensor): MoeNormIn | undefined {
-    return x instanceof NormedTensor ? { norm: x.norm, plain: () => this.gemms.plain(x) } : undefined;
+    return this.moe.experts(this.gemms.plain(x), router, experts, route, { residual, weight: normW, eps });
   }
 
   siluMul(gateUp: Tensor): Tensor {

@@ -4,17 +4,12 @@
 // follows T, E, topK, H and I alone (moe-plan.ts), so a decode step's graph replays whatever its tokens choose. A
 // decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe route"); more
 // rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits the fused
-// kernel's logits are) then moe_route and moe_group ("moe route"; up to QUIRE_MOE_ROUTE_GROUP_MAX_ROWS rows, both in
-// one single-block launch, moe_route_group). Then "gemm expert gate_up", "gemm expert down",
+// kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert down",
 // "moe combine". Block-FP8 experts (W8A8, as the CPU backend's fp8BlockMatmul) take the _fp8 builds of the same
 // GEMMs, each input quantized per row and 128 columns first ("moe quantize": x before gate_up; gate_up's f32 output,
 // the CPU's unrounded silu_mul, before down). Expert-parallel (MoeExperts.local), the routing writes each chosen expert
 // as this rank's slot, -1 where another rank holds it: moe_group leaves those pairs out of every group and the
 // combine skips them, so the same kernels run only this rank's experts, their grids bound by its expert count.
-// A decode step's input may come with its RMSNorm pending (QUIRE_MOE_NORM_IN, MoeNormIn: the o GEMM's chain norm,
-// x = bf16(residual w) and each producer block's sums of squares): the routing sums them to each row's scale r,
-// scales the router's logits by it and keeps it for gate_up, which scales its sums by it before silu_mul, so no norm
-// kernel runs between o and the router (bf16 split builds only; elsewhere the norm kernel first).
 
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
 import type { LocalExperts } from '../../loader/types.js';
@@ -28,35 +23,12 @@ import { NORM_VEC } from './kernel-defines.js';
 import { MOE_COMBINE_THREADS, MOE_GROUP_THREADS, MOE_MAX_EXPERTS, MOE_MAX_TOP_K, MOE_ROUTE_WARPS, type MoeGemmLaunch,
   moeGroupSharedBytes, type MoePlan, planMoe, tileLists } from './moe-plan.js';
 import type { StepContext } from './step-context.js';
-import { asCuda, CudaTensor, type PendingNorm } from './tensor.js';
+import { asCuda, type CudaTensor } from './tensor.js';
 
 /** The device's routing of T rows: [T * topK] each, pair t * topK + j. */
 interface DeviceRouting {
   experts: bigint;
   weights: bigint;
-}
-
-/**
- * A pending norm the routing applies (QUIRE_MOE_NORM_IN): x holds bf16(residual w) of a chain producer
- * (gemm.ts matmulAddRmsNorm), the norm's sums in `norm`, its hidden size K; each row's scale goes to `scale` [T] f32,
- * for gate_up. moe_route.cuh PendingScale.
- */
-interface PendingScale {
-  norm: PendingNorm;
-  K: number;
-  scale: bigint;
-}
-
-/** moe.cu MOE_PENDING_ARGS: (normParts, normNumParts, normK, normEps, normOut), zeros for none. */
-function pendingArgs(p?: PendingScale) {
-  return [ptr(p?.norm.parts ?? 0n), i32(p?.norm.numParts ?? 0), i32(p?.K ?? 0), f32(p?.norm.eps ?? 0),
-    ptr(p?.scale ?? 0n)];
-}
-
-/** moeExperts' input whose RMSNorm a chain producer left pending (a NormedTensor's), and the norm kernel's output. */
-export interface MoeNormIn {
-  norm: PendingNorm;
-  plain: () => Tensor;
 }
 
 /**
@@ -69,8 +41,6 @@ interface DeviceGroups extends DeviceRouting {
   pairs: bigint;
   pos: bigint;
   tiles: bigint[];
-  /** Each row's pending norm scale [T] f32 (PendingScale), or 0n. */
-  scale: bigint;
 }
 
 /** The bf16 router GEMM of the backend (gemm.ts matmul: cuBLASLt, the chain kernels, or gemm_rows when batch-invariant). */
@@ -88,10 +58,6 @@ export class CudaMoe {
   variant: GemmRowsVariant | undefined = undefined;
   /** Most rows routed by moe_router_fused (QUIRE_MOE_FUSED_ROUTER_MAX_ROWS; tests may move it). */
   fusedRouterMaxRows = readKnob('QUIRE_MOE_FUSED_ROUTER_MAX_ROWS');
-  /** Most rows moe_route_group routes and groups after the router GEMM (QUIRE_MOE_ROUTE_GROUP_MAX_ROWS; tests may move it). */
-  routeGroupMaxRows = readKnob('QUIRE_MOE_ROUTE_GROUP_MAX_ROWS');
-  /** Whether a decode step's bf16 experts take their input's pending norm (QUIRE_MOE_NORM_IN; tests may move it). */
-  normIn = readKnob('QUIRE_MOE_NORM_IN');
   /** moe_router_fused's counter of finished blocks: 0 between launches (its last block resets it). */
   private doneCounter = 0n;
 
@@ -110,19 +76,16 @@ export class CudaMoe {
     return this.doneCounter;
   }
 
-  /** The routing's buffers for T rows from the workspace: int32 experts (local slots), f32 weights. */
-  private routing(T: number, route: MoeRoute): DeviceRouting {
-    return { experts: this.s.act([T * route.topK], 'f32').ptr, weights: this.s.act([T * route.topK], 'f32').ptr };
-  }
-
   /** moe_route on logits [T, E] (bf16) into int32 experts (local slots) and f32 weights from the workspace. */
-  private route(logits: CudaTensor, route: MoeRoute, local: LocalExperts, pending?: PendingScale): DeviceRouting {
+  private route(logits: CudaTensor, route: MoeRoute, local: LocalExperts): DeviceRouting {
     const [T, E] = [logits.shape[0]!, logits.shape[1]!];
-    checkLogits(logits, route);
-    const out = this.routing(T, route);
-    this.s.device.launch('moe.cu', pending ? 'moe_route_scaled' : 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1],
-      32 * MOE_ROUTE_WARPS, [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(route.topK),
-        i32(route.renormalize ? 1 : 0), ...localArgs(local), ...(pending ? pendingArgs(pending) : [])], 0, true);
+    if (logits.dtype !== 'bf16') throw new Error(`moeExperts: router logits of ${logits.dtype}, not bf16`);
+    checkRoute(E, route);
+    const { topK } = route;
+    const out = { experts: this.s.act([T * topK], 'f32').ptr, weights: this.s.act([T * topK], 'f32').ptr };  // int32, f32
+    this.s.device.launch('moe.cu', 'moe_route', [Math.ceil(T / MOE_ROUTE_WARPS), 1, 1], 32 * MOE_ROUTE_WARPS,
+      [ptr(logits.ptr), ptr(out.experts), ptr(out.weights), i32(T), i32(E), i32(topK), i32(route.renormalize ? 1 : 0),
+        ...localArgs(local)], 0, true);
     return out;
   }
 
@@ -139,8 +102,7 @@ export class CudaMoe {
    * The router's logits, routing and grouping of x's rows: moe_router_fused where the plan has it, else the router GEMM,
    * moe_route and moe_group. Buffers from the workspace.
    */
-  private groups(xs: CudaTensor, router: CudaTensor, route: MoeRoute, plan: MoePlan, local: LocalExperts,
-    norm?: PendingNorm): DeviceGroups {
+  private groups(xs: CudaTensor, router: CudaTensor, route: MoeRoute, plan: MoePlan, local: LocalExperts): DeviceGroups {
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const E = router.shape[0]!;
     if (router.dtype !== 'bf16' || router.shape[1] !== H) {
@@ -156,35 +118,26 @@ export class CudaMoe {
     const listArgs = [lists[0]!, lists[1] ?? { ptr: 0n, tokens: 0, entries: 0 }]
       .flatMap((l) => [ptr(l.ptr), i32(l.tokens), i32(l.entries)]);
     const tiles = lists.map((l) => l.ptr);
-    const pending = norm && { norm, K: H, scale: this.s.act([T], 'f32').ptr };
-    const grouping = () => ({ offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
-      pos: this.s.act([P], 'f32').ptr, tiles, scale: pending?.scale ?? 0n });
     if (!fused) {
       const logits = this.routerMatmul(xs, router);
       let g: DeviceGroups | undefined;
       this.s.timed('moe route', () => {
-        if (T <= this.routeGroupMaxRows) {
-          checkLogits(logits, route);
-          g = { ...this.routing(T, route), logits, ...grouping() };
-          d.launch('moe.cu', 'moe_route_group', [1, 1, 1], MOE_GROUP_THREADS,
-            [ptr(logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(T), i32(E),
-              i32(route.topK), i32(route.renormalize ? 1 : 0), ...listArgs, ...localArgs(local), ...pendingArgs(pending)],
-            moeGroupSharedBytes(EL), true);
-          return;
-        }
-        const r = this.route(logits, route, local, pending);
-        g = { ...r, logits, ...grouping() };
+        const r = this.route(logits, route, local);
+        g = { ...r, logits, offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+          pos: this.s.act([P], 'f32').ptr, tiles };
         d.launch('moe.cu', 'moe_group', [1, 1, 1], MOE_GROUP_THREADS,
           [ptr(r.experts), ptr(g.offsets), ptr(g.pairs), ptr(g.pos), i32(P), i32(EL), ...listArgs],
           moeGroupSharedBytes(EL), true);
       });
       return g!;
     }
-    const g: DeviceGroups = { logits: this.s.act([T, E]), ...this.routing(T, route), ...grouping() };
+    const g: DeviceGroups = { logits: this.s.act([T, E]), experts: this.s.act([P], 'f32').ptr,
+      weights: this.s.act([P], 'f32').ptr, offsets: this.s.act([EL + 1], 'f32').ptr, pairs: this.s.act([P], 'f32').ptr,
+      pos: this.s.act([P], 'f32').ptr, tiles };
     this.s.timed('moe route', () => d.launch('moe.cu', 'moe_router_fused', fused.grid, fused.block,
       [ptr(xs.ptr), ptr(router.ptr), ptr(g.logits.ptr), ptr(g.experts), ptr(g.weights), ptr(g.offsets), ptr(g.pairs),
         ptr(g.pos), ptr(this.counter()), i32(T), i32(E), i32(H), i32(fused.sliceChunks), i32(route.topK),
-        i32(route.renormalize ? 1 : 0), ...listArgs, ...localArgs(local), ...pendingArgs(pending)], fused.sharedBytes, true));
+        i32(route.renormalize ? 1 : 0), ...listArgs, ...localArgs(local)], fused.sharedBytes, true));
     return g;
   }
 
@@ -211,15 +164,12 @@ export class CudaMoe {
 
   /**
    * moeExperts on x [T, H] with the router [E, H]; with `addNorm` (where combineFusesNorm(H)), the combine adds into
-   * its residual and returns the norm after it (add_rms_norm's bits). With `normIn`, x is a chain producer's
-   * bf16(residual w) whose norm is pending: with normIn on (QUIRE_MOE_NORM_IN), bf16 experts on the split builds, the
-   * routing and gate_up apply its scale (within bf16 rounding of the norm kernel's path, not its bits); else its
-   * plain() runs the norm kernel first.
+   * its residual and returns the norm after it (add_rms_norm's bits).
    */
-  experts(x: Tensor, routerW: Tensor, experts: MoeExperts, route: MoeRoute, addNorm?: MoeAddNorm, normIn?: MoeNormIn): CudaTensor {
-    if (!(x instanceof CudaTensor)) throw new Error('moeExperts: tensor from another backend');
+  experts(x: Tensor, routerW: Tensor, experts: MoeExperts, route: MoeRoute, addNorm?: MoeAddNorm): CudaTensor {
+    const xs = asCuda(x);
     const router = asCuda(routerW);
-    const [T, H] = [x.shape[0]!, x.shape[1]!];
+    const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const { numExperts: E, intermediate: I } = experts;
     const local = experts.local ?? allExperts(E);
     const EL = local.count;
@@ -230,7 +180,7 @@ export class CudaMoe {
     const shapeOk = (t: CudaTensor, rows: number, cols: number, dtype = expertDtype) =>
       t.dtype === dtype && t.shape[0] === rows && t.shape[1] === cols && (dtype === 'bf16' || t.quantized === 'fp8_block');
     if (!shapeOk(gateUp, EL * 2 * I, H) || !shapeOk(down, EL * H, I) || !shapeOk(router, E, H, 'bf16')) {
-      throw new Error(`moeExperts: x [${x.shape.join(', ')}], router [${router.shape.join(', ')}], gate_up ` +
+      throw new Error(`moeExperts: x [${xs.shape.join(', ')}], router [${router.shape.join(', ')}], gate_up ` +
         `[${gateUp.shape.join(', ')}] ${gateUp.dtype}, down [${down.shape.join(', ')}] ${down.dtype}${fp8 ? ' (both block FP8)' : ''} ` +
         `for ${EL} of ${E} experts of width ${I}`);
     }
@@ -244,23 +194,18 @@ export class CudaMoe {
     const k = route.topK;
     const P = T * k;
     const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows, fp8, EL);
-    const pendingNorm = normIn && this.normIn && !fp8 && plan.gateUp.variant.kind === 'split' ? normIn.norm : undefined;
-    // the pending norm's x as a plain view of its bf16(residual w) rows (asCuda refuses a NormedTensor)
-    const xs = pendingNorm ? new CudaTensor(x.shape, x.ptr) : asCuda(normIn ? normIn.plain() : x);
     const d = this.s.device;
-    const g = this.groups(xs, router, route, plan, local, pendingNorm);
+    const g = this.groups(xs, router, route, plan, local);
     const y = this.s.act([P, H]);
     const [gateUpTiles, downTiles] = [g.tiles[0]!, g.tiles[g.tiles.length - 1]!];
     if (fp8) {
       this.fp8Gemms(plan, xs, gateUp, down, y, g.pairs, [gateUpTiles, downTiles], k, I);
     } else {
       const act = this.s.act([P, I]);
-      // a pending norm: gate_up's _scaled build, its scales last
-      const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint,
-        xScale = 0n) => d.launch('moe.cu', xScale ? `${l.kernel}_scaled` : l.kernel, l.grid, l.block, [ptr(xp),
-        ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs), i32(k), i32(N), i32(K), i32(l.sliceChunks),
-        ...(xScale ? [ptr(xScale)] : [])], l.sharedBytes, true);
-      this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, gateUpTiles, g.scale));
+      const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint) =>
+        d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs),
+          i32(k), i32(N), i32(K), i32(l.sliceChunks)], l.sharedBytes, true);
+      this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, gateUpTiles));
       this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I, downTiles));
     }
     if (addNorm) {
@@ -323,12 +268,6 @@ function localArgs(local: LocalExperts): ReturnType<typeof i32>[] {
 /** Whether moe_combine_add_rms_norm takes rows of H: add_rms_norm's register path at its block (norm_fast). */
 export function combineFusesNorm(H: number): boolean {
   return H % 8 === 0 && H <= 8 * normThreads(H) * NORM_VEC;
-}
-
-/** Router logits [T, E] the routing kernels take: bf16, E and top-k as checkRoute's. */
-function checkLogits(logits: CudaTensor, route: MoeRoute): void {
-  if (logits.dtype !== 'bf16') throw new Error(`moeExperts: router logits of ${logits.dtype}, not bf16`);
-  checkRoute(logits.shape[1]!, route);
 }
 
 /** The routes the kernels take: E up to MOE_MAX_EXPERTS, top-k up to MOE_MAX_TOP_K. */

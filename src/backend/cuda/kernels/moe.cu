@@ -9,9 +9,6 @@
 //   moe_group    one block: per-expert counts -> offsets [EL + 1] (exclusive scan) over the EL local experts, the
 //                pairs grouped by expert (pairs [P]), each pair's grouped position (pos [P], -1 for a pair of
 //                expert -1: in no group), and each GEMM's tile list (expert_tile)
-//   moe_route_group  (small T, QUIRE_MOE_ROUTE_GROUP_MAX_ROWS) moe_route's and moe_group's work by one block
-//   (the three routing kernels with a PendingScale (moe_route.cuh): a row's pending norm scale r, from the o GEMM's
-//   sums of squares, times its logits, and written for gate_up's _scaled split builds, which scale their sums by it)
 //   moe_gate_up_* act[p] = silu(x[t] . gate_e) * (x[t] . up_e) for grouped position p of pair (t, e) -> [P, I]
 //   moe_down_*   y[p] = act[p] . down_e -> [P, H], grouped order
 //   moe_combine  out[t] = sum over j in order of w[t k + j] * y[pos[t k + j]] in f32 (pos -1: skipped), rounded
@@ -59,24 +56,6 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route(con
   if (t < T) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, LocalMap{localFirst, localStride, localCount});
 }
 
-// normParts .. normOut: a PendingScale (normParts null: none).
-#define MOE_PENDING_ARGS \
-  const float *__restrict__ normParts, int normNumParts, int normK, float normEps, float *__restrict__ normOut
-#define MOE_PENDING PendingScale{normParts, normNumParts, normK, normEps, normOut}
-
-// moe_route of an x whose norm is pending (normParts not null): each row's r read before the wait (the router GEMM
-// before this kernel waited for their producer before it let this one launch), written to normOut, times its logits.
-extern "C" __global__ void __launch_bounds__(MOE_ROUTE_WARPS * 32) moe_route_scaled(const bf16_t* __restrict__ logits,
-    int* __restrict__ topExperts, float* __restrict__ topWeights, int T, int E, int topK, int renormalize,
-    int localFirst, int localStride, int localCount, MOE_PENDING_ARGS) {
-  const int t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
-  const PendingScale ps = MOE_PENDING;
-  const float r = t < T ? pending_scale(ps, t) : 1.f;
-  pdl_begin();
-  const LocalMap local{localFirst, localStride, localCount};
-  if (t < T) route_row_scaled(logits, topExperts, topWeights, t, E, topK, renormalize, local, ps, r);
-}
-
 // grid 1, block MOE_GROUP_THREADS, dynamic shared memory 3 E + 2 ints. One block: P = T k is at most a few tens of
 // thousands, a few shared atomics a thread. tilesA, tilesB: the gate_up and down GEMMs' tile lists (TileList).
 extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const int* __restrict__ topExperts,
@@ -85,28 +64,6 @@ extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_group(const 
   extern __shared__ int cursor[];
   pdl_begin();
   group_pairs(topExperts, offsets, pairs, pos, P, E, cursor, TileList{tilesA, bnA, entriesA},
-              TileList{tilesB, bnB, entriesB});
-}
-
-// grid 1, block MOE_GROUP_THREADS, dynamic shared memory moe_group's: moe_route's rows (a warp a row, in turn) and
-// then moe_group's grouping of them, by one block in one launch instead of two (a decode step's few rows: the
-// routing is a latency chain, one launch fewer a layer). The same device functions: their bits.
-extern "C" __global__ void __launch_bounds__(MOE_GROUP_THREADS) moe_route_group(const bf16_t* __restrict__ logits,
-    int* topExperts, float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs,
-    int* __restrict__ pos, int T, int E, int topK, int renormalize, int4* tilesA, int bnA, int entriesA, int4* tilesB,
-    int bnB, int entriesB, int localFirst, int localStride, int localCount, MOE_PENDING_ARGS) {
-  extern __shared__ int cursor[];
-  const int warp = threadIdx.x >> 5;
-  const PendingScale ps = MOE_PENDING;
-  const float r0 = warp < T && ps.parts != nullptr ? pending_scale(ps, warp) : 1.f;  // as moe_route's, before the wait
-  pdl_begin();
-  const LocalMap local{localFirst, localStride, localCount};
-  for (int t = warp; t < T; t += blockDim.x >> 5) {
-    const float r = ps.parts == nullptr ? 1.f : t == warp ? r0 : pending_scale(ps, t);
-    route_row_scaled(logits, topExperts, topWeights, t, E, topK, renormalize, local, ps, r);
-  }
-  __syncthreads();  // this block's topExperts, for every thread of it
-  group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount, cursor, TileList{tilesA, bnA, entriesA},
               TileList{tilesB, bnB, entriesB});
 }
 
@@ -120,8 +77,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
     const bf16_t* __restrict__ x, const bf16_t* __restrict__ router, bf16_t* logits, int* topExperts,
     float* __restrict__ topWeights, int* __restrict__ offsets, int* __restrict__ pairs, int* __restrict__ pos,
     unsigned* done, int T, int E, int H, int sliceChunks, int topK, int renormalize, int4* tilesA, int bnA,
-    int entriesA, int4* tilesB, int bnB, int entriesB, int localFirst, int localStride, int localCount,
-    MOE_PENDING_ARGS) {
+    int entriesA, int4* tilesB, int bnB, int entriesB, int localFirst, int localStride, int localCount) {
   extern __shared__ float fusedShared[];  // gemm_rows_split's partials (its own name for the same bytes), the cursor
   __shared__ bool last;
   pdl_begin();
@@ -135,11 +91,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
   __threadfence();
   const int warps = blockDim.x >> 5;
   const LocalMap local{localFirst, localStride, localCount};
-  const PendingScale ps = MOE_PENDING;  // its parts' producer is the kernel before: read after the wait
-  for (int t = threadIdx.x >> 5; t < T; t += warps) {
-    route_row_scaled(logits, topExperts, topWeights, t, E, topK, renormalize, local, ps,
-                     ps.parts != nullptr ? pending_scale(ps, t) : 1.f);
-  }
+  for (int t = threadIdx.x >> 5; t < T; t += warps) route_row(logits, topExperts, topWeights, t, E, topK, renormalize, local);
   __syncthreads();  // this block's topExperts, for every thread of it
   group_pairs(topExperts, offsets, pairs, pos, T * topK, localCount,
               reinterpret_cast<int*>(fusedShared + rows_num_slices(H, sliceChunks) * 4 * 32),
@@ -212,12 +164,11 @@ __device__ __forceinline__ int moe_weight_scales(MoeScales sc, int row) {
 
 // grid (ceil(N / 16), tiles bound), block: warps sharing the tile's slices; dynamic shared memory numSlices * MT * NT *
 // 4 * 32 floats. A block's 16 outputs: gate_up, m tile 0 their gate rows and m tile 1 their up rows. E: bf16_t, or
-// unsigned char (e4m3, with `sc`); Y: the output's type. SCALED (gate_up's _scaled builds): x is bf16(residual w) of a
-// pending norm, each token's scale in xScale (PendingScale's out), applied to its sums before silu_mul.
-template <bool GATE_UP, int NT, int PF, typename E = bf16_t, typename Y = bf16_t, bool SCALED = false>
+// unsigned char (e4m3, with `sc`); Y: the output's type.
+template <bool GATE_UP, int NT, int PF, typename E = bf16_t, typename Y = bf16_t>
 __device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* __restrict__ y,
                           const int4* __restrict__ tiles, const int* __restrict__ pairs, int topK, int N, int K,
-                          int sliceChunks, MoeScales sc = {}, const float* __restrict__ xScale = nullptr) {
+                          int sliceChunks, MoeScales sc = {}) {
   constexpr int MT = GATE_UP ? 2 : 1;
   extern __shared__ float partials[];
   pdl_begin();
@@ -249,13 +200,7 @@ __device__ void moe_split(const E* __restrict__ x, const E* __restrict__ w, Y* _
     const int r = (j >> 5) & 3;
     const int nt = j >> 7;
     float v = split_sum<MT, NT>(partials, j, numSlices);
-    if constexpr (SCALED) {  // a pending norm: x r's sums are r times x's (gemm_chain.cu's ChainNormIn)
-      const int tok = tok0 + nt * 8 + acc_tok(lane, r);
-      const float s = xScale[moe_token_index<true>(pairs, topK, first + min(tok, count - 1))];
-      v = moe_silu_mul(__fmul_rn(v, s), __fmul_rn(split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices), s));
-    } else if constexpr (GATE_UP) {
-      v = moe_silu_mul(v, split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices));
-    }
+    if constexpr (GATE_UP) v = moe_silu_mul(v, split_sum<MT, NT>(partials, j + NT * 4 * 32, numSlices));
     moe_store(y, v, out0 + acc_row(lane, r), tok0 + nt * 8 + acc_tok(lane, r), first, count, N);
   }
 }
@@ -312,11 +257,6 @@ __device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* _
       MOE_GEMM_ARGS) {                                                                                                 \
     moe_split<GATE_UP, NT, PF>(x, w, y, tiles, pairs, topK, N, K, sliceChunks);                                   \
   }
-#define INSTANTIATE_SPLIT_SCALED(MT, NT, PF)                                                                          \
-  extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_gate_up_split_m##MT##_n##NT##_scaled(  \
-      MOE_GEMM_ARGS, const float* __restrict__ xScale) {                                                               \
-    moe_split<true, NT, PF, bf16_t, bf16_t, true>(x, w, y, tiles, pairs, topK, N, K, sliceChunks, {}, xScale);       \
-  }
 #define INSTANTIATE_TILED(NAME, GATE_UP, WM, WN, MT, NT, STAGES, SMEM_SUM)                                             \
   extern "C" __global__ void __launch_bounds__(WM * WN * 32, 1) moe_##NAME##_tiled_w##WM##x##WN##_m##MT##_n##NT(       \
       MOE_GEMM_ARGS) {                                                                                                 \
@@ -348,7 +288,6 @@ __device__ void moe_tiled(const E* __restrict__ x, const E* __restrict__ w, Y* _
 // The builds: moe-plan.ts MOE_SPLIT_BUILDS and gemm-rows.ts's tiled variants, as X-macro lists (kernel-defines.ts),
 // bf16 and _fp8 alike.
 MOE_GATE_UP_SPLIT_BUILDS(SPLIT_GATE_UP)
-MOE_GATE_UP_SPLIT_BUILDS(INSTANTIATE_SPLIT_SCALED)
 MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN)
 MOE_TILED_BUILDS(TILED_GATE_UP)
 MOE_TILED_BUILDS(TILED_DOWN)
@@ -357,12 +296,9 @@ MOE_DOWN_SPLIT_BUILDS(SPLIT_DOWN_FP8)
 MOE_TILED_BUILDS(TILED_GATE_UP_FP8)
 MOE_TILED_BUILDS(TILED_DOWN_FP8)
 #undef MOE_GEMM_ARGS
-#undef MOE_PENDING_ARGS
-#undef MOE_PENDING
 #undef MOE_FP8_GEMM_ARGS
 #undef MOE_FP8_CALL_ARGS
 #undef INSTANTIATE_SPLIT
-#undef INSTANTIATE_SPLIT_SCALED
 #undef INSTANTIATE_TILED
 #undef INSTANTIATE_SPLIT_FP8
 #undef INSTANTIATE_TILED_FP8
@@ -423,8 +359,7 @@ struct CombineRow {
       u32x4 v[MOE_COMBINE_EARLY];
 #pragma unroll
       for (int b = 0; b < MOE_COMBINE_EARLY; b++) {
-        const int p = early.p[b];
-        v[b] = p >= 0 ? *reinterpret_cast<const u32x4*>(y + (size_t)p * H + h) : u32x4{0u, 0u, 0u, 0u};
+        v[b] = early.p[b] >= 0 ? *reinterpret_cast<const u32x4*>(y + (size_t)early.p[b] * H + h) : u32x4{0u, 0u, 0u, 0u};
       }
 #pragma unroll
       for (int b = 0; b < MOE_COMBINE_EARLY; b++) {

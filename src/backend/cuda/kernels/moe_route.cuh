@@ -25,38 +25,11 @@ __device__ __forceinline__ float load_logit(const bf16_t* p) {
   return to_float(bf16_t{bits});
 }
 
-/**
- * A pending RMSNorm of the MoE input (QUIRE_MOE_NORM_IN; a chain producer's, gemm_chain.cu ChainNormOut): x holds
- * bf16(residual w), and row t's scale r = rsqrt(sum of parts[t][0..numParts) / K + eps) is applied by the routing to
- * the router's logits (x router^T is r times them) and by gate_up to its sums, from `out` [T], where the routing
- * writes it. parts null: none (x is normed).
- */
-struct PendingScale {
-  const float* parts;
-  int numParts, K;
-  float eps;
-  float* out;
-};
-
-/**
- * Row t's r by one warp (every lane gets it): lane l sums parts l, l + 32, ... in turn, then the warp's butterfly, a
- * fixed order. Read at L2 (ld.global.cg): the routing kernels read them before their wait (the GEMM before them waits
- * for the producer that wrote them before it lets them launch), where an L1 line could be an earlier layer's.
- */
-__device__ __forceinline__ float pending_scale(const PendingScale& ps, int t) {
-  const int lane = threadIdx.x & 31;
-  float s = 0.f;
-  for (int i = lane; i < ps.numParts; i += 32) s = __fadd_rn(s, __ldcg(ps.parts + (size_t)t * ps.numParts + i));
-  return rsqrtf(warp_sum(s) / ps.K + ps.eps);
-}
-
 // Row t's routing by one warp, lane l holding experts l, l + 32, ... The top k compare the logits themselves (exp is
 // increasing, so the order is the probabilities', ties included): routeTokens' choice, which compares the
-// probabilities in double. SCALED: the logits times r, the row's pending norm scale (PendingScale; 1 for a normed x,
-// which changes no bit).
-template <bool SCALED = false>
+// probabilities in double.
 __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts, float* topWeights, int t, int E,
-                                          int topK, int renormalize, LocalMap local, float r = 1.f) {
+                                          int topK, int renormalize, LocalMap local) {
   const int lane = threadIdx.x & 31;
   const bf16_t* row = logits + (size_t)t * E;
   float v[MOE_ROUTE_PER_LANE];
@@ -64,7 +37,7 @@ __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts,
 #pragma unroll
   for (int i = 0; i < MOE_ROUTE_PER_LANE; i++) {
     const int e = lane + 32 * i;
-    v[i] = e < E ? (SCALED ? __fmul_rn(load_logit(row + e), r) : load_logit(row + e)) : NEG_INF;
+    v[i] = e < E ? load_logit(row + e) : NEG_INF;
     mx = fmaxf(mx, v[i]);
   }
   mx = warp_max(mx);
@@ -109,14 +82,6 @@ __device__ __forceinline__ void route_row(const bf16_t* logits, int* topExperts,
     topExperts[(size_t)t * topK + lane] = local.slot(myExpert);
     topWeights[(size_t)t * topK + lane] = myProb / (renormalize ? picked : sum);
   }
-}
-
-/** route_row of an x whose norm is pending: row t's scale r (pending_scale's) written for gate_up, times its logits. */
-__device__ __forceinline__ void route_row_scaled(const bf16_t* logits, int* topExperts, float* topWeights, int t, int E,
-                                                 int topK, int renormalize, LocalMap local, const PendingScale& ps,
-                                                 float r) {
-  if (ps.parts != nullptr && (threadIdx.x & 31) == 0) ps.out[t] = r;
-  route_row<true>(logits, topExperts, topWeights, t, E, topK, renormalize, local, r);
 }
 
 /** An exclusive scan of v over a warp's lanes, after `base`; base moves past the warp's total. */
