@@ -246,10 +246,11 @@ __device__ __forceinline__ float split_sum(const float* partials, int e, int num
   return sum;
 }
 
-__device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
+/** 16 bytes at a shared-space address (shared_addr plus an offset, which ptxas folds into the load). */
+__device__ __forceinline__ u32x4 lds16_at(unsigned addr) {
   u32x4 r;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "r"(shared_addr(p)) : "memory");
+               : "r"(addr) : "memory");
   return r;
 }
 
@@ -280,7 +281,12 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
   constexpr int BN = WN * NT * 8;
   constexpr int ROWS = BM + BN;
   constexpr int ROW_BYTES = 2 * CHUNK_K * 2;
+  constexpr int STAGE_BYTES = ROWS * ROW_BYTES;
   extern __shared__ __align__(16) unsigned char tiles[];
+  // Every shared address below is a 32-bit shared-space offset from tiles0 plus a constant, so each copy and load
+  // is one instruction with an immediate (the loop issued ~11 instructions a mma before: docs/perf-log.md,
+  // session 40). The bytes staged, the fragments and the sums are those of the layout described above.
+  const unsigned tiles0 = shared_addr(tiles);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int wm = warp % WM;
@@ -289,72 +295,106 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
   const int numChunks = (K + CK - 1) / CK;
   const int numStages = (numChunks + 1) / 2;
 
-  // each thread copies the same LOADS pieces (row, piece) of every stage: their sources computed once
+  // Thread t copies piece t % 8 of rows t / 8 + i ROW_STEP of every stage. ROW_STEP is even, so those rows share
+  // one swizzle and lie a constant apart; only the last may be clamped to the tile's last row.
   constexpr int THREADS = WM * WN * 32;
+  static_assert(THREADS % 16 == 0, "tiled_block: a thread's copied rows must share their parity");
+  constexpr int ROW_STEP = THREADS / 8;
   constexpr int LOADS = (ROWS * 8 + THREADS - 1) / THREADS;
-  // (THREADS is a multiple of 8, so a thread's piece q is the same in every row it copies)
+  constexpr bool EXACT = (ROWS * 8) % THREADS == 0;
   const int q8 = threadIdx.x & 7;
+  const int r0 = threadIdx.x >> 3;
   const E* src[LOADS];
 #pragma unroll
-  for (int i = 0; i < LOADS; i++) src[i] = rowOf(min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3) + PIECE * q8;
+  for (int i = 0; i < LOADS; i++) src[i] = rowOf(min(r0 + i * ROW_STEP, ROWS - 1)) + PIECE * q8;
+  const unsigned dst0 = tiles0 + r0 * ROW_BYTES + 16 * (q8 ^ ((r0 & 1) << 2));
+  const int rLast = min(r0 + (LOADS - 1) * ROW_STEP, ROWS - 1);
+  const unsigned dstLast = tiles0 + rLast * ROW_BYTES + 16 * (q8 ^ ((rLast & 1) << 2));
   auto load = [&](int st, int buf) {
     const int k0 = st * 2 * CK;
     const bool valid = k0 + PIECE * q8 < K;
+    const int kOff = valid ? k0 : 0;
+    const unsigned bufOff = buf * STAGE_BYTES;
 #pragma unroll
-    for (int i = 0; i < LOADS; i++) {
-      const int r = min((int)threadIdx.x + i * THREADS, ROWS * 8 - 1) >> 3;
-      cp_async_16(tiles + (buf * ROWS + r) * ROW_BYTES + 16 * (q8 ^ ((r & 1) << 2)), src[i] + (valid ? k0 : 0), valid);
-    }
+    for (int i = 0; i < LOADS; i++)
+      cp_async_16_at((EXACT || i < LOADS - 1 ? dst0 + i * ROW_STEP * ROW_BYTES : dstLast) + bufOff, src[i] + kOff,
+                     valid);
   };
-  auto piece = [&](const unsigned char* stage, int r, int q) { return lds16(stage + r * ROW_BYTES + 16 * (q ^ ((r & 1) << 2))); };
+  // Lane (g, c) reads piece 4 half + c of rows of g's parity: swizzled, piece 4 (half ^ (g & 1)) + c.
+  const unsigned aRows = tiles0 + (wm * MT * 16 + g) * ROW_BYTES + 16 * (lane & 3);
+  const unsigned bRows = tiles0 + (BM + wn * NT * 8 + g) * ROW_BYTES + 16 * (lane & 3);
+  auto halfOff = [&](int half) { return 64u * (half ^ (g & 1)); };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < numStages) load(s, s);
     cp_async_commit();
   }
-  // the running slice sum: registers, or (SMEM_SUM, for wide warp tiles) this thread's slots after the tiles
+  // the running slice sum: registers, or (SMEM_SUM, for wide warp tiles) this thread's float4 slots after the tiles
   float sumReg[SMEM_SUM ? 1 : MT][SMEM_SUM ? 1 : NT][4];
-  float* sumSmem = reinterpret_cast<float*>(tiles + STAGES * ROWS * ROW_BYTES) + threadIdx.x;
-  auto sumAt = [&](int mt, int nt, int r) -> float& {
-    if constexpr (SMEM_SUM) return sumSmem[((mt * NT + nt) * 4 + r) * THREADS];
-    else return sumReg[SMEM_SUM ? 0 : mt][SMEM_SUM ? 0 : nt][r];
-  };
+  float4* sumSmem = reinterpret_cast<float4*>(tiles + STAGES * STAGE_BYTES) + threadIdx.x;
   float acc[MT][NT][4];
   each_acc<MT, NT>([&](int mt, int nt, int r) { acc[mt][nt][r] = 0.f; });
   LaneScales<MT, NT> scales;
   if constexpr (FP8) scales = lane_scales<MT, NT, BM>(scaleOf, wm * MT * 16, wn * NT * 8);
   // the running sum with the slice just finished added (the contract's order): the slice itself when it is the first
-  auto folded = [&](int mt, int nt, int r, bool first) {
-    return first ? acc[mt][nt][r] : __fadd_rn(sumAt(mt, nt, r), acc[mt][nt][r]);
+  auto fold = [&](bool first) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        float* a = acc[mt][nt];
+        if constexpr (SMEM_SUM) {
+          float4& slot = sumSmem[(mt * NT + nt) * THREADS];
+          if (first) {
+            slot = make_float4(a[0], a[1], a[2], a[3]);
+          } else {
+            const float4 s = slot;
+            slot = make_float4(__fadd_rn(s.x, a[0]), __fadd_rn(s.y, a[1]), __fadd_rn(s.z, a[2]), __fadd_rn(s.w, a[3]));
+          }
+        } else {
+          float* s = sumReg[SMEM_SUM ? 0 : mt][SMEM_SUM ? 0 : nt];
+#pragma unroll
+          for (int r = 0; r < 4; r++) s[r] = first ? a[r] : __fadd_rn(s[r], a[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) a[r] = 0.f;
+      }
   };
+  int sliceLeft = sliceChunks;  // chunks until the running slice ends
+  bool firstFold = true;
+  int readBuf = 0;
+  int writeBuf = STAGES - 1;
   for (int st = 0; st < numStages; st++) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (st + STAGES - 1 < numStages) load(st + STAGES - 1, (st + STAGES - 1) % STAGES);
+    if (st + STAGES - 1 < numStages) load(st + STAGES - 1, writeBuf);
     cp_async_commit();
-    const unsigned char* stage = tiles + (st % STAGES) * ROWS * ROW_BYTES;
+    writeBuf = writeBuf == STAGES - 1 ? 0 : writeBuf + 1;
+    const unsigned stageOff = readBuf * STAGE_BYTES;
+    readBuf = readBuf == STAGES - 1 ? 0 : readBuf + 1;
     GroupScales<MT, NT> gs;
     if constexpr (FP8) load_group_scales(gs, f, scales, st);
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      const int c = 2 * st + half;
-      if (c >= numChunks) break;
-      if (c > 0 && c % sliceChunks == 0) {
-        each_acc<MT, NT>([&](int mt, int nt, int r) {
-          sumAt(mt, nt, r) = folded(mt, nt, r, c == sliceChunks);
-          acc[mt][nt][r] = 0.f;
-        });
+      if (half == 1 && 2 * st + 1 >= numChunks) break;
+      if (sliceLeft == 0) {
+        fold(firstFold);
+        firstFold = false;
+        sliceLeft = sliceChunks;
       }
+      sliceLeft--;
       // every fragment of the chunk first: the shared loads are ordered asm, so an mma placed between them
-      // would wait for each in turn
-      const int q = 4 * half + (lane & 3);
+      // would wait for each in turn (loading the stage's second chunk's fragments before the first's mma measured
+      // 6.5% slower on a3b's prefill: 238 registers; docs/perf-log.md, session 40)
+      const unsigned a0 = aRows + stageOff + halfOff(half);
+      const unsigned b0 = bRows + stageOff + halfOff(half);
       u32x4 b[NT], a[MT][2];
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++) b[nt] = piece(stage, BM + wn * NT * 8 + nt * 8 + g, q);
+      for (int nt = 0; nt < NT; nt++) b[nt] = lds16_at(b0 + nt * 8 * ROW_BYTES);
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-        a[mt][0] = piece(stage, wm * MT * 16 + mt * 16 + g, q);
-        a[mt][1] = piece(stage, wm * MT * 16 + mt * 16 + g + 8, q);
+        a[mt][0] = lds16_at(a0 + mt * 16 * ROW_BYTES);
+        a[mt][1] = lds16_at(a0 + (mt * 16 + 8) * ROW_BYTES);
       }
       if constexpr (FP8) chunk_mma_fp8<MT, NT>(acc, a, b, gs);
       else chunk_mma<MT, NT>(acc, a, b);
@@ -362,7 +402,12 @@ __device__ __forceinline__ void tiled_block(RowOf rowOf, int K, int sliceChunks,
   }
   cp_async_wait<0>();
   const bool oneSlice = numChunks <= sliceChunks;
-  finish(wm * MT * 16, wn * NT * 8, [&](int mt, int nt, int r) { return folded(mt, nt, r, oneSlice); });
+  const float* sumFloats = reinterpret_cast<const float*>(sumSmem);
+  finish(wm * MT * 16, wn * NT * 8, [&](int mt, int nt, int r) {
+    if (oneSlice) return acc[mt][nt][r];
+    if constexpr (SMEM_SUM) return __fadd_rn(sumFloats[(mt * NT + nt) * THREADS * 4 + r], acc[mt][nt][r]);
+    else return __fadd_rn(sumReg[SMEM_SUM ? 0 : mt][SMEM_SUM ? 0 : nt][r], acc[mt][nt][r]);
+  });
 }
 
 /** The weight row (within a tile of 16) and token (within a tile of 8) of accumulator register r of `lane`. */

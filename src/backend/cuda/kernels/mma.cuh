@@ -89,6 +89,11 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                : "memory");
 }
 
+/** cp_async_16 to a shared-space address (shared_addr plus an offset, which ptxas folds into the copy). */
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
 /**
  * cp_async_16 of a weight, which a decode step streams once: marked to leave L2 first (evict_first), so the GB of
  * weights a step reads pass through L2 without pushing out what is read again (the KV cache, the activations;
