@@ -6,7 +6,8 @@
 // row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
 // with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a decode step captured as a graph
 // replays to the eager result when its tokens route elsewhere; a profile names the MoE buckets; the grouping's tile
-// lists (one per GEMM tile height) are expertTileList's of its offsets. CUDA outputs start as NaN. (Block-FP8 experts:
+// lists (one per GEMM tile height) are expertTileList's of its offsets; bench-moe digests the output it times. CUDA
+// outputs start as NaN. (Block-FP8 experts:
 // moe-fp8.test.ts.)
 
 import { after, before, describe, test } from 'node:test';
@@ -18,6 +19,7 @@ import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backen
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
 import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
+import { moeBenchInputs, outputDigest, runMoeBench } from '../../src/lab/bench-moe.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, assertSameBits, beginPoisonedStep, bitsOf, newCpu, newCuda, noCuda, randomBf16, rowsOf,
@@ -186,6 +188,18 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       assertBf16Close(got, want, 'moeExperts');
     });
   }
+
+  test('bench-moe times the layer it digests: its digest is the output\'s of moeExperts on its inputs, its TFLOP/s finite', () => {
+    const shape = { tokens: 200, experts: 16, topK: 4, hidden: 128, width: 64 };
+    const r = runMoeBench(shape, 2, cuda);
+    const inp = moeBenchInputs(shape, cuda);
+    beginPoisonedStep(cuda);
+    assert.equal(r.digest, outputDigest(cuda, cuda.moeExperts(inp.x, inp.router, inp.experts, inp.route) as CudaTensor));
+    const other = moeBenchInputs({ ...shape, topK: 2 }, cuda);
+    beginPoisonedStep(cuda);
+    assert.notEqual(r.digest, outputDigest(cuda, cuda.moeExperts(other.x, other.router, other.experts, other.route) as CudaTensor));
+    assert.ok(Number.isFinite(r.tflops) && r.tflops > 0 && r.ms > 0, `${r.ms} ms, ${r.tflops} TFLOP/s`);
+  });
 
   test('a row has the same bits alone as in a batch of 300 rows on its experts, on every variant', () => {
     const [T, E, k, H, I] = [300, 128, 8, 256, 96];

@@ -1,0 +1,130 @@
+// Mixture-of-experts layer benchmark: the CUDA backend's moeExperts (router GEMM, routing, grouping, gate_up + silu,
+// down, combine) on one layer of a model's shape, default qwen3-30b-a3b's (128 experts, top 8, hidden 2048, width
+// 768), T tokens a step, timed with CUDA events. It reports the expert GEMMs' TFLOP/s (2 x 3 x H x I x T x k) and a
+// digest of the layer's output bits, so two builds run in one device call compare speed and bits without a 57 GB model
+// (`bench offline --workload prefill` needs one; docs/perf-log.md, session 40).
+//
+//   node dist/src/lab/bench-moe.js [--tokens 8192] [--experts 128] [--top-k 8] [--hidden 2048] [--width 768] [--reps 10]
+
+import { createHash } from 'node:crypto';
+import { pathToFileURL } from 'node:url';
+import { Command } from 'commander';
+import type { MoeExperts, MoeRoute } from '../backend/backend.js';
+import { CudaBackend, type CudaTensor } from '../backend/cuda/cuda-backend.js';
+import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
+import { f32ToBf16Bits } from '../loader/dtype.js';
+import { seededRandom } from '../model/random-weights.js';
+import { prefillBatch } from './bench-prefill.js';
+
+export interface MoeBenchShape {
+  tokens: number;
+  experts: number;
+  topK: number;
+  hidden: number;
+  width: number;
+}
+
+export interface MoeBenchResult extends MoeBenchShape {
+  device: string;
+  ms: number;
+  /** The expert GEMMs' FLOPs (gate_up and down of every routed pair) over the layer's time. */
+  tflops: number;
+  /** sha256 (16 hex digits) of the layer's output bits on the bench's seeded inputs. */
+  digest: string;
+}
+
+/**
+ * A bf16 tensor of `count` values drawn from 4,096 seeded ones in [-a, a), laid out with an odd stride so rows differ:
+ * weights for timing need no more randomness, and JS would take seconds to draw a layer's 400 M values one by one.
+ */
+function bf16Values(c: CudaBackend, shape: number[], seed: number, a: number): CudaTensor {
+  const count = shape.reduce((x, y) => x * y, 1);
+  const rand = seededRandom(seed);
+  const pool = new Uint16Array(4096);
+  for (let i = 0; i < pool.length; i++) pool[i] = f32ToBf16Bits((2 * rand() - 1) * a);
+  const data = new Uint16Array(count);
+  for (let i = 0; i < count; i++) data[i] = pool[Math.imul(i, 0x9e3779b1) >>> 20]!;
+  return c.upload({ name: 'bench-moe', dtype: 'bf16', shape, data: new Uint8Array(data.buffer) }) as CudaTensor;
+}
+
+/** The bench's seeded layer: experts, router, route and T rows of input. */
+export function moeBenchInputs(shape: MoeBenchShape, c: CudaBackend): { x: CudaTensor; router: CudaTensor;
+  experts: MoeExperts; route: MoeRoute } {
+  const { tokens: T, experts: E, topK, hidden: H, width: I } = shape;
+  const experts: MoeExperts = { numExperts: E, intermediate: I, gateUp: bf16Values(c, [E * 2 * I, H], 1, 2 / Math.sqrt(H)),
+    down: bf16Values(c, [E * H, I], 2, 2 / Math.sqrt(I)) };
+  const router = c.fromHost([E, H], Float32Array.from({ length: E * H }, seededRandomFill(3, 3 / Math.sqrt(H))));
+  const x = c.fromHost([T, H], Float32Array.from({ length: T * H }, seededRandomFill(4, 2)));
+  return { x, router, experts, route: { topK, renormalize: true } };
+}
+
+/** sha256 (16 hex digits) of a tensor's values as the device gives them. */
+export function outputDigest(c: CudaBackend, t: CudaTensor): string {
+  const values = c.toHost(t);
+  return createHash('sha256').update(new Uint8Array(values.buffer, values.byteOffset, values.byteLength)).digest('hex')
+    .slice(0, 16);
+}
+
+export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBackend): MoeBenchResult {
+  const { tokens: T, topK, hidden: H, width: I } = shape;
+  const { x, router, experts: ex, route } = moeBenchInputs(shape, c);
+  const batch = prefillBatch(1, 1, 16);
+  const layer = (): CudaTensor => {
+    c.beginStep(batch);
+    return c.moeExperts(x, router, ex, route) as CudaTensor;
+  };
+  const events: Handle[] = [];
+  try {
+    for (let i = 0; i < 2; i++) {
+      const out: [Handle | null] = [null];
+      check(c.device.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
+      events.push(outPtr(out, 'cuEventCreate'));
+    }
+    const out = layer();  // compiles, and warms the workspace
+    const digest = outputDigest(c, out);
+    let best = Infinity;
+    for (let round = 0; round < 3; round++) {
+      check(c.device.api.cuEventRecord(events[0]!, c.device.stream), 'cuEventRecord');
+      for (let i = 0; i < numReps; i++) layer();
+      check(c.device.api.cuEventRecord(events[1]!, c.device.stream), 'cuEventRecord');
+      check(c.device.api.cuEventSynchronize(events[1]!), 'cuEventSynchronize');
+      const ms: [number] = [0];
+      check(c.device.api.cuEventElapsedTime_v2(ms, events[0]!, events[1]!), 'cuEventElapsedTime');
+      best = Math.min(best, ms[0] / numReps);
+    }
+    const flops = 2 * 3 * H * I * T * topK;
+    return { ...shape, device: c.device.name, ms: best, tflops: flops / (best / 1000) / 1e12, digest };
+  } finally {
+    for (const e of events) c.device.api.cuEventDestroy_v2(e);
+  }
+}
+
+function seededRandomFill(seed: number, a: number): () => number {
+  const rand = seededRandom(seed);
+  return () => (2 * rand() - 1) * a;
+}
+
+async function main(argv: string[]): Promise<void> {
+  const o = new Command('quire-bench-moe')
+    .description('one mixture-of-experts layer on CUDA (moeExperts): ms, expert TFLOP/s and the output bits\' digest')
+    .option('--tokens <n>', 'tokens a step', '8192')
+    .option('--experts <n>', 'experts', '128')
+    .option('--top-k <n>', 'experts a token', '8')
+    .option('--hidden <n>', 'hidden size', '2048')
+    .option('--width <n>', 'expert width (moe_intermediate_size)', '768')
+    .option('--reps <n>', 'timed layers a round (best of 3 rounds)', '10')
+    .parse(argv).opts<Record<'tokens' | 'experts' | 'topK' | 'hidden' | 'width' | 'reps', string>>();
+  const c = new CudaBackend({});
+  try {
+    for (const tokens of o.tokens.split(',').map(Number)) {
+      const r = runMoeBench({ tokens, experts: Number(o.experts), topK: Number(o.topK), hidden: Number(o.hidden),
+        width: Number(o.width) }, Number(o.reps), c);
+      console.log(`${r.device}: ${r.tokens} tokens, ${r.experts} experts top ${r.topK}, H ${r.hidden}, I ${r.width}: ` +
+        `${r.ms.toFixed(3)} ms, ${r.tflops.toFixed(1)} expert TFLOP/s, output ${r.digest}`);
+    }
+  } finally {
+    c.dispose();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await main(process.argv);
