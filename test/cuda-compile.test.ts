@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, loadCubin } from '../src/backend/cuda/compile.js';
+import { compileTarget, cubinCacheKey, expandSource, kernelDefines, kernelDir, kernelFiles, loadCubin } from
+  '../src/backend/cuda/compile.js';
 import { nvccCacheKey, nvccCached } from './kernels/nvcc-cache.js';
 
 test('kernel sources are found from the compiled test and expand without local includes', () => {
@@ -27,6 +28,28 @@ test('cubin cache key depends on source, arch and NVRTC version', () => {
   assert.notEqual(a, cubinCacheKey('src', 90, '12.9'));
   assert.notEqual(a, cubinCacheKey('src2', 90, '13.0'));
   assert.notEqual(a, cubinCacheKey('src', 90, '13.0', ['--std=c++17']), 'the compile options are part of the key');
+});
+
+test('moe_wgmma.cu builds for sm_90a on an sm_90 device, every other file for the plain arch; the target keys the cache', () => {
+  assert.equal(compileTarget('moe_wgmma.cu', 90), '90a');
+  assert.equal(compileTarget('moe_wgmma.cu', 80), '80');
+  assert.equal(compileTarget('moe_wgmma.cu', 100), '100');
+  for (const f of kernelFiles().filter((x) => x !== 'moe_wgmma.cu')) assert.equal(compileTarget(f, 90), '90', f);
+  assert.equal(cubinCacheKey('src', '90', '13.0'), cubinCacheKey('src', 90, '13.0'), 'the plain target keys as before');
+  assert.notEqual(cubinCacheKey('src', '90a', '13.0'), cubinCacheKey('src', 90, '13.0'));
+  const dir = mkdtempSync(join(tmpdir(), 'quire-cubin-'));
+  try {
+    const targets: string[] = [];
+    const compiler = { version: 'test', compile: (_s: string, name: string, arch: string) => {
+      targets.push(`${name} ${arch}`);
+      return new Uint8Array(1);
+    } };
+    loadCubin('moe_wgmma.cu', 90, compiler, dir);
+    loadCubin('moe.cu', 90, compiler, dir);
+    assert.deepEqual(targets, ['moe_wgmma.cu 90a', 'moe.cu 90']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('loadCubin compiles once, then reads the disk cache', () => {

@@ -16,7 +16,8 @@ import {
   PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
 } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
-import { MOE_COMBINE_BATCH, MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS } from '../../src/backend/cuda/moe-plan.js';
+import { MOE_COMBINE_BATCH, MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS,
+  MOE_WGMMA_STAGES } from '../../src/backend/cuda/moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, PREFILL_TILE_ROWS } from '../../src/backend/cuda/step-meta.js';
 
 /** The build lists as the kernels receive them, written out here by hand: a change to one is a change to the PTX. */
@@ -83,6 +84,7 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['moe.cu', 'NORM_VEC', NORM_VEC],  // norm.cuh's register rows (moe_combine_add_rms_norm)
     ['moe.cu', 'FP8_BLOCK', FP8_BLOCK],  // the _fp8 builds' scale blocks
     ['moe.cu', 'MOE_FP8_SPLIT_WARPS', MOE_FP8_SPLIT_WARPS],
+    ['moe_wgmma.cu', 'MOE_WGMMA_STAGES', MOE_WGMMA_STAGES],
     ['norm.cu', 'NORM_VEC', NORM_VEC],
     ['quant_fp8.cu', 'FP8_BLOCK', FP8_BLOCK],
     ['rope.cu', 'ROPE_WARPS', ROPE_WARPS],

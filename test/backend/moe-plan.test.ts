@@ -1,15 +1,15 @@
 // Plans of the device's mixture of experts (moe-plan.ts): the grids are a function of the shapes alone, and the tile
 // bound covers every routing (adversarial ones included); the grids cover every output; the kernels named are ones
-// moe.cu builds; decode steps take the split variants, prefill chunks the tiled ones; the tile lists the grouping writes
-// give every grouped position to exactly one block, in order, within the grid; block-FP8 experts take the _fp8 builds
-// of the same variants, their slices whole 128-k scale groups.
+// moe.cu builds; decode steps take the split variants, prefill chunks the tiled ones (or moe_wgmma.cu's from a
+// threshold); the tile lists the grouping writes give every grouped position to exactly one block, in order, within
+// the grid; block-FP8 experts take the _fp8 builds of the same variants, their slices whole 128-k scale groups.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { blockTile, GEMM_ROWS_VARIANTS, sliceChunks } from '../../src/backend/cuda/gemm-rows.js';
-import { expertTileList, FP8_CHUNK_K, fp8NumSlices, fp8SliceChunks, maxExpertTiles, MOE_FP8_SPLIT_WARPS, moeBuildLists, planMoe,
-  tileLists } from '../../src/backend/cuda/moe-plan.js';
+import { expertTileList, FP8_CHUNK_K, fp8NumSlices, fp8SliceChunks, maxExpertTiles, MOE_FP8_SPLIT_WARPS, MOE_WGMMA_STAGES, moeBuildLists,
+  planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 
 /** Tiles of BN the grouped GEMMs walk for this routing (each row's k experts distinct). */
@@ -145,6 +145,23 @@ test('decode steps stream each routed expert on the split variants, prefill chun
   assert.deepEqual([fp8.gateUp.kernel, fp8.gateUp.grid, fp8.gateUp.block], ['moe_gate_up_fp8_split_m2_n1', [48, 8, 1], 256]);
   assert.deepEqual([fp8.down.kernel, fp8.down.grid, fp8.down.block], ['moe_down_fp8_split_m1_n1', [128, 8, 1], 96]);
   assert.match(planMoe(2048, 128, 8, 2048, 768, undefined, undefined, true).gateUp.kernel, /^moe_gate_up_fp8_tiled_/);
+});
+
+test('with a wgmma threshold, bf16 experts of that many rows or more take moe_wgmma.cu\'s builds; fp8, fewer rows or a forced variant never', () => {
+  // Qwen3-30B-A3B, 8,192 tokens: 512 rows an expert; token tiles of 128 (the grouping's list), outputs 64 (gate_up) and
+  // 128 (down) a block, two warpgroups, MOE_WGMMA_STAGES stages of 32 KB plus 1 KB of alignment
+  const p = planMoe(8192, 128, 8, 2048, 768, undefined, 0, false, 128, 64);
+  assert.deepEqual([p.gateUp.file, p.gateUp.kernel, p.gateUp.grid, p.gateUp.block, p.gateUp.tokens],
+    ['moe_wgmma.cu', 'moe_gate_up_wgmma', [12, maxExpertTiles(8192, 128, 8, 128), 1], 256, 128]);
+  assert.deepEqual([p.down.file, p.down.kernel, p.down.grid], ['moe_wgmma.cu', 'moe_down_wgmma', [16, maxExpertTiles(8192, 128, 8, 128), 1]]);
+  assert.equal(p.gateUp.sharedBytes, MOE_WGMMA_STAGES * 32768 + 1024);
+  assert.deepEqual(tileLists(p), [{ tokens: 128, entries: maxExpertTiles(8192, 128, 8, 128) }]);
+  // 63 rows an expert (T 1008): under the threshold; FP8 experts; a forced variant (tests); threshold 0: never
+  assert.equal(planMoe(1008, 128, 8, 2048, 768, undefined, 0, false, 128, 64).gateUp.file, 'moe.cu');
+  assert.equal(planMoe(1024, 128, 8, 2048, 768, undefined, 0, false, 128, 64).gateUp.file, 'moe_wgmma.cu');
+  assert.equal(planMoe(8192, 128, 8, 2048, 768, undefined, 0, true, 128, 64).gateUp.file, 'moe.cu');
+  assert.equal(planMoe(8192, 128, 8, 2048, 768, GEMM_ROWS_VARIANTS[4], 0, false, 128, 64).gateUp.file, 'moe.cu');
+  assert.equal(planMoe(8192, 128, 8, 2048, 768).gateUp.file, 'moe.cu');
 });
 
 test('a decode batch of up to 64 rows takes the fused router: gemm_rows\' split m1 n1 tiles over every expert and row, its shared memory the partials and E cursors', () => {

@@ -2,13 +2,12 @@
 // experts, weights within 2e-6), by moe_route and by the fused router (moe_router_fused: its logits within bf16
 // rounding of the router GEMM's, and the batch-invariant mode's gemm_rows bits, so a row routes alike at any T); its
 // outputs match the CPU backend's on the same bf16 inputs, on decode steps (the split variants) and prefill chunks
-// (the tiled ones), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden sizes and widths off the tiles; a
-// row's bits are the same alone as in a batch whose every row chose its experts, on every variant; the combine fused
-// with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a decode step captured as a graph
-// replays to the eager result when its tokens route elsewhere; a profile names the MoE buckets; the grouping's tile
-// lists (one per GEMM tile height) are expertTileList's of its offsets; bench-moe digests the output it times. CUDA
-// outputs start as NaN. (Block-FP8 experts:
-// moe-fp8.test.ts.)
+// (the tiled ones, and moe_wgmma.cu's on Hopper), at Qwen3-MoE's and Mixtral's expert counts and top-k with hidden
+// sizes and widths off the tiles; a row's bits are the same alone as in a batch whose every row chose its experts, on
+// every variant; the combine fused with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a
+// decode step captured as a graph replays to the eager result when its tokens route elsewhere; a profile names the
+// MoE buckets; the grouping's tile lists (one per GEMM tile height) are expertTileList's of its offsets; bench-moe
+// digests the output it times. CUDA outputs start as NaN. (Block-FP8 experts: moe-fp8.test.ts.)
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -170,22 +169,46 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     [2048, 128, 8, 128, 64, true, 'tiled'],  // 128 rows an expert
     [2048, 8, 2, 256, 136, false, 'tiled'],  // 512 rows an expert: 64 x 128 tiles, I not a multiple of their 32 outputs
   ] as const;
+  /** moeExperts on both backends from the same bf16 inputs (the picking router routes both alike). */
+  function matchesCpu(T: number, E: number, k: number, H: number, I: number, renormalize: boolean): void {
+    const v = expertValues(E, H, I, T + E);
+    const [gc, gg] = uploadBoth(cpu, cuda, 'gate_up', [E * 2 * I, H], v.gateUp);
+    const [dc, dg] = uploadBoth(cpu, cuda, 'down', [E * H, I], v.down);
+    const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, H], randomBf16(T * H, 7 + T));
+    const [lc, lg] = uploadBoth(cpu, cuda, 'router', [E, H], pickingRouter(E, H));
+    const route: MoeRoute = { topK: k, renormalize };
+    cpu.beginStep(oneToken);
+    beginPoisonedStep(cuda);
+    const got = cuda.toHost(cuda.moeExperts(xg, lg, { numExperts: E, intermediate: I, gateUp: gg, down: dg }, route));
+    const want = cpu.toHost(cpu.moeExperts(xc, lc, { numExperts: E, intermediate: I, gateUp: gc, down: dc }, route));
+    assertBf16Close(got, want, 'moeExperts');
+  }
+
   for (const [T, E, k, H, I, renormalize, kind] of cases) {
     test(`moeExperts T ${T}, ${E} experts top ${k}, H ${H}, I ${I} (${kind}) matches the CPU`, () => {
       const plan = planMoe(T, E, k, H, I);
       assert.equal(plan.gateUp.variant.kind, kind);
       assert.equal(plan.down.variant.kind, kind);
-      const v = expertValues(E, H, I, T + E);
-      const [gc, gg] = uploadBoth(cpu, cuda, 'gate_up', [E * 2 * I, H], v.gateUp);
-      const [dc, dg] = uploadBoth(cpu, cuda, 'down', [E * H, I], v.down);
-      const [xc, xg] = uploadBoth(cpu, cuda, 'x', [T, H], randomBf16(T * H, 7 + T));
-      const [lc, lg] = uploadBoth(cpu, cuda, 'router', [E, H], pickingRouter(E, H));
-      const route: MoeRoute = { topK: k, renormalize };
-      cpu.beginStep(oneToken);
-      beginPoisonedStep(cuda);
-      const got = cuda.toHost(cuda.moeExperts(xg, lg, { numExperts: E, intermediate: I, gateUp: gg, down: dg }, route));
-      const want = cpu.toHost(cpu.moeExperts(xc, lc, { numExperts: E, intermediate: I, gateUp: gc, down: dc }, route));
-      assertBf16Close(got, want, 'moeExperts');
+      matchesCpu(T, E, k, H, I, renormalize);
+    });
+  }
+
+  // moe_wgmma.cu (QUIRE_MOE_WGMMA_MIN_ROWS, Hopper): k tails (H 264, I 200 and 136 off its 64-k stages), token tiles
+  // part-filled, outputs off its 64 (gate_up) and 128 (down)
+  for (const [T, E, k, H, I] of [[300, 8, 2, 264, 200], [2048, 128, 8, 256, 64], [40, 4, 2, 128, 136]] as const) {
+    test(`moe_wgmma.cu's grouped GEMMs, T ${T}, ${E} experts top ${k}, H ${H}, I ${I}: the CPU's output (sm_90)`, (t) => {
+      if (cuda.device.arch !== 90) {
+        t.skip(`sm_${cuda.device.arch}: moe_wgmma.cu is built for sm_90a`);
+        return;
+      }
+      const plan = planMoe(T, E, k, H, I, undefined, 0, false, E, 1);
+      assert.deepEqual([plan.gateUp.kernel, plan.down.kernel], ['moe_gate_up_wgmma', 'moe_down_wgmma']);
+      cuda.moe.wgmmaMinRows = 1;
+      try {
+        matchesCpu(T, E, k, H, I, true);
+      } finally {
+        cuda.moe.wgmmaMinRows = 0;
+      }
     });
   }
 

@@ -5,7 +5,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { kernelFiles, kernelSource } from '../../src/backend/cuda/compile.js';
+import { compileTarget, kernelFiles, kernelSource } from '../../src/backend/cuda/compile.js';
 import { nvccCached, nvccVersion } from './nvcc-cache.js';
 
 const version = nvccVersion();
@@ -37,4 +37,14 @@ test('every kernel compiles with nvcc for sm_80 and sm_90', { skip }, async () =
     }
   }));
   assert.deepEqual(failures, []);
+});
+
+test('the files built for sm_90a on Hopper compile for it, with wgmma in their code', { skip }, async () => {
+  const files = kernelFiles().filter((f) => compileTarget(f, 90) === '90a');
+  assert.ok(files.includes('moe_wgmma.cu'), files.join(', '));
+  for (const f of files) {
+    const ptx = (await nvccCached(['-arch=sm_90a', '-ptx', '-Werror', 'all-warnings'], kernelSource(f, {}), f,
+      { version: version! })).toString('utf8');
+    assert.match(ptx, /wgmma\.mma_async/, f);
+  }
 });

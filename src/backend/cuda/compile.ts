@@ -48,7 +48,19 @@ export function expandSource(file: string, dir = kernelDir(), seen = new Set<str
   }).join('\n');
 }
 
-export function cubinCacheKey(source: string, arch: number, nvrtcVersion: string, options: readonly string[] = NVRTC_OPTIONS): string {
+/**
+ * Kernel files built for the architecture's own features where the device has them (sm_90a: Hopper's wgmma), whose
+ * cubins run on that architecture alone; every other file builds for the plain sm_<arch>, so its code does not depend
+ * on which Hopper-only instructions exist.
+ */
+const ARCH_SPECIFIC_FILES: ReadonlySet<string> = new Set(['moe_wgmma.cu']);
+
+/** NVRTC's target for a kernel file on a device of compute capability `arch` (90 -> "90a" for ARCH_SPECIFIC_FILES). */
+export function compileTarget(file: string, arch: number): string {
+  return arch === 90 && ARCH_SPECIFIC_FILES.has(file) ? '90a' : `${arch}`;
+}
+
+export function cubinCacheKey(source: string, arch: number | string, nvrtcVersion: string, options: readonly string[] = NVRTC_OPTIONS): string {
   return createHash('sha256').update(source).update(`\0sm_${arch}\0nvrtc ${nvrtcVersion}\0${options.join(' ')}`).digest('hex');
 }
 
@@ -59,7 +71,8 @@ export function kernelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
 
 export interface Compiler {
   version: string;
-  compile(source: string, name: string, arch: number): Uint8Array;
+  /** arch: compileTarget's (e.g. "90", "90a"). */
+  compile(source: string, name: string, arch: string): Uint8Array;
 }
 
 /**
@@ -85,9 +98,10 @@ export function kernelSource(file: string, env: NodeJS.ProcessEnv = process.env)
 /** CUBIN of one kernel file for sm_<arch>, from the disk cache or compiled (and cached). */
 export function loadCubin(file: string, arch: number, compiler: Compiler, cacheDir = kernelCacheDir()): Uint8Array {
   const source = kernelSource(file);
-  const path = join(cacheDir, `${cubinCacheKey(source, arch, compiler.version)}.cubin`);
+  const target = compileTarget(file, arch);
+  const path = join(cacheDir, `${cubinCacheKey(source, target, compiler.version)}.cubin`);
   if (existsSync(path)) return new Uint8Array(readFileSync(path));
-  const cubin = compiler.compile(source, file, arch);
+  const cubin = compiler.compile(source, file, target);
   try {
     mkdirSync(cacheDir, { recursive: true });
     // the thread too: data-parallel replicas are threads of one process, and may compile the same kernel at once

@@ -106,7 +106,7 @@ export class CudaBackend implements Backend {
       cublasWorkspaceBytes: opts.cublasWorkspaceBytes, gguf: opts.gguf });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
       { batchInvariant, fusedRope: opts.fusedRope });
-    this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'));
+    this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv);
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);

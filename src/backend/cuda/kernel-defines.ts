@@ -8,7 +8,8 @@ import { DECODE_CHUNK_ROUND, FOLD_BATCH, MAX_CLUSTER, SHORT_ROW_KV } from './dec
 import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from './gemm-chain.js';
 import { GGUF_DEQUANT_WARPS, GGUF_DEVICE_FORMATS, GGUF_GEMV_ROWS, GGUF_GEMV_TOKENS, GGUF_GEMV_WARPS } from './gguf-layout.js';
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, gemmRowsBuildLists } from './gemm-rows.js';
-import { MOE_COMBINE_BATCH, MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS, moeBuildLists } from './moe-plan.js';
+import { MOE_COMBINE_BATCH, MOE_COMBINE_THREADS, MOE_FP8_SPLIT_WARPS, MOE_GROUP_THREADS, MOE_ROUTE_PER_LANE, MOE_ROUTE_WARPS,
+  MOE_WGMMA_STAGES, moeBuildLists } from './moe-plan.js';
 import { META_BLOCK_TABLE_STRIDE, META_NUM_SEQS, META_NUM_TOKENS, PREFILL_TILE_ROWS } from './step-meta.js';
 
 /** Warps of a qk_norm_rope block, a head each (kernels/rope.cu). */
@@ -84,6 +85,7 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
   'moe.cu': { CHUNK_K: GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE, MOE_GROUP_THREADS,
     MOE_COMBINE_THREADS, MOE_COMBINE_BATCH, NORM_VEC, FP8_BLOCK, MOE_FP8_SPLIT_WARPS, 'MOE_GATE_UP_SPLIT_BUILDS(X)': moeBuildLists().gateUpSplit,
     'MOE_DOWN_SPLIT_BUILDS(X)': moeBuildLists().downSplit, 'MOE_TILED_BUILDS(X)': moeBuildLists().tiled },
+  'moe_wgmma.cu': { MOE_WGMMA_STAGES },
   'norm.cu': { NORM_VEC },
   'quant_fp8.cu': { FP8_BLOCK },
   'rope.cu': { ROPE_WARPS },

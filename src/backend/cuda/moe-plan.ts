@@ -58,6 +58,11 @@ export function fp8NumSlices(K: number): number {
   return Math.ceil(K / FP8_CHUNK_K / fp8SliceChunks(K));
 }
 
+/** Stages of k (64 each, 32 KB of shared memory) moe_wgmma.cu keeps in flight. */
+export const MOE_WGMMA_STAGES = 3;
+/** moe_wgmma.cu's block: 128 tokens by 128 weight rows (gate_up: 64 outputs' gate and up rows), two warpgroups. */
+const WGMMA_TOKENS = 128;
+
 /** gate_up's split builds: gemm_rows' split variants with two m tiles (gate, up) a warp, fewer chunks in flight. */
 const GATE_UP_SPLIT_PREFETCH: Readonly<Record<number, number>> = { 1: 4, 2: 2, 4: 2 };
 
@@ -73,6 +78,8 @@ export function moeBuildLists(): { gateUpSplit: string; downSplit: string; tiled
 }
 
 export interface MoeGemmLaunch {
+  /** The kernel's file: moe.cu, or moe_wgmma.cu (Hopper). */
+  file: 'moe.cu' | 'moe_wgmma.cu';
   /** moe.cu's kernel: a bf16 build, or an _fp8 one (block-FP8 experts, their inputs quantized per 128 columns). */
   kernel: string;
   /** Tokens of a block's tile (BN): its tile list's (expertTileList), grid[1] entries long. */
@@ -142,6 +149,15 @@ export function rowsPerExpert(T: number, E: number, topK: number): number {
   return Math.min(T, Math.ceil((T * topK) / E));
 }
 
+/** moe_wgmma.cu's launch: a block per 128 tokens of an expert by 128 weight rows (gate_up: 64 outputs). */
+function planWgmma(gateUp: boolean, T: number, numLocal: number, topK: number, N: number,
+  variant: GemmRowsVariant): MoeGemmLaunch {
+  const outputs = gateUp ? 64 : 128;
+  return { file: 'moe_wgmma.cu', kernel: `moe_${gateUp ? 'gate_up' : 'down'}_wgmma`, tokens: WGMMA_TOKENS,
+    grid: [Math.ceil(N / outputs), maxExpertTiles(T, numLocal, topK, WGMMA_TOKENS), 1], block: 256,
+    sharedBytes: MOE_WGMMA_STAGES * 2 * 128 * 128 + 1024, sliceChunks: 0, variant };
+}
+
 function planGemm(gateUp: boolean, T: number, numLocal: number, topK: number, N: number, K: number,
   variant: GemmRowsVariant, fp8: boolean): MoeGemmLaunch {
   if (K % 8 !== 0) throw new Error(`moe: K ${K} is not a multiple of 8`);
@@ -152,14 +168,14 @@ function planGemm(gateUp: boolean, T: number, numLocal: number, topK: number, N:
   if (variant.kind === 'split') {
     const mt = gateUp ? 2 : 1;
     const slices = fp8 ? fp8NumSlices(K) : numSlices(K);
-    return { kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, tokens: tile.tokens, grid: [Math.ceil(N / 16), y, 1],
+    return { file: 'moe.cu', kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, tokens: tile.tokens, grid: [Math.ceil(N / 16), y, 1],
       block: 32 * Math.min(fp8 ? MOE_FP8_SPLIT_WARPS : GEMM_ROWS_SPLIT_WARPS, slices),
       sharedBytes: slices * mt * variant.nt * 4 * 32 * 4, sliceChunks: chunks, variant };
   }
   // gate_up: half of a block's weight rows are gate rows, the other half the same outputs' up rows
   const outputs = gateUp ? tile.rows / 2 : tile.rows;
   const { wm, warps, mt, nt, stages, smemSum } = variant;
-  return { kernel: `moe_${name}_tiled_w${wm}x${warps / wm}_m${mt}_n${nt}`, tokens: tile.tokens,
+  return { file: 'moe.cu', kernel: `moe_${name}_tiled_w${wm}x${warps / wm}_m${mt}_n${nt}`, tokens: tile.tokens,
     grid: [Math.ceil(N / outputs), y, 1],
     block: 32 * warps, sliceChunks: chunks, variant,
     sharedBytes: stages * (tile.rows + tile.tokens) * 128 + (smemSum ? mt * nt * 4 * 32 * warps * 4 : 0) };
@@ -181,13 +197,23 @@ function planFusedRouter(T: number, E: number, H: number, numLocal: number): Non
  * unless `variant` names one for both (tests), their _fp8 builds for block-FP8 experts; and the fused router for a
  * decode step's few rows. `numLocal`: the experts this rank holds (expert parallelism: MoeExperts.local), which
  * bound the GEMMs' tiles and moe_group's experts; an expert still gets T k / E rows on average, E the router's.
+ * `wgmmaMinRows` (> 0: QUIRE_MOE_WGMMA_MIN_ROWS on an sm_90 device, never batch-invariant): from that many rows an
+ * expert, bf16 experts run moe_wgmma.cu's builds (their own bits, not gemm_rows' contract).
  */
 export function planMoe(T: number, E: number, topK: number, H: number, I: number,
-  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS, fp8 = false, numLocal = E): MoePlan {
+  variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS, fp8 = false, numLocal = E,
+  wgmmaMinRows = 0): MoePlan {
   const m = rowsPerExpert(T, E, topK);
+  const gateUpVariant = variant ?? defaultVariant(m, 2 * I);
+  const downVariant = variant ?? defaultVariant(m, H);
+  if (wgmmaMinRows > 0 && m >= wgmmaMinRows && !fp8 && variant === undefined) {
+    return { gateUp: planWgmma(true, T, numLocal, topK, I, gateUpVariant),
+      down: planWgmma(false, T, numLocal, topK, H, downVariant),
+      router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H, numLocal) : null };
+  }
   return {
-    gateUp: planGemm(true, T, numLocal, topK, I, H, variant ?? defaultVariant(m, 2 * I), fp8),
-    down: planGemm(false, T, numLocal, topK, H, I, variant ?? defaultVariant(m, H), fp8),
+    gateUp: planGemm(true, T, numLocal, topK, I, H, gateUpVariant, fp8),
+    down: planGemm(false, T, numLocal, topK, H, I, downVariant, fp8),
     router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H, numLocal) : null,
   };
 }

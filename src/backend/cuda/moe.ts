@@ -56,12 +56,19 @@ export interface MoeAddNorm {
 export class CudaMoe {
   /** Tests: both grouped GEMMs on this gemm_rows variant instead of the planned one (it changes no bit). */
   variant: GemmRowsVariant | undefined = undefined;
+  /**
+   * Rows an expert from which bf16 experts run moe_wgmma.cu (QUIRE_MOE_WGMMA_MIN_ROWS; 0: never): sm_90 devices
+   * only, never in the batch-invariant mode (its sums are not gemm_rows'). Tests may move it.
+   */
+  wgmmaMinRows: number;
   /** Most rows routed by moe_router_fused (QUIRE_MOE_FUSED_ROUTER_MAX_ROWS; tests may move it). */
   fusedRouterMaxRows = readKnob('QUIRE_MOE_FUSED_ROUTER_MAX_ROWS');
   /** moe_router_fused's counter of finished blocks: 0 between launches (its last block resets it). */
   private doneCounter = 0n;
 
-  constructor(private readonly s: StepContext, private readonly routerMatmul: RouterMatmul) {}
+  constructor(private readonly s: StepContext, private readonly routerMatmul: RouterMatmul, batchInvariant = false) {
+    this.wgmmaMinRows = s.device.arch === 90 && !batchInvariant ? readKnob('QUIRE_MOE_WGMMA_MIN_ROWS') : 0;
+  }
 
   dispose(): void {
     if (this.doneCounter !== 0n) this.s.device.free(this.doneCounter);
@@ -152,7 +159,8 @@ export class CudaMoe {
     const [T, H] = [xs.shape[0]!, xs.shape[1]!];
     const E = r.shape[0]!;
     const held = local ?? allExperts(E);
-    const plan = planMoe(T, E, route.topK, H, I, this.variant, this.fusedRouterMaxRows, false, held.count);
+    const plan = planMoe(T, E, route.topK, H, I, this.variant, this.fusedRouterMaxRows, false, held.count,
+      this.wgmmaMinRows);
     const g = this.groups(xs, r, route, plan, held);
     const n = T * route.topK;
     const ints = (p: bigint, count: number) => new Int32Array(this.s.readToHost(p, 4 * count).slice(0, 4 * count));
@@ -193,7 +201,7 @@ export class CudaMoe {
     if (T === 0) return out;
     const k = route.topK;
     const P = T * k;
-    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows, fp8, EL);
+    const plan = planMoe(T, E, k, H, I, this.variant, this.fusedRouterMaxRows, fp8, EL, this.wgmmaMinRows);
     const d = this.s.device;
     const g = this.groups(xs, router, route, plan, local);
     const y = this.s.act([P, H]);
@@ -203,7 +211,7 @@ export class CudaMoe {
     } else {
       const act = this.s.act([P, I]);
       const gemm = (l: MoeGemmLaunch, xp: bigint, w: CudaTensor, yp: bigint, N: number, K: number, tiles: bigint) =>
-        d.launch('moe.cu', l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs),
+        d.launch(l.file, l.kernel, l.grid, l.block, [ptr(xp), ptr(w.ptr), ptr(yp), ptr(tiles), ptr(g.pairs),
           i32(k), i32(N), i32(K), i32(l.sliceChunks)], l.sharedBytes, true);
       this.s.timed('gemm expert gate_up', () => gemm(plan.gateUp, xs.ptr, gateUp, act.ptr, I, H, gateUpTiles));
       this.s.timed('gemm expert down', () => gemm(plan.down, act.ptr, down, y.ptr, H, I, downTiles));

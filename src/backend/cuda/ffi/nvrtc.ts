@@ -70,8 +70,8 @@ export function nvrtcVersion(): string {
  */
 export const NVRTC_OPTIONS: readonly string[] = ['--std=c++17', '--device-as-default-execution-space'];
 
-/** Compiles one translation unit to a CUBIN for sm_<arch> (e.g. 90). */
-export function compileToCubin(source: string, name: string, arch: number, extraOptions: string[] = []): Uint8Array {
+/** Compiles one translation unit to a CUBIN for sm_<arch> (e.g. 90, or "90a": compile.ts compileTarget). */
+export function compileToCubin(source: string, name: string, arch: number | string, extraOptions: string[] = []): Uint8Array {
   const api = nvrtcApi();
   const prog: Out<Handle | null> = [null];
   checkNvrtc(api.nvrtcCreateProgram(prog, source, name, 0, null, null), 'nvrtcCreateProgram');

@@ -36,6 +36,7 @@
 // builds, each routed expert's e4m3 bytes read once for all its tokens in a tile.
 #include "gemm_rows.cuh"
 #include "norm.cuh"
+#include "moe_gemm.cuh"
 
 // From TypeScript (kernel-defines.ts): CHUNK_K, GEMM_ROWS_SPLIT_WARPS, MOE_ROUTE_WARPS, MOE_ROUTE_PER_LANE (experts a
 // lane of moe_route holds: E <= 32 MOE_ROUTE_PER_LANE), MOE_GROUP_THREADS, MOE_COMBINE_THREADS, NORM_VEC
@@ -101,20 +102,6 @@ extern "C" __global__ void __launch_bounds__(GEMM_ROWS_SPLIT_WARPS * 32) moe_rou
 
 // ---- the grouped GEMMs ----
 
-/**
- * Block y's tile from its GEMM's list (moe_group's TileList): the expert, its first grouped position, its count and the
- * tile's first token (of the expert's); false past the last tile. One load, the first of the block: before the list,
- * each warp scanned every expert's offsets for it (two dependent loads and a scan before its first weight byte).
- */
-__device__ __forceinline__ bool expert_tile(const int4* tiles, int y, int& e, int& first, int& count, int& tok0) {
-  const int4 t = tiles[y];
-  e = t.x;
-  first = t.y;
-  count = t.z;
-  tok0 = t.w;
-  return e >= 0;
-}
-
 // x: gate_up, the hidden states [T, K = H] (a grouped position's token through pairs); down, act [P, K = I] in grouped
 // order (pairs unused). w: the experts' stacked rows (gate_up [E 2N, K], gate rows then up rows an expert; down
 // [E N, K]). y: [P, N] in grouped order (N = I for gate_up, H for down).
@@ -136,26 +123,6 @@ struct MoeScales {
   const float* w;
   int xStride, wStride;
 };
-
-/** The input row index of grouped position p: its token (gate_up), or p itself (down). */
-template <bool GATE_UP>
-__device__ __forceinline__ int moe_token_index(const int* pairs, int topK, int p) {
-  return GATE_UP ? pairs[p] / topK : p;
-}
-
-/** The input row of grouped position p. */
-template <bool GATE_UP, typename E>
-__device__ __forceinline__ const E* moe_token_row(const E* x, const int* pairs, int topK, int K, int p) {
-  return x + (size_t)moe_token_index<GATE_UP>(pairs, topK, p) * K;
-}
-
-/** gate_up's output from its two sums: activation.cu's silu_mul, on the unrounded sums. */
-__device__ __forceinline__ float moe_silu_mul(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
-
-template <typename Y>
-__device__ __forceinline__ void moe_store(Y* y, float v, int out, int tok, int first, int count, int N) {
-  if (out < N && tok < count) y[(size_t)(first + tok) * N + out] = from_float<Y>(v);
-}
 
 /** The offset in sc.w of stacked weight row `row`'s block's scales (_fp8 builds). */
 __device__ __forceinline__ int moe_weight_scales(MoeScales sc, int row) {
