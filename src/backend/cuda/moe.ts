@@ -1,16 +1,17 @@
-// Mixture of experts on the device (Backend.moeExperts): the router GEMM, route, group, the grouped gate_up (silu * up
-// fused) and down GEMMs, and the weighted combine (optionally fused with the residual add and the next norm), as
-// kernels/moe.cu's kernels in one stream with no read back: the routing stays on the device, and every grid and buffer
-// follows T, E, topK, H and I alone (moe-plan.ts), so a decode step's graph replays whatever its tokens choose. A
-// decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe route"); more
-// rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits the fused
-// kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert down",
-// "moe combine". On Hopper, from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert, bf16 experts' GEMMs are kernels/moe_wgmma.cu's
-// (wgmma; not in the batch-invariant mode). Block-FP8 experts (W8A8, as the CPU backend's fp8BlockMatmul) take the _fp8 builds of the same
-// GEMMs, each input quantized per row and 128 columns first ("moe quantize": x before gate_up; gate_up's f32 output,
-// the CPU's unrounded silu_mul, before down). Expert-parallel (MoeExperts.local), the routing writes each chosen expert
-// as this rank's slot, -1 where another rank holds it: moe_group leaves those pairs out of every group and the
-// combine skips them, so the same kernels run only this rank's experts, their grids bound by its expert count.
+// Mixture of experts on the device (Backend.moeExperts): the router GEMM, route, group, the grouped gate_up (silu *
+// up fused) and down GEMMs, and the weighted combine (optionally fused with the residual add and the next norm), as
+// kernels/moe.cu's kernels in one stream with no read back: the routing stays on the device, and every grid and
+// buffer follows T, E, topK, H and I alone (moe-plan.ts), so a decode step's graph replays whatever its tokens
+// choose. A decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe
+// route"); more rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits
+// the fused kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert
+// down", "moe combine". On Hopper, from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert, bf16 experts' GEMMs are
+// kernels/moe_wgmma.cu's (wgmma; not in the batch-invariant mode). Block-FP8 experts (W8A8, as the CPU backend's
+// fp8BlockMatmul) take the _fp8 builds of the same GEMMs, each input quantized per row and 128 columns first ("moe
+// quantize": x before gate_up; gate_up's f32 output, the CPU's unrounded silu_mul, before down). Expert-parallel
+// (MoeExperts.local), the routing writes each chosen expert as this rank's slot, -1 where another rank holds it:
+// moe_group leaves those pairs out of every group and the combine skips them, so the same kernels run only this
+// rank's experts, their grids bound by its expert count.
 
 import type { MoeExperts, MoeRoute, Tensor } from '../backend.js';
 import type { LocalExperts } from '../../loader/types.js';
