@@ -4,17 +4,18 @@
 // digest of the layer's output bits, so two builds run in one device call compare speed and bits without a 57 GB model
 // (`bench offline --workload prefill` needs one; docs/perf-log.md, session 40).
 //
-//   node dist/src/lab/bench-moe.js [--tokens 8192] [--experts 128] [--top-k 8] [--hidden 2048] [--width 768] [--reps 10]
+//   node dist/src/lab/bench-moe.js [--tokens 8192,2048] [--experts 128] [--top-k 8] [--hidden 2048] [--width 768]
+//     [--reps 10]
 
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { MoeExperts, MoeRoute } from '../backend/backend.js';
 import { CudaBackend, type CudaTensor } from '../backend/cuda/cuda-backend.js';
-import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
 import { f32ToBf16Bits } from '../loader/dtype.js';
 import { seededRandom } from '../model/random-weights.js';
 import { prefillBatch } from './bench-prefill.js';
+import { EventTimer } from './event-timer.js';
 
 export interface MoeBenchShape {
   tokens: number;
@@ -51,8 +52,8 @@ function bf16Values(c: CudaBackend, shape: number[], seed: number, a: number): C
 export function moeBenchInputs(shape: MoeBenchShape, c: CudaBackend): { x: CudaTensor; router: CudaTensor;
   experts: MoeExperts; route: MoeRoute } {
   const { tokens: T, experts: E, topK, hidden: H, width: I } = shape;
-  const experts: MoeExperts = { numExperts: E, intermediate: I, gateUp: bf16Values(c, [E * 2 * I, H], 1, 2 / Math.sqrt(H)),
-    down: bf16Values(c, [E * H, I], 2, 2 / Math.sqrt(I)) };
+  const experts: MoeExperts = { numExperts: E, intermediate: I,
+    gateUp: bf16Values(c, [E * 2 * I, H], 1, 2 / Math.sqrt(H)), down: bf16Values(c, [E * H, I], 2, 2 / Math.sqrt(I)) };
   const router = c.fromHost([E, H], Float32Array.from({ length: E * H }, seededRandomFill(3, 3 / Math.sqrt(H))));
   const x = c.fromHost([T, H], Float32Array.from({ length: T * H }, seededRandomFill(4, 2)));
   return { x, router, experts, route: { topK, renormalize: true } };
@@ -73,29 +74,15 @@ export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBacken
     c.beginStep(batch);
     return c.moeExperts(x, router, ex, route) as CudaTensor;
   };
-  const events: Handle[] = [];
+  const timer = new EventTimer(c.device);
   try {
-    for (let i = 0; i < 2; i++) {
-      const out: [Handle | null] = [null];
-      check(c.device.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
-      events.push(outPtr(out, 'cuEventCreate'));
-    }
-    const out = layer();  // compiles, and warms the workspace
-    const digest = outputDigest(c, out);
+    const digest = outputDigest(c, layer());  // the first layer also compiles its kernels and sizes the workspace
     let best = Infinity;
-    for (let round = 0; round < 3; round++) {
-      check(c.device.api.cuEventRecord(events[0]!, c.device.stream), 'cuEventRecord');
-      for (let i = 0; i < numReps; i++) layer();
-      check(c.device.api.cuEventRecord(events[1]!, c.device.stream), 'cuEventRecord');
-      check(c.device.api.cuEventSynchronize(events[1]!), 'cuEventSynchronize');
-      const ms: [number] = [0];
-      check(c.device.api.cuEventElapsedTime_v2(ms, events[0]!, events[1]!), 'cuEventElapsedTime');
-      best = Math.min(best, ms[0] / numReps);
-    }
+    for (let round = 0; round < 3; round++) best = Math.min(best, timer.time(numReps, layer));
     const flops = 2 * 3 * H * I * T * topK;
     return { ...shape, device: c.device.name, ms: best, tflops: flops / (best / 1000) / 1e12, digest };
   } finally {
-    for (const e of events) c.device.api.cuEventDestroy_v2(e);
+    timer.dispose();
   }
 }
 
@@ -107,7 +94,7 @@ function seededRandomFill(seed: number, a: number): () => number {
 async function main(argv: string[]): Promise<void> {
   const o = new Command('quire-bench-moe')
     .description('one mixture-of-experts layer on CUDA (moeExperts): ms, expert TFLOP/s and the output bits\' digest')
-    .option('--tokens <n>', 'tokens a step', '8192')
+    .option('--tokens <list>', 'tokens a step, comma-separated (one layer timed for each)', '8192')
     .option('--experts <n>', 'experts', '128')
     .option('--top-k <n>', 'experts a token', '8')
     .option('--hidden <n>', 'hidden size', '2048')

@@ -13,8 +13,8 @@ import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { ForwardBatch } from '../backend/batch.js';
 import { Device } from '../backend/cuda/device.js';
-import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
 import { seededRandom } from '../model/random-weights.js';
+import { EventTimer } from './event-timer.js';
 import { PrefillHarness, prefillFlops } from './prefill-harness.js';
 
 export const PREFILL_BENCH = { numHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16 } as const;
@@ -79,33 +79,17 @@ export interface PrefillBenchResult {
   tflops: number;
 }
 
-function timeKernel(device: Device, events: Handle[], numReps: number, launch: () => void): number {
-  launch();
-  check(device.api.cuEventRecord(events[0]!, device.stream), 'cuEventRecord');
-  for (let i = 0; i < numReps; i++) launch();
-  check(device.api.cuEventRecord(events[1]!, device.stream), 'cuEventRecord');
-  check(device.api.cuEventSynchronize(events[1]!), 'cuEventSynchronize');
-  const ms: [number] = [0];
-  check(device.api.cuEventElapsedTime_v2(ms, events[0]!, events[1]!), 'cuEventElapsedTime');
-  return ms[0] / numReps;
-}
-
 export function runPrefillBench(numSeqs: number, numTokens: number, numReps: number, mmaSuffixes: string[] = [],
   log: (line: string) => void = console.log, heads: { numHeads: number; numKvHeads: number } = PREFILL_BENCH):
   PrefillBenchResult[] {
   const { headDim, blockSize } = PREFILL_BENCH;
   const { numHeads, numKvHeads } = heads;
   const device = new Device(0);
-  const events: Handle[] = [];
+  const timer = new EventTimer(device);
   const batch = prefillBatch(numSeqs, numTokens, blockSize);
   const harness = new PrefillHarness(device, batch, { numHeads, numKvHeads, headDim, blockSize,
     numBlocks: batch.numSeqs * batch.maxBlocksPerSeq });
   try {
-    for (let i = 0; i < 2; i++) {
-      const out: [Handle | null] = [null];
-      check(device.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
-      events.push(outPtr(out, 'cuEventCreate'));
-    }
     const rand = seededRandom(7);
     const prompt = Float32Array.from({ length: numTokens * harness.qkvWidth }, () => 4 * rand() - 2);
     for (let s = 0; s < numSeqs; s++) harness.uploadQkvRows(s * numTokens, prompt);
@@ -118,7 +102,7 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
       tflops: 0 }));
     for (let round = 0; round < 2; round++) {
       kernels.forEach(([, suffix], i) => {
-        const ms = timeKernel(device, events, numReps, () => harness.run(scale, suffix));
+        const ms = timer.time(numReps, () => harness.run(scale, suffix));
         if (ms < results[i]!.ms) results[i] = { ...results[i]!, ms, tflops: flops / (ms / 1000) / 1e12 };
       });
     }
@@ -137,7 +121,7 @@ export function runPrefillBench(numSeqs: number, numTokens: number, numReps: num
     }
     return results;
   } finally {
-    for (const e of events) device.api.cuEventDestroy_v2(e);
+    timer.dispose();
     harness.dispose();
     device.dispose();
   }

@@ -147,13 +147,15 @@ test('decode steps stream each routed expert on the split variants, prefill chun
   assert.match(planMoe(2048, 128, 8, 2048, 768, undefined, undefined, true).gateUp.kernel, /^moe_gate_up_fp8_tiled_/);
 });
 
-test('with a wgmma threshold, bf16 experts of that many rows or more take moe_wgmma.cu\'s builds; fp8, fewer rows or a forced variant never', () => {
+test('from a wgmma threshold of rows an expert, bf16 experts take moe_wgmma.cu\'s builds; fp8 or a forced variant never',
+  () => {
   // Qwen3-30B-A3B, 8,192 tokens: 512 rows an expert; token tiles of 128 (the grouping's list), outputs 64 (gate_up) and
   // 128 (down) a block, two warpgroups, MOE_WGMMA_STAGES stages of 32 KB plus 1 KB of alignment
   const p = planMoe(8192, 128, 8, 2048, 768, undefined, 0, false, 128, 64);
   assert.deepEqual([p.gateUp.file, p.gateUp.kernel, p.gateUp.grid, p.gateUp.block, p.gateUp.tokens],
     ['moe_wgmma.cu', 'moe_gate_up_wgmma', [12, maxExpertTiles(8192, 128, 8, 128), 1], 256, 128]);
-  assert.deepEqual([p.down.file, p.down.kernel, p.down.grid], ['moe_wgmma.cu', 'moe_down_wgmma', [16, maxExpertTiles(8192, 128, 8, 128), 1]]);
+  assert.deepEqual([p.down.file, p.down.kernel, p.down.grid],
+    ['moe_wgmma.cu', 'moe_down_wgmma', [16, maxExpertTiles(8192, 128, 8, 128), 1]]);
   assert.equal(p.gateUp.sharedBytes, MOE_WGMMA_STAGES * 32768 + 1024);
   assert.deepEqual(tileLists(p), [{ tokens: 128, entries: maxExpertTiles(8192, 128, 8, 128) }]);
   // 63 rows an expert (T 1008): under the threshold; FP8 experts; a forced variant (tests); threshold 0: never

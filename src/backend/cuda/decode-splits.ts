@@ -202,9 +202,10 @@ export const FOLD_BATCH = readKnob('QUIRE_DECODE_FOLD_BATCH');
 
 /**
  * Query heads a decode block serves as side-by-side G 1 blocks (the kernel's _hg4 builds; QUIRE_DECODE_HEAD_GROUPS, 1
- * the default: none; 4 decoded qwen3-8b's single stream 1-5% slower at 4k-32k, H200, session 38): 4 where a launch takes one query head a block and neither the _pre nor the _w
- * build, with a bf16 cache at D 64 or 128 and 4 query heads to a kv head (or a multiple), so that the four heads' K
- * and V loads meet in one SM's L1 rather than each reading L2. The same code per head: no bit changes.
+ * the default: none; 4 decoded qwen3-8b's single stream 1-5% slower at 4k-32k, H200, session 38): 4 where a launch
+ * takes one query head a block and neither the _pre nor the _w build, with a bf16 cache at D 64 or 128 and 4 query
+ * heads to a kv head (or a multiple), so that the four heads' K and V loads meet in one SM's L1 rather than each
+ * reading L2. The same code per head: no bit changes.
  */
 export const HEAD_GROUPS = Number(readKnob('QUIRE_DECODE_HEAD_GROUPS'));
 export function decodeHeadGroups(G: number, D: number, kvKernels: string, numHeads: number, numKvHeads: number,

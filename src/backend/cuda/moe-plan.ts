@@ -62,6 +62,9 @@ export function fp8NumSlices(K: number): number {
 export const MOE_WGMMA_STAGES = 3;
 /** moe_wgmma.cu's block: 128 tokens by 128 weight rows (gate_up: 64 outputs' gate and up rows), two warpgroups. */
 const WGMMA_TOKENS = 128;
+const WGMMA_WEIGHT_ROWS = 128;
+/** A stage: 64 k (128 bytes) of every token and weight row; plus 1 KB to align the tiles for the 128-byte swizzle. */
+const WGMMA_SHARED_BYTES = MOE_WGMMA_STAGES * (WGMMA_TOKENS + WGMMA_WEIGHT_ROWS) * 128 + 1024;
 
 /** gate_up's split builds: gemm_rows' split variants with two m tiles (gate, up) a warp, fewer chunks in flight. */
 const GATE_UP_SPLIT_PREFETCH: Readonly<Record<number, number>> = { 1: 4, 2: 2, 4: 2 };
@@ -152,10 +155,10 @@ export function rowsPerExpert(T: number, E: number, topK: number): number {
 /** moe_wgmma.cu's launch: a block per 128 tokens of an expert by 128 weight rows (gate_up: 64 outputs). */
 function planWgmma(gateUp: boolean, T: number, numLocal: number, topK: number, N: number,
   variant: GemmRowsVariant): MoeGemmLaunch {
-  const outputs = gateUp ? 64 : 128;
+  const outputs = gateUp ? WGMMA_WEIGHT_ROWS / 2 : WGMMA_WEIGHT_ROWS;
   return { file: 'moe_wgmma.cu', kernel: `moe_${gateUp ? 'gate_up' : 'down'}_wgmma`, tokens: WGMMA_TOKENS,
     grid: [Math.ceil(N / outputs), maxExpertTiles(T, numLocal, topK, WGMMA_TOKENS), 1], block: 256,
-    sharedBytes: MOE_WGMMA_STAGES * 2 * 128 * 128 + 1024, sliceChunks: 0, variant };
+    sharedBytes: WGMMA_SHARED_BYTES, sliceChunks: 0, variant };
 }
 
 function planGemm(gateUp: boolean, T: number, numLocal: number, topK: number, N: number, K: number,
@@ -168,8 +171,8 @@ function planGemm(gateUp: boolean, T: number, numLocal: number, topK: number, N:
   if (variant.kind === 'split') {
     const mt = gateUp ? 2 : 1;
     const slices = fp8 ? fp8NumSlices(K) : numSlices(K);
-    return { file: 'moe.cu', kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, tokens: tile.tokens, grid: [Math.ceil(N / 16), y, 1],
-      block: 32 * Math.min(fp8 ? MOE_FP8_SPLIT_WARPS : GEMM_ROWS_SPLIT_WARPS, slices),
+    return { file: 'moe.cu', kernel: `moe_${name}_split_m${mt}_n${variant.nt}`, tokens: tile.tokens,
+      grid: [Math.ceil(N / 16), y, 1], block: 32 * Math.min(fp8 ? MOE_FP8_SPLIT_WARPS : GEMM_ROWS_SPLIT_WARPS, slices),
       sharedBytes: slices * mt * variant.nt * 4 * 32 * 4, sliceChunks: chunks, variant };
   }
   // gate_up: half of a block's weight rows are gate rows, the other half the same outputs' up rows
@@ -204,16 +207,12 @@ export function planMoe(T: number, E: number, topK: number, H: number, I: number
   variant?: GemmRowsVariant, fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS, fp8 = false, numLocal = E,
   wgmmaMinRows = 0): MoePlan {
   const m = rowsPerExpert(T, E, topK);
-  const gateUpVariant = variant ?? defaultVariant(m, 2 * I);
-  const downVariant = variant ?? defaultVariant(m, H);
-  if (wgmmaMinRows > 0 && m >= wgmmaMinRows && !fp8 && variant === undefined) {
-    return { gateUp: planWgmma(true, T, numLocal, topK, I, gateUpVariant),
-      down: planWgmma(false, T, numLocal, topK, H, downVariant),
-      router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H, numLocal) : null };
-  }
+  const wgmma = wgmmaMinRows > 0 && m >= wgmmaMinRows && !fp8 && variant === undefined;
+  const plan = (gateUp: boolean, N: number, K: number, v: GemmRowsVariant) =>
+    wgmma ? planWgmma(gateUp, T, numLocal, topK, N, v) : planGemm(gateUp, T, numLocal, topK, N, K, v, fp8);
   return {
-    gateUp: planGemm(true, T, numLocal, topK, I, H, gateUpVariant, fp8),
-    down: planGemm(false, T, numLocal, topK, H, I, downVariant, fp8),
+    gateUp: plan(true, I, H, variant ?? defaultVariant(m, 2 * I)),
+    down: plan(false, H, I, variant ?? defaultVariant(m, H)),
     router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H, numLocal) : null,
   };
 }

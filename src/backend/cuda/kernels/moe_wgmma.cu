@@ -76,7 +76,8 @@ __device__ void moe_wgmma(const bf16_t* __restrict__ x, const bf16_t* __restrict
     cp_async_wait<MOE_WGMMA_STAGES - 2>();
     fence_proxy_async_shared();  // this thread's copies, visible to the tensor cores' reads
     __syncthreads();             // everyone's; and every warpgroup's MMA on the buffer refilled below has finished
-    if (kt + MOE_WGMMA_STAGES - 1 < numK) load(kt + MOE_WGMMA_STAGES - 1, (kt + MOE_WGMMA_STAGES - 1) % MOE_WGMMA_STAGES);
+    const int ahead = kt + MOE_WGMMA_STAGES - 1;
+    if (ahead < numK) load(ahead, ahead % MOE_WGMMA_STAGES);
     cp_async_commit();
     const unsigned stage = base + (kt % MOE_WGMMA_STAGES) * WG_STAGE;
     const unsigned long long descA = wgmma_desc(stage + wg * 64 * WG_ROW);
