@@ -85,7 +85,7 @@ export const KNOBS = {
   QUIRE_CUBLAS_SINGLE_CHAIN_FROM: num(K, 128, 'Rows from which cuBLASLt sums K in one chain (no split-K; Infinity: never).',
     { integer: true, min: 1, infinite: true }),
   QUIRE_MOE_COMBINE_BATCH: num(K, 1, 'A MoE row\'s expert outputs the combine reads at once before summing them in order (1: one at a time; the same bits at any value; 8 measured no faster on qwen3-30b-a3b, an A/B knob).', { integer: true, min: 1 }),
-  QUIRE_MOE_WGMMA_MIN_ROWS: num(K, 0, 'Rows an expert from which a bf16 MoE layer runs its grouped GEMMs on Hopper\'s wgmma (kernels/moe_wgmma.cu; sm_90 only, never batch-invariant; 0, the default: never; written in session 40, not yet measured).',
+  QUIRE_MOE_WGMMA_MIN_ROWS: num(K, 32, 'Rows an expert (tokens x top-k / experts) from which a bf16 MoE layer runs its grouped GEMMs on Hopper\'s wgmma (kernels/moe_wgmma.cu; sm_90 only, never batch-invariant; 0: never). 32: where it overtook the tiled builds on qwen3-30b-a3b\'s and Mixtral\'s shapes (session 41).',
     { integer: true, min: 0 }),
   QUIRE_MOE_FUSED_ROUTER_MAX_ROWS: num(K, 0, 'Most rows a MoE layer routes in one fused kernel (router GEMM, route, group; 0, the default: never; measured slower).',
     { integer: true, min: 0 }),

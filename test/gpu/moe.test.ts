@@ -7,7 +7,8 @@
 // every variant; the combine fused with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a
 // decode step captured as a graph replays to the eager result when its tokens route elsewhere; a profile names the
 // MoE buckets; the grouping's tile lists (one per GEMM tile height) are expertTileList's of its offsets; bench-moe
-// digests the output it times. CUDA outputs start as NaN. (Block-FP8 experts: moe-fp8.test.ts.)
+// digests the output it times; on Hopper the engine takes moe_wgmma.cu from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert,
+// never in the batch-invariant mode. CUDA outputs start as NaN. (Block-FP8 experts: moe-fp8.test.ts.)
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,6 +20,7 @@ import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
 import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
 import { moeBenchInputs, outputDigest, runMoeBench } from '../../src/lab/bench-moe.js';
+import { readKnob } from '../../src/knobs/knobs.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
 import { assertBf16Close, assertSameBits, beginPoisonedStep, bitsOf, newCpu, newCuda, noCuda, randomBf16, rowsOf,
@@ -153,7 +155,8 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     const x = cuda.fromHost([T, H], randomBf16(T * H, 60));
     const router = cuda.fromHost([E, H], randomBf16(E * H, 61, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
     beginPoisonedStep(cuda);
-    const got = cuda.moe.routerToHost(x, router, { topK: k, renormalize: true }, I);
+    // gemm_rows' tiles (moe_wgmma.cu's are 128 tokens for both GEMMs)
+    const got = withWgmmaMinRows(0, () => cuda.moe.routerToHost(x, router, { topK: k, renormalize: true }, I));
     assert.deepEqual(got.tiles.map((t) => t.tokens), [plan.gateUp.tokens, plan.down.tokens]);
     assertTileLists(got, E, 'two lists');
   });
@@ -169,6 +172,17 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     [2048, 128, 8, 128, 64, true, 'tiled'],  // 128 rows an expert
     [2048, 8, 2, 256, 136, false, 'tiled'],  // 512 rows an expert: 64 x 128 tiles, I not a multiple of their 32 outputs
   ] as const;
+  /** fn with moe_wgmma.cu's threshold at minRows (0: never), the engine's (QUIRE_MOE_WGMMA_MIN_ROWS) restored after. */
+  function withWgmmaMinRows<R>(minRows: number, fn: () => R): R {
+    const was = cuda.moe.wgmmaMinRows;
+    cuda.moe.wgmmaMinRows = minRows;
+    try {
+      return fn();
+    } finally {
+      cuda.moe.wgmmaMinRows = was;
+    }
+  }
+
   /** moeExperts on both backends from the same bf16 inputs (the picking router routes both alike). */
   function matchesCpu(T: number, E: number, k: number, H: number, I: number, renormalize: boolean): void {
     const v = expertValues(E, H, I, T + E);
@@ -189,7 +203,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       const plan = planMoe(T, E, k, H, I);
       assert.equal(plan.gateUp.variant.kind, kind);
       assert.equal(plan.down.variant.kind, kind);
-      matchesCpu(T, E, k, H, I, renormalize);
+      withWgmmaMinRows(0, () => matchesCpu(T, E, k, H, I, renormalize));  // the tiled builds on Hopper too
     });
   }
 
@@ -203,14 +217,34 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
       }
       const plan = planMoe(T, E, k, H, I, undefined, 0, false, E, 1);
       assert.deepEqual([plan.gateUp.kernel, plan.down.kernel], ['moe_gate_up_wgmma', 'moe_down_wgmma']);
-      cuda.moe.wgmmaMinRows = 1;
-      try {
-        matchesCpu(T, E, k, H, I, true);
-      } finally {
-        cuda.moe.wgmmaMinRows = 0;
-      }
+      withWgmmaMinRows(1, () => matchesCpu(T, E, k, H, I, true));
     });
   }
+
+  // The engine's own threshold (QUIRE_MOE_WGMMA_MIN_ROWS, 32 by default): prompt chunks of 128 rows an expert on
+  // moe_wgmma.cu, decode batches of 16 on gemm_rows' builds.
+  test('on Hopper the engine runs moe_wgmma.cu from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert, gemm_rows below', (t) => {
+    if (cuda.device.arch !== 90) {
+      t.skip(`sm_${cuda.device.arch}: moe_wgmma.cu is built for sm_90a`);
+      return;
+    }
+    const min = readKnob('QUIRE_MOE_WGMMA_MIN_ROWS');
+    assert.equal(cuda.moe.wgmmaMinRows, min);
+    const [E, k, H, I] = [128, 8, 256, 64];
+    const ex = cudaExperts(cuda, E, H, I, 70);
+    const router = cuda.fromHost([E, H], randomBf16(E * H, 71, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+    const route: MoeRoute = { topK: k, renormalize: true };
+    for (const T of [256, 2048]) {
+      const x = cuda.fromHost([T, H], randomBf16(T * H, 72 + T));
+      const run = (minRows: number) => withWgmmaMinRows(minRows, () => {
+        beginPoisonedStep(cuda);
+        return bitsOf(cuda, cuda.moeExperts(x, router, ex, route));
+      });
+      const [engine, wgmma, gemmRows] = [run(min), run(1), run(0)];
+      const onWgmma = min > 0 && (T * k) / E >= min;
+      assertSameBits(engine, onWgmma ? wgmma : gemmRows, `T ${T}: the ${onWgmma ? 'wgmma' : 'gemm_rows'} bits`);
+    }
+  });
 
   test('bench-moe times the layer it digests: its digest is the output\'s of moeExperts on its inputs, its TFLOP/s finite', () => {
     const shape = { tokens: 200, experts: 16, topK: 4, hidden: 128, width: 64 };
@@ -347,6 +381,23 @@ describe('CUDA mixture of experts in the batch-invariant mode', { skip: noCuda }
     cuda.moe.fusedRouterMaxRows = MOE_FUSED_ROUTER_MAX_ROWS;
   });
   after(() => cuda?.dispose());
+
+  test('on Hopper too a prompt chunk of 128 rows an expert keeps gemm_rows\' bits (never moe_wgmma.cu\'s): a row\'s '
+    + 'output is its own alone', () => {
+    assert.equal(cuda.moe.wgmmaMinRows, 0);
+    const [T, E, k, H, I] = [2048, 128, 8, 256, 64];
+    const ex = cudaExperts(cuda, E, H, I, 80);
+    const x = cuda.fromHost([T, H], randomBf16(T * H, 81));
+    const router = cuda.fromHost([E, H], randomBf16(E * H, 82, -3 / Math.sqrt(H), 3 / Math.sqrt(H)));
+    const route: MoeRoute = { topK: k, renormalize: true };
+    beginPoisonedStep(cuda);
+    const batch = bitsOf(cuda, cuda.moeExperts(x, router, ex, route));
+    for (const r of [0, 1000, 2047]) {
+      beginPoisonedStep(cuda);
+      assertSameBits(bitsOf(cuda, cuda.moeExperts(rowsOf(x, r, 1), router, ex, route)), batch.slice(r * H, (r + 1) * H),
+        `row ${r} alone`);
+    }
+  });
 
   test('a row\'s logits, routing and output have the same bits alone (the fused router) as in a batch of 300 (gemm_rows, moe_route, moe_group)', () => {
     const [T, E, k, H, I] = [300, 128, 8, 256, 96];

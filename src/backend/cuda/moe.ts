@@ -5,7 +5,7 @@
 // choose. A decode step's few rows take the router, route and group in one launch (moe_router_fused, bucket "moe
 // route"); more rows, the router GEMM ("gemm router": cuBLASLt, or gemm_rows in the batch-invariant mode, whose bits
 // the fused kernel's logits are) then moe_route and moe_group ("moe route"). Then "gemm expert gate_up", "gemm expert
-// down", "moe combine". On Hopper, from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert, bf16 experts' GEMMs are
+// down", "moe combine". On Hopper, from QUIRE_MOE_WGMMA_MIN_ROWS (32) rows an expert, bf16 experts' GEMMs are
 // kernels/moe_wgmma.cu's (wgmma; not in the batch-invariant mode). Block-FP8 experts (W8A8, as the CPU backend's
 // fp8BlockMatmul) take the _fp8 builds of the same GEMMs, each input quantized per row and 128 columns first ("moe
 // quantize": x before gate_up; gate_up's f32 output, the CPU's unrounded silu_mul, before down). Expert-parallel
