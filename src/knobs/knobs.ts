@@ -113,6 +113,7 @@ export const KNOBS = {
   QUIRE_DECODE_SHORT_SPLIT_TOKENS: num(K, 128, 'KV positions a split covers for short rows (0: none).', { integer: true }),
   QUIRE_GRAPH_KV_CLASSES: bool(K, true, 'Decode graphs per KV-length class (short and long rows).'),
   QUIRE_DECODE_ODD_ROWS: num(K, 192, 'Rows from which odd GQA groups (5, 6, 7) take their own decode builds.', { integer: true }),
+  QUIRE_DECODE_MMA: bool(K, false, 'Decode attention\'s rounds on tensor cores (kernels/attention_decode_mma.cuh: a GQA group\'s query heads as the MMA\'s rows; bf16 caches of head dim 64 or 128): its own bits, batch-invariant as the default kernel\'s; written in session 41, not yet measured.'),
   QUIRE_DECODE_GROUPS: str(K, 'Comma-separated G values the decode kernel may use (default all built).', (raw) => {
     if (!/^\d+(,\d+)*$/.test(raw)) throw new Error('expected a comma-separated list of integers');
   }),

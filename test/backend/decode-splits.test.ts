@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { DECODE_MMA_HEAD_DIMS } from '../../src/backend/cuda/attention-launch.js';
 import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
   DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeHeadGroups, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
@@ -174,6 +175,15 @@ test('every G the host may pick has a build in attention_decode.cu, for a bf16 a
   // an FP8 cache with GQA groups of 1 or 2 takes the 16-byte builds of G 1 and 2 (attention-launch.ts)
   for (const G of [1, 2]) assert.match(src, new RegExp(`INSTANTIATE_DG\\(bf16_fp8x16, bf16_t, fp8_t, 16, D, ${G}\\)`));
   for (const D of [64, 128, 256]) assert.match(src, new RegExp(`^INSTANTIATE_FP8X16\\(${D}\\)$`, 'm'));
+});
+
+test('every G the host may pick at D 64 and 128 has a tensor-core build (_mma, QUIRE_DECODE_MMA)', () => {
+  const src = readFileSync(join(kernelDir(), 'attention_decode.cu'), 'utf8');
+  const mma = new Set([...src.matchAll(/^INSTANTIATE_MMA\((\d+), (\d+)\)$/gm)].map((m) => `${m[1]}/${m[2]}`));
+  for (const D of DECODE_MMA_HEAD_DIMS) {
+    for (const G of decodeGroupsBuilt(D, '')) assert.ok(mma.has(`${D}/${G}`), `D ${D} G ${G}`);
+  }
+  assert.equal(mma.size, DECODE_MMA_HEAD_DIMS.map((D) => decodeGroupsBuilt(D, '').length).reduce((a, b) => a + b));
 });
 
 test('an FP8 cache caps G at 2 (its 16-byte builds): a group of 4 or 8 gets 2 where the rows fill the GPU', () => {

@@ -26,9 +26,17 @@ export interface AttentionLaunch {
   kvKernels?: string;
   /** An FP8 cache's decode kernel loads 16 e4m3 a lane (the _fp8x16 builds, G 1 and 2 only, no _w). */
   decodeX16?: boolean;
+  /**
+   * The decode kernel's rounds on tensor cores (the _mma builds, QUIRE_DECODE_MMA; a bf16 cache, head dim 64 or 128):
+   * their own bits, at every G and grid alike, so a row's still follow its kv length alone.
+   */
+  decodeMma?: boolean;
 }
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
+
+/** Head dims the decode kernel's _mma builds take (kernels/attention_decode_mma.cuh: D a multiple of 32, <= 128). */
+export const DECODE_MMA_HEAD_DIMS: readonly number[] = [64, 128];
 
 export interface PrefillKernelShape {
   name: string;
@@ -119,11 +127,18 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   // row's bits do not depend on its batch
   const x16 = a.decodeX16 === true;
   if (x16 && g.G > 2) throw new Error(`attention: the FP8 decode kernel is built for G 1 and 2, not ${g.G}`);
-  const wide = !x16 && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const kv = a.kvKernels ?? 'bf16';
-  const pre = !x16 && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv, d.numSMs);
-  const hg = decodeHeadGroups(g.G, a.headDim, kv, a.numHeads, a.numKvHeads, pre, wide);
-  const tail = wide ? '_w' : pre ? '_pre' : hg > 1 ? `_hg${hg}` : '';
+  const mma = a.decodeMma === true;
+  if (mma && (kv !== 'bf16' || !DECODE_MMA_HEAD_DIMS.includes(a.headDim))) {
+    throw new Error(`attention: the tensor-core decode kernel takes a bf16 cache of head dim 64 or 128, not ${kv} ` +
+      `of ${a.headDim}`);
+  }
+  // the _mma builds have no _w, _pre or _hg variants: one build a G, whatever the grid
+  const wide = !x16 && !mma && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
+  const pre = !x16 && !mma && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv,
+    d.numSMs);
+  const hg = mma ? 1 : decodeHeadGroups(g.G, a.headDim, kv, a.numHeads, a.numKvHeads, pre, wide);
+  const tail = mma ? '_mma' : wide ? '_w' : pre ? '_pre' : hg > 1 ? `_hg${hg}` : '';
   const name = `attention_decode_${kv}${x16 ? 'x16' : ''}_d${a.headDim}_g${g.G}${tail}`;
   d.launch('attention_decode.cu', name, [a.numHeads / g.G / hg, g.rows, g.gridZ],
     DECODE_WARPS * 32 * hg, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),

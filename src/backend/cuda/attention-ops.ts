@@ -7,7 +7,8 @@
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
-import { decodeAsDependent, launchDecodeAttention, launchPrefillAttention, type DecodeRope } from './attention-launch.js';
+import { DECODE_MMA_HEAD_DIMS, decodeAsDependent, launchDecodeAttention, launchPrefillAttention,
+  type DecodeRope } from './attention-launch.js';
 import { decodeGridZ, decodeGroup, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
 import { ROPE_WARPS } from './kernel-defines.js';
@@ -21,6 +22,8 @@ export interface AttentionOptions {
   batchInvariant: boolean;
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel (QUIRE_FUSED_ROPE). */
   fusedRope?: boolean;
+  /** Decode attention's rounds on tensor cores where the cache allows (QUIRE_DECODE_MMA). */
+  decodeMma?: boolean;
 }
 
 export class CudaAttention {
@@ -30,6 +33,8 @@ export class CudaAttention {
   private readonly fp8DecodeX16: boolean;
   private readonly batchInvariant: boolean;
   private readonly fusedRope: boolean;
+  /** The _mma decode builds for a bf16 cache of head dim 64 or 128 (DECODE_MMA_HEAD_DIMS); others keep the plain ones. */
+  private readonly decodeMma: boolean;
   private readonly invFreqs = new Map<Float32Array, bigint>();
   /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
   private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
@@ -46,6 +51,7 @@ export class CudaAttention {
     this.fp8DecodeX16 = fp8Cache;
     this.batchInvariant = o.batchInvariant;
     this.fusedRope = o.fusedRope ?? readKnob('QUIRE_FUSED_ROPE');
+    this.decodeMma = !fp8Cache && (o.decodeMma ?? readKnob('QUIRE_DECODE_MMA'));
   }
 
   /** A new step: nothing of the last one's qkv is pending. */
@@ -150,7 +156,8 @@ export class CudaAttention {
       // The batch-invariant mode runs every row through the decode kernel: a row's result then follows its own kv
       // length alone, whatever chunk or step it came in.
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
-        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16 };
+        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16,
+        decodeMma: this.decodeMma && DECODE_MMA_HEAD_DIMS.includes(D) };
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
       if (decodeRows > 0) {

@@ -49,6 +49,8 @@ export interface CudaBackendOptions {
   gguf?: GgufGemmOptionsIn;
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel; default QUIRE_FUSED_ROPE (on). */
   fusedRope?: boolean;
+  /** Decode attention's rounds on tensor cores (bf16 caches of head dim 64 or 128); default QUIRE_DECODE_MMA (off). */
+  decodeMma?: boolean;
   /**
    * vLLM's --kv-cache-dtype: 'fp8_e4m3' keeps K and V as FP8 E4M3 (scale 1; sm_89+): a byte an element, half the
    * bandwidth of decode attention; the kernels' _fp8 builds write and widen it. Default 'auto' (bf16).
@@ -105,7 +107,7 @@ export class CudaBackend implements Backend {
     this.gemms = new CudaGemms(this.step, { batchInvariant, chainGemms: opts.chainGemms, chainNorms: opts.chainNorms,
       cublasWorkspaceBytes: opts.cublasWorkspaceBytes, gguf: opts.gguf });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
-      { batchInvariant, fusedRope: opts.fusedRope });
+      { batchInvariant, fusedRope: opts.fusedRope, decodeMma: opts.decodeMma });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv);
     this.sampling = new CudaSampling(this.step);

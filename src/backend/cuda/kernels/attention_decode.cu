@@ -91,14 +91,18 @@
 // PRE: the split's K and V asked of L2 before the wait (the _pre builds)
 #define INSTANTIATE_DGMVP(suffix, T, C, V, D, G, MINB, tail, PRE) INSTANTIATE_DGMVPH(suffix, T, C, V, D, G, MINB, tail, PRE, 1)
 // HG: head groups, G 1 blocks of DECODE_THREADS side by side in one (the _hg builds)
-#define INSTANTIATE_DGMVPH(suffix, T, C, V, D, G, MINB, tail, PRE, HG)                                           \
+#define INSTANTIATE_DGMVPH(suffix, T, C, V, D, G, MINB, tail, PRE, HG) \
+  INSTANTIATE_DGMVPHM(suffix, T, C, V, D, G, MINB, tail, PRE, HG, false)
+// MMA: the rounds on tensor cores (the _mma builds, attention_decode_mma.cuh)
+#define INSTANTIATE_DGMVPHM(suffix, T, C, V, D, G, MINB, tail, PRE, HG, MMA)                                      \
   extern "C" __global__ void __launch_bounds__(DECODE_THREADS * HG, MINB) attention_decode_##suffix##_d##D##_g##G##tail( \
       const T* qkv, const C* kCache, const C* vCache, T* out, float* partialOut, float* partialMl,                \
       int* rowCounters, const int* meta, const int* blockTables, const int* tokenToSeq, const int* positions,     \
       int numHeads, int numKvHeads, int blockShift, float scale, int splitTokens, int longSplitTokens,            \
       int shortSplitTokens, int maxSplits, int qHeadsPerKv, const int* rowOrder, const float* ropeTable,           \
       const T* qNorm, const T* kNorm, const int* slotMapping, float eps, int ropePairs) {                         \
-    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, (MINB) * (HG), PRE), PRE, PRE && DECODE_PIPE, HG>(        \
+    attention_decode<T, C, D, G, V, true, EARLY_BUILD(T, C, G, (MINB) * (HG), PRE) && !(MMA), PRE, PRE && DECODE_PIPE, \
+                     HG, MMA>(                                                                                         \
         qkv, kCache, vCache, out, partialOut, partialMl, rowCounters, meta, blockTables, tokenToSeq, positions,      \
         numHeads, numKvHeads, blockShift, scale, splitTokens, longSplitTokens, shortSplitTokens, maxSplits,          \
         qHeadsPerKv, blockIdx.x, rowOrder[blockIdx.y], blockIdx.y, blockIdx.z, gridDim.x, gridDim.z, ropeTable,      \
@@ -141,6 +145,26 @@ INSTANTIATE_DGMVP(bf16, bf16_t, bf16_t, 8, 128, 1, DECODE_PRE_MINB, _pre, true)
 // same code and bits as G 1's, at the registers of 4 blocks a SM
 INSTANTIATE_DGMVPH(bf16, bf16_t, bf16_t, 8, 64, 1, 1, _hg4, false, 4)
 INSTANTIATE_DGMVPH(bf16, bf16_t, bf16_t, 8, 128, 1, 1, _hg4, false, 4)
+// The rounds on tensor cores (QUIRE_DECODE_MMA: attention-launch.ts), a bf16 cache of D 64 or 128, at every G the
+// backend may pick there (decode-splits.ts decodeGroupsBuilt); 3 blocks a SM by registers (DECODE_MMA_MINB: 168 at
+// D 128 G 8 with no spill, 192 at 2)
+#ifndef DECODE_MMA_MINB
+#define DECODE_MMA_MINB 3
+#endif
+#define INSTANTIATE_MMA(D, G) INSTANTIATE_DGMVPHM(bf16, bf16_t, bf16_t, 8, D, G, DECODE_MMA_MINB, _mma, false, 1, true)
+INSTANTIATE_MMA(64, 1)
+INSTANTIATE_MMA(64, 2)
+INSTANTIATE_MMA(64, 4)
+INSTANTIATE_MMA(64, 7)
+INSTANTIATE_MMA(64, 8)
+INSTANTIATE_MMA(128, 1)
+INSTANTIATE_MMA(128, 2)
+INSTANTIATE_MMA(128, 4)
+INSTANTIATE_MMA(128, 5)
+INSTANTIATE_MMA(128, 6)
+INSTANTIATE_MMA(128, 7)
+INSTANTIATE_MMA(128, 8)
+#undef INSTANTIATE_MMA
 // An FP8 cache (attention-launch.ts; the backend then picks G 1 or 2 whatever the GQA group): 16-byte loads of 16 e4m3,
 // which keep the loads in flight the bandwidth needs; G 4 would spill (docs/perf-log.md, session 18)
 #define INSTANTIATE_FP8X16(D)                        \
@@ -158,4 +182,5 @@ INSTANTIATE_FP8X16(256)
 #undef INSTANTIATE_DGMV
 #undef INSTANTIATE_DGMVP
 #undef INSTANTIATE_DGMVPH
+#undef INSTANTIATE_DGMVPHM
 #undef EARLY_BUILD

@@ -4,11 +4,12 @@
 // DECODE_THREADS and the kernel defines (DECODE_FOLD_BATCH, DECODE_MAX_CLUSTER, ...) before it.
 #pragma once
 #include "common.cuh"
+#include "attention_decode_mma.cuh"
 #include "decode_state.cuh"
 #include "rope.cuh"
 
 template <typename T, typename C, int D, int G, int VEC = 16 / (int)sizeof(T), bool PDL = false, bool EARLY = false,
-          bool PRE = false, bool PIPE = false, int HG = 1>
+          bool PRE = false, bool PIPE = false, int HG = 1, bool MMA = false>
 __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, const C* vCache, T* out,
                                                  float* partialOut, float* partialMl, int* rowCounters,
                                                  const int* meta, const int* blockTables, const int* tokenToSeq,
@@ -28,6 +29,8 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   // the HG heads' identical K and V loads meet (one read from L2 for the group's heads instead of HG). At HG 1, hg is
   // the constant 0, TID threadIdx.x and SUB_SYNC __syncthreads: the code of the plain builds.
   static_assert(HG == 1 || (G == 1 && !PRE), "head groups are G 1 blocks side by side, without clusters");
+  // MMA (the _mma builds): the rounds on tensor cores (attention_decode_mma.cuh), bf16 only, no early or L2 reads
+  static_assert(!MMA || (sizeof(T) == 2 && sizeof(C) == 2 && HG == 1 && !PRE && !EARLY && !PIPE), "plain _mma builds");
   const int hg = HG > 1 ? (int)threadIdx.x / DECODE_THREADS : 0;
 #define TID (HG > 1 ? threadIdx.x % DECODE_THREADS : threadIdx.x)
 #define SUB_SYNC()                                                                     \
@@ -124,12 +127,17 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   if constexpr (PDL) pdl_begin();
 
   float qf[G][EPL];
+  unsigned qa[MMA ? D / 32 : 1][4];  // MMA: the G heads' q as A fragment words (decode_mma_q)
   if (ropeTable == nullptr) {
+    if constexpr (MMA) {
+      decode_mma_q<D, G>(qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)h0 * D, qa, lane);
+    } else {
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-      const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
+      for (int g = 0; g < G; g++) {
+        const T* q = qkv + (long long)t * (numHeads + 2 * numKvHeads) * D + (long long)(h0 + g) * D + dim0;
 #pragma unroll
-      for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(q[e]), scale);
+        for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(q[e]), scale);
+      }
     }
   } else {
     // Fused qk-norm + rope (a decode-only step; rope.cu's kernel not launched): the block ropes its G q heads into
@@ -161,10 +169,14 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
       rope_items(ropePairs);
     }
     SUB_SYNC();
+    if constexpr (MMA) {
+      decode_mma_q<D, G>(qs, qa, lane);
+    } else {
 #pragma unroll
-    for (int g = 0; g < G; g++) {
+      for (int g = 0; g < G; g++) {
 #pragma unroll
-      for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(qs[g * D + dim0 + e]), scale);
+        for (int e = 0; e < EPL; e++) qf[g][e] = __fmul_rn(to_float(qs[g * D + dim0 + e]), scale);
+      }
     }
     SUB_SYNC();  // warpAcc is written after the first split
   }
@@ -184,112 +196,117 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
   for (int split = bz; split < plan.numSplits; split += rowZ) {
     const int begin = split * plan.chunk;
     const int end = min(kvLen, begin + plan.chunk);
-    float m[G], l[G], acc[G][EPL];
+    if constexpr (MMA) {
+      decode_mma_walk<C, D, G>(qa, kCache, vCache, table, blockShift, slotStride, kvh, begin, end, warp, lane, scale,
+                               &warpMs[hg][warp][0], &warpLs[hg][warp][0], &warpAccs[hg][warp][0][0]);
+    } else {
+      float m[G], l[G], acc[G][EPL];
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-      m[g] = NEG_INF;
-      l[g] = 0.f;
+      for (int g = 0; g < G; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.f;
 #pragma unroll
-      for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
-    }
-    // A round's K and V from position j: the registers read before the wait where they hold it (EARLY), else loads
-    auto take_round = [&](int j, KvRaw<C, EPL>(&kr)[DECODE_SLOTS], KvRaw<C, EPL>(&vr)[DECODE_SLOTS]) {
-      if (EARLY && j == early0) {
+        for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
+      }
+      // A round's K and V from position j: the registers read before the wait where they hold it (EARLY), else loads
+      auto take_round = [&](int j, KvRaw<C, EPL>(&kr)[DECODE_SLOTS], KvRaw<C, EPL>(&vr)[DECODE_SLOTS]) {
+        if (EARLY && j == early0) {
+#pragma unroll
+          for (int u = 0; u < DECODE_SLOTS; u++) {
+            kr[u] = kr0[u];
+            vr[u] = vr0[u];
+          }
+        } else {
+          load_round(j, end, kr, vr);
+        }
+      };
+      // PIPE: the next round's K and V are asked for before this round's sums (kn, vn), the same sums in the same order
+      KvRaw<C, EPL> kn[DECODE_SLOTS], vn[DECODE_SLOTS];
+      if constexpr (PIPE) take_round(begin, kn, vn);
+      for (int j0 = begin; j0 < end; j0 += ROUND) {
+        KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
+        bool valid[DECODE_SLOTS];
+#pragma unroll
+        for (int u = 0; u < DECODE_SLOTS; u++) valid[u] = j0 + (u * DECODE_WARPS + warp) * PPW + group < end;
+        if constexpr (PIPE) {
+#pragma unroll
+          for (int u = 0; u < DECODE_SLOTS; u++) {
+            kr[u] = kn[u];
+            vr[u] = vn[u];
+          }
+          if (j0 + ROUND < end) load_round(j0 + ROUND, end, kn, vn);
+        } else {
+          take_round(j0, kr, vr);
+        }
+        float s[DECODE_SLOTS][G];
 #pragma unroll
         for (int u = 0; u < DECODE_SLOTS; u++) {
-          kr[u] = kr0[u];
-          vr[u] = vr0[u];
+          float kf[EPL];
+          kr[u].to_floats_(kf);
+#pragma unroll
+          for (int g = 0; g < G; g++) {
+            float dot = 0.f;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) dot = __fmaf_rn(qf[g][e], kf[e], dot);
+            s[u][g] = dot;
+          }
         }
-      } else {
-        load_round(j, end, kr, vr);
-      }
-    };
-    // PIPE: the next round's K and V are asked for before this round's sums (kn, vn), the same sums in the same order
-    KvRaw<C, EPL> kn[DECODE_SLOTS], vn[DECODE_SLOTS];
-    if constexpr (PIPE) take_round(begin, kn, vn);
-    for (int j0 = begin; j0 < end; j0 += ROUND) {
-      KvRaw<C, EPL> kr[DECODE_SLOTS], vr[DECODE_SLOTS];
-      bool valid[DECODE_SLOTS];
 #pragma unroll
-      for (int u = 0; u < DECODE_SLOTS; u++) valid[u] = j0 + (u * DECODE_WARPS + warp) * PPW + group < end;
-      if constexpr (PIPE) {
+        for (int o = LPP / 2; o > 0; o >>= 1) {
 #pragma unroll
-        for (int u = 0; u < DECODE_SLOTS; u++) {
-          kr[u] = kn[u];
-          vr[u] = vn[u];
+          for (int u = 0; u < DECODE_SLOTS; u++) {
+#pragma unroll
+            for (int g = 0; g < G; g++) s[u][g] += __shfl_xor_sync(FULL_MASK, s[u][g], o);
+          }
         }
-        if (j0 + ROUND < end) load_round(j0 + ROUND, end, kn, vn);
-      } else {
-        take_round(j0, kr, vr);
-      }
-      float s[DECODE_SLOTS][G];
-#pragma unroll
-      for (int u = 0; u < DECODE_SLOTS; u++) {
-        float kf[EPL];
-        kr[u].to_floats_(kf);
 #pragma unroll
         for (int g = 0; g < G; g++) {
-          float dot = 0.f;
+          float mNew = m[g];
 #pragma unroll
-          for (int e = 0; e < EPL; e++) dot = __fmaf_rn(qf[g][e], kf[e], dot);
-          s[u][g] = dot;
+          for (int u = 0; u < DECODE_SLOTS; u++) if (valid[u]) mNew = fmaxf(mNew, s[u][g]);
+          const float corr = mNew == NEG_INF ? 1.f : __expf(m[g] - mNew);
+          l[g] = __fmul_rn(l[g], corr);
+#pragma unroll
+          for (int e = 0; e < EPL; e++) acc[g][e] = __fmul_rn(acc[g][e], corr);
+          m[g] = mNew;
         }
-      }
-#pragma unroll
-      for (int o = LPP / 2; o > 0; o >>= 1) {
 #pragma unroll
         for (int u = 0; u < DECODE_SLOTS; u++) {
+          float vf[EPL];
+          vr[u].to_floats_(vf);
 #pragma unroll
-          for (int g = 0; g < G; g++) s[u][g] += __shfl_xor_sync(FULL_MASK, s[u][g], o);
+          for (int g = 0; g < G; g++) {
+            const float p = valid[u] ? __expf(s[u][g] - m[g]) : 0.f;
+            l[g] = __fadd_rn(l[g], p);
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[g][e] = __fmaf_rn(p, vf[e], acc[g][e]);
+          }
         }
       }
+      // lane groups of the warp -> one state per warp (butterfly: every group ends with the total)
 #pragma unroll
-      for (int g = 0; g < G; g++) {
-        float mNew = m[g];
-#pragma unroll
-        for (int u = 0; u < DECODE_SLOTS; u++) if (valid[u]) mNew = fmaxf(mNew, s[u][g]);
-        const float corr = mNew == NEG_INF ? 1.f : __expf(m[g] - mNew);
-        l[g] = __fmul_rn(l[g], corr);
-#pragma unroll
-        for (int e = 0; e < EPL; e++) acc[g][e] = __fmul_rn(acc[g][e], corr);
-        m[g] = mNew;
-      }
-#pragma unroll
-      for (int u = 0; u < DECODE_SLOTS; u++) {
-        float vf[EPL];
-        vr[u].to_floats_(vf);
+      for (int o = LPP; o < 32; o <<= 1) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
-          const float p = valid[u] ? __expf(s[u][g] - m[g]) : 0.f;
-          l[g] = __fadd_rn(l[g], p);
+          const float mo = __shfl_xor_sync(FULL_MASK, m[g], o);
+          const float lo = __shfl_xor_sync(FULL_MASK, l[g], o);
+          const float M = fmaxf(m[g], mo);
+          const float a = scale_of(l[g], m[g], M), b = scale_of(lo, mo, M);
+          l[g] = __fmaf_rn(l[g], a, __fmul_rn(lo, b));
 #pragma unroll
-          for (int e = 0; e < EPL; e++) acc[g][e] = __fmaf_rn(p, vf[e], acc[g][e]);
+          for (int e = 0; e < EPL; e++) {
+            acc[g][e] = __fmaf_rn(acc[g][e], a, __fmul_rn(__shfl_xor_sync(FULL_MASK, acc[g][e], o), b));
+          }
+          m[g] = M;
         }
       }
-    }
-    // lane groups of the warp -> one state per warp (butterfly: every group ends with the total)
+      if (group == 0) {
 #pragma unroll
-    for (int o = LPP; o < 32; o <<= 1) {
+        for (int g = 0; g < G; g++) {
+          if (lane == 0) { warpMs[hg][warp][g] = m[g]; warpLs[hg][warp][g] = l[g]; }
 #pragma unroll
-      for (int g = 0; g < G; g++) {
-        const float mo = __shfl_xor_sync(FULL_MASK, m[g], o);
-        const float lo = __shfl_xor_sync(FULL_MASK, l[g], o);
-        const float M = fmaxf(m[g], mo);
-        const float a = scale_of(l[g], m[g], M), b = scale_of(lo, mo, M);
-        l[g] = __fmaf_rn(l[g], a, __fmul_rn(lo, b));
-#pragma unroll
-        for (int e = 0; e < EPL; e++) {
-          acc[g][e] = __fmaf_rn(acc[g][e], a, __fmul_rn(__shfl_xor_sync(FULL_MASK, acc[g][e], o), b));
+          for (int e = 0; e < EPL; e++) warpAccs[hg][warp][g][dim0 + e] = acc[g][e];
         }
-        m[g] = M;
-      }
-    }
-    if (group == 0) {
-#pragma unroll
-      for (int g = 0; g < G; g++) {
-        if (lane == 0) { warpMs[hg][warp][g] = m[g]; warpLs[hg][warp][g] = l[g]; }
-#pragma unroll
-        for (int e = 0; e < EPL; e++) warpAccs[hg][warp][g][dim0 + e] = acc[g][e];
       }
     }
     SUB_SYNC();

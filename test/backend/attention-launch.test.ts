@@ -1,0 +1,60 @@
+// The decode kernel's build name (attention-launch.ts launchDecodeAttention), on a device that records launches:
+// with decodeMma the _mma build of the step's G at any grid (no _w, _pre or _hg variant, no cluster), and a cache
+// the _mma builds do not take refused by name; without it the grid picks the variant as before.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launchDecodeAttention, type AttentionLaunch, type DecodeGrid }
+  from '../../src/backend/cuda/attention-launch.js';
+import type { Device } from '../../src/backend/cuda/device.js';
+import { metaLayout } from '../../src/backend/cuda/step-meta.js';
+
+interface Launch {
+  name: string;
+  grid: number[];
+  block: number;
+  clusterZ: number;
+}
+
+function recorder(): { device: Device; launches: Launch[] } {
+  const launches: Launch[] = [];
+  const device = {
+    numSMs: 132, arch: 90,
+    launch: (_file: string, name: string, grid: number[], block: number, _args: unknown[], _shared = 0,
+      _dependent = false, clusterZ = 1) => launches.push({ name, grid, block, clusterZ }),
+  } as unknown as Device;
+  return { device, launches };
+}
+
+function launchOf(headDim: number, extra: Partial<AttentionLaunch>): AttentionLaunch {
+  return { qkv: 1n, k: 2n, v: 3n, out: 4n, meta: 5n, layout: metaLayout(512, 512, 64), numHeads: 32, numKvHeads: 4,
+    headDim, blockSize: 16, scale: 1, ...extra };
+}
+
+const grid = (G: number, rows: number, gridZ: number): DecodeGrid =>
+  ({ G, rows, gridZ, partialOut: 6n, partialMl: 7n, rowCounters: 8n, dependent: true });
+
+test('decodeMma launches the _mma build of the step\'s G at any grid; the plain kernel picks its variants', () => {
+  const { device, launches } = recorder();
+  // one row of 4 splits (a _pre grid), 256 rows at G 1 and 2 (_w grids), 256 rows at G 8
+  const grids = [grid(1, 1, 4), grid(1, 256, 1), grid(2, 256, 1), grid(8, 256, 1)];
+  for (const g of grids) launchDecodeAttention(device, launchOf(128, { decodeMma: true }), g);
+  assert.deepEqual(launches.map((l) => l.name), ['attention_decode_bf16_d128_g1_mma',
+    'attention_decode_bf16_d128_g1_mma', 'attention_decode_bf16_d128_g2_mma', 'attention_decode_bf16_d128_g8_mma']);
+  assert.deepEqual(launches.map((l) => l.clusterZ), [1, 1, 1, 1], 'no clusters');
+  assert.deepEqual(launches.map((l) => l.grid), [[32, 1, 4], [32, 256, 1], [16, 256, 1], [4, 256, 1]]);
+  launches.length = 0;
+  for (const g of grids) launchDecodeAttention(device, launchOf(128, {}), g);
+  assert.deepEqual(launches.map((l) => l.name), ['attention_decode_bf16_d128_g1_pre',
+    'attention_decode_bf16_d128_g1_w', 'attention_decode_bf16_d128_g2_w', 'attention_decode_bf16_d128_g8']);
+});
+
+test('decodeMma refuses a cache its builds do not take: FP8, or a head dim other than 64 and 128', () => {
+  const { device, launches } = recorder();
+  launchDecodeAttention(device, launchOf(64, { decodeMma: true }), grid(4, 8, 1));
+  assert.equal(launches[0]!.name, 'attention_decode_bf16_d64_g4_mma');
+  assert.throws(() => launchDecodeAttention(device, launchOf(256, { decodeMma: true }), grid(4, 8, 1)),
+    /bf16 cache of head dim 64 or 128, not bf16 of 256/);
+  assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: true, kvKernels: 'bf16_fp8' }),
+    grid(2, 8, 1)), /not bf16_fp8 of 128/);
+});

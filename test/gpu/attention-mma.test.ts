@@ -1,0 +1,85 @@
+// Decode attention's rounds on tensor cores (the _mma builds, QUIRE_DECODE_MMA; kernels/attention_decode_mma.cuh):
+// attention.test.js passes again with the knob on (paged attention against the CPU backend on prefill, chunked,
+// mixed and decode-only steps, one split and several, and the fused rope's bits against rope.cu's plus kv_write);
+// on random bf16 pages, a batch of 200 rows of 1 to 1,800 positions (whole GQA groups a block, splits walked by one
+// block or published) has the bits each row has alone (one query head a block, its splits spread over blocks),
+// eager and graphed, at GQA groups of 2 to 8 and head dims 64 and 128; and those outputs are within bf16 of the
+// CUDA-core kernel's, whose bits they are not. The workspace is poisoned before every run.
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { decodeGroup } from '../../src/backend/cuda/decode-splits.js';
+import { f32ToBf16 } from '../../src/loader/dtype.js';
+import { batchOf } from '../backend/helpers.js';
+import { assertBf16Close, newCuda, noCuda, randomBf16, rerunWith } from './cuda-helpers.js';
+
+const blockSize = 16;
+const numRows = 200;
+
+describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noCuda }, () => {
+  const mma = noCuda ? null : newCuda({ decodeMma: true });
+  const plain = noCuda ? null : newCuda({ decodeMma: false });
+  after(() => {
+    mma?.dispose();
+    plain?.dispose();
+  });
+
+  test('attention.test.js passes with QUIRE_DECODE_MMA=1 (the CPU backend\'s outputs, the fused rope\'s bits)', () => {
+    const out = rerunWith(new URL('./attention.test.js', import.meta.url).href, { QUIRE_DECODE_MMA: '1' });
+    assert.match(out, /^# pass [1-9]/m);
+    assert.match(out, /^# fail 0$/m);
+  });
+
+  // [heads, kv heads, head dim]: qwen3-30b-a3b's group of 8, qwen3-8b's 4, Qwen2.5's odd 7 (D 128 and 64), 0.6b's 2
+  for (const [H, KV, D] of [[32, 4, 128], [32, 8, 128], [28, 4, 128], [14, 2, 64], [16, 8, 128]] as const) {
+    test(`${H} heads over ${KV} kv heads, D ${D}: a row's bits in a batch of ${numRows} are its bits alone, `
+      + 'within bf16 of the CUDA-core kernel\'s', () => {
+      const group = H / KV;
+      assert.equal(decodeGroup(numRows, H, KV, mma!.device.numSMs, D), group, 'the batch takes the whole-group build');
+      assert.equal(decodeGroup(1, H, KV, mma!.device.numSMs, D), 1, 'a row alone: one head a block');
+      const lens = Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800));
+      let next = 0;
+      const pages = lens.map((len) => Array.from({ length: Math.ceil(len / blockSize) }, () => next++));
+      const elements = next * blockSize * KV * D;
+      const kValues = f32ToBf16(randomBf16(elements, 23 + D, -2, 2));
+      const vValues = f32ToBf16(randomBf16(elements, 24 + D, -2, 2));
+      const width = (H + 2 * KV) * D;
+      const scale = 1 / Math.sqrt(D);
+      const qkvValues = randomBf16(numRows * width, 25 + H, -2, 2);
+      const batch = batchOf(lens.map((len, i) => ({ ids: [i % 50], start: len - 1, pages: pages[i]! })), blockSize);
+      const outputs = [mma!, plain!].map((c) => {
+        c.allocateKvCache({ numBlocks: next, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+        const { k, v } = c.kvLayer(0);
+        c.device.upload(k, kValues);
+        c.device.upload(v, vValues);
+        c.reserveStepCapacity(numRows, numRows, Math.max(...pages.map((p) => p.length)));
+        const qkv = c.fromHost([numRows, width], qkvValues);
+        const step = c.beginStep(batch);
+        c.fillWorkspace(0xff);
+        return c.toHost(c.attention(qkv, 0, H, KV, scale, step));
+      });
+      const [got, want] = outputs as [Float32Array, Float32Array];
+      assert.equal(got.findIndex((x) => !Number.isFinite(x)), -1, 'every output written');
+      assertBf16Close(got, want, 'against the CUDA-core kernel');
+      const whole = new Uint32Array(got.buffer);
+      assert.notDeepEqual(whole, new Uint32Array(want.buffer), 'the _mma builds ran (their sums are their own)');
+      const c = mma!;
+      const qkv = c.fromHost([numRows, width], qkvValues);
+      const graphed = new Uint32Array(c.graph(7000 + numRows + D + H, batch, () => {
+        const step = c.beginStep(batch);
+        c.fillWorkspace(0xff);
+        return c.toHost(c.attention(qkv, 0, H, KV, scale, step));
+      }).buffer);
+      assert.deepEqual(graphed, whole, `G ${group}: graphed against eager`);
+      for (const at of [0, 3, 77, 150, numRows - 1]) {
+        const alone = batchOf([{ ids: [at % 50], start: lens[at]! - 1, pages: pages[at]! }], blockSize);
+        const aloneStep = c.beginStep(alone);
+        c.fillWorkspace(0xff);
+        const rowQkv = c.fromHost([1, width], qkvValues.slice(at * width, (at + 1) * width));
+        const row = c.toHost(c.attention(rowQkv, 0, H, KV, scale, aloneStep));
+        assert.deepEqual(new Uint32Array(row.buffer), whole.slice(at * H * D, (at + 1) * H * D),
+          `G ${group}: row ${at} (kv ${lens[at]}) against alone`);
+      }
+    });
+  }
+});
