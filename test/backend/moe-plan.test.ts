@@ -90,13 +90,14 @@ test('every plan covers the outputs of an expert within a block\'s shared memory
       const plan = planMoe(T, E, k, H, I, variant);
       for (const [l, outputs, K, gateUp] of [[plan.gateUp, I, H, true], [plan.down, H, I, false]] as const) {
         assert.ok(built.has(l.kernel), `${l.kernel} is built`);
-        const tile = blockTile(l.variant);
-        const perBlock = l.variant.kind === 'split' ? 16 : gateUp ? tile.rows / 2 : tile.rows;
+        const lv = l.variant!;
+        const tile = blockTile(lv);
+        const perBlock = lv.kind === 'split' ? 16 : gateUp ? tile.rows / 2 : tile.rows;
         assert.ok(l.grid[0] * perBlock >= outputs && (l.grid[0] - 1) * perBlock < outputs, `${l.kernel} covers ${outputs}`);
-        assert.equal(l.grid[1], maxExpertTiles(T, E, k, l.variant.kind === 'split' ? 8 * l.variant.nt : tile.tokens));
+        assert.equal(l.grid[1], maxExpertTiles(T, E, k, lv.kind === 'split' ? 8 * lv.nt : tile.tokens));
         assert.equal(l.sliceChunks, sliceChunks(K));
         // gate_up's split blocks keep two m tiles of partials: up to 64 KiB (launch opts in past 48)
-        assert.ok(l.sharedBytes <= (l.variant.smemSum ? 227 : l.variant.kind === 'split' ? 64 : 48) * 1024);
+        assert.ok(l.sharedBytes <= (lv.smemSum ? 227 : lv.kind === 'split' ? 64 : 48) * 1024);
         assert.ok(l.block <= 512 && l.block % 32 === 0);
       }
     }));
@@ -110,7 +111,7 @@ test('every plan covers the outputs of an expert within a block\'s shared memory
       for (const [l, K] of [[plan.gateUp, H], [plan.down, I]] as const) {
         assert.ok(built.has(l.kernel) && l.kernel.includes('_fp8_'), `${l.kernel} is an _fp8 build`);
         assert.equal(l.sliceChunks, fp8SliceChunks(K));
-        if (l.variant.kind === 'split') {
+        if (l.variant!.kind === 'split') {
           assert.equal(l.block, 32 * fp8NumSlices(K), 'a warp a slice');
           assert.ok(l.block <= 32 * MOE_FP8_SPLIT_WARPS, 'within the _fp8 split builds\' launch bounds');
           assert.ok(l.sharedBytes <= 64 * 1024);

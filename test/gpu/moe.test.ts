@@ -201,8 +201,8 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
   for (const [T, E, k, H, I, renormalize, kind] of cases) {
     test(`moeExperts T ${T}, ${E} experts top ${k}, H ${H}, I ${I} (${kind}) matches the CPU`, () => {
       const plan = planMoe(T, E, k, H, I);
-      assert.equal(plan.gateUp.variant.kind, kind);
-      assert.equal(plan.down.variant.kind, kind);
+      assert.equal(plan.gateUp.variant?.kind, kind);
+      assert.equal(plan.down.variant?.kind, kind);
       withWgmmaMinRows(0, () => matchesCpu(T, E, k, H, I, renormalize));  // the tiled builds on Hopper too
     });
   }

@@ -91,7 +91,8 @@ export interface MoeGemmLaunch {
   block: number;
   sharedBytes: number;
   sliceChunks: number;
-  variant: GemmRowsVariant;
+  /** The gemm_rows variant of a moe.cu build; none for moe_wgmma.cu's. */
+  variant?: GemmRowsVariant;
 }
 
 export interface MoePlan {
@@ -153,12 +154,11 @@ export function rowsPerExpert(T: number, E: number, topK: number): number {
 }
 
 /** moe_wgmma.cu's launch: a block per 128 tokens of an expert by 128 weight rows (gate_up: 64 outputs). */
-function planWgmma(gateUp: boolean, T: number, numLocal: number, topK: number, N: number,
-  variant: GemmRowsVariant): MoeGemmLaunch {
+function planWgmma(gateUp: boolean, T: number, numLocal: number, topK: number, N: number): MoeGemmLaunch {
   const outputs = gateUp ? WGMMA_WEIGHT_ROWS / 2 : WGMMA_WEIGHT_ROWS;
   return { file: 'moe_wgmma.cu', kernel: `moe_${gateUp ? 'gate_up' : 'down'}_wgmma`, tokens: WGMMA_TOKENS,
     grid: [Math.ceil(N / outputs), maxExpertTiles(T, numLocal, topK, WGMMA_TOKENS), 1], block: 256,
-    sharedBytes: WGMMA_SHARED_BYTES, sliceChunks: 0, variant };
+    sharedBytes: WGMMA_SHARED_BYTES, sliceChunks: 0 };
 }
 
 function planGemm(gateUp: boolean, T: number, numLocal: number, topK: number, N: number, K: number,
@@ -209,7 +209,7 @@ export function planMoe(T: number, E: number, topK: number, H: number, I: number
   const m = rowsPerExpert(T, E, topK);
   const wgmma = wgmmaMinRows > 0 && m >= wgmmaMinRows && !fp8 && variant === undefined;
   const plan = (gateUp: boolean, N: number, K: number, v: GemmRowsVariant) =>
-    wgmma ? planWgmma(gateUp, T, numLocal, topK, N, v) : planGemm(gateUp, T, numLocal, topK, N, K, v, fp8);
+    wgmma ? planWgmma(gateUp, T, numLocal, topK, N) : planGemm(gateUp, T, numLocal, topK, N, K, v, fp8);
   return {
     gateUp: plan(true, I, H, variant ?? defaultVariant(m, 2 * I)),
     down: plan(false, H, I, variant ?? defaultVariant(m, H)),
