@@ -113,7 +113,7 @@ export const KNOBS = {
   QUIRE_DECODE_SHORT_SPLIT_TOKENS: num(K, 128, 'KV positions a split covers for short rows (0: none).', { integer: true }),
   QUIRE_GRAPH_KV_CLASSES: bool(K, true, 'Decode graphs per KV-length class (short and long rows).'),
   QUIRE_DECODE_ODD_ROWS: num(K, 192, 'Rows from which odd GQA groups (5, 6, 7) take their own decode builds.', { integer: true }),
-  QUIRE_DECODE_MMA: bool(K, false, 'Decode attention\'s rounds on tensor cores (kernels/attention_decode_mma.cuh: a GQA group\'s query heads as the MMA\'s rows; bf16 caches of head dim 64 or 128): its own bits, batch-invariant as the default kernel\'s; written in session 41, not yet measured.'),
+  QUIRE_DECODE_MMA: oneOf(K, ['off', 'groups', 'all'], 'off', 'Decode attention\'s rounds on tensor cores (kernels/attention_decode_mma.cuh: a GQA group\'s query heads as the MMA\'s rows; bf16 caches of head dim 64 or 128), with their own bits. off (0): never; groups: where a block serves 4 or more query heads (a row\'s bits then follow whether its step\'s grid did; --batch-invariant takes off); all (1): every grid, batch-invariant as the CUDA-core kernel. groups gave qwen3-30b-a3b (G 8) 34% at batch 256 and qwen3-8b (G 4) 2% at batch 64; at G 1 and 2 the MMA lost 7-13% (session 42); off until its GPU test and a bandwidth-bound G 4 grid are run.', { '0': 'off', '1': 'all' }),
   QUIRE_DECODE_GROUPS: str(K, 'Comma-separated G values the decode kernel may use (default all built).', (raw) => {
     if (!/^\d+(,\d+)*$/.test(raw)) throw new Error('expected a comma-separated list of integers');
   }),

@@ -1,10 +1,11 @@
 // The decode kernel's build name (attention-launch.ts launchDecodeAttention), on a device that records launches:
-// with decodeMma the _mma build of the step's G at any grid (no _w, _pre or _hg variant, no cluster), and a cache
-// the _mma builds do not take refused by name; without it the grid picks the variant as before.
+// with decodeMma 'all' the _mma build of the step's G at any grid (no _w, _pre or _hg variant, no cluster), with
+// 'groups' the _mma build at G 4 and up, and a cache the _mma builds do not
+// take refused by name; without it the grid picks the variant as before.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launchDecodeAttention, type AttentionLaunch, type DecodeGrid }
+import { DECODE_MMA_MIN_GROUP, launchDecodeAttention, type AttentionLaunch, type DecodeGrid }
   from '../../src/backend/cuda/attention-launch.js';
 import type { Device } from '../../src/backend/cuda/device.js';
 import { metaLayout } from '../../src/backend/cuda/step-meta.js';
@@ -38,7 +39,7 @@ test('decodeMma launches the _mma build of the step\'s G at any grid; the plain 
   const { device, launches } = recorder();
   // one row of 4 splits (a _pre grid), 256 rows at G 1 and 2 (_w grids), 256 rows at G 8
   const grids = [grid(1, 1, 4), grid(1, 256, 1), grid(2, 256, 1), grid(8, 256, 1)];
-  for (const g of grids) launchDecodeAttention(device, launchOf(128, { decodeMma: true }), g);
+  for (const g of grids) launchDecodeAttention(device, launchOf(128, { decodeMma: 'all' }), g);
   assert.deepEqual(launches.map((l) => l.name), ['attention_decode_bf16_d128_g1_mma',
     'attention_decode_bf16_d128_g1_mma', 'attention_decode_bf16_d128_g2_mma', 'attention_decode_bf16_d128_g8_mma']);
   assert.deepEqual(launches.map((l) => l.clusterZ), [1, 1, 1, 1], 'no clusters');
@@ -49,12 +50,25 @@ test('decodeMma launches the _mma build of the step\'s G at any grid; the plain 
     'attention_decode_bf16_d128_g1_w', 'attention_decode_bf16_d128_g2_w', 'attention_decode_bf16_d128_g8']);
 });
 
+test('decodeMma groups takes the _mma build at G 4 and up, the plain kernel and its variants below', () => {
+  const { device, launches } = recorder();
+  const grids = [grid(1, 1, 4), grid(1, 256, 1), grid(2, 256, 1), grid(2, 1, 4), grid(4, 1, 4), grid(4, 256, 1),
+    grid(8, 256, 1), grid(8, 1, 1)];
+  for (const g of grids) launchDecodeAttention(device, launchOf(128, { decodeMma: 'groups' }), g);
+  assert.deepEqual(launches.map((l) => l.name.replace('attention_decode_bf16_d128_', '')),
+    ['g1_pre', 'g1_w', 'g2_w', 'g2', 'g4_mma', 'g4_mma', 'g8_mma', 'g8_mma']);
+  assert.equal(DECODE_MMA_MIN_GROUP, 4);
+  launches.length = 0;
+  assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: 'groups', kvKernels: 'bf16_fp8' }),
+    grid(2, 8, 1)), /not bf16_fp8 of 128/);
+});
+
 test('decodeMma refuses a cache its builds do not take: FP8, or a head dim other than 64 and 128', () => {
   const { device, launches } = recorder();
-  launchDecodeAttention(device, launchOf(64, { decodeMma: true }), grid(4, 8, 1));
+  launchDecodeAttention(device, launchOf(64, { decodeMma: 'all' }), grid(4, 8, 1));
   assert.equal(launches[0]!.name, 'attention_decode_bf16_d64_g4_mma');
-  assert.throws(() => launchDecodeAttention(device, launchOf(256, { decodeMma: true }), grid(4, 8, 1)),
+  assert.throws(() => launchDecodeAttention(device, launchOf(256, { decodeMma: 'all' }), grid(4, 8, 1)),
     /bf16 cache of head dim 64 or 128, not bf16 of 256/);
-  assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: true, kvKernels: 'bf16_fp8' }),
+  assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: 'all', kvKernels: 'bf16_fp8' }),
     grid(2, 8, 1)), /not bf16_fp8 of 128/);
 });

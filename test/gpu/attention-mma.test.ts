@@ -4,10 +4,13 @@
 // on random bf16 pages, a batch of 200 rows of 1 to 1,800 positions (whole GQA groups a block, splits walked by one
 // block or published) has the bits each row has alone (one query head a block, its splits spread over blocks),
 // eager and graphed, at GQA groups of 2 to 8 and head dims 64 and 128; and those outputs are within bf16 of the
-// CUDA-core kernel's, whose bits they are not. The workspace is poisoned before every run.
+// CUDA-core kernel's, whose bits they are not. QUIRE_DECODE_MMA=groups gives the _mma builds' bits at G 8 and the
+// CUDA-core kernel's at G 2, and in the batch-invariant mode the CUDA-core kernel's at G 8. The workspace is
+// poisoned before every run.
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
 import { decodeGroup } from '../../src/backend/cuda/decode-splits.js';
 import { f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
@@ -17,8 +20,8 @@ const blockSize = 16;
 const numRows = 200;
 
 describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noCuda }, () => {
-  const mma = noCuda ? null : newCuda({ decodeMma: true });
-  const plain = noCuda ? null : newCuda({ decodeMma: false });
+  const mma = noCuda ? null : newCuda({ decodeMma: 'all' });
+  const plain = noCuda ? null : newCuda({ decodeMma: 'off' });
   after(() => {
     mma?.dispose();
     plain?.dispose();
@@ -82,4 +85,40 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
       }
     });
   }
+
+  test('groups takes the _mma builds at G 8, not at G 2; the batch-invariant mode keeps the CUDA-core kernel', () => {
+    const groups = newCuda({ decodeMma: 'groups' });
+    const invariant = newCuda({ batchInvariant: true, decodeMma: 'groups' });
+    try {
+      for (const [H, KV] of [[32, 4], [16, 8]] as const) {
+        const [viaMma, viaPlain, viaGroups, viaInvariant] = [mma!, plain!, groups, invariant]
+          .map((c) => decodeBits(c, H, KV, 128));
+        assert.notDeepEqual(viaMma, viaPlain, `${H} over ${KV}: the two kernels' bits differ`);
+        assert.deepEqual(viaGroups, H / KV >= 4 ? viaMma : viaPlain, `${H} over ${KV}: groups`);
+        assert.deepEqual(viaInvariant, viaPlain, `${H} over ${KV}: the batch-invariant mode`);
+      }
+    } finally {
+      groups.dispose();
+      invariant.dispose();
+    }
+  });
 });
+
+/** One decode step of numRows rows (1 to 1,800 positions) of random bf16 on `c`: the output's bits. */
+function decodeBits(c: CudaBackend, H: number, KV: number, D: number): Uint32Array {
+  const lens = Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800));
+  let next = 0;
+  const pages = lens.map((len) => Array.from({ length: Math.ceil(len / blockSize) }, () => next++));
+  c.allocateKvCache({ numBlocks: next, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
+  const { k, v } = c.kvLayer(0);
+  const elements = next * blockSize * KV * D;
+  c.device.upload(k, f32ToBf16(randomBf16(elements, 33 + D, -2, 2)));
+  c.device.upload(v, f32ToBf16(randomBf16(elements, 34 + D, -2, 2)));
+  const width = (H + 2 * KV) * D;
+  c.reserveStepCapacity(numRows, numRows, Math.max(...pages.map((p) => p.length)));
+  const qkv = c.fromHost([numRows, width], randomBf16(numRows * width, 35 + H, -2, 2));
+  const batch = batchOf(lens.map((len, i) => ({ ids: [i % 50], start: len - 1, pages: pages[i]! })), blockSize);
+  const step = c.beginStep(batch);
+  c.fillWorkspace(0xff);
+  return new Uint32Array(c.toHost(c.attention(qkv, 0, H, KV, 1 / Math.sqrt(D), step)).buffer);
+}

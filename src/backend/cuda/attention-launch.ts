@@ -28,10 +28,22 @@ export interface AttentionLaunch {
   decodeX16?: boolean;
   /**
    * The decode kernel's rounds on tensor cores (the _mma builds, QUIRE_DECODE_MMA; a bf16 cache, head dim 64 or 128):
-   * their own bits, at every G and grid alike, so a row's still follow its kv length alone.
+   * their own bits, at every G alike. 'all': every grid, so a row's bits still follow its kv length alone; 'groups':
+   * grids of G >= DECODE_MMA_MIN_GROUP query heads a block, so a row's bits also follow whether its step took such a
+   * G (the batch-invariant mode takes 'off'); 'off' (the default): never.
    */
-  decodeMma?: boolean;
+  decodeMma?: DecodeMma;
 }
+
+export type DecodeMma = 'off' | 'all' | 'groups';
+
+/**
+ * The least G at which 'groups' takes the _mma builds. Below it most of the MMA's 16 rows are zeros: at G 2
+ * (qwen3-0.6b) batches of 64 and 256 decoded 13% and 7% slower, and a single 32k stream of qwen3-8b at G 1 12%
+ * slower; at G 4 (qwen3-8b) batch 64 gained 2%, at G 8 (qwen3-30b-a3b) batch 64 13% and batch 256 34% (H200,
+ * session 42, docs/perf-log.md).
+ */
+export const DECODE_MMA_MIN_GROUP = 4;
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
 
@@ -128,12 +140,13 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const x16 = a.decodeX16 === true;
   if (x16 && g.G > 2) throw new Error(`attention: the FP8 decode kernel is built for G 1 and 2, not ${g.G}`);
   const kv = a.kvKernels ?? 'bf16';
-  const mma = a.decodeMma === true;
-  if (mma && (kv !== 'bf16' || !DECODE_MMA_HEAD_DIMS.includes(a.headDim))) {
+  const want = a.decodeMma ?? 'off';
+  if (want !== 'off' && (kv !== 'bf16' || !DECODE_MMA_HEAD_DIMS.includes(a.headDim))) {
     throw new Error(`attention: the tensor-core decode kernel takes a bf16 cache of head dim 64 or 128, not ${kv} ` +
       `of ${a.headDim}`);
   }
   // the _mma builds have no _w, _pre or _hg variants: one build a G, whatever the grid
+  const mma = want === 'all' || (want === 'groups' && g.G >= DECODE_MMA_MIN_GROUP);
   const wide = !x16 && !mma && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const pre = !x16 && !mma && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv,
     d.numSMs);

@@ -7,7 +7,7 @@
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
-import { DECODE_MMA_HEAD_DIMS, decodeAsDependent, launchDecodeAttention, launchPrefillAttention,
+import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, launchDecodeAttention, launchPrefillAttention,
   type DecodeRope } from './attention-launch.js';
 import { decodeGridZ, decodeGroup, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
@@ -22,8 +22,8 @@ export interface AttentionOptions {
   batchInvariant: boolean;
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel (QUIRE_FUSED_ROPE). */
   fusedRope?: boolean;
-  /** Decode attention's rounds on tensor cores where the cache allows (QUIRE_DECODE_MMA). */
-  decodeMma?: boolean;
+  /** Decode attention's rounds on tensor cores where the cache allows (QUIRE_DECODE_MMA; AttentionLaunch.decodeMma). */
+  decodeMma?: DecodeMma;
 }
 
 export class CudaAttention {
@@ -34,7 +34,7 @@ export class CudaAttention {
   private readonly batchInvariant: boolean;
   private readonly fusedRope: boolean;
   /** The _mma decode builds for a bf16 cache of head dim 64 or 128 (DECODE_MMA_HEAD_DIMS); others keep the plain ones. */
-  private readonly decodeMma: boolean;
+  private readonly decodeMma: DecodeMma;
   private readonly invFreqs = new Map<Float32Array, bigint>();
   /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
   private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
@@ -51,7 +51,9 @@ export class CudaAttention {
     this.fp8DecodeX16 = fp8Cache;
     this.batchInvariant = o.batchInvariant;
     this.fusedRope = o.fusedRope ?? readKnob('QUIRE_FUSED_ROPE');
-    this.decodeMma = !fp8Cache && (o.decodeMma ?? readKnob('QUIRE_DECODE_MMA'));
+    // 'groups' picks the kernel by the step's G, which follows its batch: not in the batch-invariant mode
+    const mma = o.decodeMma ?? readKnob('QUIRE_DECODE_MMA');
+    this.decodeMma = fp8Cache || (o.batchInvariant && mma === 'groups') ? 'off' : mma;
   }
 
   /** A new step: nothing of the last one's qkv is pending. */
@@ -157,7 +159,7 @@ export class CudaAttention {
       // length alone, whatever chunk or step it came in.
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
         blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16,
-        decodeMma: this.decodeMma && DECODE_MMA_HEAD_DIMS.includes(D) };
+        decodeMma: DECODE_MMA_HEAD_DIMS.includes(D) ? this.decodeMma : 'off' };
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
       if (decodeRows > 0) {

@@ -11,6 +11,7 @@ import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
   StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
+import type { DecodeMma } from './attention-launch.js';
 import { CudaHiddenCarry } from './carry.js';
 import { CudaDeltaNet } from './deltanet.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
@@ -49,8 +50,9 @@ export interface CudaBackendOptions {
   gguf?: GgufGemmOptionsIn;
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel; default QUIRE_FUSED_ROPE (on). */
   fusedRope?: boolean;
-  /** Decode attention's rounds on tensor cores (bf16 caches of head dim 64 or 128); default QUIRE_DECODE_MMA (off). */
-  decodeMma?: boolean;
+  /** Decode attention's rounds on tensor cores (bf16 caches of head dim 64 or 128; AttentionLaunch.decodeMma); default
+   * QUIRE_DECODE_MMA. */
+  decodeMma?: DecodeMma;
   /**
    * vLLM's --kv-cache-dtype: 'fp8_e4m3' keeps K and V as FP8 E4M3 (scale 1; sm_89+): a byte an element, half the
    * bandwidth of decode attention; the kernels' _fp8 builds write and widen it. Default 'auto' (bf16).
