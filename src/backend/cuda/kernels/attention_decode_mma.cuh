@@ -17,9 +17,16 @@
 // P is rounded to bf16 for the MMA (as the prefill kernel's and flash-attention's); the row sums l are of the fp32 p.
 // A head's sums follow its own row of the MMA and its positions alone, so the bits depend neither on G nor on the
 // batch: as the CUDA-core builds, but not their bits.
+// DECODE_MMA_AHEAD (a kernel define, 0 by default): a warp asks L2 for the K and V lines of its round that many rounds
+// ahead (prefetch.global.L2: no register, no shared memory, no change to any sum), so that a grid of few warps an SM
+// (one row, whole groups) waits on L2 rather than DRAM. A second set of round registers spilled (session 41).
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"
+
+#ifndef DECODE_MMA_AHEAD
+#define DECODE_MMA_AHEAD 0
+#endif
 
 /** movmatrix.trans: the warp's 8 x 8 b16 matrix (thread (g, t): row g, cols 2t, 2t + 1) transposed. */
 __device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
@@ -69,7 +76,26 @@ __device__ __forceinline__ void decode_mma_walk(const unsigned (&qa)[D / 32][4],
     for (int j = 0; j < 4; j++) o[c][j][0] = o[c][j][1] = o[c][j][2] = o[c][j][3] = 0.f;
   }
   float m = NEG_INF, l = 0.f;  // head g's running max; this thread's part of its sum
+  // The round at p0's 128-byte lines of K and V (LINES a position each), asked of L2: lane i % 32's items
+  auto ask_l2 = [&](int p0) {
+    constexpr int LINES = D * 2 / 128;
+#pragma unroll
+    for (int i = lane; i < 16 * LINES * 2; i += 32) {
+      const int j = p0 + i % 16;
+      if (j < end) {
+        const int line = i / 16 % LINES;
+        const long long at = (((long long)table[j >> blockShift] << blockShift) + (j & pageMask)) * slotStride +
+                             (long long)kvh * D + line * 64;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((i / 16 < LINES ? kCache : vCache) + at));
+      }
+    }
+  };
+  if constexpr (DECODE_MMA_AHEAD > 0) {
+#pragma unroll
+    for (int r = 0; r < DECODE_MMA_AHEAD; r++) ask_l2(begin + 16 * (r * DECODE_WARPS + warp));
+  }
   for (int p0 = begin + 16 * warp; p0 < end; p0 += 16 * DECODE_WARPS) {
+    if constexpr (DECODE_MMA_AHEAD > 0) ask_l2(p0 + 16 * DECODE_WARPS * DECODE_MMA_AHEAD);
     u32x4 kr[2][CH], vr[2][CH];  // positions p0 + g and p0 + 8 + g
 #pragma unroll
     for (int n = 0; n < 2; n++) {
