@@ -5,13 +5,18 @@
 // (`bench offline --workload prefill` needs one; docs/perf-log.md, session 40).
 //
 //   node dist/src/lab/bench-moe.js [--tokens 8192,2048] [--experts 128] [--top-k 8] [--hidden 2048] [--width 768]
-//     [--reps 10]
+//     [--reps 10] [--variants default,split_n4,wgmma]
+//
+// --variants times the layer on each named GEMM path in turn: `default` (the engine's plan), a gemm_rows variant for
+// both GEMMs (moeVariantNames: the same bits as the default's tiled builds, so only the time may change), or `wgmma`
+// (moe_wgmma.cu at any rows an expert, sm_90).
 
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import type { MoeExperts, MoeRoute } from '../backend/backend.js';
 import { CudaBackend, type CudaTensor } from '../backend/cuda/cuda-backend.js';
+import { GEMM_ROWS_VARIANTS, type GemmRowsVariant } from '../backend/cuda/gemm-rows.js';
 import { f32ToBf16Bits } from '../loader/dtype.js';
 import { seededRandom } from '../model/random-weights.js';
 import { prefillBatch } from './bench-prefill.js';
@@ -27,6 +32,8 @@ export interface MoeBenchShape {
 
 export interface MoeBenchResult extends MoeBenchShape {
   device: string;
+  /** The GEMM path timed (--variants): `default`, a gemm_rows variant's name, or `wgmma`. */
+  path: string;
   ms: number;
   /** The expert GEMMs' FLOPs (gate_up and down of every routed pair) over the layer's time. */
   tflops: number;
@@ -66,8 +73,41 @@ export function outputDigest(c: CudaBackend, t: CudaTensor): string {
     .slice(0, 16);
 }
 
-export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBackend): MoeBenchResult {
+/** A gemm_rows variant's name for --variants: split_n1 .. split_n4, tiled_w2x2_m2_n2, ... */
+export function moeVariantName(v: GemmRowsVariant): string {
+  return v.kind === 'split' ? `split_n${v.nt}` : `tiled_w${v.wm}x${v.warps / v.wm}_m${v.mt}_n${v.nt}`;
+}
+
+/** Every name --variants takes: default, each gemm_rows variant's, wgmma. */
+export function moeVariantNames(): string[] {
+  return ['default', ...GEMM_ROWS_VARIANTS.map(moeVariantName), 'wgmma'];
+}
+
+/** What a --variants name sets on CudaMoe: the forced gemm_rows variant and the wgmma threshold. */
+export function moePath(name: string, defaultWgmmaMinRows: number): { variant: GemmRowsVariant | undefined;
+  wgmmaMinRows: number } {
+  if (name === 'default') return { variant: undefined, wgmmaMinRows: defaultWgmmaMinRows };
+  if (name === 'wgmma') return { variant: undefined, wgmmaMinRows: 1 };
+  const variant = GEMM_ROWS_VARIANTS.find((v) => moeVariantName(v) === name);
+  if (!variant) throw new Error(`bench-moe: --variants: unknown path '${name}' (${moeVariantNames().join(', ')})`);
+  return { variant, wgmmaMinRows: 0 };
+}
+
+export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBackend, path = 'default'): MoeBenchResult {
   const { tokens: T, topK, hidden: H, width: I } = shape;
+  const saved = { variant: c.moe.variant, wgmmaMinRows: c.moe.wgmmaMinRows };
+  const chosen = moePath(path, saved.wgmmaMinRows);
+  if (chosen.wgmmaMinRows > 0 && c.device.arch !== 90) throw new Error('bench-moe: wgmma needs an sm_90 device');
+  Object.assign(c.moe, chosen);
+  try {
+    return timeMoeLayer(shape, numReps, c, path, 2 * 3 * H * I * T * topK);
+  } finally {
+    Object.assign(c.moe, saved);
+  }
+}
+
+function timeMoeLayer(shape: MoeBenchShape, numReps: number, c: CudaBackend, path: string,
+  flops: number): MoeBenchResult {
   const { x, router, experts: ex, route } = moeBenchInputs(shape, c);
   const batch = prefillBatch(1, 1, 16);
   const layer = (): CudaTensor => {
@@ -79,8 +119,7 @@ export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBacken
     const digest = outputDigest(c, layer());  // the first layer also compiles its kernels and sizes the workspace
     let best = Infinity;
     for (let round = 0; round < 3; round++) best = Math.min(best, timer.time(numReps, layer));
-    const flops = 2 * 3 * H * I * T * topK;
-    return { ...shape, device: c.device.name, ms: best, tflops: flops / (best / 1000) / 1e12, digest };
+    return { ...shape, device: c.device.name, path, ms: best, tflops: flops / (best / 1000) / 1e12, digest };
   } finally {
     timer.dispose();
   }
@@ -100,14 +139,26 @@ async function main(argv: string[]): Promise<void> {
     .option('--hidden <n>', 'hidden size', '2048')
     .option('--width <n>', 'expert width (moe_intermediate_size)', '768')
     .option('--reps <n>', 'timed layers a round (best of 3 rounds)', '10')
-    .parse(argv).opts<Record<'tokens' | 'experts' | 'topK' | 'hidden' | 'width' | 'reps', string>>();
+    .option('--variants <list>', `GEMM paths timed in turn, comma-separated: ${moeVariantNames().join(', ')}`,
+      'default')
+    .parse(argv).opts<Record<'tokens' | 'experts' | 'topK' | 'hidden' | 'width' | 'reps' | 'variants', string>>();
+  const paths = o.variants.split(',').filter((v) => v !== '');
+  try {
+    for (const p of paths) moePath(p, 0);  // a name it does not know fails before the device starts
+  } catch (e) {
+    console.error((e as Error).message);
+    process.exitCode = 2;
+    return;
+  }
   const c = new CudaBackend({});
   try {
     for (const tokens of o.tokens.split(',').map(Number)) {
-      const r = runMoeBench({ tokens, experts: Number(o.experts), topK: Number(o.topK), hidden: Number(o.hidden),
-        width: Number(o.width) }, Number(o.reps), c);
-      console.log(`${r.device}: ${r.tokens} tokens, ${r.experts} experts top ${r.topK}, H ${r.hidden}, I ${r.width}: ` +
-        `${r.ms.toFixed(3)} ms, ${r.tflops.toFixed(1)} expert TFLOP/s, output ${r.digest}`);
+      for (const path of paths) {
+        const r = runMoeBench({ tokens, experts: Number(o.experts), topK: Number(o.topK), hidden: Number(o.hidden),
+          width: Number(o.width) }, Number(o.reps), c, path);
+        console.log(`${r.device}: ${r.tokens} tokens, ${r.experts} experts top ${r.topK}, H ${r.hidden}, ` +
+          `I ${r.width}, ${r.path}: ${r.ms.toFixed(3)} ms, ${r.tflops.toFixed(1)} expert TFLOP/s, output ${r.digest}`);
+      }
     }
   } finally {
     c.dispose();

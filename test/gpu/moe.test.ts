@@ -7,7 +7,7 @@
 // every variant; the combine fused with the residual add and the norm (moeExpertsAddRmsNorm) has the two ops' bits; a
 // decode step captured as a graph replays to the eager result when its tokens route elsewhere; a profile names the
 // MoE buckets; the grouping's tile lists (one per GEMM tile height) are expertTileList's of its offsets; bench-moe
-// digests the output it times; on Hopper the engine takes moe_wgmma.cu from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert,
+// digests the output it times, and its gemm_rows paths (--variants) give one digest; on Hopper the engine takes moe_wgmma.cu from QUIRE_MOE_WGMMA_MIN_ROWS rows an expert,
 // never in the batch-invariant mode. CUDA outputs start as NaN. (Block-FP8 experts: moe-fp8.test.ts.)
 
 import { after, before, describe, test } from 'node:test';
@@ -19,7 +19,7 @@ import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backen
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
 import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
-import { moeBenchInputs, outputDigest, runMoeBench } from '../../src/lab/bench-moe.js';
+import { moeBenchInputs, moeVariantNames, outputDigest, runMoeBench } from '../../src/lab/bench-moe.js';
 import { readKnob } from '../../src/knobs/knobs.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
@@ -256,6 +256,18 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
     beginPoisonedStep(cuda);
     assert.notEqual(r.digest, outputDigest(cuda, cuda.moeExperts(other.x, other.router, other.experts, other.route) as CudaTensor));
     assert.ok(Number.isFinite(r.tflops) && r.tflops > 0 && r.ms > 0, `${r.ms} ms, ${r.tflops} TFLOP/s`);
+  });
+
+  test('bench-moe --variants: every gemm_rows path gives the same digest, and CudaMoe is left as it was', () => {
+    const shape = { tokens: 200, experts: 16, topK: 4, hidden: 128, width: 64 };
+    const before = { variant: cuda.moe.variant, wgmmaMinRows: cuda.moe.wgmmaMinRows };
+    const runs = moeVariantNames().filter((p) => p !== 'wgmma' || cuda.device.arch === 90)
+      .map((path) => runMoeBench(shape, 1, cuda, path));
+    assert.deepEqual(runs.map((r) => r.path), moeVariantNames().slice(0, runs.length));
+    const rows = runs.filter((r) => r.path !== 'default' && r.path !== 'wgmma');
+    assert.equal(rows.length, GEMM_ROWS_VARIANTS.length);
+    for (const r of rows) assert.equal(r.digest, rows[0]!.digest, `${r.path}: gemm_rows' bits follow K alone`);
+    assert.deepEqual({ variant: cuda.moe.variant, wgmmaMinRows: cuda.moe.wgmmaMinRows }, before);
   });
 
   test('a row has the same bits alone as in a batch of 300 rows on its experts, on every variant', () => {

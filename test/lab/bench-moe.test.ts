@@ -1,0 +1,24 @@
+// bench-moe's --variants names (src/lab/bench-moe.ts): default, every gemm_rows variant once, wgmma; each maps to
+// what it sets on CudaMoe, and an unknown one is refused naming the known ones. (The timing itself: test/gpu/moe.)
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
+import { moePath, moeVariantName, moeVariantNames } from '../../src/lab/bench-moe.js';
+
+test('--variants names default, each gemm_rows variant once, and wgmma', () => {
+  const names = moeVariantNames();
+  assert.equal(names[0], 'default');
+  assert.equal(names.at(-1), 'wgmma');
+  assert.equal(new Set(names).size, GEMM_ROWS_VARIANTS.length + 2);
+  assert.deepEqual(names.slice(1, 4), ['split_n1', 'split_n2', 'split_n4']);
+});
+
+test('each name sets the variant and the wgmma threshold it says', () => {
+  assert.deepEqual(moePath('default', 32), { variant: undefined, wgmmaMinRows: 32 });
+  assert.deepEqual(moePath('wgmma', 32), { variant: undefined, wgmmaMinRows: 1 });
+  for (const v of GEMM_ROWS_VARIANTS) {
+    assert.deepEqual(moePath(moeVariantName(v), 32), { variant: v, wgmmaMinRows: 0 }, moeVariantName(v));
+  }
+  assert.throws(() => moePath('split_n3', 32), /unknown path 'split_n3' \(default, split_n1, .*, wgmma\)/);
+});
