@@ -99,6 +99,7 @@ export const KNOBS = {
   QUIRE_GGUF_GEMV_SPLIT: oneOf(K, ['auto', '1', '2', '4'], 'auto', 'Warps of a GGUF GEMV block that share each of its weight rows, splitting the row\'s pieces (auto: chosen per segment from its rows and K, gguf-gemv-plan.ts).', { '0': 'auto' }),
   QUIRE_GGUF_DEQUANT_MIB: num(K, 256, 'MiB of bf16 scratch a GGUF weight is dequantized into for larger steps (a bigger weight goes in slices of rows).', { min: 1 }),
   QUIRE_FP8_SPLIT_K: num(K, 8192, 'K from which FP8 chains split k (Infinity: never).', { infinite: true }),
+  QUIRE_CHAIN_SHORT_RING: bool(K, false, 'A bf16 chain split between two warps whose _p8 build (16-stage rings, 96 KiB blocks) would take two waves of blocks runs the _s2 build of 8-stage rings (48 KiB, one wave) instead of unsplit: qwen3.5-27b\'s down, o and out_proj (320 tiles), qwen3-8b\'s qkv (384). Not yet measured; the split\'s own bits.'),
   QUIRE_CHAIN_WHOLE: num(K, 8, 'The most tokens gemm_chain_whole takes on narrow weights.', { integer: true }),
   QUIRE_CHAIN_WHOLE_SPLIT: num(K, 8, 'Stages a slice of gemm_chain_whole\'s k holds beyond 16 (0: unsplit).', { integer: true }),
   QUIRE_CHAIN_EARLY8_K: num(K, 4096, 'K from which the split bf16 rings read 6 of 8 stages before the wait.', { integer: true }),

@@ -110,6 +110,22 @@ test('bf16 ring chains of K >= 1,024 on fewer than 4 tiles a SM split each tile\
   assert.equal(planChainGemm(1, 4096, 1024, SMS, 'none', false, false)?.kernel, 'gemm_chain', 'splitK false');
 });
 
+test('early8 false (QUIRE_CHAIN_SHORT_RING\'s fallback): a long bf16 split on 8-stage rings, the 48 KiB block', () => {
+  for (const [N, K, what] of [[5120, 17408, 'qwen3.5-27b down'], [5120, 6144, 'qwen3.5-27b o, out_proj'],
+    [6144, 4096, 'qwen3-8b qkv']] as const) {
+    assert.equal(planChainGemm(1, N, K, SMS)?.kernel, 'gemm_chain_p8_s2', `${what}: the plan`);
+    const short = planChainGemm(1, N, K, SMS, 'none', false, true, false);
+    assert.equal(short?.kernel, 'gemm_chain_s2', what);
+    assert.equal(short?.sharedBytes, 2 * 8 * (128 + 64) * 16, `${what}: two rings of 8 stages`);
+    assert.deepEqual(short?.grid, [N / 16, 1, 1]);
+  }
+  for (const K of [4096, 12288]) {
+    assert.equal(planChainGemm(1, 2048, K, SMS, 'none', true, true, false)?.kernel,
+      planChainGemm(1, 2048, K, SMS, 'none', true)?.kernel, `FP8 keeps its _p8 builds (K ${K})`);
+  }
+  assert.equal(planChainGemm(1, 4096, 512, SMS, 'none', false, true, false)?.kernel, 'gemm_chain', 'K 512: unsplit');
+});
+
 test('norms inside the chains: bf16 producers of one output a row and a grid of 4k blocks, bf16 ring consumers', () => {
   const role = (T: number, N: number, K: number, silu: 'none' | 'pairs' = 'none', fp8 = false) =>
     chainNormRole(planChainGemm(T, N, K, SMS, silu, fp8)!);

@@ -3,7 +3,8 @@
 // Their bits are not cuBLASLt's, so: with integer products (every partial sum exact in fp32, so every order agrees)
 // they equal cuBLASLt's at 256 rows, bias and silu_mul included, which checks every slice, row and token; on random
 // data they stay within a bf16 rounding of it, most outputs equal. A split grid of more than one wave of blocks is run
-// unsplit (cuBLASLt's bits). Outputs start as NaN (the workspace is poisoned).
+// unsplit (cuBLASLt's bits), or with chainShortRing (QUIRE_CHAIN_SHORT_RING) split on 8-stage rings (gemm_chain_s2:
+// cuBLASLt's bits on integer products, not on random data). Outputs start as NaN (the workspace is poisoned).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -88,6 +89,38 @@ describe('CUDA chain GEMM, k split between two warps (bf16)', { skip: noCuda }, 
       begin(c);
       assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')), whole.slice(start * N, (start + rows) * N),
         `${rows} rows from ${start}`);
+    }
+  });
+  test('with chainShortRing a split grid of more than one wave runs split on 8-stage rings (qwen3-8b\'s qkv)', (t) => {
+    const [N, K] = [6144, 4096];
+    const plan = planChainGemm(1, N, K, cuda!.device.numSMs)!;
+    const d = cuda!.device;
+    const fit = d.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * d.numSMs;
+    if (plan.grid[0] <= fit) return t.skip(`${plan.grid[0]} blocks fit one wave of ${fit} here`);
+    const c = newCuda({ chainShortRing: true });
+    try {
+      const cases: [Float32Array, Float32Array, boolean][] = [
+        [integers(ROWS * K, 7, 5), integers(N * K, 13, 9), true],
+        [randomBf16(ROWS * K, 7, -2, 2), randomBf16(N * K, 8, -0.05, 0.05), false]];
+      for (const [xv, wv, exact] of cases) {
+        const x = c.fromHost([ROWS, K], xv);
+        const w = c.fromHost([N, K], wv);
+        begin(c);
+        const whole = bitsOf(c, c.matmul(x, w, 'test'));
+        const before = c.numChainGemms;
+        let differ = 0;
+        for (const [start, rows] of steps) {
+          begin(c);
+          const got = bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test'));
+          const want = whole.slice(start * N, (start + rows) * N);
+          if (exact) assertSameBits(got, want, `integers, ${rows} rows from ${start}`);
+          else differ += got.filter((b, i) => b !== want[i]).length;
+        }
+        assert.equal(c.numChainGemms, before + steps.length, 'every small step ran the chain kernel');
+        if (!exact) assert.ok(differ > 0, 'random data: the halves\' sums are not cuBLASLt\'s (the split ran)');
+      }
+    } finally {
+      c.dispose();
     }
   });
 });

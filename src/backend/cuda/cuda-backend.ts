@@ -46,6 +46,8 @@ export interface CudaBackendOptions {
   chainGemms?: boolean;
   /** A layer's norms inside its chain GEMMs; default QUIRE_CHAIN_NORM (on). */
   chainNorms?: boolean;
+  /** Split chains past one wave on 8-stage _s2 builds (CudaGemms.chainPlan); default QUIRE_CHAIN_SHORT_RING (off). */
+  chainShortRing?: boolean;
   /** GGUF GEMMs (gguf-gemm.ts): the most tokens on the GEMV (QUIRE_GGUF_GEMV_TOKENS), its split, the dequantized weight's scratch. */
   gguf?: GgufGemmOptionsIn;
   /** A decode-only step's qk-norm + rope + kv write inside the decode attention kernel; default QUIRE_FUSED_ROPE (on). */
@@ -107,7 +109,7 @@ export class CudaBackend implements Backend {
       profile: opts.profile ?? false, profileLog: opts.profileLog });
     this.weights = new CudaWeights(this.device, { batchInvariant, uploadChunkBytes: opts.uploadChunkBytes });
     this.gemms = new CudaGemms(this.step, { batchInvariant, chainGemms: opts.chainGemms, chainNorms: opts.chainNorms,
-      cublasWorkspaceBytes: opts.cublasWorkspaceBytes, gguf: opts.gguf });
+      chainShortRing: opts.chainShortRing, cublasWorkspaceBytes: opts.cublasWorkspaceBytes, gguf: opts.gguf });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
       { batchInvariant, fusedRope: opts.fusedRope, decodeMma: opts.decodeMma });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);

@@ -89,7 +89,7 @@ export interface ChainGemmLaunch {
  * than the chain for few tokens on every qwen3 shape (docs/perf-log.md, session 19). splitK false: no _s2 build.
  */
 export function planChainGemm(T: number, N: number, K: number, numSMs: number, silu: ChainSilu = 'none', fp8 = false,
-  splitK = true): ChainGemmLaunch | null {
+  splitK = true, early8 = true): ChainGemmLaunch | null {
   if (T < 1 || T > CHAIN_MAX_TOKENS || K % (fp8 ? 128 : 64) !== 0) return null;
   // silu: the halves are whole 8-row pairs; FP8 halves are whole 128-row blocks
   if (N % 16 !== 0 || (fp8 && silu === 'pairs' && N % 256 !== 0)) return null;
@@ -101,7 +101,8 @@ export function planChainGemm(T: number, N: number, K: number, numSMs: number, s
         sharedBytes } : null;
   }
   const scaleRows = silu === 'pairs' ? 2 : 1;  // FP8: 128-row weight blocks a warp's rows touch
-  const early = K >= EARLY8_FROM_K ? '_p8' : '';
+  // early8 false (gemm.ts chainPlan, QUIRE_CHAIN_SHORT_RING): a bf16 split takes 8-stage rings whatever its K
+  const early = K >= EARLY8_FROM_K && (early8 || fp8) ? '_p8' : '';
   // long chains of narrow weights split their k between two warps (the _s2 builds; FP8_SPLIT_FROM_K, BF16_SPLIT_FROM_K)
   const split = splitK && N / 16 < FP8_SPLIT_BELOW_TILES_PER_SM * numSMs && (fp8
     ? silu === 'none' && K >= FP8_SPLIT_FROM_K && (K / 128) % 2 === 0

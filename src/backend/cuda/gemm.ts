@@ -25,6 +25,8 @@ export interface GemmOptions {
   chainGemms?: boolean;
   /** A layer's norms inside its chain GEMMs at hidden sizes from CHAIN_NORM_FROM_HIDDEN (QUIRE_CHAIN_NORM). */
   chainNorms?: boolean;
+  /** A split _p8 chain past one wave takes the 8-stage _s2 build, not the unsplit one (QUIRE_CHAIN_SHORT_RING). */
+  chainShortRing?: boolean;
   cublasWorkspaceBytes?: number;
   gguf?: GgufGemmOptionsIn;
 }
@@ -45,6 +47,7 @@ export class CudaGemms {
   private readonly batchInvariant: boolean;
   private readonly chainGemms: boolean;
   private readonly chainNorms: boolean;
+  private readonly chainShortRing: boolean;
   /** How gate_up's chain applies silu_mul (ChainSilu in gemm-chain.ts) for bf16 / FP8 weights. */
   private readonly chainSilu: { bf16: ChainSilu; fp8: ChainSilu };
   /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
@@ -55,6 +58,7 @@ export class CudaGemms {
     this.batchInvariant = o.batchInvariant;
     this.chainGemms = o.chainGemms ?? readKnob('QUIRE_CHAIN_GEMM');
     this.chainNorms = o.chainNorms ?? readKnob('QUIRE_CHAIN_NORM');
+    this.chainShortRing = o.chainShortRing ?? readKnob('QUIRE_CHAIN_SHORT_RING');
     this.chainSilu = { bf16: readKnob('QUIRE_CHAIN_SILU'), fp8: readKnob('QUIRE_CHAIN_SILU_FP8') };
     const cublasBytes = o.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = s.device.alloc(cublasBytes);
@@ -156,15 +160,20 @@ export class CudaGemms {
   /**
    * The chain kernel's plan (kernels/gemm_chain.cu) where it is on and applies, else null (cuBLASLt, gemm_rows). A
    * bf16 plan that splits k between two warps is taken only where its grid runs in one wave of blocks (qwen3-8b's qkv,
-   * 384 tiles of 96 KiB blocks at 2 a SM, would take two), else the unsplit one.
+   * 384 tiles of 96 KiB blocks at 2 a SM, would take two), else, with chainShortRing, the split build of 8-stage rings
+   * (48 KiB blocks, 4 a SM: qwen3.5-27b's down, o and out_proj, 320 tiles) where that runs in one wave, else the
+   * unsplit one.
    */
   private chainPlan(T: number, N: number, K: number, silu: ChainSilu = 'none'): ChainGemmLaunch | null {
     if (!this.chainGemms || this.batchInvariant) return null;
     const d = this.s.device;
+    const oneWave = (p: ChainGemmLaunch) =>
+      p.grid[0] <= d.blocksPerSM('gemm_chain.cu', p.kernel, p.block, p.sharedBytes) * d.numSMs;
     const plan = planChainGemm(T, N, K, d.numSMs, silu);
-    if (plan === null || !plan.kernel.endsWith('_s2')) return plan;
-    const fit = d.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * d.numSMs;
-    return plan.grid[0] <= fit ? plan : planChainGemm(T, N, K, d.numSMs, silu, false, false);
+    if (plan === null || !plan.kernel.endsWith('_s2') || oneWave(plan)) return plan;
+    const short = this.chainShortRing ? planChainGemm(T, N, K, d.numSMs, silu, false, true, false) : null;
+    return short !== null && short.kernel.endsWith('_s2') && oneWave(short) ? short
+      : planChainGemm(T, N, K, d.numSMs, silu, false, false);
   }
 
   /**
