@@ -93,35 +93,35 @@ export function moePath(name: string, defaultWgmmaMinRows: number): { variant: G
   return { variant, wgmmaMinRows: 0 };
 }
 
-export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBackend, path = 'default'): MoeBenchResult {
+/**
+ * One layer of `shape` timed on each of `paths` in turn (--variants), on one set of inputs (the 1.2 GB of a3b's
+ * experts are drawn and uploaded once a shape); CudaMoe is left as it was.
+ */
+export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBackend,
+  paths: readonly string[] = ['default']): MoeBenchResult[] {
   const { tokens: T, topK, hidden: H, width: I } = shape;
   const saved = { variant: c.moe.variant, wgmmaMinRows: c.moe.wgmmaMinRows };
-  const chosen = moePath(path, saved.wgmmaMinRows);
-  if (chosen.wgmmaMinRows > 0 && c.device.arch !== 90) throw new Error('bench-moe: wgmma needs an sm_90 device');
-  Object.assign(c.moe, chosen);
-  try {
-    return timeMoeLayer(shape, numReps, c, path, 2 * 3 * H * I * T * topK);
-  } finally {
-    Object.assign(c.moe, saved);
-  }
-}
-
-function timeMoeLayer(shape: MoeBenchShape, numReps: number, c: CudaBackend, path: string,
-  flops: number): MoeBenchResult {
+  const chosen = paths.map((p) => moePath(p, saved.wgmmaMinRows));
+  if (paths.includes('wgmma') && c.device.arch !== 90) throw new Error('bench-moe: wgmma needs an sm_90 device');
   const { x, router, experts: ex, route } = moeBenchInputs(shape, c);
   const batch = prefillBatch(1, 1, 16);
   const layer = (): CudaTensor => {
     c.beginStep(batch);
     return c.moeExperts(x, router, ex, route) as CudaTensor;
   };
+  const flops = 2 * 3 * H * I * T * topK;
   const timer = new EventTimer(c.device);
   try {
-    const digest = outputDigest(c, layer());  // the first layer also compiles its kernels and sizes the workspace
-    let best = Infinity;
-    for (let round = 0; round < 3; round++) best = Math.min(best, timer.time(numReps, layer));
-    return { ...shape, device: c.device.name, path, ms: best, tflops: flops / (best / 1000) / 1e12, digest };
+    return paths.map((path, i) => {
+      Object.assign(c.moe, chosen[i]);
+      const digest = outputDigest(c, layer());  // the first layer also compiles its kernels and sizes the workspace
+      let best = Infinity;
+      for (let round = 0; round < 3; round++) best = Math.min(best, timer.time(numReps, layer));
+      return { ...shape, device: c.device.name, path, ms: best, tflops: flops / (best / 1000) / 1e12, digest };
+    });
   } finally {
     timer.dispose();
+    Object.assign(c.moe, saved);
   }
 }
 
@@ -153,9 +153,9 @@ async function main(argv: string[]): Promise<void> {
   const c = new CudaBackend({});
   try {
     for (const tokens of o.tokens.split(',').map(Number)) {
-      for (const path of paths) {
-        const r = runMoeBench({ tokens, experts: Number(o.experts), topK: Number(o.topK), hidden: Number(o.hidden),
-          width: Number(o.width) }, Number(o.reps), c, path);
+      const shape = { tokens, experts: Number(o.experts), topK: Number(o.topK), hidden: Number(o.hidden),
+        width: Number(o.width) };
+      for (const r of runMoeBench(shape, Number(o.reps), c, paths)) {
         console.log(`${r.device}: ${r.tokens} tokens, ${r.experts} experts top ${r.topK}, H ${r.hidden}, ` +
           `I ${r.width}, ${r.path}: ${r.ms.toFixed(3)} ms, ${r.tflops.toFixed(1)} expert TFLOP/s, output ${r.digest}`);
       }

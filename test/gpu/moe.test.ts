@@ -19,7 +19,8 @@ import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backen
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
 import { expertTileList, MOE_FUSED_ROUTER_MAX_ROWS, planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { routeTokens } from '../../src/backend/moe-route.js';
-import { moeBenchInputs, moeVariantNames, outputDigest, runMoeBench } from '../../src/lab/bench-moe.js';
+import { type MoeBenchResult, moeBenchInputs, moeVariantNames, outputDigest, runMoeBench }
+  from '../../src/lab/bench-moe.js';
 import { readKnob } from '../../src/knobs/knobs.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { batchOf } from '../backend/helpers.js';
@@ -248,7 +249,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
 
   test('bench-moe times the layer it digests: its digest is the output\'s of moeExperts on its inputs, its TFLOP/s finite', () => {
     const shape = { tokens: 200, experts: 16, topK: 4, hidden: 128, width: 64 };
-    const r = runMoeBench(shape, 2, cuda);
+    const [r] = runMoeBench(shape, 2, cuda) as [MoeBenchResult];
     const inp = moeBenchInputs(shape, cuda);
     beginPoisonedStep(cuda);
     assert.equal(r.digest, outputDigest(cuda, cuda.moeExperts(inp.x, inp.router, inp.experts, inp.route) as CudaTensor));
@@ -261,8 +262,7 @@ describe('CUDA mixture of experts vs CPU', { skip: noCuda }, () => {
   test('bench-moe --variants: every gemm_rows path gives the same digest, and CudaMoe is left as it was', () => {
     const shape = { tokens: 200, experts: 16, topK: 4, hidden: 128, width: 64 };
     const before = { variant: cuda.moe.variant, wgmmaMinRows: cuda.moe.wgmmaMinRows };
-    const runs = moeVariantNames().filter((p) => p !== 'wgmma' || cuda.device.arch === 90)
-      .map((path) => runMoeBench(shape, 1, cuda, path));
+    const runs = runMoeBench(shape, 1, cuda, moeVariantNames().filter((p) => p !== 'wgmma' || cuda.device.arch === 90));
     assert.deepEqual(runs.map((r) => r.path), moeVariantNames().slice(0, runs.length));
     const rows = runs.filter((r) => r.path !== 'default' && r.path !== 'wgmma');
     assert.equal(rows.length, GEMM_ROWS_VARIANTS.length);

@@ -172,8 +172,7 @@ export class CudaGemms {
     const plan = planChainGemm(T, N, K, d.numSMs, silu);
     if (plan === null || !plan.kernel.endsWith('_s2') || oneWave(plan)) return plan;
     const short = this.chainShortRing ? planChainGemm(T, N, K, d.numSMs, silu, false, true, false) : null;
-    return short !== null && short.kernel.endsWith('_s2') && oneWave(short) ? short
-      : planChainGemm(T, N, K, d.numSMs, silu, false, false);
+    return short !== null && oneWave(short) ? short : planChainGemm(T, N, K, d.numSMs, silu, false, false);
   }
 
   /**
