@@ -7,11 +7,12 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DECODE_MMA_HEAD_DIMS } from '../../src/backend/cuda/attention-launch.js';
+import { DECODE_MMA_HEAD_DIMS, DECODE_MMA_MIN_GROUP, type DecodeMma, mmaFromGroup }
+  from '../../src/backend/cuda/attention-launch.js';
 import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
   DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeHeadGroups, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
-  maxSplitsOf, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
+  maxSplitsOf, MMA_GROUP_FILL, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
   WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
@@ -89,6 +90,22 @@ test('few rows of many splits keep whole groups once their blocks, splits counte
   assert.equal(decodeGroup(8, 32, 8, 132, 128, 8, 16, 0), 1, 'fill 0: the rows alone decide');
   assert.equal(decodeGroup(8, 32, 8, 132, 128, 8, 1, 4), 1, 'short rows of one split');
   assert.equal(decodeGroup(8, 32, 8, 132, 128, 2, 16, 4), 2, 'an FP8 cache\'s builds: G up to 2');
+});
+
+test('whole groups on the tensor cores (G >= mmaFrom) keep from MMA_GROUP_FILL blocks a SM, others from GROUP_FILL', () => {
+  // qwen3-8b alone at 16k of context: 8 kv heads x 16 splits = 128 whole-group blocks, 0.97 a SM on an H200
+  assert.equal(MMA_GROUP_FILL, 0.9);
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 16, 4, 4, 0.9), 4, 'G 4 on tensor cores: 128 >= 0.9 x 132');
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 16, 4, 4, 1), 1, 'at fill 1: 128 < 132');
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 16, 4, Infinity, 0.9), 1, 'CUDA cores (mmaFrom Infinity): fill 4');
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 8, 4, 4, 0.9), 1, 'at 2k (8 splits) 64 blocks: G 1');
+  // qwen3-0.6b (G 2) under groups (mmaFrom 4): its whole group is the CUDA-core kernel's, so fill 4 decides
+  assert.equal(decodeGroup(2, 16, 8, 132, 128, 8, 16, 4, 4, 0.9), 1, '2 rows x 8 x 16 = 256 blocks < 4 x 132');
+  assert.equal(decodeGroup(2, 16, 8, 132, 128, 8, 16, 4, 1, 0.9), 2, 'under all (mmaFrom 1) 256 >= 0.9 x 132');
+  // qwen3-30b-a3b at batch 8 and 2k: 8 rows x 4 kv heads x 8 splits = 256 blocks
+  assert.equal(decodeGroup(8, 32, 4, 132, 128, 8, 8, 4, 4), 8, 'the default MMA fill');
+  assert.equal(decodeGroup(8, 32, 4, 132, 128, 8, 8), 1, 'no MMA: 256 < 4 x 132');
+  assert.deepEqual(['off', 'groups', 'all'].map((m) => mmaFromGroup(m as DecodeMma)), [Infinity, DECODE_MMA_MIN_GROUP, 1]);
 });
 
 test('QUIRE_DECODE_FOLD_BATCH (8 unset) and QUIRE_MOE_COMBINE_BATCH (1 unset) reach their kernels\' builds', () => {

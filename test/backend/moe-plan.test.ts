@@ -7,9 +7,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { blockTile, GEMM_ROWS_VARIANTS, sliceChunks } from '../../src/backend/cuda/gemm-rows.js';
+import { blockTile, defaultVariant, GEMM_ROWS_VARIANTS, type GemmRowsVariant, sliceChunks }
+  from '../../src/backend/cuda/gemm-rows.js';
 import { expertTileList, FP8_CHUNK_K, fp8NumSlices, fp8SliceChunks, maxExpertTiles, MOE_FP8_SPLIT_WARPS, MOE_WGMMA_STAGES, moeBuildLists,
-  planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
+  MOE_TILED_FROM_ROWS, moeVariant, planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 
 /** Tiles of BN the grouped GEMMs walk for this routing (each row's k experts distinct). */
@@ -137,8 +138,8 @@ test('decode steps stream each routed expert on the split variants, prefill chun
   const one = planMoe(1, 128, 8, 2048, 768);
   assert.deepEqual([one.gateUp.kernel, one.gateUp.grid, one.gateUp.block], ['moe_gate_up_split_m2_n1', [48, 8, 1], 256]);
   assert.deepEqual([one.down.kernel, one.down.grid, one.down.block], ['moe_down_split_m1_n1', [128, 8, 1], 96]);
-  // Mixtral, 64 tokens (16 an expert on average): two token tiles of 8
-  assert.equal(planMoe(64, 8, 2, 4096, 14336).gateUp.kernel, 'moe_gate_up_split_m2_n2');
+  // Mixtral, 16 tokens (4 an expert on average): one token tile of 8 (from 8 rows an expert: moeVariant's tiles)
+  assert.equal(planMoe(16, 8, 2, 4096, 14336).gateUp.kernel, 'moe_gate_up_split_m2_n1');
   assert.match(planMoe(2048, 128, 8, 2048, 768).gateUp.kernel, /^moe_gate_up_tiled_/);
   assert.match(planMoe(8192, 8, 2, 4096, 14336).down.kernel, /^moe_down_tiled_w1x4/);
   // Qwen3-30B-A3B-FP8, one token: the same tiles, K 2048 in 8 slices of 2 scale groups, K 768 in 3
@@ -146,6 +147,23 @@ test('decode steps stream each routed expert on the split variants, prefill chun
   assert.deepEqual([fp8.gateUp.kernel, fp8.gateUp.grid, fp8.gateUp.block], ['moe_gate_up_fp8_split_m2_n1', [48, 8, 1], 256]);
   assert.deepEqual([fp8.down.kernel, fp8.down.grid, fp8.down.block], ['moe_down_fp8_split_m1_n1', [128, 8, 1], 96]);
   assert.match(planMoe(2048, 128, 8, 2048, 768, undefined, undefined, true).gateUp.kernel, /^moe_gate_up_fp8_tiled_/);
+});
+
+test('from MOE_TILED_FROM_ROWS rows an expert bf16 experts take 64 x 32 tiles where gemm_rows would split', () => {
+  assert.equal(MOE_TILED_FROM_ROWS, 8);
+  const name = (v: GemmRowsVariant) => planMoe(1, 128, 8, 2048, 768, v).down.kernel;
+  // qwen3-30b-a3b: 112 / 128 / 256 / 512 tokens give 7 / 8 / 16 / 32 rows an expert
+  for (const [T, kernel] of [[112, 'split_m1_n1'], [128, 'tiled_w2x2_m2_n2'], [256, 'tiled_w2x2_m2_n2'],
+    [512, 'tiled_w2x2_m2_n2'], [2048, 'tiled_w2x2_m2_n2']] as const) {
+    assert.equal(planMoe(T, 128, 8, 2048, 768).down.kernel, `moe_down_${kernel}`, `${T} tokens`);
+  }
+  assert.equal(planMoe(256, 128, 8, 2048, 768).gateUp.kernel, 'moe_gate_up_tiled_w2x2_m2_n2');
+  // FP8 experts, threshold 0, and a wide output past 64 rows keep gemm_rows' default
+  assert.equal(planMoe(256, 128, 8, 2048, 768, undefined, undefined, true).down.kernel, 'moe_down_fp8_split_m1_n2');
+  for (const [m, N] of [[16, 2048], [64, 4096], [128, 4096]] as const) {
+    assert.equal(name(moeVariant(m, N, false, 0)), name(defaultVariant(m, N)), `threshold 0, ${m} rows`);
+  }
+  assert.equal(name(moeVariant(128, 4096, false)), 'moe_down_tiled_w1x4_m4_n4');
 });
 
 test('from a wgmma threshold of rows an expert, bf16 experts take moe_wgmma.cu\'s builds; fp8 or a forced variant never',

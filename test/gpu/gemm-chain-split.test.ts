@@ -3,8 +3,9 @@
 // Their bits are not cuBLASLt's, so: with integer products (every partial sum exact in fp32, so every order agrees)
 // they equal cuBLASLt's at 256 rows, bias and silu_mul included, which checks every slice, row and token; on random
 // data they stay within a bf16 rounding of it, most outputs equal. A split grid of more than one wave of blocks is run
-// unsplit (cuBLASLt's bits), or with chainShortRing (QUIRE_CHAIN_SHORT_RING) split on 8-stage rings (gemm_chain_s2:
-// cuBLASLt's bits on integer products, not on random data). Outputs start as NaN (the workspace is poisoned).
+// split on 8-stage rings (chainShortRing, QUIRE_CHAIN_SHORT_RING's default; gemm_chain_s2: cuBLASLt's bits on integer
+// products, not on random data), or without it unsplit (cuBLASLt's bits). Outputs start as NaN (the workspace is
+// poisoned).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -74,23 +75,29 @@ describe('CUDA chain GEMM, k split between two warps (bf16)', { skip: noCuda }, 
     });
   }
 
-  test('a split grid of more than one wave of blocks runs unsplit: qwen3-8b\'s qkv gives cuBLASLt\'s bits', (t) => {
-    const c = cuda!;
-    const [N, K] = [6144, 4096];
-    const plan = planChainGemm(1, N, K, c.device.numSMs)!;
-    assert.equal(plan.kernel, 'gemm_chain_p8_s2');
-    const fit = c.device.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * c.device.numSMs;
-    if (plan.grid[0] <= fit) return t.skip(`${plan.grid[0]} blocks fit one wave of ${fit} here`);
-    const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 7, -2, 2));
-    const w = c.fromHost([N, K], randomBf16(N * K, 8, -0.05, 0.05));
-    begin(c);
-    const whole = bitsOf(c, c.matmul(x, w, 'test'));
-    for (const [start, rows] of steps) {
-      begin(c);
-      assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')), whole.slice(start * N, (start + rows) * N),
-        `${rows} rows from ${start}`);
-    }
-  });
+  test('without chainShortRing a split grid of more than one wave runs unsplit: qwen3-8b\'s qkv, cuBLASLt\'s bits',
+    (t) => {
+      const d = cuda!.device;
+      const [N, K] = [6144, 4096];
+      const plan = planChainGemm(1, N, K, d.numSMs)!;
+      assert.equal(plan.kernel, 'gemm_chain_p8_s2');
+      const fit = d.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * d.numSMs;
+      if (plan.grid[0] <= fit) return t.skip(`${plan.grid[0]} blocks fit one wave of ${fit} here`);
+      const c = newCuda({ chainShortRing: false });
+      try {
+        const x = c.fromHost([ROWS, K], randomBf16(ROWS * K, 7, -2, 2));
+        const w = c.fromHost([N, K], randomBf16(N * K, 8, -0.05, 0.05));
+        begin(c);
+        const whole = bitsOf(c, c.matmul(x, w, 'test'));
+        for (const [start, rows] of steps) {
+          begin(c);
+          assertSameBits(bitsOf(c, c.matmul(rowsOf(x, start, rows), w, 'test')),
+            whole.slice(start * N, (start + rows) * N), `${rows} rows from ${start}`);
+        }
+      } finally {
+        c.dispose();
+      }
+    });
   test('with chainShortRing a split grid of more than one wave runs split on 8-stage rings (qwen3-8b\'s qkv)', (t) => {
     const [N, K] = [6144, 4096];
     const plan = planChainGemm(1, N, K, cuda!.device.numSMs)!;

@@ -30,7 +30,7 @@ export interface AttentionLaunch {
    * The decode kernel's rounds on tensor cores (the _mma builds, QUIRE_DECODE_MMA; a bf16 cache, head dim 64 or 128):
    * their own bits, at every G alike. 'all': every grid, so a row's bits still follow its kv length alone; 'groups':
    * grids of G >= DECODE_MMA_MIN_GROUP query heads a block, so a row's bits also follow whether its step took such a
-   * G (the batch-invariant mode takes 'off'); 'off' (the default): never.
+   * G (the batch-invariant mode takes 'off'); 'off' (where unset): never. The backend's default: QUIRE_DECODE_MMA.
    */
   decodeMma?: DecodeMma;
 }
@@ -44,6 +44,11 @@ export type DecodeMma = 'off' | 'all' | 'groups';
  * session 42, docs/perf-log.md).
  */
 export const DECODE_MMA_MIN_GROUP = 4;
+
+/** The least G whose grids take the _mma builds under `mma` (Infinity: none). */
+export function mmaFromGroup(mma: DecodeMma): number {
+  return mma === 'all' ? 1 : mma === 'groups' ? DECODE_MMA_MIN_GROUP : Infinity;
+}
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
 
@@ -146,7 +151,7 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
       `of ${a.headDim}`);
   }
   // the _mma builds have no _w, _pre or _hg variants: one build a G, whatever the grid
-  const mma = want === 'all' || (want === 'groups' && g.G >= DECODE_MMA_MIN_GROUP);
+  const mma = g.G >= mmaFromGroup(want);
   const wide = !x16 && !mma && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const pre = !x16 && !mma && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv,
     d.numSMs);

@@ -8,8 +8,8 @@
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, launchDecodeAttention, launchPrefillAttention,
-  type DecodeRope } from './attention-launch.js';
-import { decodeGridZ, decodeGroup, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
+  mmaFromGroup, type DecodeRope } from './attention-launch.js';
+import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
 import { ROPE_WARPS } from './kernel-defines.js';
 import type { KvMemory } from './kv-memory.js';
@@ -157,17 +157,18 @@ export class CudaAttention {
       }
       // The batch-invariant mode runs every row through the decode kernel: a row's result then follows its own kv
       // length alone, whatever chunk or step it came in.
+      const decodeMma = DECODE_MMA_HEAD_DIMS.includes(D) ? this.decodeMma : 'off';
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
-        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16,
-        decodeMma: DECODE_MMA_HEAD_DIMS.includes(D) ? this.decodeMma : 'off' };
+        blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16, decodeMma };
       const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
       if (decodeRows > 0) {
         // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
         const maxRowSplits = this.s.capturing ? this.captureSplits : this.s.current!.decodeMaxSplits ??=
           maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
+        // whole groups on the tensor cores keep from fewer blocks (MMA_GROUP_FILL): their walk reads K and V once
         const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.s.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8,
-          maxRowSplits);
+          maxRowSplits, GROUP_FILL, mmaFromGroup(decodeMma));
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of the row count alone, so eager and captured steps of one size allocate alike.

@@ -46,7 +46,7 @@ export interface CudaBackendOptions {
   chainGemms?: boolean;
   /** A layer's norms inside its chain GEMMs; default QUIRE_CHAIN_NORM (on). */
   chainNorms?: boolean;
-  /** Split chains past one wave on 8-stage _s2 builds (CudaGemms.chainPlan); default QUIRE_CHAIN_SHORT_RING (off). */
+  /** Split chains past one wave on 8-stage _s2 builds (CudaGemms.chainPlan); default QUIRE_CHAIN_SHORT_RING (on). */
   chainShortRing?: boolean;
   /** GGUF GEMMs (gguf-gemm.ts): the most tokens on the GEMV (QUIRE_GGUF_GEMV_TOKENS), its split, the dequantized weight's scratch. */
   gguf?: GgufGemmOptionsIn;

@@ -100,11 +100,12 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
  * decodeGroupsBuilt), read K and V once for them, unless the step's rows give fewer blocks than SMs and their splits
  * (rowSplits: the most of any row) do not make the whole-group grid `fill` blocks a SM; then one query head a block,
  * more blocks on the same pages, so every SM has work. At fill 4 a single stream keeps G 1 at every length and 8 rows
- * at 4k of context take their whole groups (+8.1% on qwen3-8b, docs/perf-log.md session 37). Per head the kernel's
- * arithmetic is that of G = 1: no bit changes.
+ * at 4k of context take their whole groups (+8.1% on qwen3-8b, docs/perf-log.md session 37). A whole group of at
+ * least `mmaFrom` heads runs on the tensor cores (the _mma builds) and keeps from `mmaFill` (MMA_GROUP_FILL). Per head
+ * the kernel's arithmetic is that of G = 1 (on CUDA cores, and on tensor cores at 'all'): no bit changes there.
  */
 export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128,
-  maxG = 8, rowSplits = 1, fill = GROUP_FILL): number {
+  maxG = 8, rowSplits = 1, fill = GROUP_FILL, mmaFrom = Infinity, mmaFill = MMA_GROUP_FILL): number {
   const even = evenGroup(numHeads, numKvHeads, maxG);
   const built = decodeGroupsBuilt(headDim).find((g) => g <= maxG && (numHeads / numKvHeads) % g === 0)!;
   const full = built !== even && numRows < ODD_GROUP_MIN_ROWS ? even : built;
@@ -112,14 +113,23 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
   if (blocks >= numSMs) return full;
   // Long rows: their splits may give whole groups' blocks enough to fill the GPU on their own, each K and V then read
   // once for the group, not once a query head (at 32k of context, G = 1 reads 4x the cache's bytes through L2)
-  return fill > 0 && blocks * Math.min(rowSplits, MAX_SPLITS) >= fill * numSMs ? full : 1;
+  const f = full >= mmaFrom ? mmaFill : fill;
+  return f > 0 && blocks * Math.min(rowSplits, MAX_SPLITS) >= f * numSMs ? full : 1;
 }
 
 /**
  * Blocks per SM (rows x whole-group blocks x the rows' splits) from which a step of few rows keeps whole GQA groups
- * (QUIRE_DECODE_GROUP_FILL; 0: rows alone decide, splits not counted).
+ * on the CUDA-core kernel (QUIRE_DECODE_GROUP_FILL; 0: rows alone decide, splits not counted).
  */
 export const GROUP_FILL = readKnob('QUIRE_DECODE_GROUP_FILL');
+/**
+ * The same for a whole group the _mma builds would serve (decodeGroup's `mmaFrom`: the least G the tensor cores take,
+ * attention-launch.ts mmaFromGroup), QUIRE_DECODE_MMA_GROUP_FILL: 0.9, so qwen3-8b alone at 16k of context (8 kv
+ * heads x 16 splits, 128 blocks on 132 SMs) keeps its groups. Against G 1 on CUDA cores (H200, session 43): qwen3-8b
+ * alone at 16k and 32k 169.0 -> 181.2 and 136.2 -> 155.7 tok/s (4k: 209.4 -> 210.5), qwen3-30b-a3b at batch 8 and 2k
+ * 767.0 -> 886.4.
+ */
+export const MMA_GROUP_FILL = readKnob('QUIRE_DECODE_MMA_GROUP_FILL');
 
 /** The largest of 8, 4, 2, 1 (up to maxG) dividing the GQA group (every kernel has those builds). */
 export function evenGroup(numHeads: number, numKvHeads: number, maxG = 8): number {

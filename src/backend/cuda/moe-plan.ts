@@ -195,8 +195,26 @@ function planFusedRouter(T: number, E: number, H: number, numLocal: number): Non
 }
 
 /**
- * The two grouped GEMMs of T rows on E experts of width I (hidden H): gemm_rows' default variant for an expert's
- * average rows (the split ones to 64, many warps on each weight tile: a decode step reads each routed expert once),
+ * Rows an expert from which bf16 experts take gemm_rows' 64 x 32 tiles (tiled_w2x2_m2_n2) where gemm_rows would take
+ * a split build (QUIRE_MOE_TILED_FROM_ROWS; 0: never). One qwen3-30b-a3b layer (bench-moe, H200, session 43): at 8 rows
+ * an expert 0.390 ms on split_n1 against 0.347 tiled, at 16 0.474 on split_n2 against 0.338. Under 8 rows (decode
+ * batches under 128) the split builds stay: not measured there. FP8 experts keep theirs (their tiled builds were not
+ * measured at these rows). Every gemm_rows variant sums alike (sliceChunks): no bit changes.
+ */
+export const MOE_TILED_FROM_ROWS = readKnob('QUIRE_MOE_TILED_FROM_ROWS');
+
+/** gemm_rows' tiles of 64 weight rows by 32 tokens, 2 x 2 warps (the default for up to 256 rows and 2,048 outputs). */
+const TILED_64X32 = GEMM_ROWS_VARIANTS[3]!;
+
+/** gemm_rows' variant for an expert's m rows and N outputs (MOE_TILED_FROM_ROWS, else gemm_rows' default). */
+export function moeVariant(m: number, N: number, fp8: boolean, tiledFromRows = MOE_TILED_FROM_ROWS): GemmRowsVariant {
+  const v = defaultVariant(m, N);
+  return !fp8 && tiledFromRows > 0 && m >= tiledFromRows && v.kind === 'split' ? TILED_64X32 : v;
+}
+
+/**
+ * The two grouped GEMMs of T rows on E experts of width I (hidden H): gemm_rows' variant for an expert's average rows
+ * (moeVariant: the split ones under 8, many warps on each weight tile: a decode step reads each routed expert once),
  * unless `variant` names one for both (tests), their _fp8 builds for block-FP8 experts; and the fused router for a
  * decode step's few rows. `numLocal`: the experts this rank holds (expert parallelism: MoeExperts.local), which
  * bound the GEMMs' tiles and moe_group's experts; an expert still gets T k / E rows on average, E the router's.
@@ -211,8 +229,8 @@ export function planMoe(T: number, E: number, topK: number, H: number, I: number
   const plan = (gateUp: boolean, N: number, K: number, v: GemmRowsVariant) =>
     wgmma ? planWgmma(gateUp, T, numLocal, topK, N) : planGemm(gateUp, T, numLocal, topK, N, K, v, fp8);
   return {
-    gateUp: plan(true, I, H, variant ?? defaultVariant(m, 2 * I)),
-    down: plan(false, H, I, variant ?? defaultVariant(m, H)),
+    gateUp: plan(true, I, H, variant ?? moeVariant(m, 2 * I, fp8)),
+    down: plan(false, H, I, variant ?? moeVariant(m, H, fp8)),
     router: T <= fusedRouterMaxRows ? planFusedRouter(T, E, H, numLocal) : null,
   };
 }

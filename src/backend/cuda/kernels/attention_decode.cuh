@@ -122,16 +122,6 @@ __device__ __forceinline__ void attention_decode(const T* qkv, const C* kCache, 
                      ropePairs, rc0);
     }
   }
-  // MMA with DECODE_MMA_AHEAD: the warp's first rounds of the block's first split asked of L2 before the wait (but the
-  // row's new token, which the kernel before or this one's rope writes), as the walk asks for them again
-  if constexpr (MMA && DECODE_MMA_AHEAD > 0) {
-    const int begin0 = bz * plan.chunk, end0 = min(kvLen - 1, begin0 + plan.chunk);
-#pragma unroll
-    for (int r = 0; r < DECODE_MMA_AHEAD; r++) {
-      decode_mma_ask_l2<C, D>(kCache, vCache, table, blockShift, slotStride, kvh,
-                              begin0 + 16 * (r * DECODE_WARPS + warp), end0, lane);
-    }
-  }
   // PDL (a dependent launch): the step's metadata above was written before the kernel before began, and the cache
   // rows read early by earlier steps; its qkv, and the partials the kernels before wrote, are read only after it
   if constexpr (PDL) pdl_begin();

@@ -17,17 +17,9 @@
 // P is rounded to bf16 for the MMA (as the prefill kernel's and flash-attention's); the row sums l are of the fp32 p.
 // A head's sums follow its own row of the MMA and its positions alone, so the bits depend neither on G nor on the
 // batch: as the CUDA-core builds, but not their bits.
-// DECODE_MMA_AHEAD (a kernel define, 0 by default): a warp asks L2 for the K and V lines of its round that many rounds
-// ahead (prefetch.global.L2: no register, no shared memory, no change to any sum), and for its first ones before the
-// kernel's PDL wait (attention_decode.cuh), so that a grid of few warps an SM (one row, whole groups) waits on L2
-// rather than DRAM. A second set of round registers spilled (session 41).
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"
-
-#ifndef DECODE_MMA_AHEAD
-#define DECODE_MMA_AHEAD 0
-#endif
 
 /** movmatrix.trans: the warp's 8 x 8 b16 matrix (thread (g, t): row g, cols 2t, 2t + 1) transposed. */
 __device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
@@ -56,26 +48,6 @@ __device__ __forceinline__ void decode_mma_q(const bf16_t* q, unsigned (&qa)[D /
 }
 
 /**
- * The 128-byte lines of K and V (D * 2 / 128 a position each) of a warp's round at p0, positions before `end`, asked
- * of L2 (prefetch.global.L2, DECODE_MMA_AHEAD): lane i % 32 asks for items i.
- */
-template <typename C, int D>
-__device__ __forceinline__ void decode_mma_ask_l2(const C* kCache, const C* vCache, const int* table, int blockShift,
-                                                  long long slotStride, int kvh, int p0, int end, int lane) {
-  constexpr int LINES = D * (int)sizeof(C) / 128;
-  const int pageMask = (1 << blockShift) - 1;
-#pragma unroll
-  for (int i = lane; i < 16 * LINES * 2; i += 32) {
-    const int j = p0 + i % 16;
-    if (j < end) {
-      const long long at = (((long long)table[j >> blockShift] << blockShift) + (j & pageMask)) * slotStride +
-                           (long long)kvh * D + i / 16 % LINES * (128 / (int)sizeof(C));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"((i / 16 < LINES ? kCache : vCache) + at));
-    }
-  }
-}
-
-/**
  * One warp's share of a split [begin, end): positions begin + 16 (r DECODE_WARPS + warp) .. + 15 in round r, read
  * through the page table (positions from `end` on read end - 1's and count for nothing). Ends with the warp's state
  * for each head g < G as the CUDA-core rounds leave it: ms[g], ls[g] (max, sum of exp) and accs[g * D + d] (the
@@ -97,18 +69,7 @@ __device__ __forceinline__ void decode_mma_walk(const unsigned (&qa)[D / 32][4],
     for (int j = 0; j < 4; j++) o[c][j][0] = o[c][j][1] = o[c][j][2] = o[c][j][3] = 0.f;
   }
   float m = NEG_INF, l = 0.f;  // head g's running max; this thread's part of its sum
-  if constexpr (DECODE_MMA_AHEAD > 0) {
-#pragma unroll
-    for (int r = 0; r < DECODE_MMA_AHEAD; r++) {
-      decode_mma_ask_l2<C, D>(kCache, vCache, table, blockShift, slotStride, kvh,
-                              begin + 16 * (r * DECODE_WARPS + warp), end, lane);
-    }
-  }
   for (int p0 = begin + 16 * warp; p0 < end; p0 += 16 * DECODE_WARPS) {
-    if constexpr (DECODE_MMA_AHEAD > 0) {
-      decode_mma_ask_l2<C, D>(kCache, vCache, table, blockShift, slotStride, kvh,
-                              p0 + 16 * DECODE_WARPS * DECODE_MMA_AHEAD, end, lane);
-    }
     u32x4 kr[2][CH], vr[2][CH];  // positions p0 + g and p0 + 8 + g
 #pragma unroll
     for (int n = 0; n < 2; n++) {
