@@ -5,9 +5,10 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DECODE_MMA_MIN_GROUP, launchDecodeAttention, type AttentionLaunch, type DecodeGrid }
+import { DECODE_MMA_MIN_GROUP, decodeSplitCap, launchDecodeAttention, type AttentionLaunch, type DecodeGrid }
   from '../../src/backend/cuda/attention-launch.js';
-import type { Device } from '../../src/backend/cuda/device.js';
+import { MAX_SPLITS } from '../../src/backend/cuda/decode-splits.js';
+import type { Device, KernelArg } from '../../src/backend/cuda/device.js';
 import { metaLayout } from '../../src/backend/cuda/step-meta.js';
 
 interface Launch {
@@ -15,14 +16,15 @@ interface Launch {
   grid: number[];
   block: number;
   clusterZ: number;
+  args: KernelArg[];
 }
 
 function recorder(): { device: Device; launches: Launch[] } {
   const launches: Launch[] = [];
   const device = {
     numSMs: 132, arch: 90,
-    launch: (_file: string, name: string, grid: number[], block: number, _args: unknown[], _shared = 0,
-      _dependent = false, clusterZ = 1) => launches.push({ name, grid, block, clusterZ }),
+    launch: (_file: string, name: string, grid: number[], block: number, args: KernelArg[], _shared = 0,
+      _dependent = false, clusterZ = 1) => launches.push({ name, grid, block, clusterZ, args }),
   } as unknown as Device;
   return { device, launches };
 }
@@ -32,8 +34,11 @@ function launchOf(headDim: number, extra: Partial<AttentionLaunch>): AttentionLa
     headDim, blockSize: 16, scale: 1, ...extra };
 }
 
-const grid = (G: number, rows: number, gridZ: number): DecodeGrid =>
-  ({ G, rows, gridZ, partialOut: 6n, partialMl: 7n, rowCounters: 8n, dependent: true });
+const grid = (G: number, rows: number, gridZ: number, maxSplits = MAX_SPLITS): DecodeGrid =>
+  ({ G, rows, gridZ, maxSplits, partialOut: 6n, partialMl: 7n, rowCounters: 8n, dependent: true });
+
+/** The kernel's maxSplits argument: the fourth after its one float (scale, then the three split sizes). */
+const maxSplitsArg = (l: Launch) => (l.args[l.args.findIndex((a) => 'f32' in a) + 4] as { i32: number }).i32;
 
 test('decodeMma launches the _mma build of the step\'s G at any grid; the plain kernel picks its variants', () => {
   const { device, launches } = recorder();
@@ -71,4 +76,17 @@ test('decodeMma refuses a cache its builds do not take: FP8, or a head dim other
     /bf16 cache of head dim 64 or 128, not bf16 of 256/);
   assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: 'all', kvKernels: 'bf16_fp8' }),
     grid(2, 8, 1)), /not bf16_fp8 of 128/);
+});
+
+test('the grid\'s split cap reaches the kernel; the CUDA-core kernel takes only MAX_SPLITS', () => {
+  const { device, launches } = recorder();
+  launchDecodeAttention(device, launchOf(128, { decodeMma: 'groups' }), grid(4, 1, 32, 32));
+  launchDecodeAttention(device, launchOf(128, { decodeMma: 'groups' }), grid(1, 1, 16));
+  assert.deepEqual(launches.map((l) => [l.name.replace('attention_decode_bf16_d128_', ''), maxSplitsArg(l)]),
+    [['g4_mma', 32], ['g1', MAX_SPLITS]]);
+  assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: 'groups' }), grid(2, 1, 16, 32)),
+    new RegExp(`splits a row ${MAX_SPLITS} times at most, not 32`));
+  // decodeSplitCap: the _mma builds' cap where the grid takes them
+  assert.deepEqual([[4, 'groups'], [2, 'groups'], [1, 'all'], [8, 'off']].map(([G, m]) =>
+    decodeSplitCap(G as number, m as 'off' | 'groups' | 'all', 32)), [32, MAX_SPLITS, 32, MAX_SPLITS]);
 });

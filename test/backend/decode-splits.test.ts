@@ -12,7 +12,7 @@ import { DECODE_MMA_HEAD_DIMS, DECODE_MMA_MIN_GROUP, type DecodeMma, mmaFromGrou
 import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
   DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeHeadGroups, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
-  maxSplitsOf, MMA_GROUP_FILL, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
+  maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
   WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
@@ -106,6 +106,22 @@ test('whole groups on the tensor cores (G >= mmaFrom) keep from MMA_GROUP_FILL b
   assert.equal(decodeGroup(8, 32, 4, 132, 128, 8, 8, 4, 4), 8, 'the default MMA fill');
   assert.equal(decodeGroup(8, 32, 4, 132, 128, 8, 8), 1, 'no MMA: 256 < 4 x 132');
   assert.deepEqual(['off', 'groups', 'all'].map((m) => mmaFromGroup(m as DecodeMma)), [Infinity, DECODE_MMA_MIN_GROUP, 1]);
+});
+
+test('the _mma builds\' split cap (MMA_MAX_SPLITS): more splits of long rows, more whole-group blocks', () => {
+  assert.equal(MMA_MAX_SPLITS, 16, 'as MAX_SPLITS until batches of long rows are measured at 32');
+  // a 32k row: 16 splits of 2,000 at the kernel's cap, 32 of 1,008 at 32; rows up to 4k alike at both
+  assert.deepEqual(splitPlan(32000), { numSplits: 16, chunk: 2000 });
+  assert.deepEqual(splitPlan(32000, 32), { numSplits: 32, chunk: 1008 });
+  for (const kv of [1, 512, 2048, 4096]) assert.deepEqual(splitPlan(kv, 32), splitPlan(kv), `kv ${kv}`);
+  const rows = Int32Array.from([0, 1]);
+  assert.deepEqual([16, 32, 64].map((cap) => maxSplitsOf(Int32Array.from([15999, 100]), rows, cap)), [16, 32, 63]);
+  assert.equal(decodeGridZ(8, 132, 64, 32), 32, 'z up to the launch\'s cap');
+  assert.equal(decodeGridZ(8, 132, 64), MAX_SPLITS);
+  // qwen3-8b alone at 16k, whole groups at fill 1: 8 x 16 = 128 blocks < 132 at cap 16, 8 x 32 = 256 at 32
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 64, 4, 4, 1, 16), 1);
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 64, 4, 4, 1, 32), 4);
+  assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 64, 1, Infinity, 1, 32), 1, 'CUDA cores: MAX_SPLITS counts');
 });
 
 test('QUIRE_DECODE_FOLD_BATCH (8 unset) and QUIRE_MOE_COMBINE_BATCH (1 unset) reach their kernels\' builds', () => {

@@ -5,7 +5,9 @@
 // block or published) has the bits each row has alone (one query head a block, its splits spread over blocks),
 // eager and graphed, at GQA groups of 2 to 8 and head dims 64 and 128; and those outputs are within bf16 of the
 // CUDA-core kernel's, whose bits they are not. QUIRE_DECODE_MMA=groups gives the _mma builds' bits at G 8 and the
-// CUDA-core kernel's at G 2, and in the batch-invariant mode the CUDA-core kernel's at G 8. The workspace is
+// CUDA-core kernel's at G 2, and in the batch-invariant mode the CUDA-core kernel's at G 8; a single 16k row of
+// qwen3-8b's shape keeps its whole groups there (QUIRE_DECODE_MMA_GROUP_FILL). At a split cap of 32
+// (QUIRE_DECODE_MMA_MAX_SPLITS) rows past 4k split more, alone as in a batch, eager as graphed. The workspace is
 // poisoned before every run.
 
 import { after, describe, test } from 'node:test';
@@ -68,11 +70,15 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
       assert.notDeepEqual(whole, new Uint32Array(want.buffer), 'the _mma builds ran (their sums are their own)');
       const c = mma!;
       const qkv = c.fromHost([numRows, width], qkvValues);
-      const graphed = new Uint32Array(c.graph(7000 + numRows + D + H, batch, () => {
+      const record = () => {
         const step = c.beginStep(batch);
         c.fillWorkspace(0xff);
         return c.toHost(c.attention(qkv, 0, H, KV, scale, step));
-      }).buffer);
+      };
+      c.graph(7000 + numRows + D + H, batch, record);  // runs eagerly, then captures
+      const replays = c.numGraphReplays;
+      const graphed = new Uint32Array(c.graph(7000 + numRows + D + H, batch, record).buffer);
+      assert.equal(c.numGraphReplays, replays + 1, 'the second call replays the graph');
       assert.deepEqual(graphed, whole, `G ${group}: graphed against eager`);
       for (const at of [0, 3, 77, 150, numRows - 1]) {
         const alone = batchOf([{ ids: [at % 50], start: lens[at]! - 1, pages: pages[at]! }], blockSize);
@@ -103,6 +109,31 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
     }
   });
 
+  test('at a split cap of 32 (QUIRE_DECODE_MMA_MAX_SPLITS) long rows have their bits alone in a batch, graphed as '
+    + 'eager, within bf16 of the CUDA-core kernel, not the cap of 16\'s bits', () => {
+    const [H, KV, D] = [32, 8, 128];
+    const lens = [16384, 9001, 300, 5000, 4097, 1, 12000, 33, 8000, 2500];
+    const wide = newCuda({ decodeMma: 'all', decodeMmaMaxSplits: 32 });
+    try {
+      const [at32, at16, viaPlain] = [wide, mma!, plain!].map((c) => decodeBits(c, H, KV, D, lens));
+      assert.notDeepEqual(at32, at16, 'rows past 4k split more at 32');
+      const f32 = (b: Uint32Array) => new Float32Array(b.buffer);
+      assertBf16Close(f32(at32), f32(viaPlain), 'against the CUDA-core kernel');
+      const width = H * D;
+      lens.forEach((len, i) => {
+        if (len <= 4096) assert.deepEqual(at32.slice(i * width, (i + 1) * width), at16.slice(i * width, (i + 1) * width),
+          `row ${i} (kv ${len}): the same splits at either cap`);
+      });
+      for (const i of [0, 1, 6]) {
+        assert.deepEqual(decodeBits(wide, H, KV, D, lens, i), at32.slice(i * width, (i + 1) * width),
+          `row ${i} (kv ${lens[i]}) alone`);
+      }
+      assert.deepEqual(decodeBits(wide, H, KV, D, lens, undefined, true), at32, 'graphed against eager');
+    } finally {
+      wide.dispose();
+    }
+  });
+
   test('groups: a single 16k row of qwen3-8b\'s shape keeps its whole groups of 4 on the tensor cores', (t) => {
     // 8 kv heads x 16 splits = 128 blocks: whole groups from MMA_GROUP_FILL (0.9) blocks a SM, not GROUP_FILL's 4
     const numSMs = mma!.device.numSMs;
@@ -118,9 +149,13 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
   });
 });
 
-/** One decode step of rows of `lens` positions (numRows of 1 to 1,800) of random bf16 on `c`: the output's bits. */
+/**
+ * One decode step of rows of `lens` positions (numRows of 1 to 1,800) of random bf16 on `c`: the output's bits; of
+ * row `only` alone (the same pages and values), or replayed from a CUDA graph (`graphed`).
+ */
 function decodeBits(c: CudaBackend, H: number, KV: number, D: number,
-  lens = Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800))): Uint32Array {
+  lens = Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800)), only?: number,
+  graphed = false): Uint32Array {
   let next = 0;
   const pages = lens.map((len) => Array.from({ length: Math.ceil(len / blockSize) }, () => next++));
   c.allocateKvCache({ numBlocks: next, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
@@ -130,9 +165,21 @@ function decodeBits(c: CudaBackend, H: number, KV: number, D: number,
   c.device.upload(v, f32ToBf16(randomBf16(elements, 34 + D, -2, 2)));
   const width = (H + 2 * KV) * D;
   c.reserveStepCapacity(lens.length, lens.length, Math.max(...pages.map((p) => p.length)));
-  const qkv = c.fromHost([lens.length, width], randomBf16(lens.length * width, 35 + H, -2, 2));
-  const batch = batchOf(lens.map((len, i) => ({ ids: [i % 50], start: len - 1, pages: pages[i]! })), blockSize);
-  const step = c.beginStep(batch);
-  c.fillWorkspace(0xff);
-  return new Uint32Array(c.toHost(c.attention(qkv, 0, H, KV, 1 / Math.sqrt(D), step)).buffer);
+  const values = randomBf16(lens.length * width, 35 + H, -2, 2);
+  const rows = only === undefined ? lens.map((_, i) => i) : [only];
+  const qkv = c.fromHost([rows.length, width], only === undefined ? values
+    : values.slice(only * width, (only + 1) * width));
+  const batch = batchOf(rows.map((i) => ({ ids: [i % 50], start: lens[i]! - 1, pages: pages[i]! })), blockSize);
+  const run = () => {
+    const step = c.beginStep(batch);
+    c.fillWorkspace(0xff);
+    return c.toHost(c.attention(qkv, 0, H, KV, 1 / Math.sqrt(D), step));
+  };
+  if (!graphed) return new Uint32Array(run().buffer);
+  const key = 9000 + lens.length + H + D;
+  c.graph(key, batch, run);  // runs eagerly, then captures
+  const replays = c.numGraphReplays;
+  const out = new Uint32Array(c.graph(key, batch, run).buffer);
+  assert.equal(c.numGraphReplays, replays + 1, 'the second call replays the graph');
+  return out;
 }

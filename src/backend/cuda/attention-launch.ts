@@ -2,7 +2,8 @@
 // argument lists in one place; which rows go to which kernel, and the grids, are the
 // backend's choice (cuda-backend.ts attention()).
 
-import { decodeCluster, decodeHeadGroups, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
+import { decodeCluster, decodeHeadGroups, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, MMA_MAX_SPLITS,
+  SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import { DECODE_WARPS, PREFILL_BUILDS } from './kernel-defines.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
@@ -48,6 +49,11 @@ export const DECODE_MMA_MIN_GROUP = 4;
 /** The least G whose grids take the _mma builds under `mma` (Infinity: none). */
 export function mmaFromGroup(mma: DecodeMma): number {
   return mma === 'all' ? 1 : mma === 'groups' ? DECODE_MMA_MIN_GROUP : Infinity;
+}
+
+/** Most splits of a row in a grid of G query heads a block under `mma`: the _mma builds' cap, or the kernel's. */
+export function decodeSplitCap(G: number, mma: DecodeMma, mmaMaxSplits = MMA_MAX_SPLITS): number {
+  return G >= mmaFromGroup(mma) ? mmaMaxSplits : MAX_SPLITS;
 }
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));
@@ -102,7 +108,9 @@ export interface DecodeGrid {
   /** Grid rows: the first `rows` tokens of rowOrder. */
   rows: number;
   gridZ: number;
-  /** Split states [rows, numHeads, MAX_SPLITS, headDim] and [.., 2] f32, or 0 when no row is shared. */
+  /** Most splits of a row (decodeSplitCap: the kernel's split plan and the split states' stride). */
+  maxSplits: number;
+  /** Split states [rows, numHeads, maxSplits, headDim] and [.., 2] f32, or 0 when no row is shared. */
   partialOut: bigint;
   partialMl: bigint;
   /** [rows, numHeads / G] int32, zero between launches. */
@@ -152,6 +160,10 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   }
   // the _mma builds have no _w, _pre or _hg variants: one build a G, whatever the grid
   const mma = g.G >= mmaFromGroup(want);
+  // the CUDA-core kernel's rows split alike in every launch (its batch invariance); the _mma builds' bits are their own
+  if (!mma && g.maxSplits !== MAX_SPLITS) {
+    throw new Error(`attention: the CUDA-core decode kernel splits a row ${MAX_SPLITS} times at most, not ${g.maxSplits}`);
+  }
   const wide = !x16 && !mma && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const pre = !x16 && !mma && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv,
     d.numSMs);
@@ -162,7 +174,7 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
     DECODE_WARPS * 32 * hg, [ptr(a.qkv), ptr(a.k), ptr(a.v), ptr(a.out), ptr(g.partialOut), ptr(g.partialMl), ptr(g.rowCounters),
       ptr(a.meta), word(a, L.blockTables), word(a, L.tokenToSeq), word(a, L.positions), i32(a.numHeads),
       i32(a.numKvHeads), i32(Math.log2(a.blockSize)), f32(a.scale), i32(SPLIT_TOKENS), i32(LONG_SPLIT_TOKENS),
-      i32(SHORT_SPLIT_TOKENS), i32(MAX_SPLITS), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),
+      i32(SHORT_SPLIT_TOKENS), i32(g.maxSplits), i32(a.numHeads / a.numKvHeads), word(a, L.rowOrder),
       ptr(rope?.table ?? 0n), ptr(rope?.qNorm ?? 0n), ptr(rope?.kNorm ?? 0n), word(a, L.slotMapping),
       f32(rope?.eps ?? 0), i32(rope?.rotPairs ?? a.headDim / 2)], 0, g.dependent,
     decodeCluster(pre && d.arch >= 90, g.gridZ));

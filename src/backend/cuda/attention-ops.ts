@@ -7,9 +7,10 @@
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
-import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, launchDecodeAttention, launchPrefillAttention,
-  mmaFromGroup, type DecodeRope } from './attention-launch.js';
-import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf } from './decode-splits.js';
+import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, decodeSplitCap, launchDecodeAttention,
+  launchPrefillAttention, mmaFromGroup, type DecodeRope } from './attention-launch.js';
+import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS }
+  from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
 import { ROPE_WARPS } from './kernel-defines.js';
 import type { KvMemory } from './kv-memory.js';
@@ -24,6 +25,8 @@ export interface AttentionOptions {
   fusedRope?: boolean;
   /** Decode attention's rounds on tensor cores where the cache allows (QUIRE_DECODE_MMA; AttentionLaunch.decodeMma). */
   decodeMma?: DecodeMma;
+  /** Most splits of a row on the _mma builds (QUIRE_DECODE_MMA_MAX_SPLITS). */
+  mmaMaxSplits?: number;
 }
 
 export class CudaAttention {
@@ -35,13 +38,16 @@ export class CudaAttention {
   private readonly fusedRope: boolean;
   /** The _mma decode builds for a bf16 cache of head dim 64 or 128 (DECODE_MMA_HEAD_DIMS); others keep the plain ones. */
   private readonly decodeMma: DecodeMma;
+  private readonly mmaMaxSplits: number;
+  /** Most splits of a row in any of this backend's launches: the split states' stride in their buffers. */
+  private readonly mostSplits: number;
   private readonly invFreqs = new Map<Float32Array, bigint>();
   /** The qkv buffer and layer whose k, v qkNormRope already wrote to the cache this step. */
   private kvWrittenFor: { qkv: bigint; layer: number } | null = null;
   /** qkNormRope's launch left to the decode attention kernel of the same qkv buffer and layer (fusedRope). */
   private ropeForAttention: { qkv: bigint; layer: number; rope: DecodeRope } | null = null;
-  /** The most splits of a decode row in the graph being captured (its kv-length class); set by the graphs. */
-  captureSplits = MAX_SPLITS;
+  /** The most splits of a decode row in the graph being captured (its kv-length class; Infinity: the launch's cap). */
+  captureSplits = Infinity;
   /** Layers whose qk-norm + rope ran inside the decode attention kernel (fusedRope). */
   numFusedRopes = 0;
 
@@ -54,6 +60,8 @@ export class CudaAttention {
     // 'groups' picks the kernel by the step's G, which follows its batch: not in the batch-invariant mode
     const mma = o.decodeMma ?? readKnob('QUIRE_DECODE_MMA');
     this.decodeMma = fp8Cache || (o.batchInvariant && mma === 'groups') ? 'off' : mma;
+    this.mmaMaxSplits = o.mmaMaxSplits ?? MMA_MAX_SPLITS;
+    this.mostSplits = this.decodeMma === 'off' ? MAX_SPLITS : Math.max(MAX_SPLITS, this.mmaMaxSplits);
   }
 
   /** A new step: nothing of the last one's qkv is pending. */
@@ -129,8 +137,8 @@ export class CudaAttention {
    * Grid z of the decode kernel for `numRows` (token, head) rows. Every row's splits follow its own kv length
    * (decode-splits.ts), so this changes how blocks share the work, never a result.
    */
-  decodeSplits(numRows: number, maxRowSplits: number): number {
-    return decodeGridZ(numRows, this.s.device.numSMs, maxRowSplits);
+  decodeSplits(numRows: number, maxRowSplits: number, maxSplits = MAX_SPLITS): number {
+    return decodeGridZ(numRows, this.s.device.numSMs, maxRowSplits, maxSplits);
   }
 
   attention(qkv: Tensor, layer: number, numHeads: number, numKvHeads: number, scale: number,
@@ -164,22 +172,26 @@ export class CudaAttention {
       if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
       if (decodeRows > 0) {
         // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
-        const maxRowSplits = this.s.capturing ? this.captureSplits : this.s.current!.decodeMaxSplits ??=
-          maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows));
+        // The rows' splits at the larger cap: at a smaller one a row has at most min(cap, these) (splitPlan).
+        const rowSplits = this.s.capturing ? this.captureSplits : this.s.current!.decodeMaxSplits ??=
+          maxSplitsOf(batch.positions, meta.words.subarray(L.rowOrder, L.rowOrder + decodeRows), this.mostSplits);
         // whole groups on the tensor cores keep from fewer blocks (MMA_GROUP_FILL): their walk reads K and V once
         const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.s.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8,
-          maxRowSplits, GROUP_FILL, mmaFromGroup(decodeMma));
+          rowSplits, GROUP_FILL, mmaFromGroup(decodeMma), MMA_GROUP_FILL, this.mmaMaxSplits);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
+        const maxSplits = decodeSplitCap(G, decodeMma, this.mmaMaxSplits);
         // Blocks publish split states only when the grid may give a row several blocks; the test is a function
         // of the row count alone, so eager and captured steps of one size allocate alike.
         const numRows = decodeRows * (numHeads / G);
-        const mayShare = this.decodeSplits(numRows, MAX_SPLITS) > 1;
+        const mayShare = this.decodeSplits(numRows, maxSplits, maxSplits) > 1;
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
-        const partials = !this.batchInvariant ? this.s.steps.partials(meta, numHeads, D, this.s.capturing)
+        const partials = !this.batchInvariant
+          ? this.s.steps.partials(meta, numHeads, D, this.mostSplits, this.s.capturing)
           : !mayShare ? { out: 0n, ml: 0n }
-          : { out: this.s.act([decodeRows, numHeads, MAX_SPLITS, D], 'f32').ptr,
-            ml: this.s.act([decodeRows, numHeads, MAX_SPLITS, 2], 'f32').ptr };
-        launchDecodeAttention(this.s.device, launch, { G, rows: decodeRows, gridZ: this.decodeSplits(numRows, maxRowSplits),
+          : { out: this.s.act([decodeRows, numHeads, maxSplits, D], 'f32').ptr,
+            ml: this.s.act([decodeRows, numHeads, maxSplits, 2], 'f32').ptr };
+        launchDecodeAttention(this.s.device, launch, { G, rows: decodeRows, maxSplits,
+          gridZ: this.decodeSplits(numRows, Math.min(rowSplits, maxSplits), maxSplits),
           partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters,
           dependent: decodeAsDependent(this.batchInvariant, packed.decodeOnly) }, fused?.rope);
       }

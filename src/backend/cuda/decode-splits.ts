@@ -29,6 +29,12 @@ export const SHORT_SPLIT_TOKENS = readKnob('QUIRE_DECODE_SHORT_SPLIT_TOKENS');
  * splits, so this bounds how many blocks a single long stream can spread over.
  */
 export const MAX_SPLITS = readKnob('QUIRE_DECODE_MAX_SPLITS');
+/**
+ * Most splits of one row on the _mma builds (QUIRE_DECODE_MMA_MAX_SPLITS; the kernel takes a launch's cap as an
+ * argument, which is also the stride of its split states). Their bits are their own, so their rows may split more:
+ * a single long stream on whole groups is 8 kv heads x 16 splits = 128 blocks on qwen3-8b, one a SM.
+ */
+export const MMA_MAX_SPLITS = readKnob('QUIRE_DECODE_MMA_MAX_SPLITS');
 /** Split chunks are whole multiples of this many kv positions (the kernel's DECODE_CHUNK_ROUND: kernel-defines.ts). */
 export const DECODE_CHUNK_ROUND = 16;
 /**
@@ -44,11 +50,12 @@ export interface SplitPlan {
   chunk: number;
 }
 
-export function splitPlan(kvLen: number): SplitPlan {
+/** The splits of a row of kvLen positions, at most maxSplits (the launch's cap: MAX_SPLITS or MMA_MAX_SPLITS). */
+export function splitPlan(kvLen: number, maxSplits = MAX_SPLITS): SplitPlan {
   if (kvLen <= 0) return { numSplits: 1, chunk: DECODE_CHUNK_ROUND };
   const target = kvLen > 2 * SPLIT_TOKENS ? LONG_SPLIT_TOKENS
     : SHORT_SPLIT_TOKENS > 0 && kvLen <= SHORT_ROW_KV ? SHORT_SPLIT_TOKENS : SPLIT_TOKENS;
-  const wanted = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(kvLen / target)));
+  const wanted = Math.max(1, Math.min(maxSplits, Math.ceil(kvLen / target)));
   const chunk = Math.ceil(Math.ceil(kvLen / wanted) / DECODE_CHUNK_ROUND) * DECODE_CHUNK_ROUND;
   return { numSplits: Math.ceil(kvLen / chunk), chunk };
 }
@@ -87,12 +94,12 @@ export function graphKey(key: number, short: boolean): number {
  * Grid z of the decode kernel: as many blocks per row as fit the target number
  * of resident blocks, rounded down (a row walked by one block folds its splits
  * as it goes, cheaper than publishing them), never more than the most splits
- * any row needs (`maxRowSplits`: MAX_SPLITS in a graph, whose kv lengths grow
+ * any row needs (`maxRowSplits`: the launch's cap `maxSplits` in a graph, whose kv lengths grow
  * between replays).
  */
-export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: number): number {
+export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: number, maxSplits = MAX_SPLITS): number {
   const fill = Math.floor((TARGET_BLOCKS_PER_SM * numSMs) / Math.max(1, numRows));
-  return Math.max(1, Math.min(MAX_SPLITS, maxRowSplits, fill));
+  return Math.max(1, Math.min(maxSplits, maxRowSplits, fill));
 }
 
 /**
@@ -105,7 +112,8 @@ export function decodeGridZ(numRows: number, numSMs: number, maxRowSplits: numbe
  * the kernel's arithmetic is that of G = 1 (on CUDA cores, and on tensor cores at 'all'): no bit changes there.
  */
 export function decodeGroup(numRows: number, numHeads: number, numKvHeads: number, numSMs: number, headDim = 128,
-  maxG = 8, rowSplits = 1, fill = GROUP_FILL, mmaFrom = Infinity, mmaFill = MMA_GROUP_FILL): number {
+  maxG = 8, rowSplits = 1, fill = GROUP_FILL, mmaFrom = Infinity, mmaFill = MMA_GROUP_FILL,
+  mmaMaxSplits = MMA_MAX_SPLITS): number {
   const even = evenGroup(numHeads, numKvHeads, maxG);
   const built = decodeGroupsBuilt(headDim).find((g) => g <= maxG && (numHeads / numKvHeads) % g === 0)!;
   const full = built !== even && numRows < ODD_GROUP_MIN_ROWS ? even : built;
@@ -113,8 +121,9 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
   if (blocks >= numSMs) return full;
   // Long rows: their splits may give whole groups' blocks enough to fill the GPU on their own, each K and V then read
   // once for the group, not once a query head (at 32k of context, G = 1 reads 4x the cache's bytes through L2)
-  const f = full >= mmaFrom ? mmaFill : fill;
-  return f > 0 && blocks * Math.min(rowSplits, MAX_SPLITS) >= f * numSMs ? full : 1;
+  const mma = full >= mmaFrom;
+  const f = mma ? mmaFill : fill;
+  return f > 0 && blocks * Math.min(rowSplits, mma ? mmaMaxSplits : MAX_SPLITS) >= f * numSMs ? full : 1;
 }
 
 /**
@@ -225,9 +234,12 @@ export function decodeHeadGroups(G: number, D: number, kvKernels: string, numHea
     && (numHeads / numKvHeads) % hg === 0 ? hg : 1;
 }
 
-/** The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1). */
-export function maxSplitsOf(positions: Int32Array, rows: Int32Array): number {
+/**
+ * The most splits any of a decode batch's rows (the tokens `rows` names) needs (kv length = position + 1) at a cap
+ * of maxSplits.
+ */
+export function maxSplitsOf(positions: Int32Array, rows: Int32Array, maxSplits = MAX_SPLITS): number {
   let most = 1;
-  for (const t of rows) most = Math.max(most, splitPlan(positions[t]! + 1).numSplits);
+  for (const t of rows) most = Math.max(most, splitPlan(positions[t]! + 1, maxSplits).numSplits);
   return most;
 }

@@ -5,7 +5,7 @@ import { BYTES_PER_ELEMENT } from '../../loader/dtype.js';
 import type { ForwardBatch } from '../batch.js';
 import type { DeviceGraphs } from '../backend.js';
 import type { CudaAttention } from './attention-ops.js';
-import { graphKey, GRAPH_KV_CLASSES, MAX_SPLITS, SHORT_GRAPH_KV, SHORT_GRAPH_SPLITS, shortGraphRows } from './decode-splits.js';
+import { graphKey, GRAPH_KV_CLASSES, SHORT_GRAPH_KV, SHORT_GRAPH_SPLITS, shortGraphRows } from './decode-splits.js';
 import { check } from './ffi/driver.js';
 import { GraphCache } from './graph-cache.js';
 import { bf16BytesToF32 } from './host-staging.js';
@@ -47,7 +47,7 @@ export class CudaGraphs implements DeviceGraphs {
     const result = record();
     this.s.device.synchronize();
     this.s.workspace.reset();
-    this.attention.captureSplits = short ? SHORT_GRAPH_SPLITS : MAX_SPLITS;
+    this.attention.captureSplits = short ? SHORT_GRAPH_SPLITS : Infinity;  // long rows: as many as the launch's cap
     this.capture(graphKey(key, short), record,
       `graph ${key}${!short && GRAPH_KV_CLASSES ? `, kv over ${SHORT_GRAPH_KV}` : ''}`);
     this.numCaptures++;

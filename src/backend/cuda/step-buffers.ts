@@ -3,7 +3,6 @@
 // replacement bumps `generation` and the graphs captured before it are not replayed (cuda-backend.ts graph()).
 
 import { TOKEN_READS_IN_FLIGHT } from '../backend.js';
-import { MAX_SPLITS } from './decode-splits.js';
 import type { Device, PinnedBuffer } from './device.js';
 import type { MetaLayout } from './step-meta.js';
 
@@ -22,7 +21,7 @@ export interface Meta {
   /** Two pinned [capTokens] int32 slots the sampled tokens of graph launches come back in, by turns. */
   tokenSlots: PinnedBuffer;
   /**
-   * Decode attention's split states, [capSeqs, numHeads, MAX_SPLITS, D + 2] f32 (outputs, then max and sum), made
+   * Decode attention's split states, [capSeqs, numHeads, maxSplits, D + 2] f32 (outputs, then max and sum), made
    * at the first step with decode rows and shared by every layer: their size follows the capacities, not the
    * step, so a step with few decode rows (whose rows share blocks) needs no activation memory the profile run's
    * largest step did not.
@@ -65,10 +64,13 @@ export class StepBuffers {
     this.generation++;
   }
 
-  /** The decode attention's split-state buffers of `meta` (see Meta.partials), made or grown outside a capture. */
-  partials(meta: Meta, numHeads: number, D: number, capturing: boolean): { out: bigint; ml: bigint } {
-    const outBytes = meta.layout.capSeqs * numHeads * MAX_SPLITS * D * 4;
-    const bytes = outBytes + meta.layout.capSeqs * numHeads * MAX_SPLITS * 2 * 4;
+  /**
+   * The decode attention's split-state buffers of `meta` (see Meta.partials) for rows of up to `maxSplits` splits,
+   * made or grown outside a capture.
+   */
+  partials(meta: Meta, numHeads: number, D: number, maxSplits: number, capturing: boolean): { out: bigint; ml: bigint } {
+    const outBytes = meta.layout.capSeqs * numHeads * maxSplits * D * 4;
+    const bytes = outBytes + meta.layout.capSeqs * numHeads * maxSplits * 2 * 4;
     if (!meta.partials || meta.partials.bytes < bytes) {
       if (capturing) throw new Error('decode attention partials outgrown during graph capture');
       if (meta.partials) {
