@@ -1,8 +1,8 @@
 // A layer's norms inside its chain GEMMs (CudaBackend.matmulAddRmsNorm; kernels/gemm_chain.cu's ChainNormOut and
 // ChainNormIn): the producer's residual gets add_rms_norm's bits; the consumer's outputs are as close to the exact
 // result (in f64 on the host, from the residual the GPU wrote) as the norm kernel's path; a consumer that cannot apply
-// the norm's scale gets the norm kernel's bits; steps the chain kernels do not take run the unfused ops. Outputs start
-// as NaN (the workspace is poisoned).
+// the norm's scale gets the norm kernel's bits; steps the chain kernels do not take run the unfused ops; qwen3-8b's qkv
+// takes the norm on the short split rings (QUIRE_CHAIN_SHORT_RING). Outputs start as NaN (the workspace is poisoned).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -136,6 +136,30 @@ describe('CUDA norms inside the chain GEMMs', { skip: noCuda }, () => {
       });
     }
   }
+
+  // QUIRE_CHAIN_SHORT_RING (the default): qwen3-8b's qkv (6,144 x 4,096), whose split _p8 grid would take two waves,
+  // consumes the pending norm on the 8-stage split rings (gemm_chain_s2)
+  test('a ring producer into qwen3-8b\'s qkv on the short split rings: residual bits equal, qkv near the exact result',
+    (t) => {
+      const c = cuda!;
+      const [H, N] = [4096, 6144];
+      const plan = planChainGemm(1, N, H, c.device.numSMs)!;
+      const fit = c.device.blocksPerSM('gemm_chain.cu', plan.kernel, plan.block, plan.sharedBytes) * c.device.numSMs;
+      if (plan.grid[0] <= fit) return t.skip(`${plan.grid[0]} blocks fit one wave of ${fit} here`);
+      const wq = weight(c, [N, H], 13);
+      for (const T of [1, 8]) {
+        const r = pair(c, T, H, 1024, 300 + T, (x) => c.matmul(x, wq.dev, 'qkv'));
+        assert.ok(r.fused.deferred, `${T} tokens: the fused producer left its norm to qkv`);
+        assert.equal(r.fused.chains, 2, `${T} tokens: two chain kernels, no norm kernel between`);
+        assertSameBits(r.fused.residual, r.plain.residual, `${T} tokens: residual`);
+        const ex = new Float64Array(T * N);
+        for (let i = 0; i < T; i++) ex.set(gemv(wq.host, N, H, exactNormed(r.fused.residual, i, H, r.normHost)), i * N);
+        const fusedErr = relError(new Float32Array(r.fused.out.buffer), ex);
+        const plainErr = relError(new Float32Array(r.plain.out.buffer), ex);
+        assert.ok(plainErr < 1e-2, `${T} tokens: the norm kernel's path ${plainErr} from the exact result`);
+        assert.ok(fusedErr < 1.5 * plainErr, `${T} tokens: fused ${fusedErr} against the norm kernel's ${plainErr}`);
+      }
+    });
 
   test('a consumer that cannot apply the scale (gemm_chain_whole) gets the norm kernel\'s bits', () => {
     const c = cuda!;
