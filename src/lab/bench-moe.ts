@@ -5,11 +5,12 @@
 // (`bench offline --workload prefill` needs one; docs/perf-log.md, session 40).
 //
 //   node dist/src/lab/bench-moe.js [--tokens 8192,2048] [--experts 128] [--top-k 8] [--hidden 2048] [--width 768]
-//     [--reps 10] [--variants default,split_n4,wgmma]
+//     [--reps 10] [--variants default,split_n4,wgmma] [--fp8]
 //
 // --variants times the layer on each named GEMM path in turn: `default` (the engine's plan), a gemm_rows variant for
 // both GEMMs (moeVariantNames: the same bits as the default's tiled builds, so only the time may change), or `wgmma`
-// (moe_wgmma.cu at any rows an expert, sm_90).
+// (moe_wgmma.cu at any rows an expert, sm_90). --fp8: block-FP8 experts (the _fp8 builds, inputs quantized per 128
+// columns), e4m3 bytes drawn as the bf16 ones are, one scale for every block; wgmma takes bf16 experts only.
 
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
@@ -18,6 +19,7 @@ import type { MoeExperts, MoeRoute } from '../backend/backend.js';
 import { CudaBackend, type CudaTensor } from '../backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS, type GemmRowsVariant } from '../backend/cuda/gemm-rows.js';
 import { f32ToBf16Bits } from '../loader/dtype.js';
+import { e4m3Bits } from '../loader/fp8.js';
 import { seededRandom } from '../model/random-weights.js';
 import { prefillBatch } from './bench-prefill.js';
 import { EventTimer } from './event-timer.js';
@@ -28,6 +30,8 @@ export interface MoeBenchShape {
   topK: number;
   hidden: number;
   width: number;
+  /** Block-FP8 experts (--fp8). */
+  fp8?: boolean;
 }
 
 export interface MoeBenchResult extends MoeBenchShape {
@@ -55,12 +59,28 @@ function bf16Values(c: CudaBackend, shape: number[], seed: number, a: number): C
   return c.upload({ name: 'bench-moe', dtype: 'bf16', shape, data: new Uint8Array(data.buffer) }) as CudaTensor;
 }
 
-/** The bench's seeded layer: experts, router, route and T rows of input. */
+/**
+ * A block-FP8 weight [n, K] of values in [-a, a): e4m3 bytes drawn from 4,096 seeded ones (of +-224, half e4m3's range)
+ * as bf16Values draws, and every 128 x 128 block's scale a / 224. n and K are multiples of 128.
+ */
+function fp8Values(c: CudaBackend, [n, K]: [number, number], seed: number, a: number): CudaTensor {
+  const rand = seededRandom(seed);
+  const pool = Uint8Array.from({ length: 4096 }, () => e4m3Bits((2 * rand() - 1) * 224));
+  const data = new Uint8Array(n * K);
+  for (let i = 0; i < data.length; i++) data[i] = pool[Math.imul(i, 0x9e3779b1) >>> 20]!;
+  const scales = new Float32Array((n / 128) * (K / 128)).fill(a / 224);
+  return c.uploadFp8Block('bench-moe', [{ weight: { name: 'bench-moe.weight', dtype: 'f8_e4m3', shape: [n, K], data },
+    scaleInv: { name: 'bench-moe.weight_scale_inv', dtype: 'f32', shape: [n / 128, K / 128],
+      data: new Uint8Array(scales.buffer) } }]) as CudaTensor;
+}
+
+/** The bench's seeded layer: experts (bf16, or block FP8 with shape.fp8), router, route and T rows of input. */
 export function moeBenchInputs(shape: MoeBenchShape, c: CudaBackend): { x: CudaTensor; router: CudaTensor;
   experts: MoeExperts; route: MoeRoute } {
   const { tokens: T, experts: E, topK, hidden: H, width: I } = shape;
+  const values = shape.fp8 ? fp8Values : bf16Values;
   const experts: MoeExperts = { numExperts: E, intermediate: I,
-    gateUp: bf16Values(c, [E * 2 * I, H], 1, 2 / Math.sqrt(H)), down: bf16Values(c, [E * H, I], 2, 2 / Math.sqrt(I)) };
+    gateUp: values(c, [E * 2 * I, H], 1, 2 / Math.sqrt(H)), down: values(c, [E * H, I], 2, 2 / Math.sqrt(I)) };
   const router = c.fromHost([E, H], Float32Array.from({ length: E * H }, seededRandomFill(3, 3 / Math.sqrt(H))));
   const x = c.fromHost([T, H], Float32Array.from({ length: T * H }, seededRandomFill(4, 2)));
   return { x, router, experts, route: { topK, renormalize: true } };
@@ -72,6 +92,8 @@ export function outputDigest(c: CudaBackend, t: CudaTensor): string {
   return createHash('sha256').update(new Uint8Array(values.buffer, values.byteOffset, values.byteLength)).digest('hex')
     .slice(0, 16);
 }
+
+const FP8_WGMMA = 'bench-moe: --variants: wgmma takes bf16 experts, not --fp8';
 
 /** A gemm_rows variant's name for --variants: split_n1 .. split_n4, tiled_w2x2_m2_n2, ... */
 export function moeVariantName(v: GemmRowsVariant): string {
@@ -103,6 +125,7 @@ export function runMoeBench(shape: MoeBenchShape, numReps: number, c: CudaBacken
   const saved = { variant: c.moe.variant, wgmmaMinRows: c.moe.wgmmaMinRows };
   const chosen = paths.map((p) => moePath(p, saved.wgmmaMinRows));
   if (paths.includes('wgmma') && c.device.arch !== 90) throw new Error('bench-moe: wgmma needs an sm_90 device');
+  if (paths.includes('wgmma') && shape.fp8) throw new Error(FP8_WGMMA);
   const { x, router, experts: ex, route } = moeBenchInputs(shape, c);
   const batch = prefillBatch(1, 1, 16);
   const layer = (): CudaTensor => {
@@ -141,10 +164,13 @@ async function main(argv: string[]): Promise<void> {
     .option('--reps <n>', 'timed layers a round (best of 3 rounds)', '10')
     .option('--variants <list>', `GEMM paths timed in turn, comma-separated: ${moeVariantNames().join(', ')}`,
       'default')
-    .parse(argv).opts<Record<'tokens' | 'experts' | 'topK' | 'hidden' | 'width' | 'reps' | 'variants', string>>();
+    .option('--fp8', 'block-FP8 experts (sm_90)')
+    .parse(argv).opts<Record<'tokens' | 'experts' | 'topK' | 'hidden' | 'width' | 'reps' | 'variants', string>
+      & { fp8?: boolean }>();
   const paths = o.variants.split(',').filter((v) => v !== '');
   try {
     for (const p of paths) moePath(p, 0);  // a name it does not know fails before the device starts
+    if (o.fp8 && paths.includes('wgmma')) throw new Error(FP8_WGMMA);
   } catch (e) {
     console.error((e as Error).message);
     process.exitCode = 2;
@@ -154,10 +180,11 @@ async function main(argv: string[]): Promise<void> {
   try {
     for (const tokens of o.tokens.split(',').map(Number)) {
       const shape = { tokens, experts: Number(o.experts), topK: Number(o.topK), hidden: Number(o.hidden),
-        width: Number(o.width) };
+        width: Number(o.width), fp8: o.fp8 === true };
       for (const r of runMoeBench(shape, Number(o.reps), c, paths)) {
-        console.log(`${r.device}: ${r.tokens} tokens, ${r.experts} experts top ${r.topK}, H ${r.hidden}, ` +
-          `I ${r.width}, ${r.path}: ${r.ms.toFixed(3)} ms, ${r.tflops.toFixed(1)} expert TFLOP/s, output ${r.digest}`);
+        console.log(`${r.device}: ${r.tokens} tokens, ${r.experts} experts top ${r.topK}${r.fp8 ? ' fp8' : ''}, ` +
+          `H ${r.hidden}, I ${r.width}, ${r.path}: ${r.ms.toFixed(3)} ms, ${r.tflops.toFixed(1)} expert TFLOP/s, ` +
+          `output ${r.digest}`);
       }
     }
   } finally {

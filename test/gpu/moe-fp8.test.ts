@@ -4,7 +4,8 @@
 // chunks (both tiled ones), with Qwen3-MoE's and Mixtral's expert counts and top-k; a row's bits are the same alone,
 // as one of 7 and in a batch of 300 on its experts, and the same on every variant (the FP8 contract depends on K
 // alone); a decode step captured as a graph replays to the eager result when its tokens route elsewhere, and its
-// profile names the quantize buckets; experts of two precisions are refused by name. CUDA outputs start as NaN.
+// profile names the quantize buckets; experts of two precisions are refused by name; bench-moe --fp8 times such a
+// layer on each gemm_rows path (one digest). CUDA outputs start as NaN.
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,6 +13,7 @@ import type { Backend, Fp8BlockPart, MoeExperts, MoeRoute } from '../../src/back
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend, CudaTensor } from '../../src/backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
+import { moeVariantNames, runMoeBench } from '../../src/lab/bench-moe.js';
 import { planMoe } from '../../src/backend/cuda/moe-plan.js';
 import { quantizeWeightBlocks } from '../../src/backend/fp8-linear.js';
 import { e4m3Bits } from '../../src/loader/fp8.js';
@@ -118,6 +120,17 @@ describe('CUDA block-FP8 experts vs CPU', { skip }, () => {
     } finally {
       cuda.moe.variant = undefined;
     }
+  });
+
+  test('bench-moe --fp8 times block-FP8 experts: every gemm_rows path one digest, not the bf16 layer\'s', () => {
+    const shape = { tokens: 200, experts: 16, topK: 4, hidden: 128, width: 128, fp8: true };
+    const paths = moeVariantNames().filter((p) => p !== 'wgmma');
+    const runs = runMoeBench(shape, 1, cuda, paths);
+    for (const r of runs) assert.equal(r.digest, runs[0]!.digest, `${r.path}: the FP8 builds' bits follow K alone`);
+    assert.ok(runs.every((r) => r.ms > 0 && r.fp8 === true));
+    const [bf16] = runMoeBench({ ...shape, fp8: false }, 1, cuda);
+    assert.notEqual(bf16!.digest, runs[0]!.digest, 'the FP8 experts ran');
+    assert.throws(() => runMoeBench(shape, 1, cuda, ['wgmma']), /wgmma takes bf16 experts, not --fp8/);
   });
 
   test('experts of two precisions are refused by name', () => {

@@ -1,8 +1,11 @@
 // bench-moe's --variants names (src/lab/bench-moe.ts): default, every gemm_rows variant once, wgmma; each maps to
-// what it sets on CudaMoe, and an unknown one is refused naming the known ones. (The timing itself: test/gpu/moe.)
+// what it sets on CudaMoe, and an unknown one is refused naming the known ones, as wgmma with --fp8, before any
+// device starts. (The timing itself: test/gpu/moe and moe-fp8.)
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
 import { moePath, moeVariantName, moeVariantNames } from '../../src/lab/bench-moe.js';
 
@@ -21,4 +24,15 @@ test('each name sets the variant and the wgmma threshold it says', () => {
     assert.deepEqual(moePath(moeVariantName(v), 32), { variant: v, wgmmaMinRows: 0 }, moeVariantName(v));
   }
   assert.throws(() => moePath('split_n3', 32), /unknown path 'split_n3' \(default, split_n1, .*, wgmma\)/);
+});
+
+test('the CLI refuses an unknown path, and wgmma with --fp8, naming it, before any device starts', () => {
+  const script = fileURLToPath(new URL('../../src/lab/bench-moe.js', import.meta.url));
+  for (const [args, message] of [[['--variants', 'split_n3'], /unknown path 'split_n3'/],
+    [['--fp8', '--variants', 'default,wgmma'], /wgmma takes bf16 experts, not --fp8/]] as const) {
+    const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });
+    assert.equal(r.status, 2, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, message);
+    assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
+  }
 });
