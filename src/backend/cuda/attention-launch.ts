@@ -162,7 +162,8 @@ export function launchDecodeAttention(d: Device, a: AttentionLaunch, g: DecodeGr
   const mma = g.G >= mmaFromGroup(want);
   // the CUDA-core kernel's rows split alike in every launch (its batch invariance); the _mma builds' bits are their own
   if (!mma && g.maxSplits !== MAX_SPLITS) {
-    throw new Error(`attention: the CUDA-core decode kernel splits a row ${MAX_SPLITS} times at most, not ${g.maxSplits}`);
+    throw new Error(`attention: the CUDA-core decode kernel splits a row ${MAX_SPLITS} times at most, ` +
+      `not ${g.maxSplits}`);
   }
   const wide = !x16 && !mma && decodeWide(g.rows * (a.numHeads / g.G), g.G, d.numSMs);
   const pre = !x16 && !mma && !wide && decodePrefetch(a.numHeads / g.G * g.rows * g.gridZ, g.G, a.headDim, kv,
