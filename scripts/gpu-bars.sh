@@ -17,6 +17,8 @@
 #   ROWS="spec-ngram" ...  # n-gram speculation on a rewriting workload: "Rewrite this passage:" and a held-out passage
 #   (~2,000 characters) as a chat, the answer copying it; the trained target (its corpus has 1,000 such chats of other
 #   passages: train.py --rewrite-docs), NGRAM_K=5 proposals a step
+#   ROWS="spec-eagle3" ...  # an EAGLE-3 head trained here for the trained target (tools/train-demo/train_eagle3.py,
+#   ~60 s on the target's greedy text), on held-out text; K=5 proposals a step
 #   ROWS="spec-mtp" ...  # the MTP head of qwen3.5-27b (random weights: proposals all but never accepted, so what this
 #   measures is the head's cost): decode off, k = 1 and k = 3, batch 1 and 8 (a /dev/shm/m35 made before the head
 #   was written by make-test-model lacks mtp.*: remove it first)
@@ -207,7 +209,7 @@ if want peer; then
     --json "$OUTDIR/peer-transformers.json" >"$OUTDIR/peer-transformers.log" 2>&1; summary "$OUTDIR/peer-transformers.json"
 fi
 
-if want spec-draft || want spec-self || want spec-ngram; then
+if want spec-draft || want spec-self || want spec-ngram || want spec-eagle3; then
   TARGET=${TARGET:-/dev/shm/spec-target}
   py=/opt/torch/.venv/bin/python
   [[ -x "$py" ]] || py=python3
@@ -215,12 +217,12 @@ if want spec-draft || want spec-self || want spec-ngram; then
     --hidden-size 1024 --num-layers 16 --num-heads 16 --num-kv-heads 8 --intermediate-size 3072 --lr 1e-3 --time-budget-s 100 --rewrite-docs 1000 \
     >"$OUTDIR/spec-train.log" 2>&1
 fi
-if want spec-draft || want spec-self; then
+if want spec-draft || want spec-self || want spec-eagle3; then
   # the draft: DRAFT_LAYERS layers trained on the target's own greedy continuations (session 33 call F: the recipe
   # that first paid on held-out text); DRAFT_LAYERS=demo takes the bundled demo model as it is
   DRAFT_LAYERS=${DRAFT_LAYERS:-2}
   DRAFT=models/quire-demo
-  if [[ "$DRAFT_LAYERS" != demo ]]; then
+  if [[ "$DRAFT_LAYERS" != demo ]] && (want spec-draft || want spec-self); then
     DRAFT=/dev/shm/spec-draft-$DRAFT_LAYERS
     [[ -f "$DRAFT/config.json" ]] || PYTHON="$py" bash tools/train-demo/run.sh "$DRAFT" --tokenizer-from models/quire-demo \
       --num-layers "$DRAFT_LAYERS" --distill-from "$TARGET" --distill-generate 2048 --seq-len 256 --steps 1000 \
@@ -259,6 +261,15 @@ if want spec-ngram; then
   $Q bench decode --model "$TARGET" "${rw[@]}" --speculative-config \
     "{\"method\": \"ngram\", \"num_speculative_tokens\": ${NGRAM_K:-5}, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}" \
     2>&1 | grep -E "tokens/s"
+fi
+if want spec-eagle3; then
+  HEAD=${HEAD:-/dev/shm/spec-eagle3}
+  [[ -f "$HEAD/config.json" ]] || "$py" tools/train-demo/train_eagle3.py --target "$TARGET" --out "$HEAD" \
+    --time-budget-s 60 >"$OUTDIR/spec-train-eagle3.log" 2>&1
+  grep -E "^step|^wrote" "$OUTDIR/spec-train-eagle3.log" | tail -3
+  echo "== W2 with an EAGLE-3 head trained for it, k = ${K:-5} (bar: >= 2.3x at batch 1)"
+  $Q bench decode --model "$TARGET" "${spec[@]}" --speculative-config \
+    "{\"method\": \"eagle3\", \"model\": \"$HEAD\", \"num_speculative_tokens\": ${K:-5}}" 2>&1 | grep -E "tokens/s"
 fi
 if want spec-self; then
   echo "== W2 with the target as its own draft, k = ${K:-5} (acceptance ~100%: the machinery's cost)"
