@@ -223,7 +223,8 @@ def main():
     stream = train.encode_stream(tok, train.read_docs(os.path.join(args.data_dir, "corpus.txt")))
     end_id = tok.token_to_id(train.END_OF_TEXT)
     stream = train.teacher_stream(target, stream, args.generate, args.seq_len, end_id, args.seed, args.device)
-    print(f"target: {args.generate} greedy continuations, {len(stream)} tokens; {time.time() - started:.1f}s", flush=True)
+    print(f"target: {args.generate} greedy continuations, {len(stream)} tokens; {time.time() - started:.1f}s",
+          flush=True)
     aux_layers = default_aux_layers(target_cfg["num_hidden_layers"])
     config = head_config(target_cfg, aux_layers)
     head = Eagle3Head(config, target.get_input_embeddings().weight.float(),
