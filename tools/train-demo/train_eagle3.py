@@ -20,6 +20,7 @@ Quire's head attends to at decode time (the catch-up's positions, then its chain
 forward KL from the target's distribution (train.distill_loss's), pass j weighted 0.8^j.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -231,13 +232,14 @@ def main():
                       target.get_output_embeddings().weight.float()).to(args.device)
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=args.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(args.seed)
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.device == "cuda" else contextlib.nullcontext
     train_started = time.time()
     steps = 0
     for step in range(args.steps):
         for group in opt.param_groups:
             group["lr"] = args.lr * min(1.0, (step + 1) / args.warmup_steps)
         rows, _ = train.random_windows(stream, args.batch_size, args.seq_len, generator, args.device)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device == "cuda"):
+        with amp():
             aux, tokens, teacher_logits = target_batch(target, rows, aux_layers)
             logits = ttt_forward(head, aux, tokens, args.ttt_steps)
         loss = ttt_loss(logits, teacher_logits)
