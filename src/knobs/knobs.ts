@@ -85,7 +85,7 @@ export const KNOBS = {
   QUIRE_CUBLAS_SINGLE_CHAIN_FROM: num(K, 128, 'Rows from which cuBLASLt sums K in one chain (no split-K; Infinity: never).',
     { integer: true, min: 1, infinite: true }),
   QUIRE_MOE_COMBINE_BATCH: num(K, 1, 'A MoE row\'s expert outputs the combine reads at once before summing them in order (1: one at a time; the same bits at any value; 8 measured no faster on qwen3-30b-a3b, an A/B knob).', { integer: true, min: 1 }),
-  QUIRE_MOE_WGMMA_MIN_ROWS: num(K, 32, 'Rows an expert (tokens x top-k / experts) from which a bf16 MoE layer runs its grouped GEMMs on Hopper\'s wgmma (kernels/moe_wgmma.cu; sm_90 only, never batch-invariant; 0: never). 32: where it overtook the tiled builds on qwen3-30b-a3b\'s and Mixtral\'s shapes (session 41).',
+  QUIRE_MOE_WGMMA_MIN_ROWS: num(K, 32, 'Rows an expert (tokens x top-k / experts) from which a bf16 MoE layer runs its grouped GEMMs on Hopper\'s wgmma (kernels/moe_wgmma.cu; sm_90 only, never batch-invariant; 0: never). 32: where it overtook the plan\'s split builds on qwen3-30b-a3b\'s and Mixtral\'s shapes (session 41); on a3b the 64 x 32 tiles still beat it at 32 rows (0.432 against 0.497 ms, session 43).',
     { integer: true, min: 0 }),
   QUIRE_MOE_TILED_FROM_ROWS: num(K, 8, 'Rows an expert from which bf16 experts under the wgmma threshold take gemm_rows\' 64 x 32 tiles (tiled_w2x2_m2_n2) instead of its split builds (0: never; the same bits). One qwen3-30b-a3b layer (bench-moe, session 43): 0.390 -> 0.347 ms at 8 rows, 0.474 -> 0.338 at 16.',
     { integer: true, min: 0 }),
