@@ -42,51 +42,15 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
       const group = H / KV;
       assert.equal(decodeGroup(numRows, H, KV, mma!.device.numSMs, D), group, 'the batch takes the whole-group build');
       assert.equal(decodeGroup(1, H, KV, mma!.device.numSMs, D), 1, 'a row alone: one head a block');
-      const lens = Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800));
-      let next = 0;
-      const pages = lens.map((len) => Array.from({ length: Math.ceil(len / blockSize) }, () => next++));
-      const elements = next * blockSize * KV * D;
-      const kValues = f32ToBf16(randomBf16(elements, 23 + D, -2, 2));
-      const vValues = f32ToBf16(randomBf16(elements, 24 + D, -2, 2));
-      const width = (H + 2 * KV) * D;
-      const scale = 1 / Math.sqrt(D);
-      const qkvValues = randomBf16(numRows * width, 25 + H, -2, 2);
-      const batch = batchOf(lens.map((len, i) => ({ ids: [i % 50], start: len - 1, pages: pages[i]! })), blockSize);
-      const outputs = [mma!, plain!].map((c) => {
-        c.allocateKvCache({ numBlocks: next, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
-        const { k, v } = c.kvLayer(0);
-        c.device.upload(k, kValues);
-        c.device.upload(v, vValues);
-        c.reserveStepCapacity(numRows, numRows, Math.max(...pages.map((p) => p.length)));
-        const qkv = c.fromHost([numRows, width], qkvValues);
-        const step = c.beginStep(batch);
-        c.fillWorkspace(0xff);
-        return c.toHost(c.attention(qkv, 0, H, KV, scale, step));
-      });
-      const [got, want] = outputs as [Float32Array, Float32Array];
+      const [whole, viaPlain] = [mma!, plain!].map((c) => decodeBits(c, H, KV, D));
+      const got = new Float32Array(whole.buffer);
       assert.equal(got.findIndex((x) => !Number.isFinite(x)), -1, 'every output written');
-      assertBf16Close(got, want, 'against the CUDA-core kernel');
-      const whole = new Uint32Array(got.buffer);
-      assert.notDeepEqual(whole, new Uint32Array(want.buffer), 'the _mma builds ran (their sums are their own)');
-      const c = mma!;
-      const qkv = c.fromHost([numRows, width], qkvValues);
-      const record = () => {
-        const step = c.beginStep(batch);
-        c.fillWorkspace(0xff);
-        return c.toHost(c.attention(qkv, 0, H, KV, scale, step));
-      };
-      c.graph(7000 + numRows + D + H, batch, record);  // runs eagerly, then captures
-      const replays = c.numGraphReplays;
-      const graphed = new Uint32Array(c.graph(7000 + numRows + D + H, batch, record).buffer);
-      assert.equal(c.numGraphReplays, replays + 1, 'the second call replays the graph');
-      assert.deepEqual(graphed, whole, `G ${group}: graphed against eager`);
+      assertBf16Close(got, new Float32Array(viaPlain.buffer), 'against the CUDA-core kernel');
+      assert.notDeepEqual(whole, viaPlain, 'the _mma builds ran (their sums are their own)');
+      const lens = batchLens();
+      assert.deepEqual(decodeBits(mma!, H, KV, D, lens, undefined, true), whole, `G ${group}: graphed against eager`);
       for (const at of [0, 3, 77, 150, numRows - 1]) {
-        const alone = batchOf([{ ids: [at % 50], start: lens[at]! - 1, pages: pages[at]! }], blockSize);
-        const aloneStep = c.beginStep(alone);
-        c.fillWorkspace(0xff);
-        const rowQkv = c.fromHost([1, width], qkvValues.slice(at * width, (at + 1) * width));
-        const row = c.toHost(c.attention(rowQkv, 0, H, KV, scale, aloneStep));
-        assert.deepEqual(new Uint32Array(row.buffer), whole.slice(at * H * D, (at + 1) * H * D),
+        assert.deepEqual(decodeBits(mma!, H, KV, D, lens, at), whole.slice(at * H * D, (at + 1) * H * D),
           `G ${group}: row ${at} (kv ${lens[at]}) against alone`);
       }
     });
@@ -121,8 +85,8 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
       assertBf16Close(f32(at32), f32(viaPlain), 'against the CUDA-core kernel');
       const width = H * D;
       lens.forEach((len, i) => {
-        if (len <= 4096) assert.deepEqual(at32.slice(i * width, (i + 1) * width), at16.slice(i * width, (i + 1) * width),
-          `row ${i} (kv ${len}): the same splits at either cap`);
+        const row = (b: Uint32Array) => b.slice(i * width, (i + 1) * width);
+        if (len <= 4096) assert.deepEqual(row(at32), row(at16), `row ${i} (kv ${len}): the same splits at either cap`);
       });
       for (const i of [0, 1, 6]) {
         assert.deepEqual(decodeBits(wide, H, KV, D, lens, i), at32.slice(i * width, (i + 1) * width),
@@ -149,12 +113,19 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
   });
 });
 
+/** numRows kv lengths of 1 to 1,800. */
+function batchLens(): number[] {
+  return Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800));
+}
+
+/** Graph keys, one a graphed decodeBits call (a backend's graphs are cached by key). */
+let nextGraphKey = 9000;
+
 /**
- * One decode step of rows of `lens` positions (numRows of 1 to 1,800) of random bf16 on `c`: the output's bits; of
- * row `only` alone (the same pages and values), or replayed from a CUDA graph (`graphed`).
+ * One decode step of rows of `lens` positions (batchLens') of random bf16 on `c`: the output's bits; of row `only`
+ * alone (the same pages and values), or replayed from a CUDA graph (`graphed`).
  */
-function decodeBits(c: CudaBackend, H: number, KV: number, D: number,
-  lens = Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800)), only?: number,
+function decodeBits(c: CudaBackend, H: number, KV: number, D: number, lens = batchLens(), only?: number,
   graphed = false): Uint32Array {
   let next = 0;
   const pages = lens.map((len) => Array.from({ length: Math.ceil(len / blockSize) }, () => next++));
@@ -176,7 +147,7 @@ function decodeBits(c: CudaBackend, H: number, KV: number, D: number,
     return c.toHost(c.attention(qkv, 0, H, KV, 1 / Math.sqrt(D), step));
   };
   if (!graphed) return new Uint32Array(run().buffer);
-  const key = 9000 + lens.length + H + D;
+  const key = nextGraphKey++;
   c.graph(key, batch, run);  // runs eagerly, then captures
   const replays = c.numGraphReplays;
   const out = new Uint32Array(c.graph(key, batch, run).buffer);
