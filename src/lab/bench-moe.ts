@@ -19,7 +19,7 @@ import type { MoeExperts, MoeRoute } from '../backend/backend.js';
 import { CudaBackend, type CudaTensor } from '../backend/cuda/cuda-backend.js';
 import { GEMM_ROWS_VARIANTS, type GemmRowsVariant } from '../backend/cuda/gemm-rows.js';
 import { f32ToBf16Bits } from '../loader/dtype.js';
-import { e4m3Bits } from '../loader/fp8.js';
+import { e4m3Bits, roundE4m3 } from '../loader/fp8.js';
 import { seededRandom } from '../model/random-weights.js';
 import { prefillBatch } from './bench-prefill.js';
 import { EventTimer } from './event-timer.js';
@@ -59,13 +59,18 @@ function bf16Values(c: CudaBackend, shape: number[], seed: number, a: number): C
   return c.upload({ name: 'bench-moe', dtype: 'bf16', shape, data: new Uint8Array(data.buffer) }) as CudaTensor;
 }
 
+/** 4,096 seeded e4m3 codes of values in [-224, 224] (draws rounded to e4m3, as a checkpoint's quantizer does). */
+export function e4m3Pool(seed: number): Uint8Array {
+  const rand = seededRandom(seed);
+  return Uint8Array.from({ length: 4096 }, () => e4m3Bits(roundE4m3((2 * rand() - 1) * 224)));
+}
+
 /**
  * A block-FP8 weight [n, K] of values in [-a, a): e4m3 bytes drawn from 4,096 seeded ones (of +-224, half e4m3's range)
  * as bf16Values draws, and every 128 x 128 block's scale a / 224. n and K are multiples of 128.
  */
 function fp8Values(c: CudaBackend, [n, K]: [number, number], seed: number, a: number): CudaTensor {
-  const rand = seededRandom(seed);
-  const pool = Uint8Array.from({ length: 4096 }, () => e4m3Bits((2 * rand() - 1) * 224));
+  const pool = e4m3Pool(seed);
   const data = new Uint8Array(n * K);
   for (let i = 0; i < data.length; i++) data[i] = pool[Math.imul(i, 0x9e3779b1) >>> 20]!;
   const scales = new Float32Array((n / 128) * (K / 128)).fill(a / 224);

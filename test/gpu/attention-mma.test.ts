@@ -118,6 +118,15 @@ function batchLens(): number[] {
   return Array.from({ length: numRows }, (_, i) => 1 + ((i * 7919 + 5) % 1800));
 }
 
+/** K/V pages' random bf16 by size and seed: the 57k-position cases would otherwise spend minutes in the PRNG. */
+const pageValues = new Map<string, Uint16Array>();
+function randomPage(elements: number, seed: number): Uint16Array {
+  const key = `${elements}:${seed}`;
+  let bits = pageValues.get(key);
+  if (!bits) pageValues.set(key, bits = f32ToBf16(randomBf16(elements, seed, -2, 2)));
+  return bits;
+}
+
 /** Graph keys, one a graphed decodeBits call (a backend's graphs are cached by key). */
 let nextGraphKey = 9000;
 
@@ -132,8 +141,8 @@ function decodeBits(c: CudaBackend, H: number, KV: number, D: number, lens = bat
   c.allocateKvCache({ numBlocks: next, blockSize, numLayers: 1, numKvHeads: KV, headDim: D });
   const { k, v } = c.kvLayer(0);
   const elements = next * blockSize * KV * D;
-  c.device.upload(k, f32ToBf16(randomBf16(elements, 33 + D, -2, 2)));
-  c.device.upload(v, f32ToBf16(randomBf16(elements, 34 + D, -2, 2)));
+  c.device.upload(k, randomPage(elements, 33 + D));
+  c.device.upload(v, randomPage(elements, 34 + D));
   const width = (H + 2 * KV) * D;
   c.reserveStepCapacity(lens.length, lens.length, Math.max(...pages.map((p) => p.length)));
   const values = randomBf16(lens.length * width, 35 + H, -2, 2);

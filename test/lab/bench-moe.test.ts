@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { GEMM_ROWS_VARIANTS } from '../../src/backend/cuda/gemm-rows.js';
-import { moePath, moeVariantName, moeVariantNames } from '../../src/lab/bench-moe.js';
+import { e4m3Pool, moePath, moeVariantName, moeVariantNames } from '../../src/lab/bench-moe.js';
+import { e4m3Value } from '../../src/loader/fp8.js';
 
 test('--variants names default, each gemm_rows variant once, and wgmma', () => {
   const names = moeVariantNames();
@@ -15,6 +16,14 @@ test('--variants names default, each gemm_rows variant once, and wgmma', () => {
   assert.equal(names.at(-1), 'wgmma');
   assert.equal(new Set(names).size, GEMM_ROWS_VARIANTS.length + 2);
   assert.deepEqual(names.slice(1, 4), ['split_n1', 'split_n2', 'split_n4']);
+});
+
+test('--fp8 draws its weights from e4m3 codes of +-224, spread over the range (not only a few codes)', () => {
+  const values = Array.from(e4m3Pool(7), e4m3Value);
+  assert.ok(values.every((v) => Number.isFinite(v) && Math.abs(v) <= 224), 'every code an e4m3 value within +-224');
+  assert.ok(new Set(values).size > 100, `${new Set(values).size} distinct values`);
+  assert.ok(Math.min(...values) < -150 && Math.max(...values) > 150, 'both ends of the range');
+  assert.deepEqual(e4m3Pool(7), e4m3Pool(7), 'seeded');
 });
 
 test('each name sets the variant and the wgmma threshold it says', () => {
