@@ -9,8 +9,8 @@
 #   decode at concurrency 1 and 64 (qwen3-0.6b, 128 and 4k of context, 128 tokens out)
 #   ROWS="w2-moe w1-moe prefill-moe serve-moe startup-moe" ...  # the mixture-of-experts issue's rows (qwen3-30b-a3b,
 #   61 GB of bf16 on disk: made alone, not beside the 8b model on a 64 GiB disk)
-#   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid" ...  # the hybrid issue's rows (qwen3.5-27b,
-#   54 GB under /dev/shm: not beside qwen3-30b-a3b there)
+#   ROWS="w2-hybrid w2-hybrid-32k w1-hybrid prefill-hybrid prefix-hybrid startup-hybrid" ...  # the hybrid issue's rows
+#   (qwen3.5-27b, 54 GB under /dev/shm: not beside qwen3-30b-a3b there)
 #   ROWS="spec-draft spec-self" ...  # the speculative-decoding issue's rows: a 208M target trained here (~3 minutes,
 #   tools/train-demo with the demo model's tokenizer) and a draft of DRAFT_LAYERS (2) layers trained on the target's
 #   greedy continuations (~2 minutes; DRAFT_LAYERS=demo: the demo model instead), on held-out text; K=5 proposals a step
@@ -61,7 +61,8 @@ if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want star
   make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
 fi
 
-if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid || want spec-mtp; then
+if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid || want startup-hybrid \
+  || want spec-mtp; then
   make_model "$M35" qwen3.5-27b --fast "${quant[@]}"
 fi
 
@@ -163,6 +164,19 @@ if want startup-moe; then
   $Q serve --model "$M30" --port "$port" --max-model-len 4096 >"$OUTDIR/startup-30.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.05; done
+  t1=$(date +%s%N)
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  ms=$(( (t1 - t0) / 1000000 ))
+  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+fi
+if want startup-hybrid; then
+  echo "== start-up qwen3.5-27b to /health (no bar; warm page cache)"
+  cat "$M35"/*.safetensors >/dev/null
+  port=18126
+  t0=$(date +%s%N)
+  $Q serve --model "$M35" --port "$port" --max-model-len 4096 >"$OUTDIR/startup-35.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 2400); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.05; done
   t1=$(date +%s%N)
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   ms=$(( (t1 - t0) / 1000000 ))

@@ -5,7 +5,7 @@
 // so the same sequence of op calls on the same shapes yields the same buffers
 // (what lets a CUDA backend capture a decode step as a graph and replay it).
 
-import type { DType, GgufBlocks, HostTensor, LocalExperts, WeightSource } from '../loader/types.js';
+import type { ByteSegment, DType, GgufBlocks, HostTensor, LocalExperts, WeightSource } from '../loader/types.js';
 import type { ForwardBatch, KvCacheSpec } from './batch.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
 
@@ -202,10 +202,11 @@ export interface Backend {
   /** Uploads a weight (any checkpoint dtype) and converts it to computeDType. */
   upload(t: HostTensor): Tensor;
   /**
-   * Optional fast path for loading: uploads the row-concatenation of `names` (checkpoint
-   * tensors of the compute dtype) read from `source` by readInto, with no host copy of the whole.
+   * Optional fast path for loading: uploads the concatenation of `segments` (byte ranges of checkpoint tensors of the
+   * compute dtype, planned by src/model/architectures/weight-parts.ts) read from `source` by readInto, with no host
+   * copy of the whole, as a tensor of `shape`.
    */
-  uploadConcat?(name: string, source: WeightSource, names: readonly string[]): Tensor;
+  uploadSegments?(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): Tensor;
   /**
    * Uploads a block-FP8 linear weight: the rows of `parts` concatenated (each part's rows a multiple of 128, so
    * its scale blocks stay whole), kept as FP8 with its block scales. matmul() on the returned tensor computes

@@ -189,6 +189,13 @@ export interface GgufBlocks {
 }
 
 /** Where weights come from: a safetensors directory, or memory in tests. */
+/** Bytes [offset, offset + bytes) of checkpoint tensor `name` (a streamed upload's piece: weight-parts.ts). */
+export interface ByteSegment {
+  name: string;
+  offset: number;
+  bytes: number;
+}
+
 export interface WeightSource {
   names(): string[];
   has(name: string): boolean;

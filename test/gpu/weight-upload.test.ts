@@ -1,9 +1,12 @@
-// Streamed weight upload (pinned staging, fused weights concatenated on the
-// device) loads exactly what the host path loads.
+// Streamed weight upload (pinned staging, fused weights concatenated on the device, and rows cut from a tensor:
+// Qwen3.5's q_proj, Qwen3-Next's reordered in_proj) loads exactly what the host path loads.
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { loadModelDir } from '../../src/loader/model-dir.js';
 import type { WeightSource } from '../../src/loader/types.js';
 import { Model } from '../../src/model/model.js';
@@ -33,4 +36,29 @@ describe('streamed weight upload', { skip: noCuda }, () => {
     assert.deepEqual(run(weights, 1000), reference, '1000-byte chunks (odd, both buffers in turn)');
     assert.deepEqual(run(weights, 64 << 20), reference);
   });
+
+  for (const shape of ['tiny-qwen3.5-moe', 'tiny-qwen3-next']) {
+    test(`${shape}: logits match the host-read path (parts cut by rows, streamed in 1,000-byte chunks)`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'quire-gpu-upload-'));
+      try {
+        await makeTestModel({ shape, outDir: dir, dtype: 'bf16', seed: 0 });
+        const { config, weights } = loadModelDir(dir);
+        const hostOnly: WeightSource = { names: () => weights.names(), has: (n) => weights.has(n),
+          info: (n) => weights.info(n), read: (n) => weights.read(n) };
+        const run = (source: WeightSource, chunk: number) => {
+          const cuda = newCuda({ uploadChunkBytes: chunk });
+          backends.push(cuda);
+          const model = Model.load(config, source, cuda);
+          cuda.allocateKvCache(model.kvCacheSpec(8, 16));
+          cuda.allocateRecurrentState(model.recurrentStateLayout(2)!);
+          const batch = batchOf([{ ids: [3, 17, 40, 99, 5], start: 0, pages: [1] }], 16, [4]);
+          batch.stateSlots = Int32Array.from([1]);
+          return model.forward(batch);
+        };
+        assert.deepEqual(run(weights, 1000), run(hostOnly, 1 << 20));
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  }
 });

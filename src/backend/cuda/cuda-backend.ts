@@ -5,7 +5,7 @@
 // (sampling.ts), CUDA graphs (graphs.ts); it implements Backend by handing each op to its part.
 
 import type { GgufGemmOptionsIn } from './gguf-gemm.js';
-import type { GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
+import type { ByteSegment, GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
@@ -133,8 +133,8 @@ export class CudaBackend implements Backend {
     return this.weights.upload(t);
   }
 
-  uploadConcat(name: string, source: WeightSource, names: readonly string[]): Tensor {
-    return this.weights.uploadConcat(name, source, names);
+  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): Tensor {
+    return this.weights.uploadSegments(name, source, segments, shape);
   }
 
   uploadFp8Block(name: string, parts: readonly Fp8BlockPart[]): Tensor {

@@ -1,9 +1,9 @@
-// Weight upload at load time: checkpoint bytes are read straight into two pinned
-// staging buffers in turn and copied to the device asynchronously, so reading
-// chunk i+1 from the file overlaps the DMA of chunk i, with no host copy of a
-// whole tensor (and no row concatenation on the host for fused weights).
+// Weight upload at load time: checkpoint bytes (byte ranges of tensors: weight-parts.ts) are read straight into two
+// pinned staging buffers in turn and copied to the device asynchronously, so reading chunk i+1 from the file overlaps
+// the DMA of chunk i, with no host copy of a whole tensor (and no row concatenation or row pick on the host for fused
+// or cut weights).
 
-import type { WeightSource } from '../../loader/types.js';
+import type { ByteSegment, WeightSource } from '../../loader/types.js';
 import type { Device, PinnedBuffer } from './device.js';
 import { check, CU_EVENT_DISABLE_TIMING, outPtr, type Handle } from './ffi/driver.js';
 
@@ -24,24 +24,22 @@ export class WeightUploader {
     }
   }
 
-  /** Copies tensors `names` of `source`, back to back, to device memory at `dst`; returns the bytes written. */
-  upload(dst: bigint, source: WeightSource, names: readonly string[]): number {
+  /** Copies `segments` of `source`, back to back, to device memory at `dst`; returns the bytes written. */
+  upload(dst: bigint, source: WeightSource, segments: readonly ByteSegment[]): number {
     const readInto = source.readInto!.bind(source);
     let at = 0;
-    for (const name of names) {
-      const { dtype, shape } = source.info(name);
-      const numBytes = shape.reduce((a, b) => a * b, 1) * (dtype === 'f32' ? 4 : 2);
-      for (let offset = 0; offset < numBytes; offset += this.chunkBytes) {
-        const len = Math.min(this.chunkBytes, numBytes - offset);
+    for (const { name, offset: begin, bytes } of segments) {
+      for (let offset = 0; offset < bytes; offset += this.chunkBytes) {
+        const len = Math.min(this.chunkBytes, bytes - offset);
         const i = this.next;
         this.next = 1 - i;
         if (this.pending[i]) check(this.device.api.cuEventSynchronize(this.events[i]!), 'cuEventSynchronize');
-        readInto(name, offset, new Uint8Array(this.buffers[i]!.view, 0, len));
+        readInto(name, begin + offset, new Uint8Array(this.buffers[i]!.view, 0, len));
         this.device.copyToDeviceAsync(dst + BigInt(at + offset), this.buffers[i]!, len);
         check(this.device.api.cuEventRecord(this.events[i]!, this.device.stream), 'cuEventRecord');
         this.pending[i] = true;
       }
-      at += numBytes;
+      at += bytes;
     }
     return at;
   }

@@ -4,7 +4,7 @@
 
 import { bytesToF32, BYTES_PER_ELEMENT, f32ToBf16 } from '../../loader/dtype.js';
 import { GGML_TYPES } from '../../loader/gguf-quants.js';
-import type { GgufBlocks, GgufBlockType, HostTensor, WeightSource } from '../../loader/types.js';
+import type { ByteSegment, GgufBlocks, GgufBlockType, HostTensor, WeightSource } from '../../loader/types.js';
 import type { Fp8BlockPart } from '../backend.js';
 import { FP8_BLOCK } from '../fp8-linear.js';
 import { Device, i32, ptr } from './device.js';
@@ -50,19 +50,15 @@ export class CudaWeights {
     return new CudaTensor([...t.shape], p);
   }
 
-  uploadConcat(name: string, source: WeightSource, names: readonly string[]): CudaTensor {
-    const infos = names.map((n) => source.info(n));
-    if (infos.some((i) => i.dtype !== 'bf16' || i.shape.length !== infos[0]!.shape.length)) {
-      throw new Error(`uploadConcat ${name}: parts must be bf16 of one rank`);
-    }
-    const numRows = infos.reduce((n, i) => n + i.shape[0]!, 0);
-    const shape = [numRows, ...infos[0]!.shape.slice(1)];
+  /** The bf16 bytes `segments` of `source`, back to back, streamed to the device as one tensor of `shape`. */
+  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): CudaTensor {
     const numBytes = shape.reduce((a, b) => a * b, 1) * 2;
+    if (segments.some((s) => source.info(s.name).dtype !== 'bf16')) throw new Error(`uploadSegments ${name}: parts must be bf16`);
     const p = this.device.alloc(numBytes);
     this.track(p);
-    if (this.streamer().upload(p, source, names) !== numBytes) throw new Error(`uploadConcat ${name}: size mismatch`);
+    if (this.streamer().upload(p, source, segments) !== numBytes) throw new Error(`uploadSegments ${name}: size mismatch`);
     this.numBytes += numBytes;
-    return new CudaTensor(shape, p);
+    return new CudaTensor([...shape], p);
   }
 
   /**
@@ -109,7 +105,8 @@ export class CudaWeights {
     const scratch = this.device.alloc(N * K * 2);
     try {
       if (infos.every((i) => i.dtype === 'bf16') && source.readInto) {
-        if (this.streamer().upload(scratch, source, names) !== N * K * 2) throw new Error(`quantizeFp8Block ${name}: size mismatch`);
+        const whole = infos.map((i, j) => ({ name: names[j]!, offset: 0, bytes: i.shape[0]! * K * 2 }));
+        if (this.streamer().upload(scratch, source, whole) !== N * K * 2) throw new Error(`quantizeFp8Block ${name}: size mismatch`);
       } else {
         let row = 0;
         for (const n of names) {

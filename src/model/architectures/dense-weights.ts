@@ -12,9 +12,10 @@ import type { Backend, Fp8BlockPart, Tensor } from '../../backend/backend.js';
 import { bf16ToF32, bytesToF32, f32ToBf16, f32ToBytes } from '../../loader/dtype.js';
 import { fp8Module } from '../../loader/config.js';
 import { ModelLoadError } from '../../loader/errors.js';
-import type { DType, GgufBlocks, HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
+import type { DType, GgufBlocks, ModelConfig, WeightSource } from '../../loader/types.js';
 import { FP8_BLOCK, quantizeWeightBlocks } from '../../backend/fp8-linear.js';
 import { computesLogits, embedsTokens, type LoadOptions } from '../load-options.js';
+import { partsUploader } from './weight-parts.js';
 import { addExpertTensors, expertModules, extraExpertTensor, routerModule, type LayerExperts } from './moe-weights.js';
 
 export interface LayerWeights {
@@ -150,19 +151,6 @@ export function validateWeights(config: ModelConfig, source: WeightSource, tenso
   }
 }
 
-/** Concatenates row-major tensors of one dtype along their first axis. */
-export function concatRows(name: string, parts: HostTensor[]): HostTensor {
-  const numBytes = parts.reduce((n, p) => n + p.data.byteLength, 0);
-  const data = new Uint8Array(numBytes);
-  let offset = 0;
-  for (const p of parts) {
-    data.set(p.data, offset);
-    offset += p.data.byteLength;
-  }
-  const numRows = parts.reduce((n, p) => n + p.shape[0]!, 0);
-  return { name, dtype: parts[0]!.dtype, shape: [numRows, ...parts[0]!.shape.slice(1)], data };
-}
-
 /** The bf16 parts `names` of `source` quantized to block FP8 on the host (quantizeWeightBlocks), as checkpoint parts. */
 function quantizedParts(source: WeightSource, names: readonly string[]): Fp8BlockPart[] {
   return names.map((n) => {
@@ -197,10 +185,7 @@ export function loadWeights(config: ModelConfig, source: WeightSource, backend: 
   const quantize = opts.quantization === 'fp8' && config.quantization === null;
   const refusal = quantize ? onlineFp8Refusal(config, backend) : null;
   if (refusal) throw new ModelLoadError('config.json', refusal);
-  const streamed = backend.uploadConcat !== undefined && source.readInto !== undefined &&
-    config.dtype === backend.computeDType;
-  const upConcat = (name: string, names: string[]): Tensor => streamed ? backend.uploadConcat!(name, source, names)
-    : backend.upload(names.length === 1 ? source.read(names[0]!) : concatRows(name, names.map((n) => source.read(n))));
+  const upConcat = partsUploader(source, backend);
   const up = (name: string): Tensor => upConcat(name, [name]);
   // a GGUF file's weights as their blocks, or null: where the backend computes on the dequantized values (the CPU
   // backend, the reference), and where a part is not of a block type (an F16 part beside Q4_K ones: the whole

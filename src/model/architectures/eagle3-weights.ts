@@ -17,7 +17,8 @@ import { DecoderLayer } from '../layers/decoder-layer.js';
 import { DenseMlp } from '../layers/mlp.js';
 import { Eagle3Head } from '../eagle3-head.js';
 import { attentionShape } from './dense.js';
-import { concatRows, validateWeights, type ExpectedTensor } from './dense-weights.js';
+import { validateWeights, type ExpectedTensor } from './dense-weights.js';
+import { partsUploader } from './weight-parts.js';
 
 /** vLLM's default target layers (get_eagle3_aux_hidden_state_layers): early, middle and late. */
 export function defaultEagle3AuxLayers(numLayers: number): number[] {
@@ -89,11 +90,12 @@ export function loadEagle3Head(head: Eagle3HeadDir, target: ModelConfig, backend
   const why = eagle3Refusal(head, target);
   if (why) throw new Error(`EAGLE-3 head ${head.dir}: ${why}`);
   const source = head.weights;
-  const up = (name: string): Tensor => backend.upload(source.read(name));
+  const fused = partsUploader(source, backend);
+  const up = (name: string): Tensor => fused(name, [name]);
   const p = layerPrefix(head);
   const attn = `${p}self_attn.`;
-  const qkv = backend.upload(concatRows(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => source.read(`${attn}${n}.weight`))));
-  const gateUp = backend.upload(concatRows(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => source.read(`${p}mlp.${n}.weight`))));
+  const qkv = fused(`${attn}qkv_proj.weight`, ['q_proj', 'k_proj', 'v_proj'].map((n) => `${attn}${n}.weight`));
+  const gateUp = fused(`${p}mlp.gate_up_proj.weight`, ['gate_proj', 'up_proj'].map((n) => `${p}mlp.${n}.weight`));
   const layer = new DecoderLayer(up(`${p}input_layernorm.weight`),
     new Attention(attentionShape(head.config), { qkv: { weight: qkv, bias: null }, qNorm: null, kNorm: null,
       o: { weight: up(`${attn}o_proj.weight`), bias: null } }, kvLayer),

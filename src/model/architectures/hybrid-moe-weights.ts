@@ -14,9 +14,9 @@
 
 import type { Backend, Tensor } from '../../backend/backend.js';
 import { heldExperts } from '../../loader/moe-config.js';
-import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
+import type { ModelConfig, WeightSource } from '../../loader/types.js';
 import type { SharedExpert } from '../layers/moe.js';
-import { concatRows, flattenRows } from './host-rows.js';
+import { partsUploader } from './weight-parts.js';
 
 /** How a checkpoint stores its routed experts. */
 export type ExpertLayout = 'fused' | 'per-expert';
@@ -86,11 +86,11 @@ function sharedWidth(c: ModelConfig): number {
 }
 
 /** Loads a layer's feed-forward (`sparse`: the experts; validated already: validateWeights). */
-export function loadFeedForward(c: ModelConfig, sparse: boolean, p: string, layout: ExpertLayout, read: (name: string) => HostTensor,
+export function loadFeedForward(c: ModelConfig, sparse: boolean, p: string, layout: ExpertLayout, source: WeightSource,
   backend: Backend): HybridFeedForwardWeights {
-  const up = (n: string): Tensor => backend.upload(read(n));
-  const gateUp = (m: string): Tensor => backend.upload(concatRows(`${m}gate_up_proj.weight`,
-    [read(`${m}gate_proj.weight`), read(`${m}up_proj.weight`)]));
+  const fused = partsUploader(source, backend);
+  const up = (n: string): Tensor => fused(n, [n]);
+  const gateUp = (m: string): Tensor => fused(`${m}gate_up_proj.weight`, [`${m}gate_proj.weight`, `${m}up_proj.weight`]);
   const moe = c.moe;
   if (!sparse || !moe) return { gateUp: gateUp(`${p}mlp.`), down: up(`${p}mlp.down_proj.weight`), moe: null };
   const x = `${p}mlp.experts.`;
@@ -99,10 +99,10 @@ export function loadFeedForward(c: ModelConfig, sparse: boolean, p: string, layo
     gateUp: null, down: null,
     moe: {
       router: up(`${p}mlp.gate.weight`),
-      gateUp: backend.upload(layout === 'fused' ? flattenRows(read(`${x}gate_up_proj`))
-        : concatRows(`${x}gate_up_proj`, experts.flatMap((m) => [read(`${m}gate_proj.weight`), read(`${m}up_proj.weight`)]))),
-      down: backend.upload(layout === 'fused' ? flattenRows(read(`${x}down_proj`))
-        : concatRows(`${x}down_proj`, experts.map((m) => read(`${m}down_proj.weight`)))),
+      // fused: [E, 2I, hidden] and [E, hidden, I] as E 2I and E hidden rows (weight-parts.ts)
+      gateUp: fused(`${x}gate_up_proj`, layout === 'fused' ? [`${x}gate_up_proj`]
+        : experts.flatMap((m) => [`${m}gate_proj.weight`, `${m}up_proj.weight`])),
+      down: fused(`${x}down_proj`, layout === 'fused' ? [`${x}down_proj`] : experts.map((m) => `${m}down_proj.weight`)),
       shared: { gateUp: gateUp(`${p}mlp.shared_expert.`), down: up(`${p}mlp.shared_expert.down_proj.weight`),
         gate: up(`${p}mlp.shared_expert_gate.weight`) },
     },

@@ -89,8 +89,8 @@ export function loadMtpHeadWeights(c: ModelConfig, source: WeightSource, backend
     fcHidden: backend.upload(columns(fc, H, H, `${MTP_PREFIX}fc.hidden`)),
     inputNorm: norm(`${LAYER}input_layernorm.weight`),
     postAttentionNorm: norm(`${LAYER}post_attention_layernorm.weight`),
-    attention: loadAttention(c, LAYER, read, backend),
+    attention: loadAttention(c, LAYER, source, backend),
     norm: norm(`${MTP_PREFIX}norm.weight`),
-    ...loadFeedForward(c, mtpLayerIsSparse(c, source), LAYER, mtpExpertLayout(c, source), read, backend),
+    ...loadFeedForward(c, mtpLayerIsSparse(c, source), LAYER, mtpExpertLayout(c, source), source, backend),
   };
 }

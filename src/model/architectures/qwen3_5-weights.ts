@@ -21,7 +21,7 @@ import { hybridFamilyName, isHybridArchitecture } from '../../loader/hybrid-conf
 import type { HostTensor, ModelConfig, WeightSource } from '../../loader/types.js';
 import { outerTensors, validateWeights, type ExpectedTensor } from './dense-weights.js';
 import type { DeltaNetLayerWeights } from '../layers/deltanet.js';
-import { concatRows, pickRows, rows } from './host-rows.js';
+import { partsUploader, rowRuns, type PartsUpload } from './weight-parts.js';
 import { addFeedForwardTensors, expertLayout, loadFeedForward, type ExpertLayout, type HybridFeedForwardWeights } from './hybrid-moe-weights.js';
 import { qwen3NextInProjOrder } from './qwen3_next-weights.js';
 
@@ -143,30 +143,30 @@ const noted = new Set<string>();
  * A gated DeltaNet layer's input projections as one weight (DeltaNetLayerWeights.inProj): in_proj_qkv, in_proj_z,
  * in_proj_b, in_proj_a, read as they are, or (Qwen3-Next's in_proj_qkvz, in_proj_ba) reordered.
  */
-function deltaNetInProj(c: ModelConfig, a: string, read: (n: string) => HostTensor, backend: Backend): Tensor {
+function deltaNetInProj(c: ModelConfig, a: string, fused: PartsUpload): Tensor {
   const name = `${a}in_proj.weight`;
   if (c.architecture !== 'qwen3_next') {
-    return backend.upload(concatRows(name, [read(`${a}in_proj_qkv.weight`), read(`${a}in_proj_z.weight`),
-      read(`${a}in_proj_b.weight`), read(`${a}in_proj_a.weight`)]));
+    return fused(name, ['in_proj_qkv', 'in_proj_z', 'in_proj_b', 'in_proj_a'].map((n) => `${a}${n}.weight`));
   }
   const order = qwen3NextInProjOrder(hybridOf(c));
-  const qkvz = read(`${a}in_proj_qkvz.weight`);
-  return backend.upload(concatRows(name, [pickRows(qkvz, order.qkv, `${a}in_proj_qkv.weight`),
-    pickRows(qkvz, order.z, `${a}in_proj_z.weight`), pickRows(read(`${a}in_proj_ba.weight`), order.ba, `${a}in_proj_ba.weight`)]));
+  const [qkvz, ba] = [`${a}in_proj_qkvz.weight`, `${a}in_proj_ba.weight`];
+  return fused(name, [{ name: qkvz, rows: rowRuns(order.qkv) }, { name: qkvz, rows: rowRuns(order.z) },
+    { name: ba, rows: rowRuns(order.ba) }]);
 }
 
 /** A full-attention layer's self_attn.* (`p`: the layer's prefix), validated already. */
-export function loadAttention(c: ModelConfig, p: string, read: (n: string) => HostTensor, backend: Backend): Qwen35AttentionWeights {
+export function loadAttention(c: ModelConfig, p: string, source: WeightSource, backend: Backend): Qwen35AttentionWeights {
   const a = `${p}self_attn.`;
   const D = c.headDim;
-  const q = read(`${a}q_proj.weight`);
+  const fused = partsUploader(source, backend);
   // per head h: rows [2hD, 2hD + D) are its query, [2hD + D, 2hD + 2D) its gate (transformers chunks each head's 2D)
-  const isQuery = (r: number): boolean => r % (2 * D) < D;
-  const norm = (n: string): Tensor => backend.upload(onePlus(read(n)));
+  const q = `${a}q_proj.weight`;
+  const heads = (from: number) => Array.from({ length: c.numHeads }, (_, h) => [2 * h * D + from, 2 * h * D + from + D] as const);
+  const norm = (n: string): Tensor => backend.upload(onePlus(source.read(n)));
   return {
-    qkv: backend.upload(concatRows(`${a}qkv_proj.weight`, [rows(q, isQuery, 'q'), read(`${a}k_proj.weight`), read(`${a}v_proj.weight`)])),
-    gate: backend.upload(rows(q, (r) => !isQuery(r), `${a}gate_proj.weight`)),
-    qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`), o: backend.upload(read(`${a}o_proj.weight`)),
+    qkv: fused(`${a}qkv_proj.weight`, [{ name: q, rows: heads(0) }, `${a}k_proj.weight`, `${a}v_proj.weight`]),
+    gate: fused(`${a}gate_proj.weight`, [{ name: q, rows: heads(D) }]),
+    qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`), o: fused(`${a}o_proj.weight`, [`${a}o_proj.weight`]),
   };
 }
 
@@ -182,28 +182,26 @@ export function loadQwen35Weights(c: ModelConfig, source: WeightSource, backend:
     noted.add(family);
     process.emitWarning(note);
   }
-  const read = (n: string): HostTensor => source.read(n);
-  const up = (n: string): Tensor => backend.upload(read(n));
-  const norm = (n: string): Tensor => backend.upload(onePlus(read(n)));
-  const D = c.headDim;
+  const fused = partsUploader(source, backend);
+  const up = (n: string): Tensor => fused(n, [n]);
+  const norm = (n: string): Tensor => backend.upload(onePlus(source.read(n)));
   const layers = h.layerTypes.map((type, l): Qwen35LayerWeights => {
     const p = `${prefix}layers.${l}.`;
     let attention: Qwen35AttentionWeights | null = null;
     let deltaNet: Qwen35DeltaNetWeights | null = null;
     if (type === 'full_attention') {
-      attention = loadAttention(c, p, read, backend);
+      attention = loadAttention(c, p, source, backend);
     } else {
       const a = `${p}linear_attn.`;
-      const conv = read(`${a}conv1d.weight`);
       deltaNet = {
-        inProj: deltaNetInProj(c, a, read, backend),
-        conv: backend.upload({ ...conv, shape: [conv.shape[0]!, conv.shape[2]!] }),
+        inProj: deltaNetInProj(c, a, fused),
+        conv: up(`${a}conv1d.weight`),  // [C, 1, K] as [C, K] (weight-parts.ts)
         aLog: up(`${a}A_log`), dtBias: up(`${a}dt_bias`), norm: up(`${a}norm.weight`), outProj: up(`${a}out_proj.weight`),
       };
     }
     return {
       inputNorm: norm(`${p}input_layernorm.weight`), postAttentionNorm: norm(`${p}post_attention_layernorm.weight`),
-      attention, deltaNet, ...loadFeedForward(c, c.moe?.sparseLayers[l] ?? false, p, experts, read, backend),
+      attention, deltaNet, ...loadFeedForward(c, c.moe?.sparseLayers[l] ?? false, p, experts, source, backend),
     };
   });
   const outer = outerTensors(c);
