@@ -86,7 +86,10 @@ test('the grid\'s split cap reaches the kernel; the CUDA-core kernel takes only 
     [['g4_mma', 32], ['g1', MAX_SPLITS]]);
   assert.throws(() => launchDecodeAttention(device, launchOf(128, { decodeMma: 'groups' }), grid(2, 1, 16, 32)),
     new RegExp(`splits a row ${MAX_SPLITS} times at most, not 32`));
-  // decodeSplitCap: the _mma builds' cap where the grid takes them
+  // decodeSplitCap: the _mma builds' cap where the grid takes them, and only for a grid of under one block a SM at
+  // MAX_SPLITS (8 rows x 16 = 128 < 132; 9 x 16 = 144 not)
   assert.deepEqual([[4, 'groups'], [2, 'groups'], [1, 'all'], [8, 'off']].map(([G, m]) =>
-    decodeSplitCap(G as number, m as 'off' | 'groups' | 'all', 32)), [32, MAX_SPLITS, 32, MAX_SPLITS]);
+    decodeSplitCap(G as number, m as 'off' | 'groups' | 'all', 8, 132, 32)), [32, MAX_SPLITS, 32, MAX_SPLITS]);
+  assert.equal(decodeSplitCap(4, 'groups', 9, 132, 32), MAX_SPLITS);
+  assert.equal(decodeSplitCap(4, 'groups', 9, 132, 8), 8, 'a cap under MAX_SPLITS holds at any size');
 });

@@ -12,7 +12,7 @@ import { DECODE_MMA_HEAD_DIMS, DECODE_MMA_MIN_GROUP, type DecodeMma, mmaFromGrou
 import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
   DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeHeadGroups, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
-  maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
+  maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, mmaSplitCap, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
   WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
@@ -109,7 +109,10 @@ test('whole groups on the tensor cores (G >= mmaFrom) keep from MMA_GROUP_FILL b
 });
 
 test('the _mma builds\' split cap (MMA_MAX_SPLITS): more splits of long rows, more whole-group blocks', () => {
-  assert.equal(MMA_MAX_SPLITS, 16, 'as MAX_SPLITS until batches of long rows are measured at 32');
+  assert.equal(MMA_MAX_SPLITS, 32, 'a lone long stream splits its rows up to 32 times (session 44)');
+  // the larger cap only where MAX_SPLITS leaves the grid under one block a SM: qwen3-8b alone (8 kv heads), not 8 rows
+  assert.deepEqual([8, 9, 64].map((rows) => mmaSplitCap(rows, 132)), [32, MAX_SPLITS, MAX_SPLITS]);
+  assert.equal(mmaSplitCap(64, 132, 8), 8);
   // a 32k row: 16 splits of 2,000 at the kernel's cap, 32 of 1,008 at 32; rows up to 4k alike at both
   assert.deepEqual(splitPlan(32000), { numSplits: 16, chunk: 2000 });
   assert.deepEqual(splitPlan(32000, 32), { numSplits: 32, chunk: 1008 });
@@ -122,6 +125,8 @@ test('the _mma builds\' split cap (MMA_MAX_SPLITS): more splits of long rows, mo
   assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 64, 4, 4, 1, 16), 1);
   assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 64, 4, 4, 1, 32), 4);
   assert.equal(decodeGroup(1, 32, 8, 132, 128, 8, 64, 1, Infinity, 1, 32), 1, 'CUDA cores: MAX_SPLITS counts');
+  // 9 kv heads' blocks at 16 splits fill 132 SMs past one a SM: the larger cap does not count there
+  assert.equal(decodeGroup(1, 36, 9, 132, 128, 8, 64, 4, 4, 2, 32), 1, '9 x 16 = 144 < 2 x 132');
 });
 
 test('QUIRE_DECODE_FOLD_BATCH (8 unset) and QUIRE_MOE_COMBINE_BATCH (1 unset) reach their kernels\' builds', () => {

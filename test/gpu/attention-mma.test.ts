@@ -6,8 +6,8 @@
 // eager and graphed, at GQA groups of 2 to 8 and head dims 64 and 128; and those outputs are within bf16 of the
 // CUDA-core kernel's, whose bits they are not. QUIRE_DECODE_MMA=groups gives the _mma builds' bits at G 8 and the
 // CUDA-core kernel's at G 2, and in the batch-invariant mode the CUDA-core kernel's at G 8; a single 16k row of
-// qwen3-8b's shape keeps its whole groups there (QUIRE_DECODE_MMA_GROUP_FILL). At a split cap of 32
-// (QUIRE_DECODE_MMA_MAX_SPLITS) rows past 4k split more, alone as in a batch, eager as graphed. The workspace is
+// qwen3-8b's shape keeps its whole groups there (QUIRE_DECODE_MMA_GROUP_FILL). A lone row past 4k splits up to 32
+// times (QUIRE_DECODE_MMA_MAX_SPLITS), eager as graphed; in a batch its rows split as at 16. The workspace is
 // poisoned before every run.
 
 import { after, describe, test } from 'node:test';
@@ -73,28 +73,23 @@ describe('CUDA decode attention on tensor cores (QUIRE_DECODE_MMA)', { skip: noC
     }
   });
 
-  test('at a split cap of 32 (QUIRE_DECODE_MMA_MAX_SPLITS) long rows have their bits alone in a batch, graphed as '
-    + 'eager, within bf16 of the CUDA-core kernel, not the cap of 16\'s bits', () => {
+  test('QUIRE_DECODE_MMA_MAX_SPLITS (32): a lone long row splits more than at 16, graphed as eager, within bf16 of the '
+    + 'CUDA-core kernel; in a batch of 10 rows (a grid past one block a SM at 16) every row splits as at 16', () => {
     const [H, KV, D] = [32, 8, 128];
     const lens = [16384, 9001, 300, 5000, 4097, 1, 12000, 33, 8000, 2500];
-    const wide = newCuda({ decodeMma: 'all', decodeMmaMaxSplits: 32 });
+    const narrow = newCuda({ decodeMma: 'all', decodeMmaMaxSplits: 16 });
     try {
-      const [at32, at16, viaPlain] = [wide, mma!, plain!].map((c) => decodeBits(c, H, KV, D, lens));
-      assert.notDeepEqual(at32, at16, 'rows past 4k split more at 32');
+      assert.deepEqual(decodeBits(mma!, H, KV, D, lens), decodeBits(narrow, H, KV, D, lens), 'the batch: cap 16 alike');
       const f32 = (b: Uint32Array) => new Float32Array(b.buffer);
-      assertBf16Close(f32(at32), f32(viaPlain), 'against the CUDA-core kernel');
-      const width = H * D;
-      lens.forEach((len, i) => {
-        const row = (b: Uint32Array) => b.slice(i * width, (i + 1) * width);
-        if (len <= 4096) assert.deepEqual(row(at32), row(at16), `row ${i} (kv ${len}): the same splits at either cap`);
-      });
-      for (const i of [0, 1, 6]) {
-        assert.deepEqual(decodeBits(wide, H, KV, D, lens, i), at32.slice(i * width, (i + 1) * width),
-          `row ${i} (kv ${lens[i]}) alone`);
+      for (const [i, len] of [[0, 16384], [6, 12000], [9, 2500]] as const) {
+        const [at32, at16, viaPlain] = [mma!, narrow, plain!].map((c) => decodeBits(c, H, KV, D, lens, i));
+        if (len > 4096) assert.notDeepEqual(at32, at16, `row ${i} (kv ${len}) alone splits more at 32`);
+        else assert.deepEqual(at32, at16, `row ${i} (kv ${len}): the same splits at either cap`);
+        assertBf16Close(f32(at32), f32(viaPlain), `row ${i} against the CUDA-core kernel`);
+        assert.deepEqual(decodeBits(mma!, H, KV, D, lens, i, true), at32, `row ${i} graphed against eager`);
       }
-      assert.deepEqual(decodeBits(wide, H, KV, D, lens, undefined, true), at32, 'graphed against eager');
     } finally {
-      wide.dispose();
+      narrow.dispose();
     }
   });
 

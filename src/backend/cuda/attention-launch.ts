@@ -3,7 +3,7 @@
 // backend's choice (cuda-backend.ts attention()).
 
 import { decodeCluster, decodeHeadGroups, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, MMA_MAX_SPLITS,
-  SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
+  mmaSplitCap, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
 import { DECODE_WARPS, PREFILL_BUILDS } from './kernel-defines.js';
 import { PREFILL_TILE_ROWS, type MetaLayout } from './step-meta.js';
@@ -51,9 +51,13 @@ export function mmaFromGroup(mma: DecodeMma): number {
   return mma === 'all' ? 1 : mma === 'groups' ? DECODE_MMA_MIN_GROUP : Infinity;
 }
 
-/** Most splits of a row in a grid of G query heads a block under `mma`: the _mma builds' cap, or the kernel's. */
-export function decodeSplitCap(G: number, mma: DecodeMma, mmaMaxSplits = MMA_MAX_SPLITS): number {
-  return G >= mmaFromGroup(mma) ? mmaMaxSplits : MAX_SPLITS;
+/**
+ * Most splits of a row in a grid of `numRows` (token, head-group) rows of G query heads a block under `mma`: the _mma
+ * builds' cap (mmaSplitCap), or the kernel's.
+ */
+export function decodeSplitCap(G: number, mma: DecodeMma, numRows: number, numSMs: number,
+  mmaMaxSplits = MMA_MAX_SPLITS): number {
+  return G >= mmaFromGroup(mma) ? mmaSplitCap(numRows, numSMs, mmaMaxSplits) : MAX_SPLITS;
 }
 
 const word = (a: AttentionLaunch, offset: number): KernelArg => ptr(a.meta + BigInt(offset * 4));

@@ -179,10 +179,10 @@ export class CudaAttention {
         const G = decodeGroup(decodeRows, numHeads, numKvHeads, this.s.device.numSMs, D, this.fp8DecodeX16 ? 2 : 8,
           rowSplits, GROUP_FILL, mmaFromGroup(decodeMma), MMA_GROUP_FILL, this.mmaMaxSplits);
         if (numHeads / G > MAX_DECODE_ROWS_PER_TOKEN) throw new Error(`attention: ${numHeads} heads exceed the decode row counters`);
-        const maxSplits = decodeSplitCap(G, decodeMma, this.mmaMaxSplits);
-        // Blocks publish split states only when the grid may give a row several blocks; the test is a function
-        // of the row count alone, so eager and captured steps of one size allocate alike.
+        // Blocks publish split states only when the grid may give a row several blocks; the test, as the cap, is a
+        // function of the row count alone, so eager and captured steps of one size allocate alike.
         const numRows = decodeRows * (numHeads / G);
+        const maxSplits = decodeSplitCap(G, decodeMma, numRows, this.s.device.numSMs, this.mmaMaxSplits);
         const mayShare = this.decodeSplits(numRows, maxSplits, maxSplits) > 1;
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
         const partials = !this.batchInvariant

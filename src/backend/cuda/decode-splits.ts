@@ -31,10 +31,21 @@ export const SHORT_SPLIT_TOKENS = readKnob('QUIRE_DECODE_SHORT_SPLIT_TOKENS');
 export const MAX_SPLITS = readKnob('QUIRE_DECODE_MAX_SPLITS');
 /**
  * Most splits of one row on the _mma builds (QUIRE_DECODE_MMA_MAX_SPLITS; the kernel takes a launch's cap as an
- * argument, which is also the stride of its split states). Their bits are their own, so their rows may split more:
- * a single long stream on whole groups is 8 kv heads x 16 splits = 128 blocks on qwen3-8b, one a SM.
+ * argument, which is also the stride of its split states), in grids that MAX_SPLITS would leave under one block a SM
+ * (mmaSplitCap). Their bits are their own, so their rows may split more: a single long stream on whole groups is
+ * 8 kv heads x 16 splits = 128 blocks on qwen3-8b, under one a SM; 32 splits gave it +4% at 16k and +8% at 32k, and
+ * lost 5% with 8 rows at 16k (already 1,024 blocks at 16: session 44).
  */
 export const MMA_MAX_SPLITS = readKnob('QUIRE_DECODE_MMA_MAX_SPLITS');
+
+/**
+ * The _mma builds' split cap for a grid of `numRows` (token, head-group) rows: `mmaMaxSplits` where MAX_SPLITS splits
+ * a row would give fewer blocks than SMs, else no more than MAX_SPLITS. A function of the row count alone, so eager
+ * and captured steps of one size split alike.
+ */
+export function mmaSplitCap(numRows: number, numSMs: number, mmaMaxSplits = MMA_MAX_SPLITS): number {
+  return numRows * MAX_SPLITS < numSMs ? mmaMaxSplits : Math.min(mmaMaxSplits, MAX_SPLITS);
+}
 /** Split chunks are whole multiples of this many kv positions (the kernel's DECODE_CHUNK_ROUND: kernel-defines.ts). */
 export const DECODE_CHUNK_ROUND = 16;
 /**
@@ -123,7 +134,8 @@ export function decodeGroup(numRows: number, numHeads: number, numKvHeads: numbe
   // once for the group, not once a query head (at 32k of context, G = 1 reads 4x the cache's bytes through L2)
   const mma = full >= mmaFrom;
   const f = mma ? mmaFill : fill;
-  return f > 0 && blocks * Math.min(rowSplits, mma ? mmaMaxSplits : MAX_SPLITS) >= f * numSMs ? full : 1;
+  const cap = mma ? mmaSplitCap(blocks, numSMs, mmaMaxSplits) : MAX_SPLITS;
+  return f > 0 && blocks * Math.min(rowSplits, cap) >= f * numSMs ? full : 1;
 }
 
 /**
