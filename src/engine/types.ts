@@ -88,8 +88,9 @@ export interface EngineStats {
   /** Speculative decoding's counters (vLLM's spec_decode metrics); absent when it is off. */
   specDecoding?: SpecDecodingStats;
   /**
-   * Bytes the steps so far had to read at the least: the weights once per step and
-   * every scheduled sequence's KV cache once (the bandwidth floor's numerator).
+   * Bytes the steps so far had to move at the least: the weights once per step, every scheduled sequence's KV cache
+   * once, and a hybrid model's recurrent state of every scheduled sequence read and written (the bandwidth floor's
+   * numerator, as bench decode's roofline counts them).
    */
   minBytesRead: number;
 }

@@ -41,7 +41,7 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
   }
   for (const r of runs) {
     if (typeof r.shareOfBandwidthFloor === 'number') {
-      lines.push(`${r.workload}: ${fmt(100 * r.shareOfBandwidthFloor)}% of the time the weights and KV reads take at `
+      lines.push(`${r.workload}: ${fmt(100 * r.shareOfBandwidthFloor)}% of the time the weights, KV and state traffic take at `
         + 'full copy bandwidth (the bandwidth floor)');
     }
     if (typeof r.modelTflopPerS === 'number') {

@@ -94,3 +94,29 @@ test('stats count the bytes a step must read at the least: weights once, each se
     core.dispose();
   }
 });
+
+test('a hybrid model\'s floor also counts every scheduled sequence\'s recurrent state, read and written a step', async () => {
+  const hybrid = mkdtempSync(join(tmpdir(), 'quire-floor-'));
+  await makeTestModel({ shape: 'tiny-qwen3.5', outDir: hybrid, dtype: 'f32', seed: 0 });
+  const core = await createEngineCore(engineOptions({ model: hybrid, backend: 'cpu', cpuThreads: 1 }));
+  try {
+    const [P, G] = [6, 3];
+    for (const id of ['a', 'b']) {
+      core.addRequest({ requestId: id, promptTokenIds: Array.from({ length: P }, (_, i) => i + 3),
+        sampling: defaultSamplingParams({ maxTokens: G, ignoreEos: true, temperature: 0 }), arrivalTime: 0, priority: 0,
+        cacheSalt: null });
+    }
+    while (core.hasWork()) core.step();
+    const s = core.stats();
+    const model = core['model'];
+    const state = core.info.bytesPerStateSlot;
+    assert.ok(state > 0, 'the model keeps a recurrent state');
+    let kvTokens = 2 * P;
+    for (let i = 1; i < G; i++) kvTokens += 2 * (P + i);
+    assert.equal(s.numSteps, G, 'both requests in every step');
+    assert.equal(s.minBytesRead, G * model.weightBytesPerStep() + kvTokens * model.kvBytesPerToken() + G * 2 * 2 * state);
+  } finally {
+    core.dispose();
+    rmSync(hybrid, { recursive: true, force: true });
+  }
+});
