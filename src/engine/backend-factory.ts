@@ -81,10 +81,18 @@ export interface KvCachePlan {
 }
 
 /**
+ * Running sequences a saved state (prefix caching on a hybrid model) is kept for when the states do not all fit:
+ * the running ones come first. qwen3.5-27b on an H200 ran 116 sequences at one saved state each; that budget holds
+ * about 185 at one per 4 (session 44, not yet measured).
+ */
+export const RUNNING_PER_SAVED_STATE = 4;
+
+/**
  * Splits `budgetBytes`: with a recurrent group, one state slot per sequence the engine may run at once
  * (maxNumSeqs; a preempted request gives its slot back and recomputes its state, a finished one at once, so
  * no more are ever held), with prefix caching slots for saved states (an LRU pool; cachedStateSlots, by default
- * maxNumSeqs: as many again, so each running sequence's prompt can leave one), then KV pages of what is left.
+ * maxNumSeqs: as many again, so each running sequence's prompt can leave one; one per RUNNING_PER_SAVED_STATE
+ * running where states are lowered to fit), then KV pages of what is left.
  */
 export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: number; kvBytesPerElement: number;
   budgetBytes: number; maxNumSeqs: number; enablePrefixCaching?: boolean; cachedStateSlots?: number | null;
@@ -99,18 +107,19 @@ export function planKvCache(groups: readonly KVCacheGroup[], o: { blockSize: num
   let numCachedStateSlots = o.enablePrefixCaching === true && numStateSlots > 0 ? o.cachedStateSlots ?? numStateSlots : 0;
   if (!Number.isInteger(numCachedStateSlots) || numCachedStateSlots < 0) throw new Error(`bad cachedStateSlots ${numCachedStateSlots}`);
   // With lowerToFit (the engine's sizing), states that leave no room for pages give up sequences instead of failing:
-  // the running sequences (and their saved states, unless cachedStateSlots fixes those) are lowered to what half
-  // the budget holds, the other half left to pages. qwen3.5-27b holds 151 MB of state a sequence: 256 of them,
-  // twice with prefix caching, are more than an H200's whole budget.
+  // the running sequences (and their saved states, one per RUNNING_PER_SAVED_STATE, unless cachedStateSlots fixes
+  // those) are lowered to what half the budget holds, the other half left to pages. qwen3.5-27b holds 151 MB of state
+  // a sequence: 256 of them, twice with prefix caching, are more than an H200's whole budget.
   const backups = o.specBackupSlots === true ? 1 : 0;
   const stateBytesOf = (running: number, cached: number) => (running * (1 + backups) + cached) * bytesPerStateSlot;
   if (o.lowerToFit === true && numStateSlots > 0 &&
     o.budgetBytes - stateBytesOf(numStateSlots, numCachedStateSlots) < 2 * bytesPerBlock) {
     const fixedCached = o.cachedStateSlots ?? null;
     const half = o.budgetBytes / 2 - (fixedCached !== null ? stateBytesOf(0, numCachedStateSlots) : 0);
-    const perSeq = bytesPerStateSlot * (1 + backups + (fixedCached === null && numCachedStateSlots > 0 ? 1 : 0));
+    const saves = fixedCached === null && numCachedStateSlots > 0;
+    const perSeq = bytesPerStateSlot * (1 + backups + (saves ? 1 / RUNNING_PER_SAVED_STATE : 0));
     numStateSlots = Math.max(1, Math.min(numStateSlots, Math.floor(half / perSeq)));
-    if (fixedCached === null && numCachedStateSlots > 0) numCachedStateSlots = numStateSlots;
+    if (saves) numCachedStateSlots = Math.ceil(numStateSlots / RUNNING_PER_SAVED_STATE);
   }
   const stateBytes = stateBytesOf(numStateSlots, numCachedStateSlots);
   const numBlocks = numBlocksForBytes(o.budgetBytes - stateBytes, bytesPerBlock);
@@ -146,7 +155,8 @@ export function sizeKvCache(model: Model, backend: Backend, options: EngineOptio
   const minBlocks = Math.ceil(maxModelLen / options.blockSize) + 1;
   if (plan.numStateSlots > 0 && plan.numStateSlots < options.maxNumSeqs) {
     process.emitWarning(`--max-num-seqs ${options.maxNumSeqs} lowered to ${plan.numStateSlots}: a sequence of this hybrid `
-      + `model holds ${plan.bytesPerStateSlot} bytes of recurrent state${plan.numCachedStateSlots > 0 ? ' (twice with prefix caching: its saved states)' : ''}`
+      + `model holds ${plan.bytesPerStateSlot} bytes of recurrent state${plan.numCachedStateSlots > 0
+        ? ` (with prefix caching, ${plan.numCachedStateSlots} saved states besides)` : ''}`
       + `${plan.numSpecBackupSlots > 0 ? ' (and its backup, with speculative decoding)' : ''}, `
       + `and ${options.maxNumSeqs} of them would leave no room for the KV cache; half the budget now holds the states `
       + '(raise --gpu-memory-utilization for more)');

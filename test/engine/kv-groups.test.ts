@@ -102,9 +102,12 @@ test('sizing with lowerToFit: states that would leave no page lower the running 
   assert.deepEqual(planKvCache(groups, { ...o, budgetBytes }),
     { numBlocks: Math.floor((budgetBytes - 128 * 3000) / page), bytesPerBlock: page, numStateSlots: 128,
       bytesPerStateSlot: 3000, numCachedStateSlots: 0, numSpecBackupSlots: 0 });
-  // with prefix caching each keeps a saved state too: half the budget over 6000 bytes
+  // with prefix caching, a saved state for every 4 running sequences: half the budget over 3,750 bytes a sequence
   const cached = planKvCache(groups, { ...o, budgetBytes, enablePrefixCaching: true });
-  assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [64, 64]);
+  assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [102, 26]);
+  // where they all fit, a saved state each
+  const roomy = planKvCache(groups, { ...o, budgetBytes: 512 * 3000 + 2 * page, enablePrefixCaching: true });
+  assert.deepEqual([roomy.numStateSlots, roomy.numCachedStateSlots], [256, 256]);
   // where they leave pages, nothing changes; without lowerToFit it is the error it was
   assert.equal(planKvCache(groups, { ...o, budgetBytes: 256 * 3000 + 2 * page }).numStateSlots, 256);
   assert.throws(() => planKvCache(groups, { ...o, lowerToFit: false, budgetBytes }), /holds no page/);

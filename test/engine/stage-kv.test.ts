@@ -45,10 +45,18 @@ test('a hybrid model: the fewest state slots any stage holds, then the pages wit
   const fewer = planStageKv([{ ...stages[0]!, budgetBytes: 3500 }, stages[1]!, { ...stages[2]!, budgetBytes: 100 * PAGE }], o);
   assert.equal(fewer.numStateSlots, 3);
   assert.equal(fewer.numBlocks, Math.floor((4 * 1000 + 10 * PAGE - 3 * 1000) / PAGE));
-  // prefix caching: saved states as many again, on every stage that keeps states
+  // prefix caching: saved states as many again where they fit (stage 1: 4 + 4); stage 0's 6 slots hold 4 running and a
+  // saved state for every 4 of them
   const cached = planStageKv([{ ...stages[0]!, budgetBytes: 6000 }, { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!],
     { ...o, enablePrefixCaching: true });
-  assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [3, 3]);
+  assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [4, 1]);
+  const roomy = planStageKv([{ ...stages[0]!, budgetBytes: 8000 }, { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!],
+    { ...o, enablePrefixCaching: true });
+  assert.deepEqual([roomy.numStateSlots, roomy.numCachedStateSlots], [4, 4]);
+  // 4 slots: 3 running and the saved state the rounding up asks for
+  const tight = planStageKv([{ ...stages[0]!, budgetBytes: 4000 }, { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!],
+    { ...o, enablePrefixCaching: true });
+  assert.deepEqual([tight.numStateSlots, tight.numCachedStateSlots], [3, 1]);
 });
 
 test('a stage whose budget holds nothing is named', () => {

@@ -8,7 +8,7 @@
 import type { Backend } from '../../backend/backend.js';
 import { bytesPerBlock, stateSlotBytes, type KVCacheGroup } from '../../kv/kv-cache-spec.js';
 import type { Model } from '../../model/model.js';
-import { planKvCache, type KvCachePlan } from '../backend-factory.js';
+import { planKvCache, RUNNING_PER_SAVED_STATE, type KvCachePlan } from '../backend-factory.js';
 import { kvCacheGroupsOfSpecs } from '../kv-groups.js';
 import type { ResolvedEngineOptions } from '../options.js';
 import type { RankLeader } from './leader.js';
@@ -37,13 +37,19 @@ function stateOnlySlots(s: StageKv, o: StagePlanOptions, stage: number): { slots
   const per = stateSlotBytes(s.groups);
   const backups = o.specBackupSlots ? 1 : 0;
   const fixed = o.enablePrefixCaching ? o.cachedStateSlots : 0;
-  const share = fixed === null ? 1 : 0;  // saved states as many as the running ones, unless fixed
-  const slots = Math.min(o.maxNumSeqs, Math.floor((s.budgetBytes / per - (fixed ?? 0)) / (1 + backups + share)));
+  const room = s.budgetBytes / per - (fixed ?? 0);  // slots besides the fixed saved ones
+  // saved states (unless fixed) as many as the running ones where all fit, else one per RUNNING_PER_SAVED_STATE
+  // running (planKvCache's rule)
+  const all = o.maxNumSeqs * (1 + backups + (fixed === null ? 1 : 0)) <= room;
+  const saved = (running: number): number => fixed ?? (all ? running : Math.ceil(running / RUNNING_PER_SAVED_STATE));
+  const share = fixed !== null ? 0 : all ? 1 : 1 / RUNNING_PER_SAVED_STATE;
+  let slots = Math.min(o.maxNumSeqs, Math.floor(room / (1 + backups + share)));
+  if (fixed === null && slots * (1 + backups) + saved(slots) > room) slots--;  // the rounded-up saved slot
   if (slots < 1) {
     throw new Error(`pipeline stage ${stage}: its KV cache budget (${s.budgetBytes} bytes) holds no recurrent state slot ` +
       `of ${per} bytes: raise --kv-cache-memory-bytes or --gpu-memory-utilization`);
   }
-  return { slots, cached: fixed ?? slots };
+  return { slots, cached: saved(slots) };
 }
 
 /** The engine's split of every stage's budget (`stages` in stage order); the numbers every stage allocates. */
