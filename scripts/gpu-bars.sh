@@ -66,6 +66,19 @@ if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid
   make_model "$M35" qwen3.5-27b --fast "${quant[@]}"
 fi
 
+# start-up row: `quire serve` of model $1 on port $2 (log $OUTDIR/$3.log) until /health answers, at most $4 s
+startup_row() {
+  local t0 t1 pid ms
+  t0=$(date +%s%N)
+  $Q serve --model "$1" --port "$2" --max-model-len 4096 >"$OUTDIR/$3.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 $(( $4 * 20 ))); do curl -sf "http://127.0.0.1:$2/health" >/dev/null 2>&1 && break; sleep 0.05; done
+  t1=$(date +%s%N)
+  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  ms=$(( (t1 - t0) / 1000000 ))
+  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+}
+
 if want w2; then
   echo "== W2 qwen3-0.6b (bar 1,500 tok/s)"
   $Q bench decode --model "$M06" "${common[@]}" --batch-sizes 1 2>&1 | grep -E "roofline|tokens/s"
@@ -119,18 +132,7 @@ if want prefill; then
 fi
 if want startup; then
   echo "== start-up qwen3-8b to /health (bar 15 s)"
-  port=18123
-  t0=$(date +%s%N)
-  $Q serve --model "$M8" --port "$port" --max-model-len 4096 >"$OUTDIR/startup.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.05
-  done
-  t1=$(date +%s%N)
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  ms=$(( (t1 - t0) / 1000000 ))
-  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+  startup_row "$M8" 18123 startup 30
 fi
 if want w2-moe; then
   echo "== W2 qwen3-30b-a3b (bar 60% of the roofline of the bytes a token reads: router, 8 of 128 experts, attention, lm head)"
@@ -159,28 +161,12 @@ fi
 if want startup-moe; then
   echo "== start-up qwen3-30b-a3b to /health (bar 20 s, warm page cache)"
   cat "$M30"/*.safetensors >/dev/null
-  port=18125
-  t0=$(date +%s%N)
-  $Q serve --model "$M30" --port "$port" --max-model-len 4096 >"$OUTDIR/startup-30.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.05; done
-  t1=$(date +%s%N)
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  ms=$(( (t1 - t0) / 1000000 ))
-  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+  startup_row "$M30" 18125 startup-30 60
 fi
 if want startup-hybrid; then
   echo "== start-up qwen3.5-27b to /health (no bar; warm page cache)"
   cat "$M35"/*.safetensors >/dev/null
-  port=18126
-  t0=$(date +%s%N)
-  $Q serve --model "$M35" --port "$port" --max-model-len 4096 >"$OUTDIR/startup-35.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 2400); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.05; done
-  t1=$(date +%s%N)
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  ms=$(( (t1 - t0) / 1000000 ))
-  printf 'start-up: /health answered %d.%02d s after quire serve started\n' $((ms / 1000)) $((ms % 1000 / 10))
+  startup_row "$M35" 18126 startup-35 120
 fi
 if want w2-hybrid; then
   echo "== W2 qwen3.5-27b at 1k of context (bar 85% of the weight-bandwidth roofline)"

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { loadModelDir } from '../../src/loader/model-dir.js';
-import type { WeightSource } from '../../src/loader/types.js';
+import type { ModelConfig, WeightSource } from '../../src/loader/types.js';
 import { Model } from '../../src/model/model.js';
 import { packageRoot } from '../../src/cli/default-model.js';
 import { batchOf } from '../backend/helpers.js';
@@ -19,20 +19,29 @@ describe('streamed weight upload', { skip: noCuda }, () => {
   const backends: CudaBackend[] = [];
   after(() => backends.forEach((b) => b.dispose()));
 
+  /** `weights` without readInto: every tensor read whole on the host, as the host path does. */
+  const hostOnly = (weights: WeightSource): WeightSource => ({ names: () => weights.names(), has: (n) => weights.has(n),
+    info: (n) => weights.info(n), read: (n) => weights.read(n) });
+
+  /** One prompt step's logits of the model loaded from `source` in uploads of `chunk` bytes (a state slot if hybrid). */
+  const logits = (config: ModelConfig, source: WeightSource, chunk: number) => {
+    const cuda = newCuda({ uploadChunkBytes: chunk });
+    backends.push(cuda);
+    const model = Model.load(config, source, cuda);
+    cuda.allocateKvCache(model.kvCacheSpec(8, 16));
+    const states = model.recurrentStateLayout(2);
+    if (states) cuda.allocateRecurrentState(states);
+    const batch = batchOf([{ ids: [3, 17, 40, 99, 5], start: 0, pages: [1] }], 16, [4]);
+    if (states) batch.stateSlots = Int32Array.from([1]);
+    return model.forward(batch);
+  };
+
   test('logits match the host-read path, with chunks smaller than a tensor', () => {
     const { config, weights } = loadModelDir(join(packageRoot(), 'models', 'quire-demo'));
     assert.equal(config.dtype, 'bf16');
     assert.ok(weights.readInto, 'safetensors sources read in place');
-    const hostOnly: WeightSource = { names: () => weights.names(), has: (n) => weights.has(n),
-      info: (n) => weights.info(n), read: (n) => weights.read(n) };
-    const run = (source: WeightSource, chunk: number) => {
-      const cuda = newCuda({ uploadChunkBytes: chunk });
-      backends.push(cuda);
-      const model = Model.load(config, source, cuda);
-      cuda.allocateKvCache(model.kvCacheSpec(8, 16));
-      return model.forward(batchOf([{ ids: [3, 17, 40, 99, 5], start: 0, pages: [1] }], 16, [4]));
-    };
-    const reference = run(hostOnly, 1 << 20);
+    const run = (source: WeightSource, chunk: number) => logits(config, source, chunk);
+    const reference = run(hostOnly(weights), 1 << 20);
     assert.deepEqual(run(weights, 1000), reference, '1000-byte chunks (odd, both buffers in turn)');
     assert.deepEqual(run(weights, 64 << 20), reference);
   });
@@ -43,19 +52,7 @@ describe('streamed weight upload', { skip: noCuda }, () => {
       try {
         await makeTestModel({ shape, outDir: dir, dtype: 'bf16', seed: 0 });
         const { config, weights } = loadModelDir(dir);
-        const hostOnly: WeightSource = { names: () => weights.names(), has: (n) => weights.has(n),
-          info: (n) => weights.info(n), read: (n) => weights.read(n) };
-        const run = (source: WeightSource, chunk: number) => {
-          const cuda = newCuda({ uploadChunkBytes: chunk });
-          backends.push(cuda);
-          const model = Model.load(config, source, cuda);
-          cuda.allocateKvCache(model.kvCacheSpec(8, 16));
-          cuda.allocateRecurrentState(model.recurrentStateLayout(2)!);
-          const batch = batchOf([{ ids: [3, 17, 40, 99, 5], start: 0, pages: [1] }], 16, [4]);
-          batch.stateSlots = Int32Array.from([1]);
-          return model.forward(batch);
-        };
-        assert.deepEqual(run(weights, 1000), run(hostOnly, 1 << 20));
+        assert.deepEqual(logits(config, weights, 1000), logits(config, hostOnly(weights), 1 << 20));
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
