@@ -206,7 +206,8 @@ export interface Backend {
    * compute dtype, planned by src/model/architectures/weight-parts.ts) read from `source` by readInto, with no host
    * copy of the whole, as a tensor of `shape`.
    */
-  uploadSegments?(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): Tensor;
+  uploadSegments?(name: string, source: WeightSource, segments: readonly ByteSegment[],
+    shape: readonly number[]): Tensor;
   /**
    * Uploads a block-FP8 linear weight: the rows of `parts` concatenated (each part's rows a multiple of 128, so
    * its scale blocks stay whole), kept as FP8 with its block scales. matmul() on the returned tensor computes

@@ -343,9 +343,8 @@ export class EngineCore {
       if (!r.isDecode) this.numPromptTokens += r.numScheduledTokens;
       if (r.sample) rows.push(this.scheduler.getRequest(r.requestId) as EngineReq);
     }
-    // a hybrid model's recurrent state is read and written once a step for every scheduled sequence
     this.minBytesRead += this.info.weightBytesPerStep + numKvTokensRead * this.info.kvBytesPerToken
-      + so.scheduledRequests.length * 2 * this.info.bytesPerStateSlot;
+      + so.scheduledRequests.length * 2 * this.info.bytesPerStateSlot;  // a hybrid's states: read and written
     return rows;
   }
 

@@ -41,8 +41,8 @@ export function offlineSummary(runs: readonly OfflineRun[]): string {
   }
   for (const r of runs) {
     if (typeof r.shareOfBandwidthFloor === 'number') {
-      lines.push(`${r.workload}: ${fmt(100 * r.shareOfBandwidthFloor)}% of the time the weights, KV and state traffic take at `
-        + 'full copy bandwidth (the bandwidth floor)');
+      lines.push(`${r.workload}: ${fmt(100 * r.shareOfBandwidthFloor)}% of the time the weights, KV and state traffic `
+        + 'take at full copy bandwidth (the bandwidth floor)');
     }
     if (typeof r.modelTflopPerS === 'number') {
       lines.push(`${r.workload}: ${fmt(r.promptTokensPerS as number)} prompt tokens/s, ${fmt(r.modelTflopPerS, 3)} TFLOP/s`

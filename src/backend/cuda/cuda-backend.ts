@@ -133,7 +133,8 @@ export class CudaBackend implements Backend {
     return this.weights.upload(t);
   }
 
-  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): Tensor {
+  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[],
+    shape: readonly number[]): Tensor {
     return this.weights.uploadSegments(name, source, segments, shape);
   }
 

@@ -51,12 +51,16 @@ export class CudaWeights {
   }
 
   /** The bf16 bytes `segments` of `source`, back to back, streamed to the device as one tensor of `shape`. */
-  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): CudaTensor {
+  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[],
+    shape: readonly number[]): CudaTensor {
     const numBytes = shape.reduce((a, b) => a * b, 1) * 2;
-    if (segments.some((s) => source.info(s.name).dtype !== 'bf16')) throw new Error(`uploadSegments ${name}: parts must be bf16`);
+    if (segments.some((s) => source.info(s.name).dtype !== 'bf16')) {
+      throw new Error(`uploadSegments ${name}: parts must be bf16`);
+    }
     const p = this.device.alloc(numBytes);
     this.track(p);
-    if (this.streamer().upload(p, source, segments) !== numBytes) throw new Error(`uploadSegments ${name}: size mismatch`);
+    const written = this.streamer().upload(p, source, segments);
+    if (written !== numBytes) throw new Error(`uploadSegments ${name}: ${written} bytes for ${numBytes}`);
     this.numBytes += numBytes;
     return new CudaTensor([...shape], p);
   }
@@ -106,7 +110,9 @@ export class CudaWeights {
     try {
       if (infos.every((i) => i.dtype === 'bf16') && source.readInto) {
         const whole = infos.map((i, j) => ({ name: names[j]!, offset: 0, bytes: i.shape[0]! * K * 2 }));
-        if (this.streamer().upload(scratch, source, whole) !== N * K * 2) throw new Error(`quantizeFp8Block ${name}: size mismatch`);
+        if (this.streamer().upload(scratch, source, whole) !== N * K * 2) {
+          throw new Error(`quantizeFp8Block ${name}: size mismatch`);
+        }
       } else {
         let row = 0;
         for (const n of names) {

@@ -90,7 +90,8 @@ export function loadFeedForward(c: ModelConfig, sparse: boolean, p: string, layo
   backend: Backend): HybridFeedForwardWeights {
   const fused = partsUploader(source, backend);
   const up = (n: string): Tensor => fused(n, [n]);
-  const gateUp = (m: string): Tensor => fused(`${m}gate_up_proj.weight`, [`${m}gate_proj.weight`, `${m}up_proj.weight`]);
+  const gateUp = (m: string): Tensor =>
+    fused(`${m}gate_up_proj.weight`, [`${m}gate_proj.weight`, `${m}up_proj.weight`]);
   const moe = c.moe;
   if (!sparse || !moe) return { gateUp: gateUp(`${p}mlp.`), down: up(`${p}mlp.down_proj.weight`), moe: null };
   const x = `${p}mlp.experts.`;

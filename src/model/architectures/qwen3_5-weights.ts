@@ -155,18 +155,21 @@ function deltaNetInProj(c: ModelConfig, a: string, fused: PartsUpload): Tensor {
 }
 
 /** A full-attention layer's self_attn.* (`p`: the layer's prefix), validated already. */
-export function loadAttention(c: ModelConfig, p: string, source: WeightSource, backend: Backend): Qwen35AttentionWeights {
+export function loadAttention(c: ModelConfig, p: string, source: WeightSource,
+  backend: Backend): Qwen35AttentionWeights {
   const a = `${p}self_attn.`;
   const D = c.headDim;
   const fused = partsUploader(source, backend);
   // per head h: rows [2hD, 2hD + D) are its query, [2hD + D, 2hD + 2D) its gate (transformers chunks each head's 2D)
   const q = `${a}q_proj.weight`;
-  const heads = (from: number) => Array.from({ length: c.numHeads }, (_, h) => [2 * h * D + from, 2 * h * D + from + D] as const);
+  const heads = (from: number) =>
+    Array.from({ length: c.numHeads }, (_, h) => [2 * h * D + from, 2 * h * D + from + D] as const);
   const norm = (n: string): Tensor => backend.upload(onePlus(source.read(n)));
   return {
     qkv: fused(`${a}qkv_proj.weight`, [{ name: q, rows: heads(0) }, `${a}k_proj.weight`, `${a}v_proj.weight`]),
     gate: fused(`${a}gate_proj.weight`, [{ name: q, rows: heads(D) }]),
-    qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`), o: fused(`${a}o_proj.weight`, [`${a}o_proj.weight`]),
+    qNorm: norm(`${a}q_norm.weight`), kNorm: norm(`${a}k_norm.weight`),
+    o: fused(`${a}o_proj.weight`, [`${a}o_proj.weight`]),
   };
 }
 

@@ -25,7 +25,7 @@ export interface PartsPlan {
   segments: ByteSegment[];
 }
 
-/** An index list as the fewest row ranges taking the same rows in the same order ([0, 1, 2, 7, 8] -> [0, 3], [7, 9]). */
+/** An index list as the fewest row ranges taking its rows in its order ([0, 1, 2, 7, 8] -> [0, 3], [7, 9]). */
 export function rowRuns(order: readonly number[]): [number, number][] {
   const runs: [number, number][] = [];
   for (const r of order) {
@@ -36,7 +36,7 @@ export function rowRuns(order: readonly number[]): [number, number][] {
   return runs;
 }
 
-/** The byte ranges of the weight `name` fused from `parts`, with its dtype and shape; refuses parts that cannot fuse. */
+/** The byte ranges of the weight `name` fused from `parts`, its dtype and shape; refuses parts that cannot fuse. */
 export function planParts(source: Pick<WeightSource, 'info'>, name: string, parts: readonly WeightPart[]): PartsPlan {
   if (parts.length === 0) throw new Error(`${name}: no parts`);
   let dtype: DType | null = null;
