@@ -188,7 +188,6 @@ export interface GgufBlocks {
   data: Uint8Array;
 }
 
-/** Where weights come from: a safetensors directory, or memory in tests. */
 /** Bytes [offset, offset + bytes) of checkpoint tensor `name` (a streamed upload's piece: weight-parts.ts). */
 export interface ByteSegment {
   name: string;
@@ -196,6 +195,7 @@ export interface ByteSegment {
   bytes: number;
 }
 
+/** Where weights come from: a safetensors directory, or memory in tests. */
 export interface WeightSource {
   names(): string[];
   has(name: string): boolean;

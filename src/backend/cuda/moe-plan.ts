@@ -199,8 +199,8 @@ function planFusedRouter(T: number, E: number, H: number, numLocal: number): Non
  * a split build (QUIRE_MOE_TILED_FROM_ROWS; 0: never). One qwen3-30b-a3b layer (bench-moe, H200, session 43): at 8 rows
  * an expert 0.390 ms on split_n1 against 0.347 tiled, at 16 0.474 on split_n2 against 0.338; in the engine W1 +8.7%
  * and decode at 128 / 256 rows +9.5% / +27.5% against 0 (session 44). Under 8 rows (decode batches under 128) the
- * split builds stay: not measured there. FP8 experts keep theirs (their tiled builds were not
- * measured at these rows). Every gemm_rows variant sums alike (sliceChunks): no bit changes.
+ * split builds stay: not measured there. FP8 experts keep theirs (their tiled builds were not measured at these
+ * rows). Every gemm_rows variant sums alike (sliceChunks): no bit changes.
  */
 export const MOE_TILED_FROM_ROWS = readKnob('QUIRE_MOE_TILED_FROM_ROWS');
 
