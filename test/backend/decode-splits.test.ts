@@ -7,13 +7,13 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DECODE_MMA_HEAD_DIMS, DECODE_MMA_MIN_GROUP, type DecodeMma, mmaFromGroup }
+import { DECODE_MMA_HEAD_DIMS, DECODE_MMA_MIN_GROUP, type DecodeMma, decodeSplitCap, mmaFromGroup }
   from '../../src/backend/cuda/attention-launch.js';
 import { kernelDir, kernelSource } from '../../src/backend/cuda/compile.js';
 import {
   DECODE_CHUNK_ROUND, decodeGridZ, decodeGroup, decodeGroupsBuilt, decodeHeadGroups, decodeWide, graphKey, LONG_SPLIT_TOKENS, ODD_GROUP_MIN_ROWS, MAX_SPLITS,
   maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, mmaSplitCap, PRE_BLOCKS_PER_SM, decodeCluster, decodePrefetch, SHORT_GRAPH_KV, SHORT_ROW_KV, SHORT_GRAPH_SPLITS, SHORT_SPLIT_TOKENS, shortGraphRows, SPLIT_TOKENS, splitPlan,
-  WIDE_BLOCKS_PER_SM,
+  splitStateRows, WIDE_BLOCKS_PER_SM,
 } from '../../src/backend/cuda/decode-splits.js';
 
 const moduleUrl = new URL('../../src/backend/cuda/decode-splits.js', import.meta.url).href;
@@ -281,4 +281,27 @@ test('a _pre launch of grid z 2 to 8 runs in clusters of its z (a row\'s splits 
   assert.equal(decodeCluster(true, 16, true), 1, 'beyond the portable cluster size');
   assert.equal(decodeCluster(false, 4, true), 1, 'not a _pre build');
   assert.equal(decodeCluster(true, 4, false), 1, 'QUIRE_DECODE_CLUSTER=0');
+});
+
+test('the split-state buffers hold every launch\'s rows x cap, at the size of MAX_SPLITS a row for a full batch', () => {
+  // a launch of `rows` decode rows writes [rows, heads, cap] states (its grid slots are its decode rows)
+  for (const numSMs of [132, 114, 78, 16]) {
+    for (const [H, KV] of [[32, 8], [32, 4], [16, 8], [64, 8], [14, 2]] as const) {
+      for (const capRows of [1, 3, 9, 64, 256]) {
+        const room = splitStateRows(capRows, numSMs, 32);
+        for (let rows = 1; rows <= capRows; rows++) {
+          for (const G of new Set([1, 2, H / KV])) {
+            for (const mma of ['groups', 'all'] as const) {
+              const cap = decodeSplitCap(G, mma, rows * (H / G), numSMs, 32);
+              assert.ok(rows * cap <= room,
+                `${numSMs} SMs, ${H}/${KV} heads, G ${G}, ${rows} of ${capRows} rows: ${rows} x ${cap} > ${room}`);
+            }
+          }
+        }
+      }
+    }
+  }
+  assert.equal(splitStateRows(256, 132, 32), 256 * MAX_SPLITS, 'a full batch: MAX_SPLITS a row, not 32');
+  assert.equal(splitStateRows(256, 132, null), 256 * MAX_SPLITS);
+  assert.equal(splitStateRows(4, 132, 32), 4 * 32, 'few rows: the larger cap');
 });

@@ -9,7 +9,7 @@ import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
 import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, decodeSplitCap, launchDecodeAttention,
   launchPrefillAttention, mmaFromGroup, type DecodeRope } from './attention-launch.js';
-import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS }
+import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, splitStateRows }
   from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
 import { ROPE_WARPS } from './kernel-defines.js';
@@ -186,7 +186,8 @@ export class CudaAttention {
         const mayShare = this.decodeSplits(numRows, maxSplits, maxSplits) > 1;
         // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
         const partials = !this.batchInvariant
-          ? this.s.steps.partials(meta, numHeads, D, this.mostSplits, this.s.capturing)
+          ? this.s.steps.partials(meta, numHeads, D, splitStateRows(meta.layout.capSeqs, this.s.device.numSMs,
+            this.decodeMma === 'off' ? null : this.mmaMaxSplits), this.s.capturing)
           : !mayShare ? { out: 0n, ml: 0n }
           : { out: this.s.act([decodeRows, numHeads, maxSplits, D], 'f32').ptr,
             ml: this.s.act([decodeRows, numHeads, maxSplits, 2], 'f32').ptr };

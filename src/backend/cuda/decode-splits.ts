@@ -46,6 +46,17 @@ export const MMA_MAX_SPLITS = readKnob('QUIRE_DECODE_MMA_MAX_SPLITS');
 export function mmaSplitCap(numRows: number, numSMs: number, mmaMaxSplits = MMA_MAX_SPLITS): number {
   return numRows * MAX_SPLITS < numSMs ? mmaMaxSplits : Math.min(mmaMaxSplits, MAX_SPLITS);
 }
+/**
+ * Row-splits (decode rows x their launch's cap) the split-state buffers hold for up to `capRows` decode rows:
+ * MAX_SPLITS a row (any grid's cap past mmaSplitCap's few rows), or `mmaMaxSplits` (null: the _mma builds off) for
+ * the fewer than numSMs / MAX_SPLITS rows whose grids mmaSplitCap lets split more. A flat capRows x 32 would double
+ * the buffers for a cap only lone rows take.
+ */
+export function splitStateRows(capRows: number, numSMs: number, mmaMaxSplits: number | null): number {
+  const few = mmaMaxSplits === null ? 0 : Math.min(capRows, Math.ceil(numSMs / MAX_SPLITS)) * mmaMaxSplits;
+  return Math.max(capRows * MAX_SPLITS, few);
+}
+
 /** Split chunks are whole multiples of this many kv positions (the kernel's DECODE_CHUNK_ROUND: kernel-defines.ts). */
 export const DECODE_CHUNK_ROUND = 16;
 /**

@@ -65,12 +65,12 @@ export class StepBuffers {
   }
 
   /**
-   * The decode attention's split-state buffers of `meta` (see Meta.partials) for rows of up to `maxSplits` splits,
-   * made or grown outside a capture.
+   * The decode attention's split-state buffers of `meta` (see Meta.partials) for `rowSplits` row-splits (decode rows
+   * x their launch's cap: decode-splits.ts splitStateRows), made or grown outside a capture.
    */
-  partials(meta: Meta, numHeads: number, D: number, maxSplits: number, capturing: boolean): { out: bigint; ml: bigint } {
-    const outBytes = meta.layout.capSeqs * numHeads * maxSplits * D * 4;
-    const bytes = outBytes + meta.layout.capSeqs * numHeads * maxSplits * 2 * 4;
+  partials(meta: Meta, numHeads: number, D: number, rowSplits: number, capturing: boolean): { out: bigint; ml: bigint } {
+    const outBytes = rowSplits * numHeads * D * 4;
+    const bytes = outBytes + rowSplits * numHeads * 2 * 4;
     if (!meta.partials || meta.partials.bytes < bytes) {
       if (capturing) throw new Error('decode attention partials outgrown during graph capture');
       if (meta.partials) {
