@@ -64,6 +64,12 @@ export interface ComputedBlocks {
   groupBlockIds?: readonly (readonly number[])[];
   /** A hybrid hit: the cached-state slot holding the recurrent state at numCachedTokens (copied into the request's). */
   stateSlot?: number;
+  /**
+   * With a recurrent group: the tokens of the request's leading pages found cached, where more than numCachedTokens
+   * (no saved state there). The request saves its state at that page end (Scheduler: its prompt chunk ends there),
+   * so a later prompt sharing that prefix hits all of it.
+   */
+  numMatchedTokens?: number;
 }
 
 export const NO_COMPUTED_BLOCKS: ComputedBlocks = Object.freeze({ blockIds: [], numCachedTokens: 0 });
@@ -192,6 +198,7 @@ export class KVCacheManager {
     }
     let stateSlot = -1;
     const cache = this.recurrent?.cache;
+    const numMatchedBlocks = numHitBlocks;
     if (this.recurrent !== null) {
       // no state cache: a hit would skip the state of the prompt it covers
       while (numHitBlocks > 0 && (stateSlot = cache?.peek(req.blockHashes[numHitBlocks - 1]!) ?? -1) < 0) numHitBlocks--;
@@ -203,7 +210,8 @@ export class KVCacheManager {
     this.prefixCacheHits += numCachedTokens;
     const blockIds = groupBlockIds[0]!;
     if (this.managers.length === 1) return { blockIds, numCachedTokens };
-    return { blockIds, numCachedTokens, groupBlockIds, ...(stateSlot >= 0 ? { stateSlot } : {}) };
+    const matched = cache != null && numMatchedBlocks > numHitBlocks ? { numMatchedTokens: numMatchedBlocks * this.blockSize } : {};
+    return { blockIds, numCachedTokens, groupBlockIds, ...(stateSlot >= 0 ? { stateSlot } : {}), ...matched };
   }
 
   /**

@@ -69,6 +69,12 @@ export class Request<S = unknown> implements KVRequest {
    * (mayTakeProposals).
    */
   numRollbacksInARow = 0;
+  /**
+   * A hybrid model's prompt position (a page end) where the request's leading pages stopped matching cached ones
+   * with no state saved there (ComputedBlocks.numMatchedTokens), or 0: its prompt chunk ends there, so the state is
+   * saved at the point another prompt diverged from it.
+   */
+  stateSavePoint = 0;
 
   constructor(init: RequestInit<S>) {
     if (init.promptTokenIds.length === 0) throw new Error(`request ${init.requestId}: empty prompt`);

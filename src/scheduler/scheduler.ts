@@ -362,6 +362,7 @@ export class Scheduler {
       const numUncached = req.numTokens - computed.numCachedTokens;
       // Chunking off holds for first prompts; a recompute after preemption may still be chunked.
       if (!this.o.enableChunkedPrefill && req.numOutputTokens === 0 && numUncached > s.budget) break;
+      req.stateSavePoint = computed.numMatchedTokens ?? 0;
       const numNew = this.numTokensFor(req, computed.numCachedTokens, s);
       if (numNew <= 0) break;  // this step's prompt-logit rows are spent
       const newBlockIds = this.kv.allocateSlots(req, numNew, computed);
@@ -391,6 +392,9 @@ export class Scheduler {
       const bs = this.o.blockSize;
       const lastPageEnd = Math.floor(Math.min(numComputed + n, req.numPromptTokens) / bs) * bs;
       if (lastPageEnd > numComputed) n = lastPageEnd - numComputed;
+      // and first where its prompt stopped matching a cached one: the next prompt of that prefix hits it whole
+      const point = req.stateSavePoint;
+      if (point > numComputed && point < numComputed + n && point <= req.numPromptTokens) n = point - numComputed;
     }
     return n;
   }

@@ -166,3 +166,17 @@ test('hybrid prefix caching: shared prefixes of several pages, follow-ups, chunk
     if (name.startsWith('tiny pool')) assert.ok(r.stats.numPreemptions > 0, 'the tiny pool preempted nothing');
   }
 });
+
+test('hybrid prefix caching: a prompt whose pages match a cached prompt\'s past its saved states saves its state where '
+  + 'they stop matching, so the next prompt of that prefix hits all of it (system prompt, then user turns)', async () => {
+  // a 72-token shared prefix (4 whole pages, then 8 tokens), three different tails: the first prompt saves its state
+  // at its own last page end (80) only; the second matches 4 pages with no state there, so its chunk ends at 64
+  const shared = Array.from({ length: 72 }, (_, i) => (i * 37 + 11) % 400);
+  const tails = [[5, 9, 1, 77, 3, 8, 2, 6, 4, 10], Array.from({ length: 21 }, (_, i) => (i * 53 + 2) % 400), [300, 12, 7]];
+  const set = tails.map((t) => [...shared, ...t]);
+  const miss = await run({ enablePrefixCaching: false }, [0, 1, 2], set);
+  const on = await run({ maxNumSeqs: 1, cachedStateSlots: 8 }, [0, 1, 2], set);
+  assert.deepEqual(on.t, miss.t, 'the transcripts of a miss');
+  assert.equal(on.stats.prefixCacheHits, 64, 'the third prompt hits the 4 shared pages; the first two hit nothing');
+  assert.equal(on.stats.numPromptTokens, miss.stats.numPromptTokens - 64);
+});

@@ -253,13 +253,16 @@ test('a recurrent group with cached-state slots: states saved at page ends only,
     'not a page end, or past the known tokens');
   assert.deepEqual([kv.saveStateSlot(a, 4), kv.saveStateSlot(a, 4), kv.numCachedStates], [3, null, 1],
     'slots after the 3 running ones; a saved state is not saved twice');
-  // pages hit up to 12 (3 pages), the only state at 4: a hit of one page from slot 3
+  // pages hit up to 12 (3 pages), the only state at 4: a hit of one page from slot 3, and the 12 pages matched said
+  // (the request saves its state there: Scheduler)
   const b = req('b', range(0, 13));
-  assert.deepEqual(kv.getComputedBlocks(b), { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], []], stateSlot: 3 });
+  assert.deepEqual(kv.getComputedBlocks(b),
+    { blockIds: [1], numCachedTokens: 4, groupBlockIds: [[1], []], stateSlot: 3, numMatchedTokens: 12 });
   assert.equal(kv.saveStateSlot(a, 12), 4);
   assert.deepEqual(kv.getComputedBlocks(req('c', range(0, 13))).stateSlot, 4, 'the longest wins');
   assert.deepEqual(kv.getComputedBlocks(req('d', range(0, 12))).numCachedTokens, 4, 'never the whole prompt');
   assert.deepEqual(kv.getComputedBlocks(req('e', [9, ...range(1, 13)])).numCachedTokens, 0, 'pages first');
+  assert.equal(kv.getComputedBlocks(req('f', range(0, 13))).numMatchedTokens, undefined, 'a state at the match end');
   const computed = kv.getComputedBlocks(b);
   assert.equal(computed.numCachedTokens, 12);
   assert.deepEqual(kv.allocateSlots(b, 1, computed), [5]);
