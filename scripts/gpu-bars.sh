@@ -61,8 +61,8 @@ if want w2-moe || want w1-moe || want prefill-moe || want serve-moe || want star
   make_model "$M30" qwen3-30b-a3b --fast "${quant[@]}"
 fi
 
-if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid || want startup-hybrid \
-  || want spec-mtp; then
+if want w2-hybrid || want w2-hybrid-32k || want w1-hybrid || want prefill-hybrid || want prefix-hybrid \
+  || want startup-hybrid || want spec-mtp; then
   make_model "$M35" qwen3.5-27b --fast "${quant[@]}"
 fi
 

@@ -210,7 +210,8 @@ export class KVCacheManager {
     this.prefixCacheHits += numCachedTokens;
     const blockIds = groupBlockIds[0]!;
     if (this.managers.length === 1) return { blockIds, numCachedTokens };
-    const matched = cache != null && numMatchedBlocks > numHitBlocks ? { numMatchedTokens: numMatchedBlocks * this.blockSize } : {};
+    const matched = cache != null && numMatchedBlocks > numHitBlocks
+      ? { numMatchedTokens: numMatchedBlocks * this.blockSize } : {};
     return { blockIds, numCachedTokens, groupBlockIds, ...(stateSlot >= 0 ? { stateSlot } : {}), ...matched };
   }
 

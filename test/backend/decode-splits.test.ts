@@ -283,7 +283,8 @@ test('a _pre launch of grid z 2 to 8 runs in clusters of its z (a row\'s splits 
   assert.equal(decodeCluster(true, 4, false), 1, 'QUIRE_DECODE_CLUSTER=0');
 });
 
-test('the split-state buffers hold every launch\'s rows x cap, at the size of MAX_SPLITS a row for a full batch', () => {
+test('the split-state buffers hold every launch\'s rows x cap, at the size of MAX_SPLITS a row for a full batch',
+  () => {
   // a launch of `rows` decode rows writes [rows, heads, cap] states (its grid slots are its decode rows)
   for (const numSMs of [132, 114, 78, 16]) {
     for (const [H, KV] of [[32, 8], [32, 4], [16, 8], [64, 8], [14, 2]] as const) {

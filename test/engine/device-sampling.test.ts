@@ -95,7 +95,8 @@ test('stats count the bytes a step must read at the least: weights once, each se
   }
 });
 
-test('a hybrid model\'s floor also counts every scheduled sequence\'s recurrent state, read and written a step', async () => {
+test('a hybrid model\'s floor also counts every scheduled sequence\'s recurrent state, read and written a step',
+  async () => {
   const hybrid = mkdtempSync(join(tmpdir(), 'quire-floor-'));
   await makeTestModel({ shape: 'tiny-qwen3.5', outDir: hybrid, dtype: 'f32', seed: 0 });
   const core = await createEngineCore(engineOptions({ model: hybrid, backend: 'cpu', cpuThreads: 1 }));
@@ -114,7 +115,8 @@ test('a hybrid model\'s floor also counts every scheduled sequence\'s recurrent 
     let kvTokens = 2 * P;
     for (let i = 1; i < G; i++) kvTokens += 2 * (P + i);
     assert.equal(s.numSteps, G, 'both requests in every step');
-    assert.equal(s.minBytesRead, G * model.weightBytesPerStep() + kvTokens * model.kvBytesPerToken() + G * 2 * 2 * state);
+    assert.equal(s.minBytesRead,
+      G * model.weightBytesPerStep() + kvTokens * model.kvBytesPerToken() + G * 2 * 2 * state);
   } finally {
     core.dispose();
     rmSync(hybrid, { recursive: true, force: true });

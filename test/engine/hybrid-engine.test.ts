@@ -168,11 +168,13 @@ test('hybrid prefix caching: shared prefixes of several pages, follow-ups, chunk
 });
 
 test('hybrid prefix caching: a prompt whose pages match a cached prompt\'s past its saved states saves its state where '
-  + 'they stop matching, so the next prompt of that prefix hits all of it (system prompt, then user turns)', async () => {
+  + 'they stop matching, so the next prompt of that prefix hits all of it (system prompt, then user turns)',
+  async () => {
   // a 72-token shared prefix (4 whole pages, then 8 tokens), three different tails: the first prompt saves its state
   // at its own last page end (80) only; the second matches 4 pages with no state there, so its chunk ends at 64
   const shared = Array.from({ length: 72 }, (_, i) => (i * 37 + 11) % 400);
-  const tails = [[5, 9, 1, 77, 3, 8, 2, 6, 4, 10], Array.from({ length: 21 }, (_, i) => (i * 53 + 2) % 400), [300, 12, 7]];
+  const tails = [[5, 9, 1, 77, 3, 8, 2, 6, 4, 10], Array.from({ length: 21 }, (_, i) => (i * 53 + 2) % 400),
+    [300, 12, 7]];
   const set = tails.map((t) => [...shared, ...t]);
   const miss = await run({ enablePrefixCaching: false }, [0, 1, 2], set);
   const on = await run({ maxNumSeqs: 1, cachedStateSlots: 8 }, [0, 1, 2], set);

@@ -50,12 +50,12 @@ test('a hybrid model: the fewest state slots any stage holds, then the pages wit
   const cached = planStageKv([{ ...stages[0]!, budgetBytes: 6000 }, { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!],
     { ...o, enablePrefixCaching: true });
   assert.deepEqual([cached.numStateSlots, cached.numCachedStateSlots], [4, 1]);
-  const roomy = planStageKv([{ ...stages[0]!, budgetBytes: 8000 }, { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!],
-    { ...o, enablePrefixCaching: true });
+  const withStage0 = (budgetBytes: number) => planStageKv([{ ...stages[0]!, budgetBytes },
+    { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!], { ...o, enablePrefixCaching: true });
+  const roomy = withStage0(8000);
   assert.deepEqual([roomy.numStateSlots, roomy.numCachedStateSlots], [4, 4]);
   // 4 slots: 3 running and the saved state the rounding up asks for
-  const tight = planStageKv([{ ...stages[0]!, budgetBytes: 4000 }, { ...stages[1]!, budgetBytes: 8000 + 10 * PAGE }, stages[2]!],
-    { ...o, enablePrefixCaching: true });
+  const tight = withStage0(4000);
   assert.deepEqual([tight.numStateSlots, tight.numCachedStateSlots], [3, 1]);
 });
 

@@ -23,7 +23,7 @@ describe('streamed weight upload', { skip: noCuda }, () => {
   const hostOnly = (weights: WeightSource): WeightSource => ({ names: () => weights.names(), has: (n) => weights.has(n),
     info: (n) => weights.info(n), read: (n) => weights.read(n) });
 
-  /** One prompt step's logits of the model loaded from `source` in uploads of `chunk` bytes (a state slot if hybrid). */
+  /** A prompt step's logits of the model loaded from `source` in `chunk`-byte uploads (a state slot if hybrid). */
   const logits = (config: ModelConfig, source: WeightSource, chunk: number) => {
     const cuda = newCuda({ uploadChunkBytes: chunk });
     backends.push(cuda);

@@ -46,7 +46,8 @@ test('the plan: row ranges as byte ranges, adjacent ones of a tensor merged; 2-D
     { name: 'b', offset: 0, bytes: 24 }, { name: 'e', offset: 0, bytes: 48 }]);
   assert.deepEqual(planParts(src, 'v', ['n', 'm']).shape, [7]);
   assert.deepEqual(planParts(src, 'c', [{ name: 'e', rows: [[0, 4]] }]).shape, [4, 3], '[E, N, K] as E N rows of K');
-  assert.throws(() => planParts(src, 'x', ['a', 'n']), /x: part n is f32\[5\], not of the first part's dtype and row width/);
+  assert.throws(() => planParts(src, 'x', ['a', 'n']),
+    /x: part n is f32\[5\], not of the first part's dtype and row width/);
   assert.throws(() => planParts(src, 'x', [{ name: 'a', rows: [[3, 5]] }]), /x: rows \[3, 5\) of a, which has 4/);
   assert.throws(() => planParts(src, 'x', [{ name: 'a', rows: [[2, 2]] }]), /rows \[2, 2\) of a/);
   assert.throws(() => planParts(src, 'x', []), /x: no parts/);
@@ -66,7 +67,8 @@ test('the host gather reads the planned rows, by ranges or from whole tensors al
 /** The CPU backend with a streamed upload that takes the segments' bytes as a device would (readInto), recorded. */
 class StreamingCpu extends CpuBackend {
   readonly streamed: { name: string; segments: readonly ByteSegment[] }[] = [];
-  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[], shape: readonly number[]): Tensor {
+  uploadSegments(name: string, source: WeightSource, segments: readonly ByteSegment[],
+    shape: readonly number[]): Tensor {
     this.streamed.push({ name, segments });
     const data = new Uint8Array(segments.reduce((n, s) => n + s.bytes, 0));
     let at = 0;
@@ -89,7 +91,8 @@ test('the streamed upload is taken only for parts of the compute dtype, from a s
   }
 });
 
-test('a Qwen3.5 model streamed (q_proj cut per head, DeltaNet projections fused) loads the host path\'s tensors', () => {
+test('a Qwen3.5 model streamed (q_proj cut per head, DeltaNet projections fused) loads the host path\'s tensors',
+  () => {
   const config = { ...parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c'), dtype: 'f32' as const };
   const base = randomWeightSource(config, { seed: 5 });
   const ranged: WeightSource = { ...base,

@@ -68,7 +68,8 @@ export class StepBuffers {
    * The decode attention's split-state buffers of `meta` (see Meta.partials) for `rowSplits` row-splits (decode rows
    * x their launch's cap: decode-splits.ts splitStateRows), made or grown outside a capture.
    */
-  partials(meta: Meta, numHeads: number, D: number, rowSplits: number, capturing: boolean): { out: bigint; ml: bigint } {
+  partials(meta: Meta, numHeads: number, D: number, rowSplits: number,
+    capturing: boolean): { out: bigint; ml: bigint } {
     const outBytes = rowSplits * numHeads * D * 4;
     const bytes = outBytes + rowSplits * numHeads * 2 * 4;
     if (!meta.partials || meta.partials.bytes < bytes) {

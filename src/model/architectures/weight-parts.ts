@@ -64,8 +64,9 @@ export function planParts(source: Pick<WeightSource, 'info'>, name: string, part
       }
       const last = segments.at(-1);
       // adjacent ranges of one tensor read as one segment (a whole part is one read, as before)
-      if (last && last.name === tensor && last.offset + last.bytes === begin * rowBytes) last.bytes += (end - begin) * rowBytes;
-      else segments.push({ name: tensor, offset: begin * rowBytes, bytes: (end - begin) * rowBytes });
+      const bytes = (end - begin) * rowBytes;
+      if (last && last.name === tensor && last.offset + last.bytes === begin * rowBytes) last.bytes += bytes;
+      else segments.push({ name: tensor, offset: begin * rowBytes, bytes });
       numRows += end - begin;
     }
   }
@@ -75,9 +76,11 @@ export function planParts(source: Pick<WeightSource, 'info'>, name: string, part
 /** The planned weight's bytes gathered on the host: read by ranges where the source can, else tensor by tensor. */
 export function gatherParts(source: WeightSource, name: string, plan: PartsPlan): HostTensor {
   const [first] = plan.segments;
-  if (plan.segments.length === 1 && first!.offset === 0) {
+  const info = source.info(first!.name);
+  const wholeBytes = info.shape.reduce((a, b) => a * b, 1) * BYTES_PER_ELEMENT[info.dtype];
+  if (plan.segments.length === 1 && first!.bytes === wholeBytes) {
     const t = source.read(first!.name);  // a whole tensor as read (a GGUF file's dequantized): no copy
-    if (t.data.byteLength === first!.bytes) return { name, dtype: t.dtype, shape: plan.shape, data: t.data };
+    return { name, dtype: t.dtype, shape: plan.shape, data: t.data };
   }
   const data = new Uint8Array(plan.segments.reduce((n, s) => n + s.bytes, 0));
   const whole = new Map<string, Uint8Array>();
