@@ -21,7 +21,8 @@ export interface Meta {
   /** Two pinned [capTokens] int32 slots the sampled tokens of graph launches come back in, by turns. */
   tokenSlots: PinnedBuffer;
   /**
-   * Decode attention's split states, [capSeqs, numHeads, maxSplits, D + 2] f32 (outputs, then max and sum), made
+   * Decode attention's split states, [row-splits, numHeads, D + 2] f32 (outputs, then max and sum; a launch lays
+   * them out [rows, numHeads, its cap, ...] within: decode-splits.ts splitStateRows), made
    * at the first step with decode rows and shared by every layer: their size follows the capacities, not the
    * step, so a step with few decode rows (whose rows share blocks) needs no activation memory the profile run's
    * largest step did not.
