@@ -23,7 +23,7 @@ import type { ResolvedEngineOptions } from './options.js';
 import type { EngineInfo } from './worker-protocol.js';
 import { SpecDecoding } from './spec/spec-decode.js';
 import type { DraftProposer } from './spec/draft-proposer.js';
-import { eagle3Forwards, MtpProposer, mtpForwards } from './spec/mtp-proposer.js';
+import { headProposer } from './spec/mtp-proposer.js';
 import type { EngineOutput, EngineRequest, EngineStats, FinishReason, PoolingParams, TokenLogprob } from './types.js';
 import { poolEmbedding } from './pooling.js';
 import type { RankLeader } from './tp/leader.js';
@@ -106,10 +106,7 @@ export class EngineCore {
     this.sampler = new Sampler({ vocabSize: this.config.vocabSize, eosTokenIds: this.eosTokenIds, seed: options.seed });
     this.tp = parts.tp ?? null;
     this.runner = new ModelRunner(parts.model, this.sampler, { ...options, mirror: this.tp?.mirror }, this.eosTokenIds);
-    // an MTP or EAGLE-3 head: the same proposer, over the head's forwards (spec/mtp-proposer.ts)
-    const method = options.speculativeConfig?.method;
-    const mtp = method === 'mtp' || method === 'eagle3' ? new MtpProposer(parts.model, options.blockSize, (id) => this.kv.blockTable(id),
-      method === 'eagle3' ? eagle3Forwards(parts.model) : mtpForwards(parts.model)) : null;
+    const mtp = headProposer(parts.model, options, (id) => this.kv.blockTable(id));
     this.spec = options.speculativeConfig ? new SpecDecoding(options.speculativeConfig, parts.drafter ?? mtp) : null;
     this.microBatches = pipelineMicroBatches(options);
     const poolingOf = this.poolingOf;

@@ -266,8 +266,23 @@ export class Model {
    * Returns the greedy token of each logits row, as a target id.
    */
   eagle3Tokens(batch: ForwardBatch, input: Eagle3Input): Int32Array {
+    return this.eagle3ToTargetIds(this.eagle3DraftIds(batch, input));
+  }
+
+  /**
+   * eagle3Tokens before the map to target ids: the head's greedy ids in its draft vocabulary, as the forward's
+   * sampleTokens returns them (what a CUDA graph of the forward records and replays; spec/mtp-proposer.ts).
+   */
+  eagle3DraftIds(batch: ForwardBatch, input: Eagle3Input): Int32Array {
     const out = this.eagle3LogitsOnDevice(batch, input);
-    return out ? this.parts.eagle3!.toTargetIds(this.backend.sampleTokens(out.logits, out.step)) : new Int32Array(0);
+    return out ? this.backend.sampleTokens(out.logits, out.step) : new Int32Array(0);
+  }
+
+  /** Draft-vocabulary ids as target ids (the head's d2t; in place). */
+  eagle3ToTargetIds(ids: Int32Array): Int32Array {
+    const head = this.parts.eagle3;
+    if (!head) throw new Error('the model has no EAGLE-3 head');
+    return head.toTargetIds(ids);
   }
 
   /** eagle3Tokens' logits rows over the draft vocabulary, [logitsIndices.length * draftVocab] on the host (tests). */

@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import { blockTile, defaultVariant, GEMM_ROWS_VARIANTS, type GemmRowsVariant, sliceChunks }
   from '../../src/backend/cuda/gemm-rows.js';
 import { expertTileList, FP8_CHUNK_K, fp8NumSlices, fp8SliceChunks, maxExpertTiles, MOE_FP8_SPLIT_WARPS, MOE_WGMMA_STAGES, moeBuildLists,
-  MOE_TILED_FROM_ROWS, moeVariant, planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
+  MOE_TILED_FROM_ROWS, MOE_TILED_FROM_ROWS_FP8, moeVariant, planMoe, tileLists } from '../../src/backend/cuda/moe-plan.js';
 import { seededRandom } from '../../src/model/random-weights.js';
 
 /** Tiles of BN the grouped GEMMs walk for this routing (each row's k experts distinct). */
@@ -158,12 +158,26 @@ test('from MOE_TILED_FROM_ROWS rows an expert bf16 experts take 64 x 32 tiles wh
     assert.equal(planMoe(T, 128, 8, 2048, 768).down.kernel, `moe_down_${kernel}`, `${T} tokens`);
   }
   assert.equal(planMoe(256, 128, 8, 2048, 768).gateUp.kernel, 'moe_gate_up_tiled_w2x2_m2_n2');
-  // FP8 experts, threshold 0, and a wide output past 64 rows keep gemm_rows' default
-  assert.equal(planMoe(256, 128, 8, 2048, 768, undefined, undefined, true).down.kernel, 'moe_down_fp8_split_m1_n2');
+  // threshold 0 and a wide output past 64 rows keep gemm_rows' default
   for (const [m, N] of [[16, 2048], [64, 4096], [128, 4096]] as const) {
     assert.equal(name(moeVariant(m, N, false, 0)), name(defaultVariant(m, N)), `threshold 0, ${m} rows`);
   }
   assert.equal(name(moeVariant(128, 4096, false)), 'moe_down_tiled_w1x4_m4_n4');
+});
+
+test('block-FP8 experts take their 64 x 32 tiles from MOE_TILED_FROM_ROWS_FP8 rows an expert, their split builds under it',
+  () => {
+  assert.equal(MOE_TILED_FROM_ROWS_FP8, 8);
+  const fp8 = (T: number, threshold?: number) => planMoe(T, 128, 8, 2048, 768, threshold === undefined ? undefined
+    : moeVariant(T * 8 / 128, 2048, true, threshold), undefined, true);
+  // qwen3-30b-a3b: 112 / 128 / 512 / 1,024 tokens give 7 / 8 / 32 / 64 rows an expert (no wgmma path for FP8)
+  assert.equal(fp8(112).down.kernel, 'moe_down_fp8_split_m1_n1');
+  for (const T of [128, 256, 512, 1024]) {
+    assert.equal(fp8(T).down.kernel, 'moe_down_fp8_tiled_w2x2_m2_n2', `${T} tokens`);
+    assert.equal(fp8(T).gateUp.kernel, 'moe_gate_up_fp8_tiled_w2x2_m2_n2', `${T} tokens`);
+  }
+  // threshold 0: gemm_rows' default, a split build
+  assert.equal(fp8(256, 0).down.kernel, 'moe_down_fp8_split_m1_n2');
 });
 
 test('from a wgmma threshold of rows an expert, bf16 experts take moe_wgmma.cu\'s builds; fp8 or a forced variant never',

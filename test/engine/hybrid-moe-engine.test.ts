@@ -56,7 +56,9 @@ for (const shape of SHAPES) {
 
 test('a model with shared experts is not refused on CUDA (its gated shared expert runs there since session 30)', () => {
   const c = loadModelConfig(join(root, 'tiny-qwen3-next', 'config.json'));
-  assert.equal(backendRefusal(parseModelConfig(testModelShapes()['tiny-qwen3-next-128'], 'tiny-qwen3-next-128'), 'cuda'), null);
+  for (const shape of ['tiny-qwen3-next-128', 'tiny-qwen3.5-moe-128']) {
+    assert.equal(backendRefusal(parseModelConfig(testModelShapes()[shape], shape), 'cuda'), null, shape);
+  }
   // tiny-qwen3-next's DeltaNet key heads of 16 are what CUDA refuses, not its shared expert
   assert.match(backendRefusal(c, 'cuda') ?? '', /linear_key_head_dim/);
 });

@@ -15,9 +15,10 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Backend } from '../../src/backend/backend.js';
+import type { Backend, DeviceGraphs } from '../../src/backend/backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import { buildForwardBatch } from '../../src/engine/batch-builder.js';
+import { headGraphKey } from '../../src/engine/runner/graph-buckets.js';
 import { createEngineCore } from '../../src/engine/create-engine.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
 import { MtpProposer, type MtpRow } from '../../src/engine/spec/mtp-proposer.js';
@@ -125,6 +126,43 @@ test('every proposal is the head\'s from scratch on the request\'s tokens, on ev
   } finally {
     MtpProposer.prototype.fill = fill;
     backend.dispose();
+  }
+});
+
+test('the chained forwards through graphs (a DeviceGraphs that runs each record on the CPU): padded to their buckets under head keys, the proposals from scratch', async () => {
+  const runs: { key: number; numSeqs: number; numCarryRows: number }[] = [];
+  const graphs: DeviceGraphs = { numCaptures: 0, captureMs: 0, launch: () => null,
+    run: (key, batch, record) => {
+      runs.push({ key, numSeqs: batch.numSeqs, numCarryRows: batch.carryRows?.length ?? 0 });
+      return record();
+    } };
+  const made: { known: number[]; proposals: number[] }[] = [];
+  const fill = MtpProposer.prototype.fill;
+  MtpProposer.prototype.fill = function (this: MtpProposer, rows: readonly MtpRow[]) {
+    fill.call(this, rows);
+    for (const { req, row } of rows) {
+      if (row.sample && row.specTokenIds.length > 0) made.push({ known: req.allTokenIds.slice(0, req.allTokenIds.length - req.numPlaceholders), proposals: [...row.specTokenIds] });
+    }
+  };
+  const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
+  const reference = eagle3Reference(dirs.target, dirs.random, backend);
+  Object.defineProperty(CpuBackend.prototype, 'graphs', { get: () => graphs, configurable: true });
+  try {
+    await onAndOff(dirs.target, dirs.random, { 'batch of 4': {}, 'one sequence at a time': { maxNumSeqs: 1 } }, (name) => {
+      assert.ok(made.length > 0, name);
+      for (const m of made.splice(0)) assert.deepEqual(m.proposals, reference(m.known, m.proposals), `path "${name}", after ${m.known.join(',')}`);
+    });
+  } finally {
+    delete (CpuBackend.prototype as { graphs?: DeviceGraphs }).graphs;
+    MtpProposer.prototype.fill = fill;
+    backend.dispose();
+  }
+  const head = runs.filter((r) => r.key <= headGraphKey(1));
+  assert.ok(head.length > 0, 'no chained forward went through the graphs');
+  for (const r of head) {
+    const bucket = headGraphKey(0) - r.key;
+    assert.ok([1, 2, 4].includes(bucket), `bucket ${bucket}`);
+    assert.deepEqual([r.numSeqs, r.numCarryRows], [bucket, bucket]);
   }
 });
 

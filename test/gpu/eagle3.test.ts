@@ -15,6 +15,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Backend } from '../../src/backend/backend.js';
+import type { ForwardBatch } from '../../src/backend/batch.js';
+import { CudaGraphs } from '../../src/backend/cuda/graphs.js';
+import { headGraphKey } from '../../src/engine/runner/graph-buckets.js';
 import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { LLM } from '../../src/engine/llm.js';
 import { MtpProposer, type MtpRow } from '../../src/engine/spec/mtp-proposer.js';
@@ -46,8 +49,8 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
   });
   after(() => rmSync(tmp, { recursive: true, force: true }));
 
-  const generate = async (dir: string, head: string, batchInvariant: boolean, spec: boolean) => {
-    const llm = new LLM(dir, { backend: 'cuda', batchInvariant, maxModelLen: 512,
+  const generate = async (dir: string, head: string, batchInvariant: boolean, spec: boolean, enforceEager = false) => {
+    const llm = new LLM(dir, { backend: 'cuda', batchInvariant, maxModelLen: 512, enforceEager,
       ...(spec ? { speculativeConfig: { method: 'eagle3', model: head, num_speculative_tokens: 3 } } : {}) });
     try {
       const out = await llm.generate(PROMPTS, { maxTokens: 64, temperature: 0, ignoreEos: true });
@@ -143,6 +146,27 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
       if (batchInvariant) assert.deepEqual(on.t, off.t);
     });
   }
+
+  test('the chained forwards replay graphs under head keys: the transcripts and acceptances of eager forwards (batch-invariant)', async () => {
+    const keys: number[] = [];
+    const run = CudaGraphs.prototype.run;
+    CudaGraphs.prototype.run = function <R extends Float32Array | Int32Array>(this: CudaGraphs, key: number,
+      batch: ForwardBatch, record: () => R): R {
+      keys.push(key);
+      return run.call(this, key, batch, record) as R;
+    };
+    try {
+      const graphed = await generate(dirs.target, dirs.head, true, true);
+      const eager = await generate(dirs.target, dirs.head, true, true, true);
+      const [g, e] = [graphed.stats.specDecoding!, eager.stats.specDecoding!];
+      console.log(`# graphed ${g.numAcceptedTokens} of ${g.numDraftTokens} accepted, eager ${e.numAcceptedTokens} of ${e.numDraftTokens}`);
+      assert.ok(keys.some((k) => k <= headGraphKey(1)), 'no chained forward replayed a graph');
+      assert.deepEqual(graphed.t, eager.t);
+      assert.deepEqual([g.numDraftTokens, g.numAcceptedTokens], [e.numDraftTokens, e.numAcceptedTokens]);
+    } finally {
+      CudaGraphs.prototype.run = run;
+    }
+  });
 
   test('a head that agrees with its target: nearly every proposal accepted, transcripts identical (batch-invariant)', async () => {
     const off = await generate(dirs.agreeTarget, dirs.agree, true, false);

@@ -199,18 +199,22 @@ function planFusedRouter(T: number, E: number, H: number, numLocal: number): Non
  * a split build (QUIRE_MOE_TILED_FROM_ROWS; 0: never). One qwen3-30b-a3b layer (bench-moe, H200, session 43): at 8 rows
  * an expert 0.390 ms on split_n1 against 0.347 tiled, at 16 0.474 on split_n2 against 0.338; in the engine W1 +8.7%
  * and decode at 128 / 256 rows +9.5% / +27.5% against 0 (session 44). Under 8 rows (decode batches under 128) the
- * split builds stay: not measured there. FP8 experts keep theirs (their tiled builds were not measured at these
- * rows). Every gemm_rows variant sums alike (sliceChunks): no bit changes.
+ * split builds stay: not measured there. Block-FP8 experts have a threshold of their own
+ * (QUIRE_MOE_TILED_FROM_ROWS_FP8): their _fp8 tiles were 1.2-1.6x faster than the split builds from 8 rows an expert
+ * in bench-moe --fp8 (session 45).
+ * Every gemm_rows variant sums alike (sliceChunks): no bit changes.
  */
 export const MOE_TILED_FROM_ROWS = readKnob('QUIRE_MOE_TILED_FROM_ROWS');
+export const MOE_TILED_FROM_ROWS_FP8 = readKnob('QUIRE_MOE_TILED_FROM_ROWS_FP8');
 
 /** gemm_rows' tiles of 64 weight rows by 32 tokens, 2 x 2 warps (the default for up to 256 rows and 2,048 outputs). */
 const TILED_64X32 = GEMM_ROWS_VARIANTS[3]!;
 
-/** gemm_rows' variant for an expert's m rows and N outputs (MOE_TILED_FROM_ROWS, else gemm_rows' default). */
-export function moeVariant(m: number, N: number, fp8: boolean, tiledFromRows = MOE_TILED_FROM_ROWS): GemmRowsVariant {
+/** gemm_rows' variant for an expert's m rows and N outputs (MOE_TILED_FROM_ROWS[_FP8], else gemm_rows' default). */
+export function moeVariant(m: number, N: number, fp8: boolean,
+  tiledFromRows = fp8 ? MOE_TILED_FROM_ROWS_FP8 : MOE_TILED_FROM_ROWS): GemmRowsVariant {
   const v = defaultVariant(m, N);
-  return !fp8 && tiledFromRows > 0 && m >= tiledFromRows && v.kind === 'split' ? TILED_64X32 : v;
+  return tiledFromRows > 0 && m >= tiledFromRows && v.kind === 'split' ? TILED_64X32 : v;
 }
 
 /**

@@ -45,6 +45,15 @@ export function largestStep(maxNumBatchedTokens: number, maxNumSeqs: number, max
 const MULTI_TOKEN_KEYS = 1 << 20;
 
 /**
+ * Keys of a speculative head's chained one-token forwards (spec/mtp-proposer.ts), on the target's graphs: negative
+ * (as logits graphs' -bucket) and beyond every other key (a verify key's 2^20 * (1024 q + rows) + bucket), so no
+ * target step's graph is ever replayed for a head's forward or the other way round.
+ */
+export function headGraphKey(bucket: number): number {
+  return -(2 ** 40 + bucket);
+}
+
+/**
  * A step whose rows all have q tokens and the same logits rows (a decode step: one token, one row; speculative
  * decoding's verify step: k + 1 and k + 1; a draft's catch-up: 2 and 1) as a CUDA graph's fixed-shape batch, with the
  * graph key of its shape: padded to its batch-size bucket, with rows of one token that write nothing (q = 1, as the

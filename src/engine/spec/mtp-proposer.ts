@@ -22,10 +22,20 @@
 // An EAGLE-3 head (vLLM's "eagle3" method, model/eagle3-head.ts) is driven the same way, through HeadForwards: its
 // catch-up reads three of the target's layers' inputs from the carry (fc over them), its chained forwards its own
 // prenorm output, and its draft ids map to target ids (d2t) before they are proposals.
+//
+// The chained forwards (one token a row) replay CUDA graphs of the target's backend, one per batch-size bucket
+// (graph-buckets.ts headGraphKey), captured the first time a bucket runs: eager, each was a launch per kernel of the
+// head from JavaScript and a wait (session 45: an EAGLE-3 step of the 208M demo target took 1.55 ms, the target's own
+// 0.38). The carry rows travel in the step's metadata, which a replay stages anew. The catch-up (rows of as many
+// tokens as the last step accepted) stays eager.
 
+import type { DeviceGraphs } from '../../backend/backend.js';
 import type { ForwardBatch } from '../../backend/batch.js';
 import { buildForwardBatch, type ScheduledSeq } from '../batch-builder.js';
+import { graphBucket, headGraphKey } from '../runner/graph-buckets.js';
 import type { Model } from '../../model/model.js';
+import type { ResolvedEngineOptions } from '../options.js';
+import { readKnob } from '../../knobs/knobs.js';
 import type { Request } from '../../scheduler/request.js';
 import type { ScheduledRequest } from '../../scheduler/scheduler.js';
 
@@ -35,16 +45,42 @@ import type { ScheduledRequest } from '../../scheduler/scheduler.js';
  * three layers through its fc in the first and its own prenorm output in the second (model/eagle3-head.ts).
  */
 export interface HeadForwards {
+  /** The catch-up's greedy tokens, as target ids. */
   fromTarget(batch: ForwardBatch): Int32Array;
+  /** A chained forward's greedy ids as its sampleTokens returns them (what its graph replays); toTarget maps them. */
   fromHead(batch: ForwardBatch): Int32Array;
+  toTarget(ids: Int32Array): Int32Array;
 }
 
 export function mtpForwards(model: Model): HeadForwards {
-  return { fromTarget: (batch) => model.mtpTokens(batch), fromHead: (batch) => model.mtpTokens(batch) };
+  return { fromTarget: (batch) => model.mtpTokens(batch), fromHead: (batch) => model.mtpTokens(batch),
+    toTarget: (ids) => ids };
 }
 
 export function eagle3Forwards(model: Model): HeadForwards {
-  return { fromTarget: (batch) => model.eagle3Tokens(batch, 'target'), fromHead: (batch) => model.eagle3Tokens(batch, 'head') };
+  return { fromTarget: (batch) => model.eagle3Tokens(batch, 'target'),
+    fromHead: (batch) => model.eagle3DraftIds(batch, 'head'), toTarget: (ids) => model.eagle3ToTargetIds(ids) };
+}
+
+/** The graphs the chained forwards replay (the target backend's; none: eager) and their buckets' bound. */
+export interface HeadGraphs {
+  graphs: DeviceGraphs | undefined;
+  maxNumSeqs: number;
+}
+
+/**
+ * The proposer of an MTP or EAGLE-3 head (null for other methods), over the head's forwards, its chained ones on the
+ * model backend's graphs unless steps run eagerly (or QUIRE_SPEC_HEAD_GRAPHS is 0). `blockTableOf`: a request's
+ * pages now (the KV cache manager's).
+ */
+export function headProposer(model: Model, options: Pick<ResolvedEngineOptions, 'speculativeConfig' | 'blockSize' |
+  'enforceEager' | 'maxNumSeqs'>, blockTableOf: (requestId: string) => readonly number[]): MtpProposer | null {
+  const method = options.speculativeConfig?.method;
+  if (method !== 'mtp' && method !== 'eagle3') return null;
+  const forwards = method === 'eagle3' ? eagle3Forwards(model) : mtpForwards(model);
+  return new MtpProposer(model, options.blockSize, blockTableOf, forwards,
+    { graphs: options.enforceEager || !readKnob('QUIRE_SPEC_HEAD_GRAPHS') ? undefined : model.backend.graphs,
+      maxNumSeqs: options.maxNumSeqs });
 }
 
 /** A scheduled row and its request. */
@@ -75,9 +111,13 @@ export class MtpProposer {
   /** Forwards that failed (their rows fell back to proposals the target rejects unless it agrees). */
   numFailures = 0;
 
-  /** `blockTableOf`: the request's pages now (the KV cache manager's); `head`: the head's forwards (an MTP head's). */
+  /**
+   * `blockTableOf`: the request's pages now (the KV cache manager's); `head`: the head's forwards (an MTP head's);
+   * `headGraphs`: the graphs its chained forwards replay (none: eager).
+   */
   constructor(readonly model: Model, private readonly blockSize: number,
-    private readonly blockTableOf: (requestId: string) => readonly number[], private readonly head = mtpForwards(model)) {}
+    private readonly blockTableOf: (requestId: string) => readonly number[], private readonly head = mtpForwards(model),
+    private readonly headGraphs: HeadGraphs = { graphs: undefined, maxNumSeqs: 0 }) {}
 
   /**
    * Whether the next fill can propose for `req`: the step that ran last computed its hidden state at position n - 2,
@@ -156,11 +196,23 @@ export class MtpProposer {
     return out;
   }
 
-  /** One forward of the head over one-token rows on the carry's rows `at`; their greedy tokens. */
+  /**
+   * One forward of the head over one-token rows on the carry's rows `at`; their greedy tokens. With graphs, the rows
+   * are padded to their bucket as a decode graph's (rows that write nothing, on carry row 0) and the graph replayed.
+   */
   private forward(seqs: ScheduledSeq[], at: number[]): Int32Array {
+    const { graphs, maxNumSeqs } = this.headGraphs;
+    const bucket = graphs ? graphBucket(seqs.length, maxNumSeqs) : null;
+    if (graphs && bucket !== null) {
+      const batch = buildForwardBatch(seqs, this.blockSize, bucket, true);
+      batch.carryRows = new Int32Array(bucket);
+      batch.carryRows.set(at);
+      const ids = graphs.run(headGraphKey(bucket), batch, () => this.head.fromHead(batch));
+      return this.head.toTarget(ids.slice(0, seqs.length));
+    }
     const batch = buildForwardBatch(seqs, this.blockSize);
     batch.carryRows = Int32Array.from(at);
-    return this.head.fromHead(batch);
+    return this.head.toTarget(this.head.fromHead(batch));
   }
 
   private set(row: ScheduledRequest, j: number, token: number): void {

@@ -102,6 +102,10 @@ TINY_SHAPES['tiny-qwen3.5-128'] = { ...TINY_SHAPES['tiny-qwen3.5'], hidden_size:
   TINY_SHAPES['tiny-qwen3.5-moe'] = { ...sizes, architectures: ['Qwen3_5MoeForCausalLM'], model_type: 'qwen3_5_moe_text',
     num_experts: 8, num_experts_per_tok: 3, moe_intermediate_size: 24, shared_expert_intermediate_size: 48 };
 }
+// The MoE variant at the sizes the CUDA kernels are built for (tiny-qwen3.5-128's layers, experts of 128)
+TINY_SHAPES['tiny-qwen3.5-moe-128'] = { ...TINY_SHAPES['tiny-qwen3.5-moe'], hidden_size: 256, num_attention_heads: 2,
+  num_key_value_heads: 1, head_dim: 256, linear_num_key_heads: 2, linear_num_value_heads: 6, linear_key_head_dim: 128,
+  linear_value_head_dim: 128, moe_intermediate_size: 128, shared_expert_intermediate_size: 256 };
 // Qwen3-Next (Qwen3NextForCausalLM) as its checkpoints are laid out: DeltaNet input projections fused per key head
 // (in_proj_qkvz, in_proj_ba; 2 key heads of 2 value heads each, so the reordering shows), experts one module each,
 // layer_types from full_attention_interval, RoPE at the top level (rope_theta, partial_rotary_factor), layer 2 a dense
