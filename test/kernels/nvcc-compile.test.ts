@@ -25,6 +25,36 @@ test('the chain GEMMs stream their weights with an evict_first L2 hint, which CH
     assert.equal(plain(off), plain(on) + hinted(on), 'the same loads, unhinted');
   });
 
+test('the DeltaNet decode kernels trigger their dependent before they wait under DELTANET_TRIGGER_EARLY, and read '
+  + 'their state and window before it under DELTANET_READ_EARLY', { skip }, async () => {
+  const ptxOf = async (defines: string): Promise<string> =>
+    (await nvccCached(['-arch=sm_90', '-ptx'], defines + kernelSource('deltanet.cu', {}), 'deltanet.cu',
+      { version: version! })).toString('utf8');
+  /** The PTX of entry `name`: its text up to the next entry. */
+  const entry = (ptx: string, name: string): string => {
+    const at = ptx.indexOf(`.entry ${name}(`);
+    assert.ok(at >= 0, `no entry ${name}`);
+    const next = ptx.indexOf('.entry ', at + 1);
+    return ptx.slice(at, next < 0 ? undefined : next);
+  };
+  const before = (text: string, what: RegExp) => text.slice(0, text.indexOf('griddepcontrol.wait')).match(what)?.length ?? 0;
+  const kernels = ['conv1d_silu_bf16', 'deltanet_recurrent_bf16_128', 'rms_norm_gated_bf16'];
+  const [base, early, read] = await Promise.all([ptxOf(''), ptxOf('#define DELTANET_TRIGGER_EARLY 1\n'),
+    ptxOf('#define DELTANET_READ_EARLY 1\n')]);
+  for (const k of kernels) {
+    const order = (ptx: string) => ['griddepcontrol.wait', 'griddepcontrol.launch_dependents']
+      .sort((a, b) => entry(ptx, k).indexOf(a) - entry(ptx, k).indexOf(b))[0];
+    assert.equal(order(base), 'griddepcontrol.wait', `${k}: waits first by default`);
+    assert.equal(order(early), 'griddepcontrol.launch_dependents', `${k}: triggers first under the switch`);
+  }
+  // the state's 32 floats a lane (and the gate weights), and the conv's taps and window, before the wait
+  const loads = /ld\.global(\.nc)?\.(f32|u16|b16)/g;
+  assert.equal(before(entry(base, 'deltanet_recurrent_bf16_128'), loads), 0);
+  assert.ok(before(entry(read, 'deltanet_recurrent_bf16_128'), loads) >= 32);
+  assert.equal(before(entry(base, 'conv1d_silu_bf16'), loads), 0);
+  assert.ok(before(entry(read, 'conv1d_silu_bf16'), loads) > 0);
+});
+
 test('every kernel compiles with nvcc for sm_80 and sm_90', { skip }, async () => {
   const args = ['-gencode', 'arch=compute_80,code=sm_80', '-gencode', 'arch=compute_90,code=sm_90',
     '-fatbin', '-Werror', 'all-warnings'];

@@ -32,7 +32,25 @@
 //     grid (S, Hv, ceil(Dv / COLS)), block 32; Dk in DELTANET_KEY_DIMS.
 //   rms_norm_gated: per group of G channels, rmsnorm(x) * w * silu(z): a warp a group.
 //     grid (T, ceil(N / G / 4)), block 128.
+//
+// Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
+// switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
+//   DELTANET_TRIGGER_EARLY: each lets its dependent launch before it waits, as the norms do (norm.cuh), so the
+//     out_proj GEMM after the rule and the gated norm launches at their start and streams its first stages of weights
+//     through them. Without it the GEMM launches once the norm has waited for the rule, and a DeltaNet layer's three
+//     latency-bound kernels (session 45, qwen3.5-27b batch 1: 14 us of the layer's 200) stream no weights at all.
+//   DELTANET_READ_EARLY: conv1d_silu reads its taps and its window, deltanet_recurrent its state (its columns' 32
+//     floats a lane) and gate weights, before the wait: the window and the state were last written by this layer in
+//     an earlier step (every kernel before this one's predecessor has finished by then), never by the kernel before.
+//     At 64 rows the rule's states are 201 MB a layer, a read that the conv's run can hide.
 #include "common.cuh"
+
+#ifndef DELTANET_TRIGGER_EARLY
+#define DELTANET_TRIGGER_EARLY 0
+#endif
+#ifndef DELTANET_READ_EARLY
+#define DELTANET_READ_EARLY 0
+#endif
 
 // CONV_MAX_TAPS, DELTANET_KEY_DIMS(X, s, T): from TypeScript (kernel-defines.ts)
 
@@ -40,6 +58,8 @@ template <typename T>
 __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, float* state, const int* qsl,
                                             const int* seqLens, const int* slots, int C, int ldx, int K,
                                             int slotFloats, int windowAt) {
+  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
+  if (!DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
   const int s = blockIdx.x;
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -53,6 +73,7 @@ __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, floa
     taps[j] = j < K ? to_float(w[(long long)c * K + j]) : 0.f;
     hist[j] = j < K - 1 && win != nullptr && pos0 > 0 ? win[(long long)j * C + c] : 0.f;
   }
+  if (DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // x is the kernel before's output
   for (int t = start; t < end; t++) {
     const float in = to_float(x[(long long)t * ldx + c]);
     float acc = 0.f;  // the taps in order, as the CPU sums them (registers indexed by unrolled constants only)
@@ -178,6 +199,8 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
                                                    int Hk, int Hv, int Dv, int slotFloats, int ssmAt) {
   constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
+  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
+  if (!DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
   __shared__ float qs[DK], ks[DK];
   const int s = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x;
@@ -198,6 +221,7 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   const float A = -expf(to_float(aLog[h]));
   const float bias = to_float(dtBias[h]);
   const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
+  if (DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // conv and ba: the kernels before's
   TokenIn<DK> next;
   load_token<T, DK>(conv, ba, ldba, start, C, Hk, Hv, Dv, kh, h, j, next);
   for (int t = start; t < end; t++) {
@@ -237,6 +261,8 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
 template <typename T>
 __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, const T* w, T* out, int N, int G,
                                                float eps) {
+  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
+  pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
   const int lane = threadIdx.x & 31;
   const int group = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (group * G >= N) return;
@@ -258,7 +284,6 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK(                           \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
-    pdl_begin();                                                                                                 \
     deltanet_recurrent<T, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,   \
                               ssmAt);                                                                            \
   }
@@ -267,7 +292,6 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
   extern "C" __global__ void conv1d_silu_##suffix(const T* x, const T* w, T* out, float* state, const int* qsl,  \
                                                   const int* seqLens, const int* slots, int C, int ldx, int K,   \
                                                   int slotFloats, int windowAt) {                                \
-    pdl_begin();                                                                                                 \
     conv1d_silu<T>(x, w, out, state, qsl, seqLens, slots, C, ldx, K, slotFloats, windowAt);                           \
   }                                                                                                              \
   extern "C" __global__ void conv1d_silu_tokens_##suffix(const T* x, const T* w, T* out, const float* state,      \
@@ -285,7 +309,6 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
   }                                                                                                              \
   extern "C" __global__ void rms_norm_gated_##suffix(const T* x, const T* z, int ldz, const T* w, T* out, int N,  \
                                                      int G, float eps) {                                         \
-    pdl_begin();                                                                                                 \
     rms_norm_gated<T>(x, z, ldz, w, out, N, G, eps);                                                                  \
   }                                                                                                              \
   DELTANET_KEY_DIMS(INSTANTIATE_DK, suffix, T)
