@@ -44,6 +44,12 @@ export interface ForwardBatch {
   carryRows?: Int32Array;
   /** How Backend.sampleTokens picks each logits row's token; absent: every row greedy. */
   sampling?: RowSampling;
+  /**
+   * A speculative-decoding verify step: its rows of several tokens are a request's last token and its proposals. A
+   * backend may attend each of their tokens as a row of its own, as one-token rows (CUDA: the decode kernel, whose
+   * kv splits spread a few rows over every SM, where the prefill kernel's tiles would give one block a head).
+   */
+  verify?: boolean;
 }
 
 /** Per logits row (see src/sampling/device-sampling.ts and kernels/sample.cu). */

@@ -5,8 +5,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DECODE_MMA_MIN_GROUP, decodeSplitCap, launchDecodeAttention, type AttentionLaunch, type DecodeGrid }
-  from '../../src/backend/cuda/attention-launch.js';
+import { DECODE_MMA_MIN_GROUP, decodeSplitCap, launchDecodeAttention, type AttentionLaunch, type DecodeGrid,
+  VERIFY_DECODE_MAX_TOKENS, verifyAsDecode } from '../../src/backend/cuda/attention-launch.js';
 import { MAX_SPLITS } from '../../src/backend/cuda/decode-splits.js';
 import type { Device, KernelArg } from '../../src/backend/cuda/device.js';
 import { metaLayout } from '../../src/backend/cuda/step-meta.js';
@@ -92,4 +92,16 @@ test('the grid\'s split cap reaches the kernel; the CUDA-core kernel takes only 
     decodeSplitCap(G as number, m as 'off' | 'groups' | 'all', 8, 132, 32)), [32, MAX_SPLITS, 32, MAX_SPLITS]);
   assert.equal(decodeSplitCap(4, 'groups', 9, 132, 32), MAX_SPLITS);
   assert.equal(decodeSplitCap(4, 'groups', 9, 132, 8), 8, 'a cap under MAX_SPLITS holds at any size');
+});
+
+test('verifyAsDecode: a verify step of at most maxSeqs rows of at most 16 tokens each; never a plain step', () => {
+  const step = (lens: number[], verify?: boolean) => ({ verify, numSeqs: lens.length,
+    queryStartLoc: Int32Array.from([0, ...lens.map((_, i) => lens.slice(0, i + 1).reduce((a, b) => a + b, 0))]) });
+  assert.equal(verifyAsDecode(step([6], true), 8), true);
+  assert.equal(verifyAsDecode(step([6, 1, 3, VERIFY_DECODE_MAX_TOKENS], true), 8), true, 'rows of 1 to 16 tokens');
+  assert.equal(verifyAsDecode(step([6], true), 0), false, 'maxSeqs 0: never');
+  assert.equal(verifyAsDecode(step(new Array<number>(9).fill(6), true), 8), false, 'more rows than maxSeqs');
+  assert.equal(verifyAsDecode(step([6, VERIFY_DECODE_MAX_TOKENS + 1], true), 8), false, 'a prompt chunk beside it');
+  assert.equal(verifyAsDecode(step([6]), 8), false, 'not a verify step');
+  assert.equal(verifyAsDecode(step([6], false), 8), false);
 });

@@ -16,6 +16,8 @@ import { defaultSamplingParams } from '../../src/sampling/params.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { defaultModelDir } from '../../src/loader/default-model.js';
 import { generate } from './spec-helpers.js';
+import type { ForwardBatch } from '../../src/backend/batch.js';
+import { Model } from '../../src/model/model.js';
 
 const DEMO = defaultModelDir();
 const SPEC = { method: 'ngram', num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 4 };
@@ -31,6 +33,23 @@ before(() => {
   tmp = mkdtempSync(join(tmpdir(), 'quire-spec-'));
 });
 after(() => rmSync(tmp, { recursive: true, force: true }));
+
+test('a step with proposals reaches the model as a verify step (ForwardBatch.verify); no other step does', async () => {
+  const seen: { verify: boolean; verifyShaped: boolean }[] = [];
+  const forward = Model.prototype.forwardTokensAsync;
+  Model.prototype.forwardTokensAsync = function (this: Model, batch: ForwardBatch) {
+    // rows sampled at several positions: a row and its proposals (no prompt logprobs are asked for here)
+    seen.push({ verify: batch.verify === true, verifyShaped: batch.logitsIndices.length > batch.numSeqs });
+    return forward.call(this, batch);
+  };
+  try {
+    await generate(DEMO, { speculativeConfig: SPEC }, PROMPTS, { maxTokens: 24 });
+  } finally {
+    Model.prototype.forwardTokensAsync = forward;
+  }
+  assert.ok(seen.some((s) => s.verify), 'no verify step');
+  for (const s of seen) assert.equal(s.verify, s.verifyShaped);
+});
 
 test('greedy transcripts are identical with n-gram speculation on and off, on every scheduling path', async () => {
   const off = await generate(DEMO, {}, PROMPTS, { maxTokens: 40 });

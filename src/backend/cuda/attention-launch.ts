@@ -2,6 +2,7 @@
 // argument lists in one place; which rows go to which kernel, and the grids, are the
 // backend's choice (cuda-backend.ts attention()).
 
+import type { ForwardBatch } from '../batch.js';
 import { decodeCluster, decodeHeadGroups, decodePrefetch, decodeWide, LONG_SPLIT_TOKENS, MAX_SPLITS, MMA_MAX_SPLITS,
   mmaSplitCap, SHORT_SPLIT_TOKENS, SPLIT_TOKENS } from './decode-splits.js';
 import { f32, i32, ptr, type Device, type KernelArg } from './device.js';
@@ -132,6 +133,27 @@ export interface DecodeGrid {
  */
 export function decodeAsDependent(batchInvariant: boolean, decodeOnly: boolean): boolean {
   return !batchInvariant || decodeOnly;
+}
+
+/** The most tokens a verify row may hold for verifyAsDecode: a page's (k + 1 of a speculative step, k <= 15). */
+export const VERIFY_DECODE_MAX_TOKENS = 16;
+
+/**
+ * Whether a step's tokens all go through the decode kernel as rows of their own (as the batch-invariant mode sends
+ * them): a speculative verify step (ForwardBatch.verify) of at most `maxSeqs` sequences (QUIRE_VERIFY_DECODE_MAX_SEQS;
+ * 0: never), none of more than VERIFY_DECODE_MAX_TOKENS tokens. The prefill kernel gives such a step a block a head
+ * (a tile of 16 query rows holds a whole verify row): at batch 1, 8 to 32 blocks walking the context on 132 SMs. The
+ * decode kernel splits each token's context over blocks and reads K and V once a token (from L2 after the first), so
+ * it is the faster where rows are few. A function of the step's row count and lengths: a graph's padded rows decide
+ * alike at capture and at replay.
+ */
+export function verifyAsDecode(batch: Pick<ForwardBatch, 'verify' | 'numSeqs' | 'queryStartLoc'>, maxSeqs: number):
+  boolean {
+  if (!batch.verify || batch.numSeqs > maxSeqs) return false;
+  for (let s = 0; s < batch.numSeqs; s++) {
+    if (batch.queryStartLoc[s + 1]! - batch.queryStartLoc[s]! > VERIFY_DECODE_MAX_TOKENS) return false;
+  }
+  return true;
 }
 
 /** The step's qk-norm + rope + kv write, done by the decode kernel itself (a decode-only step). */

@@ -7,7 +7,7 @@
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
-import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, decodeSplitCap, launchDecodeAttention,
+import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, verifyAsDecode, decodeSplitCap, launchDecodeAttention,
   launchPrefillAttention, mmaFromGroup, type DecodeRope } from './attention-launch.js';
 import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, splitStateRows }
   from './decode-splits.js';
@@ -27,6 +27,8 @@ export interface AttentionOptions {
   decodeMma?: DecodeMma;
   /** Most splits of a row on the _mma builds (QUIRE_DECODE_MMA_MAX_SPLITS). */
   mmaMaxSplits?: number;
+  /** Verify steps of up to this many sequences attend on the decode kernel (QUIRE_VERIFY_DECODE_MAX_SEQS; verifyAsDecode). */
+  verifyDecodeMaxSeqs?: number;
 }
 
 export class CudaAttention {
@@ -39,6 +41,7 @@ export class CudaAttention {
   /** The _mma decode builds for a bf16 cache of head dim 64 or 128 (DECODE_MMA_HEAD_DIMS); others keep the plain ones. */
   private readonly decodeMma: DecodeMma;
   private readonly mmaMaxSplits: number;
+  private readonly verifyDecodeMaxSeqs: number;
   /** Most splits of a row in any of this backend's launches: the split states' stride in their buffers. */
   private readonly mostSplits: number;
   private readonly invFreqs = new Map<Float32Array, bigint>();
@@ -61,6 +64,7 @@ export class CudaAttention {
     const mma = o.decodeMma ?? readKnob('QUIRE_DECODE_MMA');
     this.decodeMma = fp8Cache || (o.batchInvariant && mma === 'groups') ? 'off' : mma;
     this.mmaMaxSplits = o.mmaMaxSplits ?? MMA_MAX_SPLITS;
+    this.verifyDecodeMaxSeqs = o.verifyDecodeMaxSeqs ?? readKnob('QUIRE_VERIFY_DECODE_MAX_SEQS');
     this.mostSplits = this.decodeMma === 'off' ? MAX_SPLITS : Math.max(MAX_SPLITS, this.mmaMaxSplits);
   }
 
@@ -168,7 +172,9 @@ export class CudaAttention {
       const decodeMma = DECODE_MMA_HEAD_DIMS.includes(D) ? this.decodeMma : 'off';
       const launch = { qkv: q.ptr, k, v, out: out.ptr, meta: meta.device, layout: L, numHeads, numKvHeads, headDim: D,
         blockSize: spec.blockSize, scale, kvKernels: this.kvKernels, decodeX16: this.fp8DecodeX16, decodeMma };
-      const decodeRows = this.batchInvariant ? T : packed.numDecodeRows;
+      // so do a verify step's few rows (verifyAsDecode), for their speed
+      const allTokens = this.batchInvariant || verifyAsDecode(batch, this.verifyDecodeMaxSeqs);
+      const decodeRows = allTokens ? T : packed.numDecodeRows;
       if (decodeRows < T) launchPrefillAttention(this.s.device, launch, packed.numTiles);
       if (decodeRows > 0) {
         // A graph replays with longer kv lengths than it was captured with: it plans for the most splits of its class.
@@ -184,8 +190,8 @@ export class CudaAttention {
         const numRows = decodeRows * (numHeads / G);
         const maxSplits = decodeSplitCap(G, decodeMma, numRows, this.s.device.numSMs, this.mmaMaxSplits);
         const mayShare = this.decodeSplits(numRows, maxSplits, maxSplits) > 1;
-        // the batch-invariant mode's rows are tokens (up to capTokens): its few-row steps take theirs from the workspace
-        const partials = !this.batchInvariant
+        // rows of tokens (up to capTokens; the batch-invariant mode's, a verify step's): theirs from the workspace
+        const partials = !allTokens
           ? this.s.steps.partials(meta, numHeads, D, splitStateRows(meta.layout.capSeqs, this.s.device.numSMs,
             this.decodeMma === 'off' ? null : this.mmaMaxSplits), this.s.capturing)
           : !mayShare ? { out: 0n, ml: 0n }
@@ -194,7 +200,7 @@ export class CudaAttention {
         launchDecodeAttention(this.s.device, launch, { G, rows: decodeRows, maxSplits,
           gridZ: this.decodeSplits(numRows, Math.min(rowSplits, maxSplits), maxSplits),
           partialOut: partials.out, partialMl: partials.ml, rowCounters: meta.rowCounters,
-          dependent: decodeAsDependent(this.batchInvariant, packed.decodeOnly) }, fused?.rope);
+          dependent: decodeAsDependent(allTokens, packed.decodeOnly) }, fused?.rope);
       }
     });
     return out;

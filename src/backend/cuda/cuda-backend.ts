@@ -57,6 +57,8 @@ export interface CudaBackendOptions {
   decodeMma?: DecodeMma;
   /** Most splits of a decode row on the _mma builds; default QUIRE_DECODE_MMA_MAX_SPLITS. */
   decodeMmaMaxSplits?: number;
+  /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
+  verifyDecodeMaxSeqs?: number;
   /**
    * vLLM's --kv-cache-dtype: 'fp8_e4m3' keeps K and V as FP8 E4M3 (scale 1; sm_89+): a byte an element, half the
    * bandwidth of decode attention; the kernels' _fp8 builds write and widen it. Default 'auto' (bf16).
@@ -113,7 +115,8 @@ export class CudaBackend implements Backend {
     this.gemms = new CudaGemms(this.step, { batchInvariant, chainGemms: opts.chainGemms, chainNorms: opts.chainNorms,
       chainShortRing: opts.chainShortRing, cublasWorkspaceBytes: opts.cublasWorkspaceBytes, gguf: opts.gguf });
     this.attn = new CudaAttention(this.step, this.kv, this.weights, this.kvCacheDtype === 'fp8_e4m3',
-      { batchInvariant, fusedRope: opts.fusedRope, decodeMma: opts.decodeMma, mmaMaxSplits: opts.decodeMmaMaxSplits });
+      { batchInvariant, fusedRope: opts.fusedRope, decodeMma: opts.decodeMma, mmaMaxSplits: opts.decodeMmaMaxSplits,
+        verifyDecodeMaxSeqs: opts.verifyDecodeMaxSeqs });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv);
     this.sampling = new CudaSampling(this.step);

@@ -117,6 +117,7 @@ export class ModelRunner {
     const bucket = drafts === undefined && rows.every((r) => r.isDecode) ? graphBucket(rows.length, this.options.maxNumSeqs) : null;
     const batch = graphs && bucket !== null ? buildForwardBatch(rows, this.options.blockSize, bucket, true)
       : buildForwardBatch(rows, this.options.blockSize);
+    if (drafts !== undefined) batch.verify = true;
     const graphKey = graphs && bucket !== null ? bucket : null;
     if (!onDevice) {
       const scored = rows.some((r) => numPromptLogitRows(r) > 0) ? this.forwardScored(batch, rows, states, requests, drafts) : null;
@@ -141,8 +142,9 @@ export class ModelRunner {
     const { blockSize, maxNumSeqs, maxNumBatchedTokens } = this.options;
     const graphed = graphs && rows.every((r) => r.stateSlot === undefined)
       ? uniformGraphBatch(rows, blockSize, maxNumSeqs, maxNumBatchedTokens ?? 0) : null;
-    const { wait } = this.run(graphed ? { op: 'tokens', batch: graphed.batch, graphKey: graphed.key }
-      : { op: 'tokens', batch: buildForwardBatch(rows, blockSize), graphKey: null });
+    const batch = graphed ? graphed.batch : buildForwardBatch(rows, blockSize);
+    batch.verify = true;
+    const { wait } = this.run({ op: 'tokens', batch, graphKey: graphed ? graphed.key : null });
     const numRows = rows.reduce((a, r) => a + numSampleRows(r), 0);
     return { wait: () => verifyGreedy(wait().subarray(0, numRows), drafts), sampledOnDevice: false };
   }
