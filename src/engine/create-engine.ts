@@ -58,7 +58,7 @@ export async function createEngineCore(given: EngineOptions, loaded?: ModelDir):
       info: { backend: backend.name, device, loadMs: 0, weightBytesPerStep: stages?.weightBytesPerStep ?? model.weightBytesPerStep(),
         kvBytesPerToken: stages?.kvBytesPerToken ?? model.kvBytesPerToken(), bytesPerStateSlot },
     }, engineOptions);
-    core.runner.captureGraphs();
+    core.captureGraphs();
     drafter?.captureGraphs();
     core.info.loadMs = Math.round(performance.now() - t0);
     return core;

@@ -455,9 +455,13 @@ export class EngineCore {
     };
   }
 
-  traceSummary(): string | null {
-    return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null;
+  /** The decode graphs of every batch-size bucket: the target's, then a speculative head's chained forwards'. */
+  captureGraphs(): void {
+    this.runner.captureGraphs();
+    this.spec?.captureGraphs();
   }
+
+  traceSummary(): string | null { return this.options.schedulerTrace ? this.scheduler.formatTraceSummary() : null; }
 
   /** Device-to-device copy bandwidth in bytes/s (the roofline's denominator); null on the CPU backend. */
   copyBandwidth(): number | null {
@@ -469,9 +473,7 @@ export class EngineCore {
     return this.runner.gemmPeak();
   }
 
-  dispose(): void {
-    void this.close();
-  }
+  dispose(): void { void this.close(); }
 
   /** dispose(), resolved once the other ranks' processes have exited (LLM.close() leaves none behind). */
   async close(): Promise<void> {

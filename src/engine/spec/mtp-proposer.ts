@@ -24,7 +24,7 @@
 // prenorm output, and its draft ids map to target ids (d2t) before they are proposals.
 //
 // The chained forwards (one token a row) replay CUDA graphs of the target's backend, one per batch-size bucket
-// (graph-buckets.ts headGraphKey), captured the first time a bucket runs: eager, each was a launch per kernel of the
+// (graph-buckets.ts headGraphKey), captured at start-up (captureGraphs): eager, each was a launch per kernel of the
 // head from JavaScript and a wait (session 45: an EAGLE-3 step of the 208M demo target took 1.55 ms, the target's own
 // 0.38). The carry rows travel in the step's metadata, which a replay stages anew. The catch-up (rows of as many
 // tokens as the last step accepted) stays eager.
@@ -32,7 +32,7 @@
 import type { DeviceGraphs } from '../../backend/backend.js';
 import type { ForwardBatch } from '../../backend/batch.js';
 import { buildForwardBatch, type ScheduledSeq } from '../batch-builder.js';
-import { graphBucket, headGraphKey } from '../runner/graph-buckets.js';
+import { graphBucket, graphBuckets, headGraphKey } from '../runner/graph-buckets.js';
 import type { Model } from '../../model/model.js';
 import type { ResolvedEngineOptions } from '../options.js';
 import { readKnob } from '../../knobs/knobs.js';
@@ -118,6 +118,21 @@ export class MtpProposer {
   constructor(readonly model: Model, private readonly blockSize: number,
     private readonly blockTableOf: (requestId: string) => readonly number[], private readonly head = mtpForwards(model),
     private readonly headGraphs: HeadGraphs = { graphs: undefined, maxNumSeqs: 0 }) {}
+
+  /**
+   * Captures the chained forwards' graph of every batch-size bucket, largest first, over padding rows (as the target's
+   * decode graphs: ModelRunner.captureGraphs), so that no step of a run pays for a capture; a bucket's graph of long
+   * rows (the other kv-length class) is captured the first time it runs.
+   */
+  captureGraphs(): void {
+    const { graphs, maxNumSeqs } = this.headGraphs;
+    if (!graphs) return;
+    for (const bucket of graphBuckets(maxNumSeqs).reverse()) {
+      const batch = buildForwardBatch([], this.blockSize, bucket, true);
+      batch.carryRows = new Int32Array(bucket);
+      graphs.run(headGraphKey(bucket), batch, () => this.head.fromHead(batch));
+    }
+  }
 
   /**
    * Whether the next fill can propose for `req`: the step that ran last computed its hidden state at position n - 2,

@@ -126,6 +126,11 @@ export class SpecDecoding {
     return [...tokenIds];
   }
 
+  /** Captures an MTP or EAGLE-3 head's graphs (MtpProposer.captureGraphs); the draft model's are its own. */
+  captureGraphs(): void {
+    this.mtp?.captureGraphs();
+  }
+
   /** Frees the draft model's backend, if any. */
   dispose(): void {
     this.drafter?.dispose();
