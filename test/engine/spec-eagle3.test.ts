@@ -21,14 +21,13 @@ import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { graphBuckets, headGraphKey } from '../../src/engine/runner/graph-buckets.js';
 import { createEngineCore } from '../../src/engine/create-engine.js';
 import { engineOptions, type EngineOptions } from '../../src/engine/options.js';
-import { MtpProposer, type MtpRow } from '../../src/engine/spec/mtp-proposer.js';
 import { loadEagle3HeadDir } from '../../src/loader/eagle3-head.js';
 import { loadModelDir } from '../../src/loader/model-dir.js';
 import { Model } from '../../src/model/model.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { makeTestEagle3Head } from '../../src/tools/test-model/eagle3.js';
 import { makeAgreeing } from './eagle3-helpers.js';
-import { generate } from './spec-helpers.js';
+import { generate, recordMtpProposals } from './spec-helpers.js';
 
 const PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40, 41, 42], [9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9],
   [300, 2, 17, 88, 130, 131, 132, 7, 200, 201, 64, 65]];
@@ -105,26 +104,23 @@ function eagle3Reference(target: string, head: string, backend: Backend): (known
   };
 }
 
+/** Every proposal a path made (at least one) is the reference's from scratch on the request's tokens. */
+function checkFromScratch(name: string, made: { known: number[]; proposals: number[] }[],
+  reference: (known: number[], proposals: number[]) => number[]): void {
+  assert.ok(made.length > 0, name);
+  for (const m of made) assert.deepEqual(m.proposals, reference(m.known, m.proposals), `path "${name}", after ${m.known.join(',')}`);
+}
+
 test('every proposal is the head\'s from scratch on the request\'s tokens, on every path', async () => {
-  const made: { known: number[]; proposals: number[] }[] = [];
-  const fill = MtpProposer.prototype.fill;
-  MtpProposer.prototype.fill = function (this: MtpProposer, rows: readonly MtpRow[]) {
-    fill.call(this, rows);
-    for (const { req, row } of rows) {
-      if (row.sample && row.specTokenIds.length > 0) made.push({ known: req.allTokenIds.slice(0, req.allTokenIds.length - req.numPlaceholders), proposals: [...row.specTokenIds] });
-    }
-  };
+  const proposals = recordMtpProposals();
   const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
   try {
     for (const [target, head] of [[dirs.target, dirs.random], [dirs.agreeTarget, dirs.agree]] as const) {
       const reference = eagle3Reference(target, head, backend);
-      await onAndOff(target, head, PATHS, (name) => {
-        assert.ok(made.length > 0, name);
-        for (const m of made.splice(0)) assert.deepEqual(m.proposals, reference(m.known, m.proposals), `path "${name}", after ${m.known.join(',')}`);
-      });
+      await onAndOff(target, head, PATHS, (name) => checkFromScratch(name, proposals.take(), reference));
     }
   } finally {
-    MtpProposer.prototype.fill = fill;
+    proposals.stop();
     backend.dispose();
   }
 });
@@ -136,25 +132,16 @@ test('the chained forwards through graphs (a DeviceGraphs that runs each record 
       runs.push({ key, numSeqs: batch.numSeqs, numCarryRows: batch.carryRows?.length ?? 0 });
       return record();
     } };
-  const made: { known: number[]; proposals: number[] }[] = [];
-  const fill = MtpProposer.prototype.fill;
-  MtpProposer.prototype.fill = function (this: MtpProposer, rows: readonly MtpRow[]) {
-    fill.call(this, rows);
-    for (const { req, row } of rows) {
-      if (row.sample && row.specTokenIds.length > 0) made.push({ known: req.allTokenIds.slice(0, req.allTokenIds.length - req.numPlaceholders), proposals: [...row.specTokenIds] });
-    }
-  };
+  const proposals = recordMtpProposals();
   const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
   const reference = eagle3Reference(dirs.target, dirs.random, backend);
   Object.defineProperty(CpuBackend.prototype, 'graphs', { get: () => graphs, configurable: true });
   try {
-    await onAndOff(dirs.target, dirs.random, { 'batch of 4': {}, 'one sequence at a time': { maxNumSeqs: 1 } }, (name) => {
-      assert.ok(made.length > 0, name);
-      for (const m of made.splice(0)) assert.deepEqual(m.proposals, reference(m.known, m.proposals), `path "${name}", after ${m.known.join(',')}`);
-    });
+    await onAndOff(dirs.target, dirs.random, { 'batch of 4': {}, 'one sequence at a time': { maxNumSeqs: 1 } },
+      (name) => checkFromScratch(name, proposals.take(), reference));
   } finally {
     delete (CpuBackend.prototype as { graphs?: DeviceGraphs }).graphs;
-    MtpProposer.prototype.fill = fill;
+    proposals.stop();
     backend.dispose();
   }
   const head = runs.filter((r) => r.key <= headGraphKey(1));

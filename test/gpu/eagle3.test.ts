@@ -20,7 +20,6 @@ import { CudaGraphs } from '../../src/backend/cuda/graphs.js';
 import { graphBuckets, headGraphKey } from '../../src/engine/runner/graph-buckets.js';
 import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 import { LLM } from '../../src/engine/llm.js';
-import { MtpProposer, type MtpRow } from '../../src/engine/spec/mtp-proposer.js';
 import { transcriptMd5 } from '../../src/lab/gate-transcript.js';
 import { loadEagle3HeadDir } from '../../src/loader/eagle3-head.js';
 import { loadModelDir } from '../../src/loader/model-dir.js';
@@ -28,6 +27,7 @@ import { Model } from '../../src/model/model.js';
 import { makeTestModel } from '../../src/tools/make-test-model.js';
 import { makeTestEagle3Head } from '../../src/tools/test-model/eagle3.js';
 import { makeAgreeing } from '../engine/eagle3-helpers.js';
+import { recordMtpProposals } from '../engine/spec-helpers.js';
 import { batchOf, hostF32 } from '../backend/helpers.js';
 import { newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
@@ -181,17 +181,11 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
   });
 
   test('batch-invariant mode: every proposal is the head\'s from scratch on its request\'s tokens', async () => {
-    const made: { known: number[]; proposals: number[] }[] = [];
-    const fill = MtpProposer.prototype.fill;
-    MtpProposer.prototype.fill = function (this: MtpProposer, rows: readonly MtpRow[]) {
-      fill.call(this, rows);
-      for (const { req, row } of rows) {
-        if (row.sample && row.specTokenIds.length > 0) made.push({ known: req.allTokenIds.slice(0, req.allTokenIds.length - req.numPlaceholders), proposals: [...row.specTokenIds] });
-      }
-    };
+    const proposals = recordMtpProposals();
     const reference = newCuda({ batchInvariant: true });
     try {
       await generate(dirs.target, dirs.head, true, true);
+      const made = proposals.take();
       const md = loadModelDir(dirs.target);
       const model = Model.load(md.config, md.weights, reference, { eagle3: loadEagle3HeadDir(dirs.head) });
       model.allocateEagle3Carry(256);
@@ -212,7 +206,7 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
       console.log(`# ${same} of ${made.length} proposal rows as from scratch`);
       assert.ok(made.length > 0 && same >= 0.95 * made.length);
     } finally {
-      MtpProposer.prototype.fill = fill;
+      proposals.stop();
       reference.dispose();
     }
   });
