@@ -85,6 +85,13 @@ export interface DeltaNetShape {
   convKernel: number;
 }
 
+/** The gated RMSNorm after a DeltaNet layer's rule (Backend.gatedDeltaRule's gate; rmsNormGated's arguments). */
+export interface DeltaNetGate {
+  z: Tensor;
+  w: Tensor;
+  eps: number;
+}
+
 /** Channels of a DeltaNet layer's causal conv1d: q | k | v. */
 export function convChannels(s: DeltaNetShape): number {
   return 2 * s.numKeyHeads * s.keyDim + s.numValueHeads * s.valueDim;
@@ -308,9 +315,11 @@ export interface Backend {
    * layer `layer` (zeros where its chunk starts at position 0): q, k l2-normalised (eps 1e-6), q / sqrt(Dk);
    * g = -exp(aLog[h]) softplus(a + dtBias[h]), beta = sigmoid(b); S = exp(g) S; S += k (beta (v - S^T k))^T;
    * out = S^T q -> [T, Hv Dv]. transformers' torch_recurrent_gated_delta_rule, the exact reference of its chunked form.
+   * With `gate`: rmsNormGated(out, gate.z, gate.w, gate.eps), bit for bit, which a backend may compute in the same
+   * launch (CUDA: decode steps, QUIRE_DELTANET_FUSED_NORM).
    */
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
-    step: StepInputs): Tensor;
+    step: StepInputs, gate?: DeltaNetGate): Tensor;
   /**
    * [T, sum of the parts' widths]: the parts [T, W] (all of one width), side by side, part 0's columns first (torch.cat
    * on the last dim). An EAGLE-3 head's inputs: its fc over three carried hidden states, its q, k and v over the normed

@@ -108,6 +108,7 @@ export const KNOBS = {
   QUIRE_CHAIN_WHOLE_SPLIT: num(K, 8, 'Stages a slice of gemm_chain_whole\'s k holds beyond 16 (0: unsplit).', { integer: true }),
   QUIRE_CHAIN_EARLY8_K: num(K, 4096, 'K from which the split bf16 rings read 6 of 8 stages before the wait.', { integer: true }),
   QUIRE_FUSED_ROPE: bool(K, true, 'A decode step\'s qk-norm + rope + KV write inside the decode attention kernel.'),
+  QUIRE_DELTANET_FUSED_NORM: bool(K, false, 'A DeltaNet layer\'s rule and gated RMSNorm in one launch on decode steps (kernels/deltanet.cu deltanet_recurrent_norm: a block per sequence and v head, the norm on its row in shared memory; the same bits). Off until measured: session 45 timed the separate norm at 5.2 us a layer alone on qwen3.5-27b at batch 1, 1.6% of the step.'),
   QUIRE_VERIFY_DECODE_MAX_SEQS: num(K, 0, 'Speculative verify steps of up to this many sequences, each row at most 16 tokens, attend on the decode kernel, a row per token with its context split over blocks, instead of the prefill kernel\'s block a head (0: never; their own bits, in the default mode only). Not yet measured: session 45 found an n-gram verify step of the 208M demo target at twice a plain step\'s time.',
     { integer: true, min: 0 }),
   QUIRE_SPEC_HEAD_GRAPHS: bool(K, true, 'An MTP or EAGLE-3 head\'s chained one-token forwards replay CUDA graphs, one per batch-size bucket (0: eager, each a launch per kernel and a wait; the A/B). Not yet measured.'),

@@ -9,7 +9,7 @@ import type { DeltaNetShape, Tensor } from '../../src/backend/backend.js';
 import { convChannels } from '../../src/backend/backend.js';
 import type { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
 import type { CudaBackend } from '../../src/backend/cuda/cuda-backend.js';
-import { seqBatch } from '../backend/helpers.js';
+import { hostF32, seqBatch } from '../backend/helpers.js';
 import { assertBf16Close, bitsOf, newCpu, newCuda, noCuda, randomBf16, uploadBoth } from './cuda-helpers.js';
 
 // Qwen3.5's layer (Dk = Dv = 128, 3 v heads a k head), a Dv that no warp's columns divide (Dk 64: 16 columns a
@@ -181,6 +181,43 @@ describe('CUDA gated DeltaNet vs CPU', { skip: noCuda }, () => {
           { ...shape, convKernel: K + 1 }, 0, sg), /the states hold/);
       });
     });
+  }
+
+  for (const { name, shape } of SHAPES) {
+    test(`${name}: a decode step's rule and gated norm in one launch (deltanetFusedNorm) give the two launches' bits`,
+      () => {
+        const C = convChannels(shape);
+        const [Hv, Dv] = [shape.numValueHeads, shape.valueDim];
+        const backends = [newCuda({ deltanetFusedNorm: false }), newCuda({ deltanetFusedNorm: true })];
+        try {
+          let seed = 500;
+          const inputs = (T: number) => ({ conv: randomBf16(T * C, seed++, -2, 2),
+            ba: randomBf16(T * 2 * Hv, seed++, -3, 3), z: randomBf16(T * Hv * Dv, seed++, -3, 3) });
+          const [aLog, dtBias, wn] = [randomBf16(Hv, 1, -1, 1), randomBf16(Hv, 2, -1, 1), randomBf16(Dv, 3, 0.5, 1.5)];
+          // a prompt (the rule alone: not a decode step), then two decode steps: slots 1, 3 and a padding row
+          const steps = [[{ n: 5, start: 0, slot: 1 }, { n: 3, start: 0, slot: 3 }],
+            [{ n: 1, start: 5, slot: 1 }, { n: 1, start: 3, slot: 3 }, { n: 1, start: 0, slot: -1 }],
+            [{ n: 1, start: 4, slot: 3 }, { n: 1, start: 6, slot: 1 }]]
+            .map((seqs) => ({ seqs, ...inputs(seqs.reduce((a, q) => a + q.n, 0)) }));
+          const outs = backends.map((b) => {
+            b.allocateRecurrentState({ numSlots: 4, numLayers: 1, shape });
+            const up = (name: string, dims: number[], v: Float32Array) => b.upload(hostF32(name, dims, v));
+            const [a, d, w] = [up('A_log', [Hv], aLog), up('dt_bias', [Hv], dtBias), up('norm', [Dv], wn)];
+            return steps.map(({ seqs, conv, ba, z }) => {
+              const batch = seqBatch(seqs);
+              const T = batch.numTokens;
+              const sg = b.beginStep(batch);
+              b.fillWorkspace(0xff);
+              const gate = { z: up('z', [T, Hv * Dv], z), w, eps: 1e-6 };
+              const rule = b.gatedDeltaRule(up('conv', [T, C], conv), up('ba', [T, 2 * Hv], ba), a, d, shape, 0, sg, gate);
+              return bitsOf(b, rule);
+            });
+          });
+          assert.deepEqual(outs[1], outs[0]);
+        } finally {
+          backends.forEach((b) => b.dispose());
+        }
+      });
   }
 
   for (const G of [128, 40]) {

@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
+import type { Backend, DeltaNetGate, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
   StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
@@ -346,7 +346,7 @@ export class CpuBackend implements Backend {
   }
 
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
-    step: StepInputs): Tensor {
+    step: StepInputs, gate?: DeltaNetGate): Tensor {
     const cs = asCpu(conv);
     const T = cs.shape[0]!;
     if (cs.shape[1] !== convChannels(shape) || ba.shape[1] !== 2 * shape.numValueHeads) {
@@ -355,7 +355,7 @@ export class CpuBackend implements Backend {
     const out = this.alloc([T, shape.numValueHeads * shape.valueDim]);
     gatedDeltaRule(cs.data, asCpu(ba).data, asCpu(aLog).data, asCpu(dtBias).data, shape, step.batch,
       this.recurrentLayer(layer, step).ssm[layer] ?? null, out.data);
-    return out;
+    return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;
   }
 
   concatColumns(parts: readonly Tensor[]): Tensor {

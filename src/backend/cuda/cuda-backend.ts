@@ -8,7 +8,7 @@ import type { GgufGemmOptionsIn } from './gguf-gemm.js';
 import type { ByteSegment, GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
+import type { Backend, DeltaNetGate, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
   StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
 import type { DecodeMma } from './attention-launch.js';
@@ -57,6 +57,8 @@ export interface CudaBackendOptions {
   decodeMma?: DecodeMma;
   /** Most splits of a decode row on the _mma builds; default QUIRE_DECODE_MMA_MAX_SPLITS. */
   decodeMmaMaxSplits?: number;
+  /** A decode step's DeltaNet rule and gated norm in one launch; default QUIRE_DELTANET_FUSED_NORM. */
+  deltanetFusedNorm?: boolean;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -118,7 +120,7 @@ export class CudaBackend implements Backend {
       { batchInvariant, fusedRope: opts.fusedRope, decodeMma: opts.decodeMma, mmaMaxSplits: opts.decodeMmaMaxSplits,
         verifyDecodeMaxSeqs: opts.verifyDecodeMaxSeqs });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
-    this.deltanet = new CudaDeltaNet(this.step, this.kv);
+    this.deltanet = new CudaDeltaNet(this.step, this.kv, opts.deltanetFusedNorm);
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);
@@ -287,8 +289,8 @@ export class CudaBackend implements Backend {
   }
 
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
-    step: StepInputs): Tensor {
-    return this.deltanet.gatedDeltaRule(conv, ba, aLog, dtBias, shape, layer, step);
+    step: StepInputs, gate?: DeltaNetGate): Tensor {
+    return this.deltanet.gatedDeltaRule(conv, ba, aLog, dtBias, shape, layer, step, gate);
   }
 
   rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): Tensor {

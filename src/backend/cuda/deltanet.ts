@@ -1,9 +1,10 @@
 // Gated DeltaNet on the device (Backend.causalConv1d, gatedDeltaRule, rmsNormGated): kernels/deltanet.cu's kernels
 // on the recurrent state slots kv-memory.ts keeps, read and written in place through the step's stateSlots
 // section, so a decode step's graph replays whatever slots its sequences hold. Profile buckets: "deltanet conv",
-// "deltanet rule", "deltanet norm".
+// "deltanet rule" (with the gated norm where one launch computes both), "deltanet norm".
 
-import { convChannels, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
+import { convChannels, type DeltaNetGate, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
+import { readKnob } from '../../knobs/knobs.js';
 import { f32, i32, ptr } from './device.js';
 import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from './kernel-defines.js';
 import type { KvMemory, RecurrentMemory } from './kv-memory.js';
@@ -14,8 +15,17 @@ import { asCuda, asStrided, ColumnView, type CudaTensor } from './tensor.js';
 /** Tokens a thread of conv1d_silu_tokens serves (kernels/deltanet.cu's CONV_TOKENS). */
 const CONV_TOKENS = 8;
 
+/** The fused rule + gated norm's most threads a block (its __launch_bounds__) and widest v head (its shared row). */
+const FUSED_NORM_THREADS = 512;
+const FUSED_NORM_MAX_DV = 256;
+
 export class CudaDeltaNet {
-  constructor(private readonly s: StepContext, private readonly kv: KvMemory) {}
+  /** A decode step's rule and gated norm in one launch (deltanet_recurrent_norm; QUIRE_DELTANET_FUSED_NORM). */
+  private readonly fusedNorm: boolean;
+
+  constructor(private readonly s: StepContext, private readonly kv: KvMemory, fusedNorm?: boolean) {
+    this.fusedNorm = fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
+  }
 
   /** The state of recurrent layer `layer`, checked against the slots' layout. */
   private layerState(layer: number, shape: DeltaNetShape | null, op: string): RecurrentMemory {
@@ -76,7 +86,7 @@ export class CudaDeltaNet {
   }
 
   gatedDeltaRule(conv: Tensor, ba: Tensor, aLog: Tensor, dtBias: Tensor, shape: DeltaNetShape, layer: number,
-    step: StepInputs): CudaTensor {
+    step: StepInputs, gate?: DeltaNetGate): CudaTensor {
     const cs = asCuda(conv);
     const bas = asStrided(ba);
     const T = cs.shape[0]!;
@@ -90,12 +100,26 @@ export class CudaDeltaNet {
     const { batch, meta, layout } = this.s.of(step);
     const out = this.s.act([T, Hv * Dv]);
     const ssmAt = r.layout.numLayers * r.convFloats + layer * r.ssmFloats;
+    const sections = [ptr(r.base), ptr(metaPtr(meta, layout.queryStartLoc)), ptr(metaPtr(meta, layout.seqLens)),
+      ptr(metaPtr(meta, layout.stateSlots)), i32(Hk), i32(Hv), i32(Dv), i32(r.slotFloats), i32(ssmAt)];
+    const head = [ptr(cs.ptr), ptr(bas.ptr), i32(bas.ld), ptr(asCuda(aLog).ptr), ptr(asCuda(dtBias).ptr)];
+    const groups = Math.ceil(Dv / (32 / (Dk / 32)));  // warps of COLS columns
+    if (gate && this.fusedNorm && T === batch.numSeqs && gate.w.shape[0] === Dv && groups * 32 <= FUSED_NORM_THREADS
+      && Dv <= FUSED_NORM_MAX_DV) {
+      const zs = asStrided(gate.z);
+      this.checkGate(gate, T, Hv * Dv);
+      this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_norm_bf16_${Dk}`,
+        [batch.numSeqs, Hv, 1], 32 * groups, [...head, ptr(zs.ptr), i32(zs.ld), ptr(asCuda(gate.w).ptr), ptr(out.ptr),
+          f32(gate.eps), ...sections], groups * 2 * Dk * 4, true));
+      return out;
+    }
     this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}`,
-      [batch.numSeqs, Hv, Math.ceil(Dv / (32 / (Dk / 32)))], 32, [ptr(cs.ptr), ptr(bas.ptr), i32(bas.ld), ptr(asCuda(aLog).ptr),
-        ptr(asCuda(dtBias).ptr), ptr(out.ptr), ptr(r.base), ptr(metaPtr(meta, layout.queryStartLoc)),
-        ptr(metaPtr(meta, layout.seqLens)), ptr(metaPtr(meta, layout.stateSlots)), i32(Hk), i32(Hv), i32(Dv),
-        i32(r.slotFloats), i32(ssmAt)], 0, true));
-    return out;
+      [batch.numSeqs, Hv, groups], 32, [...head, ptr(out.ptr), ...sections], 0, true));
+    return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;
+  }
+
+  private checkGate(gate: DeltaNetGate, T: number, N: number): void {
+    if (gate.z.shape[0] !== T || gate.z.shape[1] !== N) throw new Error('gatedDeltaRule: its gate\'s z does not fit');
   }
 
   rmsNormGated(x: Tensor, z: Tensor, w: Tensor, eps: number): CudaTensor {

@@ -36,8 +36,9 @@ export class GatedDeltaNet implements Mixer {
     const all = b.matmul(x, this.w.inProj, 'in_proj');
     const conv = b.causalConv1d(b.columns(all, 0, C), this.w.conv, this.stateLayer, step);
     const ba = b.columns(all, C + Z, 2 * this.shape.numValueHeads);
-    const core = b.gatedDeltaRule(conv, ba, this.w.aLog, this.w.dtBias, this.shape, this.stateLayer, step);
-    return { input: b.rmsNormGated(core, b.columns(all, C, Z), this.w.norm, eps), proj: this.w.outProj, label: 'out_proj' };
+    const gate = { z: b.columns(all, C, Z), w: this.w.norm, eps };
+    const core = b.gatedDeltaRule(conv, ba, this.w.aLog, this.w.dtBias, this.shape, this.stateLayer, step, gate);
+    return { input: core, proj: this.w.outProj, label: 'out_proj' };
   }
 
   stateSpec(): LayerStateSpec {

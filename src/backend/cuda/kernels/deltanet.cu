@@ -32,6 +32,9 @@
 //     grid (S, Hv, ceil(Dv / COLS)), block 32; Dk in DELTANET_KEY_DIMS.
 //   rms_norm_gated: per group of G channels, rmsnorm(x) * w * silu(z): a warp a group.
 //     grid (T, ceil(N / G / 4)), block 128.
+//   deltanet_recurrent_norm: the two for a decode step (one token a sequence, G = Dv) in one launch, the same bits:
+//     grid (S, Hv), block 32 ceil(Dv / COLS) (a warp per COLS columns, as the rule's grid z), the rule's row in
+//     shared memory, then warp 0 normalises it (QUIRE_DELTANET_FUSED_NORM: one launch a layer fewer).
 //
 // Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
 // switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
@@ -194,18 +197,20 @@ __device__ __forceinline__ float column_sum(float v) {
   return v;
 }
 
-template <typename T, int DK>
+// `group`: the warp's COLS columns; qs, ks: the warp's own [DK] each. FUSED (deltanet_recurrent_norm: one token a
+// sequence): the output row goes to out[j] (the block's shared row), not to out[t][h][j].
+template <typename T, int DK, bool FUSED>
 __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out,
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
-                                                   int Hk, int Hv, int Dv, int slotFloats, int ssmAt) {
+                                                   int Hk, int Hv, int Dv, int slotFloats, int ssmAt, int group,
+                                                   float* qs, float* ks) {
   constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   if (!DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
-  __shared__ float qs[DK], ks[DK];
   const int s = blockIdx.x, h = blockIdx.y;
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x & 31;
   const int part = lane / COLS;  // lane holds rows d = part + PARTS i (interleaved: no bank conflicts on qs, ks)
-  const int j = blockIdx.z * COLS + lane % COLS;
+  const int j = group * COLS + lane % COLS;
   const int kh = h / (Hv / Hk);
   const int C = 2 * Hk * DK + Hv * Dv;
   const int start = qsl[s], end = qsl[s + 1];
@@ -251,11 +256,28 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
       o[i & 3] = fmaf(col[i], qs[part + PARTS * i], o[i & 3]);
     }
     const float outJ = column_sum<COLS>((o[0] + o[1]) + (o[2] + o[3]));
-    if (part == 0 && j < Dv) out[(long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
+    if (part == 0 && j < Dv) out[FUSED ? j : (long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
   }
   if (S == nullptr || j >= Dv) return;
 #pragma unroll
   for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = col[i];
+}
+
+/** rmsnorm(x) * w * silu(z) over one group of G channels, by one warp (rms_norm_gated and the fused kernel alike). */
+template <typename T>
+__device__ __forceinline__ void gated_norm_group(const T* x, const T* z, const T* w, T* out, int G, float eps) {
+  const int lane = threadIdx.x & 31;
+  float p = 0.f;
+  for (int i = lane; i < G; i += 32) {
+    const float v = to_float(x[i]);
+    p = fmaf(v, v, p);
+  }
+  const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(warp_sum(p), (float)G), eps)));
+  for (int i = lane; i < G; i += 32) {
+    const float zf = to_float(z[i]);
+    const float gate = zf / (1.f + expf(-zf));
+    out[i] = from_float<T>(__fmul_rn(__fmul_rn(__fmul_rn(to_float(x[i]), inv), to_float(w[i])), gate));
+  }
 }
 
 template <typename T>
@@ -263,29 +285,51 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
                                                float eps) {
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
-  const int lane = threadIdx.x & 31;
   const int group = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (group * G >= N) return;
   const long long at = (long long)blockIdx.x * N + (long long)group * G;
-  float p = 0.f;
-  for (int i = lane; i < G; i += 32) {
-    const float v = to_float(x[at + i]);
-    p = fmaf(v, v, p);
-  }
-  const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(warp_sum(p), (float)G), eps)));
-  for (int i = lane; i < G; i += 32) {
-    const float zf = to_float(z[(long long)blockIdx.x * ldz + (long long)group * G + i]);
-    const float gate = zf / (1.f + expf(-zf));
-    out[at + i] = from_float<T>(__fmul_rn(__fmul_rn(__fmul_rn(to_float(x[at + i]), inv), to_float(w[i])), gate));
-  }
+  gated_norm_group(x + at, z + (long long)blockIdx.x * ldz + (long long)group * G, w, out + at, G, eps);
+}
+
+/**
+ * deltanet_recurrent and rms_norm_gated of a decode step (one token a sequence) in one launch: a block per (sequence,
+ * v head), a warp per COLS columns (blockDim.x / 32 warps: all Dv columns); the rule's output row, rounded to T as
+ * the rule stores it, stays in shared memory, and warp 0 normalises it as rms_norm_gated does (G = Dv): the bits of
+ * the two launches. Dynamic shared memory: a warp's qs and ks (2 DK floats a warp); ys: the row (Dv <= 256).
+ */
+template <typename T, int DK>
+__device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* ba, int ldba, const T* aLog,
+                                                        const T* dtBias, const T* z, int ldz, const T* normW, T* out,
+                                                        float eps, float* state, const int* qsl, const int* seqLens,
+                                                        const int* slots, int Hk, int Hv, int Dv, int slotFloats,
+                                                        int ssmAt) {
+  extern __shared__ float qks[];
+  __shared__ T ys[256];
+  const int warp = threadIdx.x >> 5;
+  float* qs = qks + warp * 2 * DK;
+  deltanet_recurrent<T, DK, true>(conv, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,
+                                  ssmAt, warp, qs, qs + DK);
+  __syncthreads();
+  const int s = blockIdx.x, h = blockIdx.y, t = qsl[s];
+  if (warp != 0 || qsl[s + 1] == t) return;
+  gated_norm_group(ys, z + (long long)t * ldz + (long long)h * Dv, normW, out + (long long)t * Hv * Dv + (long long)h * Dv,
+                   Dv, eps);
 }
 
 #define INSTANTIATE_DK(suffix, T, DK)                                                                            \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK(                           \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
-    deltanet_recurrent<T, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,   \
-                              ssmAt);                                                                            \
+    __shared__ float qks[2 * DK];                                                                                \
+    deltanet_recurrent<T, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,  \
+                                     slotFloats, ssmAt, blockIdx.z, qks, qks + DK);                              \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(512) deltanet_recurrent_norm_##suffix##_##DK(                    \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z, int ldz, const T* normW, \
+      T* out, float eps, float* state, const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv,      \
+      int Dv, int slotFloats, int ssmAt) {                                                                       \
+    deltanet_recurrent_norm<T, DK>(conv, ba, ldba, aLog, dtBias, z, ldz, normW, out, eps, state, qsl, seqLens,   \
+                                   slots, Hk, Hv, Dv, slotFloats, ssmAt);                                        \
   }
 
 #define INSTANTIATE(suffix, T)                                                                                   \
