@@ -125,7 +125,7 @@ test('every proposal is the head\'s from scratch on the request\'s tokens, on ev
   }
 });
 
-test('the chained forwards through graphs (a DeviceGraphs that runs each record on the CPU): padded to their buckets under head keys, the proposals from scratch', async () => {
+test('QUIRE_SPEC_HEAD_GRAPHS=1: the chained forwards through graphs (a DeviceGraphs that runs each record on the CPU): padded to their buckets under head keys, the proposals from scratch', async () => {
   const runs: { key: number; numSeqs: number; numCarryRows: number }[] = [];
   const graphs: DeviceGraphs = { numCaptures: 0, captureMs: 0, launch: () => null,
     run: (key, batch, record) => {
@@ -136,11 +136,15 @@ test('the chained forwards through graphs (a DeviceGraphs that runs each record 
   const backend = new CpuBackend({ kvCacheBytes: 1 << 24, numThreads: 1 });
   const reference = eagle3Reference(dirs.target, dirs.random, backend);
   Object.defineProperty(CpuBackend.prototype, 'graphs', { get: () => graphs, configurable: true });
+  const knob = process.env.QUIRE_SPEC_HEAD_GRAPHS;
+  process.env.QUIRE_SPEC_HEAD_GRAPHS = '1';
   try {
     await onAndOff(dirs.target, dirs.random, { 'batch of 4': {}, 'one sequence at a time': { maxNumSeqs: 1 } },
       (name) => checkFromScratch(name, proposals.take(), reference));
   } finally {
     delete (CpuBackend.prototype as { graphs?: DeviceGraphs }).graphs;
+    if (knob === undefined) delete process.env.QUIRE_SPEC_HEAD_GRAPHS;
+    else process.env.QUIRE_SPEC_HEAD_GRAPHS = knob;
     proposals.stop();
     backend.dispose();
   }

@@ -49,8 +49,8 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
   });
   after(() => rmSync(tmp, { recursive: true, force: true }));
 
-  const generate = async (dir: string, head: string, batchInvariant: boolean, spec: boolean, enforceEager = false) => {
-    const llm = new LLM(dir, { backend: 'cuda', batchInvariant, maxModelLen: 512, enforceEager,
+  const generate = async (dir: string, head: string, batchInvariant: boolean, spec: boolean) => {
+    const llm = new LLM(dir, { backend: 'cuda', batchInvariant, maxModelLen: 512,
       ...(spec ? { speculativeConfig: { method: 'eagle3', model: head, num_speculative_tokens: 3 } } : {}) });
     try {
       const out = await llm.generate(PROMPTS, { maxTokens: 64, temperature: 0, ignoreEos: true });
@@ -147,7 +147,7 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
     });
   }
 
-  test('the chained forwards replay graphs under head keys: the transcripts and acceptances of eager forwards (batch-invariant)', async () => {
+  test('QUIRE_SPEC_HEAD_GRAPHS=1: the chained forwards replay graphs under head keys, with the transcripts and acceptances of eager ones (batch-invariant)', async () => {
     const keys: number[] = [];
     const run = CudaGraphs.prototype.run;
     CudaGraphs.prototype.run = function <R extends Float32Array | Int32Array>(this: CudaGraphs, key: number,
@@ -155,9 +155,12 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
       keys.push(key);
       return run.call(this, key, batch, record) as R;
     };
+    const knob = process.env.QUIRE_SPEC_HEAD_GRAPHS;
     try {
+      process.env.QUIRE_SPEC_HEAD_GRAPHS = '1';
       const graphed = await generate(dirs.target, dirs.head, true, true);
-      const eager = await generate(dirs.target, dirs.head, true, true, true);
+      process.env.QUIRE_SPEC_HEAD_GRAPHS = '0';
+      const eager = await generate(dirs.target, dirs.head, true, true);
       const [g, e] = [graphed.stats.specDecoding!, eager.stats.specDecoding!];
       console.log(`# graphed ${g.numAcceptedTokens} of ${g.numDraftTokens} accepted, eager ${e.numAcceptedTokens} of ${e.numDraftTokens}`);
       // every bucket captured at start-up (--max-num-seqs 256), then the run's chained forwards
@@ -167,6 +170,8 @@ describe('EAGLE-3 speculative decoding on CUDA', { skip: noCuda }, () => {
       assert.deepEqual([g.numDraftTokens, g.numAcceptedTokens], [e.numDraftTokens, e.numAcceptedTokens]);
     } finally {
       CudaGraphs.prototype.run = run;
+      if (knob === undefined) delete process.env.QUIRE_SPEC_HEAD_GRAPHS;
+      else process.env.QUIRE_SPEC_HEAD_GRAPHS = knob;
     }
   });
 
