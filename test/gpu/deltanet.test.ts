@@ -184,40 +184,46 @@ describe('CUDA gated DeltaNet vs CPU', { skip: noCuda }, () => {
   }
 
   for (const { name, shape } of SHAPES) {
-    test(`${name}: a decode step's rule and gated norm in one launch (deltanetFusedNorm) give the two launches' bits`,
-      () => {
-        const C = convChannels(shape);
-        const [Hv, Dv] = [shape.numValueHeads, shape.valueDim];
-        const backends = [newCuda({ deltanetFusedNorm: false }), newCuda({ deltanetFusedNorm: true })];
-        try {
-          let seed = 500;
-          const inputs = (T: number) => ({ conv: randomBf16(T * C, seed++, -2, 2),
-            ba: randomBf16(T * 2 * Hv, seed++, -3, 3), z: randomBf16(T * Hv * Dv, seed++, -3, 3) });
-          const [aLog, dtBias, wn] = [randomBf16(Hv, 1, -1, 1), randomBf16(Hv, 2, -1, 1), randomBf16(Dv, 3, 0.5, 1.5)];
-          // a prompt (the rule alone: not a decode step), then two decode steps: slots 1, 3 and a padding row
-          const steps = [[{ n: 5, start: 0, slot: 1 }, { n: 3, start: 0, slot: 3 }],
-            [{ n: 1, start: 5, slot: 1 }, { n: 1, start: 3, slot: 3 }, { n: 1, start: 0, slot: -1 }],
-            [{ n: 1, start: 4, slot: 3 }, { n: 1, start: 6, slot: 1 }]]
-            .map((seqs) => ({ seqs, ...inputs(seqs.reduce((a, q) => a + q.n, 0)) }));
-          const outs = backends.map((b) => {
-            b.allocateRecurrentState({ numSlots: 4, numLayers: 1, shape });
-            const up = (name: string, dims: number[], v: Float32Array) => b.upload(hostF32(name, dims, v));
-            const [a, d, w] = [up('A_log', [Hv], aLog), up('dt_bias', [Hv], dtBias), up('norm', [Dv], wn)];
-            return steps.map(({ seqs, conv, ba, z }) => {
-              const batch = seqBatch(seqs);
-              const T = batch.numTokens;
-              const sg = b.beginStep(batch);
-              b.fillWorkspace(0xff);
-              const gate = { z: up('z', [T, Hv * Dv], z), w, eps: 1e-6 };
-              const rule = b.gatedDeltaRule(up('conv', [T, C], conv), up('ba', [T, 2 * Hv], ba), a, d, shape, 0, sg, gate);
-              return bitsOf(b, rule);
-            });
+    test(`${name}: a decode step's conv, rule and gated norm in one launch (deltanetFusedDecode), and the rule and `
+      + 'norm alone in one (deltanetFusedNorm), give the separate launches\' bits, step after step', () => {
+      const C = convChannels(shape);
+      const [Hv, Dv, K] = [shape.numValueHeads, shape.valueDim, shape.convKernel];
+      const backends = [newCuda(), newCuda({ deltanetFusedNorm: true }), newCuda({ deltanetFusedDecode: true })];
+      try {
+        let seed = 500;
+        const inputs = (T: number) => ({ x: randomBf16(T * C, seed++, -2, 2), ba: randomBf16(T * 2 * Hv, seed++, -3, 3),
+          z: randomBf16(T * Hv * Dv, seed++, -3, 3) });
+        const [convW, aLog, dtBias, wn] = [randomBf16(C * K, 4, -0.6, 0.6), randomBf16(Hv, 1, -1, 1),
+          randomBf16(Hv, 2, -1, 1), randomBf16(Dv, 3, 0.5, 1.5)];
+        // a prompt (not a decode step: separate launches everywhere), then decode steps that read the windows and
+        // states the ones before wrote: a padding row, a one-token prompt at position 0 (zeros read, a window
+        // written), the rows in another order
+        const steps = [[{ n: 5, start: 0, slot: 1 }, { n: 3, start: 0, slot: 3 }],
+          [{ n: 1, start: 5, slot: 1 }, { n: 1, start: 3, slot: 3 }, { n: 1, start: 0, slot: -1 }],
+          [{ n: 1, start: 4, slot: 3 }, { n: 1, start: 0, slot: 2 }, { n: 1, start: 6, slot: 1 }],
+          [{ n: 1, start: 1, slot: 2 }, { n: 1, start: 7, slot: 1 }, { n: 1, start: 5, slot: 3 }]]
+          .map((seqs) => ({ seqs, ...inputs(seqs.reduce((a, q) => a + q.n, 0)) }));
+        const outs = backends.map((b) => {
+          b.allocateRecurrentState({ numSlots: 4, numLayers: 1, shape });
+          const up = (name: string, dims: number[], v: Float32Array) => b.upload(hostF32(name, dims, v));
+          const [w, a, d, n] = [up('conv', [C, K], convW), up('A_log', [Hv], aLog), up('dt_bias', [Hv], dtBias),
+            up('norm', [Dv], wn)];
+          return steps.map(({ seqs, x, ba, z }) => {
+            const batch = seqBatch(seqs);
+            const T = batch.numTokens;
+            const sg = b.beginStep(batch);
+            b.fillWorkspace(0xff);
+            const conv = b.causalConv1d(up('x', [T, C], x), w, 0, sg);
+            const gate = { z: up('z', [T, Hv * Dv], z), w: n, eps: 1e-6 };
+            return bitsOf(b, b.gatedDeltaRule(conv, up('ba', [T, 2 * Hv], ba), a, d, shape, 0, sg, gate));
           });
-          assert.deepEqual(outs[1], outs[0]);
-        } finally {
-          backends.forEach((b) => b.dispose());
-        }
-      });
+        });
+        assert.deepEqual(outs[1], outs[0], 'rule + norm in one launch');
+        assert.deepEqual(outs[2], outs[0], 'conv + rule + norm in one launch');
+      } finally {
+        backends.forEach((b) => b.dispose());
+      }
+    });
   }
 
   for (const G of [128, 40]) {

@@ -59,6 +59,8 @@ export interface CudaBackendOptions {
   decodeMmaMaxSplits?: number;
   /** A decode step's DeltaNet rule and gated norm in one launch; default QUIRE_DELTANET_FUSED_NORM. */
   deltanetFusedNorm?: boolean;
+  /** A decode step's DeltaNet conv, rule and gated norm in one launch; default QUIRE_DELTANET_FUSED_DECODE. */
+  deltanetFusedDecode?: boolean;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -120,7 +122,8 @@ export class CudaBackend implements Backend {
       { batchInvariant, fusedRope: opts.fusedRope, decodeMma: opts.decodeMma, mmaMaxSplits: opts.decodeMmaMaxSplits,
         verifyDecodeMaxSeqs: opts.verifyDecodeMaxSeqs });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
-    this.deltanet = new CudaDeltaNet(this.step, this.kv, opts.deltanetFusedNorm);
+    this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
+      fusedDecode: opts.deltanetFusedDecode });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

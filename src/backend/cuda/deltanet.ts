@@ -19,12 +19,39 @@ const CONV_TOKENS = 8;
 const FUSED_NORM_THREADS = 512;
 const FUSED_NORM_MAX_DV = 256;
 
+/** A decode step's conv left to the rule (QUIRE_DELTANET_FUSED_DECODE): what its launch would have taken. */
+interface PendingConv {
+  out: CudaTensor;
+  layer: number;
+  launch: () => void;
+  x: { ptr: bigint; ld: number };
+  w: Tensor;
+  K: number;
+  windowAt: number;
+}
+
 export class CudaDeltaNet {
   /** A decode step's rule and gated norm in one launch (deltanet_recurrent_norm; QUIRE_DELTANET_FUSED_NORM). */
   private readonly fusedNorm: boolean;
+  /** A decode step's conv, rule and gated norm in one launch (deltanet_decode; QUIRE_DELTANET_FUSED_DECODE). */
+  private readonly fusedDecode: boolean;
+  /**
+   * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
+   * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
+   */
+  private pendingConv: PendingConv | null = null;
 
-  constructor(private readonly s: StepContext, private readonly kv: KvMemory, fusedNorm?: boolean) {
-    this.fusedNorm = fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
+  constructor(private readonly s: StepContext, private readonly kv: KvMemory,
+    o: { fusedNorm?: boolean; fusedDecode?: boolean } = {}) {
+    this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
+    this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
+  }
+
+  /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
+  private flushConv(): void {
+    const p = this.pendingConv;
+    this.pendingConv = null;
+    p?.launch();
   }
 
   /** The state of recurrent layer `layer`, checked against the slots' layout. */
@@ -67,13 +94,19 @@ export class CudaDeltaNet {
       ptr(metaPtr(meta, layout.stateSlots))];
     const tail = [i32(C), i32(xs.ld), i32(K), i32(r.slotFloats), i32(layer * r.convFloats)];
     const perSeq = [batch.numSeqs, Math.ceil(C / 128), 1] as const;
+    this.flushConv();
+    const decode = () => this.s.timed('deltanet conv', () => this.s.device.launch('deltanet.cu', 'conv1d_silu_bf16',
+      [...perSeq], 128, [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr), ptr(r.base), ...sections, ...tail], 0, true));
+    if (T === batch.numSeqs && this.fusedDecode) {
+      this.pendingConv = { out, layer, launch: decode, x: xs, w, K, windowAt: layer * r.convFloats };
+      return out;
+    }
     this.s.timed('deltanet conv', () => {
       const d = this.s.device;
       // decode rows walk their one token per (sequence, channel); a step with prompt chunks takes a thread per
       // (token, channel) and updates the windows after (kernels/deltanet.cu: the same bits either way)
       if (T === batch.numSeqs) {
-        d.launch('deltanet.cu', 'conv1d_silu_bf16', [...perSeq], 128, [ptr(xs.ptr), ptr(asCuda(w).ptr), ptr(out.ptr),
-          ptr(r.base), ...sections, ...tail], 0, true);
+        decode();
         return;
       }
       d.launch('deltanet.cu', 'conv1d_silu_tokens_bf16', [Math.ceil(T / CONV_TOKENS), Math.ceil(C / 128), 1], 128,
@@ -104,8 +137,21 @@ export class CudaDeltaNet {
       ptr(metaPtr(meta, layout.stateSlots)), i32(Hk), i32(Hv), i32(Dv), i32(r.slotFloats), i32(ssmAt)];
     const head = [ptr(cs.ptr), ptr(bas.ptr), i32(bas.ld), ptr(asCuda(aLog).ptr), ptr(asCuda(dtBias).ptr)];
     const groups = Math.ceil(Dv / (32 / (Dk / 32)));  // warps of COLS columns
-    if (gate && this.fusedNorm && T === batch.numSeqs && gate.w.shape[0] === Dv && groups * 32 <= FUSED_NORM_THREADS
-      && Dv <= FUSED_NORM_MAX_DV) {
+    const fusable = T === batch.numSeqs && gate?.w.shape[0] === Dv && Dv <= FUSED_NORM_MAX_DV;
+    const pending = this.pendingConv?.out.ptr === cs.ptr && this.pendingConv.layer === layer ? this.pendingConv : null;
+    const warps = Math.max(groups, Math.ceil((2 * Dk + Dv) / 32));  // deltanet_decode: a thread a conv channel too
+    if (gate && pending && fusable && warps * 32 <= FUSED_NORM_THREADS) {
+      this.pendingConv = null;
+      const zs = asStrided(gate.z);
+      this.checkGate(gate, T, Hv * Dv);
+      this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_decode_bf16_${Dk}`,
+        [batch.numSeqs, Hv, 1], 32 * warps, [ptr(pending.x.ptr), i32(pending.x.ld), ptr(asCuda(pending.w).ptr),
+          i32(pending.K), i32(pending.windowAt), ptr(r.arrivals), ...head.slice(1), ptr(zs.ptr), i32(zs.ld),
+          ptr(asCuda(gate.w).ptr), ptr(out.ptr), f32(gate.eps), ...sections], warps * 2 * Dk * 4, true));
+      return out;
+    }
+    this.flushConv();
+    if (gate && fusable && (this.fusedNorm || this.fusedDecode) && groups * 32 <= FUSED_NORM_THREADS) {
       const zs = asStrided(gate.z);
       this.checkGate(gate, T, Hv * Dv);
       this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_norm_bf16_${Dk}`,
@@ -129,6 +175,7 @@ export class CudaDeltaNet {
     if (z.shape[0] !== T || z.shape[1] !== N || N % G !== 0) throw new Error('rmsNormGated: x, z and w do not fit');
     const zs = asStrided(z);
     const out = this.s.act([T, N]);
+    this.flushConv();
     this.s.timed('deltanet norm', () => this.s.device.launch('deltanet.cu', 'rms_norm_gated_bf16',
       [T, Math.ceil(N / G / 4), 1], 128, [ptr(xs.ptr), ptr(zs.ptr), i32(zs.ld), ptr(asCuda(w).ptr), ptr(out.ptr), i32(N),
         i32(G), f32(eps)], 0, true));

@@ -26,6 +26,11 @@ export interface RecurrentMemory {
   convFloats: number;
   ssmFloats: number;
   slotFloats: number;
+  /**
+   * [numSlots, numKeyHeads] int32, zero between launches: the fused decode kernel's count of the blocks (a key head's
+   * v heads) that have read a q/k conv window, so that the last one writes it (kernels/deltanet.cu).
+   */
+  arrivals: bigint;
 }
 
 export class KvMemory {
@@ -71,6 +76,7 @@ export class KvMemory {
     if (this.states) {
       this.device.synchronize();
       this.device.free(this.states.base);
+      this.device.free(this.states.arrivals);
       this.states = null;
     }
     const convFloats = (sh.convKernel - 1) * convChannels(sh);
@@ -79,7 +85,10 @@ export class KvMemory {
     const bytes = 4 * layout.numSlots * slotFloats;
     const base = this.device.alloc(bytes);
     this.device.fillBytesAsync(base, 0, bytes);
-    this.states = { layout: { ...layout, shape: { ...sh } }, base, convFloats, ssmFloats, slotFloats };
+    const arrivalBytes = 4 * layout.numSlots * sh.numKeyHeads;
+    const arrivals = this.device.alloc(arrivalBytes);
+    this.device.fillBytesAsync(arrivals, 0, arrivalBytes);
+    this.states = { layout: { ...layout, shape: { ...sh } }, base, convFloats, ssmFloats, slotFloats, arrivals };
     this.generation++;
   }
 
@@ -117,7 +126,10 @@ export class KvMemory {
 
   dispose(): void {
     if (this.kv) this.device.free(this.kv.base);
-    if (this.states) this.device.free(this.states.base);
+    if (this.states) {
+      this.device.free(this.states.base);
+      this.device.free(this.states.arrivals);
+    }
     this.kv = null;
     this.states = null;
   }

@@ -35,6 +35,8 @@
 //   deltanet_recurrent_norm: the two for a decode step (one token a sequence, G = Dv) in one launch, the same bits:
 //     grid (S, Hv), block 32 ceil(Dv / COLS) (a warp per COLS columns, as the rule's grid z), the rule's row in
 //     shared memory, then warp 0 normalises it (QUIRE_DELTANET_FUSED_NORM: one launch a layer fewer).
+//   deltanet_decode: conv1d_silu, the rule and the gated norm of a decode step in one launch, the same bits
+//     (QUIRE_DELTANET_FUSED_DECODE: two launches a layer fewer; the issue's fused decode kernel). grid (S, Hv); below.
 //
 // Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
 // switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
@@ -57,6 +59,24 @@
 
 // CONV_MAX_TAPS, DELTANET_KEY_DIMS(X, s, T): from TypeScript (kernel-defines.ts)
 
+/**
+ * One channel's next output, silu(sum_j taps[j] in_j) over its last K - 1 inputs hist (oldest first) and `in`, the taps
+ * in order as the CPU sums them (registers indexed by unrolled constants only); hist then moves on by `in`.
+ */
+__device__ __forceinline__ float conv_silu_step(const float* taps, float* hist, float in, int K) {
+  float acc = 0.f;
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) acc = fmaf(taps[j], hist[j], acc);
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS; j++) if (j == K - 1) acc = fmaf(taps[j], in, acc);
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS - 1; j++) {
+    if (j < K - 2) hist[j] = hist[j + 1];
+    else if (j == K - 2) hist[j] = in;
+  }
+  return acc / (1.f + expf(-acc));
+}
+
 template <typename T>
 __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, float* state, const int* qsl,
                                             const int* seqLens, const int* slots, int C, int ldx, int K,
@@ -78,18 +98,7 @@ __device__ __forceinline__ void conv1d_silu(const T* x, const T* w, T* out, floa
   }
   if (DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // x is the kernel before's output
   for (int t = start; t < end; t++) {
-    const float in = to_float(x[(long long)t * ldx + c]);
-    float acc = 0.f;  // the taps in order, as the CPU sums them (registers indexed by unrolled constants only)
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) acc = fmaf(taps[j], hist[j], acc);
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_TAPS; j++) if (j == K - 1) acc = fmaf(taps[j], in, acc);
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_TAPS - 1; j++) {
-      if (j < K - 2) hist[j] = hist[j + 1];
-      else if (j == K - 2) hist[j] = in;
-    }
-    out[(long long)t * C + c] = from_float<T>(acc / (1.f + expf(-acc)));
+    out[(long long)t * C + c] = from_float<T>(conv_silu_step(taps, hist, to_float(x[(long long)t * ldx + c]), K));
   }
   if (win == nullptr) return;
 #pragma unroll
@@ -162,17 +171,19 @@ struct TokenIn {
   float v, a, b;
 };
 
-template <typename T, int DK>
+template <typename T, int DK, bool CONV_ROW>
 __device__ __forceinline__ void load_token(const T* conv, const T* ba, int ldba, long long t, int C, int Hk, int Hv,
                                            int Dv, int kh, int h, int j, TokenIn<DK>& in) {
   const int lane = threadIdx.x & 31;
-  const T* row = conv + t * C;
+  // CONV_ROW: conv is the block's row of its key head's q, k and its v head's v (the fused decode kernel)
+  const T* row = CONV_ROW ? conv : conv + t * C;
+  const int qAt = CONV_ROW ? 0 : kh * DK, kAt = CONV_ROW ? DK : (Hk + kh) * DK, vAt = CONV_ROW ? 2 * DK : 2 * Hk * DK + h * Dv;
 #pragma unroll
   for (int i = 0; i < DK / 32; i++) {
-    in.q[i] = to_float(row[kh * DK + lane + 32 * i]);
-    in.k[i] = to_float(row[(Hk + kh) * DK + lane + 32 * i]);
+    in.q[i] = to_float(row[qAt + lane + 32 * i]);
+    in.k[i] = to_float(row[kAt + lane + 32 * i]);
   }
-  in.v = j < Dv ? to_float(row[2 * Hk * DK + h * Dv + j]) : 0.f;
+  in.v = j < Dv ? to_float(row[vAt + j]) : 0.f;
   in.b = to_float(ba[t * ldba + h]);
   in.a = to_float(ba[t * ldba + Hv + h]);
 }
@@ -199,14 +210,16 @@ __device__ __forceinline__ float column_sum(float v) {
 
 // `group`: the warp's COLS columns; qs, ks: the warp's own [DK] each. FUSED (deltanet_recurrent_norm: one token a
 // sequence): the output row goes to out[j] (the block's shared row), not to out[t][h][j].
-template <typename T, int DK, bool FUSED>
+// CONV_ROW: conv is the block's shared row of q | k | v (deltanet_decode), whose kernel has done its own dependent-
+// launch wait (PDL false).
+template <typename T, int DK, bool FUSED, bool CONV_ROW = false, bool PDL = true>
 __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out,
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
                                                    int Hk, int Hv, int Dv, int slotFloats, int ssmAt, int group,
                                                    float* qs, float* ks) {
   constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
-  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
-  if (!DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
+  if (PDL) pdl_trigger_if(DELTANET_TRIGGER_EARLY);
+  if (PDL && !DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
   const int s = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x & 31;
   const int part = lane / COLS;  // lane holds rows d = part + PARTS i (interleaved: no bank conflicts on qs, ks)
@@ -226,12 +239,12 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   const float A = -expf(to_float(aLog[h]));
   const float bias = to_float(dtBias[h]);
   const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
-  if (DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // conv and ba: the kernels before's
+  if (PDL && DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // conv and ba: the kernels before's
   TokenIn<DK> next;
-  load_token<T, DK>(conv, ba, ldba, start, C, Hk, Hv, Dv, kh, h, j, next);
+  load_token<T, DK, CONV_ROW>(conv, ba, ldba, start, C, Hk, Hv, Dv, kh, h, j, next);
   for (int t = start; t < end; t++) {
     const TokenIn<DK> in = next;
-    if (t + 1 < end) load_token<T, DK>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
+    if (t + 1 < end) load_token<T, DK, CONV_ROW>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
     const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
     __syncwarp();
 #pragma unroll
@@ -316,6 +329,69 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
                    Dv, eps);
 }
 
+/**
+ * A DeltaNet layer's whole decode step (one token a sequence) for a (sequence, v head) in one launch: the causal conv
+ * of the 2 DK + Dv channels it reads (its key head's q and k, its v head's v: a thread each, conv_silu_step as
+ * conv1d_silu, the outputs rounded to T as conv1d_silu stores them, in shared memory), the rule on that row, and the
+ * gated norm (deltanet_recurrent_norm's): the bits of the three launches. The windows move on as conv1d_silu moves
+ * them: a v channel's by its own thread; a key head's q/k windows are read by its Hv / Hk v heads' blocks, each of
+ * which counts itself in arrivals[slot][kh] once it has read them, and the last to arrive writes them and sets the
+ * count back to zero (no block waits for another). The windows and weights are read before the dependent-launch wait
+ * (this layer's windows were written in an earlier step). Block: 32 x the larger of ceil(Dv / COLS) and
+ * ceil((2 DK + Dv) / 32) warps (<= 512); dynamic shared memory: 2 DK floats a warp.
+ */
+template <typename T, int DK>
+__device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* convW, int K, int windowAt, int* arrivals,
+                                                const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z,
+                                                int ldz, const T* normW, T* out, float eps, float* state, const int* qsl,
+                                                const int* seqLens, const int* slots, int Hk, int Hv, int Dv,
+                                                int slotFloats, int ssmAt) {
+  extern __shared__ float qks[];
+  __shared__ T ys[256];
+  __shared__ T convRow[2 * DK + 256];
+  __shared__ int last;
+  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
+  const int s = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), i = threadIdx.x;
+  const int C = 2 * Hk * DK + Hv * Dv;
+  const int c = i < DK ? kh * DK + i : i < 2 * DK ? (Hk + kh) * DK + i - DK : i < 2 * DK + Dv ? 2 * Hk * DK + h * Dv + i - 2 * DK : -1;
+  const int start = qsl[s];
+  const bool hasToken = qsl[s + 1] > start;
+  const int pos0 = seqLens[s] - 1;
+  const int slot = slots[s];
+  float* win = slot >= 0 && hasToken ? state + (long long)slot * slotFloats + windowAt : nullptr;
+  float taps[CONV_MAX_TAPS], hist[CONV_MAX_TAPS];
+#pragma unroll
+  for (int j = 0; j < CONV_MAX_TAPS; j++) {
+    taps[j] = c >= 0 && j < K ? to_float(convW[(long long)c * K + j]) : 0.f;
+    hist[j] = c >= 0 && j < K - 1 && win != nullptr && pos0 > 0 ? win[(long long)j * C + c] : 0.f;
+  }
+  pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // x: the in_proj GEMM's output
+  if (c >= 0 && hasToken) convRow[i] = from_float<T>(conv_silu_step(taps, hist, to_float(x[(long long)start * ldx + c]), K));
+  __syncthreads();
+  if (i == 0) {
+    last = 0;
+    if (win != nullptr) {
+      __threadfence();  // this block's reads of the q/k windows before its count
+      const int at = slot * Hk + kh;
+      last = atomicAdd(&arrivals[at], 1) == Hv / Hk - 1;
+      if (last) arrivals[at] = 0;
+    }
+  }
+  __syncthreads();
+  if (win != nullptr && c >= 0 && (i >= 2 * DK || last)) {
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) win[(long long)j * C + c] = hist[j];
+  }
+  const int warp = i >> 5;
+  float* qs = qks + warp * 2 * DK;
+  deltanet_recurrent<T, DK, true, true, false>(convRow, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots, Hk,
+                                               Hv, Dv, slotFloats, ssmAt, warp, qs, qs + DK);
+  __syncthreads();
+  if (warp != 0 || !hasToken) return;
+  gated_norm_group(ys, z + (long long)start * ldz + (long long)h * Dv, normW,
+                   out + (long long)start * Hv * Dv + (long long)h * Dv, Dv, eps);
+}
+
 #define INSTANTIATE_DK(suffix, T, DK)                                                                            \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK(                           \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
@@ -330,6 +406,13 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
       int Dv, int slotFloats, int ssmAt) {                                                                       \
     deltanet_recurrent_norm<T, DK>(conv, ba, ldba, aLog, dtBias, z, ldz, normW, out, eps, state, qsl, seqLens,   \
                                    slots, Hk, Hv, Dv, slotFloats, ssmAt);                                        \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(512) deltanet_decode_##suffix##_##DK(                             \
+      const T* x, int ldx, const T* convW, int K, int windowAt, int* arrivals, const T* ba, int ldba,            \
+      const T* aLog, const T* dtBias, const T* z, int ldz, const T* normW, T* out, float eps, float* state,       \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
+    deltanet_decode<T, DK>(x, ldx, convW, K, windowAt, arrivals, ba, ldba, aLog, dtBias, z, ldz, normW, out, eps, \
+                           state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats, ssmAt);                           \
   }
 
 #define INSTANTIATE(suffix, T)                                                                                   \
