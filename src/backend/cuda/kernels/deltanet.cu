@@ -177,7 +177,8 @@ __device__ __forceinline__ void load_token(const T* conv, const T* ba, int ldba,
   const int lane = threadIdx.x & 31;
   // CONV_ROW: conv is the block's row of its key head's q, k and its v head's v (the fused decode kernel)
   const T* row = CONV_ROW ? conv : conv + t * C;
-  const int qAt = CONV_ROW ? 0 : kh * DK, kAt = CONV_ROW ? DK : (Hk + kh) * DK, vAt = CONV_ROW ? 2 * DK : 2 * Hk * DK + h * Dv;
+  const int qAt = CONV_ROW ? 0 : kh * DK, kAt = CONV_ROW ? DK : (Hk + kh) * DK;
+  const int vAt = CONV_ROW ? 2 * DK : 2 * Hk * DK + h * Dv;
 #pragma unroll
   for (int i = 0; i < DK / 32; i++) {
     in.q[i] = to_float(row[qAt + lane + 32 * i]);
@@ -325,8 +326,8 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
   __syncthreads();
   const int s = blockIdx.x, h = blockIdx.y, t = qsl[s];
   if (warp != 0 || qsl[s + 1] == t) return;
-  gated_norm_group(ys, z + (long long)t * ldz + (long long)h * Dv, normW, out + (long long)t * Hv * Dv + (long long)h * Dv,
-                   Dv, eps);
+  gated_norm_group(ys, z + (long long)t * ldz + (long long)h * Dv, normW,
+                   out + (long long)t * Hv * Dv + (long long)h * Dv, Dv, eps);
 }
 
 /**
@@ -343,9 +344,9 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
 template <typename T, int DK>
 __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* convW, int K, int windowAt, int* arrivals,
                                                 const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z,
-                                                int ldz, const T* normW, T* out, float eps, float* state, const int* qsl,
-                                                const int* seqLens, const int* slots, int Hk, int Hv, int Dv,
-                                                int slotFloats, int ssmAt) {
+                                                int ldz, const T* normW, T* out, float eps, float* state,
+                                                const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv,
+                                                int Dv, int slotFloats, int ssmAt) {
   extern __shared__ float qks[];
   __shared__ T ys[256];
   __shared__ T convRow[2 * DK + 256];
@@ -353,7 +354,11 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   const int s = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), i = threadIdx.x;
   const int C = 2 * Hk * DK + Hv * Dv;
-  const int c = i < DK ? kh * DK + i : i < 2 * DK ? (Hk + kh) * DK + i - DK : i < 2 * DK + Dv ? 2 * Hk * DK + h * Dv + i - 2 * DK : -1;
+  // this thread's channel: its key head's q (i < DK), then k, then its v head's v; none past them
+  const int c = i < DK       ? kh * DK + i
+                : i < 2 * DK ? (Hk + kh) * DK + i - DK
+                : i < 2 * DK + Dv ? 2 * Hk * DK + h * Dv + i - 2 * DK
+                                  : -1;
   const int start = qsl[s];
   const bool hasToken = qsl[s + 1] > start;
   const int pos0 = seqLens[s] - 1;
@@ -366,7 +371,9 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
     hist[j] = c >= 0 && j < K - 1 && win != nullptr && pos0 > 0 ? win[(long long)j * C + c] : 0.f;
   }
   pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // x: the in_proj GEMM's output
-  if (c >= 0 && hasToken) convRow[i] = from_float<T>(conv_silu_step(taps, hist, to_float(x[(long long)start * ldx + c]), K));
+  if (c >= 0 && hasToken) {
+    convRow[i] = from_float<T>(conv_silu_step(taps, hist, to_float(x[(long long)start * ldx + c]), K));
+  }
   __syncthreads();
   if (i == 0) {
     last = 0;
