@@ -93,8 +93,10 @@ export function stepMap(kernels: readonly NcuKernel[]): StepMap {
 /** The map as a markdown table, with the step's bytes at `bandwidth` (bytes/s) as its ideal. */
 export function formatStepMap(m: StepMap, bandwidth: number): string {
   const ideal = (m.readBytes / bandwidth) * 1e6;
-  const out = [`${m.numKernels} kernels, ${m.us.toFixed(1)} us alone; ${(m.readBytes / 1e6).toFixed(1)} MB read from DRAM, `
-    + `${ideal.toFixed(1)} us at ${(bandwidth / 1e12).toFixed(2)} TB/s (${((ideal / m.us) * 100).toFixed(0)}%)`, '',
+  const tbs = (bandwidth / 1e12).toFixed(2);
+  const out = [`${m.numKernels} kernels, ${m.us.toFixed(1)} us alone; `
+    + `${(m.readBytes / 1e6).toFixed(1)} MB read from DRAM, ${ideal.toFixed(1)} us at ${tbs} TB/s `
+    + `(${((ideal / m.us) * 100).toFixed(0)}%)`, '',
   '| kernel | grid x block | launches | us each | MB each | GB/s | share |', '|---|---|---|---|---|---|---|'];
   for (const r of m.rows) {
     const gbs = r.readBytes / (r.us * 1e3);
@@ -123,7 +125,8 @@ function main(argv: string[]): void {
     process.exitCode = 2;
     return;
   }
-  const range = opts.range ? opts.range.split(',').map(Number) as [number, number] : stepRange(kernels, Number(opts.step));
+  const range = opts.range ? opts.range.split(',').map(Number) as [number, number]
+    : stepRange(kernels, Number(opts.step));
   if (!range || range.some((x) => !Number.isInteger(x)) || range[0] >= range[1]) {
     console.error(`${file}: ${kernels.length} kernels; no step ${opts.range ?? opts.step} in them`);
     process.exitCode = 2;

@@ -7,8 +7,8 @@ import { availableParallelism } from 'node:os';
 import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, DeltaNetGate, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
-  StepInputs, Tensor, TensorParallelRank } from '../backend.js';
+import type { Backend, DeltaNetGate, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute,
+  RecurrentStateLayout, RopeSpec, StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';

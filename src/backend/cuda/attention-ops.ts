@@ -7,8 +7,8 @@
 
 import { readKnob } from '../../knobs/knobs.js';
 import type { RopeSpec, StepInputs, Tensor } from '../backend.js';
-import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, verifyAsDecode, decodeSplitCap, launchDecodeAttention,
-  launchPrefillAttention, mmaFromGroup, type DecodeRope } from './attention-launch.js';
+import { DECODE_MMA_HEAD_DIMS, type DecodeMma, decodeAsDependent, decodeSplitCap, launchDecodeAttention,
+  launchPrefillAttention, mmaFromGroup, type DecodeRope, verifyAsDecode } from './attention-launch.js';
 import { decodeGridZ, decodeGroup, GROUP_FILL, MAX_SPLITS, maxSplitsOf, MMA_GROUP_FILL, MMA_MAX_SPLITS, splitStateRows }
   from './decode-splits.js';
 import { f32, i32, ptr, type KernelArg } from './device.js';
@@ -27,7 +27,7 @@ export interface AttentionOptions {
   decodeMma?: DecodeMma;
   /** Most splits of a row on the _mma builds (QUIRE_DECODE_MMA_MAX_SPLITS). */
   mmaMaxSplits?: number;
-  /** Verify steps of up to this many sequences attend on the decode kernel (QUIRE_VERIFY_DECODE_MAX_SEQS; verifyAsDecode). */
+  /** Verify steps of up to this many sequences attend on the decode kernel (QUIRE_VERIFY_DECODE_MAX_SEQS). */
   verifyDecodeMaxSeqs?: number;
 }
 

@@ -8,8 +8,8 @@ import type { GgufGemmOptionsIn } from './gguf-gemm.js';
 import type { ByteSegment, GgufBlocks, HostTensor, WeightSource } from '../../loader/types.js';
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
-import type { Backend, DeltaNetGate, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute, RecurrentStateLayout, RopeSpec,
-  StepInputs, Tensor, TensorParallelRank } from '../backend.js';
+import type { Backend, DeltaNetGate, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute,
+  RecurrentStateLayout, RopeSpec, StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
 import type { DecodeMma } from './attention-launch.js';
 import { CudaHiddenCarry } from './carry.js';
