@@ -1,6 +1,7 @@
 // Which decode steps are captured as CUDA graphs (one per batch-size bucket), and the largest step the start-up
 // profile run sizes the activations for.
 
+import type { DeviceGraphs } from '../../backend/backend.js';
 import type { ForwardBatch } from '../../backend/batch.js';
 import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
 
@@ -16,6 +17,21 @@ export function graphBuckets(maxNumSeqs: number): number[] {
   const out = new Set<number>();
   for (let n = 1; n <= maxNumSeqs; n++) out.add(graphBucket(n, maxNumSeqs)!);
   return [...out];
+}
+
+/**
+ * Captures `forward`'s graph of every bucket up to maxNumSeqs, largest first, over padding rows (one token each, on
+ * the null page), under key(bucket); `prepare` completes such a batch first (an MTP head's carry rows). The target's
+ * decode graphs (ModelRunner.captureGraphs) and a speculative head's chained forwards' (MtpProposer.captureGraphs).
+ */
+export function captureBucketGraphs(graphs: DeviceGraphs, maxNumSeqs: number, blockSize: number,
+  key: (bucket: number) => number, forward: (batch: ForwardBatch) => Int32Array,
+  prepare: (batch: ForwardBatch) => void = () => {}): void {
+  for (const bucket of graphBuckets(maxNumSeqs).reverse()) {
+    const batch = buildForwardBatch([], blockSize, bucket, true);
+    prepare(batch);
+    graphs.run(key(bucket), batch, () => forward(batch));
+  }
 }
 
 /**

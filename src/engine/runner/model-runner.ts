@@ -13,7 +13,7 @@ import type { TokenLogprob } from '../../sampling/types.js';
 import { isGreedyVerifiable, verifyGreedy } from '../../sampling/greedy-verify.js';
 import { buildForwardBatch, numPromptLogitRows, numSampleRows, type ScheduledSeq } from '../batch-builder.js';
 import { runDeviceStep, type DeviceResult, type DeviceStep } from './device-steps.js';
-import { graphBucket, graphBuckets, largestStep, uniformGraphBatch } from './graph-buckets.js';
+import { captureBucketGraphs, graphBucket, largestStep, uniformGraphBatch } from './graph-buckets.js';
 
 /** A scheduled row as the runner needs it. */
 export type RunnerRow = ScheduledSeq & { isDecode: boolean; requestId: string;
@@ -210,10 +210,8 @@ export class ModelRunner {
 export function captureDecodeGraphs(model: Model, options: RunnerOptions): void {
   const graphs = model.backend.graphs;
   if (!graphs || options.enforceEager) return;
-  for (const bucket of graphBuckets(options.maxNumSeqs).reverse()) {
-    const batch = buildForwardBatch([], options.blockSize, bucket, true);
-    graphs.run(bucket, batch, () => model.forwardTokens(batch));
-  }
+  captureBucketGraphs(graphs, options.maxNumSeqs, options.blockSize, (bucket) => bucket,
+    (batch) => model.forwardTokens(batch));
 }
 
 /**

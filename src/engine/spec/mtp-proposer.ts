@@ -32,7 +32,7 @@
 import type { DeviceGraphs } from '../../backend/backend.js';
 import type { ForwardBatch } from '../../backend/batch.js';
 import { buildForwardBatch, type ScheduledSeq } from '../batch-builder.js';
-import { graphBucket, graphBuckets, headGraphKey } from '../runner/graph-buckets.js';
+import { captureBucketGraphs, graphBucket, headGraphKey } from '../runner/graph-buckets.js';
 import type { Model } from '../../model/model.js';
 import type { ResolvedEngineOptions } from '../options.js';
 import { readKnob } from '../../knobs/knobs.js';
@@ -127,11 +127,8 @@ export class MtpProposer {
   captureGraphs(): void {
     const { graphs, maxNumSeqs } = this.headGraphs;
     if (!graphs) return;
-    for (const bucket of graphBuckets(maxNumSeqs).reverse()) {
-      const batch = buildForwardBatch([], this.blockSize, bucket, true);
-      batch.carryRows = new Int32Array(bucket);
-      graphs.run(headGraphKey(bucket), batch, () => this.head.fromHead(batch));
-    }
+    captureBucketGraphs(graphs, maxNumSeqs, this.blockSize, headGraphKey, (batch) => this.head.fromHead(batch),
+      (batch) => (batch.carryRows = new Int32Array(batch.numSeqs)));
   }
 
   /**
