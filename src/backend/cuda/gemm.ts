@@ -14,6 +14,7 @@ import { CHAIN_NORM_FROM_HIDDEN, chainNormPartsBytes, chainNormRole, type ChainG
   planChainGemm } from './gemm-chain.js';
 import { planGemmRows } from './gemm-rows.js';
 import { CudaGgufGemm, type GgufGemmOptionsIn } from './gguf-gemm.js';
+import { EventGemmTuner } from './gemm-tune.js';
 import { GGUF_Q8_BLOCK, GgufWeight } from './gguf-layout.js';
 import { NORM_VEC } from './kernel-defines.js';
 import type { StepContext } from './step-context.js';
@@ -28,6 +29,8 @@ export interface GemmOptions {
   /** A split _p8 chain past one wave takes the 8-stage _s2 build, not the unsplit one (QUIRE_CHAIN_SHORT_RING). */
   chainShortRing?: boolean;
   cublasWorkspaceBytes?: number;
+  /** Most rows of a single-chain GEMM shape tuned among cuBLASLt's candidates (QUIRE_CUBLAS_TUNE_UP_TO; 0: none). */
+  cublasTuneUpTo?: number;
   gguf?: GgufGemmOptionsIn;
 }
 
@@ -53,6 +56,8 @@ export class CudaGemms {
   /** GEMMs that ran on kernels/gemm_chain.cu (launched, or recorded into a graph). */
   numChainGemms = 0;
   private readonly gguf: CudaGgufGemm;
+  /** Times single-chain cuBLASLt candidates (gemm-tune.ts); null: the heuristic's first. */
+  readonly tuner: EventGemmTuner | null;
 
   constructor(private readonly s: StepContext, o: GemmOptions) {
     this.batchInvariant = o.batchInvariant;
@@ -62,7 +67,10 @@ export class CudaGemms {
     this.chainSilu = { bf16: readKnob('QUIRE_CHAIN_SILU'), fp8: readKnob('QUIRE_CHAIN_SILU_FP8') };
     const cublasBytes = o.cublasWorkspaceBytes ?? 32 << 20;
     this.cublasWorkspace = s.device.alloc(cublasBytes);
-    this.gemm = new Gemm(this.cublasWorkspace, cublasBytes, 'block', readKnob('QUIRE_CUBLAS_SINGLE_CHAIN_FROM'));
+    const tuneUpTo = o.cublasTuneUpTo ?? readKnob('QUIRE_CUBLAS_TUNE_UP_TO');
+    this.tuner = tuneUpTo > 0 ? new EventGemmTuner(s.device, tuneUpTo) : null;
+    this.gemm = new Gemm(this.cublasWorkspace, cublasBytes, 'block', readKnob('QUIRE_CUBLAS_SINGLE_CHAIN_FROM'),
+      this.tuner);
     this.gguf = new CudaGgufGemm(s, (x, w, label, bias) => this.matmul(x, w, label, bias),
       { batchInvariant: o.batchInvariant, ...o.gguf });
   }
@@ -336,6 +344,7 @@ export class CudaGemms {
 
   dispose(): void {
     this.gemm.dispose();
+    this.tuner?.dispose();
     this.s.device.free(this.cublasWorkspace);
   }
 }

@@ -37,6 +37,8 @@ export const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;
 export const CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3;
 export const CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;
 export const CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;
+/** Partial sums of a split K in the compute type (f32) in the workspace, reduced by a second kernel. */
+export const CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
 export const HEURISTIC_RESULT_BYTES = 96;
 /** Rows from which bf16 GEMMs sum K in one chain (Gemm's singleChainFrom). */
@@ -60,6 +62,9 @@ export interface CublasLtApi {
   cublasLtMatmul(handle: Handle, desc: Handle, alpha: Float32Array, a: bigint, aLayout: Handle, b: bigint,
     bLayout: Handle, beta: Float32Array, c: bigint, cLayout: Handle, d: bigint, dLayout: Handle,
     algo: Uint8Array, workspace: bigint, workspaceBytes: number, stream: Handle): number;
+  cublasLtMatmulAlgoConfigSetAttribute(algo: Uint8Array, attr: number, buf: Uint32Array, size: number): number;
+  cublasLtMatmulAlgoCheck(handle: Handle, desc: Handle, a: Handle, b: Handle, c: Handle, d: Handle, algo: Uint8Array,
+    result: Uint8Array): number;
   cublasLtMatmulAlgoConfigGetAttribute(algo: Uint8Array, attr: number, buf: Uint32Array, size: number,
     written: Out<number>): number;
 }
@@ -81,6 +86,9 @@ const PROTOTYPES = [
   'int cublasLtMatmul(void *handle, void *desc, const void *alpha, uint64_t a, void *aLayout, ' +
     'uint64_t b, void *bLayout, const void *beta, uint64_t c, void *cLayout, uint64_t d, void *dLayout, ' +
     'const void *algo, uint64_t workspace, size_t workspaceBytes, void *stream)',
+  'int cublasLtMatmulAlgoConfigSetAttribute(_Inout_ uint8_t *algo, int attr, const void *buf, size_t size)',
+  'int cublasLtMatmulAlgoCheck(void *handle, void *desc, void *a, void *b, void *c, void *d, const uint8_t *algo, ' +
+    '_Out_ uint8_t *result)',
   'int cublasLtMatmulAlgoConfigGetAttribute(const uint8_t *algo, int attr, _Out_ uint32_t *buf, size_t size, ' +
     '_Out_ size_t *written)',
 ];
@@ -120,6 +128,20 @@ interface GemmPlan {
   algo: Uint8Array;
 }
 
+/** How a Gemm picks among its single-chain candidates (gemm-tune.ts); without one, the heuristic's first. */
+export interface GemmTuner {
+  /** Most rows a tuned shape has; larger steps are compute-bound enough for the heuristic's first. */
+  readonly upToRows: number;
+  /**
+   * Index of the fastest of `launches` whose `output` bits equal the first's, or 0 where it cannot time them now (the
+   * stream is being captured).
+   */
+  fastest(launches: readonly (() => void)[], output: { ptr: bigint; bytes: number }): number;
+}
+
+/** Single-chain candidates a tuned shape times. */
+const TUNE_CANDIDATES = 8;
+
 /**
  * bf16 GEMMs y = x w^T (+ a bias per output column of w, added in fp32 before the rounding: the BIAS epilogue) on one
  * stream, with layouts and heuristic algo cached per (T, N, K, bias or not).
@@ -127,9 +149,13 @@ interface GemmPlan {
  * bf16 GEMMs of `singleChainFrom` rows and more (SINGLE_CHAIN_MIN_TOKENS) take no split-K algorithm: each
  * output is then one chain of MMAs over K in order, whatever tile or stage count the heuristic picks on a given GPU,
  * so their bits are the same on every Hopper part (an H200's heuristic split K 12,288 at 256 rows where an H100's did
- * not) and equal the chain kernels' (the decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). Fewer rows keep the
+ * not) and equal the chain kernels' (the decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). Not every
+ * single-chain algorithm sums in that order: one of the 8 candidates at qwen3.5-27b's down (N 5120, K 17408, 128 rows)
+ * differed in the last bit of some outputs (session 46, H200), so the tuner below compares bits before it times. Fewer rows keep the
  * heuristic's split-K, whose speed W1's shrinking tail steps need (docs/perf-log.md, session 27); a shape no
  * single-chain algorithm serves takes the heuristic's first (cublas-split.test.ts checks the benchmarked shapes).
+ * With a `tuner`, a single-chain shape of up to tuner.upToRows rows takes the fastest of the heuristic's first
+ * TUNE_CANDIDATES single-chain algorithms that give the first's bits, timed on its first eager run (gemm-tune.ts).
  */
 export class Gemm {
   private readonly api = cublasLtApi();
@@ -154,7 +180,8 @@ export class Gemm {
    * and 128 k, VEC128_32F: the block scales repeated on each of their rows).
    */
   constructor(private readonly workspace: bigint, private readonly workspaceBytes: number,
-    readonly fp8WeightScales: 'block' | 'row' = 'block', private readonly singleChainFrom = SINGLE_CHAIN_MIN_TOKENS) {
+    readonly fp8WeightScales: 'block' | 'row' = 'block', private readonly singleChainFrom = SINGLE_CHAIN_MIN_TOKENS,
+    private readonly tuner: GemmTuner | null = null) {
     this.handle = created((o) => this.api.cublasLtCreate(o), 'cublasLtCreate');
     this.desc = created((o) => this.api.cublasLtMatmulDescCreate(o, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       'cublasLtMatmulDescCreate');
@@ -182,7 +209,56 @@ export class Gemm {
 
   /** The split-K count and reduction scheme of the algorithm cached for a bf16 GEMM (probes and tests). */
   splitOf(T: number, N: number, K: number): { splitK: number; reductionScheme: number } {
-    const { algo } = this.plan(T, N, K, this.desc);
+    return this.splitOfAlgo(this.plan(T, N, K, this.desc).algo);
+  }
+
+  /**
+   * Up to `max` of the heuristic's bf16 algorithms (no bias) for (T, N, K), in its order, with its wave estimate:
+   * `singleChain` asks for those that sum K in one chain. For lab/bench-gemm.ts, which times each with runAlgo.
+   */
+  candidates(T: number, N: number, K: number, singleChain: boolean, max = 8): { algo: Uint8Array; waves: number;
+    workspaceBytes: number; splitK: number }[] {
+    const { a, b, d } = this.plan(T, N, K, this.desc);
+    const results = new Uint8Array(HEURISTIC_RESULT_BYTES * max);
+    const numReturned: Out<number> = [0];
+    const pref = singleChain ? this.singleChainPref ?? this.pref : this.pref;
+    checkCublas(this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, this.desc, a, b, d, d, pref, max, results,
+      numReturned), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K}, ${max})`);
+    const view = new DataView(results.buffer);
+    return Array.from({ length: numReturned[0] }, (_, i) => i * HEURISTIC_RESULT_BYTES)
+      .filter((o) => view.getInt32(o + 72, true) === 0)  // state: CUBLAS_STATUS_SUCCESS
+      .map((o) => {
+        const algo = results.slice(o, o + ALGO_BYTES);
+        return { algo, workspaceBytes: Number(view.getBigUint64(o + 64, true)), waves: view.getFloat32(o + 76, true),
+          splitK: this.splitOfAlgo(algo).splitK };
+      });
+  }
+
+  /**
+   * `algo` made to split K `splitK` ways, partial sums reduced in f32 in the workspace (REDUCTION_SCHEME
+   * COMPUTE_TYPE); null where cuBLASLt refuses that (AlgoCheck) or it needs more workspace than this Gemm has.
+   */
+  withSplit(algo: Uint8Array, splitK: number, T: number, N: number, K: number): Uint8Array | null {
+    const { a, b, d } = this.plan(T, N, K, this.desc);
+    const split = algo.slice();
+    for (const [attr, v] of [[CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splitK],
+      [CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, splitK > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : 0]] as const) {
+      if (this.api.cublasLtMatmulAlgoConfigSetAttribute(split, attr, new Uint32Array([v]), 4) !== 0) return null;
+    }
+    const result = new Uint8Array(HEURISTIC_RESULT_BYTES);
+    if (this.api.cublasLtMatmulAlgoCheck(this.handle, this.desc, a, b, d, d, split, result) !== 0) return null;
+    const need = Number(new DataView(result.buffer).getBigUint64(64, true));
+    return need <= this.workspaceBytes ? split : null;
+  }
+
+  /** y[T, N] = x[T, K] * w[N, K]^T on `algo` (one of candidates'). */
+  runAlgo(algo: Uint8Array, x: bigint, w: bigint, y: bigint, T: number, N: number, K: number, stream: Handle): void {
+    const p = this.plan(T, N, K, this.desc);
+    checkCublas(this.api.cublasLtMatmul(this.handle, this.desc, this.alpha, w, p.a, x, p.b, this.beta, y, p.d, y, p.d,
+      algo, this.workspace, this.workspaceBytes, stream), `cublasLtMatmul(T=${T}, N=${N}, K=${K})`);
+  }
+
+  private splitOfAlgo(algo: Uint8Array): { splitK: number; reductionScheme: number } {
     const read = (attr: number): number => {
       const buf = new Uint32Array(1);
       const written: Out<number> = [0];
@@ -203,7 +279,8 @@ export class Gemm {
       'cublasLtMatrixLayoutCreate');
   }
 
-  private plan(T: number, N: number, K: number, desc: Handle): GemmPlan {
+  private plan(T: number, N: number, K: number, desc: Handle,
+    run?: { x: bigint; w: bigint; y: bigint; stream: Handle }): GemmPlan {
     const kind = desc === this.biasDesc ? 'bias' : desc === this.fp8DescHandle ? 'fp8' : '';
     const key = `${T},${N},${K},${kind}`;
     const cached = this.plans.get(key);
@@ -222,7 +299,21 @@ export class Gemm {
       checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
     }
     if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
-    const plan = { a, b, d, algo: results.slice(0, ALGO_BYTES) };
+    let algo = results.slice(0, ALGO_BYTES);
+    if (single !== null && run && this.tuner !== null && T <= this.tuner.upToRows) {
+      const all = new Uint8Array(HEURISTIC_RESULT_BYTES * TUNE_CANDIDATES);
+      const got: Out<number> = [0];
+      if (this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, single, TUNE_CANDIDATES, all, got) === 0) {
+        const view = new DataView(all.buffer);
+        const algos = Array.from({ length: got[0] }, (_, i) => i * HEURISTIC_RESULT_BYTES)
+          .filter((o) => view.getInt32(o + 72, true) === 0).map((o) => all.slice(o, o + ALGO_BYTES));
+        const pick = this.tuner.fastest(algos.map((c) => () => checkCublas(this.api.cublasLtMatmul(this.handle, desc,
+          this.alpha, run.w, a, run.x, b, this.beta, run.y, d, run.y, d, c, this.workspace, this.workspaceBytes,
+          run.stream), `cublasLtMatmul(T=${T}, N=${N}, K=${K}, tuning)`)), { ptr: run.y, bytes: T * N * 2 });
+        if (algos[pick]) algo = algos[pick];
+      }
+    }
+    const plan = { a, b, d, algo };
     this.plans.set(key, plan);
     return plan;
   }
@@ -272,7 +363,7 @@ export class Gemm {
       checkCublas(this.api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, this.biasPointer, 8),
         'cublasLtMatmulDescSetAttribute(BIAS_POINTER)');
     }
-    const p = this.plan(T, N, K, desc);
+    const p = this.plan(T, N, K, desc, { x, w, y, stream });
     checkCublas(this.api.cublasLtMatmul(this.handle, desc, this.alpha, w, p.a, x, p.b, this.beta, y, p.d, y, p.d,
       p.algo, this.workspace, this.workspaceBytes, stream), `cublasLtMatmul(T=${T}, N=${N}, K=${K})`);
   }

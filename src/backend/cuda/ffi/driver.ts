@@ -88,6 +88,7 @@ export interface DriverApi {
   cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks: Out<number>, fn: Handle, blockSize: number,
     dynamicSMemSize: number): number;
   cuStreamBeginCapture_v2(stream: Handle, mode: number): number;
+  cuStreamIsCapturing(stream: Handle, status: Out<number>): number;
   cuStreamEndCapture(stream: Handle, graph: Out<Handle | null>): number;
   cuGraphInstantiateWithFlags(exec: Out<Handle | null>, graph: Handle, flags: bigint): number;
   cuGraphLaunch(exec: Handle, stream: Handle): number;
@@ -148,6 +149,7 @@ const PROTOTYPES: string[] = [
   'int cuFuncSetAttribute(void *fn, int attrib, int value)',
   'int cuOccupancyMaxActiveBlocksPerMultiprocessor(_Out_ int *numBlocks, void *fn, int blockSize, size_t dynamicSMemSize)',
   'int cuStreamBeginCapture_v2(void *stream, int mode)',
+  'int cuStreamIsCapturing(void *stream, _Out_ int *status)',
   'int cuStreamEndCapture(void *stream, _Out_ void **graph)',
   'int cuGraphInstantiateWithFlags(_Out_ void **exec, void *graph, uint64_t flags)',
   'int cuGraphLaunch(void *exec, void *stream)',
