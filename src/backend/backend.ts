@@ -102,6 +102,9 @@ export function convChannels(s: DeltaNetShape): number {
  * running sequence: ForwardBatch.stateSlots): each layer's conv window (the last convKernel - 1 inputs of its
  * channels) and delta-rule state (numValueHeads x keyDim x valueDim), f32.
  */
+/** The delta-rule state's dtype between steps (Backend.ssmCacheDtype). */
+export type SsmCacheDtype = 'f32' | 'bf16';
+
 export interface RecurrentStateLayout {
   numSlots: number;
   numLayers: number;
@@ -205,6 +208,13 @@ export interface Backend {
   readonly kvCacheDtype: KvCacheDtype;
   /** Bytes a KV cache element takes here. */
   readonly kvBytesPerElement: number;
+  /**
+   * A gated DeltaNet layer's delta-rule state between steps: f32, or bf16 (vLLM's --mamba-ssm-cache-dtype: rounded to
+   * bf16 at the end of each step, the rule itself in f32). The conv windows stay f32.
+   */
+  readonly ssmCacheDtype: SsmCacheDtype;
+  /** Bytes a delta-rule state element takes here (the CPU backend keeps f32 and rounds the values). */
+  readonly ssmBytesPerElement: number;
 
   /** Uploads a weight (any checkpoint dtype) and converts it to computeDType. */
   upload(t: HostTensor): Tensor;

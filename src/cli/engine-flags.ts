@@ -1,7 +1,7 @@
 // Engine flags shared by every command that runs a model (vLLM's names).
 
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { engineOptions, type EngineOptions } from '../engine/options.js';
+import { engineOptions, type EngineOptions, type SsmCacheDtype } from '../engine/options.js';
 import { defaultModelDir } from './default-model.js';
 import { atLeast, int } from './option-parsers.js';
 import type { KvCacheDtype } from '../loader/fp8.js';
@@ -61,6 +61,16 @@ export function kvCacheDtypeArg(v: string): KvCacheDtype {
   if (v === 'fp8' || v === 'fp8_e4m3') return 'fp8_e4m3';
   throw new InvalidArgumentError(`--kv-cache-dtype ${v}: not supported (accepted: auto, bfloat16, fp8, fp8_e4m3; `
     + 'FP8 is E4M3 only)');
+}
+
+/**
+ * --mamba-ssm-cache-dtype: vLLM's names. 'auto' keeps f32 states: Qwen3.5's config asks for float32 (vLLM reads it);
+ * vLLM's auto is the model dtype where a config says nothing (Qwen3-Next), and its docs still ask for float32 there.
+ */
+export function mambaSsmCacheDtypeArg(v: string): SsmCacheDtype {
+  if (v === 'auto' || v === 'float32') return 'f32';
+  if (v === 'bfloat16') return 'bf16';
+  throw new InvalidArgumentError(`--mamba-ssm-cache-dtype ${v}: not supported (accepted: auto, float32, bfloat16)`);
 }
 
 /** --quantization: vLLM's fp8 (weights quantized at load, activations per token); other methods are refused. */
@@ -131,6 +141,8 @@ export function addModelFlags(cmd: Command): Command {
     .addOption(new Option('--kv-cache-memory <bytes>').argParser(humanInt('--kv-cache-memory')).hideHelp())
     .option('--kv-cache-dtype <t>', 'auto (the compute dtype) or fp8 (= fp8_e4m3: twice the tokens in the same '
       + 'memory; lossy, scale 1)', kvCacheDtypeArg, 'auto')
+    .option('--mamba-ssm-cache-dtype <t>', 'gated DeltaNet states between steps: auto (= float32) or bfloat16 (half '
+      + 'the state memory and bytes a step; lossy)', mambaSsmCacheDtypeArg, 'auto')
     .option('--cpu-threads <n>', 'threads for CPU matmuls (0 = every core)', atLeast(0), 0)
     .option('--grammar-hosts <n>', 'most threads that compile structured outputs\' grammars and hold their matchers, '
       + 'off the engine thread (each holds the vocabulary)', atLeast(1), 4);
@@ -219,6 +231,8 @@ export function engineOptionsFromFlags(f: Record<string, unknown>): EngineOption
     gpuMemoryUtilization: f.gpuMemoryUtilization as number,
     kvCacheBytes: (f.kvCacheMemoryBytes as number | undefined) ?? (f.kvCacheMemory as number | undefined) ?? null,
     kvCacheDtype: (f.kvCacheDtype as KvCacheDtype | undefined) ?? 'auto',
+    // the default ('auto', unparsed) is float32; a given value comes parsed
+    mambaSsmCacheDtype: f.mambaSsmCacheDtype === 'bf16' ? 'bf16' : 'f32',
     quantization: (f.quantization as 'fp8' | undefined) ?? null,
     enforceEager: f.enforceEager as boolean,
     asyncScheduling: f.asyncScheduling as boolean,

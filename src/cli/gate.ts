@@ -22,14 +22,15 @@ import { bytesToUnicode } from '../tools/test-model/bpe.js';
 import { atLeast } from './option-parsers.js';
 
 /**
- * The recorded transcript a run is gated against: backend, dtype, weights quantized at load (`-fp8w`) and an FP8 KV
- * cache (`-fp8kv`: lossy paths of their own), and what changes the bits on CUDA.
+ * The recorded transcript a run is gated against: backend, dtype, weights quantized at load (`-fp8w`), an FP8 KV
+ * cache (`-fp8kv`) and bf16 DeltaNet states (`-bf16ssm`: lossy paths of their own), and what changes the bits on CUDA.
  */
 export function gatePathKey(backend: string, options: { enforceEager: boolean; batchInvariant: boolean;
-  kvCacheDtype?: KvCacheDtype; quantization?: 'fp8' | null }, ggufFormat: string | null = null): string {
+  kvCacheDtype?: KvCacheDtype; quantization?: 'fp8' | null; mambaSsmCacheDtype?: 'f32' | 'bf16' },
+  ggufFormat: string | null = null): string {
   // a GGUF file's quantization (q4_k_m, ...) is a path of its own: its transcripts and its KL band differ per format
   const lossy = `${ggufFormat !== null ? `-${ggufFormat}` : ''}${options.quantization === 'fp8' ? '-fp8w' : ''}`
-    + `${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}`;
+    + `${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}${options.mambaSsmCacheDtype === 'bf16' ? '-bf16ssm' : ''}`;
   if (backend !== 'cuda') return `${backend}-f32${lossy}`;
   return `cuda-bf16${lossy}${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
 }

@@ -27,7 +27,7 @@ async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
   const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager,
     batchInvariant: options.batchInvariant, profile: options.profile, profileLog: 'once-per-shape',
-    kvCacheDtype: options.kvCacheDtype, deviceOrdinal: options.deviceOrdinal });
+    kvCacheDtype: options.kvCacheDtype, ssmCacheDtype: options.mambaSsmCacheDtype, deviceOrdinal: options.deviceOrdinal });
   return { backend, device: backend.device.name };
 }
 
@@ -43,6 +43,7 @@ export async function createBackend(options: EngineOptions): Promise<CreatedBack
   const backend = new CpuBackend({
     kvCacheBytes: options.kvCacheBytes ?? DEFAULT_CPU_KV_BYTES,
     kvCacheDtype: options.kvCacheDtype,
+    ssmCacheDtype: options.mambaSsmCacheDtype,
     ...(options.cpuThreads > 0 ? { numThreads: options.cpuThreads } : {}),
   });
   return { backend, device: cpus()[0]?.model ?? 'cpu' };

@@ -8,12 +8,13 @@ import type { Model } from '../model/model.js';
 import { recurrentStateBytes, type LayerStateSpec } from '../model/layers/types.js';
 
 export function kvCacheGroupsOf(model: Model): KVCacheGroup[] {
-  return kvCacheGroupsOfSpecs(model.layerStateSpecs());
+  return kvCacheGroupsOfSpecs(model.layerStateSpecs(), model.backend.ssmBytesPerElement);
 }
 
-export function kvCacheGroupsOfSpecs(specs: readonly (LayerStateSpec | null)[]): KVCacheGroup[] {
+/** `ssmBytesPerElement`: the backends' (Backend.ssmBytesPerElement; every stage's is the same). */
+export function kvCacheGroupsOfSpecs(specs: readonly (LayerStateSpec | null)[], ssmBytesPerElement: number): KVCacheGroup[] {
   if (specs.some((s) => s === null)) throw new Error('kvCacheGroupsOf: a layer that keeps no state has no KV cache group yet');
   return groupLayerSpecs(specs.map((s) => s!.kind === 'recurrent'
-    ? { kind: 'recurrent', stateBytes: recurrentStateBytes(s!.shape) }
+    ? { kind: 'recurrent', stateBytes: recurrentStateBytes(s!.shape, ssmBytesPerElement) }
     : { kind: 'full_attention', numKvHeads: s!.numKvHeads, headDim: s!.headDim }));
 }

@@ -1,9 +1,12 @@
 // Engine configuration, named after vLLM's engine arguments.
 
 import type { KvCacheDtype } from '../loader/fp8.js';
+import type { SsmCacheDtype } from '../backend/backend.js';
 import type { ShardOptions } from '../parallel/sharded-source.js';
 import type { ExpertPlacement } from '../parallel/sharding.js';
 import { parseSpeculativeConfig, type SpeculativeConfig, type SpeculativeConfigInput } from './spec/config.js';
+
+export type { SsmCacheDtype };
 
 export type BackendKind = 'auto' | 'cpu' | 'cuda';
 export type StepPolicy = 'decode-first' | 'prefill-first' | 'decode-shape-stable';
@@ -42,6 +45,12 @@ export interface EngineOptions {
   kvCacheBytes: number | null;
   /** vLLM's --kv-cache-dtype: 'auto' (the compute dtype) or FP8 E4M3 (half the bytes a token, lossy). */
   kvCacheDtype: KvCacheDtype;
+  /**
+   * vLLM's --mamba-ssm-cache-dtype: a gated DeltaNet layer's delta-rule state between steps, 'f32' (what Qwen3.5's
+   * config asks for and vLLM then keeps) or 'bf16' (half the state bytes a step moves and a slot holds; lossy, and
+   * rounded where steps end, so a transcript also depends on chunking).
+   */
+  mambaSsmCacheDtype: SsmCacheDtype;
   /**
    * vLLM's --quantization: 'fp8' quantizes a float checkpoint's projections to block FP8 at load (W8A8, as a
    * block-FP8 checkpoint computes; src/model/weights.ts); null keeps the checkpoint's precision.
@@ -155,6 +164,7 @@ export function engineOptions(o: Partial<EngineOptions> & { model: string }): En
     gpuMemoryUtilization: 0.9,
     kvCacheBytes: null,
     kvCacheDtype: 'auto',
+    mambaSsmCacheDtype: 'f32',
     quantization: null,
     enforceEager: false,
     asyncScheduling: true,

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import type { ForwardBatch } from '../../src/backend/batch.js';
 import type { DeltaNetShape } from '../../src/backend/backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import { bf16BitsToF32, f32ToBf16Bits } from '../../src/loader/dtype.js';
 import { assertClose, hostF32, randomArray, seqBatch } from './helpers.js';
 
 const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
@@ -154,6 +155,46 @@ test('the state carries across chunks and decode steps; position 0 starts from z
     at += len;
   }
   assertClose(Float32Array.from(outs.flatMap((o) => [...o])), ref.out, 1e-5, 'chunked prefill + decode');
+});
+
+test('bf16 states (ssmCacheDtype): each step\'s state rounded to bf16 as it is kept, the rule in f32 between', () => {
+  const bf = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1, ssmCacheDtype: 'bf16' });
+  try {
+    assert.equal(bf.ssmCacheDtype, 'bf16');
+    bf.allocateRecurrentState({ numSlots: 2, numLayers: 1, shape });
+    const put = (name: string, shp: number[], v: Float32Array) => bf.upload(hostF32(name, shp, v));
+    const [wB, aLogB, dtBiasB] = [put('conv', [C, shape.convKernel], w), put('A_log', [Hv], aLog),
+      put('dt_bias', [Hv], dtBias)];
+    const n = 11;
+    const { x, ba } = inputs(n, 6);
+    const r = ruleInputs(convReference(x, w, n), ba, aLog, dtBias);
+    const Dv = shape.valueDim;
+    const expected = new Float32Array(n * Hv * Dv);
+    const unrounded = referenceOut(x, ba, n).out;
+    const S = Array.from({ length: Hv }, () => Array.from({ length: shape.keyDim }, () => new Array<number>(Dv).fill(0)));
+    let at = 0;
+    for (const len of [5, 3, 1, 1, 1]) {
+      const step = bf.beginStep(seqBatch([{ n: len, start: at, slot: 1 }]));
+      const conv = bf.causalConv1d(put('x', [len, C], x.slice(at * C, (at + len) * C)), wB, 0, step);
+      const got = bf.toHost(bf.gatedDeltaRule(conv, put('ba', [len, 2 * Hv], ba.slice(at * 2 * Hv, (at + len) * 2 * Hv)),
+        aLogB, dtBiasB, shape, 0, step));
+      // the formulas over this step's tokens from the kept state, then the state rounded to bf16 (nearest even)
+      const part = (a: number[][][] | number[][]) => a.slice(at, at + len);
+      const slice = { q: part(r.q), k: part(r.k), v: part(r.v), g: part(r.g), beta: part(r.beta) } as RuleInputs;
+      for (let h = 0; h < Hv; h++) {
+        recurrent(slice, h, S[h]!).forEach((row, t) => expected.set(row, (at + t) * Hv * Dv + h * Dv));
+        for (const row of S[h]!) row.forEach((e, j) => (row[j] = bf16BitsToF32(f32ToBf16Bits(e))));
+      }
+      assertClose(got, expected.slice(at * Hv * Dv, (at + len) * Hv * Dv), 1e-5, `step at ${at}`);
+      at += len;
+    }
+    // the first step's outputs are the f32 states' (rounding comes after); later ones are not
+    assertClose(expected.slice(0, 5 * Hv * Dv), unrounded.slice(0, 5 * Hv * Dv), 1e-5, 'first step');
+    const drift = Math.max(...expected.map((e, i) => Math.abs(e - unrounded[i]!)));
+    assert.ok(drift > 1e-4, `bf16 states change later outputs (largest difference ${drift})`);
+  } finally {
+    bf.dispose();
+  }
 });
 
 test('copyRecurrentState: the destination slot continues exactly as the source would, every layer; bad slots throw', () => {

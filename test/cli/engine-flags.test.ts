@@ -41,6 +41,20 @@ test('--batch-invariant sets EngineOptions.batchInvariant and names its own gate
   assert.equal(gatePathKey('cpu', fp8, 'q8_0'), 'cpu-f32-q8_0-fp8kv');
 });
 
+test('--mamba-ssm-cache-dtype: auto and float32 keep f32 DeltaNet states, bfloat16 rounds them (a gate path of its '
+  + 'own); float16 is refused naming the flag', () => {
+  assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).mambaSsmCacheDtype, 'f32');
+  for (const v of ['auto', 'float32']) {
+    assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--mamba-ssm-cache-dtype', v])).mambaSsmCacheDtype, 'f32');
+  }
+  const bf16 = engineOptionsFromFlags(parse(['--model', '/m', '--mamba-ssm-cache-dtype', 'bfloat16']));
+  assert.equal(bf16.mambaSsmCacheDtype, 'bf16');
+  assert.equal(gatePathKey('cuda', bf16), 'cuda-bf16-bf16ssm-graphs');
+  assert.equal(gatePathKey('cpu', bf16), 'cpu-f32-bf16ssm');
+  assert.throws(() => parse(['--model', '/m', '--mamba-ssm-cache-dtype', 'float16']),
+    /--mamba-ssm-cache-dtype float16: not supported \(accepted: auto, float32, bfloat16\)/);
+});
+
 test('--grammar-hosts sets EngineOptions.grammarHosts (default 4, at least 1)', () => {
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).grammarHosts, 4);
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--grammar-hosts', '2'])).grammarHosts, 2);

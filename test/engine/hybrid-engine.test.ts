@@ -146,6 +146,17 @@ test('hybrid prefix caching: a repeated prompt hits its pages and the state save
   assert.ok(on.stats.numCachedStates > 0);
 });
 
+test('hybrid prefix caching on bf16 states (--mamba-ssm-cache-dtype bfloat16): a hit gives the tokens of the miss that '
+  + 'saved its state', async () => {
+  // bf16 states are rounded at every step's end, so chunking moves the roundings (as in vLLM): the promise is a hit
+  // against its own miss, which ended a step where it saved the state
+  const same = [0, 0, 3, 3];
+  const on = await run({ maxNumSeqs: 1, mambaSsmCacheDtype: 'bf16' }, same);
+  assert.equal(on.t[0], on.t[1]);
+  assert.equal(on.t[2], on.t[3]);
+  assert.ok(on.stats.prefixCacheHits > 0);
+});
+
 test('hybrid prefix caching: shared prefixes of several pages, follow-ups, chunked prefill across page ends and ' +
   'preemption give the transcripts of a cache miss, with hits taken', async () => {
   const all = sharedPages.map((_, i) => i);

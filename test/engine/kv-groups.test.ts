@@ -49,6 +49,36 @@ test('a hybrid model: a full-attention group and a recurrent group of its state 
   }
 });
 
+test('bf16 delta-rule states (Backend.ssmBytesPerElement 2) halve the state part of a slot, not the conv window; the '
+  + 'engine\'s option reaches the backend', async () => {
+  const { parseModelConfig } = await import('../../src/loader/config.js');
+  const { testModelShapes } = await import('../../src/tools/test-model/shapes.js');
+  const { kvCacheGroupsOfSpecs } = await import('../../src/engine/kv-groups.js');
+  const { createBackend } = await import('../../src/engine/backend-factory.js');
+  const { engineOptions } = await import('../../src/engine/options.js');
+  const { recurrentStateBytes } = await import('../../src/model/layers/types.js');
+  const config = parseModelConfig(testModelShapes()['tiny-qwen3.5'], 'c');
+  const backend = new CpuBackend({ kvCacheBytes: 1 << 20, numThreads: 1 });
+  try {
+    const specs = Model.load(config, randomWeightSource(config, { seed: 2 }), backend).layerStateSpecs();
+    const groups = kvCacheGroupsOfSpecs(specs, 2);
+    assert.deepEqual(groups[0], { spec: { kind: 'recurrent', stateBytes: 4 * 3 * 96 + 2 * 4 * 16 * 8 }, layers: [0, 2] });
+    const shape = { numKeyHeads: 16, numValueHeads: 48, keyDim: 128, valueDim: 128, convKernel: 4 };  // qwen3.5-27b's
+    assert.equal(recurrentStateBytes(shape, 4) - recurrentStateBytes(shape, 2), 2 * 48 * 128 * 128);
+  } finally {
+    backend.dispose();
+  }
+  for (const dtype of ['f32', 'bf16'] as const) {
+    const { backend: b } = await createBackend(engineOptions({ model: '/m', backend: 'cpu', cpuThreads: 1,
+      mambaSsmCacheDtype: dtype }));
+    try {
+      assert.equal(b.ssmCacheDtype, dtype);
+    } finally {
+      b.dispose();
+    }
+  }
+});
+
 test('sizing: state slots (one a sequence, maxNumSeqs) come out of the budget before the pages; too many is a clear ' +
   'error; a dense model has none', async () => {
   const { planKvCache } = await import('../../src/engine/backend-factory.js');

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { bf16ToF32, f32ToBf16 } from '../../src/loader/dtype.js';
 import { cudaAvailable } from '../../src/backend/cuda/probe.js';
-import { CpuBackend } from '../../src/backend/cpu/cpu-backend.js';
+import { CpuBackend, type CpuBackendOptions } from '../../src/backend/cpu/cpu-backend.js';
 import { CudaBackend, CudaTensor, type CudaBackendOptions } from '../../src/backend/cuda/cuda-backend.js';
 import type { Backend, Tensor } from '../../src/backend/backend.js';
 import type { ModelConfig } from '../../src/loader/types.js';
@@ -30,8 +30,8 @@ export function uploadBoth(cpu: Backend, cuda: Backend, name: string, shape: num
   return [cpu.upload(hostF32(name, shape, values)), cuda.upload(hostF32(name, shape, values))];
 }
 
-export function newCpu(): CpuBackend {
-  return new CpuBackend({ kvCacheBytes: 64 << 20, numThreads: 1 });
+export function newCpu(opts: Partial<CpuBackendOptions> = {}): CpuBackend {
+  return new CpuBackend({ kvCacheBytes: 64 << 20, numThreads: 1, ...opts });
 }
 
 export function newCuda(opts: CudaBackendOptions = {}): CudaBackend {

@@ -55,6 +55,26 @@ test('the DeltaNet decode kernels trigger their dependent before they wait under
   assert.ok(before(entry(read, 'conv1d_silu_bf16'), loads) > 0);
 });
 
+test('the DeltaNet decode kernels\' _sbf16 builds keep bf16 states: 32 2-byte stores a lane where the f32 builds '
+  + 'store 32 floats', { skip }, async () => {
+  const ptx = (await nvccCached(['-arch=sm_90', '-ptx'], kernelSource('deltanet.cu', {}), 'deltanet.cu',
+    { version: version! })).toString('utf8');
+  const entry = (name: string): string => {
+    const at = ptx.indexOf(`.entry ${name}(`);
+    assert.ok(at >= 0, `no entry ${name}`);
+    const next = ptx.indexOf('.entry ', at + 1);
+    return ptx.slice(at, next < 0 ? undefined : next);
+  };
+  const count = (text: string, what: RegExp) => text.match(what)?.length ?? 0;
+  for (const k of ['deltanet_recurrent', 'deltanet_recurrent_norm', 'deltanet_decode']) {
+    const [f32, bf16] = [entry(`${k}_bf16_128`), entry(`${k}_bf16_128_sbf16`)];
+    // (deltanet_decode also stores its conv windows, f32 in both)
+    const [floats, halves] = [/st\.global\.f32/g, /st\.global\.(u16|b16)/g];
+    assert.equal(count(f32, floats) - count(bf16, floats), 32, `${k}: 32 f32 state stores fewer`);
+    assert.equal(count(bf16, halves) - count(f32, halves), 32, `${k}: 32 bf16 state stores more`);
+  }
+});
+
 test('every kernel compiles with nvcc for sm_80 and sm_90', { skip }, async () => {
   const args = ['-gencode', 'arch=compute_80,code=sm_80', '-gencode', 'arch=compute_90,code=sm_90',
     '-fatbin', '-Werror', 'all-warnings'];

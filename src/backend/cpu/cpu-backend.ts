@@ -8,7 +8,7 @@ import type { DType, HostTensor } from '../../loader/types.js';
 import { BYTES_PER_ELEMENT, bytesToF32 } from '../../loader/dtype.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetGate, DeltaNetShape, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute,
-  RecurrentStateLayout, RopeSpec, StepInputs, Tensor, TensorParallelRank } from '../backend.js';
+  RecurrentStateLayout, RopeSpec, SsmCacheDtype, StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { causalConv1dSilu, convChannels, gatedDeltaRule, RecurrentStates, rmsNormGatedRows } from './deltanet.js';
 import { moeExperts } from './moe.js';
 import { pagedAttention, writeKv, type KvLayer } from './attention.js';
@@ -47,6 +47,8 @@ export interface CpuBackendOptions {
   kernel?: 'wasm' | 'js';
   /** 'fp8_e4m3': K and V rounded to FP8 E4M3 as they are written (the values the GPU's FP8 cache holds; kept f32). */
   kvCacheDtype?: KvCacheDtype;
+  /** 'bf16': the delta-rule states rounded to bf16 after each step (the values the GPU's bf16 states hold; kept f32). */
+  ssmCacheDtype?: SsmCacheDtype;
 }
 
 /** Below this many query-key-dim products attention runs on the calling thread alone. */
@@ -62,8 +64,10 @@ export class CpuBackend implements Backend {
   readonly name = 'cpu' as const;
   readonly computeDType: DType = 'f32';
   readonly kvCacheDtype: KvCacheDtype;
-  /** The cache is f32 whatever kvCacheDtype rounds its values to. */
+  /** The cache (and the states) are f32 whatever kvCacheDtype (ssmCacheDtype) rounds their values to. */
   readonly kvBytesPerElement = 4;
+  readonly ssmBytesPerElement = 4;
+  readonly ssmCacheDtype: SsmCacheDtype;
   private readonly kvCacheBytes: number;
   readonly kernel: 'wasm' | 'js';
   private drawer: TokenDrawer | null = null;
@@ -85,6 +89,7 @@ export class CpuBackend implements Backend {
   constructor(opts: CpuBackendOptions) {
     this.kvCacheBytes = opts.kvCacheBytes;
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
+    this.ssmCacheDtype = opts.ssmCacheDtype ?? 'f32';
     const numThreads = opts.numThreads ?? availableParallelism();
     const module = opts.kernel === 'js' ? null : wasmMatmulModule();
     if (opts.kernel === 'wasm' && !module) throw new Error('CPU backend: this runtime has no WebAssembly SIMD');
@@ -354,7 +359,7 @@ export class CpuBackend implements Backend {
     }
     const out = this.alloc([T, shape.numValueHeads * shape.valueDim]);
     gatedDeltaRule(cs.data, asCpu(ba).data, asCpu(aLog).data, asCpu(dtBias).data, shape, step.batch,
-      this.recurrentLayer(layer, step).ssm[layer] ?? null, out.data);
+      this.recurrentLayer(layer, step).ssm[layer] ?? null, out.data, this.ssmCacheDtype === 'bf16');
     return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;
   }
 

@@ -26,7 +26,7 @@ export class RecurrentStates {
     this.ssm = Array.from({ length: layout.numLayers }, () => new Float32Array(layout.numSlots * this.ssmSize));
   }
 
-  /** Bytes of state one sequence holds over every layer. */
+  /** Bytes of state one sequence holds over every layer (f32 here, whatever the values are rounded to). */
   get bytesPerSlot(): number {
     return 4 * this.layout.numLayers * (this.convSize + this.ssmSize);
   }
@@ -97,9 +97,23 @@ function l2NormInto(src: Float32Array, off: number, n: number, dst: Float32Array
   for (let i = 0; i < n; i++) dst[i] = Math.fround(src[off + i]! * inv) * scale;
 }
 
-/** Backend.gatedDeltaRule on f32 arrays; `states` is the layer's [numSlots, Hv, Dk, Dv] store, or null. */
+/** Rounds each value to bf16 in place (nearest even, as the GPU's stores round); NaNs are left as they are. */
+export function roundToBf16InPlace(a: Float32Array): void {
+  const bits = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  for (let i = 0; i < bits.length; i++) {
+    const b = bits[i]!;
+    if ((b & 0x7fffffff) > 0x7f800000) continue;
+    bits[i] = (((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) << 16) >>> 0;
+  }
+}
+
+/**
+ * Backend.gatedDeltaRule on f32 arrays; `states` is the layer's [numSlots, Hv, Dk, Dv] store, or null. `bf16States`
+ * (--mamba-ssm-cache-dtype bfloat16): each sequence's state is rounded to bf16 after its step's tokens, as the GPU
+ * stores it; the rule runs in f32 either way.
+ */
 export function gatedDeltaRule(conv: Float32Array, ba: Float32Array, aLog: Float32Array, dtBias: Float32Array,
-  s: DeltaNetShape, batch: ForwardBatch, states: Float32Array | null, out: Float32Array): void {
+  s: DeltaNetShape, batch: ForwardBatch, states: Float32Array | null, out: Float32Array, bf16States = false): void {
   const { numKeyHeads: Hk, numValueHeads: Hv, keyDim: Dk, valueDim: Dv } = s;
   const C = convChannels(s);
   const perKey = Hv / Hk;
@@ -143,6 +157,7 @@ export function gatedDeltaRule(conv: Float32Array, ba: Float32Array, aLog: Float
         }
       }
     }
+    if (bf16States) roundToBf16InPlace(S);
   }
 }
 

@@ -9,7 +9,7 @@ import type { ByteSegment, GgufBlocks, HostTensor, WeightSource } from '../../lo
 import type { KvCacheDtype } from '../../loader/fp8.js';
 import type { ForwardBatch, KvCacheSpec } from '../batch.js';
 import type { Backend, DeltaNetGate, DeltaNetShape, DeviceProbes, Fp8BlockPart, MemoryReport, MoeExperts, MoeRoute,
-  RecurrentStateLayout, RopeSpec, StepInputs, Tensor, TensorParallelRank } from '../backend.js';
+  RecurrentStateLayout, RopeSpec, SsmCacheDtype, StepInputs, Tensor, TensorParallelRank } from '../backend.js';
 import { CudaAttention } from './attention-ops.js';
 import type { DecodeMma } from './attention-launch.js';
 import { CudaHiddenCarry } from './carry.js';
@@ -68,6 +68,8 @@ export interface CudaBackendOptions {
    * bandwidth of decode attention; the kernels' _fp8 builds write and widen it. Default 'auto' (bf16).
    */
   kvCacheDtype?: KvCacheDtype;
+  /** vLLM's --mamba-ssm-cache-dtype: the delta-rule states kept as 'bf16' (kernels/deltanet.cu's _sbf16 builds). */
+  ssmCacheDtype?: SsmCacheDtype;
   /** Times every op with CUDA events (in graphs, as event-record nodes) and prints tables. */
   profile?: boolean;
   /** Which profiled steps print their table (default 'every-step'). */
@@ -85,6 +87,8 @@ export class CudaBackend implements Backend {
   readonly computeDType = 'bf16' as const;
   readonly kvCacheDtype: KvCacheDtype;
   readonly kvBytesPerElement: number;
+  readonly ssmCacheDtype: SsmCacheDtype;
+  readonly ssmBytesPerElement: number;
   readonly device: Device;
   readonly graphs: CudaGraphs;
   readonly probes: DeviceProbes;
@@ -105,7 +109,10 @@ export class CudaBackend implements Backend {
     this.device = new Device(opts.deviceOrdinal ?? 0);
     this.kvCacheDtype = opts.kvCacheDtype ?? 'auto';
     this.kvBytesPerElement = this.kvCacheDtype === 'fp8_e4m3' ? 1 : 2;
-    this.kv = new KvMemory(this.device, this.kvBytesPerElement);  // first: it notes the free memory before ours
+    this.ssmCacheDtype = opts.ssmCacheDtype ?? 'f32';
+    this.ssmBytesPerElement = this.ssmCacheDtype === 'bf16' ? 2 : 4;
+    // first: it notes the free memory before ours
+    this.kv = new KvMemory(this.device, this.kvBytesPerElement, this.ssmBytesPerElement);
     this.gpuMemoryUtilization = opts.gpuMemoryUtilization ?? 0.9;
     this.activationReserveBytes = opts.activationReserveBytes ?? 1 << 30;
     if (this.kvCacheDtype === 'fp8_e4m3' && this.device.arch < 89) {

@@ -132,7 +132,10 @@ export class CudaDeltaNet {
     const r = this.layerState(layer, shape, 'gatedDeltaRule');
     const { batch, meta, layout } = this.s.of(step);
     const out = this.s.act([T, Hv * Dv]);
-    const ssmAt = r.layout.numLayers * r.convFloats + layer * r.ssmFloats;
+    // the layer's state, in elements of its type from the slot's start (after every layer's f32 window)
+    const perFloat = 4 / r.ssmBytesPerElement;
+    const ssmAt = perFloat * r.layout.numLayers * r.convFloats + layer * r.ssmElements;
+    const ss = r.ssmBytesPerElement === 2 ? '_sbf16' : '';  // the kernels' bf16-state builds
     const sections = [ptr(r.base), ptr(metaPtr(meta, layout.queryStartLoc)), ptr(metaPtr(meta, layout.seqLens)),
       ptr(metaPtr(meta, layout.stateSlots)), i32(Hk), i32(Hv), i32(Dv), i32(r.slotFloats), i32(ssmAt)];
     const head = [ptr(cs.ptr), ptr(bas.ptr), i32(bas.ld), ptr(asCuda(aLog).ptr), ptr(asCuda(dtBias).ptr)];
@@ -144,7 +147,7 @@ export class CudaDeltaNet {
       this.pendingConv = null;
       const zs = asStrided(gate.z);
       this.checkGate(gate, T, Hv * Dv);
-      this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_decode_bf16_${Dk}`,
+      this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_decode_bf16_${Dk}${ss}`,
         [batch.numSeqs, Hv, 1], 32 * warps, [ptr(pending.x.ptr), i32(pending.x.ld), ptr(asCuda(pending.w).ptr),
           i32(pending.K), i32(pending.windowAt), ptr(r.arrivals), ...head.slice(1), ptr(zs.ptr), i32(zs.ld),
           ptr(asCuda(gate.w).ptr), ptr(out.ptr), f32(gate.eps), ...sections], warps * 2 * Dk * 4, true));
@@ -154,12 +157,12 @@ export class CudaDeltaNet {
     if (gate && fusable && (this.fusedNorm || this.fusedDecode) && groups * 32 <= FUSED_NORM_THREADS) {
       const zs = asStrided(gate.z);
       this.checkGate(gate, T, Hv * Dv);
-      this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_norm_bf16_${Dk}`,
+      this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_norm_bf16_${Dk}${ss}`,
         [batch.numSeqs, Hv, 1], 32 * groups, [...head, ptr(zs.ptr), i32(zs.ld), ptr(asCuda(gate.w).ptr), ptr(out.ptr),
           f32(gate.eps), ...sections], groups * 2 * Dk * 4, true));
       return out;
     }
-    this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}`,
+    this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`,
       [batch.numSeqs, Hv, groups], 32, [...head, ptr(out.ptr), ...sections], 0, true));
     return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;
   }

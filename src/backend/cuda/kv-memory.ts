@@ -18,13 +18,15 @@ interface KvCache {
 
 /**
  * The recurrent states: slot s at base + s * slotFloats floats; in it every layer's conv window ([K - 1, C],
- * convFloats each), then every layer's delta-rule state ([Hv, Dk, Dv], ssmFloats each), f32.
+ * convFloats f32 each), then every layer's delta-rule state ([Hv, Dk, Dv], ssmElements each, of ssmBytesPerElement:
+ * f32, or bf16 for kernels/deltanet.cu's _sbf16 builds).
  */
 export interface RecurrentMemory {
   layout: RecurrentStateLayout;
   base: bigint;
   convFloats: number;
-  ssmFloats: number;
+  ssmElements: number;
+  ssmBytesPerElement: number;
   slotFloats: number;
   /**
    * [numSlots, numKeyHeads] int32, zero between launches: the fused decode kernel's count of the blocks (a key head's
@@ -41,7 +43,7 @@ export class KvMemory {
   /** Free device memory before the backend allocated anything (memory-budget.ts). */
   private readonly freeAtStartBytes: number;
 
-  constructor(private readonly device: Device, readonly bytesPerElement: number) {
+  constructor(private readonly device: Device, readonly bytesPerElement: number, readonly ssmBytesPerElement = 4) {
     this.freeAtStartBytes = device.memInfo().freeBytes;
   }
 
@@ -80,15 +82,17 @@ export class KvMemory {
       this.states = null;
     }
     const convFloats = (sh.convKernel - 1) * convChannels(sh);
-    const ssmFloats = sh.numValueHeads * sh.keyDim * sh.valueDim;
-    const slotFloats = layout.numLayers * (convFloats + ssmFloats);
+    const ssmElements = sh.numValueHeads * sh.keyDim * sh.valueDim;
+    // a slot in whole floats (the kernels address slots in floats; 2 bf16 elements a float: Dk is a multiple of 32)
+    const slotFloats = layout.numLayers * (convFloats + Math.ceil(ssmElements * this.ssmBytesPerElement / 4));
     const bytes = 4 * layout.numSlots * slotFloats;
     const base = this.device.alloc(bytes);
     this.device.fillBytesAsync(base, 0, bytes);
     const arrivalBytes = 4 * layout.numSlots * sh.numKeyHeads;
     const arrivals = this.device.alloc(arrivalBytes);
     this.device.fillBytesAsync(arrivals, 0, arrivalBytes);
-    this.states = { layout: { ...layout, shape: { ...sh } }, base, convFloats, ssmFloats, slotFloats, arrivals };
+    this.states = { layout: { ...layout, shape: { ...sh } }, base, convFloats, ssmElements,
+      ssmBytesPerElement: this.ssmBytesPerElement, slotFloats, arrivals };
     this.generation++;
   }
 

@@ -105,13 +105,15 @@ export async function pipelineKv(leader: RankLeader, model: Model, backend: Back
   const available = backend.memory().availableKvBytes;
   const stages = await leader.stages(model, options.kvCacheBytes === null ? available : Math.min(available, options.kvCacheBytes));
   const last = stages.length - 1;
-  const plan = planStageKv(stages.map((s, i) => ({ groups: kvCacheGroupsOfSpecs(s.report.stateSpecs), budgetBytes: s.budgetBytes,
+  const ssmBytes = backend.ssmBytesPerElement;
+  const plan = planStageKv(stages.map((s, i) => ({ groups: kvCacheGroupsOfSpecs(s.report.stateSpecs, ssmBytes),
+    budgetBytes: s.budgetBytes,
     extraBytesPerBlock: i === last && draft ? draft.kvBytesPerToken() * options.blockSize : 0 })), {
     blockSize: options.blockSize, kvBytesPerElement: backend.kvBytesPerElement, maxNumSeqs: options.maxNumSeqs,
     enablePrefixCaching: options.enablePrefixCaching, cachedStateSlots: options.cachedStateSlots,
     specBackupSlots: options.speculativeConfig != null,
   });
   const sum = (f: (r: (typeof stages)[number]['report']) => number): number => stages.reduce((a, s) => a + f(s.report), 0);
-  return { plan, groups: kvCacheGroupsOfSpecs(stages.flatMap((s) => s.report.stateSpecs)),
+  return { plan, groups: kvCacheGroupsOfSpecs(stages.flatMap((s) => s.report.stateSpecs), ssmBytes),
     weightBytesPerStep: sum((r) => r.weightBytesPerStep), kvBytesPerToken: sum((r) => r.kvBytesPerToken) };
 }

@@ -43,16 +43,19 @@ export interface LayerContext {
 
 /**
  * The state a layer keeps across steps, per sequence (kv/ groups layers of equal specs into one KV cache group):
- * KV pages of its heads, or (a gated DeltaNet layer) one fixed-size recurrent state of its shape, f32 (the conv
+ * KV pages of its heads, or (a gated DeltaNet layer) one fixed-size recurrent state of its shape (the conv
  * window and the delta-rule state: recurrentStateBytes).
  */
 export type LayerStateSpec = { kind: 'full_attention'; numKvHeads: number; headDim: number }
   | { kind: 'recurrent'; shape: DeltaNetShape };
 
-/** Bytes of one layer's recurrent state of one sequence: the conv window (K - 1 rows of C) and Hv x Dk x Dv, f32. */
-export function recurrentStateBytes(s: DeltaNetShape): number {
+/**
+ * Bytes of one layer's recurrent state of one sequence: the conv window (K - 1 rows of C, f32) and Hv x Dk x Dv of
+ * ssmBytesPerElement each (Backend.ssmBytesPerElement: 4, or 2 for bf16 states).
+ */
+export function recurrentStateBytes(s: DeltaNetShape, ssmBytesPerElement = 4): number {
   const channels = 2 * s.numKeyHeads * s.keyDim + s.numValueHeads * s.valueDim;
-  return 4 * ((s.convKernel - 1) * channels + s.numValueHeads * s.keyDim * s.valueDim);
+  return 4 * (s.convKernel - 1) * channels + ssmBytesPerElement * s.numValueHeads * s.keyDim * s.valueDim;
 }
 
 export interface Mixer {

@@ -2,10 +2,12 @@
 // reference), on each sequence's recurrent state in place: a step reads a sequence's state from its slot and writes
 // it back there, never copying or gathering whole states.
 //
-// State (kv-memory.ts allocates it): a slot per sequence, slot s at state + s * slotFloats, f32; in it, layer l's conv
-// window at l * convFloats ([K - 1, C], oldest row first), then, after every layer's window, layer l's delta-rule
-// state at numLayers * convFloats + l * ssmFloats ([Hv, Dk, Dv]). A slot is contiguous, so copyRecurrentState is one
-// copy. A sequence whose chunk starts at position 0 reads zeros, never what its slot held; a row with no slot (-1:
+// State (kv-memory.ts allocates it): a slot per sequence, slot s at state + s * slotFloats; in it, layer l's conv
+// window at l * convFloats floats ([K - 1, C], oldest row first, f32), then, after every layer's window, layer l's
+// delta-rule state ([Hv, Dk, Dv]) of type ST at ssmAt elements of ST from the slot's start: f32 (the default), or
+// bf16 (--mamba-ssm-cache-dtype bfloat16, vLLM's default: half the bytes a step reads and writes; the rule still
+// runs in f32 registers, loaded from and rounded back to bf16 once a step). The _sbf16 builds take bf16 states. A
+// slot is contiguous, so copyRecurrentState is one copy. A sequence whose chunk starts at position 0 reads zeros, never what its slot held; a row with no slot (-1:
 // graph padding) reads zeros and keeps nothing.
 //
 // The step's sections come as pointers: queryStartLoc [S + 1], seqLens [S], stateSlots [S]. The conv's x, the rule's
@@ -213,7 +215,7 @@ __device__ __forceinline__ float column_sum(float v) {
 // sequence): the output row goes to out[j] (the block's shared row), not to out[t][h][j].
 // CONV_ROW: conv is the block's shared row of q | k | v (deltanet_decode), whose kernel has done its own dependent-
 // launch wait (PDL false).
-template <typename T, int DK, bool FUSED, bool CONV_ROW = false, bool PDL = true>
+template <typename T, typename ST, int DK, bool FUSED, bool CONV_ROW = false, bool PDL = true>
 __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out,
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
                                                    int Hk, int Hv, int Dv, int slotFloats, int ssmAt, int group,
@@ -231,11 +233,12 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   if (start == end) return;
   const int pos0 = seqLens[s] - (end - start);
   const int slot = slots[s];
-  float* S = slot >= 0 ? state + (long long)slot * slotFloats + ssmAt + (long long)h * DK * Dv : nullptr;
+  ST* S = slot >= 0 ? reinterpret_cast<ST*>(state + (long long)slot * slotFloats) + ssmAt + (long long)h * DK * Dv
+                     : nullptr;
   float col[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) {
-    col[i] = S != nullptr && pos0 > 0 && j < Dv ? S[(long long)(part + PARTS * i) * Dv + j] : 0.f;
+    col[i] = S != nullptr && pos0 > 0 && j < Dv ? to_float(S[(long long)(part + PARTS * i) * Dv + j]) : 0.f;
   }
   const float A = -expf(to_float(aLog[h]));
   const float bias = to_float(dtBias[h]);
@@ -274,7 +277,7 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   }
   if (S == nullptr || j >= Dv) return;
 #pragma unroll
-  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = col[i];
+  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
 }
 
 /** rmsnorm(x) * w * silu(z) over one group of G channels, by one warp (rms_norm_gated and the fused kernel alike). */
@@ -311,7 +314,7 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
  * the rule stores it, stays in shared memory, and warp 0 normalises it as rms_norm_gated does (G = Dv): the bits of
  * the two launches. Dynamic shared memory: a warp's qs and ks (2 DK floats a warp); ys: the row (Dv <= 256).
  */
-template <typename T, int DK>
+template <typename T, typename ST, int DK>
 __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* ba, int ldba, const T* aLog,
                                                         const T* dtBias, const T* z, int ldz, const T* normW, T* out,
                                                         float eps, float* state, const int* qsl, const int* seqLens,
@@ -321,8 +324,8 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
   __shared__ T ys[256];
   const int warp = threadIdx.x >> 5;
   float* qs = qks + warp * 2 * DK;
-  deltanet_recurrent<T, DK, true>(conv, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats,
-                                  ssmAt, warp, qs, qs + DK);
+  deltanet_recurrent<T, ST, DK, true>(conv, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots, Hk, Hv, Dv,
+                                      slotFloats, ssmAt, warp, qs, qs + DK);
   __syncthreads();
   const int s = blockIdx.x, h = blockIdx.y, t = qsl[s];
   if (warp != 0 || qsl[s + 1] == t) return;
@@ -341,7 +344,7 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
  * (this layer's windows were written in an earlier step). Block: 32 x the larger of ceil(Dv / COLS) and
  * ceil((2 DK + Dv) / 32) warps (<= 512); dynamic shared memory: 2 DK floats a warp.
  */
-template <typename T, int DK>
+template <typename T, typename ST, int DK>
 __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* convW, int K, int windowAt, int* arrivals,
                                                 const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z,
                                                 int ldz, const T* normW, T* out, float eps, float* state,
@@ -391,36 +394,41 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
   }
   const int warp = i >> 5;
   float* qs = qks + warp * 2 * DK;
-  deltanet_recurrent<T, DK, true, true, false>(convRow, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots, Hk,
-                                               Hv, Dv, slotFloats, ssmAt, warp, qs, qs + DK);
+  deltanet_recurrent<T, ST, DK, true, true, false>(convRow, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots,
+                                                   Hk, Hv, Dv, slotFloats, ssmAt, warp, qs, qs + DK);
   __syncthreads();
   if (warp != 0 || !hasToken) return;
   gated_norm_group(ys, z + (long long)start * ldz + (long long)h * Dv, normW,
                    out + (long long)start * Hv * Dv + (long long)h * Dv, Dv, eps);
 }
 
-#define INSTANTIATE_DK(suffix, T, DK)                                                                            \
-  extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK(                           \
+// A state build (ST: the delta-rule state's type) of each decode kernel; `ss` ends its name (empty: f32 states).
+#define INSTANTIATE_DK_ST(suffix, T, DK, ss, ST)                                                                 \
+  extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK##ss(                       \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
     __shared__ float qks[2 * DK];                                                                                \
-    deltanet_recurrent<T, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,  \
-                                     slotFloats, ssmAt, blockIdx.z, qks, qks + DK);                              \
+    deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
+                                         Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK);                      \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(512) deltanet_recurrent_norm_##suffix##_##DK(                    \
+  extern "C" __global__ void __launch_bounds__(512) deltanet_recurrent_norm_##suffix##_##DK##ss(                \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z, int ldz, const T* normW, \
       T* out, float eps, float* state, const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv,      \
       int Dv, int slotFloats, int ssmAt) {                                                                       \
-    deltanet_recurrent_norm<T, DK>(conv, ba, ldba, aLog, dtBias, z, ldz, normW, out, eps, state, qsl, seqLens,   \
-                                   slots, Hk, Hv, Dv, slotFloats, ssmAt);                                        \
+    deltanet_recurrent_norm<T, ST, DK>(conv, ba, ldba, aLog, dtBias, z, ldz, normW, out, eps, state, qsl,        \
+                                       seqLens, slots, Hk, Hv, Dv, slotFloats, ssmAt);                           \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(512) deltanet_decode_##suffix##_##DK(                             \
+  extern "C" __global__ void __launch_bounds__(512) deltanet_decode_##suffix##_##DK##ss(                         \
       const T* x, int ldx, const T* convW, int K, int windowAt, int* arrivals, const T* ba, int ldba,            \
       const T* aLog, const T* dtBias, const T* z, int ldz, const T* normW, T* out, float eps, float* state,       \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
-    deltanet_decode<T, DK>(x, ldx, convW, K, windowAt, arrivals, ba, ldba, aLog, dtBias, z, ldz, normW, out, eps, \
-                           state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats, ssmAt);                           \
+    deltanet_decode<T, ST, DK>(x, ldx, convW, K, windowAt, arrivals, ba, ldba, aLog, dtBias, z, ldz, normW, out, \
+                               eps, state, qsl, seqLens, slots, Hk, Hv, Dv, slotFloats, ssmAt);                  \
   }
+
+#define INSTANTIATE_DK(suffix, T, DK)     \
+  INSTANTIATE_DK_ST(suffix, T, DK, , float) \
+  INSTANTIATE_DK_ST(suffix, T, DK, _sbf16, bf16_t)
 
 #define INSTANTIATE(suffix, T)                                                                                   \
   extern "C" __global__ void conv1d_silu_##suffix(const T* x, const T* w, T* out, float* state, const int* qsl,  \
@@ -450,3 +458,4 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
 INSTANTIATE(bf16, bf16_t)
 #undef INSTANTIATE
 #undef INSTANTIATE_DK
+#undef INSTANTIATE_DK_ST
