@@ -162,8 +162,7 @@ export class CpuBackend implements Backend {
   /** The states count against the KV cache budget, as the pages do (the engine sizes both from it). */
   allocateRecurrentState(layout: RecurrentStateLayout): void {
     this.recurrent = null;
-    const s = layout.shape;
-    const numBytes = 4 * layout.numSlots * layout.numLayers * ((s.convKernel - 1) * convChannels(s) + s.numValueHeads * s.keyDim * s.valueDim);
+    const numBytes = RecurrentStates.bytesPerSlotOf(layout) * layout.numSlots;
     if (numBytes + this.kvBytes() > this.kvCacheBytes) {
       throw new Error(`recurrent states of ${numBytes} bytes and a KV cache of ${this.kvBytes()} exceed the budget of `
         + `${this.kvCacheBytes}`);
@@ -172,16 +171,8 @@ export class CpuBackend implements Backend {
   }
 
   copyRecurrentState(src: number, dst: number): void {
-    const r = this.recurrent;
-    if (r === null) throw new Error('copyRecurrentState: no recurrent state allocated');
-    const n = r.layout.numSlots;
-    if (!(Number.isInteger(src) && Number.isInteger(dst) && src >= 0 && dst >= 0 && src < n && dst < n)) {
-      throw new Error(`copyRecurrentState: slots ${src} -> ${dst} outside the ${n} allocated`);
-    }
-    if (src === dst) return;
-    for (const [stores, size] of [[r.conv, r.convSize], [r.ssm, r.ssmSize]] as const) {
-      for (const a of stores) a.copyWithin(dst * size, src * size, (src + 1) * size);
-    }
+    if (this.recurrent === null) throw new Error('copyRecurrentState: no recurrent state allocated');
+    this.recurrent.copySlot(src, dst);
   }
 
   private get recurrentBytes(): number {

@@ -28,7 +28,25 @@ export class RecurrentStates {
 
   /** Bytes of state one sequence holds over every layer (f32 here, whatever the values are rounded to). */
   get bytesPerSlot(): number {
-    return 4 * this.layout.numLayers * (this.convSize + this.ssmSize);
+    return RecurrentStates.bytesPerSlotOf(this.layout);
+  }
+
+  /** bytesPerSlot of a layout, before any array is made (the CPU backend checks its budget first). */
+  static bytesPerSlotOf(layout: RecurrentStateLayout): number {
+    const s = layout.shape;
+    return 4 * layout.numLayers * ((s.convKernel - 1) * convChannels(s) + s.numValueHeads * s.keyDim * s.valueDim);
+  }
+
+  /** Slot src's windows and states over slot dst's, every layer (Backend.copyRecurrentState). */
+  copySlot(src: number, dst: number): void {
+    const n = this.layout.numSlots;
+    if (!(Number.isInteger(src) && Number.isInteger(dst) && src >= 0 && dst >= 0 && src < n && dst < n)) {
+      throw new Error(`copyRecurrentState: slots ${src} -> ${dst} outside the ${n} allocated`);
+    }
+    if (src === dst) return;
+    for (const [stores, size] of [[this.conv, this.convSize], [this.ssm, this.ssmSize]] as const) {
+      for (const a of stores) a.copyWithin(dst * size, src * size, (src + 1) * size);
+    }
   }
 }
 
