@@ -194,11 +194,12 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
 
     for (const { name, shape } of SHAPES) {
       test(`${name}${states}: a decode step's conv, rule and gated norm in one launch (deltanetFusedDecode), and the `
-        + 'rule and norm alone in one (deltanetFusedNorm), give the separate launches\' bits, step after step', () => {
+        + 'rule and norm alone in one (deltanetFusedNorm), and the rule on the wide build (deltanetWide), give the '
+        + 'separate launches\' bits, step after step', () => {
         const C = convChannels(shape);
         const [Hv, Dv, K] = [shape.numValueHeads, shape.valueDim, shape.convKernel];
         const backends = [newCuda({ ssmCacheDtype }), newCuda({ deltanetFusedNorm: true, ssmCacheDtype }),
-          newCuda({ deltanetFusedDecode: true, ssmCacheDtype })];
+          newCuda({ deltanetFusedDecode: true, ssmCacheDtype }), newCuda({ deltanetWide: true, ssmCacheDtype })];
         try {
           let seed = 500;
           const inputs = (T: number) => ({ x: randomBf16(T * C, seed++, -2, 2),
@@ -231,6 +232,7 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
           });
           assert.deepEqual(outs[1], outs[0], 'rule + norm in one launch');
           assert.deepEqual(outs[2], outs[0], 'conv + rule + norm in one launch');
+          assert.deepEqual(outs[3], outs[0], 'the rule on deltanet_recurrent_wide');
         } finally {
           backends.forEach((b) => b.dispose());
         }

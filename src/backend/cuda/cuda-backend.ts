@@ -61,6 +61,8 @@ export interface CudaBackendOptions {
   deltanetFusedNorm?: boolean;
   /** A decode step's DeltaNet conv, rule and gated norm in one launch; default QUIRE_DELTANET_FUSED_DECODE. */
   deltanetFusedDecode?: boolean;
+  /** A decode step's DeltaNet rule on the coalesced build (deltanet_recurrent_wide); default QUIRE_DELTANET_WIDE. */
+  deltanetWide?: boolean;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -130,7 +132,7 @@ export class CudaBackend implements Backend {
         verifyDecodeMaxSeqs: opts.verifyDecodeMaxSeqs });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
-      fusedDecode: opts.deltanetFusedDecode });
+      fusedDecode: opts.deltanetFusedDecode, wide: opts.deltanetWide });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

@@ -35,6 +35,8 @@ export class CudaDeltaNet {
   private readonly fusedNorm: boolean;
   /** A decode step's conv, rule and gated norm in one launch (deltanet_decode; QUIRE_DELTANET_FUSED_DECODE). */
   private readonly fusedDecode: boolean;
+  /** A decode step's rule on deltanet_recurrent_wide (the same bits, coalesced state loads; QUIRE_DELTANET_WIDE). */
+  private readonly wide: boolean;
   /**
    * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
@@ -42,9 +44,10 @@ export class CudaDeltaNet {
   private pendingConv: PendingConv | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
-    o: { fusedNorm?: boolean; fusedDecode?: boolean } = {}) {
+    o: { fusedNorm?: boolean; fusedDecode?: boolean; wide?: boolean } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
+    this.wide = o.wide ?? readKnob('QUIRE_DELTANET_WIDE');
   }
 
   /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
@@ -162,8 +165,12 @@ export class CudaDeltaNet {
           f32(gate.eps), ...sections], groups * 2 * Dk * 4, true));
       return out;
     }
-    this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`,
-      [batch.numSeqs, Hv, groups], 32, [...head, ptr(out.ptr), ...sections], 0, true));
+    // a decode step on the wide build (a block per 32 columns of a v head, Dk threads), else a warp per COLS columns
+    const wide = this.wide && T === batch.numSeqs;
+    const [name, grid] = wide ? [`deltanet_recurrent_wide_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, Math.ceil(Dv / 32)]]
+      : [`deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups]];
+    this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', name, grid as [number, number, number],
+      wide ? Dk : 32, [...head, ptr(out.ptr), ...sections], 0, true));
     return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;
   }
 

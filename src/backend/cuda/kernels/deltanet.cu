@@ -39,6 +39,8 @@
 //     shared memory, then warp 0 normalises it (QUIRE_DELTANET_FUSED_NORM: one launch a layer fewer).
 //   deltanet_decode: conv1d_silu, the rule and the gated norm of a decode step in one launch, the same bits
 //     (QUIRE_DELTANET_FUSED_DECODE: two launches a layer fewer; the issue's fused decode kernel). grid (S, Hv); below.
+//   deltanet_recurrent_wide: deltanet_recurrent's bits with each load reading 128 contiguous bytes of a state row
+//     (QUIRE_DELTANET_WIDE, decode steps): deltanet_wide.cuh.
 //
 // Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
 // switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
@@ -402,6 +404,8 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
                    out + (long long)start * Hv * Dv + (long long)h * Dv, Dv, eps);
 }
 
+#include "deltanet_wide.cuh"
+
 // A state build (ST: the delta-rule state's type) of each decode kernel; `ss` ends its name (empty: f32 states).
 #define INSTANTIATE_DK_ST(suffix, T, DK, ss, ST)                                                                 \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK##ss(                       \
@@ -410,6 +414,12 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
     __shared__ float qks[2 * DK];                                                                                \
     deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
                                          Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK);                      \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_wide_##suffix##_##DK##ss(                   \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
+    deltanet_recurrent_wide<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, \
+                                       slotFloats, ssmAt);                                                       \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(512) deltanet_recurrent_norm_##suffix##_##DK##ss(                \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z, int ldz, const T* normW, \

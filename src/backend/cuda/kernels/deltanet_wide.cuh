@@ -1,0 +1,102 @@
+// deltanet_recurrent's arithmetic, bit for bit, on a coalesced state (included by deltanet.cu, after its helpers).
+//
+// deltanet_recurrent gives a warp COLS columns of a v head's state, each column's DK rows spread over PARTS lanes, so
+// one of its loads reads 32 bytes (8 floats) of each of PARTS state rows 512 bytes apart. Session 46's profile of
+// qwen3.5-27b's graphed decode steps put that rule at ~1 TB/s of state traffic from 72 rows on (49.9 of a 160-row
+// step's 75.8 ms; 0.24 ms a layer at the copy bandwidth, 1.04 measured).
+//
+// deltanet_recurrent_wide gives each lane the same rows of one column as deltanet_recurrent does (rows part + PARTS i,
+// i < 32), but puts a warp's 32 lanes on 32 columns of one part: a block per (sequence, v head, 32 columns), PARTS
+// warps, so each load reads 128 contiguous bytes of one state row. A lane's partial sums are deltanet_recurrent's own
+// (its m[4], o[4] chains); the PARTS partials of a column meet in shared memory and are added in the order
+// deltanet_recurrent's butterfly (column_sum) adds them: pairs, then pairs of pairs ((p0 + p1) + (p2 + p3) for DK 128).
+// So its outputs and states are deltanet_recurrent's bits (the deltanet GPU test compares them). Two block barriers a
+// token: meant for decode steps (one token a sequence; QUIRE_DELTANET_WIDE), not long prompt chunks.
+//
+// grid (S, Hv, ceil(Dv / 32)), block 32 PARTS (= DK) threads.
+
+/** The butterfly's sum of a column's PARTS partials (red[p][lane]): pairs, then pairs of pairs. */
+template <int PARTS>
+__device__ __forceinline__ float parts_sum(const float (*red)[32], int lane) {
+  float v[PARTS];
+#pragma unroll
+  for (int p = 0; p < PARTS; p++) v[p] = red[p][lane];
+#pragma unroll
+  for (int w = 1; w < PARTS; w <<= 1) {
+#pragma unroll
+    for (int p = 0; p < PARTS; p += 2 * w) v[p] = v[p] + v[p + w];
+  }
+  return v[0];
+}
+
+template <typename T, typename ST, int DK>
+__device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* ba, int ldba, const T* aLog,
+                                                        const T* dtBias, T* out, float* state, const int* qsl,
+                                                        const int* seqLens, const int* slots, int Hk, int Hv, int Dv,
+                                                        int slotFloats, int ssmAt) {
+  constexpr int PARTS = DK / 32;
+  __shared__ float qks[PARTS][2 * DK];  // each warp's own q and k, as deltanet_recurrent's qs and ks
+  __shared__ float red[2][PARTS][32];   // a token's partial sums: S^T k, then S^T q
+  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
+  if (!DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
+  const int s = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
+  const int j = blockIdx.z * 32 + lane;
+  const int kh = h / (Hv / Hk);
+  const int C = 2 * Hk * DK + Hv * Dv;
+  const int start = qsl[s], end = qsl[s + 1];
+  if (start == end) return;
+  const int pos0 = seqLens[s] - (end - start);
+  const int slot = slots[s];
+  ST* S = slot >= 0 ? reinterpret_cast<ST*>(state + (long long)slot * slotFloats) + ssmAt + (long long)h * DK * Dv
+                     : nullptr;
+  float* qs = qks[part];
+  float* ks = qs + DK;
+  float col[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    col[i] = S != nullptr && pos0 > 0 && j < Dv ? to_float(S[(long long)(part + PARTS * i) * Dv + j]) : 0.f;
+  }
+  const float A = -expf(to_float(aLog[h]));
+  const float bias = to_float(dtBias[h]);
+  const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
+  if (DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
+  TokenIn<DK> next;
+  load_token<T, DK, false>(conv, ba, ldba, start, C, Hk, Hv, Dv, kh, h, j, next);
+  for (int t = start; t < end; t++) {
+    const TokenIn<DK> in = next;
+    if (t + 1 < end) load_token<T, DK, false>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
+    const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < DK / 32; i++) {
+      qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
+      ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
+    }
+    __syncwarp();
+    const float decay = expf(A * softplus(in.a + bias));
+    const float beta = 1.f / (1.f + expf(-in.b));
+    float m[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      col[i] = __fmul_rn(col[i], decay);
+      m[i & 3] = fmaf(col[i], ks[part + PARTS * i], m[i & 3]);
+    }
+    red[0][part][lane] = (m[0] + m[1]) + (m[2] + m[3]);
+    __syncthreads();
+    const float delta = __fmul_rn(in.v - parts_sum<PARTS>(red[0], lane), beta);
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      col[i] = fmaf(ks[part + PARTS * i], delta, col[i]);
+      o[i & 3] = fmaf(col[i], qs[part + PARTS * i], o[i & 3]);
+    }
+    red[1][part][lane] = (o[0] + o[1]) + (o[2] + o[3]);
+    __syncthreads();  // (every read of red[0] came before it: the next token's writes may follow)
+    const float outJ = parts_sum<PARTS>(red[1], lane);
+    if (part == 0 && j < Dv) out[(long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
+  }
+  if (S == nullptr || j >= Dv) return;
+#pragma unroll
+  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
+}
