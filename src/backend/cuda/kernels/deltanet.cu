@@ -213,6 +213,43 @@ __device__ __forceinline__ float column_sum(float v) {
   return v;
 }
 
+/**
+ * One token of the rule on a lane's rows of its column (col: rows part + PARTS i): q and k l2-normed into the warp's
+ * qs and ks, decay and beta, S = decay S, delta = beta (v - S^T k), S += k delta, and out = S^T q, returned. `sum(which,
+ * x)` adds a column's PARTS partials x (which: 0 for S^T k, 1 for S^T q) as column_sum's butterfly does: by shuffles
+ * (deltanet_recurrent) or through shared memory (deltanet_recurrent_wide), so both give the same bits.
+ */
+template <int DK, typename Sum>
+__device__ __forceinline__ float rule_token(const TokenIn<DK>& in, float* col, float* qs, float* ks, int part, float A,
+                                            float bias, float qScale, Sum sum) {
+  constexpr int PARTS = DK / 32;
+  const int lane = threadIdx.x & 31;
+  const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < DK / 32; i++) {
+    qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
+    ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
+  }
+  __syncwarp();
+  const float decay = expf(A * softplus(in.a + bias));
+  const float beta = 1.f / (1.f + expf(-in.b));
+  float m[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    col[i] = __fmul_rn(col[i], decay);
+    m[i & 3] = fmaf(col[i], ks[part + PARTS * i], m[i & 3]);
+  }
+  const float delta = __fmul_rn(in.v - sum(0, (m[0] + m[1]) + (m[2] + m[3])), beta);
+  float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    col[i] = fmaf(ks[part + PARTS * i], delta, col[i]);
+    o[i & 3] = fmaf(col[i], qs[part + PARTS * i], o[i & 3]);
+  }
+  return sum(1, (o[0] + o[1]) + (o[2] + o[3]));
+}
+
 // `group`: the warp's COLS columns; qs, ks: the warp's own [DK] each. FUSED (deltanet_recurrent_norm: one token a
 // sequence): the output row goes to out[j] (the block's shared row), not to out[t][h][j].
 // CONV_ROW: conv is the block's shared row of q | k | v (deltanet_decode), whose kernel has done its own dependent-
@@ -251,30 +288,8 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   for (int t = start; t < end; t++) {
     const TokenIn<DK> in = next;
     if (t + 1 < end) load_token<T, DK, CONV_ROW>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
-    const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < DK / 32; i++) {
-      qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
-      ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
-    }
-    __syncwarp();
-    const float decay = expf(A * softplus(in.a + bias));
-    const float beta = 1.f / (1.f + expf(-in.b));
-    float m[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-      col[i] = __fmul_rn(col[i], decay);
-      m[i & 3] = fmaf(col[i], ks[part + PARTS * i], m[i & 3]);
-    }
-    const float delta = __fmul_rn(in.v - column_sum<COLS>((m[0] + m[1]) + (m[2] + m[3])), beta);
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-      col[i] = fmaf(ks[part + PARTS * i], delta, col[i]);
-      o[i & 3] = fmaf(col[i], qs[part + PARTS * i], o[i & 3]);
-    }
-    const float outJ = column_sum<COLS>((o[0] + o[1]) + (o[2] + o[3]));
+    const float outJ = rule_token<DK>(in, col, qs, ks, part, A, bias, qScale,
+                                      [](int, float x) { return column_sum<COLS>(x); });
     if (part == 0 && j < Dv) out[FUSED ? j : (long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
   }
   if (S == nullptr || j >= Dv) return;

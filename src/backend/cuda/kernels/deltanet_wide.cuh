@@ -66,34 +66,12 @@ __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* 
   for (int t = start; t < end; t++) {
     const TokenIn<DK> in = next;
     if (t + 1 < end) load_token<T, DK, false>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
-    const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < DK / 32; i++) {
-      qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
-      ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
-    }
-    __syncwarp();
-    const float decay = expf(A * softplus(in.a + bias));
-    const float beta = 1.f / (1.f + expf(-in.b));
-    float m[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-      col[i] = __fmul_rn(col[i], decay);
-      m[i & 3] = fmaf(col[i], ks[part + PARTS * i], m[i & 3]);
-    }
-    red[0][part][lane] = (m[0] + m[1]) + (m[2] + m[3]);
-    __syncthreads();
-    const float delta = __fmul_rn(in.v - parts_sum<PARTS>(red[0], lane), beta);
-    float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-      col[i] = fmaf(ks[part + PARTS * i], delta, col[i]);
-      o[i & 3] = fmaf(col[i], qs[part + PARTS * i], o[i & 3]);
-    }
-    red[1][part][lane] = (o[0] + o[1]) + (o[2] + o[3]);
-    __syncthreads();  // (every read of red[0] came before it: the next token's writes may follow)
-    const float outJ = parts_sum<PARTS>(red[1], lane);
+    // a column's partials meet in red[which]: each barrier also ends every read of the other buffer before it
+    const float outJ = rule_token<DK>(in, col, qs, ks, part, A, bias, qScale, [&](int which, float x) {
+      red[which][part][lane] = x;
+      __syncthreads();
+      return parts_sum<PARTS>(red[which], lane);
+    });
     if (part == 0 && j < Dv) out[(long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
   }
   if (S == nullptr || j >= Dv) return;
