@@ -213,6 +213,32 @@ __device__ __forceinline__ float column_sum(float v) {
   return v;
 }
 
+/** Where v head h's state of `slot` starts (elements of ST), or null (no slot: a padding row). */
+template <typename ST, int DK>
+__device__ __forceinline__ ST* head_state(float* state, int slot, int slotFloats, int ssmAt, int h, int Dv) {
+  return slot >= 0 ? reinterpret_cast<ST*>(state + (long long)slot * slotFloats) + ssmAt + (long long)h * DK * Dv
+                   : nullptr;
+}
+
+/** A lane's rows part + PARTS i of column j (zeros without a state, past Dv, or where `read` is false: position 0). */
+template <int DK, typename ST>
+__device__ __forceinline__ void load_column(const ST* S, int part, int j, int Dv, bool read, float* col) {
+  constexpr int PARTS = DK / 32;
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    col[i] = S != nullptr && read && j < Dv ? to_float(S[(long long)(part + PARTS * i) * Dv + j]) : 0.f;
+  }
+}
+
+/** The lane's rows back, rounded to ST (none without a state or past Dv). */
+template <int DK, typename ST>
+__device__ __forceinline__ void store_column(ST* S, int part, int j, int Dv, const float* col) {
+  constexpr int PARTS = DK / 32;
+  if (S == nullptr || j >= Dv) return;
+#pragma unroll
+  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
+}
+
 /**
  * One token of the rule on a lane's rows of its column (col: rows part + PARTS i): q and k l2-normed into the warp's
  * qs and ks, decay and beta, S = decay S, delta = beta (v - S^T k), S += k delta, and out = S^T q, returned. `sum(which,
@@ -272,13 +298,9 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   if (start == end) return;
   const int pos0 = seqLens[s] - (end - start);
   const int slot = slots[s];
-  ST* S = slot >= 0 ? reinterpret_cast<ST*>(state + (long long)slot * slotFloats) + ssmAt + (long long)h * DK * Dv
-                     : nullptr;
+  ST* S = head_state<ST, DK>(state, slot, slotFloats, ssmAt, h, Dv);
   float col[32];
-#pragma unroll
-  for (int i = 0; i < 32; i++) {
-    col[i] = S != nullptr && pos0 > 0 && j < Dv ? to_float(S[(long long)(part + PARTS * i) * Dv + j]) : 0.f;
-  }
+  load_column<DK>(S, part, j, Dv, pos0 > 0, col);
   const float A = -expf(to_float(aLog[h]));
   const float bias = to_float(dtBias[h]);
   const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
@@ -292,9 +314,7 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
                                       [](int, float x) { return column_sum<COLS>(x); });
     if (part == 0 && j < Dv) out[FUSED ? j : (long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
   }
-  if (S == nullptr || j >= Dv) return;
-#pragma unroll
-  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
+  store_column<DK>(S, part, j, Dv, col);
 }
 
 /** rmsnorm(x) * w * silu(z) over one group of G channels, by one warp (rms_norm_gated and the fused kernel alike). */

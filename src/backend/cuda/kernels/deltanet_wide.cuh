@@ -48,15 +48,11 @@ __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* 
   if (start == end) return;
   const int pos0 = seqLens[s] - (end - start);
   const int slot = slots[s];
-  ST* S = slot >= 0 ? reinterpret_cast<ST*>(state + (long long)slot * slotFloats) + ssmAt + (long long)h * DK * Dv
-                     : nullptr;
+  ST* S = head_state<ST, DK>(state, slot, slotFloats, ssmAt, h, Dv);
   float* qs = qks[part];
   float* ks = qs + DK;
   float col[32];
-#pragma unroll
-  for (int i = 0; i < 32; i++) {
-    col[i] = S != nullptr && pos0 > 0 && j < Dv ? to_float(S[(long long)(part + PARTS * i) * Dv + j]) : 0.f;
-  }
+  load_column<DK>(S, part, j, Dv, pos0 > 0, col);
   const float A = -expf(to_float(aLog[h]));
   const float bias = to_float(dtBias[h]);
   const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
@@ -74,7 +70,6 @@ __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* 
     });
     if (part == 0 && j < Dv) out[(long long)t * Hv * Dv + (long long)h * Dv + j] = from_float<T>(outJ);
   }
-  if (S == nullptr || j >= Dv) return;
-#pragma unroll
-  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
+  store_column<DK>(S, part, j, Dv, col);
 }
+
