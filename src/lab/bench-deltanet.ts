@@ -16,7 +16,7 @@ import { CudaBackend, type CudaBackendOptions } from '../backend/cuda/cuda-backe
 import { f32ToBf16Bits } from '../loader/dtype.js';
 import { buildForwardBatch } from '../engine/batch-builder.js';
 import { seededRandom } from '../model/random-weights.js';
-import { EventTimer } from './event-timer.js';
+import { EventTimer } from '../backend/cuda/event-timer.js';
 
 /** What each --variants name sets on the backend. */
 export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {

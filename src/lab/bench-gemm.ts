@@ -15,7 +15,7 @@ import { Gemm, SINGLE_CHAIN_MIN_TOKENS } from '../backend/cuda/ffi/cublaslt.js';
 import { EventGemmTuner } from '../backend/cuda/gemm-tune.js';
 import { f32ToBf16Bits } from '../loader/dtype.js';
 import { seededRandom } from '../model/random-weights.js';
-import { EventTimer } from './event-timer.js';
+import { EventTimer } from '../backend/cuda/event-timer.js';
 
 export interface GemmBenchRow {
   T: number;

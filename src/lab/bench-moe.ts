@@ -22,7 +22,7 @@ import { f32ToBf16Bits } from '../loader/dtype.js';
 import { e4m3Bits, roundE4m3 } from '../loader/fp8.js';
 import { seededRandom } from '../model/random-weights.js';
 import { prefillBatch } from './bench-prefill.js';
-import { EventTimer } from './event-timer.js';
+import { EventTimer } from '../backend/cuda/event-timer.js';
 
 export interface MoeBenchShape {
   tokens: number;

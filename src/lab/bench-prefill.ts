@@ -14,7 +14,7 @@ import { Command } from 'commander';
 import type { ForwardBatch } from '../backend/batch.js';
 import { Device } from '../backend/cuda/device.js';
 import { seededRandom } from '../model/random-weights.js';
-import { EventTimer } from './event-timer.js';
+import { EventTimer } from '../backend/cuda/event-timer.js';
 import { PrefillHarness, prefillFlops } from './prefill-harness.js';
 
 export const PREFILL_BENCH = { numHeads: 32, numKvHeads: 8, headDim: 128, blockSize: 16 } as const;

@@ -8,15 +8,16 @@
 // (graphs.ts) has already tuned its shapes.
 
 import type { GemmTuner } from './ffi/cublaslt.js';
-import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';
+import { check } from './ffi/driver.js';
 import type { Device } from './device.js';
+import { EventTimer } from './event-timer.js';
 
 /** Timed runs a candidate gets (after the one whose bits are compared): the best of ROUNDS rounds of REPS. */
 const ROUNDS = 2;
 const REPS = 3;
 
 export class EventGemmTuner implements GemmTuner {
-  private events: [Handle, Handle] | null = null;
+  private timer: EventTimer | null = null;
   /** Shapes tuned, for start-up logs and tests. */
   numTuned = 0;
   /** Per shape tuned, the candidates with the first's bits (those timed). */
@@ -49,20 +50,11 @@ export class EventGemmTuner implements GemmTuner {
     return times.indexOf(Math.min(...times));
   }
 
-  /** Milliseconds of REPS launches, the best of ROUNDS. */
+  /** Milliseconds of REPS launches (after one untimed), the best of ROUNDS. */
   private time(launch: () => void): number {
-    const { api, stream } = this.device;
-    const [start, end] = this.eventPair();
+    this.timer ??= new EventTimer(this.device);
     let best = Infinity;
-    for (let round = 0; round < ROUNDS; round++) {
-      check(api.cuEventRecord(start, stream), 'cuEventRecord');
-      for (let i = 0; i < REPS; i++) launch();
-      check(api.cuEventRecord(end, stream), 'cuEventRecord');
-      check(api.cuEventSynchronize(end), 'cuEventSynchronize');
-      const ms: [number] = [0];
-      check(api.cuEventElapsedTime_v2(ms, start, end), 'cuEventElapsedTime');
-      best = Math.min(best, ms[0]);
-    }
+    for (let round = 0; round < ROUNDS; round++) best = Math.min(best, this.timer.time(REPS, launch));
     return best;
   }
 
@@ -72,19 +64,8 @@ export class EventGemmTuner implements GemmTuner {
     return status[0] !== 0;
   }
 
-  private eventPair(): [Handle, Handle] {
-    if (this.events) return this.events;
-    const make = (): Handle => {
-      const out: [Handle | null] = [null];
-      check(this.device.api.cuEventCreate(out, CU_EVENT_DEFAULT), 'cuEventCreate');
-      return outPtr(out, 'cuEventCreate');
-    };
-    this.events = [make(), make()];
-    return this.events;
-  }
-
   dispose(): void {
-    for (const e of this.events ?? []) this.device.api.cuEventDestroy_v2(e);
-    this.events = null;
+    this.timer?.dispose();
+    this.timer = null;
   }
 }

@@ -1,9 +1,9 @@
-// CUDA-event timing for the lab's kernel benchmarks (bench-prefill, bench-moe): a run of launches on the device's
-// stream between two events, one untimed launch first, so its time is the GPU's, whatever the host does meanwhile
-// (as long as it launches faster than the GPU runs).
+// CUDA-event timing of a run of launches on the device's stream between two events, one untimed launch first, so its
+// time is the GPU's, whatever the host does meanwhile (as long as it launches faster than the GPU runs): the lab's
+// kernel benchmarks (bench-prefill, bench-moe, bench-gemm, bench-deltanet) and the cuBLASLt tuner (gemm-tune.ts).
 
-import type { Device } from '../backend/cuda/device.js';
-import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from '../backend/cuda/ffi/driver.js';
+import type { Device } from './device.js';
+import { check, CU_EVENT_DEFAULT, outPtr, type Handle } from './ffi/driver.js';
 
 export class EventTimer {
   private readonly events: Handle[] = [];
