@@ -84,7 +84,7 @@ export const KNOBS = {
   QUIRE_PDL: bool(K, true, 'Programmatic dependent launch on sm_90+ (0: every kernel waits for the one before it).'),
   QUIRE_CUBLAS_SINGLE_CHAIN_FROM: num(K, 128, 'Rows from which cuBLASLt sums K in one chain (no split-K; Infinity: never).',
     { integer: true, min: 1, infinite: true }),
-  QUIRE_CUBLAS_TUNE_UP_TO: num(K, 0, 'Most rows of a single-chain bf16 GEMM shape that times cuBLASLt\'s first 8 single-chain candidates on its first eager run and keeps the fastest (the same bits; backend/cuda/gemm-tune.ts). 0: never, the heuristic\'s first.', { integer: true, min: 0 }),
+  QUIRE_CUBLAS_TUNE_UP_TO: num(K, 0, 'Most rows of a single-chain bf16 GEMM shape (from 128 rows, a multiple of 8: the decode graphs\' buckets) that times cuBLASLt\'s first 8 single-chain candidates of the first\'s bits on its first eager run and keeps the fastest (backend/cuda/gemm-tune.ts). 0: never, the heuristic\'s first.', { integer: true, min: 0 }),
   QUIRE_MOE_COMBINE_BATCH: num(K, 1, 'A MoE row\'s expert outputs the combine reads at once before summing them in order (1: one at a time; the same bits at any value; 8 measured no faster on qwen3-30b-a3b, an A/B knob).', { integer: true, min: 1 }),
   QUIRE_MOE_WGMMA_MIN_ROWS: num(K, 32, 'Rows an expert (tokens x top-k / experts) from which a bf16 MoE layer runs its grouped GEMMs on Hopper\'s wgmma (kernels/moe_wgmma.cu; sm_90 only, never batch-invariant; 0: never). 32: where it overtook the plan\'s split builds on qwen3-30b-a3b\'s and Mixtral\'s shapes (session 41); on a3b the 64 x 32 tiles still beat it at 32 rows (0.432 against 0.497 ms, session 43).',
     { integer: true, min: 0 }),

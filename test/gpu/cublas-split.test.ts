@@ -62,7 +62,8 @@ describe('cuBLASLt without split-K', { skip: noCuda }, () => {
     }
   };
 
-  test('a tuned Gemm gives the untuned one\'s bits from SINGLE_CHAIN_MIN_TOKENS rows; fewer rows are not tuned', (t) => {
+  test('a tuned Gemm gives the untuned one\'s bits from SINGLE_CHAIN_MIN_TOKENS rows; fewer rows, and counts off '
+    + 'the graphs\' buckets, are not tuned', (t) => {
     const dev = device!;
     // qwen3.5-27b's down (the heuristic's first pick 4.6x its fastest at 128 rows, session 46), qwen3-8b's down
     // and gate_up, qwen3-0.6b's o
@@ -97,6 +98,8 @@ describe('cuBLASLt without split-K', { skip: noCuda }, () => {
           const before = tuner.numTuned;
           tuned.run(x, w, y, 64, N, K, dev.stream);
           assert.equal(tuner.numTuned, before, 'fewer rows than SINGLE_CHAIN_MIN_TOKENS keep the heuristic\'s pick');
+          tuned.run(x, w, y, 130, N, K, dev.stream);
+          assert.equal(tuner.numTuned, before, 'a row count off the graphs\' buckets (130) keeps the heuristic\'s pick');
         } finally {
           dev.synchronize();
           for (const p of [w, x, y]) dev.free(p);

@@ -141,6 +141,8 @@ export interface GemmTuner {
 
 /** Single-chain candidates a tuned shape times. */
 const TUNE_CANDIDATES = 8;
+/** Row counts a Gemm tunes are multiples of this (graph-buckets.ts: buckets of 8 past 8 rows). */
+export const TUNE_ROW_STEP = 8;
 
 /**
  * bf16 GEMMs y = x w^T (+ a bias per output column of w, added in fp32 before the rounding: the BIAS epilogue) on one
@@ -154,8 +156,9 @@ const TUNE_CANDIDATES = 8;
  * differed in the last bit of some outputs (session 46, H200), so the tuner below compares bits before it times. Fewer rows keep the
  * heuristic's split-K, whose speed W1's shrinking tail steps need (docs/perf-log.md, session 27); a shape no
  * single-chain algorithm serves takes the heuristic's first (cublas-split.test.ts checks the benchmarked shapes).
- * With a `tuner`, a single-chain shape of up to tuner.upToRows rows takes the fastest of the heuristic's first
- * TUNE_CANDIDATES single-chain algorithms that give the first's bits, timed on its first eager run (gemm-tune.ts).
+ * With a `tuner`, a single-chain shape of up to tuner.upToRows rows, a multiple of TUNE_ROW_STEP, takes the fastest
+ * of the heuristic's first TUNE_CANDIDATES single-chain algorithms that give the first's bits, timed on its first
+ * eager run (gemm-tune.ts).
  */
 export class Gemm {
   private readonly api = cublasLtApi();
@@ -300,7 +303,9 @@ export class Gemm {
     }
     if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
     let algo = results.slice(0, ALGO_BYTES);
-    if (single !== null && run && this.tuner !== null && T <= this.tuner.upToRows) {
+    // only row counts of multiples of TUNE_ROW_STEP (the decode graphs' buckets past 8): a mixed step's rows can take
+    // any count, and each new one tuned would stall a step
+    if (single !== null && run && this.tuner !== null && T <= this.tuner.upToRows && T % TUNE_ROW_STEP === 0) {
       const all = new Uint8Array(HEURISTIC_RESULT_BYTES * TUNE_CANDIDATES);
       const got: Out<number> = [0];
       if (this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, single, TUNE_CANDIDATES, all, got) === 0) {
