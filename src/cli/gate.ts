@@ -30,7 +30,8 @@ export function gatePathKey(backend: string, options: { enforceEager: boolean; b
   ggufFormat: string | null = null): string {
   // a GGUF file's quantization (q4_k_m, ...) is a path of its own: its transcripts and its KL band differ per format
   const lossy = `${ggufFormat !== null ? `-${ggufFormat}` : ''}${options.quantization === 'fp8' ? '-fp8w' : ''}`
-    + `${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}${options.mambaSsmCacheDtype === 'bf16' ? '-bf16ssm' : ''}`;
+    + `${options.kvCacheDtype === 'fp8_e4m3' ? '-fp8kv' : ''}`
+    + `${options.mambaSsmCacheDtype === 'bf16' ? '-bf16ssm' : ''}`;
   if (backend !== 'cuda') return `${backend}-f32${lossy}`;
   return `cuda-bf16${lossy}${options.enforceEager ? '' : '-graphs'}${options.batchInvariant ? '-batch-invariant' : ''}`;
 }

@@ -27,7 +27,8 @@ async function createCuda(options: EngineOptions): Promise<CreatedBackend> {
   const { CudaBackend } = await import('../backend/cuda/cuda-backend.js');
   const backend = new CudaBackend({ gpuMemoryUtilization: options.gpuMemoryUtilization, enforceEager: options.enforceEager,
     batchInvariant: options.batchInvariant, profile: options.profile, profileLog: 'once-per-shape',
-    kvCacheDtype: options.kvCacheDtype, ssmCacheDtype: options.mambaSsmCacheDtype, deviceOrdinal: options.deviceOrdinal });
+    kvCacheDtype: options.kvCacheDtype, ssmCacheDtype: options.mambaSsmCacheDtype,
+    deviceOrdinal: options.deviceOrdinal });
   return { backend, device: backend.device.name };
 }
 

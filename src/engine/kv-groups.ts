@@ -12,7 +12,8 @@ export function kvCacheGroupsOf(model: Model): KVCacheGroup[] {
 }
 
 /** `ssmBytesPerElement`: the backends' (Backend.ssmBytesPerElement; every stage's is the same). */
-export function kvCacheGroupsOfSpecs(specs: readonly (LayerStateSpec | null)[], ssmBytesPerElement: number): KVCacheGroup[] {
+export function kvCacheGroupsOfSpecs(specs: readonly (LayerStateSpec | null)[],
+  ssmBytesPerElement: number): KVCacheGroup[] {
   if (specs.some((s) => s === null)) throw new Error('kvCacheGroupsOf: a layer that keeps no state has no KV cache group yet');
   return groupLayerSpecs(specs.map((s) => s!.kind === 'recurrent'
     ? { kind: 'recurrent', stateBytes: recurrentStateBytes(s!.shape, ssmBytesPerElement) }

@@ -3,7 +3,8 @@
 // K 17408) at 49% of the step, ~90 TFLOP/s: from 128 rows the engine asks for algorithms that sum K in one chain
 // (ffi/cublaslt.ts, the bits it promises), and on a narrow N few tiles then fill the GPU. This tool shows what each
 // single-chain candidate, each of the heuristic's own (split-K allowed) and the single-chain first one split K ways
-// (--splits) would give, and the tuned choice (gemm-tune.ts), per shape, as TFLOP/s and as the share of the copy bandwidth its weight bytes would take.
+// (--splits) would give, and the tuned choice (gemm-tune.ts), per shape, as TFLOP/s and as the rate its weight bytes
+// would be read at.
 //
 //   node dist/src/lab/bench-gemm.js --shapes 5120:17408,34816:5120 [--tokens 64,128,256] [--splits 2,4] [--reps 20]
 //     [--max 8]

@@ -171,13 +171,14 @@ test('bf16 states (ssmCacheDtype): each step\'s state rounded to bf16 as it is k
     const Dv = shape.valueDim;
     const expected = new Float32Array(n * Hv * Dv);
     const unrounded = referenceOut(x, ba, n).out;
-    const S = Array.from({ length: Hv }, () => Array.from({ length: shape.keyDim }, () => new Array<number>(Dv).fill(0)));
+    const S = Array.from({ length: Hv }, () => Array.from({ length: shape.keyDim },
+      () => new Array<number>(Dv).fill(0)));
     let at = 0;
     for (const len of [5, 3, 1, 1, 1]) {
       const step = bf.beginStep(seqBatch([{ n: len, start: at, slot: 1 }]));
       const conv = bf.causalConv1d(put('x', [len, C], x.slice(at * C, (at + len) * C)), wB, 0, step);
-      const got = bf.toHost(bf.gatedDeltaRule(conv, put('ba', [len, 2 * Hv], ba.slice(at * 2 * Hv, (at + len) * 2 * Hv)),
-        aLogB, dtBiasB, shape, 0, step));
+      const baStep = put('ba', [len, 2 * Hv], ba.slice(at * 2 * Hv, (at + len) * 2 * Hv));
+      const got = bf.toHost(bf.gatedDeltaRule(conv, baStep, aLogB, dtBiasB, shape, 0, step));
       // the formulas over this step's tokens from the kept state, then the state rounded to bf16 (nearest even)
       const part = (a: number[][][] | number[][]) => a.slice(at, at + len);
       const slice = { q: part(r.q), k: part(r.k), v: part(r.v), g: part(r.g), beta: part(r.beta) } as RuleInputs;

@@ -45,7 +45,8 @@ test('--mamba-ssm-cache-dtype: auto and float32 keep f32 DeltaNet states, bfloat
   + 'own); float16 is refused naming the flag', () => {
   assert.equal(engineOptionsFromFlags(parse(['--model', '/m'])).mambaSsmCacheDtype, 'f32');
   for (const v of ['auto', 'float32']) {
-    assert.equal(engineOptionsFromFlags(parse(['--model', '/m', '--mamba-ssm-cache-dtype', v])).mambaSsmCacheDtype, 'f32');
+    const o = engineOptionsFromFlags(parse(['--model', '/m', '--mamba-ssm-cache-dtype', v]));
+    assert.equal(o.mambaSsmCacheDtype, 'f32');
   }
   const bf16 = engineOptionsFromFlags(parse(['--model', '/m', '--mamba-ssm-cache-dtype', 'bfloat16']));
   assert.equal(bf16.mambaSsmCacheDtype, 'bf16');

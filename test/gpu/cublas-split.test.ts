@@ -2,8 +2,8 @@
 // QUIRE_CUBLAS_SINGLE_CHAIN_FROM): what makes those bits the same on every Hopper part and equal to the chain kernels'
 // (gemm-chain*.test.ts compare them at 256 rows). Fewer rows keep the heuristic's choice. Prints, for the record,
 // which of these shapes the heuristic would split without the preference. A tuned Gemm (gemm-tune.ts: the fastest
-// single-chain candidate of the first's bits) gives the untuned one's bits, and its tuner never takes a faster launch of
-// other bits (session 46: not every single-chain candidate sums in the same order).
+// single-chain candidate of the first's bits) gives the untuned one's bits, and its tuner never takes a faster launch
+// of other bits (session 46: not every single-chain candidate sums in the same order).
 
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -99,7 +99,7 @@ describe('cuBLASLt without split-K', { skip: noCuda }, () => {
           tuned.run(x, w, y, 64, N, K, dev.stream);
           assert.equal(tuner.numTuned, before, 'fewer rows than SINGLE_CHAIN_MIN_TOKENS keep the heuristic\'s pick');
           tuned.run(x, w, y, 130, N, K, dev.stream);
-          assert.equal(tuner.numTuned, before, 'a row count off the graphs\' buckets (130) keeps the heuristic\'s pick');
+          assert.equal(tuner.numTuned, before, 'a count off the graphs\' buckets (130) keeps the heuristic\'s pick');
         } finally {
           dev.synchronize();
           for (const p of [w, x, y]) dev.free(p);

@@ -47,7 +47,7 @@ export interface CpuBackendOptions {
   kernel?: 'wasm' | 'js';
   /** 'fp8_e4m3': K and V rounded to FP8 E4M3 as they are written (the values the GPU's FP8 cache holds; kept f32). */
   kvCacheDtype?: KvCacheDtype;
-  /** 'bf16': the delta-rule states rounded to bf16 after each step (the values the GPU's bf16 states hold; kept f32). */
+  /** 'bf16': the delta-rule states rounded to bf16 after each step (the GPU's bf16 states' values; kept f32). */
   ssmCacheDtype?: SsmCacheDtype;
 }
 

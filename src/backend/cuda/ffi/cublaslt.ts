@@ -153,9 +153,10 @@ export const TUNE_ROW_STEP = 8;
  * so their bits are the same on every Hopper part (an H200's heuristic split K 12,288 at 256 rows where an H100's did
  * not) and equal the chain kernels' (the decode GEMMs of up to 8 tokens, kernels/gemm_chain.cu). Not every
  * single-chain algorithm sums in that order: one of the 8 candidates at qwen3.5-27b's down (N 5120, K 17408, 128 rows)
- * differed in the last bit of some outputs (session 46, H200), so the tuner below compares bits before it times. Fewer rows keep the
- * heuristic's split-K, whose speed W1's shrinking tail steps need (docs/perf-log.md, session 27); a shape no
- * single-chain algorithm serves takes the heuristic's first (cublas-split.test.ts checks the benchmarked shapes).
+ * differed in the last bit of some outputs (session 46, H200), so the tuner below compares bits before it times.
+ * Fewer rows keep the heuristic's split-K, whose speed W1's shrinking tail steps need (docs/perf-log.md, session 27);
+ * a shape no single-chain algorithm serves takes the heuristic's first (cublas-split.test.ts checks the benchmarked
+ * shapes).
  * With a `tuner`, a single-chain shape of up to tuner.upToRows rows, a multiple of TUNE_ROW_STEP, takes the fastest
  * of the heuristic's first TUNE_CANDIDATES single-chain algorithms that give the first's bits, timed on its first
  * eager run (gemm-tune.ts).
@@ -221,20 +222,28 @@ export class Gemm {
    */
   candidates(T: number, N: number, K: number, singleChain: boolean, max = 8): { algo: Uint8Array; waves: number;
     workspaceBytes: number; splitK: number }[] {
-    const { a, b, d } = this.plan(T, N, K, this.desc);
+    const plan = this.plan(T, N, K, this.desc);
+    const pref = singleChain ? this.singleChainPref ?? this.pref : this.pref;
+    const found = this.heuristics(this.desc, plan, pref, max);
+    if (found === null) {
+      throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K}, ${max})`, 15, 'NO_ALGORITHM');
+    }
+    return found.map((c) => ({ ...c, splitK: this.splitOfAlgo(c.algo).splitK }));
+  }
+
+  /** Up to `max` usable algorithms of the heuristic's, in its order; null where it fails. */
+  private heuristics(desc: Handle, { a, b, d }: Omit<GemmPlan, 'algo'>, pref: Handle, max: number):
+    { algo: Uint8Array; waves: number; workspaceBytes: number }[] | null {
     const results = new Uint8Array(HEURISTIC_RESULT_BYTES * max);
     const numReturned: Out<number> = [0];
-    const pref = singleChain ? this.singleChainPref ?? this.pref : this.pref;
-    checkCublas(this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, this.desc, a, b, d, d, pref, max, results,
-      numReturned), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K}, ${max})`);
+    if (this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, pref, max, results, numReturned) !== 0) {
+      return null;
+    }
     const view = new DataView(results.buffer);
     return Array.from({ length: numReturned[0] }, (_, i) => i * HEURISTIC_RESULT_BYTES)
       .filter((o) => view.getInt32(o + 72, true) === 0)  // state: CUBLAS_STATUS_SUCCESS
-      .map((o) => {
-        const algo = results.slice(o, o + ALGO_BYTES);
-        return { algo, workspaceBytes: Number(view.getBigUint64(o + 64, true)), waves: view.getFloat32(o + 76, true),
-          splitK: this.splitOfAlgo(algo).splitK };
-      });
+      .map((o) => ({ algo: results.slice(o, o + ALGO_BYTES), workspaceBytes: Number(view.getBigUint64(o + 64, true)),
+        waves: view.getFloat32(o + 76, true) }));
   }
 
   /**
@@ -302,16 +311,12 @@ export class Gemm {
       checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
     }
     if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
-    let algo = results.slice(0, ALGO_BYTES);
+    let algo: Uint8Array = results.slice(0, ALGO_BYTES);
     // only row counts of multiples of TUNE_ROW_STEP (the decode graphs' buckets past 8): a mixed step's rows can take
     // any count, and each new one tuned would stall a step
     if (single !== null && run && this.tuner !== null && T <= this.tuner.upToRows && T % TUNE_ROW_STEP === 0) {
-      const all = new Uint8Array(HEURISTIC_RESULT_BYTES * TUNE_CANDIDATES);
-      const got: Out<number> = [0];
-      if (this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, single, TUNE_CANDIDATES, all, got) === 0) {
-        const view = new DataView(all.buffer);
-        const algos = Array.from({ length: got[0] }, (_, i) => i * HEURISTIC_RESULT_BYTES)
-          .filter((o) => view.getInt32(o + 72, true) === 0).map((o) => all.slice(o, o + ALGO_BYTES));
+      const algos = this.heuristics(desc, { a, b, d }, single, TUNE_CANDIDATES)?.map((c) => c.algo);
+      if (algos) {
         const pick = this.tuner.fastest(algos.map((c) => () => checkCublas(this.api.cublasLtMatmul(this.handle, desc,
           this.alpha, run.w, a, run.x, b, this.beta, run.y, d, run.y, d, c, this.workspace, this.workspaceBytes,
           run.stream), `cublasLtMatmul(T=${T}, N=${N}, K=${K}, tuning)`)), { ptr: run.y, bytes: T * N * 2 });

@@ -5,10 +5,10 @@
 // State (kv-memory.ts allocates it): a slot per sequence, slot s at state + s * slotFloats; in it, layer l's conv
 // window at l * convFloats floats ([K - 1, C], oldest row first, f32), then, after every layer's window, layer l's
 // delta-rule state ([Hv, Dk, Dv]) of type ST at ssmAt elements of ST from the slot's start: f32 (the default), or
-// bf16 (--mamba-ssm-cache-dtype bfloat16, vLLM's default: half the bytes a step reads and writes; the rule still
-// runs in f32 registers, loaded from and rounded back to bf16 once a step). The _sbf16 builds take bf16 states. A
-// slot is contiguous, so copyRecurrentState is one copy. A sequence whose chunk starts at position 0 reads zeros, never what its slot held; a row with no slot (-1:
-// graph padding) reads zeros and keeps nothing.
+// bf16 (--mamba-ssm-cache-dtype bfloat16: half the bytes a step reads and writes; the rule still runs in f32
+// registers, loaded from and rounded back to bf16 once a step). The _sbf16 builds take bf16 states. A slot is
+// contiguous, so copyRecurrentState is one copy. A sequence whose chunk starts at position 0 reads zeros, never what
+// its slot held; a row with no slot (-1: graph padding) reads zeros and keeps nothing.
 //
 // The step's sections come as pointers: queryStartLoc [S + 1], seqLens [S], stateSlots [S]. The conv's x, the rule's
 // ba and the norm's z may be columns of one wider GEMM output (the layer's in_proj, Backend.columns): their rows are
@@ -241,9 +241,9 @@ __device__ __forceinline__ void store_column(ST* S, int part, int j, int Dv, con
 
 /**
  * One token of the rule on a lane's rows of its column (col: rows part + PARTS i): q and k l2-normed into the warp's
- * qs and ks, decay and beta, S = decay S, delta = beta (v - S^T k), S += k delta, and out = S^T q, returned. `sum(which,
- * x)` adds a column's PARTS partials x (which: 0 for S^T k, 1 for S^T q) as column_sum's butterfly does: by shuffles
- * (deltanet_recurrent) or through shared memory (deltanet_recurrent_wide), so both give the same bits.
+ * qs and ks, decay and beta, S = decay S, delta = beta (v - S^T k), S += k delta, and out = S^T q, returned.
+ * `sum(which, x)` adds a column's PARTS partials x (which: 0 for S^T k, 1 for S^T q) as column_sum's butterfly does:
+ * by shuffles (deltanet_recurrent) or through shared memory (deltanet_recurrent_wide), so both give the same bits.
  */
 template <int DK, typename Sum>
 __device__ __forceinline__ float rule_token(const TokenIn<DK>& in, float* col, float* qs, float* ks, int part, float A,
