@@ -97,14 +97,14 @@ export function convChannels(s: DeltaNetShape): number {
   return 2 * s.numKeyHeads * s.keyDim + s.numValueHeads * s.valueDim;
 }
 
-/**
- * The per-sequence recurrent state of `numLayers` equal gated DeltaNet layers, in `numSlots` slots (a slot a
- * running sequence: ForwardBatch.stateSlots): each layer's conv window (the last convKernel - 1 inputs of its
- * channels) and delta-rule state (numValueHeads x keyDim x valueDim), f32.
- */
 /** The delta-rule state's dtype between steps (Backend.ssmCacheDtype). */
 export type SsmCacheDtype = 'f32' | 'bf16';
 
+/**
+ * The per-sequence recurrent state of `numLayers` equal gated DeltaNet layers, in `numSlots` slots (a slot a
+ * running sequence: ForwardBatch.stateSlots): each layer's conv window (the last convKernel - 1 inputs of its
+ * channels, f32) and delta-rule state (numValueHeads x keyDim x valueDim, of the backend's ssmCacheDtype).
+ */
 export interface RecurrentStateLayout {
   numSlots: number;
   numLayers: number;

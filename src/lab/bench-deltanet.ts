@@ -13,10 +13,9 @@ import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import { convChannels, type DeltaNetShape, type SsmCacheDtype } from '../backend/backend.js';
 import { CudaBackend, type CudaBackendOptions } from '../backend/cuda/cuda-backend.js';
-import { f32ToBf16Bits } from '../loader/dtype.js';
 import { buildForwardBatch } from '../engine/batch-builder.js';
-import { seededRandom } from '../model/random-weights.js';
 import { EventTimer } from '../backend/cuda/event-timer.js';
+import { bf16Values } from './bench-moe.js';
 
 /** What each --variants name sets on the backend. */
 export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {
@@ -50,13 +49,6 @@ export interface DeltanetBenchRow {
   digest: string;
 }
 
-function bf16Upload(c: CudaBackend, shape: number[], seed: number, lo: number, hi: number) {
-  const n = shape.reduce((a, b) => a * b, 1);
-  const rand = seededRandom(seed);
-  const data = Uint16Array.from({ length: n }, () => f32ToBf16Bits(lo + (hi - lo) * rand()));
-  return c.upload({ name: 'bench-deltanet', dtype: 'bf16', shape, data: new Uint8Array(data.buffer) });
-}
-
 /** One layer's decode (conv, rule, gated norm) on `variant` with `ssm` states, at each of `seqs`, best of 3 rounds. */
 export function runDeltanetBench(shape: DeltaNetShape, variant: string, ssm: SsmCacheDtype, seqs: readonly number[],
   numReps: number): DeltanetBenchRow[] {
@@ -67,14 +59,14 @@ export function runDeltanetBench(shape: DeltaNetShape, variant: string, ssm: Ssm
     const { numValueHeads: Hv, valueDim: Dv, convKernel: K } = shape;
     const Smax = Math.max(...seqs);
     c.allocateRecurrentState({ numSlots: Smax, numLayers: 1, shape });
-    const [w, aLog, dtBias, norm] = [bf16Upload(c, [C, K], 1, -0.6, 0.6), bf16Upload(c, [Hv], 2, -1, 1),
-      bf16Upload(c, [Hv], 3, -1, 1), bf16Upload(c, [Dv], 4, 0.5, 1.5)];
+    const [w, aLog, dtBias, norm] = [bf16Values(c, [C, K], 1, 0.6), bf16Values(c, [Hv], 2, 1),
+      bf16Values(c, [Hv], 3, 1), bf16Values(c, [Dv], 4, 1.5)];
     return seqs.map((S) => {
       // S sequences at position 512, one token each, sequence i in slot i (states of zeros: the time is the same)
       const batch = buildForwardBatch(Array.from({ length: S }, (_, i) => ({ tokenIds: [1], startPosition: 512,
         blockTable: Array.from({ length: 33 }, () => 0), sample: false, stateSlot: i })), 16);
-      const [x, ba, z] = [bf16Upload(c, [S, C], 5, -2, 2), bf16Upload(c, [S, 2 * Hv], 6, -3, 3),
-        bf16Upload(c, [S, Hv * Dv], 7, -3, 3)];
+      const [x, ba, z] = [bf16Values(c, [S, C], 5, 2), bf16Values(c, [S, 2 * Hv], 6, 3),
+        bf16Values(c, [S, Hv * Dv], 7, 3)];
       const layer = () => {
         const step = c.beginStep(batch);
         const conv = c.causalConv1d(x, w, 0, step);

@@ -1,31 +1,25 @@
 // bf16 GEMM benchmark: cuBLASLt's candidate algorithms for y[T, N] = x[T, K] w[N, K]^T, each timed with CUDA events,
-// beside the engine's choice. Session 46's per-op profile of qwen3.5-27b at 160 rows put its down GEMM (N 5120,
-// K 17408) at 49% of the step, ~90 TFLOP/s: from 128 rows the engine asks for algorithms that sum K in one chain
-// (ffi/cublaslt.ts, the bits it promises), and on a narrow N few tiles then fill the GPU. This tool shows what each
-// single-chain candidate, each of the heuristic's own (split-K allowed) and the single-chain first one split K ways
-// (--splits) would give, and the tuned choice (gemm-tune.ts), per shape, as TFLOP/s and as the rate its weight bytes
-// would be read at.
+// beside the engine's choice. Session 46's profile of qwen3.5-27b's graphed 128-row decode step put its down GEMMs
+// (N 5120, K 17408) at 25.2 of its 83.8 ms: from 128 rows the engine asks for algorithms that sum K in one chain
+// (ffi/cublaslt.ts, the bits it promises), and the heuristic's first such pick there is far from its best. This tool
+// shows what each single-chain candidate and each of the heuristic's own (split-K allowed) gives, beside the engine's
+// pick untuned and tuned (gemm-tune.ts), per shape, as TFLOP/s and as the rate its weight bytes would be read at.
 //
-//   node dist/src/lab/bench-gemm.js --shapes 5120:17408,34816:5120 [--tokens 64,128,256] [--splits 2,4] [--reps 20]
-//     [--max 8]
+//   node dist/src/lab/bench-gemm.js --shapes 5120:17408,34816:5120 [--tokens 64,128,256] [--reps 20] [--max 8]
 
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import { Device } from '../backend/cuda/device.js';
 import { Gemm, SINGLE_CHAIN_MIN_TOKENS } from '../backend/cuda/ffi/cublaslt.js';
 import { EventGemmTuner } from '../backend/cuda/gemm-tune.js';
-import { f32ToBf16Bits } from '../loader/dtype.js';
-import { seededRandom } from '../model/random-weights.js';
 import { EventTimer } from '../backend/cuda/event-timer.js';
+import { bf16Pattern } from './bench-moe.js';
 
 export interface GemmBenchRow {
   T: number;
   N: number;
   K: number;
-  /**
-   * engine (the algorithm Gemm.run takes untuned), tuned (with QUIRE_CUBLAS_TUNE_UP_TO covering T), single i / free i
-   * (the heuristic's i-th), or split s (single 0, s ways).
-   */
+  /** engine (the algorithm Gemm.run takes untuned), tuned (gemm-tune.ts), single i / free i (the heuristic's i-th). */
   path: string;
   splitK: number;
   waves: number;
@@ -42,19 +36,15 @@ export function parseShapes(text: string): [number, number][] {
   });
 }
 
-/** A bf16 buffer of `count` values from 4,096 seeded ones in [-a, a) (bench-moe's way: fast, rows differ). */
+/** A device buffer of bf16Pattern's values. */
 function bf16Buffer(device: Device, count: number, seed: number, a: number): bigint {
-  const rand = seededRandom(seed);
-  const pool = Uint16Array.from({ length: 4096 }, () => f32ToBf16Bits((2 * rand() - 1) * a));
-  const data = new Uint16Array(count);
-  for (let i = 0; i < count; i++) data[i] = pool[Math.imul(i, 0x9e3779b1) >>> 20]!;
   const p = device.alloc(count * 2);
-  device.upload(p, data);
+  device.upload(p, bf16Pattern(count, seed, a));
   return p;
 }
 
-export function runGemmBench(device: Device, shapes: [number, number][], tokens: number[], splits: number[],
-  numReps: number, max: number): GemmBenchRow[] {
+export function runGemmBench(device: Device, shapes: [number, number][], tokens: number[], numReps: number,
+  max: number): GemmBenchRow[] {
   const wsBytes = 64 << 20;
   const ws = device.alloc(wsBytes);
   const engine = new Gemm(ws, wsBytes);
@@ -78,15 +68,9 @@ export function runGemmBench(device: Device, shapes: [number, number][], tokens:
         };
         time('engine', engine.splitOf(T, N, K).splitK, NaN, () => engine.run(x, w, y, T, N, K, device.stream));
         time('tuned', NaN, NaN, () => tuned.run(x, w, y, T, N, K, device.stream));
-        const single = engine.candidates(T, N, K, true, max);
-        single.forEach((c, i) => time(`single ${i}`, c.splitK, c.waves,
-          () => engine.runAlgo(c.algo, x, w, y, T, N, K, device.stream)));
-        engine.candidates(T, N, K, false, max).forEach((c, i) => time(`free ${i}`, c.splitK, c.waves,
-          () => engine.runAlgo(c.algo, x, w, y, T, N, K, device.stream)));
-        for (const s of splits) {
-          const algo = single[0] ? engine.withSplit(single[0].algo, s, T, N, K) : null;
-          if (algo) time(`split ${s}`, s, NaN, () => engine.runAlgo(algo, x, w, y, T, N, K, device.stream));
-          else rows.push({ T, N, K, path: `split ${s}`, splitK: s, waves: NaN, ms: NaN, tflops: NaN });
+        for (const kind of ['single', 'free'] as const) {
+          engine.candidates(T, N, K, kind === 'single', max).forEach((c, i) => time(`${kind} ${i}`, c.splitK, c.waves,
+            () => engine.runAlgo(c.algo, x, w, y, T, N, K, device.stream)));
         }
       }
     }
@@ -107,10 +91,9 @@ async function main(argv: string[]): Promise<void> {
     .description('cuBLASLt bf16 GEMM candidates per shape, timed with CUDA events')
     .option('--shapes <list>', 'N:K pairs (outputs : inputs), comma-separated', '5120:17408')
     .option('--tokens <list>', 'rows (T), comma-separated', '64,128,256')
-    .option('--splits <list>', 'split-K counts forced on the first single-chain algorithm', '2,4')
     .option('--reps <n>', 'timed GEMMs a round (best of 3 rounds)', '20')
     .option('--max <n>', 'heuristic candidates asked for, each kind', '8')
-    .parse(argv).opts<Record<'shapes' | 'tokens' | 'splits' | 'reps' | 'max', string>>();
+    .parse(argv).opts<Record<'shapes' | 'tokens' | 'reps' | 'max', string>>();
   const ints = (s: string) => s.split(',').filter((v) => v !== '').map(Number);
   let shapes: [number, number][];
   try {
@@ -122,7 +105,7 @@ async function main(argv: string[]): Promise<void> {
   }
   const device = new Device(0);
   try {
-    for (const r of runGemmBench(device, shapes, ints(o.tokens), ints(o.splits), Number(o.reps), Number(o.max))) {
+    for (const r of runGemmBench(device, shapes, ints(o.tokens), Number(o.reps), Number(o.max))) {
       console.log(`${device.name}: T ${r.T} N ${r.N} K ${r.K} ${r.path.padEnd(9)} split ${r.splitK} waves ` +
         `${r.waves.toFixed(2)}: ${r.ms.toFixed(4)} ms, ${r.tflops.toFixed(1)} TFLOP/s, weights at ` +
         `${(2 * r.N * r.K / (r.ms / 1000) / 1e12).toFixed(2)} TB/s`);

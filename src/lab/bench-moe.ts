@@ -46,17 +46,23 @@ export interface MoeBenchResult extends MoeBenchShape {
 }
 
 /**
- * A bf16 tensor of `count` values drawn from 4,096 seeded ones in [-a, a), laid out with an odd stride so rows differ:
- * weights for timing need no more randomness, and JS would take seconds to draw a layer's 400 M values one by one.
+ * `count` bf16 values drawn from 4,096 seeded ones in [-a, a), laid out with an odd stride so rows differ: weights
+ * for timing need no more randomness, and JS would take seconds to draw a layer's 400 M values one by one (the lab's
+ * kernel benchmarks share it).
  */
-function bf16Values(c: CudaBackend, shape: number[], seed: number, a: number): CudaTensor {
-  const count = shape.reduce((x, y) => x * y, 1);
+export function bf16Pattern(count: number, seed: number, a: number): Uint16Array {
   const rand = seededRandom(seed);
   const pool = new Uint16Array(4096);
   for (let i = 0; i < pool.length; i++) pool[i] = f32ToBf16Bits((2 * rand() - 1) * a);
   const data = new Uint16Array(count);
   for (let i = 0; i < count; i++) data[i] = pool[Math.imul(i, 0x9e3779b1) >>> 20]!;
-  return c.upload({ name: 'bench-moe', dtype: 'bf16', shape, data: new Uint8Array(data.buffer) }) as CudaTensor;
+  return data;
+}
+
+/** A bf16 tensor of bf16Pattern's values. */
+export function bf16Values(c: CudaBackend, shape: number[], seed: number, a: number): CudaTensor {
+  const data = bf16Pattern(shape.reduce((x, y) => x * y, 1), seed, a);
+  return c.upload({ name: 'bench', dtype: 'bf16', shape, data: new Uint8Array(data.buffer) }) as CudaTensor;
 }
 
 /** 4,096 seeded e4m3 codes of values in [-224, 224] (draws rounded to e4m3, as a checkpoint's quantizer does). */

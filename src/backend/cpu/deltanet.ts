@@ -6,6 +6,7 @@
 // zeros, so a new or recomputed (preempted) sequence never reads what its slot held before. Each sequence's
 // arithmetic reads only its own rows and state: the ops are batch-invariant like the rest of the backend.
 
+import { bf16BitsToF32, f32ToBf16Bits } from '../../loader/dtype.js';
 import type { ForwardBatch } from '../batch.js';
 import { convChannels, type DeltaNetShape, type RecurrentStateLayout } from '../backend.js';
 
@@ -115,16 +116,6 @@ function l2NormInto(src: Float32Array, off: number, n: number, dst: Float32Array
   for (let i = 0; i < n; i++) dst[i] = Math.fround(src[off + i]! * inv) * scale;
 }
 
-/** Rounds each value to bf16 in place (nearest even, as the GPU's stores round); NaNs are left as they are. */
-export function roundToBf16InPlace(a: Float32Array): void {
-  const bits = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  for (let i = 0; i < bits.length; i++) {
-    const b = bits[i]!;
-    if ((b & 0x7fffffff) > 0x7f800000) continue;
-    bits[i] = (((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) << 16) >>> 0;
-  }
-}
-
 /**
  * Backend.gatedDeltaRule on f32 arrays; `states` is the layer's [numSlots, Hv, Dk, Dv] store, or null. `bf16States`
  * (--mamba-ssm-cache-dtype bfloat16): each sequence's state is rounded to bf16 after its step's tokens, as the GPU
@@ -175,7 +166,8 @@ export function gatedDeltaRule(conv: Float32Array, ba: Float32Array, aLog: Float
         }
       }
     }
-    if (bf16States) roundToBf16InPlace(S);
+    // kept as bf16 (nearest even, as the GPU's stores round)
+    if (bf16States) for (let e = 0; e < S.length; e++) S[e] = bf16BitsToF32(f32ToBf16Bits(S[e]!));
   }
 }
 

@@ -57,7 +57,7 @@ export class CudaGemms {
   numChainGemms = 0;
   private readonly gguf: CudaGgufGemm;
   /** Times single-chain cuBLASLt candidates (gemm-tune.ts); null: the heuristic's first. */
-  readonly tuner: EventGemmTuner | null;
+  private readonly tuner: EventGemmTuner | null;
 
   constructor(private readonly s: StepContext, o: GemmOptions) {
     this.batchInvariant = o.batchInvariant;

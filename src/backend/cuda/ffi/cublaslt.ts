@@ -37,8 +37,6 @@ export const CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;
 export const CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3;
 export const CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;
 export const CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;
-/** Partial sums of a split K in the compute type (f32) in the workspace, reduced by a second kernel. */
-export const CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2;
 /** sizeof(cublasLtMatmulHeuristicResult_t): algo (64) + workspaceSize (8) + state (4) + wavesCount (4) + reserved (16). */
 export const HEURISTIC_RESULT_BYTES = 96;
 /** Rows from which bf16 GEMMs sum K in one chain (Gemm's singleChainFrom). */
@@ -62,9 +60,6 @@ export interface CublasLtApi {
   cublasLtMatmul(handle: Handle, desc: Handle, alpha: Float32Array, a: bigint, aLayout: Handle, b: bigint,
     bLayout: Handle, beta: Float32Array, c: bigint, cLayout: Handle, d: bigint, dLayout: Handle,
     algo: Uint8Array, workspace: bigint, workspaceBytes: number, stream: Handle): number;
-  cublasLtMatmulAlgoConfigSetAttribute(algo: Uint8Array, attr: number, buf: Uint32Array, size: number): number;
-  cublasLtMatmulAlgoCheck(handle: Handle, desc: Handle, a: Handle, b: Handle, c: Handle, d: Handle, algo: Uint8Array,
-    result: Uint8Array): number;
   cublasLtMatmulAlgoConfigGetAttribute(algo: Uint8Array, attr: number, buf: Uint32Array, size: number,
     written: Out<number>): number;
 }
@@ -86,9 +81,6 @@ const PROTOTYPES = [
   'int cublasLtMatmul(void *handle, void *desc, const void *alpha, uint64_t a, void *aLayout, ' +
     'uint64_t b, void *bLayout, const void *beta, uint64_t c, void *cLayout, uint64_t d, void *dLayout, ' +
     'const void *algo, uint64_t workspace, size_t workspaceBytes, void *stream)',
-  'int cublasLtMatmulAlgoConfigSetAttribute(_Inout_ uint8_t *algo, int attr, const void *buf, size_t size)',
-  'int cublasLtMatmulAlgoCheck(void *handle, void *desc, void *a, void *b, void *c, void *d, const uint8_t *algo, ' +
-    '_Out_ uint8_t *result)',
   'int cublasLtMatmulAlgoConfigGetAttribute(const uint8_t *algo, int attr, _Out_ uint32_t *buf, size_t size, ' +
     '_Out_ size_t *written)',
 ];
@@ -221,7 +213,7 @@ export class Gemm {
    * `singleChain` asks for those that sum K in one chain. For lab/bench-gemm.ts, which times each with runAlgo.
    */
   candidates(T: number, N: number, K: number, singleChain: boolean, max = 8): { algo: Uint8Array; waves: number;
-    workspaceBytes: number; splitK: number }[] {
+    splitK: number }[] {
     const plan = this.plan(T, N, K, this.desc);
     const pref = singleChain ? this.singleChainPref ?? this.pref : this.pref;
     const found = this.heuristics(this.desc, plan, pref, max);
@@ -233,7 +225,7 @@ export class Gemm {
 
   /** Up to `max` usable algorithms of the heuristic's, in its order; null where it fails. */
   private heuristics(desc: Handle, { a, b, d }: Omit<GemmPlan, 'algo'>, pref: Handle, max: number):
-    { algo: Uint8Array; waves: number; workspaceBytes: number }[] | null {
+    { algo: Uint8Array; waves: number }[] | null {
     const results = new Uint8Array(HEURISTIC_RESULT_BYTES * max);
     const numReturned: Out<number> = [0];
     if (this.api.cublasLtMatmulAlgoGetHeuristic(this.handle, desc, a, b, d, d, pref, max, results, numReturned) !== 0) {
@@ -242,25 +234,7 @@ export class Gemm {
     const view = new DataView(results.buffer);
     return Array.from({ length: numReturned[0] }, (_, i) => i * HEURISTIC_RESULT_BYTES)
       .filter((o) => view.getInt32(o + 72, true) === 0)  // state: CUBLAS_STATUS_SUCCESS
-      .map((o) => ({ algo: results.slice(o, o + ALGO_BYTES), workspaceBytes: Number(view.getBigUint64(o + 64, true)),
-        waves: view.getFloat32(o + 76, true) }));
-  }
-
-  /**
-   * `algo` made to split K `splitK` ways, partial sums reduced in f32 in the workspace (REDUCTION_SCHEME
-   * COMPUTE_TYPE); null where cuBLASLt refuses that (AlgoCheck) or it needs more workspace than this Gemm has.
-   */
-  withSplit(algo: Uint8Array, splitK: number, T: number, N: number, K: number): Uint8Array | null {
-    const { a, b, d } = this.plan(T, N, K, this.desc);
-    const split = algo.slice();
-    for (const [attr, v] of [[CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splitK],
-      [CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, splitK > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : 0]] as const) {
-      if (this.api.cublasLtMatmulAlgoConfigSetAttribute(split, attr, new Uint32Array([v]), 4) !== 0) return null;
-    }
-    const result = new Uint8Array(HEURISTIC_RESULT_BYTES);
-    if (this.api.cublasLtMatmulAlgoCheck(this.handle, this.desc, a, b, d, d, split, result) !== 0) return null;
-    const need = Number(new DataView(result.buffer).getBigUint64(64, true));
-    return need <= this.workspaceBytes ? split : null;
+      .map((o) => ({ algo: results.slice(o, o + ALGO_BYTES), waves: view.getFloat32(o + 76, true) }));
   }
 
   /** y[T, N] = x[T, K] * w[N, K]^T on `algo` (one of candidates'). */
@@ -307,15 +281,14 @@ export class Gemm {
       results, numReturned);
     // block-FP8 GEMMs are gated by KL, not bits: any algorithm (the FP8 kernels of some shapes all split K)
     const single = kind !== 'fp8' && T >= this.singleChainFrom ? this.singleChainPref : null;
-    if (single === null || ask(single) !== 0 || numReturned[0] < 1) {
-      checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
-    }
+    const singleChain = single !== null && ask(single) === 0 && numReturned[0] >= 1;
+    if (!singleChain) checkCublas(ask(this.pref), `cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`);
     if (numReturned[0] < 1) throw new CublasError(`cublasLtMatmulAlgoGetHeuristic(T=${T}, N=${N}, K=${K})`, 15, 'NO_ALGORITHM');
     let algo: Uint8Array = results.slice(0, ALGO_BYTES);
     // only row counts of multiples of TUNE_ROW_STEP (the decode graphs' buckets past 8): a mixed step's rows can take
     // any count, and each new one tuned would stall a step
-    if (single !== null && run && this.tuner !== null && T <= this.tuner.upToRows && T % TUNE_ROW_STEP === 0) {
-      const algos = this.heuristics(desc, { a, b, d }, single, TUNE_CANDIDATES)?.map((c) => c.algo);
+    if (singleChain && run && this.tuner !== null && T <= this.tuner.upToRows && T % TUNE_ROW_STEP === 0) {
+      const algos = this.heuristics(desc, { a, b, d }, single!, TUNE_CANDIDATES)?.map((c) => c.algo);
       if (algos) {
         const pick = this.tuner.fastest(algos.map((c) => () => checkCublas(this.api.cublasLtMatmul(this.handle, desc,
           this.alpha, run.w, a, run.x, b, this.beta, run.y, d, run.y, d, c, this.workspace, this.workspaceBytes,
