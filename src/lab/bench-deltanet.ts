@@ -1,26 +1,30 @@
-// Gated DeltaNet decode benchmark: one layer's conv, rule and gated norm (Backend.causalConv1d, gatedDeltaRule with
-// its gate) on S sequences of one token each, every one continuing a state in its own slot, timed with CUDA events,
+// Gated DeltaNet step benchmark: one layer's conv, rule and gated norm (Backend.causalConv1d, gatedDeltaRule with
+// its gate) on S sequences of `--tokens` tokens each (1: a decode step), beside one prompt chunk of `--chunk` tokens
+// (a mixed step; 0: none), every sequence continuing a state in its own slot, timed with CUDA events,
 // at qwen3.5-27b's shape unless told. Session 46's profile of that model's graphed decode steps put the rule at ~1 TB/s
 // of state traffic from 72 rows on (49.9 ms of a 160-row step's 75.8): this times the builds that could change that
 // without a 54 GB model, and prints the state's bytes (read and written) over the time, and a digest of the output
 // bits (the builds promise the default's bits; bf16 states change them).
 //
-//   node dist/src/lab/bench-deltanet.js [--seqs 1,64,160] [--variants default,wide,fused-norm,fused-decode]
-//     [--ssm f32,bf16] [--reps 20] [--key-heads 16 --value-heads 48 --key-dim 128 --value-dim 128 --conv 4]
+//   node dist/src/lab/bench-deltanet.js [--seqs 1,64,160] [--tokens 1] [--chunk 0]
+//     [--variants default,recurrent,wide,wide-chunks,fused-norm,fused-decode] [--ssm f32,bf16] [--reps 20]
+//     [--key-heads 16 --value-heads 48 --key-dim 128 --value-dim 128 --conv 4]
 
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
 import { convChannels, type DeltaNetShape, type SsmCacheDtype } from '../backend/backend.js';
 import { CudaBackend, type CudaBackendOptions } from '../backend/cuda/cuda-backend.js';
-import { buildForwardBatch } from '../engine/batch-builder.js';
+import { buildForwardBatch, type ScheduledSeq } from '../engine/batch-builder.js';
 import { EventTimer } from '../backend/cuda/event-timer.js';
 import { bf16Values } from './bench-moe.js';
 
-/** What each --variants name sets on the backend. */
+/** What each --variants name sets on the backend ('default': the engine's defaults, knobs included). */
 export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {
   'default': {},
-  'wide': { deltanetWide: true },
+  'recurrent': { deltanetWideMaxTokens: 0 },
+  'wide': { deltanetWideMaxTokens: 1 },
+  'wide-chunks': { deltanetWideMaxTokens: 2 ** 30 },
   'fused-norm': { deltanetFusedNorm: true },
   'fused-decode': { deltanetFusedDecode: true },
 };
@@ -43,30 +47,47 @@ export interface DeltanetBenchRow {
   variant: string;
   ssm: SsmCacheDtype;
   seqs: number;
+  /** Tokens each of the `seqs` sequences has; a prompt chunk's beside them (0: none). */
+  tokens: number;
+  chunk: number;
   ms: number;
   /** State bytes read and written over the time, TB/s. */
   stateTbPerS: number;
   digest: string;
 }
 
-/** One layer's decode (conv, rule, gated norm) on `variant` with `ssm` states, at each of `seqs`, best of 3 rounds. */
+/** Page size of the bench's block tables (the rule reads no page: only their lengths must cover each row). */
+const BENCH_BLOCK = 16;
+
+/**
+ * The step's sequences: `S` of `tokens` tokens at position 512, sequence i in slot i, then a prompt chunk of `chunk`
+ * tokens (none for 0) from position 0 in slot S.
+ */
+export function benchSequences(S: number, tokens: number, chunk: number): ScheduledSeq[] {
+  const row = (n: number, startPosition: number, stateSlot: number): ScheduledSeq => ({
+    tokenIds: Array.from({ length: n }, () => 1), startPosition, sample: false, stateSlot,
+    blockTable: Array.from({ length: Math.ceil((startPosition + n) / BENCH_BLOCK) }, () => 0) });
+  return [...Array.from({ length: S }, (_, i) => row(tokens, 512, i)), ...(chunk > 0 ? [row(chunk, 0, S)] : [])];
+}
+
+/** One layer's step (conv, rule, gated norm) on `variant` with `ssm` states, at each of `seqs`, best of 3 rounds. */
 export function runDeltanetBench(shape: DeltaNetShape, variant: string, ssm: SsmCacheDtype, seqs: readonly number[],
-  numReps: number): DeltanetBenchRow[] {
+  numReps: number, tokens = 1, chunk = 0): DeltanetBenchRow[] {
   const c = new CudaBackend({ ...DELTANET_VARIANTS[variant], ssmCacheDtype: ssm });
   const timer = new EventTimer(c.device);
   try {
     const C = convChannels(shape);
     const { numValueHeads: Hv, valueDim: Dv, convKernel: K } = shape;
     const Smax = Math.max(...seqs);
-    c.allocateRecurrentState({ numSlots: Smax, numLayers: 1, shape });
+    c.allocateRecurrentState({ numSlots: Smax + 1, numLayers: 1, shape });
     const [w, aLog, dtBias, norm] = [bf16Values(c, [C, K], 1, 0.6), bf16Values(c, [Hv], 2, 1),
       bf16Values(c, [Hv], 3, 1), bf16Values(c, [Dv], 4, 1.5)];
     return seqs.map((S) => {
-      // S sequences at position 512, one token each, sequence i in slot i (states of zeros: the time is the same)
-      const batch = buildForwardBatch(Array.from({ length: S }, (_, i) => ({ tokenIds: [1], startPosition: 512,
-        blockTable: Array.from({ length: 33 }, () => 0), sample: false, stateSlot: i })), 16);
-      const [x, ba, z] = [bf16Values(c, [S, C], 5, 2), bf16Values(c, [S, 2 * Hv], 6, 3),
-        bf16Values(c, [S, Hv * Dv], 7, 3)];
+      // states of zeros: the time is the same
+      const batch = buildForwardBatch(benchSequences(S, tokens, chunk), BENCH_BLOCK);
+      const T = batch.numTokens;
+      const [x, ba, z] = [bf16Values(c, [T, C], 5, 2), bf16Values(c, [T, 2 * Hv], 6, 3),
+        bf16Values(c, [T, Hv * Dv], 7, 3)];
       const layer = () => {
         const step = c.beginStep(batch);
         const conv = c.causalConv1d(x, w, 0, step);
@@ -77,7 +98,8 @@ export function runDeltanetBench(shape: DeltaNetShape, variant: string, ssm: Ssm
         .digest('hex').slice(0, 16);
       let ms = Infinity;
       for (let round = 0; round < 3; round++) ms = Math.min(ms, timer.time(numReps, () => { layer(); }));
-      return { variant, ssm, seqs: S, ms, stateTbPerS: stateBytesPerStep(shape, S, ssm) / (ms / 1000) / 1e12, digest };
+      const stateBytes = stateBytesPerStep(shape, S + (chunk > 0 ? 1 : 0), ssm);
+      return { variant, ssm, seqs: S, tokens, chunk, ms, stateTbPerS: stateBytes / (ms / 1000) / 1e12, digest };
     });
   } finally {
     timer.dispose();
@@ -85,10 +107,21 @@ export function runDeltanetBench(shape: DeltaNetShape, variant: string, ssm: Ssm
   }
 }
 
+/** A whole number of at least `min` for `flag`, or an error naming the flag and the value. */
+export function countOption(flag: string, value: string, min: number): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) {
+    throw new Error(`bench-deltanet: ${flag}: '${value}' (a whole number >= ${min})`);
+  }
+  return n;
+}
+
 async function main(argv: string[]): Promise<void> {
   const o = new Command('quire-bench-deltanet')
     .description('one gated DeltaNet layer\'s decode (conv, rule, gated norm) on CUDA: ms, state TB/s, output digest')
-    .option('--seqs <list>', 'sequences a step (one token each), comma-separated', '1,64,160')
+    .option('--seqs <list>', 'sequences a step, comma-separated', '1,64,160')
+    .option('--tokens <n>', 'tokens each of those sequences has (1: a decode step)', '1')
+    .option('--chunk <n>', 'a prompt chunk of this many tokens beside them (a mixed step; 0: none)', '0')
     .option('--variants <list>', `builds, comma-separated: ${Object.keys(DELTANET_VARIANTS).join(', ')}`,
       'default,wide')
     .option('--ssm <list>', 'state dtypes: f32, bf16', 'f32')
@@ -105,6 +138,8 @@ async function main(argv: string[]): Promise<void> {
   try {
     checkVariants(variants);
     for (const d of ssms) if (d !== 'f32' && d !== 'bf16') throw new Error(`bench-deltanet: --ssm: '${d}' (f32, bf16)`);
+    countOption('--tokens', o.tokens!, 1);
+    countOption('--chunk', o.chunk!, 0);
   } catch (e) {
     console.error((e as Error).message);
     process.exitCode = 2;
@@ -115,8 +150,9 @@ async function main(argv: string[]): Promise<void> {
   const seqs = list(o.seqs!).map(Number);
   for (const ssm of ssms as SsmCacheDtype[]) {
     for (const v of variants) {
-      for (const r of runDeltanetBench(shape, v, ssm, seqs, Number(o.reps))) {
-        console.log(`${r.variant.padEnd(12)} ${r.ssm} states, ${String(r.seqs).padStart(4)} seqs: `
+      for (const r of runDeltanetBench(shape, v, ssm, seqs, Number(o.reps), Number(o.tokens), Number(o.chunk))) {
+        console.log(`${r.variant.padEnd(12)} ${r.ssm} states, ${String(r.seqs).padStart(4)} seqs of ${r.tokens}`
+          + `${r.chunk > 0 ? ` + a ${r.chunk}-token chunk` : ''}: `
           + `${r.ms.toFixed(4)} ms, `
           + `state ${r.stateTbPerS.toFixed(2)} TB/s, output ${r.digest}`);
       }

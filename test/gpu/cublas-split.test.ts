@@ -85,8 +85,12 @@ describe('cuBLASLt without split-K', { skip: noCuda }, () => {
             const before = tuner.numTuned;
             dev.fillBytesAsync(y, 0, T * N * 2);
             tuned.run(x, w, y, T, N, K, dev.stream);
-            assert.equal(tuner.numTuned, before + 1, `T ${T} N ${N} K ${K}: tuned once`);
-            assert.ok(tuner.numEligible.at(-1)! >= 1);
+            // one candidate leaves nothing to time (27b's down at 160 rows on an H200, session 47)
+            const numCandidates = plain.candidates(T, N, K, true, 8).length;
+            assert.equal(tuner.numTuned, before + (numCandidates >= 2 ? 1 : 0),
+              `T ${T} N ${N} K ${K}: tuned once where ${numCandidates} candidates`);
+            if (numCandidates >= 2) assert.ok(tuner.numEligible.at(-1)! >= 1);
+            if (T === 128 && N === 5120) assert.equal(tuner.numTuned, before + 1, 'the motivating shape is tuned');
             assert.deepEqual(read(y, T * N), expected, `T ${T} N ${N} K ${K}: tuned`);
             // for the record: which single-chain candidates sum in another order
             for (const [i, c] of plain.candidates(T, N, K, true, 8).entries()) {

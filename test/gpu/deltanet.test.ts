@@ -194,12 +194,15 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
 
     for (const { name, shape } of SHAPES) {
       test(`${name}${states}: a decode step's conv, rule and gated norm in one launch (deltanetFusedDecode), and the `
-        + 'rule and norm alone in one (deltanetFusedNorm), and the rule on the wide build (deltanetWide), give the '
-        + 'separate launches\' bits, step after step', () => {
+        + 'rule and norm alone in one (deltanetFusedNorm), and the rule on the wide build for decode rows (also in '
+        + 'mixed steps) and for every sequence (deltanetWideMaxTokens 1, 2^30), give deltanet_recurrent\'s bits, step '
+        + 'after step', () => {
         const C = convChannels(shape);
         const [Hv, Dv, K] = [shape.numValueHeads, shape.valueDim, shape.convKernel];
-        const backends = [newCuda({ ssmCacheDtype }), newCuda({ deltanetFusedNorm: true, ssmCacheDtype }),
-          newCuda({ deltanetFusedDecode: true, ssmCacheDtype }), newCuda({ deltanetWide: true, ssmCacheDtype })];
+        const recurrent = { deltanetWideMaxTokens: 0, ssmCacheDtype };
+        const backends = [newCuda(recurrent), newCuda({ ...recurrent, deltanetFusedNorm: true }),
+          newCuda({ ...recurrent, deltanetFusedDecode: true }), newCuda({ deltanetWideMaxTokens: 1, ssmCacheDtype }),
+          newCuda({ deltanetWideMaxTokens: 2 ** 30, ssmCacheDtype })];
         try {
           let seed = 500;
           const inputs = (T: number) => ({ x: randomBf16(T * C, seed++, -2, 2),
@@ -213,7 +216,11 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
           const steps = [[{ n: 5, start: 0, slot: 1 }, { n: 3, start: 0, slot: 3 }],
             [{ n: 1, start: 5, slot: 1 }, { n: 1, start: 3, slot: 3 }, { n: 1, start: 0, slot: -1 }],
             [{ n: 1, start: 4, slot: 3 }, { n: 1, start: 0, slot: 2 }, { n: 1, start: 6, slot: 1 }],
-            [{ n: 1, start: 1, slot: 2 }, { n: 1, start: 7, slot: 1 }, { n: 1, start: 5, slot: 3 }]]
+            [{ n: 1, start: 1, slot: 2 }, { n: 1, start: 7, slot: 1 }, { n: 1, start: 5, slot: 3 }],
+            // a mixed step (a continuing prompt chunk between decode rows: two launches of the rule on the wide
+            // build for decode rows), then a decode step on what it left
+            [{ n: 1, start: 2, slot: 2 }, { n: 4, start: 8, slot: 1 }, { n: 1, start: 6, slot: 3 }],
+            [{ n: 1, start: 12, slot: 1 }, { n: 1, start: 3, slot: 2 }, { n: 1, start: 7, slot: 3 }]]
             .map((seqs) => ({ seqs, ...inputs(seqs.reduce((a, q) => a + q.n, 0)) }));
           const outs = backends.map((b) => {
             b.allocateRecurrentState({ numSlots: 4, numLayers: 1, shape });
@@ -232,7 +239,8 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
           });
           assert.deepEqual(outs[1], outs[0], 'rule + norm in one launch');
           assert.deepEqual(outs[2], outs[0], 'conv + rule + norm in one launch');
-          assert.deepEqual(outs[3], outs[0], 'the rule on deltanet_recurrent_wide');
+          assert.deepEqual(outs[3], outs[0], 'decode rows on deltanet_recurrent_wide');
+          assert.deepEqual(outs[4], outs[0], 'every sequence on deltanet_recurrent_wide');
         } finally {
           backends.forEach((b) => b.dispose());
         }

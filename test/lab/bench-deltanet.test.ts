@@ -1,20 +1,43 @@
 // bench-deltanet's names and arithmetic (src/lab/bench-deltanet.ts): each --variants name sets the backend switch it
-// says, the state bytes a step moves are S x Hv x Dk x Dv read and written at the state's width, and the CLI refuses an
-// unknown build or state dtype naming it, before any device starts. (The timing itself runs on the GPU host.)
+// says, a step's sequences are laid out as --seqs, --tokens and --chunk say, the state bytes a step moves are
+// S x Hv x Dk x Dv read and written at the state's width, and the CLI refuses an unknown build, state dtype or count
+// naming it, before any device starts. (The timing itself runs on the GPU host.)
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { checkVariants, DELTANET_VARIANTS, stateBytesPerStep } from '../../src/lab/bench-deltanet.js';
+import { benchSequences, checkVariants, countOption, DELTANET_VARIANTS, stateBytesPerStep }
+  from '../../src/lab/bench-deltanet.js';
+import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 
 test('--variants: each name sets its switch; an unknown one is refused naming the known ones', () => {
   assert.deepEqual(DELTANET_VARIANTS['default'], {});
-  assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWide: true });
+  assert.deepEqual(DELTANET_VARIANTS['recurrent'], { deltanetWideMaxTokens: 0 });
+  assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWideMaxTokens: 1 });
+  assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30 });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });
   assert.throws(() => checkVariants(['default', 'narrow']),
-    /unknown build 'narrow' \(default, wide, fused-norm, fused-decode\)/);
+    /unknown build 'narrow' \(default, recurrent, wide, wide-chunks, fused-norm, fused-decode\)/);
+});
+
+test('a step\'s sequences: S rows of --tokens at 512 in slots 0..S-1, then the --chunk from 0 in slot S, each '
+  + 'row\'s pages covering it', () => {
+  const seqs = benchSequences(3, 2, 40);
+  assert.deepEqual(seqs.map((q) => [q.tokenIds.length, q.startPosition, q.stateSlot, q.blockTable.length]),
+    [[2, 512, 0, 33], [2, 512, 1, 33], [2, 512, 2, 33], [40, 0, 3, 3]]);
+  assert.equal(benchSequences(4, 1, 0).length, 4, 'no chunk for 0');
+  const batch = buildForwardBatch(benchSequences(2, 16, 0), 16);
+  assert.equal(batch.numTokens, 32);
+  assert.equal(batch.seqLens[1], 528);
+});
+
+test('--tokens and --chunk take whole numbers from their least, else an error naming the flag', () => {
+  assert.equal(countOption('--chunk', '0', 0), 0);
+  assert.equal(countOption('--tokens', '8', 1), 8);
+  assert.throws(() => countOption('--tokens', '0', 1), /--tokens: '0' \(a whole number >= 1\)/);
+  assert.throws(() => countOption('--chunk', '2.5', 0), /--chunk: '2.5'/);
 });
 
 test('state bytes a step: read and written, 4 bytes an element for f32 states, 2 for bf16', () => {
@@ -26,7 +49,7 @@ test('state bytes a step: read and written, 4 bytes an element for f32 states, 2
 test('the CLI refuses an unknown build or state dtype with exit 2 and no stack trace', () => {
   const script = fileURLToPath(new URL('../../src/lab/bench-deltanet.js', import.meta.url));
   for (const [args, message] of [[['--variants', 'narrow'], /unknown build 'narrow'/],
-    [['--ssm', 'f16'], /--ssm: 'f16' \(f32, bf16\)/]] as const) {
+    [['--ssm', 'f16'], /--ssm: 'f16' \(f32, bf16\)/], [['--tokens', '0'], /--tokens: '0'/]] as const) {
     const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });
     assert.equal(r.status, 2, r.stderr);
     assert.match(r.stderr, message);

@@ -61,8 +61,11 @@ export interface CudaBackendOptions {
   deltanetFusedNorm?: boolean;
   /** A decode step's DeltaNet conv, rule and gated norm in one launch; default QUIRE_DELTANET_FUSED_DECODE. */
   deltanetFusedDecode?: boolean;
-  /** A decode step's DeltaNet rule on the coalesced build (deltanet_recurrent_wide); default QUIRE_DELTANET_WIDE. */
-  deltanetWide?: boolean;
+  /**
+   * Most tokens a sequence whose DeltaNet rule runs on the coalesced build (deltanet_recurrent_wide; 0: none); default
+   * QUIRE_DELTANET_WIDE_MAX_TOKENS.
+   */
+  deltanetWideMaxTokens?: number;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -132,7 +135,7 @@ export class CudaBackend implements Backend {
         verifyDecodeMaxSeqs: opts.verifyDecodeMaxSeqs });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
-      fusedDecode: opts.deltanetFusedDecode, wide: opts.deltanetWide });
+      fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

@@ -30,13 +30,32 @@ interface PendingConv {
   windowAt: number;
 }
 
+/**
+ * Which builds of the rule a step launches: the wide one where some sequence has 1 to wideMax tokens,
+ * deltanet_recurrent where some has more (each launch skips the other's sequences; queryStartLoc: cumulative,
+ * numSeqs + 1).
+ */
+export function ruleBuilds(queryStartLoc: Int32Array, numSeqs: number, wideMax: number):
+  { wide: boolean; recurrent: boolean } {
+  let [wide, recurrent] = [false, false];
+  for (let s = 0; s < numSeqs; s++) {
+    const q = queryStartLoc[s + 1]! - queryStartLoc[s]!;
+    if (q > wideMax) recurrent = true;
+    else if (q > 0) wide = true;
+  }
+  return { wide, recurrent };
+}
+
 export class CudaDeltaNet {
   /** A decode step's rule and gated norm in one launch (deltanet_recurrent_norm; QUIRE_DELTANET_FUSED_NORM). */
   private readonly fusedNorm: boolean;
   /** A decode step's conv, rule and gated norm in one launch (deltanet_decode; QUIRE_DELTANET_FUSED_DECODE). */
   private readonly fusedDecode: boolean;
-  /** A decode step's rule on deltanet_recurrent_wide (the same bits, coalesced state loads; QUIRE_DELTANET_WIDE). */
-  private readonly wide: boolean;
+  /**
+   * Most tokens a sequence whose rule runs on deltanet_recurrent_wide (the same bits, coalesced state loads;
+   * QUIRE_DELTANET_WIDE_MAX_TOKENS; 0: none).
+   */
+  private readonly wideMaxTokens: number;
   /**
    * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
@@ -44,10 +63,10 @@ export class CudaDeltaNet {
   private pendingConv: PendingConv | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
-    o: { fusedNorm?: boolean; fusedDecode?: boolean; wide?: boolean } = {}) {
+    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
-    this.wide = o.wide ?? readKnob('QUIRE_DELTANET_WIDE');
+    this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
   }
 
   /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
@@ -165,12 +184,20 @@ export class CudaDeltaNet {
           f32(gate.eps), ...sections], groups * 2 * Dk * 4, true));
       return out;
     }
-    // a decode step on the wide build (a block per 32 columns of a v head, Dk threads), else a warp per COLS columns
-    const wide = this.wide && T === batch.numSeqs;
-    const [name, grid] = wide ? [`deltanet_recurrent_wide_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, Math.ceil(Dv / 32)]]
-      : [`deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups]];
-    this.s.timed('deltanet rule', () => this.s.device.launch('deltanet.cu', name, grid as [number, number, number],
-      wide ? Dk : 32, [...head, ptr(out.ptr), ...sections], 0, true));
+    // sequences of up to wideMaxTokens tokens on the wide build (a block per 32 columns of a v head, Dk threads), the
+    // others on deltanet_recurrent (a warp per COLS columns), which skips the first's: two launches in a mixed step
+    const wideMax = this.wideMaxTokens;
+    const builds = ruleBuilds(batch.queryStartLoc, batch.numSeqs, wideMax);
+    this.s.timed('deltanet rule', () => {
+      if (builds.wide) {
+        this.s.device.launch('deltanet.cu', `deltanet_recurrent_wide_bf16_${Dk}${ss}`,
+          [batch.numSeqs, Hv, Math.ceil(Dv / 32)], Dk, [...head, ptr(out.ptr), ...sections, i32(wideMax)], 0, true);
+      }
+      if (builds.recurrent) {
+        this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups], 32,
+          [...head, ptr(out.ptr), ...sections, i32(wideMax)], 0, true);
+      }
+    });
     return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;
   }
 

@@ -40,7 +40,8 @@
 //   deltanet_decode: conv1d_silu, the rule and the gated norm of a decode step in one launch, the same bits
 //     (QUIRE_DELTANET_FUSED_DECODE: two launches a layer fewer; the issue's fused decode kernel). grid (S, Hv); below.
 //   deltanet_recurrent_wide: deltanet_recurrent's bits with each load reading 128 contiguous bytes of a state row
-//     (QUIRE_DELTANET_WIDE, decode steps): deltanet_wide.cuh.
+//     (deltanet_wide.cuh): the sequences of at most QUIRE_DELTANET_WIDE_MAX_TOKENS tokens (maxTokens); a step's
+//     deltanet_recurrent launch then skips them (skipUpTo), both launches in a mixed step.
 //
 // Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
 // switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
@@ -284,7 +285,7 @@ template <typename T, typename ST, int DK, bool FUSED, bool CONV_ROW = false, bo
 __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out,
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
                                                    int Hk, int Hv, int Dv, int slotFloats, int ssmAt, int group,
-                                                   float* qs, float* ks) {
+                                                   float* qs, float* ks, int skipUpTo = 0) {
   constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
   if (PDL) pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   if (PDL && !DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
@@ -295,7 +296,7 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   const int kh = h / (Hv / Hk);
   const int C = 2 * Hk * DK + Hv * Dv;
   const int start = qsl[s], end = qsl[s + 1];
-  if (start == end) return;
+  if (end - start <= skipUpTo) return;  // none (start == end), or left to deltanet_recurrent_wide's launch
   const int pos0 = seqLens[s] - (end - start);
   const int slot = slots[s];
   ST* S = head_state<ST, DK>(state, slot, slotFloats, ssmAt, h, Dv);
@@ -445,16 +446,18 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
 #define INSTANTIATE_DK_ST(suffix, T, DK, ss, ST)                                                                 \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK##ss(                       \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
-      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int skipUpTo) {                                                                                            \
     __shared__ float qks[2 * DK];                                                                                \
     deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
-                                         Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK);                      \
+                                         Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK, skipUpTo);            \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_wide_##suffix##_##DK##ss(                   \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
-      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt) { \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int maxTokens) {                                                                                           \
     deltanet_recurrent_wide<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, \
-                                       slotFloats, ssmAt);                                                       \
+                                       slotFloats, ssmAt, maxTokens);                                            \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(512) deltanet_recurrent_norm_##suffix##_##DK##ss(                \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z, int ldz, const T* normW, \

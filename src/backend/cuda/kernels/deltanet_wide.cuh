@@ -11,7 +11,8 @@
 // (its m[4], o[4] chains); the PARTS partials of a column meet in shared memory and are added in the order
 // deltanet_recurrent's butterfly (column_sum) adds them: pairs, then pairs of pairs ((p0 + p1) + (p2 + p3) for DK 128).
 // So its outputs and states are deltanet_recurrent's bits (the deltanet GPU test compares them). Two block barriers a
-// token: meant for decode steps (one token a sequence; QUIRE_DELTANET_WIDE), not long prompt chunks.
+// token: meant for decode rows (one token a sequence), not long prompt chunks, until measured: it serves the sequences
+// of at most maxTokens tokens (QUIRE_DELTANET_WIDE_MAX_TOKENS), the step's deltanet_recurrent launch the others.
 //
 // grid (S, Hv, ceil(Dv / 32)), block 32 PARTS (= DK) threads.
 
@@ -33,7 +34,7 @@ template <typename T, typename ST, int DK>
 __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* ba, int ldba, const T* aLog,
                                                         const T* dtBias, T* out, float* state, const int* qsl,
                                                         const int* seqLens, const int* slots, int Hk, int Hv, int Dv,
-                                                        int slotFloats, int ssmAt) {
+                                                        int slotFloats, int ssmAt, int maxTokens) {
   constexpr int PARTS = DK / 32;
   __shared__ float qks[PARTS][2 * DK];  // each warp's own q and k, as deltanet_recurrent's qs and ks
   __shared__ float red[2][PARTS][32];   // a token's partial sums: S^T k, then S^T q
@@ -45,7 +46,7 @@ __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* 
   const int kh = h / (Hv / Hk);
   const int C = 2 * Hk * DK + Hv * Dv;
   const int start = qsl[s], end = qsl[s + 1];
-  if (start == end) return;
+  if (start == end || end - start > maxTokens) return;  // longer ones: the step's deltanet_recurrent launch
   const int pos0 = seqLens[s] - (end - start);
   const int slot = slots[s];
   ST* S = head_state<ST, DK>(state, slot, slotFloats, ssmAt, h, Dv);
