@@ -21,16 +21,17 @@ const SHAPES: { name: string; shape: DeltaNetShape }[] = [
 ];
 
 // every case on f32 states and on bf16 ones (--mamba-ssm-cache-dtype bfloat16: the kernels' _sbf16 builds; the CPU
-// rounds its states as they are kept)
-for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
-  const states = ssmCacheDtype === 'bf16' ? ', bf16 states' : '';
+// rounds its states as they are kept), and with every sequence of 2 tokens or more on the chunked rule
+// (deltanet_chunked.cuh: within rounding of the recurrence)
+for (const [ssmCacheDtype, chunkedFrom] of [['f32', 0], ['bf16', 0], ['f32', 2], ['bf16', 2]] as const) {
+  const states = `${ssmCacheDtype === 'bf16' ? ', bf16 states' : ''}${chunkedFrom > 0 ? ', chunked' : ''}`;
   describe(`CUDA gated DeltaNet vs CPU${states}`, { skip: noCuda }, () => {
     let cpu: CpuBackend;
     let cuda: CudaBackend;
 
     before(() => {
       cpu = newCpu({ ssmCacheDtype });
-      cuda = newCuda({ ssmCacheDtype });
+      cuda = newCuda({ ssmCacheDtype, deltanetChunkedFrom: chunkedFrom });
     });
     after(() => {
       cpu?.dispose();
@@ -86,6 +87,13 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
           // decode rows only, the order of the slots shuffled; then a long chunk (several warps' worth of tokens)
           step([{ n: 1, start: 3, slot: 1 }, { n: 1, start: 12, slot: 2 }, { n: 1, start: 2, slot: 0 }], 0);
           step([{ n: 40, start: 13, slot: 2 }, { n: 1, start: 7, slot: 1 }], 1);
+        });
+
+        test('long prompts over several chunks of 64 (a last one partial), from 0 and continuing, beside decode rows',
+          () => {
+          step([{ n: 150, start: 0, slot: 1 }, { n: 1, start: 0, slot: 0 }, { n: 65, start: 0, slot: 3 }], 0);
+          step([{ n: 1, start: 1, slot: 0 }, { n: 70, start: 150, slot: 1 }, { n: 1, start: 65, slot: 3 }], 0);
+          step([{ n: 1, start: 220, slot: 1 }, { n: 1, start: 2, slot: 0 }], 0);
         });
 
         test('a slot restarted at position 0 reads zeros, not what it held', () => {
@@ -192,7 +200,7 @@ for (const ssmCacheDtype of ['f32', 'bf16'] as const) {
       });
     }
 
-    for (const { name, shape } of SHAPES) {
+    for (const { name, shape } of chunkedFrom > 0 ? [] : SHAPES) {
       test(`${name}${states}: a decode step's conv, rule and gated norm in one launch (deltanetFusedDecode), and the `
         + 'rule and norm alone in one (deltanetFusedNorm), and the rule on the wide build for decode rows (also in '
         + 'mixed steps) and for every sequence (deltanetWideMaxTokens 1, 2^30), give deltanet_recurrent\'s bits, step '

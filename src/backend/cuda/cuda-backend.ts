@@ -66,6 +66,11 @@ export interface CudaBackendOptions {
    * QUIRE_DELTANET_WIDE_MAX_TOKENS.
    */
   deltanetWideMaxTokens?: number;
+  /**
+   * Fewest tokens of a sequence whose DeltaNet rule runs in chunks (deltanet_chunked; 0: never); default
+   * QUIRE_DELTANET_CHUNKED_FROM.
+   */
+  deltanetChunkedFrom?: number;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -135,7 +140,8 @@ export class CudaBackend implements Backend {
         verifyDecodeMaxSeqs: opts.verifyDecodeMaxSeqs });
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
-      fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens });
+      fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
+      chunkedFrom: opts.deltanetChunkedFrom });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

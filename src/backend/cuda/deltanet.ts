@@ -6,7 +6,8 @@
 import { convChannels, type DeltaNetGate, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
 import { readKnob } from '../../knobs/knobs.js';
 import { f32, i32, ptr } from './device.js';
-import { CONV_MAX_TAPS, DELTANET_KEY_DIMS } from './kernel-defines.js';
+import { CONV_MAX_TAPS, DELTANET_CHUNK_THREADS, DELTANET_KEY_DIMS, deltanetChunkedSharedBytes }
+  from './kernel-defines.js';
 import type { KvMemory, RecurrentMemory } from './kv-memory.js';
 import { metaPtr } from './step-buffers.js';
 import type { StepContext } from './step-context.js';
@@ -30,20 +31,26 @@ interface PendingConv {
   windowAt: number;
 }
 
+/** A token count past any step's (the kernels' "never": INT32_MAX). */
+const NEVER = 0x7fffffff;
+
 /**
- * Which builds of the rule a step launches: the wide one where some sequence has 1 to wideMax tokens,
- * deltanet_recurrent where some has more (each launch skips the other's sequences; queryStartLoc: cumulative,
- * numSeqs + 1).
+ * Which builds of the rule a step launches, and the bounds each launch filters its sequences by: the chunked one
+ * where some sequence has chunkedFrom tokens or more (0: never), the wide one where some has 1 to wideMax (below
+ * chunkedFrom), deltanet_recurrent where some lies between (queryStartLoc: cumulative, numSeqs + 1).
  */
-export function ruleBuilds(queryStartLoc: Int32Array, numSeqs: number, wideMax: number):
-  { wide: boolean; recurrent: boolean } {
-  let [wide, recurrent] = [false, false];
+export function ruleBuilds(queryStartLoc: Int32Array, numSeqs: number, wideMaxTokens: number, chunkedFromTokens = 0):
+  { wide: boolean; recurrent: boolean; chunked: boolean; wideMax: number; chunkedFrom: number } {
+  const chunkedFrom = chunkedFromTokens > 0 ? chunkedFromTokens : NEVER;
+  const wideMax = Math.min(wideMaxTokens, chunkedFrom - 1);
+  let [wide, recurrent, chunked] = [false, false, false];
   for (let s = 0; s < numSeqs; s++) {
     const q = queryStartLoc[s + 1]! - queryStartLoc[s]!;
-    if (q > wideMax) recurrent = true;
+    if (q >= chunkedFrom) chunked = true;
+    else if (q > wideMax) recurrent = true;
     else if (q > 0) wide = true;
   }
-  return { wide, recurrent };
+  return { wide, recurrent, chunked, wideMax, chunkedFrom };
 }
 
 export class CudaDeltaNet {
@@ -56,6 +63,8 @@ export class CudaDeltaNet {
    * QUIRE_DELTANET_WIDE_MAX_TOKENS; 0: none).
    */
   private readonly wideMaxTokens: number;
+  /** Fewest tokens of a sequence whose rule runs on deltanet_chunked (QUIRE_DELTANET_CHUNKED_FROM; 0: none). */
+  private readonly chunkedFrom: number;
   /**
    * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
@@ -63,10 +72,11 @@ export class CudaDeltaNet {
   private pendingConv: PendingConv | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
-    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number } = {}) {
+    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
+    this.chunkedFrom = o.chunkedFrom ?? readKnob('QUIRE_DELTANET_CHUNKED_FROM');
   }
 
   /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
@@ -184,18 +194,25 @@ export class CudaDeltaNet {
           f32(gate.eps), ...sections], groups * 2 * Dk * 4, true));
       return out;
     }
-    // sequences of up to wideMaxTokens tokens on the wide build (a block per 32 columns of a v head, Dk threads), the
-    // others on deltanet_recurrent (a warp per COLS columns), which skips the first's: two launches in a mixed step
-    const wideMax = this.wideMaxTokens;
-    const builds = ruleBuilds(batch.queryStartLoc, batch.numSeqs, wideMax);
+    // sequences of up to wideMax tokens on the wide build (a block per 32 columns of a v head, Dk threads), those of
+    // chunkedFrom and more on the chunked one, the others on deltanet_recurrent (a warp per COLS columns); each
+    // launch skips the others' sequences
+    const b = ruleBuilds(batch.queryStartLoc, batch.numSeqs, this.wideMaxTokens, this.chunkedFrom);
+    const columnBlocks = Math.ceil(Dv / 32);
     this.s.timed('deltanet rule', () => {
-      if (builds.wide) {
-        this.s.device.launch('deltanet.cu', `deltanet_recurrent_wide_bf16_${Dk}${ss}`,
-          [batch.numSeqs, Hv, Math.ceil(Dv / 32)], Dk, [...head, ptr(out.ptr), ...sections, i32(wideMax)], 0, true);
+      const d = this.s.device;
+      if (b.wide) {
+        d.launch('deltanet.cu', `deltanet_recurrent_wide_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks], Dk,
+          [...head, ptr(out.ptr), ...sections, i32(b.wideMax)], 0, true);
       }
-      if (builds.recurrent) {
-        this.s.device.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups], 32,
-          [...head, ptr(out.ptr), ...sections, i32(wideMax)], 0, true);
+      if (b.chunked) {
+        d.launch('deltanet.cu', `deltanet_chunked_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
+          DELTANET_CHUNK_THREADS, [...head, ptr(out.ptr), ...sections, i32(b.chunkedFrom)],
+          deltanetChunkedSharedBytes(Dk), true);
+      }
+      if (b.recurrent) {
+        d.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups], 32,
+          [...head, ptr(out.ptr), ...sections, i32(b.wideMax), i32(b.chunkedFrom)], 0, true);
       }
     });
     return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;

@@ -42,6 +42,9 @@
 //   deltanet_recurrent_wide: deltanet_recurrent's bits with each load reading 128 contiguous bytes of a state row
 //     (deltanet_wide.cuh): the sequences of at most QUIRE_DELTANET_WIDE_MAX_TOKENS tokens (maxTokens); a step's
 //     deltanet_recurrent launch then skips them (skipUpTo), both launches in a mixed step.
+//   deltanet_chunked: the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens, in chunks of 64 tokens whose
+//     products the block shares (deltanet_chunked.cuh: within rounding of the recurrence, not its bits); the
+//     deltanet_recurrent launch skips them too (skipFrom).
 //
 // Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
 // switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
@@ -285,7 +288,8 @@ template <typename T, typename ST, int DK, bool FUSED, bool CONV_ROW = false, bo
 __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out,
                                                    float* state, const int* qsl, const int* seqLens, const int* slots,
                                                    int Hk, int Hv, int Dv, int slotFloats, int ssmAt, int group,
-                                                   float* qs, float* ks, int skipUpTo = 0) {
+                                                   float* qs, float* ks, int skipUpTo = 0,
+                                                   int skipFrom = 0x7fffffff) {
   constexpr int PARTS = DK / 32, COLS = 32 / PARTS;  // a column's DK rows over PARTS lanes, 32 a lane
   if (PDL) pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   if (PDL && !DELTANET_READ_EARLY) pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
@@ -296,7 +300,8 @@ __device__ __forceinline__ void deltanet_recurrent(const T* conv, const T* ba, i
   const int kh = h / (Hv / Hk);
   const int C = 2 * Hk * DK + Hv * Dv;
   const int start = qsl[s], end = qsl[s + 1];
-  if (end - start <= skipUpTo) return;  // none (start == end), or left to deltanet_recurrent_wide's launch
+  // none (start == end), or left to deltanet_recurrent_wide's launch, or to deltanet_chunked's
+  if (end - start <= skipUpTo || end - start >= skipFrom) return;
   const int pos0 = seqLens[s] - (end - start);
   const int slot = slots[s];
   ST* S = head_state<ST, DK>(state, slot, slotFloats, ssmAt, h, Dv);
@@ -346,111 +351,26 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
   gated_norm_group(x + at, z + (long long)blockIdx.x * ldz + (long long)group * G, w, out + at, G, eps);
 }
 
-/**
- * deltanet_recurrent and rms_norm_gated of a decode step (one token a sequence) in one launch: a block per (sequence,
- * v head), a warp per COLS columns (blockDim.x / 32 warps: all Dv columns); the rule's output row, rounded to T as
- * the rule stores it, stays in shared memory, and warp 0 normalises it as rms_norm_gated does (G = Dv): the bits of
- * the two launches. Dynamic shared memory: a warp's qs and ks (2 DK floats a warp); ys: the row (Dv <= 256).
- */
-template <typename T, typename ST, int DK>
-__device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* ba, int ldba, const T* aLog,
-                                                        const T* dtBias, const T* z, int ldz, const T* normW, T* out,
-                                                        float eps, float* state, const int* qsl, const int* seqLens,
-                                                        const int* slots, int Hk, int Hv, int Dv, int slotFloats,
-                                                        int ssmAt) {
-  extern __shared__ float qks[];
-  __shared__ T ys[256];
-  const int warp = threadIdx.x >> 5;
-  float* qs = qks + warp * 2 * DK;
-  deltanet_recurrent<T, ST, DK, true>(conv, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots, Hk, Hv, Dv,
-                                      slotFloats, ssmAt, warp, qs, qs + DK);
-  __syncthreads();
-  const int s = blockIdx.x, h = blockIdx.y, t = qsl[s];
-  if (warp != 0 || qsl[s + 1] == t) return;
-  gated_norm_group(ys, z + (long long)t * ldz + (long long)h * Dv, normW,
-                   out + (long long)t * Hv * Dv + (long long)h * Dv, Dv, eps);
-}
-
-/**
- * A DeltaNet layer's whole decode step (one token a sequence) for a (sequence, v head) in one launch: the causal conv
- * of the 2 DK + Dv channels it reads (its key head's q and k, its v head's v: a thread each, conv_silu_step as
- * conv1d_silu, the outputs rounded to T as conv1d_silu stores them, in shared memory), the rule on that row, and the
- * gated norm (deltanet_recurrent_norm's): the bits of the three launches. The windows move on as conv1d_silu moves
- * them: a v channel's by its own thread; a key head's q/k windows are read by its Hv / Hk v heads' blocks, each of
- * which counts itself in arrivals[slot][kh] once it has read them, and the last to arrive writes them and sets the
- * count back to zero (no block waits for another). The windows and weights are read before the dependent-launch wait
- * (this layer's windows were written in an earlier step). Block: 32 x the larger of ceil(Dv / COLS) and
- * ceil((2 DK + Dv) / 32) warps (<= 512); dynamic shared memory: 2 DK floats a warp.
- */
-template <typename T, typename ST, int DK>
-__device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* convW, int K, int windowAt, int* arrivals,
-                                                const T* ba, int ldba, const T* aLog, const T* dtBias, const T* z,
-                                                int ldz, const T* normW, T* out, float eps, float* state,
-                                                const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv,
-                                                int Dv, int slotFloats, int ssmAt) {
-  extern __shared__ float qks[];
-  __shared__ T ys[256];
-  __shared__ T convRow[2 * DK + 256];
-  __shared__ int last;
-  pdl_trigger_if(DELTANET_TRIGGER_EARLY);
-  const int s = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk), i = threadIdx.x;
-  const int C = 2 * Hk * DK + Hv * Dv;
-  // this thread's channel: its key head's q (i < DK), then k, then its v head's v; none past them
-  const int c = i < DK       ? kh * DK + i
-                : i < 2 * DK ? (Hk + kh) * DK + i - DK
-                : i < 2 * DK + Dv ? 2 * Hk * DK + h * Dv + i - 2 * DK
-                                  : -1;
-  const int start = qsl[s];
-  const bool hasToken = qsl[s + 1] > start;
-  const int pos0 = seqLens[s] - 1;
-  const int slot = slots[s];
-  float* win = slot >= 0 && hasToken ? state + (long long)slot * slotFloats + windowAt : nullptr;
-  float taps[CONV_MAX_TAPS], hist[CONV_MAX_TAPS];
-#pragma unroll
-  for (int j = 0; j < CONV_MAX_TAPS; j++) {
-    taps[j] = c >= 0 && j < K ? to_float(convW[(long long)c * K + j]) : 0.f;
-    hist[j] = c >= 0 && j < K - 1 && win != nullptr && pos0 > 0 ? win[(long long)j * C + c] : 0.f;
-  }
-  pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);  // x: the in_proj GEMM's output
-  if (c >= 0 && hasToken) {
-    convRow[i] = from_float<T>(conv_silu_step(taps, hist, to_float(x[(long long)start * ldx + c]), K));
-  }
-  __syncthreads();
-  if (i == 0) {
-    last = 0;
-    if (win != nullptr) {
-      __threadfence();  // this block's reads of the q/k windows before its count
-      const int at = slot * Hk + kh;
-      last = atomicAdd(&arrivals[at], 1) == Hv / Hk - 1;
-      if (last) arrivals[at] = 0;
-    }
-  }
-  __syncthreads();
-  if (win != nullptr && c >= 0 && (i >= 2 * DK || last)) {
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) win[(long long)j * C + c] = hist[j];
-  }
-  const int warp = i >> 5;
-  float* qs = qks + warp * 2 * DK;
-  deltanet_recurrent<T, ST, DK, true, true, false>(convRow, ba, ldba, aLog, dtBias, ys, state, qsl, seqLens, slots,
-                                                   Hk, Hv, Dv, slotFloats, ssmAt, warp, qs, qs + DK);
-  __syncthreads();
-  if (warp != 0 || !hasToken) return;
-  gated_norm_group(ys, z + (long long)start * ldz + (long long)h * Dv, normW,
-                   out + (long long)start * Hv * Dv + (long long)h * Dv, Dv, eps);
-}
-
+#include "deltanet_fused.cuh"
 #include "deltanet_wide.cuh"
+#include "deltanet_chunked.cuh"
 
 // A state build (ST: the delta-rule state's type) of each decode kernel; `ss` ends its name (empty: f32 states).
 #define INSTANTIATE_DK_ST(suffix, T, DK, ss, ST)                                                                 \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK##ss(                       \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
-      int skipUpTo) {                                                                                            \
+      int skipUpTo, int skipFrom) {                                                                              \
     __shared__ float qks[2 * DK];                                                                                \
     deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
-                                         Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK, skipUpTo);            \
+                                         Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK, skipUpTo, skipFrom);  \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked_##suffix##_##DK##ss(             \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int minTokens) {                                                                                           \
+    deltanet_chunked<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,       \
+                                slotFloats, ssmAt, minTokens);                                                   \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_wide_##suffix##_##DK##ss(                   \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
