@@ -100,6 +100,8 @@ export class Profiler {
   private numUsed = 0;
   private pending: TimedOp[] = [];
   private captured: TimedOp[] | null = null;
+  /** time() calls under way (see time). */
+  private depth = 0;
   private stepStartMs: number | null = null;
   private stepShape = '';
   private readonly loggedShapes = new Set<string>();
@@ -127,7 +129,22 @@ export class Profiler {
     this.stepShape = shape;
   }
 
+  /**
+   * Times fn's launches under `bucket`. A call inside another's fn runs untimed, its launches in the outer bucket: a
+   * nested op timed too would count its time twice (session 47's graphed tables had each decode conv twice, timed
+   * inside causalConv1d's own bucket).
+   */
   time<T>(bucket: string, fn: () => T): T {
+    if (this.depth > 0) return fn();
+    this.depth++;
+    try {
+      return this.timeOuter(bucket, fn);
+    } finally {
+      this.depth--;
+    }
+  }
+
+  private timeOuter<T>(bucket: string, fn: () => T): T {
     if (this.captured) {
       const op = { bucket, start: this.createEvent(), end: this.createEvent() };
       this.captured.push(op);
