@@ -16,11 +16,12 @@ test('--variants: each name sets its switch; an unknown one is refused naming th
   assert.deepEqual(DELTANET_VARIANTS['recurrent'], { deltanetWideMaxTokens: 0 });
   assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWideMaxTokens: 1 });
   assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30 });
+  assert.deepEqual(DELTANET_VARIANTS['lanes'], { deltanetWideMaxTokens: 1, deltanetLanes: true });
   assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2 });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });
   assert.throws(() => checkVariants(['default', 'narrow']),
-    /unknown build 'narrow' \(default, recurrent, wide, wide-chunks, chunked, fused-norm, fused-decode\)/);
+    /unknown build 'narrow' \(default, recurrent, wide, wide-chunks, lanes, chunked, fused-norm, fused-decode\)/);
 });
 
 test('a step\'s sequences: S rows of --tokens at 512 in slots 0..S-1, then the --chunk from 0 in slot S, each '

@@ -66,6 +66,8 @@ export interface CudaBackendOptions {
    * QUIRE_DELTANET_WIDE_MAX_TOKENS.
    */
   deltanetWideMaxTokens?: number;
+  /** The wide build on deltanet_recurrent_lanes (a lane a whole column); default QUIRE_DELTANET_LANES. */
+  deltanetLanes?: boolean;
   /**
    * Fewest tokens of a sequence whose DeltaNet rule runs in chunks (deltanet_chunked; 0: never); default
    * QUIRE_DELTANET_CHUNKED_FROM.
@@ -141,7 +143,7 @@ export class CudaBackend implements Backend {
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
-      chunkedFrom: opts.deltanetChunkedFrom });
+      chunkedFrom: opts.deltanetChunkedFrom, lanes: opts.deltanetLanes });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

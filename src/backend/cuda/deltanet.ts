@@ -65,6 +65,8 @@ export class CudaDeltaNet {
   private readonly wideMaxTokens: number;
   /** Fewest tokens of a sequence whose rule runs on deltanet_chunked (QUIRE_DELTANET_CHUNKED_FROM; 0: none). */
   private readonly chunkedFrom: number;
+  /** The wide build on deltanet_recurrent_lanes: a lane a whole column, a warp a block (QUIRE_DELTANET_LANES). */
+  private readonly lanes: boolean;
   /**
    * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
@@ -72,11 +74,13 @@ export class CudaDeltaNet {
   private pendingConv: PendingConv | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
-    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number } = {}) {
+    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean }
+      = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
     this.chunkedFrom = o.chunkedFrom ?? readKnob('QUIRE_DELTANET_CHUNKED_FROM');
+    this.lanes = o.lanes ?? readKnob('QUIRE_DELTANET_LANES');
   }
 
   /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
@@ -202,8 +206,9 @@ export class CudaDeltaNet {
     this.s.timed('deltanet rule', () => {
       const d = this.s.device;
       if (b.wide) {
-        d.launch('deltanet.cu', `deltanet_recurrent_wide_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks], Dk,
-          [...head, ptr(out.ptr), ...sections, i32(b.wideMax)], 0, true);
+        const build = this.lanes ? 'lanes' : 'wide';
+        d.launch('deltanet.cu', `deltanet_recurrent_${build}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
+          this.lanes ? 32 : Dk, [...head, ptr(out.ptr), ...sections, i32(b.wideMax)], 0, true);
       }
       if (b.chunked) {
         d.launch('deltanet.cu', `deltanet_chunked_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],

@@ -365,6 +365,13 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
     deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
                                          Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK, skipUpTo, skipFrom);  \
   }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_lanes_##suffix##_##DK##ss(                  \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int maxTokens) {                                                                                           \
+    deltanet_recurrent_lanes<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,   \
+                                        Dv, slotFloats, ssmAt, maxTokens);                                       \
+  }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked_##suffix##_##DK##ss(             \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
