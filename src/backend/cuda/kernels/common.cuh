@@ -99,6 +99,9 @@ __device__ __forceinline__ void pdl_wait_then_trigger(bool early) {
 /** First statement of a kernel launched as a dependent that reads nothing early: wait, then let the next one launch. */
 __device__ __forceinline__ void pdl_begin() { pdl_wait_then_trigger(false); }
 
+/** A kernel's dynamic shared memory as an array `name` of T (a macro, so a CPU emulation can give it storage). */
+#define DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define FULL_MASK 0xffffffffu
 

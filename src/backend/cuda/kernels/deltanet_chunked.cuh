@@ -52,7 +52,7 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
                                                  int minTokens) {
   using L = ChunkLayout<DK>;
   static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK), "kernel-defines.ts deltanetChunkedSharedBytes");
-  extern __shared__ float sh[];
+  DYNAMIC_SHARED(float, sh);
   float *qs = sh + L::QS, *ks = sh + L::KS, *kk = sh + L::KK, *qk = sh + L::QKM, *st = sh + L::ST, *d = sh + L::D;
   float *cl = sh + L::CL, *betas = sh + L::BETA, *w = sh + L::W;
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);

@@ -15,7 +15,7 @@ __device__ __forceinline__ void deltanet_recurrent_norm(const T* conv, const T* 
                                                         float eps, float* state, const int* qsl, const int* seqLens,
                                                         const int* slots, int Hk, int Hv, int Dv, int slotFloats,
                                                         int ssmAt) {
-  extern __shared__ float qks[];
+  DYNAMIC_SHARED(float, qks);
   __shared__ T ys[256];
   const int warp = threadIdx.x >> 5;
   float* qs = qks + warp * 2 * DK;
@@ -45,7 +45,7 @@ __device__ __forceinline__ void deltanet_decode(const T* x, int ldx, const T* co
                                                 int ldz, const T* normW, T* out, float eps, float* state,
                                                 const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv,
                                                 int Dv, int slotFloats, int ssmAt) {
-  extern __shared__ float qks[];
+  DYNAMIC_SHARED(float, qks);
   __shared__ T ys[256];
   __shared__ T convRow[2 * DK + 256];
   __shared__ int last;

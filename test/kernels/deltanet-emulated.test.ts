@@ -1,0 +1,50 @@
+// kernels/deltanet.cu's rule builds run on the CPU (g++, test/kernels/emulated/cuda-shim.h standing in for CUDA: a
+// block's threads as std::threads meeting at barriers), so their logic is checked without a GPU, on every CI run:
+// deltanet_recurrent_wide and deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked lands within
+// 1e-4 of it over prompts of several chunks, and a mixed step's three launches split the sequences as the engine does
+// (emulated/deltanet-harness.cpp). The GPU tests (test/gpu/deltanet.test.ts) still tie the device's own arithmetic to
+// the CPU backend. Skips without g++. Apart from `npm test` (`npm run test:kernels`): ~40 s on 2 cores.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expandSource } from '../../src/backend/cuda/compile.js';
+import { moduleDefines } from '../../src/backend/cuda/kernel-defines.js';
+
+const gpp = spawnSync('g++', ['--version'], { encoding: 'utf8' });
+const skip = gpp.status === 0 ? false : 'g++ not found on PATH';
+const DIR = join('test', 'kernels', 'emulated');
+
+/**
+ * The emulated program: the shim, deltanet.cu's #defines (none of its per-Dk kernels instantiated: the harness calls
+ * the device functions itself), the file with its headers inlined but common.cuh (the shim's), then the harness.
+ */
+export function emulatedDeltanetSource(): string {
+  const defines = moduleDefines('deltanet.cu').split('\n').filter((l) => !l.startsWith('#define DELTANET_KEY_DIMS('))
+    .join('\n');
+  return [readFileSync(join(DIR, 'cuda-shim.h'), 'utf8'), defines, '#define DELTANET_KEY_DIMS(X, s, T)',
+    expandSource('deltanet.cu', undefined, new Set(['common.cuh'])), readFileSync(join(DIR, 'deltanet-harness.cpp'),
+      'utf8')].join('\n');
+}
+
+test('the DeltaNet rule builds on the CPU: wide and lanes give deltanet_recurrent\'s bits, chunked lands within 1e-4, '
+  + 'a mixed step\'s launches split its sequences', { skip, timeout: 600_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'quire-emu-'));
+  try {
+    writeFileSync(join(dir, 'deltanet.cpp'), emulatedDeltanetSource());
+    const built = spawnSync('g++', ['-std=c++20', '-O1', '-pthread', '-o', join(dir, 'deltanet'),
+      join(dir, 'deltanet.cpp')], { encoding: 'utf8' });
+    assert.equal(built.status, 0, built.stderr);
+    const ran = spawnSync(join(dir, 'deltanet'), [], { encoding: 'utf8' });
+    const out = ran.stdout;
+    assert.equal(ran.status, 0, out + ran.stderr);
+    assert.match(out, /ok\n$/);
+    assert.equal((out.match(/: 0 of \d+ bits differ/g) ?? []).length, 15, out);
+    assert.equal((out.match(/worst relative error/g) ?? []).length, 12, out);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,115 @@
+// Appended to kernels/deltanet.cu on the CPU emulation (cuda-shim.h; test/kernels/deltanet-emulated.test.ts): one step
+// of the gated delta rule over prompts (from position 0 and continuing, several chunks of DELTANET_CHUNK, a partial
+// last one), a decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the
+// reference the GPU tests tie to the CPU backend), deltanet_recurrent_wide and _lanes (must give its bits),
+// deltanet_chunked (within rounding), and a mixed step launched as the engine launches it (lanes for one token,
+// recurrent below 64, chunked from 64). Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
+#include <cstdio>
+#include <random>
+
+namespace harness {
+int failures = 0;
+
+void bits(const char* what, const std::vector<float>& x, const std::vector<float>& ref) {
+  int differ = 0;
+  for (size_t i = 0; i < x.size(); i++) differ += std::memcmp(&x[i], &ref[i], 4) != 0;
+  std::printf("%s: %d of %zu bits differ\n", what, differ, x.size());
+  failures += differ > 0;
+}
+
+void close(const char* what, const std::vector<float>& x, const std::vector<float>& ref) {
+  double rms = 0, worst = 0;
+  for (float v : ref) rms += (double)v * v;
+  rms = std::sqrt(rms / ref.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double e = std::fabs((double)x[i] - ref[i]) / (rms + std::fabs(ref[i]));
+    worst = e <= 1e30 ? std::max(worst, e) : 1e30;  // NaN (never written) counts as the worst
+  }
+  std::printf("%s: worst relative error %.3g\n", what, worst);
+  failures += !(worst < 1e-4);
+}
+
+template <int DK>
+void run(int Hk, int Hv, int Dv) {
+  std::mt19937 rng(DK * 31 + Dv);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const std::vector<int> lens = {130, 1, 70, 3}, starts = {0, 5, 10, 7};
+  const int S = (int)lens.size();
+  std::vector<int> qsl(S + 1, 0), seqLens(S), slots(S);
+  for (int s = 0; s < S; s++) {
+    qsl[s + 1] = qsl[s] + lens[s];
+    seqLens[s] = starts[s] + lens[s];
+    slots[s] = S - 1 - s;
+  }
+  const int T = qsl[S], C = 2 * Hk * DK + Hv * Dv, slotFloats = Hv * DK * Dv;
+  std::vector<float> conv(T * C), ba(T * 2 * Hv), aLog(Hv), dtBias(Hv), state(S * slotFloats);
+  for (float& v : conv) v = 2 * u(rng);
+  for (float& v : ba) v = 3 * u(rng);
+  for (float& v : aLog) v = u(rng);
+  for (float& v : dtBias) v = u(rng);
+  for (float& v : state) v = 0.3f * u(rng);
+  const int colsPerWarp = 32 / (DK / 32), groups = (Dv + colsPerWarp - 1) / colsPerWarp, colBlocks = (Dv + 31) / 32;
+  const Dim3 perWarp{S, Hv, groups}, perCols{S, Hv, colBlocks};
+  struct Out {
+    std::vector<float> y, st;
+  };
+  auto fresh = [&] { return Out{std::vector<float>(T * Hv * Dv, NAN), state}; };
+  auto recurrent = [&](Out& o, int skipUpTo, int skipFrom) {
+    emu::launch(perWarp, 32, [&] {
+      static float qks[2 * DK];
+      deltanet_recurrent<float, float, DK, false>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
+        o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, blockIdx.z, qks,
+        qks + DK, skipUpTo, skipFrom);
+    });
+  };
+  auto lanes = [&](Out& o, int maxTokens) {
+    emu::launch(perCols, 32, [&] {
+      deltanet_recurrent_lanes<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
+        o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, maxTokens);
+    });
+  };
+  auto chunked = [&](Out& o, int minTokens) {
+    emu::launch(perCols, DELTANET_CHUNK_THREADS, [&] {
+      deltanet_chunked<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(), o.y.data(),
+        o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, minTokens);
+    });
+  };
+  Out ref = fresh(), wide = fresh(), lane = fresh(), chunk = fresh(), mixed = fresh();
+  recurrent(ref, 0, 0x7fffffff);
+  emu::launch(perCols, DK, [&] {
+    deltanet_recurrent_wide<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
+      wide.y.data(), wide.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, 1 << 30);
+  });
+  lanes(lane, 1 << 30);
+  chunked(chunk, 1);
+  lanes(mixed, 1);
+  recurrent(mixed, 1, 64);
+  chunked(mixed, 64);
+  std::vector<float> shortRef, shortMixed;
+  for (int s = 0; s < S; s++) {
+    if (lens[s] >= 64) continue;
+    for (int i = qsl[s] * Hv * Dv; i < qsl[s + 1] * Hv * Dv; i++) {
+      shortRef.push_back(ref.y[i]);
+      shortMixed.push_back(mixed.y[i]);
+    }
+  }
+  std::printf("Dk %d, %d key heads, %d value heads, Dv %d\n", DK, Hk, Hv, Dv);
+  bits("wide outputs", wide.y, ref.y);
+  bits("wide states", wide.st, ref.st);
+  bits("lanes outputs", lane.y, ref.y);
+  bits("lanes states", lane.st, ref.st);
+  close("chunked outputs", chunk.y, ref.y);
+  close("chunked states", chunk.st, ref.st);
+  bits("mixed step, the outputs of sequences under 64 tokens", shortMixed, shortRef);
+  close("mixed step, outputs", mixed.y, ref.y);
+  close("mixed step, states", mixed.st, ref.st);
+}
+}  // namespace harness
+
+int main() {
+  harness::run<32>(1, 2, 8);
+  harness::run<64>(2, 4, 40);
+  harness::run<128>(1, 2, 32);
+  std::printf(harness::failures ? "FAIL\n" : "ok\n");
+  return harness::failures ? 1 : 0;
+}
