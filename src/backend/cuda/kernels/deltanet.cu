@@ -249,10 +249,10 @@ __device__ __forceinline__ void store_column(ST* S, int part, int j, int Dv, con
  * `sum(which, x)` adds a column's PARTS partials x (which: 0 for S^T k, 1 for S^T q) as column_sum's butterfly does:
  * by shuffles (deltanet_recurrent) or through shared memory (deltanet_recurrent_wide), so both give the same bits.
  */
-template <int DK, typename Sum>
-__device__ __forceinline__ float rule_token(const TokenIn<DK>& in, float* col, float* qs, float* ks, int part, float A,
-                                            float bias, float qScale, Sum sum) {
-  constexpr int PARTS = DK / 32;
+/** A token's q and k l2-normed into the warp's qs and ks (q scaled too), and its decay and beta: rule_token's start. */
+template <int DK>
+__device__ __forceinline__ void token_gates(const TokenIn<DK>& in, float* qs, float* ks, float A, float bias,
+                                            float qScale, float& decay, float& beta) {
   const int lane = threadIdx.x & 31;
   const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
   __syncwarp();
@@ -262,8 +262,16 @@ __device__ __forceinline__ float rule_token(const TokenIn<DK>& in, float* col, f
     ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
   }
   __syncwarp();
-  const float decay = expf(A * softplus(in.a + bias));
-  const float beta = 1.f / (1.f + expf(-in.b));
+  decay = expf(A * softplus(in.a + bias));
+  beta = 1.f / (1.f + expf(-in.b));
+}
+
+template <int DK, typename Sum>
+__device__ __forceinline__ float rule_token(const TokenIn<DK>& in, float* col, float* qs, float* ks, int part, float A,
+                                            float bias, float qScale, Sum sum) {
+  constexpr int PARTS = DK / 32;
+  float decay, beta;
+  token_gates<DK>(in, qs, ks, A, bias, qScale, decay, beta);
   float m[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 32; i++) {

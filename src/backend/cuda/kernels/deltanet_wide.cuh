@@ -16,18 +16,24 @@
 //
 // grid (S, Hv, ceil(Dv / 32)), block 32 PARTS (= DK) threads.
 
-/** The butterfly's sum of a column's PARTS partials (red[p][lane]): pairs, then pairs of pairs. */
+/** The butterfly's sum of a column's PARTS partials held by one lane (v[p]): pairs, then pairs of pairs. */
 template <int PARTS>
-__device__ __forceinline__ float parts_sum(const float (*red)[32], int lane) {
-  float v[PARTS];
-#pragma unroll
-  for (int p = 0; p < PARTS; p++) v[p] = red[p][lane];
+__device__ __forceinline__ float lane_parts_sum(float* v) {
 #pragma unroll
   for (int w = 1; w < PARTS; w <<= 1) {
 #pragma unroll
     for (int p = 0; p < PARTS; p += 2 * w) v[p] = v[p] + v[p + w];
   }
   return v[0];
+}
+
+/** The same of partials in shared memory (red[p][lane]). */
+template <int PARTS>
+__device__ __forceinline__ float parts_sum(const float (*red)[32], int lane) {
+  float v[PARTS];
+#pragma unroll
+  for (int p = 0; p < PARTS; p++) v[p] = red[p][lane];
+  return lane_parts_sum<PARTS>(v);
 }
 
 template <typename T, typename ST, int DK>
@@ -85,17 +91,6 @@ __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* 
 //
 // grid (S, Hv, ceil(Dv / 32)), block 32 threads.
 
-/** A column's PARTS partials, held by one lane, added as parts_sum adds them. */
-template <int PARTS>
-__device__ __forceinline__ float lane_parts_sum(float* v) {
-#pragma unroll
-  for (int w = 1; w < PARTS; w <<= 1) {
-#pragma unroll
-    for (int p = 0; p < PARTS; p += 2 * w) v[p] = v[p] + v[p + w];
-  }
-  return v[0];
-}
-
 template <typename T, typename ST, int DK>
 __device__ __forceinline__ void deltanet_recurrent_lanes(const T* conv, const T* ba, int ldba, const T* aLog,
                                                          const T* dtBias, T* out, float* state, const int* qsl,
@@ -130,16 +125,8 @@ __device__ __forceinline__ void deltanet_recurrent_lanes(const T* conv, const T*
     const TokenIn<DK> in = next;
     if (t + 1 < end) load_token<T, DK, false>(conv, ba, ldba, t + 1, C, Hk, Hv, Dv, kh, h, j, next);
     // rule_token's arithmetic, its PARTS lanes' work in one lane
-    const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < DK / 32; i++) {
-      qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
-      ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
-    }
-    __syncwarp();
-    const float decay = expf(A * softplus(in.a + bias));
-    const float beta = 1.f / (1.f + expf(-in.b));
+    float decay, beta;
+    token_gates<DK>(in, qs, ks, A, bias, qScale, decay, beta);
     float parts[PARTS];
 #pragma unroll
     for (int p = 0; p < PARTS; p++) {
