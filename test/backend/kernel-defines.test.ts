@@ -12,7 +12,7 @@ import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
 import { GGUF_DEQUANT_WARPS, GGUF_GEMV_ROWS, GGUF_GEMV_WARPS } from '../../src/backend/cuda/gguf-layout.js';
 import {
-  CONV_MAX_TAPS, DECODE_WARPS, DELTANET_CHUNK, DELTANET_CHUNK_THREADS, KERNEL_DEFINES, moduleDefines, NORM_VEC,
+  CONV_MAX_TAPS, DECODE_WARPS, DELTANET_CHUNK_THREADS, KERNEL_DEFINES, moduleDefines, NORM_VEC,
   PEER_AR_DATA_OFFSET, PEER_AR_EPOCH_OFFSET, PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
 } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
@@ -54,11 +54,12 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
     ['attention_prefill.cu', 'PREFILL_BUILDS(X)', PREFILL_BUILD_LIST],
     ['deltanet.cu', 'CONV_MAX_TAPS', CONV_MAX_TAPS],
-    ['deltanet.cu', 'DELTANET_CHUNK', DELTANET_CHUNK],
     ['deltanet.cu', 'DELTANET_CHUNK_THREADS', DELTANET_CHUNK_THREADS],
-    // the chunked rule's shared bytes by key dim: 4 x (2 C (Dk + 1) + 2 C (C + 1) + 33 (Dk + C) + 3 C), C = 64
-    ['deltanet.cu', 'DELTANET_CHUNKED_BYTES(dk)',
-      '((dk) == 32 ? 63616 : (dk) == 64 ? 84224 : (dk) == 128 ? 125440 : -1)'],
+    ['deltanet.cu', 'DELTANET_CHUNKS(X, s, T, DK, ss, ST)', 'X(s, T, DK, ss, ST, 32) X(s, T, DK, ss, ST, 64)'],
+    // the chunked rule's shared bytes by key dim and chunk: 4 x (2 C (Dk + 1) + 2 C (C + 1) + 33 (Dk + C) + 3 C)
+    ['deltanet.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 25728 : (dk) == 32 && (c) == 64 ? '
+      + '63616 : (dk) == 64 && (c) == 32 ? 38144 : (dk) == 64 && (c) == 64 ? 84224 : (dk) == 128 && (c) == 32 ? '
+      + '62976 : (dk) == 128 && (c) == 64 ? 125440 : -1)'],
     ['deltanet.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
     ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],

@@ -1,7 +1,7 @@
 // kernels/deltanet.cu's rule builds run on the CPU (g++, test/kernels/emulated/cuda-shim.h standing in for CUDA: a
 // block's threads as std::threads meeting at barriers), so their logic is checked without a GPU, on every CI run:
-// deltanet_recurrent_wide and deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked lands within
-// 1e-4 of it over prompts of several chunks, and a mixed step's three launches split the sequences as the engine does
+// deltanet_recurrent_wide and deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked (chunks of 64
+// and of 32) lands within 1e-4 of it over prompts of several chunks, and a mixed step's three launches split the sequences as the engine does
 // (emulated/deltanet-harness.cpp). The GPU tests (test/gpu/deltanet.test.ts) still tie the device's own arithmetic to
 // the CPU backend. Skips without g++. Apart from `npm test` (`npm run test:kernels`): ~40 s on 2 cores.
 
@@ -43,7 +43,7 @@ test('the DeltaNet rule builds on the CPU: wide and lanes give deltanet_recurren
     assert.equal(ran.status, 0, out + ran.stderr);
     assert.match(out, /ok\n$/);
     assert.equal((out.match(/: 0 of \d+ bits differ/g) ?? []).length, 15, out);
-    assert.equal((out.match(/worst relative error/g) ?? []).length, 12, out);
+    assert.equal((out.match(/worst relative error/g) ?? []).length, 18, out);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -18,10 +18,12 @@ test('--variants: each name sets its switch; an unknown one is refused naming th
   assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30 });
   assert.deepEqual(DELTANET_VARIANTS['lanes'], { deltanetWideMaxTokens: 1, deltanetLanes: true });
   assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2 });
+  assert.deepEqual(DELTANET_VARIANTS['chunked32'], { deltanetChunkedFrom: 2, deltanetChunk: 32 });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });
+  const known = 'default, recurrent, wide, wide-chunks, lanes, chunked, chunked32, fused-norm, fused-decode';
   assert.throws(() => checkVariants(['default', 'narrow']),
-    /unknown build 'narrow' \(default, recurrent, wide, wide-chunks, lanes, chunked, fused-norm, fused-decode\)/);
+    { message: `bench-deltanet: --variants: unknown build 'narrow' (${known})` });
 });
 
 test('a step\'s sequences: S rows of --tokens at 512 in slots 0..S-1, then the --chunk from 0 in slot S, each '

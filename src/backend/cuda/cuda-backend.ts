@@ -73,6 +73,8 @@ export interface CudaBackendOptions {
    * QUIRE_DELTANET_CHUNKED_FROM.
    */
   deltanetChunkedFrom?: number;
+  /** Tokens a chunk of the chunked DeltaNet rule (32 or 64); default QUIRE_DELTANET_CHUNK. */
+  deltanetChunk?: number;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -143,7 +145,7 @@ export class CudaBackend implements Backend {
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
-      chunkedFrom: opts.deltanetChunkedFrom, lanes: opts.deltanetLanes });
+      chunkedFrom: opts.deltanetChunkedFrom, lanes: opts.deltanetLanes, chunk: opts.deltanetChunk });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

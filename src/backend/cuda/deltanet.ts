@@ -6,7 +6,7 @@
 import { convChannels, type DeltaNetGate, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
 import { readKnob } from '../../knobs/knobs.js';
 import { f32, i32, ptr } from './device.js';
-import { CONV_MAX_TAPS, DELTANET_CHUNK_THREADS, DELTANET_KEY_DIMS, deltanetChunkedSharedBytes }
+import { CONV_MAX_TAPS, DELTANET_CHUNK_THREADS, DELTANET_CHUNKS, DELTANET_KEY_DIMS, deltanetChunkedSharedBytes }
   from './kernel-defines.js';
 import type { KvMemory, RecurrentMemory } from './kv-memory.js';
 import { metaPtr } from './step-buffers.js';
@@ -67,6 +67,8 @@ export class CudaDeltaNet {
   private readonly chunkedFrom: number;
   /** The wide build on deltanet_recurrent_lanes: a lane a whole column, a warp a block (QUIRE_DELTANET_LANES). */
   private readonly lanes: boolean;
+  /** Tokens a chunk of deltanet_chunked (QUIRE_DELTANET_CHUNK). */
+  private readonly chunk: number;
   /**
    * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
@@ -74,13 +76,17 @@ export class CudaDeltaNet {
   private pendingConv: PendingConv | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
-    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean }
-      = {}) {
+    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean;
+      chunk?: number } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
     this.chunkedFrom = o.chunkedFrom ?? readKnob('QUIRE_DELTANET_CHUNKED_FROM');
     this.lanes = o.lanes ?? readKnob('QUIRE_DELTANET_LANES');
+    this.chunk = o.chunk ?? Number(readKnob('QUIRE_DELTANET_CHUNK'));
+    if (!DELTANET_CHUNKS.includes(this.chunk)) {
+      throw new Error(`CudaDeltaNet: chunks of ${this.chunk} tokens (${DELTANET_CHUNKS.join(', ')} are built)`);
+    }
   }
 
   /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
@@ -211,9 +217,9 @@ export class CudaDeltaNet {
           this.lanes ? 32 : Dk, [...head, ptr(out.ptr), ...sections, i32(b.wideMax)], 0, true);
       }
       if (b.chunked) {
-        d.launch('deltanet.cu', `deltanet_chunked_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
+        d.launch('deltanet.cu', `deltanet_chunked${this.chunk}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
           DELTANET_CHUNK_THREADS, [...head, ptr(out.ptr), ...sections, i32(b.chunkedFrom)],
-          deltanetChunkedSharedBytes(Dk), true);
+          deltanetChunkedSharedBytes(Dk, this.chunk), true);
       }
       if (b.recurrent) {
         d.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups], 32,

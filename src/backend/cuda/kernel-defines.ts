@@ -22,17 +22,16 @@ export const NORM_VEC = 4;
 export const DELTANET_KEY_DIMS: readonly number[] = [32, 64, 128];
 /** The most causal-conv taps kernels/deltanet.cu keeps in registers; published models have 4. */
 export const CONV_MAX_TAPS = 8;
-/** Tokens a chunk of the chunked DeltaNet rule (kernels/deltanet_chunked.cuh), and its block's threads. */
-export const DELTANET_CHUNK = 64;
+/** Tokens a chunk of the chunked DeltaNet rule may take (kernels/deltanet_chunked.cuh builds each), and its threads. */
+export const DELTANET_CHUNKS: readonly number[] = [32, 64];
 export const DELTANET_CHUNK_THREADS = 256;
 
 /**
- * Bytes of the chunked rule's shared memory for key head dim Dk (deltanet_chunked.cuh's ChunkLayout): q and k of the
- * chunk's tokens, two token-by-token matrices, 32 columns of the state and of D (rows one float longer each), the
- * cumulative decays, betas and the state update's weights.
+ * Bytes of the chunked rule's shared memory for key head dim Dk and chunks of c tokens (deltanet_chunked.cuh's
+ * ChunkLayout): q and k of the chunk's tokens, two token-by-token matrices, 32 columns of the state and of D (rows one
+ * float longer each), the cumulative decays, betas and the state update's weights.
  */
-export function deltanetChunkedSharedBytes(Dk: number): number {
-  const c = DELTANET_CHUNK;
+export function deltanetChunkedSharedBytes(Dk: number, c: number): number {
   return 4 * (2 * c * (Dk + 1) + 2 * c * (c + 1) + 33 * (Dk + c) + 3 * c);
 }
 
@@ -89,10 +88,11 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
   'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
     DECODE_MAX_CLUSTER: MAX_CLUSTER, DECODE_FOLD_BATCH: FOLD_BATCH },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
-  'deltanet.cu': { CONV_MAX_TAPS, DELTANET_CHUNK, DELTANET_CHUNK_THREADS,
+  'deltanet.cu': { CONV_MAX_TAPS, DELTANET_CHUNK_THREADS,
+    'DELTANET_CHUNKS(X, s, T, DK, ss, ST)': DELTANET_CHUNKS.map((c) => `X(s, T, DK, ss, ST, ${c})`).join(' '),
     // the bytes the launch gives, which the kernel's layout must match (a static_assert)
-    'DELTANET_CHUNKED_BYTES(dk)':
-      `(${DELTANET_KEY_DIMS.map((dk) => `(dk) == ${dk} ? ${deltanetChunkedSharedBytes(dk)} : `).join('')}-1)`,
+    'DELTANET_CHUNKED_BYTES(dk, c)': `(${DELTANET_KEY_DIMS.flatMap((dk) => DELTANET_CHUNKS.map((c) =>
+      `(dk) == ${dk} && (c) == ${c} ? ${deltanetChunkedSharedBytes(dk, c)} : `)).join('')}-1)`,
     'DELTANET_KEY_DIMS(X, s, T)': DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ') },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
   'gguf.cu': { GGUF_GEMV_WARPS, GGUF_GEMV_ROWS, GGUF_DEQUANT_WARPS, 'GGUF_GEMV_TOKENS(X, fmt, F)': GGUF_GEMV_TOKENS.map((m) => `X(fmt, F, ${m})`).join(' '),

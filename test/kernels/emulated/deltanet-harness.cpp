@@ -1,8 +1,7 @@
 // Appended to kernels/deltanet.cu on the CPU emulation (cuda-shim.h; test/kernels/deltanet-emulated.test.ts): one step
-// of the gated delta rule over prompts (from position 0 and continuing, several chunks of DELTANET_CHUNK, a partial
-// last one), a decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the
+// of the gated delta rule over prompts (from position 0 and continuing, several chunks, a partial last one), a decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the
 // reference the GPU tests tie to the CPU backend), deltanet_recurrent_wide and _lanes (must give its bits),
-// deltanet_chunked (within rounding), and a mixed step launched as the engine launches it (lanes for one token,
+// deltanet_chunked in chunks of 64 and of 32 (within rounding), and a mixed step launched as the engine launches it (lanes for one token,
 // recurrent below 64, chunked from 64). Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
 #include <cstdio>
 #include <random>
@@ -68,23 +67,29 @@ void run(int Hk, int Hv, int Dv) {
         o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, maxTokens);
     });
   };
-  auto chunked = [&](Out& o, int minTokens) {
+  auto chunked = [&](Out& o, int minTokens, int chunkTokens) {
     emu::launch(perCols, DELTANET_CHUNK_THREADS, [&] {
-      deltanet_chunked<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(), o.y.data(),
-        o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, minTokens);
+      if (chunkTokens == 32) {
+        deltanet_chunked<float, float, DK, 32>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(), o.y.data(),
+          o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, minTokens);
+      } else {
+        deltanet_chunked<float, float, DK, 64>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(), o.y.data(),
+          o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, minTokens);
+      }
     });
   };
-  Out ref = fresh(), wide = fresh(), lane = fresh(), chunk = fresh(), mixed = fresh();
+  Out ref = fresh(), wide = fresh(), lane = fresh(), chunk = fresh(), chunk32 = fresh(), mixed = fresh();
   recurrent(ref, 0, 0x7fffffff);
   emu::launch(perCols, DK, [&] {
     deltanet_recurrent_wide<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
       wide.y.data(), wide.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, 1 << 30);
   });
   lanes(lane, 1 << 30);
-  chunked(chunk, 1);
+  chunked(chunk, 1, 64);
+  chunked(chunk32, 1, 32);
   lanes(mixed, 1);
   recurrent(mixed, 1, 64);
-  chunked(mixed, 64);
+  chunked(mixed, 64, 64);
   std::vector<float> shortRef, shortMixed;
   for (int s = 0; s < S; s++) {
     if (lens[s] >= 64) continue;
@@ -100,6 +105,8 @@ void run(int Hk, int Hv, int Dv) {
   bits("lanes states", lane.st, ref.st);
   close("chunked outputs", chunk.y, ref.y);
   close("chunked states", chunk.st, ref.st);
+  close("chunked outputs, chunks of 32", chunk32.y, ref.y);
+  close("chunked states, chunks of 32", chunk32.st, ref.st);
   bits("mixed step, the outputs of sequences under 64 tokens", shortMixed, shortRef);
   close("mixed step, outputs", mixed.y, ref.y);
   close("mixed step, states", mixed.st, ref.st);

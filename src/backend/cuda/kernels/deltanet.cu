@@ -363,6 +363,16 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
 #include "deltanet_wide.cuh"
 #include "deltanet_chunked.cuh"
 
+// The chunked rule's build for chunks of C tokens.
+#define INSTANTIATE_CHUNKED(suffix, T, DK, ss, ST, C)                                                            \
+  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked##C##_##suffix##_##DK##ss(        \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int minTokens) {                                                                                           \
+    deltanet_chunked<T, ST, DK, C>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,    \
+                                   slotFloats, ssmAt, minTokens);                                                \
+  }
+
 // A state build (ST: the delta-rule state's type) of each decode kernel; `ss` ends its name (empty: f32 states).
 #define INSTANTIATE_DK_ST(suffix, T, DK, ss, ST)                                                                 \
   extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_##suffix##_##DK##ss(                       \
@@ -380,13 +390,7 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
     deltanet_recurrent_lanes<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,   \
                                         Dv, slotFloats, ssmAt, maxTokens);                                       \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked_##suffix##_##DK##ss(             \
-      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
-      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
-      int minTokens) {                                                                                           \
-    deltanet_chunked<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,       \
-                                slotFloats, ssmAt, minTokens);                                                   \
-  }                                                                                                              \
+  DELTANET_CHUNKS(INSTANTIATE_CHUNKED, suffix, T, DK, ss, ST)                                                   \
   extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_wide_##suffix##_##DK##ss(                   \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
@@ -442,3 +446,4 @@ INSTANTIATE(bf16, bf16_t)
 #undef INSTANTIATE
 #undef INSTANTIATE_DK
 #undef INSTANTIATE_DK_ST
+#undef INSTANTIATE_CHUNKED

@@ -1,4 +1,5 @@
-// Gated DeltaNet on prompt chunks, CHUNK tokens at a time (included by deltanet.cu, after its helpers).
+// Gated DeltaNet on prompt chunks, CHUNK tokens at a time (32 or 64: QUIRE_DELTANET_CHUNK; included by deltanet.cu,
+// after its helpers).
 //
 // Why: the recurrent builds walk a sequence's tokens one after another. On qwen3.5-27b (session 47, H200) a lone
 // 512-token chunk took 0.69 ms a layer (1.35 us a token): a long prompt's rule costs about as much as its GEMMs, and
@@ -15,20 +16,20 @@
 // test compares it with the CPU). Chunks start at the step's first token of each sequence. f32 on CUDA cores: a
 // first build, for the latency of long chunks; its products could move to tensor cores.
 //
-// grid (S, Hv, ceil(Dv / 32)), block CHUNK_THREADS; dynamic shared memory ChunkLayout<DK>::FLOATS floats. Sequences
-// of fewer than minTokens tokens are left to the other builds' launches.
+// grid (S, Hv, ceil(Dv / 32)), block CHUNK_THREADS; dynamic shared memory ChunkLayout<DK, CHUNK>::FLOATS floats
+// (125,440 bytes at Dk 128 and 64 tokens: a block a SM; 62,976 at 32 tokens: three). Sequences of fewer than
+// minTokens tokens are left to the other builds' launches.
 
-// DELTANET_CHUNK, DELTANET_CHUNK_THREADS: from TypeScript (kernel-defines.ts, with the shared bytes it launches with)
-constexpr int CHUNK = DELTANET_CHUNK;
+// DELTANET_CHUNK_THREADS, DELTANET_CHUNKS(X, s, T, DK, ss, ST) (the chunk sizes built), DELTANET_CHUNKED_BYTES(dk, c):
+// from TypeScript (kernel-defines.ts, whose shared bytes the launch gives)
 constexpr int CHUNK_THREADS = DELTANET_CHUNK_THREADS;
 constexpr int CHUNK_WARPS = CHUNK_THREADS / 32;
-static_assert(CHUNK * 32 % CHUNK_THREADS == 0, "a thread's (token, column) pairs");
 
 /**
  * Offsets (floats) of the shared arrays; row strides one more than a row, so a column's reads hit 32 banks.
  * kernel-defines.ts deltanetChunkedSharedBytes is FLOATS * 4.
  */
-template <int DK>
+template <int DK, int CHUNK>
 struct ChunkLayout {
   static constexpr int QK_LD = DK + 1;  // qs, ks: [CHUNK][DK]
   static constexpr int TT_LD = CHUNK + 1;  // kk, qk: [CHUNK][CHUNK]
@@ -45,13 +46,14 @@ struct ChunkLayout {
   static constexpr int FLOATS = W + CHUNK;
 };
 
-template <typename T, typename ST, int DK>
+template <typename T, typename ST, int DK, int CHUNK>
 __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias,
                                                  T* out, float* state, const int* qsl, const int* seqLens,
                                                  const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,
                                                  int minTokens) {
-  using L = ChunkLayout<DK>;
-  static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK), "kernel-defines.ts deltanetChunkedSharedBytes");
+  using L = ChunkLayout<DK, CHUNK>;
+  static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK, CHUNK), "kernel-defines.ts deltanetChunkedSharedBytes");
+  static_assert(CHUNK * 32 % CHUNK_THREADS == 0, "a thread's (token, column) pairs");
   DYNAMIC_SHARED(float, sh);
   float *qs = sh + L::QS, *ks = sh + L::KS, *kk = sh + L::KK, *qk = sh + L::QKM, *st = sh + L::ST, *d = sh + L::D;
   float *cl = sh + L::CL, *betas = sh + L::BETA, *w = sh + L::W;
