@@ -54,13 +54,15 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['attention_prefill.cu', 'PREFILL_TILE_ROWS', PREFILL_TILE_ROWS],
     ['attention_prefill.cu', 'PREFILL_BUILDS(X)', PREFILL_BUILD_LIST],
     ['deltanet.cu', 'CONV_MAX_TAPS', CONV_MAX_TAPS],
-    ['deltanet.cu', 'DELTANET_CHUNK_THREADS', DELTANET_CHUNK_THREADS],
-    ['deltanet.cu', 'DELTANET_CHUNKS(X, s, T, DK, ss, ST)', 'X(s, T, DK, ss, ST, 32) X(s, T, DK, ss, ST, 64)'],
+    ['deltanet_chunked.cu', 'DELTANET_CHUNK_THREADS', DELTANET_CHUNK_THREADS],
+    ['deltanet_chunked.cu', 'DELTANET_CHUNKS(X, s, T, DK, ss, ST)', 'X(s, T, DK, ss, ST, 32) X(s, T, DK, ss, ST, 64)'],
     // the chunked rule's shared bytes by key dim and chunk: 4 x (2 C (Dk + 1) + 2 C (C + 1) + 33 (Dk + C) + 3 C)
-    ['deltanet.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 25728 : (dk) == 32 && (c) == 64 ? '
+    ['deltanet_chunked.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 25728 : (dk) == 32 && (c) == 64 ? '
       + '63616 : (dk) == 64 && (c) == 32 ? 38144 : (dk) == 64 && (c) == 64 ? 84224 : (dk) == 128 && (c) == 32 ? '
       + '62976 : (dk) == 128 && (c) == 64 ? 125440 : -1)'],
     ['deltanet.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
+    ['deltanet_lanes.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
+    ['deltanet_chunked.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
     ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],
     ['gemm_chain.cu', 'FP8_BLOCK', FP8_BLOCK],

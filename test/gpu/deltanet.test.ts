@@ -22,7 +22,7 @@ const SHAPES: { name: string; shape: DeltaNetShape }[] = [
 
 // every case on f32 states and on bf16 ones (--mamba-ssm-cache-dtype bfloat16: the kernels' _sbf16 builds; the CPU
 // rounds its states as they are kept), and with every sequence of 2 tokens or more on the chunked rule
-// (deltanet_chunked.cuh, chunks of 64 and of 32: within rounding of the recurrence)
+// (deltanet_chunked.cu, chunks of 64 and of 32: within rounding of the recurrence)
 const VARIANTS = [['f32', 0, 64], ['bf16', 0, 64], ['f32', 2, 64], ['bf16', 2, 32]] as const;
 for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
   const chunks = chunkedFrom > 0 ? `, chunks of ${chunk}` : '';

@@ -1,7 +1,8 @@
-// kernels/deltanet.cu's rule builds run on the CPU (g++, test/kernels/emulated/cuda-shim.h standing in for CUDA: a
-// block's threads as std::threads meeting at barriers), so their logic is checked without a GPU, on every CI run:
-// deltanet_recurrent_wide and deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked (chunks of 64
-// and of 32) lands within 1e-4 of it over prompts of several chunks, and a mixed step's three launches split the sequences as the engine does
+// The gated DeltaNet rule's builds (kernels/deltanet.cu, deltanet_lanes.cu, deltanet_chunked.cu) run on the CPU
+// (g++, test/kernels/emulated/cuda-shim.h standing in for CUDA: a block's threads as std::threads meeting at
+// barriers), so their logic is checked without a GPU, on every CI run: deltanet_recurrent_wide and
+// deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked (chunks of 64 and of 32) lands within 1e-4
+// of it over prompts of several chunks, and a mixed step's three launches split the sequences as the engine does
 // (emulated/deltanet-harness.cpp). The GPU tests (test/gpu/deltanet.test.ts) still tie the device's own arithmetic to
 // the CPU backend. Skips without g++. Apart from `npm test` (`npm run test:kernels`): ~40 s on 2 cores.
 
@@ -18,16 +19,24 @@ const gpp = spawnSync('g++', ['--version'], { encoding: 'utf8' });
 const skip = gpp.status === 0 ? false : 'g++ not found on PATH';
 const DIR = join('test', 'kernels', 'emulated');
 
+/** The rule's kernel files, each with the helpers they share (deltanet_common.cuh) inlined once. */
+const FILES = ['deltanet.cu', 'deltanet_lanes.cu', 'deltanet_chunked.cu'];
+
 /**
- * The emulated program: the shim, deltanet.cu's #defines (none of its per-Dk kernels instantiated: the harness calls
- * the device functions itself), the file with its headers inlined but common.cuh (the shim's), then the harness.
+ * The emulated program: the shim, the files' #defines (none of their per-Dk kernels instantiated: the harness calls
+ * the device functions itself), the files with their headers inlined but common.cuh (the shim's), then the harness.
  */
 export function emulatedDeltanetSource(): string {
-  const defines = moduleDefines('deltanet.cu').split('\n').filter((l) => !l.startsWith('#define DELTANET_KEY_DIMS('))
-    .join('\n');
-  return [readFileSync(join(DIR, 'cuda-shim.h'), 'utf8'), defines, '#define DELTANET_KEY_DIMS(X, s, T)',
-    expandSource('deltanet.cu', undefined, new Set(['common.cuh'])), readFileSync(join(DIR, 'deltanet-harness.cpp'),
-      'utf8')].join('\n');
+  const defines = new Map<string, string>();
+  for (const f of FILES) {
+    for (const line of moduleDefines(f).split('\n').filter((l) => l.startsWith('#define '))) {
+      defines.set(line.split(' ')[1]!.split('(')[0]!, line);
+    }
+  }
+  defines.set('DELTANET_KEY_DIMS', '#define DELTANET_KEY_DIMS(X, s, T)');
+  const seen = new Set(['common.cuh']);
+  return [readFileSync(join(DIR, 'cuda-shim.h'), 'utf8'), ...defines.values(), ...FILES.map((f) => expandSource(f,
+    undefined, seen)), readFileSync(join(DIR, 'deltanet-harness.cpp'), 'utf8')].join('\n');
 }
 
 test('the DeltaNet rule builds on the CPU: wide and lanes give deltanet_recurrent\'s bits, chunked lands within 1e-4, '

@@ -212,12 +212,12 @@ export class CudaDeltaNet {
     this.s.timed('deltanet rule', () => {
       const d = this.s.device;
       if (b.wide) {
-        const build = this.lanes ? 'lanes' : 'wide';
-        d.launch('deltanet.cu', `deltanet_recurrent_${build}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
+        const [file, build] = this.lanes ? ['deltanet_lanes.cu', 'lanes'] : ['deltanet.cu', 'wide'];
+        d.launch(file, `deltanet_recurrent_${build}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
           this.lanes ? 32 : Dk, [...head, ptr(out.ptr), ...sections, i32(b.wideMax)], 0, true);
       }
       if (b.chunked) {
-        d.launch('deltanet.cu', `deltanet_chunked${this.chunk}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
+        d.launch('deltanet_chunked.cu', `deltanet_chunked${this.chunk}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
           DELTANET_CHUNK_THREADS, [...head, ptr(out.ptr), ...sections, i32(b.chunkedFrom)],
           deltanetChunkedSharedBytes(Dk, this.chunk), true);
       }

@@ -22,12 +22,12 @@ export const NORM_VEC = 4;
 export const DELTANET_KEY_DIMS: readonly number[] = [32, 64, 128];
 /** The most causal-conv taps kernels/deltanet.cu keeps in registers; published models have 4. */
 export const CONV_MAX_TAPS = 8;
-/** Tokens a chunk of the chunked DeltaNet rule may take (kernels/deltanet_chunked.cuh builds each), and its threads. */
+/** Tokens a chunk of the chunked DeltaNet rule may take (kernels/deltanet_chunked.cu builds each), and its threads. */
 export const DELTANET_CHUNKS: readonly number[] = [32, 64];
 export const DELTANET_CHUNK_THREADS = 256;
 
 /**
- * Bytes of the chunked rule's shared memory for key head dim Dk and chunks of c tokens (deltanet_chunked.cuh's
+ * Bytes of the chunked rule's shared memory for key head dim Dk and chunks of c tokens (deltanet_chunked.cu's
  * ChunkLayout): q and k of the chunk's tokens, two token-by-token matrices, 32 columns of the state and of D (rows one
  * float longer each), the cumulative decays, betas and the state update's weights.
  */
@@ -82,18 +82,22 @@ function prefillBuildList(): string {
 /** What every kernel file gets: the step header's word offsets, which common.cuh reads. */
 const COMMON: Readonly<Record<string, number>> = { META_NUM_TOKENS, META_NUM_SEQS, META_BLOCK_TABLE_STRIDE };
 
+const deltanetKeyDims = DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ');
+
 /** Each kernel file's #defines beyond COMMON, by the name the kernel uses (a function-like macro with its parameters). */
 export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, number | string>>>> = {
   'allreduce.cu': { PEER_AR_MAX_RANKS, PEER_AR_EPOCH_OFFSET, PEER_AR_DATA_OFFSET },
   'attention_decode.cu': { DECODE_WARPS, DECODE_CHUNK_ROUND, DECODE_SHORT_ROW_KV: SHORT_ROW_KV,
     DECODE_MAX_CLUSTER: MAX_CLUSTER, DECODE_FOLD_BATCH: FOLD_BATCH },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
-  'deltanet.cu': { CONV_MAX_TAPS, DELTANET_CHUNK_THREADS,
+  'deltanet.cu': { CONV_MAX_TAPS, 'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
+  'deltanet_lanes.cu': { 'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
+  'deltanet_chunked.cu': { DELTANET_CHUNK_THREADS,
     'DELTANET_CHUNKS(X, s, T, DK, ss, ST)': DELTANET_CHUNKS.map((c) => `X(s, T, DK, ss, ST, ${c})`).join(' '),
     // the bytes the launch gives, which the kernel's layout must match (a static_assert)
     'DELTANET_CHUNKED_BYTES(dk, c)': `(${DELTANET_KEY_DIMS.flatMap((dk) => DELTANET_CHUNKS.map((c) =>
       `(dk) == ${dk} && (c) == ${c} ? ${deltanetChunkedSharedBytes(dk, c)} : `)).join('')}-1)`,
-    'DELTANET_KEY_DIMS(X, s, T)': DELTANET_KEY_DIMS.map((dk) => `X(s, T, ${dk})`).join(' ') },
+    'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
   'gguf.cu': { GGUF_GEMV_WARPS, GGUF_GEMV_ROWS, GGUF_DEQUANT_WARPS, 'GGUF_GEMV_TOKENS(X, fmt, F)': GGUF_GEMV_TOKENS.map((m) => `X(fmt, F, ${m})`).join(' '),
     ...Object.fromEntries(Object.entries(GGUF_DEVICE_FORMATS).map(([type, f]) => [`GGUF_UNIT_${type}`, f.unitElems])) },

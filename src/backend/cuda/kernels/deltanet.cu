@@ -42,9 +42,10 @@
 //   deltanet_recurrent_wide: deltanet_recurrent's bits with each load reading 128 contiguous bytes of a state row
 //     (deltanet_wide.cuh): the sequences of at most QUIRE_DELTANET_WIDE_MAX_TOKENS tokens (maxTokens); a step's
 //     deltanet_recurrent launch then skips them (skipUpTo), both launches in a mixed step.
-//   deltanet_chunked: the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens, in chunks of 64 tokens whose
-//     products the block shares (deltanet_chunked.cuh: within rounding of the recurrence, not its bits); the
-//     deltanet_recurrent launch skips them too (skipFrom).
+//   deltanet_recurrent_lanes (deltanet_lanes.cu, QUIRE_DELTANET_LANES): the wide build's sequences, a lane a column.
+//   deltanet_chunked (deltanet_chunked.cu): the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens, in chunks
+//     whose products the block shares (within rounding of the recurrence, not its bits); the deltanet_recurrent
+//     launch skips them too (skipFrom). The helpers these files share: deltanet_common.cuh.
 //
 // Dependent launches (common.cuh) of the decode kernels (conv1d_silu, deltanet_recurrent, rms_norm_gated), two
 // switches (QUIRE_KERNEL_DEFINES; both 0 until measured; neither changes a bit):
@@ -56,14 +57,7 @@
 //     floats a lane) and gate weights, before the wait: the window and the state were last written by this layer in
 //     an earlier step (every kernel before this one's predecessor has finished by then), never by the kernel before.
 //     At 64 rows the rule's states are 201 MB a layer, a read that the conv's run can hide.
-#include "common.cuh"
-
-#ifndef DELTANET_TRIGGER_EARLY
-#define DELTANET_TRIGGER_EARLY 0
-#endif
-#ifndef DELTANET_READ_EARLY
-#define DELTANET_READ_EARLY 0
-#endif
+#include "deltanet_common.cuh"
 
 // CONV_MAX_TAPS, DELTANET_KEY_DIMS(X, s, T): from TypeScript (kernel-defines.ts)
 
@@ -172,100 +166,12 @@ __device__ __forceinline__ void conv1d_window(const T* x, float* state, const in
   for (int j = 0; j < CONV_MAX_TAPS - 1; j++) if (j < K - 1) win[(long long)j * C + c] = next[j];
 }
 
-/** One token's inputs of a warp's columns: its key head's q and k (lane's DK / 32 each), v_j, and the gate inputs. */
-template <int DK>
-struct TokenIn {
-  float q[DK / 32], k[DK / 32];
-  float v, a, b;
-};
-
-template <typename T, int DK, bool CONV_ROW>
-__device__ __forceinline__ void load_token(const T* conv, const T* ba, int ldba, long long t, int C, int Hk, int Hv,
-                                           int Dv, int kh, int h, int j, TokenIn<DK>& in) {
-  const int lane = threadIdx.x & 31;
-  // CONV_ROW: conv is the block's row of its key head's q, k and its v head's v (the fused decode kernel)
-  const T* row = CONV_ROW ? conv : conv + t * C;
-  const int qAt = CONV_ROW ? 0 : kh * DK, kAt = CONV_ROW ? DK : (Hk + kh) * DK;
-  const int vAt = CONV_ROW ? 2 * DK : 2 * Hk * DK + h * Dv;
-#pragma unroll
-  for (int i = 0; i < DK / 32; i++) {
-    in.q[i] = to_float(row[qAt + lane + 32 * i]);
-    in.k[i] = to_float(row[kAt + lane + 32 * i]);
-  }
-  in.v = j < Dv ? to_float(row[vAt + j]) : 0.f;
-  in.b = to_float(ba[t * ldba + h]);
-  in.a = to_float(ba[t * ldba + Hv + h]);
-}
-
-/** 1 / sqrt(sum of squares + 1e-6) of a head spread DK / 32 a lane (transformers' l2norm, as FLA computes it). */
-template <int DK>
-__device__ __forceinline__ float l2_inv(const float* x) {
-  float p = 0.f;
-#pragma unroll
-  for (int i = 0; i < DK / 32; i++) p = fmaf(x[i], x[i], p);
-  return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(warp_sum(p), 1e-6f)));
-}
-
-/** torch's softplus (beta 1, threshold 20). */
-__device__ __forceinline__ float softplus(float v) { return v > 20.f ? v : log1pf(expf(v)); }
-
-/** Sum over the lanes that share lane's column (lanes COLS apart): the parts of a column's dot product. */
-template <int COLS>
-__device__ __forceinline__ float column_sum(float v) {
-#pragma unroll
-  for (int o = COLS; o < 32; o <<= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-  return v;
-}
-
-/** Where v head h's state of `slot` starts (elements of ST), or null (no slot: a padding row). */
-template <typename ST, int DK>
-__device__ __forceinline__ ST* head_state(float* state, int slot, int slotFloats, int ssmAt, int h, int Dv) {
-  return slot >= 0 ? reinterpret_cast<ST*>(state + (long long)slot * slotFloats) + ssmAt + (long long)h * DK * Dv
-                   : nullptr;
-}
-
-/** A lane's rows part + PARTS i of column j (zeros without a state, past Dv, or where `read` is false: position 0). */
-template <int DK, typename ST>
-__device__ __forceinline__ void load_column(const ST* S, int part, int j, int Dv, bool read, float* col) {
-  constexpr int PARTS = DK / 32;
-#pragma unroll
-  for (int i = 0; i < 32; i++) {
-    col[i] = S != nullptr && read && j < Dv ? to_float(S[(long long)(part + PARTS * i) * Dv + j]) : 0.f;
-  }
-}
-
-/** The lane's rows back, rounded to ST (none without a state or past Dv). */
-template <int DK, typename ST>
-__device__ __forceinline__ void store_column(ST* S, int part, int j, int Dv, const float* col) {
-  constexpr int PARTS = DK / 32;
-  if (S == nullptr || j >= Dv) return;
-#pragma unroll
-  for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
-}
-
 /**
  * One token of the rule on a lane's rows of its column (col: rows part + PARTS i): q and k l2-normed into the warp's
  * qs and ks, decay and beta, S = decay S, delta = beta (v - S^T k), S += k delta, and out = S^T q, returned.
  * `sum(which, x)` adds a column's PARTS partials x (which: 0 for S^T k, 1 for S^T q) as column_sum's butterfly does:
  * by shuffles (deltanet_recurrent) or through shared memory (deltanet_recurrent_wide), so both give the same bits.
  */
-/** A token's q and k l2-normed into the warp's qs and ks (q scaled too), and its decay and beta: rule_token's start. */
-template <int DK>
-__device__ __forceinline__ void token_gates(const TokenIn<DK>& in, float* qs, float* ks, float A, float bias,
-                                            float qScale, float& decay, float& beta) {
-  const int lane = threadIdx.x & 31;
-  const float qInv = l2_inv<DK>(in.q), kInv = l2_inv<DK>(in.k);
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < DK / 32; i++) {
-    qs[lane + 32 * i] = __fmul_rn(__fmul_rn(in.q[i], qInv), qScale);
-    ks[lane + 32 * i] = __fmul_rn(in.k[i], kInv);
-  }
-  __syncwarp();
-  decay = expf(A * softplus(in.a + bias));
-  beta = 1.f / (1.f + expf(-in.b));
-}
-
 template <int DK, typename Sum>
 __device__ __forceinline__ float rule_token(const TokenIn<DK>& in, float* col, float* qs, float* ks, int part, float A,
                                             float bias, float qScale, Sum sum) {
@@ -361,17 +267,6 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
 
 #include "deltanet_fused.cuh"
 #include "deltanet_wide.cuh"
-#include "deltanet_chunked.cuh"
-
-// The chunked rule's build for chunks of C tokens.
-#define INSTANTIATE_CHUNKED(suffix, T, DK, ss, ST, C)                                                            \
-  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked##C##_##suffix##_##DK##ss(        \
-      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
-      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
-      int minTokens) {                                                                                           \
-    deltanet_chunked<T, ST, DK, C>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,    \
-                                   slotFloats, ssmAt, minTokens);                                                \
-  }
 
 // A state build (ST: the delta-rule state's type) of each decode kernel; `ss` ends its name (empty: f32 states).
 #define INSTANTIATE_DK_ST(suffix, T, DK, ss, ST)                                                                 \
@@ -383,14 +278,6 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
     deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
                                          Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK, skipUpTo, skipFrom);  \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(32) deltanet_recurrent_lanes_##suffix##_##DK##ss(                  \
-      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
-      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
-      int maxTokens) {                                                                                           \
-    deltanet_recurrent_lanes<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,   \
-                                        Dv, slotFloats, ssmAt, maxTokens);                                       \
-  }                                                                                                              \
-  DELTANET_CHUNKS(INSTANTIATE_CHUNKED, suffix, T, DK, ss, ST)                                                   \
   extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_wide_##suffix##_##DK##ss(                   \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
@@ -446,4 +333,3 @@ INSTANTIATE(bf16, bf16_t)
 #undef INSTANTIATE
 #undef INSTANTIATE_DK
 #undef INSTANTIATE_DK_ST
-#undef INSTANTIATE_CHUNKED

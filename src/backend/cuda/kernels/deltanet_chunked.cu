@@ -1,5 +1,5 @@
-// Gated DeltaNet on prompt chunks, CHUNK tokens at a time (32 or 64: QUIRE_DELTANET_CHUNK; included by deltanet.cu,
-// after its helpers).
+// Gated DeltaNet on prompt chunks, CHUNK tokens at a time (32 or 64: QUIRE_DELTANET_CHUNK; launched by
+// backend/cuda/deltanet.ts for the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens).
 //
 // Why: the recurrent builds walk a sequence's tokens one after another. On qwen3.5-27b (session 47, H200) a lone
 // 512-token chunk took 0.69 ms a layer (1.35 us a token): a long prompt's rule costs about as much as its GEMMs, and
@@ -18,10 +18,13 @@
 //
 // grid (S, Hv, ceil(Dv / 32)), block CHUNK_THREADS; dynamic shared memory ChunkLayout<DK, CHUNK>::FLOATS floats
 // (125,440 bytes at Dk 128 and 64 tokens: a block a SM; 62,976 at 32 tokens: three). Sequences of fewer than
-// minTokens tokens are left to the other builds' launches.
+// minTokens tokens are left to the other builds' launches. A file of its own: compiled (by NVRTC, at first use) only
+// where QUIRE_DELTANET_CHUNKED_FROM is set.
 
-// DELTANET_CHUNK_THREADS, DELTANET_CHUNKS(X, s, T, DK, ss, ST) (the chunk sizes built), DELTANET_CHUNKED_BYTES(dk, c):
-// from TypeScript (kernel-defines.ts, whose shared bytes the launch gives)
+#include "deltanet_common.cuh"
+
+// DELTANET_KEY_DIMS(X, s, T), DELTANET_CHUNK_THREADS, DELTANET_CHUNKS(X, s, T, DK, ss, ST) (the chunk sizes built),
+// DELTANET_CHUNKED_BYTES(dk, c): from TypeScript (kernel-defines.ts, whose shared bytes the launch gives)
 constexpr int CHUNK_THREADS = DELTANET_CHUNK_THREADS;
 constexpr int CHUNK_WARPS = CHUNK_THREADS / 32;
 
@@ -188,3 +191,19 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
     if (j0 + col < Dv) S[(long long)row * Dv + j0 + col] = from_float<ST>(st[row * L::COL_LD + col]);
   }
 }
+
+#define INSTANTIATE_CHUNKED(suffix, T, DK, ss, ST, C)                                                            \
+  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked##C##_##suffix##_##DK##ss(        \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int minTokens) {                                                                                           \
+    deltanet_chunked<T, ST, DK, C>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,    \
+                                   slotFloats, ssmAt, minTokens);                                                \
+  }
+#define INSTANTIATE_CHUNKED_DK(suffix, T, DK)                                \
+  DELTANET_CHUNKS(INSTANTIATE_CHUNKED, suffix, T, DK, , float)               \
+  DELTANET_CHUNKS(INSTANTIATE_CHUNKED, suffix, T, DK, _sbf16, bf16_t)
+
+DELTANET_KEY_DIMS(INSTANTIATE_CHUNKED_DK, bf16, bf16_t)
+#undef INSTANTIATE_CHUNKED_DK
+#undef INSTANTIATE_CHUNKED
