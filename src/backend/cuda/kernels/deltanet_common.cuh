@@ -82,6 +82,7 @@ __device__ __forceinline__ void store_column(ST* S, int part, int j, int Dv, con
 #pragma unroll
   for (int i = 0; i < 32; i++) S[(long long)(part + PARTS * i) * Dv + j] = from_float<ST>(col[i]);
 }
+
 /** A token's q and k l2-normed into the warp's qs and ks (q scaled too), and its decay and beta: rule_token's start. */
 template <int DK>
 __device__ __forceinline__ void token_gates(const TokenIn<DK>& in, float* qs, float* ks, float A, float bias,
