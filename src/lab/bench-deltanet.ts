@@ -7,7 +7,8 @@
 // bits (the builds promise the default's bits; bf16 states change them).
 //
 //   node dist/src/lab/bench-deltanet.js [--seqs 1,64,160] [--tokens 1] [--chunk 0]
-//     [--variants default,recurrent,wide,wide-chunks,lanes,chunked,chunked32,fused-norm,fused-decode] [--ssm f32,bf16]
+//     [--variants default,recurrent,wide,wide-chunks,lanes,one-launch,chunked,chunked32,fused-norm,fused-decode]
+//     [--ssm f32,bf16]
 //     [--reps 20]
 //     [--key-heads 16 --value-heads 48 --key-dim 128 --value-dim 128 --conv 4]
 
@@ -27,6 +28,7 @@ export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {
   'wide': { deltanetWideMaxTokens: 1 },
   'wide-chunks': { deltanetWideMaxTokens: 2 ** 30 },
   'lanes': { deltanetWideMaxTokens: 1, deltanetLanes: true },
+  'one-launch': { deltanetWideMaxTokens: 1, deltanetOneLaunch: true },
   'chunked': { deltanetChunkedFrom: 2 },
   'chunked32': { deltanetChunkedFrom: 2, deltanetChunk: 32 },
   'fused-norm': { deltanetFusedNorm: true },

@@ -205,8 +205,8 @@ for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
     for (const { name, shape } of chunkedFrom > 0 ? [] : SHAPES) {
       test(`${name}${states}: a decode step's conv, rule and gated norm in one launch (deltanetFusedDecode), and the `
         + 'rule and norm alone in one (deltanetFusedNorm), and the rule on the wide build (and on its lanes build) for '
-        + 'decode rows (also in mixed steps) and for every sequence (deltanetWideMaxTokens 1, 2^30), give '
-        + 'deltanet_recurrent\'s bits, step after step', () => {
+        + 'decode rows (also in mixed steps, in two launches or one) and for every sequence (deltanetWideMaxTokens 1, '
+        + '2^30), give deltanet_recurrent\'s bits, step after step', () => {
         const C = convChannels(shape);
         const [Hv, Dv, K] = [shape.numValueHeads, shape.valueDim, shape.convKernel];
         const recurrent = { deltanetWideMaxTokens: 0, ssmCacheDtype };
@@ -214,7 +214,8 @@ for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
           newCuda({ ...recurrent, deltanetFusedDecode: true }), newCuda({ deltanetWideMaxTokens: 1, ssmCacheDtype }),
           newCuda({ deltanetWideMaxTokens: 2 ** 30, ssmCacheDtype }),
           newCuda({ deltanetWideMaxTokens: 1, deltanetLanes: true, ssmCacheDtype }),
-          newCuda({ deltanetWideMaxTokens: 2 ** 30, deltanetLanes: true, ssmCacheDtype })];
+          newCuda({ deltanetWideMaxTokens: 2 ** 30, deltanetLanes: true, ssmCacheDtype }),
+          newCuda({ deltanetWideMaxTokens: 1, deltanetOneLaunch: true, ssmCacheDtype })];
         try {
           let seed = 500;
           const inputs = (T: number) => ({ x: randomBf16(T * C, seed++, -2, 2),
@@ -255,6 +256,7 @@ for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
           assert.deepEqual(outs[4], outs[0], 'every sequence on deltanet_recurrent_wide');
           assert.deepEqual(outs[5], outs[0], 'decode rows on deltanet_recurrent_lanes');
           assert.deepEqual(outs[6], outs[0], 'every sequence on deltanet_recurrent_lanes');
+          assert.deepEqual(outs[7], outs[0], 'the mixed step in one launch (deltanet_recurrent_mixed)');
         } finally {
           backends.forEach((b) => b.dispose());
         }

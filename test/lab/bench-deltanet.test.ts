@@ -17,11 +17,12 @@ test('--variants: each name sets its switch; an unknown one is refused naming th
   assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWideMaxTokens: 1 });
   assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30 });
   assert.deepEqual(DELTANET_VARIANTS['lanes'], { deltanetWideMaxTokens: 1, deltanetLanes: true });
+  assert.deepEqual(DELTANET_VARIANTS['one-launch'], { deltanetWideMaxTokens: 1, deltanetOneLaunch: true });
   assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2 });
   assert.deepEqual(DELTANET_VARIANTS['chunked32'], { deltanetChunkedFrom: 2, deltanetChunk: 32 });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });
-  const known = 'default, recurrent, wide, wide-chunks, lanes, chunked, chunked32, fused-norm, fused-decode';
+  const known = 'default, recurrent, wide, wide-chunks, lanes, one-launch, chunked, chunked32, fused-norm, fused-decode';
   assert.throws(() => checkVariants(['default', 'narrow']),
     { message: `bench-deltanet: --variants: unknown build 'narrow' (${known})` });
 });

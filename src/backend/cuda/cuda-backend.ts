@@ -68,6 +68,8 @@ export interface CudaBackendOptions {
   deltanetWideMaxTokens?: number;
   /** The wide build on deltanet_recurrent_lanes (a lane a whole column); default QUIRE_DELTANET_LANES. */
   deltanetLanes?: boolean;
+  /** A mixed step's rule in one launch (deltanet_recurrent_mixed); default QUIRE_DELTANET_ONE_LAUNCH. */
+  deltanetOneLaunch?: boolean;
   /**
    * Fewest tokens of a sequence whose DeltaNet rule runs in chunks (deltanet_chunked; 0: never); default
    * QUIRE_DELTANET_CHUNKED_FROM.
@@ -145,7 +147,8 @@ export class CudaBackend implements Backend {
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
-      chunkedFrom: opts.deltanetChunkedFrom, lanes: opts.deltanetLanes, chunk: opts.deltanetChunk });
+      chunkedFrom: opts.deltanetChunkedFrom, lanes: opts.deltanetLanes, chunk: opts.deltanetChunk,
+      oneLaunch: opts.deltanetOneLaunch });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

@@ -69,6 +69,8 @@ export class CudaDeltaNet {
   private readonly lanes: boolean;
   /** Tokens a chunk of deltanet_chunked (QUIRE_DELTANET_CHUNK). */
   private readonly chunk: number;
+  /** A mixed step's wide and recurrent sequences in one launch (QUIRE_DELTANET_ONE_LAUNCH). */
+  private readonly oneLaunch: boolean;
   /**
    * The decode conv causalConv1d left to gatedDeltaRule (fusedDecode), as the fused rope is left to attention: its
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
@@ -77,13 +79,14 @@ export class CudaDeltaNet {
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
     o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean;
-      chunk?: number } = {}) {
+      chunk?: number; oneLaunch?: boolean } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
     this.chunkedFrom = o.chunkedFrom ?? readKnob('QUIRE_DELTANET_CHUNKED_FROM');
     this.lanes = o.lanes ?? readKnob('QUIRE_DELTANET_LANES');
     this.chunk = o.chunk ?? Number(readKnob('QUIRE_DELTANET_CHUNK'));
+    this.oneLaunch = o.oneLaunch ?? readKnob('QUIRE_DELTANET_ONE_LAUNCH');
     if (!DELTANET_CHUNKS.includes(this.chunk)) {
       throw new Error(`CudaDeltaNet: chunks of ${this.chunk} tokens (${DELTANET_CHUNKS.join(', ')} are built)`);
     }
@@ -205,25 +208,31 @@ export class CudaDeltaNet {
       return out;
     }
     // sequences of up to wideMax tokens on the wide build (a block per 32 columns of a v head, Dk threads), those of
-    // chunkedFrom and more on the chunked one, the others on deltanet_recurrent (a warp per COLS columns); each
-    // launch skips the others' sequences
+    // chunkedFrom and more on the chunked one, the others on deltanet_recurrent (a warp per COLS columns), each
+    // launch skipping the others' sequences; with oneLaunch, a step with both of the first two kinds launches
+    // deltanet_recurrent_mixed for them instead
     const b = ruleBuilds(batch.queryStartLoc, batch.numSeqs, this.wideMaxTokens, this.chunkedFrom);
-    const columnBlocks = Math.ceil(Dv / 32);
+    const mixed = b.wide && b.recurrent && this.oneLaunch && !this.lanes;
+    const perColumns: [number, number, number] = [batch.numSeqs, Hv, Math.ceil(Dv / 32)];
+    const wideArgs = [...head, ptr(out.ptr), ...sections, i32(b.wideMax)];
     this.s.timed('deltanet rule', () => {
       const d = this.s.device;
-      if (b.wide) {
+      if (mixed) {
+        d.launch('deltanet.cu', `deltanet_recurrent_mixed_bf16_${Dk}${ss}`, perColumns, Dk,
+          [...wideArgs, i32(b.chunkedFrom)], 0, true);
+      } else if (b.wide) {
         const [file, build] = this.lanes ? ['deltanet_lanes.cu', 'lanes'] : ['deltanet.cu', 'wide'];
-        d.launch(file, `deltanet_recurrent_${build}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
-          this.lanes ? 32 : Dk, [...head, ptr(out.ptr), ...sections, i32(b.wideMax)], 0, true);
+        d.launch(file, `deltanet_recurrent_${build}_bf16_${Dk}${ss}`, perColumns, this.lanes ? 32 : Dk, wideArgs, 0,
+          true);
       }
       if (b.chunked) {
-        d.launch('deltanet_chunked.cu', `deltanet_chunked${this.chunk}_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, columnBlocks],
+        d.launch('deltanet_chunked.cu', `deltanet_chunked${this.chunk}_bf16_${Dk}${ss}`, perColumns,
           DELTANET_CHUNK_THREADS, [...head, ptr(out.ptr), ...sections, i32(b.chunkedFrom)],
           deltanetChunkedSharedBytes(Dk, this.chunk), true);
       }
-      if (b.recurrent) {
+      if (b.recurrent && !mixed) {
         d.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups], 32,
-          [...head, ptr(out.ptr), ...sections, i32(b.wideMax), i32(b.chunkedFrom)], 0, true);
+          [...wideArgs, i32(b.chunkedFrom)], 0, true);
       }
     });
     return gate ? this.rmsNormGated(out, gate.z, gate.w, gate.eps) : out;

@@ -1,8 +1,10 @@
-// Appended to kernels/deltanet.cu on the CPU emulation (cuda-shim.h; test/kernels/deltanet-emulated.test.ts): one step
-// of the gated delta rule over prompts (from position 0 and continuing, several chunks, a partial last one), a decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the
-// reference the GPU tests tie to the CPU backend), deltanet_recurrent_wide and _lanes (must give its bits),
-// deltanet_chunked in chunks of 64 and of 32 (within rounding), and a mixed step launched as the engine launches it (lanes for one token,
-// recurrent below 64, chunked from 64). Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
+// Appended to the DeltaNet kernel files on the CPU emulation (cuda-shim.h; test/kernels/deltanet-emulated.test.ts): one
+// step of the gated delta rule over prompts (from position 0 and continuing, several chunks, a partial last one), a
+// decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the reference the
+// GPU tests tie to the CPU backend); deltanet_recurrent_wide and _lanes (must give its bits); deltanet_chunked in
+// chunks of 64 and of 32 (within rounding); a mixed step launched as the engine launches it (lanes for one token,
+// recurrent below 64, chunked from 64); deltanet_recurrent_mixed (wide and recurrent in one launch: their bits), alone
+// and beside chunked. Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
 #include <cstdio>
 #include <random>
 
@@ -78,7 +80,15 @@ void run(int Hk, int Hv, int Dv) {
       }
     });
   };
+  auto oneLaunch = [&](Out& o, int maxTokens, int skipFrom) {
+    emu::launch(perCols, DK, [&] {
+      deltanet_recurrent_mixed<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
+        o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, maxTokens,
+        skipFrom);
+    });
+  };
   Out ref = fresh(), wide = fresh(), lane = fresh(), chunk = fresh(), chunk32 = fresh(), mixed = fresh();
+  Out one = fresh(), oneChunked = fresh();
   recurrent(ref, 0, 0x7fffffff);
   emu::launch(perCols, DK, [&] {
     deltanet_recurrent_wide<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
@@ -90,14 +100,16 @@ void run(int Hk, int Hv, int Dv) {
   lanes(mixed, 1);
   recurrent(mixed, 1, 64);
   chunked(mixed, 64, 64);
-  std::vector<float> shortRef, shortMixed;
-  for (int s = 0; s < S; s++) {
-    if (lens[s] >= 64) continue;
-    for (int i = qsl[s] * Hv * Dv; i < qsl[s + 1] * Hv * Dv; i++) {
-      shortRef.push_back(ref.y[i]);
-      shortMixed.push_back(mixed.y[i]);
+  oneLaunch(one, 1, 0x7fffffff);
+  oneLaunch(oneChunked, 1, 64);
+  chunked(oneChunked, 64, 64);
+  auto shortRows = [&](const std::vector<float>& y) {
+    std::vector<float> rows;
+    for (int s = 0; s < S; s++) {
+      if (lens[s] < 64) rows.insert(rows.end(), y.begin() + qsl[s] * Hv * Dv, y.begin() + qsl[s + 1] * Hv * Dv);
     }
-  }
+    return rows;
+  };
   std::printf("Dk %d, %d key heads, %d value heads, Dv %d\n", DK, Hk, Hv, Dv);
   bits("wide outputs", wide.y, ref.y);
   bits("wide states", wide.st, ref.st);
@@ -107,9 +119,15 @@ void run(int Hk, int Hv, int Dv) {
   close("chunked states", chunk.st, ref.st);
   close("chunked outputs, chunks of 32", chunk32.y, ref.y);
   close("chunked states, chunks of 32", chunk32.st, ref.st);
-  bits("mixed step, the outputs of sequences under 64 tokens", shortMixed, shortRef);
+  bits("mixed step, the outputs of sequences under 64 tokens", shortRows(mixed.y), shortRows(ref.y));
   close("mixed step, outputs", mixed.y, ref.y);
   close("mixed step, states", mixed.st, ref.st);
+  bits("one launch, outputs", one.y, ref.y);
+  bits("one launch, states", one.st, ref.st);
+  bits("one launch beside chunked, the outputs of sequences under 64 tokens", shortRows(oneChunked.y),
+       shortRows(ref.y));
+  close("one launch beside chunked, outputs", oneChunked.y, ref.y);
+  close("one launch beside chunked, states", oneChunked.st, ref.st);
 }
 }  // namespace harness
 

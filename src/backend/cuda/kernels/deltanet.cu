@@ -42,6 +42,7 @@
 //   deltanet_recurrent_wide: deltanet_recurrent's bits with each load reading 128 contiguous bytes of a state row
 //     (deltanet_wide.cuh): the sequences of at most QUIRE_DELTANET_WIDE_MAX_TOKENS tokens (maxTokens); a step's
 //     deltanet_recurrent launch then skips them (skipUpTo), both launches in a mixed step.
+//   deltanet_recurrent_mixed (deltanet_wide.cuh, QUIRE_DELTANET_ONE_LAUNCH): both in one launch for a mixed step.
 //   deltanet_recurrent_lanes (deltanet_lanes.cu, QUIRE_DELTANET_LANES): the wide build's sequences, a lane a column.
 //   deltanet_chunked (deltanet_chunked.cu): the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens, in chunks
 //     whose products the block shares (within rounding of the recurrence, not its bits); the deltanet_recurrent
@@ -277,6 +278,13 @@ __device__ __forceinline__ void rms_norm_gated(const T* x, const T* z, int ldz, 
     __shared__ float qks[2 * DK];                                                                                \
     deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,  \
                                          Dv, slotFloats, ssmAt, blockIdx.z, qks, qks + DK, skipUpTo, skipFrom);  \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_mixed_##suffix##_##DK##ss(                  \
+      const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
+      const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
+      int maxTokens, int skipFrom) {                                                                             \
+    deltanet_recurrent_mixed<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv,   \
+                                        Dv, slotFloats, ssmAt, maxTokens, skipFrom);                             \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(DK) deltanet_recurrent_wide_##suffix##_##DK##ss(                   \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \

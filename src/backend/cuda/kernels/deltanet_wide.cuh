@@ -68,3 +68,31 @@ __device__ __forceinline__ void deltanet_recurrent_wide(const T* conv, const T* 
   }
   store_column<DK>(S, part, j, Dv, col);
 }
+
+// deltanet_recurrent_mixed: a mixed step's rule in one launch (QUIRE_DELTANET_ONE_LAUNCH). A block per (sequence,
+// v head, 32 columns), DK threads: a sequence of at most maxTokens tokens takes deltanet_recurrent_wide's path, a
+// longer one deltanet_recurrent's, its PARTS warps each on COLS of the block's 32 columns (a warp's own q and k in
+// rq). Why: as two launches, the second's blocks wait for the first to end (session 47, bench-deltanet: 160 decode
+// rows and a 512-token chunk took 1.48 ms a layer so, 1.22 as one launch of the wide build). Each path is its
+// launch's, so the bits are theirs. Sequences of skipFrom tokens and more are left to deltanet_chunked's launch.
+//
+// grid (S, Hv, ceil(Dv / 32)), block DK threads.
+template <typename T, typename ST, int DK>
+__device__ __forceinline__ void deltanet_recurrent_mixed(const T* conv, const T* ba, int ldba, const T* aLog,
+                                                         const T* dtBias, T* out, float* state, const int* qsl,
+                                                         const int* seqLens, const int* slots, int Hk, int Hv, int Dv,
+                                                         int slotFloats, int ssmAt, int maxTokens, int skipFrom) {
+  constexpr int PARTS = DK / 32;
+  __shared__ float rq[PARTS][2 * DK];
+  // the step's metadata was copied before its first kernel ran: safe to read before the dependent-launch wait
+  const int q = qsl[blockIdx.x + 1] - qsl[blockIdx.x];
+  if (q <= maxTokens) {
+    deltanet_recurrent_wide<T, ST, DK>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,
+                                       slotFloats, ssmAt, maxTokens);
+  } else {
+    const int warp = threadIdx.x >> 5;
+    deltanet_recurrent<T, ST, DK, false>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,
+                                         slotFloats, ssmAt, blockIdx.z * PARTS + warp, rq[warp], rq[warp] + DK,
+                                         maxTokens, skipFrom);
+  }
+}
