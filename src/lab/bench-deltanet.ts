@@ -124,7 +124,7 @@ export function countOption(flag: string, value: string, min: number): number {
 
 async function main(argv: string[]): Promise<void> {
   const o = new Command('quire-bench-deltanet')
-    .description('one gated DeltaNet layer\'s decode (conv, rule, gated norm) on CUDA: ms, state TB/s, output digest')
+    .description('one gated DeltaNet layer\'s step (conv, rule, gated norm) on CUDA: ms, state TB/s, output digest')
     .option('--seqs <list>', 'sequences a step, comma-separated', '1,64,160')
     .option('--tokens <n>', 'tokens each of those sequences has (1: a decode step)', '1')
     .option('--chunk <n>', 'a prompt chunk of this many tokens beside them (a mixed step; 0: none)', '0')
@@ -141,11 +141,13 @@ async function main(argv: string[]): Promise<void> {
   const list = (s: string) => s.split(',').filter((v) => v !== '');
   const variants = list(o.variants!);
   const ssms = list(o.ssm!);
+  let seqs: number[], tokens: number, chunk: number;
   try {
     checkVariants(variants);
     for (const d of ssms) if (d !== 'f32' && d !== 'bf16') throw new Error(`bench-deltanet: --ssm: '${d}' (f32, bf16)`);
-    countOption('--tokens', o.tokens!, 1);
-    countOption('--chunk', o.chunk!, 0);
+    seqs = list(o.seqs!).map((v) => countOption('--seqs', v, 1));
+    tokens = countOption('--tokens', o.tokens!, 1);
+    chunk = countOption('--chunk', o.chunk!, 0);
   } catch (e) {
     console.error((e as Error).message);
     process.exitCode = 2;
@@ -153,10 +155,9 @@ async function main(argv: string[]): Promise<void> {
   }
   const shape: DeltaNetShape = { numKeyHeads: Number(o.keyHeads), numValueHeads: Number(o.valueHeads),
     keyDim: Number(o.keyDim), valueDim: Number(o.valueDim), convKernel: Number(o.conv) };
-  const seqs = list(o.seqs!).map(Number);
   for (const ssm of ssms as SsmCacheDtype[]) {
     for (const v of variants) {
-      for (const r of runDeltanetBench(shape, v, ssm, seqs, Number(o.reps), Number(o.tokens), Number(o.chunk))) {
+      for (const r of runDeltanetBench(shape, v, ssm, seqs, Number(o.reps), tokens, chunk)) {
         console.log(`${r.variant.padEnd(12)} ${r.ssm} states, ${String(r.seqs).padStart(4)} seqs of ${r.tokens}`
           + `${r.chunk > 0 ? ` + a ${r.chunk}-token chunk` : ''}: `
           + `${r.ms.toFixed(4)} ms, `

@@ -1,11 +1,12 @@
 // Which builds of the DeltaNet rule a CUDA step launches (backend/cuda/deltanet.ts ruleBuilds): the wide build for
 // sequences of 1 to QUIRE_DELTANET_WIDE_MAX_TOKENS tokens, the chunked one from QUIRE_DELTANET_CHUNKED_FROM tokens,
-// deltanet_recurrent between, several in a mixed step, none for empty rows; and the bounds each launch filters by.
+// deltanet_recurrent between, several in a mixed step, none for empty rows; the bounds each launch filters by; and
+// the chunk sizes the rule takes.
 // (The launches' outputs: test/gpu/deltanet.test.ts.)
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ruleBuilds } from '../../src/backend/cuda/deltanet.js';
+import { CudaDeltaNet, ruleBuilds } from '../../src/backend/cuda/deltanet.js';
 
 const starts = (lens: number[]) => Int32Array.from([0, ...lens.map((_, i) => lens.slice(0, i + 1)
   .reduce((a, b) => a + b))]);
@@ -39,4 +40,11 @@ test('from QUIRE_DELTANET_CHUNKED_FROM tokens a sequence takes the chunked build
   const off = ruleBuilds(starts([600]), 1, 1, 0);
   assert.deepEqual(flags(off), { wide: false, recurrent: true, chunked: false }, '0: never');
   assert.equal(off.chunkedFrom, 0x7fffffff, 'the kernels\' never');
+});
+
+test('a chunk size no kernel is built for is refused when the rule is set up, naming the sizes built', () => {
+  // the constructor reads its options and knobs only: no device is touched
+  const make = (chunk: number) => new CudaDeltaNet(null as never, null as never, { chunk });
+  assert.throws(() => make(48), /chunks of 48 tokens \(32, 64 are built\)/);
+  assert.doesNotThrow(() => make(32));
 });

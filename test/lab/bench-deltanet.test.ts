@@ -54,7 +54,8 @@ test('state bytes a step: read and written, 4 bytes an element for f32 states, 2
 test('the CLI refuses an unknown build or state dtype with exit 2 and no stack trace', () => {
   const script = fileURLToPath(new URL('../../src/lab/bench-deltanet.js', import.meta.url));
   for (const [args, message] of [[['--variants', 'narrow'], /unknown build 'narrow'/],
-    [['--ssm', 'f16'], /--ssm: 'f16' \(f32, bf16\)/], [['--tokens', '0'], /--tokens: '0'/]] as const) {
+    [['--ssm', 'f16'], /--ssm: 'f16' \(f32, bf16\)/], [['--tokens', '0'], /--tokens: '0'/],
+    [['--seqs', '1,x'], /--seqs: 'x'/]] as const) {
     const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });
     assert.equal(r.status, 2, r.stderr);
     assert.match(r.stderr, message);

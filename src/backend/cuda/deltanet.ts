@@ -4,6 +4,7 @@
 // "deltanet rule" (with the gated norm where one launch computes both), "deltanet norm".
 
 import { convChannels, type DeltaNetGate, type DeltaNetShape, type StepInputs, type Tensor } from '../backend.js';
+import type { ForwardBatch } from '../batch.js';
 import { readKnob } from '../../knobs/knobs.js';
 import { f32, i32, ptr } from './device.js';
 import { CONV_MAX_TAPS, DELTANET_CHUNK_THREADS, DELTANET_CHUNKS, DELTANET_KEY_DIMS, deltanetChunkedSharedBytes }
@@ -76,6 +77,8 @@ export class CudaDeltaNet {
    * output is written only by the launch that takes it (the rule's), or by its own launch before any other op.
    */
   private pendingConv: PendingConv | null = null;
+  /** The last step's rule builds (buildsOf). */
+  private builds: { batch: ForwardBatch; b: ReturnType<typeof ruleBuilds> } | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
     o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean;
@@ -90,6 +93,14 @@ export class CudaDeltaNet {
     if (!DELTANET_CHUNKS.includes(this.chunk)) {
       throw new Error(`CudaDeltaNet: chunks of ${this.chunk} tokens (${DELTANET_CHUNKS.join(', ')} are built)`);
     }
+  }
+
+  /** ruleBuilds of the step's batch, worked out at its first layer (every layer of a step has the same sequences). */
+  private buildsOf(batch: ForwardBatch): ReturnType<typeof ruleBuilds> {
+    if (this.builds?.batch !== batch) {
+      this.builds = { batch, b: ruleBuilds(batch.queryStartLoc, batch.numSeqs, this.wideMaxTokens, this.chunkedFrom) };
+    }
+    return this.builds.b;
   }
 
   /** Launches a conv left pending (the rule that would have taken it did not: another shape, or no gate). */
@@ -211,7 +222,7 @@ export class CudaDeltaNet {
     // chunkedFrom and more on the chunked one, the others on deltanet_recurrent (a warp per COLS columns), each
     // launch skipping the others' sequences; with oneLaunch, a step with both of the first two kinds launches
     // deltanet_recurrent_mixed for them instead
-    const b = ruleBuilds(batch.queryStartLoc, batch.numSeqs, this.wideMaxTokens, this.chunkedFrom);
+    const b = this.buildsOf(batch);
     const mixed = b.wide && b.recurrent && this.oneLaunch && !this.lanes;
     const perColumns: [number, number, number] = [batch.numSeqs, Hv, Math.ceil(Dv / 32)];
     const wideArgs = [...head, ptr(out.ptr), ...sections, i32(b.wideMax)];
