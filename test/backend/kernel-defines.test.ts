@@ -56,10 +56,10 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['deltanet.cu', 'CONV_MAX_TAPS', CONV_MAX_TAPS],
     ['deltanet_chunked.cu', 'DELTANET_CHUNK_THREADS', DELTANET_CHUNK_THREADS],
     ['deltanet_chunked.cu', 'DELTANET_CHUNKS(X, s, T, DK, ss, ST)', 'X(s, T, DK, ss, ST, 32) X(s, T, DK, ss, ST, 64)'],
-    // the chunked rule's shared bytes by key dim and chunk: 4 x (2 C (Dk + 1) + 2 C (C + 1) + 33 (Dk + C) + 3 C)
-    ['deltanet_chunked.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 25728 : (dk) == 32 && (c) == 64 ? '
-      + '63616 : (dk) == 64 && (c) == 32 ? 38144 : (dk) == 64 && (c) == 64 ? 84224 : (dk) == 128 && (c) == 32 ? '
-      + '62976 : (dk) == 128 && (c) == 64 ? 125440 : -1)'],
+    // the chunked rule's shared bytes by key dim and chunk: 4 x ((2 Dk + 2 C) (C + 4) + 36 (Dk + C) + 3 C)
+    ['deltanet_chunked.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 28032 : (dk) == 32 && (c) == 64 ? '
+      + '66816 : (dk) == 64 && (c) == 32 ? 41856 : (dk) == 64 && (c) == 64 ? 88832 : (dk) == 128 && (c) == 32 ? '
+      + '69504 : (dk) == 128 && (c) == 64 ? 132864 : -1)'],
     ['deltanet.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['deltanet_lanes.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['deltanet_chunked.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],

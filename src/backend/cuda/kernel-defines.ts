@@ -28,11 +28,11 @@ export const DELTANET_CHUNK_THREADS = 256;
 
 /**
  * Bytes of the chunked rule's shared memory for key head dim Dk and chunks of c tokens (deltanet_chunked.cu's
- * ChunkLayout): q and k of the chunk's tokens, two token-by-token matrices, 32 columns of the state and of D (rows one
- * float longer each), the cumulative decays, betas and the state update's weights.
+ * ChunkLayout): q and k of the chunk's tokens (transposed), two token-by-token matrices, 32 columns of the state and of
+ * D (rows 4 floats longer each), the cumulative decays, betas and the state update's weights.
  */
 export function deltanetChunkedSharedBytes(Dk: number, c: number): number {
-  return 4 * (2 * c * (Dk + 1) + 2 * c * (c + 1) + 33 * (Dk + c) + 3 * c);
+  return 4 * ((2 * Dk + 2 * c) * (c + 4) + 36 * (Dk + c) + 3 * c);
 }
 
 /**

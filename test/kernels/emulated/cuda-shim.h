@@ -88,6 +88,13 @@ inline unsigned __float_as_uint(float f) {
   return u;
 }
 
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+
 struct bf16_t {
   unsigned short bits;
 };

@@ -13,11 +13,11 @@
 //   S'  = g_{n-1} S + sum_i exp(cl_{n-1} - cl_i) k_i D_i^T
 // q and k are l2-normed (q also scaled by 1 / sqrt(Dk)), the decay and beta computed, as rule_token does. That is the
 // recurrence summed in another order: outputs within rounding of deltanet_recurrent's, not its bits (the deltanet GPU
-// test compares it with the CPU). Chunks start at the step's first token of each sequence. f32 on CUDA cores: a
-// first build, for the latency of long chunks; its products could move to tensor cores.
+// test compares it with the CPU). Chunks start at the step's first token of each sequence. f32 on CUDA cores, each
+// product a register tile a thread (its products could move to tensor cores next, at bf16's or tf32's rounding).
 //
 // grid (S, Hv, ceil(Dv / 32)), block CHUNK_THREADS; dynamic shared memory ChunkLayout<DK, CHUNK>::FLOATS floats
-// (125,440 bytes at Dk 128 and 64 tokens: a block a SM; 62,976 at 32 tokens: three). Sequences of fewer than
+// (132,864 bytes at Dk 128 and 64 tokens: a block a SM; 69,504 at 32 tokens: three). Sequences of fewer than
 // minTokens tokens are left to the other builds' launches. A file of its own: compiled (by NVRTC, at first use) only
 // where QUIRE_DELTANET_CHUNKED_FROM is set.
 
@@ -29,25 +29,40 @@ constexpr int CHUNK_THREADS = DELTANET_CHUNK_THREADS;
 constexpr int CHUNK_WARPS = CHUNK_THREADS / 32;
 
 /**
- * Offsets (floats) of the shared arrays; row strides one more than a row, so a column's reads hit 32 banks.
- * kernel-defines.ts deltanetChunkedSharedBytes is FLOATS * 4.
+ * Offsets (floats) of the shared arrays. q and k transposed ([DK][CHUNK]: a token's run of a row is one vector load),
+ * every row a multiple of 4 floats long so that rows start 16-byte aligned (float4 loads); a row 4 floats past its
+ * data so that consecutive rows start 4 banks apart. kernel-defines.ts deltanetChunkedSharedBytes is FLOATS * 4.
  */
 template <int DK, int CHUNK>
 struct ChunkLayout {
-  static constexpr int QK_LD = DK + 1;  // qs, ks: [CHUNK][DK]
-  static constexpr int TT_LD = CHUNK + 1;  // kk, qk: [CHUNK][CHUNK]
-  static constexpr int COL_LD = 33;  // st: [DK][32] (the block's 32 columns of the state), d: [CHUNK][32]
-  static constexpr int QS = 0;
-  static constexpr int KS = QS + CHUNK * QK_LD;
-  static constexpr int KK = KS + CHUNK * QK_LD;
-  static constexpr int QKM = KK + CHUNK * TT_LD;
-  static constexpr int ST = QKM + CHUNK * TT_LD;
+  static constexpr int T_LD = CHUNK + 4;  // qt, kt: [DK][CHUNK]; kk, qk: [CHUNK][CHUNK]
+  static constexpr int COL_LD = 36;  // st: [DK][32] (the block's 32 columns of the state), d: [CHUNK][32]
+  static constexpr int QT = 0;
+  static constexpr int KT = QT + DK * T_LD;
+  static constexpr int KK = KT + DK * T_LD;
+  static constexpr int QKM = KK + CHUNK * T_LD;
+  static constexpr int ST = QKM + CHUNK * T_LD;
   static constexpr int D = ST + DK * COL_LD;
   static constexpr int CL = D + CHUNK * COL_LD;  // cumulative log decay
   static constexpr int BETA = CL + CHUNK;
   static constexpr int W = BETA + CHUNK;  // the state update's exp(cl_{n-1} - cl_i)
   static constexpr int FLOATS = W + CHUNK;
 };
+
+/** N consecutive floats of shared memory into registers, in one load where N is 2 or 4 (p aligned to N floats). */
+template <int N>
+__device__ __forceinline__ void lds(float* r, const float* p) {
+  if constexpr (N == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else if constexpr (N == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    r[0] = v.x, r[1] = v.y;
+  } else {
+#pragma unroll
+    for (int a = 0; a < N; a++) r[a] = p[a];
+  }
+}
 
 template <typename T, typename ST, int DK, int CHUNK>
 __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias,
@@ -56,9 +71,13 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
                                                  int minTokens) {
   using L = ChunkLayout<DK, CHUNK>;
   static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK, CHUNK), "kernel-defines.ts deltanetChunkedSharedBytes");
-  static_assert(CHUNK * 32 % CHUNK_THREADS == 0, "a thread's (token, column) pairs");
+  static_assert(CHUNK_THREADS == 256 && (CHUNK == 32 || CHUNK == 64) && DK % 32 == 0, "the tiles below");
+  // Each product a register tile a thread (why: as a dot product a thread, session 48 timed this kernel bound by its
+  // shared-memory loads, three to two FMAs): the token-by-token products TI x TI (16 x 16 tiles), S^T k and S^T q
+  // TS x 4 columns (32 x 8), the state update XS x 4 columns (32 x 8)
+  constexpr int TI = CHUNK / 16, TS = CHUNK / 32, XS = DK / 32;
   DYNAMIC_SHARED(float, sh);
-  float *qs = sh + L::QS, *ks = sh + L::KS, *kk = sh + L::KK, *qk = sh + L::QKM, *st = sh + L::ST, *d = sh + L::D;
+  float *qt = sh + L::QT, *kt = sh + L::KT, *kk = sh + L::KK, *qk = sh + L::QKM, *st = sh + L::ST, *d = sh + L::D;
   float *cl = sh + L::CL, *betas = sh + L::BETA, *w = sh + L::W;
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
@@ -79,10 +98,21 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
   const float A = -expf(to_float(aLog[h]));
   const float bias = to_float(dtBias[h]);
   const float qScale = __fdiv_rn(1.f, sqrtf((float)DK));
+  // the tiles' corners
+  const int i2 = (tid & 15) * TI, t2 = (tid >> 4) * TI;  // kk, qk
+  const int c4 = (tid & 7) * 4, t3 = (tid >> 3) * TS, x5 = (tid >> 3) * XS;  // S^T k, S^T q, outputs; the update
   for (int c0 = start; c0 < end; c0 += CHUNK) {
     const int n = min(CHUNK, end - c0);
-    // 1. a warp a token: q and k l2-normed as rule_token norms them, the log decay and beta; v's 32 columns into d
-    for (int i = warp; i < n; i += CHUNK_WARPS) {
+    // 1. a warp a token: q and k l2-normed as rule_token norms them, the log decay and beta; v's 32 columns into d.
+    // A partial chunk's rows past n are zeros (and its decays and betas), so every product below stays finite.
+    for (int i = warp; i < CHUNK; i += CHUNK_WARPS) {
+      if (i >= n) {
+#pragma unroll
+        for (int u = 0; u < DK / 32; u++) qt[(lane + 32 * u) * L::T_LD + i] = kt[(lane + 32 * u) * L::T_LD + i] = 0.f;
+        d[i * L::COL_LD + lane] = 0.f;
+        if (lane == 0) cl[i] = betas[i] = 0.f;
+        continue;
+      }
       const T* row = conv + (long long)(c0 + i) * C;
       float q[DK / 32], k[DK / 32];
 #pragma unroll
@@ -93,8 +123,8 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
       const float qInv = l2_inv<DK>(q), kInv = l2_inv<DK>(k);
 #pragma unroll
       for (int u = 0; u < DK / 32; u++) {
-        qs[i * L::QK_LD + lane + 32 * u] = __fmul_rn(__fmul_rn(q[u], qInv), qScale);
-        ks[i * L::QK_LD + lane + 32 * u] = __fmul_rn(k[u], kInv);
+        qt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(__fmul_rn(q[u], qInv), qScale);
+        kt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(k[u], kInv);
       }
       d[i * L::COL_LD + lane] = j0 + lane < Dv ? to_float(row[2 * Hk * DK + h * Dv + j0 + lane]) : 0.f;
       if (lane == 0) {
@@ -105,83 +135,167 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
     }
     __syncthreads();
     if (tid == 0) {
-      for (int i = 1; i < n; i++) cl[i] += cl[i - 1];
+      float acc = cl[0];
+      for (int i = 1; i < n; i++) cl[i] = acc = acc + cl[i];
     }
     __syncthreads();
-    // 2. kk[t][i] = beta_t exp(cl_t - cl_i) k_t . k_i (i < t), qk[t][i] = exp(cl_t - cl_i) q_t . k_i (i <= t); the
-    // state update's weights (dot products in 4 partial sums: chains a quarter as long)
-    if (tid < n) w[tid] = expf(cl[n - 1] - cl[tid]);
-    for (int e = tid; e < n * n; e += CHUNK_THREADS) {
-      const int t = e / n, i = e - t * n;
-      if (i > t) continue;
-      const float* kt = ks + t * L::QK_LD;
-      const float* qt = qs + t * L::QK_LD;
-      const float* ki = ks + i * L::QK_LD;
-      float dk[4] = {0.f, 0.f, 0.f, 0.f}, dq[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
+    // 2. kk[t][i] = beta_t exp(cl_t - cl_i) k_t . k_i (i < t), qk[t][i] = exp(cl_t - cl_i) q_t . k_i (i <= t), zeros
+    // elsewhere; the state update's weights
+    if (tid < CHUNK) w[tid] = tid < n ? expf(cl[n - 1] - cl[tid]) : 0.f;
+    {
+      float ak[TI][TI] = {}, aq[TI][TI] = {};
+#pragma unroll 4
       for (int x = 0; x < DK; x++) {
-        dk[x & 3] = fmaf(kt[x], ki[x], dk[x & 3]);
-        dq[x & 3] = fmaf(qt[x], ki[x], dq[x & 3]);
-      }
-      const float decay = expf(cl[t] - cl[i]);
-      kk[t * L::TT_LD + i] = i < t ? betas[t] * decay * ((dk[0] + dk[1]) + (dk[2] + dk[3])) : 0.f;
-      qk[t * L::TT_LD + i] = decay * ((dq[0] + dq[1]) + (dq[2] + dq[3]));
-    }
-    // 3. R_t = beta_t (v_t - g_t S^T k_t) in d, and o_t's first term g_t S^T q_t kept for step 5 (a thread's
-    // (t, column) pairs are the same in both)
-    constexpr int PER_THREAD = CHUNK * 32 / CHUNK_THREADS;
-    float o[PER_THREAD];
+        float kr[TI], qr[TI], ki[TI];
+        lds<TI>(kr, kt + x * L::T_LD + t2);
+        lds<TI>(qr, qt + x * L::T_LD + t2);
+        lds<TI>(ki, kt + x * L::T_LD + i2);
 #pragma unroll
-    for (int r = 0; r < PER_THREAD; r++) {
-      const int e = tid + r * CHUNK_THREADS, t = e >> 5, col = e & 31;
-      o[r] = 0.f;
-      if (t >= n) continue;
-      float sk[4] = {0.f, 0.f, 0.f, 0.f}, sq[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
-      for (int x = 0; x < DK; x++) {
-        const float sv = st[x * L::COL_LD + col];
-        sk[x & 3] = fmaf(ks[t * L::QK_LD + x], sv, sk[x & 3]);
-        sq[x & 3] = fmaf(qs[t * L::QK_LD + x], sv, sq[x & 3]);
+        for (int a = 0; a < TI; a++) {
+#pragma unroll
+          for (int b = 0; b < TI; b++) {
+            ak[a][b] = fmaf(kr[a], ki[b], ak[a][b]);
+            aq[a][b] = fmaf(qr[a], ki[b], aq[a][b]);
+          }
+        }
       }
-      const float g = expf(cl[t]);
-      d[t * L::COL_LD + col] = betas[t] * (d[t * L::COL_LD + col] - g * ((sk[0] + sk[1]) + (sk[2] + sk[3])));
-      o[r] = g * ((sq[0] + sq[1]) + (sq[2] + sq[3]));
+#pragma unroll
+      for (int a = 0; a < TI; a++) {
+        const int t = t2 + a;
+#pragma unroll
+        for (int b = 0; b < TI; b++) {
+          const int i = i2 + b;
+          const bool in = t < n && i <= t;
+          const float decay = in ? expf(cl[t] - cl[i]) : 0.f;
+          kk[t * L::T_LD + i] = in && i < t ? betas[t] * decay * ak[a][b] : 0.f;
+          qk[t * L::T_LD + i] = in ? decay * aq[a][b] : 0.f;
+        }
+      }
+    }
+    // 3. R_t = beta_t (v_t - g_t S^T k_t) in d, and o_t's first term g_t S^T q_t kept for step 5 (the same tile)
+    float o[TS][4];
+    {
+      float sk[TS][4] = {}, sq[TS][4] = {};
+#pragma unroll 4
+      for (int x = 0; x < DK; x++) {
+        float kr[TS], qr[TS], sv[4];
+        lds<TS>(kr, kt + x * L::T_LD + t3);
+        lds<TS>(qr, qt + x * L::T_LD + t3);
+        lds<4>(sv, st + x * L::COL_LD + c4);
+#pragma unroll
+        for (int a = 0; a < TS; a++) {
+#pragma unroll
+          for (int b = 0; b < 4; b++) {
+            sk[a][b] = fmaf(kr[a], sv[b], sk[a][b]);
+            sq[a][b] = fmaf(qr[a], sv[b], sq[a][b]);
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < TS; a++) {
+        const int t = t3 + a;
+        const float g = expf(cl[t]);
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+          float* dt = d + t * L::COL_LD + c4 + b;
+          *dt = betas[t] * (*dt - g * sk[a][b]);
+          o[a][b] = g * sq[a][b];
+        }
+      }
     }
     __syncthreads();
     // 4. D by forward substitution, a column a lane: rows in blocks of CHUNK_WARPS, a warp a row taking off the rows
-    // of the blocks before, then warp 0 the block's own triangle
+    // of the blocks before (in 4 partial sums: chains a quarter as long), then warp 0 the block's own triangle in
+    // registers
     for (int b0 = 0; b0 < n; b0 += CHUNK_WARPS) {
       const int t = b0 + warp;
-      if (t < n) {
-        float acc = d[t * L::COL_LD + lane];
-        for (int i = 0; i < b0; i++) acc = fmaf(-kk[t * L::TT_LD + i], d[i * L::COL_LD + lane], acc);
-        d[t * L::COL_LD + lane] = acc;
+      if (t < n && b0 > 0) {
+        float acc[4] = {d[t * L::COL_LD + lane], 0.f, 0.f, 0.f};
+        for (int i = 0; i < b0; i += 4) {
+#pragma unroll
+          for (int u = 0; u < 4; u++) acc[u] = fmaf(-kk[t * L::T_LD + i + u], d[(i + u) * L::COL_LD + lane], acc[u]);
+        }
+        d[t * L::COL_LD + lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
       }
       __syncthreads();
       if (warp == 0) {
-        for (int u = b0 + 1; u < min(b0 + CHUNK_WARPS, n); u++) {
-          float acc = d[u * L::COL_LD + lane];
-          for (int i = b0; i < u; i++) acc = fmaf(-kk[u * L::TT_LD + i], d[i * L::COL_LD + lane], acc);
-          d[u * L::COL_LD + lane] = acc;
+        float v[CHUNK_WARPS];
+#pragma unroll
+        for (int u = 0; u < CHUNK_WARPS; u++) v[u] = d[(b0 + u) * L::COL_LD + lane];
+#pragma unroll
+        for (int u = 1; u < CHUNK_WARPS; u++) {
+#pragma unroll
+          for (int i = 0; i < u; i++) v[u] = fmaf(-kk[(b0 + u) * L::T_LD + b0 + i], v[i], v[u]);
+        }
+#pragma unroll
+        for (int u = 1; u < CHUNK_WARPS; u++) {
+          if (b0 + u < n) d[(b0 + u) * L::COL_LD + lane] = v[u];
         }
       }
       __syncthreads();
     }
-    // 5. the outputs, and the state moved past the chunk (each reads d; neither reads what the other writes)
+    // 5. the outputs, and the state moved past the chunk (each reads d; neither reads what the other writes), 4
+    // tokens at a time (rows past n are zeros, and qk's entries past the diagonal)
+    {
+      const int iEnd = min(t3 + TS, n);
+      for (int i = 0; i < iEnd; i += 4) {
+        float qr[TS][4], dr[4][4];
 #pragma unroll
-    for (int r = 0; r < PER_THREAD; r++) {
-      const int e = tid + r * CHUNK_THREADS, t = e >> 5, col = e & 31;
-      if (t >= n) continue;
-      float acc = o[r];
-      for (int i = 0; i <= t; i++) acc = fmaf(qk[t * L::TT_LD + i], d[i * L::COL_LD + col], acc);
-      if (j0 + col < Dv) out[(long long)(c0 + t) * Hv * Dv + (long long)h * Dv + j0 + col] = from_float<T>(acc);
+        for (int a = 0; a < TS; a++) lds<4>(qr[a], qk + (t3 + a) * L::T_LD + i);
+#pragma unroll
+        for (int u = 0; u < 4; u++) lds<4>(dr[u], d + (i + u) * L::COL_LD + c4);
+#pragma unroll
+        for (int a = 0; a < TS; a++) {
+#pragma unroll
+          for (int u = 0; u < 4; u++) {
+#pragma unroll
+            for (int b = 0; b < 4; b++) o[a][b] = fmaf(qr[a][u], dr[u][b], o[a][b]);
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < TS; a++) {
+        const int t = t3 + a;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+          if (t < n && j0 + c4 + b < Dv) {
+            out[(long long)(c0 + t) * Hv * Dv + (long long)h * Dv + j0 + c4 + b] = from_float<T>(o[a][b]);
+          }
+        }
+      }
     }
-    const float gLast = expf(cl[n - 1]);
-    for (int e = tid; e < DK * 32; e += CHUNK_THREADS) {
-      const int x = e >> 5, col = e & 31;
-      float acc = gLast * st[x * L::COL_LD + col];
-      for (int i = 0; i < n; i++) acc = fmaf(w[i] * ks[i * L::QK_LD + x], d[i * L::COL_LD + col], acc);
-      st[x * L::COL_LD + col] = acc;
+    {
+      const float gLast = expf(cl[n - 1]);
+      float acc[XS][4];
+#pragma unroll
+      for (int a = 0; a < XS; a++) {
+        lds<4>(acc[a], st + (x5 + a) * L::COL_LD + c4);
+#pragma unroll
+        for (int b = 0; b < 4; b++) acc[a][b] *= gLast;
+      }
+      for (int i = 0; i < n; i += 4) {
+        float kr[XS][4], wr[4], dr[4][4];
+        lds<4>(wr, w + i);
+#pragma unroll
+        for (int a = 0; a < XS; a++) lds<4>(kr[a], kt + (x5 + a) * L::T_LD + i);
+#pragma unroll
+        for (int u = 0; u < 4; u++) lds<4>(dr[u], d + (i + u) * L::COL_LD + c4);
+#pragma unroll
+        for (int a = 0; a < XS; a++) {
+#pragma unroll
+          for (int u = 0; u < 4; u++) {
+            const float kw = wr[u] * kr[a][u];
+#pragma unroll
+            for (int b = 0; b < 4; b++) acc[a][b] = fmaf(kw, dr[u][b], acc[a][b]);
+          }
+        }
+      }
+      // a thread's tile of st is read by it alone in this step (step 3's reads of st ended at its barrier)
+#pragma unroll
+      for (int a = 0; a < XS; a++) {
+#pragma unroll
+        for (int b = 0; b < 4; b++) st[(x5 + a) * L::COL_LD + c4 + b] = acc[a][b];
+      }
     }
     __syncthreads();
   }
