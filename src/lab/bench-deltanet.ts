@@ -24,12 +24,12 @@ import { bf16Values } from './bench-moe.js';
 /** What each --variants name sets on the backend ('default': the engine's defaults, knobs included). */
 export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {
   'default': {},
-  'recurrent': { deltanetWideMaxTokens: 0 },
-  'wide': { deltanetWideMaxTokens: 1 },
-  'wide-chunks': { deltanetWideMaxTokens: 2 ** 30 },
-  'lanes': { deltanetWideMaxTokens: 1, deltanetLanes: true },
-  'one-launch': { deltanetWideMaxTokens: 1, deltanetOneLaunch: true },
-  'chunked': { deltanetChunkedFrom: 2 },
+  'recurrent': { deltanetWideMaxTokens: 0, deltanetChunkedFrom: 0 },
+  'wide': { deltanetWideMaxTokens: 1, deltanetChunkedFrom: 0, deltanetOneLaunch: false },
+  'wide-chunks': { deltanetWideMaxTokens: 2 ** 30, deltanetChunkedFrom: 0 },
+  'lanes': { deltanetWideMaxTokens: 1, deltanetLanes: true, deltanetChunkedFrom: 0 },
+  'one-launch': { deltanetWideMaxTokens: 1, deltanetOneLaunch: true, deltanetChunkedFrom: 0 },
+  'chunked': { deltanetChunkedFrom: 2, deltanetChunk: 64 },
   'chunked32': { deltanetChunkedFrom: 2, deltanetChunk: 32 },
   'fused-norm': { deltanetFusedNorm: true },
   'fused-decode': { deltanetFusedDecode: true },

@@ -6,7 +6,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CudaDeltaNet, ruleBuilds } from '../../src/backend/cuda/deltanet.js';
+import { chunkedFromFor, CudaDeltaNet, ruleBuilds } from '../../src/backend/cuda/deltanet.js';
 
 const starts = (lens: number[]) => Int32Array.from([0, ...lens.map((_, i) => lens.slice(0, i + 1)
   .reduce((a, b) => a + b))]);
@@ -47,4 +47,11 @@ test('a chunk size no kernel is built for is refused when the rule is set up, na
   const make = (chunk: number) => new CudaDeltaNet(null as never, null as never, { chunk });
   assert.throws(() => make(48), /chunks of 48 tokens \(32, 64 are built\)/);
   assert.doesNotThrow(() => make(32));
+});
+
+test('the chunked rule: from QUIRE_DELTANET_CHUNKED_FROM (64) by default or as asked, never in batch-invariant mode', () => {
+  assert.equal(chunkedFromFor(false), 64);
+  assert.equal(chunkedFromFor(false, 16), 16);
+  assert.equal(chunkedFromFor(true), 0);
+  assert.equal(chunkedFromFor(true, 16), 0);
 });

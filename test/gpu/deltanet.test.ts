@@ -209,13 +209,16 @@ for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
         + '2^30), give deltanet_recurrent\'s bits, step after step', () => {
         const C = convChannels(shape);
         const [Hv, Dv, K] = [shape.numValueHeads, shape.valueDim, shape.convKernel];
-        const recurrent = { deltanetWideMaxTokens: 0, ssmCacheDtype };
+        // the chunked rule (on by default from 64 tokens) off: its bits are not the recurrence's
+        const base = { ssmCacheDtype, deltanetChunkedFrom: 0 };
+        const recurrent = { ...base, deltanetWideMaxTokens: 0 };
         const backends = [newCuda(recurrent), newCuda({ ...recurrent, deltanetFusedNorm: true }),
-          newCuda({ ...recurrent, deltanetFusedDecode: true }), newCuda({ deltanetWideMaxTokens: 1, ssmCacheDtype }),
-          newCuda({ deltanetWideMaxTokens: 2 ** 30, ssmCacheDtype }),
-          newCuda({ deltanetWideMaxTokens: 1, deltanetLanes: true, ssmCacheDtype }),
-          newCuda({ deltanetWideMaxTokens: 2 ** 30, deltanetLanes: true, ssmCacheDtype }),
-          newCuda({ deltanetWideMaxTokens: 1, deltanetOneLaunch: true, ssmCacheDtype })];
+          newCuda({ ...recurrent, deltanetFusedDecode: true }),
+          newCuda({ ...base, deltanetWideMaxTokens: 1, deltanetOneLaunch: false }),
+          newCuda({ ...base, deltanetWideMaxTokens: 2 ** 30 }),
+          newCuda({ ...base, deltanetWideMaxTokens: 1, deltanetLanes: true }),
+          newCuda({ ...base, deltanetWideMaxTokens: 2 ** 30, deltanetLanes: true }),
+          newCuda({ ...base, deltanetWideMaxTokens: 1, deltanetOneLaunch: true })];
         try {
           let seed = 500;
           const inputs = (T: number) => ({ x: randomBf16(T * C, seed++, -2, 2),

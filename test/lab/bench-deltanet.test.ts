@@ -13,12 +13,16 @@ import { buildForwardBatch } from '../../src/engine/batch-builder.js';
 
 test('--variants: each name sets its switch; an unknown one is refused naming the known ones', () => {
   assert.deepEqual(DELTANET_VARIANTS['default'], {});
-  assert.deepEqual(DELTANET_VARIANTS['recurrent'], { deltanetWideMaxTokens: 0 });
-  assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWideMaxTokens: 1 });
-  assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30 });
-  assert.deepEqual(DELTANET_VARIANTS['lanes'], { deltanetWideMaxTokens: 1, deltanetLanes: true });
-  assert.deepEqual(DELTANET_VARIANTS['one-launch'], { deltanetWideMaxTokens: 1, deltanetOneLaunch: true });
-  assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2 });
+  // each build but 'chunked*' with the chunked rule off (on by default from 64 tokens), 'wide' with two launches
+  assert.deepEqual(DELTANET_VARIANTS['recurrent'], { deltanetWideMaxTokens: 0, deltanetChunkedFrom: 0 });
+  assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWideMaxTokens: 1, deltanetChunkedFrom: 0,
+    deltanetOneLaunch: false });
+  assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30, deltanetChunkedFrom: 0 });
+  assert.deepEqual(DELTANET_VARIANTS['lanes'], { deltanetWideMaxTokens: 1, deltanetLanes: true,
+    deltanetChunkedFrom: 0 });
+  assert.deepEqual(DELTANET_VARIANTS['one-launch'], { deltanetWideMaxTokens: 1, deltanetOneLaunch: true,
+    deltanetChunkedFrom: 0 });
+  assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2, deltanetChunk: 64 });
   assert.deepEqual(DELTANET_VARIANTS['chunked32'], { deltanetChunkedFrom: 2, deltanetChunk: 32 });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });

@@ -13,7 +13,7 @@ import type { Backend, DeltaNetGate, DeltaNetShape, DeviceProbes, Fp8BlockPart, 
 import { CudaAttention } from './attention-ops.js';
 import type { DecodeMma } from './attention-launch.js';
 import { CudaHiddenCarry } from './carry.js';
-import { CudaDeltaNet } from './deltanet.js';
+import { chunkedFromFor, CudaDeltaNet } from './deltanet.js';
 import { COPY_BANDWIDTH_BYTES, copyBandwidth as measureCopyBandwidth, firstThatFits, gemmFlops } from './bandwidth.js';
 import { Device } from './device.js';
 import { CudaGemms } from './gemm.js';
@@ -147,7 +147,7 @@ export class CudaBackend implements Backend {
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
-      chunkedFrom: opts.deltanetChunkedFrom, lanes: opts.deltanetLanes, chunk: opts.deltanetChunk,
+      chunkedFrom: chunkedFromFor(batchInvariant, opts.deltanetChunkedFrom), lanes: opts.deltanetLanes, chunk: opts.deltanetChunk,
       oneLaunch: opts.deltanetOneLaunch });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);

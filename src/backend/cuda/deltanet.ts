@@ -36,6 +36,15 @@ interface PendingConv {
 const NEVER = 0x7fffffff;
 
 /**
+ * The chunked rule's bound for a backend: none in batch-invariant mode, which promises a prompt's bits however it is
+ * split (a prefix-cache hit, another token budget), and the chunked rule's depend on where its chunks start;
+ * otherwise the one asked for, or QUIRE_DELTANET_CHUNKED_FROM.
+ */
+export function chunkedFromFor(batchInvariant: boolean, asked?: number): number {
+  return batchInvariant ? 0 : asked ?? readKnob('QUIRE_DELTANET_CHUNKED_FROM');
+}
+
+/**
  * Which builds of the rule a step launches, and the bounds each launch filters its sequences by: the chunked one
  * where some sequence has chunkedFrom tokens or more (0: never), the wide one where some has 1 to wideMax (below
  * chunkedFrom), deltanet_recurrent where some lies between (queryStartLoc: cumulative, numSeqs + 1).
@@ -86,7 +95,7 @@ export class CudaDeltaNet {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
-    this.chunkedFrom = o.chunkedFrom ?? readKnob('QUIRE_DELTANET_CHUNKED_FROM');
+    this.chunkedFrom = o.chunkedFrom ?? chunkedFromFor(false);
     this.lanes = o.lanes ?? readKnob('QUIRE_DELTANET_LANES');
     this.chunk = o.chunk ?? Number(readKnob('QUIRE_DELTANET_CHUNK'));
     this.oneLaunch = o.oneLaunch ?? readKnob('QUIRE_DELTANET_ONE_LAUNCH');
