@@ -31,6 +31,8 @@ export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {
   'one-launch': { deltanetWideMaxTokens: 1, deltanetOneLaunch: true, deltanetChunkedFrom: 0 },
   'chunked': { deltanetChunkedFrom: 2, deltanetChunk: 64 },
   'chunked32': { deltanetChunkedFrom: 2, deltanetChunk: 32 },
+  'chunked-mma': { deltanetChunkedFrom: 2, deltanetChunk: 64, deltanetChunkedMma: true },
+  'chunked32-mma': { deltanetChunkedFrom: 2, deltanetChunk: 32, deltanetChunkedMma: true },
   'fused-norm': { deltanetFusedNorm: true },
   'fused-decode': { deltanetFusedDecode: true },
 };

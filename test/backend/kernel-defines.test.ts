@@ -12,7 +12,8 @@ import { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT } from '../../src/backend/cuda/gemm
 import { GEMM_ROWS_CHUNK_K, GEMM_ROWS_SPLIT_WARPS } from '../../src/backend/cuda/gemm-rows.js';
 import { GGUF_DEQUANT_WARPS, GGUF_GEMV_ROWS, GGUF_GEMV_WARPS } from '../../src/backend/cuda/gguf-layout.js';
 import {
-  CONV_MAX_TAPS, DECODE_WARPS, DELTANET_CHUNK_THREADS, KERNEL_DEFINES, moduleDefines, NORM_VEC,
+  CONV_MAX_TAPS, DECODE_WARPS, DELTANET_CHUNK_THREADS, deltanetChunkedMmaExtraBytes, deltanetChunkedSharedBytes,
+  KERNEL_DEFINES, moduleDefines, NORM_VEC,
   PEER_AR_DATA_OFFSET, PEER_AR_EPOCH_OFFSET, PEER_AR_MAX_RANKS, ROPE_WARPS, SAMPLE_THREADS,
 } from '../../src/backend/cuda/kernel-defines.js';
 import { FP8_BLOCK } from '../../src/backend/fp8-linear.js';
@@ -60,6 +61,8 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['deltanet_chunked.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 28032 : (dk) == 32 && (c) == 64 ? '
       + '66816 : (dk) == 64 && (c) == 32 ? 41856 : (dk) == 64 && (c) == 64 ? 88832 : (dk) == 128 && (c) == 32 ? '
       + '69504 : (dk) == 128 && (c) == 64 ? 132864 : -1)'],
+    // the tensor-core build's besides: 4 x ((C + 32) (Dk + 8) + 38 C)
+    ['deltanet_chunked.cu', 'DELTANET_CHUNKED_MMA_EXTRA(dk, c)', '(4 * (((c) + 32) * ((dk) + 8) + 38 * (c)))'],
     ['deltanet.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['deltanet_lanes.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['deltanet_chunked.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
@@ -125,3 +128,16 @@ test('a shared constant is used by its kernel and defined by no kernel file', ()
   }
   assert.equal(kernelSource('norm.cu', {}), moduleDefines('norm.cu') + expandSource('norm.cu'));
 });
+
+test('the chunked DeltaNet rule\'s shared bytes: the tensor-core build asks the plain build\'s plus what its macro says',
+  () => {
+    for (const dk of [32, 64, 128]) {
+      for (const c of [32, 64]) {
+        const extra = deltanetChunkedSharedBytes(dk, c, true) - deltanetChunkedSharedBytes(dk, c);
+        assert.equal(extra, deltanetChunkedMmaExtraBytes(dk, c));
+        assert.equal(extra, 4 * ((c + 32) * (dk + 8) + 38 * c), `Dk ${dk}, chunks of ${c}`);
+      }
+    }
+    // Dk 128, chunks of 32: two blocks a SM (228 KB, 1 KB of it reserved a block)
+    assert.equal(deltanetChunkedSharedBytes(128, 32, true), 109_184);
+  });

@@ -22,10 +22,11 @@ const SHAPES: { name: string; shape: DeltaNetShape }[] = [
 
 // every case on f32 states and on bf16 ones (--mamba-ssm-cache-dtype bfloat16: the kernels' _sbf16 builds; the CPU
 // rounds its states as they are kept), and with every sequence of 2 tokens or more on the chunked rule
-// (deltanet_chunked.cu, chunks of 64 and of 32: within rounding of the recurrence)
-const VARIANTS = [['f32', 0, 64], ['bf16', 0, 64], ['f32', 2, 64], ['bf16', 2, 32]] as const;
-for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
-  const chunks = chunkedFrom > 0 ? `, chunks of ${chunk}` : '';
+// (deltanet_chunked.cu, chunks of 64 and of 32, on CUDA cores and on tensor cores: within rounding of the recurrence)
+const VARIANTS = [['f32', 0, 64, false], ['bf16', 0, 64, false], ['f32', 2, 64, false], ['bf16', 2, 32, false],
+  ['f32', 2, 32, true], ['bf16', 2, 64, true]] as const;
+for (const [ssmCacheDtype, chunkedFrom, chunk, mma] of VARIANTS) {
+  const chunks = chunkedFrom > 0 ? `, chunks of ${chunk}${mma ? ' on tensor cores' : ''}` : '';
   const states = `${ssmCacheDtype === 'bf16' ? ', bf16 states' : ''}${chunks}`;
   describe(`CUDA gated DeltaNet vs CPU${states}`, { skip: noCuda }, () => {
     let cpu: CpuBackend;
@@ -33,7 +34,8 @@ for (const [ssmCacheDtype, chunkedFrom, chunk] of VARIANTS) {
 
     before(() => {
       cpu = newCpu({ ssmCacheDtype });
-      cuda = newCuda({ ssmCacheDtype, deltanetChunkedFrom: chunkedFrom, deltanetChunk: chunk });
+      cuda = newCuda({ ssmCacheDtype, deltanetChunkedFrom: chunkedFrom, deltanetChunk: chunk,
+        deltanetChunkedMma: mma });
     });
     after(() => {
       cpu?.dispose();

@@ -1,11 +1,11 @@
 // The gated DeltaNet rule's builds (kernels/deltanet.cu, deltanet_lanes.cu, deltanet_chunked.cu) run on the CPU
 // (g++, test/kernels/emulated/cuda-shim.h standing in for CUDA: a block's threads as std::threads meeting at
 // barriers), so their logic is checked without a GPU, on every CI run: deltanet_recurrent_wide and
-// deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked (chunks of 64 and of 32) lands within 1e-4
-// of it over prompts of several chunks, a mixed step's launches split the sequences as the engine does, and
-// deltanet_recurrent_mixed gives the two builds' bits in one launch (emulated/deltanet-harness.cpp). The GPU tests
-// (test/gpu/deltanet.test.ts) still tie the device's own arithmetic to the CPU backend. Skips without g++. Apart from
-// `npm test` (`npm run test:kernels`): ~45 s on 2 cores.
+// deltanet_recurrent_lanes give deltanet_recurrent's bits, deltanet_chunked (chunks of 64 and of 32, on CUDA cores and
+// on tensor cores) lands within 1e-4 of it over prompts of several chunks, a mixed step's launches split the
+// sequences as the engine does, and deltanet_recurrent_mixed gives the two builds' bits in one launch
+// (emulated/deltanet-harness.cpp). The GPU tests (test/gpu/deltanet.test.ts) still tie the device's own arithmetic to
+// the CPU backend. Skips without g++. Apart from `npm test` (`npm run test:kernels`): ~100 s on 2 cores.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -35,7 +35,7 @@ export function emulatedDeltanetSource(): string {
     }
   }
   defines.set('DELTANET_KEY_DIMS', '#define DELTANET_KEY_DIMS(X, s, T)');
-  const seen = new Set(['common.cuh']);
+  const seen = new Set(['common.cuh', 'mma.cuh']);
   return [readFileSync(join(DIR, 'cuda-shim.h'), 'utf8'), ...defines.values(), ...FILES.map((f) => expandSource(f,
     undefined, seen)), readFileSync(join(DIR, 'deltanet-harness.cpp'), 'utf8')].join('\n');
 }
@@ -53,7 +53,7 @@ test('the DeltaNet rule builds on the CPU: wide and lanes give deltanet_recurren
     assert.equal(ran.status, 0, out + ran.stderr);
     assert.match(out, /ok\n$/);
     assert.equal((out.match(/: 0 of \d+ bits differ/g) ?? []).length, 24, out);
-    assert.equal((out.match(/worst relative error/g) ?? []).length, 24, out);
+    assert.equal((out.match(/worst relative error/g) ?? []).length, 36, out);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -24,9 +24,14 @@ test('--variants: each name sets its switch; an unknown one is refused naming th
     deltanetChunkedFrom: 0 });
   assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2, deltanetChunk: 64 });
   assert.deepEqual(DELTANET_VARIANTS['chunked32'], { deltanetChunkedFrom: 2, deltanetChunk: 32 });
+  assert.deepEqual(DELTANET_VARIANTS['chunked-mma'], { deltanetChunkedFrom: 2, deltanetChunk: 64,
+    deltanetChunkedMma: true });
+  assert.deepEqual(DELTANET_VARIANTS['chunked32-mma'], { deltanetChunkedFrom: 2, deltanetChunk: 32,
+    deltanetChunkedMma: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });
-  const known = 'default, recurrent, wide, wide-chunks, lanes, one-launch, chunked, chunked32, fused-norm, fused-decode';
+  const known = 'default, recurrent, wide, wide-chunks, lanes, one-launch, chunked, chunked32, chunked-mma, '
+    + 'chunked32-mma, fused-norm, fused-decode';
   assert.throws(() => checkVariants(['default', 'narrow']),
     { message: `bench-deltanet: --variants: unknown build 'narrow' (${known})` });
 });

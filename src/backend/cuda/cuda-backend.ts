@@ -77,6 +77,8 @@ export interface CudaBackendOptions {
   deltanetChunkedFrom?: number;
   /** Tokens a chunk of the chunked DeltaNet rule (32 or 64); default QUIRE_DELTANET_CHUNK. */
   deltanetChunk?: number;
+  /** The chunked DeltaNet rule's products on tensor cores; default QUIRE_DELTANET_CHUNKED_MMA. */
+  deltanetChunkedMma?: boolean;
   /** Verify steps of up to this many sequences attend on the decode kernel; default QUIRE_VERIFY_DECODE_MAX_SEQS. */
   verifyDecodeMaxSeqs?: number;
   /**
@@ -148,6 +150,7 @@ export class CudaBackend implements Backend {
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
       chunkedFrom: chunkedFromFor(batchInvariant, opts.deltanetChunkedFrom), lanes: opts.deltanetLanes, chunk: opts.deltanetChunk,
+      chunkedMma: opts.deltanetChunkedMma,
       oneLaunch: opts.deltanetOneLaunch });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);

@@ -79,6 +79,8 @@ export class CudaDeltaNet {
   private readonly lanes: boolean;
   /** Tokens a chunk of deltanet_chunked (QUIRE_DELTANET_CHUNK). */
   private readonly chunk: number;
+  /** deltanet_chunked's products on tensor cores (its _mma build; QUIRE_DELTANET_CHUNKED_MMA). */
+  private readonly chunkedMma: boolean;
   /** A mixed step's wide and recurrent sequences in one launch (QUIRE_DELTANET_ONE_LAUNCH). */
   private readonly oneLaunch: boolean;
   /**
@@ -91,13 +93,14 @@ export class CudaDeltaNet {
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
     o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean;
-      chunk?: number; oneLaunch?: boolean } = {}) {
+      chunk?: number; oneLaunch?: boolean; chunkedMma?: boolean } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
     this.chunkedFrom = o.chunkedFrom ?? chunkedFromFor(false);
     this.lanes = o.lanes ?? readKnob('QUIRE_DELTANET_LANES');
     this.chunk = o.chunk ?? Number(readKnob('QUIRE_DELTANET_CHUNK'));
+    this.chunkedMma = o.chunkedMma ?? readKnob('QUIRE_DELTANET_CHUNKED_MMA');
     this.oneLaunch = o.oneLaunch ?? readKnob('QUIRE_DELTANET_ONE_LAUNCH');
     if (!DELTANET_CHUNKS.includes(this.chunk)) {
       throw new Error(`CudaDeltaNet: chunks of ${this.chunk} tokens (${DELTANET_CHUNKS.join(', ')} are built)`);
@@ -246,9 +249,10 @@ export class CudaDeltaNet {
           true);
       }
       if (b.chunked) {
-        d.launch('deltanet_chunked.cu', `deltanet_chunked${this.chunk}_bf16_${Dk}${ss}`, perColumns,
+        const mma = this.chunkedMma ? '_mma' : '';
+        d.launch('deltanet_chunked.cu', `deltanet_chunked${this.chunk}${mma}_bf16_${Dk}${ss}`, perColumns,
           DELTANET_CHUNK_THREADS, [...head, ptr(out.ptr), ...sections, i32(b.chunkedFrom)],
-          deltanetChunkedSharedBytes(Dk, this.chunk), true);
+          deltanetChunkedSharedBytes(Dk, this.chunk, this.chunkedMma), true);
       }
       if (b.recurrent && !mixed) {
         d.launch('deltanet.cu', `deltanet_recurrent_bf16_${Dk}${ss}`, [batch.numSeqs, Hv, groups], 32,

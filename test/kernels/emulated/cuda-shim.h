@@ -19,7 +19,7 @@ using std::min;
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define FULL_MASK 0xffffffffu
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(emu::dynamicShared)
@@ -116,4 +116,60 @@ inline void pdl_begin() {}
 inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
   return v;
+}
+
+// kernels/mma.cuh's warp-wide tensor-core pieces, by their documented fragments (g = lane / 4, t = lane % 4): every
+// lane leaves its operands in an array between two warp barriers and takes what its own registers hold. The sums
+// run in k order in float (the device's order within an MMA is its own: the checks hold the kernels to a tolerance).
+struct alignas(16) u32x4 {
+  unsigned x, y, z, w;
+};
+namespace emu {
+const void* rowAddrs[MAX_THREADS];
+unsigned frags[MAX_THREADS][6];
+}  // namespace emu
+
+inline unsigned pack_bf16x2(float lo, float hi) {
+  return (unsigned)from_float<bf16_t>(lo).bits | ((unsigned)from_float<bf16_t>(hi).bits << 16);
+}
+inline float bf16_half(unsigned r, int high) { return __uint_as_float(high ? r & 0xffff0000u : r << 16); }
+
+inline void ldmatrix_x4_impl(unsigned r[4], const void* rowAddr, bool trans) {
+  const int t = threadIdx.x, base = t & ~31, lane = t & 31, g = lane >> 2, q = lane & 3;
+  emu::rowAddrs[t] = rowAddr;
+  __syncwarp();
+  for (int i = 0; i < 4; i++) {
+    const unsigned short* rows[8];
+    for (int j = 0; j < 8; j++) rows[j] = static_cast<const unsigned short*>(emu::rowAddrs[base + 8 * i + j]);
+    // plain: (row g, cols 2q, 2q + 1); transposed: (rows 2q, 2q + 1, col g); the lower index in the low half
+    const unsigned short lo = trans ? rows[2 * q][g] : rows[g][2 * q];
+    const unsigned short hi = trans ? rows[2 * q + 1][g] : rows[g][2 * q + 1];
+    r[i] = (unsigned)lo | ((unsigned)hi << 16);
+  }
+  __syncwarp();
+}
+inline void ldmatrix_x4(unsigned r[4], const void* rowAddr) { ldmatrix_x4_impl(r, rowAddr, false); }
+inline void ldmatrix_x4_trans(unsigned r[4], const void* rowAddr) { ldmatrix_x4_impl(r, rowAddr, true); }
+
+/** c += a * b on one m16n8k16 tile of bf16. */
+inline void mma_bf16_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+  const int t = threadIdx.x, base = t & ~31, lane = t & 31, g = lane >> 2, q = lane & 3;
+  unsigned* mine = emu::frags[t];
+  mine[0] = a[0], mine[1] = a[1], mine[2] = a[2], mine[3] = a[3], mine[4] = b0, mine[5] = b1;
+  __syncwarp();
+  // A (m, k): lane (m % 8) * 4 + (k % 8) / 2, register (m >= 8) + 2 (k >= 8), half k % 2
+  auto A = [&](int m, int k) {
+    return bf16_half(emu::frags[base + (m % 8) * 4 + (k % 8) / 2][(m >= 8) + 2 * (k >= 8)], k % 2);
+  };
+  // B (k, n): lane n * 4 + (k % 8) / 2, register b0 or b1 (k >= 8), half k % 2
+  auto B = [&](int k, int n) { return bf16_half(emu::frags[base + n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+  float d[4];
+  for (int e = 0; e < 4; e++) {
+    const int m = g + 8 * (e >> 1), n = 2 * q + (e & 1);
+    float acc = 0.f;
+    for (int k = 0; k < 16; k++) acc = fmaf(A(m, k), B(k, n), acc);
+    d[e] = c[e] + acc;
+  }
+  __syncwarp();
+  for (int e = 0; e < 4; e++) c[e] = d[e];
 }

@@ -3,10 +3,12 @@
 // decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the reference the
 // GPU tests tie to the CPU backend); deltanet_recurrent_wide and _lanes (must give its bits); deltanet_chunked in
 // chunks of 64 and of 32 (within rounding); a mixed step launched as the engine launches it (lanes for one token,
-// recurrent below 64, chunked from 64); deltanet_recurrent_mixed (wide and recurrent in one launch: their bits), alone
+// recurrent below 64, chunked from 64); deltanet_chunked's tensor-core build (within rounding; cuda-shim.h's MMA and
+// ldmatrix by their documented fragments); deltanet_recurrent_mixed (wide and recurrent in one launch: their bits), alone
 // and beside chunked. Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
 #include <cstdio>
 #include <random>
+#include <type_traits>
 
 namespace harness {
 int failures = 0;
@@ -44,7 +46,8 @@ void run(int Hk, int Hv, int Dv) {
   }
   const int T = qsl[S], C = 2 * Hk * DK + Hv * Dv, slotFloats = Hv * DK * Dv;
   std::vector<float> conv(T * C), ba(T * 2 * Hv), aLog(Hv), dtBias(Hv), state(S * slotFloats);
-  for (float& v : conv) v = 2 * u(rng);
+  // bf16 values, as the device's activations are (the tensor-core build takes q and k as they come, exactly)
+  for (float& v : conv) v = to_float(from_float<bf16_t>(2 * u(rng)));
   for (float& v : ba) v = 3 * u(rng);
   for (float& v : aLog) v = u(rng);
   for (float& v : dtBias) v = u(rng);
@@ -69,16 +72,20 @@ void run(int Hk, int Hv, int Dv) {
         o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, maxTokens);
     });
   };
-  auto chunked = [&](Out& o, int minTokens, int chunkTokens) {
+  // chunks of 32 or 64 tokens, on CUDA cores or (mma) the tensor-core build's
+  auto chunkedAs = [&](auto chunk, auto mma, Out& o, int minTokens) {
     emu::launch(perCols, DELTANET_CHUNK_THREADS, [&] {
-      if (chunkTokens == 32) {
-        deltanet_chunked<float, float, DK, 32>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(), o.y.data(),
-          o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, minTokens);
-      } else {
-        deltanet_chunked<float, float, DK, 64>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(), o.y.data(),
-          o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, minTokens);
-      }
+      deltanet_chunked<float, float, DK, decltype(chunk)::value, decltype(mma)::value>(conv.data(), ba.data(), 2 * Hv,
+        aLog.data(), dtBias.data(), o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv,
+        slotFloats, 0, minTokens);
     });
+  };
+  auto chunked = [&](Out& o, int minTokens, int chunkTokens, bool mma = false) {
+    using std::integral_constant;
+    if (chunkTokens == 32 && mma) chunkedAs(integral_constant<int, 32>(), std::true_type(), o, minTokens);
+    if (chunkTokens == 32 && !mma) chunkedAs(integral_constant<int, 32>(), std::false_type(), o, minTokens);
+    if (chunkTokens == 64 && mma) chunkedAs(integral_constant<int, 64>(), std::true_type(), o, minTokens);
+    if (chunkTokens == 64 && !mma) chunkedAs(integral_constant<int, 64>(), std::false_type(), o, minTokens);
   };
   auto oneLaunch = [&](Out& o, int maxTokens, int skipFrom) {
     emu::launch(perCols, DK, [&] {
@@ -88,7 +95,7 @@ void run(int Hk, int Hv, int Dv) {
     });
   };
   Out ref = fresh(), wide = fresh(), lane = fresh(), chunk = fresh(), chunk32 = fresh(), mixed = fresh();
-  Out one = fresh(), oneChunked = fresh();
+  Out one = fresh(), oneChunked = fresh(), mma = fresh(), mma32 = fresh();
   recurrent(ref, 0, 0x7fffffff);
   emu::launch(perCols, DK, [&] {
     deltanet_recurrent_wide<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
@@ -97,6 +104,8 @@ void run(int Hk, int Hv, int Dv) {
   lanes(lane, 1 << 30);
   chunked(chunk, 1, 64);
   chunked(chunk32, 1, 32);
+  chunked(mma, 1, 64, true);
+  chunked(mma32, 1, 32, true);
   lanes(mixed, 1);
   recurrent(mixed, 1, 64);
   chunked(mixed, 64, 64);
@@ -119,6 +128,10 @@ void run(int Hk, int Hv, int Dv) {
   close("chunked states", chunk.st, ref.st);
   close("chunked outputs, chunks of 32", chunk32.y, ref.y);
   close("chunked states, chunks of 32", chunk32.st, ref.st);
+  close("chunked on tensor cores, outputs", mma.y, ref.y);
+  close("chunked on tensor cores, states", mma.st, ref.st);
+  close("chunked on tensor cores, outputs, chunks of 32", mma32.y, ref.y);
+  close("chunked on tensor cores, states, chunks of 32", mma32.st, ref.st);
   bits("mixed step, the outputs of sequences under 64 tokens", shortRows(mixed.y), shortRows(ref.y));
   close("mixed step, outputs", mixed.y, ref.y);
   close("mixed step, states", mixed.st, ref.st);

@@ -1,10 +1,12 @@
 // Gated DeltaNet on prompt chunks, CHUNK tokens at a time (32 or 64: QUIRE_DELTANET_CHUNK; launched by
-// backend/cuda/deltanet.ts for the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens).
+// backend/cuda/deltanet.ts for the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens; not in batch-invariant
+// mode).
 //
 // Why: the recurrent builds walk a sequence's tokens one after another. On qwen3.5-27b (session 47, H200) a lone
 // 512-token chunk took 0.69 ms a layer (1.35 us a token): a long prompt's rule costs about as much as its GEMMs, and
 // each mixed step that admits a prompt pays it. Within a chunk the rule unrolls into sums over the chunk's tokens
 // (as FLA's chunk_gated_delta_rule), which the block's threads share; only a sequence's chunks follow one another.
+// Session 48 (H200, chunks of 32, the default): that chunk 0.386 ms, 4,096 tokens 2.98 against the recurrence's 6.15.
 //
 // A chunk of n tokens, S the state before it (Dk x Dv), cl the cumulative log decay within the chunk, g = exp(cl):
 //   R_t = beta_t (v_t - g_t S^T k_t)
@@ -14,18 +16,28 @@
 // q and k are l2-normed (q also scaled by 1 / sqrt(Dk)), the decay and beta computed, as rule_token does. That is the
 // recurrence summed in another order: outputs within rounding of deltanet_recurrent's, not its bits (the deltanet GPU
 // test compares it with the CPU). Chunks start at the step's first token of each sequence. f32 on CUDA cores, each
-// product a register tile a thread (its products could move to tensor cores next, at bf16's or tf32's rounding).
+// product a register tile a thread; or (the _mma build, QUIRE_DELTANET_CHUNKED_MMA) q.k, k.k, S^T k and S^T q on
+// tensor cores, three quarters of the FMAs: bf16 mma.sync with f32 sums, on q and k as they came (bf16 values, so
+// exact products; their norms applied after) and on the state split into two bf16 parts (hi + lo within 2^-17).
 //
 // grid (S, Hv, ceil(Dv / 32)), block CHUNK_THREADS; dynamic shared memory ChunkLayout<DK, CHUNK>::FLOATS floats
-// (132,864 bytes at Dk 128 and 64 tokens: a block a SM; 69,504 at 32 tokens: three). Sequences of fewer than
-// minTokens tokens are left to the other builds' launches. A file of its own: compiled (by NVRTC, at first use) only
-// where QUIRE_DELTANET_CHUNKED_FROM is set.
+// (132,864 bytes at Dk 128 and 64 tokens: a block a SM; 69,504 at 32 tokens: three, registers permitting: below).
+// Sequences of fewer than minTokens tokens are left to the other builds' launches. A file of its own: compiled (by
+// NVRTC, at first use) only where QUIRE_DELTANET_CHUNKED_FROM is set (by default: from 64 tokens).
 
 #include "deltanet_common.cuh"
+#include "mma.cuh"
 
 // DELTANET_KEY_DIMS(X, s, T), DELTANET_CHUNK_THREADS, DELTANET_CHUNKS(X, s, T, DK, ss, ST) (the chunk sizes built),
 // DELTANET_CHUNKED_BYTES(dk, c): from TypeScript (kernel-defines.ts, whose shared bytes the launch gives)
 constexpr int CHUNK_THREADS = DELTANET_CHUNK_THREADS;
+// Blocks a SM the chunks-of-32 build is compiled for: left to ptxas (1) it takes 140 registers at Dk 128 (nvcc 13.0,
+// sm_90), so one block a SM though shared memory holds three; 2 caps it at 128 (127), 3 at 85 (79), neither spilling.
+// The same instructions, so the same bits. 1 until an in-engine A/B (QUIRE_KERNEL_DEFINES=
+// DELTANET_CHUNKED32_MIN_BLOCKS=3).
+#ifndef DELTANET_CHUNKED32_MIN_BLOCKS
+#define DELTANET_CHUNKED32_MIN_BLOCKS 1
+#endif
 constexpr int CHUNK_WARPS = CHUNK_THREADS / 32;
 
 /**
@@ -33,7 +45,7 @@ constexpr int CHUNK_WARPS = CHUNK_THREADS / 32;
  * every row a multiple of 4 floats long so that rows start 16-byte aligned (float4 loads); a row 4 floats past its
  * data so that consecutive rows start 4 banks apart. kernel-defines.ts deltanetChunkedSharedBytes is FLOATS * 4.
  */
-template <int DK, int CHUNK>
+template <int DK, int CHUNK, bool MMA>
 struct ChunkLayout {
   static constexpr int T_LD = CHUNK + 4;  // qt, kt: [DK][CHUNK]; kk, qk: [CHUNK][CHUNK]
   static constexpr int COL_LD = 36;  // st: [DK][32] (the block's 32 columns of the state), d: [CHUNK][32]
@@ -46,8 +58,37 @@ struct ChunkLayout {
   static constexpr int CL = D + CHUNK * COL_LD;  // cumulative log decay
   static constexpr int BETA = CL + CHUNK;
   static constexpr int W = BETA + CHUNK;  // the state update's exp(cl_{n-1} - cl_i)
-  static constexpr int FLOATS = W + CHUNK;
+  static constexpr int PLAIN = W + CHUNK;
+  // the tensor-core build's (MMA) besides: q and k as they came, bf16 [CHUNK][R_LD]; the block's state columns split
+  // into two bf16 parts, [32][R_LD] each (a row 16 bytes past its data: ldmatrix's 8 rows fall in 8 bank groups); the
+  // norms' factors; g_t S^T q_t [CHUNK][COL_LD]. kernel-defines.ts deltanetChunkedSharedBytes(..., true).
+  static constexpr int R_LD = DK + 8;
+  static constexpr int QR = PLAIN;
+  static constexpr int KR = QR + CHUNK * R_LD / 2;
+  static constexpr int SHI = KR + CHUNK * R_LD / 2;
+  static constexpr int SLO = SHI + 32 * R_LD / 2;
+  static constexpr int QN = SLO + 32 * R_LD / 2;
+  static constexpr int KN = QN + CHUNK;
+  static constexpr int OS = KN + CHUNK;
+  static constexpr int FLOATS = MMA ? OS + CHUNK * COL_LD : PLAIN;
 };
+
+/**
+ * The tensor-core build's A (rows m0.., k x..x+31: two m16n8k16 k-steps) from a bf16 [rows][R_LD] array, and B (rows
+ * n0..n0+7 of a bf16 [n][R_LD] array: the same k) for those two k-steps: ldmatrix x4 each (kernels/mma.cuh).
+ */
+template <int R_LD>
+__device__ __forceinline__ void mma_tile_k32(float c[4], const unsigned short* a, int m0, const unsigned short* b,
+                                             int n0, int x, int lane) {
+  const int mi = lane >> 3, r = lane & 7;
+  unsigned a0[4], a1[4], bb[4];
+  const unsigned short* arow = a + (m0 + r + (mi & 1) * 8) * R_LD + x + (mi >> 1) * 8;
+  ldmatrix_x4(a0, arow);
+  ldmatrix_x4(a1, arow + 16);
+  ldmatrix_x4(bb, b + (n0 + r) * R_LD + x + mi * 8);
+  mma_bf16_16816(c, a0, bb[0], bb[1]);
+  mma_bf16_16816(c, a1, bb[2], bb[3]);
+}
 
 /** N consecutive floats of shared memory into registers, in one load where N is 2 or 4 (p aligned to N floats). */
 template <int N>
@@ -64,13 +105,14 @@ __device__ __forceinline__ void lds(float* r, const float* p) {
   }
 }
 
-template <typename T, typename ST, int DK, int CHUNK>
+template <typename T, typename ST, int DK, int CHUNK, bool MMA>
 __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias,
                                                  T* out, float* state, const int* qsl, const int* seqLens,
                                                  const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,
                                                  int minTokens) {
-  using L = ChunkLayout<DK, CHUNK>;
-  static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK, CHUNK), "kernel-defines.ts deltanetChunkedSharedBytes");
+  using L = ChunkLayout<DK, CHUNK, MMA>;
+  static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK, CHUNK) + (MMA ? DELTANET_CHUNKED_MMA_EXTRA(DK, CHUNK) : 0),
+                "kernel-defines.ts deltanetChunkedSharedBytes");
   static_assert(CHUNK_THREADS == 256 && (CHUNK == 32 || CHUNK == 64) && DK % 32 == 0, "the tiles below");
   // Each product a register tile a thread (why: as a dot product a thread, session 48 timed this kernel bound by its
   // shared-memory loads, three to two FMAs): the token-by-token products TI x TI (16 x 16 tiles), S^T k and S^T q
@@ -79,6 +121,11 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
   DYNAMIC_SHARED(float, sh);
   float *qt = sh + L::QT, *kt = sh + L::KT, *kk = sh + L::KK, *qk = sh + L::QKM, *st = sh + L::ST, *d = sh + L::D;
   float *cl = sh + L::CL, *betas = sh + L::BETA, *w = sh + L::W;
+  unsigned short* qr = reinterpret_cast<unsigned short*>(sh + L::QR);
+  unsigned short* kr = reinterpret_cast<unsigned short*>(sh + L::KR);
+  unsigned short* shi = reinterpret_cast<unsigned short*>(sh + L::SHI);
+  unsigned short* slo = reinterpret_cast<unsigned short*>(sh + L::SLO);
+  float *qn = sh + L::QN, *kn = sh + L::KN, *os = sh + L::OS;
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
   const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * 32;
@@ -111,6 +158,11 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
         for (int u = 0; u < DK / 32; u++) qt[(lane + 32 * u) * L::T_LD + i] = kt[(lane + 32 * u) * L::T_LD + i] = 0.f;
         d[i * L::COL_LD + lane] = 0.f;
         if (lane == 0) cl[i] = betas[i] = 0.f;
+        if constexpr (MMA) {
+#pragma unroll
+          for (int u = 0; u < DK / 32; u++) qr[i * L::R_LD + lane + 32 * u] = kr[i * L::R_LD + lane + 32 * u] = 0;
+          if (lane == 0) qn[i] = kn[i] = 0.f;
+        }
         continue;
       }
       const T* row = conv + (long long)(c0 + i) * C;
@@ -127,6 +179,14 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
         kt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(k[u], kInv);
       }
       d[i * L::COL_LD + lane] = j0 + lane < Dv ? to_float(row[2 * Hk * DK + h * Dv + j0 + lane]) : 0.f;
+      if constexpr (MMA) {  // q and k as they came (bf16 values: exact), their norms applied to the products
+#pragma unroll
+        for (int u = 0; u < DK / 32; u++) {
+          qr[i * L::R_LD + lane + 32 * u] = from_float<bf16_t>(q[u]).bits;
+          kr[i * L::R_LD + lane + 32 * u] = from_float<bf16_t>(k[u]).bits;
+        }
+        if (lane == 0) qn[i] = __fmul_rn(qInv, qScale), kn[i] = kInv;
+      }
       if (lane == 0) {
         const long long at = (long long)(c0 + i) * ldba;
         cl[i] = A * softplus(to_float(ba[at + Hv + h]) + bias);  // log of the decay
@@ -138,11 +198,43 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
       float acc = cl[0];
       for (int i = 1; i < n; i++) cl[i] = acc = acc + cl[i];
     }
+    if constexpr (MMA) {
+      // the state's columns as two bf16 parts, hi + lo within 2^-17 of it: B of S^T k and S^T q ([column][key row]);
+      // after the barrier: the state's last writes (its load, the previous chunk's update) are other threads'
+      for (int e = tid; e < DK * 32; e += CHUNK_THREADS) {
+        const int x = e >> 5, col = e & 31;
+        const float v = st[x * L::COL_LD + col];
+        const bf16_t hi = from_float<bf16_t>(v);
+        shi[col * L::R_LD + x] = hi.bits;
+        slo[col * L::R_LD + x] = from_float<bf16_t>(v - to_float(hi)).bits;
+      }
+    }
     __syncthreads();
     // 2. kk[t][i] = beta_t exp(cl_t - cl_i) k_t . k_i (i < t), qk[t][i] = exp(cl_t - cl_i) q_t . k_i (i <= t), zeros
     // elsewhere; the state update's weights
     if (tid < CHUNK) w[tid] = tid < n ? expf(cl[n - 1] - cl[tid]) : 0.f;
-    {
+    if constexpr (MMA) {
+      // a warp a 16 x 8 tile of k.k or of q.k (its tiles over the diagonal zeros, no MMA)
+      constexpr int MT = CHUNK / 16, NT = CHUNK / 8;
+      for (int j = warp; j < 2 * MT * NT; j += CHUNK_WARPS) {
+        const int isQ = j & 1, mt = (j >> 1) % MT, nt = (j >> 1) / MT;
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        if (nt * 8 <= mt * 16 + 15) {
+          for (int x = 0; x < DK; x += 32) mma_tile_k32<L::R_LD>(c, isQ ? qr : kr, mt * 16, kr, nt * 8, x, lane);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int t = mt * 16 + (lane >> 2) + 8 * (e >> 1), i = nt * 8 + 2 * (lane & 3) + (e & 1);
+          const bool in = t < n && i <= t;
+          const float decay = in ? expf(cl[t] - cl[i]) : 0.f;
+          if (isQ) {
+            qk[t * L::T_LD + i] = in ? decay * (c[e] * qn[t] * kn[i]) : 0.f;
+          } else {
+            kk[t * L::T_LD + i] = in && i < t ? betas[t] * decay * (c[e] * kn[t] * kn[i]) : 0.f;
+          }
+        }
+      }
+    } else {
       float ak[TI][TI] = {}, aq[TI][TI] = {};
 #pragma unroll 4
       for (int x = 0; x < DK; x++) {
@@ -174,7 +266,29 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
     }
     // 3. R_t = beta_t (v_t - g_t S^T k_t) in d, and o_t's first term g_t S^T q_t kept for step 5 (the same tile)
     float o[TS][4];
-    {
+    if constexpr (MMA) {
+      // a warp a 16 x 8 tile of S^T k or S^T q: each over the state's two parts; g_t S^T q_t kept in os for step 5
+      constexpr int MT = CHUNK / 16;
+      for (int j = warp; j < 8 * MT; j += CHUNK_WARPS) {
+        const int isQ = j & 1, mt = (j >> 1) % MT, nt = (j >> 1) / MT;
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int x = 0; x < DK; x += 32) {
+          mma_tile_k32<L::R_LD>(c, isQ ? qr : kr, mt * 16, shi, nt * 8, x, lane);
+          mma_tile_k32<L::R_LD>(c, isQ ? qr : kr, mt * 16, slo, nt * 8, x, lane);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int t = mt * 16 + (lane >> 2) + 8 * (e >> 1), col = nt * 8 + 2 * (lane & 3) + (e & 1);
+          const float g = expf(cl[t]);
+          if (isQ) {
+            os[t * L::COL_LD + col] = g * (c[e] * qn[t]);
+          } else {
+            float* dt = d + t * L::COL_LD + col;
+            *dt = betas[t] * (*dt - g * (c[e] * kn[t]));
+          }
+        }
+      }
+    } else {
       float sk[TS][4] = {}, sq[TS][4] = {};
 #pragma unroll 4
       for (int x = 0; x < DK; x++) {
@@ -237,6 +351,10 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
     // 5. the outputs, and the state moved past the chunk (each reads d; neither reads what the other writes), 4
     // tokens at a time (rows past n are zeros, and qk's entries past the diagonal)
     {
+      if constexpr (MMA) {
+#pragma unroll
+        for (int a = 0; a < TS; a++) lds<4>(o[a], os + (t3 + a) * L::COL_LD + c4);
+      }
       const int iEnd = min(t3 + TS, n);
       for (int i = 0; i < iEnd; i += 4) {
         float qr[TS][4], dr[4][4];
@@ -306,14 +424,18 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
   }
 }
 
-#define INSTANTIATE_CHUNKED(suffix, T, DK, ss, ST, C)                                                            \
-  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS) deltanet_chunked##C##_##suffix##_##DK##ss(        \
+#define INSTANTIATE_CHUNKED_AS(suffix, T, DK, ss, ST, C, M, mm)                                                  \
+  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS, C == 32 ? DELTANET_CHUNKED32_MIN_BLOCKS : 1)      \
+      deltanet_chunked##C##mm##_##suffix##_##DK##ss(                                                             \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
       int minTokens) {                                                                                           \
-    deltanet_chunked<T, ST, DK, C>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv,    \
-                                   slotFloats, ssmAt, minTokens);                                                \
+    deltanet_chunked<T, ST, DK, C, M>(conv, ba, ldba, aLog, dtBias, out, state, qsl, seqLens, slots, Hk, Hv, Dv, \
+                                      slotFloats, ssmAt, minTokens);                                             \
   }
+#define INSTANTIATE_CHUNKED(suffix, T, DK, ss, ST, C)          \
+  INSTANTIATE_CHUNKED_AS(suffix, T, DK, ss, ST, C, false, )    \
+  INSTANTIATE_CHUNKED_AS(suffix, T, DK, ss, ST, C, true, _mma)
 #define INSTANTIATE_CHUNKED_DK(suffix, T, DK)                                \
   DELTANET_CHUNKS(INSTANTIATE_CHUNKED, suffix, T, DK, , float)               \
   DELTANET_CHUNKS(INSTANTIATE_CHUNKED, suffix, T, DK, _sbf16, bf16_t)
@@ -321,3 +443,4 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
 DELTANET_KEY_DIMS(INSTANTIATE_CHUNKED_DK, bf16, bf16_t)
 #undef INSTANTIATE_CHUNKED_DK
 #undef INSTANTIATE_CHUNKED
+#undef INSTANTIATE_CHUNKED_AS
