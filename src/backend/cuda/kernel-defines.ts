@@ -37,10 +37,11 @@ export function deltanetChunkedSharedBytes(Dk: number, c: number, mma = false): 
 
 /**
  * The tensor-core build's shared bytes besides (ChunkLayout's MMA arrays): the chunk's q and k and the state's two
- * bf16 parts, rows of Dk + 8 bf16; the norms' factors; g_t S^T q_t (rows of 36 floats).
+ * bf16 parts, rows of Dk + 8 bf16; the norms' factors; g_t S^T q_t (rows of 36 floats); the update's B in two bf16
+ * parts, 32 rows of c + 8 bf16.
  */
 export function deltanetChunkedMmaExtraBytes(Dk: number, c: number): number {
-  return 4 * ((c + 32) * (Dk + 8) + 38 * c);
+  return 4 * ((c + 32) * (Dk + 8) + 38 * c + 32 * (c + 8));
 }
 
 /**
@@ -105,7 +106,7 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
     // the bytes the launch gives, which the kernel's layout must match (a static_assert)
     'DELTANET_CHUNKED_BYTES(dk, c)': `(${DELTANET_KEY_DIMS.flatMap((dk) => DELTANET_CHUNKS.map((c) =>
       `(dk) == ${dk} && (c) == ${c} ? ${deltanetChunkedSharedBytes(dk, c)} : `)).join('')}-1)`,
-    'DELTANET_CHUNKED_MMA_EXTRA(dk, c)': '(4 * (((c) + 32) * ((dk) + 8) + 38 * (c)))',
+    'DELTANET_CHUNKED_MMA_EXTRA(dk, c)': '(4 * (((c) + 32) * ((dk) + 8) + 38 * (c) + 32 * ((c) + 8)))',
     'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
   'gguf.cu': { GGUF_GEMV_WARPS, GGUF_GEMV_ROWS, GGUF_DEQUANT_WARPS, 'GGUF_GEMV_TOKENS(X, fmt, F)': GGUF_GEMV_TOKENS.map((m) => `X(fmt, F, ${m})`).join(' '),

@@ -16,9 +16,10 @@
 // q and k are l2-normed (q also scaled by 1 / sqrt(Dk)), the decay and beta computed, as rule_token does. That is the
 // recurrence summed in another order: outputs within rounding of deltanet_recurrent's, not its bits (the deltanet GPU
 // test compares it with the CPU). Chunks start at the step's first token of each sequence. f32 on CUDA cores, each
-// product a register tile a thread; or (the _mma build, QUIRE_DELTANET_CHUNKED_MMA) q.k, k.k, S^T k and S^T q on
-// tensor cores, three quarters of the FMAs: bf16 mma.sync with f32 sums, on q and k as they came (bf16 values, so
-// exact products; their norms applied after) and on the state split into two bf16 parts (hi + lo within 2^-17).
+// product a register tile a thread; or (the _mma build, QUIRE_DELTANET_CHUNKED_MMA) q.k, k.k, S^T k, S^T q and the
+// state update on tensor cores, 95% of the FMAs: bf16 mma.sync with f32 sums, on q and k as they came (bf16 values,
+// so exact products; their norms applied after), the state and the update's w kn D each split into two bf16 parts
+// (hi + lo within 2^-17 of it).
 //
 // grid (S, Hv, ceil(Dv / 32)), block CHUNK_THREADS; dynamic shared memory ChunkLayout<DK, CHUNK>::FLOATS floats
 // (132,864 bytes at Dk 128 and 64 tokens: a block a SM; 69,504 at 32 tokens: three, registers permitting: below).
@@ -61,7 +62,8 @@ struct ChunkLayout {
   static constexpr int PLAIN = W + CHUNK;
   // the tensor-core build's (MMA) besides: q and k as they came, bf16 [CHUNK][R_LD]; the block's state columns split
   // into two bf16 parts, [32][R_LD] each (a row 16 bytes past its data: ldmatrix's 8 rows fall in 8 bank groups); the
-  // norms' factors; g_t S^T q_t [CHUNK][COL_LD]. kernel-defines.ts deltanetChunkedSharedBytes(..., true).
+  // norms' factors; g_t S^T q_t [CHUNK][COL_LD]; below, the update's B. kernel-defines.ts
+  // deltanetChunkedSharedBytes(..., true).
   static constexpr int R_LD = DK + 8;
   static constexpr int QR = PLAIN;
   static constexpr int KR = QR + CHUNK * R_LD / 2;
@@ -70,7 +72,11 @@ struct ChunkLayout {
   static constexpr int QN = SLO + 32 * R_LD / 2;
   static constexpr int KN = QN + CHUNK;
   static constexpr int OS = KN + CHUNK;
-  static constexpr int FLOATS = MMA ? OS + CHUNK * COL_LD : PLAIN;
+  // and the state update's B, w_i kn_i D[i][col] in two bf16 parts, [32][D_LD] each
+  static constexpr int D_LD = CHUNK + 8;
+  static constexpr int DHI = OS + CHUNK * COL_LD;
+  static constexpr int DLO = DHI + 32 * D_LD / 2;
+  static constexpr int FLOATS = MMA ? DLO + 32 * D_LD / 2 : PLAIN;
 };
 
 /**
@@ -86,6 +92,23 @@ __device__ __forceinline__ void mma_tile_k32(float c[4], const unsigned short* a
   ldmatrix_x4(a0, arow);
   ldmatrix_x4(a1, arow + 16);
   ldmatrix_x4(bb, b + (n0 + r) * R_LD + x + mi * 8);
+  mma_bf16_16816(c, a0, bb[0], bb[1]);
+  mma_bf16_16816(c, a1, bb[2], bb[3]);
+}
+
+/**
+ * mma_tile_k32 with A the transpose of a bf16 [k][R_LD] array (A's rows m0.. are its columns, k i..i+31 its rows:
+ * ldmatrix .trans) and B rows n0..n0+7 of a bf16 [n][B_LD] array.
+ */
+template <int R_LD, int B_LD>
+__device__ __forceinline__ void mma_tile_k32_at(float c[4], const unsigned short* a, int m0, const unsigned short* b,
+                                                int n0, int i, int lane) {
+  const int mi = lane >> 3, r = lane & 7;
+  unsigned a0[4], a1[4], bb[4];
+  const unsigned short* acol = a + (i + r + (mi >> 1) * 8) * R_LD + m0 + (mi & 1) * 8;
+  ldmatrix_x4_trans(a0, acol);
+  ldmatrix_x4_trans(a1, acol + 16 * R_LD);
+  ldmatrix_x4(bb, b + (n0 + r) * B_LD + i + mi * 8);
   mma_bf16_16816(c, a0, bb[0], bb[1]);
   mma_bf16_16816(c, a1, bb[2], bb[3]);
 }
@@ -125,6 +148,8 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
   unsigned short* kr = reinterpret_cast<unsigned short*>(sh + L::KR);
   unsigned short* shi = reinterpret_cast<unsigned short*>(sh + L::SHI);
   unsigned short* slo = reinterpret_cast<unsigned short*>(sh + L::SLO);
+  unsigned short* dhi = reinterpret_cast<unsigned short*>(sh + L::DHI);
+  unsigned short* dlo = reinterpret_cast<unsigned short*>(sh + L::DLO);
   float *qn = sh + L::QN, *kn = sh + L::KN, *os = sh + L::OS;
   pdl_trigger_if(DELTANET_TRIGGER_EARLY);
   pdl_wait_then_trigger(DELTANET_TRIGGER_EARLY);
@@ -348,6 +373,17 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
       }
       __syncthreads();
     }
+    if constexpr (MMA) {
+      // the update's B: w_i kn_i D[i][col] as two bf16 parts, [column][token] (rows past n: D's zeros)
+      for (int e = tid; e < CHUNK * 32; e += CHUNK_THREADS) {
+        const int i = e >> 5, col = e & 31;
+        const float v = w[i] * kn[i] * d[i * L::COL_LD + col];
+        const bf16_t hi = from_float<bf16_t>(v);
+        dhi[col * L::D_LD + i] = hi.bits;
+        dlo[col * L::D_LD + i] = from_float<bf16_t>(v - to_float(hi)).bits;
+      }
+      __syncthreads();
+    }
     // 5. the outputs, and the state moved past the chunk (each reads d; neither reads what the other writes), 4
     // tokens at a time (rows past n are zeros, and qk's entries past the diagonal)
     {
@@ -382,7 +418,26 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
         }
       }
     }
-    {
+    if constexpr (MMA) {
+      // S' = g_{n-1} S + K^T (w kn D): a warp a 16 x 8 tile of it (key rows x columns), K as it came
+      const float gLast = expf(cl[n - 1]);
+      for (int j = warp; j < DK / 16 * 4; j += CHUNK_WARPS) {
+        const int mt = j % (DK / 16), nt = j / (DK / 16);
+        float c[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          c[e] = gLast * st[(mt * 16 + (lane >> 2) + 8 * (e >> 1)) * L::COL_LD + nt * 8 + 2 * (lane & 3) + (e & 1)];
+        }
+        for (int i = 0; i < n; i += 32) {
+          mma_tile_k32_at<L::R_LD, L::D_LD>(c, kr, mt * 16, dhi, nt * 8, i, lane);
+          mma_tile_k32_at<L::R_LD, L::D_LD>(c, kr, mt * 16, dlo, nt * 8, i, lane);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          st[(mt * 16 + (lane >> 2) + 8 * (e >> 1)) * L::COL_LD + nt * 8 + 2 * (lane & 3) + (e & 1)] = c[e];
+        }
+      }
+    } else {
       const float gLast = expf(cl[n - 1]);
       float acc[XS][4];
 #pragma unroll
