@@ -28,20 +28,15 @@ export const DELTANET_CHUNK_THREADS = 256;
 
 /**
  * Bytes of the chunked rule's shared memory for key head dim Dk and chunks of c tokens (deltanet_chunked.cu's
- * ChunkLayout): q and k of the chunk's tokens (transposed), two token-by-token matrices, 32 columns of the state and of
- * D (rows 4 floats longer each), the cumulative decays, betas and the state update's weights.
+ * ChunkLayout), on CUDA cores or (mma) on tensor cores: two token-by-token matrices, 32 columns of the state and of D
+ * (rows 4 floats longer each), the cumulative decays, betas and the state update's weights, and each build's own.
  */
 export function deltanetChunkedSharedBytes(Dk: number, c: number, mma = false): number {
-  return 4 * ((2 * Dk + 2 * c) * (c + 4) + 36 * (Dk + c) + 3 * c) + (mma ? deltanetChunkedMmaExtraBytes(Dk, c) : 0);
-}
-
-/**
- * The tensor-core build's shared bytes besides (ChunkLayout's MMA arrays): the chunk's q and k and the state's two
- * bf16 parts, rows of Dk + 8 bf16; the norms' factors; g_t S^T q_t (rows of 36 floats); the update's B in two bf16
- * parts, 32 rows of c + 8 bf16.
- */
-export function deltanetChunkedMmaExtraBytes(Dk: number, c: number): number {
-  return 4 * ((c + 32) * (Dk + 8) + 38 * c + 32 * (c + 8));
+  const common = 2 * c * (c + 4) + 36 * (Dk + c) + 3 * c;  // kk, qk; st, d; cl, betas, w
+  if (!mma) return 4 * (common + 2 * Dk * (c + 4));  // q and k, f32 transposed
+  // the tensor-core build: q and k bf16 (rows of Dk + 8), the state's two bf16 parts or, in their place, the update's
+  // B (rows of c + 8); the norms' factors; g_t S^T q_t (rows of 36 floats)
+  return 4 * (common + c * (Dk + 8) + 32 * (Math.max(Dk, c) + 8) + 2 * c + 36 * c);
 }
 
 /**
@@ -106,7 +101,8 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
     // the bytes the launch gives, which the kernel's layout must match (a static_assert)
     'DELTANET_CHUNKED_BYTES(dk, c)': `(${DELTANET_KEY_DIMS.flatMap((dk) => DELTANET_CHUNKS.map((c) =>
       `(dk) == ${dk} && (c) == ${c} ? ${deltanetChunkedSharedBytes(dk, c)} : `)).join('')}-1)`,
-    'DELTANET_CHUNKED_MMA_EXTRA(dk, c)': '(4 * (((c) + 32) * ((dk) + 8) + 38 * (c) + 32 * ((c) + 8)))',
+    'DELTANET_CHUNKED_MMA_BYTES(dk, c)': `(${DELTANET_KEY_DIMS.flatMap((dk) => DELTANET_CHUNKS.map((c) =>
+      `(dk) == ${dk} && (c) == ${c} ? ${deltanetChunkedSharedBytes(dk, c, true)} : `)).join('')}-1)`,
     'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
   'gemm_chain.cu': { CHAIN_STAGES, CHAIN_WHOLE_MAX_SPLIT, FP8_BLOCK },
   'gguf.cu': { GGUF_GEMV_WARPS, GGUF_GEMV_ROWS, GGUF_DEQUANT_WARPS, 'GGUF_GEMV_TOKENS(X, fmt, F)': GGUF_GEMV_TOKENS.map((m) => `X(fmt, F, ${m})`).join(' '),

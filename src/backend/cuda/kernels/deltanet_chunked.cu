@@ -50,9 +50,10 @@ template <int DK, int CHUNK, bool MMA>
 struct ChunkLayout {
   static constexpr int T_LD = CHUNK + 4;  // qt, kt: [DK][CHUNK]; kk, qk: [CHUNK][CHUNK]
   static constexpr int COL_LD = 36;  // st: [DK][32] (the block's 32 columns of the state), d: [CHUNK][32]
+  static constexpr int QT_FLOATS = MMA ? 0 : DK * T_LD;  // (the tensor-core build keeps q and k as bf16 below)
   static constexpr int QT = 0;
-  static constexpr int KT = QT + DK * T_LD;
-  static constexpr int KK = KT + DK * T_LD;
+  static constexpr int KT = QT + QT_FLOATS;
+  static constexpr int KK = KT + QT_FLOATS;
   static constexpr int QKM = KK + CHUNK * T_LD;
   static constexpr int ST = QKM + CHUNK * T_LD;
   static constexpr int D = ST + DK * COL_LD;
@@ -60,23 +61,24 @@ struct ChunkLayout {
   static constexpr int BETA = CL + CHUNK;
   static constexpr int W = BETA + CHUNK;  // the state update's exp(cl_{n-1} - cl_i)
   static constexpr int PLAIN = W + CHUNK;
-  // the tensor-core build's (MMA) besides: q and k as they came, bf16 [CHUNK][R_LD]; the block's state columns split
-  // into two bf16 parts, [32][R_LD] each (a row 16 bytes past its data: ldmatrix's 8 rows fall in 8 bank groups); the
-  // norms' factors; g_t S^T q_t [CHUNK][COL_LD]; below, the update's B. kernel-defines.ts
-  // deltanetChunkedSharedBytes(..., true).
+  // the tensor-core build's (MMA) instead of qt and kt: q and k as they came, bf16 [CHUNK][R_LD]; the block's state
+  // columns split into two bf16 parts, [32][R_LD] each (a row 16 bytes past its data: ldmatrix's 8 rows fall in 8
+  // bank groups); the norms' factors; g_t S^T q_t [CHUNK][COL_LD]. kernel-defines.ts deltanetChunkedSharedBytes(...,
+  // true).
   static constexpr int R_LD = DK + 8;
+  static constexpr int D_LD = CHUNK + 8;
   static constexpr int QR = PLAIN;
   static constexpr int KR = QR + CHUNK * R_LD / 2;
   static constexpr int SHI = KR + CHUNK * R_LD / 2;
   static constexpr int SLO = SHI + 32 * R_LD / 2;
-  static constexpr int QN = SLO + 32 * R_LD / 2;
+  // the state update's B, w_i kn_i D[i][col] in two bf16 parts ([32][D_LD] each), in shi's and slo's place: those are
+  // read in step 3 only, these written after step 4
+  static constexpr int DHI = SHI;
+  static constexpr int DLO = DHI + 32 * D_LD / 2;
+  static constexpr int QN = SHI + 32 * (R_LD > D_LD ? R_LD : D_LD);
   static constexpr int KN = QN + CHUNK;
   static constexpr int OS = KN + CHUNK;
-  // and the state update's B, w_i kn_i D[i][col] in two bf16 parts, [32][D_LD] each
-  static constexpr int D_LD = CHUNK + 8;
-  static constexpr int DHI = OS + CHUNK * COL_LD;
-  static constexpr int DLO = DHI + 32 * D_LD / 2;
-  static constexpr int FLOATS = MMA ? DLO + 32 * D_LD / 2 : PLAIN;
+  static constexpr int FLOATS = MMA ? OS + CHUNK * COL_LD : PLAIN;
 };
 
 /**
@@ -134,7 +136,7 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
                                                  const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,
                                                  int minTokens) {
   using L = ChunkLayout<DK, CHUNK, MMA>;
-  static_assert(L::FLOATS * 4 == DELTANET_CHUNKED_BYTES(DK, CHUNK) + (MMA ? DELTANET_CHUNKED_MMA_EXTRA(DK, CHUNK) : 0),
+  static_assert(L::FLOATS * 4 == (MMA ? DELTANET_CHUNKED_MMA_BYTES(DK, CHUNK) : DELTANET_CHUNKED_BYTES(DK, CHUNK)),
                 "kernel-defines.ts deltanetChunkedSharedBytes");
   static_assert(CHUNK_THREADS == 256 && (CHUNK == 32 || CHUNK == 64) && DK % 32 == 0, "the tiles below");
   // Each product a register tile a thread (why: as a dot product a thread, session 48 timed this kernel bound by its
@@ -180,7 +182,9 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
     for (int i = warp; i < CHUNK; i += CHUNK_WARPS) {
       if (i >= n) {
 #pragma unroll
-        for (int u = 0; u < DK / 32; u++) qt[(lane + 32 * u) * L::T_LD + i] = kt[(lane + 32 * u) * L::T_LD + i] = 0.f;
+        for (int u = 0; u < DK / 32 && !MMA; u++) {
+          qt[(lane + 32 * u) * L::T_LD + i] = kt[(lane + 32 * u) * L::T_LD + i] = 0.f;
+        }
         d[i * L::COL_LD + lane] = 0.f;
         if (lane == 0) cl[i] = betas[i] = 0.f;
         if constexpr (MMA) {
@@ -199,7 +203,7 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
       }
       const float qInv = l2_inv<DK>(q), kInv = l2_inv<DK>(k);
 #pragma unroll
-      for (int u = 0; u < DK / 32; u++) {
+      for (int u = 0; u < DK / 32 && !MMA; u++) {
         qt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(__fmul_rn(q[u], qInv), qScale);
         kt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(k[u], kInv);
       }
@@ -480,7 +484,7 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
 }
 
 #define INSTANTIATE_CHUNKED_AS(suffix, T, DK, ss, ST, C, M, mm)                                                  \
-  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS, C == 32 ? DELTANET_CHUNKED32_MIN_BLOCKS : 1)      \
+  extern "C" __global__ void __launch_bounds__(CHUNK_THREADS, C == 32 ? (M ? 3 : DELTANET_CHUNKED32_MIN_BLOCKS) : 1) \
       deltanet_chunked##C##mm##_##suffix##_##DK##ss(                                                             \
       const T* conv, const T* ba, int ldba, const T* aLog, const T* dtBias, T* out, float* state,               \
       const int* qsl, const int* seqLens, const int* slots, int Hk, int Hv, int Dv, int slotFloats, int ssmAt,   \
