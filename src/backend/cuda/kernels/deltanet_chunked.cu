@@ -178,48 +178,47 @@ __device__ __forceinline__ void deltanet_chunked(const T* conv, const T* ba, int
   for (int c0 = start; c0 < end; c0 += CHUNK) {
     const int n = min(CHUNK, end - c0);
     // 1. a warp a token: q and k l2-normed as rule_token norms them, the log decay and beta; v's 32 columns into d.
-    // A partial chunk's rows past n are zeros (and its decays and betas), so every product below stays finite.
-    for (int i = warp; i < CHUNK; i += CHUNK_WARPS) {
-      if (i >= n) {
+    // A partial chunk's rows past n are zeros (and its decays and betas), so every product below stays finite. A
+    // warp's tokens' loads all issued first (why: one after another, each token waited out a global load's latency).
+    constexpr int PER_WARP = CHUNK / CHUNK_WARPS;
+    float q[PER_WARP][DK / 32], k[PER_WARP][DK / 32], v[PER_WARP], ga[PER_WARP], gb[PER_WARP];
 #pragma unroll
-        for (int u = 0; u < DK / 32 && !MMA; u++) {
-          qt[(lane + 32 * u) * L::T_LD + i] = kt[(lane + 32 * u) * L::T_LD + i] = 0.f;
-        }
-        d[i * L::COL_LD + lane] = 0.f;
-        if (lane == 0) cl[i] = betas[i] = 0.f;
-        if constexpr (MMA) {
-#pragma unroll
-          for (int u = 0; u < DK / 32; u++) qr[i * L::R_LD + lane + 32 * u] = kr[i * L::R_LD + lane + 32 * u] = 0;
-          if (lane == 0) qn[i] = kn[i] = 0.f;
-        }
-        continue;
-      }
-      const T* row = conv + (long long)(c0 + i) * C;
-      float q[DK / 32], k[DK / 32];
+    for (int r = 0; r < PER_WARP; r++) {
+      const int i = warp + r * CHUNK_WARPS;
+      const bool in = i < n;
+      const T* row = conv + (long long)(c0 + (in ? i : 0)) * C;
 #pragma unroll
       for (int u = 0; u < DK / 32; u++) {
-        q[u] = to_float(row[kh * DK + lane + 32 * u]);
-        k[u] = to_float(row[(Hk + kh) * DK + lane + 32 * u]);
+        q[r][u] = in ? to_float(row[kh * DK + lane + 32 * u]) : 0.f;
+        k[r][u] = in ? to_float(row[(Hk + kh) * DK + lane + 32 * u]) : 0.f;
       }
-      const float qInv = l2_inv<DK>(q), kInv = l2_inv<DK>(k);
+      v[r] = in && j0 + lane < Dv ? to_float(row[2 * Hk * DK + h * Dv + j0 + lane]) : 0.f;
+      const long long at = (long long)(c0 + (in ? i : 0)) * ldba;
+      ga[r] = in && lane == 0 ? to_float(ba[at + Hv + h]) : 0.f;
+      gb[r] = in && lane == 0 ? to_float(ba[at + h]) : 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < PER_WARP; r++) {
+      const int i = warp + r * CHUNK_WARPS;
+      const bool in = i < n;
+      const float qInv = in ? l2_inv<DK>(q[r]) : 0.f, kInv = in ? l2_inv<DK>(k[r]) : 0.f;
 #pragma unroll
       for (int u = 0; u < DK / 32 && !MMA; u++) {
-        qt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(__fmul_rn(q[u], qInv), qScale);
-        kt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(k[u], kInv);
+        qt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(__fmul_rn(q[r][u], qInv), qScale);
+        kt[(lane + 32 * u) * L::T_LD + i] = __fmul_rn(k[r][u], kInv);
       }
-      d[i * L::COL_LD + lane] = j0 + lane < Dv ? to_float(row[2 * Hk * DK + h * Dv + j0 + lane]) : 0.f;
+      d[i * L::COL_LD + lane] = v[r];
       if constexpr (MMA) {  // q and k as they came (bf16 values: exact), their norms applied to the products
 #pragma unroll
         for (int u = 0; u < DK / 32; u++) {
-          qr[i * L::R_LD + lane + 32 * u] = from_float<bf16_t>(q[u]).bits;
-          kr[i * L::R_LD + lane + 32 * u] = from_float<bf16_t>(k[u]).bits;
+          qr[i * L::R_LD + lane + 32 * u] = from_float<bf16_t>(q[r][u]).bits;
+          kr[i * L::R_LD + lane + 32 * u] = from_float<bf16_t>(k[r][u]).bits;
         }
         if (lane == 0) qn[i] = __fmul_rn(qInv, qScale), kn[i] = kInv;
       }
       if (lane == 0) {
-        const long long at = (long long)(c0 + i) * ldba;
-        cl[i] = A * softplus(to_float(ba[at + Hv + h]) + bias);  // log of the decay
-        betas[i] = 1.f / (1.f + expf(-to_float(ba[at + h])));
+        cl[i] = in ? A * softplus(ga[r] + bias) : 0.f;  // log of the decay
+        betas[i] = in ? 1.f / (1.f + expf(-gb[r])) : 0.f;
       }
     }
     __syncthreads();
