@@ -49,9 +49,10 @@ test('a chunk size no kernel is built for is refused when the rule is set up, na
   assert.doesNotThrow(() => make(32));
 });
 
-test('the chunked rule: from QUIRE_DELTANET_CHUNKED_FROM (64) by default or as asked, never in batch-invariant mode', () => {
-  assert.equal(chunkedFromFor(false), 64);
-  assert.equal(chunkedFromFor(false, 16), 16);
-  assert.equal(chunkedFromFor(true), 0);
-  assert.equal(chunkedFromFor(true, 16), 0);
-});
+test('the chunked rule: from QUIRE_DELTANET_CHUNKED_FROM (64) by default or as asked, never in batch-invariant mode',
+  () => {
+    assert.equal(chunkedFromFor(false), 64);
+    assert.equal(chunkedFromFor(false, 16), 16);
+    assert.equal(chunkedFromFor(true), 0);
+    assert.equal(chunkedFromFor(true, 16), 0);
+  });

@@ -58,9 +58,9 @@ test('each kernel build receives the TypeScript values of the constants it share
     ['deltanet_chunked.cu', 'DELTANET_CHUNK_THREADS', DELTANET_CHUNK_THREADS],
     ['deltanet_chunked.cu', 'DELTANET_CHUNKS(X, s, T, DK, ss, ST)', 'X(s, T, DK, ss, ST, 32) X(s, T, DK, ss, ST, 64)'],
     // the chunked rule's shared bytes by key dim and chunk: 4 x ((2 Dk + 2 C) (C + 4) + 36 (Dk + C) + 3 C)
-    ['deltanet_chunked.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 28032 : (dk) == 32 && (c) == 64 ? '
-      + '66816 : (dk) == 64 && (c) == 32 ? 41856 : (dk) == 64 && (c) == 64 ? 88832 : (dk) == 128 && (c) == 32 ? '
-      + '69504 : (dk) == 128 && (c) == 64 ? 132864 : -1)'],
+    ['deltanet_chunked.cu', 'DELTANET_CHUNKED_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 28032 : (dk) == 32 && '
+      + '(c) == 64 ? 66816 : (dk) == 64 && (c) == 32 ? 41856 : (dk) == 64 && (c) == 64 ? 88832 : (dk) == 128 && '
+      + '(c) == 32 ? 69504 : (dk) == 128 && (c) == 64 ? 132864 : -1)'],
     // the tensor-core build's: 4 x (2 C (C + 4) + 36 (Dk + C) + 41 C + C (Dk + 8) + 32 (max(Dk, C) + 8))
     ['deltanet_chunked.cu', 'DELTANET_CHUNKED_MMA_BYTES(dk, c)', '((dk) == 32 && (c) == 32 ? 33920 : (dk) == 32 && '
       + '(c) == 64 ? 78592 : (dk) == 64 && (c) == 32 ? 46720 : (dk) == 64 && (c) == 64 ? 91392 : (dk) == 128 && '

@@ -149,9 +149,8 @@ export class CudaBackend implements Backend {
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
-      chunkedFrom: chunkedFromFor(batchInvariant, opts.deltanetChunkedFrom), lanes: opts.deltanetLanes, chunk: opts.deltanetChunk,
-      chunkedMma: opts.deltanetChunkedMma,
-      oneLaunch: opts.deltanetOneLaunch });
+      chunkedFrom: chunkedFromFor(batchInvariant, opts.deltanetChunkedFrom), lanes: opts.deltanetLanes,
+      chunk: opts.deltanetChunk, chunkedMma: opts.deltanetChunkedMma, oneLaunch: opts.deltanetOneLaunch });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

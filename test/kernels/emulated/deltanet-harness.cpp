@@ -4,8 +4,8 @@
 // GPU tests tie to the CPU backend); deltanet_recurrent_wide and _lanes (must give its bits); deltanet_chunked in
 // chunks of 64 and of 32 (within rounding); a mixed step launched as the engine launches it (lanes for one token,
 // recurrent below 64, chunked from 64); deltanet_chunked's tensor-core build (within rounding; cuda-shim.h's MMA and
-// ldmatrix by their documented fragments); deltanet_recurrent_mixed (wide and recurrent in one launch: their bits), alone
-// and beside chunked. Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
+// ldmatrix by their documented fragments); deltanet_recurrent_mixed (wide and recurrent in one launch: their bits),
+// alone and beside chunked. Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
 #include <cstdio>
 #include <random>
 #include <type_traits>
