@@ -7,7 +7,8 @@
 // bits (the builds promise the default's bits; bf16 states change them).
 //
 //   node dist/src/lab/bench-deltanet.js [--seqs 1,64,160] [--tokens 1] [--chunk 0]
-//     [--variants default,recurrent,wide,wide-chunks,lanes,one-launch,chunked,chunked32,fused-norm,fused-decode]
+//     [--variants default,recurrent,wide,wide-chunks,one-launch,chunked,chunked32,chunked-mma,chunked32-mma,
+//       fused-norm,fused-decode]
 //     [--ssm f32,bf16]
 //     [--reps 20]
 //     [--key-heads 16 --value-heads 48 --key-dim 128 --value-dim 128 --conv 4]
@@ -27,7 +28,6 @@ export const DELTANET_VARIANTS: Record<string, CudaBackendOptions> = {
   'recurrent': { deltanetWideMaxTokens: 0, deltanetChunkedFrom: 0 },
   'wide': { deltanetWideMaxTokens: 1, deltanetChunkedFrom: 0, deltanetOneLaunch: false },
   'wide-chunks': { deltanetWideMaxTokens: 2 ** 30, deltanetChunkedFrom: 0 },
-  'lanes': { deltanetWideMaxTokens: 1, deltanetLanes: true, deltanetChunkedFrom: 0 },
   'one-launch': { deltanetWideMaxTokens: 1, deltanetOneLaunch: true, deltanetChunkedFrom: 0 },
   'chunked': { deltanetChunkedFrom: 2, deltanetChunk: 64 },
   'chunked32': { deltanetChunkedFrom: 2, deltanetChunk: 32 },

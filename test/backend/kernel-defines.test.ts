@@ -66,7 +66,6 @@ test('each kernel build receives the TypeScript values of the constants it share
       + '(c) == 64 ? 78592 : (dk) == 64 && (c) == 32 ? 46720 : (dk) == 64 && (c) == 64 ? 91392 : (dk) == 128 && '
       + '(c) == 32 ? 72320 : (dk) == 128 && (c) == 64 ? 125184 : -1)'],
     ['deltanet.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
-    ['deltanet_lanes.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['deltanet_chunked.cu', 'DELTANET_KEY_DIMS(X, s, T)', 'X(s, T, 32) X(s, T, 64) X(s, T, 128)'],
     ['gemm_chain.cu', 'CHAIN_STAGES', CHAIN_STAGES],
     ['gemm_chain.cu', 'CHAIN_WHOLE_MAX_SPLIT', CHAIN_WHOLE_MAX_SPLIT],

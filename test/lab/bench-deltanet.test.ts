@@ -18,8 +18,6 @@ test('--variants: each name sets its switch; an unknown one is refused naming th
   assert.deepEqual(DELTANET_VARIANTS['wide'], { deltanetWideMaxTokens: 1, deltanetChunkedFrom: 0,
     deltanetOneLaunch: false });
   assert.deepEqual(DELTANET_VARIANTS['wide-chunks'], { deltanetWideMaxTokens: 2 ** 30, deltanetChunkedFrom: 0 });
-  assert.deepEqual(DELTANET_VARIANTS['lanes'], { deltanetWideMaxTokens: 1, deltanetLanes: true,
-    deltanetChunkedFrom: 0 });
   assert.deepEqual(DELTANET_VARIANTS['one-launch'], { deltanetWideMaxTokens: 1, deltanetOneLaunch: true,
     deltanetChunkedFrom: 0 });
   assert.deepEqual(DELTANET_VARIANTS['chunked'], { deltanetChunkedFrom: 2, deltanetChunk: 64 });
@@ -30,7 +28,7 @@ test('--variants: each name sets its switch; an unknown one is refused naming th
     deltanetChunkedMma: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-norm'], { deltanetFusedNorm: true });
   assert.deepEqual(DELTANET_VARIANTS['fused-decode'], { deltanetFusedDecode: true });
-  const known = 'default, recurrent, wide, wide-chunks, lanes, one-launch, chunked, chunked32, chunked-mma, '
+  const known = 'default, recurrent, wide, wide-chunks, one-launch, chunked, chunked32, chunked-mma, '
     + 'chunked32-mma, fused-norm, fused-decode';
   assert.throws(() => checkVariants(['default', 'narrow']),
     { message: `bench-deltanet: --variants: unknown build 'narrow' (${known})` });

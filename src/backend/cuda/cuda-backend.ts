@@ -66,8 +66,6 @@ export interface CudaBackendOptions {
    * QUIRE_DELTANET_WIDE_MAX_TOKENS.
    */
   deltanetWideMaxTokens?: number;
-  /** The wide build on deltanet_recurrent_lanes (a lane a whole column); default QUIRE_DELTANET_LANES. */
-  deltanetLanes?: boolean;
   /** A mixed step's rule in one launch (deltanet_recurrent_mixed); default QUIRE_DELTANET_ONE_LAUNCH. */
   deltanetOneLaunch?: boolean;
   /**
@@ -149,8 +147,8 @@ export class CudaBackend implements Backend {
     this.moe = new CudaMoe(this.step, (x, router) => this.gemms.matmul(x, router, 'router'), batchInvariant);
     this.deltanet = new CudaDeltaNet(this.step, this.kv, { fusedNorm: opts.deltanetFusedNorm,
       fusedDecode: opts.deltanetFusedDecode, wideMaxTokens: opts.deltanetWideMaxTokens,
-      chunkedFrom: chunkedFromFor(batchInvariant, opts.deltanetChunkedFrom), lanes: opts.deltanetLanes,
-      chunk: opts.deltanetChunk, chunkedMma: opts.deltanetChunkedMma, oneLaunch: opts.deltanetOneLaunch });
+      chunkedFrom: chunkedFromFor(batchInvariant, opts.deltanetChunkedFrom), chunk: opts.deltanetChunk,
+      chunkedMma: opts.deltanetChunkedMma, oneLaunch: opts.deltanetOneLaunch });
     this.sampling = new CudaSampling(this.step);
     this.graphs = new CudaGraphs(this.step, this.kv, this.attn, this.sampling, opts.enforceEager ?? false);
     this.carry = new CudaHiddenCarry(this.step);

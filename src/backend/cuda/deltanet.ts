@@ -75,8 +75,6 @@ export class CudaDeltaNet {
   private readonly wideMaxTokens: number;
   /** Fewest tokens of a sequence whose rule runs on deltanet_chunked (QUIRE_DELTANET_CHUNKED_FROM; 0: none). */
   private readonly chunkedFrom: number;
-  /** The wide build on deltanet_recurrent_lanes: a lane a whole column, a warp a block (QUIRE_DELTANET_LANES). */
-  private readonly lanes: boolean;
   /** Tokens a chunk of deltanet_chunked (QUIRE_DELTANET_CHUNK). */
   private readonly chunk: number;
   /** deltanet_chunked's products on tensor cores (its _mma build; QUIRE_DELTANET_CHUNKED_MMA). */
@@ -92,13 +90,12 @@ export class CudaDeltaNet {
   private builds: { batch: ForwardBatch; b: ReturnType<typeof ruleBuilds> } | null = null;
 
   constructor(private readonly s: StepContext, private readonly kv: KvMemory,
-    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number; lanes?: boolean;
+    o: { fusedNorm?: boolean; fusedDecode?: boolean; wideMaxTokens?: number; chunkedFrom?: number;
       chunk?: number; oneLaunch?: boolean; chunkedMma?: boolean } = {}) {
     this.fusedNorm = o.fusedNorm ?? readKnob('QUIRE_DELTANET_FUSED_NORM');
     this.fusedDecode = o.fusedDecode ?? readKnob('QUIRE_DELTANET_FUSED_DECODE');
     this.wideMaxTokens = o.wideMaxTokens ?? readKnob('QUIRE_DELTANET_WIDE_MAX_TOKENS');
     this.chunkedFrom = o.chunkedFrom ?? chunkedFromFor(false);
-    this.lanes = o.lanes ?? readKnob('QUIRE_DELTANET_LANES');
     this.chunk = o.chunk ?? Number(readKnob('QUIRE_DELTANET_CHUNK'));
     this.chunkedMma = o.chunkedMma ?? readKnob('QUIRE_DELTANET_CHUNKED_MMA');
     this.oneLaunch = o.oneLaunch ?? readKnob('QUIRE_DELTANET_ONE_LAUNCH');
@@ -235,7 +232,7 @@ export class CudaDeltaNet {
     // launch skipping the others' sequences; with oneLaunch, a step with both of the first two kinds launches
     // deltanet_recurrent_mixed for them instead
     const b = this.buildsOf(batch);
-    const mixed = b.wide && b.recurrent && this.oneLaunch && !this.lanes;
+    const mixed = b.wide && b.recurrent && this.oneLaunch;
     const perColumns: [number, number, number] = [batch.numSeqs, Hv, Math.ceil(Dv / 32)];
     const wideArgs = [...head, ptr(out.ptr), ...sections, i32(b.wideMax)];
     this.s.timed('deltanet rule', () => {
@@ -244,9 +241,7 @@ export class CudaDeltaNet {
         d.launch('deltanet.cu', `deltanet_recurrent_mixed_bf16_${Dk}${ss}`, perColumns, Dk,
           [...wideArgs, i32(b.chunkedFrom)], 0, true);
       } else if (b.wide) {
-        const [file, build] = this.lanes ? ['deltanet_lanes.cu', 'lanes'] : ['deltanet.cu', 'wide'];
-        d.launch(file, `deltanet_recurrent_${build}_bf16_${Dk}${ss}`, perColumns, this.lanes ? 32 : Dk, wideArgs, 0,
-          true);
+        d.launch('deltanet.cu', `deltanet_recurrent_wide_bf16_${Dk}${ss}`, perColumns, Dk, wideArgs, 0, true);
       }
       if (b.chunked) {
         const mma = this.chunkedMma ? '_mma' : '';

@@ -95,7 +95,6 @@ export const KERNEL_DEFINES: Readonly<Record<string, Readonly<Record<string, num
     DECODE_MAX_CLUSTER: MAX_CLUSTER, DECODE_FOLD_BATCH: FOLD_BATCH },
   'attention_prefill.cu': { PREFILL_TILE_ROWS, 'PREFILL_BUILDS(X)': prefillBuildList() },
   'deltanet.cu': { CONV_MAX_TAPS, 'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
-  'deltanet_lanes.cu': { 'DELTANET_KEY_DIMS(X, s, T)': deltanetKeyDims },
   'deltanet_chunked.cu': { DELTANET_CHUNK_THREADS,
     'DELTANET_CHUNKS(X, s, T, DK, ss, ST)': DELTANET_CHUNKS.map((c) => `X(s, T, DK, ss, ST, ${c})`).join(' '),
     // the bytes the launch gives, which the kernel's layout must match (a static_assert)

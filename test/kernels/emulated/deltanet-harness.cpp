@@ -1,13 +1,14 @@
 // Appended to the DeltaNet kernel files on the CPU emulation (cuda-shim.h; test/kernels/deltanet-emulated.test.ts): one
 // step of the gated delta rule over prompts (from position 0 and continuing, several chunks, a partial last one), a
 // decode row and a short chunk, each on its own state slot, through each build: deltanet_recurrent (the reference the
-// GPU tests tie to the CPU backend); deltanet_recurrent_wide and _lanes (must give its bits); deltanet_chunked in
-// chunks of 64 and of 32 (within rounding); a mixed step launched as the engine launches it (lanes for one token,
-// recurrent below 64, chunked from 64); deltanet_chunked's tensor-core build (within rounding; cuda-shim.h's MMA and
+// GPU tests tie to the CPU backend); deltanet_recurrent_wide (must give its bits); deltanet_chunked in chunks of 64
+// and of 32 (within rounding); a mixed step launched as the engine launches it (wide for one token, recurrent below
+// 64, chunked from 64); deltanet_chunked's tensor-core build (within rounding; cuda-shim.h's MMA and
 // ldmatrix by their documented fragments); deltanet_recurrent_mixed (wide and recurrent in one launch: their bits),
 // alone and beside chunked. Prints a line a check, "FAIL" or "ok" last; exits 1 on a failure.
 #include <cstdio>
 #include <random>
+#include <string>
 #include <type_traits>
 
 namespace harness {
@@ -66,9 +67,9 @@ void run(int Hk, int Hv, int Dv) {
         qks + DK, skipUpTo, skipFrom);
     });
   };
-  auto lanes = [&](Out& o, int maxTokens) {
-    emu::launch(perCols, 32, [&] {
-      deltanet_recurrent_lanes<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
+  auto wide = [&](Out& o, int maxTokens) {
+    emu::launch(perCols, DK, [&] {
+      deltanet_recurrent_wide<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
         o.y.data(), o.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, maxTokens);
     });
   };
@@ -94,19 +95,15 @@ void run(int Hk, int Hv, int Dv) {
         skipFrom);
     });
   };
-  Out ref = fresh(), wide = fresh(), lane = fresh(), chunk = fresh(), chunk32 = fresh(), mixed = fresh();
+  Out ref = fresh(), wideAll = fresh(), chunk = fresh(), chunk32 = fresh(), mixed = fresh();
   Out one = fresh(), oneChunked = fresh(), mma = fresh(), mma32 = fresh();
   recurrent(ref, 0, 0x7fffffff);
-  emu::launch(perCols, DK, [&] {
-    deltanet_recurrent_wide<float, float, DK>(conv.data(), ba.data(), 2 * Hv, aLog.data(), dtBias.data(),
-      wide.y.data(), wide.st.data(), qsl.data(), seqLens.data(), slots.data(), Hk, Hv, Dv, slotFloats, 0, 1 << 30);
-  });
-  lanes(lane, 1 << 30);
+  wide(wideAll, 1 << 30);
   chunked(chunk, 1, 64);
   chunked(chunk32, 1, 32);
   chunked(mma, 1, 64, true);
   chunked(mma32, 1, 32, true);
-  lanes(mixed, 1);
+  wide(mixed, 1);
   recurrent(mixed, 1, 64);
   chunked(mixed, 64, 64);
   oneLaunch(one, 1, 0x7fffffff);
@@ -120,27 +117,26 @@ void run(int Hk, int Hv, int Dv) {
     return rows;
   };
   std::printf("Dk %d, %d key heads, %d value heads, Dv %d\n", DK, Hk, Hv, Dv);
-  bits("wide outputs", wide.y, ref.y);
-  bits("wide states", wide.st, ref.st);
-  bits("lanes outputs", lane.y, ref.y);
-  bits("lanes states", lane.st, ref.st);
-  close("chunked outputs", chunk.y, ref.y);
-  close("chunked states", chunk.st, ref.st);
-  close("chunked outputs, chunks of 32", chunk32.y, ref.y);
-  close("chunked states, chunks of 32", chunk32.st, ref.st);
-  close("chunked on tensor cores, outputs", mma.y, ref.y);
-  close("chunked on tensor cores, states", mma.st, ref.st);
-  close("chunked on tensor cores, outputs, chunks of 32", mma32.y, ref.y);
-  close("chunked on tensor cores, states, chunks of 32", mma32.st, ref.st);
+  // a build's outputs and states: the recurrence's bits, or within rounding of them
+  auto sameBits = [&](const char* what, const Out& o) {
+    bits((std::string(what) + ", outputs").c_str(), o.y, ref.y);
+    bits((std::string(what) + ", states").c_str(), o.st, ref.st);
+  };
+  auto near = [&](const char* what, const Out& o) {
+    close((std::string(what) + ", outputs").c_str(), o.y, ref.y);
+    close((std::string(what) + ", states").c_str(), o.st, ref.st);
+  };
+  sameBits("wide", wideAll);
+  near("chunked", chunk);
+  near("chunked in chunks of 32", chunk32);
+  near("chunked on tensor cores", mma);
+  near("chunked on tensor cores in chunks of 32", mma32);
   bits("mixed step, the outputs of sequences under 64 tokens", shortRows(mixed.y), shortRows(ref.y));
-  close("mixed step, outputs", mixed.y, ref.y);
-  close("mixed step, states", mixed.st, ref.st);
-  bits("one launch, outputs", one.y, ref.y);
-  bits("one launch, states", one.st, ref.st);
+  near("mixed step", mixed);
+  sameBits("one launch", one);
   bits("one launch beside chunked, the outputs of sequences under 64 tokens", shortRows(oneChunked.y),
        shortRows(ref.y));
-  close("one launch beside chunked, outputs", oneChunked.y, ref.y);
-  close("one launch beside chunked, states", oneChunked.st, ref.st);
+  near("one launch beside chunked", oneChunked);
 }
 }  // namespace harness
 

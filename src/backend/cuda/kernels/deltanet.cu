@@ -43,7 +43,6 @@
 //     (deltanet_wide.cuh): the sequences of at most QUIRE_DELTANET_WIDE_MAX_TOKENS tokens (maxTokens); a step's
 //     deltanet_recurrent launch then skips them (skipUpTo), both launches in a mixed step.
 //   deltanet_recurrent_mixed (deltanet_wide.cuh, QUIRE_DELTANET_ONE_LAUNCH): both in one launch for a mixed step.
-//   deltanet_recurrent_lanes (deltanet_lanes.cu, QUIRE_DELTANET_LANES): the wide build's sequences, a lane a column.
 //   deltanet_chunked (deltanet_chunked.cu): the sequences of at least QUIRE_DELTANET_CHUNKED_FROM tokens, in chunks
 //     whose products the block shares (within rounding of the recurrence, not its bits); the deltanet_recurrent
 //     launch skips them too (skipFrom). The helpers these files share: deltanet_common.cuh.

@@ -1,5 +1,4 @@
-// The device helpers the gated DeltaNet rule's kernel files share (deltanet.cu, deltanet_lanes.cu, deltanet_chunked.cu:
-// separate files, so that a build only its knob uses is compiled, by NVRTC at first use, only where it is used):
+// The device helpers the gated DeltaNet rule's kernel files share (deltanet.cu, deltanet_chunked.cu: separate files, so that a build only its knob uses is compiled, by NVRTC at first use, only where it is used):
 // a token's inputs and their norms, decay and beta, a state's columns, and the dependent-launch switches' defaults
 // (deltanet.cu's header says what each does).
 #pragma once
